@@ -1,0 +1,79 @@
+/* The CPU reference decoder for Qwen3 / Qwen3-MoE (and the Qwen3-VL text stack): the
+ * numerical truth for every stage split and backend, and the CPU backend of a stage.
+ *
+ * A `reference_model` owns the weights of one contiguous layer range [layer_start,
+ * layer_end) plus, optionally, the token embedding (first stage) and the final norm +
+ * lm_head (last stage; the embedding is reused when tied). The same layer code runs a
+ * prefill of many tokens and a decode of one token, for one request or a microbatch of
+ * several requests (each with its own KV slot).
+ *
+ * Determinism contract (the pipeline's split equality depends on it): every output
+ * element is computed with a fixed reduction order that does not depend on the thread
+ * count, on how many rows/requests are in the batch, or on which rows sit next to it.
+ * So [0,k) then [k,L) equals [0,L) bit for bit, 1 thread equals N threads, and a request
+ * batched with others equals the same request run alone.
+ *
+ * Math: shared spec qwen3-architecture.md §3 (layer), §4 (MoE), §5.1 (M-RoPE), §5.4
+ * (DeepStack add after a layer's output). Activations and the KV cache are fp32. */
+#ifndef STRATA_REFERENCE_MODEL_H
+#define STRATA_REFERENCE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference/kv_cache.h"
+#include "runtime/model_config.h"
+#include "runtime/safetensors.h"
+
+struct reference_model; /* opaque */
+
+struct reference_load_options {
+    int layer_start;   /* first owned decoder layer */
+    int layer_end;     /* one past the last owned layer; layer_start < layer_end <= L,
+                          or layer_start == layer_end == 0 for a head/embed-only model */
+    int with_embed;    /* own embed_tokens (first stage) */
+    int with_head;     /* own final norm + lm_head (last stage) */
+    int num_threads;   /* worker threads for matmuls (>= 1) */
+};
+
+/* Loads the owned tensors from `st`. Every missing or mis-shaped tensor is listed
+ * together in one error message before failing (STRATA_ENOTFOUND / STRATA_EFORMAT). */
+int reference_model_load(struct reference_model **out, const struct model_config *cfg,
+                         const struct safetensors *st, const struct reference_load_options *opt);
+void reference_model_free(struct reference_model *m);
+
+/* Bytes of weights owned (as stored) and bytes of any widened copies made at load. */
+size_t reference_model_weight_bytes(const struct reference_model *m);
+size_t reference_model_extra_bytes(const struct reference_model *m);
+int reference_model_num_tensors(const struct reference_model *m);
+const struct model_config *reference_model_config(const struct reference_model *m);
+
+/* hidden [n, H] = embed_tokens[tokens[i]]; error on token id outside [0, V). */
+int reference_embed(const struct reference_model *m, float *hidden, const int32_t *tokens, int n);
+
+/* One request's share of a forward batch: `n_tokens` consecutive rows of the hidden
+ * buffer belonging to KV slot `slot`, at cache positions pos .. pos+n_tokens-1. */
+struct forward_item {
+    int slot;
+    int pos;
+    int n_tokens;
+    /* M-RoPE position ids [3][n_tokens] (t, h, w rows), or NULL for 1-D positions
+     * equal to the cache positions (text-only; spec §5.1 reduces to plain RoPE). */
+    const int32_t *mrope_positions;
+    /* DeepStack (spec §5.4): NULL, or [num_deepstack][n_tokens][H] features added to the
+     * output of absolute layer k (k < num_deepstack) on rows where visual_mask[i] != 0. */
+    const float *deepstack;
+    const uint8_t *visual_mask; /* [n_tokens] */
+    int num_deepstack;
+};
+
+/* Runs the owned layers over hidden [sum n_tokens, H] in place (rows in item order),
+ * appending each item's keys/values to its slot in `kv`. Fails (STRATA_ERANGE) if any item
+ * would exceed the slot's capacity or does not continue exactly at the slot's length. */
+int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hidden,
+                      const struct forward_item *items, int n_items);
+
+/* logits [n, V] = lm_head(RMSNorm_final(hidden [n, H])); requires with_head. */
+int reference_logits(struct reference_model *m, float *logits, const float *hidden, int n);
+
+#endif

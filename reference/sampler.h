@@ -1,0 +1,26 @@
+/* Token sampling for users: greedy, temperature, top-k, top-p with a seeded RNG.
+ * Greedy returns the first maximal index (torch.argmax semantics, spec §7). */
+#ifndef STRATA_REFERENCE_SAMPLER_H
+#define STRATA_REFERENCE_SAMPLER_H
+
+#include <stdint.h>
+
+struct sampler_params {
+    float temperature; /* <= 0 means greedy */
+    int top_k;         /* <= 0 means no top-k cut */
+    float top_p;       /* >= 1 means no nucleus cut */
+    uint64_t seed;
+};
+
+struct sampler {
+    struct sampler_params params;
+    uint64_t rng_state;
+};
+
+void sampler_init(struct sampler *s, const struct sampler_params *p);
+/* Picks a token from logits [vocab]; `scratch` holds at least vocab floats + vocab ints
+ * worth of space (2 * vocab * 4 bytes) or is NULL for greedy. */
+int sampler_sample(struct sampler *s, const float *logits, int vocab, void *scratch);
+int argmax(const float *x, int n);
+
+#endif
