@@ -1,0 +1,242 @@
+/* Strata wire messages: plain C structs, a FlatBuffers builder and a verifying reader.
+ *
+ * Every message travels as one FlatBuffers buffer whose root table is `Frame { version_major,
+ * version_minor, body: union Message }` with file identifier "STRA" (schema: wire/strata.fbs).
+ * The code here is our own implementation of the binary format (no flatcc), checked against
+ * the official flatc compiler in tests/wire.
+ *
+ * Building: a `wire_arena` is a byte buffer filled back to front, as FlatBuffers builders
+ * do. It either grows (heap, 64-byte aligned) or uses a caller buffer of fixed size. Each
+ * `wire_build_*` resets the arena and writes one complete frame; tensor payloads are copied
+ * exactly once and start 64-byte aligned in the frame.
+ *
+ * Reading: `wire_verify` checks every offset, length, alignment and nesting bound of a
+ * received buffer before any field is read. Each `wire_read_*` verifies the frame again
+ * (cheap: it never scans payload bytes) and fills a struct whose pointers point into the
+ * received buffer: tensor payloads, strings and vectors are zero copy and stay valid only
+ * as long as that buffer does. Small fixed fields (shapes, fingerprints) are copied.
+ *
+ * Versioning: a frame of another major version fails with STRATA_EVERSION and a message
+ * naming both versions; a newer minor is read (its extra fields are skipped); a body of a
+ * union member this minor does not know fails with STRATA_EVERSION, never a crash. */
+#ifndef STRATA_WIRE_MESSAGE_H
+#define STRATA_WIRE_MESSAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_VERSION_MAJOR 1
+#define WIRE_VERSION_MINOR 0
+#define WIRE_FILE_IDENTIFIER "STRA"
+
+#define WIRE_MAX_DIMS 8           /* tensor rank limit */
+#define WIRE_FINGERPRINT_BYTES 32 /* SHA-256 of config.json + dtype */
+#define WIRE_NONCE_BYTES 32       /* Hello challenge */
+#define WIRE_PROOF_BYTES 32       /* HMAC-SHA256 */
+#define WIRE_PAYLOAD_ALIGN 64     /* where our builder places tensor payloads */
+#define WIRE_MAX_DEPTH 64         /* verifier nesting limit */
+#define WIRE_MAX_TABLES 1000000   /* verifier table-count limit */
+
+/* The message inside a frame (values equal the schema's union type ids). */
+enum wire_kind {
+    WIRE_KIND_NONE = 0,
+    WIRE_KIND_HELLO = 1,
+    WIRE_KIND_ACTIVATION = 2,
+    WIRE_KIND_KV_BLOCK = 3,
+    WIRE_KIND_TOKEN_RESULT = 4,
+    WIRE_KIND_ERROR = 5,
+    WIRE_KIND_CONTROL = 6
+};
+
+/* Element type of a tensor's values (schema enum DType). */
+enum wire_dtype {
+    WIRE_DTYPE_F32 = 0,
+    WIRE_DTYPE_BF16 = 1,
+    WIRE_DTYPE_F16 = 2,
+    WIRE_DTYPE_I64 = 3,
+    WIRE_DTYPE_I32 = 4,
+    WIRE_DTYPE_U8 = 5
+};
+
+/* How the payload encodes the values (schema enum Codec). FP16, BF16 and INT8_ROW apply
+ * to F32 tensors only: the payload holds 2-byte floats, or int8 values with one f32 scale
+ * per row (a row is the last dimension). */
+enum wire_codec {
+    WIRE_CODEC_NONE = 0,
+    WIRE_CODEC_FP16 = 1,
+    WIRE_CODEC_BF16 = 2,
+    WIRE_CODEC_INT8_ROW = 3
+};
+
+enum wire_role { WIRE_ROLE_CLIENT = 0, WIRE_ROLE_STAGE = 1, WIRE_ROLE_SERVER = 2 };
+
+enum wire_finish {
+    WIRE_FINISH_NONE = 0,
+    WIRE_FINISH_STOP = 1,
+    WIRE_FINISH_LENGTH = 2,
+    WIRE_FINISH_CANCELLED = 3,
+    WIRE_FINISH_ERROR = 4
+};
+
+enum wire_control_kind {
+    WIRE_CONTROL_PING = 0,
+    WIRE_CONTROL_PONG = 1,
+    WIRE_CONTROL_CANCEL = 2,
+    WIRE_CONTROL_DRAIN = 3,
+    WIRE_CONTROL_SHUTDOWN = 4
+};
+
+/* One tensor. On build, `data` points at `nbytes` of payload already in the codec's
+ * encoding (see wire/codec.h); on read, `data` and `scales` point into the frame.
+ * nbytes must equal numel x wire_codec_value_bytes(dtype, codec). An undefined tensor
+ * (defined == 0) is written as absent and read back zeroed. */
+struct wire_tensor {
+    int defined;
+    enum wire_dtype dtype;        /* logical element type */
+    int ndim;                     /* 0 .. WIRE_MAX_DIMS */
+    int64_t shape[WIRE_MAX_DIMS]; /* each >= 0 */
+    enum wire_codec codec;
+    const void *data; /* [nbytes]; at least 4-byte aligned when read */
+    size_t nbytes;
+    const float *scales; /* INT8_ROW: [numel / shape[ndim-1]], else NULL */
+    size_t num_scales;
+};
+
+/* Connection greeting (see wire/auth.h for the handshake that uses it). */
+struct wire_hello {
+    uint16_t version_major, version_minor; /* the sender's protocol version */
+    int has_fingerprint;
+    uint8_t fingerprint[WIRE_FINGERPRINT_BYTES];
+    int32_t stage_index;            /* -1 when not a stage */
+    int32_t layer_start, layer_end; /* owned layer range [start, end) */
+    enum wire_role role;
+    int has_challenge;
+    uint8_t challenge[WIRE_NONCE_BYTES];
+    int has_proof;
+    uint8_t proof[WIRE_PROOF_BYTES];
+    char name[64]; /* free-form peer name, NUL-terminated */
+};
+
+/* One request's rows inside a batched activation (schema struct Segment). */
+struct wire_segment {
+    uint64_t nonce;
+    uint32_t pos;
+    uint32_t n_tokens;
+};
+
+/* Hidden states handed from stage_from to stage_to. T = total rows, H = hidden size. */
+struct wire_activation {
+    int32_t stage_from, stage_to;
+    uint64_t step;
+    uint64_t pos;                      /* first cache position (single request) */
+    uint64_t nonce;                    /* request nonce (single request) */
+    struct wire_tensor hidden;         /* [T, H] */
+    struct wire_tensor attention_mask; /* optional */
+    struct wire_tensor position_ids;   /* optional, [T] or [3, T] M-RoPE ids */
+    struct wire_tensor visual_mask;    /* optional, [T] u8 */
+    struct wire_tensor deepstack;      /* optional, [num_deepstack, T, H] */
+    /* Optional segments, 0 = one request (nonce, pos). On build `segments` is an array of
+     * num_segments; on read it is NULL and wire_activation_segment() decodes entry i. */
+    const struct wire_segment *segments;
+    const uint8_t *segments_raw; /* read only: [num_segments][16] little-endian */
+    size_t num_segments;
+};
+
+/* Packed KV of a layer range: k and v are [L, B, kv_heads, S, head_dim], L = layer_end -
+ * layer_start, with lengths[b] valid positions in row b (the rest zero). */
+struct wire_kv_block {
+    int32_t stage_from, stage_to;
+    uint64_t step;
+    uint64_t nonce;
+    int32_t layer_start, layer_end;
+    const int32_t *lengths; /* [num_lengths] = [B]; points into the frame on read */
+    size_t num_lengths;
+    struct wire_tensor k;
+    struct wire_tensor v;
+};
+
+struct wire_token_result {
+    uint64_t nonce;
+    uint64_t step;
+    const int32_t *tokens; /* [num_tokens] */
+    size_t num_tokens;
+    const float *logprobs; /* [num_logprobs]: 0 or num_tokens */
+    size_t num_logprobs;
+    enum wire_finish finish;
+};
+
+struct wire_error {
+    int32_t code;        /* a STRATA_E* status */
+    const char *message; /* NUL-terminated; points into the frame on read */
+    uint64_t nonce;
+};
+
+struct wire_control {
+    enum wire_control_kind kind;
+    uint64_t nonce;
+    uint64_t seq;
+};
+
+/* Back-to-front byte buffer the builders write into. */
+struct wire_arena {
+    uint8_t *buf; /* [cap] */
+    size_t cap;
+    size_t size;     /* bytes used at the end of buf */
+    size_t minalign; /* largest alignment used by the current frame */
+    int owns;        /* buf is ours and may grow */
+    int in_table;    /* builder state: a table is open */
+    size_t table_start;
+    int num_fields;
+    struct {
+        int id;
+        size_t off;
+    } fields[32];
+    uint32_t *vtables; /* [num_vtables] offsets-from-end of written vtables, for sharing */
+    size_t num_vtables, vtables_cap;
+};
+
+/* Growable arena with `initial_capacity` bytes (0 picks a small default). */
+int wire_arena_init(struct wire_arena *arena, size_t initial_capacity);
+/* Arena over a caller buffer [capacity]; building a larger frame fails with STRATA_ENOMEM. */
+int wire_arena_init_fixed(struct wire_arena *arena, void *buffer, size_t capacity);
+/* Accepts a zeroed or half-built arena. */
+void wire_arena_free(struct wire_arena *arena);
+/* The finished frame: its first byte and its length (valid until the next build). */
+const uint8_t *wire_arena_frame(const struct wire_arena *arena);
+size_t wire_arena_frame_len(const struct wire_arena *arena);
+
+/* Builders: reset `arena` and write one complete frame of the current version. They check
+ * the message (tensor byte lengths, ranks, dtypes) and fail with STRATA_EINVAL. */
+int wire_build_hello(struct wire_arena *arena, const struct wire_hello *msg);
+int wire_build_activation(struct wire_arena *arena, const struct wire_activation *msg);
+int wire_build_kv_block(struct wire_arena *arena, const struct wire_kv_block *msg);
+int wire_build_token_result(struct wire_arena *arena, const struct wire_token_result *msg);
+int wire_build_error(struct wire_arena *arena, const struct wire_error *msg);
+int wire_build_control(struct wire_arena *arena, const struct wire_control *msg);
+
+/* Checks a whole received frame [len] and reports which message it holds. Fails with
+ * STRATA_EFORMAT (malformed), STRATA_EVERSION (other major, or a union member unknown
+ * to this minor). `version_minor` may be NULL. */
+int wire_verify(enum wire_kind *kind, uint16_t *version_minor, const void *frame, size_t len);
+
+/* Readers: verify `frame` and fill `out` (pointers into `frame`). A frame of another
+ * kind fails with STRATA_EFORMAT naming both kinds. */
+int wire_read_hello(struct wire_hello *out, const void *frame, size_t len);
+int wire_read_activation(struct wire_activation *out, const void *frame, size_t len);
+int wire_read_kv_block(struct wire_kv_block *out, const void *frame, size_t len);
+int wire_read_token_result(struct wire_token_result *out, const void *frame, size_t len);
+int wire_read_error(struct wire_error *out, const void *frame, size_t len);
+int wire_read_control(struct wire_control *out, const void *frame, size_t len);
+
+/* Segment i of a read activation (0 <= i < num_segments). */
+struct wire_segment wire_activation_segment(const struct wire_activation *msg, size_t i);
+
+/* Number of elements of a tensor's shape (1 for rank 0); -1 if it overflows int64. */
+int64_t wire_tensor_numel(const struct wire_tensor *t);
+
+/* Short names for messages and logs. */
+const char *wire_kind_name(enum wire_kind kind);
+const char *wire_dtype_name(enum wire_dtype dtype);
+const char *wire_codec_name(enum wire_codec codec);
+
+#endif

@@ -1,0 +1,62 @@
+/* Framed TCP transport: each frame is a u32 little-endian length followed by one
+ * FlatBuffers frame (wire/message.h).
+ *
+ * Every blocking call takes a timeout in milliseconds (poll-based; < 0 waits forever) and
+ * loops until all bytes are moved, so partial reads and writes are invisible to callers.
+ * A frame longer than the connection's max frame size is refused from its length prefix,
+ * before anything is allocated, and the connection is then unusable. Sockets use
+ * TCP_NODELAY and MSG_NOSIGNAL (a closed peer gives STRATA_ECLOSED, not SIGPIPE).
+ * Listen addresses default to 127.0.0.1. Errors name the syscall, the peer and errno. */
+#ifndef STRATA_WIRE_TRANSPORT_H
+#define STRATA_WIRE_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define WIRE_DEFAULT_HOST "127.0.0.1"
+#define WIRE_DEFAULT_MAX_FRAME ((size_t)1 << 30) /* 1 GiB */
+#define WIRE_FRAME_PREFIX_BYTES 4
+
+struct wire_listener {
+    int fd;   /* -1 when closed */
+    int port; /* bound port (useful when asked for port 0) */
+};
+
+struct wire_conn {
+    int fd;           /* -1 when closed */
+    size_t max_frame; /* frames above this are refused before allocation */
+    uint8_t *rx;      /* [rx_cap] receive buffer, 64-byte aligned; frames point into it */
+    size_t rx_cap;
+    int broken;    /* a framing error happened: only close is meaningful */
+    char peer[64]; /* "host:port" for messages */
+};
+
+/* Binds and listens on host:port (host NULL = 127.0.0.1, port 0 = any free port). */
+int wire_listen(struct wire_listener *listener, const char *host, int port);
+void wire_listener_close(struct wire_listener *listener);
+
+/* Waits up to timeout_ms for a connection. `max_frame` 0 = WIRE_DEFAULT_MAX_FRAME. */
+int wire_accept(struct wire_conn *conn, struct wire_listener *listener, size_t max_frame,
+                int timeout_ms);
+
+/* Connects with a timeout (STRATA_ETIMEOUT, or STRATA_EIO naming the refusal). */
+int wire_connect(struct wire_conn *conn, const char *host, int port, size_t max_frame,
+                 int timeout_ms);
+
+/* Sends one frame [len] with its length prefix. */
+int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int timeout_ms);
+
+/* Receives one frame into the connection's buffer: *frame stays valid until the next
+ * receive or close. STRATA_ECLOSED on a clean close before a frame starts, STRATA_EFORMAT
+ * for a frame above max_frame or of length 0, STRATA_ETIMEOUT if no full frame arrives
+ * in time (the connection is then broken: a partial frame cannot be resumed). */
+int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, int timeout_ms);
+
+/* Best effort: sends an Error frame (code, message, nonce) with a short timeout; used
+ * before closing on a protocol violation. Returns the send status. */
+int wire_send_error(struct wire_conn *conn, int code, uint64_t nonce, const char *message);
+
+/* Closes the socket and frees the buffer; accepts a zeroed or half-built conn. */
+void wire_close(struct wire_conn *conn);
+
+#endif
