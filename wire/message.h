@@ -193,6 +193,7 @@ struct wire_arena {
     } fields[32];
     uint32_t *vtables; /* [num_vtables] offsets-from-end of written vtables, for sharing */
     size_t num_vtables, vtables_cap;
+    int error; /* first failure of the current build (sticky), 0 = none */
 };
 
 /* Growable arena with `initial_capacity` bytes (0 picks a small default). */

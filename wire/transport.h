@@ -20,6 +20,7 @@
 struct wire_listener {
     int fd;   /* -1 when closed */
     int port; /* bound port (useful when asked for port 0) */
+    int open; /* fd is ours to close (a zeroed listener is closed) */
 };
 
 struct wire_conn {
@@ -29,6 +30,7 @@ struct wire_conn {
     size_t rx_cap;
     int broken;    /* a framing error happened: only close is meaningful */
     char peer[64]; /* "host:port" for messages */
+    int open;      /* fd is ours to close (a zeroed conn is closed) */
 };
 
 /* Binds and listens on host:port (host NULL = 127.0.0.1, port 0 = any free port). */

@@ -1,0 +1,355 @@
+/* Length-prefixed frames over TCP; see transport.h.
+ *
+ * Sockets are non-blocking and every wait is a poll() against one deadline per call, so
+ * a slow peer that trickles bytes cannot stretch a call past its timeout. Reads and
+ * writes loop until the whole frame has moved. The length prefix is checked against
+ * max_frame before the receive buffer grows, so a hostile length costs nothing. */
+#include "wire/transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/status.h"
+#include "wire/message.h"
+
+#define ERROR_SEND_TIMEOUT_MS 1000
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t deadline_after(int timeout_ms) {
+    return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+}
+
+/* Waits for `events` on fd until the deadline: 0 ready, STRATA_ETIMEOUT, STRATA_EIO. */
+static int wait_fd(int fd, short events, int64_t deadline, const char *what, const char *peer) {
+    for (;;) {
+        int wait = -1;
+        if (deadline >= 0) {
+            int64_t left = deadline - now_ms();
+            if (left <= 0)
+                return strata_set_error(STRATA_ETIMEOUT, "wire: %s %s timed out", what, peer);
+            wait = left > 1000000 ? 1000000 : (int)left;
+        }
+        struct pollfd p = {fd, events, 0};
+        int rc = poll(&p, 1, wait);
+        if (rc > 0) return 0;
+        if (rc < 0 && errno != EINTR)
+            return strata_set_error(STRATA_EIO, "wire: poll during %s %s: %s", what, peer,
+                                    strerror(errno));
+    }
+}
+
+static int set_socket_options(int fd) {
+    int one = 1;
+    int flags = fcntl(fd, F_GETFL, 0);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0)
+        return strata_set_error(STRATA_EIO, "wire: fcntl O_NONBLOCK: %s", strerror(errno));
+    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) < 0)
+        return strata_set_error(STRATA_EIO, "wire: setsockopt TCP_NODELAY: %s", strerror(errno));
+    return 0;
+}
+
+static int resolve(struct addrinfo **out, const char *host, int port, int passive) {
+    char service[16];
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = passive ? AI_PASSIVE : 0;
+    if (port < 0 || port > 65535)
+        return strata_set_error(STRATA_EINVAL, "wire: port %d outside 0..65535", port);
+    snprintf(service, sizeof service, "%d", port);
+    int rc = getaddrinfo(host ? host : WIRE_DEFAULT_HOST, service, &hints, out);
+    if (rc != 0)
+        return strata_set_error(STRATA_EIO, "wire: cannot resolve %s: %s",
+                                host ? host : WIRE_DEFAULT_HOST, gai_strerror(rc));
+    return 0;
+}
+
+static void conn_reset(struct wire_conn *conn, int fd, size_t max_frame, const char *peer) {
+    memset(conn, 0, sizeof *conn);
+    conn->fd = fd;
+    conn->open = fd >= 0;
+    conn->max_frame = max_frame ? max_frame : WIRE_DEFAULT_MAX_FRAME;
+    snprintf(conn->peer, sizeof conn->peer, "%s", peer);
+}
+
+static void format_peer(char *out, size_t size, const struct sockaddr *addr) {
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (addr->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)addr;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+        port = ntohs(in->sin_port);
+    } else if (addr->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)addr;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+        port = ntohs(in6->sin6_port);
+    }
+    snprintf(out, size, "%s:%d", host, port);
+}
+
+int wire_listen(struct wire_listener *listener, const char *host, int port) {
+    struct addrinfo *addrs = NULL;
+    listener->fd = -1;
+    listener->port = 0;
+    listener->open = 0;
+    int fd = -1;
+    int rc = resolve(&addrs, host, port, 1);
+    if (rc) return rc;
+    fd = socket(addrs->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        rc = strata_set_error(STRATA_EIO, "wire: socket: %s", strerror(errno));
+        goto fail;
+    }
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK); /* accept never blocks past poll */
+    if (bind(fd, addrs->ai_addr, addrs->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+        rc = strata_set_error(STRATA_EIO, "wire: bind/listen %s:%d: %s",
+                              host ? host : WIRE_DEFAULT_HOST, port, strerror(errno));
+        goto fail;
+    }
+    struct sockaddr_storage bound;
+    socklen_t bound_len = sizeof bound;
+    if (getsockname(fd, (struct sockaddr *)&bound, &bound_len) < 0) {
+        rc = strata_set_error(STRATA_EIO, "wire: getsockname: %s", strerror(errno));
+        goto fail;
+    }
+    listener->port = ntohs(bound.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&bound)->sin6_port
+                                                       : ((struct sockaddr_in *)&bound)->sin_port);
+    listener->fd = fd;
+    listener->open = 1;
+    freeaddrinfo(addrs);
+    return 0;
+fail:
+    if (fd >= 0) close(fd);
+    freeaddrinfo(addrs);
+    return rc;
+}
+
+void wire_listener_close(struct wire_listener *listener) {
+    if (!listener) return;
+    if (listener->open && listener->fd >= 0) close(listener->fd);
+    listener->fd = -1;
+    listener->open = 0;
+}
+
+int wire_accept(struct wire_conn *conn, struct wire_listener *listener, size_t max_frame,
+                int timeout_ms) {
+    conn_reset(conn, -1, max_frame, "?");
+    int64_t deadline = deadline_after(timeout_ms);
+    for (;;) {
+        int rc = wait_fd(listener->fd, POLLIN, deadline, "accept on port", "");
+        if (rc) return rc;
+        struct sockaddr_storage addr;
+        socklen_t addr_len = sizeof addr;
+        int fd = accept4(listener->fd, (struct sockaddr *)&addr, &addr_len, SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+                continue;
+            return strata_set_error(STRATA_EIO, "wire: accept: %s", strerror(errno));
+        }
+        char peer[64];
+        format_peer(peer, sizeof peer, (struct sockaddr *)&addr);
+        conn_reset(conn, fd, max_frame, peer);
+        rc = set_socket_options(fd);
+        if (rc) wire_close(conn);
+        return rc;
+    }
+}
+
+int wire_connect(struct wire_conn *conn, const char *host, int port, size_t max_frame,
+                 int timeout_ms) {
+    struct addrinfo *addrs = NULL;
+    char peer[64];
+    snprintf(peer, sizeof peer, "%s:%d", host ? host : WIRE_DEFAULT_HOST, port);
+    conn_reset(conn, -1, max_frame, peer);
+    int rc = resolve(&addrs, host, port, 0);
+    if (rc) return rc;
+    int64_t deadline = deadline_after(timeout_ms);
+    int fd = socket(addrs->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    conn->fd = fd;
+    conn->open = fd >= 0;
+    if (fd < 0) {
+        rc = strata_set_error(STRATA_EIO, "wire: socket: %s", strerror(errno));
+        goto fail;
+    }
+    rc = set_socket_options(fd);
+    if (rc) goto fail;
+    if (connect(fd, addrs->ai_addr, addrs->ai_addrlen) < 0) {
+        if (errno != EINPROGRESS) {
+            rc = strata_set_error(STRATA_EIO, "wire: connect %s: %s", peer, strerror(errno));
+            goto fail;
+        }
+        rc = wait_fd(fd, POLLOUT, deadline, "connect to", peer);
+        if (rc) goto fail;
+        int err = 0;
+        socklen_t err_len = sizeof err;
+        if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &err_len) < 0) err = errno;
+        if (err) {
+            rc = strata_set_error(err == ETIMEDOUT ? STRATA_ETIMEOUT : STRATA_EIO,
+                                  "wire: connect %s: %s", peer, strerror(err));
+            goto fail;
+        }
+    }
+    freeaddrinfo(addrs);
+    return 0;
+fail:
+    freeaddrinfo(addrs);
+    wire_close(conn);
+    return rc;
+}
+
+int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int timeout_ms) {
+    if (!conn->open || conn->broken)
+        return strata_set_error(STRATA_ECLOSED, "wire: send on a closed or broken connection to %s",
+                                conn->peer);
+    if (len == 0 || len > UINT32_MAX || len > conn->max_frame)
+        return strata_set_error(STRATA_EINVAL, "wire: frame of %zu bytes outside 1..%zu", len,
+                                conn->max_frame);
+    uint8_t prefix[WIRE_FRAME_PREFIX_BYTES] = {(uint8_t)len, (uint8_t)(len >> 8),
+                                               (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
+    struct iovec iov[2] = {{prefix, sizeof prefix}, {(void *)frame, len}};
+    int iov_index = 0;
+    int64_t deadline = deadline_after(timeout_ms);
+    while (iov_index < 2) {
+        struct msghdr msg;
+        memset(&msg, 0, sizeof msg);
+        msg.msg_iov = iov + iov_index;
+        msg.msg_iovlen = (size_t)(2 - iov_index);
+        ssize_t sent = sendmsg(conn->fd, &msg, MSG_NOSIGNAL);
+        if (sent < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                int rc = wait_fd(conn->fd, POLLOUT, deadline, "send to", conn->peer);
+                if (rc) {
+                    conn->broken = 1;
+                    return rc;
+                }
+                continue;
+            }
+            conn->broken = 1;
+            return strata_set_error(errno == EPIPE || errno == ECONNRESET ? STRATA_ECLOSED
+                                                                          : STRATA_EIO,
+                                    "wire: send to %s: %s", conn->peer, strerror(errno));
+        }
+        size_t done = (size_t)sent;
+        while (iov_index < 2 && done >= iov[iov_index].iov_len)
+            done -= iov[iov_index++].iov_len;
+        if (iov_index < 2) {
+            iov[iov_index].iov_base = (uint8_t *)iov[iov_index].iov_base + done;
+            iov[iov_index].iov_len -= done;
+        }
+    }
+    return 0;
+}
+
+/* Reads exactly n bytes; *got counts progress so callers can tell a clean close. */
+static int read_exact(struct wire_conn *conn, uint8_t *dst, size_t n, size_t *got,
+                      int64_t deadline) {
+    *got = 0;
+    while (*got < n) {
+        ssize_t r = recv(conn->fd, dst + *got, n - *got, 0);
+        if (r > 0) {
+            *got += (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            return strata_set_error(STRATA_ECLOSED, "wire: %s closed the connection", conn->peer);
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            int rc = wait_fd(conn->fd, POLLIN, deadline, "receive from", conn->peer);
+            if (rc) return rc;
+            continue;
+        }
+        return strata_set_error(errno == ECONNRESET ? STRATA_ECLOSED : STRATA_EIO,
+                                "wire: recv from %s: %s", conn->peer, strerror(errno));
+    }
+    return 0;
+}
+
+int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, int timeout_ms) {
+    *frame = NULL;
+    *len = 0;
+    if (!conn->open || conn->broken)
+        return strata_set_error(STRATA_ECLOSED,
+                                "wire: receive on a closed or broken connection to %s", conn->peer);
+    int64_t deadline = deadline_after(timeout_ms);
+    uint8_t prefix[WIRE_FRAME_PREFIX_BYTES];
+    size_t got;
+    int rc = read_exact(conn, prefix, sizeof prefix, &got, deadline);
+    if (rc) {
+        if (got > 0 || rc != STRATA_ETIMEOUT) conn->broken = 1;
+        return rc;
+    }
+    size_t n = (size_t)prefix[0] | (size_t)prefix[1] << 8 | (size_t)prefix[2] << 16 |
+               (size_t)prefix[3] << 24;
+    if (n == 0 || n > conn->max_frame) {
+        conn->broken = 1;
+        return strata_set_error(STRATA_EFORMAT,
+                                "wire: %s announced a frame of %zu bytes (allowed 1..%zu)",
+                                conn->peer, n, conn->max_frame);
+    }
+    if (n > conn->rx_cap) {
+        size_t cap = (n + 63) / 64 * 64;
+        uint8_t *grown = aligned_alloc(64, cap);
+        if (!grown) {
+            conn->broken = 1;
+            return strata_set_error(STRATA_ENOMEM, "wire: cannot allocate a %zu-byte frame", n);
+        }
+        free(conn->rx);
+        conn->rx = grown;
+        conn->rx_cap = cap;
+    }
+    rc = read_exact(conn, conn->rx, n, &got, deadline);
+    if (rc) {
+        conn->broken = 1;
+        if (rc == STRATA_ECLOSED)
+            return strata_set_error(
+                STRATA_ECLOSED, "wire: %s closed the connection %zu bytes into a %zu-byte frame",
+                conn->peer, got, n);
+        return rc;
+    }
+    *frame = conn->rx;
+    *len = n;
+    return 0;
+}
+
+int wire_send_error(struct wire_conn *conn, int code, uint64_t nonce, const char *message) {
+    struct wire_arena arena;
+    struct wire_error err = {code, message, nonce};
+    int rc = wire_arena_init(&arena, 1024);
+    if (!rc) rc = wire_build_error(&arena, &err);
+    if (!rc)
+        rc = wire_send_frame(conn, wire_arena_frame(&arena), wire_arena_frame_len(&arena),
+                             ERROR_SEND_TIMEOUT_MS);
+    wire_arena_free(&arena);
+    return rc;
+}
+
+void wire_close(struct wire_conn *conn) {
+    if (!conn) return;
+    if (conn->open && conn->fd >= 0) close(conn->fd);
+    free(conn->rx);
+    conn->fd = -1;
+    conn->open = 0;
+    conn->rx = NULL;
+    conn->rx_cap = 0;
+}
