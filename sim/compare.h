@@ -1,0 +1,23 @@
+/* Bit-identity of two simulated runs: the check behind `strata-sim --all-splits`.
+ *
+ * Two reports are identical when every request succeeded in both, generated the same
+ * tokens, and every logit of every step has the same 32-bit pattern (compared as bits,
+ * not as floats, so -0.0 vs 0.0 or two NaN payloads count as differences). */
+#ifndef STRATA_SIM_COMPARE_H
+#define STRATA_SIM_COMPARE_H
+
+#include <stddef.h>
+
+#include "sim/pipeline_sim.h"
+
+/* Returns 1 when `run` is bit-identical to `baseline`, else 0 and a one-line reason in
+ * why[cap] naming the request, step and position of the first difference. */
+int sim_reports_identical(const struct sim_report *baseline, const struct sim_report *run,
+                          char *why, size_t cap);
+
+/* Largest |a - b| between a run's logits for request `request` and reference logits
+ * [n_steps][vocab] (e.g. a golden file), over the steps both have; -1 if none compared. */
+double sim_logits_max_abs_diff(const struct sim_report *run, int request, const float *reference,
+                               int n_steps, int vocab);
+
+#endif

@@ -1,0 +1,552 @@
+/* strata-sim: runs a model as a pipeline of S in-process stages over simulated links and
+ * checks that every split gives bit-identical tokens and logits to the single-stage run.
+ *
+ * Each row of its table is one simulated run (sim/pipeline_sim.h): the split, whether its
+ * tokens and logits match the single-stage baseline bit for bit, and the simulated TTFT,
+ * tokens/s and pipeline utilisation for the given link parameters and the measured
+ * compute times. Exit 0 when every run matched, 1 on any difference or failure, 2 on a
+ * bad command line, 3 on a bad model directory. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/model_config.h"
+#include "runtime/safetensors.h"
+#include "runtime/status.h"
+#include "sim/compare.h"
+#include "sim/pipeline_sim.h"
+#include "sim/split.h"
+
+#define MAX_PROMPT 4096
+
+static const char usage_text[] =
+    "usage: strata-sim --model DIR (--all-splits | --stages S | --split SPLIT) [options]\n"
+    "\n"
+    "Runs the model as a pipeline of in-process stages (the real stage core, one thread per\n"
+    "stage) connected by simulated links that carry the real wire frames, on a virtual\n"
+    "clock. Every run is compared bit for bit (tokens and every logit) with the single-stage\n"
+    "run; exit status 1 on any difference.\n"
+    "\n"
+    "splits:\n"
+    "  --all-splits          every S from 1 to L: the even split and --random-splits others\n"
+    "  --stages S            the even split into S stages (plus --random-splits others)\n"
+    "  --split SPLIT         one explicit split, e.g. 0-1|1-4 (or its cut points: 1)\n"
+    "  --random-splits N     random explicit splits per S (default 2 with --all-splits, else 0)\n"
+    "  --seed X              seed for random splits and link jitter/loss (default 1)\n"
+    "links (every stage-stage and client-stage link):\n"
+    "  --latency-us US       one-way latency (default 100)\n"
+    "  --bandwidth-gbps G    line rate; 0 = unlimited (default 10)\n"
+    "  --jitter-us US        extra delay per frame, uniform in [0, US] (default 0)\n"
+    "  --loss P              probability a transmission is lost and resent (default 0)\n"
+    "  --rto-ms MS           first retransmission timeout (default 200)\n"
+    "  --retries N           retransmissions before a peer counts as unreachable (default 6)\n"
+    "faults (applied to every run except the baseline):\n"
+    "  --kill-stage R@MS     stage R dies at virtual time MS milliseconds\n"
+    "  --partition-stage R@MS  stage R becomes unreachable at MS milliseconds\n"
+    "  --peer-timeout-ms MS  keepalive: a silent peer is declared dead after MS (default 2000)\n"
+    "  --timeout-ms MS       the client gives up on a request after MS (default 60000)\n"
+    "requests:\n"
+    "  --requests R          R concurrent requests (request i uses the prompt rotated by i)\n"
+    "  --max-tokens N        tokens per request (default: golden.json n_steps, else 8)\n"
+    "  --prompt IDS          comma-separated prompt ids (default: DIR/golden.json prompt_ids)\n"
+    "  --stop-at-eos         stop at config.json eos ids (default: generate max-tokens)\n"
+    "  --temperature T --top-k K --top-p P --sample-seed X   sampling (default greedy)\n"
+    "compute:\n"
+    "  --compute wall|cpu|fixed  charge measured wall time (default), thread CPU time, or a\n"
+    "                        fixed --row-cost-us per row and layer (deterministic times)\n"
+    "  --row-cost-us US      fixed cost per hidden row per layer (default 1)\n"
+    "  --threads N           matmul threads per stage (default 1)\n"
+    "  --chunk N             prefill chunk rows (default: stage core's)\n"
+    "  -h, --help            this text\n"
+    "\n"
+    "exit status: 0 all runs identical, 1 a difference or a failed run, 2 usage, 3 bad model\n";
+
+struct cli {
+    const char *model_dir;
+    int all_splits, stages, random_splits;
+    const char *split_text;
+    uint64_t seed;
+    struct sim_options sim; /* link, faults, timeouts, compute, threads */
+    int requests, max_tokens, stop_at_eos;
+    const char *prompt_text;
+    struct sampler_params sampling;
+};
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "strata-sim: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\n(see strata-sim --help)\n");
+    return STRATA_EXIT_USAGE;
+}
+
+static int parse_double(double *out, const char *text, double lo, double hi) {
+    char *end;
+    errno = 0;
+    double v = strtod(text, &end);
+    if (end == text || *end || errno || !(v >= lo && v <= hi)) return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_int(int *out, const char *text, int lo, int hi) {
+    double v;
+    if (parse_double(&v, text, lo, hi) < 0 || v != (double)(int)v) return -1;
+    *out = (int)v;
+    return 0;
+}
+
+/* "R@MS" -> stage and virtual time in ns. */
+static int parse_fault(int *stage, int64_t *at_ns, const char *text) {
+    const char *at = strchr(text, '@');
+    char head[32];
+    double ms;
+    if (!at || (size_t)(at - text) >= sizeof head) return -1;
+    memcpy(head, text, (size_t)(at - text));
+    head[at - text] = '\0';
+    if (parse_int(stage, head, 0, SIM_MAX_STAGES - 1) < 0 ||
+        parse_double(&ms, at + 1, 0.0, 1e9) < 0)
+        return -1;
+    *at_ns = (int64_t)(ms * 1e6);
+    return 0;
+}
+
+/* Fills `cli` from argv; returns -1 to print help and exit 0, 0 ok, or an exit code. */
+static int parse_args(struct cli *cli, int argc, char **argv) {
+    memset(cli, 0, sizeof *cli);
+    sim_options_default(&cli->sim);
+    cli->sim.link.latency_ns = 100000;
+    cli->sim.link.bandwidth_gbps = 10.0;
+    cli->seed = 1;
+    cli->random_splits = -1;
+    cli->requests = 1;
+    cli->sampling.top_p = 1.0f;
+    for (int i = 1; i < argc; i++) {
+        const char *name = argv[i];
+        if (!strcmp(name, "-h") || !strcmp(name, "--help")) return -1;
+        if (!strcmp(name, "--all-splits")) {
+            cli->all_splits = 1;
+            continue;
+        }
+        if (!strcmp(name, "--stop-at-eos")) {
+            cli->stop_at_eos = 1;
+            continue;
+        }
+        if (strncmp(name, "--", 2) != 0) return usage_error("unexpected argument '%s'", name);
+        if (i + 1 >= argc) return usage_error("%s needs a value", name);
+        const char *v = argv[++i];
+        double d = 0.0;
+        int bad = 0;
+        if (!strcmp(name, "--model"))
+            cli->model_dir = v;
+        else if (!strcmp(name, "--stages"))
+            bad = parse_int(&cli->stages, v, 1, SIM_MAX_STAGES);
+        else if (!strcmp(name, "--split"))
+            cli->split_text = v;
+        else if (!strcmp(name, "--random-splits"))
+            bad = parse_int(&cli->random_splits, v, 0, 1000);
+        else if (!strcmp(name, "--seed")) {
+            bad = parse_double(&d, v, 0, 9007199254740992.0);
+            cli->seed = (uint64_t)d;
+        } else if (!strcmp(name, "--latency-us")) {
+            bad = parse_double(&d, v, 0, 1e9);
+            cli->sim.link.latency_ns = (int64_t)(d * 1e3);
+        } else if (!strcmp(name, "--bandwidth-gbps")) {
+            bad = parse_double(&d, v, 0, 1e6);
+            cli->sim.link.bandwidth_gbps = d;
+        } else if (!strcmp(name, "--jitter-us")) {
+            bad = parse_double(&d, v, 0, 1e9);
+            cli->sim.link.jitter_ns = (int64_t)(d * 1e3);
+        } else if (!strcmp(name, "--loss"))
+            bad = parse_double(&cli->sim.link.loss, v, 0.0, 1.0);
+        else if (!strcmp(name, "--rto-ms")) {
+            bad = parse_double(&d, v, 1e-6, 1e7);
+            cli->sim.link.retransmit_timeout_ns = (int64_t)(d * 1e6);
+        } else if (!strcmp(name, "--retries"))
+            bad = parse_int(&cli->sim.link.max_retransmits, v, 0, 30);
+        else if (!strcmp(name, "--kill-stage"))
+            bad = parse_fault(&cli->sim.kill_stage, &cli->sim.kill_at_ns, v);
+        else if (!strcmp(name, "--partition-stage"))
+            bad = parse_fault(&cli->sim.partition_stage, &cli->sim.partition_at_ns, v);
+        else if (!strcmp(name, "--peer-timeout-ms")) {
+            bad = parse_double(&d, v, 1e-3, 1e9);
+            cli->sim.peer_timeout_ns = (int64_t)(d * 1e6);
+        } else if (!strcmp(name, "--timeout-ms")) {
+            bad = parse_double(&d, v, 1e-3, 1e9);
+            cli->sim.request_timeout_ns = (int64_t)(d * 1e6);
+        } else if (!strcmp(name, "--requests"))
+            bad = parse_int(&cli->requests, v, 1, 4096);
+        else if (!strcmp(name, "--max-tokens"))
+            bad = parse_int(&cli->max_tokens, v, 1, 1 << 20);
+        else if (!strcmp(name, "--prompt"))
+            cli->prompt_text = v;
+        else if (!strcmp(name, "--temperature")) {
+            bad = parse_double(&d, v, 0.0, 100.0);
+            cli->sampling.temperature = (float)d;
+        } else if (!strcmp(name, "--top-k"))
+            bad = parse_int(&cli->sampling.top_k, v, 0, 1 << 30);
+        else if (!strcmp(name, "--top-p")) {
+            bad = parse_double(&d, v, 0.0, 1.0);
+            cli->sampling.top_p = (float)d;
+        } else if (!strcmp(name, "--sample-seed")) {
+            bad = parse_double(&d, v, 0, 9007199254740992.0);
+            cli->sampling.seed = (uint64_t)d;
+        } else if (!strcmp(name, "--compute")) {
+            if (!strcmp(v, "wall"))
+                cli->sim.compute = SIM_COMPUTE_WALL;
+            else if (!strcmp(v, "cpu"))
+                cli->sim.compute = SIM_COMPUTE_CPU;
+            else if (!strcmp(v, "fixed"))
+                cli->sim.compute = SIM_COMPUTE_FIXED;
+            else
+                bad = -1;
+        } else if (!strcmp(name, "--row-cost-us")) {
+            bad = parse_double(&d, v, 0, 1e9);
+            cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
+        } else if (!strcmp(name, "--threads"))
+            bad = parse_int(&cli->sim.num_threads, v, 1, 256);
+        else if (!strcmp(name, "--chunk"))
+            bad = parse_int(&cli->sim.chunk_size, v, 1, 1 << 20);
+        else
+            return usage_error("unknown option '%s'", name);
+        if (bad) return usage_error("bad value for %s", name);
+    }
+    if (!cli->model_dir) return usage_error("%s", "--model DIR is required");
+    if (cli->all_splits + (cli->stages > 0) + (cli->split_text != NULL) != 1)
+        return usage_error("%s", "choose exactly one of --all-splits, --stages S, --split SPLIT");
+    if (cli->random_splits < 0) cli->random_splits = cli->all_splits ? 2 : 0;
+    if (cli->sim.kill_stage >= 0 && cli->sim.partition_stage >= 0)
+        return usage_error("%s", "use one fault at a time (--kill-stage or --partition-stage)");
+    return 0;
+}
+
+/* Golden data of a model directory (tests/golden/<case>/), when present. */
+struct golden {
+    int have;
+    int32_t prompt[MAX_PROMPT];
+    int prompt_len;
+    int32_t *generated; /* [n_steps] */
+    int n_steps;
+    float *logits; /* [n_steps][vocab] from logits.f32, or NULL */
+    int vocab;
+};
+
+static void golden_free(struct golden *g) {
+    free(g->generated);
+    free(g->logits);
+    memset(g, 0, sizeof *g);
+}
+
+static char *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    if (fseek(f, 0, SEEK_END) == 0) {
+        long size = ftell(f);
+        if (size >= 0 && fseek(f, 0, SEEK_SET) == 0 && (buf = malloc((size_t)size + 1))) {
+            if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+                free(buf);
+                buf = NULL;
+            } else {
+                buf[size] = '\0';
+                *len = (size_t)size;
+            }
+        }
+    }
+    fclose(f);
+    return buf;
+}
+
+static int json_int_array(int32_t *out, int cap, const cJSON *array) {
+    if (!cJSON_IsArray(array)) return -1;
+    int n = cJSON_GetArraySize(array);
+    if (n > cap) return -1;
+    for (int i = 0; i < n; i++) {
+        const cJSON *item = cJSON_GetArrayItem(array, i);
+        if (!cJSON_IsNumber(item) || item->valuedouble < 0 || item->valuedouble > 2e9) return -1;
+        out[i] = (int32_t)item->valuedouble;
+    }
+    return n;
+}
+
+/* Reads DIR/golden.json (and DIR/logits.f32) if there; a malformed one is an error. */
+static int golden_load(struct golden *g, const char *dir, int vocab) {
+    char path[4096];
+    size_t len = 0;
+    memset(g, 0, sizeof *g);
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    char *text = read_file(path, &len);
+    if (!text) return 0;
+    int rc = 0;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    const cJSON *gen = root ? cJSON_GetObjectItemCaseSensitive(root, "generated_ids") : NULL;
+    g->prompt_len = root ? json_int_array(g->prompt, MAX_PROMPT,
+                                          cJSON_GetObjectItemCaseSensitive(root, "prompt_ids"))
+                         : -1;
+    g->n_steps = cJSON_IsArray(gen) ? cJSON_GetArraySize(gen) : -1;
+    if (g->prompt_len < 1 || g->n_steps < 0 ||
+        !(g->generated = calloc((size_t)g->n_steps + 1, sizeof(int32_t))) ||
+        json_int_array(g->generated, g->n_steps, gen) != g->n_steps) {
+        rc = strata_set_error(STRATA_EFORMAT, "%s: needs prompt_ids and generated_ids lists", path);
+        goto done;
+    }
+    g->have = 1;
+    g->vocab = vocab;
+    snprintf(path, sizeof path, "%s/logits.f32", dir);
+    size_t logits_len = 0;
+    char *logits = read_file(path, &logits_len);
+    if (logits && logits_len == sizeof(float) * (size_t)g->n_steps * (size_t)vocab)
+        g->logits = (float *)logits;
+    else
+        free(logits);
+done:
+    cJSON_Delete(root);
+    free(text);
+    return rc;
+}
+
+static int parse_prompt(int32_t *out, const char *text, int vocab) {
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (end == p || errno || v < 0 || v >= vocab || n >= MAX_PROMPT) return -1;
+        out[n++] = (int32_t)v;
+        p = end;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return n;
+}
+
+/* One table row: runs `split` and compares it with the baseline (NULL: it is the baseline). */
+static int run_split(struct sim_report *report, struct cli *cli, const struct sim_split *split,
+                     const struct sim_report *baseline, int *any_failure) {
+    char name[512], why[512] = "";
+    struct sim_options opt = cli->sim;
+    opt.split = *split;
+    if (!baseline || opt.kill_stage >= split->num_stages) opt.kill_stage = -1;
+    if (!baseline || opt.partition_stage >= split->num_stages) opt.partition_stage = -1;
+    int faulted = opt.kill_stage >= 0 || opt.partition_stage >= 0;
+    sim_split_format(split, name, sizeof name);
+    int rc = sim_run(report, &opt);
+    if (rc < 0) {
+        printf("%-24s %2d  ERROR      %s\n", name, split->num_stages, strata_last_error());
+        *any_failure = 1;
+        return rc;
+    }
+    const char *verdict = "baseline";
+    if (baseline) {
+        int same = sim_reports_identical(baseline, report, why, sizeof why);
+        verdict = same ? "yes" : (report->failed_requests ? "FAILED" : "NO");
+        if (!same) *any_failure = 1;
+    } else if (report->failed_requests) {
+        verdict = "FAILED";
+        *any_failure = 1;
+    }
+    int64_t wall = 0;
+    for (int r = 0; r < report->num_stages; r++)
+        wall += report->stages[r].wall_ns;
+    printf("%-24s %2d  %-9s %9.3f %10.1f %7.1f %8.1f %11.3f %8llu\n", name, split->num_stages,
+           verdict, report->mean_ttft_ns / 1e6, report->tokens_per_s, 100.0 * report->utilisation,
+           100.0 * report->bubble_fraction, (double)wall / 1e6, (unsigned long long)report->events);
+    if (report->protocol_errors) {
+        printf("    protocol errors: %d, first: %s\n", report->protocol_errors,
+               report->first_protocol_error);
+        *any_failure = 1;
+    }
+    if (faulted || report->failed_requests) {
+        for (int i = 0; i < report->num_requests; i++)
+            if (report->requests[i].status != 0)
+                printf("    request %d failed (%s) at %.3f ms: %s\n", i + 1,
+                       strata_status_name(report->requests[i].status),
+                       (double)report->requests[i].done_ns / 1e6, report->requests[i].message);
+    } else if (why[0]) {
+        printf("    difference: %s\n", why);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* Runs the splits of one S: the even split, then up to `random` distinct random ones. */
+static int run_stage_count(struct cli *cli, int L, int S, uint64_t *rng,
+                           const struct sim_report *baseline, int *runs, int *any_failure) {
+    struct sim_split done[64];
+    int n_done = 0;
+    int rc = sim_split_even(&done[0], L, S);
+    if (rc < 0) return rc;
+    n_done = 1;
+    for (int tries = 0;
+         tries < 20 * cli->random_splits && n_done < cli->random_splits + 1 && n_done < 64;
+         tries++) {
+        struct sim_split candidate;
+        rc = sim_split_random(&candidate, L, S, rng);
+        if (rc < 0) return rc;
+        int seen = 0;
+        for (int k = 0; k < n_done; k++)
+            seen |= sim_split_equal(&candidate, &done[k]);
+        if (!seen) done[n_done++] = candidate;
+    }
+    for (int k = 0; k < n_done; k++) {
+        if (S == 1 && k == 0) continue; /* the baseline row */
+        struct sim_report report;
+        if (run_split(&report, cli, &done[k], baseline, any_failure) == 0) {
+            (*runs)++;
+            sim_report_free(&report);
+        }
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    struct cli cli;
+    int rc = parse_args(&cli, argc, argv);
+    if (rc == -1) {
+        fputs(usage_text, stdout);
+        return STRATA_EXIT_OK;
+    }
+    if (rc != 0) return rc;
+
+    int exit_code = STRATA_EXIT_FAILURE;
+    struct model_config cfg;
+    struct safetensors *weights = NULL;
+    struct golden golden;
+    struct sim_request_spec *specs = NULL;
+    int32_t *prompts = NULL;
+    struct sim_report baseline;
+    memset(&golden, 0, sizeof golden);
+    memset(&baseline, 0, sizeof baseline);
+    if (model_config_load(&cfg, cli.model_dir) < 0 ||
+        safetensors_open(&weights, cli.model_dir) < 0 ||
+        golden_load(&golden, cli.model_dir, cfg.vocab_size) < 0) {
+        fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+        exit_code = STRATA_EXIT_INPUT;
+        goto done;
+    }
+    int32_t base_prompt[MAX_PROMPT];
+    int prompt_len;
+    if (cli.prompt_text) {
+        prompt_len = parse_prompt(base_prompt, cli.prompt_text, cfg.vocab_size);
+        if (prompt_len < 1) {
+            fprintf(stderr, "strata-sim: --prompt needs comma-separated ids in [0, %d)\n",
+                    cfg.vocab_size);
+            exit_code = STRATA_EXIT_USAGE;
+            goto done;
+        }
+    } else if (golden.have) {
+        prompt_len = golden.prompt_len;
+        memcpy(base_prompt, golden.prompt, sizeof(int32_t) * (size_t)prompt_len);
+    } else {
+        prompt_len = 8;
+        for (int i = 0; i < prompt_len; i++)
+            base_prompt[i] = (int32_t)((i * 7 + 1) % cfg.vocab_size);
+    }
+    int max_tokens =
+        cli.max_tokens ? cli.max_tokens : (golden.have && golden.n_steps > 0 ? golden.n_steps : 8);
+    specs = calloc((size_t)cli.requests, sizeof *specs);
+    prompts = malloc(sizeof(int32_t) * (size_t)cli.requests * (size_t)prompt_len);
+    if (!specs || !prompts) {
+        fprintf(stderr, "strata-sim: out of memory\n");
+        goto done;
+    }
+    for (int i = 0; i < cli.requests; i++) {
+        int32_t *p = prompts + (size_t)i * (size_t)prompt_len;
+        for (int j = 0; j < prompt_len; j++)
+            p[j] = base_prompt[(j + i) % prompt_len];
+        specs[i].prompt = p;
+        specs[i].prompt_len = prompt_len;
+        specs[i].max_tokens = max_tokens;
+        specs[i].num_stop_ids = cli.stop_at_eos ? cfg.num_eos_token_ids : 0;
+        specs[i].stop_ids = cfg.eos_token_ids;
+        specs[i].sampling = cli.sampling;
+    }
+    cli.sim.cfg = &cfg;
+    cli.sim.weights = weights;
+    cli.sim.seed = cli.seed;
+    cli.sim.num_requests = cli.requests;
+    cli.sim.requests = specs;
+
+    char describe[256];
+    model_config_describe(&cfg, describe, sizeof describe);
+    printf("model: %s (%s)\n", cli.model_dir, describe);
+    printf("links: latency %.1f us, bandwidth %g Gbps%s, jitter %.1f us, loss %g, seed %llu\n",
+           (double)cli.sim.link.latency_ns / 1e3, cli.sim.link.bandwidth_gbps,
+           cli.sim.link.bandwidth_gbps <= 0 ? " (unlimited)" : "",
+           (double)cli.sim.link.jitter_ns / 1e3, cli.sim.link.loss, (unsigned long long)cli.seed);
+    printf("requests: %d concurrent, %d-token prompt, %d tokens each; compute: %s\n", cli.requests,
+           prompt_len, max_tokens,
+           cli.sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
+           : cli.sim.compute == SIM_COMPUTE_CPU ? "measured thread CPU time"
+                                                : "measured wall time");
+    printf("%-24s %2s  %-9s %9s %10s %7s %8s %11s %8s\n", "split", "S", "identical", "TTFT ms",
+           "tokens/s", "util %", "bubble %", "compute ms", "events");
+
+    int any_failure = 0, runs = 0;
+    struct sim_split single;
+    sim_split_even(&single, cfg.num_layers, 1);
+    rc = run_split(&baseline, &cli, &single, NULL, &any_failure);
+    if (rc < 0) {
+        /* A model the stages cannot load is bad input; anything else a runtime failure. */
+        exit_code = (rc == STRATA_ENOTFOUND || rc == STRATA_EFORMAT) ? STRATA_EXIT_INPUT
+                                                                     : STRATA_EXIT_FAILURE;
+        goto done;
+    }
+    if (golden.have && !cli.prompt_text && cli.sampling.temperature <= 0.0f) {
+        int n = baseline.requests[0].n_tokens < golden.n_steps ? baseline.requests[0].n_tokens
+                                                               : golden.n_steps;
+        int match = 0;
+        while (match < n && baseline.requests[0].tokens[match] == golden.generated[match])
+            match++;
+        double diff = golden.logits ? sim_logits_max_abs_diff(&baseline, 0, golden.logits,
+                                                              golden.n_steps, golden.vocab)
+                                    : -1.0;
+        printf("    baseline vs golden.json: %d/%d leading tokens match", match, n);
+        if (diff >= 0) printf(", max |logit - golden| %.3g", diff);
+        printf(" (informational)\n");
+    }
+    uint64_t rng = cli.seed;
+    if (cli.all_splits) {
+        for (int S = 1; S <= cfg.num_layers && S <= SIM_MAX_STAGES; S++)
+            if (run_stage_count(&cli, cfg.num_layers, S, &rng, &baseline, &runs, &any_failure) < 0)
+                goto fail_message;
+    } else if (cli.stages) {
+        if (run_stage_count(&cli, cfg.num_layers, cli.stages, &rng, &baseline, &runs,
+                            &any_failure) < 0)
+            goto fail_message;
+    } else {
+        struct sim_split split;
+        struct sim_report report;
+        if (sim_split_parse(&split, cli.split_text, cfg.num_layers) < 0) {
+            fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+            exit_code = STRATA_EXIT_USAGE;
+            goto done;
+        }
+        if (run_split(&report, &cli, &split, &baseline, &any_failure) == 0) {
+            runs++;
+            sim_report_free(&report);
+        }
+    }
+    if (any_failure) {
+        printf("FAILED: at least one run differs from the single-stage baseline or failed\n");
+        exit_code = STRATA_EXIT_FAILURE;
+    } else {
+        printf("OK: %d split runs, all bit-identical to the single-stage baseline\n", runs);
+        exit_code = STRATA_EXIT_OK;
+    }
+    goto done;
+fail_message:
+    fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+    exit_code = STRATA_EXIT_USAGE;
+done:
+    sim_report_free(&baseline);
+    free(specs);
+    free(prompts);
+    golden_free(&golden);
+    safetensors_close(weights);
+    return exit_code;
+}

@@ -1,0 +1,770 @@
+/* The simulator's coordinator (see pipeline_sim.h): builds S stage cores on their threads,
+ * wires them with simulated links, and runs the discrete-event loop until every request
+ * has finished or failed and no event is left.
+ *
+ * Node numbering: stages 0 .. S-1, the client is node S (so it sorts last on ties).
+ * Link numbering: connection c (stage c to stage (c+1) mod S, S > 1) has forward link 2c
+ * and backward link 2c+1; the client connection has links 2S (client -> stage 0) and
+ * 2S+1 (stage 0 -> client). */
+#include "sim/pipeline_sim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference/model.h"
+#include "runtime/request.h"
+#include "runtime/stage_core.h"
+#include "runtime/status.h"
+#include "sim/stage_thread.h"
+#include "sim/virtual_clock.h"
+#include "wire/message.h"
+
+enum sim_event_kind {
+    EV_FRAME = 1,     /* arg = link the receiver sees it on; data = frame */
+    EV_STEP_DONE = 2, /* a stage's compute step ends */
+    EV_KILL = 3,      /* a stage dies */
+    EV_LINK_DOWN = 4  /* arg = link; data = reason (NUL-terminated) */
+};
+
+#define SIM_MAX_EVENTS 50000000ull
+
+struct inbox_item {
+    int is_link_down;
+    enum stage_link link;
+    uint8_t *data; /* frame, or the reason text */
+    size_t len;
+    struct inbox_item *next;
+};
+
+struct sim_stage {
+    struct stage_thread thread;
+    const struct safetensors *weights;
+    struct reference_model *model;
+    struct stage_core *core;
+    struct reference_load_options load;
+    struct stage_core_options core_opt;
+    int dead;
+    int busy;
+    int link_down[3];         /* per stage_link (PREV, NEXT, CLIENT): connection gone */
+    int link_down_pending[3]; /* an EV_LINK_DOWN is queued */
+    struct inbox_item *inbox_head, *inbox_tail;
+    int step_result; /* stage_core_step() of the last step */
+    int64_t step_wall_ns, step_cpu_ns;
+};
+
+struct client_request {
+    int done;
+    int got_first;
+};
+
+struct sim {
+    const struct sim_options *opt;
+    struct sim_report *report;
+    int num_stages;
+    struct virtual_clock clock;
+    struct sim_stage *stages;      /* [S] */
+    struct sim_link *links;        /* [2S + 2] */
+    struct client_request *client; /* [R] */
+    int client_link_down;
+    int requests_left;
+    int32_t **last_tokens; /* [R] tokens the last stage reported, for a cross-check */
+    int *last_n_tokens;    /* [R], -1 when none */
+};
+
+void sim_options_default(struct sim_options *opt) {
+    memset(opt, 0, sizeof *opt);
+    sim_link_params_default(&opt->link);
+    opt->seed = 1;
+    opt->num_requests = 1;
+    opt->num_threads = 1;
+    opt->compute = SIM_COMPUTE_WALL;
+    opt->row_layer_cost_ns = 1000;
+    opt->kill_stage = -1;
+    opt->partition_stage = -1;
+    opt->peer_timeout_ns = 2000000000ll;
+    opt->request_timeout_ns = 60000000000ll;
+    opt->keep_logits = 1;
+}
+
+void sim_report_free(struct sim_report *report) {
+    if (!report) return;
+    if (report->requests)
+        for (int i = 0; i < report->num_requests; i++) {
+            free(report->requests[i].tokens);
+            free(report->requests[i].logits);
+        }
+    free(report->requests);
+    free(report->stages);
+    memset(report, 0, sizeof *report);
+}
+
+static void record_protocol_error(struct sim *sim, const char *what) {
+    if (sim->report->protocol_errors++ == 0)
+        snprintf(sim->report->first_protocol_error, sizeof sim->report->first_protocol_error, "%s",
+                 what);
+}
+
+/* ---- client ------------------------------------------------------------------------ */
+
+static struct sim_request_outcome *outcome_for(struct sim *sim, uint64_t nonce) {
+    if (nonce < 1 || nonce > (uint64_t)sim->opt->num_requests) return NULL;
+    return &sim->report->requests[nonce - 1];
+}
+
+static void client_finish(struct sim *sim, int index, int status, const char *message) {
+    struct client_request *c = &sim->client[index];
+    struct sim_request_outcome *o = &sim->report->requests[index];
+    if (c->done) return;
+    c->done = 1;
+    sim->requests_left--;
+    o->done_ns = sim->clock.now_ns;
+    o->status = status;
+    if (message) snprintf(o->message, sizeof o->message, "%s", message);
+}
+
+static void client_on_frame(struct sim *sim, const uint8_t *frame, size_t len) {
+    struct request_event ev;
+    if (request_event_decode(&ev, frame, len) < 0) {
+        record_protocol_error(sim, strata_last_error());
+        return;
+    }
+    struct sim_request_outcome *o = outcome_for(sim, ev.nonce);
+    if (!o) {
+        record_protocol_error(sim, "client received an event for an unknown request nonce");
+        return;
+    }
+    int index = (int)(ev.nonce - 1);
+    if (sim->client[index].done) return;
+    if (ev.kind == REQUEST_EVENT_ERROR) {
+        client_finish(sim, index, ev.code < 0 ? ev.code : STRATA_EPEER, ev.message);
+        return;
+    }
+    if (ev.step != (uint64_t)o->n_tokens) {
+        char what[160];
+        snprintf(what, sizeof what, "request %llu: token for step %llu arrived, expected %d",
+                 (unsigned long long)ev.nonce, (unsigned long long)ev.step, o->n_tokens);
+        record_protocol_error(sim, what);
+        client_finish(sim, index, STRATA_EFORMAT, what);
+        return;
+    }
+    int cap = sim->opt->requests[index].max_tokens;
+    if (o->n_tokens >= cap) {
+        record_protocol_error(sim, "client received more tokens than max_tokens");
+        client_finish(sim, index, STRATA_EFORMAT, "more tokens than max_tokens");
+        return;
+    }
+    o->tokens[o->n_tokens++] = ev.token;
+    if (!sim->client[index].got_first) {
+        sim->client[index].got_first = 1;
+        o->ttft_ns = sim->clock.now_ns;
+    }
+    if (ev.finish != WIRE_FINISH_NONE) {
+        o->finish = (int)ev.finish;
+        if (ev.finish == WIRE_FINISH_STOP || ev.finish == WIRE_FINISH_LENGTH)
+            client_finish(sim, index, 0, NULL);
+        else
+            client_finish(sim, index, STRATA_EPEER, "request ended with finish cancelled/error");
+    }
+}
+
+static void client_on_link_down(struct sim *sim, const char *reason) {
+    sim->client_link_down = 1;
+    for (int i = 0; i < sim->opt->num_requests; i++) {
+        char message[512];
+        snprintf(message, sizeof message, "connection to stage 0 lost: %s", reason);
+        client_finish(sim, i, STRATA_ECLOSED, message);
+    }
+}
+
+/* ---- links ------------------------------------------------------------------------- */
+
+/* Queues "stage `node` (or the client when node == S) learns its `link` is dead". */
+static int schedule_link_down(struct sim *sim, int node, enum stage_link link, int64_t at_ns,
+                              const char *reason) {
+    if (node < sim->num_stages) {
+        struct sim_stage *st = &sim->stages[node];
+        if (st->dead || st->link_down[link] || st->link_down_pending[link]) return 0;
+        st->link_down_pending[link] = 1;
+    }
+    size_t len = strlen(reason) + 1;
+    char *copy = malloc(len);
+    if (!copy) return strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
+    memcpy(copy, reason, len);
+    if (at_ns < sim->clock.now_ns) at_ns = sim->clock.now_ns;
+    int rc = vclock_schedule(&sim->clock, at_ns, node, EV_LINK_DOWN, link, copy, len, NULL);
+    if (rc < 0) free(copy);
+    return rc;
+}
+
+/* Sends a frame from stage r on `link` at virtual time now; takes ownership of data. */
+static int stage_send(struct sim *sim, int r, enum stage_link link, uint8_t *data, size_t len) {
+    int S = sim->num_stages;
+    struct sim_stage *st = &sim->stages[r];
+    struct sim_link *wire_link;
+    int dest;
+    enum stage_link dest_link;
+    if (link == STAGE_LINK_LOCAL) { /* KvBlocks for a driver's --kv-out: not simulated */
+        free(data);
+        return 0;
+    }
+    if (link != STAGE_LINK_CLIENT && S == 1) {
+        free(data);
+        record_protocol_error(sim, "a single-stage core sent a frame to another stage");
+        return 0;
+    }
+    if (link == STAGE_LINK_CLIENT && r != 0) {
+        free(data);
+        record_protocol_error(sim, "a stage other than 0 sent a frame to the client");
+        return 0;
+    }
+    if (st->link_down[link]) {
+        free(data);
+        return 0;
+    }
+    switch (link) {
+    case STAGE_LINK_NEXT:
+        wire_link = &sim->links[2 * r];
+        dest = (r + 1) % S;
+        dest_link = STAGE_LINK_PREV;
+        break;
+    case STAGE_LINK_PREV:
+        dest = (r + S - 1) % S;
+        wire_link = &sim->links[2 * dest + 1];
+        dest_link = STAGE_LINK_NEXT;
+        break;
+    default:
+        wire_link = &sim->links[2 * S + 1];
+        dest = S;
+        dest_link = STAGE_LINK_CLIENT;
+        break;
+    }
+    int64_t arrival;
+    int rc = sim_link_send(wire_link, &arrival, sim->clock.now_ns, len);
+    if (rc < 0) {
+        free(data);
+        char reason[400];
+        snprintf(reason, sizeof reason, "stage %d: %s", r, strata_last_error());
+        return schedule_link_down(sim, r, link, arrival, reason);
+    }
+    sim->report->stages[r].frames_out++;
+    sim->report->stages[r].bytes_out += len;
+    rc = vclock_schedule(&sim->clock, arrival, dest, EV_FRAME, dest_link, data, len, NULL);
+    if (rc < 0) free(data);
+    return rc;
+}
+
+/* ---- stages ------------------------------------------------------------------------ */
+
+/* Runs on the stage's thread: loads its layer range and builds its core. */
+static int stage_load(void *arg) {
+    struct sim_stage *st = arg;
+    int rc = reference_model_load(&st->model, st->core_opt.cfg, st->weights, &st->load);
+    if (rc < 0) return rc;
+    st->core_opt.model = st->model;
+    return stage_core_init(&st->core, &st->core_opt);
+}
+
+/* Sends every frame the core has queued and collects its finished-request records. */
+static int stage_flush(struct sim *sim, int r) {
+    struct sim_stage *st = &sim->stages[r];
+    struct stage_frame frame;
+    while (stage_core_pop_frame(st->core, &frame) == 1) {
+        int rc = stage_send(sim, r, frame.link, frame.data, frame.len);
+        if (rc < 0) return rc;
+    }
+    struct stage_result result;
+    while (stage_core_pop_result(st->core, &result) == 1) {
+        struct sim_request_outcome *o = outcome_for(sim, result.nonce);
+        if (o && r == sim->num_stages - 1) {
+            int index = (int)(result.nonce - 1);
+            if (result.logits && !o->logits) {
+                o->logits = result.logits;
+                o->vocab = result.vocab;
+                result.logits = NULL;
+            }
+            if (result.tokens && !sim->last_tokens[index]) {
+                sim->last_tokens[index] = result.tokens;
+                sim->last_n_tokens[index] = result.n_tokens;
+                result.tokens = NULL;
+            }
+        }
+        stage_result_free(&result);
+    }
+    return 0;
+}
+
+static int stage_step_call(void *arg) {
+    struct sim_stage *st = arg;
+    st->step_result = stage_core_step(st->core);
+    return 0;
+}
+
+/* Starts a compute step if the stage is idle and has work; its end is an EV_STEP_DONE. */
+static int stage_maybe_step(struct sim *sim, int r) {
+    struct sim_stage *st = &sim->stages[r];
+    if (st->dead || st->busy || !stage_core_has_work(st->core)) return 0;
+    struct stage_core_stats before, after;
+    stage_core_get_stats(st->core, &before);
+    int rc = stage_thread_call(&st->thread, stage_step_call, st);
+    if (rc < 0) return rc;
+    stage_core_get_stats(st->core, &after);
+    if (st->step_result < 0) {
+        char what[400];
+        snprintf(what, sizeof what, "stage %d step failed: %s", r, strata_last_error());
+        record_protocol_error(sim, what);
+    }
+    struct sim_stage_stats *stats = &sim->report->stages[r];
+    uint64_t rows = after.rows - before.rows;
+    int64_t charged;
+    switch (sim->opt->compute) {
+    case SIM_COMPUTE_CPU: charged = st->thread.cpu_ns; break;
+    case SIM_COMPUTE_FIXED:
+        charged = (int64_t)rows * (st->load.layer_end - st->load.layer_start) *
+                  sim->opt->row_layer_cost_ns;
+        break;
+    default: charged = st->thread.wall_ns; break;
+    }
+    stats->steps++;
+    stats->rows += rows;
+    stats->busy_ns += charged;
+    stats->wall_ns += st->thread.wall_ns;
+    stats->cpu_ns += st->thread.cpu_ns;
+    st->busy = 1;
+    return vclock_schedule(&sim->clock, sim->clock.now_ns + charged, r, EV_STEP_DONE, 0, NULL, 0,
+                           NULL);
+}
+
+/* Hands one frame or link failure to an idle stage's core. Takes ownership of `data`. */
+static int stage_deliver(struct sim *sim, int r, int is_link_down, enum stage_link link,
+                         uint8_t *data, size_t len) {
+    struct sim_stage *st = &sim->stages[r];
+    if (is_link_down) {
+        stage_core_on_link_down(st->core, link, 0, (const char *)data);
+    } else if (!st->link_down[link]) {
+        if (stage_core_on_frame(st->core, link, 0, data, len) < 0) {
+            char what[400];
+            snprintf(what, sizeof what, "stage %d refused a frame: %s", r, strata_last_error());
+            record_protocol_error(sim, what);
+            st->link_down[link] = 1;
+            stage_core_on_link_down(st->core, link, 0, what);
+        }
+    }
+    free(data);
+    return stage_flush(sim, r);
+}
+
+static int stage_enqueue(struct sim_stage *st, int is_link_down, enum stage_link link,
+                         uint8_t *data, size_t len) {
+    struct inbox_item *item = calloc(1, sizeof *item);
+    if (!item) {
+        free(data);
+        return strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
+    }
+    item->is_link_down = is_link_down;
+    item->link = link;
+    item->data = data;
+    item->len = len;
+    if (st->inbox_tail)
+        st->inbox_tail->next = item;
+    else
+        st->inbox_head = item;
+    st->inbox_tail = item;
+    return 0;
+}
+
+static void stage_clear_inbox(struct sim_stage *st) {
+    while (st->inbox_head) {
+        struct inbox_item *item = st->inbox_head;
+        st->inbox_head = item->next;
+        free(item->data);
+        free(item);
+    }
+    st->inbox_tail = NULL;
+}
+
+static int on_step_done(struct sim *sim, int r) {
+    struct sim_stage *st = &sim->stages[r];
+    st->busy = 0;
+    int rc = stage_flush(sim, r);
+    while (rc == 0 && st->inbox_head) {
+        struct inbox_item *item = st->inbox_head;
+        st->inbox_head = item->next;
+        if (!st->inbox_head) st->inbox_tail = NULL;
+        rc = stage_deliver(sim, r, item->is_link_down, item->link, item->data, item->len);
+        free(item);
+    }
+    if (rc < 0) return rc;
+    return stage_maybe_step(sim, r);
+}
+
+static int on_kill(struct sim *sim, int r) {
+    int S = sim->num_stages;
+    struct sim_stage *st = &sim->stages[r];
+    int64_t now = sim->clock.now_ns;
+    int64_t notice = now + sim->opt->link.latency_ns;
+    char reason[160];
+    snprintf(reason, sizeof reason, "stage %d was killed at %.3f ms (connection reset)", r,
+             (double)now / 1e6);
+    st->dead = 1;
+    st->busy = 0;
+    stage_clear_inbox(st);
+    vclock_cancel(&sim->clock, r, -1);
+    int rc = 0;
+    if (S > 1) {
+        int next = (r + 1) % S, prev = (r + S - 1) % S;
+        sim_link_close(&sim->links[2 * r], now);
+        sim_link_close(&sim->links[2 * r + 1], now);
+        sim_link_close(&sim->links[2 * prev], now);
+        sim_link_close(&sim->links[2 * prev + 1], now);
+        rc = schedule_link_down(sim, next, STAGE_LINK_PREV, notice, reason);
+        if (rc == 0) rc = schedule_link_down(sim, prev, STAGE_LINK_NEXT, notice, reason);
+    }
+    if (rc == 0 && r == 0) {
+        sim_link_close(&sim->links[2 * S], now);
+        sim_link_close(&sim->links[2 * S + 1], now);
+        rc = schedule_link_down(sim, S, STAGE_LINK_CLIENT, notice, reason);
+    }
+    return rc;
+}
+
+/* A partition of stage r at time t: every link touching r loses everything from t, and
+ * both ends of each of its connections notice the silent peer after peer_timeout_ns. */
+static int setup_partition(struct sim *sim, int r, int64_t at_ns) {
+    int S = sim->num_stages;
+    int64_t notice = at_ns + sim->opt->peer_timeout_ns;
+    char reason[200];
+    snprintf(reason, sizeof reason,
+             "peer unreachable: stage %d partitioned at %.3f ms, no keepalive answer for %.0f ms",
+             r, (double)at_ns / 1e6, (double)sim->opt->peer_timeout_ns / 1e6);
+    int rc = 0;
+    if (S > 1) {
+        int next = (r + 1) % S, prev = (r + S - 1) % S;
+        int conns[2] = {r, prev};
+        for (int i = 0; i < 2; i++) {
+            sim_link_partition(&sim->links[2 * conns[i]], at_ns, INT64_MAX);
+            sim_link_partition(&sim->links[2 * conns[i] + 1], at_ns, INT64_MAX);
+        }
+        if (rc == 0) rc = schedule_link_down(sim, r, STAGE_LINK_NEXT, notice, reason);
+        if (rc == 0) rc = schedule_link_down(sim, r, STAGE_LINK_PREV, notice, reason);
+        if (rc == 0) rc = schedule_link_down(sim, next, STAGE_LINK_PREV, notice, reason);
+        if (rc == 0) rc = schedule_link_down(sim, prev, STAGE_LINK_NEXT, notice, reason);
+    }
+    if (rc == 0 && r == 0) {
+        sim_link_partition(&sim->links[2 * S], at_ns, INT64_MAX);
+        sim_link_partition(&sim->links[2 * S + 1], at_ns, INT64_MAX);
+        rc = schedule_link_down(sim, 0, STAGE_LINK_CLIENT, notice, reason);
+        if (rc == 0) rc = schedule_link_down(sim, S, STAGE_LINK_CLIENT, notice, reason);
+    }
+    return rc;
+}
+
+/* ---- event loop -------------------------------------------------------------------- */
+
+static int on_event(struct sim *sim, struct sim_event *ev) {
+    int S = sim->num_stages;
+    uint8_t *data = ev->data;
+    if (ev->stage == S) { /* the client */
+        if (ev->kind == EV_FRAME && !sim->client_link_down)
+            client_on_frame(sim, data, ev->len);
+        else if (ev->kind == EV_LINK_DOWN && !sim->client_link_down)
+            client_on_link_down(sim, (const char *)data);
+        free(data);
+        return 0;
+    }
+    struct sim_stage *st = &sim->stages[ev->stage];
+    if (st->dead) {
+        free(data);
+        return 0;
+    }
+    switch (ev->kind) {
+    case EV_FRAME:
+        if (st->link_down[ev->arg]) {
+            free(data);
+            return 0;
+        }
+        if (st->busy) return stage_enqueue(st, 0, (enum stage_link)ev->arg, data, ev->len);
+        {
+            int rc = stage_deliver(sim, ev->stage, 0, (enum stage_link)ev->arg, data, ev->len);
+            return rc < 0 ? rc : stage_maybe_step(sim, ev->stage);
+        }
+    case EV_LINK_DOWN:
+        st->link_down_pending[ev->arg] = 0;
+        if (st->link_down[ev->arg]) {
+            free(data);
+            return 0;
+        }
+        st->link_down[ev->arg] = 1;
+        if (st->busy) return stage_enqueue(st, 1, (enum stage_link)ev->arg, data, ev->len);
+        {
+            int rc = stage_deliver(sim, ev->stage, 1, (enum stage_link)ev->arg, data, ev->len);
+            return rc < 0 ? rc : stage_maybe_step(sim, ev->stage);
+        }
+    case EV_STEP_DONE: free(data); return on_step_done(sim, ev->stage);
+    case EV_KILL: free(data); return on_kill(sim, ev->stage);
+    default:
+        free(data);
+        return strata_set_error(STRATA_EINVAL, "simulator: unknown event kind %d", ev->kind);
+    }
+}
+
+/* The client sends every request at virtual time 0, in nonce order. */
+static int client_send_requests(struct sim *sim) {
+    struct wire_arena arena;
+    int rc = wire_arena_init(&arena, 0);
+    if (rc < 0) return rc;
+    int S = sim->num_stages;
+    for (int i = 0; i < sim->opt->num_requests && rc == 0; i++) {
+        const struct sim_request_spec *spec = &sim->opt->requests[i];
+        struct stage_request req;
+        memset(&req, 0, sizeof req);
+        req.nonce = (uint64_t)i + 1;
+        req.prompt = spec->prompt;
+        req.prompt_len = spec->prompt_len;
+        req.max_tokens = spec->max_tokens;
+        req.num_stop_ids = spec->num_stop_ids;
+        for (int k = 0; k < spec->num_stop_ids && k < REQUEST_MAX_STOP_IDS; k++)
+            req.stop_ids[k] = spec->stop_ids[k];
+        req.sampling = spec->sampling;
+        rc = request_build(&arena, &req);
+        if (rc < 0) break;
+        size_t len = wire_arena_frame_len(&arena);
+        uint8_t *copy = malloc(len);
+        if (!copy) {
+            rc = strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
+            break;
+        }
+        memcpy(copy, wire_arena_frame(&arena), len);
+        int64_t arrival;
+        rc = sim_link_send(&sim->links[2 * S], &arrival, 0, len);
+        if (rc < 0) {
+            free(copy);
+            char message[400];
+            snprintf(message, sizeof message, "request not delivered: %s", strata_last_error());
+            client_finish(sim, i, rc, message);
+            rc = 0;
+            continue;
+        }
+        rc = vclock_schedule(&sim->clock, arrival, 0, EV_FRAME, STAGE_LINK_CLIENT, copy, len, NULL);
+        if (rc < 0) free(copy);
+    }
+    wire_arena_free(&arena);
+    return rc;
+}
+
+static int check_options(const struct sim_options *opt) {
+    if (!opt->cfg || !opt->weights || !opt->requests)
+        return strata_set_error(STRATA_EINVAL, "simulator: model, weights and requests needed");
+    int rc = sim_split_check(&opt->split);
+    if (rc < 0) return rc;
+    if (opt->split.num_layers != opt->cfg->num_layers)
+        return strata_set_error(STRATA_EINVAL, "simulator: split is for %d layers, model has %d",
+                                opt->split.num_layers, opt->cfg->num_layers);
+    if (opt->num_requests < 1 || opt->num_requests > 4096)
+        return strata_set_error(STRATA_EINVAL, "simulator: %d requests (need 1 .. 4096)",
+                                opt->num_requests);
+    for (int i = 0; i < opt->num_requests; i++)
+        if (opt->requests[i].prompt_len < 1 || opt->requests[i].max_tokens < 1)
+            return strata_set_error(STRATA_EINVAL,
+                                    "simulator: request %d needs a prompt and max_tokens >= 1", i);
+    if (opt->num_threads < 1)
+        return strata_set_error(STRATA_EINVAL, "simulator: threads must be >= 1");
+    int S = opt->split.num_stages;
+    if (opt->kill_stage >= S || opt->partition_stage >= S)
+        return strata_set_error(STRATA_ERANGE,
+                                "simulator: fault on stage %d but the split has %d stages",
+                                opt->kill_stage >= S ? opt->kill_stage : opt->partition_stage, S);
+    if ((opt->kill_stage >= 0 && opt->kill_at_ns < 0) ||
+        (opt->partition_stage >= 0 && opt->partition_at_ns < 0))
+        return strata_set_error(STRATA_EINVAL, "simulator: fault time must be >= 0");
+    if (opt->peer_timeout_ns <= 0 || opt->request_timeout_ns <= 0)
+        return strata_set_error(STRATA_EINVAL, "simulator: timeouts must be > 0");
+    if (opt->compute == SIM_COMPUTE_FIXED && opt->row_layer_cost_ns < 0)
+        return strata_set_error(STRATA_EINVAL, "simulator: row cost must be >= 0");
+    return sim_link_params_check(&opt->link);
+}
+
+/* Loads every stage's model and core, each on its own thread, all at once. */
+static int build_stages(struct sim *sim) {
+    const struct sim_options *opt = sim->opt;
+    int S = sim->num_stages, max_seq = 1, rc = 0;
+    for (int i = 0; i < opt->num_requests; i++) {
+        int need = opt->requests[i].prompt_len + opt->requests[i].max_tokens;
+        if (need > max_seq) max_seq = need;
+    }
+    for (int r = 0; r < S; r++) {
+        struct sim_stage *st = &sim->stages[r];
+        rc = stage_thread_start(&st->thread);
+        if (rc < 0) return rc;
+        st->weights = opt->weights;
+        st->load.layer_start = opt->split.bounds[r];
+        st->load.layer_end = opt->split.bounds[r + 1];
+        st->load.with_embed = r == 0;
+        st->load.with_head = r == S - 1;
+        st->load.num_threads = opt->num_threads;
+        st->core_opt.cfg = opt->cfg;
+        st->core_opt.stage_index = r;
+        st->core_opt.num_stages = S;
+        st->core_opt.layer_start = st->load.layer_start;
+        st->core_opt.layer_end = st->load.layer_end;
+        st->core_opt.max_seq = max_seq;
+        st->core_opt.max_batch = opt->num_requests;
+        st->core_opt.chunk_size = opt->chunk_size;
+        st->core_opt.keep_logits = opt->keep_logits && r == S - 1;
+        sim->report->stages[r].layer_start = st->load.layer_start;
+        sim->report->stages[r].layer_end = st->load.layer_end;
+    }
+    for (int r = 0; r < S; r++) {
+        int submitted = stage_thread_submit(&sim->stages[r].thread, stage_load, &sim->stages[r]);
+        if (submitted < 0) return submitted;
+    }
+    char first_error[512] = "";
+    for (int r = 0; r < S; r++) {
+        int result = stage_thread_wait(&sim->stages[r].thread);
+        if (result < 0 && rc == 0) {
+            rc = result;
+            snprintf(first_error, sizeof first_error, "stage %d (layers %d-%d): %s", r,
+                     opt->split.bounds[r], opt->split.bounds[r + 1], strata_last_error());
+        }
+    }
+    if (rc < 0) return strata_set_error(rc, "%s", first_error);
+    return 0;
+}
+
+static int setup(struct sim *sim, struct sim_report *report, const struct sim_options *opt) {
+    int S = opt->split.num_stages, R = opt->num_requests;
+    memset(sim, 0, sizeof *sim);
+    memset(report, 0, sizeof *report);
+    sim->opt = opt;
+    sim->report = report;
+    sim->num_stages = S;
+    sim->requests_left = R;
+    report->num_stages = S;
+    report->num_requests = R;
+    int rc = vclock_init(&sim->clock);
+    if (rc < 0) return rc;
+    sim->stages = calloc((size_t)S, sizeof *sim->stages);
+    sim->links = calloc((size_t)(2 * S + 2), sizeof *sim->links);
+    sim->client = calloc((size_t)R, sizeof *sim->client);
+    sim->last_tokens = calloc((size_t)R, sizeof *sim->last_tokens);
+    sim->last_n_tokens = calloc((size_t)R, sizeof *sim->last_n_tokens);
+    report->requests = calloc((size_t)R, sizeof *report->requests);
+    report->stages = calloc((size_t)S, sizeof *report->stages);
+    if (!sim->stages || !sim->links || !sim->client || !sim->last_tokens || !sim->last_n_tokens ||
+        !report->requests || !report->stages)
+        return strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
+    for (int i = 0; i < R; i++) {
+        report->requests[i].nonce = (uint64_t)i + 1;
+        report->requests[i].tokens = calloc((size_t)opt->requests[i].max_tokens, sizeof(int32_t));
+        if (!report->requests[i].tokens)
+            return strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
+        sim->last_n_tokens[i] = -1;
+    }
+    /* Each link direction gets its own PRNG stream derived from the seed. */
+    for (int l = 0; l < 2 * S + 2; l++) {
+        rc = sim_link_init(&sim->links[l], &opt->link,
+                           opt->seed * 0x9E3779B97F4A7C15ull + (uint64_t)l * 0xD1B54A32D192ED03ull);
+        if (rc < 0) return rc;
+    }
+    return build_stages(sim);
+}
+
+static void teardown(struct sim *sim) {
+    if (sim->stages)
+        for (int r = 0; r < sim->num_stages; r++) {
+            struct sim_stage *st = &sim->stages[r];
+            stage_thread_stop(&st->thread);
+            stage_core_free(st->core);
+            if (st->model) reference_model_free(st->model);
+            stage_clear_inbox(st);
+        }
+    if (sim->last_tokens)
+        for (int i = 0; i < sim->opt->num_requests; i++)
+            free(sim->last_tokens[i]);
+    free(sim->last_tokens);
+    free(sim->last_n_tokens);
+    free(sim->stages);
+    free(sim->links);
+    free(sim->client);
+    vclock_free(&sim->clock);
+}
+
+/* Fills the report's summary numbers and checks the client's tokens against the last
+ * stage's record of the same request. */
+static void summarise(struct sim *sim) {
+    struct sim_report *report = sim->report;
+    const struct sim_options *opt = sim->opt;
+    int S = sim->num_stages, ok = 0;
+    uint64_t total_tokens = 0;
+    double ttft_sum = 0.0;
+    for (int i = 0; i < opt->num_requests; i++) {
+        struct sim_request_outcome *o = &report->requests[i];
+        if (o->done_ns > report->makespan_ns) report->makespan_ns = o->done_ns;
+        if (o->status != 0) {
+            report->failed_requests++;
+            continue;
+        }
+        ok++;
+        total_tokens += (uint64_t)o->n_tokens;
+        ttft_sum += (double)o->ttft_ns;
+        if (sim->last_n_tokens[i] != o->n_tokens ||
+            memcmp(sim->last_tokens[i], o->tokens, sizeof(int32_t) * (size_t)o->n_tokens) != 0)
+            record_protocol_error(sim, "client tokens differ from the last stage's record");
+        if (opt->keep_logits && !o->logits)
+            record_protocol_error(sim, "the last stage reported no logits for a request");
+    }
+    report->mean_ttft_ns = ok ? ttft_sum / ok : 0.0;
+    report->tokens_per_s =
+        report->makespan_ns > 0 ? (double)total_tokens * 1e9 / (double)report->makespan_ns : 0.0;
+    int64_t busy = 0;
+    for (int r = 0; r < S; r++)
+        busy += report->stages[r].busy_ns;
+    report->utilisation =
+        report->makespan_ns > 0 ? (double)busy / ((double)S * (double)report->makespan_ns) : 0.0;
+    if (report->utilisation > 1.0) report->utilisation = 1.0;
+    report->bubble_fraction = 1.0 - report->utilisation;
+    for (int l = 0; l < 2 * S + 2; l++)
+        report->retransmits += sim->links[l].retransmits;
+}
+
+int sim_run(struct sim_report *report, const struct sim_options *opt) {
+    struct sim sim;
+    memset(report, 0, sizeof *report);
+    int rc = check_options(opt);
+    if (rc < 0) return rc;
+    rc = setup(&sim, report, opt);
+    if (rc == 0 && opt->kill_stage >= 0)
+        rc = vclock_schedule(&sim.clock, opt->kill_at_ns, opt->kill_stage, EV_KILL, 0, NULL, 0,
+                             NULL);
+    if (rc == 0 && opt->partition_stage >= 0)
+        rc = setup_partition(&sim, opt->partition_stage, opt->partition_at_ns);
+    if (rc == 0) rc = client_send_requests(&sim);
+    struct sim_event ev;
+    while (rc == 0) {
+        const struct sim_event *next = vclock_peek(&sim.clock);
+        if (sim.requests_left > 0 && (!next || next->time_ns > opt->request_timeout_ns)) {
+            /* Deadline (or nothing left that could answer): the client gives up. */
+            if (next) sim.clock.now_ns = opt->request_timeout_ns;
+            char message[200];
+            snprintf(message, sizeof message,
+                     next ? "no answer within the %.0f ms request timeout"
+                          : "pipeline stalled: no stage will ever answer (after %.0f ms)",
+                     next ? (double)opt->request_timeout_ns / 1e6 : (double)sim.clock.now_ns / 1e6);
+            for (int i = 0; i < opt->num_requests; i++)
+                client_finish(&sim, i, STRATA_ETIMEOUT, message);
+            if (next) break;
+        }
+        if (!vclock_pop(&sim.clock, &ev)) break;
+        if (++report->events > SIM_MAX_EVENTS) {
+            free(ev.data);
+            rc = strata_set_error(STRATA_ERANGE, "simulator: more than %llu events, giving up",
+                                  (unsigned long long)SIM_MAX_EVENTS);
+            break;
+        }
+        rc = on_event(&sim, &ev);
+    }
+    if (rc == 0) summarise(&sim);
+    teardown(&sim);
+    if (rc < 0) sim_report_free(report);
+    return rc;
+}

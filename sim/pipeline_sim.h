@@ -1,0 +1,125 @@
+/* One simulated pipeline run: S stage cores (runtime/stage_core.h) on their own threads,
+ * a client, and simulated links (sim/link.h) carrying the real encoded wire frames, all
+ * driven by a virtual clock (sim/virtual_clock.h).
+ *
+ * Topology. Stage r and stage (r+1) mod S share a connection: its forward direction
+ * carries what r sends on NEXT (arriving on PREV), its backward direction what r+1 sends
+ * on PREV (arriving on NEXT). The client has one connection to stage 0. Each direction is
+ * its own sim_link with its own PRNG stream; every link gets the same parameters.
+ *
+ * Timing. The coordinator pops the earliest event (frame arrival, end of a compute step,
+ * stage kill, link failure) and applies it. A stage is a single-threaded server: frames
+ * arriving while it computes wait in its inbox until the step ends. A step runs on the
+ * stage's thread; its measured time (wall clock by default; thread CPU time, or a fixed
+ * cost per computed row and layer, on request) is charged to the virtual timeline, and
+ * the frames the step produced leave when it ends. Frame contents never depend on timing,
+ * so tokens and logits are the same for every split, link and timing setting; with the
+ * fixed cost model the simulated times are deterministic too.
+ *
+ * Failures. A killed stage stops at its kill time; its peers learn at kill time + latency
+ * (the kernel resets the connections) and fail the requests they hold. A partitioned
+ * stage's links lose every frame from the partition time: senders give up after the
+ * link's retransmissions, and both ends of each connection also notice the dead peer
+ * after `peer_timeout_ns` (keepalive). The client fails any request not finished by
+ * `request_timeout_ns`. So a failure scenario always ends with a clear error, never a
+ * hang. */
+#ifndef STRATA_SIM_PIPELINE_SIM_H
+#define STRATA_SIM_PIPELINE_SIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference/sampler.h"
+#include "runtime/model_config.h"
+#include "runtime/safetensors.h"
+#include "sim/link.h"
+#include "sim/split.h"
+
+enum sim_compute_model {
+    SIM_COMPUTE_WALL = 0, /* charge each step's wall-clock time */
+    SIM_COMPUTE_CPU = 1,  /* charge the stage thread's CPU time of the step */
+    SIM_COMPUTE_FIXED = 2 /* charge rows x layers x row_layer_cost_ns (deterministic) */
+};
+
+struct sim_request_spec {
+    const int32_t *prompt; /* [prompt_len] */
+    int prompt_len;
+    int max_tokens;
+    int num_stop_ids;
+    const int32_t *stop_ids; /* [num_stop_ids] */
+    struct sampler_params sampling;
+};
+
+struct sim_options {
+    const struct model_config *cfg;
+    const struct safetensors *weights;
+    struct sim_split split;
+    struct sim_link_params link;
+    uint64_t seed;                           /* link PRNG streams */
+    int num_requests;                        /* R, all sent at virtual time 0 */
+    const struct sim_request_spec *requests; /* [num_requests] */
+    int num_threads;                         /* matmul threads per stage model */
+    int chunk_size;                          /* prefill chunk rows (0: stage core default) */
+    enum sim_compute_model compute;
+    int64_t row_layer_cost_ns; /* SIM_COMPUTE_FIXED: cost of one row through one layer */
+    int kill_stage;            /* -1: none */
+    int64_t kill_at_ns;
+    int partition_stage; /* -1: none */
+    int64_t partition_at_ns;
+    int64_t peer_timeout_ns;    /* keepalive detection of a silent peer */
+    int64_t request_timeout_ns; /* client deadline for every request */
+    int keep_logits;            /* collect the last stage's logits per request */
+};
+
+/* Fills defaults: no faults, wall-clock compute, 2 s peer timeout, 60 s request timeout,
+ * 1 thread, keep_logits on. cfg, weights, split and requests are left for the caller. */
+void sim_options_default(struct sim_options *opt);
+
+struct sim_request_outcome {
+    uint64_t nonce;
+    int status;        /* 0 ok, or the STRATA_E* code the client saw */
+    char message[512]; /* the client's error message, "" when ok */
+    int finish;        /* wire_finish of the last token (STOP / LENGTH) */
+    int n_tokens;
+    int32_t *tokens; /* [n_tokens] as streamed to the client */
+    int vocab;
+    float *logits;   /* [n_tokens][vocab] from the last stage, or NULL */
+    int64_t ttft_ns; /* first token at the client, from the request's send time */
+    int64_t done_ns; /* last token (or the error) at the client */
+};
+
+struct sim_stage_stats {
+    int layer_start, layer_end;
+    uint64_t steps;  /* microbatches run */
+    uint64_t rows;   /* hidden rows computed */
+    int64_t busy_ns; /* virtual time charged for compute */
+    int64_t wall_ns; /* measured wall-clock time of its steps */
+    int64_t cpu_ns;  /* measured thread CPU time of its steps */
+    uint64_t frames_out, bytes_out;
+};
+
+struct sim_report {
+    int num_stages;
+    int num_requests;
+    struct sim_request_outcome *requests; /* [num_requests] */
+    struct sim_stage_stats *stages;       /* [num_stages] */
+    int failed_requests;
+    int64_t makespan_ns;    /* last client event of any request */
+    double mean_ttft_ns;    /* over successful requests */
+    double tokens_per_s;    /* generated tokens / makespan */
+    double utilisation;     /* sum of stage busy time / (S x makespan) */
+    double bubble_fraction; /* 1 - utilisation */
+    uint64_t events;        /* events the coordinator handled */
+    uint64_t retransmits;   /* over every link */
+    int protocol_errors;    /* frames a stage core refused as unusable (a bug) */
+    char first_protocol_error[256];
+};
+
+/* Runs the whole simulation. Returns 0 when the simulation itself worked, even if requests
+ * failed (see report->requests[i].status); a negative status when it could not run (bad
+ * options, model load failure, a stage core refusing its options, a stalled pipeline). */
+int sim_run(struct sim_report *report, const struct sim_options *opt);
+/* Accepts a zeroed or half-filled report. */
+void sim_report_free(struct sim_report *report);
+
+#endif
