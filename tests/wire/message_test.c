@@ -1,0 +1,243 @@
+/* Builder/reader round trips for every message, verifier refusals for malformed frames,
+ * zero-copy and alignment guarantees, arena behaviour, and a bounded mutation sweep that
+ * must never crash (ASan/UBSan watch it in the sanitizer pass). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "runtime/status.h"
+#include "tests/wire/samples.h"
+#include "wire/codec.h"
+#include "wire/message.h"
+
+/* A heap copy of the frame so out-of-bounds reads are visible to ASan. */
+static uint8_t *copy_frame(const struct wire_arena *arena, size_t *len) {
+    *len = wire_arena_frame_len(arena);
+    uint8_t *copy = malloc(*len);
+    assert_non_null(copy);
+    memcpy(copy, wire_arena_frame(arena), *len);
+    return copy;
+}
+
+static void every_sample_round_trips(void **state) {
+    (void)state;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+        assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
+        size_t len;
+        uint8_t *frame = copy_frame(&arena, &len);
+        enum wire_kind found;
+        uint16_t minor = 99;
+        assert_int_equal(wire_verify(&found, &minor, frame, len), 0);
+        assert_int_equal(found, kind);
+        assert_int_equal(minor, WIRE_VERSION_MINOR);
+        assert_memory_equal(frame + 4, "STRA", 4);
+        int line = sample_read_and_check((enum wire_kind)kind, frame, len);
+        if (line) fail_msg("%s differs at samples.c:%d (%s)", sample_name((enum wire_kind)kind), line,
+                           strata_last_error());
+        free(frame);
+    }
+    wire_arena_free(&arena);
+}
+
+static void reader_refuses_other_kind(void **state) {
+    (void)state;
+    struct wire_arena arena;
+    struct wire_activation act;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(sample_build(&arena, WIRE_KIND_CONTROL), 0);
+    assert_int_equal(wire_read_activation(&act, wire_arena_frame(&arena), wire_arena_frame_len(&arena)),
+                     STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "expected a Activation frame, got Control"));
+    wire_arena_free(&arena);
+}
+
+static void payload_is_zero_copy_and_aligned(void **state) {
+    (void)state;
+    enum { T = 64, H = 96 };
+    static float hidden[T * H];
+    for (int i = 0; i < T * H; ++i) hidden[i] = (float)i * 0.5f - 7.0f;
+    struct wire_activation msg, got;
+    memset(&msg, 0, sizeof msg);
+    assert_int_equal(wire_tensor_encode_f32(&msg.hidden, NULL, NULL, hidden, T, H, WIRE_CODEC_NONE), 0);
+    msg.nonce = 1;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(wire_build_activation(&arena, &msg), 0);
+    const uint8_t *frame = wire_arena_frame(&arena);
+    size_t len = wire_arena_frame_len(&arena);
+    assert_int_equal((uintptr_t)frame % WIRE_PAYLOAD_ALIGN, 0);
+    assert_int_equal(len % WIRE_PAYLOAD_ALIGN, 0);
+    assert_int_equal(wire_read_activation(&got, frame, len), 0);
+    const uint8_t *data = got.hidden.data;
+    assert_true(data >= frame && data + got.hidden.nbytes <= frame + len);
+    assert_int_equal((size_t)(data - frame) % WIRE_PAYLOAD_ALIGN, 0);
+    assert_memory_equal(data, hidden, sizeof hidden);
+    assert_int_equal(got.hidden.shape[0], T);
+    assert_int_equal(got.hidden.shape[1], H);
+    assert_false(got.attention_mask.defined);
+    assert_int_equal(got.num_segments, 0);
+    wire_arena_free(&arena);
+}
+
+static void fixed_arena_builds_in_place_and_refuses_overflow(void **state) {
+    (void)state;
+    static uint8_t storage[256] __attribute__((aligned(64)));
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init_fixed(&arena, storage, sizeof storage), 0);
+    assert_int_equal(sample_build(&arena, WIRE_KIND_CONTROL), 0);
+    assert_true(wire_arena_frame(&arena) >= storage && wire_arena_frame(&arena) < storage + sizeof storage);
+    assert_int_equal(sample_read_and_check(WIRE_KIND_CONTROL, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_int_equal(sample_build(&arena, WIRE_KIND_ACTIVATION), STRATA_ENOMEM);
+    assert_non_null(strstr(strata_last_error(), "fixed buffer"));
+    wire_arena_free(&arena);
+}
+
+static void arena_grows_from_tiny(void **state) {
+    (void)state;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 64), 0);
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+        assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
+        assert_int_equal(sample_read_and_check((enum wire_kind)kind, wire_arena_frame(&arena),
+                                               wire_arena_frame_len(&arena)), 0);
+    }
+    wire_arena_free(&arena);
+    struct wire_arena zeroed;
+    memset(&zeroed, 0, sizeof zeroed);
+    wire_arena_free(&zeroed);
+}
+
+static void builder_refuses_inconsistent_tensors(void **state) {
+    (void)state;
+    float values[6] = {0};
+    struct wire_activation msg;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    memset(&msg, 0, sizeof msg);
+    assert_int_equal(wire_tensor_encode_f32(&msg.hidden, NULL, NULL, values, 2, 3, WIRE_CODEC_NONE), 0);
+    msg.hidden.nbytes = 20;
+    assert_int_equal(wire_build_activation(&arena, &msg), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "Activation.hidden: payload is 20 bytes"));
+    msg.hidden.nbytes = 24;
+    msg.hidden.codec = WIRE_CODEC_INT8_ROW;
+    msg.hidden.dtype = WIRE_DTYPE_I32;
+    assert_int_equal(wire_build_activation(&arena, &msg), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "invalid for dtype i32"));
+    msg.hidden.dtype = WIRE_DTYPE_F32;
+    msg.hidden.codec = WIRE_CODEC_NONE;
+    msg.hidden.ndim = WIRE_MAX_DIMS + 1;
+    assert_int_equal(wire_build_activation(&arena, &msg), STRATA_EFORMAT);
+    wire_arena_free(&arena);
+}
+
+static void verifier_refuses_truncation_and_garbage(void **state) {
+    (void)state;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(sample_build(&arena, WIRE_KIND_ACTIVATION), 0);
+    size_t len;
+    uint8_t *frame = copy_frame(&arena, &len);
+    enum wire_kind kind;
+    /* Every prefix must be handled without a fault; one that cuts into data (not just the
+     * builder's trailing alignment padding, < 64 bytes) must be refused. */
+    for (size_t cut = 0; cut < len; cut += 4) {
+        uint8_t *prefix = malloc(cut ? cut : 1);
+        memcpy(prefix, frame, cut);
+        int rc = wire_verify(&kind, NULL, prefix, cut);
+        if (cut + WIRE_PAYLOAD_ALIGN <= len) assert_int_not_equal(rc, 0);
+        free(prefix);
+    }
+    uint8_t wrong_id[64];
+    memcpy(wrong_id, frame, sizeof wrong_id);
+    memcpy(wrong_id + 4, "NOPE", 4);
+    assert_int_equal(wire_verify(&kind, NULL, wrong_id, sizeof wrong_id), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "not a Strata frame"));
+    assert_int_equal(wire_verify(&kind, NULL, NULL, 0), STRATA_EINVAL);
+    assert_int_equal(wire_verify(&kind, NULL, frame + 1, len - 1), STRATA_EINVAL);
+    /* A root offset pointing past the end. */
+    uint8_t *bad_root = malloc(len);
+    memcpy(bad_root, frame, len);
+    bad_root[0] = 0xf0;
+    bad_root[1] = 0xff;
+    assert_int_equal(wire_verify(&kind, NULL, bad_root, len), STRATA_EFORMAT);
+    free(bad_root);
+    free(frame);
+    wire_arena_free(&arena);
+}
+
+/* Deterministic xorshift so failures reproduce. */
+static uint64_t next_random(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static void mutations_never_crash(void **state) {
+    (void)state;
+    struct wire_arena arena;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    int accepted = 0, refused = 0;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+        assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
+        size_t len;
+        uint8_t *frame = copy_frame(&arena, &len);
+        uint8_t *mutant = malloc(len);
+        for (int trial = 0; trial < 3000; ++trial) {
+            memcpy(mutant, frame, len);
+            int flips = 1 + (int)(next_random(&seed) % 4);
+            for (int f = 0; f < flips; ++f) {
+                size_t at = next_random(&seed) % len;
+                mutant[at] = (uint8_t)next_random(&seed);
+            }
+            enum wire_kind found;
+            if (wire_verify(&found, NULL, mutant, len) == 0) {
+                accepted++;
+                /* A verified frame must be readable as what it claims, without faults. */
+                struct wire_activation act;
+                struct wire_kv_block kv;
+                struct wire_token_result tok;
+                struct wire_hello hello;
+                struct wire_error err;
+                struct wire_control ctl;
+                int rc = found == WIRE_KIND_ACTIVATION   ? wire_read_activation(&act, mutant, len)
+                         : found == WIRE_KIND_KV_BLOCK   ? wire_read_kv_block(&kv, mutant, len)
+                         : found == WIRE_KIND_TOKEN_RESULT ? wire_read_token_result(&tok, mutant, len)
+                         : found == WIRE_KIND_HELLO      ? wire_read_hello(&hello, mutant, len)
+                         : found == WIRE_KIND_ERROR      ? wire_read_error(&err, mutant, len)
+                                                         : wire_read_control(&ctl, mutant, len);
+                assert_int_equal(rc, 0);
+                if (found == WIRE_KIND_ERROR) assert_true(strlen(err.message) < len);
+            } else {
+                refused++;
+            }
+        }
+        free(mutant);
+        free(frame);
+    }
+    printf("mutations: %d accepted (harmless bytes), %d refused\n", accepted, refused);
+    assert_true(refused > 0 && accepted > 0);
+    wire_arena_free(&arena);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(every_sample_round_trips),
+        cmocka_unit_test(reader_refuses_other_kind),
+        cmocka_unit_test(payload_is_zero_copy_and_aligned),
+        cmocka_unit_test(fixed_arena_builds_in_place_and_refuses_overflow),
+        cmocka_unit_test(arena_grows_from_tiny),
+        cmocka_unit_test(builder_refuses_inconsistent_tensors),
+        cmocka_unit_test(verifier_refuses_truncation_and_garbage),
+        cmocka_unit_test(mutations_never_crash),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

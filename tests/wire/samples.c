@@ -1,0 +1,252 @@
+/* The sample messages (see samples.h). Values are chosen to exercise every field: negative
+ * ints, 64-bit values above 2^32, non-default enums, every tensor slot, segments. */
+#include "tests/wire/samples.h"
+
+#include <string.h>
+
+#include "wire/codec.h"
+
+static const float hidden_values[2][3] = {{1.5f, -2.25f, 0.0f}, {3.0f, 1e-3f, -7.5f}};
+static const int32_t positions[3][2] = {{4, 5}, {4, 6}, {4, 7}}; /* M-RoPE [3, T=2] */
+static const uint8_t visual[2] = {0, 1};
+static const float deepstack_values[1][2][3] = {{{0.5f, 0.25f, -1.0f}, {2.0f, -0.5f, 4.0f}}};
+static const uint16_t mask_bf16[2] = {0x3f80, 0x0000}; /* 1.0, 0.0 as bf16 */
+static const struct wire_segment segments[2] = {{0x1122334455667788ull, 4, 1},
+                                                {0x99aabbccddeeff00ull, 9, 1}};
+static const int8_t kv_int8[1][1][1][2][2] = {{{{{-127, 64}, {1, 127}}}}};
+static const float kv_scales[2] = {0.5f, 0.25f};
+static const float kv_v[1][1][1][2][2] = {{{{{1.0f, 2.0f}, {3.0f, 4.0f}}}}};
+static const int32_t kv_lengths[1] = {2};
+static const int32_t tokens[3] = {151643, 13, -1};
+static const float logprobs[3] = {-0.125f, -2.5f, 0.0f};
+
+static struct wire_tensor tensor(enum wire_dtype dtype, enum wire_codec codec, const void *data,
+                                 size_t nbytes, int ndim, const int64_t *shape) {
+    struct wire_tensor t;
+    memset(&t, 0, sizeof t);
+    t.defined = 1;
+    t.dtype = dtype;
+    t.codec = codec;
+    t.data = data;
+    t.nbytes = nbytes;
+    t.ndim = ndim;
+    for (int i = 0; i < ndim; ++i) t.shape[i] = shape[i];
+    return t;
+}
+
+static void sample_hello(struct wire_hello *m) {
+    memset(m, 0, sizeof *m);
+    m->version_major = 1;
+    m->version_minor = 0;
+    m->has_fingerprint = 1;
+    for (int i = 0; i < WIRE_FINGERPRINT_BYTES; ++i) m->fingerprint[i] = (uint8_t)(i * 7 + 1);
+    m->stage_index = 2;
+    m->layer_start = 12;
+    m->layer_end = 24;
+    m->role = WIRE_ROLE_STAGE;
+    m->has_challenge = 1;
+    for (int i = 0; i < WIRE_NONCE_BYTES; ++i) m->challenge[i] = (uint8_t)(255 - i);
+    m->has_proof = 1;
+    for (int i = 0; i < WIRE_PROOF_BYTES; ++i) m->proof[i] = (uint8_t)(i ^ 0x5a);
+    strcpy(m->name, "stage-2");
+}
+
+static void sample_activation(struct wire_activation *m) {
+    static const int64_t hidden_shape[2] = {2, 3}, mask_shape[2] = {1, 2}, pos_shape[2] = {3, 2},
+                         visual_shape[1] = {2}, deep_shape[3] = {1, 2, 3};
+    memset(m, 0, sizeof *m);
+    m->stage_from = 0;
+    m->stage_to = 1;
+    m->step = 5000000000ull;
+    m->pos = 4;
+    m->nonce = 0xdeadbeefcafef00dull;
+    m->hidden = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, hidden_values, sizeof hidden_values, 2, hidden_shape);
+    m->attention_mask = tensor(WIRE_DTYPE_BF16, WIRE_CODEC_NONE, mask_bf16, sizeof mask_bf16, 2, mask_shape);
+    m->position_ids = tensor(WIRE_DTYPE_I32, WIRE_CODEC_NONE, positions, sizeof positions, 2, pos_shape);
+    m->visual_mask = tensor(WIRE_DTYPE_U8, WIRE_CODEC_NONE, visual, sizeof visual, 1, visual_shape);
+    m->deepstack = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, deepstack_values, sizeof deepstack_values, 3, deep_shape);
+    m->segments = segments;
+    m->num_segments = 2;
+}
+
+static void sample_kv_block(struct wire_kv_block *m) {
+    static const int64_t shape[5] = {1, 1, 1, 2, 2};
+    memset(m, 0, sizeof *m);
+    m->stage_from = 1;
+    m->stage_to = 2;
+    m->step = 7;
+    m->nonce = 42;
+    m->layer_start = 3;
+    m->layer_end = 4;
+    m->lengths = kv_lengths;
+    m->num_lengths = 1;
+    m->k = tensor(WIRE_DTYPE_F32, WIRE_CODEC_INT8_ROW, kv_int8, sizeof kv_int8, 5, shape);
+    m->k.scales = kv_scales;
+    m->k.num_scales = 2;
+    m->v = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, kv_v, sizeof kv_v, 5, shape);
+}
+
+static void sample_token_result(struct wire_token_result *m) {
+    memset(m, 0, sizeof *m);
+    m->nonce = 0xfedcba9876543210ull;
+    m->step = 3;
+    m->tokens = tokens;
+    m->num_tokens = 3;
+    m->logprobs = logprobs;
+    m->num_logprobs = 3;
+    m->finish = WIRE_FINISH_LENGTH;
+}
+
+static void sample_error(struct wire_error *m) {
+    m->code = -7;
+    m->message = "peer speaks protocol 2.0";
+    m->nonce = 99;
+}
+
+static void sample_control(struct wire_control *m) {
+    m->kind = WIRE_CONTROL_CANCEL;
+    m->nonce = 12345678901ull;
+    m->seq = 17;
+}
+
+int sample_build(struct wire_arena *arena, enum wire_kind kind) {
+    switch (kind) {
+    case WIRE_KIND_HELLO: {
+        struct wire_hello m;
+        sample_hello(&m);
+        return wire_build_hello(arena, &m);
+    }
+    case WIRE_KIND_ACTIVATION: {
+        struct wire_activation m;
+        sample_activation(&m);
+        return wire_build_activation(arena, &m);
+    }
+    case WIRE_KIND_KV_BLOCK: {
+        struct wire_kv_block m;
+        sample_kv_block(&m);
+        return wire_build_kv_block(arena, &m);
+    }
+    case WIRE_KIND_TOKEN_RESULT: {
+        struct wire_token_result m;
+        sample_token_result(&m);
+        return wire_build_token_result(arena, &m);
+    }
+    case WIRE_KIND_ERROR: {
+        struct wire_error m;
+        sample_error(&m);
+        return wire_build_error(arena, &m);
+    }
+    case WIRE_KIND_CONTROL: {
+        struct wire_control m;
+        sample_control(&m);
+        return wire_build_control(arena, &m);
+    }
+    default: return -1;
+    }
+}
+
+#define CHECK(cond)                                                                                \
+    do {                                                                                           \
+        if (!(cond)) return __LINE__;                                                              \
+    } while (0)
+
+static int tensor_equal(const struct wire_tensor *got, const struct wire_tensor *want) {
+    CHECK(got->defined == want->defined && got->dtype == want->dtype && got->codec == want->codec);
+    CHECK(got->ndim == want->ndim && got->nbytes == want->nbytes && got->num_scales == want->num_scales);
+    CHECK(memcmp(got->shape, want->shape, sizeof got->shape) == 0);
+    CHECK(got->nbytes == 0 || memcmp(got->data, want->data, got->nbytes) == 0);
+    CHECK(got->num_scales == 0 || memcmp(got->scales, want->scales, 4 * got->num_scales) == 0);
+    return 0;
+}
+
+int sample_check_hello(const struct wire_hello *m) {
+    struct wire_hello want;
+    sample_hello(&want);
+    CHECK(memcmp(m, &want, sizeof want) == 0);
+    return 0;
+}
+
+int sample_check_activation(const struct wire_activation *m) {
+    struct wire_activation want;
+    sample_activation(&want);
+    CHECK(m->stage_from == want.stage_from && m->stage_to == want.stage_to);
+    CHECK(m->step == want.step && m->pos == want.pos && m->nonce == want.nonce);
+    int line;
+    if ((line = tensor_equal(&m->hidden, &want.hidden))) return line;
+    if ((line = tensor_equal(&m->attention_mask, &want.attention_mask))) return line;
+    if ((line = tensor_equal(&m->position_ids, &want.position_ids))) return line;
+    if ((line = tensor_equal(&m->visual_mask, &want.visual_mask))) return line;
+    if ((line = tensor_equal(&m->deepstack, &want.deepstack))) return line;
+    CHECK(m->num_segments == want.num_segments);
+    for (size_t i = 0; i < m->num_segments; ++i) {
+        struct wire_segment s = wire_activation_segment(m, i);
+        CHECK(s.nonce == want.segments[i].nonce && s.pos == want.segments[i].pos &&
+              s.n_tokens == want.segments[i].n_tokens);
+    }
+    return 0;
+}
+
+int sample_check_kv_block(const struct wire_kv_block *m) {
+    struct wire_kv_block want;
+    sample_kv_block(&want);
+    CHECK(m->stage_from == want.stage_from && m->stage_to == want.stage_to && m->step == want.step);
+    CHECK(m->nonce == want.nonce && m->layer_start == want.layer_start && m->layer_end == want.layer_end);
+    CHECK(m->num_lengths == want.num_lengths && memcmp(m->lengths, want.lengths, 4 * m->num_lengths) == 0);
+    int line;
+    if ((line = tensor_equal(&m->k, &want.k))) return line;
+    return tensor_equal(&m->v, &want.v);
+}
+
+int sample_check_token_result(const struct wire_token_result *m) {
+    struct wire_token_result want;
+    sample_token_result(&want);
+    CHECK(m->nonce == want.nonce && m->step == want.step && m->finish == want.finish);
+    CHECK(m->num_tokens == want.num_tokens && memcmp(m->tokens, want.tokens, 4 * m->num_tokens) == 0);
+    CHECK(m->num_logprobs == want.num_logprobs && memcmp(m->logprobs, want.logprobs, 4 * m->num_logprobs) == 0);
+    return 0;
+}
+
+int sample_check_error(const struct wire_error *m) {
+    struct wire_error want;
+    sample_error(&want);
+    CHECK(m->code == want.code && m->nonce == want.nonce && strcmp(m->message, want.message) == 0);
+    return 0;
+}
+
+int sample_check_control(const struct wire_control *m) {
+    struct wire_control want;
+    sample_control(&want);
+    CHECK(m->kind == want.kind && m->nonce == want.nonce && m->seq == want.seq);
+    return 0;
+}
+
+int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len) {
+    union {
+        struct wire_hello hello;
+        struct wire_activation activation;
+        struct wire_kv_block kv;
+        struct wire_token_result token;
+        struct wire_error error;
+        struct wire_control control;
+    } m;
+    switch (kind) {
+    case WIRE_KIND_HELLO:
+        return wire_read_hello(&m.hello, frame, len) ? -1 : sample_check_hello(&m.hello);
+    case WIRE_KIND_ACTIVATION:
+        return wire_read_activation(&m.activation, frame, len) ? -1 : sample_check_activation(&m.activation);
+    case WIRE_KIND_KV_BLOCK:
+        return wire_read_kv_block(&m.kv, frame, len) ? -1 : sample_check_kv_block(&m.kv);
+    case WIRE_KIND_TOKEN_RESULT:
+        return wire_read_token_result(&m.token, frame, len) ? -1 : sample_check_token_result(&m.token);
+    case WIRE_KIND_ERROR:
+        return wire_read_error(&m.error, frame, len) ? -1 : sample_check_error(&m.error);
+    case WIRE_KIND_CONTROL:
+        return wire_read_control(&m.control, frame, len) ? -1 : sample_check_control(&m.control);
+    default: return -1;
+    }
+}
+
+const char *sample_name(enum wire_kind kind) {
+    static const char *names[] = {"none", "hello", "activation", "kv_block", "token_result", "error", "control"};
+    return (unsigned)kind <= WIRE_KIND_CONTROL ? names[kind] : "unknown";
+}

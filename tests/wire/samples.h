@@ -1,0 +1,26 @@
+/* Fixed sample messages of every kind, shared by the wire tests, the flatc compatibility
+ * goldens and the fuzz seed corpus generator, so all three describe the same frames. */
+#ifndef STRATA_TESTS_WIRE_SAMPLES_H
+#define STRATA_TESTS_WIRE_SAMPLES_H
+
+#include "wire/message.h"
+
+/* Builds the sample frame of `kind` (WIRE_KIND_HELLO .. WIRE_KIND_CONTROL) into `arena`. */
+int sample_build(struct wire_arena *arena, enum wire_kind kind);
+
+/* Checks that a read message of `kind` equals the sample field by field; returns 0 or a
+ * line number of the first mismatch (for test diagnostics). */
+int sample_check_hello(const struct wire_hello *m);
+int sample_check_activation(const struct wire_activation *m);
+int sample_check_kv_block(const struct wire_kv_block *m);
+int sample_check_token_result(const struct wire_token_result *m);
+int sample_check_error(const struct wire_error *m);
+int sample_check_control(const struct wire_control *m);
+
+/* Reads `frame` as `kind` and runs the matching check (0 = equal). */
+int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len);
+
+/* Sample file basenames ("hello", "activation", ...). */
+const char *sample_name(enum wire_kind kind);
+
+#endif
