@@ -1,6 +1,7 @@
 /* Bit-identity of two simulated runs: the check behind `strata-sim --all-splits`.
  *
- * Two reports are identical when every request succeeded in both, generated the same
+ * A run is identical to the baseline when each of its requests (request i of the run is
+ * request i of the baseline; the baseline may have more) succeeded in both, generated the same
  * tokens, and every logit of every step has the same 32-bit pattern (compared as bits,
  * not as floats, so -0.0 vs 0.0 or two NaN payloads count as differences). */
 #ifndef STRATA_SIM_COMPARE_H

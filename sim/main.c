@@ -48,7 +48,9 @@ static const char usage_text[] =
     "  --peer-timeout-ms MS  keepalive: a silent peer is declared dead after MS (default 2000)\n"
     "  --timeout-ms MS       the client gives up on a request after MS (default 60000)\n"
     "requests:\n"
-    "  --requests R          R concurrent requests (request i uses the prompt rotated by i)\n"
+    "  --requests R|S        R concurrent requests (request i uses the prompt rotated by i);\n"
+    "                        S: as many requests as the run has stages (baseline: L), which\n"
+    "                        shows the utilisation of a full pipeline (default 1)\n"
     "  --max-tokens N        tokens per request (default: golden.json n_steps, else 8)\n"
     "  --prompt IDS          comma-separated prompt ids (default: DIR/golden.json prompt_ids)\n"
     "  --stop-at-eos         stop at config.json eos ids (default: generate max-tokens)\n"
@@ -69,7 +71,7 @@ struct cli {
     const char *split_text;
     uint64_t seed;
     struct sim_options sim; /* link, faults, timeouts, compute, threads */
-    int requests, max_tokens, stop_at_eos;
+    int requests, requests_per_stage, max_tokens, stop_at_eos;
     const char *prompt_text;
     struct sampler_params sampling;
 };
@@ -175,9 +177,12 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
         } else if (!strcmp(name, "--timeout-ms")) {
             bad = parse_double(&d, v, 1e-3, 1e9);
             cli->sim.request_timeout_ns = (int64_t)(d * 1e6);
-        } else if (!strcmp(name, "--requests"))
-            bad = parse_int(&cli->requests, v, 1, 4096);
-        else if (!strcmp(name, "--max-tokens"))
+        } else if (!strcmp(name, "--requests")) {
+            if (!strcmp(v, "S"))
+                cli->requests_per_stage = 1;
+            else
+                bad = parse_int(&cli->requests, v, 1, 4096);
+        } else if (!strcmp(name, "--max-tokens"))
             bad = parse_int(&cli->max_tokens, v, 1, 1 << 20);
         else if (!strcmp(name, "--prompt"))
             cli->prompt_text = v;
@@ -333,10 +338,12 @@ static int run_split(struct sim_report *report, struct cli *cli, const struct si
     if (!baseline || opt.kill_stage >= split->num_stages) opt.kill_stage = -1;
     if (!baseline || opt.partition_stage >= split->num_stages) opt.partition_stage = -1;
     int faulted = opt.kill_stage >= 0 || opt.partition_stage >= 0;
+    if (cli->requests_per_stage)
+        opt.num_requests = baseline ? split->num_stages : split->num_layers;
     sim_split_format(split, name, sizeof name);
     int rc = sim_run(report, &opt);
     if (rc < 0) {
-        printf("%-24s %2d  ERROR      %s\n", name, split->num_stages, strata_last_error());
+        printf("%-32s %2d  ERROR      %s\n", name, split->num_stages, strata_last_error());
         *any_failure = 1;
         return rc;
     }
@@ -352,9 +359,14 @@ static int run_split(struct sim_report *report, struct cli *cli, const struct si
     int64_t wall = 0;
     for (int r = 0; r < report->num_stages; r++)
         wall += report->stages[r].wall_ns;
-    printf("%-24s %2d  %-9s %9.3f %10.1f %7.1f %8.1f %11.3f %8llu\n", name, split->num_stages,
-           verdict, report->mean_ttft_ns / 1e6, report->tokens_per_s, 100.0 * report->utilisation,
-           100.0 * report->bubble_fraction, (double)wall / 1e6, (unsigned long long)report->events);
+    char ttft[32] = "-", rate[32] = "-";
+    if (report->failed_requests < report->num_requests) {
+        snprintf(ttft, sizeof ttft, "%.3f", report->mean_ttft_ns / 1e6);
+        snprintf(rate, sizeof rate, "%.1f", report->tokens_per_s);
+    }
+    printf("%-32s %2d  %-9s %9s %10s %7.1f %8.1f %11.3f %8llu\n", name, split->num_stages, verdict,
+           ttft, rate, 100.0 * report->utilisation, 100.0 * report->bubble_fraction,
+           (double)wall / 1e6, (unsigned long long)report->events);
     if (report->protocol_errors) {
         printf("    protocol errors: %d, first: %s\n", report->protocol_errors,
                report->first_protocol_error);
@@ -448,6 +460,7 @@ int main(int argc, char **argv) {
     }
     int max_tokens =
         cli.max_tokens ? cli.max_tokens : (golden.have && golden.n_steps > 0 ? golden.n_steps : 8);
+    if (cli.requests_per_stage && cli.requests < cfg.num_layers) cli.requests = cfg.num_layers;
     specs = calloc((size_t)cli.requests, sizeof *specs);
     prompts = malloc(sizeof(int32_t) * (size_t)cli.requests * (size_t)prompt_len);
     if (!specs || !prompts) {
@@ -478,13 +491,20 @@ int main(int argc, char **argv) {
            (double)cli.sim.link.latency_ns / 1e3, cli.sim.link.bandwidth_gbps,
            cli.sim.link.bandwidth_gbps <= 0 ? " (unlimited)" : "",
            (double)cli.sim.link.jitter_ns / 1e3, cli.sim.link.loss, (unsigned long long)cli.seed);
-    printf("requests: %d concurrent, %d-token prompt, %d tokens each; compute: %s\n", cli.requests,
+    char concurrent[32];
+    if (cli.requests_per_stage)
+        snprintf(concurrent, sizeof concurrent, "S (one per stage)");
+    else
+        snprintf(concurrent, sizeof concurrent, "%d", cli.requests);
+    printf("requests: %s concurrent, %d-token prompt, %d tokens each; compute: %s\n", concurrent,
            prompt_len, max_tokens,
            cli.sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
            : cli.sim.compute == SIM_COMPUTE_CPU ? "measured thread CPU time"
                                                 : "measured wall time");
-    printf("%-24s %2s  %-9s %9s %10s %7s %8s %11s %8s\n", "split", "S", "identical", "TTFT ms",
-           "tokens/s", "util %", "bubble %", "compute ms", "events");
+    printf("(TTFT, tokens/s, util: simulated on the virtual clock; measured ms: wall time of all "
+           "stage steps)\n");
+    printf("%-32s %2s  %-9s %9s %10s %7s %8s %11s %8s\n", "split", "S", "identical", "TTFT ms",
+           "tokens/s", "util %", "bubble %", "measured ms", "events");
 
     int any_failure = 0, runs = 0;
     struct sim_split single;
