@@ -76,7 +76,8 @@ static void our_bytes_decode_in_flatc_to_golden_json(void **state) {
         assert_int_equal(fwrite(wire_arena_frame(&arena), 1, wire_arena_frame_len(&arena), f),
                          wire_arena_frame_len(&arena));
         fclose(f);
-        snprintf(args, sizeof args, "--json --strict-json --defaults-json --raw-binary -o json '%s' -- ours_%s.bin",
+        snprintf(args, sizeof args,
+                 "--json --strict-json --defaults-json --raw-binary -o json '%s' -- ours_%s.bin",
                  test_path("wire/strata.fbs"), name); /* test_path's buffer is used right away */
         run_flatc(args);
         char got[4096], want[4096];
@@ -102,13 +103,16 @@ static void flatc_bytes_read_back_as_samples(void **state) {
     (void)state;
     for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
         size_t len;
-        char *frame = flatc_binary(test_path("wire/strata.fbs"), sample_name((enum wire_kind)kind), &len);
+        char *frame =
+            flatc_binary(test_path("wire/strata.fbs"), sample_name((enum wire_kind)kind), &len);
         enum wire_kind found;
-        if (wire_verify(&found, NULL, frame, len)) fail_msg("%s: %s", sample_name((enum wire_kind)kind), strata_last_error());
+        if (wire_verify(&found, NULL, frame, len))
+            fail_msg("%s: %s", sample_name((enum wire_kind)kind), strata_last_error());
         assert_int_equal(found, kind);
         int line = sample_read_and_check((enum wire_kind)kind, frame, len);
-        if (line) fail_msg("flatc-built %s differs at samples.c:%d (%s)", sample_name((enum wire_kind)kind), line,
-                           strata_last_error());
+        if (line)
+            fail_msg("flatc-built %s differs at samples.c:%d (%s)",
+                     sample_name((enum wire_kind)kind), line, strata_last_error());
         free(frame);
     }
 }
@@ -130,7 +134,8 @@ static void newer_minor_with_extra_fields_reads_fine(void **state) {
 
     frame = flatc_binary(schema, "telemetry_v1_1", &len);
     assert_int_equal(wire_verify(&kind, NULL, frame, len), STRATA_EVERSION);
-    assert_non_null(strstr(strata_last_error(), "message type 7 unknown to protocol 1.0 (frame is 1.1)"));
+    assert_non_null(
+        strstr(strata_last_error(), "message type 7 unknown to protocol 1.0 (frame is 1.1)"));
     free(frame);
 
     frame = flatc_binary(schema, "control_pause_v1_1", &len);
@@ -153,13 +158,15 @@ static void other_major_is_refused_naming_both_versions(void **state) {
 int main(void) {
     struct stat st;
     if (stat(FLATC, &st) != 0) {
-        test_skip_all("flatc not installed (Debian flatbuffers-compiler; ./strata setup installs it)");
+        test_skip_all(
+            "flatc not installed (Debian flatbuffers-compiler; ./strata setup installs it)");
         return 0;
     }
     const char *tmp = getenv("TEST_TMPDIR");
     snprintf(work_dir, sizeof work_dir, "%s/flatc_compat", tmp ? tmp : "/tmp");
     char cmd[8192];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/json' '%s/bin'", work_dir, work_dir, work_dir);
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s/json' '%s/bin'", work_dir, work_dir,
+             work_dir);
     if (system(cmd) != 0) {
         fprintf(stderr, "cannot create %s\n", work_dir);
         return 1;

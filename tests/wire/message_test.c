@@ -39,8 +39,9 @@ static void every_sample_round_trips(void **state) {
         assert_int_equal(minor, WIRE_VERSION_MINOR);
         assert_memory_equal(frame + 4, "STRA", 4);
         int line = sample_read_and_check((enum wire_kind)kind, frame, len);
-        if (line) fail_msg("%s differs at samples.c:%d (%s)", sample_name((enum wire_kind)kind), line,
-                           strata_last_error());
+        if (line)
+            fail_msg("%s differs at samples.c:%d (%s)", sample_name((enum wire_kind)kind), line,
+                     strata_last_error());
         free(frame);
     }
     wire_arena_free(&arena);
@@ -52,8 +53,9 @@ static void reader_refuses_other_kind(void **state) {
     struct wire_activation act;
     assert_int_equal(wire_arena_init(&arena, 0), 0);
     assert_int_equal(sample_build(&arena, WIRE_KIND_CONTROL), 0);
-    assert_int_equal(wire_read_activation(&act, wire_arena_frame(&arena), wire_arena_frame_len(&arena)),
-                     STRATA_EFORMAT);
+    assert_int_equal(
+        wire_read_activation(&act, wire_arena_frame(&arena), wire_arena_frame_len(&arena)),
+        STRATA_EFORMAT);
     assert_non_null(strstr(strata_last_error(), "expected a Activation frame, got Control"));
     wire_arena_free(&arena);
 }
@@ -62,10 +64,12 @@ static void payload_is_zero_copy_and_aligned(void **state) {
     (void)state;
     enum { T = 64, H = 96 };
     static float hidden[T * H];
-    for (int i = 0; i < T * H; ++i) hidden[i] = (float)i * 0.5f - 7.0f;
+    for (int i = 0; i < T * H; ++i)
+        hidden[i] = (float)i * 0.5f - 7.0f;
     struct wire_activation msg, got;
     memset(&msg, 0, sizeof msg);
-    assert_int_equal(wire_tensor_encode_f32(&msg.hidden, NULL, NULL, hidden, T, H, WIRE_CODEC_NONE), 0);
+    assert_int_equal(wire_tensor_encode_f32(&msg.hidden, NULL, NULL, hidden, T, H, WIRE_CODEC_NONE),
+                     0);
     msg.nonce = 1;
     struct wire_arena arena;
     assert_int_equal(wire_arena_init(&arena, 0), 0);
@@ -92,8 +96,11 @@ static void fixed_arena_builds_in_place_and_refuses_overflow(void **state) {
     struct wire_arena arena;
     assert_int_equal(wire_arena_init_fixed(&arena, storage, sizeof storage), 0);
     assert_int_equal(sample_build(&arena, WIRE_KIND_CONTROL), 0);
-    assert_true(wire_arena_frame(&arena) >= storage && wire_arena_frame(&arena) < storage + sizeof storage);
-    assert_int_equal(sample_read_and_check(WIRE_KIND_CONTROL, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_true(wire_arena_frame(&arena) >= storage &&
+                wire_arena_frame(&arena) < storage + sizeof storage);
+    assert_int_equal(sample_read_and_check(WIRE_KIND_CONTROL, wire_arena_frame(&arena),
+                                           wire_arena_frame_len(&arena)),
+                     0);
     assert_int_equal(sample_build(&arena, WIRE_KIND_ACTIVATION), STRATA_ENOMEM);
     assert_non_null(strstr(strata_last_error(), "fixed buffer"));
     wire_arena_free(&arena);
@@ -106,7 +113,8 @@ static void arena_grows_from_tiny(void **state) {
     for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
         assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
         assert_int_equal(sample_read_and_check((enum wire_kind)kind, wire_arena_frame(&arena),
-                                               wire_arena_frame_len(&arena)), 0);
+                                               wire_arena_frame_len(&arena)),
+                         0);
     }
     wire_arena_free(&arena);
     struct wire_arena zeroed;
@@ -121,7 +129,8 @@ static void builder_refuses_inconsistent_tensors(void **state) {
     struct wire_arena arena;
     assert_int_equal(wire_arena_init(&arena, 0), 0);
     memset(&msg, 0, sizeof msg);
-    assert_int_equal(wire_tensor_encode_f32(&msg.hidden, NULL, NULL, values, 2, 3, WIRE_CODEC_NONE), 0);
+    assert_int_equal(wire_tensor_encode_f32(&msg.hidden, NULL, NULL, values, 2, 3, WIRE_CODEC_NONE),
+                     0);
     msg.hidden.nbytes = 20;
     assert_int_equal(wire_build_activation(&arena, &msg), STRATA_EFORMAT);
     assert_non_null(strstr(strata_last_error(), "Activation.hidden: payload is 20 bytes"));
@@ -208,12 +217,13 @@ static void mutations_never_crash(void **state) {
                 struct wire_hello hello;
                 struct wire_error err;
                 struct wire_control ctl;
-                int rc = found == WIRE_KIND_ACTIVATION   ? wire_read_activation(&act, mutant, len)
-                         : found == WIRE_KIND_KV_BLOCK   ? wire_read_kv_block(&kv, mutant, len)
-                         : found == WIRE_KIND_TOKEN_RESULT ? wire_read_token_result(&tok, mutant, len)
-                         : found == WIRE_KIND_HELLO      ? wire_read_hello(&hello, mutant, len)
-                         : found == WIRE_KIND_ERROR      ? wire_read_error(&err, mutant, len)
-                                                         : wire_read_control(&ctl, mutant, len);
+                int rc = found == WIRE_KIND_ACTIVATION ? wire_read_activation(&act, mutant, len)
+                         : found == WIRE_KIND_KV_BLOCK ? wire_read_kv_block(&kv, mutant, len)
+                         : found == WIRE_KIND_TOKEN_RESULT
+                             ? wire_read_token_result(&tok, mutant, len)
+                         : found == WIRE_KIND_HELLO ? wire_read_hello(&hello, mutant, len)
+                         : found == WIRE_KIND_ERROR ? wire_read_error(&err, mutant, len)
+                                                    : wire_read_control(&ctl, mutant, len);
                 assert_int_equal(rc, 0);
                 if (found == WIRE_KIND_ERROR) assert_true(strlen(err.message) < len);
             } else {

@@ -30,7 +30,8 @@ static struct wire_tensor tensor(enum wire_dtype dtype, enum wire_codec codec, c
     t.data = data;
     t.nbytes = nbytes;
     t.ndim = ndim;
-    for (int i = 0; i < ndim; ++i) t.shape[i] = shape[i];
+    for (int i = 0; i < ndim; ++i)
+        t.shape[i] = shape[i];
     return t;
 }
 
@@ -39,15 +40,18 @@ static void sample_hello(struct wire_hello *m) {
     m->version_major = 1;
     m->version_minor = 0;
     m->has_fingerprint = 1;
-    for (int i = 0; i < WIRE_FINGERPRINT_BYTES; ++i) m->fingerprint[i] = (uint8_t)(i * 7 + 1);
+    for (int i = 0; i < WIRE_FINGERPRINT_BYTES; ++i)
+        m->fingerprint[i] = (uint8_t)(i * 7 + 1);
     m->stage_index = 2;
     m->layer_start = 12;
     m->layer_end = 24;
     m->role = WIRE_ROLE_STAGE;
     m->has_challenge = 1;
-    for (int i = 0; i < WIRE_NONCE_BYTES; ++i) m->challenge[i] = (uint8_t)(255 - i);
+    for (int i = 0; i < WIRE_NONCE_BYTES; ++i)
+        m->challenge[i] = (uint8_t)(255 - i);
     m->has_proof = 1;
-    for (int i = 0; i < WIRE_PROOF_BYTES; ++i) m->proof[i] = (uint8_t)(i ^ 0x5a);
+    for (int i = 0; i < WIRE_PROOF_BYTES; ++i)
+        m->proof[i] = (uint8_t)(i ^ 0x5a);
     strcpy(m->name, "stage-2");
 }
 
@@ -60,11 +64,15 @@ static void sample_activation(struct wire_activation *m) {
     m->step = 5000000000ull;
     m->pos = 4;
     m->nonce = 0xdeadbeefcafef00dull;
-    m->hidden = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, hidden_values, sizeof hidden_values, 2, hidden_shape);
-    m->attention_mask = tensor(WIRE_DTYPE_BF16, WIRE_CODEC_NONE, mask_bf16, sizeof mask_bf16, 2, mask_shape);
-    m->position_ids = tensor(WIRE_DTYPE_I32, WIRE_CODEC_NONE, positions, sizeof positions, 2, pos_shape);
+    m->hidden = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, hidden_values, sizeof hidden_values, 2,
+                       hidden_shape);
+    m->attention_mask =
+        tensor(WIRE_DTYPE_BF16, WIRE_CODEC_NONE, mask_bf16, sizeof mask_bf16, 2, mask_shape);
+    m->position_ids =
+        tensor(WIRE_DTYPE_I32, WIRE_CODEC_NONE, positions, sizeof positions, 2, pos_shape);
     m->visual_mask = tensor(WIRE_DTYPE_U8, WIRE_CODEC_NONE, visual, sizeof visual, 1, visual_shape);
-    m->deepstack = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, deepstack_values, sizeof deepstack_values, 3, deep_shape);
+    m->deepstack = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, deepstack_values,
+                          sizeof deepstack_values, 3, deep_shape);
     m->segments = segments;
     m->num_segments = 2;
 }
@@ -152,7 +160,8 @@ int sample_build(struct wire_arena *arena, enum wire_kind kind) {
 
 static int tensor_equal(const struct wire_tensor *got, const struct wire_tensor *want) {
     CHECK(got->defined == want->defined && got->dtype == want->dtype && got->codec == want->codec);
-    CHECK(got->ndim == want->ndim && got->nbytes == want->nbytes && got->num_scales == want->num_scales);
+    CHECK(got->ndim == want->ndim && got->nbytes == want->nbytes &&
+          got->num_scales == want->num_scales);
     CHECK(memcmp(got->shape, want->shape, sizeof got->shape) == 0);
     CHECK(got->nbytes == 0 || memcmp(got->data, want->data, got->nbytes) == 0);
     CHECK(got->num_scales == 0 || memcmp(got->scales, want->scales, 4 * got->num_scales) == 0);
@@ -190,8 +199,10 @@ int sample_check_kv_block(const struct wire_kv_block *m) {
     struct wire_kv_block want;
     sample_kv_block(&want);
     CHECK(m->stage_from == want.stage_from && m->stage_to == want.stage_to && m->step == want.step);
-    CHECK(m->nonce == want.nonce && m->layer_start == want.layer_start && m->layer_end == want.layer_end);
-    CHECK(m->num_lengths == want.num_lengths && memcmp(m->lengths, want.lengths, 4 * m->num_lengths) == 0);
+    CHECK(m->nonce == want.nonce && m->layer_start == want.layer_start &&
+          m->layer_end == want.layer_end);
+    CHECK(m->num_lengths == want.num_lengths &&
+          memcmp(m->lengths, want.lengths, 4 * m->num_lengths) == 0);
     int line;
     if ((line = tensor_equal(&m->k, &want.k))) return line;
     return tensor_equal(&m->v, &want.v);
@@ -201,8 +212,10 @@ int sample_check_token_result(const struct wire_token_result *m) {
     struct wire_token_result want;
     sample_token_result(&want);
     CHECK(m->nonce == want.nonce && m->step == want.step && m->finish == want.finish);
-    CHECK(m->num_tokens == want.num_tokens && memcmp(m->tokens, want.tokens, 4 * m->num_tokens) == 0);
-    CHECK(m->num_logprobs == want.num_logprobs && memcmp(m->logprobs, want.logprobs, 4 * m->num_logprobs) == 0);
+    CHECK(m->num_tokens == want.num_tokens &&
+          memcmp(m->tokens, want.tokens, 4 * m->num_tokens) == 0);
+    CHECK(m->num_logprobs == want.num_logprobs &&
+          memcmp(m->logprobs, want.logprobs, 4 * m->num_logprobs) == 0);
     return 0;
 }
 
@@ -233,11 +246,14 @@ int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len) {
     case WIRE_KIND_HELLO:
         return wire_read_hello(&m.hello, frame, len) ? -1 : sample_check_hello(&m.hello);
     case WIRE_KIND_ACTIVATION:
-        return wire_read_activation(&m.activation, frame, len) ? -1 : sample_check_activation(&m.activation);
+        return wire_read_activation(&m.activation, frame, len)
+                   ? -1
+                   : sample_check_activation(&m.activation);
     case WIRE_KIND_KV_BLOCK:
         return wire_read_kv_block(&m.kv, frame, len) ? -1 : sample_check_kv_block(&m.kv);
     case WIRE_KIND_TOKEN_RESULT:
-        return wire_read_token_result(&m.token, frame, len) ? -1 : sample_check_token_result(&m.token);
+        return wire_read_token_result(&m.token, frame, len) ? -1
+                                                            : sample_check_token_result(&m.token);
     case WIRE_KIND_ERROR:
         return wire_read_error(&m.error, frame, len) ? -1 : sample_check_error(&m.error);
     case WIRE_KIND_CONTROL:
@@ -247,6 +263,7 @@ int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len) {
 }
 
 const char *sample_name(enum wire_kind kind) {
-    static const char *names[] = {"none", "hello", "activation", "kv_block", "token_result", "error", "control"};
+    static const char *names[] = {"none",         "hello", "activation", "kv_block",
+                                  "token_result", "error", "control"};
     return (unsigned)kind <= WIRE_KIND_CONTROL ? names[kind] : "unknown";
 }

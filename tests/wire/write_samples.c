@@ -8,7 +8,8 @@
 
 int main(int argc, char **argv) {
     if (argc != 2 || strcmp(argv[1], "--help") == 0) {
-        fprintf(stderr, "usage: write_samples DIR\nWrites each sample wire frame to DIR/<kind>.stra.\n");
+        fprintf(stderr,
+                "usage: write_samples DIR\nWrites each sample wire frame to DIR/<kind>.stra.\n");
         return argc == 2 ? STRATA_EXIT_OK : STRATA_EXIT_USAGE;
     }
     struct wire_arena arena;
@@ -19,7 +20,8 @@ int main(int argc, char **argv) {
         snprintf(path, sizeof path, "%s/%s.stra", argv[1], sample_name((enum wire_kind)kind));
         FILE *f = NULL;
         if (sample_build(&arena, (enum wire_kind)kind) || !(f = fopen(path, "wb")) ||
-            fwrite(wire_arena_frame(&arena), 1, wire_arena_frame_len(&arena), f) != wire_arena_frame_len(&arena)) {
+            fwrite(wire_arena_frame(&arena), 1, wire_arena_frame_len(&arena), f) !=
+                wire_arena_frame_len(&arena)) {
             fprintf(stderr, "write_samples: %s: %s\n", path, strata_last_error());
             rc = STRATA_EXIT_FAILURE;
         }
