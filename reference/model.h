@@ -28,12 +28,12 @@
 struct reference_model; /* opaque */
 
 struct reference_load_options {
-    int layer_start;   /* first owned decoder layer */
-    int layer_end;     /* one past the last owned layer; layer_start < layer_end <= L,
-                          or layer_start == layer_end == 0 for a head/embed-only model */
-    int with_embed;    /* own embed_tokens (first stage) */
-    int with_head;     /* own final norm + lm_head (last stage) */
-    int num_threads;   /* worker threads for matmuls (>= 1) */
+    int layer_start; /* first owned decoder layer */
+    int layer_end;   /* one past the last owned layer; layer_start < layer_end <= L,
+                        or layer_start == layer_end == 0 for a head/embed-only model */
+    int with_embed;  /* own embed_tokens (first stage) */
+    int with_head;   /* own final norm + lm_head (last stage) */
+    int num_threads; /* worker threads for matmuls (>= 1) */
 };
 
 /* Loads the owned tensors from `st`. Every missing or mis-shaped tensor is listed
@@ -47,6 +47,11 @@ size_t reference_model_weight_bytes(const struct reference_model *m);
 size_t reference_model_extra_bytes(const struct reference_model *m);
 int reference_model_num_tensors(const struct reference_model *m);
 const struct model_config *reference_model_config(const struct reference_model *m);
+
+/* Bytes of activation scratch currently held (grown on demand by forward/logits), and the
+ * number of matmul threads. */
+size_t reference_model_scratch_bytes(const struct reference_model *m);
+int reference_model_num_threads(const struct reference_model *m);
 
 /* hidden [n, H] = embed_tokens[tokens[i]]; error on token id outside [0, V). */
 int reference_embed(const struct reference_model *m, float *hidden, const int32_t *tokens, int n);

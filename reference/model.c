@@ -1,0 +1,404 @@
+/* The reference forward pass (contract in model.h, math in shared spec qwen3-architecture.md
+ * §3-§5). One layer function serves prefill and decode, one request or a microbatch: every
+ * op works row by row, so a row's result never depends on its neighbours or the thread
+ * count. Shape letters: N rows in the call, H hidden, D head_dim, nh / nkv heads, F dense
+ * MLP width, E experts, I expert width, V vocab. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference/model_internal.h"
+#include "runtime/status.h"
+
+static void free_scratch(struct reference_model *m) {
+    float **bufs[] = {
+        &m->norm,         &m->proj,   &m->q,        &m->k,        &m->v,      &m->attn,
+        &m->ffn_gate,     &m->ffn_up, &m->rope_cos, &m->rope_sin, &m->scores, &m->router,
+        &m->route_weight, &m->moe_x,  &m->moe_y,    &m->moe_w};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
+        free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    free(m->route_expert);
+    free(m->moe_row);
+    m->route_expert = NULL;
+    m->moe_row = NULL;
+    m->cap_rows = m->cap_ctx = 0;
+    m->scratch_bytes = 0;
+}
+
+void reference_model_free(struct reference_model *m) {
+    if (!m) return;
+    free_scratch(m);
+    for (int i = 0; i < m->n_owned; ++i)
+        free(m->owned[i]);
+    free(m->owned);
+    if (m->layers)
+        for (int l = 0; l < m->n_layers; ++l) {
+            free(m->layers[l].expert_gate);
+            free(m->layers[l].expert_up);
+            free(m->layers[l].expert_down);
+        }
+    free(m->layers);
+    free(m->inv_freq);
+    thread_pool_free(m->pool);
+    free(m);
+}
+
+int reference_model_load(struct reference_model **out, const struct model_config *cfg,
+                         const struct safetensors *st, const struct reference_load_options *opt) {
+    *out = NULL;
+    if (opt->num_threads < 1)
+        return strata_set_error(STRATA_EINVAL, "reference_model: num_threads %d < 1",
+                                opt->num_threads);
+    int head_only = opt->layer_start == 0 && opt->layer_end == 0;
+    if (!head_only && (opt->layer_start < 0 || opt->layer_start >= opt->layer_end ||
+                       opt->layer_end > cfg->num_layers))
+        return strata_set_error(STRATA_ERANGE,
+                                "reference_model: layer range [%d,%d) invalid for %d layers",
+                                opt->layer_start, opt->layer_end, cfg->num_layers);
+    if (cfg->head_dim <= 0 || cfg->head_dim % 2 || cfg->num_kv_heads <= 0 ||
+        cfg->num_heads % cfg->num_kv_heads)
+        return strata_set_error(STRATA_EINVAL,
+                                "reference_model: unsupported heads (nh %d, nkv %d, head_dim %d)",
+                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
+    if (cfg->num_experts > 0 &&
+        (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts))
+        return strata_set_error(STRATA_EINVAL, "reference_model: top-k %d with %d experts",
+                                cfg->num_experts_per_tok, cfg->num_experts);
+    struct reference_model *m = calloc(1, sizeof *m);
+    if (!m) return strata_set_error(STRATA_ENOMEM, "reference_model: out of memory");
+    m->cfg = *cfg;
+    m->opt = *opt;
+    int rc;
+    if ((rc = thread_pool_init(&m->pool, opt->num_threads))) goto fail;
+    m->n_layers = opt->layer_end - opt->layer_start;
+    m->layers = calloc((size_t)(m->n_layers ? m->n_layers : 1), sizeof *m->layers);
+    int half = cfg->head_dim / 2;
+    m->inv_freq = malloc((size_t)half * sizeof *m->inv_freq);
+    if (!m->layers || !m->inv_freq) {
+        rc = strata_set_error(STRATA_ENOMEM, "reference_model: out of memory");
+        goto fail;
+    }
+    /* HF: 1 / base ** (arange(0, D, 2).float() / D), all in fp32. */
+    for (int j = 0; j < half; ++j)
+        m->inv_freq[j] = 1.0f / powf((float)cfg->rope_theta, (float)(2 * j) / (float)cfg->head_dim);
+    if ((rc = ref_load_weights(m, st))) goto fail;
+    *out = m;
+    return STRATA_OK;
+fail:
+    reference_model_free(m);
+    return rc;
+}
+
+size_t reference_model_weight_bytes(const struct reference_model *m) {
+    return m->weight_bytes;
+}
+
+size_t reference_model_extra_bytes(const struct reference_model *m) {
+    return m->extra_bytes;
+}
+
+int reference_model_num_tensors(const struct reference_model *m) {
+    return m->num_tensors;
+}
+
+const struct model_config *reference_model_config(const struct reference_model *m) {
+    return &m->cfg;
+}
+
+size_t reference_model_scratch_bytes(const struct reference_model *m) {
+    return m->scratch_bytes;
+}
+
+int reference_model_num_threads(const struct reference_model *m) {
+    return thread_pool_size(m->pool);
+}
+
+/* Grows the activation scratch to hold `rows` tokens attending over `ctx` positions. */
+static int ensure_scratch(struct reference_model *m, int rows, int ctx) {
+    if (rows <= m->cap_rows && ctx <= m->cap_ctx) return STRATA_OK;
+    if (rows < m->cap_rows) rows = m->cap_rows;
+    if (ctx < m->cap_ctx) ctx = m->cap_ctx;
+    free_scratch(m);
+    const struct model_config *c = &m->cfg;
+    size_t r = (size_t)rows, H = (size_t)c->hidden_size, D = (size_t)c->head_dim;
+    size_t qd = (size_t)c->num_heads * D, kvd = (size_t)c->num_kv_heads * D;
+    size_t ffn = (size_t)c->intermediate_size;
+    if ((size_t)c->moe_intermediate_size > ffn) ffn = (size_t)c->moe_intermediate_size;
+    size_t E = c->num_experts > 0 ? (size_t)c->num_experts : 1;
+    size_t K = c->num_experts_per_tok > 0 ? (size_t)c->num_experts_per_tok : 1;
+    size_t threads = (size_t)thread_pool_size(m->pool);
+    struct {
+        float **p;
+        size_t n;
+    } want[] = {
+        {&m->norm, r * H},
+        {&m->proj, r * H},
+        {&m->q, r * qd},
+        {&m->k, r * kvd},
+        {&m->v, r * kvd},
+        {&m->attn, r * qd},
+        {&m->ffn_gate, r * ffn},
+        {&m->ffn_up, r * ffn},
+        {&m->rope_cos, r * D / 2},
+        {&m->rope_sin, r * D / 2},
+        {&m->scores, threads * (size_t)ctx},
+        {&m->router, r * E},
+        {&m->route_weight, r * K},
+        {&m->moe_x, r * H},
+        {&m->moe_y, r * H},
+        {&m->moe_w, r},
+    };
+    size_t bytes = 0;
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i) {
+        *want[i].p = malloc((want[i].n ? want[i].n : 1) * sizeof(float));
+        bytes += want[i].n * sizeof(float);
+        if (!*want[i].p) goto nomem;
+    }
+    m->route_expert = malloc(r * K * sizeof(int));
+    m->moe_row = malloc(r * sizeof(int));
+    if (!m->route_expert || !m->moe_row) goto nomem;
+    m->cap_rows = rows;
+    m->cap_ctx = ctx;
+    m->scratch_bytes = bytes + r * (K + 1) * sizeof(int);
+    return STRATA_OK;
+nomem:
+    free_scratch(m);
+    return strata_set_error(STRATA_ENOMEM, "reference_model: cannot allocate scratch for %d rows",
+                            rows);
+}
+
+int reference_embed(const struct reference_model *m, float *hidden, const int32_t *tokens, int n) {
+    if (!m->opt.with_embed)
+        return strata_set_error(STRATA_EINVAL,
+                                "reference_embed: this model does not own embed_tokens");
+    int V = m->cfg.vocab_size, H = m->cfg.hidden_size;
+    for (int i = 0; i < n; ++i)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return strata_set_error(STRATA_ERANGE,
+                                    "reference_embed: token id %d at index %d is outside [0, %d)",
+                                    (int)tokens[i], i, V);
+    for (int i = 0; i < n; ++i)
+        ops_weight_row(hidden + (size_t)i * (size_t)H, &m->embed, tokens[i]);
+    return STRATA_OK;
+}
+
+static void add_bias(float *x, const float *bias, int n, int dim) {
+    if (!bias) return;
+    for (int i = 0; i < n; ++i)
+        vec_add(x + (size_t)i * (size_t)dim, bias, dim);
+}
+
+/* out [N, H] = Σ over each row's top-k experts, ascending expert index (HF's index_add
+ * order), of weight × expert(x). Tokens routed to one expert run as one batch. */
+static void moe_block(struct reference_model *m, const struct ref_layer *L, float *out,
+                      const float *x, int N) {
+    const struct model_config *c = &m->cfg;
+    int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
+    int I = c->moe_intermediate_size;
+    matmul(m->router, x, &L->router, N, m->pool);
+    for (int i = 0; i < N; ++i)
+        moe_route(m->route_expert + (size_t)i * (size_t)K, m->route_weight + (size_t)i * (size_t)K,
+                  m->router + (size_t)i * (size_t)E, c->norm_topk_prob, E, K);
+    memset(out, 0, (size_t)N * (size_t)H * sizeof(float));
+    for (int e = 0; e < E; ++e) {
+        int count = 0;
+        for (int i = 0; i < N; ++i)
+            for (int t = 0; t < K; ++t)
+                if (m->route_expert[(size_t)i * (size_t)K + (size_t)t] == e) {
+                    m->moe_row[count] = i;
+                    m->moe_w[count] = m->route_weight[(size_t)i * (size_t)K + (size_t)t];
+                    memcpy(m->moe_x + (size_t)count * (size_t)H, x + (size_t)i * (size_t)H,
+                           (size_t)H * sizeof(float));
+                    count++;
+                }
+        if (!count) continue;
+        matmul(m->ffn_gate, m->moe_x, &L->expert_gate[e], count, m->pool);
+        matmul(m->ffn_up, m->moe_x, &L->expert_up[e], count, m->pool);
+        swiglu(m->ffn_gate, m->ffn_gate, m->ffn_up, count * I);
+        matmul(m->moe_y, m->ffn_gate, &L->expert_down[e], count, m->pool);
+        for (int j = 0; j < count; ++j) {
+            float *o = out + (size_t)m->moe_row[j] * (size_t)H;
+            const float *y = m->moe_y + (size_t)j * (size_t)H;
+            float w = m->moe_w[j];
+            for (int d = 0; d < H; ++d)
+                o[d] += y[d] * w;
+        }
+    }
+}
+
+/* One decoder layer (spec §3) over hidden [N, H] in place. */
+static void layer_forward(struct reference_model *m, const struct ref_layer *L, struct kv_cache *kv,
+                          float *hidden, const struct forward_item *items, int n_items, int N) {
+    const struct model_config *c = &m->cfg;
+    int H = c->hidden_size, D = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    float eps = c->rms_norm_eps;
+    size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D, half = (size_t)D / 2;
+
+    /* Attention block: a = RMSNorm_in(h); q/k/v; per-head q/k norm; RoPE; cache; attend. */
+    rmsnorm(m->norm, hidden, L->input_norm, eps, N, H);
+    matmul(m->q, m->norm, &L->q, N, m->pool);
+    matmul(m->k, m->norm, &L->k, N, m->pool);
+    matmul(m->v, m->norm, &L->v, N, m->pool);
+    add_bias(m->q, L->q_bias, N, (int)qd);
+    add_bias(m->k, L->k_bias, N, (int)kvd);
+    add_bias(m->v, L->v_bias, N, (int)kvd);
+    rmsnorm(m->q, m->q, L->q_norm, eps, N * nh, D);
+    rmsnorm(m->k, m->k, L->k_norm, eps, N * nkv, D);
+    for (int i = 0; i < N; ++i) {
+        rope_apply(m->q + (size_t)i * qd, m->rope_cos + (size_t)i * half,
+                   m->rope_sin + (size_t)i * half, nh, D);
+        rope_apply(m->k + (size_t)i * kvd, m->rope_cos + (size_t)i * half,
+                   m->rope_sin + (size_t)i * half, nkv, D);
+    }
+    int row = 0;
+    for (int it = 0; it < n_items; ++it) {
+        const struct forward_item *item = &items[it];
+        for (int g = 0; g < nkv; ++g) {
+            float *kc = kv_cache_k(kv, item->slot, L->index, g);
+            float *vc = kv_cache_v(kv, item->slot, L->index, g);
+            for (int i = 0; i < item->n_tokens; ++i) {
+                size_t src = (size_t)(row + i) * kvd + (size_t)g * (size_t)D;
+                size_t dst = (size_t)(item->pos + i) * (size_t)D;
+                memcpy(kc + dst, m->k + src, (size_t)D * sizeof(float));
+                memcpy(vc + dst, m->v + src, (size_t)D * sizeof(float));
+            }
+        }
+        attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd,
+                  kv_cache_k(kv, item->slot, L->index, 0), kv_cache_v(kv, item->slot, L->index, 0),
+                  (size_t)kv->max_seq * (size_t)D, m->scores, item->pos, item->n_tokens, nh, nkv, D,
+                  m->pool);
+        row += item->n_tokens;
+    }
+    matmul(m->proj, m->attn, &L->o, N, m->pool);
+    add_bias(m->proj, L->o_bias, N, H);
+    vec_add(hidden, m->proj, N * H);
+
+    /* MLP block: h = h + MLP_or_MoE(RMSNorm_post(h)). */
+    rmsnorm(m->norm, hidden, L->post_norm, eps, N, H);
+    if (L->is_moe) {
+        moe_block(m, L, m->proj, m->norm, N);
+    } else {
+        int F = c->intermediate_size;
+        matmul(m->ffn_gate, m->norm, &L->gate, N, m->pool);
+        matmul(m->ffn_up, m->norm, &L->up, N, m->pool);
+        swiglu(m->ffn_gate, m->ffn_gate, m->ffn_up, N * F);
+        matmul(m->proj, m->ffn_gate, &L->down, N, m->pool);
+    }
+    vec_add(hidden, m->proj, N * H);
+
+    /* DeepStack (spec §5.4): after layer k's output, add feature k on visual rows. */
+    row = 0;
+    for (int it = 0; it < n_items; ++it) {
+        const struct forward_item *item = &items[it];
+        if (item->deepstack && L->index < item->num_deepstack) {
+            const float *feat =
+                item->deepstack + (size_t)L->index * (size_t)item->n_tokens * (size_t)H;
+            for (int i = 0; i < item->n_tokens; ++i)
+                if (!item->visual_mask || item->visual_mask[i])
+                    vec_add(hidden + (size_t)(row + i) * (size_t)H, feat + (size_t)i * (size_t)H,
+                            H);
+        }
+        row += item->n_tokens;
+    }
+}
+
+static int check_items(const struct reference_model *m, const struct kv_cache *kv,
+                       const struct forward_item *items, int n_items, int *rows, int *ctx) {
+    const struct model_config *c = &m->cfg;
+    if (n_items < 0 || (n_items > 0 && !items))
+        return strata_set_error(STRATA_EINVAL, "reference_forward: bad item list (%d items)",
+                                n_items);
+    if (m->n_layers > 0 &&
+        (!kv || kv->layer_start > m->opt.layer_start || kv->layer_end < m->opt.layer_end ||
+         kv->num_kv_heads != c->num_kv_heads || kv->head_dim != c->head_dim))
+        return strata_set_error(
+            STRATA_EINVAL,
+            "reference_forward: KV cache (layers [%d,%d), %d kv heads, head_dim %d) "
+            "does not fit the model (layers [%d,%d), %d kv heads, head_dim %d)",
+            kv ? kv->layer_start : 0, kv ? kv->layer_end : 0, kv ? kv->num_kv_heads : 0,
+            kv ? kv->head_dim : 0, m->opt.layer_start, m->opt.layer_end, c->num_kv_heads,
+            c->head_dim);
+    *rows = 0;
+    *ctx = 1;
+    for (int it = 0; it < n_items; ++it) {
+        const struct forward_item *item = &items[it];
+        if (item->n_tokens < 1)
+            return strata_set_error(STRATA_EINVAL,
+                                    "reference_forward: item %d has %d tokens (need >= 1)", it,
+                                    item->n_tokens);
+        if (!kv || item->slot < 0 || item->slot >= kv->num_slots || !kv->in_use[item->slot])
+            return strata_set_error(STRATA_EINVAL,
+                                    "reference_forward: item %d uses slot %d, which is not "
+                                    "an acquired KV slot",
+                                    it, item->slot);
+        for (int j = 0; j < it; ++j)
+            if (items[j].slot == item->slot)
+                return strata_set_error(STRATA_EINVAL,
+                                        "reference_forward: items %d and %d share KV slot %d", j,
+                                        it, item->slot);
+        if (item->pos != kv->len[item->slot])
+            return strata_set_error(STRATA_ERANGE,
+                                    "reference_forward: item %d starts at position %d but "
+                                    "slot %d holds %d positions",
+                                    it, item->pos, item->slot, kv->len[item->slot]);
+        if ((long)item->pos + item->n_tokens > kv->max_seq)
+            return strata_set_error(STRATA_ERANGE,
+                                    "reference_forward: item %d needs %ld positions, beyond "
+                                    "the KV capacity of %d",
+                                    it, (long)item->pos + item->n_tokens, kv->max_seq);
+        if (item->deepstack && (item->num_deepstack < 0 || item->num_deepstack > c->num_layers))
+            return strata_set_error(STRATA_EINVAL,
+                                    "reference_forward: item %d has %d deepstack features", it,
+                                    item->num_deepstack);
+        *rows += item->n_tokens;
+        if (item->pos + item->n_tokens > *ctx) *ctx = item->pos + item->n_tokens;
+    }
+    return STRATA_OK;
+}
+
+int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hidden,
+                      const struct forward_item *items, int n_items) {
+    int N = 0, ctx = 1, rc;
+    if (m->n_layers == 0 && !kv) return STRATA_OK; /* embed/head-only stage: nothing to run */
+    if ((rc = check_items(m, kv, items, n_items, &N, &ctx))) return rc;
+    if (N == 0) return STRATA_OK;
+    if ((rc = ensure_scratch(m, N, ctx))) return rc;
+    const struct model_config *c = &m->cfg;
+    int half = c->head_dim / 2;
+    const int *section = c->has_mrope ? c->mrope_section : NULL;
+    int row = 0;
+    for (int it = 0; it < n_items; ++it) {
+        const struct forward_item *item = &items[it];
+        for (int i = 0; i < item->n_tokens; ++i, ++row) {
+            int pt = item->pos + i, ph = pt, pw = pt;
+            if (item->mrope_positions) {
+                pt = item->mrope_positions[i];
+                ph = item->mrope_positions[item->n_tokens + i];
+                pw = item->mrope_positions[2 * item->n_tokens + i];
+            }
+            rope_cos_sin(m->rope_cos + (size_t)row * (size_t)half,
+                         m->rope_sin + (size_t)row * (size_t)half, m->inv_freq, pt, ph, pw, section,
+                         half);
+        }
+    }
+    for (int l = 0; l < m->n_layers; ++l)
+        layer_forward(m, &m->layers[l], kv, hidden, items, n_items, N);
+    for (int it = 0; it < n_items; ++it)
+        kv->len[items[it].slot] += items[it].n_tokens;
+    return STRATA_OK;
+}
+
+int reference_logits(struct reference_model *m, float *logits, const float *hidden, int n) {
+    if (!m->opt.with_head)
+        return strata_set_error(STRATA_EINVAL,
+                                "reference_logits: this model does not own the head");
+    if (n < 0) return strata_set_error(STRATA_EINVAL, "reference_logits: %d rows", n);
+    if (n == 0) return STRATA_OK;
+    int rc;
+    if ((rc = ensure_scratch(m, n, 1))) return rc;
+    rmsnorm(m->norm, hidden, m->final_norm, m->cfg.rms_norm_eps, n, m->cfg.hidden_size);
+    matmul(logits, m->norm, &m->lm_head, n, m->pool);
+    return STRATA_OK;
+}

@@ -1,0 +1,67 @@
+/* Private layout of struct reference_model, shared by model.c (forward pass) and
+ * model_load.c (tensor loading). Not part of the contract in model.h. */
+#ifndef STRATA_REFERENCE_MODEL_INTERNAL_H
+#define STRATA_REFERENCE_MODEL_INTERNAL_H
+
+#include "reference/model.h"
+#include "reference/ops.h"
+#include "reference/thread_pool.h"
+
+struct ref_layer {
+    int index; /* absolute layer index */
+    int is_moe;
+    const float *input_norm, *post_norm;            /* [H] */
+    const float *q_norm, *k_norm;                   /* [D] */
+    const float *q_bias, *k_bias, *v_bias, *o_bias; /* NULL unless attention_bias */
+    struct ops_weight q, k, v;                      /* [nh*D, H], [nkv*D, H], [nkv*D, H] */
+    struct ops_weight o;                            /* [H, nh*D] */
+    struct ops_weight gate, up, down;               /* dense: [F, H], [F, H], [H, F] */
+    struct ops_weight router;                       /* MoE: [E, H] */
+    struct ops_weight *expert_gate;                 /* MoE: [E] of [I, H] */
+    struct ops_weight *expert_up;                   /* MoE: [E] of [I, H] */
+    struct ops_weight *expert_down;                 /* MoE: [E] of [H, I] */
+};
+
+struct reference_model {
+    struct model_config cfg;
+    struct reference_load_options opt;
+    struct thread_pool *pool;
+
+    struct ops_weight embed;   /* [V, H] when with_embed */
+    struct ops_weight lm_head; /* [V, H] when with_head (may be the embedding) */
+    int head_is_embed;
+    const float *final_norm;  /* [H] when with_head */
+    struct ref_layer *layers; /* [n_layers], absolute index layer_start + i */
+    int n_layers;
+    float *inv_freq; /* [D/2] */
+
+    void **owned; /* heap copies made at load (f32 widenings, transposed experts) */
+    int n_owned, cap_owned;
+    size_t weight_bytes, extra_bytes;
+    int num_tensors;
+
+    /* Activation scratch, grown on demand (rows = tokens in one forward call). */
+    int cap_rows, cap_ctx;
+    size_t scratch_bytes;
+    float *norm;         /* [rows, H] */
+    float *proj;         /* [rows, H] */
+    float *q;            /* [rows, nh*D] */
+    float *k, *v;        /* [rows, nkv*D] */
+    float *attn;         /* [rows, nh*D] */
+    float *ffn_gate;     /* [rows, max(F, I)] */
+    float *ffn_up;       /* [rows, max(F, I)] */
+    float *rope_cos;     /* [rows, D/2] */
+    float *rope_sin;     /* [rows, D/2] */
+    float *scores;       /* [threads, ctx] */
+    float *router;       /* [rows, E] */
+    int *route_expert;   /* [rows, top_k] */
+    float *route_weight; /* [rows, top_k] */
+    float *moe_x;        /* [rows, H] gathered inputs of one expert */
+    float *moe_y;        /* [rows, H] */
+    int *moe_row;        /* [rows] */
+    float *moe_w;        /* [rows] */
+};
+
+int ref_load_weights(struct reference_model *m, const struct safetensors *st);
+
+#endif

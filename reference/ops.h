@@ -1,0 +1,93 @@
+/* The reference decoder's ops, one function per op (llm.c style): output first, sizes last,
+ * a shape comment on every tensor. kernels/<op>.cu twins keep these names and are tested
+ * against them.
+ *
+ * Determinism: every output element is computed entirely by one thread with a fixed
+ * reduction order, independent of the thread count and of which other rows share the call.
+ *
+ * Dot-product order (matmul, and so every projection): for an input row x [K] and weight
+ * row w [K], two 8-lane fp32 accumulators a0, a1 start at 0; for k0 = 0, 16, 32, ... while
+ * k0 + 16 <= K: a0[l] = fma(w[k0+l], x[k0+l], a0[l]) and a1[l] = fma(w[k0+8+l], x[k0+8+l],
+ * a1[l]) for l = 0..7. Then s = a0 + a1 (lane-wise), t[i] = s[i] + s[i+4] (i < 4),
+ * r = (t[0] + t[2]) + (t[1] + t[3]), and the K % 16 tail is r = fma(w[k], x[k], r) in
+ * ascending k. bf16 weights are widened exactly (bits << 16) before the fma. The AVX2+FMA
+ * path and the portable path (libm fmaf) perform this same sequence of correctly rounded
+ * operations, so they agree bit for bit.
+ *
+ * Other reductions (RMSNorm's sum of squares, softmax sums, attention q·k and P·V) run
+ * sequentially in ascending index order. */
+#ifndef STRATA_REFERENCE_OPS_H
+#define STRATA_REFERENCE_OPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference/thread_pool.h"
+
+enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1 };
+
+/* A row-major weight matrix [rows, cols] (nn.Linear layout: y = x @ W^T). */
+struct ops_weight {
+    const void *data; /* bf16 (uint16 bit patterns) or f32, [rows][cols] */
+    enum ops_dtype dtype;
+    int rows;
+    int cols;
+};
+
+/* bf16 bit pattern -> f32 (exact) and f32 -> bf16 with round-to-nearest-even (NaN kept). */
+float bf16_to_f32(uint16_t v);
+uint16_t f32_to_bf16(float f);
+
+/* out [n] = one row of w widened to f32; row in [0, w->rows). */
+void ops_weight_row(float *out, const struct ops_weight *w, int row);
+
+/* out [n, H] = RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * weight [H].
+ * The sum of squares is accumulated in double in ascending order. out may equal x. */
+void rmsnorm(float *out, const float *x, const float *weight, float eps, int n, int dim);
+
+/* Builds the RoPE table of one token: cos/sin [half] for angle f[j] = pos_j * inv_freq[j]
+ * (fp32 product), where pos_j = pos_t, except with M-RoPE (mrope_section != NULL; spec §5.1
+ * interleaved layout): j % 3 == 1 && j < 3*section[1] takes pos_h, j % 3 == 2 &&
+ * j < 3*section[2] takes pos_w. inv_freq [half], half = head_dim / 2. */
+void rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, int pos_t, int pos_h,
+                  int pos_w, const int *mrope_section, int half);
+
+/* x [n_heads, head_dim] rotated in place with rotate_half pairing (j with j + head_dim/2):
+ * x'[j] = x[j] cos[j] - x[j+half] sin[j]; x'[j+half] = x[j+half] cos[j] + x[j] sin[j]. */
+void rope_apply(float *x, const float *cos_t, const float *sin_t, int n_heads, int head_dim);
+
+/* out [n, w->rows] = x [n, w->cols] @ w^T, rows split across the pool's threads.
+ * out must not alias x. */
+void matmul(float *out, const float *x, const struct ops_weight *w, int n,
+            struct thread_pool *pool);
+
+/* Causal GQA attention of one request over its cache.
+ * out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i
+ * and sees positions 0..pos+i. k_cache/v_cache point at kv head 0 of the layer:
+ * kv head g's keys are k_cache + g*kv_head_stride, [max_seq][D]. Query head h uses kv head
+ * h / (nh/nkv). Scores are (q·k) * D^-0.5, softmax in fp32, out = P·V.
+ * scratch [pool size][pos + n] floats. */
+void attention(float *out, const float *q, const float *k_cache, const float *v_cache,
+               size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv, int head_dim,
+               struct thread_pool *pool);
+
+/* out [n] = silu(gate [n]) * up [n], silu(z) = z / (1 + exp(-z)). out may equal gate. */
+void swiglu(float *out, const float *gate, const float *up, int n);
+
+/* x [n] = softmax(x) in place (max-subtracted, fp32). */
+void softmax(float *x, int n);
+
+/* MoE routing of one token (spec §4): p = softmax(router_logits [E]); take the top_k largest
+ * (descending; equal values keep the lower expert index first); if renormalize, divide them
+ * by their sum. experts [top_k], weights [top_k]. */
+void moe_route(int *experts, float *weights, const float *router_logits, int renormalize,
+               int num_experts, int top_k);
+
+/* x [n] += y [n]. */
+void vec_add(float *x, const float *y, int n);
+
+/* For tests: 1 forces the portable dot-product path, 0 restores the CPU-detected choice.
+ * Returns whether the AVX2+FMA path is available on this CPU. */
+int ops_force_portable(int force);
+
+#endif

@@ -1,0 +1,112 @@
+/* Fixture reader for tests/golden (see golden_case.h). golden.json is parsed with cJSON;
+ * logits.f32 is read raw (little-endian float32, the only byte order we build for). */
+#include "tests/reference/golden_case.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/status.h"
+#include "tests/test_util.h"
+
+const char *const golden_case_names[] = {
+    "qwen3_gqa_tied",   "qwen3_mha_untied",  "qwen3_deep8", "qwen3_moe",
+    "qwen3_moe_nonorm", "qwen3_long_prompt", NULL,
+};
+
+static int read_file(char **out, size_t *len, const char *path) {
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return strata_set_error(STRATA_EIO, "cannot open %s", path);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *buf = malloc((size_t)n + 1);
+    if (!buf || fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        fclose(f);
+        return strata_set_error(STRATA_EIO, "cannot read %s", path);
+    }
+    fclose(f);
+    buf[n] = 0;
+    *out = buf;
+    *len = (size_t)n;
+    return STRATA_OK;
+}
+
+static int int_array(int32_t **out, int *n, const cJSON *root, const char *key) {
+    const cJSON *arr = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsArray(arr))
+        return strata_set_error(STRATA_EFORMAT, "golden.json: no array %s", key);
+    *n = cJSON_GetArraySize(arr);
+    *out = calloc((size_t)(*n ? *n : 1), sizeof **out);
+    if (!*out) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    int i = 0;
+    const cJSON *item;
+    cJSON_ArrayForEach(item, arr)(*out)[i++] = (int32_t)item->valueint;
+    return STRATA_OK;
+}
+
+int golden_case_open(struct golden_case *gc, const char *name) {
+    memset(gc, 0, sizeof *gc);
+    snprintf(gc->name, sizeof gc->name, "%s", name);
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof dir, "%s", test_path("tests/golden"));
+    size_t dl = strlen(dir);
+    snprintf(dir + dl, sizeof dir - dl, "/%s", name);
+    int rc;
+    char *text = NULL, *raw = NULL;
+    size_t len = 0, raw_len = 0;
+    cJSON *root = NULL;
+    if ((rc = model_config_load(&gc->cfg, dir))) goto fail;
+    if ((rc = safetensors_open(&gc->st, dir))) goto fail;
+    snprintf(path, sizeof path, "%s/golden.json", dir);
+    if ((rc = read_file(&text, &len, path))) goto fail;
+    root = cJSON_ParseWithLength(text, len);
+    if (!root) {
+        rc = strata_set_error(STRATA_EFORMAT, "%s: not JSON", path);
+        goto fail;
+    }
+    if ((rc = int_array(&gc->prompt, &gc->n_prompt, root, "prompt_ids"))) goto fail;
+    if ((rc = int_array(&gc->generated, &gc->n_steps, root, "generated_ids"))) goto fail;
+    snprintf(path, sizeof path, "%s/logits.f32", dir);
+    if ((rc = read_file(&raw, &raw_len, path))) goto fail;
+    size_t want = (size_t)gc->n_steps * (size_t)gc->cfg.vocab_size * sizeof(float);
+    if (raw_len != want) {
+        rc = strata_set_error(STRATA_EFORMAT, "%s: %zu bytes, want %zu", path, raw_len, want);
+        goto fail;
+    }
+    gc->logits = (float *)raw;
+    raw = NULL;
+    cJSON_Delete(root);
+    free(text);
+    return STRATA_OK;
+fail:
+    cJSON_Delete(root);
+    free(text);
+    free(raw);
+    golden_case_close(gc);
+    return rc;
+}
+
+void golden_case_close(struct golden_case *gc) {
+    safetensors_close(gc->st);
+    free(gc->prompt);
+    free(gc->generated);
+    free(gc->logits);
+    memset(gc, 0, sizeof *gc);
+}
+
+int golden_model(struct reference_model **out, const struct golden_case *gc, int start, int end,
+                 int with_embed, int with_head, int threads) {
+    struct reference_load_options opt = {start, end, with_embed, with_head, threads};
+    return reference_model_load(out, &gc->cfg, gc->st, &opt);
+}
+
+int golden_sequence(const struct golden_case *gc, int32_t *out, int n) {
+    if (n > gc->n_prompt + gc->n_steps) return STRATA_ERANGE;
+    for (int i = 0; i < n; ++i)
+        out[i] = i < gc->n_prompt ? gc->prompt[i] : gc->generated[i - gc->n_prompt];
+    return STRATA_OK;
+}

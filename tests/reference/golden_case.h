@@ -1,0 +1,38 @@
+/* Loads one tests/golden/<case> fixture (README there) and runs the reference decoder on it:
+ * shared by the golden, invariant and bad-input tests. */
+#ifndef STRATA_TESTS_REFERENCE_GOLDEN_CASE_H
+#define STRATA_TESTS_REFERENCE_GOLDEN_CASE_H
+
+#include <stdint.h>
+
+#include "reference/model.h"
+#include "runtime/model_config.h"
+#include "runtime/safetensors.h"
+
+struct golden_case {
+    char name[64];
+    struct model_config cfg;
+    struct safetensors *st;
+    int32_t *prompt; /* [n_prompt] */
+    int n_prompt;
+    int32_t *generated; /* [n_steps] */
+    int n_steps;
+    float *logits; /* [n_steps, V] */
+};
+
+/* The committed case names, NULL-terminated. */
+extern const char *const golden_case_names[];
+
+/* Reads tests/golden/<name> through test_path(); returns a status (message in
+ * strata_last_error()). */
+int golden_case_open(struct golden_case *gc, const char *name);
+void golden_case_close(struct golden_case *gc);
+
+/* Loads layers [start, end) with the given parts and thread count. */
+int golden_model(struct reference_model **out, const struct golden_case *gc, int start, int end,
+                 int with_embed, int with_head, int threads);
+
+/* A sequence of `n` token ids: the prompt followed by the generated ids. */
+int golden_sequence(const struct golden_case *gc, int32_t *out, int n);
+
+#endif
