@@ -1,0 +1,179 @@
+/* KV handoff: pack slots of a reference kv_cache into a KvBlock frame, read it back and
+ * restore it into another cache with the same layer range, bit for bit; refusals for a
+ * different layer range, too little capacity, lossy payloads and bad slots. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "reference/kv_cache.h"
+#include "runtime/status.h"
+#include "wire/wire.h"
+
+enum { LAYER_START = 4, LAYER_END = 8, KV_HEADS = 2, HEAD_DIM = 8, MAX_SEQ = 16 };
+
+static uint32_t rng = 12345;
+static float next_float(void) {
+    rng = rng * 1664525u + 1013904223u;
+    uint32_t bits = (rng >> 9) | 0x3f800000u; /* [1, 2) with random mantissa */
+    float f;
+    memcpy(&f, &bits, 4);
+    return (rng & 1) ? f - 1.5f : 1.5f - f;
+}
+
+static void fill_slot(struct kv_cache *kv, int slot, int len) {
+    for (int l = kv->layer_start; l < kv->layer_end; ++l)
+        for (int h = 0; h < kv->num_kv_heads; ++h)
+            for (int i = 0; i < len * kv->head_dim; ++i) {
+                kv_cache_k(kv, slot, l, h)[i] = next_float();
+                kv_cache_v(kv, slot, l, h)[i] = next_float();
+            }
+    kv->len[slot] = len;
+}
+
+static void assert_slots_equal(const struct kv_cache *a, int slot_a, const struct kv_cache *b,
+                               int slot_b) {
+    assert_int_equal(a->len[slot_a], b->len[slot_b]);
+    size_t n = (size_t)a->len[slot_a] * a->head_dim * sizeof(float);
+    for (int l = a->layer_start; l < a->layer_end; ++l)
+        for (int h = 0; h < a->num_kv_heads; ++h) {
+            assert_memory_equal(kv_cache_k(a, slot_a, l, h), kv_cache_k(b, slot_b, l, h), n);
+            assert_memory_equal(kv_cache_v(a, slot_a, l, h), kv_cache_v(b, slot_b, l, h), n);
+        }
+}
+
+struct fixture {
+    struct kv_cache source;
+    struct wire_kv_pack pack;
+    struct wire_arena arena;
+    struct wire_kv_block block; /* read back from the frame */
+};
+
+static int setup(void **state) {
+    static struct fixture f;
+    memset(&f, 0, sizeof f);
+    int slot;
+    if (kv_cache_init(&f.source, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 3)) return -1;
+    for (int i = 0; i < 3; ++i)
+        kv_cache_acquire(&f.source, &slot);
+    fill_slot(&f.source, 0, 5);
+    fill_slot(&f.source, 2, 11);
+    const int slots[2] = {2, 0};
+    if (wire_kv_pack(&f.pack, &f.source, slots, 2)) return -1;
+    f.pack.block.stage_from = 1;
+    f.pack.block.stage_to = 2;
+    f.pack.block.nonce = 77;
+    if (wire_arena_init(&f.arena, 0) || wire_build_kv_block(&f.arena, &f.pack.block)) return -1;
+    if (wire_read_kv_block(&f.block, wire_arena_frame(&f.arena), wire_arena_frame_len(&f.arena)))
+        return -1;
+    *state = &f;
+    return 0;
+}
+
+static int teardown(void **state) {
+    struct fixture *f = *state;
+    wire_arena_free(&f->arena);
+    wire_kv_pack_free(&f->pack);
+    kv_cache_free(&f->source);
+    return 0;
+}
+
+static void packed_layout_is_l_b_heads_s_d(void **state) {
+    struct fixture *f = *state;
+    const struct wire_tensor *k = &f->block.k;
+    const int64_t want[5] = {LAYER_END - LAYER_START, 2, KV_HEADS, 11, HEAD_DIM};
+    assert_int_equal(k->ndim, 5);
+    assert_memory_equal(k->shape, want, sizeof want);
+    assert_int_equal(f->block.num_lengths, 2);
+    assert_int_equal(f->block.lengths[0], 11);
+    assert_int_equal(f->block.lengths[1], 5);
+    assert_int_equal(f->block.nonce, 77);
+    /* Element [l=1, b=1, h=1, s=3, d=2] is layer 5, slot 0, head 1, position 3. */
+    const float *data = k->data;
+    size_t index = ((((size_t)1 * 2 + 1) * KV_HEADS + 1) * 11 + 3) * HEAD_DIM + 2;
+    assert_memory_equal(&data[index], &kv_cache_k(&f->source, 0, 5, 1)[3 * HEAD_DIM + 2], 4);
+    /* Row b=1 holds 5 positions: positions 5..10 are zero padding. */
+    index = ((((size_t)0 * 2 + 1) * KV_HEADS + 0) * 11 + 7) * HEAD_DIM;
+    for (int d = 0; d < HEAD_DIM; ++d)
+        assert_true(data[index + d] == 0.0f);
+}
+
+static void restore_is_bit_exact(void **state) {
+    struct fixture *f = *state;
+    struct kv_cache target;
+    int slot;
+    assert_int_equal(kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2),
+                     0);
+    kv_cache_acquire(&target, &slot);
+    kv_cache_acquire(&target, &slot);
+    const int slots[2] = {0, 1};
+    assert_int_equal(wire_kv_restore(&target, slots, 2, &f->block), 0);
+    assert_slots_equal(&f->source, 2, &target, 0);
+    assert_slots_equal(&f->source, 0, &target, 1);
+    kv_cache_free(&target);
+}
+
+static void different_range_or_shape_is_refused(void **state) {
+    struct fixture *f = *state;
+    struct kv_cache other;
+    int slot;
+    const int slots[2] = {0, 1};
+    assert_int_equal(kv_cache_init(&other, 0, 4, KV_HEADS, HEAD_DIM, MAX_SEQ, 2), 0);
+    kv_cache_acquire(&other, &slot);
+    kv_cache_acquire(&other, &slot);
+    assert_int_equal(wire_kv_restore(&other, slots, 2, &f->block), STRATA_ERANGE);
+    assert_non_null(
+        strstr(strata_last_error(), "block holds layers [4, 8) but the cache holds [0, 4)"));
+    kv_cache_free(&other);
+
+    assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, 8, 2), 0);
+    kv_cache_acquire(&other, &slot);
+    kv_cache_acquire(&other, &slot);
+    assert_int_equal(wire_kv_restore(&other, slots, 2, &f->block), STRATA_ERANGE);
+    assert_non_null(strstr(strata_last_error(), "11 positions, cache capacity 8"));
+    kv_cache_free(&other);
+
+    assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, 1, HEAD_DIM, MAX_SEQ, 2), 0);
+    kv_cache_acquire(&other, &slot);
+    kv_cache_acquire(&other, &slot);
+    assert_int_equal(wire_kv_restore(&other, slots, 2, &f->block), STRATA_EFORMAT);
+    assert_int_equal(wire_kv_restore(&other, slots, 1, &f->block), STRATA_EFORMAT);
+    kv_cache_release(&other, 1);
+    kv_cache_free(&other);
+}
+
+static void lossy_block_and_bad_slots_are_refused(void **state) {
+    struct fixture *f = *state;
+    struct kv_cache target;
+    int slot;
+    assert_int_equal(kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2),
+                     0);
+    kv_cache_acquire(&target, &slot);
+    const int slots[2] = {0, 1};
+    assert_int_equal(wire_kv_restore(&target, slots, 2, &f->block),
+                     STRATA_EINVAL); /* slot 1 not in use */
+    struct wire_kv_block lossy = f->block;
+    lossy.k.codec = WIRE_CODEC_BF16;
+    assert_int_equal(wire_kv_restore(&target, slots, 2, &lossy), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "exact restore needs f32/none"));
+    struct wire_kv_pack pack;
+    const int missing[1] = {1};
+    assert_int_equal(wire_kv_pack(&pack, &f->source, missing, 0), STRATA_EINVAL);
+    kv_cache_release(&f->source, 1);
+    assert_int_equal(wire_kv_pack(&pack, &f->source, missing, 1), STRATA_EINVAL);
+    wire_kv_pack_free(&pack);
+    kv_cache_free(&target);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(packed_layout_is_l_b_heads_s_d),
+        cmocka_unit_test(restore_is_bit_exact),
+        cmocka_unit_test(different_range_or_shape_is_refused),
+        cmocka_unit_test(lossy_block_and_bad_slots_are_refused),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
