@@ -112,7 +112,7 @@ struct sim_report {
     uint64_t events;        /* events the coordinator handled */
     uint64_t retransmits;   /* over every link */
     int protocol_errors;    /* frames a stage core refused as unusable (a bug) */
-    char first_protocol_error[256];
+    char first_protocol_error[512];
 };
 
 /* Runs the whole simulation. Returns 0 when the simulation itself worked, even if requests

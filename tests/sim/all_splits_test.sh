@@ -1,0 +1,35 @@
+#!/bin/sh
+# Runs `strata-sim --all-splits` on one golden model (args: binary, model dir, extra flags)
+# and fails unless every split of every S from 2 to L ran and was bit-identical to the
+# single-stage baseline (strata-sim exits 1 on any difference in tokens or logits).
+set -u
+bin=$1
+model=$2
+shift 2
+out=$("$bin" --model "$model" --all-splits "$@" 2>&1)
+rc=$?
+printf '%s\n' "$out"
+if [ "$rc" -ne 0 ]; then
+    echo "FAIL: strata-sim exited with $rc"
+    exit 1
+fi
+layers=$(printf '%s\n' "$out" | sed -n 's/^model: .* L=\([0-9]*\) .*/\1/p')
+if [ -z "$layers" ]; then
+    echo "FAIL: no layer count in the model line"
+    exit 1
+fi
+# Every S from 2 to L has at least one row whose identical column says yes.
+s=2
+while [ "$s" -le "$layers" ]; do
+    if ! printf '%s\n' "$out" | awk -v s="$s" '$2 == s && $3 == "yes" { found = 1 } END { exit !found }'; then
+        echo "FAIL: no bit-identical run with $s stages"
+        exit 1
+    fi
+    s=$((s + 1))
+done
+if printf '%s\n' "$out" | awk '$3 == "NO" || $3 == "FAILED" || $3 == "ERROR" { bad = 1 } END { exit !bad }'; then
+    echo "FAIL: a run differs or failed"
+    exit 1
+fi
+printf '%s\n' "$out" | grep -q '^OK: ' || { echo "FAIL: no OK line"; exit 1; }
+echo "PASS: all splits of $model bit-identical"

@@ -1,0 +1,38 @@
+#!/bin/sh
+# strata-sim's command line: --help, usage errors (exit 2), a bad model directory (exit 3),
+# and a fault scenario that must end with a clear error and exit 1, never hang.
+set -u
+bin=$1
+model=$2
+fail() {
+    echo "FAIL: $*"
+    exit 1
+}
+expect() { # expect CODE PATTERN ARGS...
+    want=$1
+    pattern=$2
+    shift 2
+    out=$("$bin" "$@" 2>&1)
+    rc=$?
+    printf '%s\n' "--- strata-sim $*" "$out"
+    [ "$rc" -eq "$want" ] || fail "exit $rc, expected $want for: $*"
+    printf '%s\n' "$out" | grep -q -- "$pattern" || fail "output lacks '$pattern' for: $*"
+}
+expect 0 "usage: strata-sim" --help
+expect 2 "model DIR is required" --all-splits
+expect 2 "choose exactly one" --model "$model"
+expect 2 "unknown option" --model "$model" --stages 2 --frobnicate 1
+expect 2 "bad value for --loss" --model "$model" --stages 2 --loss 2
+expect 2 "5 stages for 4 layers" --model "$model" --stages 5
+expect 2 "does not start" --model "$model" --split "0-1|2-4"
+expect 3 "strata-sim: " --model /nonexistent/model --stages 2
+# Faults: a killed stage and a partitioned stage end every request with a clear error.
+expect 1 "stage 1 was killed" --model "$model" --stages 3 --max-tokens 8 --compute fixed \
+    --row-cost-us 20 --kill-stage 1@0.3
+expect 1 "unreachable" --model "$model" --stages 2 --max-tokens 8 --compute fixed \
+    --row-cost-us 20 --partition-stage 1@0.3 --peer-timeout-ms 50
+expect 1 "connection to stage 0 lost" --model "$model" --stages 2 --max-tokens 8 \
+    --compute fixed --kill-stage 0@0.2
+# An explicit split runs and matches.
+expect 0 "OK: 1 split runs" --model "$model" --split "0-1|1-4" --max-tokens 4 --requests 2
+echo "PASS"
