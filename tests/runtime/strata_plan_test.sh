@@ -1,0 +1,37 @@
+#!/bin/bash
+# End-to-end test of the strata-plan binary on the committed tiny checkpoint: the even
+# split, the memory-proportional split, and the documented exit codes (2 usage, 3 input).
+set -u
+plan="$1"
+model="$2"
+fail=0
+
+check() { # name, expected exit code, expected output substring, args...
+    local name="$1" want_rc="$2" want_text="$3"
+    shift 3
+    local out rc
+    out="$("$plan" "$@" 2>&1)"
+    rc=$?
+    if [[ $rc -ne $want_rc ]]; then
+        echo "FAIL $name: exit $rc, want $want_rc"; echo "$out"; fail=1; return
+    fi
+    if [[ "$out" != *"$want_text"* ]]; then
+        echo "FAIL $name: output lacks \"$want_text\""; echo "$out"; fail=1; return
+    fi
+    echo "ok   $name"
+}
+
+check even 0 "[2, 4)" --model "$model" --stages 2
+check even-first 0 "[0, 2)" --model "$model" --stages 2
+check weights 0 "47 tensors checked" --model "$model" --stages 2
+check three-stages 0 "[3, 4)" --model "$model" --stages 3
+check mem 0 "used" --model "$model" --stages 2 --mem 64M,32M --max-seq 1024
+check help 0 "usage: strata-plan" --help
+check no-args 2 "required" 
+check bad-stages 2 "--stages" --model "$model" --stages zero
+check too-many-stages 2 "every stage needs a layer" --model "$model" --stages 5
+check mem-count 2 "--mem lists 1 nodes" --model "$model" --stages 2 --mem 1G
+check mem-syntax 2 "bad size" --model "$model" --stages 2 --mem 1G,12X
+check missing-model 3 "No such file" --model /nonexistent/model --stages 2
+check no-fit 3 "does not fit" --model "$model" --stages 2 --mem 1M,1M
+exit $fail
