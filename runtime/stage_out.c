@@ -1,6 +1,7 @@
 /* --out: a finished request's generated ids and last-stage logits as a safetensors file,
  * so tests and Python (safetensors.numpy.load_file) compare runs exactly. Tensors:
- * "tokens" I32 [n], "logits" F32 [n, V]; metadata: nonce and prompt_len. */
+ * "tokens" I32 [n], "logits" F32 [n, V]; metadata: prompt_len. No nonce or time goes in,
+ * so the same request gives the same bytes on any split (tests compare files with cmp). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,19 +21,18 @@ int stage_write_out(const char *path, const struct stage_result *result) {
     uint8_t prefix[8];
     FILE *f;
     if (result->logits)
-        len = snprintf(
-            header, sizeof header,
-            "{\"__metadata__\":{\"nonce\":\"%llu\",\"prompt_len\":\"%d\"},"
-            "\"tokens\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[0,%zu]},"
-            "\"logits\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}}",
-            (unsigned long long)result->nonce, result->prompt_len, result->n_tokens, tokens_bytes,
-            result->n_tokens, result->vocab, tokens_bytes, tokens_bytes + logits_bytes);
+        len =
+            snprintf(header, sizeof header,
+                     "{\"__metadata__\":{\"prompt_len\":\"%d\"},"
+                     "\"tokens\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[0,%zu]},"
+                     "\"logits\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}}",
+                     result->prompt_len, result->n_tokens, tokens_bytes, result->n_tokens,
+                     result->vocab, tokens_bytes, tokens_bytes + logits_bytes);
     else
         len = snprintf(header, sizeof header,
-                       "{\"__metadata__\":{\"nonce\":\"%llu\",\"prompt_len\":\"%d\"},"
+                       "{\"__metadata__\":{\"prompt_len\":\"%d\"},"
                        "\"tokens\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[0,%zu]}}",
-                       (unsigned long long)result->nonce, result->prompt_len, result->n_tokens,
-                       tokens_bytes);
+                       result->prompt_len, result->n_tokens, tokens_bytes);
     if (len < 0 || (size_t)len + 8 >= sizeof header)
         return strata_set_error(STRATA_EINVAL, "--out header too long");
     while ((len + 8) % 8 != 0) /* data starts 8-aligned: pad the header with spaces */

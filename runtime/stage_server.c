@@ -382,6 +382,7 @@ static void loop_once(struct server *s) {
         flush(s);
     }
     if (stage_core_has_work(s->core)) {
+        if (s->opt->step_delay_ms > 0) usleep((useconds_t)s->opt->step_delay_ms * 1000);
         if (stage_core_step(s->core) < 0)
             stage_log(STAGE_LOG_ERROR, "microbatch failed: %s", strata_last_error());
     }

@@ -39,6 +39,7 @@ struct stage_server_options {
     const char *out_path;    /* last stage: tokens + logits of finished requests */
     enum stage_log_level log_level;
     int io_timeout_ms; /* send / receive-a-started-frame limit; 0 = 5000 */
+    int step_delay_ms; /* testing: sleep before each microbatch (a slow device) */
 };
 
 /* Runs until *stop becomes non-zero (signal handler). Returns 0, or a negative status

@@ -58,6 +58,7 @@ static void usage(FILE *out) {
             "  --out FILE             last stage: tokens + logits of each finished request\n"
             "                         (safetensors: tokens I32 [n], logits F32 [n, V])\n"
             "  --auth-key-file F      pre-shared key (else $STRATA_AUTH_KEY; none = no auth)\n"
+            "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
             "  --help                 this text\n");
 }
@@ -69,7 +70,7 @@ struct args {
     int next_port;
     const char *device;
     int threads, max_seq, max_batch, chunk_size;
-    int send_kv, recv_kv;
+    int send_kv, recv_kv, step_delay_ms;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
     enum stage_log_level log_level;
 };
@@ -114,6 +115,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
         O_OUT,
         O_AUTH,
         O_LOG,
+        O_DELAY,
         O_HELP
     };
     static const struct option options[] = {{"model", 1, 0, O_MODEL},
@@ -140,6 +142,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
                                             {"out", 1, 0, O_OUT},
                                             {"auth-key-file", 1, 0, O_AUTH},
                                             {"log-level", 1, 0, O_LOG},
+                                            {"step-delay-ms", 1, 0, O_DELAY},
                                             {"help", 0, 0, O_HELP},
                                             {0, 0, 0, 0}};
     int c, rc = 0;
@@ -182,6 +185,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
         case O_KV_RESTORE: a->kv_restore = optarg; break;
         case O_OUT: a->out = optarg; break;
         case O_AUTH: a->auth_key_file = optarg; break;
+        case O_DELAY: rc = parse_int(optarg, 0, 60000, &a->step_delay_ms, "--step-delay-ms"); break;
         case O_LOG:
             if (!strcmp(optarg, "error"))
                 a->log_level = STAGE_LOG_ERROR;
@@ -411,6 +415,7 @@ int main(int argc, char **argv) {
     so.kv_out_path = a.kv_out;
     so.out_path = last ? a.out : NULL;
     so.log_level = a.log_level;
+    so.step_delay_ms = a.step_delay_ms;
     if (wire_model_fingerprint(so.fingerprint, config_json, config_len, "float32") < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         goto done;
