@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/stage_plan.h"
 #include "runtime/status.h"
 
 static uint64_t split_rng_next(uint64_t *state) {
@@ -46,10 +47,14 @@ int sim_split_even(struct sim_split *split, int num_layers, int num_stages) {
     if (rc < 0) return rc;
     split->num_layers = num_layers;
     split->num_stages = num_stages;
-    int base = num_layers / num_stages, extra = num_layers % num_stages;
+    /* The shard planner's even split, so the simulator's automatic split is the one a
+     * deployment without --mem gets. */
+    struct stage_range ranges[SIM_MAX_STAGES];
+    rc = stage_plan_even(ranges, num_layers, num_stages);
+    if (rc < 0) return rc;
     for (int s = 0; s < num_stages; s++)
-        split->bounds[s + 1] = split->bounds[s] + base + (s < extra ? 1 : 0);
-    return 0;
+        split->bounds[s + 1] = ranges[s].layer_end;
+    return sim_split_check(split);
 }
 
 int sim_split_random(struct sim_split *split, int num_layers, int num_stages, uint64_t *rng_state) {

@@ -21,7 +21,8 @@ struct sim_split {
 /* Checks that the boundaries are strictly increasing from 0 to L. */
 int sim_split_check(const struct sim_split *split);
 
-/* Even split: the first L % S stages get one layer more (same rule as an even shard plan). */
+/* Even split from the shard planner (runtime/stage_plan.h): the first L % S stages get one
+ * layer more. */
 int sim_split_even(struct sim_split *split, int num_layers, int num_stages);
 
 /* A uniformly random split of L layers into S non-empty stages: S-1 distinct cut points
