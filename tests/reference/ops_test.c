@@ -1,0 +1,305 @@
+/* Unit tests of reference/ops.h against straightforward double-precision formulas, plus the
+ * determinism properties: matmul is bit-identical across thread counts, across batch
+ * composition, and between the AVX2 and portable paths. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "reference/ops.h"
+#include "reference/thread_pool.h"
+
+static uint64_t rng = 0x1234567ull;
+
+static float frand(void) { /* uniform in [-1, 1) */
+    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+}
+
+static void fill(float *x, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        x[i] = frand();
+}
+
+/* A random weight [rows, cols] in the given dtype; *dense receives its f32 values. */
+static void *make_weight(struct ops_weight *w, float **dense, enum ops_dtype dt, int rows,
+                         int cols) {
+    size_t n = (size_t)rows * (size_t)cols;
+    *dense = malloc(n * sizeof(float));
+    void *data = malloc(n * (dt == OPS_BF16 ? 2 : 4));
+    assert_non_null(*dense);
+    assert_non_null(data);
+    for (size_t i = 0; i < n; ++i) {
+        float v = frand();
+        if (dt == OPS_BF16) {
+            ((uint16_t *)data)[i] = f32_to_bf16(v);
+            (*dense)[i] = bf16_to_f32(((uint16_t *)data)[i]);
+        } else {
+            ((float *)data)[i] = v;
+            (*dense)[i] = v;
+        }
+    }
+    *w = (struct ops_weight){data, dt, rows, cols};
+    return data;
+}
+
+static void test_bf16_conversion(void **state) {
+    (void)state;
+    assert_true(bf16_to_f32(0x3f80) == 1.0f);
+    assert_int_equal(f32_to_bf16(1.0f), 0x3f80);
+    /* 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0). */
+    assert_int_equal(f32_to_bf16(1.0f + 1.0f / 256.0f), 0x3f80);
+    /* 1 + 3 * 2^-8 is halfway between 1 + 2^-7 (odd) and 1 + 2^-6: rounds up to even. */
+    assert_int_equal(f32_to_bf16(1.0f + 3.0f / 256.0f), 0x3f82);
+    assert_true(isnan(bf16_to_f32(f32_to_bf16(NAN))));
+    assert_true(isinf(bf16_to_f32(f32_to_bf16(INFINITY))));
+}
+
+static void check_matmul(enum ops_dtype dt, int rows, int cols, int n, struct thread_pool *pool) {
+    struct ops_weight w;
+    float *dense;
+    void *data = make_weight(&w, &dense, dt, rows, cols);
+    float *x = malloc((size_t)n * (size_t)cols * sizeof(float));
+    float *out = malloc((size_t)n * (size_t)rows * sizeof(float));
+    float *single = malloc((size_t)rows * sizeof(float));
+    fill(x, (size_t)n * (size_t)cols);
+    matmul(out, x, &w, n, pool);
+    for (int t = 0; t < n; ++t) {
+        for (int r = 0; r < rows; ++r) {
+            double ref = 0.0, mag = 0.0;
+            for (int k = 0; k < cols; ++k) {
+                double p = (double)dense[(size_t)r * (size_t)cols + (size_t)k] *
+                           (double)x[(size_t)t * (size_t)cols + (size_t)k];
+                ref += p;
+                mag += fabs(p);
+            }
+            double err = fabs(out[(size_t)t * (size_t)rows + (size_t)r] - ref);
+            if (err > 1e-6 * mag + 1e-30)
+                fail_msg("matmul %s %dx%d n=%d: out[%d][%d] = %.9g, want %.9g",
+                         dt == OPS_BF16 ? "bf16" : "f32", rows, cols, n, t, r,
+                         out[(size_t)t * (size_t)rows + (size_t)r], ref);
+        }
+        /* The same row computed alone gives the same bits (batch composition does not matter). */
+        matmul(single, x + (size_t)t * (size_t)cols, &w, 1, pool);
+        assert_memory_equal(single, out + (size_t)t * (size_t)rows, (size_t)rows * sizeof(float));
+    }
+    free(data);
+    free(dense);
+    free(x);
+    free(out);
+    free(single);
+}
+
+static void test_matmul_matches_double(void **state) {
+    (void)state;
+    struct thread_pool *pool;
+    assert_int_equal(thread_pool_init(&pool, 2), 0);
+    int rows[] = {1, 3, 4, 5, 17, 33}, cols[] = {1, 7, 16, 17, 40, 64, 100}, ns[] = {1, 2, 4, 5, 9};
+    for (int dt = 0; dt < 2; ++dt)
+        for (size_t r = 0; r < sizeof rows / sizeof *rows; ++r)
+            for (size_t c = 0; c < sizeof cols / sizeof *cols; ++c)
+                for (size_t n = 0; n < sizeof ns / sizeof *ns; ++n)
+                    check_matmul((enum ops_dtype)dt, rows[r], cols[c], ns[n], pool);
+    thread_pool_free(pool);
+}
+
+/* Same weights and inputs: every thread count and both code paths give identical bits. */
+static void test_matmul_bit_identical(void **state) {
+    (void)state;
+    int rows = 203, cols = 333, n = 6;
+    for (int dt = 0; dt < 2; ++dt) {
+        struct ops_weight w;
+        float *dense;
+        void *data = make_weight(&w, &dense, (enum ops_dtype)dt, rows, cols);
+        float *x = malloc((size_t)n * (size_t)cols * sizeof(float));
+        float *base = malloc((size_t)n * (size_t)rows * sizeof(float));
+        float *out = malloc((size_t)n * (size_t)rows * sizeof(float));
+        fill(x, (size_t)n * (size_t)cols);
+        struct thread_pool *one;
+        assert_int_equal(thread_pool_init(&one, 1), 0);
+        matmul(base, x, &w, n, one);
+        for (int threads = 2; threads <= 5; ++threads) {
+            struct thread_pool *pool;
+            assert_int_equal(thread_pool_init(&pool, threads), 0);
+            matmul(out, x, &w, n, pool);
+            assert_memory_equal(out, base, (size_t)n * (size_t)rows * sizeof(float));
+            thread_pool_free(pool);
+        }
+        int has_avx2 = ops_force_portable(1);
+        matmul(out, x, &w, n, one);
+        ops_force_portable(0);
+        assert_memory_equal(out, base, (size_t)n * (size_t)rows * sizeof(float));
+        if (dt == 0)
+            printf("matmul: AVX2+FMA path %s; portable path bit-identical\n",
+                   has_avx2 ? "used" : "not available");
+        thread_pool_free(one);
+        free(data);
+        free(dense);
+        free(x);
+        free(base);
+        free(out);
+    }
+}
+
+static void test_rmsnorm(void **state) {
+    (void)state;
+    int n = 3, dim = 37;
+    float x[3 * 37], w[37], out[3 * 37];
+    fill(x, sizeof x / sizeof *x);
+    fill(w, 37);
+    rmsnorm(out, x, w, 1e-6f, n, dim);
+    for (int t = 0; t < n; ++t) {
+        double ss = 0.0;
+        for (int i = 0; i < dim; ++i)
+            ss += (double)x[t * dim + i] * x[t * dim + i];
+        double scale = 1.0 / sqrt(ss / dim + 1e-6);
+        for (int i = 0; i < dim; ++i)
+            assert_true(fabs(out[t * dim + i] - w[i] * x[t * dim + i] * scale) < 1e-6);
+    }
+    rmsnorm(x, x, w, 1e-6f, n, dim); /* in place */
+    assert_memory_equal(x, out, sizeof out);
+}
+
+static void test_rope(void **state) {
+    (void)state;
+    enum { D = 16, HALF = 8, NH = 3 };
+    float inv[HALF], c[HALF], s[HALF], x[NH * D], orig[NH * D];
+    for (int j = 0; j < HALF; ++j)
+        inv[j] = 1.0f / powf(10000.0f, (float)(2 * j) / D);
+    fill(orig, NH * D);
+    /* Position 0 is the identity. */
+    rope_cos_sin(c, s, inv, 0, 0, 0, NULL, HALF);
+    memcpy(x, orig, sizeof x);
+    rope_apply(x, c, s, NH, D);
+    assert_memory_equal(x, orig, sizeof x);
+    /* Position 5: rotate_half pairing (j, j + D/2). */
+    rope_cos_sin(c, s, inv, 5, 5, 5, NULL, HALF);
+    memcpy(x, orig, sizeof x);
+    rope_apply(x, c, s, NH, D);
+    for (int h = 0; h < NH; ++h)
+        for (int j = 0; j < HALF; ++j) {
+            double a = 5.0 * inv[j], x0 = orig[h * D + j], x1 = orig[h * D + j + HALF];
+            assert_true(fabs(x[h * D + j] - (x0 * cos(a) - x1 * sin(a))) < 1e-5);
+            assert_true(fabs(x[h * D + j + HALF] - (x1 * cos(a) + x0 * sin(a))) < 1e-5);
+        }
+}
+
+static void test_mrope_sections(void **state) {
+    (void)state;
+    enum { HALF = 64 };
+    int section[3] = {24, 20, 20};
+    float inv[HALF], c1[HALF], s1[HALF], c2[HALF], s2[HALF];
+    for (int j = 0; j < HALF; ++j)
+        inv[j] = 1.0f / powf(5e6f, (float)(2 * j) / 128.0f);
+    /* Equal streams reduce to plain 1-D RoPE. */
+    rope_cos_sin(c1, s1, inv, 9, 9, 9, section, HALF);
+    rope_cos_sin(c2, s2, inv, 9, 9, 9, NULL, HALF);
+    assert_memory_equal(c1, c2, sizeof c1);
+    assert_memory_equal(s1, s2, sizeof s1);
+    /* Distinct streams: h on j%3==1 (j<60), w on j%3==2 (j<60), t elsewhere (spec §5.1). */
+    int pt = 3, ph = 11, pw = 17;
+    rope_cos_sin(c1, s1, inv, pt, ph, pw, section, HALF);
+    for (int j = 0; j < HALF; ++j) {
+        int p = pt;
+        if (j % 3 == 1 && j < 60) p = ph;
+        if (j % 3 == 2 && j < 60) p = pw;
+        assert_true(s1[j] == sinf((float)p * inv[j]));
+    }
+    assert_true(s1[58] == sinf((float)ph * inv[58]));
+    assert_true(s1[59] == sinf((float)pw * inv[59]));
+    assert_true(s1[61] == sinf((float)pt * inv[61]));
+}
+
+static void test_softmax_swiglu(void **state) {
+    (void)state;
+    float x[5] = {1.0f, 2.0f, 3.0f, -1.0f, 1000.0f};
+    softmax(x, 4);
+    double z = exp(1) + exp(2) + exp(3) + exp(-1);
+    assert_true(fabs(x[0] - exp(1) / z) < 1e-7 && fabs(x[2] - exp(3) / z) < 1e-7);
+    softmax(x + 4, 1);
+    assert_true(x[4] == 1.0f);
+    float g[3] = {-2.0f, 0.0f, 3.0f}, u[3] = {1.5f, 2.0f, -1.0f}, o[3];
+    swiglu(o, g, u, 3);
+    for (int i = 0; i < 3; ++i)
+        assert_true(fabs(o[i] - g[i] / (1.0 + exp(-g[i])) * u[i]) < 1e-6);
+}
+
+static void test_moe_route(void **state) {
+    (void)state;
+    float logits[6] = {0.5f, 2.0f, -1.0f, 2.0f, 1.0f, 0.0f};
+    int e[3];
+    float w[3];
+    moe_route(e, w, logits, 0, 6, 3);
+    /* Ties (experts 1 and 3) keep the lower index first. */
+    assert_int_equal(e[0], 1);
+    assert_int_equal(e[1], 3);
+    assert_int_equal(e[2], 4);
+    double z = 0.0;
+    for (int i = 0; i < 6; ++i)
+        z += exp(logits[i]);
+    assert_true(fabs(w[0] - exp(2.0) / z) < 1e-7 && fabs(w[2] - exp(1.0) / z) < 1e-7);
+    moe_route(e, w, logits, 1, 6, 3);
+    double sum = exp(2.0) * 2 + exp(1.0);
+    assert_true(fabs(w[0] - exp(2.0) / sum) < 1e-6 && fabs(w[2] - exp(1.0) / sum) < 1e-6);
+    assert_true(fabs(w[0] + w[1] + w[2] - 1.0) < 1e-6);
+}
+
+/* Causal GQA over a cache with 2 earlier positions and 3 new queries, against double math. */
+static void test_attention(void **state) {
+    (void)state;
+    enum { NH = 4, NKV = 2, D = 8, MAX_SEQ = 8, POS = 2, N = 3 };
+    float q[N * NH * D], k[NKV * MAX_SEQ * D], v[NKV * MAX_SEQ * D], out[N * NH * D];
+    float scratch[3 * MAX_SEQ];
+    fill(q, sizeof q / sizeof *q);
+    fill(k, sizeof k / sizeof *k);
+    fill(v, sizeof v / sizeof *v);
+    for (int threads = 1; threads <= 3; ++threads) {
+        struct thread_pool *pool;
+        assert_int_equal(thread_pool_init(&pool, threads), 0);
+        attention(out, q, k, v, MAX_SEQ * D, scratch, POS, N, NH, NKV, D, pool);
+        thread_pool_free(pool);
+        for (int i = 0; i < N; ++i)
+            for (int h = 0; h < NH; ++h) {
+                const float *qi = q + (i * NH + h) * D;
+                const float *kh = k + (h / 2) * MAX_SEQ * D, *vh = v + (h / 2) * MAX_SEQ * D;
+                int ctx = POS + i + 1;
+                double s[MAX_SEQ], max = -1e30, z = 0.0;
+                for (int j = 0; j < ctx; ++j) {
+                    s[j] = 0.0;
+                    for (int d = 0; d < D; ++d)
+                        s[j] += (double)qi[d] * kh[j * D + d];
+                    s[j] /= sqrt((double)D);
+                    if (s[j] > max) max = s[j];
+                }
+                for (int j = 0; j < ctx; ++j)
+                    z += exp(s[j] - max);
+                for (int d = 0; d < D; ++d) {
+                    double o = 0.0;
+                    for (int j = 0; j < ctx; ++j)
+                        o += exp(s[j] - max) / z * vh[j * D + d];
+                    assert_true(fabs(out[(i * NH + h) * D + d] - o) < 1e-5);
+                }
+            }
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bf16_conversion),
+        cmocka_unit_test(test_matmul_matches_double),
+        cmocka_unit_test(test_matmul_bit_identical),
+        cmocka_unit_test(test_rmsnorm),
+        cmocka_unit_test(test_rope),
+        cmocka_unit_test(test_mrope_sections),
+        cmocka_unit_test(test_softmax_swiglu),
+        cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_attention),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

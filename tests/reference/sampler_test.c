@@ -1,0 +1,89 @@
+/* Sampler: greedy is torch.argmax (first maximum); seeded sampling replays; top-k 1 and a tiny
+ * top-p collapse to greedy; temperature sampling follows the softmax distribution. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include <cmocka.h>
+
+#include "reference/sampler.h"
+
+static void test_greedy_first_max(void **state) {
+    (void)state;
+    float logits[5] = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+    assert_int_equal(argmax(logits, 5), 1);
+    struct sampler s;
+    struct sampler_params p = {0.0f, 0, 1.0f, 7};
+    sampler_init(&s, &p);
+    assert_int_equal(sampler_sample(&s, logits, 5, NULL), 1);
+}
+
+static void test_seed_replays(void **state) {
+    (void)state;
+    enum { V = 50 };
+    float logits[V];
+    for (int i = 0; i < V; ++i)
+        logits[i] = sinf((float)i) * 2.0f;
+    char scratch[2 * V * 4];
+    struct sampler_params p = {0.9f, 20, 0.95f, 42};
+    struct sampler a, b;
+    sampler_init(&a, &p);
+    sampler_init(&b, &p);
+    int differ = 0;
+    for (int i = 0; i < 100; ++i) {
+        int ta = sampler_sample(&a, logits, V, scratch),
+            tb = sampler_sample(&b, logits, V, scratch);
+        assert_int_equal(ta, tb);
+        differ |= ta != argmax(logits, V);
+    }
+    assert_true(differ); /* temperature 0.9 over 20 candidates is not greedy */
+}
+
+static void test_cuts_collapse_to_greedy(void **state) {
+    (void)state;
+    enum { V = 30 };
+    float logits[V];
+    for (int i = 0; i < V; ++i)
+        logits[i] = cosf((float)i * 1.7f);
+    char scratch[2 * V * 4];
+    struct sampler s;
+    struct sampler_params topk1 = {1.5f, 1, 1.0f, 3}, tiny_p = {1.5f, 0, 1e-6f, 3};
+    sampler_init(&s, &topk1);
+    for (int i = 0; i < 20; ++i)
+        assert_int_equal(sampler_sample(&s, logits, V, scratch), argmax(logits, V));
+    sampler_init(&s, &tiny_p);
+    for (int i = 0; i < 20; ++i)
+        assert_int_equal(sampler_sample(&s, logits, V, scratch), argmax(logits, V));
+}
+
+static void test_distribution(void **state) {
+    (void)state;
+    float logits[3] = {0.0f, logf(2.0f), logf(7.0f)}; /* probabilities 0.1, 0.2, 0.7 */
+    char scratch[2 * 3 * 4];
+    struct sampler s;
+    struct sampler_params p = {1.0f, 0, 1.0f, 99};
+    sampler_init(&s, &p);
+    int counts[3] = {0, 0, 0}, n = 20000;
+    for (int i = 0; i < n; ++i)
+        counts[sampler_sample(&s, logits, 3, scratch)]++;
+    assert_true(fabs(counts[0] / (double)n - 0.1) < 0.015);
+    assert_true(fabs(counts[2] / (double)n - 0.7) < 0.015);
+    /* top-p 0.75 keeps {2, 1} (0.7 then 0.9 >= 0.75): token 0 never appears. */
+    struct sampler_params nucleus = {1.0f, 0, 0.75f, 5};
+    sampler_init(&s, &nucleus);
+    for (int i = 0; i < 2000; ++i)
+        assert_int_not_equal(sampler_sample(&s, logits, 3, scratch), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_first_max),
+        cmocka_unit_test(test_seed_replays),
+        cmocka_unit_test(test_cuts_collapse_to_greedy),
+        cmocka_unit_test(test_distribution),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
