@@ -42,7 +42,7 @@ static const char usage_text[] =
     "  --loss P              probability a transmission is lost and resent (default 0)\n"
     "  --rto-ms MS           first retransmission timeout (default 200)\n"
     "  --retries N           retransmissions before a peer counts as unreachable (default 6)\n"
-    "faults (applied to every run except the baseline):\n"
+    "faults (applied to every run but the baseline that has stage R):\n"
     "  --kill-stage R@MS     stage R dies at virtual time MS milliseconds\n"
     "  --partition-stage R@MS  stage R becomes unreachable at MS milliseconds\n"
     "  --peer-timeout-ms MS  keepalive: a silent peer is declared dead after MS (default 2000)\n"
@@ -60,6 +60,7 @@ static const char usage_text[] =
     "                        fixed --row-cost-us per row and layer (deterministic times)\n"
     "  --row-cost-us US      fixed cost per hidden row per layer (default 1)\n"
     "  --threads N           matmul threads per stage (default 1)\n"
+    "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic\n"
     "  --chunk N             prefill chunk rows (default: stage core's)\n"
     "  -h, --help            this text\n"
     "\n"
@@ -71,7 +72,7 @@ struct cli {
     const char *split_text;
     uint64_t seed;
     struct sim_options sim; /* link, faults, timeouts, compute, threads */
-    int requests, requests_per_stage, max_tokens, stop_at_eos;
+    int requests, requests_per_stage, max_tokens, stop_at_eos, stage_stats;
     const char *prompt_text;
     struct sampler_params sampling;
 };
@@ -133,6 +134,10 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
         }
         if (!strcmp(name, "--stop-at-eos")) {
             cli->stop_at_eos = 1;
+            continue;
+        }
+        if (!strcmp(name, "--stage-stats")) {
+            cli->stage_stats = 1;
             continue;
         }
         if (strncmp(name, "--", 2) != 0) return usage_error("unexpected argument '%s'", name);
@@ -367,6 +372,17 @@ static int run_split(struct sim_report *report, struct cli *cli, const struct si
     printf("%-32s %2d  %-9s %9s %10s %7.1f %8.1f %11.3f %8llu\n", name, split->num_stages, verdict,
            ttft, rate, 100.0 * report->utilisation, 100.0 * report->bubble_fraction,
            (double)wall / 1e6, (unsigned long long)report->events);
+    for (int r = 0; cli->stage_stats && r < report->num_stages; r++) {
+        const struct sim_stage_stats *st = &report->stages[r];
+        printf("    stage %d [%d, %d): %llu steps, %llu rows, busy %.3f ms (%.1f%%), measured "
+               "wall %.3f ms cpu %.3f ms, sent %llu frames %llu bytes\n",
+               r, st->layer_start, st->layer_end, (unsigned long long)st->steps,
+               (unsigned long long)st->rows, (double)st->busy_ns / 1e6,
+               report->makespan_ns ? 100.0 * (double)st->busy_ns / (double)report->makespan_ns
+                                   : 0.0,
+               (double)st->wall_ns / 1e6, (double)st->cpu_ns / 1e6,
+               (unsigned long long)st->frames_out, (unsigned long long)st->bytes_out);
+    }
     if (report->protocol_errors) {
         printf("    protocol errors: %d, first: %s\n", report->protocol_errors,
                report->first_protocol_error);
