@@ -42,6 +42,8 @@ static const char usage_text[] =
     "  --loss P              probability a transmission is lost and resent (default 0)\n"
     "  --rto-ms MS           first retransmission timeout (default 200)\n"
     "  --retries N           retransmissions before a peer counts as unreachable (default 6)\n"
+    "  --conn-link C:US:GBPS  latency and bandwidth of the connection stage C -> C+1 only\n"
+    "                        (repeatable; C = S-1 is the ring link back to stage 0)\n"
     "faults (applied to every run but the baseline that has stage R):\n"
     "  --kill-stage R@MS     stage R dies at virtual time MS milliseconds\n"
     "  --partition-stage R@MS  stage R becomes unreachable at MS milliseconds\n"
@@ -72,6 +74,8 @@ struct cli {
     const char *split_text;
     uint64_t seed;
     struct sim_options sim; /* link, faults, timeouts, compute, threads */
+    struct sim_link_params conn_link[SIM_MAX_STAGES];
+    int conn_link_set[SIM_MAX_STAGES];
     int requests, requests_per_stage, max_tokens, stop_at_eos, stage_stats;
     const char *prompt_text;
     struct sampler_params sampling;
@@ -112,6 +116,21 @@ static int parse_fault(int *stage, int64_t *at_ns, const char *text) {
         parse_double(&ms, at + 1, 0.0, 1e9) < 0)
         return -1;
     *at_ns = (int64_t)(ms * 1e6);
+    return 0;
+}
+
+/* "C:US:GBPS" -> connection index, latency and bandwidth. */
+static int parse_conn_link(struct cli *cli, const char *text) {
+    int conn;
+    double latency_us, gbps;
+    char tail;
+    if (sscanf(text, "%d:%lf:%lf%c", &conn, &latency_us, &gbps, &tail) != 3 || conn < 0 ||
+        conn >= SIM_MAX_STAGES || !(latency_us >= 0 && latency_us <= 1e9) ||
+        !(gbps >= 0 && gbps <= 1e6))
+        return -1;
+    cli->conn_link_set[conn] = 1;
+    cli->conn_link[conn].latency_ns = (int64_t)(latency_us * 1e3);
+    cli->conn_link[conn].bandwidth_gbps = gbps;
     return 0;
 }
 
@@ -172,6 +191,8 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
             cli->sim.link.retransmit_timeout_ns = (int64_t)(d * 1e6);
         } else if (!strcmp(name, "--retries"))
             bad = parse_int(&cli->sim.link.max_retransmits, v, 0, 30);
+        else if (!strcmp(name, "--conn-link"))
+            bad = parse_conn_link(cli, v);
         else if (!strcmp(name, "--kill-stage"))
             bad = parse_fault(&cli->sim.kill_stage, &cli->sim.kill_at_ns, v);
         else if (!strcmp(name, "--partition-stage"))
@@ -226,6 +247,17 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
     if (cli->all_splits + (cli->stages > 0) + (cli->split_text != NULL) != 1)
         return usage_error("%s", "choose exactly one of --all-splits, --stages S, --split SPLIT");
     if (cli->random_splits < 0) cli->random_splits = cli->all_splits ? 2 : 0;
+    /* Overridden connections share every other link setting (jitter, loss, retries). */
+    for (int c = 0; c < SIM_MAX_STAGES; c++) {
+        if (!cli->conn_link_set[c]) continue;
+        struct sim_link_params own = cli->sim.link;
+        own.latency_ns = cli->conn_link[c].latency_ns;
+        own.bandwidth_gbps = cli->conn_link[c].bandwidth_gbps;
+        cli->conn_link[c] = own;
+    }
+    cli->sim.conn_link = cli->conn_link;
+    cli->sim.conn_link_set = cli->conn_link_set;
+    cli->sim.num_conn_link = SIM_MAX_STAGES;
     if (cli->sim.kill_stage >= 0 && cli->sim.partition_stage >= 0)
         return usage_error("%s", "use one fault at a time (--kill-stage or --partition-stage)");
     return 0;
@@ -512,6 +544,10 @@ int main(int argc, char **argv) {
         snprintf(concurrent, sizeof concurrent, "S (one per stage)");
     else
         snprintf(concurrent, sizeof concurrent, "%d", cli.requests);
+    for (int c = 0; c < SIM_MAX_STAGES; c++)
+        if (cli.conn_link_set[c])
+            printf("  connection %d -> %d: latency %.1f us, bandwidth %g Gbps\n", c, c + 1,
+                   (double)cli.conn_link[c].latency_ns / 1e3, cli.conn_link[c].bandwidth_gbps);
     printf("requests: %s concurrent, %d-token prompt, %d tokens each; compute: %s\n", concurrent,
            prompt_len, max_tokens,
            cli.sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"

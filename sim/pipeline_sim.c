@@ -581,6 +581,9 @@ static int check_options(const struct sim_options *opt) {
         return strata_set_error(STRATA_EINVAL, "simulator: timeouts must be > 0");
     if (opt->compute == SIM_COMPUTE_FIXED && opt->row_layer_cost_ns < 0)
         return strata_set_error(STRATA_EINVAL, "simulator: row cost must be >= 0");
+    for (int c = 0; c < opt->num_conn_link; c++)
+        if (opt->conn_link_set[c] && (rc = sim_link_params_check(&opt->conn_link[c])) < 0)
+            return rc;
     return sim_link_params_check(&opt->link);
 }
 
@@ -662,7 +665,11 @@ static int setup(struct sim *sim, struct sim_report *report, const struct sim_op
     }
     /* Each link direction gets its own PRNG stream derived from the seed. */
     for (int l = 0; l < 2 * S + 2; l++) {
-        rc = sim_link_init(&sim->links[l], &opt->link,
+        const struct sim_link_params *params = &opt->link;
+        int conn = l / 2;
+        if (S > 1 && conn < S && conn < opt->num_conn_link && opt->conn_link_set[conn])
+            params = &opt->conn_link[conn];
+        rc = sim_link_init(&sim->links[l], params,
                            opt->seed * 0x9E3779B97F4A7C15ull + (uint64_t)l * 0xD1B54A32D192ED03ull);
         if (rc < 0) return rc;
     }

@@ -54,7 +54,13 @@ struct sim_options {
     const struct model_config *cfg;
     const struct safetensors *weights;
     struct sim_split split;
-    struct sim_link_params link;
+    struct sim_link_params link; /* every link, unless overridden below */
+    /* Optional per-connection overrides: conn_link[c] (c < num_conn_link) applies to both
+     * directions of the connection from stage c to stage (c+1) mod S when
+     * conn_link_set[c] is nonzero. */
+    const struct sim_link_params *conn_link;
+    const int *conn_link_set;
+    int num_conn_link;
     uint64_t seed;                           /* link PRNG streams */
     int num_requests;                        /* R, all sent at virtual time 0 */
     const struct sim_request_spec *requests; /* [num_requests] */

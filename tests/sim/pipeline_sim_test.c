@@ -202,6 +202,32 @@ static void concurrent_requests_fill_the_pipeline(void **state) {
     sim_report_free(&full);
 }
 
+/* A slower stage 0 -> 1 connection delays the first token by exactly the extra latency
+ * (one crossing; unlimited bandwidth and fixed compute keep the arithmetic exact). */
+static void per_connection_latency_applies_to_its_connection(void **state) {
+    struct fixture *f = *state;
+    struct sim_options opt;
+    struct sim_report fast, slow;
+    struct sim_link_params conn[2];
+    int set[2] = {1, 0};
+    options_for(&opt, f, 2, 1);
+    opt.link.bandwidth_gbps = 0.0;
+    assert_int_equal(sim_run(&fast, &opt), 0);
+    conn[0] = opt.link;
+    conn[0].latency_ns = 5000000;
+    conn[1] = opt.link;
+    opt.conn_link = conn;
+    opt.conn_link_set = set;
+    opt.num_conn_link = 2;
+    assert_int_equal(sim_run(&slow, &opt), 0);
+    assert_int_equal(slow.requests[0].ttft_ns - fast.requests[0].ttft_ns,
+                     5000000 - opt.link.latency_ns);
+    char why[512];
+    assert_true(sim_reports_identical(&fast, &slow, why, sizeof why));
+    sim_report_free(&fast);
+    sim_report_free(&slow);
+}
+
 static void bad_options_are_refused(void **state) {
     struct fixture *f = *state;
     struct sim_options opt;
@@ -227,6 +253,7 @@ int main(void) {
         cmocka_unit_test(request_timeout_ends_a_silent_pipeline),
         cmocka_unit_test(fixed_cost_times_repeat_and_tokens_ignore_timing),
         cmocka_unit_test(concurrent_requests_fill_the_pipeline),
+        cmocka_unit_test(per_connection_latency_applies_to_its_connection),
         cmocka_unit_test(bad_options_are_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
