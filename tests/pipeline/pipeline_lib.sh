@@ -1,0 +1,150 @@
+# Shell helpers for the pipeline integration tests, the demo and the pipeline benchmark:
+# start strata-stage processes on free loopback ports (each writes its port to a file, and
+# reads its next hop's port from the neighbour's file, so start order does not matter),
+# wait for the ring to connect, run strata-client, and always kill every started process
+# on exit. Source it, then call pl_init.
+
+pl_fail() {
+    echo "FAIL: $*" >&2
+    pl_dump_logs >&2
+    exit 1
+}
+
+pl_dump_logs() {
+    [ -n "${PL_WORK:-}" ] || return 0
+    for f in "$PL_WORK"/*.log; do
+        [ -f "$f" ] || continue
+        echo "---- $f (last 15 lines)"
+        tail -n 15 "$f"
+    done
+}
+
+pl_cleanup() {
+    for p in $PL_PIDS; do
+        kill -9 "$p" 2>/dev/null
+    done
+    for p in $PL_PIDS; do
+        wait "$p" 2>/dev/null
+    done
+    PL_PIDS=""
+}
+
+# pl_init: finds the binaries (Bazel runfiles, else bazel-bin of the repository) and makes
+# a work directory.
+pl_init() {
+    if [ -n "${TEST_SRCDIR:-}" ] && [ -d "$TEST_SRCDIR/${TEST_WORKSPACE:-strata}" ]; then
+        PL_ROOT="$TEST_SRCDIR/${TEST_WORKSPACE:-strata}"
+        PL_BIN="$PL_ROOT/runtime"
+    else
+        PL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+        PL_BIN="$PL_ROOT/bazel-bin/runtime"
+    fi
+    PL_STAGE="$PL_BIN/strata-stage"
+    PL_CLIENT="$PL_BIN/strata-client"
+    [ -x "$PL_STAGE" ] || pl_fail "strata-stage not found at $PL_STAGE (build //runtime:strata-stage)"
+    [ -x "$PL_CLIENT" ] || pl_fail "strata-client not found at $PL_CLIENT"
+    PL_WORK="$(mktemp -d "${TEST_TMPDIR:-/tmp}/pipeline.XXXXXX")"
+    PL_PIDS=""
+    trap pl_cleanup EXIT
+    trap 'pl_cleanup; exit 1' INT TERM
+}
+
+pl_golden() { echo "$PL_ROOT/tests/golden/$1"; }
+
+# Comma-separated prompt ids and generated ids of a golden case.
+pl_golden_prompt() { tr -d '[] \n' <"$(pl_golden "$1")/prompt_ids.json"; }
+pl_golden_generated() {
+    sed -n '/"generated_ids"/,/\]/p' "$(pl_golden "$1")/golden.json" |
+        tr -d '[]" \n' | sed 's/^generated_ids://; s/,$//'
+}
+pl_golden_steps() {
+    sed -n 's/.*"n_steps": *\([0-9]*\).*/\1/p' "$(pl_golden "$1")/golden.json"
+}
+
+# pl_start_stage TAG S R MODEL_DIR [strata-stage options...]: stage R of pipeline TAG.
+pl_start_stage() {
+    local tag=$1 S=$2 r=$3 model=$4
+    shift 4
+    local next=$(((r + 1) % S))
+    rm -f "$PL_WORK/$tag.$r.port"
+    "$PL_STAGE" --model "$model" --num-stages "$S" --stage-idx "$r" \
+        --port-file "$PL_WORK/$tag.$r.port" --next-port-file "$PL_WORK/$tag.$next.port" \
+        "$@" >>"$PL_WORK/$tag.$r.out" 2>>"$PL_WORK/$tag.$r.log" &
+    local pid=$!
+    PL_PIDS="$PL_PIDS $pid"
+    eval "PL_PID_${tag}_$r=$pid"
+}
+
+pl_pid() { eval "echo \$PL_PID_$1_$2"; }
+
+# pl_wait_log FILE PATTERN COUNT TIMEOUT_S: waits for COUNT lines matching PATTERN.
+pl_wait_log() {
+    local file=$1 pattern=$2 count=$3 timeout=$4 i=0
+    while [ "$i" -lt $((timeout * 20)) ]; do
+        if [ -f "$file" ] && [ "$(grep -c -- "$pattern" "$file")" -ge "$count" ]; then
+            return 0
+        fi
+        sleep 0.05
+        i=$((i + 1))
+    done
+    return 1
+}
+
+# pl_start_pipeline TAG S MODEL_DIR [options for every stage...] (--out is written by the
+# last stage only, so it may be given to all).
+pl_start_pipeline() {
+    local tag=$1 S=$2 model=$3 r
+    shift 3
+    for ((r = 0; r < S; r++)); do
+        pl_start_stage "$tag" "$S" "$r" "$model" "$@"
+    done
+    pl_wait_ready "$tag" "$S"
+}
+
+# pl_wait_ready TAG S: every stage listening and, for S > 1, every hop connected.
+pl_wait_ready() {
+    local tag=$1 S=$2 r
+    for ((r = 0; r < S; r++)); do
+        pl_wait_log "$PL_WORK/$tag.$r.log" "listening on" 1 20 ||
+            pl_fail "stage $r of $tag did not start"
+        if [ "$S" -gt 1 ]; then
+            pl_wait_log "$PL_WORK/$tag.$r.log" "connected to next stage" 1 20 ||
+                pl_fail "stage $r of $tag did not connect to its next stage"
+            pl_wait_log "$PL_WORK/$tag.$r.log" "upstream stage .* connected" 1 20 ||
+                pl_fail "stage $r of $tag has no upstream connection"
+        fi
+    done
+}
+
+pl_stop_pipeline() {
+    local tag=$1 S=$2 r pid
+    for ((r = 0; r < S; r++)); do
+        pid=$(pl_pid "$tag" "$r")
+        kill "$pid" 2>/dev/null
+        wait "$pid" 2>/dev/null
+    done
+}
+
+# pl_client TAG [strata-client options...]
+pl_client() {
+    local tag=$1
+    shift
+    "$PL_CLIENT" --port-file "$PL_WORK/$tag.0.port" --timeout-ms 20000 "$@"
+}
+
+# pl_wait_file FILE TIMEOUT_S
+pl_wait_file() {
+    local i=0
+    while [ "$i" -lt $(($2 * 20)) ]; do
+        [ -s "$1" ] && return 0
+        sleep 0.05
+        i=$((i + 1))
+    done
+    return 1
+}
+
+# pl_secs_between START END -> END - START in seconds (3 decimals)
+pl_secs_between() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
+# "request 0: tokens 1 2 3" -> "1,2,3"
+pl_tokens_of() { sed -n "s/^request $2: tokens //p" "$1" | tr ' ' ','; }
