@@ -29,15 +29,15 @@ pl_cleanup() {
     PL_PIDS=""
 }
 
-# pl_init: finds the binaries (Bazel runfiles, else bazel-bin of the repository) and makes
-# a work directory.
+# pl_init: finds the binaries (Bazel runfiles, else $STRATA_BIN_DIR/runtime, else the
+# repository's bazel-bin/runtime) and makes a work directory.
 pl_init() {
     if [ -n "${TEST_SRCDIR:-}" ] && [ -d "$TEST_SRCDIR/${TEST_WORKSPACE:-strata}" ]; then
         PL_ROOT="$TEST_SRCDIR/${TEST_WORKSPACE:-strata}"
         PL_BIN="$PL_ROOT/runtime"
     else
         PL_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-        PL_BIN="$PL_ROOT/bazel-bin/runtime"
+        PL_BIN="${STRATA_BIN_DIR:-$PL_ROOT/bazel-bin}/runtime"
     fi
     PL_STAGE="$PL_BIN/strata-stage"
     PL_CLIENT="$PL_BIN/strata-client"
