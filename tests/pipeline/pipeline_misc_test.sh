@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Integration: strata-stage's startup checks and options — --help, refusal of an empty or
+# out-of-range shard (exit 2) and of weights missing tensors (exit 3, all names listed),
+# an unavailable device, pre-shared-key authentication, and KV handoff (--send-kv ->
+# --recv-kv --kv-out -> --kv-restore only into an equal layer range).
+set -u
+. "$(dirname "$0")/pipeline_lib.sh"
+pl_init
+tied=$(pl_golden qwen3_gqa_tied)
+moe=$(pl_golden qwen3_moe)
+prompt=$(pl_golden_prompt qwen3_gqa_tied)
+
+expect_exit() { # expect_exit CODE PATTERN command...
+    local want=$1 pattern=$2 rc
+    shift 2
+    "$@" >"$PL_WORK/cmd.out" 2>&1
+    rc=$?
+    [ "$rc" -eq "$want" ] || pl_fail "exit $rc (want $want) from: $* -> $(cat "$PL_WORK/cmd.out")"
+    grep -q -- "$pattern" "$PL_WORK/cmd.out" || pl_fail "no '$pattern' in output of $*: $(cat "$PL_WORK/cmd.out")"
+}
+
+expect_exit 0 "usage: strata-stage" "$PL_STAGE" --help
+expect_exit 0 "usage: strata-client" "$PL_CLIENT" --help
+expect_exit 2 "usage" "$PL_STAGE" --bogus
+expect_exit 2 "empty or out of range" "$PL_STAGE" --model "$tied" --num-stages 2 --stage-idx 1 \
+    --layer-start 2 --layer-end 2 --next-port 1
+expect_exit 2 "empty or out of range" "$PL_STAGE" --model "$tied" --num-stages 5 --stage-idx 4 --next-port 1
+expect_exit 2 "empty or out of range" "$PL_STAGE" --model "$tied" --num-stages 2 --stage-idx 1 \
+    --layer-start 1 --layer-end 9 --next-port 1
+expect_exit 3 "missing" "$PL_STAGE" --hf-config "$moe/config.json" --weights "$tied/model.safetensors"
+expect_exit 3 "config.json" "$PL_STAGE" --model "$PL_WORK/no-such-model"
+expect_exit 1 "not available" "$PL_STAGE" --model "$tied" --device cuda:0
+echo "startup checks: ok"
+
+# Authentication: stages and a client sharing a key work; a client without it is refused.
+printf 'a-pre-shared-key-of-enough-bytes\n' >"$PL_WORK/key"
+printf 'another-key-that-does-not-match!\n' >"$PL_WORK/wrong"
+pl_start_pipeline auth 2 "$tied" --auth-key-file "$PL_WORK/key"
+pl_client auth --auth-key-file "$PL_WORK/key" --prompt "$prompt" --max-tokens 4 >"$PL_WORK/auth.ok" ||
+    pl_fail "client with the key failed: $(cat "$PL_WORK/auth.ok")"
+pl_client auth --auth-key-file "$PL_WORK/wrong" --prompt "$prompt" --max-tokens 4 >"$PL_WORK/auth.bad" 2>&1 &&
+    pl_fail "a client with the wrong key was served"
+pl_wait_log "$PL_WORK/auth.0.log" "refused connection" 1 5 || pl_fail "stage 0 did not log the refusal"
+env -u STRATA_AUTH_KEY "$PL_CLIENT" --port-file "$PL_WORK/auth.0.port" --prompt "$prompt" \
+    --max-tokens 4 >"$PL_WORK/auth.none" 2>&1 && pl_fail "a client without a key was served"
+pl_stop_pipeline auth 2
+echo "auth: key accepted, wrong key and no key refused ($(grep -m1 -o 'refused connection.*' "$PL_WORK/auth.0.log"))"
+
+# KV handoff: stage 0 sends its KV after the prefill activation; stage 1 writes it.
+pl_start_stage kv 2 0 "$tied" --send-kv
+pl_start_stage kv 2 1 "$tied" --recv-kv --kv-out "$PL_WORK/kv.block"
+pl_wait_ready kv 2
+pl_client kv --prompt "$prompt" --max-tokens 4 >"$PL_WORK/kv.client" || pl_fail "kv run failed"
+pl_wait_file "$PL_WORK/kv.block" 5 || pl_fail "stage 1 wrote no --kv-out file"
+pl_stop_pipeline kv 2
+pl_start_stage restore 2 0 "$tied" --kv-restore "$PL_WORK/kv.block"
+pl_wait_log "$PL_WORK/restore.0.out" "kv restore: request .* 1 positions, layers \[0, 2)" 1 10 ||
+    pl_fail "restore into the equal range failed: $(cat "$PL_WORK/restore.0.log")"
+kill "$(pl_pid restore 0)"
+expect_exit 3 "equal layer range" "$PL_STAGE" --model "$tied" --num-stages 4 --stage-idx 0 \
+    --next-port 1 --kv-restore "$PL_WORK/kv.block"
+echo "kv handoff: sent, written, restored into [0, 2), refused for [0, 1)"
+echo "PASS"
