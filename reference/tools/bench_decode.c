@@ -1,0 +1,401 @@
+/* strata-bench-decode: decode throughput of the CPU reference decoder against the DRAM
+ * roofline. Writes a Qwen3-0.6B-shaped checkpoint with random bf16 weights (hidden 1024,
+ * 28 layers, 16 q / 8 kv heads, head_dim 128, intermediate 3072, vocab 151936, tied) to a
+ * temporary directory, measures memcpy bandwidth, then greedy-decodes at each thread count.
+ * Roofline tokens/s = memcpy bandwidth / weight bytes read per token (every layer matrix plus
+ * the lm_head, which is the tied embedding). Not a test: nothing is asserted. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "reference/kv_cache.h"
+#include "reference/model.h"
+#include "reference/ops.h"
+#include "reference/sampler.h"
+#include "runtime/model_config.h"
+#include "runtime/safetensors.h"
+#include "runtime/status.h"
+
+enum {
+    HIDDEN = 1024,
+    LAYERS = 28,
+    HEADS = 16,
+    KV_HEADS = 8,
+    HEAD_DIM = 128,
+    FFN = 3072,
+    VOCAB = 151936
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--model DIR] "
+            "[--keep]\n"
+            "\n"
+            "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
+            "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
+            "\n"
+            "  --threads LIST   thread counts to measure (default 1,2)\n"
+            "  --steps N        decode steps per measurement (default 32)\n"
+            "  --prompt N       prompt length prefilled first (default 16)\n"
+            "  --model DIR      reuse a checkpoint directory instead of writing one\n"
+            "  --keep           keep the written checkpoint (its path is printed)\n"
+            "  -h, --help       this text\n"
+            "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n");
+}
+
+/* ---------------------------------------------------------------- checkpoint writer */
+
+struct tensor_spec {
+    char name[96];
+    int ndim;
+    long long shape[2];
+    size_t bytes;
+};
+
+static int write_config(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return strata_set_error(STRATA_EIO, "%s: %s", path, strerror(errno));
+    fprintf(
+        f,
+        "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"dtype\": "
+        "\"bfloat16\",\n"
+        " \"vocab_size\": %d, \"hidden_size\": %d, \"intermediate_size\": %d,\n"
+        " \"num_hidden_layers\": %d, \"num_attention_heads\": %d, \"num_key_value_heads\": %d,\n"
+        " \"head_dim\": %d, \"rms_norm_eps\": 1e-06, \"rope_theta\": 1000000, "
+        "\"tie_word_embeddings\": true,\n"
+        " \"max_position_embeddings\": 40960, \"attention_bias\": false, \"eos_token_id\": "
+        "151645}\n",
+        VOCAB, HIDDEN, FFN, LAYERS, HEADS, KV_HEADS, HEAD_DIM);
+    if (fclose(f)) return strata_set_error(STRATA_EIO, "%s: write failed", path);
+    return STRATA_OK;
+}
+
+static int tensor_list(struct tensor_spec *t) {
+    int n = 0;
+#define ADD(NDIM, D0, D1, ...)                                                                     \
+    do {                                                                                           \
+        snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__);                                        \
+        t[n].ndim = NDIM;                                                                          \
+        t[n].shape[0] = D0;                                                                        \
+        t[n].shape[1] = D1;                                                                        \
+        t[n].bytes = (size_t)(D0) * (size_t)(NDIM == 2 ? (D1) : 1) * 2;                            \
+        n++;                                                                                       \
+    } while (0)
+    ADD(2, VOCAB, HIDDEN, "model.embed_tokens.weight");
+    ADD(1, HIDDEN, 0, "model.norm.weight");
+    for (int l = 0; l < LAYERS; ++l) {
+        ADD(1, HIDDEN, 0, "model.layers.%d.input_layernorm.weight", l);
+        ADD(1, HIDDEN, 0, "model.layers.%d.post_attention_layernorm.weight", l);
+        ADD(1, HEAD_DIM, 0, "model.layers.%d.self_attn.q_norm.weight", l);
+        ADD(1, HEAD_DIM, 0, "model.layers.%d.self_attn.k_norm.weight", l);
+        ADD(2, HEADS * HEAD_DIM, HIDDEN, "model.layers.%d.self_attn.q_proj.weight", l);
+        ADD(2, KV_HEADS * HEAD_DIM, HIDDEN, "model.layers.%d.self_attn.k_proj.weight", l);
+        ADD(2, KV_HEADS * HEAD_DIM, HIDDEN, "model.layers.%d.self_attn.v_proj.weight", l);
+        ADD(2, HIDDEN, HEADS * HEAD_DIM, "model.layers.%d.self_attn.o_proj.weight", l);
+        ADD(2, FFN, HIDDEN, "model.layers.%d.mlp.gate_proj.weight", l);
+        ADD(2, FFN, HIDDEN, "model.layers.%d.mlp.up_proj.weight", l);
+        ADD(2, HIDDEN, FFN, "model.layers.%d.mlp.down_proj.weight", l);
+    }
+#undef ADD
+    return n;
+}
+
+/* Random bf16 values: norms near 1, matrices uniform in ±sqrt(3/fan_in) (unit output variance). */
+static void fill_bf16(uint16_t *out, size_t n, const struct tensor_spec *t, uint64_t *rng) {
+    float scale = t->ndim == 1 ? 0.1f : 1.7320508f / sqrtf((float)t->shape[1]);
+    float base = t->ndim == 1 ? 1.0f : 0.0f;
+    for (size_t i = 0; i < n; ++i) {
+        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
+        float u = (float)((*rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
+        out[i] = f32_to_bf16(base + scale * u);
+    }
+}
+
+static int write_checkpoint(const char *dir) {
+    static struct tensor_spec t[2 + 11 * LAYERS];
+    int n = tensor_list(t), rc = write_config(dir);
+    if (rc) return rc;
+    size_t cap = 64 + (size_t)n * 160, len = 0, offset = 0;
+    char *header = malloc(cap);
+    uint16_t *buf = malloc((size_t)1 << 24);
+    if (!header || !buf) {
+        free(header);
+        free(buf);
+        return strata_set_error(STRATA_ENOMEM, "out of memory");
+    }
+    len += (size_t)snprintf(header + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
+    for (int i = 0; i < n; ++i) {
+        len +=
+            (size_t)snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld",
+                             t[i].name, t[i].shape[0]);
+        if (t[i].ndim == 2)
+            len += (size_t)snprintf(header + len, cap - len, ",%lld", t[i].shape[1]);
+        len += (size_t)snprintf(header + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", offset,
+                                offset + t[i].bytes);
+        offset += t[i].bytes;
+    }
+    len += (size_t)snprintf(header + len, cap - len, "}");
+    while (len % 8)
+        header[len++] = ' ';
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        rc = strata_set_error(STRATA_EIO, "%s: %s", path, strerror(errno));
+        goto done;
+    }
+    uint64_t hlen = len, rng = 0x5eed;
+    int ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, len, f) == len;
+    for (int i = 0; ok && i < n; ++i) {
+        size_t left = t[i].bytes / 2;
+        while (ok && left) {
+            size_t chunk = left < ((size_t)1 << 23) ? left : ((size_t)1 << 23);
+            fill_bf16(buf, chunk, &t[i], &rng);
+            ok = fwrite(buf, 2, chunk, f) == chunk;
+            left -= chunk;
+        }
+    }
+    if (fclose(f) || !ok) rc = strata_set_error(STRATA_EIO, "%s: write failed (disk full?)", path);
+done:
+    free(header);
+    free(buf);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- memcpy bandwidth */
+
+struct copy_part {
+    char *dst;
+    const char *src;
+    size_t n;
+};
+
+static void *copy_main(void *p) {
+    struct copy_part *c = p;
+    memcpy(c->dst, c->src, c->n);
+    return NULL;
+}
+
+/* Best of several copies of `bytes` split over `threads` threads; bytes copied per second. */
+static double memcpy_bandwidth(size_t bytes, int threads) {
+    char *src = malloc(bytes), *dst = malloc(bytes);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return 0.0;
+    }
+    memset(src, 1, bytes);
+    memset(dst, 2, bytes);
+    double best = 1e30;
+    for (int rep = 0; rep < 6; ++rep) {
+        pthread_t tid[64];
+        struct copy_part part[64];
+        size_t chunk = bytes / (size_t)threads;
+        double t0 = now_s();
+        for (int i = 0; i < threads; ++i) {
+            part[i] = (struct copy_part){dst + (size_t)i * chunk, src + (size_t)i * chunk,
+                                         i == threads - 1 ? bytes - (size_t)i * chunk : chunk};
+            if (i) pthread_create(&tid[i], NULL, copy_main, &part[i]);
+        }
+        copy_main(&part[0]);
+        for (int i = 1; i < threads; ++i)
+            pthread_join(tid[i], NULL);
+        double dt = now_s() - t0;
+        if (dt < best) best = dt;
+    }
+    free(src);
+    free(dst);
+    return (double)bytes / best;
+}
+
+/* ---------------------------------------------------------------- decode */
+
+/* Greedy-decodes `steps` tokens after a `prompt`-token prefill; returns decode tokens/s. */
+static int measure(double *tok_s, size_t *bytes_per_token, const struct model_config *cfg,
+                   const struct safetensors *st, int threads, int prompt, int steps) {
+    struct reference_load_options opt = {0, cfg->num_layers, 1, 1, threads};
+    struct reference_model *m = NULL;
+    struct kv_cache kv = {0};
+    float *hidden = NULL, *logits = NULL;
+    int32_t *ids = NULL;
+    int rc = reference_model_load(&m, cfg, st, &opt);
+    if (rc) goto done;
+    if ((rc = kv_cache_init(&kv, 0, cfg->num_layers, cfg->num_kv_heads, cfg->head_dim,
+                            prompt + steps + 1, 1)))
+        goto done;
+    int slot;
+    kv_cache_acquire(&kv, &slot);
+    hidden = malloc((size_t)prompt * (size_t)cfg->hidden_size * sizeof(float));
+    logits = malloc((size_t)cfg->vocab_size * sizeof(float));
+    ids = malloc((size_t)prompt * sizeof *ids);
+    if (!hidden || !logits || !ids) {
+        rc = strata_set_error(STRATA_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < prompt; ++i)
+        ids[i] = (int32_t)((i * 7919 + 13) % cfg->vocab_size);
+    struct forward_item item = {.slot = slot, .pos = 0, .n_tokens = prompt};
+    if ((rc = reference_embed(m, hidden, ids, prompt)) ||
+        (rc = reference_forward(m, &kv, hidden, &item, 1)) ||
+        (rc = reference_logits(m, logits, hidden + (size_t)(prompt - 1) * (size_t)cfg->hidden_size,
+                               1)))
+        goto done;
+    double t0 = now_s();
+    for (int s = 0; s < steps; ++s) {
+        int32_t token = (int32_t)argmax(logits, cfg->vocab_size);
+        item = (struct forward_item){.slot = slot, .pos = prompt + s, .n_tokens = 1};
+        if ((rc = reference_embed(m, hidden, &token, 1)) ||
+            (rc = reference_forward(m, &kv, hidden, &item, 1)) ||
+            (rc = reference_logits(m, logits, hidden, 1)))
+            goto done;
+    }
+    *tok_s = steps / (now_s() - t0);
+    /* Per decoded token every owned matrix is read once; the embedding is read as lm_head
+     * (tied), the embedding lookup itself touches one row. */
+    *bytes_per_token = reference_model_weight_bytes(m);
+done:
+    free(ids);
+    free(hidden);
+    free(logits);
+    kv_cache_free(&kv);
+    reference_model_free(m);
+    return rc;
+}
+
+static int remove_checkpoint(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unlink(path);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    unlink(path);
+    return rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    static const struct option opts[] = {
+        {"threads", required_argument, 0, 't'},
+        {"steps", required_argument, 0, 's'},
+        {"prompt", required_argument, 0, 'p'},
+        {"model", required_argument, 0, 'm'},
+        {"keep", no_argument, 0, 'k'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
+    };
+    int thread_list[16] = {1, 2}, n_threads = 2, steps = 32, prompt = 16, keep = 0, c;
+    const char *model = NULL;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 't':
+            n_threads = 0;
+            for (char *p = optarg; *p && n_threads < 16;) {
+                long v = strtol(p, &end, 10);
+                if (end == p || v < 1 || v > 256 || (*end && *end != ',')) {
+                    fprintf(stderr, "strata-bench-decode: --threads wants a list like 1,2\n");
+                    return STRATA_EXIT_USAGE;
+                }
+                thread_list[n_threads++] = (int)v;
+                p = *end ? end + 1 : end;
+            }
+            if (!n_threads) return STRATA_EXIT_USAGE;
+            break;
+        case 's':
+        case 'p': {
+            long v = strtol(optarg, &end, 10);
+            if (*end || v < 1 || v > 4096) {
+                fprintf(stderr, "strata-bench-decode: --%s wants an integer in [1, 4096]\n",
+                        c == 's' ? "steps" : "prompt");
+                return STRATA_EXIT_USAGE;
+            }
+            *(c == 's' ? &steps : &prompt) = (int)v;
+            break;
+        }
+        case 'm': model = optarg; break;
+        case 'k': keep = 1; break;
+        case 'h': usage(stdout); return STRATA_EXIT_OK;
+        default: usage(stderr); return STRATA_EXIT_USAGE;
+        }
+    }
+    if (optind < argc) {
+        usage(stderr);
+        return STRATA_EXIT_USAGE;
+    }
+
+    char dir[4096];
+    int wrote = 0;
+    if (model) {
+        snprintf(dir, sizeof dir, "%s", model);
+    } else {
+        const char *tmp = getenv("TMPDIR");
+        snprintf(dir, sizeof dir, "%s/strata-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+        if (!mkdtemp(dir)) {
+            fprintf(stderr, "strata-bench-decode: mkdtemp %s: %s\n", dir, strerror(errno));
+            return STRATA_EXIT_FAILURE;
+        }
+        double t0 = now_s();
+        fprintf(stderr, "writing a Qwen3-0.6B-shaped random bf16 checkpoint to %s ...\n", dir);
+        if (write_checkpoint(dir)) {
+            fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());
+            remove_checkpoint(dir);
+            return STRATA_EXIT_FAILURE;
+        }
+        fprintf(stderr, "written in %.1f s\n", now_s() - t0);
+        wrote = 1;
+    }
+
+    int exit_code = STRATA_EXIT_FAILURE;
+    struct model_config cfg;
+    struct safetensors *st = NULL;
+    if (model_config_load(&cfg, dir) || safetensors_open(&st, dir)) {
+        fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());
+        exit_code = STRATA_EXIT_INPUT;
+        goto done;
+    }
+    char desc[512];
+    model_config_describe(&cfg, desc, sizeof desc);
+    printf("model: %s\n", desc);
+    printf("cpu: %ld online cores; matmul path %s\n", sysconf(_SC_NPROCESSORS_ONLN),
+           ops_force_portable(0) ? "AVX2+FMA (bf16 widened on the fly)" : "portable C");
+    printf("%8s %14s %14s %16s %14s %10s\n", "threads", "decode tok/s", "memcpy GB/s",
+           "weight MB/token", "roofline tok/s", "ratio");
+    for (int i = 0; i < n_threads; ++i) {
+        double tok_s = 0.0;
+        size_t bytes = 0;
+        /* Warm the page cache and the model once, then measure. */
+        if (measure(&tok_s, &bytes, &cfg, st, thread_list[i], prompt, 2) ||
+            measure(&tok_s, &bytes, &cfg, st, thread_list[i], prompt, steps)) {
+            fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());
+            goto done;
+        }
+        double bw = memcpy_bandwidth((size_t)256 << 20, thread_list[i]);
+        double roof = bw / (double)bytes;
+        printf("%8d %14.2f %14.2f %16.1f %14.2f %9.1f%%\n", thread_list[i], tok_s, bw / 1e9,
+               bytes / 1e6, roof, 100.0 * tok_s / roof);
+        fflush(stdout);
+    }
+    exit_code = STRATA_EXIT_OK;
+done:
+    safetensors_close(st);
+    if (wrote) {
+        if (keep)
+            printf("checkpoint kept at %s\n", dir);
+        else
+            remove_checkpoint(dir);
+    }
+    return exit_code;
+}
