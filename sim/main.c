@@ -568,7 +568,8 @@ int main(int argc, char **argv) {
                                                                      : STRATA_EXIT_FAILURE;
         goto done;
     }
-    if (golden.have && !cli.prompt_text && cli.sampling.temperature <= 0.0f) {
+    if (golden.have && !cli.prompt_text && cli.sampling.temperature <= 0.0f &&
+        baseline.requests[0].status == 0) {
         int n = baseline.requests[0].n_tokens < golden.n_steps ? baseline.requests[0].n_tokens
                                                                : golden.n_steps;
         int match = 0;

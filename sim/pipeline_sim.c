@@ -538,11 +538,12 @@ static int client_send_requests(struct sim *sim) {
         int64_t arrival;
         rc = sim_link_send(&sim->links[2 * S], &arrival, 0, len);
         if (rc < 0) {
+            /* The client learns that stage 0 is unreachable when its sends give up. */
             free(copy);
-            char message[400];
-            snprintf(message, sizeof message, "request not delivered: %s", strata_last_error());
-            client_finish(sim, i, rc, message);
-            rc = 0;
+            char reason[400];
+            snprintf(reason, sizeof reason, "request %d not delivered: %s", i + 1,
+                     strata_last_error());
+            rc = schedule_link_down(sim, S, STAGE_LINK_CLIENT, arrival, reason);
             continue;
         }
         rc = vclock_schedule(&sim->clock, arrival, 0, EV_FRAME, STAGE_LINK_CLIENT, copy, len, NULL);
@@ -754,8 +755,8 @@ int sim_run(struct sim_report *report, const struct sim_options *opt) {
             if (next) sim.clock.now_ns = opt->request_timeout_ns;
             char message[200];
             snprintf(message, sizeof message,
-                     next ? "no answer within the %.0f ms request timeout"
-                          : "pipeline stalled: no stage will ever answer (after %.0f ms)",
+                     next ? "no answer within the %.6g ms request timeout"
+                          : "pipeline stalled: no stage will ever answer (after %.6g ms)",
                      next ? (double)opt->request_timeout_ns / 1e6 : (double)sim.clock.now_ns / 1e6);
             for (int i = 0; i < opt->num_requests; i++)
                 client_finish(&sim, i, STRATA_ETIMEOUT, message);
