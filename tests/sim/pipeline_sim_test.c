@@ -228,6 +228,38 @@ static void per_connection_latency_applies_to_its_connection(void **state) {
     sim_report_free(&slow);
 }
 
+/* The identity check sees a single flipped logit bit, a changed token and a failure. */
+static void comparison_catches_one_flipped_bit(void **state) {
+    struct fixture *f = *state;
+    struct sim_options opt;
+    struct sim_report base, run;
+    char why[512];
+    options_for(&opt, f, 1, 2);
+    assert_int_equal(sim_run(&base, &opt), 0);
+    options_for(&opt, f, 2, 2);
+    assert_int_equal(sim_run(&run, &opt), 0);
+    assert_true(sim_reports_identical(&base, &run, why, sizeof why));
+    struct sim_request_outcome *o = &run.requests[1];
+    size_t k = (size_t)(o->n_tokens - 1) * (size_t)o->vocab + 7;
+    uint32_t bits;
+    memcpy(&bits, &o->logits[k], sizeof bits);
+    bits ^= 1u;
+    memcpy(&o->logits[k], &bits, sizeof bits);
+    assert_false(sim_reports_identical(&base, &run, why, sizeof why));
+    assert_non_null(strstr(why, "request 2: logit"));
+    bits ^= 1u;
+    memcpy(&o->logits[k], &bits, sizeof bits);
+    o->tokens[0] ^= 1;
+    assert_false(sim_reports_identical(&base, &run, why, sizeof why));
+    assert_non_null(strstr(why, "request 2: token 0"));
+    o->tokens[0] ^= 1;
+    run.requests[0].status = STRATA_ETIMEOUT;
+    assert_false(sim_reports_identical(&base, &run, why, sizeof why));
+    assert_non_null(strstr(why, "request 1 failed"));
+    sim_report_free(&base);
+    sim_report_free(&run);
+}
+
 static void bad_options_are_refused(void **state) {
     struct fixture *f = *state;
     struct sim_options opt;
@@ -254,6 +286,7 @@ int main(void) {
         cmocka_unit_test(fixed_cost_times_repeat_and_tokens_ignore_timing),
         cmocka_unit_test(concurrent_requests_fill_the_pipeline),
         cmocka_unit_test(per_connection_latency_applies_to_its_connection),
+        cmocka_unit_test(comparison_catches_one_flipped_bit),
         cmocka_unit_test(bad_options_are_refused),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
