@@ -273,6 +273,26 @@ int stage_tensor_list_check(const struct stage_tensor_list *list, const struct s
                             n_bad, bad, more_bad);
 }
 
+int stage_tensor_list_report(FILE *out, const struct stage_tensor_list *list,
+                             const struct safetensors *st) {
+    int lines = 0;
+    for (int i = 0; list && st && i < list->count; ++i) {
+        const struct stage_tensor *want = &list->items[i];
+        const struct st_tensor *got = safetensors_find(st, want->name);
+        if (!got) {
+            fprintf(out, "missing %s\n", want->name);
+            ++lines;
+        } else if (!shape_matches(want, got)) {
+            char ws[96], gs[192];
+            format_shape(ws, sizeof ws, want->ndim, want->shape);
+            format_shape(gs, sizeof gs, got->ndim, got->shape);
+            fprintf(out, "wrong shape %s is %s, expected %s\n", want->name, gs, ws);
+            ++lines;
+        }
+    }
+    return lines;
+}
+
 uint64_t stage_tensor_list_bytes(const struct stage_tensor_list *list,
                                  const struct safetensors *st) {
     uint64_t total = 0;

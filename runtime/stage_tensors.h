@@ -13,6 +13,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "runtime/model_config.h"
 #include "runtime/safetensors.h"
@@ -70,6 +71,12 @@ void stage_tensor_list_free(struct stage_tensor_list *list);
  * with "... and N more"). `source` names the checkpoint in the message. */
 int stage_tensor_list_check(const struct stage_tensor_list *list, const struct safetensors *st,
                             const char *source);
+
+/* Writes every missing or mis-shaped tensor to `out`, one per line ("missing NAME" or
+ * "wrong shape NAME is [..], expected [..]"), for callers that want the untruncated list.
+ * Returns how many lines were written. */
+int stage_tensor_list_report(FILE *out, const struct stage_tensor_list *list,
+                             const struct safetensors *st);
 
 /* Sum of the stored byte sizes of the listed tensors found in `st` (missing ones count
  * 0; check first). */

@@ -188,7 +188,12 @@ int main(int argc, char **argv) {
         if (safetensors_open(&st, model) != 0) goto fail;
         struct stage_role all = {0, cfg->num_layers, 1, 1, opt.with_vision && cfg->has_vision};
         if (stage_tensor_list_build(&list, cfg, &all, st) != 0) goto fail;
-        if (stage_tensor_list_check(&list, st, model) != 0) goto fail;
+        if (stage_tensor_list_check(&list, st, model) != 0) {
+            fprintf(stderr, "strata-plan: %s\n", strata_last_error());
+            fprintf(stderr, "strata-plan: every problem in %s:\n", model);
+            stage_tensor_list_report(stderr, &list, st);
+            goto done;
+        }
     }
     if (stage_memory_model_build(mm, cfg, st, &opt) != 0) goto fail;
     if (stages > cfg->num_layers) {

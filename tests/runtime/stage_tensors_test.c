@@ -242,6 +242,14 @@ static void test_check_reports_all_missing(void **state) {
         snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", l);
         if (!strstr(msg, name)) fail_msg("missing %s in \"%s\"", name, msg);
     }
+    FILE *report = tmpfile();
+    assert_non_null(report);
+    assert_int_equal(stage_tensor_list_report(report, &list, st), 4);
+    rewind(report);
+    char line[256];
+    assert_non_null(fgets(line, sizeof line, report));
+    assert_string_equal(line, "missing model.layers.0.self_attn.q_norm.weight\n");
+    fclose(report);
     stage_tensor_list_free(&list);
     /* A head-only stage needs none of the missing tensors. */
     struct stage_role head_only = {0, 0, 0, 1, 0};

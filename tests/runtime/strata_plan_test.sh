@@ -34,4 +34,12 @@ check mem-count 2 "--mem lists 1 nodes" --model "$model" --stages 2 --mem 1G
 check mem-syntax 2 "bad size" --model "$model" --stages 2 --mem 1G,12X
 check missing-model 3 "No such file" --model /nonexistent/model --stages 2
 check no-fit 3 "does not fit" --model "$model" --stages 2 --mem 1M,1M
+# A checkpoint whose config disagrees with its weights: every mis-shaped tensor is listed.
+broken="${TEST_TMPDIR:-/tmp}/broken_model"
+mkdir -p "$broken"
+cp "$model/model.safetensors" "$broken/"
+sed 's/"intermediate_size": 32/"intermediate_size": 48/' "$model/config.json" > "$broken/config.json"
+check broken-shapes 3 "12 tensor(s) with the wrong shape" --model "$broken" --stages 2
+check broken-list 3 "wrong shape model.layers.3.mlp.down_proj.weight is [16,32], expected [16,48]" \
+    --model "$broken" --stages 2
 exit $fail
