@@ -1,0 +1,345 @@
+/* strata-stage-bench: helpers for tools/bench_pipeline.sh.
+ *   make-model  writes a random-weight Qwen3 checkpoint (config.json + bf16 safetensors) big
+ *               enough that compute, not messaging, dominates a decode step — the committed
+ *               goldens are tiny — deterministic for a seed.
+ *   hop         per-hop latency of one decode hidden state [1, H]: two threads ping-pong a
+ *               real Activation frame over a TCP loopback connection (build, length-prefixed
+ *               send, receive, verify + read, decode to f32 on each side); one hop = RTT / 2.
+ * Exit codes: 0 ok, 1 failure, 2 usage. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "runtime/status.h"
+#include "wire/codec.h"
+#include "wire/message.h"
+#include "wire/transport.h"
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
+
+static float rng_uniform(void) { /* [-1, 1) */
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+struct tensor_spec {
+    char name[96];
+    int64_t rows, cols; /* cols == 0: a vector of `rows` */
+    int is_norm;
+};
+
+static int add_spec(struct tensor_spec *specs, int n, const char *name, int64_t rows, int64_t cols,
+                    int is_norm) {
+    snprintf(specs[n].name, sizeof specs[n].name, "%s", name);
+    specs[n].rows = rows;
+    specs[n].cols = cols;
+    specs[n].is_norm = is_norm;
+    return n + 1;
+}
+
+static int make_model(int argc, char **argv) {
+    const char *out = NULL;
+    int H = 1024, L = 8, V = 4096, I = 2816, nh = 16, nkv = 8, D = 64, n = 0;
+    struct tensor_spec *specs;
+    char path[4096], *header;
+    size_t header_cap = 1 << 20, header_len = 0, offset = 0;
+    FILE *f;
+    uint16_t *row;
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--out"))
+            out = argv[i + 1];
+        else if (!strcmp(argv[i], "--hidden"))
+            H = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--layers"))
+            L = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--vocab"))
+            V = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--intermediate"))
+            I = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--heads"))
+            nh = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--kv-heads"))
+            nkv = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--head-dim"))
+            D = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seed"))
+            rng_state ^= strtoull(argv[i + 1], NULL, 10) * 0x2545F4914F6CDD1DULL;
+        else {
+            fprintf(stderr, "strata-stage-bench make-model: unknown option %s\n", argv[i]);
+            return STRATA_EXIT_USAGE;
+        }
+    }
+    if (!out || H < 8 || L < 1 || V < 8 || I < 8 || nh < 1 || nkv < 1 || nh % nkv || D < 2 ||
+        D % 2) {
+        fprintf(stderr, "usage: strata-stage-bench make-model --out DIR [--hidden H] [--layers L] "
+                        "[--vocab V] [--intermediate I] [--heads N] [--kv-heads N] [--head-dim D] "
+                        "[--seed S]\n");
+        return STRATA_EXIT_USAGE;
+    }
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        fprintf(stderr, "strata-stage-bench: mkdir %s: %s\n", out, strerror(errno));
+        return STRATA_EXIT_FAILURE;
+    }
+    snprintf(path, sizeof path, "%s/config.json", out);
+    f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "strata-stage-bench: cannot write %s\n", path);
+        return STRATA_EXIT_FAILURE;
+    }
+    fprintf(f,
+            "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
+            "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+            "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+            "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-06,\n  \"rope_theta\": 1000000.0,\n"
+            "  \"tie_word_embeddings\": true,\n  \"attention_bias\": false,\n"
+            "  \"max_position_embeddings\": 4096,\n  \"eos_token_id\": %d,\n"
+            "  \"torch_dtype\": \"bfloat16\"\n}\n",
+            H, I, L, nh, nkv, D, V, V - 1);
+    fclose(f);
+    specs = calloc((size_t)(3 + 11 * L), sizeof *specs);
+    header = malloc(header_cap);
+    row = malloc(sizeof(uint16_t) * (size_t)(H > I ? (H > V ? H : V) : (I > V ? I : V)) * 4);
+    if (!specs || !header || !row) return STRATA_EXIT_FAILURE;
+    n = add_spec(specs, n, "model.embed_tokens.weight", V, H, 0);
+    for (int l = 0; l < L; l++) {
+        char name[96];
+#define SPEC(suffix, r, c, norm)                                                                   \
+    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                                  \
+    n = add_spec(specs, n, name, r, c, norm)
+        SPEC("input_layernorm.weight", H, 0, 1);
+        SPEC("post_attention_layernorm.weight", H, 0, 1);
+        SPEC("self_attn.q_proj.weight", (int64_t)nh * D, H, 0);
+        SPEC("self_attn.k_proj.weight", (int64_t)nkv * D, H, 0);
+        SPEC("self_attn.v_proj.weight", (int64_t)nkv * D, H, 0);
+        SPEC("self_attn.o_proj.weight", H, (int64_t)nh * D, 0);
+        SPEC("self_attn.q_norm.weight", D, 0, 1);
+        SPEC("self_attn.k_norm.weight", D, 0, 1);
+        SPEC("mlp.gate_proj.weight", I, H, 0);
+        SPEC("mlp.up_proj.weight", I, H, 0);
+        SPEC("mlp.down_proj.weight", H, I, 0);
+#undef SPEC
+    }
+    n = add_spec(specs, n, "model.norm.weight", H, 0, 1);
+    header_len += (size_t)snprintf(header, header_cap, "{");
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)specs[i].rows * (size_t)(specs[i].cols ? specs[i].cols : 1) * 2;
+        if (specs[i].cols)
+            header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
+                                           "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],"
+                                           "\"data_offsets\":[%zu,%zu]}",
+                                           i ? "," : "", specs[i].name, (long long)specs[i].rows,
+                                           (long long)specs[i].cols, offset, offset + bytes);
+        else
+            header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
+                                           "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld],"
+                                           "\"data_offsets\":[%zu,%zu]}",
+                                           i ? "," : "", specs[i].name, (long long)specs[i].rows,
+                                           offset, offset + bytes);
+        offset += bytes;
+    }
+    header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "}");
+    while (header_len % 8)
+        header[header_len++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "strata-stage-bench: cannot write %s\n", path);
+        return STRATA_EXIT_FAILURE;
+    }
+    {
+        uint8_t prefix[8];
+        for (int i = 0; i < 8; i++)
+            prefix[i] = (uint8_t)((uint64_t)header_len >> (8 * i));
+        fwrite(prefix, 1, 8, f);
+        fwrite(header, 1, header_len, f);
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t cols = specs[i].cols ? specs[i].cols : specs[i].rows;
+        int64_t rows = specs[i].cols ? specs[i].rows : 1;
+        /* Uniform with variance 1/fan_in (embedding: 0.25); norms near 1. */
+        float scale = specs[i].is_norm ? 0.1f : i == 0 ? 0.866f : 1.732f / sqrtf((float)cols);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++) {
+                float v = rng_uniform() * scale + (specs[i].is_norm ? 1.0f : 0.0f);
+                row[c] = wire_f32_to_bf16(v);
+            }
+            if (fwrite(row, 2, (size_t)cols, f) != (size_t)cols) {
+                fclose(f);
+                fprintf(stderr, "strata-stage-bench: write failed\n");
+                return STRATA_EXIT_FAILURE;
+            }
+        }
+    }
+    fclose(f);
+    printf("wrote %s: qwen3 H=%d L=%d V=%d I=%d heads %d/%d D=%d, %.1f MB bf16\n", out, H, L, V, I,
+           nh, nkv, D, offset / 1e6);
+    free(specs);
+    free(header);
+    free(row);
+    return STRATA_EXIT_OK;
+}
+
+static double now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+}
+
+struct hop_side {
+    struct wire_conn conn;
+    struct wire_arena arena;
+    float *out; /* [H] what this side sends */
+    float *in;  /* [H] what it received, decoded */
+    int hidden;
+    int iters;
+    int status;
+};
+
+/* One hop: build the activation of a decode row, send it; the peer receives, verifies,
+ * reads and decodes it into its buffer. */
+static int send_hidden(struct hop_side *s, uint64_t step) {
+    struct wire_activation msg;
+    memset(&msg, 0, sizeof msg);
+    msg.stage_from = 0;
+    msg.stage_to = 1;
+    msg.step = step;
+    msg.pos = step;
+    msg.nonce = 1;
+    msg.hidden = (struct wire_tensor){.defined = 1,
+                                      .dtype = WIRE_DTYPE_F32,
+                                      .ndim = 2,
+                                      .shape = {1, s->hidden},
+                                      .codec = WIRE_CODEC_NONE,
+                                      .data = s->out,
+                                      .nbytes = sizeof(float) * (size_t)s->hidden};
+    int rc = wire_build_activation(&s->arena, &msg);
+    if (rc == 0)
+        rc = wire_send_frame(&s->conn, wire_arena_frame(&s->arena), wire_arena_frame_len(&s->arena),
+                             5000);
+    return rc;
+}
+
+static int recv_hidden(struct hop_side *s, uint64_t step) {
+    const uint8_t *frame;
+    size_t len;
+    struct wire_activation msg;
+    int rc = wire_recv_frame(&s->conn, &frame, &len, 5000);
+    if (rc == 0) rc = wire_read_activation(&msg, frame, len);
+    if (rc == 0 && (msg.step != step || msg.hidden.shape[1] != s->hidden))
+        rc = strata_set_error(STRATA_EFORMAT, "hop bench: frame out of order");
+    if (rc == 0) rc = wire_tensor_decode_f32(s->in, &msg.hidden);
+    return rc;
+}
+
+static void *echo_main(void *arg) {
+    struct hop_side *s = arg;
+    for (int i = 0; i < s->iters && s->status == 0; i++) {
+        s->status = recv_hidden(s, (uint64_t)i);
+        if (s->status == 0) {
+            memcpy(s->out, s->in, sizeof(float) * (size_t)s->hidden);
+            s->status = send_hidden(s, (uint64_t)i);
+        }
+    }
+    return NULL;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int hop(int argc, char **argv) {
+    int H = 4096, iters = 5000, warmup = 500, rc = 0;
+    struct wire_listener listener = {.fd = -1};
+    struct hop_side a, b;
+    pthread_t echo;
+    double *one_way;
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--hidden"))
+            H = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--iters"))
+            iters = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: strata-stage-bench hop [--hidden H] [--iters N]\n");
+            return STRATA_EXIT_USAGE;
+        }
+    }
+    if (H < 1 || iters < 10) {
+        fprintf(stderr, "usage: strata-stage-bench hop [--hidden H >= 1] [--iters N >= 10]\n");
+        return STRATA_EXIT_USAGE;
+    }
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.conn.fd = b.conn.fd = -1;
+    a.hidden = b.hidden = H;
+    b.iters = iters + warmup;
+    one_way = malloc(sizeof(double) * (size_t)iters);
+    a.out = malloc(sizeof(float) * (size_t)H);
+    a.in = malloc(sizeof(float) * (size_t)H);
+    b.out = malloc(sizeof(float) * (size_t)H);
+    b.in = malloc(sizeof(float) * (size_t)H);
+    if (!one_way || !a.out || !a.in || !b.out || !b.in) return STRATA_EXIT_FAILURE;
+    for (int i = 0; i < H; i++)
+        a.out[i] = rng_uniform();
+    if ((rc = wire_arena_init(&a.arena, 0)) < 0 || (rc = wire_arena_init(&b.arena, 0)) < 0 ||
+        (rc = wire_listen(&listener, NULL, 0)) < 0 ||
+        (rc = wire_connect(&a.conn, NULL, listener.port, 0, 2000)) < 0 ||
+        (rc = wire_accept(&b.conn, &listener, 0, 2000)) < 0)
+        goto done;
+    if (pthread_create(&echo, NULL, echo_main, &b) != 0) {
+        rc = strata_set_error(STRATA_EIO, "cannot start the echo thread");
+        goto done;
+    }
+    for (int i = 0; i < iters + warmup && rc == 0; i++) {
+        double t0 = now_us();
+        rc = send_hidden(&a, (uint64_t)i);
+        if (rc == 0) rc = recv_hidden(&a, (uint64_t)i);
+        if (i >= warmup) one_way[i - warmup] = (now_us() - t0) / 2;
+    }
+    pthread_join(echo, NULL);
+    if (rc == 0 && b.status != 0) rc = b.status;
+    if (rc == 0 && memcmp(a.in, a.out, sizeof(float) * (size_t)H) != 0)
+        rc = strata_set_error(STRATA_EFORMAT, "hop bench: hidden state changed in transit");
+    if (rc == 0) {
+        qsort(one_way, (size_t)iters, sizeof(double), compare_double);
+        printf(
+            "per-hop latency, decode hidden state [1, %d] f32 (%zu bytes), %d hops: p50 %.1f us, "
+            "p99 %.1f us (goal p50 <= 60 us)\n",
+            H, sizeof(float) * (size_t)H, iters, one_way[iters / 2],
+            one_way[(size_t)(iters * 0.99)]);
+    }
+done:
+    if (rc < 0) fprintf(stderr, "strata-stage-bench hop: %s\n", strata_last_error());
+    wire_close(&a.conn);
+    wire_close(&b.conn);
+    wire_listener_close(&listener);
+    wire_arena_free(&a.arena);
+    wire_arena_free(&b.arena);
+    free(one_way);
+    free(a.out);
+    free(a.in);
+    free(b.out);
+    free(b.in);
+    return rc < 0 ? STRATA_EXIT_FAILURE : STRATA_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "make-model")) return make_model(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "hop")) return hop(argc - 2, argv + 2);
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: strata-stage-bench make-model --out DIR [size options] | hop [--hidden H] "
+               "[--iters N]\n"
+               "Helpers for tools/bench_pipeline.sh: a random-weight Qwen3 checkpoint, and the "
+               "per-hop latency of a decode hidden state over TCP loopback.\n");
+        return STRATA_EXIT_OK;
+    }
+    fprintf(stderr, "usage: strata-stage-bench make-model ... | hop ... | --help\n");
+    return STRATA_EXIT_USAGE;
+}

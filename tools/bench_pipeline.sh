@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Pipeline benchmark (not a test): a single strata-stage process vs 2 and 4 stages on
+# loopback with the same model, printing
+#   - decode tokens/s of one request and the ratio to the single process (goal >= 0.95),
+#   - aggregate tokens/s with S concurrent requests (and the single process with S requests),
+#   - per-hop latency p50/p99 of one decode hidden state (goal p50 <= 60 us).
+# The committed goldens are too small for timing (a step is microseconds, so messaging would
+# dominate), so a random-weight Qwen3 checkpoint is generated once (default H=1024, 8 layers,
+# ~200 MB bf16) unless BENCH_MODEL names a model directory.
+# Threads: every stage process gets --threads T (T = BENCH_THREADS, default nproc). With one
+# request only the stage holding its token computes, so T threads run at a time in every
+# configuration. BENCH_SPLIT_THREADS=1 gives each of S stages max(1, T/S) threads instead
+# (the same total threads), which on a machine with fewer cores than stages is the fairer
+# comparison for concurrent requests.
+# Decode tokens/s is the best of BENCH_REPEAT (default 3) runs, as the host may be shared.
+# Env: BENCH_MODEL, BENCH_THREADS, BENCH_TOKENS (default 48), BENCH_SPLIT_THREADS, BENCH_REPEAT.
+set -u
+cd "$(dirname "$0")/.."
+bazel build //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
+    >/dev/null 2>&1 ||
+    { bazel build //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench; exit 1; }
+STRATA_BIN_DIR="$(bazel info bazel-bin 2>/dev/null)"
+export STRATA_BIN_DIR
+. tests/pipeline/pipeline_lib.sh
+pl_init
+BENCH="$STRATA_BIN_DIR/runtime/strata-stage-bench"
+T=${BENCH_THREADS:-$(nproc)}
+N=${BENCH_TOKENS:-48}
+model=${BENCH_MODEL:-}
+if [ -z "$model" ]; then
+    model="${TMPDIR:-/tmp}/strata-bench-model"
+    [ -f "$model/model.safetensors" ] || "$BENCH" make-model --out "$model" >/dev/null ||
+        pl_fail "cannot generate the benchmark model"
+fi
+hidden=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$model/config.json")
+prompts=(1,2,3,4,5,6,7,8 9,10,11,12,13,14,15,16 17,18,19,20,21,22,23,24 25,26,27,28,29,30,31,32)
+
+decode_rate() { sed -n 's/^request 0: .* \([0-9.]*\) tokens\/s$/\1/p' "$1"; }
+aggregate_rate() { sed -n 's/^total: .* = \([0-9.]*\) tokens\/s$/\1/p' "$1"; }
+
+echo "pipeline benchmark: $(grep -o '"num_hidden_layers": *[0-9]*' "$model/config.json" | tr -d '"'), hidden $hidden," \
+    "$N tokens per request, $(nproc) cores, threads per stage: $([ "${BENCH_SPLIT_THREADS:-0}" = 1 ] && echo "T/S of $T" || echo "$T")"
+printf "%-7s %-9s %-16s %-10s %-22s %-22s\n" stages threads "decode tok/s" ratio "aggregate tok/s (S req)" "1 stage, S req"
+single_rate=""
+declare -A single_agg
+for S in 1 2 4; do
+    threads=$T
+    if [ "${BENCH_SPLIT_THREADS:-0}" = 1 ]; then
+        threads=$((T / S))
+        [ "$threads" -ge 1 ] || threads=1
+    fi
+    pl_start_pipeline "b$S" "$S" "$model" --threads "$threads" --max-seq 512 --max-batch 8
+    pl_client "b$S" --prompt "${prompts[0]}" --max-tokens 4 --quiet >/dev/null ||
+        pl_fail "warm-up on $S stages failed"
+    rate=0
+    for ((rep = 0; rep < ${BENCH_REPEAT:-3}; rep++)); do # best of BENCH_REPEAT (noisy hosts)
+        pl_client "b$S" --prompt "${prompts[0]}" --max-tokens "$N" --quiet >"$PL_WORK/one.$S" ||
+            pl_fail "single request on $S stages failed: $(cat "$PL_WORK/one.$S")"
+        rate=$(awk -v a="$rate" -v b="$(decode_rate "$PL_WORK/one.$S")" 'BEGIN { print (b > a ? b : a) }')
+    done
+    args=()
+    for ((i = 0; i < (S > 1 ? S : 2); i++)); do args+=(--prompt "${prompts[$i]}"); done
+    pl_client "b$S" "${args[@]}" --max-tokens "$N" --quiet >"$PL_WORK/many.$S" ||
+        pl_fail "concurrent requests on $S stages failed: $(cat "$PL_WORK/many.$S")"
+    agg=$(aggregate_rate "$PL_WORK/many.$S")
+    if [ "$S" = 1 ]; then
+        single_rate=$rate
+        single_agg[2]=$agg
+        args=()
+        for ((i = 0; i < 4; i++)); do args+=(--prompt "${prompts[$i]}"); done
+        pl_client "b$S" "${args[@]}" --max-tokens "$N" --quiet >"$PL_WORK/many4.$S" ||
+            pl_fail "4 requests on 1 stage failed"
+        single_agg[4]=$(aggregate_rate "$PL_WORK/many4.$S")
+    fi
+    pl_stop_pipeline "b$S" "$S"
+    ratio=$(awk -v a="$rate" -v b="$single_rate" 'BEGIN { printf "%.3f", a / b }')
+    if [ "$S" = 1 ]; then
+        printf "%-7s %-9s %-16s %-10s %-22s %-22s\n" 1 "$threads" "$rate" "1.000" "$agg (2 req)" "-"
+    else
+        printf "%-7s %-9s %-16s %-10s %-22s %-22s\n" "$S" "$threads" "$rate" "$ratio" "$agg" "${single_agg[$S]}"
+    fi
+done
+echo "decode ratio goal: >= 0.95 of the single process"
+"$BENCH" hop --hidden "$hidden"
+[ "$hidden" = 4096 ] || "$BENCH" hop --hidden 4096
