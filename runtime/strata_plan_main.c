@@ -20,7 +20,7 @@
 #include "runtime/status.h"
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: strata-plan --model DIR --stages S [options]\n"
+    fprintf(out, "usage: strata-plan --model DIR (--stages S | --ranges LIST) [options]\n"
                  "\n"
                  "Prints the layer range and memory estimate of each pipeline stage.\n"
                  "\n"
@@ -28,8 +28,11 @@ static void usage(FILE *out) {
                  "                     model.safetensors.index.json); without weights the sizes\n"
                  "                     are estimated from config.json\n"
                  "  --stages S         number of pipeline stages (1 <= S <= layers)\n"
+                 "  --ranges LIST      explicit split, e.g. 0-10,10-28: must be non-empty,\n"
+                 "                     non-overlapping and cover every layer\n"
                  "  --mem LIST         free memory per node in stage order, e.g. 24G,16G\n"
                  "                     (K/M/G/T = powers of 1024); plans layers in proportion\n"
+                 "                     (with --ranges: only reports each node's use)\n"
                  "  --max-seq N        KV tokens per sequence (default 4096)\n"
                  "  --batch B          sequences with KV held at once (default 1)\n"
                  "  --kv-bytes N       bytes per KV element: 4 for fp32 (default), 2 for bf16\n"
@@ -78,6 +81,31 @@ static int parse_mem_list(uint64_t *out, int cap, const char *text) {
     return n;
 }
 
+/* Parses "0-10,10-28" into ranges; returns the count or -1. */
+static int parse_ranges(struct stage_range *out, int cap, const char *text) {
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        int start, end, used = 0;
+        if (n == cap || sscanf(p, "%d-%d%n", &start, &end, &used) != 2 || used == 0) {
+            fprintf(stderr,
+                    "strata-plan: --ranges: expected START-END[,START-END...], got \"%s\"\n", text);
+            return -1;
+        }
+        out[n].layer_start = start;
+        out[n].layer_end = end;
+        ++n;
+        p += used;
+        if (*p == ',') {
+            ++p;
+        } else if (*p) {
+            fprintf(stderr, "strata-plan: --ranges: unexpected \"%s\"\n", p);
+            return -1;
+        }
+    }
+    return n;
+}
+
 static int has_weights(const char *dir) {
     char path[4096];
     struct stat sb;
@@ -113,13 +141,19 @@ static void print_plan(const struct stage_plan *plan, int with_memory) {
 
 int main(int argc, char **argv) {
     static const struct option longopts[] = {
-        {"model", required_argument, 0, 'm'}, {"stages", required_argument, 0, 's'},
-        {"mem", required_argument, 0, 'M'},   {"max-seq", required_argument, 0, 'q'},
-        {"batch", required_argument, 0, 'b'}, {"kv-bytes", required_argument, 0, 'k'},
-        {"chunk", required_argument, 0, 'c'}, {"no-vision", no_argument, 0, 'V'},
-        {"help", no_argument, 0, 'h'},        {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},
+        {"stages", required_argument, 0, 's'},
+        {"mem", required_argument, 0, 'M'},
+        {"max-seq", required_argument, 0, 'q'},
+        {"batch", required_argument, 0, 'b'},
+        {"kv-bytes", required_argument, 0, 'k'},
+        {"chunk", required_argument, 0, 'c'},
+        {"no-vision", no_argument, 0, 'V'},
+        {"ranges", required_argument, 0, 'r'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
-    const char *model = NULL, *mem_text = NULL;
+    const char *model = NULL, *mem_text = NULL, *ranges_text = NULL;
     int stages = 0, kv_bytes = 4, no_vision = 0;
     struct stage_memory_options opt = {4, 4096, 1, 512, 1};
     int c;
@@ -130,6 +164,7 @@ int main(int argc, char **argv) {
             if (parse_int(&stages, optarg, "--stages", 1, STAGE_PLAN_MAX_STAGES)) return 2;
             break;
         case 'M': mem_text = optarg; break;
+        case 'r': ranges_text = optarg; break;
         case 'q':
             if (parse_int(&opt.max_seq, optarg, "--max-seq", 1, 1 << 30)) return 2;
             break;
@@ -152,8 +187,19 @@ int main(int argc, char **argv) {
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
+    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+    if (ranges_text) {
+        int n = parse_ranges(ranges, STAGE_PLAN_MAX_STAGES, ranges_text);
+        if (n < 0) return STRATA_EXIT_USAGE;
+        if (stages && stages != n) {
+            fprintf(stderr, "strata-plan: --ranges lists %d stages but --stages is %d\n", n,
+                    stages);
+            return STRATA_EXIT_USAGE;
+        }
+        stages = n;
+    }
     if (!model || stages == 0) {
-        fprintf(stderr, "strata-plan: --model and --stages are required\n");
+        fprintf(stderr, "strata-plan: --model and --stages (or --ranges) are required\n");
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
@@ -203,8 +249,19 @@ int main(int argc, char **argv) {
         goto done;
     }
 
-    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
-    if (mem_text) {
+    const char *how = "even split";
+    if (ranges_text) {
+        how = "explicit ranges";
+        if (stage_plan_check_ranges(ranges, stages, cfg->num_layers, 1) != 0) {
+            fprintf(stderr, "strata-plan: --ranges: %s\n", strata_last_error());
+            exit_code = STRATA_EXIT_USAGE;
+            goto done;
+        }
+        if (stage_plan_price(plan, mm, ranges, stages) != 0) goto fail;
+        for (int s = 0; s < stages && mem_text; ++s)
+            plan->stages[s].memory_bytes = mem[s];
+    } else if (mem_text) {
+        how = "memory-proportional split";
         if (stage_plan_balanced(plan, mm, mem, stages) != 0) goto fail;
     } else if (stage_plan_even(ranges, cfg->num_layers, stages) != 0 ||
                stage_plan_price(plan, mm, ranges, stages) != 0) {
@@ -224,13 +281,15 @@ int main(int argc, char **argv) {
     }
     printf("kv        %d B/element, max-seq %d, batch %d; workspace for %d-token steps\n", kv_bytes,
            opt.max_seq, opt.batch, opt.chunk_tokens);
-    if (mem_text) {
-        printf("plan      memory-proportional over %d nodes\n\n", stages);
-    } else {
-        printf("plan      even split of %d layers over %d stages\n\n", cfg->num_layers, stages);
-    }
+    printf("plan      %s of %d layers over %d stages\n\n", how, cfg->num_layers, stages);
     print_plan(plan, mem_text != NULL);
     exit_code = STRATA_EXIT_OK;
+    for (int s = 0; s < stages && mem_text; ++s) {
+        if (plan->stages[s].total_bytes > plan->stages[s].memory_bytes) {
+            fprintf(stderr, "strata-plan: stage %d does not fit its node's memory\n", s);
+            exit_code = STRATA_EXIT_INPUT;
+        }
+    }
     goto done;
 fail:
     fprintf(stderr, "strata-plan: %s\n", strata_last_error());

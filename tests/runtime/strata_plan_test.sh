@@ -33,6 +33,15 @@ check too-many-stages 2 "every stage needs a layer" --model "$model" --stages 5
 check mem-count 2 "--mem lists 1 nodes" --model "$model" --stages 2 --mem 1G
 check mem-syntax 2 "bad size" --model "$model" --stages 2 --mem 1G,12X
 check missing-model 3 "No such file" --model /nonexistent/model --stages 2
+check ranges 0 "[1, 4)" --model "$model" --ranges 0-1,1-4
+check ranges-mem 0 "used" --model "$model" --ranges 0-3,3-4 --mem 64M,64M
+check ranges-mem-overflow 3 "does not fit" --model "$model" --ranges 0-3,3-4 --mem 64M,1M
+check ranges-overlap 2 "overlap" --model "$model" --ranges 0-3,2-4
+check ranges-gap 2 "no stage owns layers [2, 3)" --model "$model" --ranges 0-2,3-4
+check ranges-empty 2 "empty" --model "$model" --ranges 0-4,4-4
+check ranges-outside 2 "outside" --model "$model" --ranges 0-2,2-9
+check ranges-syntax 2 "expected START-END" --model "$model" --ranges 0-2,x
+check ranges-count 2 "--ranges lists 2 stages but --stages is 3" --model "$model" --stages 3 --ranges 0-2,2-4
 check no-fit 3 "does not fit" --model "$model" --stages 2 --mem 1M,1M
 # A checkpoint whose config disagrees with its weights: every mis-shaped tensor is listed.
 broken="${TEST_TMPDIR:-/tmp}/broken_model"
