@@ -318,11 +318,20 @@ int model_config_parse(struct model_config *cfg, const char *json, size_t len,
     const char *source = source_name ? source_name : "config.json";
     if (!cfg || (!json && len)) return strata_set_error(STRATA_EINVAL, "%s: null argument", source);
     memset(cfg, 0, sizeof *cfg);
-    cJSON *root = cJSON_ParseWithLength(json, len);
+    /* The parse end (not cJSON_GetErrorPtr, a process-wide global) locates errors. */
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
     int rc = STRATA_OK;
     if (!root) {
         return strata_set_error(STRATA_EFORMAT, "%s: not well-formed JSON (near byte %ld)", source,
-                                (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : 0));
+                                end ? (long)(end - json) : 0L);
+    }
+    for (const char *p = end; p && p < json + len; ++p) {
+        if (*p != ' ' && *p != '\t' && *p != '\n' && *p != '\r' && *p != '\0') {
+            rc = strata_set_error(STRATA_EFORMAT, "%s: unexpected text after the JSON object",
+                                  source);
+            goto fail;
+        }
     }
     if (!cJSON_IsObject(root)) {
         rc = strata_set_error(STRATA_EFORMAT, "%s: top level is not a JSON object", source);

@@ -221,8 +221,8 @@ static int parse_file(struct safetensors *st, const uint8_t *file, size_t len, i
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(header, (size_t)header_len, &end, 0);
     if (!root) {
-        const char *at = cJSON_GetErrorPtr();
-        long pos = at && at >= header && at <= header + header_len ? (long)(at - header) : -1;
+        /* `end` is the error position (cJSON_GetErrorPtr is a process-wide global). */
+        long pos = end && end >= header && end <= header + header_len ? (long)(end - header) : -1;
         return strata_set_error(STRATA_EFORMAT,
                                 "%s: header is not well-formed JSON (error near header byte %ld)",
                                 source, pos);
@@ -364,7 +364,7 @@ static int open_sharded(struct safetensors *st, const char *index_path, const ch
     char path[4096];
     int rc = read_small_file(&json, &len, index_path);
     if (rc) return rc;
-    root = cJSON_ParseWithLength(json, len);
+    root = cJSON_ParseWithLengthOpts(json, len, NULL, 0);
     if (!root || !cJSON_IsObject(root)) {
         rc = strata_set_error(STRATA_EFORMAT, "%s: not a well-formed JSON object", index_path);
         goto done;

@@ -268,6 +268,10 @@ static void test_malformed_json(void **state) {
     assert_int_equal(parse_text("{\"model_type\": \"qwen3\","), STRATA_EFORMAT);
     assert_error_mentions("inline.json", "JSON");
     assert_int_equal(parse_text("[1,2]"), STRATA_EFORMAT);
+    assert_int_equal(parse_text("{\"model_type\":\"qwen3\"} trailing"), STRATA_EFORMAT);
+    assert_error_mentions("inline.json", "after the JSON object");
+    assert_int_equal(parse_text("{\"model_type\": 3,}"), STRATA_EFORMAT);
+    assert_error_mentions("inline.json", "near byte 17");
     assert_int_equal(model_config_parse(&cfg, "", 0, "empty.json"), STRATA_EFORMAT);
     assert_error_mentions("empty.json", NULL);
 }
