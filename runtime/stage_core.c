@@ -313,9 +313,7 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
     req->slot = slot;
     req->params = *params;
     req->tokens = calloc((size_t)params->max_tokens, sizeof *req->tokens);
-    if (core->is_last && core->opt.keep_logits)
-        req->logits = malloc(sizeof(float) * (size_t)params->max_tokens * core->vocab);
-    if (!req->tokens || (core->is_last && core->opt.keep_logits && !req->logits)) {
+    if (!req->tokens) {
         kv_cache_release(&core->kv, slot);
         free_req_buffers(req);
         snprintf(why, why_cap, "stage %d: out of memory for a request of %d tokens",
@@ -415,12 +413,8 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
         req->params = params;
         req->restored = 0;
         req->tokens = calloc((size_t)params.max_tokens, sizeof *req->tokens);
-        if (core->is_last) {
-            sampler_init(&req->sampler, &params.sampling);
-            if (core->opt.keep_logits)
-                req->logits = malloc(sizeof(float) * (size_t)params.max_tokens * core->vocab);
-        }
-        if (!req->tokens || (core->is_last && core->opt.keep_logits && !req->logits)) {
+        if (core->is_last) sampler_init(&req->sampler, &params.sampling);
+        if (!req->tokens) {
             stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory", r);
             return 0;
         }

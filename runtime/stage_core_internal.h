@@ -24,7 +24,8 @@ struct stage_req {
     int recv_pos;    /* positions received / queued so far (next expected pos) */
     int n_generated; /* tokens known here (stage 0: received; last: sampled) */
     int32_t *tokens; /* [params.max_tokens] */
-    float *logits;   /* last stage with keep_logits: [params.max_tokens][V] */
+    float *logits;   /* last stage with keep_logits: [logits_cap][V], grown on demand */
+    int logits_cap;
     int32_t *prompt; /* stage 0: [prompt_len] */
     struct sampler sampler;
     int picked; /* scratch: already has an item in the microbatch being formed */

@@ -93,6 +93,24 @@ static void send_kv(struct stage_core *core, struct stage_req *req, uint64_t ste
                    strata_last_error());
 }
 
+/* Stores logits row `step` [V] of a request, growing its buffer geometrically (a request
+ * that stops early never pays for max_tokens rows). */
+static int keep_logits_row(struct stage_req *req, uint64_t step, const float *row, int V) {
+    if (step >= (uint64_t)req->params.max_tokens) return 0;
+    if ((int)step >= req->logits_cap) {
+        int cap = req->logits_cap ? req->logits_cap * 2 : 16;
+        float *grown;
+        if (cap > req->params.max_tokens) cap = req->params.max_tokens;
+        if (cap <= (int)step) cap = (int)step + 1;
+        grown = realloc(req->logits, sizeof(float) * (size_t)cap * V);
+        if (!grown) return STRATA_ENOMEM;
+        req->logits = grown;
+        req->logits_cap = cap;
+    }
+    memcpy(req->logits + step * (size_t)V, row, sizeof(float) * V);
+    return 0;
+}
+
 /* Last stage: logits for the rows that end a prefill or are a decode step, then sampling. */
 static void sample_rows(struct stage_core *core, int n, const int *row_off) {
     int H = core->hidden_size, V = core->vocab, k = 0, rc;
@@ -126,8 +144,11 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
                        core->opt.stage_index, strata_last_error());
             continue;
         }
-        if (req->logits && it->step < (uint64_t)req->params.max_tokens)
-            memcpy(req->logits + it->step * (size_t)V, row, sizeof(float) * V);
+        if (core->opt.keep_logits && keep_logits_row(req, it->step, row, V) < 0) {
+            stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory for logits",
+                       core->opt.stage_index);
+            continue;
+        }
         if (core->is_first) {
             stage_on_token(core, req, it->step, token); /* S = 1: the ring is local */
         } else {
