@@ -88,33 +88,41 @@ static void our_bytes_decode_in_flatc_to_golden_json(void **state) {
     wire_arena_free(&arena);
 }
 
-/* Runs `flatc -b` with `schema` on a testdata JSON and returns the binary (malloc'd). */
-static char *flatc_binary(const char *schema_path, const char *json_name, size_t *len) {
+/* Runs `flatc -b [flags]` with `schema` on a testdata JSON and returns the binary (malloc'd). */
+static char *flatc_binary_with(const char *flags, const char *schema_path, const char *json_name,
+                               size_t *len) {
     char args[8192], json[1024], out[4096], schema[2048];
     snprintf(schema, sizeof schema, "%s", schema_path); /* test_path reuses one buffer */
     snprintf(json, sizeof json, "tests/wire/testdata/%s.json", json_name);
-    snprintf(args, sizeof args, "-b -o bin '%s' '%s'", schema, test_path(json));
+    snprintf(args, sizeof args, "-b %s -o bin '%s' '%s'", flags, schema, test_path(json));
     run_flatc(args);
     snprintf(out, sizeof out, "%s/bin/%s.stra", work_dir, json_name);
     return read_file(out, len);
 }
 
+static char *flatc_binary(const char *schema_path, const char *json_name, size_t *len) {
+    return flatc_binary_with("", schema_path, json_name, len);
+}
+
+/* Plain, and with every default value written out (another vtable layout). */
 static void flatc_bytes_read_back_as_samples(void **state) {
     (void)state;
-    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
-        size_t len;
-        char *frame =
-            flatc_binary(test_path("wire/strata.fbs"), sample_name((enum wire_kind)kind), &len);
-        enum wire_kind found;
-        if (wire_verify(&found, NULL, frame, len))
-            fail_msg("%s: %s", sample_name((enum wire_kind)kind), strata_last_error());
-        assert_int_equal(found, kind);
-        int line = sample_read_and_check((enum wire_kind)kind, frame, len);
-        if (line)
-            fail_msg("flatc-built %s differs at samples.c:%d (%s)",
-                     sample_name((enum wire_kind)kind), line, strata_last_error());
-        free(frame);
-    }
+    for (int variant = 0; variant < 2; ++variant)
+        for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+            size_t len;
+            char *frame =
+                flatc_binary_with(variant ? "--force-defaults" : "", test_path("wire/strata.fbs"),
+                                  sample_name((enum wire_kind)kind), &len);
+            enum wire_kind found;
+            if (wire_verify(&found, NULL, frame, len))
+                fail_msg("%s: %s", sample_name((enum wire_kind)kind), strata_last_error());
+            assert_int_equal(found, kind);
+            int line = sample_read_and_check((enum wire_kind)kind, frame, len);
+            if (line)
+                fail_msg("flatc-built %s differs at samples.c:%d (%s)",
+                         sample_name((enum wire_kind)kind), line, strata_last_error());
+            free(frame);
+        }
 }
 
 static void newer_minor_with_extra_fields_reads_fine(void **state) {
