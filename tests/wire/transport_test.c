@@ -192,6 +192,27 @@ static void read_timeout_then_recovery(void **state) {
     wire_listener_close(&listener);
 }
 
+static void write_timeout_when_peer_stops_reading(void **state) {
+    (void)state;
+    struct wire_listener listener;
+    struct wire_conn sender, receiver;
+    assert_int_equal(wire_listen(&listener, NULL, 0), 0);
+    assert_int_equal(wire_connect(&sender, NULL, listener.port, 0, TIMEOUT_MS), 0);
+    assert_int_equal(wire_accept(&receiver, &listener, 0, TIMEOUT_MS), 0);
+    size_t size = 64u << 20; /* far beyond loopback socket buffers; the receiver never reads */
+    uint8_t *payload = calloc(size, 1);
+    assert_non_null(payload);
+    int64_t start = now_ms();
+    assert_int_equal(wire_send_frame(&sender, payload, size, 300), STRATA_ETIMEOUT);
+    int64_t waited = now_ms() - start;
+    assert_true(waited >= 290 && waited < 5000);
+    assert_true(sender.broken); /* part of a frame went out: the stream cannot be resumed */
+    free(payload);
+    wire_close(&sender);
+    wire_close(&receiver);
+    wire_listener_close(&listener);
+}
+
 static void peer_close_mid_frame_is_reported(void **state) {
     (void)state;
     struct wire_listener listener;
@@ -428,6 +449,7 @@ int main(void) {
         cmocka_unit_test(trickled_frame_is_reassembled),
         cmocka_unit_test(oversized_frame_refused_before_allocation),
         cmocka_unit_test(read_timeout_then_recovery),
+        cmocka_unit_test(write_timeout_when_peer_stops_reading),
         cmocka_unit_test(peer_close_mid_frame_is_reported),
         cmocka_unit_test(connect_refused_and_timeout),
         cmocka_unit_test(handshake_with_shared_key_succeeds),
