@@ -11,8 +11,8 @@
 #include "tests/test_util.h"
 
 const char *const golden_case_names[] = {
-    "qwen3_gqa_tied",   "qwen3_mha_untied",  "qwen3_deep8", "qwen3_moe",
-    "qwen3_moe_nonorm", "qwen3_long_prompt", NULL,
+    "qwen3_gqa_tied",    "qwen3_mha_untied", "qwen3_deep8",  "qwen3_moe", "qwen3_moe_nonorm",
+    "qwen3_long_prompt", "qwen3_vl",         "qwen3_vl_moe", NULL,
 };
 
 static int read_file(char **out, size_t *len, const char *path) {
@@ -48,6 +48,54 @@ static int int_array(int32_t **out, int *n, const cJSON *root, const char *key) 
     return STRATA_OK;
 }
 
+/* Reads a float32 file of exactly `count` values. */
+static int read_floats(float **out, const char *dir, const char *file, size_t count) {
+    char path[4200], *raw = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    int rc = read_file(&raw, &len, path);
+    if (rc) return rc;
+    if (len != count * sizeof(float)) {
+        free(raw);
+        return strata_set_error(STRATA_EFORMAT, "%s: %zu bytes, want %zu", path, len,
+                                count * sizeof(float));
+    }
+    *out = (float *)raw;
+    return STRATA_OK;
+}
+
+static int read_vision(struct golden_case *gc, const cJSON *vision, const char *dir) {
+    const cJSON *pos = cJSON_GetObjectItemCaseSensitive(vision, "position_ids");
+    const cJSON *delta = cJSON_GetObjectItemCaseSensitive(vision, "rope_delta");
+    const cJSON *image = cJSON_GetObjectItemCaseSensitive(vision, "image_token_id");
+    const cJSON *ds_shape = cJSON_GetObjectItemCaseSensitive(vision, "deepstack_shape");
+    if (!cJSON_IsArray(pos) || cJSON_GetArraySize(pos) != 3 || !cJSON_IsNumber(delta) ||
+        !cJSON_IsNumber(image) || !cJSON_IsArray(ds_shape) || cJSON_GetArraySize(ds_shape) != 3)
+        return strata_set_error(STRATA_EFORMAT, "%s/golden.json: incomplete \"vision\" object",
+                                dir);
+    gc->has_vision = 1;
+    gc->rope_delta = delta->valueint;
+    gc->image_token_id = image->valueint;
+    gc->position_ids = calloc(3 * (size_t)gc->n_prompt, sizeof *gc->position_ids);
+    if (!gc->position_ids) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    for (int r = 0; r < 3; ++r) {
+        const cJSON *row = cJSON_GetArrayItem(pos, r);
+        if (cJSON_GetArraySize(row) != gc->n_prompt)
+            return strata_set_error(
+                STRATA_EFORMAT, "%s/golden.json: position_ids row %d has the wrong length", dir, r);
+        for (int i = 0; i < gc->n_prompt; ++i)
+            gc->position_ids[r * gc->n_prompt + i] = cJSON_GetArrayItem(row, i)->valueint;
+    }
+    for (int i = 0; i < gc->n_prompt; ++i)
+        gc->n_visual += gc->prompt[i] == gc->image_token_id;
+    gc->num_deepstack = cJSON_GetArrayItem(ds_shape, 0)->valueint;
+    size_t H = (size_t)gc->cfg.hidden_size, nv = (size_t)gc->n_visual;
+    int rc = read_floats(&gc->vision_embeds, dir, "vision_embeds.f32", nv * H);
+    if (!rc)
+        rc = read_floats(&gc->deepstack, dir, "deepstack.f32", (size_t)gc->num_deepstack * nv * H);
+    return rc;
+}
+
 int golden_case_open(struct golden_case *gc, const char *name) {
     memset(gc, 0, sizeof *gc);
     snprintf(gc->name, sizeof gc->name, "%s", name);
@@ -79,6 +127,8 @@ int golden_case_open(struct golden_case *gc, const char *name) {
     }
     gc->logits = (float *)raw;
     raw = NULL;
+    const cJSON *vision = cJSON_GetObjectItemCaseSensitive(root, "vision");
+    if (vision && (rc = read_vision(gc, vision, dir))) goto fail;
     cJSON_Delete(root);
     free(text);
     return STRATA_OK;
@@ -95,6 +145,9 @@ void golden_case_close(struct golden_case *gc) {
     free(gc->prompt);
     free(gc->generated);
     free(gc->logits);
+    free(gc->position_ids);
+    free(gc->vision_embeds);
+    free(gc->deepstack);
     memset(gc, 0, sizeof *gc);
 }
 

@@ -18,6 +18,16 @@ struct golden_case {
     int32_t *generated; /* [n_steps] */
     int n_steps;
     float *logits; /* [n_steps, V] */
+
+    /* Qwen3-VL cases only (golden.json "vision"; has_vision == 0 otherwise). */
+    int has_vision;
+    int image_token_id;
+    int32_t *position_ids; /* [3, n_prompt] M-RoPE rows t, h, w of the prompt */
+    int rope_delta;        /* decode position = cache index + rope_delta */
+    int n_visual;          /* image pad tokens in the prompt */
+    float *vision_embeds;  /* [n_visual, H] merger outputs (replace the pad embeddings) */
+    int num_deepstack;
+    float *deepstack; /* [num_deepstack, n_visual, H] */
 };
 
 /* The committed case names, NULL-terminated. */

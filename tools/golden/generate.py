@@ -24,7 +24,9 @@ import numpy as np
 import torch
 import transformers
 from transformers import (Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig,
-                          Qwen3MoeForCausalLM)
+                          Qwen3MoeForCausalLM, Qwen3VLConfig,
+                          Qwen3VLForConditionalGeneration, Qwen3VLMoeConfig,
+                          Qwen3VLMoeForConditionalGeneration)
 
 MIN_MARGIN = 0.05
 MAX_SEED_TRIES = 64
@@ -68,7 +70,32 @@ CASES = [
          kind="qwen3", hidden_size=96, intermediate_size=128, num_hidden_layers=4,
          num_attention_heads=6, num_key_value_heads=2, head_dim=16, vocab_size=1000,
          tie_word_embeddings=True, rope_theta=10000.0, prompt_len=40, n_steps=24, seed=6000),
+    # Qwen3-VL text stacks driven by a real (tiny) vision tower: the prompt holds one image
+    # (grid T=1, 4x6 patches -> 6 merged tokens), so prefill uses interleaved M-RoPE positions
+    # and DeepStack adds; decode continues at cache index + rope_delta.
+    dict(name="qwen3_vl",
+         about="Qwen3-VL dense text stack, 4 layers, GQA 4q/2kv, head_dim 16, mrope_section [2,3,3], "
+               "untied, 2 DeepStack layers, one 6-token image in a 13-token prompt",
+         kind="qwen3_vl", hidden_size=64, intermediate_size=128, num_hidden_layers=4,
+         num_attention_heads=4, num_key_value_heads=2, head_dim=16, vocab_size=512,
+         tie_word_embeddings=False, rope_theta=5000000.0, mrope_section=[2, 3, 3],
+         deepstack_visual_indexes=[0, 1], n_steps=24, seed=7000),
+    dict(name="qwen3_vl_moe",
+         about="Qwen3-VL-MoE text stack, fused input-major experts gate_up_proj [E,H,2I] / down_proj "
+               "[E,I,H], E=4 top-2 (always renormalised), tied, mrope_section [2,3,3], 3 DeepStack "
+               "layers, one 6-token image in a 13-token prompt",
+         kind="qwen3_vl_moe", hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+         vocab_size=512, tie_word_embeddings=True, rope_theta=5000000.0, num_experts=4,
+         num_experts_per_tok=2, mrope_section=[2, 3, 3], deepstack_visual_indexes=[0, 1, 2],
+         n_steps=24, seed=8000),
 ]
+
+# Special tokens of the VL cases (inside the small vocabularies).
+VL_TOKENS = dict(image_token_id=500, video_token_id=501, vision_start_token_id=502,
+                 vision_end_token_id=503)
+VL_GRID = (1, 4, 6)  # image_grid_thw in patch units
+VL_PATCH, VL_MERGE, VL_TEMPORAL = 4, 2, 2
 
 
 def build_config(case):
@@ -82,12 +109,39 @@ def build_config(case):
                   eos_token_id=case["vocab_size"] - 1, attention_bias=False)
     if case["kind"] == "qwen3":
         return Qwen3Config(**common), Qwen3ForCausalLM
+    if case["kind"] in ("qwen3_vl", "qwen3_vl_moe"):
+        return build_vl_config(case, common)
     return Qwen3MoeConfig(**common, moe_intermediate_size=case["moe_intermediate_size"],
                           num_experts=case["num_experts"],
                           num_experts_per_tok=case["num_experts_per_tok"],
                           norm_topk_prob=case["norm_topk_prob"],
                           decoder_sparse_step=case["decoder_sparse_step"],
                           mlp_only_layers=case["mlp_only_layers"]), Qwen3MoeForCausalLM
+
+
+def build_vl_config(case, common):
+    text = dict(common)
+    # transformers 4.57 ties lm_head by the *text* config's flag
+    # (get_text_config(decoder=True).tie_word_embeddings); keep both flags equal.
+    for key in ("bos_token_id", "eos_token_id"):
+        text.pop(key)
+    text.pop("rope_theta")
+    text.update(rope_theta=case["rope_theta"],
+                rope_scaling=dict(rope_type="default", mrope_section=case["mrope_section"],
+                                  mrope_interleaved=True))
+    vision = dict(depth=len(case["deepstack_visual_indexes"]) + 1, hidden_size=32,
+                  intermediate_size=64, num_heads=2, in_channels=3, patch_size=VL_PATCH,
+                  spatial_merge_size=VL_MERGE, temporal_patch_size=VL_TEMPORAL,
+                  out_hidden_size=case["hidden_size"], num_position_embeddings=16,
+                  deepstack_visual_indexes=case["deepstack_visual_indexes"])
+    top = dict(vision_config=vision, tie_word_embeddings=case["tie_word_embeddings"],
+               eos_token_id=case["vocab_size"] - 1, **VL_TOKENS)
+    if case["kind"] == "qwen3_vl":
+        return Qwen3VLConfig(text_config=text, **top), Qwen3VLForConditionalGeneration
+    text.update(moe_intermediate_size=case["moe_intermediate_size"], num_experts=case["num_experts"],
+                num_experts_per_tok=case["num_experts_per_tok"], decoder_sparse_step=1,
+                mlp_only_layers=[], norm_topk_prob=True)
+    return Qwen3VLMoeConfig(text_config=text, **top), Qwen3VLMoeForConditionalGeneration
 
 
 @torch.no_grad()
@@ -98,12 +152,13 @@ def widen(model, gen):
     last hidden state (which makes tied models repeat it), and an untied lm_head a gain of 4 so
     logits spread over a few units and top-2 margins are comfortably above MIN_MARGIN."""
     for name, p in model.named_parameters():
-        if name.endswith("norm.weight") or "layernorm" in name:
+        if ("norm" in name and name.endswith(".weight") and p.ndim == 1) or "layernorm" in name:
             p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen))
         elif "embed_tokens" in name:
             p.copy_(0.5 * torch.randn(p.shape, generator=gen))
         else:
-            fan_in = p.shape[-1]
+            # Fused input-major experts ([E, H, 2I], [E, I, H]) read their input on dim 1.
+            fan_in = p.shape[1] if name.endswith(("experts.gate_up_proj", "experts.down_proj")) else p.shape[-1]
             gain = 1.0
             if "o_proj" in name or "down_proj" in name:
                 gain = 2.0
@@ -133,6 +188,53 @@ def greedy_decode(model, prompt, n_steps):
     return generated, torch.stack(logits)
 
 
+def vl_prompt(case, gen):
+    """Three text tokens, <vision_start>, one image's pad tokens, <vision_end>, two text tokens."""
+    t, h, w = VL_GRID
+    n_image = t * (h // VL_MERGE) * (w // VL_MERGE)
+    text = torch.randint(0, 500, (5,), generator=gen).tolist()
+    return (text[:3] + [VL_TOKENS["vision_start_token_id"]] + [VL_TOKENS["image_token_id"]] * n_image
+            + [VL_TOKENS["vision_end_token_id"]] + text[3:])
+
+
+@torch.no_grad()
+def greedy_decode_vl(model, prompt, pixel_values, grid, n_steps):
+    """Prefill with the image through the full model (HF computes M-RoPE positions and DeepStack),
+    then one token per step with explicit cache_position (decode positions = index + rope_delta)."""
+    ids = torch.tensor([prompt], dtype=torch.long)
+    out = model(input_ids=ids, pixel_values=pixel_values, image_grid_thw=grid,
+                attention_mask=torch.ones_like(ids), use_cache=True)
+    past = out.past_key_values
+    logits, generated = [], []
+    step_logits = out.logits[0, -1].float()
+    pos = len(prompt)
+    for step in range(n_steps):
+        logits.append(step_logits.clone())
+        token = int(torch.argmax(step_logits))
+        generated.append(token)
+        if step + 1 == n_steps:
+            break
+        out = model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True,
+                    attention_mask=torch.ones((1, pos + 1), dtype=torch.long),
+                    cache_position=torch.tensor([pos]))
+        past = out.past_key_values
+        pos += 1
+        step_logits = out.logits[0, -1].float()
+    return generated, torch.stack(logits)
+
+
+@torch.no_grad()
+def vl_extras(model, prompt, pixel_values, grid):
+    """What a text-stack implementation needs to reproduce the prefill without a vision tower:
+    the merger outputs, the DeepStack features and HF's M-RoPE position ids."""
+    image_embeds, deepstack = model.model.get_image_features(pixel_values, grid)
+    ids = torch.tensor([prompt], dtype=torch.long)
+    position_ids, rope_delta = model.model.get_rope_index(ids, grid, None, attention_mask=torch.ones_like(ids))
+    return dict(vision_embeds=torch.cat(image_embeds).float(),
+                deepstack=torch.stack(list(deepstack)).float(),
+                position_ids=position_ids[:, 0, :].tolist(), rope_delta=int(rope_delta.item()))
+
+
 def top2_margins(logits):
     top2 = torch.topk(logits, 2, dim=-1).values
     return (top2[:, 0] - top2[:, 1]).tolist()
@@ -144,14 +246,27 @@ def try_seed(case, seed, workdir):
     model = cls(config).eval()
     gen = torch.Generator().manual_seed(seed)
     widen(model, gen)
-    prompt = torch.randint(0, case["vocab_size"] - 1, (case["prompt_len"],), generator=gen).tolist()
+    vl = case["kind"].startswith("qwen3_vl")
+    if vl:
+        prompt = vl_prompt(case, gen)
+        t, h, w = VL_GRID
+        pixel_values = torch.randn((t * h * w, 3 * VL_TEMPORAL * VL_PATCH * VL_PATCH), generator=gen)
+        grid = torch.tensor([list(VL_GRID)])
+    else:
+        prompt = torch.randint(0, case["vocab_size"] - 1, (case["prompt_len"],), generator=gen).tolist()
 
     if os.path.isdir(workdir):
         shutil.rmtree(workdir)
     model.to(torch.bfloat16).save_pretrained(workdir, safe_serialization=True)
     reloaded = cls.from_pretrained(workdir, dtype=torch.float32, attn_implementation="eager").eval()
-    generated, logits = greedy_decode(reloaded, prompt, case["n_steps"])
-    return prompt, generated, logits, top2_margins(logits)
+    extras = None
+    if vl:
+        generated, logits = greedy_decode_vl(reloaded, prompt, pixel_values, grid, case["n_steps"])
+        extras = vl_extras(reloaded, prompt, pixel_values, grid)
+        extras["pixel_values"] = pixel_values
+    else:
+        generated, logits = greedy_decode(reloaded, prompt, case["n_steps"])
+    return prompt, generated, logits, top2_margins(logits), extras
 
 
 def write_case(case, out_root):
@@ -159,7 +274,7 @@ def write_case(case, out_root):
     work = final + ".tmp"
     for attempt in range(MAX_SEED_TRIES):
         seed = case["seed"] + attempt
-        prompt, generated, logits, margins = try_seed(case, seed, work)
+        prompt, generated, logits, margins, extras = try_seed(case, seed, work)
         distinct = len(set(generated))
         if min(margins) >= MIN_MARGIN and distinct >= max(4, len(generated) // 4):
             break
@@ -183,6 +298,17 @@ def write_case(case, out_root):
                                  transformers=transformers.__version__, dtype="float32",
                                  attn_implementation="eager", weights_saved_as="bfloat16",
                                  decode="greedy argmax, DynamicCache, one token per step"))
+    if extras is not None:
+        golden["vision"] = dict(
+            image_grid_thw=[list(VL_GRID)], pixel_values_file="pixel_values.f32",
+            pixel_values_shape=list(extras["pixel_values"].shape),
+            vision_embeds_file="vision_embeds.f32",
+            vision_embeds_shape=list(extras["vision_embeds"].shape),
+            deepstack_file="deepstack.f32", deepstack_shape=list(extras["deepstack"].shape),
+            position_ids=extras["position_ids"], rope_delta=extras["rope_delta"], **VL_TOKENS)
+        extras["pixel_values"].numpy().astype("<f4").tofile(os.path.join(work, "pixel_values.f32"))
+        extras["vision_embeds"].numpy().astype("<f4").tofile(os.path.join(work, "vision_embeds.f32"))
+        extras["deepstack"].numpy().astype("<f4").tofile(os.path.join(work, "deepstack.f32"))
     with open(os.path.join(work, "golden.json"), "w") as f:
         json.dump(golden, f, indent=1)
         f.write("\n")
