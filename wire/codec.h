@@ -4,8 +4,10 @@
  * The default on the wire is lossless for the stage's compute dtype (fp32 activations
  * travel as F32/NONE), so pipeline splits stay bit-identical; the lossy codecs exist to
  * cut bandwidth where a deployment accepts the error (tests/wire/codec_*_test report it).
- * All conversions are scalar C, bit-exact and independent of the host's FPU rounding mode;
- * NaN stays NaN (quiet), infinities stay infinities, fp16 overflow becomes infinity. */
+ * The 2-byte conversions are integer bit manipulation, so they are bit-exact and independent
+ * of compiler flags and the FPU rounding mode; NaN stays NaN (quiet), infinities stay
+ * infinities, fp16 overflow becomes infinity. int8 rounds value/scale to nearest (even on
+ * ties, the default FPU mode) and clamps to [-127, 127]. */
 #ifndef STRATA_WIRE_CODEC_H
 #define STRATA_WIRE_CODEC_H
 
