@@ -1,6 +1,6 @@
-/* fp32 <-> bf16 / fp16 conversion (round to nearest even) and int8 per-row quantisation,
- * the 2-byte conversions use integer bit manipulation so they never depend on compiler flags, FPU
- * mode or hardware conversion instructions. See codec.h. */
+/* fp32 <-> bf16 / fp16 conversion (round to nearest even) and int8 per-row quantisation.
+ * The 2-byte conversions use integer bit manipulation, so they never depend on compiler
+ * flags, the FPU mode or hardware conversion instructions. See codec.h. */
 #include "wire/codec.h"
 
 #include <math.h>
