@@ -79,6 +79,9 @@ struct server {
     uint32_t next_client_id;
     int64_t next_retry_ms;
     int backoff_ms;
+    int64_t prev_rx_ms, next_rx_ms; /* last frame received on each stage link */
+    int64_t last_ping_ms;
+    uint64_t ping_seq;
     int next_failures;
 };
 
@@ -180,6 +183,7 @@ static void adopt(struct server *s, struct handoff *h) {
     if (s->prev.fd >= 0)
         link_down(s, STAGE_LINK_PREV, 0, &s->prev, "replaced by a new upstream connection");
     s->prev = h->conn;
+    s->prev_rx_ms = now_ms();
     stage_log(STAGE_LOG_INFO, "upstream stage %d connected from %s", h->peer.stage_index,
               h->conn.peer);
 }
@@ -224,6 +228,7 @@ static void try_connect_next(struct server *s) {
         return;
     }
     stage_log(STAGE_LOG_INFO, "connected to next stage %d at %s", want, s->next.peer);
+    s->next_rx_ms = now_ms();
     s->next_failures = 0;
     s->backoff_ms = BACKOFF_MIN_MS;
 }
@@ -320,6 +325,10 @@ static void serve_conn(struct server *s, struct wire_conn *conn, enum stage_link
         link_down(s, link, cid, conn, why);
         return;
     }
+    if (link == STAGE_LINK_PREV)
+        s->prev_rx_ms = now_ms();
+    else if (link == STAGE_LINK_NEXT)
+        s->next_rx_ms = now_ms();
     rc = stage_core_on_frame(s->core, link, cid, frame, len);
     if (rc < 0) {
         char why[1024];
@@ -338,6 +347,41 @@ static void take_handoffs(struct server *s) {
         adopt(s, &s->pending[i]);
     s->num_pending = 0;
     pthread_mutex_unlock(&s->lock);
+}
+
+/* Dead-peer detection for peers that stop answering without closing (hung process, lost
+ * network): every quarter of --peer-timeout-ms a Ping goes out on both stage links (the
+ * peer's core answers Pong); a link that delivered nothing for the whole timeout is taken
+ * down, which fails its requests like a closed connection. The timeout must exceed the
+ * longest microbatch, since a computing stage answers only between microbatches. */
+static void keepalive(struct server *s) {
+    int64_t now = now_ms(), timeout = s->opt->peer_timeout_ms;
+    struct wire_control ping = {.kind = WIRE_CONTROL_PING};
+    struct wire_arena arena;
+    char why[128];
+    if (timeout <= 0) return;
+    if (s->prev.fd >= 0 && now - s->prev_rx_ms > timeout) {
+        snprintf(why, sizeof why, "no frame for %lld ms (peer hung or unreachable)",
+                 (long long)(now - s->prev_rx_ms));
+        link_down(s, STAGE_LINK_PREV, 0, &s->prev, why);
+    }
+    if (s->next.fd >= 0 && now - s->next_rx_ms > timeout) {
+        snprintf(why, sizeof why, "no frame for %lld ms (peer hung or unreachable)",
+                 (long long)(now - s->next_rx_ms));
+        link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
+    }
+    if (now - s->last_ping_ms < timeout / 4 || wire_arena_init(&arena, 256) < 0) return;
+    s->last_ping_ms = now;
+    ping.seq = ++s->ping_seq;
+    if (wire_build_control(&arena, &ping) == 0) {
+        if (s->prev.fd >= 0 && wire_send_frame(&s->prev, wire_arena_frame(&arena),
+                                               wire_arena_frame_len(&arena), 1000) < 0)
+            link_down(s, STAGE_LINK_PREV, 0, &s->prev, "ping failed");
+        if (s->next.fd >= 0 && wire_send_frame(&s->next, wire_arena_frame(&arena),
+                                               wire_arena_frame_len(&arena), 1000) < 0)
+            link_down(s, STAGE_LINK_NEXT, 0, &s->next, "ping failed");
+    }
+    wire_arena_free(&arena);
 }
 
 static void loop_once(struct server *s) {
@@ -386,6 +430,8 @@ static void loop_once(struct server *s) {
         if (stage_core_step(s->core) < 0)
             stage_log(STAGE_LOG_ERROR, "microbatch failed: %s", strata_last_error());
     }
+    flush(s);
+    keepalive(s);
     flush(s);
     drain_results(s);
 }

@@ -38,8 +38,9 @@ struct stage_server_options {
     const char *kv_out_path; /* write received KvBlocks here */
     const char *out_path;    /* last stage: tokens + logits of finished requests */
     enum stage_log_level log_level;
-    int io_timeout_ms; /* send / receive-a-started-frame limit; 0 = 5000 */
-    int step_delay_ms; /* testing: sleep before each microbatch (a slow device) */
+    int io_timeout_ms;   /* send / receive-a-started-frame limit; 0 = 5000 */
+    int step_delay_ms;   /* testing: sleep before each microbatch (a slow device) */
+    int peer_timeout_ms; /* a stage link silent this long is dead (pings keep it alive); 0 = off */
 };
 
 /* Runs until *stop becomes non-zero (signal handler). Returns 0, or a negative status

@@ -58,6 +58,8 @@ static void usage(FILE *out) {
             "  --out FILE             last stage: tokens + logits of each finished request\n"
             "                         (safetensors: tokens I32 [n], logits F32 [n, V])\n"
             "  --auth-key-file F      pre-shared key (else $STRATA_AUTH_KEY; none = no auth)\n"
+            "  --peer-timeout-ms MS   a neighbour silent this long is dead (pinged; default "
+            "10000, 0 = off)\n"
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
             "  --help                 this text\n");
@@ -70,7 +72,7 @@ struct args {
     int next_port;
     const char *device;
     int threads, max_seq, max_batch, chunk_size;
-    int send_kv, recv_kv, step_delay_ms;
+    int send_kv, recv_kv, step_delay_ms, peer_timeout_ms;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
     enum stage_log_level log_level;
 };
@@ -116,6 +118,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
         O_AUTH,
         O_LOG,
         O_DELAY,
+        O_PEER_TIMEOUT,
         O_HELP
     };
     static const struct option options[] = {{"model", 1, 0, O_MODEL},
@@ -143,6 +146,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
                                             {"auth-key-file", 1, 0, O_AUTH},
                                             {"log-level", 1, 0, O_LOG},
                                             {"step-delay-ms", 1, 0, O_DELAY},
+                                            {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
                                             {"help", 0, 0, O_HELP},
                                             {0, 0, 0, 0}};
     int c, rc = 0;
@@ -156,6 +160,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
     a->max_batch = 8;
     a->chunk_size = 64;
     a->log_level = STAGE_LOG_INFO;
+    a->peer_timeout_ms = 10000;
     while (rc == 0 && (c = getopt_long(argc, argv, "", options, NULL)) != -1) {
         switch (c) {
         case O_MODEL: a->model_dir = optarg; break;
@@ -185,6 +190,9 @@ static int parse_args(struct args *a, int argc, char **argv) {
         case O_KV_RESTORE: a->kv_restore = optarg; break;
         case O_OUT: a->out = optarg; break;
         case O_AUTH: a->auth_key_file = optarg; break;
+        case O_PEER_TIMEOUT:
+            rc = parse_int(optarg, 0, 3600000, &a->peer_timeout_ms, "--peer-timeout-ms");
+            break;
         case O_DELAY: rc = parse_int(optarg, 0, 60000, &a->step_delay_ms, "--step-delay-ms"); break;
         case O_LOG:
             if (!strcmp(optarg, "error"))
@@ -416,6 +424,7 @@ int main(int argc, char **argv) {
     so.out_path = last ? a.out : NULL;
     so.log_level = a.log_level;
     so.step_delay_ms = a.step_delay_ms;
+    so.peer_timeout_ms = a.peer_timeout_ms;
     if (wire_model_fingerprint(so.fingerprint, config_json, config_len, "float32") < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         goto done;

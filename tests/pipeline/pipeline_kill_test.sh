@@ -37,6 +37,7 @@ echo "client: $(grep -m1 error "$PL_WORK/victim") (after $(pl_secs_between "$kil
 
 # Every surviving stage logged the failure within 2 s of the kill.
 for r in 0 1 3; do
+    pl_wait_log "$PL_WORK/k.$r.log" "request .* failed" 1 3
     line=$(grep -m1 "request .* failed" "$PL_WORK/k.$r.log") ||
         pl_fail "stage $r did not report the failed request"
     at=$(echo "$line" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p')
