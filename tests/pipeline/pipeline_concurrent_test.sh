@@ -50,16 +50,21 @@ grep -q "error EBUSY.*--max-batch 8" "$PL_WORK/nine" || pl_fail "no clear refusa
 [ "$(grep -c ": tokens " "$PL_WORK/nine")" -eq 8 ] || pl_fail "the 8 admitted requests did not all finish"
 echo "admission: the 9th request was refused: $(grep "error EBUSY" "$PL_WORK/nine")"
 
-# Cancellation: request 0 is cancelled after 3 tokens; then 8 requests fit again.
-pl_client p4 --prompt "${prompts[0]}" --max-tokens 100 --cancel-after 3 >"$PL_WORK/cancel" ||
+pl_stop_pipeline p4 4
+
+# Cancellation (slowed stages, so 100 tokens take seconds and the cancel surely arrives
+# mid-request): request 0 is cancelled after 3 tokens; every stage frees it, so a full
+# batch of 8 fits again.
+pl_start_pipeline c4 4 "$model" --max-seq 128 --max-batch 8 --chunk-size 4 --step-delay-ms 5
+pl_client c4 --prompt "${prompts[0]}" --max-tokens 100 --cancel-after 3 >"$PL_WORK/cancel" ||
     pl_fail "cancel run failed: $(cat "$PL_WORK/cancel")"
 grep -q "request 0: cancelled" "$PL_WORK/cancel" || pl_fail "request was not cancelled"
 for r in 0 1 2 3; do
-    pl_wait_log "$PL_WORK/p4.$r.log" "cancelled" 1 5 || pl_fail "stage $r did not free the cancelled request"
+    pl_wait_log "$PL_WORK/c4.$r.log" "cancelled" 1 5 || pl_fail "stage $r did not free the cancelled request"
 done
 eight=()
 for i in 0 1 2 3 4 5 6 7; do eight+=(--prompt "${prompts[$i]}"); done
-pl_client p4 "${eight[@]}" --max-tokens 20 >"$PL_WORK/eight" ||
+pl_client c4 "${eight[@]}" --max-tokens 4 >"$PL_WORK/eight" ||
     pl_fail "a full batch after the cancel failed: $(cat "$PL_WORK/eight")"
 echo "cancel: every stage freed the request; a full batch is served afterwards"
 echo "PASS"
