@@ -13,6 +13,7 @@
 #include "runtime/model_config.h"
 #include "runtime/safetensors.h"
 #include "runtime/stage_core.h"
+#include "runtime/stage_plan.h"
 #include "runtime/stage_server.h"
 #include "runtime/status.h"
 #include "wire/auth.h"
@@ -322,10 +323,19 @@ int main(int argc, char **argv) {
         goto done;
     }
     L = cfg.num_layers;
-    if (a.layer_start < 0) { /* even split: earlier stages take the extra layer */
-        int base = L / a.num_stages, rem = L % a.num_stages, r = a.stage_idx;
-        a.layer_start = r * base + (r < rem ? r : rem);
-        a.layer_end = a.layer_start + base + (r < rem ? 1 : 0);
+    if (a.layer_start < 0) { /* even split (runtime/stage_plan.h) */
+        struct stage_range *ranges = calloc((size_t)a.num_stages, sizeof *ranges);
+        if (!ranges || stage_plan_even(ranges, L, a.num_stages) < 0) {
+            fprintf(stderr,
+                    "strata-stage: stage %d of %d: the shard is empty or out of range: %s\n",
+                    a.stage_idx, a.num_stages, ranges ? strata_last_error() : "out of memory");
+            free(ranges);
+            code = STRATA_EXIT_USAGE;
+            goto done;
+        }
+        a.layer_start = ranges[a.stage_idx].layer_start;
+        a.layer_end = ranges[a.stage_idx].layer_end;
+        free(ranges);
     }
     first = a.stage_idx == 0;
     last = a.stage_idx == a.num_stages - 1;
