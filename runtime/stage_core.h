@@ -44,6 +44,8 @@
  *     Length) to the client and forward through the pipeline, so every stage frees the
  *     request's KV slot; the last stage then reports the request's tokens and logits.
  *   - Control Cancel (client -> stage 0 -> ... -> last): frees the request everywhere.
+ *   - Control Ping (any link): answered with a Pong on the same link (the TCP driver's
+ *     keepalive for dead-peer detection); Pong, Drain and Shutdown are ignored here.
  *   - Error (any direction): a failed request. A stage that fails a request sends an Error
  *     both ways (upstream errors stop at stage 0, which tells the client; downstream
  *     errors travel the ring to stage 0); a stage forwards an Error only for a request it
@@ -179,7 +181,10 @@ size_t stage_core_kv_bytes(const struct stage_core *core);
 
 /* Restores a KvBlock frame (as written by --kv-out) into a fresh slot: only when the
  * block's layer range equals this stage's (STRATA_ERANGE with both ranges otherwise).
- * Reports the restored nonce and positions. The slot is then held for that nonce. */
+ * Reports the restored nonce and positions. The slot is then held for that nonce: an
+ * Activation for it that continues at the restored position and carries the request
+ * parameters (request.h) resumes the request there; a Cancel frees it. (Stage-0 resume of
+ * a migrated request is not implemented: stage 0 always prefills from position 0.) */
 int stage_core_restore_kv(struct stage_core *core, uint64_t *nonce, int *positions,
                           const uint8_t *frame, size_t len);
 
