@@ -15,9 +15,22 @@ int stage_core_has_work(const struct stage_core *core) {
     return core->queue_head != NULL;
 }
 
+/* How many requests one microbatch may hold. Stage 0 is the pipeline's scheduler: it cuts
+ * its N active requests into S groups of ceil(N / S), so the groups travel the ring one
+ * behind the other and, with N >= S, every stage has a group to compute at once (one big
+ * batch would visit the stages in turn and leave S - 1 of them idle). Later stages take
+ * whatever has arrived. */
+static int batch_limit(const struct stage_core *core) {
+    int active = 0, S = core->opt.num_stages;
+    if (!core->is_first || S == 1) return core->opt.max_batch;
+    for (int i = 0; i < core->opt.max_batch; i++)
+        active += core->reqs[i].active;
+    return active <= S ? 1 : (active + S - 1) / S;
+}
+
 /* Picks the microbatch into core->picked and unlinks it from the queue; returns its size. */
 static int pick_items(struct stage_core *core, int *rows_out) {
-    int n = 0, rows = 0;
+    int n = 0, rows = 0, limit = batch_limit(core);
     struct stage_item **link = &core->queue_head;
     for (int i = 0; i < core->opt.max_batch; i++)
         core->reqs[i].picked = 0;
@@ -25,8 +38,8 @@ static int pick_items(struct stage_core *core, int *rows_out) {
     while (*link) {
         struct stage_item *it = *link;
         struct stage_req *req = stage_find(core, it->nonce);
-        int take = req && !req->picked && n < core->opt.max_batch &&
-                   rows + it->n_tokens <= core->opt.max_batch_tokens;
+        int take =
+            req && !req->picked && n < limit && rows + it->n_tokens <= core->opt.max_batch_tokens;
         if (!req) { /* cannot happen (release() drops a request's items); never spin on it */
             *link = it->next;
             stage_item_free(it);
