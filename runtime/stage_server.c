@@ -25,6 +25,7 @@
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 1000
+#define CLIENT_MAX_FRAME ((size_t)64 << 20) /* a request: prompt ids + parameters */
 
 static int log_stage = -1;
 static enum stage_log_level log_max = STAGE_LOG_INFO;
@@ -157,6 +158,7 @@ static void adopt(struct server *s, struct handoff *h) {
         for (int i = 0; i < MAX_CLIENTS; i++) {
             if (s->clients[i].fd < 0) {
                 s->clients[i] = h->conn;
+                s->clients[i].max_frame = CLIENT_MAX_FRAME;
                 s->client_ids[i] = ++s->next_client_id;
                 stage_log(STAGE_LOG_DEBUG, "client %u connected from %s", s->client_ids[i],
                           h->conn.peer);
