@@ -1,7 +1,8 @@
 /* Token sampling (sampler.h): greedy argmax, or temperature -> top-k -> top-p over a
  * softmax, drawn with a seeded splitmix64 generator so a seed replays the same tokens.
  * Candidates are ordered by logit descending, ties by lower token id, so the result does
- * not depend on qsort's stability. */
+ * not depend on qsort's stability. No global state: samplers on different threads are
+ * independent. */
 #include "reference/sampler.h"
 
 #include <math.h>
@@ -31,54 +32,57 @@ static float uniform01(uint64_t *state) {
     return (float)(splitmix64(state) >> 40) * (1.0f / 16777216.0f);
 }
 
-static const float *sort_logits; /* qsort has no context argument; single-threaded use */
+/* A candidate token; `value` holds its logit, then its unnormalised probability. The
+ * scratch buffer (2 * vocab * 4 bytes) holds exactly `vocab` of these. */
+struct candidate {
+    float value;
+    int id;
+};
 
 static int by_logit_desc(const void *a, const void *b) {
-    int i = *(const int *)a, j = *(const int *)b;
-    if (sort_logits[i] > sort_logits[j]) return -1;
-    if (sort_logits[i] < sort_logits[j]) return 1;
-    return (i > j) - (i < j);
+    const struct candidate *x = a, *y = b;
+    if (x->value > y->value) return -1;
+    if (x->value < y->value) return 1;
+    return (x->id > y->id) - (x->id < y->id);
 }
 
-/* Indices of the k largest logits, sorted; a heap-free partial selection keeps this O(V·k)
- * only for small k, so large k falls back to a full sort. */
-static int candidates(int *idx, const float *logits, int vocab, int k) {
+/* Orders the k best candidates first (all of them when k <= 0 or k >= vocab) and returns
+ * how many are kept. Small k uses a selection pass instead of a full sort. */
+static int rank_candidates(struct candidate *c, const float *logits, int vocab, int k) {
     for (int i = 0; i < vocab; ++i)
-        idx[i] = i;
-    sort_logits = logits;
-    if (k > 0 && k <= 64) {
+        c[i] = (struct candidate){logits[i], i};
+    if (k > 0 && k <= 64 && k < vocab) {
         for (int t = 0; t < k; ++t) {
             int best = t;
             for (int i = t + 1; i < vocab; ++i)
-                if (by_logit_desc(&idx[i], &idx[best]) < 0) best = i;
-            int tmp = idx[t];
-            idx[t] = idx[best];
-            idx[best] = tmp;
+                if (by_logit_desc(&c[i], &c[best]) < 0) best = i;
+            struct candidate tmp = c[t];
+            c[t] = c[best];
+            c[best] = tmp;
         }
         return k;
     }
-    qsort(idx, (size_t)vocab, sizeof *idx, by_logit_desc);
+    qsort(c, (size_t)vocab, sizeof *c, by_logit_desc);
     return k > 0 && k < vocab ? k : vocab;
 }
 
 int sampler_sample(struct sampler *s, const float *logits, int vocab, void *scratch) {
     const struct sampler_params *p = &s->params;
     if (p->temperature <= 0.0f || !scratch) return argmax(logits, vocab);
-    float *prob = scratch;
-    int *idx = (int *)(prob + vocab);
-    int n = candidates(idx, logits, vocab, p->top_k < vocab ? p->top_k : vocab);
-    /* Softmax over the candidates at temperature T (largest first, so prob[0] = exp(0)). */
-    float max = logits[idx[0]], sum = 0.0f;
+    struct candidate *c = scratch;
+    int n = rank_candidates(c, logits, vocab, p->top_k);
+    /* Softmax over the candidates at temperature T (largest first, so c[0] gets exp(0)). */
+    float max = c[0].value, sum = 0.0f;
     for (int i = 0; i < n; ++i) {
-        prob[i] = expf((logits[idx[i]] - max) / p->temperature);
-        sum += prob[i];
+        c[i].value = expf((c[i].value - max) / p->temperature);
+        sum += c[i].value;
     }
     /* Nucleus: the smallest prefix whose mass reaches top_p (at least one token). */
     if (p->top_p < 1.0f) {
         float mass = 0.0f;
         int keep = n;
         for (int i = 0; i < n; ++i) {
-            mass += prob[i] / sum;
+            mass += c[i].value / sum;
             if (mass >= p->top_p) {
                 keep = i + 1;
                 break;
@@ -87,12 +91,12 @@ int sampler_sample(struct sampler *s, const float *logits, int vocab, void *scra
         n = keep;
         sum = 0.0f;
         for (int i = 0; i < n; ++i)
-            sum += prob[i];
+            sum += c[i].value;
     }
     float r = uniform01(&s->rng_state) * sum, acc = 0.0f;
     for (int i = 0; i < n; ++i) {
-        acc += prob[i];
-        if (r < acc) return idx[i];
+        acc += c[i].value;
+        if (r < acc) return c[i].id;
     }
-    return idx[n - 1];
+    return c[n - 1].id;
 }

@@ -27,7 +27,7 @@ static void test_seed_replays(void **state) {
     float logits[V];
     for (int i = 0; i < V; ++i)
         logits[i] = sinf((float)i) * 2.0f;
-    char scratch[2 * V * 4];
+    float scratch[2 * V];
     struct sampler_params p = {0.9f, 20, 0.95f, 42};
     struct sampler a, b;
     sampler_init(&a, &p);
@@ -48,7 +48,7 @@ static void test_cuts_collapse_to_greedy(void **state) {
     float logits[V];
     for (int i = 0; i < V; ++i)
         logits[i] = cosf((float)i * 1.7f);
-    char scratch[2 * V * 4];
+    float scratch[2 * V];
     struct sampler s;
     struct sampler_params topk1 = {1.5f, 1, 1.0f, 3}, tiny_p = {1.5f, 0, 1e-6f, 3};
     sampler_init(&s, &topk1);
@@ -62,7 +62,7 @@ static void test_cuts_collapse_to_greedy(void **state) {
 static void test_distribution(void **state) {
     (void)state;
     float logits[3] = {0.0f, logf(2.0f), logf(7.0f)}; /* probabilities 0.1, 0.2, 0.7 */
-    char scratch[2 * 3 * 4];
+    float scratch[2 * 3];
     struct sampler s;
     struct sampler_params p = {1.0f, 0, 1.0f, 99};
     sampler_init(&s, &p);
