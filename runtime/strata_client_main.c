@@ -26,7 +26,8 @@ struct job {
     int done, failed, cancelled;
     enum wire_finish finish;
     char error[600];
-    double t_first, t_done;
+    double t_first, t_done, t_last;
+    double *gaps; /* [max_tokens] seconds between consecutive tokens */
 };
 
 static void usage(FILE *out) {
@@ -45,7 +46,13 @@ static void usage(FILE *out) {
                  "  --timeout-ms MS     fail when no event arrives for MS (default 30000)\n"
                  "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY)\n"
                  "  --quiet             print only the summary lines\n"
+                 "  --latency           also print inter-token gap p50/p99 per request\n"
                  "  --help              this text\n");
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
 }
 
 static double now_s(void) {
@@ -84,26 +91,17 @@ static int read_port_file(const char *path) {
 }
 
 int main(int argc, char **argv) {
-    static const struct option options[] = {{"host", 1, 0, 'H'},
-                                            {"port", 1, 0, 'p'},
-                                            {"port-file", 1, 0, 'P'},
-                                            {"prompt", 1, 0, 'i'},
-                                            {"copies", 1, 0, 'c'},
-                                            {"max-tokens", 1, 0, 'n'},
-                                            {"stop", 1, 0, 's'},
-                                            {"temperature", 1, 0, 't'},
-                                            {"top-k", 1, 0, 'k'},
-                                            {"top-p", 1, 0, 'q'},
-                                            {"seed", 1, 0, 'S'},
-                                            {"cancel-after", 1, 0, 'C'},
-                                            {"timeout-ms", 1, 0, 'T'},
-                                            {"auth-key-file", 1, 0, 'a'},
-                                            {"quiet", 0, 0, 'Q'},
-                                            {"help", 0, 0, 'h'},
-                                            {0, 0, 0, 0}};
+    static const struct option options[] = {
+        {"host", 1, 0, 'H'},       {"port", 1, 0, 'p'},          {"port-file", 1, 0, 'P'},
+        {"prompt", 1, 0, 'i'},     {"copies", 1, 0, 'c'},        {"max-tokens", 1, 0, 'n'},
+        {"stop", 1, 0, 's'},       {"temperature", 1, 0, 't'},   {"top-k", 1, 0, 'k'},
+        {"top-p", 1, 0, 'q'},      {"seed", 1, 0, 'S'},          {"cancel-after", 1, 0, 'C'},
+        {"timeout-ms", 1, 0, 'T'}, {"auth-key-file", 1, 0, 'a'}, {"quiet", 0, 0, 'Q'},
+        {"latency", 0, 0, 'L'},    {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
     const char *host = NULL, *port_file = NULL, *key_file = NULL, *prompts[MAX_REQUESTS];
     int num_prompts = 0, port = 0, copies = 1, max_tokens = 16, cancel_after = -1;
-    int timeout_ms = 30000, quiet = 0, c, num_jobs = 0, remaining, code = STRATA_EXIT_OK, rc;
+    int timeout_ms = 30000, quiet = 0, latency = 0, c, num_jobs = 0, remaining,
+        code = STRATA_EXIT_OK, rc;
     struct stage_request base;
     struct strata_client client;
     struct wire_auth_key key;
@@ -145,6 +143,7 @@ int main(int argc, char **argv) {
         case 'T': timeout_ms = atoi(optarg); break;
         case 'a': key_file = optarg; break;
         case 'Q': quiet = 1; break;
+        case 'L': latency = 1; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -166,7 +165,8 @@ int main(int argc, char **argv) {
         struct job *j = &jobs[num_jobs++];
         j->prompt = malloc(sizeof(int32_t) * MAX_PROMPT);
         j->tokens = calloc((size_t)max_tokens, sizeof(int32_t));
-        if (!j->prompt || !j->tokens) {
+        j->gaps = calloc((size_t)max_tokens, sizeof(double));
+        if (!j->prompt || !j->tokens || !j->gaps) {
             code = STRATA_EXIT_FAILURE;
             goto done;
         }
@@ -233,7 +233,14 @@ int main(int argc, char **argv) {
             remaining--;
             continue;
         }
-        if (j->n_tokens == 0) j->t_first = now_s();
+        {
+            double t = now_s();
+            if (j->n_tokens == 0)
+                j->t_first = t;
+            else
+                j->gaps[j->n_tokens - 1] = t - j->t_last;
+            j->t_last = t;
+        }
         j->tokens[j->n_tokens++] = ev.token;
         if (ev.finish != WIRE_FINISH_NONE) {
             j->finish = ev.finish;
@@ -274,6 +281,12 @@ int main(int argc, char **argv) {
                j->t_done > j->t_first && j->n_tokens > 1
                    ? (j->n_tokens - 1) / (j->t_done - j->t_first)
                    : 0.0);
+        if (latency && j->n_tokens > 2) {
+            int n = j->n_tokens - 1;
+            qsort(j->gaps, (size_t)n, sizeof(double), compare_double);
+            printf("request %d: inter-token gap p50 %.1f us, p99 %.1f us\n", i,
+                   j->gaps[n / 2] * 1e6, j->gaps[(int)(n * 0.99)] * 1e6);
+        }
     }
     printf("total: %d requests, %ld tokens in %.3f s = %.1f tokens/s\n", num_jobs, total_tokens,
            total_time, total_time > 0 ? total_tokens / total_time : 0.0);
@@ -283,6 +296,7 @@ done:
     for (int i = 0; i < num_jobs; i++) {
         free(jobs[i].prompt);
         free(jobs[i].tokens);
+        free(jobs[i].gaps);
     }
     free(jobs);
     return code;

@@ -83,3 +83,18 @@ done
 echo "decode ratio goal: >= 0.95 of the single process"
 "$BENCH" hop --hidden "$hidden"
 [ "$hidden" = 4096 ] || "$BENCH" hop --hidden 4096
+
+# The same through real strata-stage processes: on a tiny golden model (compute ~0.2 ms a
+# token) the extra inter-token gap of a 4-stage ring over one stage is 4 hops.
+tiny=$(pl_golden qwen3_gqa_tied)
+gap() { sed -n 's/^request 0: inter-token gap p50 \([0-9.]*\) us, p99 \([0-9.]*\) us$/\1 \2/p' "$1"; }
+for S in 1 4; do
+    pl_start_pipeline "t$S" "$S" "$tiny" --max-seq 600
+    pl_client "t$S" --prompt 38 --max-tokens 500 --quiet --latency >"$PL_WORK/gap.$S" ||
+        pl_fail "tiny model on $S stages failed"
+    pl_stop_pipeline "t$S" "$S"
+done
+read -r g1_50 g1_99 <<<"$(gap "$PL_WORK/gap.1")"
+read -r g4_50 g4_99 <<<"$(gap "$PL_WORK/gap.4")"
+awk -v a="$g1_50" -v b="$g4_50" -v c="$g1_99" -v d="$g4_99" 'BEGIN {
+    printf "per-hop latency through strata-stage (hidden 64, 4-stage ring vs 1 stage, inter-token gap / 4): p50 %.1f us, p99 %.1f us\n", (b - a) / 4, (d - c) / 4 }'
