@@ -283,7 +283,8 @@ static int enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int p
 /* Claims a slot for a new request; on refusal fills `why` and returns the status. */
 static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce,
                  const struct request_params *params, char *why, size_t why_cap) {
-    int slot, need = params->prompt_len + params->max_tokens - 1;
+    int slot;
+    int64_t need = (int64_t)params->prompt_len + params->max_tokens - 1;
     struct stage_req *req;
     *out = NULL;
     if (stage_find(core, nonce)) {
@@ -293,9 +294,9 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
     }
     if (need > core->opt.max_seq) {
         snprintf(why, why_cap,
-                 "stage %d: request needs %d KV positions (prompt %d + max_tokens %d - 1) but "
+                 "stage %d: request needs %lld KV positions (prompt %d + max_tokens %d - 1) but "
                  "--max-seq is %d",
-                 core->opt.stage_index, need, params->prompt_len, params->max_tokens,
+                 core->opt.stage_index, (long long)need, params->prompt_len, params->max_tokens,
                  core->opt.max_seq);
         return STRATA_ERANGE;
     }
@@ -419,7 +420,10 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
             return 0;
         }
     }
-    rows = msg->hidden.ndim == 2 ? (int)msg->hidden.shape[0] : -1;
+    rows = msg->hidden.ndim == 2 && msg->hidden.shape[0] >= 1 &&
+                   msg->hidden.shape[0] <= core->opt.max_batch_tokens
+               ? (int)msg->hidden.shape[0]
+               : -1;
     want_step = req->recv_pos < req->params.prompt_len
                     ? 0
                     : (uint64_t)(req->recv_pos - req->params.prompt_len + 1);
