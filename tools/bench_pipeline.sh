@@ -3,7 +3,10 @@
 # loopback with the same model, printing
 #   - decode tokens/s of one request and the ratio to the single process (goal >= 0.95),
 #   - aggregate tokens/s with S concurrent requests (and the single process with S requests),
-#   - per-hop latency p50/p99 of one decode hidden state (goal p50 <= 60 us).
+#   - per-hop latency p50/p99 of one decode hidden state (goal p50 <= 60 us), measured two
+#     ways: a ping-pong of real Activation frames over TCP loopback (strata-stage-bench hop:
+#     build, send, receive, verify, decode; one hop = RTT / 2), and through real strata-stage
+#     processes (inter-token gap of a 4-stage ring minus one stage, over 4 hops, tiny model).
 # The committed goldens are too small for timing (a step is microseconds, so messaging would
 # dominate), so a random-weight Qwen3 checkpoint is generated once (default H=1024, 8 layers,
 # ~200 MB bf16) unless BENCH_MODEL names a model directory.
