@@ -15,6 +15,7 @@
 #include "runtime/stage_core.h"
 #include "runtime/stage_plan.h"
 #include "runtime/stage_server.h"
+#include "runtime/stage_tensors.h"
 #include "runtime/status.h"
 #include "wire/auth.h"
 
@@ -280,6 +281,33 @@ static int read_whole_file(char **out, size_t *len, const char *path) {
     return 0;
 }
 
+/* Lists every tensor the shard needs that the checkpoint lacks or has in another shape,
+ * all of them (the status message alone is truncated), before loading anything. */
+static int check_tensors(const struct model_config *cfg, const struct safetensors *st,
+                         const struct args *a) {
+    struct stage_tensor_list list;
+    struct stage_role role = {.layer_start = a->layer_start,
+                              .layer_end = a->layer_end,
+                              .with_embed = a->stage_idx == 0,
+                              .with_head = a->stage_idx == a->num_stages - 1};
+    const char *source = a->model_dir ? a->model_dir : a->weights;
+    int rc;
+    memset(&list, 0, sizeof list);
+    rc = stage_tensor_list_build(&list, cfg, &role, st);
+    if (rc == 0) rc = stage_tensor_list_check(&list, st, source);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        if (list.count > 0) {
+            fprintf(stderr,
+                    "strata-stage: every missing or mis-shaped tensor of layers [%d, %d):\n",
+                    a->layer_start, a->layer_end);
+            stage_tensor_list_report(stderr, &list, st);
+        }
+    }
+    stage_tensor_list_free(&list);
+    return rc;
+}
+
 int main(int argc, char **argv) {
     struct args a;
     struct model_config cfg;
@@ -348,8 +376,16 @@ int main(int argc, char **argv) {
         code = STRATA_EXIT_USAGE;
         goto done;
     }
-    if (safetensors_open(&st, a.model_dir ? a.model_dir : a.weights) < 0 ||
-        reference_model_load(&model, &cfg, st,
+    if (safetensors_open(&st, a.model_dir ? a.model_dir : a.weights) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        code = STRATA_EXIT_INPUT;
+        goto done;
+    }
+    if (check_tensors(&cfg, st, &a) < 0) {
+        code = STRATA_EXIT_INPUT;
+        goto done;
+    }
+    if (reference_model_load(&model, &cfg, st,
                              &(struct reference_load_options){.layer_start = a.layer_start,
                                                               .layer_end = a.layer_end,
                                                               .with_embed = first,
