@@ -28,6 +28,8 @@ expect_exit 2 "empty or out of range" "$PL_STAGE" --model "$tied" --num-stages 5
 expect_exit 2 "empty or out of range" "$PL_STAGE" --model "$tied" --num-stages 2 --stage-idx 1 \
     --layer-start 1 --layer-end 9 --next-port 1
 expect_exit 3 "missing" "$PL_STAGE" --hf-config "$moe/config.json" --weights "$tied/model.safetensors"
+listed=$(grep -c -e "^missing " -e "^wrong shape " "$PL_WORK/cmd.out")
+[ "$listed" -eq 49 ] || pl_fail "expected all 49 missing/mis-shaped tensors listed, got $listed"
 expect_exit 3 "config.json" "$PL_STAGE" --model "$PL_WORK/no-such-model"
 expect_exit 1 "not available" "$PL_STAGE" --model "$tied" --device cuda:0
 echo "startup checks: ok"
