@@ -56,8 +56,10 @@
  *
  * Batching: stage_core_step() takes pending work in arrival order, at most one item per
  * request (a prefill chunk or a decode row), up to `max_batch_tokens` rows, and runs it as
- * one reference_forward() call. So with S stages and >= S requests every stage has work,
- * and a long prompt's chunks stream through the stages one after another.
+ * one reference_forward() call. Stage 0 additionally caps a microbatch at ceil(N / S) of
+ * its N active requests, so the requests travel the ring as S staggered groups: with
+ * S stages and >= S requests every stage has a group to compute at the same time, and a
+ * long prompt's chunks stream through the stages one after another.
  *
  * Deterministic: the same sequence of calls gives the same frames and results, and (by
  * reference/model.h's contract) a request's tokens and logits do not depend on the split,
