@@ -16,13 +16,14 @@
 # (the same total threads), which on a machine with fewer cores than stages is the fairer
 # comparison for concurrent requests.
 # Decode tokens/s is the best of BENCH_REPEAT (default 3) runs, as the host may be shared.
-# Env: BENCH_MODEL, BENCH_THREADS, BENCH_TOKENS (default 48), BENCH_SPLIT_THREADS, BENCH_REPEAT.
+# Env: BENCH_MODEL, BENCH_THREADS, BENCH_TOKENS (default 48), BENCH_SPLIT_THREADS, BENCH_REPEAT,
+# STRATA_BAZEL_FLAGS (extra flags for bazel build, e.g. --define=strata_cuda=0).
 set -u
 cd "$(dirname "$0")/.."
-bazel build //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
+bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
     >/dev/null 2>&1 ||
-    { bazel build //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench; exit 1; }
-STRATA_BIN_DIR="$(bazel info bazel-bin 2>/dev/null)"
+    { bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench; exit 1; }
+STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
 export STRATA_BIN_DIR
 . tests/pipeline/pipeline_lib.sh
 pl_init

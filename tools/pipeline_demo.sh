@@ -5,14 +5,15 @@
 # tokens and tokens/s, then runs the same request on a single stage and compares tokens and
 # every step's logits byte for byte. Exit 0 only when they are identical.
 # Usage: tools/pipeline_demo.sh [golden case, default qwen3_moe] [stages, default 4]
+# Env: STRATA_BAZEL_FLAGS, extra flags for bazel build (e.g. --define=strata_cuda=0).
 set -u
 cd "$(dirname "$0")/.."
 case=${1:-qwen3_moe}
 S=${2:-4}
 echo "== build"
-bazel build //runtime:strata-stage //runtime:strata-client >/dev/null 2>&1 ||
-    { bazel build //runtime:strata-stage //runtime:strata-client; exit 1; }
-STRATA_BIN_DIR="$(bazel info bazel-bin 2>/dev/null)"
+bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client >/dev/null 2>&1 ||
+    { bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client; exit 1; }
+STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
 export STRATA_BIN_DIR
 . tests/pipeline/pipeline_lib.sh
 pl_init
