@@ -18,8 +18,8 @@ struct sampler {
 };
 
 void sampler_init(struct sampler *s, const struct sampler_params *p);
-/* Picks a token from logits [vocab]; `scratch` holds at least vocab floats + vocab ints
- * worth of space (2 * vocab * 4 bytes) or is NULL for greedy. */
+/* Picks a token from logits [vocab]; `scratch` (float-aligned, e.g. malloc'd) holds at least vocab
+ * floats + vocab ints worth of space (2 * vocab * 4 bytes) or is NULL for greedy. */
 int sampler_sample(struct sampler *s, const float *logits, int vocab, void *scratch);
 int argmax(const float *x, int n);
 
