@@ -1,0 +1,82 @@
+/* thread_pool: every index in [0, n) is visited exactly once, by the worker the documented
+ * split assigns it to, for many sizes and thread counts and across many rapid jobs; bad
+ * thread counts are refused. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "reference/thread_pool.h"
+#include "runtime/status.h"
+
+struct visit {
+    int count[1000];
+    int owner[1000];
+};
+
+static void mark(void *ctx, int begin, int end, int worker) {
+    struct visit *v = ctx;
+    for (int i = begin; i < end; ++i) {
+        v->count[i]++;
+        v->owner[i] = worker;
+    }
+}
+
+static void test_ranges_cover_once(void **state) {
+    (void)state;
+    for (int threads = 1; threads <= 5; ++threads) {
+        struct thread_pool *pool;
+        assert_int_equal(thread_pool_init(&pool, threads), 0);
+        assert_int_equal(thread_pool_size(pool), threads);
+        for (int n = 0; n <= 1000; n += (n < 20 ? 1 : 97)) {
+            static struct visit v;
+            memset(&v, 0, sizeof v);
+            thread_pool_run(pool, mark, &v, n);
+            int chunk = n ? (n + threads - 1) / threads : 1;
+            for (int i = 0; i < n; ++i) {
+                assert_int_equal(v.count[i], 1);
+                if (n > 1) assert_int_equal(v.owner[i], i / chunk);
+            }
+        }
+        thread_pool_free(pool);
+    }
+}
+
+static void add_one(void *ctx, int begin, int end, int worker) {
+    (void)worker;
+    int *x = ctx;
+    for (int i = begin; i < end; ++i)
+        x[i]++;
+}
+
+static void test_many_rapid_jobs(void **state) {
+    (void)state;
+    struct thread_pool *pool;
+    assert_int_equal(thread_pool_init(&pool, 3), 0);
+    static int x[64];
+    for (int job = 0; job < 20000; ++job)
+        thread_pool_run(pool, add_one, x, 64);
+    for (int i = 0; i < 64; ++i)
+        assert_int_equal(x[i], 20000);
+    thread_pool_free(pool);
+    thread_pool_free(NULL);
+}
+
+static void test_bad_sizes(void **state) {
+    (void)state;
+    struct thread_pool *pool = (struct thread_pool *)&pool;
+    assert_int_equal(thread_pool_init(&pool, 0), STRATA_EINVAL);
+    assert_null(pool);
+    assert_int_equal(thread_pool_init(&pool, THREAD_POOL_MAX_THREADS + 1), STRATA_EINVAL);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_ranges_cover_once),
+        cmocka_unit_test(test_many_rapid_jobs),
+        cmocka_unit_test(test_bad_sizes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
