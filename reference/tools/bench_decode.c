@@ -345,6 +345,9 @@ static int remove_checkpoint(const char *dir) {
 }
 
 int main(int argc, char **argv) {
+    /* Under `bazel run`, resolve relative paths against the caller's directory. */
+    const char *cwd = getenv("BUILD_WORKING_DIRECTORY");
+    if (cwd && *cwd && chdir(cwd) != 0) fprintf(stderr, "warning: cannot chdir to %s\n", cwd);
     static const struct option opts[] = {
         {"threads", required_argument, 0, 't'}, {"steps", required_argument, 0, 's'},
         {"prompt", required_argument, 0, 'p'},  {"model", required_argument, 0, 'm'},

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "reference/kv_cache.h"
 #include "reference/model.h"
@@ -77,6 +78,15 @@ static int parse_ids(int32_t *ids, int cap, const char *s) {
             return -1;
     }
     return n;
+}
+
+/* "12.3 MiB" or "4.5 KiB" into buf. */
+static const char *human(char *buf, size_t cap, size_t bytes) {
+    if (bytes >= ((size_t)1 << 20))
+        snprintf(buf, cap, "%.1f MiB", (double)bytes / 1048576.0);
+    else
+        snprintf(buf, cap, "%.1f KiB", (double)bytes / 1024.0);
+    return buf;
 }
 
 static double now_s(void) {
@@ -210,6 +220,9 @@ static int is_stop(const struct args *a, const struct model_config *cfg, int tok
 }
 
 int main(int argc, char **argv) {
+    /* Under `bazel run`, resolve relative paths against the caller's directory. */
+    const char *cwd = getenv("BUILD_WORKING_DIRECTORY");
+    if (cwd && *cwd && chdir(cwd) != 0) fprintf(stderr, "warning: cannot chdir to %s\n", cwd);
     static struct args a;
     int rc = parse_args(&a, argc, argv);
     if (rc) return rc < 0 ? STRATA_EXIT_OK : rc;
@@ -255,14 +268,14 @@ int main(int argc, char **argv) {
 
     char desc[512];
     model_config_describe(&cfg, desc, sizeof desc);
-    fprintf(stderr, "model: %s\n", desc);
-    fprintf(
-        stderr,
-        "weights: %d tensors, %.1f MiB as stored (mmapped, widened on the fly), %.1f MiB of f32/"
-        "transposed copies; KV cache %.1f MiB (%d positions); %d threads; loaded in %.2f s\n",
-        reference_model_num_tensors(m), reference_model_weight_bytes(m) / 1048576.0,
-        reference_model_extra_bytes(m) / 1048576.0, kv_cache_bytes(&kv) / 1048576.0, max_seq,
-        (int)a.threads, t_load);
+    char w_buf[32], x_buf[32], kv_buf[32];
+    fprintf(stderr,
+            "weights: %d tensors, %s as stored (mmapped, widened on the fly), %s of f32/transposed "
+            "copies; KV cache %s (%d positions); %d threads; loaded in %.2f s\n",
+            reference_model_num_tensors(m),
+            human(w_buf, sizeof w_buf, reference_model_weight_bytes(m)),
+            human(x_buf, sizeof x_buf, reference_model_extra_bytes(m)),
+            human(kv_buf, sizeof kv_buf, kv_cache_bytes(&kv)), max_seq, (int)a.threads, t_load);
 
     struct sampler sampler;
     sampler_init(&sampler, &a.sampling);
