@@ -13,6 +13,9 @@
  * So [0,k) then [k,L) equals [0,L) bit for bit, 1 thread equals N threads, and a request
  * batched with others equals the same request run alone.
  *
+ * Threads: a model owns its worker pool and activation scratch, so one thread at a time
+ * calls forward/logits on it; separate models (stages) may run concurrently.
+ *
  * Math: shared spec qwen3-architecture.md §3 (layer), §4 (MoE), §5.1 (M-RoPE), §5.4
  * (DeepStack add after a layer's output). Activations and the KV cache are fp32. */
 #ifndef STRATA_REFERENCE_MODEL_H
