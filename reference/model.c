@@ -174,6 +174,8 @@ int reference_embed(const struct reference_model *m, float *hidden, const int32_
         return strata_set_error(STRATA_EINVAL,
                                 "reference_embed: this model does not own embed_tokens");
     int V = m->cfg.vocab_size, H = m->cfg.hidden_size;
+    if (n < 0 || (n > 0 && (!hidden || !tokens)))
+        return strata_set_error(STRATA_EINVAL, "reference_embed: bad arguments (%d tokens)", n);
     for (int i = 0; i < n; ++i)
         if (tokens[i] < 0 || tokens[i] >= V)
             return strata_set_error(STRATA_ERANGE,
@@ -364,6 +366,7 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     if (m->n_layers == 0 && !kv) return STRATA_OK; /* embed/head-only stage: nothing to run */
     if ((rc = check_items(m, kv, items, n_items, &N, &ctx))) return rc;
     if (N == 0) return STRATA_OK;
+    if (!hidden) return strata_set_error(STRATA_EINVAL, "reference_forward: hidden is NULL");
     if ((rc = ensure_scratch(m, N, ctx))) return rc;
     const struct model_config *c = &m->cfg;
     int half = c->head_dim / 2;
@@ -396,6 +399,7 @@ int reference_logits(struct reference_model *m, float *logits, const float *hidd
                                 "reference_logits: this model does not own the head");
     if (n < 0) return strata_set_error(STRATA_EINVAL, "reference_logits: %d rows", n);
     if (n == 0) return STRATA_OK;
+    if (!logits || !hidden) return strata_set_error(STRATA_EINVAL, "reference_logits: NULL buffer");
     int rc;
     if ((rc = ensure_scratch(m, n, 1))) return rc;
     rmsnorm(m->norm, hidden, m->final_norm, m->cfg.rms_norm_eps, n, m->cfg.hidden_size);
