@@ -20,6 +20,18 @@ for case in qwen3_moe qwen3_mha_untied; do
     echo "ok: $case ids identical to transformers ($steps steps, 1 and 2 threads)"
 done
 
+# Seeded sampling replays exactly (at any thread count); stop ids end generation early.
+dir="$root/qwen3_moe"
+sample() { "$gen" --model "$dir" --prompt-ids 5,6,7 --max-tokens 20 --temperature 0.9 --top-k 50 \
+    --top-p 0.95 --ignore-eos "$@" 2>/dev/null | head -1; }
+a=$(sample --seed 11 --threads 1); b=$(sample --seed 11 --threads 2)
+[ "$a" = "$b" ] || fail "seeded sampling differs: '$a' vs '$b'"
+[ "$(echo "$a" | wc -w)" = 20 ] || fail "expected 20 sampled ids, got '$a'"
+first=$(echo "$a" | cut -d' ' -f3)
+stopped=$(sample --seed 11 --stop-ids "$first")
+[ "$(echo "$stopped" | wc -w)" -le 3 ] || fail "stop id $first did not stop: '$stopped'"
+echo "ok: seeded sampling replays; stop ids stop"
+
 expect_rc() {
     local want_rc=$1; shift
     set +e; "$gen" "$@" >/dev/null 2>&1; local rc=$?; set -e
@@ -32,4 +44,6 @@ expect_rc 2 --bogus-flag
 expect_rc 3 --model "$root/qwen3_moe" --prompt-ids "" --max-tokens 2
 expect_rc 3 --model "$root/qwen3_moe" --prompt-ids 1,512 --max-tokens 2
 expect_rc 3 --model "$root/does_not_exist" --prompt-ids 1 --max-tokens 2
+expect_rc 2 --model "$root/qwen3_moe" --prompt-ids 1 --max-tokens 2 --top-p 0
+expect_rc 2 --model "$root/qwen3_moe" --prompt-ids 1 --max-tokens 0
 echo "ok: exit codes"
