@@ -26,7 +26,8 @@ static void check_case(const char *dir) {
     if (model_config_load(&cfg, dir) != 0) fail_msg("%s", strata_last_error());
     if (safetensors_open(&st, dir) != 0) fail_msg("%s", strata_last_error());
     struct stage_tensor_list list;
-    struct stage_role all = {0, cfg.num_layers, 1, 1, 0};
+    /* The vision tower (VL goldens) belongs to the first stage. */
+    struct stage_role all = {0, cfg.num_layers, 1, 1, cfg.has_vision};
     assert_int_equal(stage_tensor_list_build(&list, &cfg, &all, st), 0);
     if (stage_tensor_list_check(&list, st, dir) != 0) fail_msg("%s", strata_last_error());
     assert_int_equal(list.count, safetensors_count(st));
@@ -34,8 +35,9 @@ static void check_case(const char *dir) {
     for (int i = 0; i < safetensors_count(st); ++i)
         file_bytes += safetensors_at(st, i)->nbytes;
     assert_true(stage_tensor_list_bytes(&list, st) == file_bytes);
-    uint64_t embed =
-        list.head_is_embed ? safetensors_find(st, "model.embed_tokens.weight")->nbytes : 0;
+    char embed_name[128];
+    snprintf(embed_name, sizeof embed_name, "%sembed_tokens.weight", cfg.tensor_prefix);
+    uint64_t embed = list.head_is_embed ? safetensors_find(st, embed_name)->nbytes : 0;
     stage_tensor_list_free(&list);
 
     for (int S = 2; S <= cfg.num_layers; ++S) {
@@ -43,7 +45,8 @@ static void check_case(const char *dir) {
         assert_int_equal(stage_plan_even(r, cfg.num_layers, S), 0);
         uint64_t sum = 0;
         for (int s = 0; s < S; ++s) {
-            struct stage_role role = {r[s].layer_start, r[s].layer_end, s == 0, s == S - 1, 0};
+            struct stage_role role = {r[s].layer_start, r[s].layer_end, s == 0, s == S - 1,
+                                      s == 0 && cfg.has_vision};
             assert_int_equal(stage_tensor_list_build(&list, &cfg, &role, st), 0);
             if (stage_tensor_list_check(&list, st, dir) != 0) fail_msg("%s", strata_last_error());
             sum += stage_tensor_list_bytes(&list, st);
