@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +70,8 @@ struct server {
     struct wire_hello self;
     pthread_t acceptor;
     int acceptor_started;
-    int wake[2]; /* acceptor -> loop */
+    atomic_int acceptor_stop; /* set by the loop when it ends (the signal flag is not shared) */
+    int wake[2];              /* acceptor -> loop */
     pthread_mutex_t lock;
     struct handoff pending[MAX_HANDOFF];
     int num_pending;
@@ -88,7 +90,7 @@ struct server {
 
 static void *acceptor_main(void *arg) {
     struct server *s = arg;
-    while (!*s->stop) {
+    while (!atomic_load(&s->acceptor_stop)) {
         struct handoff h;
         int rc;
         memset(&h, 0, sizeof h);
@@ -485,6 +487,7 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
         loop_once(s);
     rc = 0;
 done:
+    atomic_store(&s->acceptor_stop, 1);
     if (s->acceptor_started) pthread_join(s->acceptor, NULL);
     wire_listener_close(&s->listener);
     for (int i = 0; i < s->num_pending; i++)

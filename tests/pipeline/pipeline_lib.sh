@@ -116,12 +116,26 @@ pl_wait_ready() {
     done
 }
 
+# pl_stop_pipeline TAG S: SIGTERM to every stage; each must exit (status 0) within 5 s,
+# else it is killed and the test fails.
 pl_stop_pipeline() {
-    local tag=$1 S=$2 r pid
+    local tag=$1 S=$2 r pid i rc
+    for ((r = 0; r < S; r++)); do
+        kill "$(pl_pid "$tag" "$r")" 2>/dev/null
+    done
     for ((r = 0; r < S; r++)); do
         pid=$(pl_pid "$tag" "$r")
-        kill "$pid" 2>/dev/null
-        wait "$pid" 2>/dev/null
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        if kill -0 "$pid" 2>/dev/null; then
+            kill -9 "$pid" 2>/dev/null
+            pl_fail "stage $r of $tag did not exit within 5 s of SIGTERM"
+        fi
+        wait "$pid"
+        rc=$?
+        [ "$rc" -eq 0 ] || pl_fail "stage $r of $tag exited with status $rc after SIGTERM"
     done
 }
 
