@@ -48,6 +48,16 @@ env -u STRATA_AUTH_KEY "$PL_CLIENT" --port-file "$PL_WORK/auth.0.port" --prompt 
 pl_stop_pipeline auth 2
 echo "auth: key accepted, wrong key and no key refused ($(grep -m1 -o 'refused connection.*' "$PL_WORK/auth.0.log"))"
 
+# Stages of different models refuse each other (Hello model fingerprint).
+pl_start_stage fp 2 0 "$tied"
+pl_start_stage fp 2 1 "$(pl_golden qwen3_mha_untied)"
+pl_wait_log "$PL_WORK/fp.0.log" "refused connection.*fingerprint" 1 10 ||
+    pl_fail "stage 0 accepted a stage of another model"
+pl_wait_log "$PL_WORK/fp.1.log" "refused connection.*fingerprint" 1 10 ||
+    pl_fail "stage 1 accepted a stage of another model"
+pl_stop_pipeline fp 2
+echo "model fingerprint: stages of different models refuse each other"
+
 # KV handoff: stage 0 sends its KV after the prefill activation; stage 1 writes it.
 pl_start_stage kv 2 0 "$tied" --send-kv
 pl_start_stage kv 2 1 "$tied" --recv-kv --kv-out "$PL_WORK/kv.block"
