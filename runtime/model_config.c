@@ -403,12 +403,14 @@ int model_config_parse(struct model_config *cfg, const char *json, size_t len,
     if ((rc = parse_text(cfg, &text))) goto fail;
     if (is_moe && (rc = parse_moe(cfg, &text))) goto fail;
 
-    /* Tying (spec §1.3): the top-level flag wins; a VL model falls back to text_config's. */
-    const cJSON *tie = scope_get(&top, "tie_word_embeddings");
-    if (tie && !cJSON_IsNull(tie)) {
-        rc = opt_bool(&cfg->tie_word_embeddings, &top, "tie_word_embeddings", 0);
-    } else {
+    /* Tying (spec §1.3): transformers 4.57 ties a VL model's lm_head by the text config's
+     * flag (get_text_config(decoder=True)), so text_config's flag wins when it is given and
+     * the top-level flag is the fallback. For text-only models both scopes are the top. */
+    const cJSON *text_tie = is_vl ? scope_get(&text, "tie_word_embeddings") : NULL;
+    if (text_tie && !cJSON_IsNull(text_tie)) {
         rc = opt_bool(&cfg->tie_word_embeddings, &text, "tie_word_embeddings", 0);
+    } else {
+        rc = opt_bool(&cfg->tie_word_embeddings, &top, "tie_word_embeddings", 0);
     }
     if (rc) goto fail;
 

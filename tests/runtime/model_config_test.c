@@ -177,6 +177,17 @@ static void test_vl_defaults_and_tie_fallback(void **state) {
     assert_int_equal(cfg.tie_word_embeddings, 1);
     assert_int_equal(cfg.vision.patch_size, 16);
     assert_int_equal(cfg.vision.num_position_embeddings, 2304);
+    /* When both scopes give a flag, text_config's wins (transformers 4.57 ties the VL
+     * lm_head by the decoder's text config). */
+    assert_int_equal(parse_text("{\"model_type\":\"qwen3_vl\",\"tie_word_embeddings\":true,"
+                                "\"text_config\":{\"vocab_size\":10,"
+                                "\"hidden_size\":256,\"intermediate_size\":8,"
+                                "\"num_hidden_layers\":2,\"num_attention_heads\":2,"
+                                "\"tie_word_embeddings\":false},\"vision_config\":{\"depth\":30,"
+                                "\"hidden_size\":16,\"num_heads\":2,\"out_hidden_size\":256,"
+                                "\"deepstack_visual_indexes\":[1]}}"),
+                     0);
+    assert_int_equal(cfg.tie_word_embeddings, 0);
 }
 
 static void test_missing_field_names_field_and_file(void **state) {
