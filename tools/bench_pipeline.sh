@@ -15,7 +15,8 @@
 # configuration. BENCH_SPLIT_THREADS=1 gives each of S stages max(1, T/S) threads instead
 # (the same total threads), which on a machine with fewer cores than stages is the fairer
 # comparison for concurrent requests.
-# Decode tokens/s is the best of BENCH_REPEAT (default 3) runs, as the host may be shared.
+# The three pipelines run side by side and the measurements are interleaved; each figure is
+# the median of BENCH_REPEAT (default 5) rounds, as the host may be shared.
 # Env: BENCH_MODEL, BENCH_THREADS, BENCH_TOKENS (default 48), BENCH_SPLIT_THREADS, BENCH_REPEAT,
 # STRATA_BAZEL_FLAGS (extra flags for bazel build, e.g. --define=strata_cuda=0).
 set -u
@@ -44,44 +45,57 @@ aggregate_rate() { sed -n 's/^total: .* = \([0-9.]*\) tokens\/s$/\1/p' "$1"; }
 
 echo "pipeline benchmark: $(grep -o '"num_hidden_layers": *[0-9]*' "$model/config.json" | tr -d '"'), hidden $hidden," \
     "$N tokens per request, $(nproc) cores, threads per stage: $([ "${BENCH_SPLIT_THREADS:-0}" = 1 ] && echo "T/S of $T" || echo "$T")"
-printf "%-7s %-9s %-16s %-10s %-22s %-22s\n" stages threads "decode tok/s" ratio "aggregate tok/s (S req)" "1 stage, S req"
-single_rate=""
-declare -A single_agg
-for S in 1 2 4; do
-    threads=$T
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+threads_for() {
     if [ "${BENCH_SPLIT_THREADS:-0}" = 1 ]; then
-        threads=$((T / S))
-        [ "$threads" -ge 1 ] || threads=1
+        local t=$((T / $1))
+        echo $((t >= 1 ? t : 1))
+    else
+        echo "$T"
     fi
-    pl_start_pipeline "b$S" "$S" "$model" --threads "$threads" --max-seq 512 --max-batch 8
+}
+many_args() { # many_args K: K different prompts
+    local i
+    for ((i = 0; i < $1; i++)); do printf -- "--prompt %s " "${prompts[$i]}"; done
+}
+
+# All three pipelines run side by side (idle stages only wait in poll) and the measurements
+# are interleaved round by round, so drifting load on a shared host hits every
+# configuration alike; each figure is the median over BENCH_REPEAT rounds.
+for S in 1 2 4; do
+    pl_start_pipeline "b$S" "$S" "$model" --threads "$(threads_for "$S")" --max-seq 512 --max-batch 8
     pl_client "b$S" --prompt "${prompts[0]}" --max-tokens 4 --quiet >/dev/null ||
         pl_fail "warm-up on $S stages failed"
-    rate=0
-    for ((rep = 0; rep < ${BENCH_REPEAT:-3}; rep++)); do # best of BENCH_REPEAT (noisy hosts)
-        pl_client "b$S" --prompt "${prompts[0]}" --max-tokens "$N" --quiet >"$PL_WORK/one.$S" ||
-            pl_fail "single request on $S stages failed: $(cat "$PL_WORK/one.$S")"
-        rate=$(awk -v a="$rate" -v b="$(decode_rate "$PL_WORK/one.$S")" 'BEGIN { print (b > a ? b : a) }')
+done
+declare -A one agg
+for ((rep = 0; rep < ${BENCH_REPEAT:-5}; rep++)); do
+    for S in 1 2 4; do
+        pl_client "b$S" --prompt "${prompts[0]}" --max-tokens "$N" --quiet >"$PL_WORK/one" ||
+            pl_fail "single request on $S stages failed: $(cat "$PL_WORK/one")"
+        one[$S]="${one[$S]:-} $(decode_rate "$PL_WORK/one")"
+        for K in 2 4; do
+            [ "$S" = 1 ] || [ "$S" = "$K" ] || continue
+            # shellcheck disable=SC2046
+            pl_client "b$S" $(many_args "$K") --max-tokens "$N" --quiet >"$PL_WORK/many" ||
+                pl_fail "$K concurrent requests on $S stages failed: $(cat "$PL_WORK/many")"
+            agg[$S.$K]="${agg[$S.$K]:-} $(aggregate_rate "$PL_WORK/many")"
+        done
     done
-    args=()
-    for ((i = 0; i < (S > 1 ? S : 2); i++)); do args+=(--prompt "${prompts[$i]}"); done
-    pl_client "b$S" "${args[@]}" --max-tokens "$N" --quiet >"$PL_WORK/many.$S" ||
-        pl_fail "concurrent requests on $S stages failed: $(cat "$PL_WORK/many.$S")"
-    agg=$(aggregate_rate "$PL_WORK/many.$S")
-    if [ "$S" = 1 ]; then
-        single_rate=$rate
-        single_agg[2]=$agg
-        args=()
-        for ((i = 0; i < 4; i++)); do args+=(--prompt "${prompts[$i]}"); done
-        pl_client "b$S" "${args[@]}" --max-tokens "$N" --quiet >"$PL_WORK/many4.$S" ||
-            pl_fail "4 requests on 1 stage failed"
-        single_agg[4]=$(aggregate_rate "$PL_WORK/many4.$S")
-    fi
+done
+for S in 1 2 4; do
     pl_stop_pipeline "b$S" "$S"
+done
+single_rate=$(echo "${one[1]}" | median)
+printf "%-7s %-9s %-16s %-10s %-24s %-22s\n" stages threads "decode tok/s" ratio \
+    "aggregate tok/s, S req" "1 stage, S req"
+for S in 1 2 4; do
+    rate=$(echo "${one[$S]}" | median)
     ratio=$(awk -v a="$rate" -v b="$single_rate" 'BEGIN { printf "%.3f", a / b }')
     if [ "$S" = 1 ]; then
-        printf "%-7s %-9s %-16s %-10s %-22s %-22s\n" 1 "$threads" "$rate" "1.000" "$agg (2 req)" "-"
+        printf "%-7s %-9s %-16s %-10s %-24s %-22s\n" 1 "$(threads_for 1)" "$rate" "1.000" "-" "-"
     else
-        printf "%-7s %-9s %-16s %-10s %-22s %-22s\n" "$S" "$threads" "$rate" "$ratio" "$agg" "${single_agg[$S]}"
+        printf "%-7s %-9s %-16s %-10s %-24s %-22s\n" "$S" "$(threads_for "$S")" "$rate" "$ratio" \
+            "$(echo "${agg[$S.$S]}" | median)" "$(echo "${agg[1.$S]}" | median)"
     fi
 done
 echo "decode ratio goal: >= 0.95 of the single process"
@@ -98,7 +112,7 @@ for S in 1 4; do
         pl_fail "tiny model on $S stages failed"
     pl_stop_pipeline "t$S" "$S"
 done
-read -r g1_50 g1_99 <<<"$(gap "$PL_WORK/gap.1")"
-read -r g4_50 g4_99 <<<"$(gap "$PL_WORK/gap.4")"
-awk -v a="$g1_50" -v b="$g4_50" -v c="$g1_99" -v d="$g4_99" 'BEGIN {
-    printf "per-hop latency through strata-stage (hidden 64, 4-stage ring vs 1 stage, inter-token gap / 4): p50 %.1f us, p99 %.1f us\n", (b - a) / 4, (d - c) / 4 }'
+read -r g1_50 _ <<<"$(gap "$PL_WORK/gap.1")"
+read -r g4_50 _ <<<"$(gap "$PL_WORK/gap.4")"
+awk -v a="$g1_50" -v b="$g4_50" 'BEGIN {
+    printf "per-hop latency through strata-stage processes (hidden 64; p50 inter-token gap of a 4-stage ring minus 1 stage, / 4): %.1f us\n", (b - a) / 4 }'
