@@ -13,6 +13,9 @@ prompt=$(pl_golden_prompt "$case")
 want=$(pl_golden_generated "$case")
 steps=$(pl_golden_steps "$case")
 opts=(--max-seq 512 --max-batch 4 --step-delay-ms 20 --peer-timeout-ms 1000)
+# A key of this run only (see pipeline_kill_test.sh).
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
+export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
 pl_start_pipeline h 4 "$model" "${opts[@]}"
 
 pl_client h --prompt "$prompt" --max-tokens 400 >"$PL_WORK/victim" 2>&1 &

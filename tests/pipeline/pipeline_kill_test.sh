@@ -13,6 +13,10 @@ prompt=$(pl_golden_prompt "$case")
 want=$(pl_golden_generated "$case")
 steps=$(pl_golden_steps "$case")
 # 20 ms per microbatch on every stage: a 400-token request takes ~30 s, so it is mid-flight.
+# A key of this run only: a restarted stage's old port reused by another test's stage can
+# never be joined by mistake.
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
+export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
 pl_start_pipeline k 4 "$model" --max-seq 512 --max-batch 4 --step-delay-ms 20
 
 pl_client k --prompt "$prompt" --max-tokens 400 >"$PL_WORK/victim" 2>&1 &
