@@ -342,6 +342,18 @@ static void serve_conn(struct server *s, struct wire_conn *conn, enum stage_link
     }
 }
 
+/* Serves the frames already waiting on a readable connection (up to a bound, so one busy
+ * peer cannot starve the others), so the next microbatch sees everything that arrived. */
+static void serve_ready(struct server *s, struct wire_conn *conn, enum stage_link link,
+                        uint32_t cid) {
+    for (int i = 0; i < 32; i++) {
+        int fd = conn->fd;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        serve_conn(s, conn, link, cid);
+        if (conn->fd != fd || conn->fd < 0 || poll(&p, 1, 0) != 1 || !(p.revents & POLLIN)) return;
+    }
+}
+
 static void take_handoffs(struct server *s) {
     char buf[64];
     while (read(s->wake[0], buf, sizeof buf) > 0) {
@@ -422,11 +434,11 @@ static void loop_once(struct server *s) {
         if (who[i] == -3)
             take_handoffs(s);
         else if (who[i] == -1 && s->prev.fd == fds[i].fd)
-            serve_conn(s, &s->prev, STAGE_LINK_PREV, 0);
+            serve_ready(s, &s->prev, STAGE_LINK_PREV, 0);
         else if (who[i] == -2 && s->next.fd == fds[i].fd)
-            serve_conn(s, &s->next, STAGE_LINK_NEXT, 0);
+            serve_ready(s, &s->next, STAGE_LINK_NEXT, 0);
         else if (who[i] >= 0 && s->clients[who[i]].fd == fds[i].fd)
-            serve_conn(s, &s->clients[who[i]], STAGE_LINK_CLIENT, s->client_ids[who[i]]);
+            serve_ready(s, &s->clients[who[i]], STAGE_LINK_CLIENT, s->client_ids[who[i]]);
         flush(s);
     }
     if (stage_core_has_work(s->core)) {
