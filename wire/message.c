@@ -105,10 +105,27 @@ enum { CONTROL_KIND, CONTROL_NONCE, CONTROL_SEQ };
 static const struct fb_field_desc control_fields[] = {SCALAR(1), SCALAR(8), SCALAR(8)};
 static const struct fb_table_desc control_desc = {"Control", 3, control_fields};
 
-static const struct fb_table_desc *const message_members[] = {
-    NULL, &hello_desc, &activation_desc, &kv_desc, &token_desc, &error_desc, &control_desc,
+enum {
+    REQUEST_NONCE,
+    REQUEST_PROMPT,
+    REQUEST_MAX_TOKENS,
+    REQUEST_TEMPERATURE,
+    REQUEST_TOP_K,
+    REQUEST_TOP_P,
+    REQUEST_SEED,
+    REQUEST_STOP_IDS
 };
-#define NUM_MEMBERS 7
+static const struct fb_field_desc request_fields[] = {
+    SCALAR(8), VECTOR(4, 4), SCALAR(4), SCALAR(4), SCALAR(4), SCALAR(4), SCALAR(8), VECTOR(4, 4),
+};
+static const struct fb_table_desc request_desc = {"Request", 8, request_fields};
+#define REQUEST_TOP_P_DEFAULT 0x3f800000u /* 1.0f: the schema default */
+
+static const struct fb_table_desc *const message_members[] = {
+    NULL,        &hello_desc, &activation_desc, &kv_desc,
+    &token_desc, &error_desc, &control_desc,    &request_desc,
+};
+#define NUM_MEMBERS 8
 
 enum { FRAME_MAJOR, FRAME_MINOR, FRAME_BODY_TYPE, FRAME_BODY };
 static const struct fb_field_desc frame_fields[] = {
@@ -123,7 +140,7 @@ static const struct fb_table_desc frame_desc = {"Frame", 4, frame_fields};
 
 const char *wire_kind_name(enum wire_kind kind) {
     static const char *names[] = {"NONE",        "Hello", "Activation", "KvBlock",
-                                  "TokenResult", "Error", "Control"};
+                                  "TokenResult", "Error", "Control",    "Request"};
     return (unsigned)kind < NUM_MEMBERS ? names[kind] : "unknown";
 }
 
@@ -344,6 +361,52 @@ int wire_build_control(struct wire_arena *a, const struct wire_control *m) {
     return finish_frame(a, WIRE_KIND_CONTROL, fb_table_end(a));
 }
 
+static uint32_t float_bits(float value) {
+    uint32_t bits;
+    memcpy(&bits, &value, sizeof bits);
+    return bits;
+}
+
+static float bits_float(uint32_t bits) {
+    float value;
+    memcpy(&value, &bits, sizeof value);
+    return value;
+}
+
+/* Semantic checks of a Request shared by builder and reader (see message.h). */
+static int check_request(const struct wire_request *m, int code) {
+    if (m->nonce == 0)
+        return strata_set_error(code, "wire: Request.nonce 0 is reserved (connection errors)");
+    if (m->prompt_len < 1 || !m->prompt)
+        return strata_set_error(code, "wire: Request has no prompt token ids");
+    if (m->max_tokens < 1)
+        return strata_set_error(code, "wire: Request.max_tokens %d is invalid (need >= 1)",
+                                (int)m->max_tokens);
+    if (m->temperature != m->temperature || m->top_p != m->top_p)
+        return strata_set_error(code, "wire: Request.temperature or top_p is NaN");
+    if (m->num_stop_ids && !m->stop_ids)
+        return strata_set_error(code, "wire: Request: %zu stop ids but no array", m->num_stop_ids);
+    return 0;
+}
+
+int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
+    int rc = check_request(m, STRATA_EINVAL);
+    if (rc) return rc;
+    fb_begin(a, 1024 + 4 * (m->prompt_len + m->num_stop_ids));
+    uint32_t prompt = fb_vector(a, m->prompt, m->prompt_len, 4, 4);
+    uint32_t stop_ids = m->num_stop_ids ? fb_vector(a, m->stop_ids, m->num_stop_ids, 4, 4) : 0;
+    fb_table_start(a);
+    fb_add_u64(a, REQUEST_NONCE, m->nonce, 0);
+    fb_add_u64(a, REQUEST_SEED, m->seed, 0);
+    fb_add_offset(a, REQUEST_PROMPT, prompt);
+    fb_add_offset(a, REQUEST_STOP_IDS, stop_ids);
+    fb_add_u32(a, REQUEST_MAX_TOKENS, (uint32_t)m->max_tokens, 0);
+    fb_add_u32(a, REQUEST_TEMPERATURE, float_bits(m->temperature), 0);
+    fb_add_u32(a, REQUEST_TOP_K, (uint32_t)m->top_k, 0);
+    fb_add_u32(a, REQUEST_TOP_P, float_bits(m->top_p), REQUEST_TOP_P_DEFAULT);
+    return finish_frame(a, WIRE_KIND_REQUEST, fb_table_end(a));
+}
+
 /* ---- readers ---- */
 
 static int32_t get_i32(const struct fb_table *t, int id, int32_t def) {
@@ -518,6 +581,19 @@ static int parse_control(struct wire_control *out, const struct fb_table *t) {
     return 0;
 }
 
+static int parse_request(struct wire_request *out, const struct fb_table *t) {
+    memset(out, 0, sizeof *out);
+    out->nonce = fb_get_scalar(t, REQUEST_NONCE, 8, 0);
+    out->prompt = (const int32_t *)fb_get_vector(t, REQUEST_PROMPT, &out->prompt_len);
+    out->max_tokens = get_i32(t, REQUEST_MAX_TOKENS, 0);
+    out->temperature = bits_float((uint32_t)fb_get_scalar(t, REQUEST_TEMPERATURE, 4, 0));
+    out->top_k = get_i32(t, REQUEST_TOP_K, 0);
+    out->top_p = bits_float((uint32_t)fb_get_scalar(t, REQUEST_TOP_P, 4, REQUEST_TOP_P_DEFAULT));
+    out->seed = fb_get_scalar(t, REQUEST_SEED, 8, 0);
+    out->stop_ids = (const int32_t *)fb_get_vector(t, REQUEST_STOP_IDS, &out->num_stop_ids);
+    return check_request(out, STRATA_EFORMAT);
+}
+
 /* Structural verification plus the version and union checks; returns the body table. */
 static int open_frame(struct fb_table *body, enum wire_kind *kind, uint16_t *minor,
                       const void *frame, size_t len) {
@@ -571,6 +647,7 @@ int wire_verify(enum wire_kind *kind, uint16_t *version_minor, const void *frame
         struct wire_token_result token;
         struct wire_error error;
         struct wire_control control;
+        struct wire_request request;
     } scratch;
     switch (found) {
     case WIRE_KIND_HELLO: return parse_hello(&scratch.hello, &body);
@@ -579,6 +656,7 @@ int wire_verify(enum wire_kind *kind, uint16_t *version_minor, const void *frame
     case WIRE_KIND_TOKEN_RESULT: return parse_token_result(&scratch.token, &body);
     case WIRE_KIND_ERROR: return parse_error(&scratch.error, &body);
     case WIRE_KIND_CONTROL: return parse_control(&scratch.control, &body);
+    case WIRE_KIND_REQUEST: return parse_request(&scratch.request, &body);
     default: return strata_set_error(STRATA_EFORMAT, "wire: no message body");
     }
 }
@@ -597,3 +675,4 @@ DEFINE_READER(wire_read_kv_block, wire_kv_block, WIRE_KIND_KV_BLOCK, parse_kv_bl
 DEFINE_READER(wire_read_token_result, wire_token_result, WIRE_KIND_TOKEN_RESULT, parse_token_result)
 DEFINE_READER(wire_read_error, wire_error, WIRE_KIND_ERROR, parse_error)
 DEFINE_READER(wire_read_control, wire_control, WIRE_KIND_CONTROL, parse_control)
+DEFINE_READER(wire_read_request, wire_request, WIRE_KIND_REQUEST, parse_request)

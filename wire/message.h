@@ -45,8 +45,10 @@ enum wire_kind {
     WIRE_KIND_KV_BLOCK = 3,
     WIRE_KIND_TOKEN_RESULT = 4,
     WIRE_KIND_ERROR = 5,
-    WIRE_KIND_CONTROL = 6
+    WIRE_KIND_CONTROL = 6,
+    WIRE_KIND_REQUEST = 7
 };
+#define WIRE_KIND_LAST WIRE_KIND_REQUEST /* highest member this build knows */
 
 /* Element type of a tensor's values (schema enum DType). */
 enum wire_dtype {
@@ -165,6 +167,8 @@ struct wire_token_result {
     enum wire_finish finish;
 };
 
+/* A failed request (nonce != 0), or, with nonce 0, the connection itself: the sender
+ * closes the connection after it (nonce 0 is never a request's). */
 struct wire_error {
     int32_t code;        /* a STRATA_E* status */
     const char *message; /* NUL-terminated; points into the frame on read */
@@ -175,6 +179,23 @@ struct wire_control {
     enum wire_control_kind kind;
     uint64_t nonce;
     uint64_t seq;
+};
+
+/* A client's request (client -> stage 0, then forwarded stage to stage). The reader checks
+ * nonce != 0, prompt_len >= 1, max_tokens >= 1 and that temperature / top_p are numbers;
+ * limits that depend on the stage (vocabulary, stop-id count, KV length) are the runtime's.
+ * On read `prompt` and `stop_ids` point into the frame. */
+struct wire_request {
+    uint64_t nonce;        /* != 0 (0 is reserved for connection-level errors) */
+    const int32_t *prompt; /* [prompt_len] token ids */
+    size_t prompt_len;
+    int32_t max_tokens;
+    float temperature; /* <= 0 means greedy */
+    int32_t top_k;     /* <= 0 means no top-k cut */
+    float top_p;       /* >= 1 means no nucleus cut (schema default 1.0) */
+    uint64_t seed;
+    const int32_t *stop_ids; /* [num_stop_ids] */
+    size_t num_stop_ids;
 };
 
 /* Back-to-front byte buffer the builders write into. */
@@ -214,6 +235,7 @@ int wire_build_kv_block(struct wire_arena *arena, const struct wire_kv_block *ms
 int wire_build_token_result(struct wire_arena *arena, const struct wire_token_result *msg);
 int wire_build_error(struct wire_arena *arena, const struct wire_error *msg);
 int wire_build_control(struct wire_arena *arena, const struct wire_control *msg);
+int wire_build_request(struct wire_arena *arena, const struct wire_request *msg);
 
 /* Checks a whole received frame [len] and reports which message it holds. Fails with
  * STRATA_EFORMAT (malformed), STRATA_EVERSION (other major, or a union member unknown
@@ -228,6 +250,7 @@ int wire_read_kv_block(struct wire_kv_block *out, const void *frame, size_t len)
 int wire_read_token_result(struct wire_token_result *out, const void *frame, size_t len);
 int wire_read_error(struct wire_error *out, const void *frame, size_t len);
 int wire_read_control(struct wire_control *out, const void *frame, size_t len);
+int wire_read_request(struct wire_request *out, const void *frame, size_t len);
 
 /* Segment i of a read activation (0 <= i < num_segments). */
 struct wire_segment wire_activation_segment(const struct wire_activation *msg, size_t i);

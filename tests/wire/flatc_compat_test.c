@@ -1,7 +1,8 @@
 /* Compatibility of our FlatBuffers code with the official compiler (flatc 2.0.8):
  *  (a) our bytes -> `flatc --json --raw-binary` -> JSON equal to the golden file;
  *  (b) golden JSON -> `flatc -b` -> bytes our verifier and readers decode to the sample values;
- *  (c) frames of a hypothetical 1.1 schema (extra fields, new union member, new enum value)
+ *  (c) a flatc-built Request with the reserved nonce 0 is refused;
+ *  (d) frames of a hypothetical 1.1 schema (extra fields, new union member, new enum value)
  *      and of major 2, built by flatc, get the documented behaviour from our reader.
  * Skipped with a reason when flatc is not installed (`./strata setup` installs it). */
 #include <setjmp.h>
@@ -66,7 +67,7 @@ static void our_bytes_decode_in_flatc_to_golden_json(void **state) {
     (void)state;
     struct wire_arena arena;
     assert_int_equal(wire_arena_init(&arena, 0), 0);
-    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_LAST; ++kind) {
         const char *name = sample_name((enum wire_kind)kind);
         char path[2048], args[8192];
         assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
@@ -108,7 +109,7 @@ static char *flatc_binary(const char *schema_path, const char *json_name, size_t
 static void flatc_bytes_read_back_as_samples(void **state) {
     (void)state;
     for (int variant = 0; variant < 2; ++variant)
-        for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+        for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_LAST; ++kind) {
             size_t len;
             char *frame =
                 flatc_binary_with(variant ? "--force-defaults" : "", test_path("wire/strata.fbs"),
@@ -143,7 +144,7 @@ static void newer_minor_with_extra_fields_reads_fine(void **state) {
     frame = flatc_binary(schema, "telemetry_v1_1", &len);
     assert_int_equal(wire_verify(&kind, NULL, frame, len), STRATA_EVERSION);
     assert_non_null(
-        strstr(strata_last_error(), "message type 7 unknown to protocol 1.0 (frame is 1.1)"));
+        strstr(strata_last_error(), "message type 8 unknown to protocol 1.0 (frame is 1.1)"));
     free(frame);
 
     frame = flatc_binary(schema, "control_pause_v1_1", &len);
@@ -160,6 +161,20 @@ static void other_major_is_refused_naming_both_versions(void **state) {
     struct wire_control control;
     assert_int_equal(wire_read_control(&control, frame, len), STRATA_EVERSION);
     assert_non_null(strstr(strata_last_error(), "peer speaks protocol 2.0, this build speaks 1.0"));
+    free(frame);
+}
+
+/* A flatc-built Request with the reserved nonce 0 is refused by the verifier and the reader. */
+static void reserved_request_nonce_is_refused(void **state) {
+    (void)state;
+    size_t len;
+    char *frame = flatc_binary(test_path("wire/strata.fbs"), "request_nonce0", &len);
+    enum wire_kind kind;
+    struct wire_request request;
+    assert_int_equal(wire_verify(&kind, NULL, frame, len), STRATA_EFORMAT);
+    assert_int_equal(kind, WIRE_KIND_REQUEST);
+    assert_int_equal(wire_read_request(&request, frame, len), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "Request.nonce 0 is reserved"));
     free(frame);
 }
 
@@ -184,6 +199,7 @@ int main(void) {
         cmocka_unit_test(flatc_bytes_read_back_as_samples),
         cmocka_unit_test(newer_minor_with_extra_fields_reads_fine),
         cmocka_unit_test(other_major_is_refused_naming_both_versions),
+        cmocka_unit_test(reserved_request_nonce_is_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,6 +1,7 @@
 /* Builder/reader round trips for every message, verifier refusals for malformed frames,
  * zero-copy and alignment guarantees, arena behaviour, and a bounded mutation sweep that
  * must never crash (ASan/UBSan watch it in the sanitizer pass). */
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -28,7 +29,7 @@ static void every_sample_round_trips(void **state) {
     (void)state;
     struct wire_arena arena;
     assert_int_equal(wire_arena_init(&arena, 0), 0);
-    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_LAST; ++kind) {
         assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
         size_t len;
         uint8_t *frame = copy_frame(&arena, &len);
@@ -110,7 +111,7 @@ static void arena_grows_from_tiny(void **state) {
     (void)state;
     struct wire_arena arena;
     assert_int_equal(wire_arena_init(&arena, 64), 0);
-    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_LAST; ++kind) {
         assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
         assert_int_equal(sample_read_and_check((enum wire_kind)kind, wire_arena_frame(&arena),
                                                wire_arena_frame_len(&arena)),
@@ -181,6 +182,119 @@ static void verifier_refuses_truncation_and_garbage(void **state) {
     wire_arena_free(&arena);
 }
 
+/* Offset of the only occurrence of `value` (8 bytes, little-endian) in frame [len]. */
+static size_t find_u64(const uint8_t *frame, size_t len, uint64_t value) {
+    size_t found = len;
+    for (size_t i = 0; i + 8 <= len; ++i)
+        if (memcmp(frame + i, &value, 8) == 0) {
+            assert_int_equal(found, len); /* unique */
+            found = i;
+        }
+    assert_true(found < len);
+    return found;
+}
+
+static void request_round_trips_with_defaults(void **state) {
+    (void)state;
+    static const int32_t prompt[1] = {7};
+    struct wire_request msg = {
+        .nonce = 1, .prompt = prompt, .prompt_len = 1, .max_tokens = 1, .top_p = 1.0f};
+    struct wire_request got;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(wire_build_request(&arena, &msg), 0);
+    assert_int_equal(
+        wire_read_request(&got, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_true(got.nonce == 1 && got.prompt_len == 1 && got.prompt[0] == 7);
+    assert_true(got.max_tokens == 1 && got.temperature == 0.0f && got.top_k == 0);
+    assert_true(got.top_p == 1.0f); /* the schema default, not written */
+    assert_true(got.seed == 0 && got.num_stop_ids == 0 && got.stop_ids == NULL);
+    /* Zero-copy: the prompt points into the frame. */
+    assert_true((const uint8_t *)got.prompt > wire_arena_frame(&arena) &&
+                (const uint8_t *)got.prompt <
+                    wire_arena_frame(&arena) + wire_arena_frame_len(&arena));
+    wire_arena_free(&arena);
+}
+
+static void request_builder_refuses_bad_messages(void **state) {
+    (void)state;
+    static const int32_t prompt[2] = {1, 2};
+    struct wire_request good = {
+        .nonce = 5, .prompt = prompt, .prompt_len = 2, .max_tokens = 3, .top_p = 1.0f};
+    struct wire_request msg;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    msg = good;
+    msg.nonce = 0;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "nonce 0 is reserved"));
+    msg = good;
+    msg.prompt_len = 0;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "no prompt"));
+    msg = good;
+    msg.max_tokens = 0;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "max_tokens 0"));
+    msg = good;
+    msg.temperature = NAN;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    msg = good;
+    msg.num_stop_ids = 2;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    wire_arena_free(&arena);
+}
+
+/* Frames that verify structurally but break a Request rule are refused by the verifier
+ * and the reader (patched in place: nonce 0, max_tokens 0, NaN temperature). */
+static void request_verifier_refuses_reserved_nonce_and_bad_values(void **state) {
+    (void)state;
+    static const int32_t prompt[2] = {1, 2};
+    struct wire_request msg = {.nonce = 0x0102030405060708ull,
+                               .prompt = prompt,
+                               .prompt_len = 2,
+                               .max_tokens = 0x7a7b7c7d,
+                               .temperature = 0.5f,
+                               .top_p = 1.0f};
+    struct wire_request got;
+    struct wire_arena arena;
+    enum wire_kind kind;
+    size_t len;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(wire_build_request(&arena, &msg), 0);
+    uint8_t *frame = copy_frame(&arena, &len);
+    assert_int_equal(wire_verify(&kind, NULL, frame, len), 0);
+    assert_int_equal(kind, WIRE_KIND_REQUEST);
+
+    size_t at = find_u64(frame, len, msg.nonce);
+    memset(frame + at, 0, 8);
+    assert_int_equal(wire_verify(&kind, NULL, frame, len), STRATA_EFORMAT);
+    assert_int_equal(kind, WIRE_KIND_REQUEST);
+    assert_int_equal(wire_read_request(&got, frame, len), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "Request.nonce 0 is reserved"));
+    memcpy(frame + at, &msg.nonce, 8);
+    assert_int_equal(wire_read_request(&got, frame, len), 0);
+
+    int32_t max_tokens = msg.max_tokens, zero = 0;
+    for (size_t i = 0; i + 4 <= len; ++i)
+        if (memcmp(frame + i, &max_tokens, 4) == 0) memcpy(frame + i, &zero, 4);
+    assert_int_equal(wire_read_request(&got, frame, len), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "max_tokens 0 is invalid"));
+    free(frame);
+
+    msg.max_tokens = 3;
+    msg.temperature = 0.25f;
+    assert_int_equal(wire_build_request(&arena, &msg), 0);
+    frame = copy_frame(&arena, &len);
+    float nan_value = NAN, quarter = 0.25f;
+    for (size_t i = 0; i + 4 <= len; ++i)
+        if (memcmp(frame + i, &quarter, 4) == 0) memcpy(frame + i, &nan_value, 4);
+    assert_int_equal(wire_read_request(&got, frame, len), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "NaN"));
+    free(frame);
+    wire_arena_free(&arena);
+}
+
 /* Deterministic xorshift so failures reproduce. */
 static uint64_t next_random(uint64_t *s) {
     *s ^= *s << 13;
@@ -195,7 +309,7 @@ static void mutations_never_crash(void **state) {
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     int accepted = 0, refused = 0;
     assert_int_equal(wire_arena_init(&arena, 0), 0);
-    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_LAST; ++kind) {
         assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
         size_t len;
         uint8_t *frame = copy_frame(&arena, &len);
@@ -217,8 +331,10 @@ static void mutations_never_crash(void **state) {
                 struct wire_hello hello;
                 struct wire_error err;
                 struct wire_control ctl;
-                int rc = found == WIRE_KIND_ACTIVATION ? wire_read_activation(&act, mutant, len)
-                         : found == WIRE_KIND_KV_BLOCK ? wire_read_kv_block(&kv, mutant, len)
+                struct wire_request req;
+                int rc = found == WIRE_KIND_REQUEST      ? wire_read_request(&req, mutant, len)
+                         : found == WIRE_KIND_ACTIVATION ? wire_read_activation(&act, mutant, len)
+                         : found == WIRE_KIND_KV_BLOCK   ? wire_read_kv_block(&kv, mutant, len)
                          : found == WIRE_KIND_TOKEN_RESULT
                              ? wire_read_token_result(&tok, mutant, len)
                          : found == WIRE_KIND_HELLO ? wire_read_hello(&hello, mutant, len)
@@ -247,6 +363,9 @@ int main(void) {
         cmocka_unit_test(arena_grows_from_tiny),
         cmocka_unit_test(builder_refuses_inconsistent_tensors),
         cmocka_unit_test(verifier_refuses_truncation_and_garbage),
+        cmocka_unit_test(request_round_trips_with_defaults),
+        cmocka_unit_test(request_builder_refuses_bad_messages),
+        cmocka_unit_test(request_verifier_refuses_reserved_nonce_and_bad_values),
         cmocka_unit_test(mutations_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

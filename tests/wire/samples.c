@@ -19,6 +19,8 @@ static const float kv_v[1][1][1][2][2] = {{{{{1.0f, 2.0f}, {3.0f, 4.0f}}}}};
 static const int32_t kv_lengths[1] = {2};
 static const int32_t tokens[3] = {151643, 13, -1};
 static const float logprobs[3] = {-0.125f, -2.5f, 0.0f};
+static const int32_t prompt_ids[4] = {151644, 872, 0, 2147483647};
+static const int32_t stop_ids[2] = {151645, 151643};
 
 static struct wire_tensor tensor(enum wire_dtype dtype, enum wire_codec codec, const void *data,
                                  size_t nbytes, int ndim, const int64_t *shape) {
@@ -117,6 +119,20 @@ static void sample_control(struct wire_control *m) {
     m->seq = 17;
 }
 
+static void sample_request(struct wire_request *m) {
+    memset(m, 0, sizeof *m);
+    m->nonce = 0x8877665544332211ull;
+    m->prompt = prompt_ids;
+    m->prompt_len = 4;
+    m->max_tokens = 300;
+    m->temperature = 0.5f;
+    m->top_k = -1;
+    m->top_p = 0.875f;
+    m->seed = 0xfeedfacecafebeefull;
+    m->stop_ids = stop_ids;
+    m->num_stop_ids = 2;
+}
+
 int sample_build(struct wire_arena *arena, enum wire_kind kind) {
     switch (kind) {
     case WIRE_KIND_HELLO: {
@@ -148,6 +164,11 @@ int sample_build(struct wire_arena *arena, enum wire_kind kind) {
         struct wire_control m;
         sample_control(&m);
         return wire_build_control(arena, &m);
+    }
+    case WIRE_KIND_REQUEST: {
+        struct wire_request m;
+        sample_request(&m);
+        return wire_build_request(arena, &m);
     }
     default: return -1;
     }
@@ -233,6 +254,18 @@ int sample_check_control(const struct wire_control *m) {
     return 0;
 }
 
+int sample_check_request(const struct wire_request *m) {
+    struct wire_request want;
+    sample_request(&want);
+    CHECK(m->nonce == want.nonce && m->max_tokens == want.max_tokens && m->seed == want.seed);
+    CHECK(m->temperature == want.temperature && m->top_k == want.top_k && m->top_p == want.top_p);
+    CHECK(m->prompt_len == want.prompt_len &&
+          memcmp(m->prompt, want.prompt, 4 * m->prompt_len) == 0);
+    CHECK(m->num_stop_ids == want.num_stop_ids &&
+          memcmp(m->stop_ids, want.stop_ids, 4 * m->num_stop_ids) == 0);
+    return 0;
+}
+
 int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len) {
     union {
         struct wire_hello hello;
@@ -241,6 +274,7 @@ int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len) {
         struct wire_token_result token;
         struct wire_error error;
         struct wire_control control;
+        struct wire_request request;
     } m;
     switch (kind) {
     case WIRE_KIND_HELLO:
@@ -258,12 +292,14 @@ int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len) {
         return wire_read_error(&m.error, frame, len) ? -1 : sample_check_error(&m.error);
     case WIRE_KIND_CONTROL:
         return wire_read_control(&m.control, frame, len) ? -1 : sample_check_control(&m.control);
+    case WIRE_KIND_REQUEST:
+        return wire_read_request(&m.request, frame, len) ? -1 : sample_check_request(&m.request);
     default: return -1;
     }
 }
 
 const char *sample_name(enum wire_kind kind) {
     static const char *names[] = {"none",         "hello", "activation", "kv_block",
-                                  "token_result", "error", "control"};
-    return (unsigned)kind <= WIRE_KIND_CONTROL ? names[kind] : "unknown";
+                                  "token_result", "error", "control",    "request"};
+    return (unsigned)kind <= WIRE_KIND_LAST ? names[kind] : "unknown";
 }

@@ -5,7 +5,7 @@
 
 #include "wire/message.h"
 
-/* Builds the sample frame of `kind` (WIRE_KIND_HELLO .. WIRE_KIND_CONTROL) into `arena`. */
+/* Builds the sample frame of `kind` (WIRE_KIND_HELLO .. WIRE_KIND_LAST) into `arena`. */
 int sample_build(struct wire_arena *arena, enum wire_kind kind);
 
 /* Checks that a read message of `kind` equals the sample field by field; returns 0 or a
@@ -16,11 +16,12 @@ int sample_check_kv_block(const struct wire_kv_block *m);
 int sample_check_token_result(const struct wire_token_result *m);
 int sample_check_error(const struct wire_error *m);
 int sample_check_control(const struct wire_control *m);
+int sample_check_request(const struct wire_request *m);
 
 /* Reads `frame` as `kind` and runs the matching check (0 = equal). */
 int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len);
 
-/* Sample file basenames ("hello", "activation", ...). */
+/* Sample file basenames ("hello", "activation", ..., "request"). */
 const char *sample_name(enum wire_kind kind);
 
 #endif

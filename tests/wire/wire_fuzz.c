@@ -49,6 +49,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct wire_token_result token;
     struct wire_error error;
     struct wire_control control;
+    struct wire_request request;
     int readable = 0;
     if (wire_read_hello(&hello, frame, size) == 0) {
         readable++;
@@ -80,6 +81,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         touch(error.message, strlen(error.message));
     }
     if (wire_read_control(&control, frame, size) == 0) readable++;
+    if (wire_read_request(&request, frame, size) == 0) {
+        readable++;
+        touch(request.prompt, request.prompt_len * sizeof(int32_t));
+        touch(request.stop_ids, request.num_stop_ids * sizeof(int32_t));
+    }
     /* The readers and wire_verify must agree: exactly one reader accepts a verified frame. */
     if (readable != (verified ? 1 : 0)) abort();
     free(frame);

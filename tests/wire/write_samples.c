@@ -15,7 +15,7 @@ int main(int argc, char **argv) {
     struct wire_arena arena;
     if (wire_arena_init(&arena, 0)) return STRATA_EXIT_FAILURE;
     int rc = STRATA_EXIT_OK;
-    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_CONTROL; ++kind) {
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_LAST; ++kind) {
         char path[4096];
         snprintf(path, sizeof path, "%s/%s.stra", argv[1], sample_name((enum wire_kind)kind));
         FILE *f = NULL;
