@@ -23,11 +23,14 @@ int client_connect(struct strata_client *client, const char *host, int port,
 /* Accepts a zeroed or half-built client. */
 void client_close(struct strata_client *client);
 
+/* Sends a Request (request->nonce != 0: nonce 0 is reserved). */
 int client_submit(struct strata_client *client, const struct stage_request *request);
 int client_cancel(struct strata_client *client, uint64_t nonce);
 
 /* Waits up to timeout_ms for the next token or error of any request on this connection.
- * STRATA_ETIMEOUT when nothing arrived; STRATA_ECLOSED when stage 0 went away. */
+ * An Error with nonce 0 comes back as REQUEST_EVENT_CONNECTION_ERROR: stage 0 is closing
+ * the connection and every request on it is lost. STRATA_ETIMEOUT when nothing arrived;
+ * STRATA_ECLOSED when stage 0 went away. */
 int client_next_event(struct strata_client *client, struct request_event *event, int timeout_ms);
 
 #endif

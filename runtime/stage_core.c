@@ -261,7 +261,7 @@ void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up
 }
 
 static int enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int pos, int n_tokens,
-                   const int32_t *tokens, int32_t token, float *hidden, int with_params) {
+                   const int32_t *tokens, int32_t token, float *hidden) {
     struct stage_item *it = calloc(1, sizeof *it);
     if (!it) return strata_set_error(STRATA_ENOMEM, "out of memory queueing work");
     it->nonce = nonce;
@@ -271,7 +271,6 @@ static int enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int p
     it->token = token;
     it->tokens = tokens;
     it->hidden = hidden;
-    it->with_params = with_params;
     if (core->queue_tail)
         core->queue_tail->next = it;
     else
@@ -326,26 +325,30 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
     return 0;
 }
 
-/* Stage 0: a request frame from a client. */
+/* Sends the Request frame [len] on to the next stage (the request was admitted here). */
+static int forward_request(struct stage_core *core, struct stage_req *req, const uint8_t *frame,
+                           size_t len) {
+    if (core->is_last) return 0;
+    if (stage_emit_raw(core, STAGE_LINK_NEXT, 0, frame, len) == 0) return 0;
+    stage_fail(core, req, STRATA_ENOMEM, 1, 0, "stage %d: forwarding the request: %s",
+               core->opt.stage_index, strata_last_error());
+    return -1;
+}
+
+/* Stage 0: a Request from a client. Admitted: forwarded down the pipeline at once and its
+ * prompt queued in chunks. Refused: an Error with its nonce to the client. */
 static int on_client_request(struct stage_core *core, uint32_t client_id,
-                             const struct wire_activation *msg) {
+                             const struct wire_request *msg, const uint8_t *frame, size_t len) {
     struct request_params params;
     struct stage_req *req;
     char why[512];
-    const int32_t *ids = msg->hidden.data;
-    int rc = request_params_unpack(&params, &msg->attention_mask);
-    if (rc == 0 && (msg->hidden.dtype != WIRE_DTYPE_I32 || msg->hidden.codec != WIRE_CODEC_NONE ||
-                    msg->hidden.ndim != 1 || msg->hidden.shape[0] != params.prompt_len)) {
-        rc =
-            strata_set_error(STRATA_EFORMAT, "request prompt must be I32 [prompt_len=%d] token ids",
-                             params.prompt_len);
-    }
+    int rc = request_params_from_wire(&params, msg);
     for (int i = 0; rc == 0 && i < params.prompt_len; i++)
-        if (ids[i] < 0 || ids[i] >= core->vocab)
+        if (msg->prompt[i] < 0 || msg->prompt[i] >= core->vocab)
             rc = strata_set_error(STRATA_EINVAL,
                                   "prompt token %d at position %d is outside the "
                                   "vocabulary [0, %d)",
-                                  ids[i], i, core->vocab);
+                                  msg->prompt[i], i, core->vocab);
     if (rc < 0) {
         snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
     } else {
@@ -362,16 +365,61 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
         stage_fail(core, req, STRATA_ENOMEM, 0, 0, "stage 0: out of memory for the prompt");
         return 0;
     }
-    memcpy(req->prompt, ids, sizeof(int32_t) * (size_t)params.prompt_len);
+    memcpy(req->prompt, msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
+    if (forward_request(core, req, frame, len) < 0) return 0;
     for (int pos = 0; pos < params.prompt_len; pos += core->opt.chunk_size) {
         int n = params.prompt_len - pos;
         if (n > core->opt.chunk_size) n = core->opt.chunk_size;
-        if (enqueue(core, req->nonce, 0, pos, n, req->prompt + pos, 0, NULL, pos == 0) < 0) {
+        if (enqueue(core, req->nonce, 0, pos, n, req->prompt + pos, 0, NULL) < 0) {
             stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
             return 0;
         }
     }
     req->recv_pos = params.prompt_len;
+    return 0;
+}
+
+/* Stages r > 0: the Request forwarded by stage r-1, ahead of the request's activations.
+ * Opens the request here (admission control too: a refusal goes upstream as an Error), or
+ * supplies the parameters of a request whose KV was restored (stage_core_restore_kv). */
+static int on_forwarded_request(struct stage_core *core, const struct wire_request *msg,
+                                const uint8_t *frame, size_t len) {
+    int r = core->opt.stage_index;
+    struct request_params params;
+    struct stage_req *req = stage_find(core, msg->nonce);
+    char why[512];
+    int rc = request_params_from_wire(&params, msg);
+    if (rc == 0 && req && req->restored) {
+        if ((int64_t)params.prompt_len + params.max_tokens - 1 > core->opt.max_seq) {
+            stage_fail(core, req, STRATA_ERANGE, 1, 1,
+                       "stage %d: restored request %llu needs %lld KV positions (prompt %d + "
+                       "max_tokens %d - 1) but --max-seq is %d",
+                       r, (unsigned long long)req->nonce,
+                       (long long)params.prompt_len + params.max_tokens - 1, params.prompt_len,
+                       params.max_tokens, core->opt.max_seq);
+            return 0;
+        }
+        req->tokens = calloc((size_t)params.max_tokens, sizeof *req->tokens);
+        if (!req->tokens) {
+            stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory", r);
+            return 0;
+        }
+        req->params = params;
+        req->restored = 0;
+        if (core->is_last) sampler_init(&req->sampler, &params.sampling);
+        forward_request(core, req, frame, len);
+        return 0;
+    }
+    if (rc < 0)
+        snprintf(why, sizeof why, "stage %d: bad request: %s", r, strata_last_error());
+    else
+        rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
+    if (rc < 0) {
+        emit_error(core, STAGE_LINK_PREV, 0, rc, msg->nonce, why);
+        push_refusal(core, msg->nonce, rc, why);
+        return 0;
+    }
+    forward_request(core, req, frame, len);
     return 0;
 }
 
@@ -382,19 +430,10 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
     char why[512];
     float *hidden = NULL;
     uint64_t want_step;
-    if (!req && msg->pos == 0 && msg->step == 0 && msg->attention_mask.defined) {
-        struct request_params params;
-        rc = request_params_unpack(&params, &msg->attention_mask);
-        if (rc < 0)
-            snprintf(why, sizeof why, "stage %d: %s", r, strata_last_error());
-        else
-            rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
-        if (rc < 0) {
-            emit_error(core, STAGE_LINK_PREV, 0, rc, msg->nonce, why);
-            push_refusal(core, msg->nonce, rc, why);
-            return 0;
-        }
-    }
+    if (msg->nonce == 0)
+        return strata_set_error(STRATA_EFORMAT,
+                                "stage %d: activation with the reserved nonce 0 from stage %d", r,
+                                msg->stage_from);
     if (!req) {
         if (recently_ended(core, msg->nonce)) return 0;
         snprintf(why, sizeof why,
@@ -405,20 +444,10 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
         return 0;
     }
     if (req->restored) {
-        struct request_params params;
-        if (request_params_unpack(&params, &msg->attention_mask) < 0) {
-            stage_fail(core, req, STRATA_EFORMAT, 1, 1,
-                       "stage %d: a restored request must be continued with its parameters", r);
-            return 0;
-        }
-        req->params = params;
-        req->restored = 0;
-        req->tokens = calloc((size_t)params.max_tokens, sizeof *req->tokens);
-        if (core->is_last) sampler_init(&req->sampler, &params.sampling);
-        if (!req->tokens) {
-            stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory", r);
-            return 0;
-        }
+        stage_fail(core, req, STRATA_EFORMAT, 1, 1,
+                   "stage %d: an activation for restored request %llu arrived before its Request",
+                   r, (unsigned long long)req->nonce);
+        return 0;
     }
     rows = msg->hidden.ndim == 2 && msg->hidden.shape[0] >= 1 &&
                    msg->hidden.shape[0] <= core->opt.max_batch_tokens
@@ -459,9 +488,7 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
         return 0;
     }
     rc = wire_tensor_decode_f32(hidden, &msg->hidden);
-    if (rc == 0)
-        rc = enqueue(core, req->nonce, msg->step, req->recv_pos, rows, NULL, 0, hidden,
-                     msg->pos == 0);
+    if (rc == 0) rc = enqueue(core, req->nonce, msg->step, req->recv_pos, rows, NULL, 0, hidden);
     if (rc < 0) {
         free(hidden);
         stage_fail(core, req, rc, 1, 1, "stage %d: %s", r, strata_last_error());
@@ -498,7 +525,7 @@ void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t ste
         return;
     }
     if (enqueue(core, req->nonce, (uint64_t)req->n_generated,
-                req->params.prompt_len + req->n_generated - 1, 1, NULL, token, NULL, 0) < 0)
+                req->params.prompt_len + req->n_generated - 1, 1, NULL, token, NULL) < 0)
         stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
 }
 
@@ -545,6 +572,11 @@ int stage_core_cancel(struct stage_core *core, uint64_t nonce) {
 static int on_error(struct stage_core *core, enum stage_link from, const struct wire_error *msg) {
     struct stage_req *req = stage_find(core, msg->nonce);
     int code = msg->code < 0 ? msg->code : STRATA_EPEER;
+    if (msg->nonce == 0) /* about the connection: the peer closes it; the driver drops it too */
+        return strata_set_error(
+            STRATA_EPEER, "stage %d: the %s stage reported a connection error: %s",
+            core->opt.stage_index, from == STAGE_LINK_PREV ? "previous" : "next",
+            msg->message ? msg->message : "");
     if (!req) return 0;
     if (from == STAGE_LINK_PREV)
         stage_fail(core, req, code, 0, !core->is_first, "%s", msg->message ? msg->message : "");
@@ -572,15 +604,20 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
         }
         return 0;
     }
-    if (kind == WIRE_KIND_ERROR) {
+    if (kind == WIRE_KIND_ERROR && from != STAGE_LINK_CLIENT) {
         struct wire_error msg;
         rc = wire_read_error(&msg, frame, len);
         return rc < 0 ? rc : on_error(core, from, &msg);
     }
-    if (kind == WIRE_KIND_ACTIVATION && from == STAGE_LINK_CLIENT && core->is_first) {
-        struct wire_activation msg;
-        rc = wire_read_activation(&msg, frame, len);
-        return rc < 0 ? rc : on_client_request(core, client_id, &msg);
+    if (kind == WIRE_KIND_REQUEST && from == STAGE_LINK_CLIENT && core->is_first) {
+        struct wire_request msg;
+        rc = wire_read_request(&msg, frame, len);
+        return rc < 0 ? rc : on_client_request(core, client_id, &msg, frame, len);
+    }
+    if (kind == WIRE_KIND_REQUEST && from == STAGE_LINK_PREV && !core->is_first) {
+        struct wire_request msg;
+        rc = wire_read_request(&msg, frame, len);
+        return rc < 0 ? rc : on_forwarded_request(core, &msg, frame, len);
     }
     if (kind == WIRE_KIND_ACTIVATION && from == STAGE_LINK_PREV && !core->is_first) {
         struct wire_activation msg;

@@ -29,16 +29,17 @@
  *                     (a number the driver chooses per connection).
  *
  * Messages (all frames are wire Frames; see runtime/request.h for the client side):
- *   - Request (client -> stage 0): an Activation with stage_from = -1, hidden = I32 [T]
- *     prompt ids and a request-parameters tensor (request.h). Refused with an Error frame
- *     naming the limit when no KV slot is free (--max-batch) or prompt + max_tokens does
- *     not fit --max-seq.
+ *   - Request (client -> stage 0 -> ... -> last): the wire Request (prompt ids, max_tokens,
+ *     sampling, stop ids; nonce != 0). Each stage that admits it forwards the same frame to
+ *     the next stage at once, ahead of the request's first activation, so every stage
+ *     opens the request before its hidden rows arrive. Refused with an Error frame naming
+ *     the limit (to the client on stage 0, upstream on later stages) when no KV slot is
+ *     free (--max-batch) or prompt + max_tokens does not fit --max-seq.
  *   - Activation (stage r -> r+1): F32 [T, H] hidden rows of one request, lossless.
  *     step = tokens generated so far (0 for every prefill chunk), pos = first cache
- *     position. The first chunk (pos 0) also carries the request parameters and opens the
- *     request on the receiving stage (admission control there too). On receipt stage_to
- *     must equal this stage and (step, pos) must continue the request exactly; otherwise
- *     the request fails with an Error (never a silent miscompute).
+ *     position. On receipt the request must be open here, stage_to must equal this stage
+ *     and (step, pos) must continue the request exactly; otherwise the request fails with
+ *     an Error (never a silent miscompute).
  *   - TokenResult (last -> stage 0 -> client): the token sampled at `step`. When stage 0
  *     ends a request (stop id, max tokens) it sends the final TokenResult (finish = Stop or
  *     Length) to the client and forward through the pipeline, so every stage frees the
@@ -46,10 +47,13 @@
  *   - Control Cancel (client -> stage 0 -> ... -> last): frees the request everywhere.
  *   - Control Ping (any link): answered with a Pong on the same link (the TCP driver's
  *     keepalive for dead-peer detection); Pong, Drain and Shutdown are ignored here.
- *   - Error (any direction): a failed request. A stage that fails a request sends an Error
- *     both ways (upstream errors stop at stage 0, which tells the client; downstream
- *     errors travel the ring to stage 0); a stage forwards an Error only for a request it
- *     still holds, so each error ends after at most one lap.
+ *   - Error (between stages, and stage 0 -> client): a failed request. A stage that fails a
+ *     request sends an Error both ways (upstream errors stop at stage 0, which tells the
+ *     client; downstream errors travel the ring to stage 0); a stage forwards an Error only
+ *     for a request it still holds, so each error ends after at most one lap. Nonce 0 is
+ *     reserved: an Error with nonce 0 is about the connection (the driver sends one before
+ *     dropping a connection that delivered a bad frame); received from a stage it makes
+ *     stage_core_on_frame() fail with STRATA_EPEER, so the driver drops that link too.
  *   - KvBlock (with send_kv): after a request's last prefill chunk the stage sends its KV
  *     for that request on NEXT right after the activation; a receiving core hands
  *     KvBlocks to the driver as frames with link STAGE_LINK_LOCAL (for --kv-out).
@@ -183,10 +187,10 @@ size_t stage_core_kv_bytes(const struct stage_core *core);
 
 /* Restores a KvBlock frame (as written by --kv-out) into a fresh slot: only when the
  * block's layer range equals this stage's (STRATA_ERANGE with both ranges otherwise).
- * Reports the restored nonce and positions. The slot is then held for that nonce: an
- * Activation for it that continues at the restored position and carries the request
- * parameters (request.h) resumes the request there; a Cancel frees it. (Stage-0 resume of
- * a migrated request is not implemented: stage 0 always prefills from position 0.) */
+ * Reports the restored nonce and positions. The slot is then held for that nonce: its
+ * Request (forwarded from upstream) supplies the parameters, and an Activation that
+ * continues at the restored position resumes the request there; a Cancel frees it. (Stage-0 resume
+ * of a migrated request is not implemented: stage 0 always prefills from position 0.) */
 int stage_core_restore_kv(struct stage_core *core, uint64_t *nonce, int *positions,
                           const uint8_t *frame, size_t len);
 

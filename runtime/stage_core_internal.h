@@ -16,7 +16,7 @@
 /* One request held by this stage (it owns KV slot `slot`). */
 struct stage_req {
     int active;
-    int restored; /* holds restored KV, parameters not known yet */
+    int restored; /* holds restored KV, parameters (its Request) not known yet */
     uint64_t nonce;
     int slot;
     uint32_t client_id; /* stage 0: who asked */
@@ -40,7 +40,6 @@ struct stage_item {
     const int32_t *tokens; /* stage 0: [n_tokens] ids (into the request's prompt or `token`) */
     int32_t token;         /* stage 0 decode: the fed-back token */
     float *hidden;         /* other stages: [n_tokens, H] copied from the frame */
-    int with_params;       /* the request's first chunk: forward its parameters */
     struct stage_item *next;
 };
 

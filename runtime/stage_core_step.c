@@ -63,7 +63,6 @@ static int pick_items(struct stage_core *core, int *rows_out) {
 static void send_activation(struct stage_core *core, const struct stage_item *it,
                             const struct stage_req *req, const float *hidden) {
     struct wire_activation msg;
-    int64_t words[REQUEST_PARAMS_WORDS];
     int rc;
     memset(&msg, 0, sizeof msg);
     msg.stage_from = core->opt.stage_index;
@@ -79,7 +78,6 @@ static void send_activation(struct stage_core *core, const struct stage_item *it
     msg.hidden.codec = WIRE_CODEC_NONE;
     msg.hidden.data = hidden;
     msg.hidden.nbytes = sizeof(float) * (size_t)it->n_tokens * core->hidden_size;
-    if (it->with_params) request_params_pack(&msg.attention_mask, words, &req->params);
     rc = wire_build_activation(&core->arena, &msg);
     if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
     if (rc < 0)
@@ -254,6 +252,8 @@ int stage_core_restore_kv(struct stage_core *core, uint64_t *nonce, int *positio
                                 "a cache is restored only into an equal layer range",
                                 block.layer_start, block.layer_end, core->opt.layer_start,
                                 core->opt.layer_end);
+    if (block.nonce == 0)
+        return strata_set_error(STRATA_EFORMAT, "KV block has the reserved request nonce 0");
     if (block.num_lengths != 1)
         return strata_set_error(STRATA_EFORMAT, "KV block holds %zu requests, expected 1",
                                 block.num_lengths);

@@ -160,7 +160,8 @@ int main(int argc, char **argv) {
     }
     jobs = calloc((size_t)(num_prompts * copies), sizeof *jobs);
     if (!jobs) return STRATA_EXIT_FAILURE;
-    nonce_base = ((uint64_t)time(NULL) << 20) ^ ((uint64_t)getpid() << 8);
+    /* Top bit clear, so nonce_base + i + 1 never wraps to the reserved nonce 0. */
+    nonce_base = (((uint64_t)time(NULL) << 20) ^ ((uint64_t)getpid() << 8)) & (UINT64_MAX >> 1);
     for (int i = 0; i < num_prompts * copies; i++) {
         struct job *j = &jobs[num_jobs++];
         j->prompt = malloc(sizeof(int32_t) * MAX_PROMPT);
@@ -207,6 +208,20 @@ int main(int argc, char **argv) {
             fprintf(stderr, "strata-client: %s\n",
                     rc == STRATA_ETIMEOUT ? "no answer from the pipeline in time"
                                           : strata_last_error());
+            code = STRATA_EXIT_FAILURE;
+            break;
+        }
+        if (ev.kind == REQUEST_EVENT_CONNECTION_ERROR) {
+            /* Nonce 0: stage 0 is closing this connection; every request on it is lost. */
+            fprintf(stderr, "strata-client: stage 0 ended the connection: %s: %s\n",
+                    strata_status_name(ev.code), ev.message);
+            for (int i = 0; i < num_jobs; i++)
+                if (!jobs[i].done) {
+                    snprintf(jobs[i].error, sizeof jobs[i].error, "connection error: %s: %s",
+                             strata_status_name(ev.code), ev.message);
+                    jobs[i].failed = jobs[i].done = 1;
+                    remaining--;
+                }
             code = STRATA_EXIT_FAILURE;
             break;
         }

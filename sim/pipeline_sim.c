@@ -129,6 +129,12 @@ static void client_on_frame(struct sim *sim, const uint8_t *frame, size_t len) {
         record_protocol_error(sim, strata_last_error());
         return;
     }
+    if (ev.kind == REQUEST_EVENT_CONNECTION_ERROR) { /* nonce 0: about the connection */
+        char what[512];
+        snprintf(what, sizeof what, "stage 0 reported a connection error: %.400s", ev.message);
+        record_protocol_error(sim, what);
+        return;
+    }
     struct sim_request_outcome *o = outcome_for(sim, ev.nonce);
     if (!o) {
         record_protocol_error(sim, "client received an event for an unknown request nonce");

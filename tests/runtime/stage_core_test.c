@@ -249,13 +249,37 @@ static void test_admission_control(void **state) {
     tp_pipeline_free(&pipe_a);
 }
 
-/* Builds an activation frame for stage 1 of a 2-stage pipeline by hand. */
+/* Forwards a Request for `nonce` with `params` (prompt of zeros) to `core` on PREV, as the
+ * previous stage does when it admits a request. */
+static void send_forwarded_request(struct stage_core *core, uint64_t nonce,
+                                   const struct request_params *params) {
+    struct wire_arena arena;
+    struct stage_request req;
+    int32_t *prompt = calloc((size_t)params->prompt_len, sizeof *prompt);
+    memset(&req, 0, sizeof req);
+    req.nonce = nonce;
+    req.prompt = prompt;
+    req.prompt_len = params->prompt_len;
+    req.max_tokens = params->max_tokens;
+    req.num_stop_ids = params->num_stop_ids;
+    memcpy(req.stop_ids, params->stop_ids, sizeof req.stop_ids);
+    req.sampling = params->sampling;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(request_build(&arena, &req), 0);
+    assert_int_equal(stage_core_on_frame(core, STAGE_LINK_PREV, 0, wire_arena_frame(&arena),
+                                         wire_arena_frame_len(&arena)),
+                     0);
+    wire_arena_free(&arena);
+    free(prompt);
+}
+
+/* Builds an activation frame for stage 1 of a 2-stage pipeline by hand; with `params` the
+ * request's forwarded Request goes first. */
 static void send_activation(struct stage_core *core, int from, int to, uint64_t nonce,
                             uint64_t step, uint64_t pos, int rows, int H,
                             const struct request_params *params) {
     struct wire_arena arena;
     struct wire_activation msg;
-    int64_t words[REQUEST_PARAMS_WORDS];
     float *hidden = calloc((size_t)rows * H, sizeof(float));
     memset(&msg, 0, sizeof msg);
     msg.stage_from = from;
@@ -270,7 +294,7 @@ static void send_activation(struct stage_core *core, int from, int to, uint64_t 
                                       .codec = WIRE_CODEC_NONE,
                                       .data = hidden,
                                       .nbytes = sizeof(float) * rows * H};
-    if (params) request_params_pack(&msg.attention_mask, words, params);
+    if (params) send_forwarded_request(core, nonce, params);
     assert_int_equal(wire_arena_init(&arena, 0), 0);
     assert_int_equal(wire_build_activation(&arena, &msg), 0);
     assert_int_equal(stage_core_on_frame(core, STAGE_LINK_PREV, 0, wire_arena_frame(&arena),
@@ -345,6 +369,141 @@ static void test_frame_checks(void **state) {
                                         wire_arena_frame_len(&arena)) < 0);
         wire_arena_free(&arena);
     }
+    tp_pipeline_free(&pipe_a);
+}
+
+/* Frame `frame` [len] patched: the only 8-byte occurrence of `from` becomes `to`. */
+static void patch_u64(uint8_t *frame, size_t len, uint64_t from, uint64_t to) {
+    int found = 0;
+    for (size_t i = 0; i + 8 <= len; i++)
+        if (memcmp(frame + i, &from, 8) == 0) {
+            memcpy(frame + i, &to, 8);
+            found++;
+        }
+    assert_int_equal(found, 1);
+}
+
+/* A stage that admits a Request forwards the same bytes to the next stage before any
+ * activation; a later stage refuses one it has no slot for, upstream. */
+static void test_request_forwarded_before_activations(void **state) {
+    struct tp_golden *g = &golden_tied;
+    struct request_params params = {.prompt_len = 3, .max_tokens = 4, .sampling = {.top_p = 1.0f}};
+    struct stage_core *c1;
+    struct stage_frame f;
+    int n_frames = 0;
+    char msg[512];
+    (void)state;
+    assert_int_equal(tp_pipeline_init(&pipe_a, g, 3, NULL, 32, 2, 8), 0);
+    c1 = pipe_a.cores[1];
+    send_forwarded_request(c1, 11, &params);
+    while (stage_core_pop_frame(c1, &f)) {
+        struct wire_request req;
+        assert_int_equal(f.link, STAGE_LINK_NEXT);
+        assert_int_equal(wire_read_request(&req, f.data, f.len), 0);
+        assert_true(req.nonce == 11 && req.prompt_len == 3 && req.max_tokens == 4);
+        free(f.data);
+        n_frames++;
+    }
+    assert_int_equal(n_frames, 1);
+    /* Stage 0 forwards a client's request at admission, ahead of its first activation. */
+    {
+        struct stage_request req;
+        tp_request(&req, 12, g->prompt, g->prompt_len, 2);
+        assert_int_equal(tp_submit(&pipe_a, 1, &req), 0);
+        assert_int_equal(stage_core_step(pipe_a.cores[0]), 1);
+        assert_int_equal(stage_core_pop_frame(pipe_a.cores[0], &f), 1);
+        enum wire_kind kind;
+        assert_int_equal(wire_verify(&kind, NULL, f.data, f.len), 0);
+        assert_int_equal(kind, WIRE_KIND_REQUEST);
+        assert_int_equal(f.link, STAGE_LINK_NEXT);
+        free(f.data);
+        assert_int_equal(stage_core_pop_frame(pipe_a.cores[0], &f), 1);
+        assert_int_equal(wire_verify(&kind, NULL, f.data, f.len), 0);
+        assert_int_equal(kind, WIRE_KIND_ACTIVATION);
+        free(f.data);
+    }
+    /* Slots on stage 1: 11 and one more; the third is refused upstream. */
+    send_forwarded_request(c1, 13, &params);
+    send_forwarded_request(c1, 14, &params);
+    assert_int_equal(pop_error(c1, STAGE_LINK_PREV, msg, sizeof msg), STRATA_EBUSY);
+    assert_non_null(strstr(msg, "KV slots are in use"));
+    tp_pipeline_free(&pipe_a);
+}
+
+/* Nonce 0 is reserved: a client Request with it is an unusable frame (the driver answers
+ * with a connection-level Error and drops the client), an Error with nonce 0 from a stage
+ * is a connection error (no request is blamed), an activation with it is refused. */
+static void test_nonce_zero_is_connection_level(void **state) {
+    struct tp_golden *g = &golden_tied;
+    struct request_params params = {.prompt_len = 3, .max_tokens = 4, .sampling = {.top_p = 1.0f}};
+    struct stage_request req;
+    struct wire_arena arena;
+    struct stage_core_stats st;
+    struct wire_error err = {.code = STRATA_EFORMAT, .message = "bad frame: junk", .nonce = 0};
+    uint8_t *frame;
+    size_t len;
+    int H = g->cfg.hidden_size;
+    (void)state;
+    assert_int_equal(tp_pipeline_init(&pipe_a, g, 2, NULL, 32, 2, 8), 0);
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    tp_request(&req, 0x5a5a5a5a5a5a5a5aull, g->prompt, g->prompt_len, 2);
+    assert_int_equal(request_build(&arena, &req), 0);
+    len = wire_arena_frame_len(&arena);
+    frame = malloc(len);
+    memcpy(frame, wire_arena_frame(&arena), len);
+    patch_u64(frame, len, req.nonce, 0);
+    assert_int_equal(stage_core_on_frame(pipe_a.cores[0], STAGE_LINK_CLIENT, 1, frame, len),
+                     STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "nonce 0 is reserved"));
+    free(frame);
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.active_requests, 0);
+
+    /* A request open on stage 1, then a connection-level Error from stage 0. */
+    send_forwarded_request(pipe_a.cores[1], 21, &params);
+    assert_int_equal(wire_build_error(&arena, &err), 0);
+    assert_int_equal(stage_core_on_frame(pipe_a.cores[1], STAGE_LINK_PREV, 0,
+                                         wire_arena_frame(&arena), wire_arena_frame_len(&arena)),
+                     STRATA_EPEER);
+    assert_non_null(strstr(strata_last_error(), "connection error: bad frame: junk"));
+    stage_core_get_stats(pipe_a.cores[1], &st);
+    assert_int_equal(st.active_requests, 1); /* no request was blamed */
+    /* An Error with the request's own nonce fails exactly that request. */
+    err.nonce = 21;
+    assert_int_equal(wire_build_error(&arena, &err), 0);
+    assert_int_equal(stage_core_on_frame(pipe_a.cores[1], STAGE_LINK_PREV, 0,
+                                         wire_arena_frame(&arena), wire_arena_frame_len(&arena)),
+                     0);
+    stage_core_get_stats(pipe_a.cores[1], &st);
+    assert_int_equal(st.active_requests, 0);
+    /* An activation with nonce 0. */
+    {
+        float *hidden = calloc((size_t)H, sizeof(float));
+        struct wire_activation act = {.stage_from = 0, .stage_to = 1, .nonce = 0};
+        act.hidden = (struct wire_tensor){.defined = 1,
+                                          .dtype = WIRE_DTYPE_F32,
+                                          .ndim = 2,
+                                          .shape = {1, H},
+                                          .data = hidden,
+                                          .nbytes = sizeof(float) * H};
+        assert_int_equal(wire_build_activation(&arena, &act), 0);
+        assert_int_equal(stage_core_on_frame(pipe_a.cores[1], STAGE_LINK_PREV, 0,
+                                             wire_arena_frame(&arena),
+                                             wire_arena_frame_len(&arena)),
+                         STRATA_EFORMAT);
+        assert_non_null(strstr(strata_last_error(), "reserved nonce 0"));
+        free(hidden);
+    }
+    /* The router turns a nonce-0 Error to a client into a connection event. */
+    err.nonce = 0;
+    assert_int_equal(wire_build_error(&arena, &err), 0);
+    {
+        struct request_event ev;
+        assert_int_equal(
+            request_event_decode(&ev, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+        assert_int_equal(ev.kind, REQUEST_EVENT_CONNECTION_ERROR);
+    }
+    wire_arena_free(&arena);
     tp_pipeline_free(&pipe_a);
 }
 
@@ -433,8 +592,6 @@ static void test_mutated_frames(void **state) {
     char msg[512];
     int H = g->cfg.hidden_size;
     float hidden[2 * 64] = {0};
-    struct request_params params = {.prompt_len = 2, .max_tokens = 3, .sampling = {.top_p = 1}};
-    int64_t words[REQUEST_PARAMS_WORDS];
     struct wire_activation act = {.stage_from = 0, .stage_to = 1, .nonce = 3};
     int32_t token = 5;
     struct wire_token_result tr = {.nonce = 3, .tokens = &token, .num_tokens = 1};
@@ -448,7 +605,6 @@ static void test_mutated_frames(void **state) {
                                       .shape = {2, H},
                                       .data = hidden,
                                       .nbytes = sizeof(float) * 2 * H};
-    request_params_pack(&act.attention_mask, words, &params);
     for (int k = 0; k < 4; k++) {
         if (k == 0)
             request_build(&arena, &req);
@@ -512,6 +668,8 @@ int main(void) {
         cmocka_unit_test(test_all_stages_busy),
         cmocka_unit_test(test_admission_control),
         cmocka_unit_test(test_frame_checks),
+        cmocka_unit_test(test_request_forwarded_before_activations),
+        cmocka_unit_test(test_nonce_zero_is_connection_level),
         cmocka_unit_test(test_cancel_frees_every_stage),
         cmocka_unit_test(test_link_down_fails_everywhere),
         cmocka_unit_test(test_mutated_frames),
