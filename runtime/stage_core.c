@@ -48,6 +48,8 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
     if (rc < 0) goto fail;
     rc = wire_arena_init(&core->arena, 0);
     if (rc < 0) goto fail;
+    rc = stage_pool_init(core, opt->max_batch);
+    if (rc < 0) goto fail;
     rc = STRATA_ENOMEM;
     core->reqs = calloc((size_t)opt->max_batch, sizeof *core->reqs);
     core->hidden = malloc(sizeof(float) * (size_t)core->opt.max_batch_tokens * core->hidden_size);
@@ -80,23 +82,9 @@ static void free_req_buffers(struct stage_req *req) {
     memset(req, 0, sizeof *req);
 }
 
-void stage_item_free(struct stage_item *item) {
-    if (!item) return;
-    free(item->hidden);
-    free(item);
-}
-
 void stage_core_free(struct stage_core *core) {
     if (!core) return;
-    for (struct stage_item *it = core->queue_head, *next; it; it = next) {
-        next = it->next;
-        stage_item_free(it);
-    }
-    for (struct stage_frame_node *n = core->out_head, *next; n; n = next) {
-        next = n->next;
-        free(n->frame.data);
-        free(n);
-    }
+    stage_pool_free(core);
     for (struct stage_result_node *n = core->res_head, *next; n; n = next) {
         next = n->next;
         stage_result_free(&n->result);
@@ -126,30 +114,6 @@ struct stage_req *stage_find(struct stage_core *core, uint64_t nonce) {
 static int recently_ended(const struct stage_core *core, uint64_t nonce) {
     for (int i = 0; i < STAGE_RECENT_DEAD; i++)
         if (core->recent_dead[i] == nonce && nonce != 0) return 1;
-    return 0;
-}
-
-/* Queues a copy of frame [len] for `link`. */
-int stage_emit_raw(struct stage_core *core, enum stage_link link, uint32_t client_id,
-                   const uint8_t *frame, size_t len) {
-    struct stage_frame_node *node = calloc(1, sizeof *node);
-    uint8_t *data = malloc(len ? len : 1);
-    if (!node || !data) {
-        free(node);
-        free(data);
-        return strata_set_error(STRATA_ENOMEM, "out of memory queueing a %zu-byte frame", len);
-    }
-    memcpy(data, frame, len);
-    node->frame.link = link;
-    node->frame.client_id = client_id;
-    node->frame.data = data;
-    node->frame.len = len;
-    if (core->out_tail)
-        core->out_tail->next = node;
-    else
-        core->out_head = node;
-    core->out_tail = node;
-    core->stats.frames_out++;
     return 0;
 }
 
@@ -214,7 +178,7 @@ static void release(struct stage_core *core, struct stage_req *req, enum stage_f
         struct stage_item *it = *link;
         if (it->nonce == req->nonce) {
             *link = it->next;
-            stage_item_free(it);
+            stage_item_put(core, it);
         } else {
             core->queue_tail = it;
             link = &it->next;
@@ -260,17 +224,25 @@ void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up
     release(core, req, STAGE_FINISH_ERROR, code, message);
 }
 
+/* Queues one unit of work: stage 0 passes token ids (`tokens` or the single `token`),
+ * other stages the received hidden rows (decoded into the item's reused buffer). */
 static int enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int pos, int n_tokens,
-                   const int32_t *tokens, int32_t token, float *hidden) {
-    struct stage_item *it = calloc(1, sizeof *it);
-    if (!it) return strata_set_error(STRATA_ENOMEM, "out of memory queueing work");
+                   const int32_t *tokens, int32_t token, const struct wire_tensor *hidden) {
+    struct stage_item *it = stage_item_get(core, hidden ? n_tokens : 0);
+    if (!it) return STRATA_ENOMEM;
+    if (hidden) {
+        int rc = wire_tensor_decode_f32(it->hidden, hidden);
+        if (rc < 0) {
+            stage_item_put(core, it);
+            return rc;
+        }
+    }
     it->nonce = nonce;
     it->step = step;
     it->pos = pos;
     it->n_tokens = n_tokens;
     it->token = token;
     it->tokens = tokens;
-    it->hidden = hidden;
     if (core->queue_tail)
         core->queue_tail->next = it;
     else
@@ -428,7 +400,6 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
     int r = core->opt.stage_index, rc, rows;
     struct stage_req *req = stage_find(core, msg->nonce);
     char why[512];
-    float *hidden = NULL;
     uint64_t want_step;
     if (msg->nonce == 0)
         return strata_set_error(STRATA_EFORMAT,
@@ -482,15 +453,8 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
                    wire_dtype_name(msg->hidden.dtype), msg->hidden.ndim, rows);
         return 0;
     }
-    hidden = malloc(sizeof(float) * (size_t)rows * core->hidden_size);
-    if (!hidden) {
-        stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory", r);
-        return 0;
-    }
-    rc = wire_tensor_decode_f32(hidden, &msg->hidden);
-    if (rc == 0) rc = enqueue(core, req->nonce, msg->step, req->recv_pos, rows, NULL, 0, hidden);
+    rc = enqueue(core, req->nonce, msg->step, req->recv_pos, rows, NULL, 0, &msg->hidden);
     if (rc < 0) {
-        free(hidden);
         stage_fail(core, req, rc, 1, 1, "stage %d: %s", r, strata_last_error());
         return 0;
     }
@@ -665,19 +629,6 @@ int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint3
         }
     }
     return 0;
-}
-
-int stage_core_pop_frame(struct stage_core *core, struct stage_frame *out) {
-    struct stage_frame_node *node = core->out_head;
-    if (!node) {
-        memset(out, 0, sizeof *out);
-        return 0;
-    }
-    core->out_head = node->next;
-    if (!core->out_head) core->out_tail = NULL;
-    *out = node->frame;
-    free(node);
-    return 1;
 }
 
 int stage_core_pop_result(struct stage_core *core, struct stage_result *out) {

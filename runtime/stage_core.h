@@ -136,15 +136,18 @@ int stage_core_has_work(const struct stage_core *core);
  * negative status on an internal failure (the affected requests have already failed). */
 int stage_core_step(struct stage_core *core);
 
-/* One outgoing frame. `data` is malloc'd and belongs to the caller (free()). */
+/* One outgoing frame. `data` points into the core's reused outgoing buffer (64-byte
+ * aligned): it stays valid until the next call into this core (any stage_core_* function
+ * taking it, pop_frame included). A driver that keeps a frame longer copies it. */
 struct stage_frame {
     enum stage_link link;
-    uint32_t client_id; /* STAGE_LINK_CLIENT only */
-    uint8_t *data;      /* [len] one encoded wire Frame (no length prefix) */
+    uint32_t client_id;  /* STAGE_LINK_CLIENT only */
+    const uint8_t *data; /* [len] one encoded wire Frame (no length prefix) */
     size_t len;
 };
 
-/* Pops the oldest outgoing frame: returns 1 and fills `out`, or 0 when none is queued. */
+/* Pops the oldest outgoing frame: returns 1 and fills `out`, or 0 when none is queued. The
+ * previous popped frame's bytes are dead from this call on. */
 int stage_core_pop_frame(struct stage_core *core, struct stage_frame *out);
 
 enum stage_finish {

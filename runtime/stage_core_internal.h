@@ -40,12 +40,24 @@ struct stage_item {
     const int32_t *tokens; /* stage 0: [n_tokens] ids (into the request's prompt or `token`) */
     int32_t token;         /* stage 0 decode: the fed-back token */
     float *hidden;         /* other stages: [n_tokens, H] copied from the frame */
+    size_t hidden_cap;     /* floats allocated at `hidden` (kept when the item is recycled) */
     struct stage_item *next;
 };
 
-struct stage_frame_node {
-    struct stage_frame frame;
-    struct stage_frame_node *next;
+/* One queued outgoing frame: bytes [offset, offset + len) of the queue's buffer. */
+struct stage_out_desc {
+    enum stage_link link;
+    uint32_t client_id;
+    size_t offset;
+    size_t len;
+};
+
+/* Outgoing frames, reused buffers (see stage_pool.c). */
+struct stage_out_queue {
+    uint8_t *bytes; /* [cap], 64-byte aligned; frames in [descs[head].offset, used) */
+    size_t cap, used;
+    struct stage_out_desc *descs; /* [descs_cap]; queued: [head, head + count) */
+    size_t descs_cap, head, count;
 };
 
 struct stage_result_node {
@@ -61,7 +73,8 @@ struct stage_core {
     struct kv_cache kv;
     struct stage_req *reqs; /* [max_batch], indexed by KV slot */
     struct stage_item *queue_head, *queue_tail;
-    struct stage_frame_node *out_head, *out_tail;
+    struct stage_item *free_items; /* recycled work items (stage_pool.c) */
+    struct stage_out_queue out;
     struct stage_result_node *res_head, *res_tail;
     uint64_t recent_dead[STAGE_RECENT_DEAD];
     int recent_dead_next;
@@ -87,6 +100,14 @@ void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up
                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Stage 0: a token for `req` at `step` (from the ring, or local when S = 1). */
 void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token);
-void stage_item_free(struct stage_item *item);
+
+/* stage_pool.c: work items and the outgoing frame queue. */
+int stage_pool_init(struct stage_core *core, int num_items);
+void stage_pool_free(struct stage_core *core); /* queued and free items, frame queue */
+/* A cleared work item whose hidden buffer holds at least [hidden_rows, H] floats; NULL
+ * (with the error set) when out of memory. */
+struct stage_item *stage_item_get(struct stage_core *core, int hidden_rows);
+/* Returns an item to the free list (accepts NULL). */
+void stage_item_put(struct stage_core *core, struct stage_item *item);
 
 #endif

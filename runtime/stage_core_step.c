@@ -42,7 +42,7 @@ static int pick_items(struct stage_core *core, int *rows_out) {
             req && !req->picked && n < limit && rows + it->n_tokens <= core->opt.max_batch_tokens;
         if (!req) { /* cannot happen (release() drops a request's items); never spin on it */
             *link = it->next;
-            stage_item_free(it);
+            stage_item_put(core, it);
             continue;
         }
         req->picked = 1; /* later items of this request wait for the next microbatch */
@@ -236,7 +236,7 @@ int stage_core_step(struct stage_core *core) {
         }
     }
     for (int i = 0; i < n; i++)
-        stage_item_free(core->picked[i]);
+        stage_item_put(core, core->picked[i]);
     return rc < 0 ? rc : n;
 }
 

@@ -287,7 +287,6 @@ static void flush(struct server *s) {
         } else if (f.link == STAGE_LINK_NEXT) {
             stage_core_on_link_down(s->core, STAGE_LINK_NEXT, 0, "next stage is not connected");
         }
-        free(f.data);
     }
 }
 

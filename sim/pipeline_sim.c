@@ -276,7 +276,12 @@ static int stage_flush(struct sim *sim, int r) {
     struct sim_stage *st = &sim->stages[r];
     struct stage_frame frame;
     while (stage_core_pop_frame(st->core, &frame) == 1) {
-        int rc = stage_send(sim, r, frame.link, frame.data, frame.len);
+        /* The core's frame bytes are reused by its next call; the simulated link keeps a
+         * copy until delivery. */
+        uint8_t *copy = malloc(frame.len ? frame.len : 1);
+        if (!copy) return strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
+        memcpy(copy, frame.data, frame.len);
+        int rc = stage_send(sim, r, frame.link, copy, frame.len);
         if (rc < 0) return rc;
     }
     struct stage_result result;

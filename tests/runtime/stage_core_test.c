@@ -314,7 +314,6 @@ static int pop_error(struct stage_core *core, enum stage_link link, char *msg, s
             code = e.code;
             snprintf(msg, cap, "%s", e.message);
         }
-        free(f.data);
     }
     return code;
 }
@@ -401,7 +400,6 @@ static void test_request_forwarded_before_activations(void **state) {
         assert_int_equal(f.link, STAGE_LINK_NEXT);
         assert_int_equal(wire_read_request(&req, f.data, f.len), 0);
         assert_true(req.nonce == 11 && req.prompt_len == 3 && req.max_tokens == 4);
-        free(f.data);
         n_frames++;
     }
     assert_int_equal(n_frames, 1);
@@ -416,11 +414,9 @@ static void test_request_forwarded_before_activations(void **state) {
         assert_int_equal(wire_verify(&kind, NULL, f.data, f.len), 0);
         assert_int_equal(kind, WIRE_KIND_REQUEST);
         assert_int_equal(f.link, STAGE_LINK_NEXT);
-        free(f.data);
         assert_int_equal(stage_core_pop_frame(pipe_a.cores[0], &f), 1);
         assert_int_equal(wire_verify(&kind, NULL, f.data, f.len), 0);
         assert_int_equal(kind, WIRE_KIND_ACTIVATION);
-        free(f.data);
     }
     /* Slots on stage 1: 11 and one more; the third is refused upstream. */
     send_forwarded_request(c1, 13, &params);
@@ -503,6 +499,62 @@ static void test_nonce_zero_is_connection_level(void **state) {
             request_event_decode(&ev, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
         assert_int_equal(ev.kind, REQUEST_EVENT_CONNECTION_ERROR);
     }
+    wire_arena_free(&arena);
+    tp_pipeline_free(&pipe_a);
+}
+
+/* Sends Control Ping `seq` to `core` on PREV (the core answers with a Pong on PREV). */
+static void send_ping(struct stage_core *core, struct wire_arena *arena, uint64_t seq) {
+    struct wire_control ping = {.kind = WIRE_CONTROL_PING, .nonce = 0, .seq = seq};
+    assert_int_equal(wire_build_control(arena, &ping), 0);
+    assert_int_equal(stage_core_on_frame(core, STAGE_LINK_PREV, 0, wire_arena_frame(arena),
+                                         wire_arena_frame_len(arena)),
+                     0);
+}
+
+/* Pops one frame and checks it is the Pong for `seq`; returns its data pointer. */
+static const uint8_t *pop_pong(struct stage_core *core, uint64_t seq) {
+    struct stage_frame f;
+    struct wire_control pong;
+    assert_int_equal(stage_core_pop_frame(core, &f), 1);
+    assert_int_equal((uintptr_t)f.data % 64, 0);
+    assert_int_equal(wire_read_control(&pong, f.data, f.len), 0);
+    assert_int_equal(pong.kind, WIRE_CONTROL_PONG);
+    assert_true(pong.seq == seq);
+    return f.data;
+}
+
+/* The outgoing frame queue reuses its buffer: frames keep their order and bytes when the
+ * driver drains part of the queue between calls (compaction) and when a backlog makes it
+ * grow; once drained, the next frame lands in the same place again (no new buffer). */
+static void test_frame_queue_reuses_its_buffer(void **state) {
+    struct tp_golden *g = &golden_tied;
+    struct wire_arena arena;
+    struct stage_core *c1;
+    const uint8_t *again;
+    uint64_t next_in = 1, next_out = 1;
+    (void)state;
+    assert_int_equal(tp_pipeline_init(&pipe_a, g, 2, NULL, 32, 2, 8), 0);
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    c1 = pipe_a.cores[1];
+    send_ping(c1, &arena, next_in++);
+    pop_pong(c1, next_out++);
+    for (int round = 0; round < 50; round++) {
+        for (int i = 0; i < 7 + round * 40; i++) /* a growing backlog */
+            send_ping(c1, &arena, next_in++);
+        for (int i = 0; i < 3 + round * 20; i++) /* drained in part only */
+            pop_pong(c1, next_out++);
+    }
+    while (next_out < next_in)
+        pop_pong(c1, next_out++);
+    {
+        struct stage_frame f;
+        assert_int_equal(stage_core_pop_frame(c1, &f), 0);
+    }
+    send_ping(c1, &arena, next_in++);
+    again = pop_pong(c1, next_out++);
+    send_ping(c1, &arena, next_in++);
+    assert_ptr_equal(pop_pong(c1, next_out++), again);
     wire_arena_free(&arena);
     tp_pipeline_free(&pipe_a);
 }
@@ -670,6 +722,7 @@ int main(void) {
         cmocka_unit_test(test_frame_checks),
         cmocka_unit_test(test_request_forwarded_before_activations),
         cmocka_unit_test(test_nonce_zero_is_connection_level),
+        cmocka_unit_test(test_frame_queue_reuses_its_buffer),
         cmocka_unit_test(test_cancel_frees_every_stage),
         cmocka_unit_test(test_link_down_fails_everywhere),
         cmocka_unit_test(test_mutated_frames),

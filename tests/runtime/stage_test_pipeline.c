@@ -132,8 +132,7 @@ int tp_route(struct tp_pipeline *p) {
                 stage_core_on_frame(p->cores[(r + 1) % S], STAGE_LINK_PREV, 0, f.data, f.len);
             } else if (f.link == STAGE_LINK_PREV && S > 1) {
                 stage_core_on_frame(p->cores[(r - 1 + S) % S], STAGE_LINK_NEXT, 0, f.data, f.len);
-            }
-            free(f.data);
+            } /* f.data belongs to core r (valid until its next call): delivered, not kept */
         }
         while (stage_core_pop_result(p->cores[r], &res)) {
             if (p->num_results[r] < TP_MAX_RESULTS)
