@@ -59,6 +59,13 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
         strata_set_error(rc, "out of memory for stage buffers");
         goto fail;
     }
+    if (core->is_first) {
+        core->prompts = malloc(sizeof(int32_t) * (size_t)opt->max_batch * (size_t)opt->max_seq);
+        if (!core->prompts) {
+            strata_set_error(rc, "out of memory for the prompt rows");
+            goto fail;
+        }
+    }
     if (core->is_last) {
         core->last_rows = malloc(sizeof(float) * (size_t)opt->max_batch * core->hidden_size);
         core->logits = malloc(sizeof(float) * (size_t)opt->max_batch * core->vocab);
@@ -78,7 +85,6 @@ fail:
 static void free_req_buffers(struct stage_req *req) {
     free(req->tokens);
     free(req->logits);
-    free(req->prompt);
     memset(req, 0, sizeof *req);
 }
 
@@ -100,6 +106,7 @@ void stage_core_free(struct stage_core *core) {
     free(core->last_rows);
     free(core->logits);
     free(core->sampler_scratch);
+    free(core->prompts);
     kv_cache_free(&core->kv);
     wire_arena_free(&core->arena);
     free(core);
@@ -332,11 +339,8 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
         return 0;
     }
     req->client_id = client_id;
-    req->prompt = malloc(sizeof(int32_t) * (size_t)params.prompt_len);
-    if (!req->prompt) {
-        stage_fail(core, req, STRATA_ENOMEM, 0, 0, "stage 0: out of memory for the prompt");
-        return 0;
-    }
+    /* The slot's prompt row (admit() checked prompt_len <= max_seq). */
+    req->prompt = core->prompts + (size_t)req->slot * (size_t)core->opt.max_seq;
     memcpy(req->prompt, msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
     if (forward_request(core, req, frame, len) < 0) return 0;
     for (int pos = 0; pos < params.prompt_len; pos += core->opt.chunk_size) {

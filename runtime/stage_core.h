@@ -69,6 +69,13 @@
  * reference/model.h's contract) a request's tokens and logits do not depend on the split,
  * on batching or on timing.
  *
+ * Memory (one arena per role, no malloc per message once warm): stage_core_init allocates
+ * the KV cache, the microbatch buffers, stage 0's prompt rows [max_batch, max_seq] and
+ * max_batch work items; work items are recycled with their hidden-row buffers and the
+ * outgoing frames share one reused buffer (runtime/stage_pool.c). Still allocated per
+ * request (not per item or frame): its generated-token array and kept logits (both handed
+ * to the caller in its stage_result), its result record, and with send_kv the packed KV.
+ *
  * Threading: a core is used by one thread at a time; different cores are independent. */
 #ifndef STRATA_RUNTIME_STAGE_CORE_H
 #define STRATA_RUNTIME_STAGE_CORE_H
@@ -105,7 +112,8 @@ struct stage_core_options {
 
 struct stage_core; /* opaque */
 
-/* Allocates the KV cache (max_batch slots of max_seq) and activation buffers. Checks the
+/* Allocates the KV cache (max_batch slots of max_seq), activation buffers, prompt rows and
+ * work items (see "Memory" above). Checks the
  * options (range within the model, roles vs the model's embed/head) with a clear message. */
 int stage_core_init(struct stage_core **out, const struct stage_core_options *opt);
 void stage_core_free(struct stage_core *core); /* accepts NULL */

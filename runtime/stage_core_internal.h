@@ -26,7 +26,7 @@ struct stage_req {
     int32_t *tokens; /* [params.max_tokens] */
     float *logits;   /* last stage with keep_logits: [logits_cap][V], grown on demand */
     int logits_cap;
-    int32_t *prompt; /* stage 0: [prompt_len] */
+    int32_t *prompt; /* stage 0: [prompt_len], the slot's row of core->prompts */
     struct sampler sampler;
     int picked; /* scratch: already has an item in the microbatch being formed */
 };
@@ -80,6 +80,7 @@ struct stage_core {
     int recent_dead_next;
     struct wire_arena arena;
     /* Microbatch buffers. */
+    int32_t *prompts;           /* stage 0: [max_batch, max_seq] prompt ids, row = KV slot */
     float *hidden;              /* [max_batch_tokens, H] */
     float *last_rows;           /* [max_batch, H] rows that get logits (last stage) */
     float *logits;              /* [max_batch, V] */
