@@ -113,8 +113,8 @@ struct stage_core_options {
 struct stage_core; /* opaque */
 
 /* Allocates the KV cache (max_batch slots of max_seq), activation buffers, prompt rows and
- * work items (see "Memory" above). Checks the
- * options (range within the model, roles vs the model's embed/head) with a clear message. */
+ * work items (see "Memory" above). Checks the options (range within the model, roles vs
+ * the model's embed/head) with a clear message. */
 int stage_core_init(struct stage_core **out, const struct stage_core_options *opt);
 void stage_core_free(struct stage_core *core); /* accepts NULL */
 
