@@ -327,7 +327,9 @@ int main(int argc, char **argv) {
         return STRATA_EXIT_OK;
     }
     if (parsed < 0) {
-        usage(stderr);
+        /* The message above names the problem; the full flag list is one --help away. */
+        fprintf(stderr, "usage: strata-stage --model DIR --num-stages S --stage-idx R ... "
+                        "(strata-stage --help lists every flag)\n");
         return STRATA_EXIT_USAGE;
     }
     stage_log_setup(a.stage_idx, a.log_level);
