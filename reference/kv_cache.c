@@ -19,8 +19,7 @@ int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_k
         return strata_set_error(STRATA_EINVAL,
                                 "kv_cache: invalid shape (layers [%d,%d), kv_heads %d, "
                                 "head_dim %d, max_seq %d, slots %d)",
-                                layer_start, layer_end, num_kv_heads, head_dim, max_seq,
-                                num_slots);
+                                layer_start, layer_end, num_kv_heads, head_dim, max_seq, num_slots);
     kv->layer_start = layer_start;
     kv->layer_end = layer_end;
     kv->num_kv_heads = num_kv_heads;
@@ -75,7 +74,8 @@ void kv_cache_release(struct kv_cache *kv, int slot) {
 static size_t head_offset(const struct kv_cache *kv, int slot, int layer, int kv_head) {
     size_t per_head = (size_t)kv->max_seq * (size_t)kv->head_dim;
     size_t l = (size_t)(layer - kv->layer_start);
-    return (size_t)slot * slot_floats(kv) + (l * (size_t)kv->num_kv_heads + (size_t)kv_head) * per_head;
+    return (size_t)slot * slot_floats(kv) +
+           (l * (size_t)kv->num_kv_heads + (size_t)kv_head) * per_head;
 }
 
 float *kv_cache_k(const struct kv_cache *kv, int slot, int layer, int kv_head) {

@@ -13,12 +13,12 @@ struct kv_cache {
     int layer_start, layer_end; /* absolute layer range held */
     int num_kv_heads;
     int head_dim;
-    int max_seq;                /* positions per slot */
+    int max_seq; /* positions per slot */
     int num_slots;
-    int *len;                   /* [num_slots] positions filled */
-    unsigned char *in_use;      /* [num_slots] */
-    float *k;                   /* [num_slots][layers][kv_heads][max_seq][head_dim] */
-    float *v;                   /* same shape as k */
+    int *len;              /* [num_slots] positions filled */
+    unsigned char *in_use; /* [num_slots] */
+    float *k;              /* [num_slots][layers][kv_heads][max_seq][head_dim] */
+    float *v;              /* same shape as k */
 };
 
 int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_kv_heads,

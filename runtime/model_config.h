@@ -36,28 +36,28 @@ struct vision_config {
     int temporal_patch_size;
     int out_hidden_size;
     int num_position_embeddings;
-    int num_deepstack;                                 /* len(deepstack_visual_indexes) */
+    int num_deepstack; /* len(deepstack_visual_indexes) */
     int deepstack_visual_indexes[MODEL_CONFIG_MAX_DEEPSTACK];
 };
 
 struct model_config {
     enum model_type type;
-    char model_type_name[32];  /* as written in config.json, e.g. "qwen3_moe" */
-    char tensor_prefix[32];    /* "model." or "model.language_model." (spec §2) */
-    char torch_dtype[16];      /* "bfloat16", "float32", ... ("" if absent) */
+    char model_type_name[32]; /* as written in config.json, e.g. "qwen3_moe" */
+    char tensor_prefix[32];   /* "model." or "model.language_model." (spec §2) */
+    char torch_dtype[16];     /* "bfloat16", "float32", ... ("" if absent) */
 
     /* Text decoder (spec §1.1). */
-    int vocab_size;            /* V */
-    int hidden_size;           /* H */
-    int intermediate_size;     /* dense SwiGLU width */
-    int num_layers;            /* L */
-    int num_heads;             /* nh */
-    int num_kv_heads;          /* nkv (defaults to nh when null) */
-    int head_dim;              /* D: explicit field, else H / nh */
+    int vocab_size;        /* V */
+    int hidden_size;       /* H */
+    int intermediate_size; /* dense SwiGLU width */
+    int num_layers;        /* L */
+    int num_heads;         /* nh */
+    int num_kv_heads;      /* nkv (defaults to nh when null) */
+    int head_dim;          /* D: explicit field, else H / nh */
     float rms_norm_eps;
     double rope_theta;
-    int attention_bias;        /* q/k/v/o biases present */
-    int tie_word_embeddings;   /* lm_head shares embed_tokens (spec §1.3 tying rule) */
+    int attention_bias;      /* q/k/v/o biases present */
+    int tie_word_embeddings; /* lm_head shares embed_tokens (spec §1.3 tying rule) */
     int max_position_embeddings;
 
     /* MoE (spec §1.2); num_experts == 0 for dense models. */

@@ -13,14 +13,7 @@
 
 #define SAFETENSORS_MAX_DIMS 8
 
-enum st_dtype {
-    ST_BF16 = 0,
-    ST_F16 = 1,
-    ST_F32 = 2,
-    ST_I64 = 3,
-    ST_I32 = 4,
-    ST_U8 = 5
-};
+enum st_dtype { ST_BF16 = 0, ST_F16 = 1, ST_F32 = 2, ST_I64 = 3, ST_I32 = 4, ST_U8 = 5 };
 
 struct st_tensor {
     const char *name;

@@ -14,7 +14,9 @@ int strata_set_error(int code, const char *fmt, ...) {
     return code;
 }
 
-const char *strata_last_error(void) { return last_error; }
+const char *strata_last_error(void) {
+    return last_error;
+}
 
 const char *strata_status_name(int code) {
     switch (code) {
