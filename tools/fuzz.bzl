@@ -1,7 +1,8 @@
 """libFuzzer targets that also run as plain regression tests.
 
 strata_fuzz_target(name, srcs, deps, corpus) declares:
-  <name>             a libFuzzer binary (build with --config=fuzz; tagged manual);
+  <name>             a libFuzzer binary (build with --config=fuzz, which instruments every
+                     library it links; tagged manual);
   <name>_corpus_test a cc_test that replays every file of the committed seed corpus
                      through LLVMFuzzerTestOneInput with the standalone driver, so the
                      default and sanitizer passes of `bazel test //...` cover the corpus.
@@ -12,7 +13,6 @@ def strata_fuzz_target(name, srcs, corpus, deps = [], **kwargs):
         name = name,
         srcs = srcs,
         deps = deps,
-        copts = ["-fsanitize=fuzzer-no-link"],
         linkopts = ["-fsanitize=fuzzer"],
         tags = ["manual", "fuzz"],
         **kwargs
