@@ -134,6 +134,14 @@ static int parse_conn_link(struct cli *cli, const char *text) {
     return 0;
 }
 
+/* Whether `name` is an option the usage text lists (as a whole word followed by a space). */
+static int is_documented_option(const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = strstr(usage_text, name); p; p = strstr(p + n, name))
+        if (p[n] == ' ' && (p == usage_text || p[-1] == ' ')) return 1;
+    return 0;
+}
+
 /* Fills `cli` from argv; returns -1 to print help and exit 0, 0 ok, or an exit code. */
 static int parse_args(struct cli *cli, int argc, char **argv) {
     memset(cli, 0, sizeof *cli);
@@ -160,7 +168,9 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
             continue;
         }
         if (strncmp(name, "--", 2) != 0) return usage_error("unexpected argument '%s'", name);
-        if (i + 1 >= argc) return usage_error("%s needs a value", name);
+        if (i + 1 >= argc)
+            return usage_error(
+                is_documented_option(name) ? "%s needs a value" : "unknown option '%s'", name);
         const char *v = argv[++i];
         double d = 0.0;
         int bad = 0;

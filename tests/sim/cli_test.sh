@@ -22,6 +22,8 @@ expect 0 "usage: strata-sim" --help
 expect 2 "model DIR is required" --all-splits
 expect 2 "choose exactly one" --model "$model"
 expect 2 "unknown option" --model "$model" --stages 2 --frobnicate 1
+expect 2 "unknown option '--frobnicate'" --model "$model" --stages 2 --frobnicate
+expect 2 "--stages needs a value" --model "$model" --stages
 expect 2 "bad value for --loss" --model "$model" --stages 2 --loss 2
 expect 2 "5 stages for 4 layers" --model "$model" --stages 5
 expect 2 "does not start" --model "$model" --split "0-1|2-4"
