@@ -47,7 +47,9 @@ static void usage(FILE *out) {
                  "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY)\n"
                  "  --quiet             print only the summary lines\n"
                  "  --latency           also print inter-token gap p50/p99 per request\n"
-                 "  --help              this text\n");
+                 "  --help              this text\n"
+                 "Exit codes: 0 every request finished, 1 a request or the connection failed,\n"
+                 "2 bad command line.\n");
 }
 
 static int compare_double(const void *a, const void *b) {

@@ -64,7 +64,9 @@ static void usage(FILE *out) {
             "10000, 0 = off)\n"
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
-            "  --help                 this text\n");
+            "  --help                 this text\n"
+            "Exit codes: 0 ok (stopped by SIGINT/SIGTERM), 1 runtime failure (listen, device),\n"
+            "2 bad command line or shard, 3 bad model, config or weights.\n");
 }
 
 struct args {
@@ -216,6 +218,11 @@ static int parse_args(struct args *a, int argc, char **argv) {
     }
     if (rc == 0 && optind < argc) {
         fprintf(stderr, "strata-stage: unexpected argument '%s'\n", argv[optind]);
+        rc = -1;
+    }
+    if (rc == 0 && a->model_dir && (a->hf_config || a->weights)) {
+        fprintf(stderr, "strata-stage: give either --model DIR or --hf-config FILE --weights "
+                        "PATH, not both\n");
         rc = -1;
     }
     if (rc == 0 && !a->model_dir && !(a->hf_config && a->weights)) {

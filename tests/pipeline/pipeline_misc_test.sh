@@ -21,6 +21,10 @@ expect_exit() { # expect_exit CODE PATTERN command...
 
 expect_exit 0 "usage: strata-stage" "$PL_STAGE" --help
 expect_exit 0 "usage: strata-client" "$PL_CLIENT" --help
+expect_exit 0 "Exit codes: 0 every request finished" "$PL_CLIENT" --help
+expect_exit 0 "Exit codes: 0 ok" "$PL_STAGE" --help
+expect_exit 2 "not both" "$PL_STAGE" --model "$tied" --hf-config "$moe/config.json" \
+    --weights "$moe/model.safetensors"
 expect_exit 2 "usage" "$PL_STAGE" --bogus
 expect_exit 2 "empty or out of range" "$PL_STAGE" --model "$tied" --num-stages 2 --stage-idx 1 \
     --layer-start 2 --layer-end 2 --next-port 1
