@@ -516,6 +516,36 @@ int main(int argc, char **argv) {
         for (int i = 0; i < prompt_len; i++)
             base_prompt[i] = (int32_t)((i * 7 + 1) % cfg.vocab_size);
     }
+    /* Option checks that need the model, done before the (possibly long) baseline run. */
+    struct sim_split explicit_split;
+    memset(&explicit_split, 0, sizeof explicit_split);
+    int max_stages = cfg.num_layers < SIM_MAX_STAGES ? cfg.num_layers : SIM_MAX_STAGES;
+    if (cli.split_text) {
+        if (sim_split_parse(&explicit_split, cli.split_text, cfg.num_layers) < 0) {
+            fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+            exit_code = STRATA_EXIT_USAGE;
+            goto done;
+        }
+        max_stages = explicit_split.num_stages;
+    } else if (cli.stages) {
+        max_stages = cli.stages;
+    }
+    for (int c = max_stages; c < SIM_MAX_STAGES; c++)
+        if (cli.conn_link_set[c]) {
+            fprintf(stderr,
+                    "strata-sim: --conn-link %d: no run has that connection (at most %d "
+                    "stages, connections 0..%d)\n",
+                    c, max_stages, max_stages - 1);
+            exit_code = STRATA_EXIT_USAGE;
+            goto done;
+        }
+    if (cli.sim.kill_stage >= max_stages || cli.sim.partition_stage >= max_stages) {
+        fprintf(stderr, "strata-sim: stage %d cannot fail: no run has it (at most %d stages)\n",
+                cli.sim.kill_stage >= max_stages ? cli.sim.kill_stage : cli.sim.partition_stage,
+                max_stages);
+        exit_code = STRATA_EXIT_USAGE;
+        goto done;
+    }
     int max_tokens =
         cli.max_tokens ? cli.max_tokens : (golden.have && golden.n_steps > 0 ? golden.n_steps : 8);
     if (cli.requests_per_stage && cli.requests < cfg.num_layers) cli.requests = cfg.num_layers;
@@ -611,14 +641,8 @@ int main(int argc, char **argv) {
                             &any_failure) < 0)
             goto fail_message;
     } else {
-        struct sim_split split;
         struct sim_report report;
-        if (sim_split_parse(&split, cli.split_text, cfg.num_layers) < 0) {
-            fprintf(stderr, "strata-sim: %s\n", strata_last_error());
-            exit_code = STRATA_EXIT_USAGE;
-            goto done;
-        }
-        if (run_split(&report, &cli, &split, &baseline, &any_failure) == 0) {
+        if (run_split(&report, &cli, &explicit_split, &baseline, &any_failure) == 0) {
             runs++;
             sim_report_free(&report);
         }

@@ -27,6 +27,13 @@ expect 2 "--stages needs a value" --model "$model" --stages
 expect 2 "bad value for --loss" --model "$model" --stages 2 --loss 2
 expect 2 "5 stages for 4 layers" --model "$model" --stages 5
 expect 2 "does not start" --model "$model" --split "0-1|2-4"
+# Option errors that need the model are reported before any simulation runs.
+out=$("$bin" --model "$model" --split "0-2|2-2|2-4" 2>&1)
+printf '%s\n' "$out" | grep -q "split" || fail "no split error: $out"
+printf '%s\n' "$out" | grep -q "baseline" && fail "the baseline ran before the split was checked"
+expect 2 "no run has that connection" --model "$model" --stages 2 --conn-link 2:10:1
+expect 2 "stage 2 cannot fail" --model "$model" --stages 2 --kill-stage 2@1
+expect 2 "stage 4 cannot fail" --model "$model" --all-splits --partition-stage 4@1
 expect 3 "strata-sim: " --model /nonexistent/model --stages 2
 # Faults: a killed stage and a partitioned stage end every request with a clear error.
 expect 1 "stage 1 was killed" --model "$model" --stages 3 --max-tokens 8 --compute fixed \
