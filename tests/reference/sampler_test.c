@@ -29,17 +29,22 @@ static void test_seed_replays(void **state) {
         logits[i] = sinf((float)i) * 2.0f;
     float scratch[2 * V];
     struct sampler_params p = {0.9f, 20, 0.95f, 42};
-    struct sampler a, b;
+    struct sampler_params other_seed = p;
+    other_seed.seed = 43;
+    struct sampler a, b, c;
     sampler_init(&a, &p);
     sampler_init(&b, &p);
-    int differ = 0;
+    sampler_init(&c, &other_seed);
+    int differ = 0, seeds_differ = 0;
     for (int i = 0; i < 100; ++i) {
         int ta = sampler_sample(&a, logits, V, scratch),
             tb = sampler_sample(&b, logits, V, scratch);
         assert_int_equal(ta, tb);
         differ |= ta != argmax(logits, V);
+        seeds_differ |= ta != sampler_sample(&c, logits, V, scratch);
     }
-    assert_true(differ); /* temperature 0.9 over 20 candidates is not greedy */
+    assert_true(differ);       /* temperature 0.9 over 20 candidates is not greedy */
+    assert_true(seeds_differ); /* the seed drives the draws */
 }
 
 static void test_cuts_collapse_to_greedy(void **state) {
@@ -71,6 +76,16 @@ static void test_distribution(void **state) {
         counts[sampler_sample(&s, logits, 3, scratch)]++;
     assert_true(fabs(counts[0] / (double)n - 0.1) < 0.015);
     assert_true(fabs(counts[2] / (double)n - 0.7) < 0.015);
+    /* top-k 2 keeps {2, 1}: token 0 never appears, token 1 does. */
+    struct sampler_params top2 = {1.0f, 2, 1.0f, 6};
+    int saw_one = 0;
+    sampler_init(&s, &top2);
+    for (int i = 0; i < 2000; ++i) {
+        int t = sampler_sample(&s, logits, 3, scratch);
+        assert_int_not_equal(t, 0);
+        saw_one |= t == 1;
+    }
+    assert_true(saw_one);
     /* top-p 0.75 keeps {2, 1} (0.7 then 0.9 >= 0.75): token 0 never appears. */
     struct sampler_params nucleus = {1.0f, 0, 0.75f, 5};
     sampler_init(&s, &nucleus);
