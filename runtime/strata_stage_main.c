@@ -262,7 +262,8 @@ static int parse_listen(const char *text, char *host, size_t cap, int *port) {
     *port = 0;
     if (!text) return 0;
     if (colon) {
-        snprintf(host, cap, "%.*s", (int)(colon - text), text);
+        if (colon > text) /* ":PORT" keeps the default address */
+            snprintf(host, cap, "%.*s", (int)(colon - text), text);
         text = colon + 1;
     }
     return parse_int(text, 0, 65535, port, "--listen");
