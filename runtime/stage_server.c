@@ -86,6 +86,7 @@ struct server {
     int64_t last_ping_ms;
     uint64_t ping_seq;
     int next_failures;
+    char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
 };
 
 static void *acceptor_main(void *arg) {
@@ -224,9 +225,11 @@ static void try_connect_next(struct server *s) {
         wire_close(&s->next);
         s->next.fd = -1;
         s->next_failures++;
-        stage_log(
-            s->next_failures == 1 || s->next_failures % 50 == 0 ? STAGE_LOG_INFO : STAGE_LOG_DEBUG,
-            "connecting to the next stage (attempt %d): %s", s->next_failures, strata_last_error());
+        int changed = strncmp(s->next_error, strata_last_error(), sizeof s->next_error - 1) != 0;
+        snprintf(s->next_error, sizeof s->next_error, "%s", strata_last_error());
+        stage_log(changed || s->next_failures == 1 || s->next_failures % 50 == 0 ? STAGE_LOG_INFO
+                                                                                 : STAGE_LOG_DEBUG,
+                  "connecting to the next stage (attempt %d): %s", s->next_failures, s->next_error);
         s->next_retry_ms = now_ms() + s->backoff_ms;
         s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
         return;
@@ -234,6 +237,7 @@ static void try_connect_next(struct server *s) {
     stage_log(STAGE_LOG_INFO, "connected to next stage %d at %s", want, s->next.peer);
     s->next_rx_ms = now_ms();
     s->next_failures = 0;
+    s->next_error[0] = '\0';
     s->backoff_ms = BACKOFF_MIN_MS;
 }
 

@@ -63,6 +63,16 @@ pl_wait_log "$PL_WORK/fp.1.log" "refused connection.*fingerprint" 1 10 ||
 pl_stop_pipeline fp 2
 echo "model fingerprint: stages of different models refuse each other"
 
+# Overlapping explicit shards refuse each other, and both sides log why.
+pl_start_stage ov 2 0 "$tied" --layer-start 0 --layer-end 3
+pl_start_stage ov 2 1 "$tied" --layer-start 2 --layer-end 4
+pl_wait_log "$PL_WORK/ov.1.log" "expects upstream stage 0 ending at layer 2" 1 10 ||
+    pl_fail "stage 1 accepted an overlapping upstream shard"
+pl_wait_log "$PL_WORK/ov.0.log" "next hop is stage 1 with layers \[2, 4), expected stage 1 starting at layer 3" 1 10 ||
+    pl_fail "stage 0 did not log why the next hop refused it"
+pl_stop_pipeline ov 2
+echo "overlapping shards: refused, reason logged on both stages"
+
 # KV handoff: stage 0 sends its KV after the prefill activation; stage 1 writes it.
 pl_start_stage kv 2 0 "$tied" --send-kv
 pl_start_stage kv 2 1 "$tied" --recv-kv --kv-out "$PL_WORK/kv.block"
