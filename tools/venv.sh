@@ -31,7 +31,14 @@ if ! pinned_ok; then
     fi
     echo "venv.sh: installing $req (torch is large; this takes a while)" >&2
     "$py" -m pip install --upgrade pip >&2
-    "$py" -m pip install -r "$req" >&2
+    # PyPI's torch wheel pulls the CUDA libraries (GBs). Where PyTorch's CPU-only index is
+    # reachable, STRATA_TORCH_INDEX=https://download.pytorch.org/whl/cpu installs the CPU
+    # build of the same pinned version instead (the golden math runs on the CPU either way).
+    if [ -n "${STRATA_TORCH_INDEX:-}" ]; then
+        "$py" -m pip install --extra-index-url "$STRATA_TORCH_INDEX" -r "$req" >&2
+    else
+        "$py" -m pip install -r "$req" >&2
+    fi
     pinned_ok || { echo "venv.sh: pinned packages still not importable in $venv" >&2; exit 1; }
 fi
 echo "$py"
