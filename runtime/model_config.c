@@ -130,15 +130,6 @@ static int opt_int_array(int *out, int *count, int cap, const struct field_scope
     return STRATA_OK;
 }
 
-static uint64_t fnv1a64(uint64_t h, const void *data, size_t len) {
-    const unsigned char *p = data;
-    for (size_t i = 0; i < len; ++i) {
-        h ^= p[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
-
 /* Rope parameters: v5 "rope_parameters" {rope_theta, mrope_section, mrope_interleaved} or
  * the v4 top-level "rope_theta" plus "rope_scaling" {mrope_section, mrope_interleaved}. */
 static int parse_rope(struct model_config *cfg, const struct field_scope *text, double theta_def) {
@@ -417,8 +408,6 @@ int model_config_parse(struct model_config *cfg, const char *json, size_t len,
     if (is_vl && (rc = parse_vision(cfg, &top))) goto fail;
     if ((rc = parse_eos(cfg, &top, &text))) goto fail;
 
-    cfg->fingerprint = fnv1a64(0xcbf29ce484222325ULL, json, len);
-    cfg->fingerprint = fnv1a64(cfg->fingerprint, cfg->torch_dtype, strlen(cfg->torch_dtype));
     cJSON_Delete(root);
     return STRATA_OK;
 fail:

@@ -85,10 +85,6 @@ struct model_config {
     /* From config.json "eos_token_id" (int or list); generation_config.json is not read. */
     int num_eos_token_ids;
     int eos_token_ids[MODEL_CONFIG_MAX_EOS];
-
-    /* FNV-1a 64 of the config.json bytes followed by torch_dtype: two stages agree on a
-     * model only when their fingerprints are equal (wire Hello). */
-    uint64_t fingerprint;
 };
 
 /* Parses `json` (len bytes, not necessarily NUL-terminated). `source_name` is used in

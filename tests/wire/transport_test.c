@@ -441,6 +441,11 @@ static void auth_key_sources(void **state) {
     assert_int_equal(wire_model_fingerprint(a, "{\"x\":1}", 7, "bfloat16"), 0);
     assert_int_equal(wire_model_fingerprint(b, "{\"x\":1}", 7, "float32"), 0);
     assert_memory_not_equal(a, b, 32);
+    /* Same config bytes and dtype give the same fingerprint; one changed byte does not. */
+    assert_int_equal(wire_model_fingerprint(b, "{\"x\":1}", 7, "bfloat16"), 0);
+    assert_memory_equal(a, b, 32);
+    assert_int_equal(wire_model_fingerprint(b, "{\"x\":2}", 7, "bfloat16"), 0);
+    assert_memory_not_equal(a, b, 32);
 }
 
 int main(void) {
