@@ -18,21 +18,6 @@
 #define OPS_HAVE_X86 0
 #endif
 
-float bf16_to_f32(uint16_t v) {
-    uint32_t bits = (uint32_t)v << 16;
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-uint16_t f32_to_bf16(float f) {
-    uint32_t bits;
-    memcpy(&bits, &f, sizeof bits);
-    if ((bits & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((bits >> 16) | 0x40u); /* NaN */
-    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)((bits + rounding) >> 16);
-}
-
 void ops_weight_row(float *out, const struct ops_weight *w, int row) {
     size_t base = (size_t)row * (size_t)w->cols;
     if (w->dtype == OPS_BF16) {

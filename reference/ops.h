@@ -23,6 +23,7 @@
 #include <stdint.h>
 
 #include "reference/thread_pool.h"
+#include "runtime/dtype.h"
 
 enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1 };
 
@@ -33,10 +34,6 @@ struct ops_weight {
     int rows;
     int cols;
 };
-
-/* bf16 bit pattern -> f32 (exact) and f32 -> bf16 with round-to-nearest-even (NaN kept). */
-float bf16_to_f32(uint16_t v);
-uint16_t f32_to_bf16(float f);
 
 /* out [n] = one row of w widened to f32; row in [0, w->rows). */
 void ops_weight_row(float *out, const struct ops_weight *w, int row);

@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "runtime/dtype.h"
 #include "runtime/status.h"
 
 #define MAX_HEADER_BYTES (100u << 20)    /* same limit as the reference Python implementation */
@@ -506,30 +507,6 @@ const struct st_tensor *safetensors_at(const struct safetensors *st, int index) 
     return &st->entries[index].tensor;
 }
 
-/* IEEE half -> float, including subnormals, infinities and NaN. */
-static float half_to_float(uint16_t h) {
-    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-    uint32_t exp = (h >> 10) & 0x1f;
-    uint32_t mant = h & 0x3ff;
-    uint32_t bits;
-    if (exp == 0x1f) {
-        bits = sign | 0x7f800000u | (mant << 13);
-    } else if (exp == 0) {
-        if (mant == 0) {
-            bits = sign;
-        } else {
-            float f = (float)mant * (1.0f / 16777216.0f); /* mant × 2^-24 */
-            memcpy(&bits, &f, sizeof bits);
-            bits |= sign;
-        }
-    } else {
-        bits = sign | ((exp + 112) << 23) | (mant << 13);
-    }
-    float out;
-    memcpy(&out, &bits, sizeof out);
-    return out;
-}
-
 int st_tensor_to_f32(float *out, const struct st_tensor *t) {
     if (!out || !t) return strata_set_error(STRATA_EINVAL, "st_tensor_to_f32: null argument");
     const uint8_t *p = t->data;
@@ -543,7 +520,7 @@ int st_tensor_to_f32(float *out, const struct st_tensor *t) {
         return STRATA_OK;
     case ST_F16:
         for (int64_t i = 0; i < t->numel; ++i)
-            out[i] = half_to_float((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
+            out[i] = f16_to_f32((uint16_t)(p[2 * i] | p[2 * i + 1] << 8));
         return STRATA_OK;
     default:
         return strata_set_error(STRATA_EINVAL, "tensor \"%s\": cannot widen %s to F32", t->name,

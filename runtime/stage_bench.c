@@ -168,7 +168,7 @@ static int make_model(int argc, char **argv) {
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t c = 0; c < cols; c++) {
                 float v = rng_uniform() * scale + (specs[i].is_norm ? 1.0f : 0.0f);
-                row[c] = wire_f32_to_bf16(v);
+                row[c] = f32_to_bf16(v);
             }
             if (fwrite(row, 2, (size_t)cols, f) != (size_t)cols) {
                 fclose(f);

@@ -30,67 +30,6 @@ size_t wire_codec_value_bytes(enum wire_dtype dtype, enum wire_codec codec) {
     return 0;
 }
 
-static uint32_t f32_bits(float value) {
-    uint32_t bits;
-    memcpy(&bits, &value, 4);
-    return bits;
-}
-
-static float bits_f32(uint32_t bits) {
-    float value;
-    memcpy(&value, &bits, 4);
-    return value;
-}
-
-uint16_t wire_f32_to_bf16(float value) {
-    uint32_t bits = f32_bits(value);
-    if ((bits & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((bits >> 16) | 0x0040u); /* quiet NaN */
-    uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
-    return (uint16_t)((bits + rounding) >> 16);
-}
-
-float wire_bf16_to_f32(uint16_t bits) {
-    return bits_f32((uint32_t)bits << 16);
-}
-
-uint16_t wire_f32_to_f16(float value) {
-    uint32_t bits = f32_bits(value);
-    uint16_t sign = (uint16_t)((bits >> 16) & 0x8000u);
-    uint32_t abs = bits & 0x7fffffffu;
-    if (abs > 0x7f800000u) return sign | 0x7e00u;  /* NaN */
-    if (abs >= 0x477ff000u) return sign | 0x7c00u; /* >= 65520: inf */
-    if (abs < 0x38800000u) {                       /* f16 subnormal or 0 */
-        if (abs < 0x33000000u) return sign;        /* < 2^-25: rounds to 0 */
-        uint32_t exponent = abs >> 23;
-        uint32_t mantissa = (abs & 0x7fffffu) | 0x800000u;
-        uint32_t shift = 126 - exponent; /* value = mantissa * 2^(exponent-150); unit 2^-24 */
-        uint32_t result = mantissa >> shift;
-        uint32_t rest = mantissa & ((1u << shift) - 1);
-        uint32_t half = 1u << (shift - 1);
-        if (rest > half || (rest == half && (result & 1u))) result++;
-        return sign | (uint16_t)result;
-    }
-    /* Normal: rebias exponent 127 -> 15 and round 23 -> 10 mantissa bits (carry may bump
-     * the exponent, which is exactly right, up to the overflow bound checked above). */
-    uint32_t rebased = abs - ((127u - 15u) << 23);
-    uint32_t rounding = 0xfffu + ((rebased >> 13) & 1u);
-    return sign | (uint16_t)((rebased + rounding) >> 13);
-}
-
-float wire_f16_to_f32(uint16_t bits) {
-    uint32_t sign = (uint32_t)(bits & 0x8000u) << 16;
-    uint32_t exponent = (bits >> 10) & 0x1fu;
-    uint32_t mantissa = bits & 0x3ffu;
-    if (exponent == 0x1f) return bits_f32(sign | 0x7f800000u | (mantissa << 13));
-    if (exponent == 0) {
-        if (mantissa == 0) return bits_f32(sign);
-        float value = (float)mantissa * (1.0f / 16777216.0f); /* exact: mantissa * 2^-24 */
-        return sign ? -value : value;
-    }
-    return bits_f32(sign | ((exponent + 127 - 15) << 23) | (mantissa << 13));
-}
-
 int wire_encode_f32(void *dst, float *scales, const float *src, size_t rows, size_t cols,
                     enum wire_codec codec) {
     size_t n = rows * cols;
@@ -104,8 +43,7 @@ int wire_encode_f32(void *dst, float *scales, const float *src, size_t rows, siz
     case WIRE_CODEC_FP16: {
         uint8_t *out = dst;
         for (size_t i = 0; i < n; ++i) {
-            uint16_t half =
-                codec == WIRE_CODEC_BF16 ? wire_f32_to_bf16(src[i]) : wire_f32_to_f16(src[i]);
+            uint16_t half = codec == WIRE_CODEC_BF16 ? f32_to_bf16(src[i]) : f32_to_f16(src[i]);
             out[2 * i] = (uint8_t)half;
             out[2 * i + 1] = (uint8_t)(half >> 8);
         }
@@ -183,8 +121,8 @@ int wire_tensor_decode_f32(float *dst, const struct wire_tensor *t) {
         const uint8_t *v = p + i * value_bytes;
         uint16_t half = (uint16_t)(v[0] | (value_bytes > 1 ? v[1] << 8 : 0));
         switch (t->codec) {
-        case WIRE_CODEC_FP16: dst[i] = wire_f16_to_f32(half); continue;
-        case WIRE_CODEC_BF16: dst[i] = wire_bf16_to_f32(half); continue;
+        case WIRE_CODEC_FP16: dst[i] = f16_to_f32(half); continue;
+        case WIRE_CODEC_BF16: dst[i] = bf16_to_f32(half); continue;
         case WIRE_CODEC_INT8_ROW: {
             float scale;
             memcpy(&scale, (const uint8_t *)t->scales + 4 * (i / cols), 4);
@@ -195,8 +133,8 @@ int wire_tensor_decode_f32(float *dst, const struct wire_tensor *t) {
         }
         switch (t->dtype) {
         case WIRE_DTYPE_F32: memcpy(&dst[i], v, 4); break;
-        case WIRE_DTYPE_BF16: dst[i] = wire_bf16_to_f32(half); break;
-        case WIRE_DTYPE_F16: dst[i] = wire_f16_to_f32(half); break;
+        case WIRE_DTYPE_BF16: dst[i] = bf16_to_f32(half); break;
+        case WIRE_DTYPE_F16: dst[i] = f16_to_f32(half); break;
         case WIRE_DTYPE_I64: {
             int64_t x;
             memcpy(&x, v, 8);

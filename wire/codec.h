@@ -14,6 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/dtype.h"
 #include "wire/message.h"
 
 /* Bytes of one value of `dtype` (0 for an unknown dtype). */
@@ -23,10 +24,7 @@ size_t wire_dtype_size(enum wire_dtype dtype);
  * (lossy codecs apply to F32 only). */
 size_t wire_codec_value_bytes(enum wire_dtype dtype, enum wire_codec codec);
 
-uint16_t wire_f32_to_bf16(float value);
-float wire_bf16_to_f32(uint16_t bits);
-uint16_t wire_f32_to_f16(float value);
-float wire_f16_to_f32(uint16_t bits);
+/* Element conversions (bf16/f16 <-> f32, round to nearest even) are runtime/dtype.h's. */
 
 /* Encodes src [rows, cols] f32 into dst with `codec`: dst holds rows*cols values of
  * wire_codec_value_bytes(F32, codec) bytes (little-endian), and for INT8_ROW `scales`

@@ -59,43 +59,43 @@ static void check_nearest(float x, uint16_t h, decode_fn decode, uint16_t inf_bi
 
 static void bf16_known_values(void **state) {
     (void)state;
-    assert_int_equal(wire_f32_to_bf16(1.0f), 0x3f80);
-    assert_int_equal(wire_f32_to_bf16(-2.0f), 0xc000);
-    assert_int_equal(wire_f32_to_bf16(from_bits(0x3f808000u)), 0x3f80); /* tie -> even (down) */
-    assert_int_equal(wire_f32_to_bf16(from_bits(0x3f818000u)), 0x3f82); /* tie -> even (up) */
-    assert_int_equal(wire_f32_to_bf16(from_bits(0x3f808001u)), 0x3f81); /* above tie -> up */
-    assert_int_equal(wire_f32_to_bf16(INFINITY), 0x7f80);
-    assert_int_equal(wire_f32_to_bf16(from_bits(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to inf */
-    uint16_t nan = wire_f32_to_bf16(from_bits(0x7f800001u));            /* signalling NaN payload */
+    assert_int_equal(f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(f32_to_bf16(-2.0f), 0xc000);
+    assert_int_equal(f32_to_bf16(from_bits(0x3f808000u)), 0x3f80); /* tie -> even (down) */
+    assert_int_equal(f32_to_bf16(from_bits(0x3f818000u)), 0x3f82); /* tie -> even (up) */
+    assert_int_equal(f32_to_bf16(from_bits(0x3f808001u)), 0x3f81); /* above tie -> up */
+    assert_int_equal(f32_to_bf16(INFINITY), 0x7f80);
+    assert_int_equal(f32_to_bf16(from_bits(0x7f7fffffu)), 0x7f80); /* FLT_MAX rounds to inf */
+    uint16_t nan = f32_to_bf16(from_bits(0x7f800001u));            /* signalling NaN payload */
     assert_true((nan & 0x7f80u) == 0x7f80u && (nan & 0x7fu) != 0);
-    assert_true(isnan(wire_bf16_to_f32(nan)));
-    assert_true(wire_bf16_to_f32(0x8000) == 0.0f && signbit(wire_bf16_to_f32(0x8000)));
+    assert_true(isnan(bf16_to_f32(nan)));
+    assert_true(bf16_to_f32(0x8000) == 0.0f && signbit(bf16_to_f32(0x8000)));
 }
 
 static void f16_known_values(void **state) {
     (void)state;
-    assert_int_equal(wire_f32_to_f16(1.0f), 0x3c00);
-    assert_int_equal(wire_f32_to_f16(-2.5f), 0xc100);
-    assert_int_equal(wire_f32_to_f16(65504.0f), 0x7bff);
-    assert_int_equal(wire_f32_to_f16(65519.0f), 0x7bff);
-    assert_int_equal(wire_f32_to_f16(65520.0f), 0x7c00); /* halfway to 2^16: ties to even = inf */
-    assert_int_equal(wire_f32_to_f16(-INFINITY), 0xfc00);
-    assert_int_equal(wire_f32_to_f16(ldexpf(1.0f, -24)), 0x0001); /* smallest subnormal */
-    assert_int_equal(wire_f32_to_f16(ldexpf(1.0f, -25)), 0x0000); /* tie -> even zero */
-    assert_int_equal(wire_f32_to_f16(ldexpf(1.5f, -25)), 0x0001);
-    assert_int_equal(wire_f32_to_f16(ldexpf(1.0f, -14)), 0x0400); /* smallest normal */
-    assert_true(isnan(wire_f16_to_f32(wire_f32_to_f16(NAN))));
-    assert_true(wire_f16_to_f32(0x0001) == ldexpf(1.0f, -24));
-    assert_true(wire_f16_to_f32(0x7bff) == 65504.0f);
+    assert_int_equal(f32_to_f16(1.0f), 0x3c00);
+    assert_int_equal(f32_to_f16(-2.5f), 0xc100);
+    assert_int_equal(f32_to_f16(65504.0f), 0x7bff);
+    assert_int_equal(f32_to_f16(65519.0f), 0x7bff);
+    assert_int_equal(f32_to_f16(65520.0f), 0x7c00); /* halfway to 2^16: ties to even = inf */
+    assert_int_equal(f32_to_f16(-INFINITY), 0xfc00);
+    assert_int_equal(f32_to_f16(ldexpf(1.0f, -24)), 0x0001); /* smallest subnormal */
+    assert_int_equal(f32_to_f16(ldexpf(1.0f, -25)), 0x0000); /* tie -> even zero */
+    assert_int_equal(f32_to_f16(ldexpf(1.5f, -25)), 0x0001);
+    assert_int_equal(f32_to_f16(ldexpf(1.0f, -14)), 0x0400); /* smallest normal */
+    assert_true(isnan(f16_to_f32(f32_to_f16(NAN))));
+    assert_true(f16_to_f32(0x0001) == ldexpf(1.0f, -24));
+    assert_true(f16_to_f32(0x7bff) == 65504.0f);
 }
 
 static void every_finite_half_round_trips(void **state) {
     (void)state;
     for (uint32_t h = 0; h < 0x10000u; ++h) {
         if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) continue; /* NaN */
-        assert_int_equal(wire_f32_to_f16(wire_f16_to_f32((uint16_t)h)), h);
+        assert_int_equal(f32_to_f16(f16_to_f32((uint16_t)h)), h);
         if ((h & 0x7f80u) == 0x7f80u && (h & 0x7fu)) continue;
-        assert_int_equal(wire_f32_to_bf16(wire_bf16_to_f32((uint16_t)h)), h);
+        assert_int_equal(f32_to_bf16(bf16_to_f32((uint16_t)h)), h);
     }
 }
 
@@ -106,13 +106,13 @@ static void random_floats_round_to_nearest_even(void **state) {
         if (i % 2) bits = (bits & 0x8fffffffu) | 0x30000000u; /* bias towards the f16 range */
         float x = from_bits(bits);
         if (!isfinite(x)) continue;
-        check_nearest(x, wire_f32_to_bf16(x), wire_bf16_to_f32, 0x7f80);
-        check_nearest(x, wire_f32_to_f16(x), wire_f16_to_f32, 0x7c00);
+        check_nearest(x, f32_to_bf16(x), bf16_to_f32, 0x7f80);
+        check_nearest(x, f32_to_f16(x), f16_to_f32, 0x7c00);
 #if defined(__FLT16_MAX__) && !defined(__clang__)
         _Float16 reference = (_Float16)x;
         uint16_t reference_bits;
         memcpy(&reference_bits, &reference, 2);
-        assert_int_equal(wire_f32_to_f16(x), reference_bits);
+        assert_int_equal(f32_to_f16(x), reference_bits);
 #endif
     }
 }
