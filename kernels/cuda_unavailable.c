@@ -6,7 +6,7 @@
 
 #include "kernels/cuda_device.h"
 #include "kernels/rmsnorm.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 static const char *const reason_text = "CUDA toolkit not installed (nvcc not found)";
 

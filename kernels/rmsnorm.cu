@@ -6,7 +6,7 @@
 
 extern "C" {
 #include "kernels/rmsnorm.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 }
 
 #define CUDA_CHECK_RETURN(call)                                                                    \

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 static size_t slot_floats(const struct kv_cache *kv) {
     return (size_t)(kv->layer_end - kv->layer_start) * (size_t)kv->num_kv_heads *

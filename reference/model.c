@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "reference/model_internal.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 static void free_scratch(struct reference_model *m) {
     float **bufs[] = {

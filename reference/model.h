@@ -25,8 +25,8 @@
 #include <stdint.h>
 
 #include "reference/kv_cache.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 
 struct reference_model; /* opaque */
 

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "reference/model_internal.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 struct loader {
     const struct safetensors *st;

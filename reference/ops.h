@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 #include "reference/thread_pool.h"
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 
 enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1 };
 

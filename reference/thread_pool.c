@@ -13,7 +13,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 /* Spin iterations before sleeping (each a pause instruction, ~10-40 ns). */
 #define SPIN_LIMIT 256

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "wire/codec.h"
 #include "wire/message.h"
 #include "wire/transport.h"

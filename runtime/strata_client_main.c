@@ -11,8 +11,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/client.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/stage/client.h"
 
 #define MAX_REQUESTS 256
 #define MAX_PROMPT 65536

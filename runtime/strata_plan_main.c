@@ -13,11 +13,11 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
-#include "runtime/stage_plan.h"
-#include "runtime/stage_tensors.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
+#include "runtime/model/stage_plan.h"
+#include "runtime/model/stage_tensors.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: strata-plan --model DIR (--stages S | --ranges LIST) [options]\n"

@@ -1,5 +1,5 @@
 /* strata-stage: one process of a pipeline. Loads the weights of its layer range, prints what
- * it serves, and runs the TCP stage loop (runtime/stage_server.h) until SIGINT/SIGTERM.
+ * it serves, and runs the TCP stage loop (runtime/stage/stage_server.h) until SIGINT/SIGTERM.
  * Exit codes: 0 ok, 1 runtime failure, 2 usage (including an empty or out-of-range shard),
  * 3 bad model, config, weights or KV file. */
 #include <errno.h>
@@ -10,13 +10,13 @@
 #include <string.h>
 
 #include "reference/model.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
-#include "runtime/stage_core.h"
-#include "runtime/stage_plan.h"
-#include "runtime/stage_server.h"
-#include "runtime/stage_tensors.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
+#include "runtime/model/stage_plan.h"
+#include "runtime/model/stage_tensors.h"
+#include "runtime/stage/stage_core.h"
+#include "runtime/stage/stage_server.h"
 #include "wire/auth.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -362,7 +362,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     L = cfg.num_layers;
-    if (a.layer_start < 0) { /* even split (runtime/stage_plan.h) */
+    if (a.layer_start < 0) { /* even split (runtime/model/stage_plan.h) */
         struct stage_range *ranges = calloc((size_t)a.num_stages, sizeof *ranges);
         if (!ranges || stage_plan_even(ranges, L, a.num_stages) < 0) {
             fprintf(stderr,

@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 static uint64_t splitmix64_next(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);

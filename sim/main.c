@@ -12,9 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 #include "sim/compare.h"
 #include "sim/pipeline_sim.h"
 #include "sim/split.h"

@@ -13,9 +13,9 @@
 #include <string.h>
 
 #include "reference/model.h"
-#include "runtime/request.h"
-#include "runtime/stage_core.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/stage/request.h"
+#include "runtime/stage/stage_core.h"
 #include "sim/stage_thread.h"
 #include "sim/virtual_clock.h"
 #include "wire/message.h"

@@ -1,4 +1,4 @@
-/* One simulated pipeline run: S stage cores (runtime/stage_core.h) on their own threads,
+/* One simulated pipeline run: S stage cores (runtime/stage/stage_core.h) on their own threads,
  * a client, and simulated links (sim/link.h) carrying the real encoded wire frames, all
  * driven by a virtual clock (sim/virtual_clock.h).
  *
@@ -30,8 +30,8 @@
 #include <stdint.h>
 
 #include "reference/sampler.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 #include "sim/link.h"
 #include "sim/split.h"
 

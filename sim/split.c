@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/stage_plan.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/model/stage_plan.h"
 
 static uint64_t split_rng_next(uint64_t *state) {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);

@@ -21,7 +21,7 @@ struct sim_split {
 /* Checks that the boundaries are strictly increasing from 0 to L. */
 int sim_split_check(const struct sim_split *split);
 
-/* Even split from the shard planner (runtime/stage_plan.h): the first L % S stages get one
+/* Even split from the shard planner (runtime/model/stage_plan.h): the first L % S stages get one
  * layer more. */
 int sim_split_even(struct sim_split *split, int num_layers, int num_stages);
 

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 static int64_t clock_ns(clockid_t id) {
     struct timespec ts;

@@ -5,7 +5,7 @@
  * stage process would, but the coordinator decides *when*: a step runs only when the
  * virtual clock says the stage may start it. The thread measures the wall-clock and
  * thread-CPU time of each call, which the simulator charges to the virtual timeline.
- * A failing call's error message (thread-local in runtime/status.h) is carried back to
+ * A failing call's error message (thread-local in runtime/base/status.h) is carried back to
  * the waiting thread. */
 #ifndef STRATA_SIM_STAGE_THREAD_H
 #define STRATA_SIM_STAGE_THREAD_H

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 /* 1 if a must pop before b. Sequence numbers are unique, so no two events compare equal. */
 static int event_before(const struct sim_event *a, const struct sim_event *b) {

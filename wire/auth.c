@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 #define CLIENT_LABEL "strata-client"
 #define SERVER_LABEL "strata-server"

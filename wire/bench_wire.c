@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "wire/wire.h"
 
 /* Reads results so the compiler cannot drop the timed work. */

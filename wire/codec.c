@@ -6,7 +6,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 size_t wire_dtype_size(enum wire_dtype dtype) {
     switch (dtype) {

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 #include "wire/message.h"
 
 /* Bytes of one value of `dtype` (0 for an unknown dtype). */
@@ -24,7 +24,7 @@ size_t wire_dtype_size(enum wire_dtype dtype);
  * (lossy codecs apply to F32 only). */
 size_t wire_codec_value_bytes(enum wire_dtype dtype, enum wire_codec codec);
 
-/* Element conversions (bf16/f16 <-> f32, round to nearest even) are runtime/dtype.h's. */
+/* Element conversions (bf16/f16 <-> f32, round to nearest even) are runtime/base/dtype.h's. */
 
 /* Encodes src [rows, cols] f32 into dst with `codec`: dst holds rows*cols values of
  * wire_codec_value_bytes(F32, codec) bytes (little-endian), and for INT8_ROW `scales`

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 #define ARENA_DEFAULT_CAPACITY 4096
 #define MAX_FIELDS_PER_TABLE 32

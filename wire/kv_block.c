@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 static void describe_tensor(struct wire_tensor *t, const float *data, const int64_t *shape) {
     memset(t, 0, sizeof *t);

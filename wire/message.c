@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "wire/codec.h"
 #include "wire/flatbuf.h"
 

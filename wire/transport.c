@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "wire/message.h"
 
 #define ERROR_SEND_TIMEOUT_MS 1000

@@ -14,7 +14,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "wire/wire.h"
 
 #define MAX_HOPS 16

@@ -21,9 +21,9 @@
 #include "reference/model.h"
 #include "reference/ops.h"
 #include "reference/sampler.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 
 enum {
     HIDDEN = 1024,

@@ -14,9 +14,9 @@
 #include "reference/kv_cache.h"
 #include "reference/model.h"
 #include "reference/sampler.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 
 #define MAX_IDS 65536
 

@@ -9,7 +9,7 @@
 
 #include "kernels/cuda_device.h"
 #include "kernels/rmsnorm.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "tests/test_util.h"
 
 static uint64_t rng_state = 12345;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "tests/test_util.h"
 
 const char *const golden_case_names[] = {

@@ -6,8 +6,8 @@
 #include <stdint.h>
 
 #include "reference/model.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 
 struct golden_case {
     char name[64];

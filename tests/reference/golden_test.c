@@ -20,7 +20,7 @@
 #include "reference/kv_cache.h"
 #include "reference/model.h"
 #include "reference/sampler.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "tests/reference/golden_case.h"
 
 #define LOGIT_TOLERANCE 1e-3

@@ -17,7 +17,7 @@
 
 #include "reference/kv_cache.h"
 #include "reference/model.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "tests/reference/golden_case.h"
 
 #define MAX_STAGES 16

@@ -19,7 +19,7 @@
 #include "reference/kv_cache.h"
 #include "reference/model.h"
 #include "reference/ops.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "tests/reference/golden_case.h"
 
 #define MAX_OUT 512

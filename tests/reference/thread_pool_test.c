@@ -9,7 +9,7 @@
 #include <cmocka.h>
 
 #include "reference/thread_pool.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 
 struct visit {
     int count[1000];

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "sim/link.h"
 
 static void latency_plus_serialisation(void **state) {

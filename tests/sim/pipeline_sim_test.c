@@ -9,9 +9,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 #include "sim/compare.h"
 #include "sim/pipeline_sim.h"
 #include "sim/split.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "sim/split.h"
 
 static void even_split_gives_extra_layers_first(void **state) {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "sim/stage_thread.h"
 
 struct job {

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "sim/virtual_clock.h"
 
 static void pops_by_time_then_stage_then_sequence(void **state) {

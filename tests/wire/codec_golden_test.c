@@ -18,9 +18,9 @@
 
 #include "reference/kv_cache.h"
 #include "reference/model.h"
-#include "runtime/model_config.h"
-#include "runtime/safetensors.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 #include "tests/test_util.h"
 #include "wire/wire.h"
 

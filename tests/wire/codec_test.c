@@ -13,7 +13,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "wire/codec.h"
 
 static uint64_t rng_state = 0x243f6a8885a308d3ull;

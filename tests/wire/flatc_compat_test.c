@@ -17,7 +17,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "tests/test_util.h"
 #include "tests/wire/samples.h"
 #include "wire/message.h"

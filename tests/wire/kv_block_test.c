@@ -10,7 +10,7 @@
 #include <cmocka.h>
 
 #include "reference/kv_cache.h"
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "wire/wire.h"
 
 enum { LAYER_START = 4, LAYER_END = 8, KV_HEADS = 2, HEAD_DIM = 8, MAX_SEQ = 16 };

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "tests/wire/samples.h"
 #include "wire/codec.h"
 #include "wire/message.h"

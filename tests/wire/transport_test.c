@@ -19,7 +19,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "wire/wire.h"
 
 #define TIMEOUT_MS 5000

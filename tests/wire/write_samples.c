@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/status.h"
+#include "runtime/base/status.h"
 #include "tests/wire/samples.h"
 
 int main(int argc, char **argv) {

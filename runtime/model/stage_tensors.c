@@ -1,0 +1,316 @@
+/* Tensor lists for one stage (names and shapes of shared spec §2) and the checker that
+ * reports every missing or mis-shaped tensor at once. See stage_tensors.h. */
+#include "runtime/model/stage_tensors.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+
+static int add(struct stage_tensor_list *list, enum stage_tensor_kind kind, int layer, int ndim,
+               const int64_t *shape, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+
+/* Appends one tensor whose name is printf(fmt, ...). */
+static int add(struct stage_tensor_list *list, enum stage_tensor_kind kind, int layer, int ndim,
+               const int64_t *shape, const char *fmt, ...) {
+    if (list->count == list->cap) {
+        int cap = list->cap ? list->cap * 2 : 64;
+        struct stage_tensor *items = realloc(list->items, (size_t)cap * sizeof *items);
+        if (!items) return strata_set_error(STRATA_ENOMEM, "stage tensor list: out of memory");
+        list->items = items;
+        list->cap = cap;
+    }
+    struct stage_tensor *t = &list->items[list->count];
+    memset(t, 0, sizeof *t);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= sizeof t->name)
+        return strata_set_error(STRATA_EINVAL, "tensor name too long: %s...", t->name);
+    t->kind = kind;
+    t->layer = layer;
+    t->ndim = ndim;
+    for (int i = 0; i < ndim; ++i)
+        t->shape[i] = shape[i];
+    list->count++;
+    return STRATA_OK;
+}
+
+#define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
+#define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
+#define ADD(kind, layer, shape_list, ...)                                                          \
+    do {                                                                                           \
+        int add_rc = add(list, kind, layer, NDIM shape_list, SHAPE shape_list, __VA_ARGS__);       \
+        if (add_rc) return add_rc;                                                                 \
+    } while (0)
+
+static int has(const struct safetensors *st, const char *name) {
+    return st && safetensors_find(st, name) != NULL;
+}
+
+static int add_moe_layer(struct stage_tensor_list *list, const struct model_config *cfg,
+                         const struct safetensors *st, int l) {
+    const char *p = cfg->tensor_prefix;
+    const int64_t H = cfg->hidden_size, E = cfg->num_experts, I = cfg->moe_intermediate_size;
+    ADD(STAGE_TENSOR_LAYER, l, (E, H), "%slayers.%d.mlp.gate.weight", p, l);
+    char fused[STAGE_TENSOR_NAME_MAX];
+    snprintf(fused, sizeof fused, "%slayers.%d.mlp.experts.gate_up_proj", p, l);
+    if (cfg->type == MODEL_QWEN3_VL_MOE) {
+        /* Input-major grouped-GEMM layout, no ".weight" suffix (spec §2.2). */
+        ADD(STAGE_TENSOR_LAYER, l, (E, H, 2 * I), "%s", fused);
+        ADD(STAGE_TENSOR_LAYER, l, (E, I, H), "%slayers.%d.mlp.experts.down_proj", p, l);
+        return STRATA_OK;
+    }
+    if (has(st, fused)) {
+        /* A qwen3_moe checkpoint saved in the fused layout: accept either orientation. */
+        ADD(STAGE_TENSOR_LAYER, l, (E, 2 * I, H), "%s", fused);
+        list->items[list->count - 1].numel_only = 1;
+        ADD(STAGE_TENSOR_LAYER, l, (E, H, I), "%slayers.%d.mlp.experts.down_proj", p, l);
+        list->items[list->count - 1].numel_only = 1;
+        return STRATA_OK;
+    }
+    for (int e = 0; e < cfg->num_experts; ++e) {
+        ADD(STAGE_TENSOR_LAYER, l, (I, H), "%slayers.%d.mlp.experts.%d.gate_proj.weight", p, l, e);
+        ADD(STAGE_TENSOR_LAYER, l, (I, H), "%slayers.%d.mlp.experts.%d.up_proj.weight", p, l, e);
+        ADD(STAGE_TENSOR_LAYER, l, (H, I), "%slayers.%d.mlp.experts.%d.down_proj.weight", p, l, e);
+    }
+    return STRATA_OK;
+}
+
+static int add_layer(struct stage_tensor_list *list, const struct model_config *cfg,
+                     const struct safetensors *st, int l) {
+    const char *p = cfg->tensor_prefix;
+    const int64_t H = cfg->hidden_size, D = cfg->head_dim;
+    const int64_t Q = (int64_t)cfg->num_heads * D, KV = (int64_t)cfg->num_kv_heads * D;
+    const int64_t F = cfg->intermediate_size;
+    ADD(STAGE_TENSOR_LAYER, l, (H), "%slayers.%d.input_layernorm.weight", p, l);
+    ADD(STAGE_TENSOR_LAYER, l, (Q, H), "%slayers.%d.self_attn.q_proj.weight", p, l);
+    ADD(STAGE_TENSOR_LAYER, l, (KV, H), "%slayers.%d.self_attn.k_proj.weight", p, l);
+    ADD(STAGE_TENSOR_LAYER, l, (KV, H), "%slayers.%d.self_attn.v_proj.weight", p, l);
+    ADD(STAGE_TENSOR_LAYER, l, (H, Q), "%slayers.%d.self_attn.o_proj.weight", p, l);
+    if (cfg->attention_bias) {
+        ADD(STAGE_TENSOR_LAYER, l, (Q), "%slayers.%d.self_attn.q_proj.bias", p, l);
+        ADD(STAGE_TENSOR_LAYER, l, (KV), "%slayers.%d.self_attn.k_proj.bias", p, l);
+        ADD(STAGE_TENSOR_LAYER, l, (KV), "%slayers.%d.self_attn.v_proj.bias", p, l);
+        ADD(STAGE_TENSOR_LAYER, l, (H), "%slayers.%d.self_attn.o_proj.bias", p, l);
+    }
+    ADD(STAGE_TENSOR_LAYER, l, (D), "%slayers.%d.self_attn.q_norm.weight", p, l);
+    ADD(STAGE_TENSOR_LAYER, l, (D), "%slayers.%d.self_attn.k_norm.weight", p, l);
+    ADD(STAGE_TENSOR_LAYER, l, (H), "%slayers.%d.post_attention_layernorm.weight", p, l);
+    if (model_config_layer_is_moe(cfg, l)) return add_moe_layer(list, cfg, st, l);
+    ADD(STAGE_TENSOR_LAYER, l, (F, H), "%slayers.%d.mlp.gate_proj.weight", p, l);
+    ADD(STAGE_TENSOR_LAYER, l, (F, H), "%slayers.%d.mlp.up_proj.weight", p, l);
+    ADD(STAGE_TENSOR_LAYER, l, (H, F), "%slayers.%d.mlp.down_proj.weight", p, l);
+    return STRATA_OK;
+}
+
+/* One merger (main or deepstack): norm over Hv (main) or Hm (deepstack), two linears. */
+static int add_merger(struct stage_tensor_list *list, const struct model_config *cfg,
+                      const char *base, int64_t norm_dim) {
+    const struct vision_config *v = &cfg->vision;
+    const int64_t m = v->spatial_merge_size;
+    const int64_t Hm = v->hidden_size * m * m, O = v->out_hidden_size;
+    ADD(STAGE_TENSOR_VISION, -1, (norm_dim), "%s.norm.weight", base);
+    ADD(STAGE_TENSOR_VISION, -1, (norm_dim), "%s.norm.bias", base);
+    ADD(STAGE_TENSOR_VISION, -1, (Hm, Hm), "%s.linear_fc1.weight", base);
+    ADD(STAGE_TENSOR_VISION, -1, (Hm), "%s.linear_fc1.bias", base);
+    ADD(STAGE_TENSOR_VISION, -1, (O, Hm), "%s.linear_fc2.weight", base);
+    ADD(STAGE_TENSOR_VISION, -1, (O), "%s.linear_fc2.bias", base);
+    return STRATA_OK;
+}
+
+/* Vision tower names and shapes, spec §2.3. */
+static int add_vision(struct stage_tensor_list *list, const struct model_config *cfg) {
+    const struct vision_config *v = &cfg->vision;
+    const int64_t Hv = v->hidden_size, Iv = v->intermediate_size, C = v->in_channels;
+    const int64_t Tp = v->temporal_patch_size, P = v->patch_size;
+    const int64_t Hm = Hv * v->spatial_merge_size * v->spatial_merge_size;
+    const char *p = "model.visual.";
+    ADD(STAGE_TENSOR_VISION, -1, (Hv, C, Tp, P, P), "%spatch_embed.proj.weight", p);
+    ADD(STAGE_TENSOR_VISION, -1, (Hv), "%spatch_embed.proj.bias", p);
+    ADD(STAGE_TENSOR_VISION, -1, (v->num_position_embeddings, Hv), "%spos_embed.weight", p);
+    for (int i = 0; i < v->depth; ++i) {
+        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.norm1.weight", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.norm1.bias", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.norm2.weight", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.norm2.bias", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (3 * Hv, Hv), "%sblocks.%d.attn.qkv.weight", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (3 * Hv), "%sblocks.%d.attn.qkv.bias", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Hv, Hv), "%sblocks.%d.attn.proj.weight", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.attn.proj.bias", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Iv, Hv), "%sblocks.%d.mlp.linear_fc1.weight", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Iv), "%sblocks.%d.mlp.linear_fc1.bias", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Hv, Iv), "%sblocks.%d.mlp.linear_fc2.weight", p, i);
+        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.mlp.linear_fc2.bias", p, i);
+    }
+    int rc = add_merger(list, cfg, "model.visual.merger", Hv);
+    if (rc) return rc;
+    for (int j = 0; j < v->num_deepstack; ++j) {
+        char base[64];
+        snprintf(base, sizeof base, "model.visual.deepstack_merger_list.%d", j);
+        if ((rc = add_merger(list, cfg, base, Hm))) return rc;
+    }
+    return STRATA_OK;
+}
+
+int stage_tensor_list_build(struct stage_tensor_list *list, const struct model_config *cfg,
+                            const struct stage_role *role, const struct safetensors *st) {
+    if (!list || !cfg || !role)
+        return strata_set_error(STRATA_EINVAL, "stage_tensor_list_build: null argument");
+    memset(list, 0, sizeof *list);
+    if (role->layer_start < 0 || role->layer_end < role->layer_start ||
+        role->layer_end > cfg->num_layers)
+        return strata_set_error(STRATA_ERANGE, "layer range [%d, %d) is not inside [0, %d)",
+                                role->layer_start, role->layer_end, cfg->num_layers);
+    const char *p = cfg->tensor_prefix;
+    const int64_t V = cfg->vocab_size, H = cfg->hidden_size;
+    char embed[STAGE_TENSOR_NAME_MAX];
+    snprintf(embed, sizeof embed, "%sembed_tokens.weight", p);
+    /* Tying rule (spec §1.3): tied flag, or no lm_head.weight in the checkpoint. */
+    list->head_is_embed = cfg->tie_word_embeddings || (st && !has(st, "lm_head.weight"));
+    int rc = STRATA_OK;
+    if (role->with_vision && cfg->has_vision && (rc = add_vision(list, cfg))) goto fail;
+    if (role->with_embed && (rc = add(list, STAGE_TENSOR_EMBED, -1, 2, SHAPE(V, H), "%s", embed)))
+        goto fail;
+    for (int l = role->layer_start; l < role->layer_end; ++l)
+        if ((rc = add_layer(list, cfg, st, l))) goto fail;
+    if (role->with_head) {
+        if ((rc = add(list, STAGE_TENSOR_NORM, -1, 1, SHAPE(H), "%snorm.weight", p))) goto fail;
+        if (list->head_is_embed) {
+            if (!role->with_embed &&
+                (rc = add(list, STAGE_TENSOR_EMBED, -1, 2, SHAPE(V, H), "%s", embed)))
+                goto fail;
+        } else if ((rc = add(list, STAGE_TENSOR_LM_HEAD, -1, 2, SHAPE(V, H), "lm_head.weight"))) {
+            goto fail;
+        }
+    }
+    return STRATA_OK;
+fail:
+    stage_tensor_list_free(list);
+    return rc;
+}
+
+void stage_tensor_list_free(struct stage_tensor_list *list) {
+    if (!list) return;
+    free(list->items);
+    memset(list, 0, sizeof *list);
+}
+
+int stage_tensor_list_find(const struct stage_tensor_list *list, const char *name) {
+    for (int i = 0; list && i < list->count; ++i)
+        if (strcmp(list->items[i].name, name) == 0) return i;
+    return -1;
+}
+
+static int shape_matches(const struct stage_tensor *want, const struct st_tensor *got) {
+    if (want->numel_only) {
+        int64_t numel = 1;
+        for (int i = 0; i < want->ndim; ++i)
+            numel *= want->shape[i];
+        return got->ndim == want->ndim && got->shape[0] == want->shape[0] && got->numel == numel;
+    }
+    if (got->ndim != want->ndim) return 0;
+    for (int i = 0; i < want->ndim; ++i)
+        if (got->shape[i] != want->shape[i]) return 0;
+    return 1;
+}
+
+static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t n = 0;
+    n += (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < ndim && n < cap; ++i)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)shape[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+/* Appends `text` to the report unless it would pass the budget; counts what was dropped. */
+static void report_append(char *report, size_t cap, int *dropped, const char *text) {
+    size_t used = strlen(report);
+    if (*dropped || used + strlen(text) + 2 >= cap) {
+        ++*dropped;
+        return;
+    }
+    snprintf(report + used, cap - used, "%s%s", used ? ", " : "", text);
+}
+
+int stage_tensor_list_check(const struct stage_tensor_list *list, const struct safetensors *st,
+                            const char *source) {
+    if (!list || !st) return strata_set_error(STRATA_EINVAL, "stage_tensor_list_check: null");
+    char missing[440] = "", bad[440] = "";
+    int n_missing = 0, n_bad = 0, drop_missing = 0, drop_bad = 0;
+    for (int i = 0; i < list->count; ++i) {
+        const struct stage_tensor *want = &list->items[i];
+        const struct st_tensor *got = safetensors_find(st, want->name);
+        if (!got) {
+            ++n_missing;
+            report_append(missing, sizeof missing, &drop_missing, want->name);
+        } else if (!shape_matches(want, got)) {
+            char entry[STAGE_TENSOR_NAME_MAX + 300], ws[96], gs[192];
+            format_shape(ws, sizeof ws, want->ndim, want->shape);
+            format_shape(gs, sizeof gs, got->ndim, got->shape);
+            if (snprintf(entry, sizeof entry, "%s is %s, expected %s", want->name, gs, ws) < 0)
+                entry[0] = '\0';
+            ++n_bad;
+            report_append(bad, sizeof bad, &drop_bad, entry);
+        }
+    }
+    if (!n_missing && !n_bad) return STRATA_OK;
+    char more_missing[32] = "", more_bad[32] = "";
+    if (drop_missing) snprintf(more_missing, sizeof more_missing, " ... and %d more", drop_missing);
+    if (drop_bad) snprintf(more_bad, sizeof more_bad, " ... and %d more", drop_bad);
+    const char *src = source ? source : "checkpoint";
+    if (n_missing && n_bad)
+        return strata_set_error(STRATA_ENOTFOUND,
+                                "%s: %d tensor(s) missing: %s%s; %d with the wrong shape: %s%s",
+                                src, n_missing, missing, more_missing, n_bad, bad, more_bad);
+    if (n_missing)
+        return strata_set_error(STRATA_ENOTFOUND, "%s: %d tensor(s) missing: %s%s", src, n_missing,
+                                missing, more_missing);
+    return strata_set_error(STRATA_EFORMAT, "%s: %d tensor(s) with the wrong shape: %s%s", src,
+                            n_bad, bad, more_bad);
+}
+
+int stage_tensor_list_report(FILE *out, const struct stage_tensor_list *list,
+                             const struct safetensors *st) {
+    int lines = 0;
+    for (int i = 0; list && st && i < list->count; ++i) {
+        const struct stage_tensor *want = &list->items[i];
+        const struct st_tensor *got = safetensors_find(st, want->name);
+        if (!got) {
+            fprintf(out, "missing %s\n", want->name);
+            ++lines;
+        } else if (!shape_matches(want, got)) {
+            char ws[96], gs[192];
+            format_shape(ws, sizeof ws, want->ndim, want->shape);
+            format_shape(gs, sizeof gs, got->ndim, got->shape);
+            fprintf(out, "wrong shape %s is %s, expected %s\n", want->name, gs, ws);
+            ++lines;
+        }
+    }
+    return lines;
+}
+
+uint64_t stage_tensor_list_bytes(const struct stage_tensor_list *list,
+                                 const struct safetensors *st) {
+    uint64_t total = 0;
+    for (int i = 0; list && i < list->count; ++i) {
+        const struct st_tensor *t = safetensors_find(st, list->items[i].name);
+        if (t) total += t->nbytes;
+    }
+    return total;
+}
+
+uint64_t stage_tensor_list_bytes_estimate(const struct stage_tensor_list *list,
+                                          size_t dtype_bytes) {
+    uint64_t total = 0;
+    for (int i = 0; list && i < list->count; ++i) {
+        uint64_t numel = 1;
+        for (int d = 0; d < list->items[i].ndim; ++d)
+            numel *= (uint64_t)list->items[i].shape[d];
+        total += numel * dtype_bytes;
+    }
+    return total;
+}

@@ -1,0 +1,61 @@
+/* Client connection to stage 0 (see client.h): handshake, request frames, event decoding. */
+#include "runtime/stage/client.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+
+int client_connect(struct strata_client *client, const char *host, int port,
+                   const struct wire_auth_key *key, int timeout_ms) {
+    struct wire_hello self, peer;
+    int rc;
+    memset(client, 0, sizeof *client);
+    client->conn.fd = -1;
+    rc = wire_arena_init(&client->arena, 0);
+    if (rc < 0) return rc;
+    rc = wire_connect(&client->conn, host, port, 0, timeout_ms);
+    if (rc < 0) return rc;
+    memset(&self, 0, sizeof self);
+    self.version_major = WIRE_VERSION_MAJOR;
+    self.version_minor = WIRE_VERSION_MINOR;
+    self.stage_index = -1;
+    self.role = WIRE_ROLE_CLIENT;
+    snprintf(self.name, sizeof self.name, "strata-client");
+    rc = wire_handshake_client(&peer, &client->conn, &self, key, timeout_ms);
+    if (rc < 0) return rc;
+    if (peer.stage_index != 0) {
+        return strata_set_error(STRATA_EINVAL, "%s is stage %d, but clients talk to stage 0",
+                                client->conn.peer, peer.stage_index);
+    }
+    return 0;
+}
+
+void client_close(struct strata_client *client) {
+    if (!client) return;
+    wire_close(&client->conn);
+    wire_arena_free(&client->arena);
+}
+
+static int send_arena(struct strata_client *client) {
+    return wire_send_frame(&client->conn, wire_arena_frame(&client->arena),
+                           wire_arena_frame_len(&client->arena), 5000);
+}
+
+int client_submit(struct strata_client *client, const struct stage_request *request) {
+    int rc = request_build(&client->arena, request);
+    return rc < 0 ? rc : send_arena(client);
+}
+
+int client_cancel(struct strata_client *client, uint64_t nonce) {
+    int rc = request_build_cancel(&client->arena, nonce);
+    return rc < 0 ? rc : send_arena(client);
+}
+
+int client_next_event(struct strata_client *client, struct request_event *event, int timeout_ms) {
+    const uint8_t *frame;
+    size_t len;
+    int rc = wire_recv_frame(&client->conn, &frame, &len, timeout_ms);
+    if (rc < 0) return rc;
+    return request_event_decode(event, frame, len);
+}

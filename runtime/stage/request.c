@@ -1,0 +1,109 @@
+/* Request frames: runtime checks of a wire Request, the client's request and cancel frames,
+ * and decoding of the events a client receives (see request.h). */
+#include "runtime/stage/request.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+
+int request_params_from_wire(struct request_params *p, const struct wire_request *msg) {
+    memset(p, 0, sizeof *p);
+    if (msg->nonce == 0) return strata_set_error(STRATA_EINVAL, "request nonce 0 is reserved");
+    if (msg->prompt_len < 1 || msg->prompt_len > INT32_MAX || !msg->prompt)
+        return strata_set_error(STRATA_EINVAL, "request prompt length %zu is invalid",
+                                msg->prompt_len);
+    if (msg->max_tokens < 1)
+        return strata_set_error(STRATA_EINVAL, "request max_tokens %d is invalid (need >= 1)",
+                                (int)msg->max_tokens);
+    if (msg->num_stop_ids > REQUEST_MAX_STOP_IDS)
+        return strata_set_error(STRATA_EINVAL, "request has %zu stop ids (at most %d)",
+                                msg->num_stop_ids, REQUEST_MAX_STOP_IDS);
+    for (size_t i = 0; i < msg->num_stop_ids; i++) {
+        if (msg->stop_ids[i] < 0)
+            return strata_set_error(STRATA_EINVAL, "request stop id %d is invalid",
+                                    (int)msg->stop_ids[i]);
+        p->stop_ids[i] = msg->stop_ids[i];
+    }
+    if (msg->temperature != msg->temperature || msg->top_p != msg->top_p)
+        return strata_set_error(STRATA_EINVAL, "request temperature or top_p is NaN");
+    p->prompt_len = (int)msg->prompt_len;
+    p->max_tokens = msg->max_tokens;
+    p->num_stop_ids = (int)msg->num_stop_ids;
+    p->sampling.temperature = msg->temperature;
+    p->sampling.top_k = msg->top_k;
+    p->sampling.top_p = msg->top_p;
+    p->sampling.seed = msg->seed;
+    return 0;
+}
+
+int request_build(struct wire_arena *arena, const struct stage_request *req) {
+    struct wire_request msg;
+    if (req->nonce == 0)
+        return strata_set_error(STRATA_EINVAL,
+                                "request nonce 0 is reserved (it marks connection errors)");
+    if (req->prompt_len < 1 || !req->prompt)
+        return strata_set_error(STRATA_EINVAL, "a request needs at least one prompt token");
+    if (req->num_stop_ids < 0 || req->num_stop_ids > REQUEST_MAX_STOP_IDS)
+        return strata_set_error(STRATA_EINVAL, "a request has at most %d stop ids",
+                                REQUEST_MAX_STOP_IDS);
+    memset(&msg, 0, sizeof msg);
+    msg.nonce = req->nonce;
+    msg.prompt = req->prompt;
+    msg.prompt_len = (size_t)req->prompt_len;
+    msg.max_tokens = req->max_tokens;
+    msg.temperature = req->sampling.temperature;
+    msg.top_k = req->sampling.top_k;
+    msg.top_p = req->sampling.top_p;
+    msg.seed = req->sampling.seed;
+    msg.stop_ids = req->stop_ids;
+    msg.num_stop_ids = (size_t)req->num_stop_ids;
+    return wire_build_request(arena, &msg);
+}
+
+int request_build_cancel(struct wire_arena *arena, uint64_t nonce) {
+    struct wire_control msg;
+    if (nonce == 0) return strata_set_error(STRATA_EINVAL, "cannot cancel the reserved nonce 0");
+    memset(&msg, 0, sizeof msg);
+    msg.kind = WIRE_CONTROL_CANCEL;
+    msg.nonce = nonce;
+    return wire_build_control(arena, &msg);
+}
+
+int request_event_decode(struct request_event *ev, const uint8_t *frame, size_t len) {
+    enum wire_kind kind;
+    int rc;
+    memset(ev, 0, sizeof *ev);
+    rc = wire_verify(&kind, NULL, frame, len);
+    if (rc < 0) return rc;
+    if (kind == WIRE_KIND_TOKEN_RESULT) {
+        struct wire_token_result msg;
+        rc = wire_read_token_result(&msg, frame, len);
+        if (rc < 0) return rc;
+        if (msg.nonce == 0)
+            return strata_set_error(STRATA_EFORMAT, "token result with the reserved nonce 0");
+        if (msg.num_tokens != 1)
+            return strata_set_error(STRATA_EFORMAT,
+                                    "token result for nonce %llu has %zu tokens, "
+                                    "expected 1",
+                                    (unsigned long long)msg.nonce, msg.num_tokens);
+        ev->kind = REQUEST_EVENT_TOKEN;
+        ev->nonce = msg.nonce;
+        ev->step = msg.step;
+        ev->token = msg.tokens[0];
+        ev->finish = msg.finish;
+        return 0;
+    }
+    if (kind == WIRE_KIND_ERROR) {
+        struct wire_error msg;
+        rc = wire_read_error(&msg, frame, len);
+        if (rc < 0) return rc;
+        ev->kind = msg.nonce == 0 ? REQUEST_EVENT_CONNECTION_ERROR : REQUEST_EVENT_ERROR;
+        ev->nonce = msg.nonce;
+        ev->code = msg.code;
+        snprintf(ev->message, sizeof ev->message, "%s", msg.message ? msg.message : "");
+        return 0;
+    }
+    return strata_set_error(STRATA_EFORMAT, "a client received an unexpected %s frame",
+                            wire_kind_name(kind));
+}

@@ -1,0 +1,75 @@
+/* Requests and their events as wire frames: what a client sends to stage 0 and reads back.
+ *
+ * A request is a wire `Request` message (wire/strata.fbs): nonce, prompt ids, max_tokens,
+ * sampling (temperature, top_k, top_p, seed) and stop ids. Stage 0 forwards the same frame
+ * down the pipeline when it admits the request, so every stage checks it with
+ * request_params_from_wire() before the request's first activation arrives.
+ *
+ * Nonces: a client picks a nonzero nonce per request, unique among its active requests.
+ * Nonce 0 is reserved: request_build refuses it, the wire reader refuses a Request with it,
+ * and an Error with nonce 0 is about the connection itself (a bad frame, a protocol
+ * violation): the stage closes the connection after sending it.
+ *
+ * Events a client reads: TokenResult (one token per step, finish set on the last one),
+ * Error with a request's nonce (that request failed), Error with nonce 0 (the connection
+ * failed: every request on it is lost), and nothing else. */
+#ifndef STRATA_RUNTIME_STAGE_REQUEST_H
+#define STRATA_RUNTIME_STAGE_REQUEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference/sampler.h"
+#include "wire/message.h"
+
+#define REQUEST_MAX_STOP_IDS 16
+
+struct stage_request {
+    uint64_t nonce;        /* != 0, chosen by the client, unique among its active requests */
+    const int32_t *prompt; /* [prompt_len] token ids */
+    int prompt_len;        /* >= 1 */
+    int max_tokens;        /* >= 1 tokens to generate at most */
+    int num_stop_ids;      /* 0 .. REQUEST_MAX_STOP_IDS */
+    int32_t stop_ids[REQUEST_MAX_STOP_IDS];
+    struct sampler_params sampling;
+};
+
+/* The parameters part of a request (everything except the prompt ids). */
+struct request_params {
+    int prompt_len;
+    int max_tokens;
+    int num_stop_ids;
+    int32_t stop_ids[REQUEST_MAX_STOP_IDS];
+    struct sampler_params sampling;
+};
+
+/* Checks a read Request against the runtime's limits (prompt length, stop-id count and
+ * values) and fills `p`; the prompt ids stay in `msg`. Clear error for a bad one. */
+int request_params_from_wire(struct request_params *p, const struct wire_request *msg);
+
+/* Builds the Request frame into `arena` (wire_arena_frame() gives the bytes). */
+int request_build(struct wire_arena *arena, const struct stage_request *req);
+/* Builds a Control Cancel for `nonce` (!= 0). */
+int request_build_cancel(struct wire_arena *arena, uint64_t nonce);
+
+enum request_event_kind {
+    REQUEST_EVENT_TOKEN = 1,
+    REQUEST_EVENT_ERROR = 2,           /* request `nonce` failed */
+    REQUEST_EVENT_CONNECTION_ERROR = 3 /* Error with nonce 0: the connection failed */
+};
+
+struct request_event {
+    enum request_event_kind kind;
+    uint64_t nonce;          /* 0 for CONNECTION_ERROR */
+    uint64_t step;           /* TOKEN: 0 for the first generated token */
+    int32_t token;           /* TOKEN */
+    enum wire_finish finish; /* TOKEN: NONE while more follow */
+    int32_t code;            /* ERROR, CONNECTION_ERROR: STRATA_E* */
+    char message[512];       /* ERROR, CONNECTION_ERROR */
+};
+
+/* Decodes a frame a client received from stage 0. Other message kinds, and a token with
+ * the reserved nonce 0, fail (EFORMAT). */
+int request_event_decode(struct request_event *ev, const uint8_t *frame, size_t len);
+
+#endif

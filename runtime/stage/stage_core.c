@@ -1,0 +1,669 @@
+/* Stage core, message side: request admission, frame checks, the token loop on stage 0,
+ * error / cancel propagation and the output queues. The microbatch itself is in
+ * stage_core_step.c. Design and message rules: stage_core.h. */
+#include "runtime/stage/stage_core.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+#include "runtime/stage/stage_core_internal.h"
+#include "wire/codec.h"
+#include "wire/kv_block.h"
+
+int stage_core_init(struct stage_core **out, const struct stage_core_options *opt) {
+    struct stage_core *core = NULL;
+    const struct model_config *cfg = opt->cfg;
+    int rc;
+    *out = NULL;
+    if (!cfg || !opt->model)
+        return strata_set_error(STRATA_EINVAL, "stage core needs a config and a model");
+    if (opt->num_stages < 1 || opt->stage_index < 0 || opt->stage_index >= opt->num_stages)
+        return strata_set_error(STRATA_ERANGE, "stage index %d is outside [0, %d)",
+                                opt->stage_index, opt->num_stages);
+    if (opt->layer_start < 0 || opt->layer_end > cfg->num_layers ||
+        opt->layer_start >= opt->layer_end)
+        return strata_set_error(STRATA_ERANGE, "layer range [%d, %d) is empty or outside [0, %d)",
+                                opt->layer_start, opt->layer_end, cfg->num_layers);
+    if (opt->max_seq < 1 || opt->max_batch < 1 || opt->chunk_size < 0 || opt->max_batch_tokens < 0)
+        return strata_set_error(STRATA_EINVAL,
+                                "max_seq (%d) and max_batch (%d) must be >= 1, chunk sizes >= 0",
+                                opt->max_seq, opt->max_batch);
+    core = calloc(1, sizeof *core);
+    if (!core) return strata_set_error(STRATA_ENOMEM, "out of memory for the stage core");
+    core->opt = *opt;
+    if (core->opt.chunk_size == 0) core->opt.chunk_size = 64;
+    if (core->opt.max_batch_tokens == 0)
+        core->opt.max_batch_tokens = core->opt.chunk_size + core->opt.max_batch;
+    if (core->opt.max_batch_tokens < core->opt.chunk_size)
+        core->opt.max_batch_tokens = core->opt.chunk_size;
+    core->hidden_size = cfg->hidden_size;
+    core->vocab = cfg->vocab_size;
+    core->is_first = opt->stage_index == 0;
+    core->is_last = opt->stage_index == opt->num_stages - 1;
+    rc = kv_cache_init(&core->kv, opt->layer_start, opt->layer_end, cfg->num_kv_heads,
+                       cfg->head_dim, opt->max_seq, opt->max_batch);
+    if (rc < 0) goto fail;
+    rc = wire_arena_init(&core->arena, 0);
+    if (rc < 0) goto fail;
+    rc = stage_pool_init(core, opt->max_batch);
+    if (rc < 0) goto fail;
+    rc = STRATA_ENOMEM;
+    core->reqs = calloc((size_t)opt->max_batch, sizeof *core->reqs);
+    core->hidden = malloc(sizeof(float) * (size_t)core->opt.max_batch_tokens * core->hidden_size);
+    core->items = calloc((size_t)opt->max_batch, sizeof *core->items);
+    core->picked = calloc((size_t)opt->max_batch, sizeof *core->picked);
+    if (!core->reqs || !core->hidden || !core->items || !core->picked) {
+        strata_set_error(rc, "out of memory for stage buffers");
+        goto fail;
+    }
+    if (core->is_first) {
+        core->prompts = malloc(sizeof(int32_t) * (size_t)opt->max_batch * (size_t)opt->max_seq);
+        if (!core->prompts) {
+            strata_set_error(rc, "out of memory for the prompt rows");
+            goto fail;
+        }
+    }
+    if (core->is_last) {
+        core->last_rows = malloc(sizeof(float) * (size_t)opt->max_batch * core->hidden_size);
+        core->logits = malloc(sizeof(float) * (size_t)opt->max_batch * core->vocab);
+        core->sampler_scratch = malloc((size_t)core->vocab * 8);
+        if (!core->last_rows || !core->logits || !core->sampler_scratch) {
+            strata_set_error(rc, "out of memory for logits buffers");
+            goto fail;
+        }
+    }
+    *out = core;
+    return 0;
+fail:
+    stage_core_free(core);
+    return rc;
+}
+
+static void free_req_buffers(struct stage_req *req) {
+    free(req->tokens);
+    free(req->logits);
+    memset(req, 0, sizeof *req);
+}
+
+void stage_core_free(struct stage_core *core) {
+    if (!core) return;
+    stage_pool_free(core);
+    for (struct stage_result_node *n = core->res_head, *next; n; n = next) {
+        next = n->next;
+        stage_result_free(&n->result);
+        free(n);
+    }
+    if (core->reqs)
+        for (int i = 0; i < core->opt.max_batch; i++)
+            free_req_buffers(&core->reqs[i]);
+    free(core->reqs);
+    free(core->hidden);
+    free(core->items);
+    free(core->picked);
+    free(core->last_rows);
+    free(core->logits);
+    free(core->sampler_scratch);
+    free(core->prompts);
+    kv_cache_free(&core->kv);
+    wire_arena_free(&core->arena);
+    free(core);
+}
+
+struct stage_req *stage_find(struct stage_core *core, uint64_t nonce) {
+    for (int i = 0; i < core->opt.max_batch; i++)
+        if (core->reqs[i].active && core->reqs[i].nonce == nonce) return &core->reqs[i];
+    return NULL;
+}
+
+static int recently_ended(const struct stage_core *core, uint64_t nonce) {
+    for (int i = 0; i < STAGE_RECENT_DEAD; i++)
+        if (core->recent_dead[i] == nonce && nonce != 0) return 1;
+    return 0;
+}
+
+/* Queues a copy of the arena's frame for `link`. */
+int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t client_id) {
+    return stage_emit_raw(core, link, client_id, wire_arena_frame(&core->arena),
+                          wire_arena_frame_len(&core->arena));
+}
+
+static void emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
+                       uint64_t nonce, const char *message) {
+    struct wire_error msg = {.code = code, .message = message, .nonce = nonce};
+    if (wire_build_error(&core->arena, &msg) == 0) stage_emit_arena(core, link, client_id);
+}
+
+static void emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                       uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish) {
+    struct wire_token_result msg;
+    memset(&msg, 0, sizeof msg);
+    msg.nonce = nonce;
+    msg.step = step;
+    msg.tokens = &token;
+    msg.num_tokens = 1;
+    msg.finish = finish;
+    if (wire_build_token_result(&core->arena, &msg) == 0) stage_emit_arena(core, link, client_id);
+}
+
+static void emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                         enum wire_control_kind kind, uint64_t nonce, uint64_t seq) {
+    struct wire_control msg = {.kind = kind, .nonce = nonce, .seq = seq};
+    if (wire_build_control(&core->arena, &msg) == 0) stage_emit_arena(core, link, client_id);
+}
+
+static void push_result(struct stage_core *core, struct stage_result_node *node) {
+    if (core->res_tail)
+        core->res_tail->next = node;
+    else
+        core->res_head = node;
+    core->res_tail = node;
+}
+
+/* A request that never got a slot here (refused): a result for the driver's log. */
+static void push_refusal(struct stage_core *core, uint64_t nonce, int code, const char *msg) {
+    struct stage_result_node *node = calloc(1, sizeof *node);
+    if (!node) return;
+    node->result.nonce = nonce;
+    node->result.finish = STAGE_FINISH_ERROR;
+    node->result.status = code;
+    node->result.vocab = core->vocab;
+    snprintf(node->result.message, sizeof node->result.message, "%s", msg);
+    push_result(core, node);
+}
+
+/* Ends a request here: result (taking its tokens and logits), queued items dropped, KV
+ * slot freed, nonce remembered so late frames for it are dropped quietly. */
+static void release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
+                    int status, const char *message) {
+    struct stage_result_node *node = calloc(1, sizeof *node);
+    struct stage_item **link = &core->queue_head;
+    core->queue_tail = NULL;
+    while (*link) {
+        struct stage_item *it = *link;
+        if (it->nonce == req->nonce) {
+            *link = it->next;
+            stage_item_put(core, it);
+        } else {
+            core->queue_tail = it;
+            link = &it->next;
+        }
+    }
+    if (node) {
+        struct stage_result *r = &node->result;
+        r->nonce = req->nonce;
+        r->finish = finish;
+        r->status = status;
+        snprintf(r->message, sizeof r->message, "%s", message ? message : "");
+        r->prompt_len = req->params.prompt_len;
+        r->vocab = core->vocab;
+        if (core->is_first || core->is_last) {
+            r->n_tokens = req->n_generated;
+            r->tokens = req->tokens;
+            req->tokens = NULL;
+        }
+        if (req->logits) {
+            r->logits = req->logits;
+            req->logits = NULL;
+        }
+        push_result(core, node);
+    }
+    core->recent_dead[core->recent_dead_next] = req->nonce;
+    core->recent_dead_next = (core->recent_dead_next + 1) % STAGE_RECENT_DEAD;
+    kv_cache_release(&core->kv, req->slot);
+    free_req_buffers(req);
+}
+
+void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up, int down,
+                const char *fmt, ...) {
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    if (core->is_first)
+        emit_error(core, STAGE_LINK_CLIENT, req->client_id, code, req->nonce, message);
+    if (up && !core->is_first) emit_error(core, STAGE_LINK_PREV, 0, code, req->nonce, message);
+    if (down && core->opt.num_stages > 1)
+        emit_error(core, STAGE_LINK_NEXT, 0, code, req->nonce, message);
+    release(core, req, STAGE_FINISH_ERROR, code, message);
+}
+
+/* Queues one unit of work: stage 0 passes token ids (`tokens` or the single `token`),
+ * other stages the received hidden rows (decoded into the item's reused buffer). */
+static int enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int pos, int n_tokens,
+                   const int32_t *tokens, int32_t token, const struct wire_tensor *hidden) {
+    struct stage_item *it = stage_item_get(core, hidden ? n_tokens : 0);
+    if (!it) return STRATA_ENOMEM;
+    if (hidden) {
+        int rc = wire_tensor_decode_f32(it->hidden, hidden);
+        if (rc < 0) {
+            stage_item_put(core, it);
+            return rc;
+        }
+    }
+    it->nonce = nonce;
+    it->step = step;
+    it->pos = pos;
+    it->n_tokens = n_tokens;
+    it->token = token;
+    it->tokens = tokens;
+    if (core->queue_tail)
+        core->queue_tail->next = it;
+    else
+        core->queue_head = it;
+    core->queue_tail = it;
+    return 0;
+}
+
+/* Claims a slot for a new request; on refusal fills `why` and returns the status. */
+static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce,
+                 const struct request_params *params, char *why, size_t why_cap) {
+    int slot;
+    int64_t need = (int64_t)params->prompt_len + params->max_tokens - 1;
+    struct stage_req *req;
+    *out = NULL;
+    if (stage_find(core, nonce)) {
+        snprintf(why, why_cap, "stage %d: request nonce %llu is already active",
+                 core->opt.stage_index, (unsigned long long)nonce);
+        return STRATA_EINVAL;
+    }
+    if (need > core->opt.max_seq) {
+        snprintf(why, why_cap,
+                 "stage %d: request needs %lld KV positions (prompt %d + max_tokens %d - 1) but "
+                 "--max-seq is %d",
+                 core->opt.stage_index, (long long)need, params->prompt_len, params->max_tokens,
+                 core->opt.max_seq);
+        return STRATA_ERANGE;
+    }
+    if (kv_cache_acquire(&core->kv, &slot) < 0) {
+        snprintf(why, why_cap,
+                 "stage %d: request refused: all %d KV slots are in use (--max-batch %d)",
+                 core->opt.stage_index, core->opt.max_batch, core->opt.max_batch);
+        core->stats.refused++;
+        return STRATA_EBUSY;
+    }
+    req = &core->reqs[slot];
+    memset(req, 0, sizeof *req);
+    req->active = 1;
+    req->nonce = nonce;
+    req->slot = slot;
+    req->params = *params;
+    req->tokens = calloc((size_t)params->max_tokens, sizeof *req->tokens);
+    if (!req->tokens) {
+        kv_cache_release(&core->kv, slot);
+        free_req_buffers(req);
+        snprintf(why, why_cap, "stage %d: out of memory for a request of %d tokens",
+                 core->opt.stage_index, params->max_tokens);
+        return STRATA_ENOMEM;
+    }
+    if (core->is_last) sampler_init(&req->sampler, &params->sampling);
+    *out = req;
+    return 0;
+}
+
+/* Sends the Request frame [len] on to the next stage (the request was admitted here). */
+static int forward_request(struct stage_core *core, struct stage_req *req, const uint8_t *frame,
+                           size_t len) {
+    if (core->is_last) return 0;
+    if (stage_emit_raw(core, STAGE_LINK_NEXT, 0, frame, len) == 0) return 0;
+    stage_fail(core, req, STRATA_ENOMEM, 1, 0, "stage %d: forwarding the request: %s",
+               core->opt.stage_index, strata_last_error());
+    return -1;
+}
+
+/* Stage 0: a Request from a client. Admitted: forwarded down the pipeline at once and its
+ * prompt queued in chunks. Refused: an Error with its nonce to the client. */
+static int on_client_request(struct stage_core *core, uint32_t client_id,
+                             const struct wire_request *msg, const uint8_t *frame, size_t len) {
+    struct request_params params;
+    struct stage_req *req;
+    char why[512];
+    int rc = request_params_from_wire(&params, msg);
+    for (int i = 0; rc == 0 && i < params.prompt_len; i++)
+        if (msg->prompt[i] < 0 || msg->prompt[i] >= core->vocab)
+            rc = strata_set_error(STRATA_EINVAL,
+                                  "prompt token %d at position %d is outside the "
+                                  "vocabulary [0, %d)",
+                                  msg->prompt[i], i, core->vocab);
+    if (rc < 0) {
+        snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
+    } else {
+        rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
+    }
+    if (rc < 0) {
+        emit_error(core, STAGE_LINK_CLIENT, client_id, rc, msg->nonce, why);
+        push_refusal(core, msg->nonce, rc, why);
+        return 0;
+    }
+    req->client_id = client_id;
+    /* The slot's prompt row (admit() checked prompt_len <= max_seq). */
+    req->prompt = core->prompts + (size_t)req->slot * (size_t)core->opt.max_seq;
+    memcpy(req->prompt, msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
+    if (forward_request(core, req, frame, len) < 0) return 0;
+    for (int pos = 0; pos < params.prompt_len; pos += core->opt.chunk_size) {
+        int n = params.prompt_len - pos;
+        if (n > core->opt.chunk_size) n = core->opt.chunk_size;
+        if (enqueue(core, req->nonce, 0, pos, n, req->prompt + pos, 0, NULL) < 0) {
+            stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
+            return 0;
+        }
+    }
+    req->recv_pos = params.prompt_len;
+    return 0;
+}
+
+/* Stages r > 0: the Request forwarded by stage r-1, ahead of the request's activations.
+ * Opens the request here (admission control too: a refusal goes upstream as an Error), or
+ * supplies the parameters of a request whose KV was restored (stage_core_restore_kv). */
+static int on_forwarded_request(struct stage_core *core, const struct wire_request *msg,
+                                const uint8_t *frame, size_t len) {
+    int r = core->opt.stage_index;
+    struct request_params params;
+    struct stage_req *req = stage_find(core, msg->nonce);
+    char why[512];
+    int rc = request_params_from_wire(&params, msg);
+    if (rc == 0 && req && req->restored) {
+        if ((int64_t)params.prompt_len + params.max_tokens - 1 > core->opt.max_seq) {
+            stage_fail(core, req, STRATA_ERANGE, 1, 1,
+                       "stage %d: restored request %llu needs %lld KV positions (prompt %d + "
+                       "max_tokens %d - 1) but --max-seq is %d",
+                       r, (unsigned long long)req->nonce,
+                       (long long)params.prompt_len + params.max_tokens - 1, params.prompt_len,
+                       params.max_tokens, core->opt.max_seq);
+            return 0;
+        }
+        req->tokens = calloc((size_t)params.max_tokens, sizeof *req->tokens);
+        if (!req->tokens) {
+            stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory", r);
+            return 0;
+        }
+        req->params = params;
+        req->restored = 0;
+        if (core->is_last) sampler_init(&req->sampler, &params.sampling);
+        forward_request(core, req, frame, len);
+        return 0;
+    }
+    if (rc < 0)
+        snprintf(why, sizeof why, "stage %d: bad request: %s", r, strata_last_error());
+    else
+        rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
+    if (rc < 0) {
+        emit_error(core, STAGE_LINK_PREV, 0, rc, msg->nonce, why);
+        push_refusal(core, msg->nonce, rc, why);
+        return 0;
+    }
+    forward_request(core, req, frame, len);
+    return 0;
+}
+
+/* Stages r > 0: hidden rows from stage r-1, checked against the request's state. */
+static int on_activation(struct stage_core *core, const struct wire_activation *msg) {
+    int r = core->opt.stage_index, rc, rows;
+    struct stage_req *req = stage_find(core, msg->nonce);
+    char why[512];
+    uint64_t want_step;
+    if (msg->nonce == 0)
+        return strata_set_error(STRATA_EFORMAT,
+                                "stage %d: activation with the reserved nonce 0 from stage %d", r,
+                                msg->stage_from);
+    if (!req) {
+        if (recently_ended(core, msg->nonce)) return 0;
+        snprintf(why, sizeof why,
+                 "stage %d: activation for unknown request nonce %llu (step %llu, pos %llu)", r,
+                 (unsigned long long)msg->nonce, (unsigned long long)msg->step,
+                 (unsigned long long)msg->pos);
+        emit_error(core, STAGE_LINK_PREV, 0, STRATA_EFORMAT, msg->nonce, why);
+        return 0;
+    }
+    if (req->restored) {
+        stage_fail(core, req, STRATA_EFORMAT, 1, 1,
+                   "stage %d: an activation for restored request %llu arrived before its Request",
+                   r, (unsigned long long)req->nonce);
+        return 0;
+    }
+    rows = msg->hidden.ndim == 2 && msg->hidden.shape[0] >= 1 &&
+                   msg->hidden.shape[0] <= core->opt.max_batch_tokens
+               ? (int)msg->hidden.shape[0]
+               : -1;
+    want_step = req->recv_pos < req->params.prompt_len
+                    ? 0
+                    : (uint64_t)(req->recv_pos - req->params.prompt_len + 1);
+    if (msg->stage_to != r || msg->stage_from != r - 1) {
+        stage_fail(core, req, STRATA_EFORMAT, 1, 1,
+                   "stage %d: activation addressed from stage %d to stage %d, expected %d -> %d", r,
+                   msg->stage_from, msg->stage_to, r - 1, r);
+        return 0;
+    }
+    if (msg->step != want_step || msg->pos != (uint64_t)req->recv_pos) {
+        stage_fail(core, req, STRATA_EFORMAT, 1, 1,
+                   "stage %d: activation for nonce %llu at step %llu pos %llu, expected step %llu "
+                   "pos %d",
+                   r, (unsigned long long)msg->nonce, (unsigned long long)msg->step,
+                   (unsigned long long)msg->pos, (unsigned long long)want_step, req->recv_pos);
+        return 0;
+    }
+    if (msg->hidden.dtype != WIRE_DTYPE_F32 || rows < 1 ||
+        msg->hidden.shape[1] != core->hidden_size || rows > core->opt.max_batch_tokens ||
+        (want_step == 0 && req->recv_pos + rows > req->params.prompt_len) ||
+        (want_step > 0 && rows != 1) || req->recv_pos + rows > core->opt.max_seq ||
+        want_step >= (uint64_t)req->params.max_tokens) {
+        stage_fail(core, req, STRATA_EFORMAT, 1, 1,
+                   "stage %d: activation hidden for nonce %llu is not F32 [T, %d] with 1 <= T <= "
+                   "%d fitting the request (got %s rank %d, T %d)",
+                   r, (unsigned long long)msg->nonce, core->hidden_size, core->opt.max_batch_tokens,
+                   wire_dtype_name(msg->hidden.dtype), msg->hidden.ndim, rows);
+        return 0;
+    }
+    rc = enqueue(core, req->nonce, msg->step, req->recv_pos, rows, NULL, 0, &msg->hidden);
+    if (rc < 0) {
+        stage_fail(core, req, rc, 1, 1, "stage %d: %s", r, strata_last_error());
+        return 0;
+    }
+    req->recv_pos += rows;
+    return 0;
+}
+
+void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token) {
+    enum wire_finish finish = WIRE_FINISH_NONE;
+    if (step != (uint64_t)req->n_generated) {
+        stage_fail(core, req, STRATA_EFORMAT, 0, 1,
+                   "stage 0: token for nonce %llu at step %llu, expected step %d",
+                   (unsigned long long)req->nonce, (unsigned long long)step, req->n_generated);
+        return;
+    }
+    if (token < 0 || token >= core->vocab) {
+        stage_fail(core, req, STRATA_EFORMAT, 0, 1, "stage 0: token %d outside [0, %d)", token,
+                   core->vocab);
+        return;
+    }
+    req->tokens[req->n_generated++] = token;
+    for (int i = 0; i < req->params.num_stop_ids; i++)
+        if (token == req->params.stop_ids[i]) finish = WIRE_FINISH_STOP;
+    if (finish == WIRE_FINISH_NONE && req->n_generated >= req->params.max_tokens)
+        finish = WIRE_FINISH_LENGTH;
+    emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish);
+    if (finish != WIRE_FINISH_NONE) {
+        if (core->opt.num_stages > 1)
+            emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish);
+        release(core, req, finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
+                NULL);
+        return;
+    }
+    if (enqueue(core, req->nonce, (uint64_t)req->n_generated,
+                req->params.prompt_len + req->n_generated - 1, 1, NULL, token, NULL) < 0)
+        stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
+}
+
+static int on_token_result(struct stage_core *core, const struct wire_token_result *msg) {
+    struct stage_req *req = stage_find(core, msg->nonce);
+    if (!req) return 0; /* ended here already (cancelled or failed) */
+    if (msg->num_tokens != 1) {
+        stage_fail(core, req, STRATA_EFORMAT, 1, 1,
+                   "stage %d: token result with %zu tokens, expected 1", core->opt.stage_index,
+                   msg->num_tokens);
+        return 0;
+    }
+    if (core->is_first) {
+        stage_on_token(core, req, msg->step, msg->tokens[0]);
+        return 0;
+    }
+    if (msg->finish == WIRE_FINISH_STOP || msg->finish == WIRE_FINISH_LENGTH) {
+        if (!core->is_last)
+            emit_token(core, STAGE_LINK_NEXT, 0, msg->nonce, msg->step, msg->tokens[0],
+                       msg->finish);
+        release(core, req,
+                msg->finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0, NULL);
+        return 0;
+    }
+    stage_fail(core, req, STRATA_EFORMAT, 1, 1,
+               "stage %d: unexpected token result (finish %d) for nonce %llu",
+               core->opt.stage_index, (int)msg->finish, (unsigned long long)msg->nonce);
+    return 0;
+}
+
+static void cancel_request(struct stage_core *core, struct stage_req *req, const char *why) {
+    if (!core->is_last) emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_CANCEL, req->nonce, 0);
+    if (core->is_first)
+        emit_error(core, STAGE_LINK_CLIENT, req->client_id, STRATA_ECANCELED, req->nonce, why);
+    release(core, req, STAGE_FINISH_CANCELLED, STRATA_ECANCELED, why);
+}
+
+int stage_core_cancel(struct stage_core *core, uint64_t nonce) {
+    struct stage_req *req = stage_find(core, nonce);
+    if (req) cancel_request(core, req, "request cancelled");
+    return 0;
+}
+
+static int on_error(struct stage_core *core, enum stage_link from, const struct wire_error *msg) {
+    struct stage_req *req = stage_find(core, msg->nonce);
+    int code = msg->code < 0 ? msg->code : STRATA_EPEER;
+    if (msg->nonce == 0) /* about the connection: the peer closes it; the driver drops it too */
+        return strata_set_error(
+            STRATA_EPEER, "stage %d: the %s stage reported a connection error: %s",
+            core->opt.stage_index, from == STAGE_LINK_PREV ? "previous" : "next",
+            msg->message ? msg->message : "");
+    if (!req) return 0;
+    if (from == STAGE_LINK_PREV)
+        stage_fail(core, req, code, 0, !core->is_first, "%s", msg->message ? msg->message : "");
+    else
+        stage_fail(core, req, code, 1, 0, "%s", msg->message ? msg->message : "");
+    return 0;
+}
+
+int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t client_id,
+                        const uint8_t *frame, size_t len) {
+    enum wire_kind kind;
+    int rc = wire_verify(&kind, NULL, frame, len);
+    if (rc < 0) return rc;
+    core->stats.frames_in++;
+    if (kind == WIRE_KIND_CONTROL) {
+        struct wire_control msg;
+        rc = wire_read_control(&msg, frame, len);
+        if (rc < 0) return rc;
+        if (msg.kind == WIRE_CONTROL_PING)
+            emit_control(core, from, client_id, WIRE_CONTROL_PONG, msg.nonce, msg.seq);
+        else if (msg.kind == WIRE_CONTROL_CANCEL && from != STAGE_LINK_NEXT) {
+            struct stage_req *req = stage_find(core, msg.nonce);
+            if (req && (from == STAGE_LINK_PREV || req->client_id == client_id))
+                cancel_request(core, req, "request cancelled by the client");
+        }
+        return 0;
+    }
+    if (kind == WIRE_KIND_ERROR && from != STAGE_LINK_CLIENT) {
+        struct wire_error msg;
+        rc = wire_read_error(&msg, frame, len);
+        return rc < 0 ? rc : on_error(core, from, &msg);
+    }
+    if (kind == WIRE_KIND_REQUEST && from == STAGE_LINK_CLIENT && core->is_first) {
+        struct wire_request msg;
+        rc = wire_read_request(&msg, frame, len);
+        return rc < 0 ? rc : on_client_request(core, client_id, &msg, frame, len);
+    }
+    if (kind == WIRE_KIND_REQUEST && from == STAGE_LINK_PREV && !core->is_first) {
+        struct wire_request msg;
+        rc = wire_read_request(&msg, frame, len);
+        return rc < 0 ? rc : on_forwarded_request(core, &msg, frame, len);
+    }
+    if (kind == WIRE_KIND_ACTIVATION && from == STAGE_LINK_PREV && !core->is_first) {
+        struct wire_activation msg;
+        rc = wire_read_activation(&msg, frame, len);
+        return rc < 0 ? rc : on_activation(core, &msg);
+    }
+    if (kind == WIRE_KIND_TOKEN_RESULT && from == STAGE_LINK_PREV) {
+        struct wire_token_result msg;
+        rc = wire_read_token_result(&msg, frame, len);
+        return rc < 0 ? rc : on_token_result(core, &msg);
+    }
+    if (kind == WIRE_KIND_KV_BLOCK && from == STAGE_LINK_PREV) {
+        struct wire_kv_block msg;
+        rc = wire_read_kv_block(&msg, frame, len);
+        if (rc < 0) return rc;
+        return stage_emit_raw(core, STAGE_LINK_LOCAL, 0, frame, len);
+    }
+    return strata_set_error(STRATA_EFORMAT, "stage %d: a %s frame is not expected on the %s link",
+                            core->opt.stage_index, wire_kind_name(kind),
+                            from == STAGE_LINK_PREV   ? "upstream"
+                            : from == STAGE_LINK_NEXT ? "downstream"
+                                                      : "client");
+}
+
+int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                            const char *reason) {
+    int r = core->opt.stage_index;
+    const char *what =
+        link == STAGE_LINK_PREV
+            ? (core->is_first ? "link from the last stage" : "link from the previous stage")
+        : link == STAGE_LINK_NEXT ? (core->is_last ? "link to stage 0" : "link to the next stage")
+                                  : "client connection";
+    for (int i = 0; i < core->opt.max_batch; i++) {
+        struct stage_req *req = &core->reqs[i];
+        if (!req->active) continue;
+        if (link == STAGE_LINK_CLIENT) {
+            if (core->is_first && req->client_id == client_id)
+                cancel_request(core, req, "client disconnected");
+        } else if (link == STAGE_LINK_PREV) {
+            stage_fail(core, req, STRATA_EPEER, 0, 1, "stage %d: %s lost: %s", r, what,
+                       reason ? reason : "closed");
+        } else if (link == STAGE_LINK_NEXT) {
+            stage_fail(core, req, STRATA_EPEER, 1, 0, "stage %d: %s lost: %s", r, what,
+                       reason ? reason : "closed");
+        }
+    }
+    return 0;
+}
+
+int stage_core_pop_result(struct stage_core *core, struct stage_result *out) {
+    struct stage_result_node *node = core->res_head;
+    if (!node) {
+        memset(out, 0, sizeof *out);
+        return 0;
+    }
+    core->res_head = node->next;
+    if (!core->res_head) core->res_tail = NULL;
+    *out = node->result;
+    free(node);
+    return 1;
+}
+
+void stage_result_free(struct stage_result *result) {
+    if (!result) return;
+    free(result->tokens);
+    free(result->logits);
+    result->tokens = NULL;
+    result->logits = NULL;
+}
+
+void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out) {
+    *out = core->stats;
+    out->active_requests = 0;
+    for (int i = 0; i < core->opt.max_batch; i++)
+        out->active_requests += core->reqs[i].active;
+    out->free_slots = core->opt.max_batch - out->active_requests;
+}
+
+size_t stage_core_kv_bytes(const struct stage_core *core) {
+    return kv_cache_bytes(&core->kv);
+}

@@ -1,0 +1,208 @@
+/* The stage core: one pipeline stage's request state machine, independent of any I/O.
+ *
+ * A pipeline is a ring of S stages. Stage r owns decoder layers [layer_start, layer_end)
+ * and a KV cache with `max_batch` slots (one per active request):
+ *
+ *   client -> stage 0 -> stage 1 -> ... -> stage S-1 --(TokenResult)--> stage 0 -> client
+ *
+ * Stage 0 embeds prompt chunks and fed-back tokens; the last stage applies the final norm,
+ * lm_head and the request's sampler and sends the token back to stage 0, which streams it
+ * to the client and either feeds it as the next decode step or ends the request. With S = 1
+ * the one stage is first and last and the token loops back internally.
+ *
+ * The core speaks only in encoded wire frames (wire/message.h), so the TCP driver
+ * (strata-stage) and the simulator (sim/) carry the same bytes. A driver:
+ *   1. feeds every received frame to stage_core_on_frame(), saying which link it came on;
+ *   2. calls stage_core_step() while stage_core_has_work() to run one microbatch each;
+ *   3. drains stage_core_pop_frame() and sends each frame on the link it names;
+ *   4. drains stage_core_pop_result() for finished / failed requests (logging, --out);
+ *   5. reports a dead or closed link with stage_core_on_link_down().
+ *
+ * Links, as seen from stage r:
+ *   STAGE_LINK_PREV   upstream: stage r-1 sends activations here; errors travelling back
+ *                     go out on it. For stage 0 it is the ring link from the last stage
+ *                     (TokenResults arrive on it).
+ *   STAGE_LINK_NEXT   downstream: activations, final TokenResults and cancels go to
+ *                     stage r+1; for the last stage it is the ring link to stage 0
+ *                     (TokenResults go out on it).
+ *   STAGE_LINK_CLIENT stage 0 only: one of several clients, told apart by `client_id`
+ *                     (a number the driver chooses per connection).
+ *
+ * Messages (all frames are wire Frames; see runtime/stage/request.h for the client side):
+ *   - Request (client -> stage 0 -> ... -> last): the wire Request (prompt ids, max_tokens,
+ *     sampling, stop ids; nonce != 0). Each stage that admits it forwards the same frame to
+ *     the next stage at once, ahead of the request's first activation, so every stage
+ *     opens the request before its hidden rows arrive. Refused with an Error frame naming
+ *     the limit (to the client on stage 0, upstream on later stages) when no KV slot is
+ *     free (--max-batch) or prompt + max_tokens does not fit --max-seq.
+ *   - Activation (stage r -> r+1): F32 [T, H] hidden rows of one request, lossless.
+ *     step = tokens generated so far (0 for every prefill chunk), pos = first cache
+ *     position. On receipt the request must be open here, stage_to must equal this stage
+ *     and (step, pos) must continue the request exactly; otherwise the request fails with
+ *     an Error (never a silent miscompute).
+ *   - TokenResult (last -> stage 0 -> client): the token sampled at `step`. When stage 0
+ *     ends a request (stop id, max tokens) it sends the final TokenResult (finish = Stop or
+ *     Length) to the client and forward through the pipeline, so every stage frees the
+ *     request's KV slot; the last stage then reports the request's tokens and logits.
+ *   - Control Cancel (client -> stage 0 -> ... -> last): frees the request everywhere.
+ *   - Control Ping (any link): answered with a Pong on the same link (the TCP driver's
+ *     keepalive for dead-peer detection); Pong, Drain and Shutdown are ignored here.
+ *   - Error (between stages, and stage 0 -> client): a failed request. A stage that fails a
+ *     request sends an Error both ways (upstream errors stop at stage 0, which tells the
+ *     client; downstream errors travel the ring to stage 0); a stage forwards an Error only
+ *     for a request it still holds, so each error ends after at most one lap. Nonce 0 is
+ *     reserved: an Error with nonce 0 is about the connection (the driver sends one before
+ *     dropping a connection that delivered a bad frame); received from a stage it makes
+ *     stage_core_on_frame() fail with STRATA_EPEER, so the driver drops that link too.
+ *   - KvBlock (with send_kv): after a request's last prefill chunk the stage sends its KV
+ *     for that request on NEXT right after the activation; a receiving core hands
+ *     KvBlocks to the driver as frames with link STAGE_LINK_LOCAL (for --kv-out).
+ *
+ * Batching: stage_core_step() takes pending work in arrival order, at most one item per
+ * request (a prefill chunk or a decode row), up to `max_batch_tokens` rows, and runs it as
+ * one reference_forward() call. Stage 0 additionally caps a microbatch at ceil(N / S) of
+ * its N active requests, so the requests travel the ring as S staggered groups: with
+ * S stages and >= S requests every stage has a group to compute at the same time, and a
+ * long prompt's chunks stream through the stages one after another.
+ *
+ * Deterministic: the same sequence of calls gives the same frames and results, and (by
+ * reference/model.h's contract) a request's tokens and logits do not depend on the split,
+ * on batching or on timing.
+ *
+ * Memory (one arena per role, no malloc per message once warm): stage_core_init allocates
+ * the KV cache, the microbatch buffers, stage 0's prompt rows [max_batch, max_seq] and
+ * max_batch work items; work items are recycled with their hidden-row buffers and the
+ * outgoing frames share one reused buffer (runtime/stage/stage_pool.c). Still allocated per
+ * request (not per item or frame): its generated-token array and kept logits (both handed
+ * to the caller in its stage_result), its result record, and with send_kv the packed KV.
+ *
+ * Threading: a core is used by one thread at a time; different cores are independent. */
+#ifndef STRATA_RUNTIME_STAGE_STAGE_CORE_H
+#define STRATA_RUNTIME_STAGE_STAGE_CORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "reference/model.h"
+#include "runtime/model/model_config.h"
+
+enum stage_link {
+    STAGE_LINK_PREV = 0,
+    STAGE_LINK_NEXT = 1,
+    STAGE_LINK_CLIENT = 2,
+    STAGE_LINK_LOCAL = 3 /* output only: for the driver itself (received KvBlocks) */
+};
+
+struct stage_core_options {
+    const struct model_config *cfg;
+    /* The stage's weights: layers [layer_start, layer_end), with_embed on stage 0,
+     * with_head on the last stage. Borrowed: the caller frees it after the core. */
+    struct reference_model *model;
+    int stage_index; /* r, 0 <= r < num_stages */
+    int num_stages;  /* S >= 1 */
+    int layer_start; /* must match the model's range */
+    int layer_end;
+    int max_seq;          /* KV positions per request (prompt + generated - 1 must fit) */
+    int max_batch;        /* KV slots = concurrent requests on this stage (>= 1) */
+    int chunk_size;       /* prefill rows per chunk on stage 0; 0 -> 64 */
+    int max_batch_tokens; /* rows per microbatch; 0 -> chunk_size + max_batch */
+    int keep_logits;      /* last stage: keep every sampled step's logits for results */
+    int send_kv;          /* send a KvBlock after each request's prefill */
+};
+
+struct stage_core; /* opaque */
+
+/* Allocates the KV cache (max_batch slots of max_seq), activation buffers, prompt rows and
+ * work items (see "Memory" above). Checks the options (range within the model, roles vs
+ * the model's embed/head) with a clear message. */
+int stage_core_init(struct stage_core **out, const struct stage_core_options *opt);
+void stage_core_free(struct stage_core *core); /* accepts NULL */
+
+/* Handles one received frame [len] (copied; the caller keeps its buffer). Returns 0 when
+ * the frame was consumed, including when it made a request fail (that failure goes out
+ * as Error frames and a result). Returns a negative status only when the frame itself is
+ * unusable (does not verify, wrong protocol version, a message kind that makes no sense on
+ * this link): the driver should log strata_last_error() and drop that connection. */
+int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t client_id,
+                        const uint8_t *frame, size_t len);
+
+/* A link died (closed, reset, timed out). Every request this stage holds that depends on
+ * it fails: for PREV / NEXT that is every active request (each uses every stage); for a
+ * client, that client's requests. Errors go out on the remaining links. `reason` is
+ * included in the error messages. */
+int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                            const char *reason);
+
+/* Cancels one request locally as if a Control Cancel had arrived from upstream (stage 0:
+ * from its client). Unknown nonces are ignored. */
+int stage_core_cancel(struct stage_core *core, uint64_t nonce);
+
+/* 1 when stage_core_step() would run something. */
+int stage_core_has_work(const struct stage_core *core);
+
+/* Runs one microbatch. Returns the number of requests it advanced (0: nothing to do) or a
+ * negative status on an internal failure (the affected requests have already failed). */
+int stage_core_step(struct stage_core *core);
+
+/* One outgoing frame. `data` points into the core's reused outgoing buffer (64-byte
+ * aligned): it stays valid until the next call into this core (any stage_core_* function
+ * taking it, pop_frame included). A driver that keeps a frame longer copies it. */
+struct stage_frame {
+    enum stage_link link;
+    uint32_t client_id;  /* STAGE_LINK_CLIENT only */
+    const uint8_t *data; /* [len] one encoded wire Frame (no length prefix) */
+    size_t len;
+};
+
+/* Pops the oldest outgoing frame: returns 1 and fills `out`, or 0 when none is queued. The
+ * previous popped frame's bytes are dead from this call on. */
+int stage_core_pop_frame(struct stage_core *core, struct stage_frame *out);
+
+enum stage_finish {
+    STAGE_FINISH_STOP = 1,      /* a stop id was generated */
+    STAGE_FINISH_LENGTH = 2,    /* max_tokens reached */
+    STAGE_FINISH_CANCELLED = 3, /* cancelled by the client */
+    STAGE_FINISH_ERROR = 4      /* failed: see status and message */
+};
+
+/* What one stage knows about a request when it leaves the stage. */
+struct stage_result {
+    uint64_t nonce;
+    enum stage_finish finish;
+    int status;        /* 0, or the STRATA_E* code of the failure */
+    char message[256]; /* the failure, "" otherwise */
+    int prompt_len;
+    int n_tokens;    /* generated tokens known here (stage 0 and the last stage) */
+    int32_t *tokens; /* [n_tokens] or NULL */
+    int vocab;       /* V */
+    float *logits;   /* last stage with keep_logits: [n_tokens][V], else NULL */
+};
+
+/* Pops the oldest finished request record: 1 and fills `out` (free with
+ * stage_result_free), or 0 when none. */
+int stage_core_pop_result(struct stage_core *core, struct stage_result *out);
+void stage_result_free(struct stage_result *result);
+
+struct stage_core_stats {
+    int active_requests; /* holding a KV slot */
+    int free_slots;
+    uint64_t microbatches; /* stage_core_step() calls that ran work */
+    uint64_t rows;         /* hidden rows computed */
+    uint64_t frames_in, frames_out;
+    uint64_t refused; /* requests refused by admission control */
+};
+void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
+
+/* KV bytes the core holds (all slots at max_seq). */
+size_t stage_core_kv_bytes(const struct stage_core *core);
+
+/* Restores a KvBlock frame (as written by --kv-out) into a fresh slot: only when the
+ * block's layer range equals this stage's (STRATA_ERANGE with both ranges otherwise).
+ * Reports the restored nonce and positions. The slot is then held for that nonce: its
+ * Request (forwarded from upstream) supplies the parameters, and an Activation that
+ * continues at the restored position resumes the request there; a Cancel frees it. (Stage-0 resume
+ * of a migrated request is not implemented: stage 0 always prefills from position 0.) */
+int stage_core_restore_kv(struct stage_core *core, uint64_t *nonce, int *positions,
+                          const uint8_t *frame, size_t len);
+
+#endif

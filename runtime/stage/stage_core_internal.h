@@ -1,0 +1,114 @@
+/* Private state of the stage core, shared by stage_core.c (messages, requests, results)
+ * and stage_core_step.c (the microbatch). Not for other modules: use stage_core.h. */
+#ifndef STRATA_RUNTIME_STAGE_STAGE_CORE_INTERNAL_H
+#define STRATA_RUNTIME_STAGE_STAGE_CORE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "reference/kv_cache.h"
+#include "reference/sampler.h"
+#include "runtime/stage/request.h"
+#include "runtime/stage/stage_core.h"
+#include "wire/message.h"
+
+#define STAGE_RECENT_DEAD 64 /* remembered nonces of requests that ended here */
+
+/* One request held by this stage (it owns KV slot `slot`). */
+struct stage_req {
+    int active;
+    int restored; /* holds restored KV, parameters (its Request) not known yet */
+    uint64_t nonce;
+    int slot;
+    uint32_t client_id; /* stage 0: who asked */
+    struct request_params params;
+    int recv_pos;    /* positions received / queued so far (next expected pos) */
+    int n_generated; /* tokens known here (stage 0: received; last: sampled) */
+    int32_t *tokens; /* [params.max_tokens] */
+    float *logits;   /* last stage with keep_logits: [logits_cap][V], grown on demand */
+    int logits_cap;
+    int32_t *prompt; /* stage 0: [prompt_len], the slot's row of core->prompts */
+    struct sampler sampler;
+    int picked; /* scratch: already has an item in the microbatch being formed */
+};
+
+/* A unit of pending work: one prefill chunk or one decode row of one request. */
+struct stage_item {
+    uint64_t nonce;
+    uint64_t step;
+    int pos;
+    int n_tokens;
+    const int32_t *tokens; /* stage 0: [n_tokens] ids (into the request's prompt or `token`) */
+    int32_t token;         /* stage 0 decode: the fed-back token */
+    float *hidden;         /* other stages: [n_tokens, H] copied from the frame */
+    size_t hidden_cap;     /* floats allocated at `hidden` (kept when the item is recycled) */
+    struct stage_item *next;
+};
+
+/* One queued outgoing frame: bytes [offset, offset + len) of the queue's buffer. */
+struct stage_out_desc {
+    enum stage_link link;
+    uint32_t client_id;
+    size_t offset;
+    size_t len;
+};
+
+/* Outgoing frames, reused buffers (see stage_pool.c). */
+struct stage_out_queue {
+    uint8_t *bytes; /* [cap], 64-byte aligned; frames in [descs[head].offset, used) */
+    size_t cap, used;
+    struct stage_out_desc *descs; /* [descs_cap]; queued: [head, head + count) */
+    size_t descs_cap, head, count;
+};
+
+struct stage_result_node {
+    struct stage_result result;
+    struct stage_result_node *next;
+};
+
+struct stage_core {
+    struct stage_core_options opt;
+    int hidden_size; /* H */
+    int vocab;       /* V */
+    int is_first, is_last;
+    struct kv_cache kv;
+    struct stage_req *reqs; /* [max_batch], indexed by KV slot */
+    struct stage_item *queue_head, *queue_tail;
+    struct stage_item *free_items; /* recycled work items (stage_pool.c) */
+    struct stage_out_queue out;
+    struct stage_result_node *res_head, *res_tail;
+    uint64_t recent_dead[STAGE_RECENT_DEAD];
+    int recent_dead_next;
+    struct wire_arena arena;
+    /* Microbatch buffers. */
+    int32_t *prompts;           /* stage 0: [max_batch, max_seq] prompt ids, row = KV slot */
+    float *hidden;              /* [max_batch_tokens, H] */
+    float *last_rows;           /* [max_batch, H] rows that get logits (last stage) */
+    float *logits;              /* [max_batch, V] */
+    void *sampler_scratch;      /* [2 * V * 4] bytes */
+    struct forward_item *items; /* [max_batch] */
+    struct stage_item **picked; /* [max_batch] */
+    struct stage_core_stats stats;
+};
+
+/* stage_core.c helpers used by the step. */
+struct stage_req *stage_find(struct stage_core *core, uint64_t nonce);
+int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t client_id);
+int stage_emit_raw(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                   const uint8_t *frame, size_t len);
+/* Fails a request: Error frames upstream (up), downstream (down) and to its client on
+ * stage 0, a result, and the slot freed. */
+void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up, int down,
+                const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+/* Stage 0: a token for `req` at `step` (from the ring, or local when S = 1). */
+void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token);
+
+/* stage_pool.c: work items and the outgoing frame queue. */
+int stage_pool_init(struct stage_core *core, int num_items);
+void stage_pool_free(struct stage_core *core); /* queued and free items, frame queue */
+/* A cleared work item whose hidden buffer holds at least [hidden_rows, H] floats; NULL
+ * (with the error set) when out of memory. */
+struct stage_item *stage_item_get(struct stage_core *core, int hidden_rows);
+/* Returns an item to the free list (accepts NULL). */
+void stage_item_put(struct stage_core *core, struct stage_item *item);
+
+#endif

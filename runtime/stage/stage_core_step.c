@@ -1,0 +1,282 @@
+/* Stage core, compute side: forms one microbatch from the pending work (arrival order, at
+ * most one item per request, bounded rows), runs it through the stage's layers with a
+ * single reference_forward() call, and turns the result into outgoing activations (or,
+ * on the last stage, sampled tokens). Also KV restore. Design: stage_core.h. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+#include "runtime/stage/stage_core.h"
+#include "runtime/stage/stage_core_internal.h"
+#include "wire/kv_block.h"
+
+int stage_core_has_work(const struct stage_core *core) {
+    return core->queue_head != NULL;
+}
+
+/* How many requests one microbatch may hold. Stage 0 is the pipeline's scheduler: it cuts
+ * its N active requests into S groups of ceil(N / S), so the groups travel the ring one
+ * behind the other and, with N >= S, every stage has a group to compute at once (one big
+ * batch would visit the stages in turn and leave S - 1 of them idle). Later stages take
+ * whatever has arrived. */
+static int batch_limit(const struct stage_core *core) {
+    int active = 0, S = core->opt.num_stages;
+    if (!core->is_first || S == 1) return core->opt.max_batch;
+    for (int i = 0; i < core->opt.max_batch; i++)
+        active += core->reqs[i].active;
+    return active <= S ? 1 : (active + S - 1) / S;
+}
+
+/* Picks the microbatch into core->picked and unlinks it from the queue; returns its size. */
+static int pick_items(struct stage_core *core, int *rows_out) {
+    int n = 0, rows = 0, limit = batch_limit(core);
+    struct stage_item **link = &core->queue_head;
+    for (int i = 0; i < core->opt.max_batch; i++)
+        core->reqs[i].picked = 0;
+    core->queue_tail = NULL;
+    while (*link) {
+        struct stage_item *it = *link;
+        struct stage_req *req = stage_find(core, it->nonce);
+        int take =
+            req && !req->picked && n < limit && rows + it->n_tokens <= core->opt.max_batch_tokens;
+        if (!req) { /* cannot happen (release() drops a request's items); never spin on it */
+            *link = it->next;
+            stage_item_put(core, it);
+            continue;
+        }
+        req->picked = 1; /* later items of this request wait for the next microbatch */
+        if (take) {
+            *link = it->next;
+            it->next = NULL;
+            core->picked[n++] = it;
+            rows += it->n_tokens;
+        } else {
+            core->queue_tail = it;
+            link = &it->next;
+        }
+    }
+    *rows_out = rows;
+    return n;
+}
+
+static void send_activation(struct stage_core *core, const struct stage_item *it,
+                            const struct stage_req *req, const float *hidden) {
+    struct wire_activation msg;
+    int rc;
+    memset(&msg, 0, sizeof msg);
+    msg.stage_from = core->opt.stage_index;
+    msg.stage_to = core->opt.stage_index + 1;
+    msg.step = it->step;
+    msg.pos = (uint64_t)it->pos;
+    msg.nonce = it->nonce;
+    msg.hidden.defined = 1;
+    msg.hidden.dtype = WIRE_DTYPE_F32;
+    msg.hidden.ndim = 2;
+    msg.hidden.shape[0] = it->n_tokens;
+    msg.hidden.shape[1] = core->hidden_size;
+    msg.hidden.codec = WIRE_CODEC_NONE;
+    msg.hidden.data = hidden;
+    msg.hidden.nbytes = sizeof(float) * (size_t)it->n_tokens * core->hidden_size;
+    rc = wire_build_activation(&core->arena, &msg);
+    if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
+    if (rc < 0)
+        stage_fail(core, (struct stage_req *)req, rc, 1, 1, "stage %d: sending activation: %s",
+                   core->opt.stage_index, strata_last_error());
+}
+
+static void send_kv(struct stage_core *core, struct stage_req *req, uint64_t step) {
+    struct wire_kv_pack pack;
+    int rc;
+    memset(&pack, 0, sizeof pack);
+    rc = wire_kv_pack(&pack, &core->kv, &req->slot, 1);
+    if (rc == 0) {
+        pack.block.stage_from = core->opt.stage_index;
+        pack.block.stage_to = (core->opt.stage_index + 1) % core->opt.num_stages;
+        pack.block.step = step;
+        pack.block.nonce = req->nonce;
+        rc = wire_build_kv_block(&core->arena, &pack.block);
+    }
+    if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
+    wire_kv_pack_free(&pack);
+    if (rc < 0)
+        stage_fail(core, req, rc, 1, 1, "stage %d: sending KV: %s", core->opt.stage_index,
+                   strata_last_error());
+}
+
+/* Stores logits row `step` [V] of a request, growing its buffer geometrically (a request
+ * that stops early never pays for max_tokens rows). */
+static int keep_logits_row(struct stage_req *req, uint64_t step, const float *row, int V) {
+    if (step >= (uint64_t)req->params.max_tokens) return 0;
+    if ((int)step >= req->logits_cap) {
+        int cap = req->logits_cap ? req->logits_cap * 2 : 16;
+        float *grown;
+        if (cap > req->params.max_tokens) cap = req->params.max_tokens;
+        if (cap <= (int)step) cap = (int)step + 1;
+        grown = realloc(req->logits, sizeof(float) * (size_t)cap * V);
+        if (!grown) return STRATA_ENOMEM;
+        req->logits = grown;
+        req->logits_cap = cap;
+    }
+    memcpy(req->logits + step * (size_t)V, row, sizeof(float) * V);
+    return 0;
+}
+
+/* Last stage: logits for the rows that end a prefill or are a decode step, then sampling. */
+static void sample_rows(struct stage_core *core, int n, const int *row_off) {
+    int H = core->hidden_size, V = core->vocab, k = 0, rc;
+    int which[n > 0 ? n : 1];
+    for (int i = 0; i < n; i++) {
+        struct stage_item *it = core->picked[i];
+        struct stage_req *req = stage_find(core, it->nonce);
+        if (!req || row_off[i] < 0) continue;
+        if (it->step == 0 && it->pos + it->n_tokens < req->params.prompt_len)
+            continue; /* a prefill chunk that does not end the prompt */
+        memcpy(core->last_rows + (size_t)k * H,
+               core->hidden + (size_t)(row_off[i] + it->n_tokens - 1) * H, sizeof(float) * H);
+        which[k++] = i;
+    }
+    if (k == 0) return;
+    rc = reference_logits(core->opt.model, core->logits, core->last_rows, k);
+    for (int j = 0; j < k; j++) {
+        struct stage_item *it = core->picked[which[j]];
+        struct stage_req *req = stage_find(core, it->nonce);
+        const float *row = core->logits + (size_t)j * V;
+        int token;
+        if (!req) continue;
+        if (rc < 0) {
+            stage_fail(core, req, rc, 1, 1, "stage %d: logits: %s", core->opt.stage_index,
+                       strata_last_error());
+            continue;
+        }
+        token = sampler_sample(&req->sampler, row, V, core->sampler_scratch);
+        if (token < 0 || token >= V) {
+            stage_fail(core, req, STRATA_EINVAL, 1, 1, "stage %d: sampling failed: %s",
+                       core->opt.stage_index, strata_last_error());
+            continue;
+        }
+        if (core->opt.keep_logits && keep_logits_row(req, it->step, row, V) < 0) {
+            stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory for logits",
+                       core->opt.stage_index);
+            continue;
+        }
+        if (core->is_first) {
+            stage_on_token(core, req, it->step, token); /* S = 1: the ring is local */
+        } else {
+            struct wire_token_result msg;
+            memset(&msg, 0, sizeof msg);
+            req->tokens[req->n_generated++] = token;
+            msg.nonce = req->nonce;
+            msg.step = it->step;
+            msg.tokens = &token;
+            msg.num_tokens = 1;
+            rc = wire_build_token_result(&core->arena, &msg);
+            if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
+            if (rc < 0)
+                stage_fail(core, req, rc, 1, 1, "stage %d: sending token: %s",
+                           core->opt.stage_index, strata_last_error());
+        }
+    }
+}
+
+int stage_core_step(struct stage_core *core) {
+    int H = core->hidden_size, rows = 0, n, n_items = 0, off = 0, rc = 0;
+    int row_off[core->opt.max_batch];
+    n = pick_items(core, &rows);
+    if (n == 0) return 0;
+    for (int i = 0; i < n; i++) {
+        struct stage_item *it = core->picked[i];
+        struct stage_req *req = stage_find(core, it->nonce);
+        float *dst = core->hidden + (size_t)off * H;
+        row_off[i] = -1;
+        if (core->is_first) {
+            const int32_t *ids = it->tokens ? it->tokens : &it->token;
+            rc = reference_embed(core->opt.model, dst, ids, it->n_tokens);
+            if (rc < 0) {
+                stage_fail(core, req, rc, 0, 1, "stage 0: embedding: %s", strata_last_error());
+                continue;
+            }
+        } else {
+            memcpy(dst, it->hidden, sizeof(float) * (size_t)it->n_tokens * H);
+        }
+        core->items[n_items] =
+            (struct forward_item){.slot = req->slot, .pos = it->pos, .n_tokens = it->n_tokens};
+        row_off[i] = off;
+        off += it->n_tokens;
+        n_items++;
+    }
+    if (n_items > 0) {
+        rc = reference_forward(core->opt.model, &core->kv, core->hidden, core->items, n_items);
+        if (rc < 0) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", strata_last_error());
+            for (int i = 0; i < n; i++) {
+                struct stage_req *req = stage_find(core, core->picked[i]->nonce);
+                if (req && row_off[i] >= 0)
+                    stage_fail(core, req, rc, 1, 1, "stage %d: forward failed: %s",
+                               core->opt.stage_index, why);
+            }
+        } else {
+            core->stats.microbatches++;
+            core->stats.rows += (uint64_t)off;
+            if (core->is_last) {
+                sample_rows(core, n, row_off);
+            } else {
+                for (int i = 0; i < n; i++) {
+                    struct stage_item *it = core->picked[i];
+                    struct stage_req *req = stage_find(core, it->nonce);
+                    if (!req || row_off[i] < 0) continue;
+                    send_activation(core, it, req, core->hidden + (size_t)row_off[i] * H);
+                    req = stage_find(core, it->nonce);
+                    if (req && core->opt.send_kv && it->step == 0 &&
+                        it->pos + it->n_tokens == req->params.prompt_len)
+                        send_kv(core, req, it->step);
+                }
+            }
+        }
+    }
+    for (int i = 0; i < n; i++)
+        stage_item_put(core, core->picked[i]);
+    return rc < 0 ? rc : n;
+}
+
+int stage_core_restore_kv(struct stage_core *core, uint64_t *nonce, int *positions,
+                          const uint8_t *frame, size_t len) {
+    struct wire_kv_block block;
+    struct stage_req *req;
+    int slot, rc = wire_read_kv_block(&block, frame, len);
+    if (rc < 0) return rc;
+    if (block.layer_start != core->opt.layer_start || block.layer_end != core->opt.layer_end)
+        return strata_set_error(STRATA_ERANGE,
+                                "KV block holds layers [%d, %d) but this stage owns [%d, %d): "
+                                "a cache is restored only into an equal layer range",
+                                block.layer_start, block.layer_end, core->opt.layer_start,
+                                core->opt.layer_end);
+    if (block.nonce == 0)
+        return strata_set_error(STRATA_EFORMAT, "KV block has the reserved request nonce 0");
+    if (block.num_lengths != 1)
+        return strata_set_error(STRATA_EFORMAT, "KV block holds %zu requests, expected 1",
+                                block.num_lengths);
+    if (stage_find(core, block.nonce))
+        return strata_set_error(STRATA_EINVAL, "request nonce %llu is already active",
+                                (unsigned long long)block.nonce);
+    rc = kv_cache_acquire(&core->kv, &slot);
+    if (rc < 0)
+        return strata_set_error(rc, "no free KV slot to restore into (--max-batch %d)",
+                                core->opt.max_batch);
+    rc = wire_kv_restore(&core->kv, &slot, 1, &block);
+    if (rc < 0) {
+        kv_cache_release(&core->kv, slot);
+        return rc;
+    }
+    req = &core->reqs[slot];
+    memset(req, 0, sizeof *req);
+    req->active = 1;
+    req->restored = 1;
+    req->nonce = block.nonce;
+    req->slot = slot;
+    req->recv_pos = block.lengths[0];
+    *nonce = block.nonce;
+    *positions = block.lengths[0];
+    return 0;
+}

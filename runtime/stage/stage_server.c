@@ -1,0 +1,519 @@
+/* strata-stage's event loop: acceptor thread + poll() loop around the stage core.
+ * Why a thread for accepting: the Hello handshake blocks, and two stages that connect to
+ * each other (the ring with S = 2, or any restart) would otherwise both wait in their
+ * client handshakes. With accepting on its own thread a handshake is always answered.
+ * See stage_server.h for the connection model. */
+#include "runtime/stage/stage_server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/base/status.h"
+#include "wire/transport.h"
+
+#define MAX_CLIENTS 64
+#define MAX_HANDOFF 16
+#define HANDSHAKE_TIMEOUT_MS 3000
+#define CONNECT_TIMEOUT_MS 1000
+#define BACKOFF_MIN_MS 50
+#define BACKOFF_MAX_MS 1000
+#define CLIENT_MAX_FRAME ((size_t)64 << 20) /* a request: prompt ids + parameters */
+
+static int log_stage = -1;
+static enum stage_log_level log_max = STAGE_LOG_INFO;
+
+void stage_log_setup(int stage_index, enum stage_log_level level) {
+    log_stage = stage_index;
+    log_max = level;
+}
+
+void stage_log(enum stage_log_level level, const char *fmt, ...) {
+    static const char *names[] = {"error", "warn", "info", "debug"};
+    char line[2048];
+    struct timespec ts;
+    va_list ap;
+    if (level > log_max) return;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    fprintf(stderr, "[stage %d %ld.%03ld] %s: %s\n", log_stage, (long)ts.tv_sec,
+            ts.tv_nsec / 1000000, names[level], line);
+    fflush(stderr);
+}
+
+static int64_t now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+struct handoff {
+    struct wire_conn conn;
+    struct wire_hello peer;
+};
+
+struct server {
+    struct stage_core *core;
+    const struct stage_server_options *opt;
+    volatile sig_atomic_t *stop;
+    struct wire_listener listener;
+    struct wire_hello self;
+    pthread_t acceptor;
+    int acceptor_started;
+    atomic_int acceptor_stop; /* set by the loop when it ends (the signal flag is not shared) */
+    int wake[2];              /* acceptor -> loop */
+    pthread_mutex_t lock;
+    struct handoff pending[MAX_HANDOFF];
+    int num_pending;
+    /* Loop-owned connections (fd -1 when absent). */
+    struct wire_conn prev, next;
+    struct wire_conn clients[MAX_CLIENTS];
+    uint32_t client_ids[MAX_CLIENTS];
+    uint32_t next_client_id;
+    int64_t next_retry_ms;
+    int backoff_ms;
+    int64_t prev_rx_ms, next_rx_ms; /* last frame received on each stage link */
+    int64_t last_ping_ms;
+    uint64_t ping_seq;
+    int next_failures;
+    char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
+};
+
+static void *acceptor_main(void *arg) {
+    struct server *s = arg;
+    while (!atomic_load(&s->acceptor_stop)) {
+        struct handoff h;
+        int rc;
+        memset(&h, 0, sizeof h);
+        rc = wire_accept(&h.conn, &s->listener, 0, 200);
+        if (rc == STRATA_ETIMEOUT) continue;
+        if (rc < 0) {
+            stage_log(STAGE_LOG_WARN, "accept failed: %s", strata_last_error());
+            usleep(100000);
+            continue;
+        }
+        rc = wire_handshake_server(&h.peer, &h.conn, &s->self, s->opt->key, HANDSHAKE_TIMEOUT_MS);
+        if (rc < 0) {
+            stage_log(STAGE_LOG_WARN, "refused connection from %s: %s", h.conn.peer,
+                      strata_last_error());
+            wire_close(&h.conn);
+            continue;
+        }
+        pthread_mutex_lock(&s->lock);
+        if (s->num_pending < MAX_HANDOFF) {
+            s->pending[s->num_pending++] = h;
+            h.conn.fd = -1;
+            h.conn.rx = NULL;
+        }
+        pthread_mutex_unlock(&s->lock);
+        if (h.conn.fd >= 0) {
+            stage_log(STAGE_LOG_WARN, "too many pending connections: closing %s", h.conn.peer);
+            wire_close(&h.conn);
+        } else if (write(s->wake[1], "x", 1) < 0) {
+            stage_log(STAGE_LOG_DEBUG, "wake write: %s", strerror(errno));
+        }
+    }
+    return NULL;
+}
+
+static const char *link_name(enum stage_link link) {
+    switch (link) {
+    case STAGE_LINK_PREV: return "upstream";
+    case STAGE_LINK_NEXT: return "downstream";
+    case STAGE_LINK_CLIENT: return "client";
+    default: return "local";
+    }
+}
+
+static void link_down(struct server *s, enum stage_link link, uint32_t client_id,
+                      struct wire_conn *conn, const char *reason) {
+    stage_log(link == STAGE_LINK_CLIENT ? STAGE_LOG_INFO : STAGE_LOG_WARN, "%s link %s lost: %s",
+              link_name(link), conn->peer, reason);
+    wire_close(conn);
+    conn->fd = -1;
+    stage_core_on_link_down(s->core, link, client_id, reason);
+    if (link == STAGE_LINK_NEXT) {
+        s->backoff_ms = BACKOFF_MIN_MS;
+        s->next_retry_ms = now_ms() + s->backoff_ms;
+    }
+}
+
+/* Adopts a handshaken connection as upstream or client, or refuses it. */
+static void adopt(struct server *s, struct handoff *h) {
+    const struct stage_server_options *o = s->opt;
+    int want = (o->stage_index - 1 + o->num_stages) % o->num_stages;
+    if (h->peer.role == WIRE_ROLE_CLIENT) {
+        if (o->stage_index != 0) {
+            wire_send_error(&h->conn, STRATA_EINVAL, 0, "clients connect to stage 0 only");
+            wire_close(&h->conn);
+            return;
+        }
+        for (int i = 0; i < MAX_CLIENTS; i++) {
+            if (s->clients[i].fd < 0) {
+                s->clients[i] = h->conn;
+                s->clients[i].max_frame = CLIENT_MAX_FRAME;
+                s->client_ids[i] = ++s->next_client_id;
+                stage_log(STAGE_LOG_DEBUG, "client %u connected from %s", s->client_ids[i],
+                          h->conn.peer);
+                return;
+            }
+        }
+        wire_send_error(&h->conn, STRATA_EBUSY, 0, "too many clients");
+        wire_close(&h->conn);
+        return;
+    }
+    if (o->num_stages < 2 || h->peer.stage_index != want ||
+        h->peer.layer_end != (o->stage_index == 0 ? o->num_layers : o->layer_start)) {
+        char why[256];
+        snprintf(why, sizeof why,
+                 "stage %d expects upstream stage %d ending at layer %d, got stage %d with layers "
+                 "[%d, %d)",
+                 o->stage_index, want, o->stage_index == 0 ? o->num_layers : o->layer_start,
+                 h->peer.stage_index, h->peer.layer_start, h->peer.layer_end);
+        stage_log(STAGE_LOG_WARN, "refused %s: %s", h->conn.peer, why);
+        wire_send_error(&h->conn, STRATA_EINVAL, 0, why);
+        wire_close(&h->conn);
+        return;
+    }
+    if (s->prev.fd >= 0)
+        link_down(s, STAGE_LINK_PREV, 0, &s->prev, "replaced by a new upstream connection");
+    s->prev = h->conn;
+    s->prev_rx_ms = now_ms();
+    stage_log(STAGE_LOG_INFO, "upstream stage %d connected from %s", h->peer.stage_index,
+              h->conn.peer);
+}
+
+static int read_port_file(const char *path) {
+    FILE *f = fopen(path, "r");
+    int port = -1;
+    if (!f) return -1;
+    if (fscanf(f, "%d", &port) != 1) port = -1;
+    fclose(f);
+    return port;
+}
+
+static void try_connect_next(struct server *s) {
+    const struct stage_server_options *o = s->opt;
+    struct wire_hello peer;
+    int port = o->next_port_file ? read_port_file(o->next_port_file) : o->next_port;
+    int want = (o->stage_index + 1) % o->num_stages, rc;
+    if (port <= 0) {
+        rc = strata_set_error(STRATA_ENOTFOUND, "next stage port not known yet");
+    } else {
+        rc = wire_connect(&s->next, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
+        if (rc == 0)
+            rc = wire_handshake_client(&peer, &s->next, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
+        if (rc == 0 &&
+            (peer.stage_index != want || peer.layer_start != (want == 0 ? 0 : o->layer_end)))
+            rc = strata_set_error(STRATA_EINVAL,
+                                  "next hop is stage %d with layers [%d, %d), expected stage %d "
+                                  "starting at layer %d",
+                                  peer.stage_index, peer.layer_start, peer.layer_end, want,
+                                  want == 0 ? 0 : o->layer_end);
+    }
+    if (rc < 0) {
+        wire_close(&s->next);
+        s->next.fd = -1;
+        s->next_failures++;
+        int changed = strncmp(s->next_error, strata_last_error(), sizeof s->next_error - 1) != 0;
+        snprintf(s->next_error, sizeof s->next_error, "%s", strata_last_error());
+        stage_log(changed || s->next_failures == 1 || s->next_failures % 50 == 0 ? STAGE_LOG_INFO
+                                                                                 : STAGE_LOG_DEBUG,
+                  "connecting to the next stage (attempt %d): %s", s->next_failures, s->next_error);
+        s->next_retry_ms = now_ms() + s->backoff_ms;
+        s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
+        return;
+    }
+    stage_log(STAGE_LOG_INFO, "connected to next stage %d at %s", want, s->next.peer);
+    s->next_rx_ms = now_ms();
+    s->next_failures = 0;
+    s->next_error[0] = '\0';
+    s->backoff_ms = BACKOFF_MIN_MS;
+}
+
+static int write_file_atomic(const char *path, const void *data, size_t len) {
+    char tmp[4096];
+    FILE *f;
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    f = fopen(tmp, "wb");
+    if (!f) return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    if (fwrite(data, 1, len, f) != len || fclose(f) != 0) {
+        unlink(tmp);
+        return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, path) != 0)
+        return strata_set_error(STRATA_EIO, "cannot rename %s to %s: %s", tmp, path,
+                                strerror(errno));
+    return 0;
+}
+
+/* Sends every frame the core queued; a failed send takes that link down. */
+static void flush(struct server *s) {
+    struct stage_frame f;
+    while (stage_core_pop_frame(s->core, &f)) {
+        struct wire_conn *conn = NULL;
+        uint32_t cid = 0;
+        int timeout = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
+        if (f.link == STAGE_LINK_LOCAL) {
+            if (!s->opt->recv_kv || !s->opt->kv_out_path) {
+                stage_log(STAGE_LOG_WARN, "dropped a KV block (start with --recv-kv --kv-out)");
+            } else if (write_file_atomic(s->opt->kv_out_path, f.data, f.len) < 0) {
+                stage_log(STAGE_LOG_ERROR, "--kv-out: %s", strata_last_error());
+            } else {
+                stage_log(STAGE_LOG_INFO, "wrote a %zu-byte KV block to %s", f.len,
+                          s->opt->kv_out_path);
+            }
+        } else if (f.link == STAGE_LINK_PREV) {
+            conn = &s->prev;
+        } else if (f.link == STAGE_LINK_NEXT) {
+            conn = &s->next;
+        } else {
+            for (int i = 0; i < MAX_CLIENTS; i++)
+                if (s->clients[i].fd >= 0 && s->client_ids[i] == f.client_id)
+                    conn = &s->clients[i], cid = f.client_id;
+        }
+        if (conn && conn->fd >= 0) {
+            if (wire_send_frame(conn, f.data, f.len, timeout) < 0) {
+                char why[1024];
+                snprintf(why, sizeof why, "send failed: %s", strata_last_error());
+                link_down(s, f.link, cid, conn, why);
+            }
+        } else if (f.link == STAGE_LINK_NEXT) {
+            stage_core_on_link_down(s->core, STAGE_LINK_NEXT, 0, "next stage is not connected");
+        }
+    }
+}
+
+static void drain_results(struct server *s) {
+    struct stage_result r;
+    while (stage_core_pop_result(s->core, &r)) {
+        if (r.finish == STAGE_FINISH_ERROR) {
+            stage_log(STAGE_LOG_ERROR, "request %llu failed (%s): %s", (unsigned long long)r.nonce,
+                      strata_status_name(r.status), r.message);
+        } else if (r.finish == STAGE_FINISH_CANCELLED) {
+            stage_log(STAGE_LOG_INFO, "request %llu cancelled: %s", (unsigned long long)r.nonce,
+                      r.message);
+        } else {
+            stage_log(STAGE_LOG_INFO, "request %llu finished (%s): prompt %d, %d tokens",
+                      (unsigned long long)r.nonce,
+                      r.finish == STAGE_FINISH_STOP ? "stop" : "length", r.prompt_len, r.n_tokens);
+            if (s->opt->out_path && r.logits) {
+                if (stage_write_out(s->opt->out_path, &r) < 0)
+                    stage_log(STAGE_LOG_ERROR, "--out: %s", strata_last_error());
+                else
+                    stage_log(STAGE_LOG_INFO, "wrote %s", s->opt->out_path);
+            }
+        }
+        stage_result_free(&r);
+    }
+}
+
+/* Reads one frame from a readable connection and feeds it to the core. */
+static void serve_conn(struct server *s, struct wire_conn *conn, enum stage_link link,
+                       uint32_t cid) {
+    const uint8_t *frame;
+    size_t len;
+    int timeout = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
+    int rc = wire_recv_frame(conn, &frame, &len, timeout);
+    if (rc < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "%s",
+                 rc == STRATA_ECLOSED ? "peer closed the connection" : strata_last_error());
+        link_down(s, link, cid, conn, why);
+        return;
+    }
+    if (link == STAGE_LINK_PREV)
+        s->prev_rx_ms = now_ms();
+    else if (link == STAGE_LINK_NEXT)
+        s->next_rx_ms = now_ms();
+    rc = stage_core_on_frame(s->core, link, cid, frame, len);
+    if (rc < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "bad frame: %s", strata_last_error());
+        wire_send_error(conn, rc, 0, why);
+        link_down(s, link, cid, conn, why);
+    }
+}
+
+/* Serves the frames already waiting on a readable connection (up to a bound, so one busy
+ * peer cannot starve the others), so the next microbatch sees everything that arrived. */
+static void serve_ready(struct server *s, struct wire_conn *conn, enum stage_link link,
+                        uint32_t cid) {
+    for (int i = 0; i < 32; i++) {
+        int fd = conn->fd;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        serve_conn(s, conn, link, cid);
+        if (conn->fd != fd || conn->fd < 0 || poll(&p, 1, 0) != 1 || !(p.revents & POLLIN)) return;
+    }
+}
+
+static void take_handoffs(struct server *s) {
+    char buf[64];
+    while (read(s->wake[0], buf, sizeof buf) > 0) {
+    }
+    pthread_mutex_lock(&s->lock);
+    for (int i = 0; i < s->num_pending; i++)
+        adopt(s, &s->pending[i]);
+    s->num_pending = 0;
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Dead-peer detection for peers that stop answering without closing (hung process, lost
+ * network): every quarter of --peer-timeout-ms a Ping goes out on both stage links (the
+ * peer's core answers Pong); a link that delivered nothing for the whole timeout is taken
+ * down, which fails its requests like a closed connection. The timeout must exceed the
+ * longest microbatch, since a computing stage answers only between microbatches. */
+static void keepalive(struct server *s) {
+    int64_t now = now_ms(), timeout = s->opt->peer_timeout_ms;
+    struct wire_control ping = {.kind = WIRE_CONTROL_PING};
+    struct wire_arena arena;
+    char why[128];
+    if (timeout <= 0) return;
+    if (s->prev.fd >= 0 && now - s->prev_rx_ms > timeout) {
+        snprintf(why, sizeof why, "no frame for %lld ms (peer hung or unreachable)",
+                 (long long)(now - s->prev_rx_ms));
+        link_down(s, STAGE_LINK_PREV, 0, &s->prev, why);
+    }
+    if (s->next.fd >= 0 && now - s->next_rx_ms > timeout) {
+        snprintf(why, sizeof why, "no frame for %lld ms (peer hung or unreachable)",
+                 (long long)(now - s->next_rx_ms));
+        link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
+    }
+    if (now - s->last_ping_ms < timeout / 4 || wire_arena_init(&arena, 256) < 0) return;
+    s->last_ping_ms = now;
+    ping.seq = ++s->ping_seq;
+    if (wire_build_control(&arena, &ping) == 0) {
+        if (s->prev.fd >= 0 && wire_send_frame(&s->prev, wire_arena_frame(&arena),
+                                               wire_arena_frame_len(&arena), 1000) < 0)
+            link_down(s, STAGE_LINK_PREV, 0, &s->prev, "ping failed");
+        if (s->next.fd >= 0 && wire_send_frame(&s->next, wire_arena_frame(&arena),
+                                               wire_arena_frame_len(&arena), 1000) < 0)
+            link_down(s, STAGE_LINK_NEXT, 0, &s->next, "ping failed");
+    }
+    wire_arena_free(&arena);
+}
+
+static void loop_once(struct server *s) {
+    struct pollfd fds[3 + MAX_CLIENTS];
+    int who[3 + MAX_CLIENTS], n = 0, timeout;
+    int64_t now = now_ms();
+    if (s->opt->num_stages > 1 && s->next.fd < 0 && now >= s->next_retry_ms) try_connect_next(s);
+    fds[n] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
+    who[n++] = -3;
+    if (s->prev.fd >= 0) {
+        fds[n] = (struct pollfd){.fd = s->prev.fd, .events = POLLIN};
+        who[n++] = -1;
+    }
+    if (s->next.fd >= 0) {
+        fds[n] = (struct pollfd){.fd = s->next.fd, .events = POLLIN};
+        who[n++] = -2;
+    }
+    for (int i = 0; i < MAX_CLIENTS; i++) {
+        if (s->clients[i].fd >= 0) {
+            fds[n] = (struct pollfd){.fd = s->clients[i].fd, .events = POLLIN};
+            who[n++] = i;
+        }
+    }
+    timeout = 100;
+    if (s->opt->num_stages > 1 && s->next.fd < 0) {
+        int64_t wait = s->next_retry_ms - now;
+        timeout = wait < 0 ? 0 : wait < timeout ? (int)wait : timeout;
+    }
+    if (stage_core_has_work(s->core)) timeout = 0;
+    if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
+        stage_log(STAGE_LOG_WARN, "poll: %s", strerror(errno));
+    for (int i = 0; i < n; i++) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        if (who[i] == -3)
+            take_handoffs(s);
+        else if (who[i] == -1 && s->prev.fd == fds[i].fd)
+            serve_ready(s, &s->prev, STAGE_LINK_PREV, 0);
+        else if (who[i] == -2 && s->next.fd == fds[i].fd)
+            serve_ready(s, &s->next, STAGE_LINK_NEXT, 0);
+        else if (who[i] >= 0 && s->clients[who[i]].fd == fds[i].fd)
+            serve_ready(s, &s->clients[who[i]], STAGE_LINK_CLIENT, s->client_ids[who[i]]);
+        flush(s);
+    }
+    if (stage_core_has_work(s->core)) {
+        if (s->opt->step_delay_ms > 0) usleep((useconds_t)s->opt->step_delay_ms * 1000);
+        if (stage_core_step(s->core) < 0)
+            stage_log(STAGE_LOG_ERROR, "microbatch failed: %s", strata_last_error());
+    }
+    flush(s);
+    keepalive(s);
+    flush(s);
+    drain_results(s);
+}
+
+int stage_server_run(struct stage_core *core, const struct stage_server_options *opt,
+                     volatile sig_atomic_t *stop) {
+    struct server *s = calloc(1, sizeof *s);
+    int rc;
+    if (!s) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    s->core = core;
+    s->opt = opt;
+    s->stop = stop;
+    s->listener.fd = -1;
+    s->wake[0] = s->wake[1] = -1;
+    s->prev.fd = s->next.fd = -1;
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        s->clients[i].fd = -1;
+    s->backoff_ms = BACKOFF_MIN_MS;
+    pthread_mutex_init(&s->lock, NULL);
+    s->self.version_major = WIRE_VERSION_MAJOR;
+    s->self.version_minor = WIRE_VERSION_MINOR;
+    s->self.has_fingerprint = 1;
+    memcpy(s->self.fingerprint, opt->fingerprint, WIRE_FINGERPRINT_BYTES);
+    s->self.stage_index = opt->stage_index;
+    s->self.layer_start = opt->layer_start;
+    s->self.layer_end = opt->layer_end;
+    s->self.role = WIRE_ROLE_STAGE;
+    snprintf(s->self.name, sizeof s->self.name, "strata-stage %d", opt->stage_index);
+    rc = wire_listen(&s->listener, opt->listen_host, opt->listen_port);
+    if (rc < 0) goto done;
+    stage_log(STAGE_LOG_INFO, "listening on %s:%d",
+              opt->listen_host ? opt->listen_host : "127.0.0.1", s->listener.port);
+    if (opt->port_file) {
+        char text[32];
+        int len = snprintf(text, sizeof text, "%d\n", s->listener.port);
+        rc = write_file_atomic(opt->port_file, text, (size_t)len);
+        if (rc < 0) goto done;
+    }
+    if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
+        rc = strata_set_error(STRATA_EIO, "pipe2: %s", strerror(errno));
+        goto done;
+    }
+    if (pthread_create(&s->acceptor, NULL, acceptor_main, s) != 0) {
+        rc = strata_set_error(STRATA_EIO, "cannot start the acceptor thread");
+        goto done;
+    }
+    s->acceptor_started = 1;
+    while (!*stop)
+        loop_once(s);
+    rc = 0;
+done:
+    atomic_store(&s->acceptor_stop, 1);
+    if (s->acceptor_started) pthread_join(s->acceptor, NULL);
+    wire_listener_close(&s->listener);
+    for (int i = 0; i < s->num_pending; i++)
+        wire_close(&s->pending[i].conn);
+    wire_close(&s->prev);
+    wire_close(&s->next);
+    for (int i = 0; i < MAX_CLIENTS; i++)
+        wire_close(&s->clients[i]);
+    if (s->wake[0] >= 0) close(s->wake[0]);
+    if (s->wake[1] >= 0) close(s->wake[1]);
+    pthread_mutex_destroy(&s->lock);
+    free(s);
+    return rc;
+}

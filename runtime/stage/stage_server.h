@@ -1,0 +1,60 @@
+/* The TCP driver of one pipeline stage (the event loop of strata-stage).
+ *
+ * Around an I/O-free stage core (stage_core.h) it keeps:
+ *   - a listening socket served by an acceptor thread, which runs the authenticated Hello
+ *     handshake (wire/auth.h) on each new connection and hands it to the loop: the
+ *     upstream stage (stage r-1; for stage 0 the last stage closing the ring) and, on
+ *     stage 0, any number of clients;
+ *   - one persistent connection to the next stage (for the last stage: stage 0), made by
+ *     the loop and re-made with exponential backoff (50 ms .. 1 s) whenever it drops.
+ * A poll() loop reads frames, feeds the core, runs one microbatch when there is work and
+ * sends what the core queued. A connection that closes, resets or times out is reported
+ * to the core, which fails every affected request with an Error that travels to the
+ * client; new requests are served again once the neighbour is back.
+ * The acceptor thread only handshakes; every core call happens on the loop's thread. */
+#ifndef STRATA_RUNTIME_STAGE_STAGE_SERVER_H
+#define STRATA_RUNTIME_STAGE_STAGE_SERVER_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "runtime/stage/stage_core.h"
+#include "wire/auth.h"
+
+enum stage_log_level { STAGE_LOG_ERROR = 0, STAGE_LOG_WARN, STAGE_LOG_INFO, STAGE_LOG_DEBUG };
+
+struct stage_server_options {
+    int stage_index, num_stages;
+    int layer_start, layer_end, num_layers;
+    const char *listen_host;    /* NULL = 127.0.0.1 */
+    int listen_port;            /* 0 = any free port */
+    const char *port_file;      /* if set, the bound port is written here */
+    const char *next_host;      /* NULL = 127.0.0.1 */
+    int next_port;              /* used when next_port_file is NULL */
+    const char *next_port_file; /* re-read before every connect attempt */
+    const struct wire_auth_key *key;
+    uint8_t fingerprint[WIRE_FINGERPRINT_BYTES];
+    int recv_kv;             /* accept KvBlocks from upstream */
+    const char *kv_out_path; /* write received KvBlocks here */
+    const char *out_path;    /* last stage: tokens + logits of finished requests */
+    enum stage_log_level log_level;
+    int io_timeout_ms;   /* send / receive-a-started-frame limit; 0 = 5000 */
+    int step_delay_ms;   /* testing: sleep before each microbatch (a slow device) */
+    int peer_timeout_ms; /* a stage link silent this long is dead (pings keep it alive); 0 = off */
+};
+
+/* Runs until *stop becomes non-zero (signal handler). Returns 0, or a negative status
+ * when the stage cannot run at all (listen failed). */
+int stage_server_run(struct stage_core *core, const struct stage_server_options *opt,
+                     volatile sig_atomic_t *stop);
+
+/* Writes a finished request's generated ids (I32 [n]) and logits (F32 [n, V], when kept)
+ * to a safetensors file, atomically (temp file + rename). */
+int stage_write_out(const char *path, const struct stage_result *result);
+
+/* Logs one line to stderr as "[stage r] LEVEL message" when level <= the configured one. */
+void stage_log(enum stage_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void stage_log_setup(int stage_index, enum stage_log_level level);
+
+#endif
