@@ -85,3 +85,103 @@ float *kv_cache_k(const struct kv_cache *kv, int slot, int layer, int kv_head) {
 float *kv_cache_v(const struct kv_cache *kv, int slot, int layer, int kv_head) {
     return kv->v + head_offset(kv, slot, layer, kv_head);
 }
+
+/* Both directions copy len x head_dim contiguous floats per (layer, batch row, head): the
+ * cache keeps each (slot, layer, head) as [max_seq][head_dim] rows. */
+static size_t handoff_offset(const struct kv_handoff *h, int l, int b, int head) {
+    return (((size_t)l * h->batch + b) * h->kv_heads + head) * (size_t)h->seq * h->head_dim;
+}
+
+static int check_slots(const struct kv_cache *kv, const int *slots, int num_slots,
+                       const char *what) {
+    if (num_slots <= 0 || !slots)
+        return strata_set_error(STRATA_EINVAL, "%s: no slots given", what);
+    for (int b = 0; b < num_slots; ++b)
+        if (slots[b] < 0 || slots[b] >= kv->num_slots || !kv->in_use[slots[b]])
+            return strata_set_error(STRATA_EINVAL, "%s: slot %d is not an in-use slot of the cache",
+                                    what, slots[b]);
+    return 0;
+}
+
+int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *slots,
+                  int num_slots) {
+    int seq = 0, layers = kv->layer_end - kv->layer_start;
+    memset(out, 0, sizeof *out);
+    int rc = check_slots(kv, slots, num_slots, "kv pack");
+    if (rc < 0) return rc;
+    for (int b = 0; b < num_slots; ++b)
+        if (kv->len[slots[b]] > seq) seq = kv->len[slots[b]];
+    *out = (struct kv_handoff){.layer_start = kv->layer_start,
+                               .layer_end = kv->layer_end,
+                               .batch = num_slots,
+                               .kv_heads = kv->num_kv_heads,
+                               .seq = seq,
+                               .head_dim = kv->head_dim};
+    size_t numel = kv_handoff_numel(out);
+    /* One block: k, v, then the lengths (f32 then i32: alignment holds). */
+    float *k = calloc(2 * numel * sizeof(float) + (size_t)num_slots * sizeof(int32_t), 1);
+    if (!k)
+        return strata_set_error(STRATA_ENOMEM, "kv pack: cannot allocate %zu floats", 2 * numel);
+    float *v = k + numel;
+    int32_t *lengths = (int32_t *)(v + numel);
+    for (int l = 0; l < layers; ++l)
+        for (int b = 0; b < num_slots; ++b)
+            for (int h = 0; h < kv->num_kv_heads; ++h) {
+                size_t dst = handoff_offset(out, l, b, h);
+                size_t count = (size_t)kv->len[slots[b]] * kv->head_dim * sizeof(float);
+                int layer = kv->layer_start + l;
+                memcpy(k + dst, kv_cache_k(kv, slots[b], layer, h), count);
+                memcpy(v + dst, kv_cache_v(kv, slots[b], layer, h), count);
+            }
+    for (int b = 0; b < num_slots; ++b)
+        lengths[b] = kv->len[slots[b]];
+    out->k = k;
+    out->v = v;
+    out->lengths = lengths;
+    out->owned = k;
+    return 0;
+}
+
+static int check_handoff(const struct kv_cache *kv, int num_slots, const struct kv_handoff *in) {
+    if (in->layer_start != kv->layer_start || in->layer_end != kv->layer_end)
+        return strata_set_error(
+            STRATA_ERANGE, "kv restore: block holds layers [%d, %d) but the cache holds [%d, %d)",
+            in->layer_start, in->layer_end, kv->layer_start, kv->layer_end);
+    if (in->kv_heads != kv->num_kv_heads || in->head_dim != kv->head_dim || in->seq < 0)
+        return strata_set_error(STRATA_EFORMAT,
+                                "kv restore: block shape [%d, %d, %d, %d, %d] does not fit a cache "
+                                "of %d layers, %d kv heads, head_dim %d",
+                                in->layer_end - in->layer_start, in->batch, in->kv_heads, in->seq,
+                                in->head_dim, kv->layer_end - kv->layer_start, kv->num_kv_heads,
+                                kv->head_dim);
+    if (in->batch != num_slots)
+        return strata_set_error(STRATA_EINVAL,
+                                "kv restore: block has %d batch rows, %d slots given", in->batch,
+                                num_slots);
+    for (int b = 0; b < num_slots; ++b)
+        if (in->lengths[b] < 0 || in->lengths[b] > in->seq || in->lengths[b] > kv->max_seq)
+            return strata_set_error(STRATA_ERANGE,
+                                    "kv restore: row %d holds %d positions, cache capacity %d", b,
+                                    (int)in->lengths[b], kv->max_seq);
+    return 0;
+}
+
+int kv_cache_restore(struct kv_cache *kv, const int *slots, int num_slots,
+                     const struct kv_handoff *in) {
+    int rc = check_handoff(kv, num_slots, in);
+    if (rc == 0) rc = check_slots(kv, slots, num_slots, "kv restore");
+    if (rc < 0) return rc;
+    const uint8_t *k = in->k, *v = in->v;
+    for (int l = 0; l < kv->layer_end - kv->layer_start; ++l)
+        for (int b = 0; b < num_slots; ++b)
+            for (int h = 0; h < kv->num_kv_heads; ++h) {
+                size_t src = handoff_offset(in, l, b, h) * sizeof(float);
+                size_t count = (size_t)in->lengths[b] * kv->head_dim * sizeof(float);
+                int layer = kv->layer_start + l;
+                memcpy(kv_cache_k(kv, slots[b], layer, h), k + src, count);
+                memcpy(kv_cache_v(kv, slots[b], layer, h), v + src, count);
+            }
+    for (int b = 0; b < num_slots; ++b)
+        kv->len[slots[b]] = in->lengths[b];
+    return 0;
+}

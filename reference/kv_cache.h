@@ -9,6 +9,8 @@
 
 #include <stddef.h>
 
+#include "runtime/model/decoder_io.h"
+
 struct kv_cache {
     int layer_start, layer_end; /* absolute layer range held */
     int num_kv_heads;
@@ -36,5 +38,17 @@ void kv_cache_release(struct kv_cache *kv, int slot);
 /* Pointer to [max_seq][head_dim] keys (or values) of one absolute layer and kv head. */
 float *kv_cache_k(const struct kv_cache *kv, int slot, int layer, int kv_head);
 float *kv_cache_v(const struct kv_cache *kv, int slot, int layer, int kv_head);
+
+/* KV handoff (the cache's owner packs it; runtime/model/decoder_io.h gives the layout).
+ * Packs slots [num_slots] (each in use) into `out`, which owns its buffers afterwards
+ * (kv_handoff_free). */
+int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *slots,
+                  int num_slots);
+/* Restores batch row b of `in` into slots[b] for every b < num_slots (num_slots must equal
+ * in->batch), replacing their contents and lengths, bit for bit. Refuses a handoff whose
+ * layer range (STRATA_ERANGE), kv_heads or head_dim (STRATA_EFORMAT) differ from the cache,
+ * or whose lengths exceed its capacity (STRATA_ERANGE), naming both values. */
+int kv_cache_restore(struct kv_cache *kv, const int *slots, int num_slots,
+                     const struct kv_handoff *in);
 
 #endif

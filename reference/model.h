@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "reference/kv_cache.h"
+#include "runtime/model/decoder_io.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 
@@ -59,21 +60,7 @@ int reference_model_num_threads(const struct reference_model *m);
 /* hidden [n, H] = embed_tokens[tokens[i]]; error on token id outside [0, V). */
 int reference_embed(const struct reference_model *m, float *hidden, const int32_t *tokens, int n);
 
-/* One request's share of a forward batch: `n_tokens` consecutive rows of the hidden
- * buffer belonging to KV slot `slot`, at cache positions pos .. pos+n_tokens-1. */
-struct forward_item {
-    int slot;
-    int pos;
-    int n_tokens;
-    /* M-RoPE position ids [3][n_tokens] (t, h, w rows), or NULL for 1-D positions
-     * equal to the cache positions (text-only; spec §5.1 reduces to plain RoPE). */
-    const int32_t *mrope_positions;
-    /* DeepStack (spec §5.4): NULL, or [num_deepstack][n_tokens][H] features added to the
-     * output of absolute layer k (k < num_deepstack) on rows where visual_mask[i] != 0. */
-    const float *deepstack;
-    const uint8_t *visual_mask; /* [n_tokens] */
-    int num_deepstack;
-};
+/* struct forward_item (one request's rows of a microbatch): runtime/model/decoder_io.h. */
 
 /* Runs the owned layers over hidden [sum n_tokens, H] in place (rows in item order),
  * appending each item's keys/values to its slot in `kv`. Fails (STRATA_ERANGE) if any item

@@ -9,13 +9,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reference/model.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
-#include "runtime/model/stage_plan.h"
 #include "runtime/model/stage_tensors.h"
 #include "runtime/stage/stage_core.h"
+#include "runtime/stage/stage_open.h"
 #include "runtime/stage/stage_server.h"
 #include "wire/auth.h"
 
@@ -27,47 +26,48 @@ static void on_signal(int sig) {
 }
 
 static void usage(FILE *out) {
-    fprintf(out,
-            "usage: strata-stage (--model DIR | --hf-config FILE --weights PATH)\n"
-            "                    --num-stages S (--stage-idx R | --stage-idx R --layer-start A "
-            "--layer-end B)\n"
-            "                    [--listen [ADDR:]PORT] [--port-file F]\n"
-            "                    [--next-host H] (--next-port P | --next-port-file F)\n"
-            "                    [options]\n"
-            "Runs stage R of an S-stage pipeline over TCP. Stage 0 embeds and serves clients;\n"
-            "the last stage samples and sends tokens back to stage 0 (--next-* of the last\n"
-            "stage point at stage 0).\n"
-            "  --model DIR            Hugging Face model directory (config.json + safetensors)\n"
-            "  --hf-config FILE       config.json (with --weights)\n"
-            "  --weights PATH         model.safetensors, its directory or an index.json\n"
-            "  --num-stages S         pipeline length (>= 1)\n"
-            "  --stage-idx R          this stage (0 .. S-1); layers default to the even split\n"
-            "  --layer-start A --layer-end B  explicit layer range [A, B)\n"
-            "  --listen [ADDR:]PORT   listen address (default 127.0.0.1:0 = any free port)\n"
-            "  --port-file F          write the bound port to F\n"
-            "  --next-host H          next stage host (default 127.0.0.1)\n"
-            "  --next-port P          next stage port\n"
-            "  --next-port-file F     read the next stage's port from F (re-read on reconnect)\n"
-            "  --device cpu|cuda:N    compute device (only cpu in this build)\n"
-            "  --threads T            matmul threads (default 1)\n"
-            "  --max-seq N            KV positions per request (default 512)\n"
-            "  --max-batch B          concurrent requests = KV slots (default 8)\n"
-            "  --chunk-size C         prefill chunk rows (default 64)\n"
-            "  --send-kv              send each request's KV after its prefill activation\n"
-            "  --recv-kv              accept KV blocks from upstream\n"
-            "  --kv-out FILE          write received KV blocks to FILE\n"
-            "  --kv-restore FILE      restore a KV block (equal layer range only) at start\n"
-            "  --out FILE             last stage: tokens + logits of the latest finished\n"
-            "                         request, rewritten atomically as each one finishes\n"
-            "                         (safetensors: tokens I32 [n], logits F32 [n, V])\n"
-            "  --auth-key-file F      pre-shared key (else $STRATA_AUTH_KEY; none = no auth)\n"
-            "  --peer-timeout-ms MS   a neighbour silent this long is dead (pinged; default "
-            "10000, 0 = off)\n"
-            "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
-            "  --log-level L          error|warn|info|debug (default info)\n"
-            "  --help                 this text\n"
-            "Exit codes: 0 ok (stopped by SIGINT/SIGTERM), 1 runtime failure (listen, device),\n"
-            "2 bad command line or shard, 3 bad model, config or weights.\n");
+    fprintf(
+        out,
+        "usage: strata-stage (--model DIR | --hf-config FILE --weights PATH)\n"
+        "                    --num-stages S (--stage-idx R | --stage-idx R --layer-start A "
+        "--layer-end B)\n"
+        "                    [--listen [ADDR:]PORT] [--port-file F]\n"
+        "                    [--next-host H] (--next-port P | --next-port-file F)\n"
+        "                    [options]\n"
+        "Runs stage R of an S-stage pipeline over TCP. Stage 0 embeds and serves clients;\n"
+        "the last stage samples and sends tokens back to stage 0 (--next-* of the last\n"
+        "stage point at stage 0).\n"
+        "  --model DIR            Hugging Face model directory (config.json + safetensors)\n"
+        "  --hf-config FILE       config.json (with --weights)\n"
+        "  --weights PATH         model.safetensors, its directory or an index.json\n"
+        "  --num-stages S         pipeline length (>= 1)\n"
+        "  --stage-idx R          this stage (0 .. S-1); layers default to the even split\n"
+        "  --layer-start A --layer-end B  explicit layer range [A, B)\n"
+        "  --listen [ADDR:]PORT   listen address (default 127.0.0.1:0 = any free port)\n"
+        "  --port-file F          write the bound port to F\n"
+        "  --next-host H          next stage host (default 127.0.0.1)\n"
+        "  --next-port P          next stage port\n"
+        "  --next-port-file F     read the next stage's port from F (re-read on reconnect)\n"
+        "  --device cpu|cuda:N    compute backend (default cpu; this build has no CUDA backend)\n"
+        "  --threads T            matmul threads (default 1)\n"
+        "  --max-seq N            KV positions per request (default 512)\n"
+        "  --max-batch B          concurrent requests = KV slots (default 8)\n"
+        "  --chunk-size C         prefill chunk rows (default 64)\n"
+        "  --send-kv              send each request's KV after its prefill activation\n"
+        "  --recv-kv              accept KV blocks from upstream\n"
+        "  --kv-out FILE          write received KV blocks to FILE\n"
+        "  --kv-restore FILE      restore a KV block (equal layer range only) at start\n"
+        "  --out FILE             last stage: tokens + logits of the latest finished\n"
+        "                         request, rewritten atomically as each one finishes\n"
+        "                         (safetensors: tokens I32 [n], logits F32 [n, V])\n"
+        "  --auth-key-file F      pre-shared key (else $STRATA_AUTH_KEY; none = no auth)\n"
+        "  --peer-timeout-ms MS   a neighbour silent this long is dead (pinged; default "
+        "10000, 0 = off)\n"
+        "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
+        "  --log-level L          error|warn|info|debug (default info)\n"
+        "  --help                 this text\n"
+        "Exit codes: 0 ok (stopped by SIGINT/SIGTERM), 1 runtime failure (listen, device),\n"
+        "2 bad command line or shard, 3 bad model, config or weights.\n");
 }
 
 struct args {
@@ -290,47 +290,185 @@ static int read_whole_file(char **out, size_t *len, const char *path) {
     return 0;
 }
 
-/* Lists every tensor the shard needs that the checkpoint lacks or has in another shape,
- * all of them (the status message alone is truncated), before loading anything. */
-static int check_tensors(const struct model_config *cfg, const struct safetensors *st,
-                         const struct args *a) {
-    struct stage_tensor_list list;
-    struct stage_role role = {.layer_start = a->layer_start,
-                              .layer_end = a->layer_end,
-                              .with_embed = a->stage_idx == 0,
-                              .with_head = a->stage_idx == a->num_stages - 1};
+/* STRATA_E* of a failed open -> the documented exit code. */
+static int open_exit_code(int rc) {
+    switch (rc) {
+    case STRATA_ERANGE:
+    case STRATA_EINVAL: return STRATA_EXIT_USAGE; /* the shard or a flag */
+    case STRATA_ENOTFOUND:
+    case STRATA_EFORMAT: return STRATA_EXIT_INPUT; /* config, weights, tensors */
+    default: return STRATA_EXIT_FAILURE;           /* device, memory */
+    }
+}
+
+/* Everything strata-stage holds while it runs. */
+struct run {
+    struct model_config cfg;
+    char *config_json;
+    size_t config_len;
+    struct safetensors *st;
+    struct stage stage;
+    struct wire_auth_key key;
+    char listen_host[256];
+    int listen_port;
+};
+
+static void run_close(struct run *r) {
+    stage_close(&r->stage);
+    safetensors_close(r->st);
+    wire_auth_key_clear(&r->key);
+    free(r->config_json);
+}
+
+static int open_config(struct run *r, const struct args *a) {
+    char config_path[4096];
+    if (a->model_dir)
+        snprintf(config_path, sizeof config_path, "%s/config.json", a->model_dir);
+    else
+        snprintf(config_path, sizeof config_path, "%s", a->hf_config);
+    if (read_whole_file(&r->config_json, &r->config_len, config_path) < 0 ||
+        model_config_parse(&r->cfg, r->config_json, r->config_len, config_path) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    return STRATA_EXIT_OK;
+}
+
+/* Config, shard, weights, backend and core: returns an exit code (0 = opened). */
+static int open_stage(struct run *r, const struct args *a) {
+    struct stage_tensor_list report;
+    struct stage_role role;
     const char *source = a->model_dir ? a->model_dir : a->weights;
-    int rc;
-    memset(&list, 0, sizeof list);
-    rc = stage_tensor_list_build(&list, cfg, &role, st);
-    if (rc == 0) rc = stage_tensor_list_check(&list, st, source);
+    int code = open_config(r, a), rc;
+    if (code != STRATA_EXIT_OK) return code;
+    /* The shard first: a bad range is a command-line error whatever the weights hold. */
+    rc = stage_role_for(&role, &r->cfg, a->stage_idx, a->num_stages, a->layer_start, a->layer_end);
     if (rc < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        if (list.count > 0) {
+        return STRATA_EXIT_USAGE;
+    }
+    if (safetensors_open(&r->st, source) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    rc = stage_open(&r->stage,
+                    &(struct stage_open_options){.cfg = &r->cfg,
+                                                 .weights = r->st,
+                                                 .weights_source = source,
+                                                 .stage_index = a->stage_idx,
+                                                 .num_stages = a->num_stages,
+                                                 .layer_start = role.layer_start,
+                                                 .layer_end = role.layer_end,
+                                                 .device = a->device,
+                                                 .num_threads = a->threads,
+                                                 .max_seq = a->max_seq,
+                                                 .max_batch = a->max_batch,
+                                                 .chunk_size = a->chunk_size,
+                                                 .keep_logits = role.with_head && a->out,
+                                                 .send_kv = a->send_kv},
+                    &report);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        if (report.count > 0) {
             fprintf(stderr,
                     "strata-stage: every missing or mis-shaped tensor of layers [%d, %d):\n",
-                    a->layer_start, a->layer_end);
-            stage_tensor_list_report(stderr, &list, st);
+                    role.layer_start, role.layer_end);
+            stage_tensor_list_report(stderr, &report, r->st);
         }
+        stage_tensor_list_free(&report);
+        return open_exit_code(rc);
     }
-    stage_tensor_list_free(&list);
-    return rc;
+    return STRATA_EXIT_OK;
+}
+
+/* The startup summary: every line read from the backend that computes. */
+static void print_summary(const struct run *r) {
+    const struct model_config *cfg = &r->cfg;
+    struct stage_core_info info;
+    char summary[512], device[512];
+    stage_core_get_info(r->stage.core, &info);
+    model_config_describe(cfg, summary, sizeof summary);
+    stage_backend_describe(r->stage.backend, device, sizeof device);
+    printf("strata-stage %d of %d\n", info.stage_index, info.num_stages);
+    printf("config: %s\n", summary);
+    printf("config: hidden %d, heads %d, kv heads %d, head_dim %d, layers %d, vocab %d, MoE %s",
+           cfg->hidden_size, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->num_layers,
+           cfg->vocab_size, cfg->num_experts > 0 ? "yes" : "no");
+    if (cfg->num_experts > 0)
+        printf(" (%d experts, top-%d)", cfg->num_experts, cfg->num_experts_per_tok);
+    printf("\nshard: layers [%d, %d) of %d%s%s\n", info.role.layer_start, info.role.layer_end,
+           info.num_layers, info.role.with_embed ? ", embedding" : "",
+           info.role.with_head ? ", final norm + lm_head" : "");
+    printf("%s\n", device);
+    printf("kv cache: %d slots x %d positions = %zu bytes\n", info.max_batch, info.max_seq,
+           stage_core_kv_bytes(r->stage.core));
+    fflush(stdout);
+}
+
+static int restore_kv(struct run *r, const char *path) {
+    char *kv_bytes = NULL;
+    size_t kv_len = 0;
+    uint64_t nonce;
+    int positions;
+    struct stage_core_info info;
+    if (read_whole_file(&kv_bytes, &kv_len, path) < 0 ||
+        stage_core_restore_kv(r->stage.core, &nonce, &positions, (const uint8_t *)kv_bytes,
+                              kv_len) < 0) {
+        fprintf(stderr, "strata-stage: --kv-restore %s: %s\n", path, strata_last_error());
+        free(kv_bytes);
+        return STRATA_EXIT_INPUT;
+    }
+    free(kv_bytes);
+    stage_core_get_info(r->stage.core, &info);
+    printf("kv restore: request %llu, %d positions, layers [%d, %d) from %s\n",
+           (unsigned long long)nonce, positions, info.role.layer_start, info.role.layer_end, path);
+    fflush(stdout);
+    return STRATA_EXIT_OK;
+}
+
+/* Serves until SIGINT/SIGTERM: returns the exit code. */
+static int serve(struct run *r, const struct args *a) {
+    struct stage_server_options so;
+    int last = a->stage_idx == a->num_stages - 1;
+    if (wire_auth_key_load(&r->key, a->auth_key_file, NULL) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_USAGE;
+    }
+    memset(&so, 0, sizeof so);
+    so.listen_port = r->listen_port;
+    so.listen_host = r->listen_host;
+    so.port_file = a->port_file;
+    so.next_host = a->next_host;
+    so.next_port = a->next_port;
+    so.next_port_file = a->next_port_file;
+    so.key = &r->key;
+    so.recv_kv = a->recv_kv;
+    so.kv_out_path = a->kv_out;
+    so.out_path = last ? a->out : NULL;
+    so.log_level = a->log_level;
+    so.step_delay_ms = a->step_delay_ms;
+    so.peer_timeout_ms = a->peer_timeout_ms;
+    if (wire_model_fingerprint(so.fingerprint, r->config_json, r->config_len, "float32") < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    if (a->out && !last)
+        stage_log(STAGE_LOG_WARN, "--out is written by the last stage only; ignored here");
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if (stage_server_run(r->stage.core, &so, &stop_flag) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    return STRATA_EXIT_OK;
 }
 
 int main(int argc, char **argv) {
     struct args a;
-    struct model_config cfg;
-    struct safetensors *st = NULL;
-    struct reference_model *model = NULL;
-    struct stage_core *core = NULL;
-    struct wire_auth_key key;
-    struct stage_server_options so;
-    struct stage_core_options co;
-    char config_path[4096], listen_host[256], summary[512], *config_json = NULL;
-    size_t config_len = 0;
-    int code = STRATA_EXIT_FAILURE, L, first, last;
-    memset(&key, 0, sizeof key);
-    int parsed = parse_args(&a, argc, argv), listen_port;
+    struct run r;
+    int code, parsed = parse_args(&a, argc, argv);
+    memset(&r, 0, sizeof r);
     if (parsed == 1) {
         usage(stdout);
         return STRATA_EXIT_OK;
@@ -342,165 +480,12 @@ int main(int argc, char **argv) {
         return STRATA_EXIT_USAGE;
     }
     stage_log_setup(a.stage_idx, a.log_level);
-    if (parse_listen(a.listen, listen_host, sizeof listen_host, &listen_port) < 0)
+    if (parse_listen(a.listen, r.listen_host, sizeof r.listen_host, &r.listen_port) < 0)
         return STRATA_EXIT_USAGE;
-    if (strcmp(a.device, "cpu") != 0) {
-        fprintf(stderr,
-                "strata-stage: device '%s' is not available: this build runs the CPU "
-                "reference backend only (--device cpu)\n",
-                a.device);
-        return strncmp(a.device, "cuda:", 5) == 0 ? STRATA_EXIT_FAILURE : STRATA_EXIT_USAGE;
-    }
-    if (a.model_dir)
-        snprintf(config_path, sizeof config_path, "%s/config.json", a.model_dir);
-    else
-        snprintf(config_path, sizeof config_path, "%s", a.hf_config);
-    if (read_whole_file(&config_json, &config_len, config_path) < 0 ||
-        model_config_parse(&cfg, config_json, config_len, config_path) < 0) {
-        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        code = STRATA_EXIT_INPUT;
-        goto done;
-    }
-    L = cfg.num_layers;
-    if (a.layer_start < 0) { /* even split (runtime/model/stage_plan.h) */
-        struct stage_range *ranges = calloc((size_t)a.num_stages, sizeof *ranges);
-        if (!ranges || stage_plan_even(ranges, L, a.num_stages) < 0) {
-            fprintf(stderr,
-                    "strata-stage: stage %d of %d: the shard is empty or out of range: %s\n",
-                    a.stage_idx, a.num_stages, ranges ? strata_last_error() : "out of memory");
-            free(ranges);
-            code = STRATA_EXIT_USAGE;
-            goto done;
-        }
-        a.layer_start = ranges[a.stage_idx].layer_start;
-        a.layer_end = ranges[a.stage_idx].layer_end;
-        free(ranges);
-    }
-    first = a.stage_idx == 0;
-    last = a.stage_idx == a.num_stages - 1;
-    if (a.layer_start >= a.layer_end || a.layer_end > L || (first && a.layer_start != 0) ||
-        (last && a.layer_end != L)) {
-        fprintf(stderr,
-                "strata-stage: stage %d of %d gets layers [%d, %d) of a %d-layer model: the shard "
-                "is empty or out of range (stage 0 must start at 0, the last must end at %d)\n",
-                a.stage_idx, a.num_stages, a.layer_start, a.layer_end, L, L);
-        code = STRATA_EXIT_USAGE;
-        goto done;
-    }
-    if (safetensors_open(&st, a.model_dir ? a.model_dir : a.weights) < 0) {
-        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        code = STRATA_EXIT_INPUT;
-        goto done;
-    }
-    if (check_tensors(&cfg, st, &a) < 0) {
-        code = STRATA_EXIT_INPUT;
-        goto done;
-    }
-    if (reference_model_load(&model, &cfg, st,
-                             &(struct reference_load_options){.layer_start = a.layer_start,
-                                                              .layer_end = a.layer_end,
-                                                              .with_embed = first,
-                                                              .with_head = last,
-                                                              .num_threads = a.threads}) < 0) {
-        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        code = STRATA_EXIT_INPUT;
-        goto done;
-    }
-    memset(&co, 0, sizeof co);
-    co.cfg = &cfg;
-    co.model = model;
-    co.stage_index = a.stage_idx;
-    co.num_stages = a.num_stages;
-    co.layer_start = a.layer_start;
-    co.layer_end = a.layer_end;
-    co.max_seq = a.max_seq;
-    co.max_batch = a.max_batch;
-    co.chunk_size = a.chunk_size;
-    co.keep_logits = last && a.out != NULL;
-    co.send_kv = a.send_kv;
-    if (stage_core_init(&core, &co) < 0) {
-        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        goto done;
-    }
-    model_config_describe(&cfg, summary, sizeof summary);
-    printf("strata-stage %d of %d\n", a.stage_idx, a.num_stages);
-    printf("config: %s\n", summary);
-    printf("config: hidden %d, heads %d, kv heads %d, head_dim %d, layers %d, vocab %d, MoE %s",
-           cfg.hidden_size, cfg.num_heads, cfg.num_kv_heads, cfg.head_dim, L, cfg.vocab_size,
-           cfg.num_experts > 0 ? "yes" : "no");
-    if (cfg.num_experts > 0)
-        printf(" (%d experts, top-%d)", cfg.num_experts, cfg.num_experts_per_tok);
-    printf("\nshard: layers [%d, %d) of %d%s%s\n", a.layer_start, a.layer_end, L,
-           first ? ", embedding" : "", last ? ", final norm + lm_head" : "");
-    printf("device: cpu, %d thread%s\n", a.threads, a.threads == 1 ? "" : "s");
-    printf("weights: %d tensors, %zu bytes (+%zu bytes widened)\n",
-           reference_model_num_tensors(model), reference_model_weight_bytes(model),
-           reference_model_extra_bytes(model));
-    printf("kv cache: %d slots x %d positions = %zu bytes\n", a.max_batch, a.max_seq,
-           stage_core_kv_bytes(core));
-    fflush(stdout);
-    if (a.kv_restore) {
-        char *kv_bytes = NULL;
-        size_t kv_len = 0;
-        uint64_t nonce;
-        int positions;
-        if (read_whole_file(&kv_bytes, &kv_len, a.kv_restore) < 0 ||
-            stage_core_restore_kv(core, &nonce, &positions, (const uint8_t *)kv_bytes, kv_len) <
-                0) {
-            fprintf(stderr, "strata-stage: --kv-restore %s: %s\n", a.kv_restore,
-                    strata_last_error());
-            free(kv_bytes);
-            code = STRATA_EXIT_INPUT;
-            goto done;
-        }
-        free(kv_bytes);
-        printf("kv restore: request %llu, %d positions, layers [%d, %d) from %s\n",
-               (unsigned long long)nonce, positions, a.layer_start, a.layer_end, a.kv_restore);
-        fflush(stdout);
-    }
-    if (wire_auth_key_load(&key, a.auth_key_file, NULL) < 0) {
-        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        code = STRATA_EXIT_USAGE;
-        goto done;
-    }
-    memset(&so, 0, sizeof so);
-    so.listen_port = listen_port;
-    so.stage_index = a.stage_idx;
-    so.num_stages = a.num_stages;
-    so.layer_start = a.layer_start;
-    so.layer_end = a.layer_end;
-    so.num_layers = L;
-    so.listen_host = listen_host;
-    so.port_file = a.port_file;
-    so.next_host = a.next_host;
-    so.next_port = a.next_port;
-    so.next_port_file = a.next_port_file;
-    so.key = &key;
-    so.recv_kv = a.recv_kv;
-    so.kv_out_path = a.kv_out;
-    so.out_path = last ? a.out : NULL;
-    so.log_level = a.log_level;
-    so.step_delay_ms = a.step_delay_ms;
-    so.peer_timeout_ms = a.peer_timeout_ms;
-    if (wire_model_fingerprint(so.fingerprint, config_json, config_len, "float32") < 0) {
-        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        goto done;
-    }
-    if (a.out && !last)
-        stage_log(STAGE_LOG_WARN, "--out is written by the last stage only; ignored here");
-    signal(SIGPIPE, SIG_IGN);
-    signal(SIGINT, on_signal);
-    signal(SIGTERM, on_signal);
-    if (stage_server_run(core, &so, &stop_flag) < 0) {
-        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        goto done;
-    }
-    code = STRATA_EXIT_OK;
-done:
-    stage_core_free(core);
-    reference_model_free(model);
-    safetensors_close(st);
-    wire_auth_key_clear(&key);
-    free(config_json);
+    code = open_stage(&r, &a);
+    if (code == STRATA_EXIT_OK) print_summary(&r);
+    if (code == STRATA_EXIT_OK && a.kv_restore) code = restore_kv(&r, a.kv_restore);
+    if (code == STRATA_EXIT_OK) code = serve(&r, &a);
+    run_close(&r);
     return code;
 }

@@ -62,6 +62,7 @@ static const char usage_text[] =
     "                        fixed --row-cost-us per row and layer (deterministic times)\n"
     "  --row-cost-us US      fixed cost per hidden row per layer (default 1)\n"
     "  --threads N           matmul threads per stage (default 1)\n"
+    "  --device cpu|cuda:N   every stage's backend (default cpu; this build has no CUDA backend)\n"
     "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic\n"
     "  --chunk N             prefill chunk rows (default: stage core's)\n"
     "  -h, --help            this text\n"
@@ -247,6 +248,8 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
             cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
         } else if (!strcmp(name, "--threads"))
             bad = parse_int(&cli->sim.num_threads, v, 1, 256);
+        else if (!strcmp(name, "--device"))
+            cli->sim.device = v;
         else if (!strcmp(name, "--chunk"))
             bad = parse_int(&cli->sim.chunk_size, v, 1, 1 << 20);
         else

@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reference/model.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/request.h"
 #include "runtime/stage/stage_core.h"
+#include "runtime/stage/stage_open.h"
 #include "sim/stage_thread.h"
 #include "sim/virtual_clock.h"
 #include "wire/message.h"
@@ -39,11 +39,9 @@ struct inbox_item {
 
 struct sim_stage {
     struct stage_thread thread;
-    const struct safetensors *weights;
-    struct reference_model *model;
-    struct stage_core *core;
-    struct reference_load_options load;
-    struct stage_core_options core_opt;
+    struct stage stage;      /* backend + core (runtime/stage/stage_open.h) */
+    struct stage_core *core; /* stage.core */
+    struct stage_open_options open;
     int dead;
     int busy;
     int link_down[3];         /* per stage_link (PREV, NEXT, CLIENT): connection gone */
@@ -265,10 +263,9 @@ static int stage_send(struct sim *sim, int r, enum stage_link link, uint8_t *dat
 /* Runs on the stage's thread: loads its layer range and builds its core. */
 static int stage_load(void *arg) {
     struct sim_stage *st = arg;
-    int rc = reference_model_load(&st->model, st->core_opt.cfg, st->weights, &st->load);
-    if (rc < 0) return rc;
-    st->core_opt.model = st->model;
-    return stage_core_init(&st->core, &st->core_opt);
+    int rc = stage_open(&st->stage, &st->open, NULL);
+    st->core = st->stage.core;
+    return rc;
 }
 
 /* Sends every frame the core has queued and collects its finished-request records. */
@@ -331,7 +328,7 @@ static int stage_maybe_step(struct sim *sim, int r) {
     switch (sim->opt->compute) {
     case SIM_COMPUTE_CPU: charged = st->thread.cpu_ns; break;
     case SIM_COMPUTE_FIXED:
-        charged = (int64_t)rows * (st->load.layer_end - st->load.layer_start) *
+        charged = (int64_t)rows * (st->open.layer_end - st->open.layer_start) *
                   sim->opt->row_layer_cost_ns;
         break;
     default: charged = st->thread.wall_ns; break;
@@ -611,23 +608,20 @@ static int build_stages(struct sim *sim) {
         struct sim_stage *st = &sim->stages[r];
         rc = stage_thread_start(&st->thread);
         if (rc < 0) return rc;
-        st->weights = opt->weights;
-        st->load.layer_start = opt->split.bounds[r];
-        st->load.layer_end = opt->split.bounds[r + 1];
-        st->load.with_embed = r == 0;
-        st->load.with_head = r == S - 1;
-        st->load.num_threads = opt->num_threads;
-        st->core_opt.cfg = opt->cfg;
-        st->core_opt.stage_index = r;
-        st->core_opt.num_stages = S;
-        st->core_opt.layer_start = st->load.layer_start;
-        st->core_opt.layer_end = st->load.layer_end;
-        st->core_opt.max_seq = max_seq;
-        st->core_opt.max_batch = opt->num_requests;
-        st->core_opt.chunk_size = opt->chunk_size;
-        st->core_opt.keep_logits = opt->keep_logits && r == S - 1;
-        sim->report->stages[r].layer_start = st->load.layer_start;
-        sim->report->stages[r].layer_end = st->load.layer_end;
+        st->open = (struct stage_open_options){.cfg = opt->cfg,
+                                               .weights = opt->weights,
+                                               .stage_index = r,
+                                               .num_stages = S,
+                                               .layer_start = opt->split.bounds[r],
+                                               .layer_end = opt->split.bounds[r + 1],
+                                               .device = opt->device,
+                                               .num_threads = opt->num_threads,
+                                               .max_seq = max_seq,
+                                               .max_batch = opt->num_requests,
+                                               .chunk_size = opt->chunk_size,
+                                               .keep_logits = opt->keep_logits && r == S - 1};
+        sim->report->stages[r].layer_start = st->open.layer_start;
+        sim->report->stages[r].layer_end = st->open.layer_end;
     }
     for (int r = 0; r < S; r++) {
         int submitted = stage_thread_submit(&sim->stages[r].thread, stage_load, &sim->stages[r]);
@@ -693,8 +687,8 @@ static void teardown(struct sim *sim) {
         for (int r = 0; r < sim->num_stages; r++) {
             struct sim_stage *st = &sim->stages[r];
             stage_thread_stop(&st->thread);
-            stage_core_free(st->core);
-            if (st->model) reference_model_free(st->model);
+            stage_close(&st->stage);
+            st->core = NULL;
             stage_clear_inbox(st);
         }
     if (sim->last_tokens)

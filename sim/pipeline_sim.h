@@ -65,7 +65,8 @@ struct sim_options {
     int num_requests;                        /* R, all sent at virtual time 0 */
     const struct sim_request_spec *requests; /* [num_requests] */
     int num_threads;                         /* matmul threads per stage model */
-    int chunk_size;                          /* prefill chunk rows (0: stage core default) */
+    const char *device; /* each stage's backend: "cpu" (NULL) or "cuda[:N]" (backend.h) */
+    int chunk_size;     /* prefill chunk rows (0: stage core default) */
     enum sim_compute_model compute;
     int64_t row_layer_cost_ns; /* SIM_COMPUTE_FIXED: cost of one row through one layer */
     int kill_stage;            /* -1: none */

@@ -1,10 +1,9 @@
-/* The whole wire API in one include: messages and codec, transport, handshake, KV blocks. */
+/* The whole wire API in one include: messages and codec, transport, handshake. */
 #ifndef STRATA_WIRE_WIRE_H
 #define STRATA_WIRE_WIRE_H
 
 #include "wire/auth.h"
 #include "wire/codec.h"
-#include "wire/kv_block.h"
 #include "wire/message.h"
 #include "wire/transport.h"
 

@@ -11,64 +11,87 @@
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_core_internal.h"
 #include "wire/codec.h"
-#include "wire/kv_block.h"
 
-int stage_core_init(struct stage_core **out, const struct stage_core_options *opt) {
-    struct stage_core *core = NULL;
-    const struct model_config *cfg = opt->cfg;
-    int rc;
-    *out = NULL;
-    if (!cfg || !opt->model)
-        return strata_set_error(STRATA_EINVAL, "stage core needs a config and a model");
+/* The backend's role must be the one this stage plays in an S-stage ring that covers
+ * [0, L): stage 0 embeds from layer 0, the last stage ends at L and holds the head. */
+static int check_role(const struct stage_core_options *opt) {
+    const struct stage_backend *be = opt->backend;
+    const struct stage_role *r = &be->role;
+    int L = be->cfg->num_layers, first = opt->stage_index == 0;
+    int last = opt->stage_index == opt->num_stages - 1;
     if (opt->num_stages < 1 || opt->stage_index < 0 || opt->stage_index >= opt->num_stages)
         return strata_set_error(STRATA_ERANGE, "stage index %d is outside [0, %d)",
                                 opt->stage_index, opt->num_stages);
-    if (opt->layer_start < 0 || opt->layer_end > cfg->num_layers ||
-        opt->layer_start >= opt->layer_end)
+    if (r->layer_start < 0 || r->layer_end > L || r->layer_start >= r->layer_end)
         return strata_set_error(STRATA_ERANGE, "layer range [%d, %d) is empty or outside [0, %d)",
-                                opt->layer_start, opt->layer_end, cfg->num_layers);
-    if (opt->max_seq < 1 || opt->max_batch < 1 || opt->chunk_size < 0 || opt->max_batch_tokens < 0)
+                                r->layer_start, r->layer_end, L);
+    if ((first && r->layer_start != 0) || (last && r->layer_end != L))
+        return strata_set_error(STRATA_ERANGE,
+                                "stage %d of %d gets layers [%d, %d) of a %d-layer model (stage 0 "
+                                "must start at 0, the last must end at %d)",
+                                opt->stage_index, opt->num_stages, r->layer_start, r->layer_end, L,
+                                L);
+    if (!r->with_embed != !first || !r->with_head != !last)
+        return strata_set_error(STRATA_EINVAL,
+                                "stage %d of %d needs a backend %s the embedding and %s the head, "
+                                "but it has%s embedding and%s head",
+                                opt->stage_index, opt->num_stages, first ? "with" : "without",
+                                last ? "with" : "without", r->with_embed ? " the" : " no",
+                                r->with_head ? " the" : " no");
+    return 0;
+}
+
+int stage_core_init(struct stage_core **out, const struct stage_core_options *opt) {
+    struct stage_core *core = NULL;
+    const struct stage_backend *be = opt->backend;
+    int rc;
+    *out = NULL;
+    if (!be || !be->cfg)
+        return strata_set_error(STRATA_EINVAL, "stage core needs a backend with a config");
+    rc = check_role(opt);
+    if (rc < 0) return rc;
+    if (be->max_seq < 1 || be->num_slots < 1 || opt->chunk_size < 0 || opt->max_batch_tokens < 0)
         return strata_set_error(STRATA_EINVAL,
                                 "max_seq (%d) and max_batch (%d) must be >= 1, chunk sizes >= 0",
-                                opt->max_seq, opt->max_batch);
+                                be->max_seq, be->num_slots);
     core = calloc(1, sizeof *core);
     if (!core) return strata_set_error(STRATA_ENOMEM, "out of memory for the stage core");
     core->opt = *opt;
+    core->be = opt->backend;
+    core->max_batch = be->num_slots;
+    core->max_seq = be->max_seq;
     if (core->opt.chunk_size == 0) core->opt.chunk_size = 64;
     if (core->opt.max_batch_tokens == 0)
-        core->opt.max_batch_tokens = core->opt.chunk_size + core->opt.max_batch;
+        core->opt.max_batch_tokens = core->opt.chunk_size + core->max_batch;
     if (core->opt.max_batch_tokens < core->opt.chunk_size)
         core->opt.max_batch_tokens = core->opt.chunk_size;
-    core->hidden_size = cfg->hidden_size;
-    core->vocab = cfg->vocab_size;
+    core->hidden_size = be->cfg->hidden_size;
+    core->vocab = be->cfg->vocab_size;
     core->is_first = opt->stage_index == 0;
     core->is_last = opt->stage_index == opt->num_stages - 1;
-    rc = kv_cache_init(&core->kv, opt->layer_start, opt->layer_end, cfg->num_kv_heads,
-                       cfg->head_dim, opt->max_seq, opt->max_batch);
-    if (rc < 0) goto fail;
     rc = wire_arena_init(&core->arena, 0);
     if (rc < 0) goto fail;
-    rc = stage_pool_init(core, opt->max_batch);
+    rc = stage_pool_init(core, core->max_batch);
     if (rc < 0) goto fail;
     rc = STRATA_ENOMEM;
-    core->reqs = calloc((size_t)opt->max_batch, sizeof *core->reqs);
+    core->reqs = calloc((size_t)core->max_batch, sizeof *core->reqs);
     core->hidden = malloc(sizeof(float) * (size_t)core->opt.max_batch_tokens * core->hidden_size);
-    core->items = calloc((size_t)opt->max_batch, sizeof *core->items);
-    core->picked = calloc((size_t)opt->max_batch, sizeof *core->picked);
+    core->items = calloc((size_t)core->max_batch, sizeof *core->items);
+    core->picked = calloc((size_t)core->max_batch, sizeof *core->picked);
     if (!core->reqs || !core->hidden || !core->items || !core->picked) {
         strata_set_error(rc, "out of memory for stage buffers");
         goto fail;
     }
     if (core->is_first) {
-        core->prompts = malloc(sizeof(int32_t) * (size_t)opt->max_batch * (size_t)opt->max_seq);
+        core->prompts = malloc(sizeof(int32_t) * (size_t)core->max_batch * (size_t)core->max_seq);
         if (!core->prompts) {
             strata_set_error(rc, "out of memory for the prompt rows");
             goto fail;
         }
     }
     if (core->is_last) {
-        core->last_rows = malloc(sizeof(float) * (size_t)opt->max_batch * core->hidden_size);
-        core->logits = malloc(sizeof(float) * (size_t)opt->max_batch * core->vocab);
+        core->last_rows = malloc(sizeof(float) * (size_t)core->max_batch * core->hidden_size);
+        core->logits = malloc(sizeof(float) * (size_t)core->max_batch * core->vocab);
         core->sampler_scratch = malloc((size_t)core->vocab * 8);
         if (!core->last_rows || !core->logits || !core->sampler_scratch) {
             strata_set_error(rc, "out of memory for logits buffers");
@@ -97,7 +120,7 @@ void stage_core_free(struct stage_core *core) {
         free(n);
     }
     if (core->reqs)
-        for (int i = 0; i < core->opt.max_batch; i++)
+        for (int i = 0; i < core->max_batch; i++)
             free_req_buffers(&core->reqs[i]);
     free(core->reqs);
     free(core->hidden);
@@ -107,13 +130,12 @@ void stage_core_free(struct stage_core *core) {
     free(core->logits);
     free(core->sampler_scratch);
     free(core->prompts);
-    kv_cache_free(&core->kv);
     wire_arena_free(&core->arena);
     free(core);
 }
 
 struct stage_req *stage_find(struct stage_core *core, uint64_t nonce) {
-    for (int i = 0; i < core->opt.max_batch; i++)
+    for (int i = 0; i < core->max_batch; i++)
         if (core->reqs[i].active && core->reqs[i].nonce == nonce) return &core->reqs[i];
     return NULL;
 }
@@ -212,7 +234,7 @@ static void release(struct stage_core *core, struct stage_req *req, enum stage_f
     }
     core->recent_dead[core->recent_dead_next] = req->nonce;
     core->recent_dead_next = (core->recent_dead_next + 1) % STAGE_RECENT_DEAD;
-    kv_cache_release(&core->kv, req->slot);
+    stage_backend_kv_release(core->be, req->slot);
     free_req_buffers(req);
 }
 
@@ -270,18 +292,18 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
                  core->opt.stage_index, (unsigned long long)nonce);
         return STRATA_EINVAL;
     }
-    if (need > core->opt.max_seq) {
+    if (need > core->max_seq) {
         snprintf(why, why_cap,
                  "stage %d: request needs %lld KV positions (prompt %d + max_tokens %d - 1) but "
                  "--max-seq is %d",
                  core->opt.stage_index, (long long)need, params->prompt_len, params->max_tokens,
-                 core->opt.max_seq);
+                 core->max_seq);
         return STRATA_ERANGE;
     }
-    if (kv_cache_acquire(&core->kv, &slot) < 0) {
+    if (stage_backend_kv_acquire(core->be, &slot) < 0) {
         snprintf(why, why_cap,
                  "stage %d: request refused: all %d KV slots are in use (--max-batch %d)",
-                 core->opt.stage_index, core->opt.max_batch, core->opt.max_batch);
+                 core->opt.stage_index, core->max_batch, core->max_batch);
         core->stats.refused++;
         return STRATA_EBUSY;
     }
@@ -293,7 +315,7 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
     req->params = *params;
     req->tokens = calloc((size_t)params->max_tokens, sizeof *req->tokens);
     if (!req->tokens) {
-        kv_cache_release(&core->kv, slot);
+        stage_backend_kv_release(core->be, slot);
         free_req_buffers(req);
         snprintf(why, why_cap, "stage %d: out of memory for a request of %d tokens",
                  core->opt.stage_index, params->max_tokens);
@@ -340,7 +362,7 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
     }
     req->client_id = client_id;
     /* The slot's prompt row (admit() checked prompt_len <= max_seq). */
-    req->prompt = core->prompts + (size_t)req->slot * (size_t)core->opt.max_seq;
+    req->prompt = core->prompts + (size_t)req->slot * (size_t)core->max_seq;
     memcpy(req->prompt, msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
     if (forward_request(core, req, frame, len) < 0) return 0;
     for (int pos = 0; pos < params.prompt_len; pos += core->opt.chunk_size) {
@@ -366,13 +388,13 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
     char why[512];
     int rc = request_params_from_wire(&params, msg);
     if (rc == 0 && req && req->restored) {
-        if ((int64_t)params.prompt_len + params.max_tokens - 1 > core->opt.max_seq) {
+        if ((int64_t)params.prompt_len + params.max_tokens - 1 > core->max_seq) {
             stage_fail(core, req, STRATA_ERANGE, 1, 1,
                        "stage %d: restored request %llu needs %lld KV positions (prompt %d + "
                        "max_tokens %d - 1) but --max-seq is %d",
                        r, (unsigned long long)req->nonce,
                        (long long)params.prompt_len + params.max_tokens - 1, params.prompt_len,
-                       params.max_tokens, core->opt.max_seq);
+                       params.max_tokens, core->max_seq);
             return 0;
         }
         req->tokens = calloc((size_t)params.max_tokens, sizeof *req->tokens);
@@ -448,7 +470,7 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
     if (msg->hidden.dtype != WIRE_DTYPE_F32 || rows < 1 ||
         msg->hidden.shape[1] != core->hidden_size || rows > core->opt.max_batch_tokens ||
         (want_step == 0 && req->recv_pos + rows > req->params.prompt_len) ||
-        (want_step > 0 && rows != 1) || req->recv_pos + rows > core->opt.max_seq ||
+        (want_step > 0 && rows != 1) || req->recv_pos + rows > core->max_seq ||
         want_step >= (uint64_t)req->params.max_tokens) {
         stage_fail(core, req, STRATA_EFORMAT, 1, 1,
                    "stage %d: activation hidden for nonce %llu is not F32 [T, %d] with 1 <= T <= "
@@ -618,7 +640,7 @@ int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint3
             ? (core->is_first ? "link from the last stage" : "link from the previous stage")
         : link == STAGE_LINK_NEXT ? (core->is_last ? "link to stage 0" : "link to the next stage")
                                   : "client connection";
-    for (int i = 0; i < core->opt.max_batch; i++) {
+    for (int i = 0; i < core->max_batch; i++) {
         struct stage_req *req = &core->reqs[i];
         if (!req->active) continue;
         if (link == STAGE_LINK_CLIENT) {
@@ -659,11 +681,21 @@ void stage_result_free(struct stage_result *result) {
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out) {
     *out = core->stats;
     out->active_requests = 0;
-    for (int i = 0; i < core->opt.max_batch; i++)
+    for (int i = 0; i < core->max_batch; i++)
         out->active_requests += core->reqs[i].active;
-    out->free_slots = core->opt.max_batch - out->active_requests;
+    out->free_slots = core->max_batch - out->active_requests;
 }
 
 size_t stage_core_kv_bytes(const struct stage_core *core) {
-    return kv_cache_bytes(&core->kv);
+    return stage_backend_kv_bytes(core->be);
+}
+
+void stage_core_get_info(const struct stage_core *core, struct stage_core_info *out) {
+    *out = (struct stage_core_info){.stage_index = core->opt.stage_index,
+                                    .num_stages = core->opt.num_stages,
+                                    .num_layers = core->be->cfg->num_layers,
+                                    .role = core->be->role,
+                                    .max_seq = core->max_seq,
+                                    .max_batch = core->max_batch,
+                                    .device_kind = core->be->device_kind};
 }

@@ -60,8 +60,8 @@
  *
  * Batching: stage_core_step() takes pending work in arrival order, at most one item per
  * request (a prefill chunk or a decode row), up to `max_batch_tokens` rows, and runs it as
- * one reference_forward() call. Stage 0 additionally caps a microbatch at ceil(N / S) of
- * its N active requests, so the requests travel the ring as S staggered groups: with
+ * one backend forward call (runtime/stage/backend.h). Stage 0 additionally caps a microbatch at
+ * ceil(N / S) of its N active requests, so the requests travel the ring as S staggered groups: with
  * S stages and >= S requests every stage has a group to compute at the same time, and a
  * long prompt's chunks stream through the stages one after another.
  *
@@ -70,8 +70,8 @@
  * on batching or on timing.
  *
  * Memory (one arena per role, no malloc per message once warm): stage_core_init allocates
- * the KV cache, the microbatch buffers, stage 0's prompt rows [max_batch, max_seq] and
- * max_batch work items; work items are recycled with their hidden-row buffers and the
+ * the microbatch buffers (the backend holds the KV cache), stage 0's prompt rows [max_batch,
+ * max_seq] and max_batch work items; work items are recycled with their hidden-row buffers and the
  * outgoing frames share one reused buffer (runtime/stage/stage_pool.c). Still allocated per
  * request (not per item or frame): its generated-token array and kept logits (both handed
  * to the caller in its stage_result), its result record, and with send_kv the packed KV.
@@ -83,8 +83,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "reference/model.h"
-#include "runtime/model/model_config.h"
+#include "runtime/stage/backend.h"
 
 enum stage_link {
     STAGE_LINK_PREV = 0,
@@ -94,16 +93,12 @@ enum stage_link {
 };
 
 struct stage_core_options {
-    const struct model_config *cfg;
-    /* The stage's weights: layers [layer_start, layer_end), with_embed on stage 0,
-     * with_head on the last stage. Borrowed: the caller frees it after the core. */
-    struct reference_model *model;
-    int stage_index; /* r, 0 <= r < num_stages */
-    int num_stages;  /* S >= 1 */
-    int layer_start; /* must match the model's range */
-    int layer_end;
-    int max_seq;          /* KV positions per request (prompt + generated - 1 must fit) */
-    int max_batch;        /* KV slots = concurrent requests on this stage (>= 1) */
+    /* What this stage computes with: its weights, its role (layer range, embedding,
+     * head) and its KV slots (max_batch = num_slots, max_seq). Borrowed: the caller frees
+     * it after the core (runtime/stage/stage_open.h does both). */
+    struct stage_backend *backend;
+    int stage_index;      /* r, 0 <= r < num_stages */
+    int num_stages;       /* S >= 1 */
     int chunk_size;       /* prefill rows per chunk on stage 0; 0 -> 64 */
     int max_batch_tokens; /* rows per microbatch; 0 -> chunk_size + max_batch */
     int keep_logits;      /* last stage: keep every sampled step's logits for results */
@@ -112,9 +107,10 @@ struct stage_core_options {
 
 struct stage_core; /* opaque */
 
-/* Allocates the KV cache (max_batch slots of max_seq), activation buffers, prompt rows and
- * work items (see "Memory" above). Checks the options (range within the model, roles vs
- * the model's embed/head) with a clear message. */
+/* Allocates activation buffers, prompt rows and work items (see "Memory" above). Checks
+ * the backend's role against this stage's place in the ring (layer range within the
+ * model, stage 0 from layer 0 with the embedding, the last stage to layer L with the head)
+ * with a clear message (STRATA_ERANGE / STRATA_EINVAL). */
 int stage_core_init(struct stage_core **out, const struct stage_core_options *opt);
 void stage_core_free(struct stage_core *core); /* accepts NULL */
 
@@ -193,8 +189,19 @@ struct stage_core_stats {
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 
-/* KV bytes the core holds (all slots at max_seq). */
+/* KV bytes the backend holds (all slots at max_seq). */
 size_t stage_core_kv_bytes(const struct stage_core *core);
+
+/* Where this stage sits and what it computes: read by the Hello, the startup summary and
+ * logs, so nothing can announce another range than the backend computes. */
+struct stage_core_info {
+    int stage_index, num_stages;
+    int num_layers;          /* L of the model */
+    struct stage_role role;  /* the backend's layer range and roles */
+    int max_seq, max_batch;  /* the backend's KV slots */
+    const char *device_kind; /* "cpu", ... */
+};
+void stage_core_get_info(const struct stage_core *core, struct stage_core_info *out);
 
 /* Restores a KvBlock frame (as written by --kv-out) into a fresh slot: only when the
  * block's layer range equals this stage's (STRATA_ERANGE with both ranges otherwise).

@@ -5,8 +5,8 @@
 
 #include <stdint.h>
 
-#include "reference/kv_cache.h"
 #include "reference/sampler.h"
+#include "runtime/stage/backend.h"
 #include "runtime/stage/request.h"
 #include "runtime/stage/stage_core.h"
 #include "wire/message.h"
@@ -67,10 +67,12 @@ struct stage_result_node {
 
 struct stage_core {
     struct stage_core_options opt;
-    int hidden_size; /* H */
-    int vocab;       /* V */
+    struct stage_backend *be; /* borrowed (opt.backend): weights, role, KV slots */
+    int max_batch;            /* KV slots (the backend's) */
+    int max_seq;              /* KV positions per slot (the backend's) */
+    int hidden_size;          /* H */
+    int vocab;                /* V */
     int is_first, is_last;
-    struct kv_cache kv;
     struct stage_req *reqs; /* [max_batch], indexed by KV slot */
     struct stage_item *queue_head, *queue_tail;
     struct stage_item *free_items; /* recycled work items (stage_pool.c) */

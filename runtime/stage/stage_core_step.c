@@ -1,6 +1,6 @@
 /* Stage core, compute side: forms one microbatch from the pending work (arrival order, at
  * most one item per request, bounded rows), runs it through the stage's layers with a
- * single reference_forward() call, and turns the result into outgoing activations (or,
+ * single backend forward call, and turns the result into outgoing activations (or,
  * on the last stage, sampled tokens). Also KV restore. Design: stage_core.h. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +9,7 @@
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_core_internal.h"
-#include "wire/kv_block.h"
+#include "runtime/stage/kv_block.h"
 
 int stage_core_has_work(const struct stage_core *core) {
     return core->queue_head != NULL;
@@ -22,8 +22,8 @@ int stage_core_has_work(const struct stage_core *core) {
  * whatever has arrived. */
 static int batch_limit(const struct stage_core *core) {
     int active = 0, S = core->opt.num_stages;
-    if (!core->is_first || S == 1) return core->opt.max_batch;
-    for (int i = 0; i < core->opt.max_batch; i++)
+    if (!core->is_first || S == 1) return core->max_batch;
+    for (int i = 0; i < core->max_batch; i++)
         active += core->reqs[i].active;
     return active <= S ? 1 : (active + S - 1) / S;
 }
@@ -32,7 +32,7 @@ static int batch_limit(const struct stage_core *core) {
 static int pick_items(struct stage_core *core, int *rows_out) {
     int n = 0, rows = 0, limit = batch_limit(core);
     struct stage_item **link = &core->queue_head;
-    for (int i = 0; i < core->opt.max_batch; i++)
+    for (int i = 0; i < core->max_batch; i++)
         core->reqs[i].picked = 0;
     core->queue_tail = NULL;
     while (*link) {
@@ -86,19 +86,19 @@ static void send_activation(struct stage_core *core, const struct stage_item *it
 }
 
 static void send_kv(struct stage_core *core, struct stage_req *req, uint64_t step) {
-    struct wire_kv_pack pack;
-    int rc;
-    memset(&pack, 0, sizeof pack);
-    rc = wire_kv_pack(&pack, &core->kv, &req->slot, 1);
+    struct kv_handoff pack;
+    struct wire_kv_block block;
+    int rc = stage_backend_kv_pack(core->be, &pack, &req->slot, 1);
     if (rc == 0) {
-        pack.block.stage_from = core->opt.stage_index;
-        pack.block.stage_to = (core->opt.stage_index + 1) % core->opt.num_stages;
-        pack.block.step = step;
-        pack.block.nonce = req->nonce;
-        rc = wire_build_kv_block(&core->arena, &pack.block);
+        kv_block_from_handoff(&block, &pack);
+        block.stage_from = core->opt.stage_index;
+        block.stage_to = (core->opt.stage_index + 1) % core->opt.num_stages;
+        block.step = step;
+        block.nonce = req->nonce;
+        rc = wire_build_kv_block(&core->arena, &block);
     }
     if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
-    wire_kv_pack_free(&pack);
+    kv_handoff_free(&pack);
     if (rc < 0)
         stage_fail(core, req, rc, 1, 1, "stage %d: sending KV: %s", core->opt.stage_index,
                    strata_last_error());
@@ -137,7 +137,7 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
         which[k++] = i;
     }
     if (k == 0) return;
-    rc = reference_logits(core->opt.model, core->logits, core->last_rows, k);
+    rc = stage_backend_logits(core->be, core->logits, core->last_rows, k);
     for (int j = 0; j < k; j++) {
         struct stage_item *it = core->picked[which[j]];
         struct stage_req *req = stage_find(core, it->nonce);
@@ -181,7 +181,7 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
 
 int stage_core_step(struct stage_core *core) {
     int H = core->hidden_size, rows = 0, n, n_items = 0, off = 0, rc = 0;
-    int row_off[core->opt.max_batch];
+    int row_off[core->max_batch];
     n = pick_items(core, &rows);
     if (n == 0) return 0;
     for (int i = 0; i < n; i++) {
@@ -191,7 +191,7 @@ int stage_core_step(struct stage_core *core) {
         row_off[i] = -1;
         if (core->is_first) {
             const int32_t *ids = it->tokens ? it->tokens : &it->token;
-            rc = reference_embed(core->opt.model, dst, ids, it->n_tokens);
+            rc = stage_backend_embed(core->be, dst, ids, it->n_tokens);
             if (rc < 0) {
                 stage_fail(core, req, rc, 0, 1, "stage 0: embedding: %s", strata_last_error());
                 continue;
@@ -206,7 +206,7 @@ int stage_core_step(struct stage_core *core) {
         n_items++;
     }
     if (n_items > 0) {
-        rc = reference_forward(core->opt.model, &core->kv, core->hidden, core->items, n_items);
+        rc = stage_backend_forward(core->be, core->hidden, core->items, n_items);
         if (rc < 0) {
             char why[512];
             snprintf(why, sizeof why, "%s", strata_last_error());
@@ -242,16 +242,18 @@ int stage_core_step(struct stage_core *core) {
 
 int stage_core_restore_kv(struct stage_core *core, uint64_t *nonce, int *positions,
                           const uint8_t *frame, size_t len) {
+    const struct stage_role *role = &core->be->role;
     struct wire_kv_block block;
+    struct kv_handoff kv;
     struct stage_req *req;
     int slot, rc = wire_read_kv_block(&block, frame, len);
     if (rc < 0) return rc;
-    if (block.layer_start != core->opt.layer_start || block.layer_end != core->opt.layer_end)
+    if (block.layer_start != role->layer_start || block.layer_end != role->layer_end)
         return strata_set_error(STRATA_ERANGE,
                                 "KV block holds layers [%d, %d) but this stage owns [%d, %d): "
                                 "a cache is restored only into an equal layer range",
-                                block.layer_start, block.layer_end, core->opt.layer_start,
-                                core->opt.layer_end);
+                                block.layer_start, block.layer_end, role->layer_start,
+                                role->layer_end);
     if (block.nonce == 0)
         return strata_set_error(STRATA_EFORMAT, "KV block has the reserved request nonce 0");
     if (block.num_lengths != 1)
@@ -260,13 +262,15 @@ int stage_core_restore_kv(struct stage_core *core, uint64_t *nonce, int *positio
     if (stage_find(core, block.nonce))
         return strata_set_error(STRATA_EINVAL, "request nonce %llu is already active",
                                 (unsigned long long)block.nonce);
-    rc = kv_cache_acquire(&core->kv, &slot);
+    rc = kv_block_to_handoff(&kv, &block);
+    if (rc < 0) return rc;
+    rc = stage_backend_kv_acquire(core->be, &slot);
     if (rc < 0)
         return strata_set_error(rc, "no free KV slot to restore into (--max-batch %d)",
-                                core->opt.max_batch);
-    rc = wire_kv_restore(&core->kv, &slot, 1, &block);
+                                core->max_batch);
+    rc = stage_backend_kv_restore(core->be, &slot, 1, &kv);
     if (rc < 0) {
-        kv_cache_release(&core->kv, slot);
+        stage_backend_kv_release(core->be, slot);
         return rc;
     }
     req = &core->reqs[slot];

@@ -63,6 +63,7 @@ struct handoff {
 };
 
 struct server {
+    struct stage_core_info info; /* stage index, layer range, roles: the core's backend */
     struct stage_core *core;
     const struct stage_server_options *opt;
     volatile sig_atomic_t *stop;
@@ -150,10 +151,9 @@ static void link_down(struct server *s, enum stage_link link, uint32_t client_id
 
 /* Adopts a handshaken connection as upstream or client, or refuses it. */
 static void adopt(struct server *s, struct handoff *h) {
-    const struct stage_server_options *o = s->opt;
-    int want = (o->stage_index - 1 + o->num_stages) % o->num_stages;
+    int want = (s->info.stage_index - 1 + s->info.num_stages) % s->info.num_stages;
     if (h->peer.role == WIRE_ROLE_CLIENT) {
-        if (o->stage_index != 0) {
+        if (s->info.stage_index != 0) {
             wire_send_error(&h->conn, STRATA_EINVAL, 0, "clients connect to stage 0 only");
             wire_close(&h->conn);
             return;
@@ -172,13 +172,15 @@ static void adopt(struct server *s, struct handoff *h) {
         wire_close(&h->conn);
         return;
     }
-    if (o->num_stages < 2 || h->peer.stage_index != want ||
-        h->peer.layer_end != (o->stage_index == 0 ? o->num_layers : o->layer_start)) {
+    if (s->info.num_stages < 2 || h->peer.stage_index != want ||
+        h->peer.layer_end !=
+            (s->info.stage_index == 0 ? s->info.num_layers : s->info.role.layer_start)) {
         char why[256];
         snprintf(why, sizeof why,
                  "stage %d expects upstream stage %d ending at layer %d, got stage %d with layers "
                  "[%d, %d)",
-                 o->stage_index, want, o->stage_index == 0 ? o->num_layers : o->layer_start,
+                 s->info.stage_index, want,
+                 s->info.stage_index == 0 ? s->info.num_layers : s->info.role.layer_start,
                  h->peer.stage_index, h->peer.layer_start, h->peer.layer_end);
         stage_log(STAGE_LOG_WARN, "refused %s: %s", h->conn.peer, why);
         wire_send_error(&h->conn, STRATA_EINVAL, 0, why);
@@ -206,20 +208,20 @@ static void try_connect_next(struct server *s) {
     const struct stage_server_options *o = s->opt;
     struct wire_hello peer;
     int port = o->next_port_file ? read_port_file(o->next_port_file) : o->next_port;
-    int want = (o->stage_index + 1) % o->num_stages, rc;
+    int want = (s->info.stage_index + 1) % s->info.num_stages, rc;
     if (port <= 0) {
         rc = strata_set_error(STRATA_ENOTFOUND, "next stage port not known yet");
     } else {
         rc = wire_connect(&s->next, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
         if (rc == 0)
             rc = wire_handshake_client(&peer, &s->next, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
-        if (rc == 0 &&
-            (peer.stage_index != want || peer.layer_start != (want == 0 ? 0 : o->layer_end)))
+        if (rc == 0 && (peer.stage_index != want ||
+                        peer.layer_start != (want == 0 ? 0 : s->info.role.layer_end)))
             rc = strata_set_error(STRATA_EINVAL,
                                   "next hop is stage %d with layers [%d, %d), expected stage %d "
                                   "starting at layer %d",
                                   peer.stage_index, peer.layer_start, peer.layer_end, want,
-                                  want == 0 ? 0 : o->layer_end);
+                                  want == 0 ? 0 : s->info.role.layer_end);
     }
     if (rc < 0) {
         wire_close(&s->next);
@@ -407,7 +409,7 @@ static void loop_once(struct server *s) {
     struct pollfd fds[3 + MAX_CLIENTS];
     int who[3 + MAX_CLIENTS], n = 0, timeout;
     int64_t now = now_ms();
-    if (s->opt->num_stages > 1 && s->next.fd < 0 && now >= s->next_retry_ms) try_connect_next(s);
+    if (s->info.num_stages > 1 && s->next.fd < 0 && now >= s->next_retry_ms) try_connect_next(s);
     fds[n] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
     who[n++] = -3;
     if (s->prev.fd >= 0) {
@@ -425,7 +427,7 @@ static void loop_once(struct server *s) {
         }
     }
     timeout = 100;
-    if (s->opt->num_stages > 1 && s->next.fd < 0) {
+    if (s->info.num_stages > 1 && s->next.fd < 0) {
         int64_t wait = s->next_retry_ms - now;
         timeout = wait < 0 ? 0 : wait < timeout ? (int)wait : timeout;
     }
@@ -474,11 +476,13 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->self.version_minor = WIRE_VERSION_MINOR;
     s->self.has_fingerprint = 1;
     memcpy(s->self.fingerprint, opt->fingerprint, WIRE_FINGERPRINT_BYTES);
-    s->self.stage_index = opt->stage_index;
-    s->self.layer_start = opt->layer_start;
-    s->self.layer_end = opt->layer_end;
+    /* The Hello announces the range the backend computes (stage_core_get_info). */
+    stage_core_get_info(core, &s->info);
+    s->self.stage_index = s->info.stage_index;
+    s->self.layer_start = s->info.role.layer_start;
+    s->self.layer_end = s->info.role.layer_end;
     s->self.role = WIRE_ROLE_STAGE;
-    snprintf(s->self.name, sizeof s->self.name, "strata-stage %d", opt->stage_index);
+    snprintf(s->self.name, sizeof s->self.name, "strata-stage %d", s->info.stage_index);
     rc = wire_listen(&s->listener, opt->listen_host, opt->listen_port);
     if (rc < 0) goto done;
     stage_log(STAGE_LOG_INFO, "listening on %s:%d",

@@ -24,8 +24,6 @@
 enum stage_log_level { STAGE_LOG_ERROR = 0, STAGE_LOG_WARN, STAGE_LOG_INFO, STAGE_LOG_DEBUG };
 
 struct stage_server_options {
-    int stage_index, num_stages;
-    int layer_start, layer_end, num_layers;
     const char *listen_host;    /* NULL = 127.0.0.1 */
     int listen_port;            /* 0 = any free port */
     const char *port_file;      /* if set, the bound port is written here */

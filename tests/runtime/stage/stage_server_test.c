@@ -53,11 +53,6 @@ static int setup(void **state) {
              (int)getpid());
     unlink(port_file);
     memset(&server_opt, 0, sizeof server_opt);
-    server_opt.stage_index = 0;
-    server_opt.num_stages = 1;
-    server_opt.layer_start = 0;
-    server_opt.layer_end = golden.cfg.num_layers;
-    server_opt.num_layers = golden.cfg.num_layers;
     server_opt.port_file = port_file;
     server_opt.key = &no_key;
     server_opt.log_level = STAGE_LOG_ERROR;
@@ -119,6 +114,31 @@ static void test_request_over_tcp(void **state) {
     client_close(&client);
 }
 
+/* The Hello a stage sends announces the layer range and index its backend computes
+ * (stage_core_get_info), not numbers a caller passed next to it. */
+static void test_hello_announces_the_backend_range(void **state) {
+    struct wire_conn conn;
+    struct wire_hello self, peer;
+    struct stage_core_info info;
+    (void)state;
+    stage_core_get_info(pipe_one.cores[0], &info);
+    assert_int_equal(wire_connect(&conn, "127.0.0.1", port, 0, 5000), 0);
+    memset(&self, 0, sizeof self);
+    self.version_major = WIRE_VERSION_MAJOR;
+    self.version_minor = WIRE_VERSION_MINOR;
+    self.stage_index = -1;
+    self.role = WIRE_ROLE_CLIENT;
+    snprintf(self.name, sizeof self.name, "stage_server_test");
+    assert_int_equal(wire_handshake_client(&peer, &conn, &self, &no_key, 5000), 0);
+    assert_int_equal(peer.stage_index, info.stage_index);
+    assert_int_equal(peer.layer_start, info.role.layer_start);
+    assert_int_equal(peer.layer_end, info.role.layer_end);
+    assert_int_equal(peer.layer_start, pipe_one.stages[0].backend->role.layer_start);
+    assert_int_equal(peer.layer_end, pipe_one.stages[0].backend->role.layer_end);
+    assert_int_equal(peer.layer_end, golden.cfg.num_layers);
+    wire_close(&conn);
+}
+
 static void test_reserved_nonce_is_a_connection_error(void **state) {
     struct strata_client bad, good;
     struct stage_request req;
@@ -165,6 +185,7 @@ static void test_reserved_nonce_is_a_connection_error(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_over_tcp),
+        cmocka_unit_test(test_hello_announces_the_backend_range),
         cmocka_unit_test(test_reserved_nonce_is_a_connection_error),
     };
     signal(SIGPIPE, SIG_IGN);

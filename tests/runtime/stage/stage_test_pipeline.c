@@ -75,23 +75,19 @@ int tp_pipeline_init(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
         int base = L / num_stages, rem = L % num_stages;
         int start = bounds ? bounds[r] : r * base + (r < rem ? r : rem);
         int end = bounds ? bounds[r + 1] : start + base + (r < rem ? 1 : 0);
-        struct reference_load_options lo = {.layer_start = start,
-                                            .layer_end = end,
-                                            .with_embed = r == 0,
-                                            .with_head = r == num_stages - 1,
-                                            .num_threads = 1};
-        struct stage_core_options co = {.cfg = &g->cfg,
+        struct stage_open_options so = {.cfg = &g->cfg,
+                                        .weights = g->st,
                                         .stage_index = r,
                                         .num_stages = num_stages,
                                         .layer_start = start,
                                         .layer_end = end,
+                                        .num_threads = 1,
                                         .max_seq = max_seq,
                                         .max_batch = max_batch,
                                         .chunk_size = chunk_size,
                                         .keep_logits = 1};
-        rc = reference_model_load(&p->models[r], &g->cfg, g->st, &lo);
-        co.model = p->models[r];
-        if (rc == 0) rc = stage_core_init(&p->cores[r], &co);
+        rc = stage_open(&p->stages[r], &so, NULL);
+        p->cores[r] = p->stages[r].core;
     }
     return rc;
 }
@@ -100,8 +96,7 @@ void tp_pipeline_free(struct tp_pipeline *p) {
     for (int r = 0; r < p->num_stages; r++) {
         for (int i = 0; i < p->num_results[r]; i++)
             stage_result_free(&p->results[r][i]);
-        stage_core_free(p->cores[r]);
-        reference_model_free(p->models[r]);
+        stage_close(&p->stages[r]);
     }
     memset(p, 0, sizeof *p);
 }

@@ -7,11 +7,11 @@
 
 #include <stdint.h>
 
-#include "reference/model.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/stage/request.h"
 #include "runtime/stage/stage_core.h"
+#include "runtime/stage/stage_open.h"
 
 #define TP_MAX_STAGES 8
 #define TP_MAX_EVENTS 4096
@@ -32,8 +32,8 @@ void tp_golden_free(struct tp_golden *g);
 
 struct tp_pipeline {
     int num_stages;
-    struct reference_model *models[TP_MAX_STAGES];
-    struct stage_core *cores[TP_MAX_STAGES];
+    struct stage stages[TP_MAX_STAGES];         /* backend + core (stage_open) */
+    struct stage_core *cores[TP_MAX_STAGES];    /* stages[r].core */
     struct request_event events[TP_MAX_EVENTS]; /* what clients received, in order */
     uint32_t event_client[TP_MAX_EVENTS];
     int num_events;

@@ -1,6 +1,7 @@
-/* KV handoff: pack slots of a reference kv_cache into a KvBlock frame, read it back and
- * restore it into another cache with the same layer range, bit for bit; refusals for a
- * different layer range, too little capacity, lossy payloads and bad slots. */
+/* KV handoff: pack slots of a reference kv_cache (the cache's owner packs: kv_cache_pack),
+ * carry them as a KvBlock frame (runtime/stage/kv_block.h), read it back and restore it
+ * into another cache with the same layer range, bit for bit; refusals for a different
+ * layer range, too little capacity, lossy payloads and bad slots. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +12,7 @@
 
 #include "reference/kv_cache.h"
 #include "runtime/base/status.h"
+#include "runtime/stage/kv_block.h"
 #include "wire/wire.h"
 
 enum { LAYER_START = 4, LAYER_END = 8, KV_HEADS = 2, HEAD_DIM = 8, MAX_SEQ = 16 };
@@ -47,9 +49,10 @@ static void assert_slots_equal(const struct kv_cache *a, int slot_a, const struc
 
 struct fixture {
     struct kv_cache source;
-    struct wire_kv_pack pack;
+    struct kv_handoff pack;
     struct wire_arena arena;
     struct wire_kv_block block; /* read back from the frame */
+    struct kv_handoff view;     /* of `block`'s bytes */
 };
 
 static int setup(void **state) {
@@ -62,13 +65,16 @@ static int setup(void **state) {
     fill_slot(&f.source, 0, 5);
     fill_slot(&f.source, 2, 11);
     const int slots[2] = {2, 0};
-    if (wire_kv_pack(&f.pack, &f.source, slots, 2)) return -1;
-    f.pack.block.stage_from = 1;
-    f.pack.block.stage_to = 2;
-    f.pack.block.nonce = 77;
-    if (wire_arena_init(&f.arena, 0) || wire_build_kv_block(&f.arena, &f.pack.block)) return -1;
+    struct wire_kv_block out;
+    if (kv_cache_pack(&f.pack, &f.source, slots, 2)) return -1;
+    kv_block_from_handoff(&out, &f.pack);
+    out.stage_from = 1;
+    out.stage_to = 2;
+    out.nonce = 77;
+    if (wire_arena_init(&f.arena, 0) || wire_build_kv_block(&f.arena, &out)) return -1;
     if (wire_read_kv_block(&f.block, wire_arena_frame(&f.arena), wire_arena_frame_len(&f.arena)))
         return -1;
+    if (kv_block_to_handoff(&f.view, &f.block)) return -1;
     *state = &f;
     return 0;
 }
@@ -76,7 +82,7 @@ static int setup(void **state) {
 static int teardown(void **state) {
     struct fixture *f = *state;
     wire_arena_free(&f->arena);
-    wire_kv_pack_free(&f->pack);
+    kv_handoff_free(&f->pack);
     kv_cache_free(&f->source);
     return 0;
 }
@@ -110,7 +116,7 @@ static void restore_is_bit_exact(void **state) {
     kv_cache_acquire(&target, &slot);
     kv_cache_acquire(&target, &slot);
     const int slots[2] = {0, 1};
-    assert_int_equal(wire_kv_restore(&target, slots, 2, &f->block), 0);
+    assert_int_equal(kv_cache_restore(&target, slots, 2, &f->view), 0);
     assert_slots_equal(&f->source, 2, &target, 0);
     assert_slots_equal(&f->source, 0, &target, 1);
     kv_cache_free(&target);
@@ -124,7 +130,7 @@ static void different_range_or_shape_is_refused(void **state) {
     assert_int_equal(kv_cache_init(&other, 0, 4, KV_HEADS, HEAD_DIM, MAX_SEQ, 2), 0);
     kv_cache_acquire(&other, &slot);
     kv_cache_acquire(&other, &slot);
-    assert_int_equal(wire_kv_restore(&other, slots, 2, &f->block), STRATA_ERANGE);
+    assert_int_equal(kv_cache_restore(&other, slots, 2, &f->view), STRATA_ERANGE);
     assert_non_null(
         strstr(strata_last_error(), "block holds layers [4, 8) but the cache holds [0, 4)"));
     kv_cache_free(&other);
@@ -132,15 +138,15 @@ static void different_range_or_shape_is_refused(void **state) {
     assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, 8, 2), 0);
     kv_cache_acquire(&other, &slot);
     kv_cache_acquire(&other, &slot);
-    assert_int_equal(wire_kv_restore(&other, slots, 2, &f->block), STRATA_ERANGE);
+    assert_int_equal(kv_cache_restore(&other, slots, 2, &f->view), STRATA_ERANGE);
     assert_non_null(strstr(strata_last_error(), "11 positions, cache capacity 8"));
     kv_cache_free(&other);
 
     assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, 1, HEAD_DIM, MAX_SEQ, 2), 0);
     kv_cache_acquire(&other, &slot);
     kv_cache_acquire(&other, &slot);
-    assert_int_equal(wire_kv_restore(&other, slots, 2, &f->block), STRATA_EFORMAT);
-    assert_int_equal(wire_kv_restore(&other, slots, 1, &f->block), STRATA_EFORMAT);
+    assert_int_equal(kv_cache_restore(&other, slots, 2, &f->view), STRATA_EFORMAT);
+    assert_int_equal(kv_cache_restore(&other, slots, 1, &f->view), STRATA_EFORMAT);
     kv_cache_release(&other, 1);
     kv_cache_free(&other);
 }
@@ -153,18 +159,22 @@ static void lossy_block_and_bad_slots_are_refused(void **state) {
                      0);
     kv_cache_acquire(&target, &slot);
     const int slots[2] = {0, 1};
-    assert_int_equal(wire_kv_restore(&target, slots, 2, &f->block),
+    assert_int_equal(kv_cache_restore(&target, slots, 2, &f->view),
                      STRATA_EINVAL); /* slot 1 not in use */
     struct wire_kv_block lossy = f->block;
+    struct kv_handoff view;
     lossy.k.codec = WIRE_CODEC_BF16;
-    assert_int_equal(wire_kv_restore(&target, slots, 2, &lossy), STRATA_EFORMAT);
+    assert_int_equal(kv_block_to_handoff(&view, &lossy), STRATA_EFORMAT);
     assert_non_null(strstr(strata_last_error(), "exact restore needs f32/none"));
-    struct wire_kv_pack pack;
+    lossy = f->block;
+    lossy.num_lengths = 1; /* fewer lengths than batch rows */
+    assert_int_equal(kv_block_to_handoff(&view, &lossy), STRATA_EFORMAT);
+    struct kv_handoff pack;
     const int missing[1] = {1};
-    assert_int_equal(wire_kv_pack(&pack, &f->source, missing, 0), STRATA_EINVAL);
+    assert_int_equal(kv_cache_pack(&pack, &f->source, missing, 0), STRATA_EINVAL);
     kv_cache_release(&f->source, 1);
-    assert_int_equal(wire_kv_pack(&pack, &f->source, missing, 1), STRATA_EINVAL);
-    wire_kv_pack_free(&pack);
+    assert_int_equal(kv_cache_pack(&pack, &f->source, missing, 1), STRATA_EINVAL);
+    kv_handoff_free(&pack);
     kv_cache_free(&target);
 }
 

@@ -1,0 +1,98 @@
+/* Backend selection by device and the role-checked calls; see backend.h. */
+#include "runtime/stage/backend.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+
+/* "cuda" or "cuda:N" with N a small non-negative integer. */
+static int is_cuda_device(const char *device) {
+    if (strncmp(device, "cuda", 4) != 0) return 0;
+    if (device[4] == '\0') return 1;
+    if (device[4] != ':' || device[5] == '\0') return 0;
+    for (const char *p = device + 5; *p; p++)
+        if (*p < '0' || *p > '9' || p - (device + 5) > 3) return 0;
+    return 1;
+}
+
+static int check_role(const struct stage_backend_options *opt) {
+    const struct stage_role *r = &opt->role;
+    int L = opt->cfg->num_layers;
+    if (r->layer_start < 0 || r->layer_end > L || r->layer_start >= r->layer_end)
+        return strata_set_error(STRATA_ERANGE, "layer range [%d, %d) is empty or outside [0, %d)",
+                                r->layer_start, r->layer_end, L);
+    if (opt->max_seq < 1 || opt->num_slots < 1 || opt->num_threads < 1)
+        return strata_set_error(STRATA_EINVAL,
+                                "max_seq (%d), KV slots (%d) and threads (%d) must be >= 1",
+                                opt->max_seq, opt->num_slots, opt->num_threads);
+    return 0;
+}
+
+int stage_backend_open(struct stage_backend **out, const struct stage_backend_options *opt) {
+    const char *device = opt->device ? opt->device : "cpu";
+    *out = NULL;
+    if (!opt->cfg || !opt->weights)
+        return strata_set_error(STRATA_EINVAL, "stage backend needs a config and weights");
+    if (strcmp(device, "cpu") != 0 && !is_cuda_device(device))
+        return strata_set_error(STRATA_EINVAL, "unknown device '%s' (cpu, cuda or cuda:N)", device);
+    int rc = check_role(opt);
+    if (rc < 0) return rc;
+    if (strcmp(device, "cpu") == 0) return backend_cpu_open(out, opt);
+    /* The CUDA stage backend is not part of this build yet (issue 17): refuse clearly
+     * instead of silently running on the CPU. */
+    return strata_set_error(STRATA_EDEVICE,
+                            "device '%s' is not available: this build of strata has no CUDA "
+                            "stage backend (only the CPU reference backend, --device cpu)",
+                            device);
+}
+
+void stage_backend_free(struct stage_backend *be) {
+    if (!be) return;
+    be->iface->free(be);
+    free(be);
+}
+
+int stage_backend_embed(struct stage_backend *be, float *hidden, const int32_t *tokens, int n) {
+    if (!be->role.with_embed)
+        return strata_set_error(STRATA_EINVAL, "this stage does not hold the embedding");
+    return be->iface->embed(be, hidden, tokens, n);
+}
+
+int stage_backend_forward(struct stage_backend *be, float *hidden, const struct forward_item *items,
+                          int n_items) {
+    return be->iface->forward(be, hidden, items, n_items);
+}
+
+int stage_backend_logits(struct stage_backend *be, float *logits, const float *hidden, int n) {
+    if (!be->role.with_head)
+        return strata_set_error(STRATA_EINVAL, "this stage does not hold the lm_head");
+    return be->iface->logits(be, logits, hidden, n);
+}
+
+int stage_backend_kv_acquire(struct stage_backend *be, int *slot) {
+    return be->iface->kv_acquire(be, slot);
+}
+
+void stage_backend_kv_release(struct stage_backend *be, int slot) {
+    be->iface->kv_release(be, slot);
+}
+
+size_t stage_backend_kv_bytes(const struct stage_backend *be) {
+    return be->iface->kv_bytes(be);
+}
+
+int stage_backend_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots,
+                          int n) {
+    return be->iface->kv_pack(be, out, slots, n);
+}
+
+int stage_backend_kv_restore(struct stage_backend *be, const int *slots, int n,
+                             const struct kv_handoff *in) {
+    return be->iface->kv_restore(be, slots, n, in);
+}
+
+void stage_backend_describe(const struct stage_backend *be, char *buf, size_t cap) {
+    be->iface->describe(be, buf, cap);
+}

@@ -1,0 +1,110 @@
+/* The stage backend: everything a stage computes, behind one table of functions plus a
+ * context (after llama.cpp's ggml_backend_i). The stage core (stage_core.h) speaks only to
+ * this interface; a backend owns the weights of its role, its device, its activation
+ * scratch and its KV cache. `cpu` is the reference decoder (backend_cpu.c); a device
+ * backend implements the same table and must give the same tokens (reference/model.h's
+ * determinism contract is the CPU's; tests/backend_ops checks every backend against it).
+ *
+ * Data crosses the seam in host memory, f32: hidden rows [n, H] (what travels between
+ * stages), logits [n, V], token ids, and packed KV in the handoff layout
+ * (runtime/model/decoder_io.h). What a device keeps on the device stays there.
+ *
+ * The backend owns its role: the layer range [layer_start, layer_end) and whether it
+ * holds the embedding (first stage) and the final norm + lm_head (last stage). The core,
+ * the Hello a stage sends and the startup summary all read it from here, so a stage can
+ * never announce one range and compute another.
+ *
+ * Threading: one thread at a time calls into a backend; separate backends are
+ * independent. Every call returns 0 or a negative STRATA_E* status with the message set. */
+#ifndef STRATA_RUNTIME_STAGE_BACKEND_H
+#define STRATA_RUNTIME_STAGE_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/model/decoder_io.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
+#include "runtime/model/stage_tensors.h"
+
+struct stage_backend;
+
+/* The operations a backend provides. All are required. */
+struct stage_backend_i {
+    /* hidden [n, H] = embedding rows of tokens [n]; STRATA_ERANGE for an id outside
+     * [0, V). Only called on a backend with the embedding. */
+    int (*embed)(struct stage_backend *be, float *hidden, const int32_t *tokens, int n);
+    /* Runs the owned layers in place over hidden [sum n_tokens, H] (rows in item order),
+     * with each item's M-RoPE positions, DeepStack features and visual mask, appending
+     * each item's keys and values to its KV slot. STRATA_ERANGE when an item does not
+     * continue its slot exactly or would overflow it. */
+    int (*forward)(struct stage_backend *be, float *hidden, const struct forward_item *items,
+                   int n_items);
+    /* logits [n, V] = lm_head(final_norm(hidden [n, H])); only with the head. */
+    int (*logits)(struct stage_backend *be, float *logits, const float *hidden, int n);
+    /* Claims a free KV slot (0 positions); STRATA_EBUSY when all are in use. */
+    int (*kv_acquire)(struct stage_backend *be, int *slot);
+    /* Frees a slot and forgets its positions. */
+    void (*kv_release)(struct stage_backend *be, int slot);
+    /* Bytes of KV storage held (all slots at max_seq). */
+    size_t (*kv_bytes)(const struct stage_backend *be);
+    /* Packs in-use slots [n] into `out` (owned by `out` afterwards: kv_handoff_free). */
+    int (*kv_pack)(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
+    /* Replaces in-use slots [n] with rows of `in` bit for bit; refuses another layer range
+     * (STRATA_ERANGE), another KV shape (STRATA_EFORMAT) or too many positions. */
+    int (*kv_restore)(struct stage_backend *be, const int *slots, int n,
+                      const struct kv_handoff *in);
+    /* The startup summary's lines about the backend: "device: ..." (kind, threads or
+     * device id) and "weights: ..." (tensors, bytes), separated by a newline. */
+    void (*describe)(const struct stage_backend *be, char *buf, size_t cap);
+    /* Frees the context (weights, scratch, KV); the stage_backend itself is freed by
+     * stage_backend_free. */
+    void (*free)(struct stage_backend *be);
+};
+
+struct stage_backend {
+    const struct stage_backend_i *iface;
+    void *context;
+    const char *device_kind;        /* "cpu", "cuda" */
+    const struct model_config *cfg; /* borrowed: outlives the backend */
+    struct stage_role role;         /* owned layers and roles: the one owner of this fact */
+    int max_seq;                    /* KV positions per slot */
+    int num_slots;                  /* KV slots = concurrent requests */
+};
+
+/* What to open: a role of a model on a device. */
+struct stage_backend_options {
+    const struct model_config *cfg;    /* borrowed: must outlive the backend */
+    const struct safetensors *weights; /* borrowed: only read while opening */
+    struct stage_role role;
+    const char *device; /* "cpu" (default when NULL), "cuda" or "cuda:N" */
+    int num_threads;    /* CPU worker threads (>= 1) */
+    int max_seq;        /* KV positions per slot (>= 1) */
+    int num_slots;      /* KV slots (>= 1) */
+};
+
+/* Opens the backend the device names. The role must lie within the model
+ * (STRATA_ERANGE otherwise); an unknown device is STRATA_EINVAL; a device this build or
+ * machine cannot run is STRATA_EDEVICE with the reason (e.g. a build without the CUDA
+ * backend). Weights missing from the checkpoint: STRATA_ENOTFOUND / STRATA_EFORMAT. */
+int stage_backend_open(struct stage_backend **out, const struct stage_backend_options *opt);
+void stage_backend_free(struct stage_backend *be); /* accepts NULL */
+
+/* Backends by device kind (stage_backend_open dispatches to these). */
+int backend_cpu_open(struct stage_backend **out, const struct stage_backend_options *opt);
+
+/* The calls, checked against the role (embed needs the embedding, logits the head). */
+int stage_backend_embed(struct stage_backend *be, float *hidden, const int32_t *tokens, int n);
+int stage_backend_forward(struct stage_backend *be, float *hidden, const struct forward_item *items,
+                          int n_items);
+int stage_backend_logits(struct stage_backend *be, float *logits, const float *hidden, int n);
+int stage_backend_kv_acquire(struct stage_backend *be, int *slot);
+void stage_backend_kv_release(struct stage_backend *be, int slot);
+size_t stage_backend_kv_bytes(const struct stage_backend *be);
+int stage_backend_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots,
+                          int n);
+int stage_backend_kv_restore(struct stage_backend *be, const int *slots, int n,
+                             const struct kv_handoff *in);
+void stage_backend_describe(const struct stage_backend *be, char *buf, size_t cap);
+
+#endif

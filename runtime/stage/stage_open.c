@@ -1,0 +1,91 @@
+/* stage_open: the one assembly of a stage; see stage_open.h. */
+#include "runtime/stage/stage_open.h"
+
+#include <string.h>
+
+#include "runtime/base/status.h"
+#include "runtime/model/stage_plan.h"
+
+int stage_role_for(struct stage_role *role, const struct model_config *cfg, int stage_index,
+                   int num_stages, int layer_start, int layer_end) {
+    int L = cfg->num_layers, first = stage_index == 0, last = stage_index == num_stages - 1;
+    memset(role, 0, sizeof *role);
+    if (num_stages < 1 || stage_index < 0 || stage_index >= num_stages)
+        return strata_set_error(STRATA_ERANGE, "stage index %d is outside [0, %d)", stage_index,
+                                num_stages);
+    if (layer_start < 0 && layer_end < 0) {
+        struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+        if (num_stages > STAGE_PLAN_MAX_STAGES || stage_plan_even(ranges, L, num_stages) < 0)
+            return strata_set_error(STRATA_ERANGE,
+                                    "stage %d of %d: the shard is empty or out of range: %s",
+                                    stage_index, num_stages, strata_last_error());
+        layer_start = ranges[stage_index].layer_start;
+        layer_end = ranges[stage_index].layer_end;
+    }
+    if (layer_start < 0 || layer_start >= layer_end || layer_end > L ||
+        (first && layer_start != 0) || (last && layer_end != L))
+        return strata_set_error(STRATA_ERANGE,
+                                "stage %d of %d gets layers [%d, %d) of a %d-layer model: the "
+                                "shard is empty or out of range (stage 0 must start at 0, the "
+                                "last must end at %d)",
+                                stage_index, num_stages, layer_start, layer_end, L, L);
+    *role = (struct stage_role){
+        .layer_start = layer_start, .layer_end = layer_end, .with_embed = first, .with_head = last};
+    return 0;
+}
+
+/* Every tensor of the role present with its shape, before any is loaded. */
+static int check_tensors(const struct stage_open_options *opt, const struct stage_role *role,
+                         struct stage_tensor_list *report) {
+    struct stage_tensor_list list;
+    memset(&list, 0, sizeof list);
+    int rc = stage_tensor_list_build(&list, opt->cfg, role, opt->weights);
+    if (rc == 0)
+        rc = stage_tensor_list_check(&list, opt->weights,
+                                     opt->weights_source ? opt->weights_source : "the checkpoint");
+    if (rc < 0 && report)
+        *report = list;
+    else
+        stage_tensor_list_free(&list);
+    return rc;
+}
+
+int stage_open(struct stage *out, const struct stage_open_options *opt,
+               struct stage_tensor_list *report) {
+    struct stage_backend_options bo;
+    struct stage_role role;
+    memset(out, 0, sizeof *out);
+    if (report) memset(report, 0, sizeof *report);
+    if (!opt->cfg || !opt->weights)
+        return strata_set_error(STRATA_EINVAL, "a stage needs a config and weights");
+    int rc = stage_role_for(&role, opt->cfg, opt->stage_index, opt->num_stages, opt->layer_start,
+                            opt->layer_end);
+    if (rc == 0) rc = check_tensors(opt, &role, report);
+    if (rc < 0) return rc;
+    bo = (struct stage_backend_options){.cfg = opt->cfg,
+                                        .weights = opt->weights,
+                                        .role = role,
+                                        .device = opt->device,
+                                        .num_threads = opt->num_threads,
+                                        .max_seq = opt->max_seq,
+                                        .num_slots = opt->max_batch};
+    rc = stage_backend_open(&out->backend, &bo);
+    if (rc == 0)
+        rc = stage_core_init(&out->core,
+                             &(struct stage_core_options){.backend = out->backend,
+                                                          .stage_index = opt->stage_index,
+                                                          .num_stages = opt->num_stages,
+                                                          .chunk_size = opt->chunk_size,
+                                                          .max_batch_tokens = opt->max_batch_tokens,
+                                                          .keep_logits = opt->keep_logits,
+                                                          .send_kv = opt->send_kv});
+    if (rc < 0) stage_close(out);
+    return rc;
+}
+
+void stage_close(struct stage *stage) {
+    if (!stage) return;
+    stage_core_free(stage->core);
+    stage_backend_free(stage->backend);
+    memset(stage, 0, sizeof *stage);
+}

@@ -1,0 +1,46 @@
+/* Opening a stage: config + weights + role + device -> backend + core, the one assembly
+ * used by strata-stage, the simulator and the tests. */
+#ifndef STRATA_RUNTIME_STAGE_STAGE_OPEN_H
+#define STRATA_RUNTIME_STAGE_STAGE_OPEN_H
+
+#include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
+#include "runtime/model/stage_tensors.h"
+#include "runtime/stage/backend.h"
+#include "runtime/stage/stage_core.h"
+
+/* Stage r of S's role: layers [layer_start, layer_end) (both -1: the even split of
+ * runtime/model/stage_plan.h), the embedding on stage 0, the head on the last. Fails with
+ * STRATA_ERANGE naming the stage, the range and L when the shard is empty, out of range,
+ * or leaves a gap at either end of the ring (stage 0 must start at 0, the last end at L). */
+int stage_role_for(struct stage_role *role, const struct model_config *cfg, int stage_index,
+                   int num_stages, int layer_start, int layer_end);
+
+struct stage_open_options {
+    const struct model_config *cfg;    /* borrowed: must outlive the stage */
+    const struct safetensors *weights; /* borrowed: only read while opening */
+    const char *weights_source;        /* names the checkpoint in messages */
+    int stage_index, num_stages;
+    int layer_start, layer_end; /* both -1: the even split */
+    const char *device;         /* "cpu" (NULL), "cuda", "cuda:N": runtime/stage/backend.h */
+    int num_threads;
+    int max_seq, max_batch;           /* KV positions per slot, KV slots */
+    int chunk_size, max_batch_tokens; /* stage_core_options */
+    int keep_logits, send_kv;         /* stage_core_options */
+};
+
+struct stage {
+    struct stage_backend *backend;
+    struct stage_core *core;
+};
+
+/* Resolves the role, checks that the checkpoint holds every tensor it needs (all missing
+ * or mis-shaped ones named at once: STRATA_ENOTFOUND / STRATA_EFORMAT), opens the
+ * device's backend and the core. When `report` is not NULL and the tensor check fails, it
+ * keeps the tensor list (the caller prints it with stage_tensor_list_report and frees it
+ * with stage_tensor_list_free); otherwise it is left empty. */
+int stage_open(struct stage *out, const struct stage_open_options *opt,
+               struct stage_tensor_list *report);
+void stage_close(struct stage *stage); /* accepts a zeroed or half-opened stage */
+
+#endif
