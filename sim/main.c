@@ -248,9 +248,10 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
             cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
         } else if (!strcmp(name, "--threads"))
             bad = parse_int(&cli->sim.num_threads, v, 1, 256);
-        else if (!strcmp(name, "--device"))
-            cli->sim.device = v;
-        else if (!strcmp(name, "--chunk"))
+        else if (!strcmp(name, "--device")) {
+            cli->sim.device = v; /* cuda[:N] is checked by the backend (exit 1 if absent) */
+            bad = strcmp(v, "cpu") != 0 && strncmp(v, "cuda", 4) != 0;
+        } else if (!strcmp(name, "--chunk"))
             bad = parse_int(&cli->sim.chunk_size, v, 1, 1 << 20);
         else
             return usage_error("unknown option '%s'", name);

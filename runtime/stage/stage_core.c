@@ -119,6 +119,10 @@ void stage_core_free(struct stage_core *core) {
         stage_result_free(&n->result);
         free(n);
     }
+    for (struct stage_result_node *n = core->free_results, *next; n; n = next) {
+        next = n->next;
+        free(n);
+    }
     if (core->reqs)
         for (int i = 0; i < core->max_batch; i++)
             free_req_buffers(&core->reqs[i]);
@@ -152,10 +156,20 @@ int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t cli
                           wire_arena_frame_len(&core->arena));
 }
 
+/* A frame or result the core could not queue (out of memory) is never dropped silently:
+ * it is counted and described, and stage_core_pop_result reports the loss. */
+static void note_lost(struct stage_core *core, const char *what, uint64_t nonce) {
+    if (core->lost++ == 0)
+        snprintf(core->lost_first, sizeof core->lost_first, "%s for request %llu: %s", what,
+                 (unsigned long long)nonce, strata_last_error());
+    core->stats.lost++;
+}
+
 static void emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
                        uint64_t nonce, const char *message) {
     struct wire_error msg = {.code = code, .message = message, .nonce = nonce};
-    if (wire_build_error(&core->arena, &msg) == 0) stage_emit_arena(core, link, client_id);
+    if (wire_build_error(&core->arena, &msg) < 0 || stage_emit_arena(core, link, client_id) < 0)
+        note_lost(core, "an Error frame", nonce);
 }
 
 static void emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
@@ -167,13 +181,34 @@ static void emit_token(struct stage_core *core, enum stage_link link, uint32_t c
     msg.tokens = &token;
     msg.num_tokens = 1;
     msg.finish = finish;
-    if (wire_build_token_result(&core->arena, &msg) == 0) stage_emit_arena(core, link, client_id);
+    if (wire_build_token_result(&core->arena, &msg) < 0 ||
+        stage_emit_arena(core, link, client_id) < 0)
+        note_lost(core, "a TokenResult frame", nonce);
 }
 
 static void emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
                          enum wire_control_kind kind, uint64_t nonce, uint64_t seq) {
     struct wire_control msg = {.kind = kind, .nonce = nonce, .seq = seq};
-    if (wire_build_control(&core->arena, &msg) == 0) stage_emit_arena(core, link, client_id);
+    if (wire_build_control(&core->arena, &msg) < 0 || stage_emit_arena(core, link, client_id) < 0)
+        note_lost(core, "a Control frame", nonce);
+}
+
+/* A cleared result record: from the pool filled at init (stage_pool.c), so ending a
+ * request needs no allocation while results are drained; NULL (loss noted) only when the
+ * pool is empty and memory is out. */
+static struct stage_result_node *result_node(struct stage_core *core, uint64_t nonce) {
+    struct stage_result_node *node = core->free_results;
+    if (node)
+        core->free_results = node->next;
+    else
+        node = malloc(sizeof *node);
+    if (!node) {
+        strata_set_error(STRATA_ENOMEM, "out of memory for a result record");
+        note_lost(core, "a result", nonce);
+        return NULL;
+    }
+    memset(node, 0, sizeof *node);
+    return node;
 }
 
 static void push_result(struct stage_core *core, struct stage_result_node *node) {
@@ -186,7 +221,7 @@ static void push_result(struct stage_core *core, struct stage_result_node *node)
 
 /* A request that never got a slot here (refused): a result for the driver's log. */
 static void push_refusal(struct stage_core *core, uint64_t nonce, int code, const char *msg) {
-    struct stage_result_node *node = calloc(1, sizeof *node);
+    struct stage_result_node *node = result_node(core, nonce);
     if (!node) return;
     node->result.nonce = nonce;
     node->result.finish = STAGE_FINISH_ERROR;
@@ -200,7 +235,7 @@ static void push_refusal(struct stage_core *core, uint64_t nonce, int code, cons
  * slot freed, nonce remembered so late frames for it are dropped quietly. */
 static void release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
                     int status, const char *message) {
-    struct stage_result_node *node = calloc(1, sizeof *node);
+    struct stage_result_node *node = result_node(core, req->nonce);
     struct stage_item **link = &core->queue_head;
     core->queue_tail = NULL;
     while (*link) {
@@ -659,14 +694,25 @@ int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint3
 
 int stage_core_pop_result(struct stage_core *core, struct stage_result *out) {
     struct stage_result_node *node = core->res_head;
+    memset(out, 0, sizeof *out);
     if (!node) {
-        memset(out, 0, sizeof *out);
-        return 0;
+        if (core->lost == 0) return 0;
+        /* What could not be queued, reported once all real records are out. */
+        out->finish = STAGE_FINISH_ERROR;
+        out->status = STRATA_ENOMEM;
+        out->vocab = core->vocab;
+        snprintf(out->message, sizeof out->message,
+                 "stage %d: %llu frame(s) or result(s) could not be queued (out of memory); "
+                 "the first: %.140s",
+                 core->opt.stage_index, (unsigned long long)core->lost, core->lost_first);
+        core->lost = 0;
+        return 1;
     }
     core->res_head = node->next;
     if (!core->res_head) core->res_tail = NULL;
     *out = node->result;
-    free(node);
+    node->next = core->free_results;
+    core->free_results = node;
     return 1;
 }
 

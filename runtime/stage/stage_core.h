@@ -175,7 +175,9 @@ struct stage_result {
 };
 
 /* Pops the oldest finished request record: 1 and fills `out` (free with
- * stage_result_free), or 0 when none. */
+ * stage_result_free), or 0 when none. Nothing is lost silently: when memory ran out for
+ * an outgoing frame or a record, a last record with nonce 0, STAGE_FINISH_ERROR and
+ * STRATA_ENOMEM says how many and which was first. */
 int stage_core_pop_result(struct stage_core *core, struct stage_result *out);
 void stage_result_free(struct stage_result *result);
 
@@ -186,6 +188,7 @@ struct stage_core_stats {
     uint64_t rows;         /* hidden rows computed */
     uint64_t frames_in, frames_out;
     uint64_t refused; /* requests refused by admission control */
+    uint64_t lost;    /* frames or results that could not be queued (out of memory) */
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 

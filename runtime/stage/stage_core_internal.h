@@ -78,6 +78,9 @@ struct stage_core {
     struct stage_item *free_items; /* recycled work items (stage_pool.c) */
     struct stage_out_queue out;
     struct stage_result_node *res_head, *res_tail;
+    struct stage_result_node *free_results; /* record pool (stage_pool.c) */
+    uint64_t lost;                          /* frames / results not queued since last report */
+    char lost_first[320];                   /* the first of them */
     uint64_t recent_dead[STAGE_RECENT_DEAD];
     int recent_dead_next;
     struct wire_arena arena;

@@ -29,6 +29,14 @@ int stage_pool_init(struct stage_core *core, int num_items) {
         it->next = core->free_items;
         core->free_items = it;
     }
+    /* One result record per KV slot and as many again for refusals: ending a request
+     * needs no allocation while the driver drains results after each call. */
+    for (int i = 0; i < 2 * num_items; i++) {
+        struct stage_result_node *node = calloc(1, sizeof *node);
+        if (!node) return strata_set_error(STRATA_ENOMEM, "out of memory for result records");
+        node->next = core->free_results;
+        core->free_results = node;
+    }
     return 0;
 }
 

@@ -35,6 +35,10 @@ expect 2 "no run has that connection" --model "$model" --stages 2 --conn-link 2:
 expect 2 "stage 2 cannot fail" --model "$model" --stages 2 --kill-stage 2@1
 expect 2 "stage 4 cannot fail" --model "$model" --all-splits --partition-stage 4@1
 expect 3 "strata-sim: " --model /nonexistent/model --stages 2
+# The backend is picked as strata-stage picks it: an unknown device is a usage error, a
+# device this build cannot run is refused by name before anything runs.
+expect 2 "bad value for --device" --model "$model" --stages 2 --device tpu
+expect 1 "device 'cuda:0' is not available" --model "$model" --stages 2 --device cuda:0
 # Faults: a killed stage and a partitioned stage end every request with a clear error.
 expect 1 "stage 1 was killed" --model "$model" --stages 3 --max-tokens 8 --compute fixed \
     --row-cost-us 20 --kill-stage 1@0.3
