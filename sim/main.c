@@ -143,8 +143,111 @@ static int is_documented_option(const char *name) {
     return 0;
 }
 
-/* Fills `cli` from argv; returns -1 to print help and exit 0, 0 ok, or an exit code. */
-static int parse_args(struct cli *cli, int argc, char **argv) {
+/* Option parsers by group: 0 parsed, -1 a bad value, 1 not an option of the group. */
+static int parse_run_option(struct cli *cli, const char *name, const char *v) {
+    double d = 0.0;
+    int bad = 0;
+    if (!strcmp(name, "--model"))
+        cli->model_dir = v;
+    else if (!strcmp(name, "--stages"))
+        bad = parse_int(&cli->stages, v, 1, SIM_MAX_STAGES);
+    else if (!strcmp(name, "--split"))
+        cli->split_text = v;
+    else if (!strcmp(name, "--random-splits"))
+        bad = parse_int(&cli->random_splits, v, 0, 1000);
+    else if (!strcmp(name, "--seed")) {
+        bad = parse_double(&d, v, 0, 9007199254740992.0);
+        cli->seed = (uint64_t)d;
+    } else if (!strcmp(name, "--requests")) {
+        if (!strcmp(v, "S"))
+            cli->requests_per_stage = 1;
+        else
+            bad = parse_int(&cli->requests, v, 1, 4096);
+    } else if (!strcmp(name, "--max-tokens"))
+        bad = parse_int(&cli->max_tokens, v, 1, 1 << 20);
+    else if (!strcmp(name, "--prompt"))
+        cli->prompt_text = v;
+    else if (!strcmp(name, "--temperature")) {
+        bad = parse_double(&d, v, 0.0, 100.0);
+        cli->sampling.temperature = (float)d;
+    } else if (!strcmp(name, "--top-k"))
+        bad = parse_int(&cli->sampling.top_k, v, 0, 1 << 30);
+    else if (!strcmp(name, "--top-p")) {
+        bad = parse_double(&d, v, 0.0, 1.0);
+        cli->sampling.top_p = (float)d;
+    } else if (!strcmp(name, "--sample-seed")) {
+        bad = parse_double(&d, v, 0, 9007199254740992.0);
+        cli->sampling.seed = (uint64_t)d;
+    } else
+        return 1;
+    return bad ? -1 : 0;
+}
+
+static int parse_link_option(struct cli *cli, const char *name, const char *v) {
+    struct sim_link_params *link = &cli->sim.link;
+    double d = 0.0;
+    int bad = 0;
+    if (!strcmp(name, "--latency-us")) {
+        bad = parse_double(&d, v, 0, 1e9);
+        link->latency_ns = (int64_t)(d * 1e3);
+    } else if (!strcmp(name, "--bandwidth-gbps")) {
+        bad = parse_double(&d, v, 0, 1e6);
+        link->bandwidth_gbps = d;
+    } else if (!strcmp(name, "--jitter-us")) {
+        bad = parse_double(&d, v, 0, 1e9);
+        link->jitter_ns = (int64_t)(d * 1e3);
+    } else if (!strcmp(name, "--loss"))
+        bad = parse_double(&link->loss, v, 0.0, 1.0);
+    else if (!strcmp(name, "--rto-ms")) {
+        bad = parse_double(&d, v, 1e-6, 1e7);
+        link->retransmit_timeout_ns = (int64_t)(d * 1e6);
+    } else if (!strcmp(name, "--retries"))
+        bad = parse_int(&link->max_retransmits, v, 0, 30);
+    else if (!strcmp(name, "--conn-link"))
+        bad = parse_conn_link(cli, v);
+    else if (!strcmp(name, "--kill-stage"))
+        bad = parse_fault(&cli->sim.kill_stage, &cli->sim.kill_at_ns, v);
+    else if (!strcmp(name, "--partition-stage"))
+        bad = parse_fault(&cli->sim.partition_stage, &cli->sim.partition_at_ns, v);
+    else if (!strcmp(name, "--peer-timeout-ms")) {
+        bad = parse_double(&d, v, 1e-3, 1e9);
+        cli->sim.peer_timeout_ns = (int64_t)(d * 1e6);
+    } else if (!strcmp(name, "--timeout-ms")) {
+        bad = parse_double(&d, v, 1e-3, 1e9);
+        cli->sim.request_timeout_ns = (int64_t)(d * 1e6);
+    } else
+        return 1;
+    return bad ? -1 : 0;
+}
+
+static int parse_compute_option(struct cli *cli, const char *name, const char *v) {
+    double d = 0.0;
+    int bad = 0;
+    if (!strcmp(name, "--compute")) {
+        if (!strcmp(v, "wall"))
+            cli->sim.compute = SIM_COMPUTE_WALL;
+        else if (!strcmp(v, "cpu"))
+            cli->sim.compute = SIM_COMPUTE_CPU;
+        else if (!strcmp(v, "fixed"))
+            cli->sim.compute = SIM_COMPUTE_FIXED;
+        else
+            bad = 1;
+    } else if (!strcmp(name, "--row-cost-us")) {
+        bad = parse_double(&d, v, 0, 1e9);
+        cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
+    } else if (!strcmp(name, "--threads"))
+        bad = parse_int(&cli->sim.num_threads, v, 1, 256);
+    else if (!strcmp(name, "--device")) {
+        cli->sim.device = v; /* cuda[:N] is checked by the backend (exit 1 if absent) */
+        bad = strcmp(v, "cpu") != 0 && strncmp(v, "cuda", 4) != 0;
+    } else if (!strcmp(name, "--chunk"))
+        bad = parse_int(&cli->sim.chunk_size, v, 1, 1 << 20);
+    else
+        return 1;
+    return bad ? -1 : 0;
+}
+
+static void cli_defaults(struct cli *cli) {
     memset(cli, 0, sizeof *cli);
     sim_options_default(&cli->sim);
     cli->sim.link.latency_ns = 100000;
@@ -153,19 +256,21 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
     cli->random_splits = -1;
     cli->requests = 1;
     cli->sampling.top_p = 1.0f;
+}
+
+static int finish_args(struct cli *cli);
+
+/* Fills `cli` from argv; returns -1 to print help and exit 0, 0 ok, or an exit code. */
+static int parse_args(struct cli *cli, int argc, char **argv) {
+    cli_defaults(cli);
     for (int i = 1; i < argc; i++) {
         const char *name = argv[i];
         if (!strcmp(name, "-h") || !strcmp(name, "--help")) return -1;
-        if (!strcmp(name, "--all-splits")) {
-            cli->all_splits = 1;
-            continue;
-        }
-        if (!strcmp(name, "--stop-at-eos")) {
-            cli->stop_at_eos = 1;
-            continue;
-        }
-        if (!strcmp(name, "--stage-stats")) {
-            cli->stage_stats = 1;
+        if (!strcmp(name, "--all-splits") || !strcmp(name, "--stop-at-eos") ||
+            !strcmp(name, "--stage-stats")) {
+            cli->all_splits |= !strcmp(name, "--all-splits");
+            cli->stop_at_eos |= !strcmp(name, "--stop-at-eos");
+            cli->stage_stats |= !strcmp(name, "--stage-stats");
             continue;
         }
         if (strncmp(name, "--", 2) != 0) return usage_error("unexpected argument '%s'", name);
@@ -173,90 +278,17 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
             return usage_error(
                 is_documented_option(name) ? "%s needs a value" : "unknown option '%s'", name);
         const char *v = argv[++i];
-        double d = 0.0;
-        int bad = 0;
-        if (!strcmp(name, "--model"))
-            cli->model_dir = v;
-        else if (!strcmp(name, "--stages"))
-            bad = parse_int(&cli->stages, v, 1, SIM_MAX_STAGES);
-        else if (!strcmp(name, "--split"))
-            cli->split_text = v;
-        else if (!strcmp(name, "--random-splits"))
-            bad = parse_int(&cli->random_splits, v, 0, 1000);
-        else if (!strcmp(name, "--seed")) {
-            bad = parse_double(&d, v, 0, 9007199254740992.0);
-            cli->seed = (uint64_t)d;
-        } else if (!strcmp(name, "--latency-us")) {
-            bad = parse_double(&d, v, 0, 1e9);
-            cli->sim.link.latency_ns = (int64_t)(d * 1e3);
-        } else if (!strcmp(name, "--bandwidth-gbps")) {
-            bad = parse_double(&d, v, 0, 1e6);
-            cli->sim.link.bandwidth_gbps = d;
-        } else if (!strcmp(name, "--jitter-us")) {
-            bad = parse_double(&d, v, 0, 1e9);
-            cli->sim.link.jitter_ns = (int64_t)(d * 1e3);
-        } else if (!strcmp(name, "--loss"))
-            bad = parse_double(&cli->sim.link.loss, v, 0.0, 1.0);
-        else if (!strcmp(name, "--rto-ms")) {
-            bad = parse_double(&d, v, 1e-6, 1e7);
-            cli->sim.link.retransmit_timeout_ns = (int64_t)(d * 1e6);
-        } else if (!strcmp(name, "--retries"))
-            bad = parse_int(&cli->sim.link.max_retransmits, v, 0, 30);
-        else if (!strcmp(name, "--conn-link"))
-            bad = parse_conn_link(cli, v);
-        else if (!strcmp(name, "--kill-stage"))
-            bad = parse_fault(&cli->sim.kill_stage, &cli->sim.kill_at_ns, v);
-        else if (!strcmp(name, "--partition-stage"))
-            bad = parse_fault(&cli->sim.partition_stage, &cli->sim.partition_at_ns, v);
-        else if (!strcmp(name, "--peer-timeout-ms")) {
-            bad = parse_double(&d, v, 1e-3, 1e9);
-            cli->sim.peer_timeout_ns = (int64_t)(d * 1e6);
-        } else if (!strcmp(name, "--timeout-ms")) {
-            bad = parse_double(&d, v, 1e-3, 1e9);
-            cli->sim.request_timeout_ns = (int64_t)(d * 1e6);
-        } else if (!strcmp(name, "--requests")) {
-            if (!strcmp(v, "S"))
-                cli->requests_per_stage = 1;
-            else
-                bad = parse_int(&cli->requests, v, 1, 4096);
-        } else if (!strcmp(name, "--max-tokens"))
-            bad = parse_int(&cli->max_tokens, v, 1, 1 << 20);
-        else if (!strcmp(name, "--prompt"))
-            cli->prompt_text = v;
-        else if (!strcmp(name, "--temperature")) {
-            bad = parse_double(&d, v, 0.0, 100.0);
-            cli->sampling.temperature = (float)d;
-        } else if (!strcmp(name, "--top-k"))
-            bad = parse_int(&cli->sampling.top_k, v, 0, 1 << 30);
-        else if (!strcmp(name, "--top-p")) {
-            bad = parse_double(&d, v, 0.0, 1.0);
-            cli->sampling.top_p = (float)d;
-        } else if (!strcmp(name, "--sample-seed")) {
-            bad = parse_double(&d, v, 0, 9007199254740992.0);
-            cli->sampling.seed = (uint64_t)d;
-        } else if (!strcmp(name, "--compute")) {
-            if (!strcmp(v, "wall"))
-                cli->sim.compute = SIM_COMPUTE_WALL;
-            else if (!strcmp(v, "cpu"))
-                cli->sim.compute = SIM_COMPUTE_CPU;
-            else if (!strcmp(v, "fixed"))
-                cli->sim.compute = SIM_COMPUTE_FIXED;
-            else
-                bad = -1;
-        } else if (!strcmp(name, "--row-cost-us")) {
-            bad = parse_double(&d, v, 0, 1e9);
-            cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
-        } else if (!strcmp(name, "--threads"))
-            bad = parse_int(&cli->sim.num_threads, v, 1, 256);
-        else if (!strcmp(name, "--device")) {
-            cli->sim.device = v; /* cuda[:N] is checked by the backend (exit 1 if absent) */
-            bad = strcmp(v, "cpu") != 0 && strncmp(v, "cuda", 4) != 0;
-        } else if (!strcmp(name, "--chunk"))
-            bad = parse_int(&cli->sim.chunk_size, v, 1, 1 << 20);
-        else
-            return usage_error("unknown option '%s'", name);
-        if (bad) return usage_error("bad value for %s", name);
+        int rc = parse_run_option(cli, name, v);
+        if (rc == 1) rc = parse_link_option(cli, name, v);
+        if (rc == 1) rc = parse_compute_option(cli, name, v);
+        if (rc == 1) return usage_error("unknown option '%s'", name);
+        if (rc < 0) return usage_error("bad value for %s", name);
     }
+    return finish_args(cli);
+}
+
+/* Cross-option checks and derived settings. */
+static int finish_args(struct cli *cli) {
     if (!cli->model_dir) return usage_error("%s", "--model DIR is required");
     if (cli->all_splits + (cli->stages > 0) + (cli->split_text != NULL) != 1)
         return usage_error("%s", "choose exactly one of --all-splits, --stages S, --split SPLIT");
