@@ -5,12 +5,7 @@
 
 #include <stdint.h>
 
-struct sampler_params {
-    float temperature; /* <= 0 means greedy */
-    int top_k;         /* <= 0 means no top-k cut */
-    float top_p;       /* >= 1 means no nucleus cut */
-    uint64_t seed;
-};
+#include "runtime/base/sampling_params.h"
 
 struct sampler {
     struct sampler_params params;

@@ -16,6 +16,8 @@
 #include <time.h>
 
 #include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/stage_tensors.h"
 #include "wire/codec.h"
 #include "wire/message.h"
 #include "wire/transport.h"
@@ -29,29 +31,85 @@ static float rng_uniform(void) { /* [-1, 1) */
     return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
 }
 
-struct tensor_spec {
-    char name[96];
-    int64_t rows, cols; /* cols == 0: a vector of `rows` */
-    int is_norm;
-};
+/* config.json of the benchmark model; also parsed back for the manifest. */
+static int format_config(char *buf, size_t cap, int H, int I, int L, int nh, int nkv, int D,
+                         int V) {
+    int n = snprintf(
+        buf, cap,
+        "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
+        "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+        "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+        "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-06,\n  \"rope_theta\": 1000000.0,\n"
+        "  \"tie_word_embeddings\": true,\n  \"attention_bias\": false,\n"
+        "  \"max_position_embeddings\": 4096,\n  \"eos_token_id\": %d,\n"
+        "  \"torch_dtype\": \"bfloat16\"\n}\n",
+        H, I, L, nh, nkv, D, V, V - 1);
+    return n < 0 || (size_t)n >= cap ? -1 : n;
+}
 
-static int add_spec(struct tensor_spec *specs, int n, const char *name, int64_t rows, int64_t cols,
-                    int is_norm) {
-    snprintf(specs[n].name, sizeof specs[n].name, "%s", name);
-    specs[n].rows = rows;
-    specs[n].cols = cols;
-    specs[n].is_norm = is_norm;
-    return n + 1;
+static int64_t numel_of(const struct stage_tensor *t) {
+    int64_t n = 1;
+    for (int d = 0; d < t->ndim; ++d)
+        n *= t->shape[d];
+    return n;
+}
+
+/* Writes exactly the manifest's tensors as bf16: uniform with variance 1/fan_in (the
+ * embedding 0.25), vectors (norms) near 1. */
+static int write_weights(const char *path, const struct stage_tensor_list *list,
+                         size_t *total_bytes) {
+    size_t header_cap = 256 + (size_t)list->count * (STAGE_TENSOR_NAME_MAX + 128);
+    size_t header_len = 0, offset = 0, row_cap = 1;
+    char *header = malloc(header_cap);
+    if (!header) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    for (int i = 0; i < list->count; i++) {
+        const struct stage_tensor *t = &list->items[i];
+        size_t bytes = (size_t)numel_of(t) * 2;
+        if ((size_t)t->shape[t->ndim - 1] > row_cap) row_cap = (size_t)t->shape[t->ndim - 1];
+        header_len +=
+            (size_t)snprintf(header + header_len, header_cap - header_len,
+                             "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[", i ? "," : "{", t->name);
+        for (int d = 0; d < t->ndim; d++)
+            header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "%s%lld",
+                                           d ? "," : "", (long long)t->shape[d]);
+        header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
+                                       "],\"data_offsets\":[%zu,%zu]}", offset, offset + bytes);
+        offset += bytes;
+    }
+    header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "}");
+    while (header_len % 8)
+        header[header_len++] = ' ';
+    uint16_t *row = malloc(sizeof(uint16_t) * row_cap);
+    FILE *f = fopen(path, "wb");
+    int ok = f && row;
+    uint8_t prefix[8];
+    for (int i = 0; i < 8; i++)
+        prefix[i] = (uint8_t)((uint64_t)header_len >> (8 * i));
+    ok = ok && fwrite(prefix, 1, 8, f) == 8 && fwrite(header, 1, header_len, f) == header_len;
+    for (int i = 0; ok && i < list->count; i++) {
+        const struct stage_tensor *t = &list->items[i];
+        int64_t cols = t->shape[t->ndim - 1], rows = numel_of(t) / cols;
+        int is_norm = t->ndim == 1;
+        float scale = is_norm                       ? 0.1f
+                      : t->slot == STAGE_SLOT_EMBED ? 0.866f
+                                                    : 1.732f / sqrtf((float)cols);
+        for (int64_t r = 0; ok && r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++)
+                row[c] = f32_to_bf16(rng_uniform() * scale + (is_norm ? 1.0f : 0.0f));
+            ok = fwrite(row, 2, (size_t)cols, f) == (size_t)cols;
+        }
+    }
+    if (f && fclose(f)) ok = 0;
+    free(header);
+    free(row);
+    *total_bytes = offset;
+    return ok ? STRATA_OK : strata_set_error(STRATA_EIO, "cannot write %s", path);
 }
 
 static int make_model(int argc, char **argv) {
     const char *out = NULL;
-    int H = 1024, L = 8, V = 4096, I = 2816, nh = 16, nkv = 8, D = 64, n = 0;
-    struct tensor_spec *specs;
-    char path[4096], *header;
-    size_t header_cap = 1 << 20, header_len = 0, offset = 0;
-    FILE *f;
-    uint16_t *row;
+    int H = 1024, L = 8, V = 4096, I = 2816, nh = 16, nkv = 8, D = 64;
+    char path[4096], json[2048];
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--out"))
             out = argv[i + 1];
@@ -87,102 +145,29 @@ static int make_model(int argc, char **argv) {
         fprintf(stderr, "strata-stage-bench: mkdir %s: %s\n", out, strerror(errno));
         return STRATA_EXIT_FAILURE;
     }
+    int len = format_config(json, sizeof json, H, I, L, nh, nkv, D, V);
     snprintf(path, sizeof path, "%s/config.json", out);
-    f = fopen(path, "w");
-    if (!f) {
+    FILE *f = len < 0 ? NULL : fopen(path, "w");
+    if (!f || fwrite(json, 1, (size_t)len, f) != (size_t)len || fclose(f)) {
         fprintf(stderr, "strata-stage-bench: cannot write %s\n", path);
         return STRATA_EXIT_FAILURE;
     }
-    fprintf(f,
-            "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
-            "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
-            "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
-            "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-06,\n  \"rope_theta\": 1000000.0,\n"
-            "  \"tie_word_embeddings\": true,\n  \"attention_bias\": false,\n"
-            "  \"max_position_embeddings\": 4096,\n  \"eos_token_id\": %d,\n"
-            "  \"torch_dtype\": \"bfloat16\"\n}\n",
-            H, I, L, nh, nkv, D, V, V - 1);
-    fclose(f);
-    specs = calloc((size_t)(3 + 11 * L), sizeof *specs);
-    header = malloc(header_cap);
-    row = malloc(sizeof(uint16_t) * (size_t)(H > I ? (H > V ? H : V) : (I > V ? I : V)) * 4);
-    if (!specs || !header || !row) return STRATA_EXIT_FAILURE;
-    n = add_spec(specs, n, "model.embed_tokens.weight", V, H, 0);
-    for (int l = 0; l < L; l++) {
-        char name[96];
-#define SPEC(suffix, r, c, norm)                                                                   \
-    snprintf(name, sizeof name, "model.layers.%d.%s", l, suffix);                                  \
-    n = add_spec(specs, n, name, r, c, norm)
-        SPEC("input_layernorm.weight", H, 0, 1);
-        SPEC("post_attention_layernorm.weight", H, 0, 1);
-        SPEC("self_attn.q_proj.weight", (int64_t)nh * D, H, 0);
-        SPEC("self_attn.k_proj.weight", (int64_t)nkv * D, H, 0);
-        SPEC("self_attn.v_proj.weight", (int64_t)nkv * D, H, 0);
-        SPEC("self_attn.o_proj.weight", H, (int64_t)nh * D, 0);
-        SPEC("self_attn.q_norm.weight", D, 0, 1);
-        SPEC("self_attn.k_norm.weight", D, 0, 1);
-        SPEC("mlp.gate_proj.weight", I, H, 0);
-        SPEC("mlp.up_proj.weight", I, H, 0);
-        SPEC("mlp.down_proj.weight", H, I, 0);
-#undef SPEC
-    }
-    n = add_spec(specs, n, "model.norm.weight", H, 0, 1);
-    header_len += (size_t)snprintf(header, header_cap, "{");
-    for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)specs[i].rows * (size_t)(specs[i].cols ? specs[i].cols : 1) * 2;
-        if (specs[i].cols)
-            header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
-                                           "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],"
-                                           "\"data_offsets\":[%zu,%zu]}",
-                                           i ? "," : "", specs[i].name, (long long)specs[i].rows,
-                                           (long long)specs[i].cols, offset, offset + bytes);
-        else
-            header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
-                                           "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld],"
-                                           "\"data_offsets\":[%zu,%zu]}",
-                                           i ? "," : "", specs[i].name, (long long)specs[i].rows,
-                                           offset, offset + bytes);
-        offset += bytes;
-    }
-    header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "}");
-    while (header_len % 8)
-        header[header_len++] = ' ';
+    /* The tensors are the manifest's for the whole model, so strata-stage loads them. */
+    struct model_config cfg;
+    struct stage_tensor_list list = {0};
+    struct stage_role all = {0, L, 1, 1, 0};
+    size_t bytes = 0;
     snprintf(path, sizeof path, "%s/model.safetensors", out);
-    f = fopen(path, "wb");
-    if (!f) {
-        fprintf(stderr, "strata-stage-bench: cannot write %s\n", path);
+    int rc = model_config_parse(&cfg, json, (size_t)len, "config.json");
+    if (rc == 0) rc = stage_tensor_list_build(&list, &cfg, &all, NULL);
+    if (rc == 0) rc = write_weights(path, &list, &bytes);
+    stage_tensor_list_free(&list);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage-bench: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }
-    {
-        uint8_t prefix[8];
-        for (int i = 0; i < 8; i++)
-            prefix[i] = (uint8_t)((uint64_t)header_len >> (8 * i));
-        fwrite(prefix, 1, 8, f);
-        fwrite(header, 1, header_len, f);
-    }
-    for (int i = 0; i < n; i++) {
-        int64_t cols = specs[i].cols ? specs[i].cols : specs[i].rows;
-        int64_t rows = specs[i].cols ? specs[i].rows : 1;
-        /* Uniform with variance 1/fan_in (embedding: 0.25); norms near 1. */
-        float scale = specs[i].is_norm ? 0.1f : i == 0 ? 0.866f : 1.732f / sqrtf((float)cols);
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t c = 0; c < cols; c++) {
-                float v = rng_uniform() * scale + (specs[i].is_norm ? 1.0f : 0.0f);
-                row[c] = f32_to_bf16(v);
-            }
-            if (fwrite(row, 2, (size_t)cols, f) != (size_t)cols) {
-                fclose(f);
-                fprintf(stderr, "strata-stage-bench: write failed\n");
-                return STRATA_EXIT_FAILURE;
-            }
-        }
-    }
-    fclose(f);
     printf("wrote %s: qwen3 H=%d L=%d V=%d I=%d heads %d/%d D=%d, %.1f MB bf16\n", out, H, L, V, I,
-           nh, nkv, D, offset / 1e6);
-    free(specs);
-    free(header);
-    free(row);
+           nh, nkv, D, bytes / 1e6);
     return STRATA_EXIT_OK;
 }
 

@@ -24,6 +24,7 @@
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/model/stage_tensors.h"
 
 enum {
     HIDDEN = 1024,
@@ -62,13 +63,6 @@ static void usage(FILE *f) {
 
 /* ---------------------------------------------------------------- checkpoint writer */
 
-struct tensor_spec {
-    char name[96];
-    int ndim;
-    long long shape[2];
-    size_t bytes;
-};
-
 static int write_config(const char *dir) {
     char path[4200];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -89,39 +83,16 @@ static int write_config(const char *dir) {
     return STRATA_OK;
 }
 
-static int tensor_list(struct tensor_spec *t) {
-    int n = 0;
-#define ADD(NDIM, D0, D1, ...)                                                                     \
-    do {                                                                                           \
-        snprintf(t[n].name, sizeof t[n].name, __VA_ARGS__);                                        \
-        t[n].ndim = NDIM;                                                                          \
-        t[n].shape[0] = D0;                                                                        \
-        t[n].shape[1] = D1;                                                                        \
-        t[n].bytes = (size_t)(D0) * (size_t)(NDIM == 2 ? (D1) : 1) * 2;                            \
-        n++;                                                                                       \
-    } while (0)
-    ADD(2, VOCAB, HIDDEN, "model.embed_tokens.weight");
-    ADD(1, HIDDEN, 0, "model.norm.weight");
-    for (int l = 0; l < LAYERS; ++l) {
-        ADD(1, HIDDEN, 0, "model.layers.%d.input_layernorm.weight", l);
-        ADD(1, HIDDEN, 0, "model.layers.%d.post_attention_layernorm.weight", l);
-        ADD(1, HEAD_DIM, 0, "model.layers.%d.self_attn.q_norm.weight", l);
-        ADD(1, HEAD_DIM, 0, "model.layers.%d.self_attn.k_norm.weight", l);
-        ADD(2, HEADS * HEAD_DIM, HIDDEN, "model.layers.%d.self_attn.q_proj.weight", l);
-        ADD(2, KV_HEADS * HEAD_DIM, HIDDEN, "model.layers.%d.self_attn.k_proj.weight", l);
-        ADD(2, KV_HEADS * HEAD_DIM, HIDDEN, "model.layers.%d.self_attn.v_proj.weight", l);
-        ADD(2, HIDDEN, HEADS * HEAD_DIM, "model.layers.%d.self_attn.o_proj.weight", l);
-        ADD(2, FFN, HIDDEN, "model.layers.%d.mlp.gate_proj.weight", l);
-        ADD(2, FFN, HIDDEN, "model.layers.%d.mlp.up_proj.weight", l);
-        ADD(2, HIDDEN, FFN, "model.layers.%d.mlp.down_proj.weight", l);
-    }
-#undef ADD
+static size_t tensor_bytes(const struct stage_tensor *t) {
+    size_t n = 2; /* bf16 */
+    for (int d = 0; d < t->ndim; ++d)
+        n *= (size_t)t->shape[d];
     return n;
 }
 
 /* Random bf16 values: norms near 1, matrices uniform in ±sqrt(3/fan_in) (unit output variance). */
-static void fill_bf16(uint16_t *out, size_t n, const struct tensor_spec *t, uint64_t *rng) {
-    float scale = t->ndim == 1 ? 0.1f : 1.7320508f / sqrtf((float)t->shape[1]);
+static void fill_bf16(uint16_t *out, size_t n, const struct stage_tensor *t, uint64_t *rng) {
+    float scale = t->ndim == 1 ? 0.1f : 1.7320508f / sqrtf((float)t->shape[t->ndim - 1]);
     float base = t->ndim == 1 ? 1.0f : 0.0f;
     for (size_t i = 0; i < n; ++i) {
         *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -130,11 +101,10 @@ static void fill_bf16(uint16_t *out, size_t n, const struct tensor_spec *t, uint
     }
 }
 
-static int write_checkpoint(const char *dir) {
-    static struct tensor_spec t[2 + 11 * LAYERS];
-    int n = tensor_list(t), rc = write_config(dir);
-    if (rc) return rc;
-    size_t cap = 64 + (size_t)n * 160, len = 0, offset = 0;
+static int write_tensors(const char *dir, const struct stage_tensor_list *list) {
+    const struct stage_tensor *t = list->items;
+    int n = list->count, rc = STRATA_OK;
+    size_t cap = 64 + (size_t)n * (STAGE_TENSOR_NAME_MAX + 96), len = 0, offset = 0;
     char *header = malloc(cap);
     uint16_t *buf = malloc((size_t)1 << 24);
     if (!header || !buf) {
@@ -144,14 +114,14 @@ static int write_checkpoint(const char *dir) {
     }
     len += (size_t)snprintf(header + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
     for (int i = 0; i < n; ++i) {
-        len +=
-            (size_t)snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld",
-                             t[i].name, t[i].shape[0]);
-        if (t[i].ndim == 2)
-            len += (size_t)snprintf(header + len, cap - len, ",%lld", t[i].shape[1]);
+        len += (size_t)snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[",
+                                t[i].name);
+        for (int d = 0; d < t[i].ndim; ++d)
+            len += (size_t)snprintf(header + len, cap - len, "%s%lld", d ? "," : "",
+                                    (long long)t[i].shape[d]);
         len += (size_t)snprintf(header + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", offset,
-                                offset + t[i].bytes);
-        offset += t[i].bytes;
+                                offset + tensor_bytes(&t[i]));
+        offset += tensor_bytes(&t[i]);
     }
     len += (size_t)snprintf(header + len, cap - len, "}");
     while (len % 8)
@@ -166,7 +136,7 @@ static int write_checkpoint(const char *dir) {
     uint64_t hlen = len, rng = 0x5eed;
     int ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, len, f) == len;
     for (int i = 0; ok && i < n; ++i) {
-        size_t left = t[i].bytes / 2;
+        size_t left = tensor_bytes(&t[i]) / 2;
         while (ok && left) {
             size_t chunk = left < ((size_t)1 << 23) ? left : ((size_t)1 << 23);
             fill_bf16(buf, chunk, &t[i], &rng);
@@ -178,6 +148,19 @@ static int write_checkpoint(const char *dir) {
 done:
     free(header);
     free(buf);
+    return rc;
+}
+
+/* config.json, then exactly the tensors the manifest lists for the whole model. */
+static int write_checkpoint(const char *dir) {
+    struct model_config cfg;
+    struct stage_tensor_list list = {0};
+    struct stage_role all = {0, LAYERS, 1, 1, 0};
+    int rc = write_config(dir);
+    if (!rc) rc = model_config_load(&cfg, dir);
+    if (!rc) rc = stage_tensor_list_build(&list, &cfg, &all, NULL);
+    if (!rc) rc = write_tensors(dir, &list);
+    stage_tensor_list_free(&list);
     return rc;
 }
 

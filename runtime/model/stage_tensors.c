@@ -9,12 +9,23 @@
 
 #include "runtime/base/status.h"
 
-static int add(struct stage_tensor_list *list, enum stage_tensor_kind kind, int layer, int ndim,
-               const int64_t *shape, const char *fmt, ...) __attribute__((format(printf, 6, 7)));
+static enum stage_tensor_kind kind_of(enum stage_tensor_slot slot) {
+    switch (slot) {
+    case STAGE_SLOT_EMBED: return STAGE_TENSOR_EMBED;
+    case STAGE_SLOT_FINAL_NORM: return STAGE_TENSOR_NORM;
+    case STAGE_SLOT_LM_HEAD: return STAGE_TENSOR_LM_HEAD;
+    case STAGE_SLOT_VISION: return STAGE_TENSOR_VISION;
+    default: return STAGE_TENSOR_LAYER;
+    }
+}
 
-/* Appends one tensor whose name is printf(fmt, ...). */
-static int add(struct stage_tensor_list *list, enum stage_tensor_kind kind, int layer, int ndim,
-               const int64_t *shape, const char *fmt, ...) {
+static int add(struct stage_tensor_list *list, enum stage_tensor_slot slot, int layer, int expert,
+               int ndim, const int64_t *shape, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+
+/* Appends one tensor whose name is printf(fmt, ...); any float dtype, plain layout. */
+static int add(struct stage_tensor_list *list, enum stage_tensor_slot slot, int layer, int expert,
+               int ndim, const int64_t *shape, const char *fmt, ...) {
     if (list->count == list->cap) {
         int cap = list->cap ? list->cap * 2 : 64;
         struct stage_tensor *items = realloc(list->items, (size_t)cap * sizeof *items);
@@ -30,52 +41,77 @@ static int add(struct stage_tensor_list *list, enum stage_tensor_kind kind, int 
     va_end(ap);
     if (n < 0 || (size_t)n >= sizeof t->name)
         return strata_set_error(STRATA_EINVAL, "tensor name too long: %s...", t->name);
-    t->kind = kind;
+    t->kind = kind_of(slot);
+    t->slot = slot;
     t->layer = layer;
+    t->expert = expert;
     t->ndim = ndim;
     for (int i = 0; i < ndim; ++i)
         t->shape[i] = shape[i];
+    t->dtypes = STAGE_DTYPES_FLOAT;
+    t->layout = STAGE_LAYOUT_PLAIN;
     list->count++;
     return STRATA_OK;
 }
 
 #define SHAPE(...) ((const int64_t[]){__VA_ARGS__})
 #define NDIM(...) ((int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)))
-#define ADD(kind, layer, shape_list, ...)                                                          \
+/* ADDX(slot, layer, expert, (dims...), fmt, ...); ADD is ADDX with no expert. */
+#define ADDX(slot, layer, expert, shape_list, ...)                                                 \
     do {                                                                                           \
-        int add_rc = add(list, kind, layer, NDIM shape_list, SHAPE shape_list, __VA_ARGS__);       \
+        int add_rc =                                                                               \
+            add(list, slot, layer, expert, NDIM shape_list, SHAPE shape_list, __VA_ARGS__);        \
         if (add_rc) return add_rc;                                                                 \
     } while (0)
+#define ADD(slot, layer, shape_list, ...) ADDX(slot, layer, -1, shape_list, __VA_ARGS__)
 
 static int has(const struct safetensors *st, const char *name) {
     return st && safetensors_find(st, name) != NULL;
 }
 
+/* Marks the last entry as a fused expert tensor stored in `layout`. */
+static void mark_fused(struct stage_tensor_list *list, enum stage_tensor_layout layout,
+                       int swap_ok) {
+    struct stage_tensor *t = &list->items[list->count - 1];
+    t->dtypes = STAGE_DTYPES_FUSED;
+    t->layout = layout;
+    t->swap_ok = swap_ok;
+}
+
+/* Expert layout rule: per-expert tensors when the checkpoint has them; otherwise
+ * qwen3_vl_moe is fused input-major (spec §2.2) and qwen3_moe is fused when the checkpoint
+ * says so (either orientation) and per-expert by default. */
 static int add_moe_layer(struct stage_tensor_list *list, const struct model_config *cfg,
                          const struct safetensors *st, int l) {
     const char *p = cfg->tensor_prefix;
     const int64_t H = cfg->hidden_size, E = cfg->num_experts, I = cfg->moe_intermediate_size;
-    ADD(STAGE_TENSOR_LAYER, l, (E, H), "%slayers.%d.mlp.gate.weight", p, l);
-    char fused[STAGE_TENSOR_NAME_MAX];
+    ADD(STAGE_SLOT_ROUTER, l, (E, H), "%slayers.%d.mlp.gate.weight", p, l);
+    char fused[STAGE_TENSOR_NAME_MAX], expert0[STAGE_TENSOR_NAME_MAX];
     snprintf(fused, sizeof fused, "%slayers.%d.mlp.experts.gate_up_proj", p, l);
-    if (cfg->type == MODEL_QWEN3_VL_MOE) {
-        /* Input-major grouped-GEMM layout, no ".weight" suffix (spec §2.2). */
-        ADD(STAGE_TENSOR_LAYER, l, (E, H, 2 * I), "%s", fused);
-        ADD(STAGE_TENSOR_LAYER, l, (E, I, H), "%slayers.%d.mlp.experts.down_proj", p, l);
+    snprintf(expert0, sizeof expert0, "%slayers.%d.mlp.experts.0.gate_proj.weight", p, l);
+    int per_expert = has(st, expert0);
+    if (!per_expert && cfg->type == MODEL_QWEN3_VL_MOE) {
+        /* Input-major grouped-GEMM layout, no ".weight" suffix. */
+        ADD(STAGE_SLOT_EXPERTS_GATE_UP, l, (E, H, 2 * I), "%s", fused);
+        mark_fused(list, STAGE_LAYOUT_IN_MAJOR, 0);
+        ADD(STAGE_SLOT_EXPERTS_DOWN, l, (E, I, H), "%slayers.%d.mlp.experts.down_proj", p, l);
+        mark_fused(list, STAGE_LAYOUT_IN_MAJOR, 0);
         return STRATA_OK;
     }
-    if (has(st, fused)) {
-        /* A qwen3_moe checkpoint saved in the fused layout: accept either orientation. */
-        ADD(STAGE_TENSOR_LAYER, l, (E, 2 * I, H), "%s", fused);
-        list->items[list->count - 1].numel_only = 1;
-        ADD(STAGE_TENSOR_LAYER, l, (E, H, I), "%slayers.%d.mlp.experts.down_proj", p, l);
-        list->items[list->count - 1].numel_only = 1;
+    if (!per_expert && has(st, fused)) {
+        ADD(STAGE_SLOT_EXPERTS_GATE_UP, l, (E, 2 * I, H), "%s", fused);
+        mark_fused(list, STAGE_LAYOUT_OUT_MAJOR, 1);
+        ADD(STAGE_SLOT_EXPERTS_DOWN, l, (E, H, I), "%slayers.%d.mlp.experts.down_proj", p, l);
+        mark_fused(list, STAGE_LAYOUT_OUT_MAJOR, 1);
         return STRATA_OK;
     }
     for (int e = 0; e < cfg->num_experts; ++e) {
-        ADD(STAGE_TENSOR_LAYER, l, (I, H), "%slayers.%d.mlp.experts.%d.gate_proj.weight", p, l, e);
-        ADD(STAGE_TENSOR_LAYER, l, (I, H), "%slayers.%d.mlp.experts.%d.up_proj.weight", p, l, e);
-        ADD(STAGE_TENSOR_LAYER, l, (H, I), "%slayers.%d.mlp.experts.%d.down_proj.weight", p, l, e);
+        ADDX(STAGE_SLOT_EXPERT_GATE, l, e, (I, H), "%slayers.%d.mlp.experts.%d.gate_proj.weight", p,
+             l, e);
+        ADDX(STAGE_SLOT_EXPERT_UP, l, e, (I, H), "%slayers.%d.mlp.experts.%d.up_proj.weight", p, l,
+             e);
+        ADDX(STAGE_SLOT_EXPERT_DOWN, l, e, (H, I), "%slayers.%d.mlp.experts.%d.down_proj.weight", p,
+             l, e);
     }
     return STRATA_OK;
 }
@@ -86,24 +122,24 @@ static int add_layer(struct stage_tensor_list *list, const struct model_config *
     const int64_t H = cfg->hidden_size, D = cfg->head_dim;
     const int64_t Q = (int64_t)cfg->num_heads * D, KV = (int64_t)cfg->num_kv_heads * D;
     const int64_t F = cfg->intermediate_size;
-    ADD(STAGE_TENSOR_LAYER, l, (H), "%slayers.%d.input_layernorm.weight", p, l);
-    ADD(STAGE_TENSOR_LAYER, l, (Q, H), "%slayers.%d.self_attn.q_proj.weight", p, l);
-    ADD(STAGE_TENSOR_LAYER, l, (KV, H), "%slayers.%d.self_attn.k_proj.weight", p, l);
-    ADD(STAGE_TENSOR_LAYER, l, (KV, H), "%slayers.%d.self_attn.v_proj.weight", p, l);
-    ADD(STAGE_TENSOR_LAYER, l, (H, Q), "%slayers.%d.self_attn.o_proj.weight", p, l);
+    ADD(STAGE_SLOT_INPUT_NORM, l, (H), "%slayers.%d.input_layernorm.weight", p, l);
+    ADD(STAGE_SLOT_Q, l, (Q, H), "%slayers.%d.self_attn.q_proj.weight", p, l);
+    ADD(STAGE_SLOT_K, l, (KV, H), "%slayers.%d.self_attn.k_proj.weight", p, l);
+    ADD(STAGE_SLOT_V, l, (KV, H), "%slayers.%d.self_attn.v_proj.weight", p, l);
+    ADD(STAGE_SLOT_O, l, (H, Q), "%slayers.%d.self_attn.o_proj.weight", p, l);
     if (cfg->attention_bias) {
-        ADD(STAGE_TENSOR_LAYER, l, (Q), "%slayers.%d.self_attn.q_proj.bias", p, l);
-        ADD(STAGE_TENSOR_LAYER, l, (KV), "%slayers.%d.self_attn.k_proj.bias", p, l);
-        ADD(STAGE_TENSOR_LAYER, l, (KV), "%slayers.%d.self_attn.v_proj.bias", p, l);
-        ADD(STAGE_TENSOR_LAYER, l, (H), "%slayers.%d.self_attn.o_proj.bias", p, l);
+        ADD(STAGE_SLOT_Q_BIAS, l, (Q), "%slayers.%d.self_attn.q_proj.bias", p, l);
+        ADD(STAGE_SLOT_K_BIAS, l, (KV), "%slayers.%d.self_attn.k_proj.bias", p, l);
+        ADD(STAGE_SLOT_V_BIAS, l, (KV), "%slayers.%d.self_attn.v_proj.bias", p, l);
+        ADD(STAGE_SLOT_O_BIAS, l, (H), "%slayers.%d.self_attn.o_proj.bias", p, l);
     }
-    ADD(STAGE_TENSOR_LAYER, l, (D), "%slayers.%d.self_attn.q_norm.weight", p, l);
-    ADD(STAGE_TENSOR_LAYER, l, (D), "%slayers.%d.self_attn.k_norm.weight", p, l);
-    ADD(STAGE_TENSOR_LAYER, l, (H), "%slayers.%d.post_attention_layernorm.weight", p, l);
+    ADD(STAGE_SLOT_Q_NORM, l, (D), "%slayers.%d.self_attn.q_norm.weight", p, l);
+    ADD(STAGE_SLOT_K_NORM, l, (D), "%slayers.%d.self_attn.k_norm.weight", p, l);
+    ADD(STAGE_SLOT_POST_NORM, l, (H), "%slayers.%d.post_attention_layernorm.weight", p, l);
     if (model_config_layer_is_moe(cfg, l)) return add_moe_layer(list, cfg, st, l);
-    ADD(STAGE_TENSOR_LAYER, l, (F, H), "%slayers.%d.mlp.gate_proj.weight", p, l);
-    ADD(STAGE_TENSOR_LAYER, l, (F, H), "%slayers.%d.mlp.up_proj.weight", p, l);
-    ADD(STAGE_TENSOR_LAYER, l, (H, F), "%slayers.%d.mlp.down_proj.weight", p, l);
+    ADD(STAGE_SLOT_GATE, l, (F, H), "%slayers.%d.mlp.gate_proj.weight", p, l);
+    ADD(STAGE_SLOT_UP, l, (F, H), "%slayers.%d.mlp.up_proj.weight", p, l);
+    ADD(STAGE_SLOT_DOWN, l, (H, F), "%slayers.%d.mlp.down_proj.weight", p, l);
     return STRATA_OK;
 }
 
@@ -113,12 +149,12 @@ static int add_merger(struct stage_tensor_list *list, const struct model_config 
     const struct vision_config *v = &cfg->vision;
     const int64_t m = v->spatial_merge_size;
     const int64_t Hm = v->hidden_size * m * m, O = v->out_hidden_size;
-    ADD(STAGE_TENSOR_VISION, -1, (norm_dim), "%s.norm.weight", base);
-    ADD(STAGE_TENSOR_VISION, -1, (norm_dim), "%s.norm.bias", base);
-    ADD(STAGE_TENSOR_VISION, -1, (Hm, Hm), "%s.linear_fc1.weight", base);
-    ADD(STAGE_TENSOR_VISION, -1, (Hm), "%s.linear_fc1.bias", base);
-    ADD(STAGE_TENSOR_VISION, -1, (O, Hm), "%s.linear_fc2.weight", base);
-    ADD(STAGE_TENSOR_VISION, -1, (O), "%s.linear_fc2.bias", base);
+    ADD(STAGE_SLOT_VISION, -1, (norm_dim), "%s.norm.weight", base);
+    ADD(STAGE_SLOT_VISION, -1, (norm_dim), "%s.norm.bias", base);
+    ADD(STAGE_SLOT_VISION, -1, (Hm, Hm), "%s.linear_fc1.weight", base);
+    ADD(STAGE_SLOT_VISION, -1, (Hm), "%s.linear_fc1.bias", base);
+    ADD(STAGE_SLOT_VISION, -1, (O, Hm), "%s.linear_fc2.weight", base);
+    ADD(STAGE_SLOT_VISION, -1, (O), "%s.linear_fc2.bias", base);
     return STRATA_OK;
 }
 
@@ -129,22 +165,22 @@ static int add_vision(struct stage_tensor_list *list, const struct model_config 
     const int64_t Tp = v->temporal_patch_size, P = v->patch_size;
     const int64_t Hm = Hv * v->spatial_merge_size * v->spatial_merge_size;
     const char *p = "model.visual.";
-    ADD(STAGE_TENSOR_VISION, -1, (Hv, C, Tp, P, P), "%spatch_embed.proj.weight", p);
-    ADD(STAGE_TENSOR_VISION, -1, (Hv), "%spatch_embed.proj.bias", p);
-    ADD(STAGE_TENSOR_VISION, -1, (v->num_position_embeddings, Hv), "%spos_embed.weight", p);
+    ADD(STAGE_SLOT_VISION, -1, (Hv, C, Tp, P, P), "%spatch_embed.proj.weight", p);
+    ADD(STAGE_SLOT_VISION, -1, (Hv), "%spatch_embed.proj.bias", p);
+    ADD(STAGE_SLOT_VISION, -1, (v->num_position_embeddings, Hv), "%spos_embed.weight", p);
     for (int i = 0; i < v->depth; ++i) {
-        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.norm1.weight", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.norm1.bias", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.norm2.weight", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.norm2.bias", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (3 * Hv, Hv), "%sblocks.%d.attn.qkv.weight", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (3 * Hv), "%sblocks.%d.attn.qkv.bias", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Hv, Hv), "%sblocks.%d.attn.proj.weight", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.attn.proj.bias", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Iv, Hv), "%sblocks.%d.mlp.linear_fc1.weight", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Iv), "%sblocks.%d.mlp.linear_fc1.bias", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Hv, Iv), "%sblocks.%d.mlp.linear_fc2.weight", p, i);
-        ADD(STAGE_TENSOR_VISION, -1, (Hv), "%sblocks.%d.mlp.linear_fc2.bias", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.norm1.weight", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.norm1.bias", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.norm2.weight", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.norm2.bias", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (3 * Hv, Hv), "%sblocks.%d.attn.qkv.weight", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (3 * Hv), "%sblocks.%d.attn.qkv.bias", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Hv, Hv), "%sblocks.%d.attn.proj.weight", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.attn.proj.bias", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Iv, Hv), "%sblocks.%d.mlp.linear_fc1.weight", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Iv), "%sblocks.%d.mlp.linear_fc1.bias", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Hv, Iv), "%sblocks.%d.mlp.linear_fc2.weight", p, i);
+        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.mlp.linear_fc2.bias", p, i);
     }
     int rc = add_merger(list, cfg, "model.visual.merger", Hv);
     if (rc) return rc;
@@ -173,17 +209,18 @@ int stage_tensor_list_build(struct stage_tensor_list *list, const struct model_c
     list->head_is_embed = cfg->tie_word_embeddings || (st && !has(st, "lm_head.weight"));
     int rc = STRATA_OK;
     if (role->with_vision && cfg->has_vision && (rc = add_vision(list, cfg))) goto fail;
-    if (role->with_embed && (rc = add(list, STAGE_TENSOR_EMBED, -1, 2, SHAPE(V, H), "%s", embed)))
+    if (role->with_embed && (rc = add(list, STAGE_SLOT_EMBED, -1, -1, 2, SHAPE(V, H), "%s", embed)))
         goto fail;
     for (int l = role->layer_start; l < role->layer_end; ++l)
         if ((rc = add_layer(list, cfg, st, l))) goto fail;
     if (role->with_head) {
-        if ((rc = add(list, STAGE_TENSOR_NORM, -1, 1, SHAPE(H), "%snorm.weight", p))) goto fail;
+        if ((rc = add(list, STAGE_SLOT_FINAL_NORM, -1, -1, 1, SHAPE(H), "%snorm.weight", p)))
+            goto fail;
         if (list->head_is_embed) {
             if (!role->with_embed &&
-                (rc = add(list, STAGE_TENSOR_EMBED, -1, 2, SHAPE(V, H), "%s", embed)))
+                (rc = add(list, STAGE_SLOT_EMBED, -1, -1, 2, SHAPE(V, H), "%s", embed)))
                 goto fail;
-        } else if ((rc = add(list, STAGE_TENSOR_LM_HEAD, -1, 2, SHAPE(V, H), "lm_head.weight"))) {
+        } else if ((rc = add(list, STAGE_SLOT_LM_HEAD, -1, -1, 2, SHAPE(V, H), "lm_head.weight"))) {
             goto fail;
         }
     }
@@ -205,17 +242,24 @@ int stage_tensor_list_find(const struct stage_tensor_list *list, const char *nam
     return -1;
 }
 
-static int shape_matches(const struct stage_tensor *want, const struct st_tensor *got) {
-    if (want->numel_only) {
-        int64_t numel = 1;
-        for (int i = 0; i < want->ndim; ++i)
-            numel *= want->shape[i];
-        return got->ndim == want->ndim && got->shape[0] == want->shape[0] && got->numel == numel;
-    }
+static int dims_equal(const struct stage_tensor *want, const struct st_tensor *got, int swap) {
     if (got->ndim != want->ndim) return 0;
-    for (int i = 0; i < want->ndim; ++i)
-        if (got->shape[i] != want->shape[i]) return 0;
+    for (int i = 0; i < want->ndim; ++i) {
+        int j = swap && (i == 1 || i == 2) ? 3 - i : i;
+        if (got->shape[i] != want->shape[j]) return 0;
+    }
     return 1;
+}
+
+static int shape_matches(const struct stage_tensor *want, const struct st_tensor *got) {
+    return dims_equal(want, got, 0) ||
+           (want->swap_ok && want->ndim == 3 && dims_equal(want, got, 1));
+}
+
+enum stage_tensor_layout stage_tensor_stored_layout(const struct stage_tensor *want,
+                                                    const struct st_tensor *got) {
+    if (want->layout == STAGE_LAYOUT_PLAIN || dims_equal(want, got, 0)) return want->layout;
+    return want->layout == STAGE_LAYOUT_OUT_MAJOR ? STAGE_LAYOUT_IN_MAJOR : STAGE_LAYOUT_OUT_MAJOR;
 }
 
 static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
@@ -224,6 +268,47 @@ static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) 
     for (int i = 0; i < ndim && n < cap; ++i)
         n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? "," : "", (long long)shape[i]);
     if (n < cap) snprintf(buf + n, cap - n, "]");
+}
+
+static void format_dtypes(char *buf, size_t cap, unsigned dtypes) {
+    const enum st_dtype order[] = {ST_BF16, ST_F16, ST_F32, ST_I64, ST_I32, ST_U8};
+    int total = 0, seen = 0;
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; ++i)
+        total += (dtypes >> order[i]) & 1u;
+    buf[0] = '\0';
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; ++i) {
+        if (!((dtypes >> order[i]) & 1u)) continue;
+        size_t used = strlen(buf);
+        const char *sep = !seen ? "" : seen == total - 1 ? " or " : ", ";
+        snprintf(buf + used, cap - used, "%s%s", sep, st_dtype_name(order[i]));
+        ++seen;
+    }
+}
+
+enum problem { PROBLEM_NONE = 0, PROBLEM_MISSING, PROBLEM_SHAPE, PROBLEM_DTYPE };
+
+/* Classifies one entry against the checkpoint; `text` gets "NAME" (missing) or
+ * "NAME is <got>, expected <want>" (wrong shape or dtype). */
+static enum problem diagnose(const struct stage_tensor *want, const struct safetensors *st,
+                             char *text, size_t cap) {
+    const struct st_tensor *got = safetensors_find(st, want->name);
+    char ws[96], gs[192];
+    if (!got) {
+        snprintf(text, cap, "%s", want->name);
+        return PROBLEM_MISSING;
+    }
+    if (!shape_matches(want, got)) {
+        format_shape(ws, sizeof ws, want->ndim, want->shape);
+        format_shape(gs, sizeof gs, got->ndim, got->shape);
+        if (snprintf(text, cap, "%s is %s, expected %s", want->name, gs, ws) < 0) text[0] = '\0';
+        return PROBLEM_SHAPE;
+    }
+    if (!((want->dtypes >> got->dtype) & 1u)) {
+        format_dtypes(ws, sizeof ws, want->dtypes);
+        snprintf(text, cap, "%s is %s, expected %s", want->name, st_dtype_name(got->dtype), ws);
+        return PROBLEM_DTYPE;
+    }
+    return PROBLEM_NONE;
 }
 
 /* Appends `text` to the report unless it would pass the budget; counts what was dropped. */
@@ -239,22 +324,16 @@ static void report_append(char *report, size_t cap, int *dropped, const char *te
 int stage_tensor_list_check(const struct stage_tensor_list *list, const struct safetensors *st,
                             const char *source) {
     if (!list || !st) return strata_set_error(STRATA_EINVAL, "stage_tensor_list_check: null");
-    char missing[440] = "", bad[440] = "";
+    char missing[440] = "", bad[440] = "", text[STAGE_TENSOR_NAME_MAX + 300];
     int n_missing = 0, n_bad = 0, drop_missing = 0, drop_bad = 0;
     for (int i = 0; i < list->count; ++i) {
-        const struct stage_tensor *want = &list->items[i];
-        const struct st_tensor *got = safetensors_find(st, want->name);
-        if (!got) {
+        enum problem p = diagnose(&list->items[i], st, text, sizeof text);
+        if (p == PROBLEM_MISSING) {
             ++n_missing;
-            report_append(missing, sizeof missing, &drop_missing, want->name);
-        } else if (!shape_matches(want, got)) {
-            char entry[STAGE_TENSOR_NAME_MAX + 300], ws[96], gs[192];
-            format_shape(ws, sizeof ws, want->ndim, want->shape);
-            format_shape(gs, sizeof gs, got->ndim, got->shape);
-            if (snprintf(entry, sizeof entry, "%s is %s, expected %s", want->name, gs, ws) < 0)
-                entry[0] = '\0';
+            report_append(missing, sizeof missing, &drop_missing, text);
+        } else if (p != PROBLEM_NONE) {
             ++n_bad;
-            report_append(bad, sizeof bad, &drop_bad, entry);
+            report_append(bad, sizeof bad, &drop_bad, text);
         }
     }
     if (!n_missing && !n_bad) return STRATA_OK;
@@ -263,32 +342,27 @@ int stage_tensor_list_check(const struct stage_tensor_list *list, const struct s
     if (drop_bad) snprintf(more_bad, sizeof more_bad, " ... and %d more", drop_bad);
     const char *src = source ? source : "checkpoint";
     if (n_missing && n_bad)
-        return strata_set_error(STRATA_ENOTFOUND,
-                                "%s: %d tensor(s) missing: %s%s; %d with the wrong shape: %s%s",
-                                src, n_missing, missing, more_missing, n_bad, bad, more_bad);
+        return strata_set_error(
+            STRATA_ENOTFOUND,
+            "%s: %d tensor(s) missing: %s%s; %d with the wrong shape or dtype: %s%s", src,
+            n_missing, missing, more_missing, n_bad, bad, more_bad);
     if (n_missing)
         return strata_set_error(STRATA_ENOTFOUND, "%s: %d tensor(s) missing: %s%s", src, n_missing,
                                 missing, more_missing);
-    return strata_set_error(STRATA_EFORMAT, "%s: %d tensor(s) with the wrong shape: %s%s", src,
-                            n_bad, bad, more_bad);
+    return strata_set_error(STRATA_EFORMAT, "%s: %d tensor(s) with the wrong shape or dtype: %s%s",
+                            src, n_bad, bad, more_bad);
 }
 
 int stage_tensor_list_report(FILE *out, const struct stage_tensor_list *list,
                              const struct safetensors *st) {
+    static const char *const prefix[] = {"", "missing", "wrong shape", "wrong dtype"};
+    char text[STAGE_TENSOR_NAME_MAX + 300];
     int lines = 0;
     for (int i = 0; list && st && i < list->count; ++i) {
-        const struct stage_tensor *want = &list->items[i];
-        const struct st_tensor *got = safetensors_find(st, want->name);
-        if (!got) {
-            fprintf(out, "missing %s\n", want->name);
-            ++lines;
-        } else if (!shape_matches(want, got)) {
-            char ws[96], gs[192];
-            format_shape(ws, sizeof ws, want->ndim, want->shape);
-            format_shape(gs, sizeof gs, got->ndim, got->shape);
-            fprintf(out, "wrong shape %s is %s, expected %s\n", want->name, gs, ws);
-            ++lines;
-        }
+        enum problem p = diagnose(&list->items[i], st, text, sizeof text);
+        if (p == PROBLEM_NONE) continue;
+        fprintf(out, "%s %s\n", prefix[p], text);
+        ++lines;
     }
     return lines;
 }

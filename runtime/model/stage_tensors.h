@@ -4,10 +4,12 @@
  * when it is the first stage and the final norm + LM head when it is the last (shared
  * spec qwen3-architecture.md §2). The list is computed from the config alone, with the
  * checkpoint consulted only where the spec leaves a choice: whether `lm_head.weight` is
- * present (else the tied embedding serves as the head) and whether a qwen3_moe layer
- * stores per-expert or fused expert tensors. Checking a list against a checkpoint
- * reports every missing or mis-shaped tensor in one message, so an operator fixes a bad
- * shard in one pass instead of one name per restart. */
+ * present (else the tied embedding serves as the head) and whether a MoE layer stores
+ * per-expert or fused expert tensors. It is the one manifest of a checkpoint: the
+ * reference loader places tensors by walking it (slot, layer, expert), strata-plan and
+ * strata-stage check checkpoints with it, and the benchmark writers write exactly it. Checking a
+ * list against a checkpoint reports every missing or mis-shaped tensor in one message, so an
+ * operator fixes a bad shard in one pass instead of one name per restart. */
 #ifndef STRATA_RUNTIME_MODEL_STAGE_TENSORS_H
 #define STRATA_RUNTIME_MODEL_STAGE_TENSORS_H
 
@@ -29,7 +31,7 @@ struct stage_role {
     int with_vision; /* first stage of a VL model: the vision tower (model.visual.*) */
 };
 
-/* How a tensor is used; lets loaders and planners group tensors without parsing names. */
+/* How a tensor is used; lets planners group tensors without parsing names. */
 enum stage_tensor_kind {
     STAGE_TENSOR_EMBED = 0,   /* embed_tokens, also when it serves as the tied LM head */
     STAGE_TENSOR_LAYER = 1,   /* one decoder layer's tensor (see .layer) */
@@ -38,15 +40,61 @@ enum stage_tensor_kind {
     STAGE_TENSOR_VISION = 4   /* vision tower */
 };
 
+/* Which weight a tensor is, so a loader places it by (slot, layer, expert) and never builds
+ * or parses a name itself. */
+enum stage_tensor_slot {
+    STAGE_SLOT_EMBED = 0,       /* [V, H] */
+    STAGE_SLOT_FINAL_NORM,      /* [H] */
+    STAGE_SLOT_LM_HEAD,         /* [V, H] untied head */
+    STAGE_SLOT_VISION,          /* any vision tower tensor (by name; the decoder ignores them) */
+    STAGE_SLOT_INPUT_NORM,      /* [H] */
+    STAGE_SLOT_POST_NORM,       /* [H] post_attention_layernorm */
+    STAGE_SLOT_Q_NORM,          /* [D] */
+    STAGE_SLOT_K_NORM,          /* [D] */
+    STAGE_SLOT_Q,               /* [nh*D, H] */
+    STAGE_SLOT_K,               /* [nkv*D, H] */
+    STAGE_SLOT_V,               /* [nkv*D, H] */
+    STAGE_SLOT_O,               /* [H, nh*D] */
+    STAGE_SLOT_Q_BIAS,          /* [nh*D] (attention_bias only) */
+    STAGE_SLOT_K_BIAS,          /* [nkv*D] */
+    STAGE_SLOT_V_BIAS,          /* [nkv*D] */
+    STAGE_SLOT_O_BIAS,          /* [H] */
+    STAGE_SLOT_GATE,            /* dense MLP [F, H] */
+    STAGE_SLOT_UP,              /* dense MLP [F, H] */
+    STAGE_SLOT_DOWN,            /* dense MLP [H, F] */
+    STAGE_SLOT_ROUTER,          /* MoE [E, H] */
+    STAGE_SLOT_EXPERT_GATE,     /* per-expert [I, H] (see .expert) */
+    STAGE_SLOT_EXPERT_UP,       /* per-expert [I, H] */
+    STAGE_SLOT_EXPERT_DOWN,     /* per-expert [H, I] */
+    STAGE_SLOT_EXPERTS_GATE_UP, /* fused, all experts: gate rows then up rows (see .layout) */
+    STAGE_SLOT_EXPERTS_DOWN     /* fused, all experts (see .layout) */
+};
+
+/* How a fused expert tensor lays out each expert's matrix. */
+enum stage_tensor_layout {
+    STAGE_LAYOUT_PLAIN = 0, /* not fused: the shape is the matrix (rows = outputs) */
+    STAGE_LAYOUT_OUT_MAJOR, /* [E, out, in]: nn.Linear rows (gate_up [E,2I,H], down [E,H,I]) */
+    STAGE_LAYOUT_IN_MAJOR   /* [E, in, out]: grouped-GEMM (gate_up [E,H,2I], down [E,I,H]) */
+};
+
+/* Accepted stored dtypes, a mask of (1u << enum st_dtype). */
+#define STAGE_DTYPES_FLOAT ((1u << ST_BF16) | (1u << ST_F16) | (1u << ST_F32))
+/* Fused experts are read in place or transposed element by element, never widened. */
+#define STAGE_DTYPES_FUSED ((1u << ST_BF16) | (1u << ST_F32))
+
 struct stage_tensor {
     char name[STAGE_TENSOR_NAME_MAX];
     enum stage_tensor_kind kind;
-    int layer; /* decoder layer for STAGE_TENSOR_LAYER, else -1 */
+    enum stage_tensor_slot slot;
+    int layer;  /* decoder layer for STAGE_TENSOR_LAYER, else -1 */
+    int expert; /* expert for STAGE_SLOT_EXPERT_*, else -1 */
     int ndim;
     int64_t shape[STAGE_TENSOR_MAX_DIMS]; /* expected shape */
-    /* 1 when only numel and shape[0] are checked: fused qwen3_moe experts may be stored
-     * [E, 2I, H] or [E, H, 2I] depending on the writer. */
-    int numel_only;
+    unsigned dtypes;                      /* accepted stored dtypes (STAGE_DTYPES_*) */
+    enum stage_tensor_layout layout;      /* of `shape`; PLAIN unless fused experts */
+    /* 1 when dims 1 and 2 may be stored swapped, i.e. in the other fused layout: qwen3_moe
+     * fused experts are stored [E, 2I, H] or [E, H, 2I] depending on the writer. */
+    int swap_ok;
 };
 
 struct stage_tensor_list {
@@ -65,15 +113,17 @@ int stage_tensor_list_build(struct stage_tensor_list *list, const struct model_c
 /* Accepts a zeroed or half-built list. */
 void stage_tensor_list_free(struct stage_tensor_list *list);
 
-/* Checks every listed tensor exists in `st` with the expected shape. On failure
- * (STRATA_ENOTFOUND if any is missing, else STRATA_EFORMAT) the one error message gives
- * the counts and names all missing and mis-shaped tensors (each list truncated past ~440 chars
- * with "... and N more"). `source` names the checkpoint in the message. */
+/* Checks every listed tensor exists in `st` with the expected shape and an accepted dtype.
+ * On failure (STRATA_ENOTFOUND if any is missing, else STRATA_EFORMAT) the one error message
+ * gives the counts and names all missing and mis-shaped tensors (each list truncated past
+ * ~440 chars with "... and N more"). `source` names the checkpoint in the message. This is
+ * the only missing-tensor report: loaders call it first and then rely on it. */
 int stage_tensor_list_check(const struct stage_tensor_list *list, const struct safetensors *st,
                             const char *source);
 
-/* Writes every missing or mis-shaped tensor to `out`, one per line ("missing NAME" or
- * "wrong shape NAME is [..], expected [..]"), for callers that want the untruncated list.
+/* Writes every missing or mis-shaped tensor to `out`, one per line ("missing NAME",
+ * "wrong shape NAME is [..], expected [..]" or "wrong dtype NAME is F16, expected BF16 or
+ * F32"), for callers that want the untruncated list.
  * Returns how many lines were written. */
 int stage_tensor_list_report(FILE *out, const struct stage_tensor_list *list,
                              const struct safetensors *st);
@@ -89,5 +139,10 @@ uint64_t stage_tensor_list_bytes_estimate(const struct stage_tensor_list *list, 
 
 /* Index of `name` in the list, or -1. */
 int stage_tensor_list_find(const struct stage_tensor_list *list, const char *name);
+
+/* The layout `got` is stored in, for an entry that passed the check: want->layout, or the
+ * other fused layout when the stored dims 1 and 2 are swapped (swap_ok). */
+enum stage_tensor_layout stage_tensor_stored_layout(const struct stage_tensor *want,
+                                                    const struct st_tensor *got);
 
 #endif

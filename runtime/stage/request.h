@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "reference/sampler.h"
+#include "runtime/base/sampling_params.h"
 #include "wire/message.h"
 
 #define REQUEST_MAX_STOP_IDS 16

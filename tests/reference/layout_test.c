@@ -112,8 +112,23 @@ static float *run(const struct golden_case *gc, const struct safetensors *st) {
     return logits;
 }
 
-static void test_v5_fused_experts_f32_f16(void **state) {
-    (void)state;
+/* Copies expert matrix `src` [rows, cols] (bf16) into a fused expert block: out-major
+ * (rows stacked from row `first`) or input-major ([cols, width], output `first + r`). */
+static void put_expert(char *block, const uint16_t *src, int rows, int cols, int width, int first,
+                       int in_major) {
+    uint16_t *dst = (uint16_t *)block;
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) {
+            size_t at = in_major ? (size_t)c * (size_t)width + (size_t)(first + r)
+                                 : (size_t)(first + r) * (size_t)cols + (size_t)c;
+            dst[at] = src[(size_t)r * (size_t)cols + (size_t)c];
+        }
+}
+
+/* The experts fused out-major (transformers v5: gate_up [E, 2I, H], down [E, H, I]) or
+ * input-major (gate_up [E, H, 2I], down [E, I, H]; a qwen3_moe checkpoint may be stored
+ * either way). */
+static void check_fused_experts(int in_major) {
     struct golden_case gc;
     if (golden_case_open(&gc, "qwen3_moe")) fail_msg("%s", strata_last_error());
     const struct model_config *c = &gc.cfg;
@@ -151,14 +166,20 @@ static void test_v5_fused_experts_f32_f16(void **state) {
                          parts[p]);
                 const struct st_tensor *t = safetensors_find(gc.st, name);
                 assert_non_null(t);
-                char *dst =
-                    p == 2 ? down + (size_t)e * mat : gate_up + ((size_t)e * 2 + (size_t)p) * mat;
-                memcpy(dst, t->data, mat);
+                if (p == 2)
+                    put_expert(down + (size_t)e * mat, t->data, H, I, H, 0, in_major);
+                else
+                    put_expert(gate_up + (size_t)e * 2 * mat, t->data, I, H, 2 * I, p * I,
+                               in_major);
             }
         }
         owned[n_owned++] = gate_up;
         owned[n_owned++] = down;
         long long gu_shape[3] = {E, 2 * I, H}, down_shape[3] = {E, H, I};
+        if (in_major) {
+            gu_shape[1] = H, gu_shape[2] = 2 * I;
+            down_shape[1] = I, down_shape[2] = H;
+        }
         snprintf(name, sizeof name, "model.layers.%d.mlp.experts.gate_up_proj", l);
         add(out, &n, name, "BF16", 3, gu_shape, gate_up, (size_t)E * 2 * mat);
         snprintf(name, sizeof name, "model.layers.%d.mlp.experts.down_proj", l);
@@ -168,7 +189,7 @@ static void test_v5_fused_experts_f32_f16(void **state) {
     assert_true(fused_layers > 0);
     const char *tmp = getenv("TEST_TMPDIR");
     char dir[4096], path[4200];
-    snprintf(dir, sizeof dir, "%s/qwen3_moe_v5", tmp ? tmp : "/tmp");
+    snprintf(dir, sizeof dir, "%s/qwen3_moe_%s", tmp ? tmp : "/tmp", in_major ? "in" : "out");
     mkdir(dir, 0755);
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     write_safetensors(path, out, n);
@@ -177,9 +198,9 @@ static void test_v5_fused_experts_f32_f16(void **state) {
     if (safetensors_open(&rewritten, dir)) fail_msg("%s", strata_last_error());
     float *want = run(&gc, gc.st), *got = run(&gc, rewritten);
     assert_memory_equal(got, want, (size_t)gc.n_steps * c->vocab_size * sizeof(float));
-    printf("qwen3_moe rewritten (v5 fused experts in %d layers, F32 attention, F16 norms): "
+    printf("qwen3_moe rewritten (%s fused experts in %d layers, F32 attention, F16 norms): "
            "logits bit-identical over %d steps\n",
-           fused_layers, gc.n_steps);
+           in_major ? "input-major" : "v5 out-major", fused_layers, gc.n_steps);
     free(want);
     free(got);
     safetensors_close(rewritten);
@@ -188,9 +209,20 @@ static void test_v5_fused_experts_f32_f16(void **state) {
     golden_case_close(&gc);
 }
 
+static void test_v5_fused_experts_f32_f16(void **state) {
+    (void)state;
+    check_fused_experts(0);
+}
+
+static void test_input_major_fused_experts(void **state) {
+    (void)state;
+    check_fused_experts(1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_v5_fused_experts_f32_f16),
+        cmocka_unit_test(test_input_major_fused_experts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -170,10 +170,32 @@ static void test_moe_per_expert_and_fused(void **state) {
     assert_true(has_name(&list, "model.layers.1.mlp.experts.gate_up_proj"));
     assert_false(has_name(&list, "model.layers.1.mlp.experts.0.gate_proj.weight"));
     assert_int_equal(list.count, 8 + 1 + 2);
+    /* gate_up [4,16,16] reads as the expected [E,2I,H]; down [4,8,16] is input-major. */
+    int gu = stage_tensor_list_find(&list, "model.layers.1.mlp.experts.gate_up_proj");
+    int dp = stage_tensor_list_find(&list, "model.layers.1.mlp.experts.down_proj");
+    assert_int_equal(list.items[gu].slot, STAGE_SLOT_EXPERTS_GATE_UP);
+    assert_int_equal(
+        stage_tensor_stored_layout(&list.items[gu], safetensors_find(st, fused[0].name)),
+        STAGE_LAYOUT_OUT_MAJOR);
+    assert_int_equal(
+        stage_tensor_stored_layout(&list.items[dp], safetensors_find(st, fused[1].name)),
+        STAGE_LAYOUT_IN_MAJOR);
     /* Only the fused pair is present: the checker lists the 9 attention/norm/router tensors. */
     assert_int_equal(stage_tensor_list_check(&list, st, "fused"), STRATA_ENOTFOUND);
     assert_non_null(strstr(strata_last_error(), "9 tensor(s) missing"));
     assert_null(strstr(strata_last_error(), "gate_up_proj"));
+    stage_tensor_list_free(&list);
+    safetensors_close(st);
+
+    /* Fused experts are never widened: F16 is reported with the accepted dtypes. */
+    fused[0].dtype = ST_F16;
+    assert_int_equal(st_write(tmp_path("fused_f16.safetensors"), fused, 2), 0);
+    assert_int_equal(safetensors_open(&st, tmp_path("fused_f16.safetensors")), 0);
+    assert_int_equal(stage_tensor_list_build(&list, &cfg, &layer1, st), 0);
+    assert_int_equal(stage_tensor_list_check(&list, st, "fused"), STRATA_ENOTFOUND);
+    assert_non_null(strstr(strata_last_error(), "1 with the wrong shape or dtype: "
+                                                "model.layers.1.mlp.experts.gate_up_proj is F16, "
+                                                "expected BF16 or F32"));
     stage_tensor_list_free(&list);
     safetensors_close(st);
 }
