@@ -509,196 +509,221 @@ static int run_stage_count(struct cli *cli, int L, int S, uint64_t *rng,
     return 0;
 }
 
-int main(int argc, char **argv) {
-    struct cli cli;
-    int rc = parse_args(&cli, argc, argv);
-    if (rc == -1) {
-        fputs(usage_text, stdout);
-        return STRATA_EXIT_OK;
-    }
-    if (rc != 0) return rc;
-
-    int exit_code = STRATA_EXIT_FAILURE;
+/* What one strata-sim invocation holds between opening and closing. */
+struct session {
     struct model_config cfg;
-    struct safetensors *weights = NULL;
+    struct safetensors *weights;
     struct golden golden;
-    struct sim_request_spec *specs = NULL;
-    int32_t *prompts = NULL;
-    struct sim_report baseline;
-    memset(&golden, 0, sizeof golden);
-    memset(&baseline, 0, sizeof baseline);
-    if (model_config_load(&cfg, cli.model_dir) < 0 ||
-        safetensors_open(&weights, cli.model_dir) < 0 ||
-        golden_load(&golden, cli.model_dir, cfg.vocab_size) < 0) {
-        fprintf(stderr, "strata-sim: %s\n", strata_last_error());
-        exit_code = STRATA_EXIT_INPUT;
-        goto done;
-    }
     int32_t base_prompt[MAX_PROMPT];
-    int prompt_len;
-    if (cli.prompt_text) {
-        prompt_len = parse_prompt(base_prompt, cli.prompt_text, cfg.vocab_size);
-        if (prompt_len < 1) {
-            fprintf(stderr, "strata-sim: --prompt needs comma-separated ids in [0, %d)\n",
-                    cfg.vocab_size);
-            exit_code = STRATA_EXIT_USAGE;
-            goto done;
-        }
-    } else if (golden.have) {
-        prompt_len = golden.prompt_len;
-        memcpy(base_prompt, golden.prompt, sizeof(int32_t) * (size_t)prompt_len);
-    } else {
-        prompt_len = 8;
-        for (int i = 0; i < prompt_len; i++)
-            base_prompt[i] = (int32_t)((i * 7 + 1) % cfg.vocab_size);
-    }
-    /* Option checks that need the model, done before the (possibly long) baseline run. */
+    int prompt_len, max_tokens;
     struct sim_split explicit_split;
-    memset(&explicit_split, 0, sizeof explicit_split);
-    int max_stages = cfg.num_layers < SIM_MAX_STAGES ? cfg.num_layers : SIM_MAX_STAGES;
-    if (cli.split_text) {
-        if (sim_split_parse(&explicit_split, cli.split_text, cfg.num_layers) < 0) {
-            fprintf(stderr, "strata-sim: %s\n", strata_last_error());
-            exit_code = STRATA_EXIT_USAGE;
-            goto done;
+    struct sim_request_spec *specs;
+    int32_t *prompts;
+    struct sim_report baseline;
+};
+
+static void session_close(struct session *ss) {
+    sim_report_free(&ss->baseline);
+    free(ss->specs);
+    free(ss->prompts);
+    golden_free(&ss->golden);
+    safetensors_close(ss->weights);
+}
+
+/* Model, weights, golden data and the base prompt; returns an exit code (0 = opened). */
+static int open_inputs(struct session *ss, const struct cli *cli) {
+    if (model_config_load(&ss->cfg, cli->model_dir) < 0 ||
+        safetensors_open(&ss->weights, cli->model_dir) < 0 ||
+        golden_load(&ss->golden, cli->model_dir, ss->cfg.vocab_size) < 0) {
+        fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    if (cli->prompt_text) {
+        ss->prompt_len = parse_prompt(ss->base_prompt, cli->prompt_text, ss->cfg.vocab_size);
+        if (ss->prompt_len < 1) {
+            fprintf(stderr, "strata-sim: --prompt needs comma-separated ids in [0, %d)\n",
+                    ss->cfg.vocab_size);
+            return STRATA_EXIT_USAGE;
         }
-        max_stages = explicit_split.num_stages;
-    } else if (cli.stages) {
-        max_stages = cli.stages;
+    } else if (ss->golden.have) {
+        ss->prompt_len = ss->golden.prompt_len;
+        memcpy(ss->base_prompt, ss->golden.prompt, sizeof(int32_t) * (size_t)ss->prompt_len);
+    } else {
+        ss->prompt_len = 8;
+        for (int i = 0; i < ss->prompt_len; i++)
+            ss->base_prompt[i] = (int32_t)((i * 7 + 1) % ss->cfg.vocab_size);
+    }
+    return STRATA_EXIT_OK;
+}
+
+/* Option checks that need the model, done before the (possibly long) baseline run. */
+static int check_against_model(struct session *ss, const struct cli *cli) {
+    int max_stages = ss->cfg.num_layers < SIM_MAX_STAGES ? ss->cfg.num_layers : SIM_MAX_STAGES;
+    if (cli->split_text) {
+        if (sim_split_parse(&ss->explicit_split, cli->split_text, ss->cfg.num_layers) < 0) {
+            fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+            return STRATA_EXIT_USAGE;
+        }
+        max_stages = ss->explicit_split.num_stages;
+    } else if (cli->stages) {
+        max_stages = cli->stages;
     }
     for (int c = max_stages; c < SIM_MAX_STAGES; c++)
-        if (cli.conn_link_set[c]) {
+        if (cli->conn_link_set[c]) {
             fprintf(stderr,
                     "strata-sim: --conn-link %d: no run has that connection (at most %d "
                     "stages, connections 0..%d)\n",
                     c, max_stages, max_stages - 1);
-            exit_code = STRATA_EXIT_USAGE;
-            goto done;
+            return STRATA_EXIT_USAGE;
         }
-    if (cli.sim.kill_stage >= max_stages || cli.sim.partition_stage >= max_stages) {
+    if (cli->sim.kill_stage >= max_stages || cli->sim.partition_stage >= max_stages) {
         fprintf(stderr, "strata-sim: stage %d cannot fail: no run has it (at most %d stages)\n",
-                cli.sim.kill_stage >= max_stages ? cli.sim.kill_stage : cli.sim.partition_stage,
+                cli->sim.kill_stage >= max_stages ? cli->sim.kill_stage : cli->sim.partition_stage,
                 max_stages);
-        exit_code = STRATA_EXIT_USAGE;
-        goto done;
+        return STRATA_EXIT_USAGE;
     }
-    int max_tokens =
-        cli.max_tokens ? cli.max_tokens : (golden.have && golden.n_steps > 0 ? golden.n_steps : 8);
-    if (cli.requests_per_stage && cli.requests < cfg.num_layers) cli.requests = cfg.num_layers;
-    specs = calloc((size_t)cli.requests, sizeof *specs);
-    prompts = malloc(sizeof(int32_t) * (size_t)cli.requests * (size_t)prompt_len);
-    if (!specs || !prompts) {
-        fprintf(stderr, "strata-sim: out of memory\n");
-        goto done;
-    }
-    for (int i = 0; i < cli.requests; i++) {
-        int32_t *p = prompts + (size_t)i * (size_t)prompt_len;
-        for (int j = 0; j < prompt_len; j++)
-            p[j] = base_prompt[(j + i) % prompt_len];
-        specs[i].prompt = p;
-        specs[i].prompt_len = prompt_len;
-        specs[i].max_tokens = max_tokens;
-        specs[i].num_stop_ids = cli.stop_at_eos ? cfg.num_eos_token_ids : 0;
-        specs[i].stop_ids = cfg.eos_token_ids;
-        specs[i].sampling = cli.sampling;
-    }
-    cli.sim.cfg = &cfg;
-    cli.sim.weights = weights;
-    cli.sim.seed = cli.seed;
-    cli.sim.num_requests = cli.requests;
-    cli.sim.requests = specs;
+    return STRATA_EXIT_OK;
+}
 
-    char describe[256];
-    model_config_describe(&cfg, describe, sizeof describe);
-    printf("model: %s (%s)\n", cli.model_dir, describe);
+/* The concurrent requests (rotations of the base prompt) and the simulator's inputs. */
+static int build_requests(struct session *ss, struct cli *cli) {
+    const struct golden *g = &ss->golden;
+    ss->max_tokens =
+        cli->max_tokens ? cli->max_tokens : (g->have && g->n_steps > 0 ? g->n_steps : 8);
+    if (cli->requests_per_stage && cli->requests < ss->cfg.num_layers)
+        cli->requests = ss->cfg.num_layers;
+    ss->specs = calloc((size_t)cli->requests, sizeof *ss->specs);
+    ss->prompts = malloc(sizeof(int32_t) * (size_t)cli->requests * (size_t)ss->prompt_len);
+    if (!ss->specs || !ss->prompts) {
+        fprintf(stderr, "strata-sim: out of memory\n");
+        return STRATA_EXIT_FAILURE;
+    }
+    for (int i = 0; i < cli->requests; i++) {
+        int32_t *p = ss->prompts + (size_t)i * (size_t)ss->prompt_len;
+        for (int j = 0; j < ss->prompt_len; j++)
+            p[j] = ss->base_prompt[(j + i) % ss->prompt_len];
+        ss->specs[i].prompt = p;
+        ss->specs[i].prompt_len = ss->prompt_len;
+        ss->specs[i].max_tokens = ss->max_tokens;
+        ss->specs[i].num_stop_ids = cli->stop_at_eos ? ss->cfg.num_eos_token_ids : 0;
+        ss->specs[i].stop_ids = ss->cfg.eos_token_ids;
+        ss->specs[i].sampling = cli->sampling;
+    }
+    cli->sim.cfg = &ss->cfg;
+    cli->sim.weights = ss->weights;
+    cli->sim.seed = cli->seed;
+    cli->sim.num_requests = cli->requests;
+    cli->sim.requests = ss->specs;
+    return STRATA_EXIT_OK;
+}
+
+static void print_header(const struct session *ss, const struct cli *cli) {
+    char describe[256], concurrent[32];
+    model_config_describe(&ss->cfg, describe, sizeof describe);
+    printf("model: %s (%s)\n", cli->model_dir, describe);
     printf("links: latency %.1f us, bandwidth %g Gbps%s, jitter %.1f us, loss %g, seed %llu\n",
-           (double)cli.sim.link.latency_ns / 1e3, cli.sim.link.bandwidth_gbps,
-           cli.sim.link.bandwidth_gbps <= 0 ? " (unlimited)" : "",
-           (double)cli.sim.link.jitter_ns / 1e3, cli.sim.link.loss, (unsigned long long)cli.seed);
-    char concurrent[32];
-    if (cli.requests_per_stage)
+           (double)cli->sim.link.latency_ns / 1e3, cli->sim.link.bandwidth_gbps,
+           cli->sim.link.bandwidth_gbps <= 0 ? " (unlimited)" : "",
+           (double)cli->sim.link.jitter_ns / 1e3, cli->sim.link.loss,
+           (unsigned long long)cli->seed);
+    if (cli->requests_per_stage)
         snprintf(concurrent, sizeof concurrent, "S (one per stage)");
     else
-        snprintf(concurrent, sizeof concurrent, "%d", cli.requests);
+        snprintf(concurrent, sizeof concurrent, "%d", cli->requests);
     for (int c = 0; c < SIM_MAX_STAGES; c++)
-        if (cli.conn_link_set[c])
+        if (cli->conn_link_set[c])
             printf("  connection %d -> %d: latency %.1f us, bandwidth %g Gbps\n", c, c + 1,
-                   (double)cli.conn_link[c].latency_ns / 1e3, cli.conn_link[c].bandwidth_gbps);
+                   (double)cli->conn_link[c].latency_ns / 1e3, cli->conn_link[c].bandwidth_gbps);
     printf("requests: %s concurrent, %d-token prompt, %d tokens each; compute: %s\n", concurrent,
-           prompt_len, max_tokens,
-           cli.sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
-           : cli.sim.compute == SIM_COMPUTE_CPU ? "measured thread CPU time"
-                                                : "measured wall time");
+           ss->prompt_len, ss->max_tokens,
+           cli->sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
+           : cli->sim.compute == SIM_COMPUTE_CPU ? "measured thread CPU time"
+                                                 : "measured wall time");
     printf("(TTFT, tokens/s, util: simulated on the virtual clock; measured ms: wall time of all "
            "stage steps)\n");
     printf("%-32s %2s  %-9s %9s %10s %7s %8s %11s %8s\n", "split", "S", "identical", "TTFT ms",
            "tokens/s", "util %", "bubble %", "measured ms", "events");
+}
 
-    int any_failure = 0, runs = 0;
-    struct sim_split single;
-    sim_split_even(&single, cfg.num_layers, 1);
-    rc = run_split(&baseline, &cli, &single, NULL, &any_failure);
-    if (rc < 0) {
-        /* A model the stages cannot load is bad input; anything else a runtime failure. */
-        exit_code = (rc == STRATA_ENOTFOUND || rc == STRATA_EFORMAT) ? STRATA_EXIT_INPUT
-                                                                     : STRATA_EXIT_FAILURE;
-        goto done;
-    }
+/* The baseline against golden.json, for information (the splits are compared with the
+ * baseline, bit for bit). */
+static void report_golden(const struct session *ss, const struct cli *cli) {
+    const struct golden *g = &ss->golden;
+    const struct sim_report *base = &ss->baseline;
     /* A VL golden's prompt holds image placeholders whose embeddings came from the vision
      * tower; this run feeds only token ids, so its output is not comparable to the golden. */
     int golden_has_image = 0;
-    for (int i = 0; golden.have && cfg.has_vision && i < golden.prompt_len; ++i)
-        if (golden.prompt[i] == cfg.image_token_id || golden.prompt[i] == cfg.video_token_id)
+    for (int i = 0; g->have && ss->cfg.has_vision && i < g->prompt_len; ++i)
+        if (g->prompt[i] == ss->cfg.image_token_id || g->prompt[i] == ss->cfg.video_token_id)
             golden_has_image = 1;
-    if (golden_has_image && !cli.prompt_text)
+    if (golden_has_image && !cli->prompt_text)
         printf("    baseline vs golden.json: not compared (the golden prompt carries image "
                "input; this run feeds token ids only)\n");
-    if (golden.have && !golden_has_image && !cli.prompt_text && cli.sampling.temperature <= 0.0f &&
-        baseline.requests[0].status == 0) {
-        int n = baseline.requests[0].n_tokens < golden.n_steps ? baseline.requests[0].n_tokens
-                                                               : golden.n_steps;
-        int match = 0;
-        while (match < n && baseline.requests[0].tokens[match] == golden.generated[match])
-            match++;
-        double diff = golden.logits ? sim_logits_max_abs_diff(&baseline, 0, golden.logits,
-                                                              golden.n_steps, golden.vocab)
-                                    : -1.0;
-        printf("    baseline vs golden.json: %d/%d leading tokens match", match, n);
-        if (diff >= 0) printf(", max |logit - golden| %.3g", diff);
-        printf(" (informational)\n");
+    if (!g->have || golden_has_image || cli->prompt_text || cli->sampling.temperature > 0.0f ||
+        base->requests[0].status != 0)
+        return;
+    int n = base->requests[0].n_tokens < g->n_steps ? base->requests[0].n_tokens : g->n_steps;
+    int match = 0;
+    while (match < n && base->requests[0].tokens[match] == g->generated[match])
+        match++;
+    double diff =
+        g->logits ? sim_logits_max_abs_diff(base, 0, g->logits, g->n_steps, g->vocab) : -1.0;
+    printf("    baseline vs golden.json: %d/%d leading tokens match", match, n);
+    if (diff >= 0) printf(", max |logit - golden| %.3g", diff);
+    printf(" (informational)\n");
+}
+
+/* The baseline, then every asked split compared with it; returns the exit code. */
+static int run_all(struct session *ss, struct cli *cli) {
+    int any_failure = 0, runs = 0, L = ss->cfg.num_layers, rc;
+    struct sim_split single;
+    uint64_t rng = cli->seed;
+    sim_split_even(&single, L, 1);
+    rc = run_split(&ss->baseline, cli, &single, NULL, &any_failure);
+    if (rc < 0) /* a model the stages cannot load is bad input; anything else a failure */
+        return (rc == STRATA_ENOTFOUND || rc == STRATA_EFORMAT) ? STRATA_EXIT_INPUT
+                                                                : STRATA_EXIT_FAILURE;
+    report_golden(ss, cli);
+    rc = 0;
+    for (int S = 1; cli->all_splits && rc == 0 && S <= L && S <= SIM_MAX_STAGES; S++)
+        rc = run_stage_count(cli, L, S, &rng, &ss->baseline, &runs, &any_failure);
+    if (cli->stages)
+        rc = run_stage_count(cli, L, cli->stages, &rng, &ss->baseline, &runs, &any_failure);
+    if (rc < 0) {
+        fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+        return STRATA_EXIT_USAGE;
     }
-    uint64_t rng = cli.seed;
-    if (cli.all_splits) {
-        for (int S = 1; S <= cfg.num_layers && S <= SIM_MAX_STAGES; S++)
-            if (run_stage_count(&cli, cfg.num_layers, S, &rng, &baseline, &runs, &any_failure) < 0)
-                goto fail_message;
-    } else if (cli.stages) {
-        if (run_stage_count(&cli, cfg.num_layers, cli.stages, &rng, &baseline, &runs,
-                            &any_failure) < 0)
-            goto fail_message;
-    } else {
+    if (cli->split_text) {
         struct sim_report report;
-        if (run_split(&report, &cli, &explicit_split, &baseline, &any_failure) == 0) {
+        if (run_split(&report, cli, &ss->explicit_split, &ss->baseline, &any_failure) == 0) {
             runs++;
             sim_report_free(&report);
         }
     }
     if (any_failure) {
         printf("FAILED: at least one run differs from the single-stage baseline or failed\n");
-        exit_code = STRATA_EXIT_FAILURE;
-    } else {
-        printf("OK: %d split runs, all bit-identical to the single-stage baseline\n", runs);
-        exit_code = STRATA_EXIT_OK;
+        return STRATA_EXIT_FAILURE;
     }
-    goto done;
-fail_message:
-    fprintf(stderr, "strata-sim: %s\n", strata_last_error());
-    exit_code = STRATA_EXIT_USAGE;
-done:
-    sim_report_free(&baseline);
-    free(specs);
-    free(prompts);
-    golden_free(&golden);
-    safetensors_close(weights);
-    return exit_code;
+    printf("OK: %d split runs, all bit-identical to the single-stage baseline\n", runs);
+    return STRATA_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    struct cli cli;
+    static struct session ss; /* large: prompt buffer */
+    int code = parse_args(&cli, argc, argv);
+    if (code == -1) {
+        fputs(usage_text, stdout);
+        return STRATA_EXIT_OK;
+    }
+    if (code != 0) return code;
+    code = open_inputs(&ss, &cli);
+    if (code == STRATA_EXIT_OK) code = check_against_model(&ss, &cli);
+    if (code == STRATA_EXIT_OK) code = build_requests(&ss, &cli);
+    if (code == STRATA_EXIT_OK) {
+        print_header(&ss, &cli);
+        code = run_all(&ss, &cli);
+    }
+    session_close(&ss);
+    return code;
 }
