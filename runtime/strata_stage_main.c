@@ -96,127 +96,120 @@ static int parse_int(const char *text, int lo, int hi, int *out, const char *fla
     return 0;
 }
 
-static int parse_args(struct args *a, int argc, char **argv) {
-    enum {
-        O_MODEL = 1000,
-        O_HF_CONFIG,
-        O_WEIGHTS,
-        O_NUM_STAGES,
-        O_STAGE_IDX,
-        O_LAYER_START,
-        O_LAYER_END,
-        O_LISTEN,
-        O_PORT_FILE,
-        O_NEXT_HOST,
-        O_NEXT_PORT,
-        O_NEXT_PORT_FILE,
-        O_DEVICE,
-        O_THREADS,
-        O_MAX_SEQ,
-        O_MAX_BATCH,
-        O_CHUNK,
-        O_SEND_KV,
-        O_RECV_KV,
-        O_KV_OUT,
-        O_KV_RESTORE,
-        O_OUT,
-        O_AUTH,
-        O_LOG,
-        O_DELAY,
-        O_PEER_TIMEOUT,
-        O_HELP
-    };
-    static const struct option options[] = {{"model", 1, 0, O_MODEL},
-                                            {"hf-config", 1, 0, O_HF_CONFIG},
-                                            {"weights", 1, 0, O_WEIGHTS},
-                                            {"num-stages", 1, 0, O_NUM_STAGES},
-                                            {"stage-idx", 1, 0, O_STAGE_IDX},
-                                            {"layer-start", 1, 0, O_LAYER_START},
-                                            {"layer-end", 1, 0, O_LAYER_END},
-                                            {"listen", 1, 0, O_LISTEN},
-                                            {"port-file", 1, 0, O_PORT_FILE},
-                                            {"next-host", 1, 0, O_NEXT_HOST},
-                                            {"next-port", 1, 0, O_NEXT_PORT},
-                                            {"next-port-file", 1, 0, O_NEXT_PORT_FILE},
-                                            {"device", 1, 0, O_DEVICE},
-                                            {"threads", 1, 0, O_THREADS},
-                                            {"max-seq", 1, 0, O_MAX_SEQ},
-                                            {"max-batch", 1, 0, O_MAX_BATCH},
-                                            {"chunk-size", 1, 0, O_CHUNK},
-                                            {"send-kv", 0, 0, O_SEND_KV},
-                                            {"recv-kv", 0, 0, O_RECV_KV},
-                                            {"kv-out", 1, 0, O_KV_OUT},
-                                            {"kv-restore", 1, 0, O_KV_RESTORE},
-                                            {"out", 1, 0, O_OUT},
-                                            {"auth-key-file", 1, 0, O_AUTH},
-                                            {"log-level", 1, 0, O_LOG},
-                                            {"step-delay-ms", 1, 0, O_DELAY},
-                                            {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
-                                            {"help", 0, 0, O_HELP},
-                                            {0, 0, 0, 0}};
-    int c, rc = 0;
-    memset(a, 0, sizeof *a);
-    a->num_stages = 1;
-    a->stage_idx = -1;
-    a->layer_start = a->layer_end = -1;
-    a->device = "cpu";
-    a->threads = 1;
-    a->max_seq = 512;
-    a->max_batch = 8;
-    a->chunk_size = 64;
-    a->log_level = STAGE_LOG_INFO;
-    a->peer_timeout_ms = 10000;
-    while (rc == 0 && (c = getopt_long(argc, argv, "", options, NULL)) != -1) {
-        switch (c) {
-        case O_MODEL: a->model_dir = optarg; break;
-        case O_HF_CONFIG: a->hf_config = optarg; break;
-        case O_WEIGHTS: a->weights = optarg; break;
-        case O_NUM_STAGES: rc = parse_int(optarg, 1, 4096, &a->num_stages, "--num-stages"); break;
-        case O_STAGE_IDX: rc = parse_int(optarg, 0, 4095, &a->stage_idx, "--stage-idx"); break;
-        case O_LAYER_START:
-            rc = parse_int(optarg, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_start, "--layer-start");
-            break;
-        case O_LAYER_END:
-            rc = parse_int(optarg, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_end, "--layer-end");
-            break;
-        case O_LISTEN: a->listen = optarg; break;
-        case O_PORT_FILE: a->port_file = optarg; break;
-        case O_NEXT_HOST: a->next_host = optarg; break;
-        case O_NEXT_PORT: rc = parse_int(optarg, 1, 65535, &a->next_port, "--next-port"); break;
-        case O_NEXT_PORT_FILE: a->next_port_file = optarg; break;
-        case O_DEVICE: a->device = optarg; break;
-        case O_THREADS: rc = parse_int(optarg, 1, 1024, &a->threads, "--threads"); break;
-        case O_MAX_SEQ: rc = parse_int(optarg, 1, 1 << 24, &a->max_seq, "--max-seq"); break;
-        case O_MAX_BATCH: rc = parse_int(optarg, 1, 4096, &a->max_batch, "--max-batch"); break;
-        case O_CHUNK: rc = parse_int(optarg, 1, 1 << 20, &a->chunk_size, "--chunk-size"); break;
-        case O_SEND_KV: a->send_kv = 1; break;
-        case O_RECV_KV: a->recv_kv = 1; break;
-        case O_KV_OUT: a->kv_out = optarg; break;
-        case O_KV_RESTORE: a->kv_restore = optarg; break;
-        case O_OUT: a->out = optarg; break;
-        case O_AUTH: a->auth_key_file = optarg; break;
-        case O_PEER_TIMEOUT:
-            rc = parse_int(optarg, 0, 3600000, &a->peer_timeout_ms, "--peer-timeout-ms");
-            break;
-        case O_DELAY: rc = parse_int(optarg, 0, 60000, &a->step_delay_ms, "--step-delay-ms"); break;
-        case O_LOG:
-            if (!strcmp(optarg, "error"))
-                a->log_level = STAGE_LOG_ERROR;
-            else if (!strcmp(optarg, "warn"))
-                a->log_level = STAGE_LOG_WARN;
-            else if (!strcmp(optarg, "info"))
-                a->log_level = STAGE_LOG_INFO;
-            else if (!strcmp(optarg, "debug"))
-                a->log_level = STAGE_LOG_DEBUG;
-            else {
-                fprintf(stderr, "strata-stage: --log-level is error|warn|info|debug\n");
-                rc = -1;
-            }
-            break;
-        case O_HELP: return 1;
-        default: rc = -1;
+enum option_id {
+    O_MODEL = 1000,
+    O_HF_CONFIG,
+    O_WEIGHTS,
+    O_NUM_STAGES,
+    O_STAGE_IDX,
+    O_LAYER_START,
+    O_LAYER_END,
+    O_LISTEN,
+    O_PORT_FILE,
+    O_NEXT_HOST,
+    O_NEXT_PORT,
+    O_NEXT_PORT_FILE,
+    O_DEVICE,
+    O_THREADS,
+    O_MAX_SEQ,
+    O_MAX_BATCH,
+    O_CHUNK,
+    O_SEND_KV,
+    O_RECV_KV,
+    O_KV_OUT,
+    O_KV_RESTORE,
+    O_OUT,
+    O_AUTH,
+    O_LOG,
+    O_DELAY,
+    O_PEER_TIMEOUT,
+    O_HELP
+};
+
+static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
+                                             {"hf-config", 1, 0, O_HF_CONFIG},
+                                             {"weights", 1, 0, O_WEIGHTS},
+                                             {"num-stages", 1, 0, O_NUM_STAGES},
+                                             {"stage-idx", 1, 0, O_STAGE_IDX},
+                                             {"layer-start", 1, 0, O_LAYER_START},
+                                             {"layer-end", 1, 0, O_LAYER_END},
+                                             {"listen", 1, 0, O_LISTEN},
+                                             {"port-file", 1, 0, O_PORT_FILE},
+                                             {"next-host", 1, 0, O_NEXT_HOST},
+                                             {"next-port", 1, 0, O_NEXT_PORT},
+                                             {"next-port-file", 1, 0, O_NEXT_PORT_FILE},
+                                             {"device", 1, 0, O_DEVICE},
+                                             {"threads", 1, 0, O_THREADS},
+                                             {"max-seq", 1, 0, O_MAX_SEQ},
+                                             {"max-batch", 1, 0, O_MAX_BATCH},
+                                             {"chunk-size", 1, 0, O_CHUNK},
+                                             {"send-kv", 0, 0, O_SEND_KV},
+                                             {"recv-kv", 0, 0, O_RECV_KV},
+                                             {"kv-out", 1, 0, O_KV_OUT},
+                                             {"kv-restore", 1, 0, O_KV_RESTORE},
+                                             {"out", 1, 0, O_OUT},
+                                             {"auth-key-file", 1, 0, O_AUTH},
+                                             {"log-level", 1, 0, O_LOG},
+                                             {"step-delay-ms", 1, 0, O_DELAY},
+                                             {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
+                                             {"help", 0, 0, O_HELP},
+                                             {0, 0, 0, 0}};
+
+static int parse_log_level(const char *text, enum stage_log_level *out) {
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(text, names[i])) {
+            *out = (enum stage_log_level)i;
+            return 0;
         }
+    fprintf(stderr, "strata-stage: --log-level is error|warn|info|debug\n");
+    return -1;
+}
+
+/* One option's value into `a`: 0, or -1 after printing what is wrong. */
+static int parse_option(struct args *a, int c, const char *value) {
+    int rc = 0;
+    switch (c) {
+    case O_MODEL: a->model_dir = value; break;
+    case O_HF_CONFIG: a->hf_config = value; break;
+    case O_WEIGHTS: a->weights = value; break;
+    case O_NUM_STAGES: rc = parse_int(value, 1, 4096, &a->num_stages, "--num-stages"); break;
+    case O_STAGE_IDX: rc = parse_int(value, 0, 4095, &a->stage_idx, "--stage-idx"); break;
+    case O_LAYER_START:
+        rc = parse_int(value, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_start, "--layer-start");
+        break;
+    case O_LAYER_END:
+        rc = parse_int(value, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_end, "--layer-end");
+        break;
+    case O_LISTEN: a->listen = value; break;
+    case O_PORT_FILE: a->port_file = value; break;
+    case O_NEXT_HOST: a->next_host = value; break;
+    case O_NEXT_PORT: rc = parse_int(value, 1, 65535, &a->next_port, "--next-port"); break;
+    case O_NEXT_PORT_FILE: a->next_port_file = value; break;
+    case O_DEVICE: a->device = value; break;
+    case O_THREADS: rc = parse_int(value, 1, 1024, &a->threads, "--threads"); break;
+    case O_MAX_SEQ: rc = parse_int(value, 1, 1 << 24, &a->max_seq, "--max-seq"); break;
+    case O_MAX_BATCH: rc = parse_int(value, 1, 4096, &a->max_batch, "--max-batch"); break;
+    case O_CHUNK: rc = parse_int(value, 1, 1 << 20, &a->chunk_size, "--chunk-size"); break;
+    case O_SEND_KV: a->send_kv = 1; break;
+    case O_RECV_KV: a->recv_kv = 1; break;
+    case O_KV_OUT: a->kv_out = value; break;
+    case O_KV_RESTORE: a->kv_restore = value; break;
+    case O_OUT: a->out = value; break;
+    case O_AUTH: a->auth_key_file = value; break;
+    case O_PEER_TIMEOUT:
+        rc = parse_int(value, 0, 3600000, &a->peer_timeout_ms, "--peer-timeout-ms");
+        break;
+    case O_DELAY: rc = parse_int(value, 0, 60000, &a->step_delay_ms, "--step-delay-ms"); break;
+    case O_LOG: rc = parse_log_level(value, &a->log_level); break;
+    default: rc = -1;
     }
+    return rc;
+}
+
+/* Checks across options, after all are read: 0, or -1 after printing the problem. */
+static int check_args(struct args *a, int argc, char **argv) {
+    int rc = 0;
     if (rc == 0 && optind < argc) {
         fprintf(stderr, "strata-stage: unexpected argument '%s'\n", argv[optind]);
         rc = -1;
@@ -253,6 +246,31 @@ static int parse_args(struct args *a, int argc, char **argv) {
         rc = -1;
     }
     return rc;
+}
+
+static void args_defaults(struct args *a) {
+    memset(a, 0, sizeof *a);
+    a->num_stages = 1;
+    a->stage_idx = -1;
+    a->layer_start = a->layer_end = -1;
+    a->device = "cpu";
+    a->threads = 1;
+    a->max_seq = 512;
+    a->max_batch = 8;
+    a->chunk_size = 64;
+    a->log_level = STAGE_LOG_INFO;
+    a->peer_timeout_ms = 10000;
+}
+
+/* Fills `a` from argv: 0 ok, 1 for --help, -1 after printing what is wrong. */
+static int parse_args(struct args *a, int argc, char **argv) {
+    int c, rc = 0;
+    args_defaults(a);
+    while (rc == 0 && (c = getopt_long(argc, argv, "", long_options, NULL)) != -1) {
+        if (c == O_HELP) return 1;
+        rc = parse_option(a, c, optarg);
+    }
+    return rc == 0 ? check_args(a, argc, argv) : rc;
 }
 
 /* Splits "ADDR:PORT" or "PORT". */
