@@ -1,0 +1,218 @@
+/* Every golden case (tests/golden) through one stage backend (runtime/stage/backend.h),
+ * named by the first argument ("cpu", "cuda:0"): the same path a stage takes, so what this
+ * checks holds for every backend that opens here.
+ *
+ * Per case, on backends covering [0, L):
+ *   - prefill the prompt (Qwen3-VL: image pad rows replaced by the recorded merger outputs,
+ *     HF's M-RoPE positions, the recorded DeepStack features) and decode teacher-forced
+ *     with the golden ids: ids equal transformers' and max |dlogit| <= 1e-3;
+ *   - the same run split over two backends [0, k) + [k, L) for every k: bit-identical;
+ *   - the KV handed over after the prefill (kv_pack on the backend, kv_restore into a
+ *     freshly opened one that then decodes): bit-identical.
+ * A device this build or machine cannot open prints "skipped: <device>: <reason>". */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference/sampler.h"
+#include "runtime/base/status.h"
+#include "runtime/stage/backend.h"
+#include "tests/reference/golden_case.h"
+#include "tests/test_util.h"
+
+#define LOGIT_TOLERANCE 1e-3
+#define MAX_STAGES 2
+
+static const char *device;
+
+static int open_backend(struct stage_backend **be, const struct golden_case *gc, int start, int end,
+                        int max_seq) {
+    struct stage_backend_options o = {.cfg = &gc->cfg,
+                                      .weights = gc->st,
+                                      .role = {.layer_start = start,
+                                               .layer_end = end,
+                                               .with_embed = start == 0,
+                                               .with_head = end == gc->cfg.num_layers},
+                                      .device = device,
+                                      .num_threads = 2,
+                                      .max_seq = max_seq,
+                                      .num_slots = 1};
+    return stage_backend_open(be, &o);
+}
+
+/* The prompt's forward item and hidden rows, VL inputs merged as HF's model does. */
+struct prefill {
+    float *hidden, *deepstack;
+    uint8_t *visual;
+    struct forward_item item;
+};
+
+static int prefill_inputs(struct prefill *p, const struct golden_case *gc,
+                          struct stage_backend *first) {
+    int S = gc->n_prompt, H = gc->cfg.hidden_size;
+    memset(p, 0, sizeof *p);
+    p->hidden = calloc((size_t)S * H, sizeof(float));
+    if (!p->hidden) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    int rc = stage_backend_embed(first, p->hidden, gc->prompt, S);
+    p->item = (struct forward_item){.slot = 0, .pos = 0, .n_tokens = S};
+    if (rc < 0 || !gc->has_vision) return rc;
+    p->deepstack = calloc((size_t)gc->num_deepstack * S * H, sizeof(float));
+    p->visual = calloc((size_t)S, 1);
+    if (!p->deepstack || !p->visual) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    for (int i = 0, v = 0; i < S; ++i) {
+        if (gc->prompt[i] != gc->image_token_id) continue;
+        p->visual[i] = 1;
+        memcpy(p->hidden + (size_t)i * H, gc->vision_embeds + (size_t)v * H, sizeof(float) * H);
+        for (int k = 0; k < gc->num_deepstack; ++k)
+            memcpy(p->deepstack + ((size_t)k * S + i) * H,
+                   gc->deepstack + ((size_t)k * gc->n_visual + v) * H, sizeof(float) * H);
+        v++;
+    }
+    p->item.mrope_positions = gc->position_ids;
+    p->item.deepstack = p->deepstack;
+    p->item.visual_mask = p->visual;
+    p->item.num_deepstack = gc->num_deepstack;
+    return 0;
+}
+
+/* Replaces each backend by a fresh one holding its KV (pack -> restore). */
+static int hand_over_kv(struct stage_backend **be, int n_stages, const struct golden_case *gc,
+                        int max_seq) {
+    for (int s = 0; s < n_stages; ++s) {
+        struct stage_backend *fresh = NULL;
+        struct kv_handoff kv;
+        int slot = 0, rc = stage_backend_kv_pack(be[s], &kv, &slot, 1);
+        if (rc == 0)
+            rc = open_backend(&fresh, gc, be[s]->role.layer_start, be[s]->role.layer_end, max_seq);
+        if (rc == 0) rc = stage_backend_kv_acquire(fresh, &slot);
+        if (rc == 0) rc = stage_backend_kv_restore(fresh, &slot, 1, &kv);
+        kv_handoff_free(&kv);
+        if (rc < 0) {
+            stage_backend_free(fresh);
+            return rc;
+        }
+        stage_backend_free(be[s]);
+        be[s] = fresh;
+    }
+    return 0;
+}
+
+/* Decodes one step (teacher-forced) through every stage; logits of the last row. */
+static int step_through(struct stage_backend **be, int n_stages, float *hidden,
+                        const struct forward_item *item, float *logits, int H) {
+    int rc = 0;
+    for (int s = 0; s < n_stages && rc == 0; ++s)
+        rc = stage_backend_forward(be[s], hidden, item, 1);
+    if (rc == 0)
+        rc = stage_backend_logits(be[n_stages - 1], logits,
+                                  hidden + (size_t)(item->n_tokens - 1) * H, 1);
+    return rc;
+}
+
+/* Logits [n_steps, V] of the golden stream over stages `bounds`; NULL on failure (message
+ * set). With `handover`, the KV moves to fresh backends after the prefill. */
+static float *run_case(const struct golden_case *gc, const int *bounds, int n_stages,
+                       int handover) {
+    int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
+    int max_seq = S + gc->n_steps, slot, rc = 0;
+    struct stage_backend *be[MAX_STAGES] = {0};
+    struct prefill p;
+    int32_t mrope[3];
+    float *logits = calloc((size_t)gc->n_steps * V, sizeof(float));
+    memset(&p, 0, sizeof p);
+    for (int s = 0; s < n_stages && rc == 0; ++s) {
+        rc = open_backend(&be[s], gc, bounds[s], bounds[s + 1], max_seq);
+        if (rc == 0) rc = stage_backend_kv_acquire(be[s], &slot);
+    }
+    if (rc == 0) rc = logits ? prefill_inputs(&p, gc, be[0]) : STRATA_ENOMEM;
+    struct forward_item item = p.item;
+    for (int step = 0; rc == 0 && step < gc->n_steps; ++step) {
+        if (step) {
+            int32_t token = gc->generated[step - 1];
+            item = (struct forward_item){.slot = 0, .pos = S + step - 1, .n_tokens = 1};
+            if (gc->has_vision) {
+                mrope[0] = mrope[1] = mrope[2] = item.pos + gc->rope_delta;
+                item.mrope_positions = mrope;
+            }
+            rc = stage_backend_embed(be[0], p.hidden, &token, 1);
+        }
+        if (rc == 0) rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, H);
+        if (rc == 0 && step == 0 && handover) rc = hand_over_kv(be, n_stages, gc, max_seq);
+    }
+    for (int s = 0; s < n_stages; ++s)
+        stage_backend_free(be[s]);
+    free(p.hidden);
+    free(p.deepstack);
+    free(p.visual);
+    if (rc < 0) {
+        free(logits);
+        return NULL;
+    }
+    return logits;
+}
+
+/* 0 when the case holds on this backend; prints one line either way. */
+static int check_case(const char *name) {
+    struct golden_case gc;
+    if (golden_case_open(&gc, name)) {
+        printf("FAIL %s: %s\n", name, strata_last_error());
+        return 1;
+    }
+    int V = gc.cfg.vocab_size, L = gc.cfg.num_layers, whole[2] = {0, L}, failures = 0;
+    size_t bytes = sizeof(float) * (size_t)gc.n_steps * V;
+    double max_delta = 0.0;
+    float *logits = run_case(&gc, whole, 1, 0);
+    if (!logits) {
+        printf("FAIL %s on %s: %s\n", name, device, strata_last_error());
+        golden_case_close(&gc);
+        return 1;
+    }
+    for (int step = 0; step < gc.n_steps; ++step) {
+        const float *got = logits + (size_t)step * V, *want = gc.logits + (size_t)step * V;
+        for (int v = 0; v < V; ++v)
+            max_delta = fmax(max_delta, fabs((double)got[v] - (double)want[v]));
+        failures += argmax(got, V) != gc.generated[step];
+    }
+    failures += max_delta > LOGIT_TOLERANCE;
+    for (int k = 1; k < L; ++k) {
+        int split[3] = {0, k, L};
+        float *parts = run_case(&gc, split, 2, k == L / 2);
+        if (!parts || memcmp(parts, logits, bytes)) {
+            printf("  %s: split at %d%s differs: %s\n", name, k,
+                   k == L / 2 ? " with KV handover" : "", parts ? "logits" : strata_last_error());
+            failures++;
+        }
+        free(parts);
+    }
+    printf("%s %-18s on %s: %d steps, max |dlogit| = %.3g, ids %s, splits k=1..%d %s\n",
+           failures ? "FAIL" : "ok  ", name, device, gc.n_steps, max_delta,
+           failures ? "checked" : "identical", L - 1, failures ? "checked" : "bit-identical");
+    free(logits);
+    golden_case_close(&gc);
+    return failures != 0;
+}
+
+int main(int argc, char **argv) {
+    struct golden_case probe;
+    struct stage_backend *be = NULL;
+    int failed = 0;
+    device = argc > 1 ? argv[1] : "cpu";
+    if (golden_case_open(&probe, golden_case_names[0])) {
+        printf("FAIL: %s\n", strata_last_error());
+        return 1;
+    }
+    if (open_backend(&be, &probe, 0, probe.cfg.num_layers, 8) == STRATA_EDEVICE) {
+        char reason[600];
+        snprintf(reason, sizeof reason, "%s: %s", device, strata_last_error());
+        golden_case_close(&probe);
+        test_skip_all(reason);
+        return 0;
+    }
+    stage_backend_free(be);
+    golden_case_close(&probe);
+    for (int i = 0; golden_case_names[i]; ++i)
+        failed += check_case(golden_case_names[i]);
+    printf("%s: %d golden case(s) failed\n", device, failed);
+    return failed ? 1 : 0;
+}
