@@ -6,6 +6,9 @@
 
 #include "kernels/cuda_device.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/softmax.h"
+#include "kernels/swiglu.h"
+#include "kernels/vec_add.h"
 #include "runtime/base/status.h"
 
 static const char *const reason_text = "CUDA toolkit not installed (nvcc not found)";
@@ -46,5 +49,20 @@ int cuda_synchronize(void) {
 int cuda_rmsnorm(float *out, const float *x, const float *weight, float eps, int n, int dim,
                  void *stream) {
     (void)out, (void)x, (void)weight, (void)eps, (void)n, (void)dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_swiglu(float *out, const float *gate, const float *up, int n, void *stream) {
+    (void)out, (void)gate, (void)up, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_softmax(float *x, int n, void *stream) {
+    (void)x, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_vec_add(float *x, const float *y, int n, void *stream) {
+    (void)x, (void)y, (void)n, (void)stream;
     return unavailable(__func__);
 }
