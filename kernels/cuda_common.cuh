@@ -1,4 +1,4 @@
-/* Shared by the kernels/*.cu files only (never by C code): the one way a CUDA call's
+/* Shared by the kernels/<op>.cu files only (never by C code): the one way a CUDA call's
  * failure becomes a Strata status, and the argument check every twin runs before it
  * launches, so a bad call fails with a message instead of a launch error later. */
 #ifndef STRATA_KERNELS_CUDA_COMMON_CUH
