@@ -1,5 +1,8 @@
-/* Whether a usable CUDA device is present, asked once before any GPU work. Tests use it
- * to print "skipped: <reason>" instead of failing on machines without a GPU. */
+/* The device, and device memory, seen from plain C: whether a usable CUDA device is
+ * present (tests print "skipped: <reason>" without one), and the allocation, copy and
+ * synchronisation calls that tests and the backend-ops harness need to feed the cuda_<op>
+ * twins without including CUDA headers. Every int-returning call returns 0 or
+ * STRATA_EDEVICE / STRATA_EINVAL with the message in strata_last_error(). */
 #ifndef STRATA_KERNELS_CUDA_DEVICE_H
 #define STRATA_KERNELS_CUDA_DEVICE_H
 
@@ -9,5 +12,16 @@
  * ("no CUDA device (...)" or, in builds without the toolkit, "CUDA toolkit not installed
  * (nvcc not found)"). On success reason holds the device name. */
 int cuda_device_available(char *reason, size_t cap);
+
+/* *ptr = `bytes` of device memory (a 0-byte request still returns a freeable pointer). */
+int cuda_malloc(void **ptr, size_t bytes);
+void cuda_free(void *ptr); /* accepts NULL */
+
+/* Synchronous copies between host and device memory (they wait for the default stream). */
+int cuda_memcpy_to_device(void *dst, const void *src, size_t bytes);
+int cuda_memcpy_to_host(void *dst, const void *src, size_t bytes);
+
+/* Waits for all work on the device; reports a fault of any earlier asynchronous launch. */
+int cuda_synchronize(void);
 
 #endif

@@ -1,0 +1,42 @@
+/* Shared by the kernels/<op>.cu files only (never by C code): the one way a CUDA call's
+ * failure becomes a Strata status, and the argument check every twin runs before it
+ * launches, so a bad call fails with a message instead of a launch error later. */
+#ifndef STRATA_KERNELS_CUDA_COMMON_CUH
+#define STRATA_KERNELS_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "runtime/base/status.h"
+}
+
+#define CUDA_CHECK_RETURN(call)                                                                    \
+    do {                                                                                           \
+        cudaError_t err_ = (call);                                                                 \
+        if (err_ != cudaSuccess)                                                                   \
+            return strata_set_error(STRATA_EDEVICE, "%s:%d: %s: %s", __FILE__, __LINE__, #call,    \
+                                    cudaGetErrorString(err_));                                     \
+    } while (0)
+
+/* Launch errors (bad geometry, no device) surface here; faults inside the kernel surface
+ * at the next synchronising call (cuda_synchronize, a copy). */
+#define CUDA_CHECK_LAUNCH() CUDA_CHECK_RETURN(cudaGetLastError())
+
+/* Blocks of `threads` covering n elements, one element per thread. */
+static inline unsigned cuda_blocks_for(int n, int threads) {
+    return (unsigned)((n + threads - 1) / threads);
+}
+
+__device__ static inline float cuda_warp_sum(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, offset);
+    return v;
+}
+
+__device__ static inline float cuda_warp_max(float v) {
+    for (int offset = 16; offset > 0; offset >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    return v;
+}
+
+#endif

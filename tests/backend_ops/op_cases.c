@@ -1,0 +1,206 @@
+/* The reference ops the harness knows (bo_ops) and the shapes they are tested on
+ * (bo_cases). Shapes include a single row / element, sizes that are not a multiple of any
+ * block or vector width, and model-sized rows. Not in the table yet: moe_route (int
+ * outputs) and rope_cos_sin (an int section table); the harness compares float outputs. */
+#include <stdlib.h>
+
+#include "reference/ops.h"
+#include "runtime/base/status.h"
+#include "tests/backend_ops/backend_ops.h"
+
+#define BUF(name_, role_, count_, gen_) ((struct bo_buf){name_, role_, BO_F32, count_, gen_})
+
+static size_t sz(int a, int b) {
+    return (size_t)a * (size_t)b;
+}
+
+/* ---------------------------------------------------------------- rmsnorm */
+
+static int rmsnorm_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("out", BO_OUT, sz(s->n, s->dim), BO_GEN_ACT);
+    b[1] = BUF("x", BO_IN, sz(s->n, s->dim), BO_GEN_ACT);
+    b[2] = BUF("weight", BO_IN, (size_t)s->dim, BO_GEN_WEIGHT);
+    return 3;
+}
+
+static int rmsnorm_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    rmsnorm(c->buf[0], c->buf[1], c->buf[2], c->s->eps, c->s->n, c->s->dim);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- elementwise */
+
+static int swiglu_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("out", BO_OUT, (size_t)s->n, BO_GEN_ACT);
+    b[1] = BUF("gate", BO_IN, (size_t)s->n, BO_GEN_ACT);
+    b[2] = BUF("up", BO_IN, (size_t)s->n, BO_GEN_ACT);
+    return 3;
+}
+
+static int swiglu_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    swiglu(c->buf[0], c->buf[1], c->buf[2], c->s->n);
+    return 0;
+}
+
+static int softmax_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("x", BO_INOUT, (size_t)s->n, BO_GEN_ACT);
+    return 1;
+}
+
+static int softmax_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    softmax(c->buf[0], c->s->n);
+    return 0;
+}
+
+static int vec_add_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("x", BO_INOUT, (size_t)s->n, BO_GEN_ACT);
+    b[1] = BUF("y", BO_IN, (size_t)s->n, BO_GEN_ACT);
+    return 2;
+}
+
+static int vec_add_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    vec_add(c->buf[0], c->buf[1], c->s->n);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- rope, matmul, attention */
+
+static int rope_apply_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("x", BO_INOUT, sz(s->heads, s->dim), BO_GEN_ACT);
+    b[1] = BUF("cos", BO_IN, (size_t)(s->dim / 2), BO_GEN_UNIT);
+    b[2] = BUF("sin", BO_IN, (size_t)(s->dim / 2), BO_GEN_UNIT);
+    return 3;
+}
+
+static int rope_apply_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    rope_apply(c->buf[0], c->buf[1], c->buf[2], c->s->heads, c->s->dim);
+    return 0;
+}
+
+static int matmul_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("out", BO_OUT, sz(s->n, s->rows), BO_GEN_ACT);
+    b[1] = BUF("x", BO_IN, sz(s->n, s->dim), BO_GEN_ACT);
+    b[2] = BUF("w", BO_IN, sz(s->rows, s->dim), BO_GEN_UNIT);
+    if (s->wtype == OPS_BF16) b[2].elem = BO_BF16;
+    return 3;
+}
+
+static int matmul_ref(const struct bo_call *c, struct thread_pool *pool) {
+    struct ops_weight w = {c->buf[2], c->s->wtype, c->s->rows, c->s->dim};
+    matmul(c->buf[0], c->buf[1], &w, c->s->n, pool);
+    return 0;
+}
+
+/* The cache holds exactly pos + n positions per kv head: kv_head_stride = (pos + n) * D. */
+static int attention_layout(const struct bo_shape *s, struct bo_buf *b) {
+    size_t q = sz(s->n, s->heads * s->dim), cache = sz(s->kv_heads, (s->pos + s->n) * s->dim);
+    b[0] = BUF("out", BO_OUT, q, BO_GEN_ACT);
+    b[1] = BUF("q", BO_IN, q, BO_GEN_ACT);
+    b[2] = BUF("k_cache", BO_IN, cache, BO_GEN_ACT);
+    b[3] = BUF("v_cache", BO_IN, cache, BO_GEN_UNIT);
+    return 4;
+}
+
+static int attention_ref(const struct bo_call *c, struct thread_pool *pool) {
+    const struct bo_shape *s = c->s;
+    size_t ctx = (size_t)(s->pos + s->n);
+    float *scratch = malloc(sz(thread_pool_size(pool), (int)ctx) * sizeof *scratch);
+    if (!scratch) return strata_set_error(STRATA_ENOMEM, "attention scratch");
+    attention(c->buf[0], c->buf[1], c->buf[2], c->buf[3], ctx * (size_t)s->dim, scratch, s->pos,
+              s->n, s->heads, s->kv_heads, s->dim, pool);
+    free(scratch);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- tables */
+
+/* fp32 ops: 1e-7, llama.cpp's default bound. */
+const struct bo_op bo_ops[] = {
+    {"rmsnorm", 1e-7, rmsnorm_layout, rmsnorm_ref},
+    {"swiglu", 1e-7, swiglu_layout, swiglu_ref},
+    {"softmax", 1e-7, softmax_layout, softmax_ref},
+    {"vec_add", 1e-7, vec_add_layout, vec_add_ref},
+    {"rope_apply", 1e-7, rope_apply_layout, rope_apply_ref},
+    {"matmul", 1e-7, matmul_layout, matmul_ref},
+    {"attention", 1e-7, attention_layout, attention_ref},
+};
+const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
+
+#define RMS(n_, dim_, scale_)                                                                      \
+    {                                                                                              \
+        "rmsnorm", {                                                                               \
+            .n = n_, .dim = dim_, .eps = 1e-6f, .scale = scale_                                    \
+        }                                                                                          \
+    }
+#define ELT(op_, n_, scale_)                                                                       \
+    {                                                                                              \
+        op_, {                                                                                     \
+            .n = n_, .scale = scale_                                                               \
+        }                                                                                          \
+    }
+#define ROPE(heads_, dim_)                                                                         \
+    {                                                                                              \
+        "rope_apply", {                                                                            \
+            .heads = heads_, .dim = dim_                                                           \
+        }                                                                                          \
+    }
+#define MATMUL(n_, dim_, rows_, wt_)                                                               \
+    {                                                                                              \
+        "matmul", {                                                                                \
+            .n = n_, .dim = dim_, .rows = rows_, .wtype = wt_                                      \
+        }                                                                                          \
+    }
+#define ATTN(n_, pos_, h_, kv_, d_)                                                                \
+    {                                                                                              \
+        "attention", {                                                                             \
+            .n = n_, .pos = pos_, .heads = h_, .kv_heads = kv_, .dim = d_                          \
+        }                                                                                          \
+    }
+
+const struct bo_case bo_cases[] = {
+    RMS(1, 1, 1.0f),
+    RMS(1, 16, 1.0f),
+    RMS(7, 100, 1.0f),
+    RMS(2, 257, 1.0f),
+    RMS(32, 1024, 3.0f),
+    RMS(5, 2560, 0.01f),
+    RMS(128, 4096, 1.0f),
+    RMS(3, 5000, 100.0f),
+
+    ELT("swiglu", 1, 1.0f),
+    ELT("swiglu", 1000, 4.0f),
+    ELT("swiglu", 4097, 1.0f),
+    ELT("swiglu", 65537, 8.0f),
+
+    ELT("softmax", 1, 1.0f),
+    ELT("softmax", 7, 1.0f),
+    ELT("softmax", 1000, 10.0f),
+    ELT("softmax", 1025, 1.0f),
+    ELT("softmax", 151936, 20.0f),
+
+    ELT("vec_add", 1, 1.0f),
+    ELT("vec_add", 1023, 1.0f),
+    ELT("vec_add", 100003, 50.0f),
+
+    ROPE(1, 2),
+    ROPE(3, 6),
+    ROPE(8, 128),
+    ROPE(5, 66),
+
+    MATMUL(1, 16, 3, OPS_F32),
+    MATMUL(5, 67, 33, OPS_F32),
+    MATMUL(5, 67, 33, OPS_BF16),
+    MATMUL(4, 1024, 257, OPS_BF16),
+    MATMUL(1, 2560, 64, OPS_BF16),
+
+    ATTN(1, 0, 1, 1, 8),
+    ATTN(3, 5, 4, 2, 64),
+    ATTN(7, 0, 6, 2, 32),
+    ATTN(1, 40, 8, 1, 128),
+};
+const size_t bo_n_cases = sizeof bo_cases / sizeof bo_cases[0];
