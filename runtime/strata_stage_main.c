@@ -487,7 +487,7 @@ int main(int argc, char **argv) {
         goto done;
     }
     if (a.out && !last)
-        stage_log(STAGE_LOG_WARN, "--out is written by the last stage only; ignored here");
+        strata_log(STRATA_LOG_WARN, "--out is written by the last stage only; ignored here");
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
