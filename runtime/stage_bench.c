@@ -13,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "wire/codec.h"
 #include "wire/message.h"
@@ -44,13 +44,97 @@ static int add_spec(struct tensor_spec *specs, int n, const char *name, int64_t 
     return n + 1;
 }
 
+/* Writes config.json of the random model under `out`; prints why on failure. */
+static int write_config(const char *out, int H, int I, int L, int nh, int nkv, int D, int V) {
+    char path[4096];
+    FILE *f;
+    snprintf(path, sizeof path, "%s/config.json", out);
+    f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "strata-stage-bench: cannot write %s\n", path);
+        return -1;
+    }
+    fprintf(f,
+            "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
+            "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
+            "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
+            "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-06,\n  \"rope_theta\": 1000000.0,\n"
+            "  \"tie_word_embeddings\": true,\n  \"attention_bias\": false,\n"
+            "  \"max_position_embeddings\": 4096,\n  \"eos_token_id\": %d,\n"
+            "  \"torch_dtype\": \"bfloat16\"\n}\n",
+            H, I, L, nh, nkv, D, V, V - 1);
+    fclose(f);
+    return 0;
+}
+
+/* Writes model.safetensors under `out`: the header for specs[0..n) then random bf16 rows
+ * (`row` holds the longest one). Sets *total to the data bytes; prints why on failure. */
+static int write_safetensors(const char *out, const struct tensor_spec *specs, int n, char *header,
+                             size_t header_cap, uint16_t *row, size_t *total) {
+    char path[4096];
+    size_t header_len = 0, offset = 0;
+    FILE *f;
+    header_len += (size_t)snprintf(header, header_cap, "{");
+    for (int i = 0; i < n; i++) {
+        size_t bytes = (size_t)specs[i].rows * (size_t)(specs[i].cols ? specs[i].cols : 1) * 2;
+        if (specs[i].cols)
+            header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
+                                           "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],"
+                                           "\"data_offsets\":[%zu,%zu]}",
+                                           i ? "," : "", specs[i].name, (long long)specs[i].rows,
+                                           (long long)specs[i].cols, offset, offset + bytes);
+        else
+            header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
+                                           "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld],"
+                                           "\"data_offsets\":[%zu,%zu]}",
+                                           i ? "," : "", specs[i].name, (long long)specs[i].rows,
+                                           offset, offset + bytes);
+        offset += bytes;
+    }
+    header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "}");
+    while (header_len % 8)
+        header[header_len++] = ' ';
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    f = fopen(path, "wb");
+    if (!f) {
+        fprintf(stderr, "strata-stage-bench: cannot write %s\n", path);
+        return -1;
+    }
+    {
+        uint8_t prefix[8];
+        for (int i = 0; i < 8; i++)
+            prefix[i] = (uint8_t)((uint64_t)header_len >> (8 * i));
+        fwrite(prefix, 1, 8, f);
+        fwrite(header, 1, header_len, f);
+    }
+    for (int i = 0; i < n; i++) {
+        int64_t cols = specs[i].cols ? specs[i].cols : specs[i].rows;
+        int64_t rows = specs[i].cols ? specs[i].rows : 1;
+        /* Uniform with variance 1/fan_in (embedding: 0.25); norms near 1. */
+        float scale = specs[i].is_norm ? 0.1f : i == 0 ? 0.866f : 1.732f / sqrtf((float)cols);
+        for (int64_t r = 0; r < rows; r++) {
+            for (int64_t c = 0; c < cols; c++) {
+                float v = rng_uniform() * scale + (specs[i].is_norm ? 1.0f : 0.0f);
+                row[c] = f32_to_bf16(v);
+            }
+            if (fwrite(row, 2, (size_t)cols, f) != (size_t)cols) {
+                fclose(f);
+                fprintf(stderr, "strata-stage-bench: write failed\n");
+                return -1;
+            }
+        }
+    }
+    fclose(f);
+    *total = offset;
+    return 0;
+}
+
 static int make_model(int argc, char **argv) {
     const char *out = NULL;
     int H = 1024, L = 8, V = 4096, I = 2816, nh = 16, nkv = 8, D = 64, n = 0;
     struct tensor_spec *specs;
-    char path[4096], *header;
-    size_t header_cap = 1 << 20, header_len = 0, offset = 0;
-    FILE *f;
+    char *header;
+    size_t header_cap = 1 << 20, offset = 0;
     uint16_t *row;
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--out"))
@@ -87,22 +171,7 @@ static int make_model(int argc, char **argv) {
         fprintf(stderr, "strata-stage-bench: mkdir %s: %s\n", out, strerror(errno));
         return STRATA_EXIT_FAILURE;
     }
-    snprintf(path, sizeof path, "%s/config.json", out);
-    f = fopen(path, "w");
-    if (!f) {
-        fprintf(stderr, "strata-stage-bench: cannot write %s\n", path);
-        return STRATA_EXIT_FAILURE;
-    }
-    fprintf(f,
-            "{\n  \"architectures\": [\"Qwen3ForCausalLM\"],\n  \"model_type\": \"qwen3\",\n"
-            "  \"hidden_size\": %d,\n  \"intermediate_size\": %d,\n  \"num_hidden_layers\": %d,\n"
-            "  \"num_attention_heads\": %d,\n  \"num_key_value_heads\": %d,\n  \"head_dim\": %d,\n"
-            "  \"vocab_size\": %d,\n  \"rms_norm_eps\": 1e-06,\n  \"rope_theta\": 1000000.0,\n"
-            "  \"tie_word_embeddings\": true,\n  \"attention_bias\": false,\n"
-            "  \"max_position_embeddings\": 4096,\n  \"eos_token_id\": %d,\n"
-            "  \"torch_dtype\": \"bfloat16\"\n}\n",
-            H, I, L, nh, nkv, D, V, V - 1);
-    fclose(f);
+    if (write_config(out, H, I, L, nh, nkv, D, V)) return STRATA_EXIT_FAILURE;
     specs = calloc((size_t)(3 + 11 * L), sizeof *specs);
     header = malloc(header_cap);
     row = malloc(sizeof(uint16_t) * (size_t)(H > I ? (H > V ? H : V) : (I > V ? I : V)) * 4);
@@ -127,57 +196,8 @@ static int make_model(int argc, char **argv) {
 #undef SPEC
     }
     n = add_spec(specs, n, "model.norm.weight", H, 0, 1);
-    header_len += (size_t)snprintf(header, header_cap, "{");
-    for (int i = 0; i < n; i++) {
-        size_t bytes = (size_t)specs[i].rows * (size_t)(specs[i].cols ? specs[i].cols : 1) * 2;
-        if (specs[i].cols)
-            header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
-                                           "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld,%lld],"
-                                           "\"data_offsets\":[%zu,%zu]}",
-                                           i ? "," : "", specs[i].name, (long long)specs[i].rows,
-                                           (long long)specs[i].cols, offset, offset + bytes);
-        else
-            header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
-                                           "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[%lld],"
-                                           "\"data_offsets\":[%zu,%zu]}",
-                                           i ? "," : "", specs[i].name, (long long)specs[i].rows,
-                                           offset, offset + bytes);
-        offset += bytes;
-    }
-    header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "}");
-    while (header_len % 8)
-        header[header_len++] = ' ';
-    snprintf(path, sizeof path, "%s/model.safetensors", out);
-    f = fopen(path, "wb");
-    if (!f) {
-        fprintf(stderr, "strata-stage-bench: cannot write %s\n", path);
+    if (write_safetensors(out, specs, n, header, header_cap, row, &offset))
         return STRATA_EXIT_FAILURE;
-    }
-    {
-        uint8_t prefix[8];
-        for (int i = 0; i < 8; i++)
-            prefix[i] = (uint8_t)((uint64_t)header_len >> (8 * i));
-        fwrite(prefix, 1, 8, f);
-        fwrite(header, 1, header_len, f);
-    }
-    for (int i = 0; i < n; i++) {
-        int64_t cols = specs[i].cols ? specs[i].cols : specs[i].rows;
-        int64_t rows = specs[i].cols ? specs[i].rows : 1;
-        /* Uniform with variance 1/fan_in (embedding: 0.25); norms near 1. */
-        float scale = specs[i].is_norm ? 0.1f : i == 0 ? 0.866f : 1.732f / sqrtf((float)cols);
-        for (int64_t r = 0; r < rows; r++) {
-            for (int64_t c = 0; c < cols; c++) {
-                float v = rng_uniform() * scale + (specs[i].is_norm ? 1.0f : 0.0f);
-                row[c] = f32_to_bf16(v);
-            }
-            if (fwrite(row, 2, (size_t)cols, f) != (size_t)cols) {
-                fclose(f);
-                fprintf(stderr, "strata-stage-bench: write failed\n");
-                return STRATA_EXIT_FAILURE;
-            }
-        }
-    }
-    fclose(f);
     printf("wrote %s: qwen3 H=%d L=%d V=%d I=%d heads %d/%d D=%d, %.1f MB bf16\n", out, H, L, V, I,
            nh, nkv, D, offset / 1e6);
     free(specs);
@@ -187,9 +207,7 @@ static int make_model(int argc, char **argv) {
 }
 
 static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+    return (double)cli_now_ns() * 1e-3;
 }
 
 struct hop_side {
