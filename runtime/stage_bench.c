@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/stage_tensors.h"
@@ -172,9 +173,7 @@ static int make_model(int argc, char **argv) {
 }
 
 static double now_us(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec * 1e-3;
+    return (double)cli_now_ns() * 1e-3;
 }
 
 struct hop_side {

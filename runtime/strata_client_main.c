@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/client.h"
 
@@ -57,12 +58,6 @@ static int compare_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 /* Parses "1,2,3" into ids [cap]; returns the count or -1. */
 static int parse_ids(int32_t *ids, int cap, const char *text) {
     int n = 0;
@@ -83,16 +78,14 @@ static int parse_ids(int32_t *ids, int cap, const char *text) {
     return n;
 }
 
-static int read_port_file(const char *path) {
-    FILE *f = fopen(path, "r");
-    int port = -1;
-    if (!f) return -1;
-    if (fscanf(f, "%d", &port) != 1) port = -1;
-    fclose(f);
-    return port;
-}
+struct client_args {
+    const char *host, *port_file, *key_file, *prompts[MAX_REQUESTS];
+    int num_prompts, port, copies, max_tokens, cancel_after, timeout_ms, quiet, latency;
+    struct stage_request base;
+};
 
-int main(int argc, char **argv) {
+/* Reads the options into *a. Returns -1 to go on, else the exit code. */
+static int parse_options(struct client_args *a, int argc, char **argv) {
     static const struct option options[] = {
         {"host", 1, 0, 'H'},       {"port", 1, 0, 'p'},          {"port-file", 1, 0, 'P'},
         {"prompt", 1, 0, 'i'},     {"copies", 1, 0, 'c'},        {"max-tokens", 1, 0, 'n'},
@@ -100,59 +93,59 @@ int main(int argc, char **argv) {
         {"top-p", 1, 0, 'q'},      {"seed", 1, 0, 'S'},          {"cancel-after", 1, 0, 'C'},
         {"timeout-ms", 1, 0, 'T'}, {"auth-key-file", 1, 0, 'a'}, {"quiet", 0, 0, 'Q'},
         {"latency", 0, 0, 'L'},    {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
-    const char *host = NULL, *port_file = NULL, *key_file = NULL, *prompts[MAX_REQUESTS];
-    int num_prompts = 0, port = 0, copies = 1, max_tokens = 16, cancel_after = -1;
-    int timeout_ms = 30000, quiet = 0, latency = 0, c, num_jobs = 0, remaining,
-        code = STRATA_EXIT_OK, rc;
-    struct stage_request base;
-    struct strata_client client;
-    struct wire_auth_key key;
-    struct job *jobs = NULL;
-    uint64_t nonce_base;
-    double t0, total_time;
-    long total_tokens = 0;
-    memset(&base, 0, sizeof base);
-    memset(&client, 0, sizeof client);
-    memset(&key, 0, sizeof key);
-    client.conn.fd = -1;
-    base.sampling.top_p = 1.0f;
+    struct stage_request *base = &a->base;
+    int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
         switch (c) {
-        case 'H': host = optarg; break;
-        case 'p': port = atoi(optarg); break;
-        case 'P': port_file = optarg; break;
+        case 'H': a->host = optarg; break;
+        case 'p': a->port = atoi(optarg); break;
+        case 'P': a->port_file = optarg; break;
         case 'i':
-            if (num_prompts >= MAX_REQUESTS) {
+            if (a->num_prompts >= MAX_REQUESTS) {
                 fprintf(stderr, "strata-client: at most %d prompts\n", MAX_REQUESTS);
                 return STRATA_EXIT_USAGE;
             }
-            prompts[num_prompts++] = optarg;
+            a->prompts[a->num_prompts++] = optarg;
             break;
-        case 'c': copies = atoi(optarg); break;
-        case 'n': max_tokens = atoi(optarg); break;
+        case 'c': a->copies = atoi(optarg); break;
+        case 'n': a->max_tokens = atoi(optarg); break;
         case 's':
-            base.num_stop_ids = parse_ids(base.stop_ids, REQUEST_MAX_STOP_IDS, optarg);
-            if (base.num_stop_ids < 0) {
+            base->num_stop_ids = parse_ids(base->stop_ids, REQUEST_MAX_STOP_IDS, optarg);
+            if (base->num_stop_ids < 0) {
                 fprintf(stderr, "strata-client: bad --stop list '%s'\n", optarg);
                 return STRATA_EXIT_USAGE;
             }
             break;
-        case 't': base.sampling.temperature = strtof(optarg, NULL); break;
-        case 'k': base.sampling.top_k = atoi(optarg); break;
-        case 'q': base.sampling.top_p = strtof(optarg, NULL); break;
-        case 'S': base.sampling.seed = strtoull(optarg, NULL, 10); break;
-        case 'C': cancel_after = atoi(optarg); break;
-        case 'T': timeout_ms = atoi(optarg); break;
-        case 'a': key_file = optarg; break;
-        case 'Q': quiet = 1; break;
-        case 'L': latency = 1; break;
+        case 't': base->sampling.temperature = strtof(optarg, NULL); break;
+        case 'k': base->sampling.top_k = atoi(optarg); break;
+        case 'q': base->sampling.top_p = strtof(optarg, NULL); break;
+        case 'S': base->sampling.seed = strtoull(optarg, NULL, 10); break;
+        case 'C': a->cancel_after = atoi(optarg); break;
+        case 'T': a->timeout_ms = atoi(optarg); break;
+        case 'a': a->key_file = optarg; break;
+        case 'Q': a->quiet = 1; break;
+        case 'L': a->latency = 1; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
     }
-    if (port_file) port = read_port_file(port_file);
-    if (optind < argc || num_prompts == 0 || port <= 0 || port > 65535 || copies < 1 ||
-        max_tokens < 1 || timeout_ms < 1 || num_prompts * copies > MAX_REQUESTS) {
+    return -1;
+}
+
+/* Parses the command line and checks it. Returns -1 to go on, else the exit code. */
+static int parse_args(struct client_args *a, int argc, char **argv) {
+    memset(a, 0, sizeof *a);
+    a->copies = 1;
+    a->max_tokens = 16;
+    a->cancel_after = -1;
+    a->timeout_ms = 30000;
+    a->base.sampling.top_p = 1.0f;
+    int rc = parse_options(a, argc, argv);
+    if (rc >= 0) return rc;
+    /* An unreadable port file leaves the port invalid, which the check below reports. */
+    if (a->port_file && cli_read_port_file(a->port_file, &a->port) < 0) a->port = -1;
+    if (optind < argc || a->num_prompts == 0 || a->port <= 0 || a->port > 65535 || a->copies < 1 ||
+        a->max_tokens < 1 || a->timeout_ms < 1 || a->num_prompts * a->copies > MAX_REQUESTS) {
         fprintf(stderr,
                 "strata-client: need a valid --port (or --port-file), at least one "
                 "--prompt, --copies/--max-tokens >= 1 and at most %d requests\n",
@@ -160,154 +153,206 @@ int main(int argc, char **argv) {
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
-    jobs = calloc((size_t)(num_prompts * copies), sizeof *jobs);
-    if (!jobs) return STRATA_EXIT_FAILURE;
+    return -1;
+}
+
+/* Allocates one job per prompt copy with its parsed prompt and nonce. Returns -1 to go on,
+ * else the exit code. */
+static int make_jobs(struct job *jobs, int *num_jobs, const struct client_args *a) {
     /* Top bit clear, so nonce_base + i + 1 never wraps to the reserved nonce 0. */
-    nonce_base = (((uint64_t)time(NULL) << 20) ^ ((uint64_t)getpid() << 8)) & (UINT64_MAX >> 1);
-    for (int i = 0; i < num_prompts * copies; i++) {
-        struct job *j = &jobs[num_jobs++];
+    uint64_t nonce_base =
+        (((uint64_t)time(NULL) << 20) ^ ((uint64_t)getpid() << 8)) & (UINT64_MAX >> 1);
+    for (int i = 0; i < a->num_prompts * a->copies; i++) {
+        struct job *j = &jobs[(*num_jobs)++];
+        const char *prompt = a->prompts[i % a->num_prompts];
         j->prompt = malloc(sizeof(int32_t) * MAX_PROMPT);
-        j->tokens = calloc((size_t)max_tokens, sizeof(int32_t));
-        j->gaps = calloc((size_t)max_tokens, sizeof(double));
-        if (!j->prompt || !j->tokens || !j->gaps) {
-            code = STRATA_EXIT_FAILURE;
-            goto done;
-        }
-        j->prompt_len = parse_ids(j->prompt, MAX_PROMPT, prompts[i % num_prompts]);
+        j->tokens = calloc((size_t)a->max_tokens, sizeof(int32_t));
+        j->gaps = calloc((size_t)a->max_tokens, sizeof(double));
+        if (!j->prompt || !j->tokens || !j->gaps) return STRATA_EXIT_FAILURE;
+        j->prompt_len = parse_ids(j->prompt, MAX_PROMPT, prompt);
         if (j->prompt_len < 1) {
-            fprintf(stderr, "strata-client: bad --prompt '%s'\n", prompts[i % num_prompts]);
-            code = STRATA_EXIT_USAGE;
-            goto done;
+            fprintf(stderr, "strata-client: bad --prompt '%s'\n", prompt);
+            return STRATA_EXIT_USAGE;
         }
         j->nonce = nonce_base + (uint64_t)i + 1;
     }
+    return -1;
+}
+
+/* Loads the key and connects to stage 0. Returns -1 to go on, else the exit code. */
+static int open_client(struct strata_client *client, struct wire_auth_key *key,
+                       const struct client_args *a) {
     signal(SIGPIPE, SIG_IGN);
-    if (wire_auth_key_load(&key, key_file, NULL) < 0 ||
-        client_connect(&client, host, port, &key, 5000) < 0) {
+    if (wire_auth_key_load(key, a->key_file, NULL) < 0 ||
+        client_connect(client, a->host, a->port, key, 5000) < 0) {
         fprintf(stderr, "strata-client: %s\n", strata_last_error());
-        code = STRATA_EXIT_FAILURE;
-        goto done;
+        return STRATA_EXIT_FAILURE;
     }
-    t0 = now_s();
+    return -1;
+}
+
+/* Sends every job's request. Returns -1 to go on, else the exit code. */
+static int submit_all(struct strata_client *client, struct job *jobs, int num_jobs,
+                      const struct client_args *a) {
     for (int i = 0; i < num_jobs; i++) {
-        struct stage_request req = base;
+        struct stage_request req = a->base;
         req.nonce = jobs[i].nonce;
         req.prompt = jobs[i].prompt;
         req.prompt_len = jobs[i].prompt_len;
-        req.max_tokens = max_tokens;
-        if (client_submit(&client, &req) < 0) {
+        req.max_tokens = a->max_tokens;
+        if (client_submit(client, &req) < 0) {
             fprintf(stderr, "strata-client: submit: %s\n", strata_last_error());
-            code = STRATA_EXIT_FAILURE;
-            goto done;
+            return STRATA_EXIT_FAILURE;
         }
     }
-    remaining = num_jobs;
+    return -1;
+}
+
+/* Marks every unfinished job failed by a connection error (nonce 0: stage 0 is closing
+ * this connection; every request on it is lost). */
+static void fail_all(struct job *jobs, int num_jobs, const struct request_event *ev) {
+    fprintf(stderr, "strata-client: stage 0 ended the connection: %s: %s\n",
+            strata_status_name(ev->code), ev->message);
+    for (int i = 0; i < num_jobs; i++)
+        if (!jobs[i].done) {
+            snprintf(jobs[i].error, sizeof jobs[i].error, "connection error: %s: %s",
+                     strata_status_name(ev->code), ev->message);
+            jobs[i].failed = jobs[i].done = 1;
+        }
+}
+
+/* Applies one event to its job; returns 1 when that job is now done, else 0. */
+static int on_event(struct strata_client *client, struct job *jobs, struct job *j,
+                    const struct request_event *ev, const struct client_args *a) {
+    if (ev->kind == REQUEST_EVENT_ERROR && ev->code == STRATA_ECANCELED && j == &jobs[0] &&
+        a->cancel_after >= 0) {
+        j->cancelled = j->done = 1;
+        return 1;
+    }
+    if (ev->kind == REQUEST_EVENT_ERROR) {
+        snprintf(j->error, sizeof j->error, "%s: %s", strata_status_name(ev->code), ev->message);
+        j->failed = j->done = 1;
+        j->t_done = cli_now_sec();
+        return 1;
+    }
+    if (ev->step != (uint64_t)j->n_tokens || j->n_tokens >= a->max_tokens) {
+        snprintf(j->error, sizeof j->error, "token for step %llu out of order",
+                 (unsigned long long)ev->step);
+        j->failed = j->done = 1;
+        return 1;
+    }
+    double t = cli_now_sec();
+    if (j->n_tokens == 0)
+        j->t_first = t;
+    else
+        j->gaps[j->n_tokens - 1] = t - j->t_last;
+    j->t_last = t;
+    j->tokens[j->n_tokens++] = ev->token;
+    if (ev->finish != WIRE_FINISH_NONE) {
+        j->finish = ev->finish;
+        j->done = 1;
+        j->t_done = cli_now_sec();
+        return 1;
+    }
+    if (j == &jobs[0] && a->cancel_after >= 0 && j->n_tokens == a->cancel_after) {
+        if (client_cancel(client, j->nonce) < 0)
+            fprintf(stderr, "strata-client: cancel: %s\n", strata_last_error());
+    }
+    return 0;
+}
+
+/* Streams events until every job is done or the connection fails; returns the exit code
+ * so far. */
+static int run_events(struct strata_client *client, struct job *jobs, int num_jobs,
+                      const struct client_args *a) {
+    int remaining = num_jobs;
     while (remaining > 0) {
         struct request_event ev;
         struct job *j = NULL;
-        rc = client_next_event(&client, &ev, timeout_ms);
+        int rc = client_next_event(client, &ev, a->timeout_ms);
         if (rc < 0) {
             fprintf(stderr, "strata-client: %s\n",
                     rc == STRATA_ETIMEOUT ? "no answer from the pipeline in time"
                                           : strata_last_error());
-            code = STRATA_EXIT_FAILURE;
-            break;
+            return STRATA_EXIT_FAILURE;
         }
         if (ev.kind == REQUEST_EVENT_CONNECTION_ERROR) {
-            /* Nonce 0: stage 0 is closing this connection; every request on it is lost. */
-            fprintf(stderr, "strata-client: stage 0 ended the connection: %s: %s\n",
-                    strata_status_name(ev.code), ev.message);
-            for (int i = 0; i < num_jobs; i++)
-                if (!jobs[i].done) {
-                    snprintf(jobs[i].error, sizeof jobs[i].error, "connection error: %s: %s",
-                             strata_status_name(ev.code), ev.message);
-                    jobs[i].failed = jobs[i].done = 1;
-                    remaining--;
-                }
-            code = STRATA_EXIT_FAILURE;
-            break;
+            fail_all(jobs, num_jobs, &ev);
+            return STRATA_EXIT_FAILURE;
         }
         for (int i = 0; i < num_jobs; i++)
             if (jobs[i].nonce == ev.nonce && !jobs[i].done) j = &jobs[i];
-        if (!j) continue;
-        if (ev.kind == REQUEST_EVENT_ERROR && ev.code == STRATA_ECANCELED && j == &jobs[0] &&
-            cancel_after >= 0) {
-            j->cancelled = j->done = 1;
-            remaining--;
-            continue;
-        }
-        if (ev.kind == REQUEST_EVENT_ERROR) {
-            snprintf(j->error, sizeof j->error, "%s: %s", strata_status_name(ev.code), ev.message);
-            j->failed = j->done = 1;
-            j->t_done = now_s();
-            remaining--;
-            continue;
-        }
-        if (ev.step != (uint64_t)j->n_tokens || j->n_tokens >= max_tokens) {
-            snprintf(j->error, sizeof j->error, "token for step %llu out of order",
-                     (unsigned long long)ev.step);
-            j->failed = j->done = 1;
-            remaining--;
-            continue;
-        }
-        {
-            double t = now_s();
-            if (j->n_tokens == 0)
-                j->t_first = t;
-            else
-                j->gaps[j->n_tokens - 1] = t - j->t_last;
-            j->t_last = t;
-        }
-        j->tokens[j->n_tokens++] = ev.token;
-        if (ev.finish != WIRE_FINISH_NONE) {
-            j->finish = ev.finish;
-            j->done = 1;
-            j->t_done = now_s();
-            remaining--;
-        } else if (j == &jobs[0] && cancel_after >= 0 && j->n_tokens == cancel_after) {
-            if (client_cancel(&client, j->nonce) < 0)
-                fprintf(stderr, "strata-client: cancel: %s\n", strata_last_error());
-        }
+        if (j) remaining -= on_event(client, jobs, j, &ev, a);
     }
-    total_time = now_s() - t0;
+    return STRATA_EXIT_OK;
+}
+
+/* Prints one finished job's lines; returns 1 when it counts as a failure. */
+static int print_job(int i, struct job *j, double t0, const struct client_args *a) {
+    if (!j->done) {
+        printf("request %d: error: no result\n", i);
+        return 1;
+    }
+    if (j->cancelled) {
+        printf("request %d: cancelled after %d tokens\n", i, j->n_tokens);
+        return 0;
+    }
+    if (j->failed) {
+        printf("request %d: error %s\n", i, j->error);
+        return 1;
+    }
+    if (!a->quiet) {
+        printf("request %d: tokens", i);
+        for (int k = 0; k < j->n_tokens; k++)
+            printf(" %d", j->tokens[k]);
+        printf("\n");
+    }
+    printf("request %d: %d tokens (%s), first token %.1f ms, %.1f tokens/s\n", i, j->n_tokens,
+           j->finish == WIRE_FINISH_STOP ? "stop" : "length", (j->t_first - t0) * 1e3,
+           j->t_done > j->t_first && j->n_tokens > 1 ? (j->n_tokens - 1) / (j->t_done - j->t_first)
+                                                     : 0.0);
+    if (a->latency && j->n_tokens > 2) {
+        int n = j->n_tokens - 1;
+        qsort(j->gaps, (size_t)n, sizeof(double), compare_double);
+        printf("request %d: inter-token gap p50 %.1f us, p99 %.1f us\n", i, j->gaps[n / 2] * 1e6,
+               j->gaps[(int)(n * 0.99)] * 1e6);
+    }
+    return 0;
+}
+
+/* Submits every job, streams the answers and prints the report; returns the exit code. */
+static int run(struct strata_client *client, struct job *jobs, int num_jobs,
+               const struct client_args *a) {
+    double t0 = cli_now_sec(), total_time;
+    long total_tokens = 0;
+    int code = submit_all(client, jobs, num_jobs, a);
+    if (code >= 0) return code;
+    code = run_events(client, jobs, num_jobs, a);
+    total_time = cli_now_sec() - t0;
     for (int i = 0; i < num_jobs; i++) {
-        struct job *j = &jobs[i];
-        total_tokens += j->n_tokens;
-        if (!j->done) {
-            printf("request %d: error: no result\n", i);
-            code = STRATA_EXIT_FAILURE;
-            continue;
-        }
-        if (j->cancelled) {
-            printf("request %d: cancelled after %d tokens\n", i, j->n_tokens);
-            continue;
-        }
-        if (j->failed) {
-            printf("request %d: error %s\n", i, j->error);
-            code = STRATA_EXIT_FAILURE;
-            continue;
-        }
-        if (!quiet) {
-            printf("request %d: tokens", i);
-            for (int k = 0; k < j->n_tokens; k++)
-                printf(" %d", j->tokens[k]);
-            printf("\n");
-        }
-        printf("request %d: %d tokens (%s), first token %.1f ms, %.1f tokens/s\n", i, j->n_tokens,
-               j->finish == WIRE_FINISH_STOP ? "stop" : "length", (j->t_first - t0) * 1e3,
-               j->t_done > j->t_first && j->n_tokens > 1
-                   ? (j->n_tokens - 1) / (j->t_done - j->t_first)
-                   : 0.0);
-        if (latency && j->n_tokens > 2) {
-            int n = j->n_tokens - 1;
-            qsort(j->gaps, (size_t)n, sizeof(double), compare_double);
-            printf("request %d: inter-token gap p50 %.1f us, p99 %.1f us\n", i,
-                   j->gaps[n / 2] * 1e6, j->gaps[(int)(n * 0.99)] * 1e6);
-        }
+        total_tokens += jobs[i].n_tokens;
+        if (print_job(i, &jobs[i], t0, a)) code = STRATA_EXIT_FAILURE;
     }
     printf("total: %d requests, %ld tokens in %.3f s = %.1f tokens/s\n", num_jobs, total_tokens,
            total_time, total_time > 0 ? total_tokens / total_time : 0.0);
-done:
+    return code;
+}
+
+int main(int argc, char **argv) {
+    static struct client_args a;
+    struct strata_client client;
+    struct wire_auth_key key;
+    struct job *jobs = NULL;
+    int num_jobs = 0, code = parse_args(&a, argc, argv);
+    if (code >= 0) return code;
+    memset(&client, 0, sizeof client);
+    memset(&key, 0, sizeof key);
+    client.conn.fd = -1;
+    jobs = calloc((size_t)(a.num_prompts * a.copies), sizeof *jobs);
+    if (!jobs) return STRATA_EXIT_FAILURE;
+    code = make_jobs(jobs, &num_jobs, &a);
+    if (code < 0) code = open_client(&client, &key, &a);
+    if (code < 0) code = run(&client, jobs, num_jobs, &a);
     client_close(&client);
     wire_auth_key_clear(&key);
     for (int i = 0; i < num_jobs; i++) {

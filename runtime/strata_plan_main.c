@@ -6,13 +6,13 @@
  * weight bytes are exact when the checkpoint is present, else estimated from shapes.
  * Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model/config/checkpoint or a model
  * that does not fit the given memory. */
-#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -44,17 +44,11 @@ static void usage(FILE *out) {
                  "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model or does not fit.\n");
 }
 
+/* Parses an integer flag; prints and returns -1 when it is bad. */
 static int parse_int(int *out, const char *text, const char *flag, int lo, int hi) {
-    char *end = NULL;
-    errno = 0;
-    long v = strtol(text, &end, 10);
-    if (errno || end == text || *end || v < lo || v > hi) {
-        fprintf(stderr, "strata-plan: %s needs an integer in [%d, %d], got \"%s\"\n", flag, lo, hi,
-                text);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
+    if (cli_parse_int(text, lo, hi, out) == 0) return 0;
+    fprintf(stderr, "strata-plan: %s %s\n", flag, strata_last_error());
+    return -1;
 }
 
 /* Splits "24G,16G" into sizes; returns the count or -1. */
@@ -139,7 +133,16 @@ static void print_plan(const struct stage_plan *plan, int with_memory) {
     }
 }
 
-int main(int argc, char **argv) {
+struct plan_args {
+    const char *model, *mem_text, *ranges_text;
+    int stages, kv_bytes, no_vision;
+    struct stage_memory_options opt;
+    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+    uint64_t mem[STAGE_PLAN_MAX_STAGES];
+};
+
+/* Reads the options into *a. Returns -1 to go on, else the exit code. */
+static int parse_options(struct plan_args *a, int argc, char **argv) {
     static const struct option longopts[] = {
         {"model", required_argument, 0, 'm'},
         {"stages", required_argument, 0, 's'},
@@ -153,151 +156,180 @@ int main(int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
-    const char *model = NULL, *mem_text = NULL, *ranges_text = NULL;
-    int stages = 0, kv_bytes = 4, no_vision = 0;
-    struct stage_memory_options opt = {4, 4096, 1, 512, 1};
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        int bad = 0;
         switch (c) {
-        case 'm': model = optarg; break;
-        case 's':
-            if (parse_int(&stages, optarg, "--stages", 1, STAGE_PLAN_MAX_STAGES)) return 2;
-            break;
-        case 'M': mem_text = optarg; break;
-        case 'r': ranges_text = optarg; break;
-        case 'q':
-            if (parse_int(&opt.max_seq, optarg, "--max-seq", 1, 1 << 30)) return 2;
-            break;
-        case 'b':
-            if (parse_int(&opt.batch, optarg, "--batch", 1, 1 << 20)) return 2;
-            break;
-        case 'k':
-            if (parse_int(&kv_bytes, optarg, "--kv-bytes", 1, 8)) return 2;
-            break;
-        case 'c':
-            if (parse_int(&opt.chunk_tokens, optarg, "--chunk", 1, 1 << 24)) return 2;
-            break;
-        case 'V': no_vision = 1; break;
+        case 'm': a->model = optarg; break;
+        case 's': bad = parse_int(&a->stages, optarg, "--stages", 1, STAGE_PLAN_MAX_STAGES); break;
+        case 'M': a->mem_text = optarg; break;
+        case 'r': a->ranges_text = optarg; break;
+        case 'q': bad = parse_int(&a->opt.max_seq, optarg, "--max-seq", 1, 1 << 30); break;
+        case 'b': bad = parse_int(&a->opt.batch, optarg, "--batch", 1, 1 << 20); break;
+        case 'k': bad = parse_int(&a->kv_bytes, optarg, "--kv-bytes", 1, 8); break;
+        case 'c': bad = parse_int(&a->opt.chunk_tokens, optarg, "--chunk", 1, 1 << 24); break;
+        case 'V': a->no_vision = 1; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
+        if (bad) return 2;
     }
     if (optind < argc) {
         fprintf(stderr, "strata-plan: unexpected argument \"%s\"\n", argv[optind]);
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
-    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
-    if (ranges_text) {
-        int n = parse_ranges(ranges, STAGE_PLAN_MAX_STAGES, ranges_text);
+    return -1;
+}
+
+/* Parses the command line and checks the lists against --stages. Returns -1 to go on, else
+ * the exit code. */
+static int parse_args(struct plan_args *a, int argc, char **argv) {
+    int rc = parse_options(a, argc, argv);
+    if (rc >= 0) return rc;
+    if (a->ranges_text) {
+        int n = parse_ranges(a->ranges, STAGE_PLAN_MAX_STAGES, a->ranges_text);
         if (n < 0) return STRATA_EXIT_USAGE;
-        if (stages && stages != n) {
+        if (a->stages && a->stages != n) {
             fprintf(stderr, "strata-plan: --ranges lists %d stages but --stages is %d\n", n,
-                    stages);
+                    a->stages);
             return STRATA_EXIT_USAGE;
         }
-        stages = n;
+        a->stages = n;
     }
-    if (!model || stages == 0) {
+    if (!a->model || a->stages == 0) {
         fprintf(stderr, "strata-plan: --model and --stages (or --ranges) are required\n");
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
-    opt.kv_dtype_bytes = (size_t)kv_bytes;
-    opt.with_vision = !no_vision;
-    uint64_t mem[STAGE_PLAN_MAX_STAGES];
-    int n_mem = 0;
-    if (mem_text) {
-        n_mem = parse_mem_list(mem, STAGE_PLAN_MAX_STAGES, mem_text);
+    a->opt.kv_dtype_bytes = (size_t)a->kv_bytes;
+    a->opt.with_vision = !a->no_vision;
+    if (a->mem_text) {
+        int n_mem = parse_mem_list(a->mem, STAGE_PLAN_MAX_STAGES, a->mem_text);
         if (n_mem < 0) return STRATA_EXIT_USAGE;
-        if (n_mem != stages) {
+        if (n_mem != a->stages) {
             fprintf(stderr, "strata-plan: --mem lists %d nodes but --stages is %d\n", n_mem,
-                    stages);
+                    a->stages);
             return STRATA_EXIT_USAGE;
         }
     }
+    return -1;
+}
 
-    int exit_code = STRATA_EXIT_INPUT;
-    struct safetensors *st = NULL;
-    struct stage_memory_model *mm = calloc(1, sizeof *mm);
-    struct stage_plan *plan = calloc(1, sizeof *plan);
-    struct model_config *cfg = calloc(1, sizeof *cfg);
-    struct stage_tensor_list list = {0};
-    if (!mm || !plan || !cfg) {
+/* What open_model loads and main frees. */
+struct plan_model {
+    struct safetensors *st;
+    struct stage_memory_model *mm;
+    struct stage_plan *plan;
+    struct model_config *cfg;
+    struct stage_tensor_list list;
+    int weights;
+};
+
+/* Loads the config and, when present, checks the checkpoint; builds the memory model.
+ * Returns -1 to go on, else the exit code (after printing why). */
+static int open_model(struct plan_model *m, const struct plan_args *a) {
+    m->mm = calloc(1, sizeof *m->mm);
+    m->plan = calloc(1, sizeof *m->plan);
+    m->cfg = calloc(1, sizeof *m->cfg);
+    if (!m->mm || !m->plan || !m->cfg) {
         fprintf(stderr, "strata-plan: out of memory\n");
-        exit_code = STRATA_EXIT_FAILURE;
-        goto done;
+        return STRATA_EXIT_FAILURE;
     }
-    if (model_config_load(cfg, model) != 0) goto fail;
-    int weights = has_weights(model);
-    if (weights) {
-        if (safetensors_open(&st, model) != 0) goto fail;
-        struct stage_role all = {0, cfg->num_layers, 1, 1, opt.with_vision && cfg->has_vision};
-        if (stage_tensor_list_build(&list, cfg, &all, st) != 0) goto fail;
-        if (stage_tensor_list_check(&list, st, model) != 0) {
+    if (model_config_load(m->cfg, a->model) != 0) goto fail;
+    m->weights = has_weights(a->model);
+    if (m->weights) {
+        if (safetensors_open(&m->st, a->model) != 0) goto fail;
+        struct stage_role all = {0, m->cfg->num_layers, 1, 1,
+                                 a->opt.with_vision && m->cfg->has_vision};
+        if (stage_tensor_list_build(&m->list, m->cfg, &all, m->st) != 0) goto fail;
+        if (stage_tensor_list_check(&m->list, m->st, a->model) != 0) {
             fprintf(stderr, "strata-plan: %s\n", strata_last_error());
-            fprintf(stderr, "strata-plan: every problem in %s:\n", model);
-            stage_tensor_list_report(stderr, &list, st);
-            goto done;
+            fprintf(stderr, "strata-plan: every problem in %s:\n", a->model);
+            stage_tensor_list_report(stderr, &m->list, m->st);
+            return STRATA_EXIT_INPUT;
         }
     }
-    if (stage_memory_model_build(mm, cfg, st, &opt) != 0) goto fail;
-    if (stages > cfg->num_layers) {
-        fprintf(stderr, "strata-plan: %d stages for %d layers: every stage needs a layer\n", stages,
-                cfg->num_layers);
-        exit_code = STRATA_EXIT_USAGE;
-        goto done;
-    }
+    if (stage_memory_model_build(m->mm, m->cfg, m->st, &a->opt) != 0) goto fail;
+    return -1;
+fail:
+    fprintf(stderr, "strata-plan: %s\n", strata_last_error());
+    return STRATA_EXIT_INPUT;
+}
 
-    const char *how = "even split";
-    if (ranges_text) {
-        how = "explicit ranges";
-        if (stage_plan_check_ranges(ranges, stages, cfg->num_layers, 1) != 0) {
+/* Prices the chosen split into m->plan and names it in *how. Returns -1 to go on, else the
+ * exit code (after printing why). */
+static int make_plan(struct plan_model *m, struct plan_args *a, const char **how) {
+    int stages = a->stages;
+    if (stages > m->cfg->num_layers) {
+        fprintf(stderr, "strata-plan: %d stages for %d layers: every stage needs a layer\n", stages,
+                m->cfg->num_layers);
+        return STRATA_EXIT_USAGE;
+    }
+    *how = "even split";
+    if (a->ranges_text) {
+        *how = "explicit ranges";
+        if (stage_plan_check_ranges(a->ranges, stages, m->cfg->num_layers, 1) != 0) {
             fprintf(stderr, "strata-plan: --ranges: %s\n", strata_last_error());
-            exit_code = STRATA_EXIT_USAGE;
-            goto done;
+            return STRATA_EXIT_USAGE;
         }
-        if (stage_plan_price(plan, mm, ranges, stages) != 0) goto fail;
-        for (int s = 0; s < stages && mem_text; ++s)
-            plan->stages[s].memory_bytes = mem[s];
-    } else if (mem_text) {
-        how = "memory-proportional split";
-        if (stage_plan_balanced(plan, mm, mem, stages) != 0) goto fail;
-    } else if (stage_plan_even(ranges, cfg->num_layers, stages) != 0 ||
-               stage_plan_price(plan, mm, ranges, stages) != 0) {
+        if (stage_plan_price(m->plan, m->mm, a->ranges, stages) != 0) goto fail;
+        for (int s = 0; s < stages && a->mem_text; ++s)
+            m->plan->stages[s].memory_bytes = a->mem[s];
+    } else if (a->mem_text) {
+        *how = "memory-proportional split";
+        if (stage_plan_balanced(m->plan, m->mm, a->mem, stages) != 0) goto fail;
+    } else if (stage_plan_even(a->ranges, m->cfg->num_layers, stages) != 0 ||
+               stage_plan_price(m->plan, m->mm, a->ranges, stages) != 0) {
         goto fail;
     }
+    return -1;
+fail:
+    fprintf(stderr, "strata-plan: %s\n", strata_last_error());
+    return STRATA_EXIT_INPUT;
+}
 
+/* Prints the model, the options and the plan; returns the exit code (3 when a stage does
+ * not fit its node). */
+static int print_report(const struct plan_model *m, const struct plan_args *a, const char *how) {
     char desc[512], total[32];
-    model_config_describe(cfg, desc, sizeof desc);
+    model_config_describe(m->cfg, desc, sizeof desc);
     printf("model     %s\n", desc);
-    if (weights) {
-        stage_plan_format_size(total, sizeof total, stage_tensor_list_bytes(&list, st));
-        printf("weights   %s: %d tensors checked, %s%s\n", model, list.count, total,
-               list.head_is_embed ? " (LM head = tied embedding)" : "");
+    if (m->weights) {
+        stage_plan_format_size(total, sizeof total, stage_tensor_list_bytes(&m->list, m->st));
+        printf("weights   %s: %d tensors checked, %s%s\n", a->model, m->list.count, total,
+               m->list.head_is_embed ? " (LM head = tied embedding)" : "");
     } else {
-        printf("weights   none in %s: sizes estimated from config.json shapes (%s)\n", model,
-               cfg->torch_dtype[0] ? cfg->torch_dtype : "bf16 assumed");
+        printf("weights   none in %s: sizes estimated from config.json shapes (%s)\n", a->model,
+               m->cfg->torch_dtype[0] ? m->cfg->torch_dtype : "bf16 assumed");
     }
-    printf("kv        %d B/element, max-seq %d, batch %d; workspace for %d-token steps\n", kv_bytes,
-           opt.max_seq, opt.batch, opt.chunk_tokens);
-    printf("plan      %s of %d layers over %d stages\n\n", how, cfg->num_layers, stages);
-    print_plan(plan, mem_text != NULL);
-    exit_code = STRATA_EXIT_OK;
-    for (int s = 0; s < stages && mem_text; ++s) {
-        if (plan->stages[s].total_bytes > plan->stages[s].memory_bytes) {
+    printf("kv        %d B/element, max-seq %d, batch %d; workspace for %d-token steps\n",
+           a->kv_bytes, a->opt.max_seq, a->opt.batch, a->opt.chunk_tokens);
+    printf("plan      %s of %d layers over %d stages\n\n", how, m->cfg->num_layers, a->stages);
+    print_plan(m->plan, a->mem_text != NULL);
+    int exit_code = STRATA_EXIT_OK;
+    for (int s = 0; s < a->stages && a->mem_text; ++s) {
+        if (m->plan->stages[s].total_bytes > m->plan->stages[s].memory_bytes) {
             fprintf(stderr, "strata-plan: stage %d does not fit its node's memory\n", s);
             exit_code = STRATA_EXIT_INPUT;
         }
     }
-    goto done;
-fail:
-    fprintf(stderr, "strata-plan: %s\n", strata_last_error());
-done:
-    stage_tensor_list_free(&list);
-    safetensors_close(st);
-    free(cfg);
-    free(plan);
-    free(mm);
     return exit_code;
+}
+
+int main(int argc, char **argv) {
+    static struct plan_args a = {.kv_bytes = 4, .opt = {4, 4096, 1, 512, 1}};
+    struct plan_model m = {0};
+    const char *how = NULL;
+    int rc = parse_args(&a, argc, argv);
+    if (rc >= 0) return rc;
+    rc = open_model(&m, &a);
+    if (rc < 0) rc = make_plan(&m, &a, &how);
+    if (rc < 0) rc = print_report(&m, &a, how);
+    stage_tensor_list_free(&m.list);
+    safetensors_close(m.st);
+    free(m.cfg);
+    free(m.plan);
+    free(m.mm);
+    return rc;
 }

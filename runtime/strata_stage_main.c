@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/cli.h"
+#include "runtime/base/log.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -82,18 +84,11 @@ struct args {
     enum stage_log_level log_level;
 };
 
+/* A flag's integer value (runtime/base/cli.h), or -1 after naming the flag and the range. */
 static int parse_int(const char *text, int lo, int hi, int *out, const char *flag) {
-    char *end;
-    long v;
-    errno = 0;
-    v = strtol(text, &end, 10);
-    if (errno || *end || end == text || v < lo || v > hi) {
-        fprintf(stderr, "strata-stage: %s wants an integer in [%d, %d], got '%s'\n", flag, lo, hi,
-                text);
-        return -1;
-    }
-    *out = (int)v;
-    return 0;
+    if (cli_parse_int(text, lo, hi, out) == 0) return 0;
+    fprintf(stderr, "strata-stage: %s %s\n", flag, strata_last_error());
+    return -1;
 }
 
 enum option_id {
@@ -287,27 +282,6 @@ static int parse_listen(const char *text, char *host, size_t cap, int *port) {
     return parse_int(text, 0, 65535, port, "--listen");
 }
 
-static int read_whole_file(char **out, size_t *len, const char *path) {
-    FILE *f = fopen(path, "rb");
-    long size;
-    *out = NULL;
-    if (!f) return strata_set_error(STRATA_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return strata_set_error(STRATA_EIO, "cannot read %s", path);
-    }
-    *out = malloc((size_t)size + 1);
-    if (!*out || fread(*out, 1, (size_t)size, f) != (size_t)size) {
-        fclose(f);
-        free(*out);
-        *out = NULL;
-        return strata_set_error(STRATA_EIO, "cannot read %s", path);
-    }
-    fclose(f);
-    *len = (size_t)size;
-    return 0;
-}
-
 /* STRATA_E* of a failed open -> the documented exit code. */
 static int open_exit_code(int rc) {
     switch (rc) {
@@ -344,7 +318,7 @@ static int open_config(struct run *r, const struct args *a) {
         snprintf(config_path, sizeof config_path, "%s/config.json", a->model_dir);
     else
         snprintf(config_path, sizeof config_path, "%s", a->hf_config);
-    if (read_whole_file(&r->config_json, &r->config_len, config_path) < 0 ||
+    if (cli_read_file(&r->config_json, &r->config_len, config_path) < 0 ||
         model_config_parse(&r->cfg, r->config_json, r->config_len, config_path) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
@@ -429,7 +403,7 @@ static int restore_kv(struct run *r, const char *path) {
     uint64_t nonce;
     int positions;
     struct stage_core_info info;
-    if (read_whole_file(&kv_bytes, &kv_len, path) < 0 ||
+    if (cli_read_file(&kv_bytes, &kv_len, path) < 0 ||
         stage_core_restore_kv(r->stage.core, &nonce, &positions, (const uint8_t *)kv_bytes,
                               kv_len) < 0) {
         fprintf(stderr, "strata-stage: --kv-restore %s: %s\n", path, strata_last_error());
@@ -471,7 +445,7 @@ static int serve(struct run *r, const struct args *a) {
         return STRATA_EXIT_FAILURE;
     }
     if (a->out && !last)
-        stage_log(STAGE_LOG_WARN, "--out is written by the last stage only; ignored here");
+        strata_log(STRATA_LOG_WARN, "--out is written by the last stage only; ignored here");
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);

@@ -2,8 +2,8 @@
  *
  * The server speaks first with a fresh random challenge, so a recorded client proof is
  * useless on a later connection. Proofs are compared with CRYPTO_memcmp (constant time).
- * Every refusal is logged to stderr with the peer address and reason, answered with an
- * Error frame when the socket still works, and returned as a status. */
+ * Every refusal is answered with an Error frame when the socket still works and returned
+ * as a status whose message is the reason; the caller logs it with conn->peer. */
 #include "wire/auth.h"
 
 #include <openssl/crypto.h>
@@ -127,11 +127,12 @@ static int check_version(const struct wire_hello *peer, const char *who) {
     return 0;
 }
 
-/* Logs a refusal, tells the peer why (best effort) and returns the status. */
+/* Tells the peer why it is refused (best effort) and returns the status with the reason as
+ * the message; the caller, which knows the peer's address, logs it (library code never
+ * prints). */
 static int refuse(struct wire_conn *conn, int code) {
     char reason[512];
     snprintf(reason, sizeof reason, "%s", strata_last_error());
-    fprintf(stderr, "strata wire: refused peer %s: %s\n", conn->peer, reason);
     wire_send_error(conn, code, 0, reason);
     return strata_set_error(code, "%s", reason);
 }

@@ -48,8 +48,9 @@ int wire_auth_proof(uint8_t *proof, const struct wire_auth_key *key, const char 
 
 /* Server side of the handshake on an accepted conn. `self` describes this process (its
  * challenge/proof fields are filled here). On success `peer` holds the client's Hello.
- * On refusal an Error frame is sent, the reason is logged to stderr and returned
- * (STRATA_EAUTH, STRATA_EVERSION, STRATA_EINVAL for a fingerprint mismatch). */
+ * On refusal an Error frame is sent and the status is returned (STRATA_EAUTH,
+ * STRATA_EVERSION, STRATA_EINVAL for a fingerprint mismatch) with the reason as the
+ * strata_last_error() message; nothing is printed, the caller logs it with conn->peer. */
 int wire_handshake_server(struct wire_hello *peer, struct wire_conn *conn,
                           const struct wire_hello *self, const struct wire_auth_key *key,
                           int timeout_ms);

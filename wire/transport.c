@@ -21,15 +21,14 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "wire/message.h"
 
 #define ERROR_SEND_TIMEOUT_MS 1000
 
 static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return cli_now_ns() / 1000000;
 }
 
 static int64_t deadline_after(int timeout_ms) {

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "wire/wire.h"
 
@@ -317,17 +318,9 @@ static void usage(FILE *out) {
         MAX_HOPS, WIRE_AUTH_KEY_ENV);
 }
 
-static int parse_int(const char *text, int lo, int hi, int *out) {
-    char *end;
-    long v = strtol(text, &end, 10);
-    if (*text == 0 || *end != 0 || v < lo || v > hi) return -1;
-    *out = (int)v;
-    return 0;
-}
-
-int main(int argc, char **argv) {
-    struct options opt = {3, 200, 64, 1024, 10000, -1, 1, {0}};
-    const char *key_file = NULL;
+/* Fills *opt from the command line and loads the key. Returns -1 to go on, else the exit
+ * code (--help or a bad command line). */
+static int parse_args(struct options *opt, int argc, char **argv) {
     static const struct option longopts[] = {{"hops", required_argument, 0, 'n'},
                                              {"frames", required_argument, 0, 'f'},
                                              {"max-tokens", required_argument, 0, 't'},
@@ -338,17 +331,18 @@ int main(int argc, char **argv) {
                                              {"corrupt-frame", required_argument, 0, 'c'},
                                              {"help", no_argument, 0, 'h'},
                                              {0, 0, 0, 0}};
+    const char *key_file = NULL;
     int c, bad = 0;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         switch (c) {
-        case 'n': bad |= parse_int(optarg, 1, MAX_HOPS, &opt.hops); break;
-        case 'f': bad |= parse_int(optarg, 1, 1000000, &opt.frames); break;
-        case 't': bad |= parse_int(optarg, 1, 1 << 16, &opt.max_tokens); break;
-        case 'H': bad |= parse_int(optarg, 1, 1 << 16, &opt.hidden); break;
-        case 'o': bad |= parse_int(optarg, 1, 3600000, &opt.timeout_ms); break;
-        case 's': opt.seed = strtoull(optarg, NULL, 10); break;
+        case 'n': bad |= cli_parse_int(optarg, 1, MAX_HOPS, &opt->hops) != 0; break;
+        case 'f': bad |= cli_parse_int(optarg, 1, 1000000, &opt->frames) != 0; break;
+        case 't': bad |= cli_parse_int(optarg, 1, 1 << 16, &opt->max_tokens) != 0; break;
+        case 'H': bad |= cli_parse_int(optarg, 1, 1 << 16, &opt->hidden) != 0; break;
+        case 'o': bad |= cli_parse_int(optarg, 1, 3600000, &opt->timeout_ms) != 0; break;
+        case 's': opt->seed = strtoull(optarg, NULL, 10); break;
         case 'k': key_file = optarg; break;
-        case 'c': bad |= parse_int(optarg, 0, 1000000, &opt.corrupt_frame); break;
+        case 'c': bad |= cli_parse_int(optarg, 0, 1000000, &opt->corrupt_frame) != 0; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: bad = 1;
         }
@@ -357,62 +351,77 @@ int main(int argc, char **argv) {
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
-    if (wire_auth_key_load(&opt.key, key_file, NULL)) {
+    if (wire_auth_key_load(&opt->key, key_file, NULL)) {
         fprintf(stderr, "strata-transport-check: %s\n", strata_last_error());
         return STRATA_EXIT_USAGE;
     }
-    if (opt.key.len == 0) { /* no key given: a random one still exercises the HMAC path */
-        uint64_t s = opt.seed ^ (uint64_t)time(NULL);
-        opt.key.len = 32;
-        fill_random(opt.key.bytes, 32, &s);
+    if (opt->key.len == 0) { /* no key given: a random one still exercises the HMAC path */
+        uint64_t s = opt->seed ^ (uint64_t)time(NULL);
+        opt->key.len = 32;
+        fill_random(opt->key.bytes, 32, &s);
     }
+    return -1;
+}
 
-    struct node nodes[MAX_HOPS + 1];
+/* Opens every relay's listener, runs one thread per node and returns the wall time in
+ * seconds, or a negative value when a listener could not be opened. */
+static double run_hops(struct node *nodes, const struct options *opt) {
     pthread_t threads[MAX_HOPS + 1];
-    memset(nodes, 0, sizeof nodes);
-    for (int i = 0; i <= opt.hops; ++i) {
-        nodes[i].opt = &opt;
+    for (int i = 0; i <= opt->hops; ++i) {
+        nodes[i].opt = opt;
         nodes[i].index = i;
         if (i > 0 && wire_listen(&nodes[i].listener, NULL, 0)) {
             fprintf(stderr, "strata-transport-check: %s\n", strata_last_error());
-            return STRATA_EXIT_FAILURE;
+            return -1.0;
         }
     }
-    for (int i = 0; i < opt.hops; ++i)
+    for (int i = 0; i < opt->hops; ++i)
         nodes[i].next_port = nodes[i + 1].listener.port;
-    struct timespec start, end;
-    clock_gettime(CLOCK_MONOTONIC, &start);
-    for (int i = 0; i <= opt.hops; ++i)
+    double start = cli_now_sec();
+    for (int i = 0; i <= opt->hops; ++i)
         pthread_create(&threads[i], NULL, i == 0 ? source_main : forward_main, &nodes[i]);
-    for (int i = 0; i <= opt.hops; ++i)
+    for (int i = 0; i <= opt->hops; ++i)
         pthread_join(threads[i], NULL);
-    clock_gettime(CLOCK_MONOTONIC, &end);
-    for (int i = 1; i <= opt.hops; ++i)
+    double seconds = cli_now_sec() - start;
+    for (int i = 1; i <= opt->hops; ++i)
         wire_listener_close(&nodes[i].listener);
-    wire_auth_key_clear(&opt.key);
+    return seconds;
+}
 
-    double seconds =
-        (double)(end.tv_sec - start.tv_sec) + (double)(end.tv_nsec - start.tv_nsec) * 1e-9;
-    const struct node *sink = &nodes[opt.hops];
+/* Prints the per-node failures and the summary; returns the exit code. */
+static int report(const struct node *nodes, const struct options *opt, double seconds) {
+    const struct node *sink = &nodes[opt->hops];
     int failed = 0;
-    for (int i = 0; i <= opt.hops; ++i)
+    for (int i = 0; i <= opt->hops; ++i)
         if (nodes[i].status) {
             fprintf(stderr, "strata-transport-check: node %d failed: %s\n", i, nodes[i].error);
             failed = 1;
         }
     printf(
         "hops %d, frames sent %llu, received %llu, %.1f MB per hop, %.3f s (%.2f GB/s per hop)\n",
-        opt.hops, (unsigned long long)nodes[0].frames, (unsigned long long)sink->frames,
+        opt->hops, (unsigned long long)nodes[0].frames, (unsigned long long)sink->frames,
         (double)nodes[0].bytes / 1e6, seconds, (double)nodes[0].bytes / seconds / 1e9);
     printf("payload mismatches %llu, order mismatches %llu\n",
            (unsigned long long)sink->checksum_mismatches,
            (unsigned long long)sink->order_mismatches);
-    if (failed || sink->frames != (uint64_t)opt.frames || sink->checksum_mismatches ||
+    if (failed || sink->frames != (uint64_t)opt->frames || sink->checksum_mismatches ||
         sink->order_mismatches) {
         printf("FAIL\n");
         return STRATA_EXIT_FAILURE;
     }
-    printf("OK: every byte and the order of all %d frames verified through %d hops\n", opt.frames,
-           opt.hops);
+    printf("OK: every byte and the order of all %d frames verified through %d hops\n", opt->frames,
+           opt->hops);
     return STRATA_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    struct options opt = {3, 200, 64, 1024, 10000, -1, 1, {0}};
+    struct node nodes[MAX_HOPS + 1];
+    int rc = parse_args(&opt, argc, argv);
+    if (rc >= 0) return rc;
+    memset(nodes, 0, sizeof nodes);
+    double seconds = run_hops(nodes, &opt);
+    wire_auth_key_clear(&opt.key);
+    if (seconds < 0) return STRATA_EXIT_FAILURE;
+    return report(nodes, &opt, seconds);
 }

@@ -14,13 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "reference/kv_cache.h"
 #include "reference/model.h"
 #include "reference/ops.h"
 #include "reference/sampler.h"
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -35,12 +35,6 @@ enum {
     FFN = 3072,
     VOCAB = 151936
 };
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f) {
     fprintf(f,
@@ -193,7 +187,7 @@ static double memcpy_bandwidth(size_t bytes, int threads) {
         pthread_t tid[64];
         struct copy_part part[64];
         size_t chunk = bytes / (size_t)threads;
-        double t0 = now_s();
+        double t0 = cli_now_sec();
         for (int i = 0; i < threads; ++i) {
             part[i] = (struct copy_part){dst + (size_t)i * chunk, src + (size_t)i * chunk,
                                          i == threads - 1 ? bytes - (size_t)i * chunk : chunk};
@@ -202,7 +196,7 @@ static double memcpy_bandwidth(size_t bytes, int threads) {
         copy_main(&part[0]);
         for (int i = 1; i < threads; ++i)
             pthread_join(tid[i], NULL);
-        double dt = now_s() - t0;
+        double dt = cli_now_sec() - t0;
         if (dt < best) best = dt;
     }
     free(src);
@@ -245,7 +239,7 @@ static double read_bandwidth(size_t bytes, int threads) {
         pthread_t tid[64];
         struct read_part part[64];
         size_t chunk = words / (size_t)threads;
-        double t0 = now_s();
+        double t0 = cli_now_sec();
         for (int i = 0; i < threads; ++i) {
             part[i] = (struct read_part){buf + (size_t)i * chunk,
                                          i == threads - 1 ? words - (size_t)i * chunk : chunk, 0};
@@ -254,7 +248,7 @@ static double read_bandwidth(size_t bytes, int threads) {
         read_main(&part[0]);
         for (int i = 1; i < threads; ++i)
             pthread_join(tid[i], NULL);
-        double dt = now_s() - t0;
+        double dt = cli_now_sec() - t0;
         for (int i = 0; i < threads; ++i)
             sink += part[i].sum;
         if (dt < best) best = dt;
@@ -296,7 +290,7 @@ static int measure(double *tok_s, size_t *bytes_per_token, const struct model_co
         (rc = reference_logits(m, logits, hidden + (size_t)(prompt - 1) * (size_t)cfg->hidden_size,
                                1)))
         goto done;
-    double t0 = now_s();
+    double t0 = cli_now_sec();
     for (int s = 0; s < steps; ++s) {
         int32_t token = (int32_t)argmax(logits, cfg->vocab_size);
         item = (struct forward_item){.slot = slot, .pos = prompt + s, .n_tokens = 1};
@@ -305,7 +299,7 @@ static int measure(double *tok_s, size_t *bytes_per_token, const struct model_co
             (rc = reference_logits(m, logits, hidden, 1)))
             goto done;
     }
-    *tok_s = steps / (now_s() - t0);
+    *tok_s = steps / (cli_now_sec() - t0);
     /* Per decoded token every owned matrix is read once; the embedding is read as lm_head
      * (tied), the embedding lookup itself touches one row. */
     *bytes_per_token = reference_model_weight_bytes(m);
@@ -327,48 +321,57 @@ static int remove_checkpoint(const char *dir) {
     return rmdir(dir);
 }
 
-int main(int argc, char **argv) {
-    /* Under `bazel run`, resolve relative paths against the caller's directory. */
-    const char *cwd = getenv("BUILD_WORKING_DIRECTORY");
-    if (cwd && *cwd && chdir(cwd) != 0) fprintf(stderr, "warning: cannot chdir to %s\n", cwd);
+struct bench_args {
+    int thread_list[16], n_threads, steps, prompt, repeat, keep;
+    const char *model;
+};
+
+/* Parses "1,2,4" into a->thread_list; 0 ok, -1 bad (after printing why). */
+static int parse_threads(struct bench_args *a, const char *text) {
+    char *end;
+    a->n_threads = 0;
+    for (const char *p = text; *p && a->n_threads < 16;) {
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 256 || (*end && *end != ',')) {
+            fprintf(stderr, "strata-bench-decode: --threads wants a list like 1,2\n");
+            return -1;
+        }
+        a->thread_list[a->n_threads++] = (int)v;
+        p = *end ? end + 1 : end;
+    }
+    return a->n_threads ? 0 : -1;
+}
+
+/* Returns -1 to go on, else the exit code (--help or a bad command line). */
+static int parse_args(struct bench_args *a, int argc, char **argv) {
     static const struct option opts[] = {
         {"threads", required_argument, 0, 't'}, {"steps", required_argument, 0, 's'},
         {"prompt", required_argument, 0, 'p'},  {"model", required_argument, 0, 'm'},
         {"keep", no_argument, 0, 'k'},          {"help", no_argument, 0, 'h'},
         {"repeat", required_argument, 0, 'r'},  {0, 0, 0, 0},
     };
-    int thread_list[16] = {1, 2}, n_threads = 2, steps = 32, prompt = 16, repeat = 3, keep = 0, c;
-    const char *model = NULL;
+    int c;
+    *a = (struct bench_args){{1, 2}, 2, 32, 16, 3, 0, NULL};
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        char *end;
         switch (c) {
         case 't':
-            n_threads = 0;
-            for (char *p = optarg; *p && n_threads < 16;) {
-                long v = strtol(p, &end, 10);
-                if (end == p || v < 1 || v > 256 || (*end && *end != ',')) {
-                    fprintf(stderr, "strata-bench-decode: --threads wants a list like 1,2\n");
-                    return STRATA_EXIT_USAGE;
-                }
-                thread_list[n_threads++] = (int)v;
-                p = *end ? end + 1 : end;
-            }
-            if (!n_threads) return STRATA_EXIT_USAGE;
+            if (parse_threads(a, optarg)) return STRATA_EXIT_USAGE;
             break;
         case 's':
         case 'p':
         case 'r': {
-            long v = strtol(optarg, &end, 10);
             const char *flag = c == 's' ? "steps" : c == 'p' ? "prompt" : "repeat";
-            if (*end || v < 1 || v > 4096) {
+            if (cli_parse_int(optarg, 1, 4096,
+                              c == 's'   ? &a->steps
+                              : c == 'p' ? &a->prompt
+                                         : &a->repeat)) {
                 fprintf(stderr, "strata-bench-decode: --%s wants an integer in [1, 4096]\n", flag);
                 return STRATA_EXIT_USAGE;
             }
-            *(c == 's' ? &steps : c == 'p' ? &prompt : &repeat) = (int)v;
             break;
         }
-        case 'm': model = optarg; break;
-        case 'k': keep = 1; break;
+        case 'm': a->model = optarg; break;
+        case 'k': a->keep = 1; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -377,29 +380,61 @@ int main(int argc, char **argv) {
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
+    return -1;
+}
 
-    char dir[4096];
-    int wrote = 0;
-    if (model) {
-        snprintf(dir, sizeof dir, "%s", model);
-    } else {
-        const char *tmp = getenv("TMPDIR");
-        snprintf(dir, sizeof dir, "%s/strata-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-        if (!mkdtemp(dir)) {
-            fprintf(stderr, "strata-bench-decode: mkdtemp %s: %s\n", dir, strerror(errno));
-            return STRATA_EXIT_FAILURE;
-        }
-        double t0 = now_s();
-        fprintf(stderr, "writing a Qwen3-0.6B-shaped random bf16 checkpoint to %s ...\n", dir);
-        if (write_checkpoint(dir)) {
-            fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());
-            remove_checkpoint(dir);
-            return STRATA_EXIT_FAILURE;
-        }
-        fprintf(stderr, "written in %.1f s\n", now_s() - t0);
-        wrote = 1;
+/* Puts the checkpoint directory in dir: --model, else a fresh random checkpoint (*wrote
+ * set). Returns -1 to go on, else the exit code. */
+static int open_checkpoint(char *dir, size_t cap, int *wrote, const struct bench_args *a) {
+    if (a->model) {
+        snprintf(dir, cap, "%s", a->model);
+        return -1;
     }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(dir, cap, "%s/strata-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(dir)) {
+        fprintf(stderr, "strata-bench-decode: mkdtemp %s: %s\n", dir, strerror(errno));
+        return STRATA_EXIT_FAILURE;
+    }
+    double t0 = cli_now_sec();
+    fprintf(stderr, "writing a Qwen3-0.6B-shaped random bf16 checkpoint to %s ...\n", dir);
+    if (write_checkpoint(dir)) {
+        fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());
+        remove_checkpoint(dir);
+        return STRATA_EXIT_FAILURE;
+    }
+    fprintf(stderr, "written in %.1f s\n", cli_now_sec() - t0);
+    *wrote = 1;
+    return -1;
+}
 
+/* One table row: the best of `repeat` decode and bandwidth runs at `threads`. */
+static int bench_row(const struct model_config *cfg, const struct safetensors *st, int threads,
+                     const struct bench_args *a) {
+    double tok_s = 0.0, bw = 0.0, rd = 0.0;
+    size_t bytes = 0;
+    /* Warm the page cache once, then keep the best of `repeat` decode and memcpy runs
+     * (the machine may be shared; the best run is the least disturbed one). */
+    if (measure(&tok_s, &bytes, cfg, st, threads, a->prompt, 2)) return -1;
+    tok_s = 0.0;
+    for (int r = 0; r < a->repeat; ++r) {
+        double run = 0.0, copy = memcpy_bandwidth((size_t)256 << 20, threads);
+        if (measure(&run, &bytes, cfg, st, threads, a->prompt, a->steps)) return -1;
+        if (run > tok_s) tok_s = run;
+        if (copy > bw) bw = copy;
+        double read = read_bandwidth((size_t)256 << 20, threads);
+        if (read > rd) rd = read;
+    }
+    double roof = bw / (double)bytes;
+    double read_roof = rd / (double)bytes;
+    printf("%7d %12.2f %15.1f %12.2f %15.2f %8.1f%% %10.2f %13.1f%%\n", threads, tok_s, bytes / 1e6,
+           bw / 1e9, roof, 100.0 * tok_s / roof, rd / 1e9, 100.0 * tok_s / read_roof);
+    fflush(stdout);
+    return 0;
+}
+
+/* Loads the checkpoint and prints the table; returns the exit code. */
+static int run(const char *dir, const struct bench_args *a) {
     int exit_code = STRATA_EXIT_FAILURE;
     struct model_config cfg;
     struct safetensors *st = NULL;
@@ -415,42 +450,34 @@ int main(int argc, char **argv) {
            ops_force_portable(0) ? "AVX2+FMA (bf16 widened on the fly)" : "portable C");
     printf("%7s %12s %15s %12s %15s %9s %10s %14s\n", "threads", "decode tok/s", "weight MB/token",
            "memcpy GB/s", "roofline tok/s", "ratio", "read GB/s", "ratio vs read");
-    for (int i = 0; i < n_threads; ++i) {
-        double tok_s = 0.0, bw = 0.0, rd = 0.0;
-        size_t bytes = 0;
-        /* Warm the page cache once, then keep the best of `repeat` decode and memcpy runs
-         * (the machine may be shared; the best run is the least disturbed one). */
-        if (measure(&tok_s, &bytes, &cfg, st, thread_list[i], prompt, 2)) {
+    for (int i = 0; i < a->n_threads; ++i) {
+        if (bench_row(&cfg, st, a->thread_list[i], a)) {
             fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());
             goto done;
         }
-        tok_s = 0.0;
-        for (int r = 0; r < repeat; ++r) {
-            double run = 0.0, copy = memcpy_bandwidth((size_t)256 << 20, thread_list[i]);
-            if (measure(&run, &bytes, &cfg, st, thread_list[i], prompt, steps)) {
-                fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());
-                goto done;
-            }
-            if (run > tok_s) tok_s = run;
-            if (copy > bw) bw = copy;
-            double read = read_bandwidth((size_t)256 << 20, thread_list[i]);
-            if (read > rd) rd = read;
-        }
-        double roof = bw / (double)bytes;
-        double read_roof = rd / (double)bytes;
-        printf("%7d %12.2f %15.1f %12.2f %15.2f %8.1f%% %10.2f %13.1f%%\n", thread_list[i], tok_s,
-               bytes / 1e6, bw / 1e9, roof, 100.0 * tok_s / roof, rd / 1e9,
-               100.0 * tok_s / read_roof);
-        fflush(stdout);
     }
     exit_code = STRATA_EXIT_OK;
 done:
     safetensors_close(st);
+    return exit_code;
+}
+
+int main(int argc, char **argv) {
+    /* Under `bazel run`, resolve relative paths against the caller's directory. */
+    const char *cwd = getenv("BUILD_WORKING_DIRECTORY");
+    if (cwd && *cwd && chdir(cwd) != 0) fprintf(stderr, "warning: cannot chdir to %s\n", cwd);
+    struct bench_args a;
+    char dir[4096];
+    int wrote = 0, rc = parse_args(&a, argc, argv);
+    if (rc >= 0) return rc;
+    rc = open_checkpoint(dir, sizeof dir, &wrote, &a);
+    if (rc >= 0) return rc;
+    rc = run(dir, &a);
     if (wrote) {
-        if (keep)
+        if (a.keep)
             printf("checkpoint kept at %s\n", dir);
         else
             remove_checkpoint(dir);
     }
-    return exit_code;
+    return rc;
 }

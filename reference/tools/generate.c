@@ -8,12 +8,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "reference/kv_cache.h"
 #include "reference/model.h"
 #include "reference/sampler.h"
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -89,12 +89,6 @@ static const char *human(char *buf, size_t cap, size_t bytes) {
     return buf;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 struct args {
     const char *model;
     int32_t prompt[MAX_IDS];
@@ -106,6 +100,72 @@ struct args {
     struct sampler_params sampling;
     int ignore_eos;
 };
+
+/* Applies one getopt option to *a. Returns 0, -1 for --help, or the exit code. */
+static int parse_option(struct args *a, int c, const char *arg) {
+    long v;
+    switch (c) {
+    case 'm': a->model = arg; break;
+    case 'p':
+        if ((a->n_prompt = parse_ids(a->prompt, MAX_IDS, arg)) < 0) {
+            fprintf(stderr,
+                    "strata-generate: --prompt-ids wants comma-separated integers, got \"%s\"\n",
+                    arg);
+            return STRATA_EXIT_USAGE;
+        }
+        break;
+    case 'n':
+        if (parse_long(&a->max_tokens, arg, 1, 1 << 20)) {
+            fprintf(stderr, "strata-generate: --max-tokens wants an integer in [1, %d]\n", 1 << 20);
+            return STRATA_EXIT_USAGE;
+        }
+        break;
+    case 't':
+        if (parse_long(&a->threads, arg, 1, 256)) {
+            fprintf(stderr, "strata-generate: --threads wants an integer in [1, 256]\n");
+            return STRATA_EXIT_USAGE;
+        }
+        break;
+    case 'T':
+        if (parse_float(&a->sampling.temperature, arg) || a->sampling.temperature < 0) {
+            fprintf(stderr, "strata-generate: --temperature wants a number >= 0\n");
+            return STRATA_EXIT_USAGE;
+        }
+        break;
+    case 'k':
+        if (parse_long(&v, arg, 0, INT_MAX)) {
+            fprintf(stderr, "strata-generate: --top-k wants an integer >= 0\n");
+            return STRATA_EXIT_USAGE;
+        }
+        a->sampling.top_k = (int)v;
+        break;
+    case 'P':
+        if (parse_float(&a->sampling.top_p, arg) || a->sampling.top_p <= 0 ||
+            a->sampling.top_p > 1) {
+            fprintf(stderr, "strata-generate: --top-p wants a number in (0, 1]\n");
+            return STRATA_EXIT_USAGE;
+        }
+        break;
+    case 's':
+        if (parse_long(&v, arg, 0, LONG_MAX)) {
+            fprintf(stderr, "strata-generate: --seed wants an integer >= 0\n");
+            return STRATA_EXIT_USAGE;
+        }
+        a->sampling.seed = (uint64_t)v;
+        break;
+    case 'S':
+        if ((a->n_stop = parse_ids(a->stop, 64, arg)) < 0) {
+            fprintf(stderr,
+                    "strata-generate: --stop-ids wants up to 64 comma-separated integers\n");
+            return STRATA_EXIT_USAGE;
+        }
+        break;
+    case 'E': a->ignore_eos = 1; break;
+    case 'h': usage(stdout); return -1;
+    default: usage(stderr); return STRATA_EXIT_USAGE;
+    }
+    return 0;
+}
 
 static int parse_args(struct args *a, int argc, char **argv) {
     static const struct option opts[] = {
@@ -127,72 +187,9 @@ static int parse_args(struct args *a, int argc, char **argv) {
     a->max_tokens = -1;
     a->n_prompt = -1;
     a->sampling.top_p = 1.0f;
-    int c;
-    long v;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (c) {
-        case 'm': a->model = optarg; break;
-        case 'p':
-            if ((a->n_prompt = parse_ids(a->prompt, MAX_IDS, optarg)) < 0) {
-                fprintf(
-                    stderr,
-                    "strata-generate: --prompt-ids wants comma-separated integers, got \"%s\"\n",
-                    optarg);
-                return STRATA_EXIT_USAGE;
-            }
-            break;
-        case 'n':
-            if (parse_long(&a->max_tokens, optarg, 1, 1 << 20)) {
-                fprintf(stderr, "strata-generate: --max-tokens wants an integer in [1, %d]\n",
-                        1 << 20);
-                return STRATA_EXIT_USAGE;
-            }
-            break;
-        case 't':
-            if (parse_long(&a->threads, optarg, 1, 256)) {
-                fprintf(stderr, "strata-generate: --threads wants an integer in [1, 256]\n");
-                return STRATA_EXIT_USAGE;
-            }
-            break;
-        case 'T':
-            if (parse_float(&a->sampling.temperature, optarg) || a->sampling.temperature < 0) {
-                fprintf(stderr, "strata-generate: --temperature wants a number >= 0\n");
-                return STRATA_EXIT_USAGE;
-            }
-            break;
-        case 'k':
-            if (parse_long(&v, optarg, 0, INT_MAX)) {
-                fprintf(stderr, "strata-generate: --top-k wants an integer >= 0\n");
-                return STRATA_EXIT_USAGE;
-            }
-            a->sampling.top_k = (int)v;
-            break;
-        case 'P':
-            if (parse_float(&a->sampling.top_p, optarg) || a->sampling.top_p <= 0 ||
-                a->sampling.top_p > 1) {
-                fprintf(stderr, "strata-generate: --top-p wants a number in (0, 1]\n");
-                return STRATA_EXIT_USAGE;
-            }
-            break;
-        case 's':
-            if (parse_long(&v, optarg, 0, LONG_MAX)) {
-                fprintf(stderr, "strata-generate: --seed wants an integer >= 0\n");
-                return STRATA_EXIT_USAGE;
-            }
-            a->sampling.seed = (uint64_t)v;
-            break;
-        case 'S':
-            if ((a->n_stop = parse_ids(a->stop, 64, optarg)) < 0) {
-                fprintf(stderr,
-                        "strata-generate: --stop-ids wants up to 64 comma-separated integers\n");
-                return STRATA_EXIT_USAGE;
-            }
-            break;
-        case 'E': a->ignore_eos = 1; break;
-        case 'h': usage(stdout); return -1;
-        default: usage(stderr); return STRATA_EXIT_USAGE;
-        }
-    }
+    int c, rc;
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1)
+        if ((rc = parse_option(a, c, optarg)) != 0) return rc;
     if (optind < argc) {
         fprintf(stderr, "strata-generate: unexpected argument \"%s\"\n", argv[optind]);
         return STRATA_EXIT_USAGE;
@@ -219,119 +216,141 @@ static int is_stop(const struct args *a, const struct model_config *cfg, int tok
     return 0;
 }
 
-int main(int argc, char **argv) {
-    /* Under `bazel run`, resolve relative paths against the caller's directory. */
-    const char *cwd = getenv("BUILD_WORKING_DIRECTORY");
-    if (cwd && *cwd && chdir(cwd) != 0) fprintf(stderr, "warning: cannot chdir to %s\n", cwd);
-    static struct args a;
-    int rc = parse_args(&a, argc, argv);
-    if (rc) return rc < 0 ? STRATA_EXIT_OK : rc;
-
-    int exit_code = STRATA_EXIT_FAILURE;
+/* The loaded model and everything generate() works in; main frees it. */
+struct gen {
     struct model_config cfg;
-    struct safetensors *st = NULL;
-    struct reference_model *m = NULL;
-    struct kv_cache kv = {0};
-    float *hidden = NULL, *logits = NULL;
-    void *scratch = NULL;
-    int32_t *generated = NULL;
+    struct safetensors *st;
+    struct reference_model *m;
+    struct kv_cache kv;
+    float *hidden, *logits;
+    void *scratch;
+    int32_t *generated;
+    int slot, max_seq;
+    double t_load;
+};
 
-    if (model_config_load(&cfg, a.model) || safetensors_open(&st, a.model)) {
+/* Loads config, weights and KV cache and allocates the buffers. Returns -1 to go on, else
+ * the exit code (after printing why). */
+static int open_model(struct gen *g, const struct args *a) {
+    int rc;
+    if (model_config_load(&g->cfg, a->model) || safetensors_open(&g->st, a->model)) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
-        exit_code = STRATA_EXIT_INPUT;
-        goto done;
+        return STRATA_EXIT_INPUT;
     }
-    struct reference_load_options opt = {0, cfg.num_layers, 1, 1, (int)a.threads};
-    double t0 = now_s();
-    if ((rc = reference_model_load(&m, &cfg, st, &opt))) {
+    struct reference_load_options opt = {0, g->cfg.num_layers, 1, 1, (int)a->threads};
+    double t0 = cli_now_sec();
+    if ((rc = reference_model_load(&g->m, &g->cfg, g->st, &opt))) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
-        exit_code = rc == STRATA_ENOMEM ? STRATA_EXIT_FAILURE : STRATA_EXIT_INPUT;
-        goto done;
+        return rc == STRATA_ENOMEM ? STRATA_EXIT_FAILURE : STRATA_EXIT_INPUT;
     }
-    double t_load = now_s() - t0;
-    int max_seq = a.n_prompt + (int)a.max_tokens;
-    if (kv_cache_init(&kv, 0, cfg.num_layers, cfg.num_kv_heads, cfg.head_dim, max_seq, 1)) {
+    g->t_load = cli_now_sec() - t0;
+    g->max_seq = a->n_prompt + (int)a->max_tokens;
+    if (kv_cache_init(&g->kv, 0, g->cfg.num_layers, g->cfg.num_kv_heads, g->cfg.head_dim,
+                      g->max_seq, 1)) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
-        goto done;
+        return STRATA_EXIT_FAILURE;
     }
-    int slot;
-    kv_cache_acquire(&kv, &slot);
-    int H = cfg.hidden_size, V = cfg.vocab_size;
-    hidden = malloc((size_t)a.n_prompt * (size_t)H * sizeof(float));
-    logits = malloc((size_t)V * sizeof(float));
-    scratch = malloc(2 * (size_t)V * 4);
-    generated = malloc((size_t)a.max_tokens * sizeof *generated);
-    if (!hidden || !logits || !scratch || !generated) {
+    kv_cache_acquire(&g->kv, &g->slot);
+    int H = g->cfg.hidden_size, V = g->cfg.vocab_size;
+    g->hidden = malloc((size_t)a->n_prompt * (size_t)H * sizeof(float));
+    g->logits = malloc((size_t)V * sizeof(float));
+    g->scratch = malloc(2 * (size_t)V * 4);
+    g->generated = malloc((size_t)a->max_tokens * sizeof *g->generated);
+    if (!g->hidden || !g->logits || !g->scratch || !g->generated) {
         fprintf(stderr, "strata-generate: out of memory\n");
-        goto done;
+        return STRATA_EXIT_FAILURE;
     }
+    return -1;
+}
 
-    char desc[512];
-    model_config_describe(&cfg, desc, sizeof desc);
+static void print_load_info(const struct gen *g, const struct args *a) {
     char w_buf[32], x_buf[32], kv_buf[32];
     fprintf(stderr,
             "weights: %d tensors, %s as stored (mmapped, widened on the fly), %s of f32/transposed "
             "copies; KV cache %s (%d positions); %d threads; loaded in %.2f s\n",
-            reference_model_num_tensors(m),
-            human(w_buf, sizeof w_buf, reference_model_weight_bytes(m)),
-            human(x_buf, sizeof x_buf, reference_model_extra_bytes(m)),
-            human(kv_buf, sizeof kv_buf, kv_cache_bytes(&kv)), max_seq, (int)a.threads, t_load);
+            reference_model_num_tensors(g->m),
+            human(w_buf, sizeof w_buf, reference_model_weight_bytes(g->m)),
+            human(x_buf, sizeof x_buf, reference_model_extra_bytes(g->m)),
+            human(kv_buf, sizeof kv_buf, kv_cache_bytes(&g->kv)), g->max_seq, (int)a->threads,
+            g->t_load);
+}
 
-    struct sampler sampler;
-    sampler_init(&sampler, &a.sampling);
-    if (reference_embed(m, hidden, a.prompt, a.n_prompt)) {
-        fprintf(stderr, "strata-generate: %s\n", strata_last_error());
-        exit_code = STRATA_EXIT_INPUT;
-        goto done;
-    }
-    double t_prefill = now_s();
-    struct forward_item item = {.slot = slot, .pos = 0, .n_tokens = a.n_prompt};
-    if (reference_forward(m, &kv, hidden, &item, 1) ||
-        reference_logits(m, logits, hidden + (size_t)(a.n_prompt - 1) * (size_t)H, 1)) {
-        fprintf(stderr, "strata-generate: %s\n", strata_last_error());
-        goto done;
-    }
-    t_prefill = now_s() - t_prefill;
-    int n_gen = 0, stopped_on = -1, pos = a.n_prompt;
-    double t_decode = now_s();
-    for (;;) {
-        int token = sampler_sample(&sampler, logits, V, scratch);
-        generated[n_gen++] = token;
-        if (is_stop(&a, &cfg, token)) {
-            stopped_on = token;
-            break;
-        }
-        if (n_gen == a.max_tokens) break;
-        int32_t in = token;
-        item = (struct forward_item){.slot = slot, .pos = pos++, .n_tokens = 1};
-        if (reference_embed(m, hidden, &in, 1) || reference_forward(m, &kv, hidden, &item, 1) ||
-            reference_logits(m, logits, hidden, 1)) {
-            fprintf(stderr, "strata-generate: %s\n", strata_last_error());
-            goto done;
-        }
-    }
-    t_decode = now_s() - t_decode;
-
+static void print_results(const struct gen *g, const struct args *a, int n_gen, int stopped_on,
+                          double t_prefill, double t_decode) {
     for (int i = 0; i < n_gen; ++i)
-        printf("%s%d", i ? " " : "", generated[i]);
+        printf("%s%d", i ? " " : "", g->generated[i]);
     printf("\n");
     int decoded = n_gen - 1; /* forward passes after the prefill */
-    printf("prefill: %d tokens in %.1f ms (%.1f tokens/s)\n", a.n_prompt, t_prefill * 1e3,
-           a.n_prompt / (t_prefill > 0 ? t_prefill : 1e-9));
+    printf("prefill: %d tokens in %.1f ms (%.1f tokens/s)\n", a->n_prompt, t_prefill * 1e3,
+           a->n_prompt / (t_prefill > 0 ? t_prefill : 1e-9));
     printf("decode: %d tokens in %.1f ms (%.2f tokens/s)\n", decoded, t_decode * 1e3,
            decoded > 0 ? decoded / (t_decode > 0 ? t_decode : 1e-9) : 0.0);
     if (stopped_on >= 0)
         printf("stopped: stop id %d after %d tokens\n", stopped_on, n_gen);
     else
         printf("stopped: max tokens (%d)\n", n_gen);
-    exit_code = STRATA_EXIT_OK;
-done:
-    free(generated);
-    free(scratch);
-    free(logits);
-    free(hidden);
-    kv_cache_free(&kv);
-    reference_model_free(m);
-    safetensors_close(st);
-    return exit_code;
+}
+
+/* Prefills the prompt, then samples and decodes until a stop id or --max-tokens, and prints
+ * the ids and timings. Returns the exit code. */
+static int generate(struct gen *g, const struct args *a) {
+    int H = g->cfg.hidden_size, V = g->cfg.vocab_size;
+    struct sampler sampler;
+    sampler_init(&sampler, &a->sampling);
+    if (reference_embed(g->m, g->hidden, a->prompt, a->n_prompt)) {
+        fprintf(stderr, "strata-generate: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    double t_prefill = cli_now_sec();
+    struct forward_item item = {.slot = g->slot, .pos = 0, .n_tokens = a->n_prompt};
+    if (reference_forward(g->m, &g->kv, g->hidden, &item, 1) ||
+        reference_logits(g->m, g->logits, g->hidden + (size_t)(a->n_prompt - 1) * (size_t)H, 1))
+        goto fail;
+    t_prefill = cli_now_sec() - t_prefill;
+    int n_gen = 0, stopped_on = -1, pos = a->n_prompt;
+    double t_decode = cli_now_sec();
+    for (;;) {
+        int token = sampler_sample(&sampler, g->logits, V, g->scratch);
+        g->generated[n_gen++] = token;
+        if (is_stop(a, &g->cfg, token)) {
+            stopped_on = token;
+            break;
+        }
+        if (n_gen == a->max_tokens) break;
+        int32_t in = token;
+        item = (struct forward_item){.slot = g->slot, .pos = pos++, .n_tokens = 1};
+        if (reference_embed(g->m, g->hidden, &in, 1) ||
+            reference_forward(g->m, &g->kv, g->hidden, &item, 1) ||
+            reference_logits(g->m, g->logits, g->hidden, 1))
+            goto fail;
+    }
+    t_decode = cli_now_sec() - t_decode;
+    print_results(g, a, n_gen, stopped_on, t_prefill, t_decode);
+    return STRATA_EXIT_OK;
+fail:
+    fprintf(stderr, "strata-generate: %s\n", strata_last_error());
+    return STRATA_EXIT_FAILURE;
+}
+
+int main(int argc, char **argv) {
+    /* Under `bazel run`, resolve relative paths against the caller's directory. */
+    const char *cwd = getenv("BUILD_WORKING_DIRECTORY");
+    if (cwd && *cwd && chdir(cwd) != 0) fprintf(stderr, "warning: cannot chdir to %s\n", cwd);
+    static struct args a;
+    static struct gen g;
+    int rc = parse_args(&a, argc, argv);
+    if (rc) return rc < 0 ? STRATA_EXIT_OK : rc;
+    rc = open_model(&g, &a);
+    if (rc < 0) {
+        print_load_info(&g, &a);
+        rc = generate(&g, &a);
+    }
+    free(g.generated);
+    free(g.scratch);
+    free(g.logits);
+    free(g.hidden);
+    kv_cache_free(&g.kv);
+    reference_model_free(g.m);
+    safetensors_close(g.st);
+    return rc;
 }

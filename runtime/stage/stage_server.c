@@ -9,14 +9,14 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "runtime/base/cli.h"
+#include "runtime/base/log.h"
 #include "runtime/base/status.h"
 #include "wire/transport.h"
 
@@ -28,33 +28,14 @@
 #define BACKOFF_MAX_MS 1000
 #define CLIENT_MAX_FRAME ((size_t)64 << 20) /* a request: prompt ids + parameters */
 
-static int log_stage = -1;
-static enum stage_log_level log_max = STAGE_LOG_INFO;
-
 void stage_log_setup(int stage_index, enum stage_log_level level) {
-    log_stage = stage_index;
-    log_max = level;
-}
-
-void stage_log(enum stage_log_level level, const char *fmt, ...) {
-    static const char *names[] = {"error", "warn", "info", "debug"};
-    char line[2048];
-    struct timespec ts;
-    va_list ap;
-    if (level > log_max) return;
-    va_start(ap, fmt);
-    vsnprintf(line, sizeof line, fmt, ap);
-    va_end(ap);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    fprintf(stderr, "[stage %d %ld.%03ld] %s: %s\n", log_stage, (long)ts.tv_sec,
-            ts.tv_nsec / 1000000, names[level], line);
-    fflush(stderr);
+    char prefix[32];
+    snprintf(prefix, sizeof prefix, "stage %d", stage_index);
+    strata_log_setup(prefix, (enum strata_log_level)level);
 }
 
 static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return cli_now_ns() / 1000000;
 }
 
 struct handoff {
@@ -99,14 +80,14 @@ static void *acceptor_main(void *arg) {
         rc = wire_accept(&h.conn, &s->listener, 0, 200);
         if (rc == STRATA_ETIMEOUT) continue;
         if (rc < 0) {
-            stage_log(STAGE_LOG_WARN, "accept failed: %s", strata_last_error());
+            strata_log(STRATA_LOG_WARN, "accept failed: %s", strata_last_error());
             usleep(100000);
             continue;
         }
         rc = wire_handshake_server(&h.peer, &h.conn, &s->self, s->opt->key, HANDSHAKE_TIMEOUT_MS);
         if (rc < 0) {
-            stage_log(STAGE_LOG_WARN, "refused connection from %s: %s", h.conn.peer,
-                      strata_last_error());
+            strata_log(STRATA_LOG_WARN, "refused connection from %s: %s", h.conn.peer,
+                       strata_last_error());
             wire_close(&h.conn);
             continue;
         }
@@ -118,10 +99,10 @@ static void *acceptor_main(void *arg) {
         }
         pthread_mutex_unlock(&s->lock);
         if (h.conn.fd >= 0) {
-            stage_log(STAGE_LOG_WARN, "too many pending connections: closing %s", h.conn.peer);
+            strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", h.conn.peer);
             wire_close(&h.conn);
         } else if (write(s->wake[1], "x", 1) < 0) {
-            stage_log(STAGE_LOG_DEBUG, "wake write: %s", strerror(errno));
+            strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
         }
     }
     return NULL;
@@ -138,8 +119,8 @@ static const char *link_name(enum stage_link link) {
 
 static void link_down(struct server *s, enum stage_link link, uint32_t client_id,
                       struct wire_conn *conn, const char *reason) {
-    stage_log(link == STAGE_LINK_CLIENT ? STAGE_LOG_INFO : STAGE_LOG_WARN, "%s link %s lost: %s",
-              link_name(link), conn->peer, reason);
+    strata_log(link == STAGE_LINK_CLIENT ? STRATA_LOG_INFO : STRATA_LOG_WARN, "%s link %s lost: %s",
+               link_name(link), conn->peer, reason);
     wire_close(conn);
     conn->fd = -1;
     stage_core_on_link_down(s->core, link, client_id, reason);
@@ -163,8 +144,8 @@ static void adopt(struct server *s, struct handoff *h) {
                 s->clients[i] = h->conn;
                 s->clients[i].max_frame = CLIENT_MAX_FRAME;
                 s->client_ids[i] = ++s->next_client_id;
-                stage_log(STAGE_LOG_DEBUG, "client %u connected from %s", s->client_ids[i],
-                          h->conn.peer);
+                strata_log(STRATA_LOG_DEBUG, "client %u connected from %s", s->client_ids[i],
+                           h->conn.peer);
                 return;
             }
         }
@@ -182,7 +163,7 @@ static void adopt(struct server *s, struct handoff *h) {
                  s->info.stage_index, want,
                  s->info.stage_index == 0 ? s->info.num_layers : s->info.role.layer_start,
                  h->peer.stage_index, h->peer.layer_start, h->peer.layer_end);
-        stage_log(STAGE_LOG_WARN, "refused %s: %s", h->conn.peer, why);
+        strata_log(STRATA_LOG_WARN, "refused %s: %s", h->conn.peer, why);
         wire_send_error(&h->conn, STRATA_EINVAL, 0, why);
         wire_close(&h->conn);
         return;
@@ -191,24 +172,15 @@ static void adopt(struct server *s, struct handoff *h) {
         link_down(s, STAGE_LINK_PREV, 0, &s->prev, "replaced by a new upstream connection");
     s->prev = h->conn;
     s->prev_rx_ms = now_ms();
-    stage_log(STAGE_LOG_INFO, "upstream stage %d connected from %s", h->peer.stage_index,
-              h->conn.peer);
-}
-
-static int read_port_file(const char *path) {
-    FILE *f = fopen(path, "r");
-    int port = -1;
-    if (!f) return -1;
-    if (fscanf(f, "%d", &port) != 1) port = -1;
-    fclose(f);
-    return port;
+    strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s", h->peer.stage_index,
+               h->conn.peer);
 }
 
 static void try_connect_next(struct server *s) {
     const struct stage_server_options *o = s->opt;
     struct wire_hello peer;
-    int port = o->next_port_file ? read_port_file(o->next_port_file) : o->next_port;
-    int want = (s->info.stage_index + 1) % s->info.num_stages, rc;
+    int port = o->next_port, want = (s->info.stage_index + 1) % s->info.num_stages, rc;
+    if (o->next_port_file && cli_read_port_file(o->next_port_file, &port) < 0) port = -1;
     if (port <= 0) {
         rc = strata_set_error(STRATA_ENOTFOUND, "next stage port not known yet");
     } else {
@@ -229,34 +201,19 @@ static void try_connect_next(struct server *s) {
         s->next_failures++;
         int changed = strncmp(s->next_error, strata_last_error(), sizeof s->next_error - 1) != 0;
         snprintf(s->next_error, sizeof s->next_error, "%s", strata_last_error());
-        stage_log(changed || s->next_failures == 1 || s->next_failures % 50 == 0 ? STAGE_LOG_INFO
-                                                                                 : STAGE_LOG_DEBUG,
-                  "connecting to the next stage (attempt %d): %s", s->next_failures, s->next_error);
+        strata_log(
+            changed || s->next_failures == 1 || s->next_failures % 50 == 0 ? STRATA_LOG_INFO
+                                                                           : STRATA_LOG_DEBUG,
+            "connecting to the next stage (attempt %d): %s", s->next_failures, s->next_error);
         s->next_retry_ms = now_ms() + s->backoff_ms;
         s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
         return;
     }
-    stage_log(STAGE_LOG_INFO, "connected to next stage %d at %s", want, s->next.peer);
+    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s", want, s->next.peer);
     s->next_rx_ms = now_ms();
     s->next_failures = 0;
     s->next_error[0] = '\0';
     s->backoff_ms = BACKOFF_MIN_MS;
-}
-
-static int write_file_atomic(const char *path, const void *data, size_t len) {
-    char tmp[4096];
-    FILE *f;
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    f = fopen(tmp, "wb");
-    if (!f) return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    if (fwrite(data, 1, len, f) != len || fclose(f) != 0) {
-        unlink(tmp);
-        return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    }
-    if (rename(tmp, path) != 0)
-        return strata_set_error(STRATA_EIO, "cannot rename %s to %s: %s", tmp, path,
-                                strerror(errno));
-    return 0;
 }
 
 /* Sends every frame the core queued; a failed send takes that link down. */
@@ -268,12 +225,12 @@ static void flush(struct server *s) {
         int timeout = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
         if (f.link == STAGE_LINK_LOCAL) {
             if (!s->opt->recv_kv || !s->opt->kv_out_path) {
-                stage_log(STAGE_LOG_WARN, "dropped a KV block (start with --recv-kv --kv-out)");
-            } else if (write_file_atomic(s->opt->kv_out_path, f.data, f.len) < 0) {
-                stage_log(STAGE_LOG_ERROR, "--kv-out: %s", strata_last_error());
+                strata_log(STRATA_LOG_WARN, "dropped a KV block (start with --recv-kv --kv-out)");
+            } else if (cli_write_file_atomic(s->opt->kv_out_path, f.data, f.len) < 0) {
+                strata_log(STRATA_LOG_ERROR, "--kv-out: %s", strata_last_error());
             } else {
-                stage_log(STAGE_LOG_INFO, "wrote a %zu-byte KV block to %s", f.len,
-                          s->opt->kv_out_path);
+                strata_log(STRATA_LOG_INFO, "wrote a %zu-byte KV block to %s", f.len,
+                           s->opt->kv_out_path);
             }
         } else if (f.link == STAGE_LINK_PREV) {
             conn = &s->prev;
@@ -300,20 +257,20 @@ static void drain_results(struct server *s) {
     struct stage_result r;
     while (stage_core_pop_result(s->core, &r)) {
         if (r.finish == STAGE_FINISH_ERROR) {
-            stage_log(STAGE_LOG_ERROR, "request %llu failed (%s): %s", (unsigned long long)r.nonce,
-                      strata_status_name(r.status), r.message);
+            strata_log(STRATA_LOG_ERROR, "request %llu failed (%s): %s",
+                       (unsigned long long)r.nonce, strata_status_name(r.status), r.message);
         } else if (r.finish == STAGE_FINISH_CANCELLED) {
-            stage_log(STAGE_LOG_INFO, "request %llu cancelled: %s", (unsigned long long)r.nonce,
-                      r.message);
+            strata_log(STRATA_LOG_INFO, "request %llu cancelled: %s", (unsigned long long)r.nonce,
+                       r.message);
         } else {
-            stage_log(STAGE_LOG_INFO, "request %llu finished (%s): prompt %d, %d tokens",
-                      (unsigned long long)r.nonce,
-                      r.finish == STAGE_FINISH_STOP ? "stop" : "length", r.prompt_len, r.n_tokens);
+            strata_log(STRATA_LOG_INFO, "request %llu finished (%s): prompt %d, %d tokens",
+                       (unsigned long long)r.nonce,
+                       r.finish == STAGE_FINISH_STOP ? "stop" : "length", r.prompt_len, r.n_tokens);
             if (s->opt->out_path && r.logits) {
                 if (stage_write_out(s->opt->out_path, &r) < 0)
-                    stage_log(STAGE_LOG_ERROR, "--out: %s", strata_last_error());
+                    strata_log(STRATA_LOG_ERROR, "--out: %s", strata_last_error());
                 else
-                    stage_log(STAGE_LOG_INFO, "wrote %s", s->opt->out_path);
+                    strata_log(STRATA_LOG_INFO, "wrote %s", s->opt->out_path);
             }
         }
         stage_result_free(&r);
@@ -433,7 +390,7 @@ static void loop_once(struct server *s) {
     }
     if (stage_core_has_work(s->core)) timeout = 0;
     if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
-        stage_log(STAGE_LOG_WARN, "poll: %s", strerror(errno));
+        strata_log(STRATA_LOG_WARN, "poll: %s", strerror(errno));
     for (int i = 0; i < n; i++) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (who[i] == -3)
@@ -449,7 +406,7 @@ static void loop_once(struct server *s) {
     if (stage_core_has_work(s->core)) {
         if (s->opt->step_delay_ms > 0) usleep((useconds_t)s->opt->step_delay_ms * 1000);
         if (stage_core_step(s->core) < 0)
-            stage_log(STAGE_LOG_ERROR, "microbatch failed: %s", strata_last_error());
+            strata_log(STRATA_LOG_ERROR, "microbatch failed: %s", strata_last_error());
     }
     flush(s);
     keepalive(s);
@@ -485,12 +442,10 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     snprintf(s->self.name, sizeof s->self.name, "strata-stage %d", s->info.stage_index);
     rc = wire_listen(&s->listener, opt->listen_host, opt->listen_port);
     if (rc < 0) goto done;
-    stage_log(STAGE_LOG_INFO, "listening on %s:%d",
-              opt->listen_host ? opt->listen_host : "127.0.0.1", s->listener.port);
+    strata_log(STRATA_LOG_INFO, "listening on %s:%d",
+               opt->listen_host ? opt->listen_host : "127.0.0.1", s->listener.port);
     if (opt->port_file) {
-        char text[32];
-        int len = snprintf(text, sizeof text, "%d\n", s->listener.port);
-        rc = write_file_atomic(opt->port_file, text, (size_t)len);
+        rc = cli_write_port_file(opt->port_file, s->listener.port);
         if (rc < 0) goto done;
     }
     if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {

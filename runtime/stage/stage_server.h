@@ -18,10 +18,17 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "runtime/base/log.h"
 #include "runtime/stage/stage_core.h"
 #include "wire/auth.h"
 
-enum stage_log_level { STAGE_LOG_ERROR = 0, STAGE_LOG_WARN, STAGE_LOG_INFO, STAGE_LOG_DEBUG };
+/* The stage's names for the logger's levels (runtime/base/log.h), as --log-level sets them. */
+enum stage_log_level {
+    STAGE_LOG_ERROR = STRATA_LOG_ERROR,
+    STAGE_LOG_WARN = STRATA_LOG_WARN,
+    STAGE_LOG_INFO = STRATA_LOG_INFO,
+    STAGE_LOG_DEBUG = STRATA_LOG_DEBUG
+};
 
 struct stage_server_options {
     const char *listen_host;    /* NULL = 127.0.0.1 */
@@ -50,9 +57,8 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
  * to a safetensors file, atomically (temp file + rename). */
 int stage_write_out(const char *path, const struct stage_result *result);
 
-/* Logs one line to stderr as "[stage r] LEVEL message" when level <= the configured one. */
-void stage_log(enum stage_log_level level, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+/* Sets up the process logger (strata_log, runtime/base/log.h) for stage `stage_index`:
+ * lines read "[stage r SECS.MS] level: message" and print when level <= `level`. */
 void stage_log_setup(int stage_index, enum stage_log_level level);
 
 #endif

@@ -26,7 +26,7 @@ expect_exit 0 "Exit codes: 0 ok" "$PL_STAGE" --help
 expect_exit 2 "not both" "$PL_STAGE" --model "$tied" --hf-config "$moe/config.json" \
     --weights "$moe/model.safetensors"
 expect_exit 2 "usage" "$PL_STAGE" --bogus
-expect_exit 2 "--listen wants an integer" "$PL_STAGE" --model "$tied" --num-stages 1 --listen 127.0.0.1:x
+expect_exit 2 "--listen needs an integer" "$PL_STAGE" --model "$tied" --num-stages 1 --listen 127.0.0.1:x
 expect_exit 2 "empty or out of range" "$PL_STAGE" --model "$tied" --num-stages 2 --stage-idx 1 \
     --layer-start 2 --layer-end 2 --next-port 1
 expect_exit 2 "empty or out of range" "$PL_STAGE" --model "$tied" --num-stages 5 --stage-idx 4 --next-port 1

@@ -19,15 +19,14 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "wire/wire.h"
 
 #define TIMEOUT_MS 5000
 
 static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    return cli_now_ns() / 1000000;
 }
 
 /* A plain blocking socket connected to 127.0.0.1:port, for sending hand-made bytes. */

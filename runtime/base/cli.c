@@ -1,0 +1,106 @@
+/* Shared command-line helpers (see cli.h). */
+#include "runtime/base/cli.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/base/status.h"
+
+int cli_parse_int(const char *text, long lo, long hi, int *out) {
+    char *end = NULL;
+    long v;
+    errno = 0;
+    v = strtol(text, &end, 10);
+    /* lo/hi may exceed int on LP64; the value must fit both the range and an int. */
+    if (errno || end == text || *end || v < lo || v > hi || v < -2147483647L - 1 || v > 2147483647L)
+        return strata_set_error(STRATA_EINVAL, "needs an integer in [%ld, %ld], got \"%s\"", lo, hi,
+                                text);
+    *out = (int)v;
+    return 0;
+}
+
+int cli_read_file(char **out, size_t *len, const char *path) {
+    FILE *f = fopen(path, "rb");
+    long size;
+    char *buf;
+    *out = NULL;
+    *len = 0;
+    if (!f) return strata_set_error(STRATA_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
+        fclose(f);
+        return strata_set_error(STRATA_EIO, "cannot read %s", path);
+    }
+    buf = malloc((size_t)size + 1);
+    if (!buf) {
+        fclose(f);
+        return strata_set_error(STRATA_ENOMEM, "no memory for the %ld bytes of %s", size, path);
+    }
+    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
+        fclose(f);
+        free(buf);
+        return strata_set_error(STRATA_EIO, "cannot read %s", path);
+    }
+    fclose(f);
+    buf[size] = '\0';
+    *out = buf;
+    *len = (size_t)size;
+    return 0;
+}
+
+int cli_write_file_atomic(const char *path, const void *data, size_t len) {
+    char tmp[4096];
+    FILE *f;
+    /* The pid keeps two writers of the same path from sharing a temp file. */
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
+    f = fopen(tmp, "wb");
+    if (!f) return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    if (fwrite(data, 1, len, f) != len) {
+        fclose(f);
+        unlink(tmp);
+        return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    if (fclose(f) != 0) {
+        unlink(tmp);
+        return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
+    }
+    if (rename(tmp, path) != 0) {
+        int err = errno;
+        unlink(tmp);
+        return strata_set_error(STRATA_EIO, "cannot rename %s to %s: %s", tmp, path, strerror(err));
+    }
+    return 0;
+}
+
+int cli_write_port_file(const char *path, int port) {
+    char text[32];
+    int len = snprintf(text, sizeof text, "%d\n", port);
+    return cli_write_file_atomic(path, text, (size_t)len);
+}
+
+int cli_read_port_file(const char *path, int *port) {
+    FILE *f = fopen(path, "r");
+    int v = -1;
+    if (!f) return strata_set_error(STRATA_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
+    if (fscanf(f, "%d", &v) != 1) v = -1;
+    fclose(f);
+    if (v < 1 || v > 65535)
+        return strata_set_error(STRATA_EFORMAT, "%s holds no port in [1, 65535]", path);
+    *port = v;
+    return 0;
+}
+
+int64_t cli_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+double cli_now_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
