@@ -45,7 +45,7 @@ static void usage(FILE *out) {
 }
 
 /* Parses an integer flag; prints and returns -1 when it is bad. */
-static int parse_int(int *out, const char *text, const char *flag, int lo, int hi) {
+static int flag_int(const char *flag, const char *text, int lo, int hi, int *out) {
     if (cli_parse_int(text, lo, hi, out) == 0) return 0;
     fprintf(stderr, "strata-plan: %s %s\n", flag, strata_last_error());
     return -1;
@@ -161,13 +161,13 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
         int bad = 0;
         switch (c) {
         case 'm': a->model = optarg; break;
-        case 's': bad = parse_int(&a->stages, optarg, "--stages", 1, STAGE_PLAN_MAX_STAGES); break;
+        case 's': bad = flag_int("--stages", optarg, 1, STAGE_PLAN_MAX_STAGES, &a->stages); break;
         case 'M': a->mem_text = optarg; break;
         case 'r': a->ranges_text = optarg; break;
-        case 'q': bad = parse_int(&a->opt.max_seq, optarg, "--max-seq", 1, 1 << 30); break;
-        case 'b': bad = parse_int(&a->opt.batch, optarg, "--batch", 1, 1 << 20); break;
-        case 'k': bad = parse_int(&a->kv_bytes, optarg, "--kv-bytes", 1, 8); break;
-        case 'c': bad = parse_int(&a->opt.chunk_tokens, optarg, "--chunk", 1, 1 << 24); break;
+        case 'q': bad = flag_int("--max-seq", optarg, 1, 1 << 30, &a->opt.max_seq); break;
+        case 'b': bad = flag_int("--batch", optarg, 1, 1 << 20, &a->opt.batch); break;
+        case 'k': bad = flag_int("--kv-bytes", optarg, 1, 8, &a->kv_bytes); break;
+        case 'c': bad = flag_int("--chunk", optarg, 1, 1 << 24, &a->opt.chunk_tokens); break;
         case 'V': a->no_vision = 1; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;

@@ -85,7 +85,7 @@ struct args {
 };
 
 /* A flag's integer value (runtime/base/cli.h), or -1 after naming the flag and the range. */
-static int parse_int(const char *text, int lo, int hi, int *out, const char *flag) {
+static int flag_int(const char *flag, const char *text, int lo, int hi, int *out) {
     if (cli_parse_int(text, lo, hi, out) == 0) return 0;
     fprintf(stderr, "strata-stage: %s %s\n", flag, strata_last_error());
     return -1;
@@ -168,24 +168,24 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_MODEL: a->model_dir = value; break;
     case O_HF_CONFIG: a->hf_config = value; break;
     case O_WEIGHTS: a->weights = value; break;
-    case O_NUM_STAGES: rc = parse_int(value, 1, 4096, &a->num_stages, "--num-stages"); break;
-    case O_STAGE_IDX: rc = parse_int(value, 0, 4095, &a->stage_idx, "--stage-idx"); break;
+    case O_NUM_STAGES: rc = flag_int("--num-stages", value, 1, 4096, &a->num_stages); break;
+    case O_STAGE_IDX: rc = flag_int("--stage-idx", value, 0, 4095, &a->stage_idx); break;
     case O_LAYER_START:
-        rc = parse_int(value, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_start, "--layer-start");
+        rc = flag_int("--layer-start", value, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_start);
         break;
     case O_LAYER_END:
-        rc = parse_int(value, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_end, "--layer-end");
+        rc = flag_int("--layer-end", value, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_end);
         break;
     case O_LISTEN: a->listen = value; break;
     case O_PORT_FILE: a->port_file = value; break;
     case O_NEXT_HOST: a->next_host = value; break;
-    case O_NEXT_PORT: rc = parse_int(value, 1, 65535, &a->next_port, "--next-port"); break;
+    case O_NEXT_PORT: rc = flag_int("--next-port", value, 1, 65535, &a->next_port); break;
     case O_NEXT_PORT_FILE: a->next_port_file = value; break;
     case O_DEVICE: a->device = value; break;
-    case O_THREADS: rc = parse_int(value, 1, 1024, &a->threads, "--threads"); break;
-    case O_MAX_SEQ: rc = parse_int(value, 1, 1 << 24, &a->max_seq, "--max-seq"); break;
-    case O_MAX_BATCH: rc = parse_int(value, 1, 4096, &a->max_batch, "--max-batch"); break;
-    case O_CHUNK: rc = parse_int(value, 1, 1 << 20, &a->chunk_size, "--chunk-size"); break;
+    case O_THREADS: rc = flag_int("--threads", value, 1, 1024, &a->threads); break;
+    case O_MAX_SEQ: rc = flag_int("--max-seq", value, 1, 1 << 24, &a->max_seq); break;
+    case O_MAX_BATCH: rc = flag_int("--max-batch", value, 1, 4096, &a->max_batch); break;
+    case O_CHUNK: rc = flag_int("--chunk-size", value, 1, 1 << 20, &a->chunk_size); break;
     case O_SEND_KV: a->send_kv = 1; break;
     case O_RECV_KV: a->recv_kv = 1; break;
     case O_KV_OUT: a->kv_out = value; break;
@@ -193,9 +193,9 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_OUT: a->out = value; break;
     case O_AUTH: a->auth_key_file = value; break;
     case O_PEER_TIMEOUT:
-        rc = parse_int(value, 0, 3600000, &a->peer_timeout_ms, "--peer-timeout-ms");
+        rc = flag_int("--peer-timeout-ms", value, 0, 3600000, &a->peer_timeout_ms);
         break;
-    case O_DELAY: rc = parse_int(value, 0, 60000, &a->step_delay_ms, "--step-delay-ms"); break;
+    case O_DELAY: rc = flag_int("--step-delay-ms", value, 0, 60000, &a->step_delay_ms); break;
     case O_LOG: rc = parse_log_level(value, &a->log_level); break;
     default: rc = -1;
     }
@@ -279,7 +279,7 @@ static int parse_listen(const char *text, char *host, size_t cap, int *port) {
             snprintf(host, cap, "%.*s", (int)(colon - text), text);
         text = colon + 1;
     }
-    return parse_int(text, 0, 65535, port, "--listen");
+    return flag_int("--listen", text, 0, 65535, port);
 }
 
 /* STRATA_E* of a failed open -> the documented exit code. */

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -98,13 +99,6 @@ static int parse_double(double *out, const char *text, double lo, double hi) {
     return 0;
 }
 
-static int parse_int(int *out, const char *text, int lo, int hi) {
-    double v;
-    if (parse_double(&v, text, lo, hi) < 0 || v != (double)(int)v) return -1;
-    *out = (int)v;
-    return 0;
-}
-
 /* "R@MS" -> stage and virtual time in ns. */
 static int parse_fault(int *stage, int64_t *at_ns, const char *text) {
     const char *at = strchr(text, '@');
@@ -113,7 +107,7 @@ static int parse_fault(int *stage, int64_t *at_ns, const char *text) {
     if (!at || (size_t)(at - text) >= sizeof head) return -1;
     memcpy(head, text, (size_t)(at - text));
     head[at - text] = '\0';
-    if (parse_int(stage, head, 0, SIM_MAX_STAGES - 1) < 0 ||
+    if (cli_parse_int(head, 0, SIM_MAX_STAGES - 1, stage) < 0 ||
         parse_double(&ms, at + 1, 0.0, 1e9) < 0)
         return -1;
     *at_ns = (int64_t)(ms * 1e6);
@@ -150,11 +144,11 @@ static int parse_run_option(struct cli *cli, const char *name, const char *v) {
     if (!strcmp(name, "--model"))
         cli->model_dir = v;
     else if (!strcmp(name, "--stages"))
-        bad = parse_int(&cli->stages, v, 1, SIM_MAX_STAGES);
+        bad = cli_parse_int(v, 1, SIM_MAX_STAGES, &cli->stages) < 0;
     else if (!strcmp(name, "--split"))
         cli->split_text = v;
     else if (!strcmp(name, "--random-splits"))
-        bad = parse_int(&cli->random_splits, v, 0, 1000);
+        bad = cli_parse_int(v, 0, 1000, &cli->random_splits) < 0;
     else if (!strcmp(name, "--seed")) {
         bad = parse_double(&d, v, 0, 9007199254740992.0);
         cli->seed = (uint64_t)d;
@@ -162,16 +156,16 @@ static int parse_run_option(struct cli *cli, const char *name, const char *v) {
         if (!strcmp(v, "S"))
             cli->requests_per_stage = 1;
         else
-            bad = parse_int(&cli->requests, v, 1, 4096);
+            bad = cli_parse_int(v, 1, 4096, &cli->requests) < 0;
     } else if (!strcmp(name, "--max-tokens"))
-        bad = parse_int(&cli->max_tokens, v, 1, 1 << 20);
+        bad = cli_parse_int(v, 1, 1 << 20, &cli->max_tokens) < 0;
     else if (!strcmp(name, "--prompt"))
         cli->prompt_text = v;
     else if (!strcmp(name, "--temperature")) {
         bad = parse_double(&d, v, 0.0, 100.0);
         cli->sampling.temperature = (float)d;
     } else if (!strcmp(name, "--top-k"))
-        bad = parse_int(&cli->sampling.top_k, v, 0, 1 << 30);
+        bad = cli_parse_int(v, 0, 1 << 30, &cli->sampling.top_k) < 0;
     else if (!strcmp(name, "--top-p")) {
         bad = parse_double(&d, v, 0.0, 1.0);
         cli->sampling.top_p = (float)d;
@@ -202,7 +196,7 @@ static int parse_link_option(struct cli *cli, const char *name, const char *v) {
         bad = parse_double(&d, v, 1e-6, 1e7);
         link->retransmit_timeout_ns = (int64_t)(d * 1e6);
     } else if (!strcmp(name, "--retries"))
-        bad = parse_int(&link->max_retransmits, v, 0, 30);
+        bad = cli_parse_int(v, 0, 30, &link->max_retransmits) < 0;
     else if (!strcmp(name, "--conn-link"))
         bad = parse_conn_link(cli, v);
     else if (!strcmp(name, "--kill-stage"))
@@ -236,12 +230,12 @@ static int parse_compute_option(struct cli *cli, const char *name, const char *v
         bad = parse_double(&d, v, 0, 1e9);
         cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
     } else if (!strcmp(name, "--threads"))
-        bad = parse_int(&cli->sim.num_threads, v, 1, 256);
+        bad = cli_parse_int(v, 1, 256, &cli->sim.num_threads) < 0;
     else if (!strcmp(name, "--device")) {
         cli->sim.device = v; /* cuda[:N] is checked by the backend (exit 1 if absent) */
         bad = strcmp(v, "cpu") != 0 && strncmp(v, "cuda", 4) != 0;
     } else if (!strcmp(name, "--chunk"))
-        bad = parse_int(&cli->sim.chunk_size, v, 1, 1 << 20);
+        bad = cli_parse_int(v, 1, 1 << 20, &cli->sim.chunk_size) < 0;
     else
         return 1;
     return bad ? -1 : 0;
