@@ -52,3 +52,49 @@ extern "C" int cuda_synchronize(void) {
     CUDA_CHECK_RETURN(cudaDeviceSynchronize());
     return STRATA_OK;
 }
+
+extern "C" int cuda_set_device(int index) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess)
+        return strata_set_error(STRATA_EDEVICE, "no CUDA device %d (%s)", index,
+                                cudaGetErrorString(err));
+    if (index < 0 || index >= count)
+        return strata_set_error(STRATA_EDEVICE, "no CUDA device %d (this machine has %d)", index,
+                                count);
+    CUDA_CHECK_RETURN(cudaSetDevice(index));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_device_describe(int index, char *buf, size_t cap) {
+    cudaDeviceProp prop;
+    size_t free_bytes = 0, total_bytes = 0;
+    int rc = cuda_set_device(index);
+    if (rc) return rc;
+    CUDA_CHECK_RETURN(cudaGetDeviceProperties(&prop, index));
+    CUDA_CHECK_RETURN(cudaMemGetInfo(&free_bytes, &total_bytes));
+    if (buf && cap)
+        snprintf(buf, cap, "%s (sm_%d%d), %.1f GiB, %.1f GiB free", prop.name, prop.major,
+                 prop.minor, (double)total_bytes / (1 << 30), (double)free_bytes / (1 << 30));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes) {
+    if (bytes) CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch,
+                              size_t width, size_t height, enum cuda_copy_kind kind) {
+    if (!width || !height) return STRATA_OK;
+    cudaMemcpyKind k = kind == CUDA_COPY_TO_DEVICE ? cudaMemcpyHostToDevice
+                       : kind == CUDA_COPY_TO_HOST ? cudaMemcpyDeviceToHost
+                                                   : cudaMemcpyDeviceToDevice;
+    CUDA_CHECK_RETURN(cudaMemcpy2D(dst, dpitch, src, spitch, width, height, k));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_memset(void *dst, int value, size_t bytes) {
+    if (bytes) CUDA_CHECK_RETURN(cudaMemset(dst, value, bytes));
+    return STRATA_OK;
+}

@@ -24,4 +24,24 @@ int cuda_memcpy_to_host(void *dst, const void *src, size_t bytes);
 /* Waits for all work on the device; reports a fault of any earlier asynchronous launch. */
 int cuda_synchronize(void);
 
+/* Makes device `index` the calling thread's current device (every later allocation,
+ * copy and launch of this thread goes to it); STRATA_EDEVICE "no CUDA device N (...)"
+ * when it does not exist. */
+int cuda_set_device(int index);
+
+/* One line about device `index`: "NVIDIA H100 80GB HBM3 (sm_90), 79.1 GiB, 78.6 GiB free". */
+int cuda_device_describe(int index, char *buf, size_t cap);
+
+/* Synchronous copy between two device buffers. */
+int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes);
+
+/* Synchronous strided copy of `height` rows of `width` bytes (cudaMemcpy2D); dst/src rows
+ * are dpitch/spitch bytes apart. `kind` says where dst and src live. */
+enum cuda_copy_kind { CUDA_COPY_TO_DEVICE = 0, CUDA_COPY_TO_HOST = 1, CUDA_COPY_ON_DEVICE = 2 };
+int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                   size_t height, enum cuda_copy_kind kind);
+
+/* Sets `bytes` of device memory to the byte `value` (synchronous). */
+int cuda_memset(void *dst, int value, size_t bytes);
+
 #endif

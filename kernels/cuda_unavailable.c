@@ -4,8 +4,15 @@
  * instead of the build breaking. Every cuda_<op> of kernels/ needs its stub here. */
 #include <stdio.h>
 
+#include "kernels/attention.h"
 #include "kernels/cuda_device.h"
+#include "kernels/matmul.h"
+#include "kernels/moe_combine.h"
+#include "kernels/moe_route.h"
+#include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rope_apply.h"
+#include "kernels/rope_cos_sin.h"
 #include "kernels/softmax.h"
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
@@ -43,6 +50,90 @@ int cuda_memcpy_to_host(void *dst, const void *src, size_t bytes) {
 }
 
 int cuda_synchronize(void) {
+    return unavailable(__func__);
+}
+
+int cuda_set_device(int index) {
+    (void)index;
+    return unavailable(__func__);
+}
+
+int cuda_device_describe(int index, char *buf, size_t cap) {
+    (void)index;
+    if (buf && cap) snprintf(buf, cap, "%s", reason_text);
+    return unavailable(__func__);
+}
+
+int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes) {
+    (void)dst, (void)src, (void)bytes;
+    return unavailable(__func__);
+}
+
+int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                   size_t height, enum cuda_copy_kind kind) {
+    (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)height, (void)kind;
+    return unavailable(__func__);
+}
+
+int cuda_memset(void *dst, int value, size_t bytes) {
+    (void)dst, (void)value, (void)bytes;
+    return unavailable(__func__);
+}
+
+int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, void *stream) {
+    (void)out, (void)x, (void)w, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
+                   size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
+                   int head_dim, void *stream) {
+    (void)out, (void)q, (void)k_cache, (void)v_cache, (void)kv_head_stride, (void)scratch;
+    (void)pos, (void)n, (void)nh, (void)nkv, (void)head_dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_rope_apply(float *x, const float *cos_t, const float *sin_t, int n_heads, int head_dim,
+                    void *stream) {
+    (void)x, (void)cos_t, (void)sin_t, (void)n_heads, (void)head_dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_rope_apply_rows(float *x, const float *cos_t, const float *sin_t, int n_rows,
+                         int row_stride, int n_heads, int head_dim, void *stream) {
+    (void)x, (void)cos_t, (void)sin_t, (void)n_rows, (void)row_stride, (void)n_heads;
+    (void)head_dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, int pos_t, int pos_h,
+                      int pos_w, const int *mrope_section, int half, void *stream) {
+    (void)cos_out, (void)sin_out, (void)inv_freq, (void)pos_t, (void)pos_h, (void)pos_w;
+    (void)mrope_section, (void)half, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_moe_route(int *experts, float *weights, const float *router_logits, int renormalize,
+                   int num_experts, int top_k, void *stream) {
+    (void)experts, (void)weights, (void)router_logits, (void)renormalize, (void)num_experts;
+    (void)top_k, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_moe_combine(float *out, const float *y, const int32_t *rows, const float *weights,
+                     int count, int dim, void *stream) {
+    (void)out, (void)y, (void)rows, (void)weights, (void)count, (void)dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_ops_weight_row(float *out, const struct ops_weight *w, int row, void *stream) {
+    (void)out, (void)w, (void)row, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *rows, int n,
+                         void *stream) {
+    (void)out, (void)w, (void)rows, (void)n, (void)stream;
     return unavailable(__func__);
 }
 

@@ -40,12 +40,10 @@ int stage_backend_open(struct stage_backend **out, const struct stage_backend_op
     int rc = check_role(opt);
     if (rc < 0) return rc;
     if (strcmp(device, "cpu") == 0) return backend_cpu_open(out, opt);
-    /* The CUDA stage backend is not part of this build yet (issue 17): refuse clearly
-     * instead of silently running on the CPU. */
-    return strata_set_error(STRATA_EDEVICE,
-                            "device '%s' is not available: this build of strata has no CUDA "
-                            "stage backend (only the CPU reference backend, --device cpu)",
-                            device);
+    /* CUDA (backend_cuda.c): STRATA_EDEVICE "device '...' is not available: <reason>" in a
+     * build without the toolkit or on a machine without that device, never a silent
+     * fallback to the CPU. */
+    return backend_cuda_open(out, opt);
 }
 
 void stage_backend_free(struct stage_backend *be) {

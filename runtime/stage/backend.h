@@ -92,6 +92,9 @@ void stage_backend_free(struct stage_backend *be); /* accepts NULL */
 
 /* Backends by device kind (stage_backend_open dispatches to these). */
 int backend_cpu_open(struct stage_backend **out, const struct stage_backend_options *opt);
+/* "cuda" (device 0) or "cuda:N"; STRATA_EDEVICE "device 'cuda:N' is not available: <why>"
+ * without the toolkit (--define=strata_cuda=0) or the device. */
+int backend_cuda_open(struct stage_backend **out, const struct stage_backend_options *opt);
 
 /* The calls, checked against the role (embed needs the embedding, logits the head). */
 int stage_backend_embed(struct stage_backend *be, float *hidden, const int32_t *tokens, int n);

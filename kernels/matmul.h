@@ -1,0 +1,21 @@
+/* CUDA twin of reference/ops.h matmul (naming convention: kernels/README.md).
+ *   out[t, r] = dot(x[t, :], w[r, :])     fp32 accumulation, bf16 or f32 weights
+ * Plain C header: no CUDA types. */
+#ifndef STRATA_KERNELS_MATMUL_H
+#define STRATA_KERNELS_MATMUL_H
+
+struct ops_weight; /* reference/ops.h */
+
+/* out [n, w->rows] = x [n, w->cols] @ w^T. `w` is a host struct whose `data` is a device
+ * pointer (bf16 bit patterns or f32, [rows][cols]); out and x are device pointers and must
+ * not alias. The reference's thread pool is replaced by `stream`.
+ *
+ * Numerics: every output element follows reference/ops.h's dot-product order exactly (two
+ * 8-lane fp32 accumulators over 16-element blocks, the same lane-folding tree, the fma
+ * tail in ascending k), computed by one half-warp whose lane l holds accumulator lane l.
+ * With nvcc --fmad=false the result is bitwise the reference's, and an element never
+ * depends on n or on the other rows of the call (no split-K, no atomics).
+ * Asynchronous on `stream`; 0 or STRATA_EINVAL / STRATA_EDEVICE. */
+int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, void *stream);
+
+#endif
