@@ -1,8 +1,15 @@
 /* The CUDA backend of the harness: device memory from kernels/cuda_device.h and one row per
  * kernels/ twin. In builds without the toolkit these resolve to kernels/cuda_unavailable.c,
  * whose cuda_device_available gives the reason the backend is skipped. */
+#include <stddef.h>
+
+#include "kernels/attention.h"
 #include "kernels/cuda_device.h"
+#include "kernels/matmul.h"
+#include "kernels/moe_route.h"
+#include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/rope_apply.h"
 #include "kernels/softmax.h"
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
@@ -25,11 +32,48 @@ static int run_vec_add(const struct bo_call *c, void *stream) {
     return cuda_vec_add(c->buf[0], c->buf[1], c->s->n, stream);
 }
 
+static int run_rope_apply(const struct bo_call *c, void *stream) {
+    return cuda_rope_apply(c->buf[0], c->buf[1], c->buf[2], c->s->heads, c->s->dim, stream);
+}
+
+static int run_matmul(const struct bo_call *c, void *stream) {
+    struct ops_weight w = {c->buf[2], c->s->wtype, c->s->rows, c->s->dim};
+    return cuda_matmul(c->buf[0], c->buf[1], &w, c->s->n, stream);
+}
+
+/* The twin's scratch is [n * heads][pos + n] device floats (kernels/attention.h). */
+static int run_attention(const struct bo_call *c, void *stream) {
+    const struct bo_shape *s = c->s;
+    size_t ctx = (size_t)(s->pos + s->n);
+    float *scratch = NULL;
+    int rc = cuda_malloc((void **)&scratch, (size_t)s->n * (size_t)s->heads * ctx * sizeof(float));
+    if (!rc)
+        rc = cuda_attention(c->buf[0], c->buf[1], c->buf[2], c->buf[3], ctx * (size_t)s->dim,
+                            scratch, s->pos, s->n, s->heads, s->kv_heads, s->dim, stream);
+    if (!rc) rc = cuda_synchronize();
+    cuda_free(scratch);
+    return rc;
+}
+
+static int run_moe_route(const struct bo_call *c, void *stream) {
+    return cuda_moe_route(c->buf[0], c->buf[1], c->buf[2], c->s->pos, c->s->n, c->s->rows, stream);
+}
+
+static int run_ops_weight_row(const struct bo_call *c, void *stream) {
+    struct ops_weight w = {c->buf[1], c->s->wtype, c->s->rows, c->s->dim};
+    return cuda_ops_weight_row(c->buf[0], &w, c->s->pos, stream);
+}
+
 static const struct bo_backend_op cuda_ops[] = {
     {"rmsnorm", run_rmsnorm},
     {"swiglu", run_swiglu},
     {"softmax", run_softmax},
     {"vec_add", run_vec_add},
+    {"rope_apply", run_rope_apply},
+    {"matmul", run_matmul},
+    {"attention", run_attention},
+    {"moe_route", run_moe_route},
+    {"ops_weight_row", run_ops_weight_row},
 };
 
 const struct bo_backend bo_backend_cuda = {

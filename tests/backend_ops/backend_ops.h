@@ -20,7 +20,7 @@
 enum { BO_MAX_BUFS = 6 };
 
 enum bo_role { BO_IN, BO_OUT, BO_INOUT };
-enum bo_elem { BO_F32, BO_BF16 };
+enum bo_elem { BO_F32, BO_BF16, BO_I32 }; /* BO_I32: outputs only, compared exactly */
 
 /* How an input buffer is filled (uniform u in [-1, 1), seeded per case). */
 enum bo_gen {

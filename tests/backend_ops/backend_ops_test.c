@@ -47,7 +47,7 @@ static float uniform(void) { /* splitmix64 -> [-1, 1) */
 }
 
 static size_t buf_bytes(const struct bo_buf *b) {
-    return b->count * (b->elem == BO_BF16 ? sizeof(uint16_t) : sizeof(float));
+    return b->count * (b->elem == BO_BF16 ? sizeof(uint16_t) : sizeof(float)); /* I32: 4 */
 }
 
 static int is_output(const struct bo_buf *b) {
@@ -80,7 +80,9 @@ static int make_bufs(struct host_bufs *h, const struct bo_op *op, const struct b
                       : b->gen == BO_GEN_WEIGHT ? 1.0f + 0.5f * uniform()
                                                 : uniform();
             if (b->role == BO_OUT) memcpy(&v, &fill, sizeof v);
-            if (b->elem == BO_BF16)
+            if (b->elem == BO_I32)
+                memcpy((int32_t *)h->data[i] + k, &v, sizeof v); /* output fill bits */
+            else if (b->elem == BO_BF16)
                 ((uint16_t *)h->data[i])[k] = f32_to_bf16(v);
             else
                 ((float *)h->data[i])[k] = v;
@@ -103,7 +105,7 @@ static void case_label(char *out, size_t cap, const struct bo_case *c) {
             len += snprintf(out + len, cap - (size_t)len, "%s%s=%d", sep, f[i].name, f[i].v);
             sep = ",";
         }
-    if (!strcmp(c->op, "matmul"))
+    if (!strcmp(c->op, "matmul") || !strcmp(c->op, "ops_weight_row"))
         len +=
             snprintf(out + len, cap - (size_t)len, ",w=%s", s->wtype == OPS_BF16 ? "bf16" : "f32");
     if (s->scale != 0.0f && s->scale != 1.0f)
@@ -219,7 +221,11 @@ static int backend_case(const struct bo_backend *be, const struct bo_backend_op 
     double worst = 0;
     for (int i = 0; !rc && i < want.count; ++i)
         if (is_output(&want.desc[i])) {
-            double e = nmse(got.data[i], want.data[i], want.desc[i].count);
+            /* Integer outputs (expert ids) must be equal: any difference is an infinite error. */
+            double e = want.desc[i].elem == BO_I32
+                           ? (memcmp(got.data[i], want.data[i], buf_bytes(&want.desc[i])) ? INFINITY
+                                                                                          : 0.0)
+                           : nmse(got.data[i], want.data[i], want.desc[i].count);
             worst = isnan(e) || e > worst ? e : worst;
         }
     free_bufs(&want);

@@ -8,7 +8,10 @@
  *     with the golden ids: ids equal transformers' and max |dlogit| <= 1e-3;
  *   - the same run split over two backends [0, k) + [k, L) for every k: bit-identical;
  *   - the KV handed over after the prefill (kv_pack on the backend, kv_restore into a
- *     freshly opened one that then decodes): bit-identical.
+ *     freshly opened one that then decodes): bit-identical;
+ *   - on a device other than cpu, a mixed pipeline cpu [0, 1) -> device [1, L-1) ->
+ *     cpu [L-1, L) in one process: the golden ids and max |dlogit| <= 1e-3 (not bitwise:
+ *     the backends' exp / rsqrt differ in the last bits).
  * A device this build or machine cannot open prints "skipped: <device>: <reason>". */
 #include <math.h>
 #include <stdio.h>
@@ -22,23 +25,28 @@
 #include "tests/test_util.h"
 
 #define LOGIT_TOLERANCE 1e-3
-#define MAX_STAGES 2
+#define MAX_STAGES 3
 
 static const char *device;
 
-static int open_backend(struct stage_backend **be, const struct golden_case *gc, int start, int end,
-                        int max_seq) {
+static int open_on(struct stage_backend **be, const char *dev, const struct golden_case *gc,
+                   int start, int end, int max_seq) {
     struct stage_backend_options o = {.cfg = &gc->cfg,
                                       .weights = gc->st,
                                       .role = {.layer_start = start,
                                                .layer_end = end,
                                                .with_embed = start == 0,
                                                .with_head = end == gc->cfg.num_layers},
-                                      .device = device,
+                                      .device = dev,
                                       .num_threads = 2,
                                       .max_seq = max_seq,
                                       .num_slots = 1};
     return stage_backend_open(be, &o);
+}
+
+static int open_backend(struct stage_backend **be, const struct golden_case *gc, int start, int end,
+                        int max_seq) {
+    return open_on(be, device, gc, start, end, max_seq);
 }
 
 /* The prompt's forward item and hidden rows, VL inputs merged as HF's model does. */
@@ -77,14 +85,15 @@ static int prefill_inputs(struct prefill *p, const struct golden_case *gc,
 }
 
 /* Replaces each backend by a fresh one holding its KV (pack -> restore). */
-static int hand_over_kv(struct stage_backend **be, int n_stages, const struct golden_case *gc,
-                        int max_seq) {
+static int hand_over_kv(struct stage_backend **be, const char *const *devices, int n_stages,
+                        const struct golden_case *gc, int max_seq) {
     for (int s = 0; s < n_stages; ++s) {
         struct stage_backend *fresh = NULL;
         struct kv_handoff kv;
         int slot = 0, rc = stage_backend_kv_pack(be[s], &kv, &slot, 1);
         if (rc == 0)
-            rc = open_backend(&fresh, gc, be[s]->role.layer_start, be[s]->role.layer_end, max_seq);
+            rc = open_on(&fresh, devices[s], gc, be[s]->role.layer_start, be[s]->role.layer_end,
+                         max_seq);
         if (rc == 0) rc = stage_backend_kv_acquire(fresh, &slot);
         if (rc == 0) rc = stage_backend_kv_restore(fresh, &slot, 1, &kv);
         kv_handoff_free(&kv);
@@ -112,8 +121,8 @@ static int step_through(struct stage_backend **be, int n_stages, float *hidden,
 
 /* Logits [n_steps, V] of the golden stream over stages `bounds`; NULL on failure (message
  * set). With `handover`, the KV moves to fresh backends after the prefill. */
-static float *run_case(const struct golden_case *gc, const int *bounds, int n_stages,
-                       int handover) {
+static float *run_case(const struct golden_case *gc, const int *bounds,
+                       const char *const *devices, int n_stages, int handover) {
     int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
     int max_seq = S + gc->n_steps, slot, rc = 0;
     struct stage_backend *be[MAX_STAGES] = {0};
@@ -122,7 +131,7 @@ static float *run_case(const struct golden_case *gc, const int *bounds, int n_st
     float *logits = calloc((size_t)gc->n_steps * V, sizeof(float));
     memset(&p, 0, sizeof p);
     for (int s = 0; s < n_stages && rc == 0; ++s) {
-        rc = open_backend(&be[s], gc, bounds[s], bounds[s + 1], max_seq);
+        rc = open_on(&be[s], devices[s], gc, bounds[s], bounds[s + 1], max_seq);
         if (rc == 0) rc = stage_backend_kv_acquire(be[s], &slot);
     }
     if (rc == 0) rc = logits ? prefill_inputs(&p, gc, be[0]) : STRATA_ENOMEM;
@@ -138,7 +147,7 @@ static float *run_case(const struct golden_case *gc, const int *bounds, int n_st
             rc = stage_backend_embed(be[0], p.hidden, &token, 1);
         }
         if (rc == 0) rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, H);
-        if (rc == 0 && step == 0 && handover) rc = hand_over_kv(be, n_stages, gc, max_seq);
+        if (rc == 0 && step == 0 && handover) rc = hand_over_kv(be, devices, n_stages, gc, max_seq);
     }
     for (int s = 0; s < n_stages; ++s)
         stage_backend_free(be[s]);
@@ -152,6 +161,34 @@ static float *run_case(const struct golden_case *gc, const int *bounds, int n_st
     return logits;
 }
 
+/* cpu [0, 1) -> device [1, L-1) -> cpu [L-1, L): the golden ids and logits within the
+ * tolerance; 0 when it holds, else 1 with a line. */
+static int check_mixed(const struct golden_case *gc, const char *name) {
+    int L = gc->cfg.num_layers, V = gc->cfg.vocab_size, bounds[4] = {0, 1, L - 1, L}, bad = 0;
+    const char *const devices[MAX_STAGES] = {"cpu", device, "cpu"};
+    double max_delta = 0.0;
+    float *logits = run_case(gc, bounds, devices, 3, 1);
+    if (!logits) {
+        printf("  %s: cpu -> %s -> cpu: %s\n", name, device, strata_last_error());
+        return 1;
+    }
+    for (int step = 0; step < gc->n_steps; ++step) {
+        const float *got = logits + (size_t)step * V, *want = gc->logits + (size_t)step * V;
+        for (int v = 0; v < V; ++v)
+            max_delta = fmax(max_delta, fabs((double)got[v] - (double)want[v]));
+        bad += argmax(got, V) != gc->generated[step];
+    }
+    free(logits);
+    if (bad || max_delta > LOGIT_TOLERANCE) {
+        printf("  %s: cpu -> %s -> cpu (KV handed over): %d id(s) differ, max |dlogit| = %.3g\n",
+               name, device, bad, max_delta);
+        return 1;
+    }
+    printf("  %s: cpu -> %s -> cpu (KV handed over): golden ids, max |dlogit| = %.3g\n", name,
+           device, max_delta);
+    return 0;
+}
+
 /* 0 when the case holds on this backend; prints one line either way. */
 static int check_case(const char *name) {
     struct golden_case gc;
@@ -162,7 +199,8 @@ static int check_case(const char *name) {
     int V = gc.cfg.vocab_size, L = gc.cfg.num_layers, whole[2] = {0, L}, failures = 0;
     size_t bytes = sizeof(float) * (size_t)gc.n_steps * V;
     double max_delta = 0.0;
-    float *logits = run_case(&gc, whole, 1, 0);
+    const char *const same[MAX_STAGES] = {device, device, device};
+    float *logits = run_case(&gc, whole, same, 1, 0);
     if (!logits) {
         printf("FAIL %s on %s: %s\n", name, device, strata_last_error());
         golden_case_close(&gc);
@@ -177,7 +215,7 @@ static int check_case(const char *name) {
     failures += max_delta > LOGIT_TOLERANCE;
     for (int k = 1; k < L; ++k) {
         int split[3] = {0, k, L};
-        float *parts = run_case(&gc, split, 2, k == L / 2);
+        float *parts = run_case(&gc, split, same, 2, k == L / 2);
         if (!parts || memcmp(parts, logits, bytes)) {
             printf("  %s: split at %d%s differs: %s\n", name, k,
                    k == L / 2 ? " with KV handover" : "", parts ? "logits" : strata_last_error());
@@ -185,6 +223,7 @@ static int check_case(const char *name) {
         }
         free(parts);
     }
+    if (strcmp(device, "cpu") != 0 && L >= 3) failures += check_mixed(&gc, name);
     printf("%s %-18s on %s: %d steps, max |dlogit| = %.3g, ids %s, splits k=1..%d %s\n",
            failures ? "FAIL" : "ok  ", name, device, gc.n_steps, max_delta,
            failures ? "checked" : "identical", L - 1, failures ? "checked" : "bit-identical");

@@ -1,7 +1,8 @@
 /* The reference ops the harness knows (bo_ops) and the shapes they are tested on
  * (bo_cases). Shapes include a single row / element, sizes that are not a multiple of any
- * block or vector width, and model-sized rows. Not in the table yet: moe_route (int
- * outputs) and rope_cos_sin (an int section table); the harness compares float outputs. */
+ * block or vector width, and model-sized rows. Integer outputs (moe_route's expert ids)
+ * must be equal. Not in the table yet: rope_cos_sin (an int section table input; its CUDA
+ * twin is checked by tests/kernels/rope_cos_sin_test.c). */
 #include <stdlib.h>
 
 #include "reference/ops.h"
@@ -117,6 +118,37 @@ static int attention_ref(const struct bo_call *c, struct thread_pool *pool) {
     return 0;
 }
 
+/* ---------------------------------------------------------------- moe_route, weight rows */
+
+/* n experts, rows = top_k, pos = renormalize. */
+static int moe_route_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = (struct bo_buf){"experts", BO_OUT, BO_I32, (size_t)s->rows, BO_GEN_ACT};
+    b[1] = BUF("weights", BO_OUT, (size_t)s->rows, BO_GEN_ACT);
+    b[2] = BUF("router_logits", BO_IN, (size_t)s->n, BO_GEN_ACT);
+    return 3;
+}
+
+static int moe_route_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    moe_route(c->buf[0], c->buf[1], c->buf[2], c->s->pos, c->s->n, c->s->rows);
+    return 0;
+}
+
+/* w [rows, dim] (wtype), row = pos. */
+static int weight_row_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("out", BO_OUT, (size_t)s->dim, BO_GEN_ACT);
+    b[1] = BUF("w", BO_IN, sz(s->rows, s->dim), BO_GEN_UNIT);
+    if (s->wtype == OPS_BF16) b[1].elem = BO_BF16;
+    return 2;
+}
+
+static int weight_row_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    struct ops_weight w = {c->buf[1], c->s->wtype, c->s->rows, c->s->dim};
+    ops_weight_row(c->buf[0], &w, c->s->pos);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- tables */
 
 /* fp32 ops: 1e-7, llama.cpp's default bound. */
@@ -128,6 +160,8 @@ const struct bo_op bo_ops[] = {
     {"rope_apply", 1e-7, rope_apply_layout, rope_apply_ref},
     {"matmul", 1e-7, matmul_layout, matmul_ref},
     {"attention", 1e-7, attention_layout, attention_ref},
+    {"moe_route", 1e-7, moe_route_layout, moe_route_ref},
+    {"ops_weight_row", 1e-7, weight_row_layout, weight_row_ref},
 };
 const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
 
@@ -159,6 +193,19 @@ const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
     {                                                                                              \
         "attention", {                                                                             \
             .n = n_, .pos = pos_, .heads = h_, .kv_heads = kv_, .dim = d_                          \
+        }                                                                                          \
+    }
+
+#define ROUTE(e_, k_, renorm_, scale_)                                                             \
+    {                                                                                              \
+        "moe_route", {                                                                             \
+            .n = e_, .rows = k_, .pos = renorm_, .scale = scale_                                   \
+        }                                                                                          \
+    }
+#define WROW(rows_, dim_, row_, wt_)                                                               \
+    {                                                                                              \
+        "ops_weight_row", {                                                                        \
+            .rows = rows_, .dim = dim_, .pos = row_, .wtype = wt_                                  \
         }                                                                                          \
     }
 
@@ -202,5 +249,20 @@ const struct bo_case bo_cases[] = {
     ATTN(3, 5, 4, 2, 64),
     ATTN(7, 0, 6, 2, 32),
     ATTN(1, 40, 8, 1, 128),
+    ATTN(17, 0, 4, 4, 128),
+    ATTN(2, 300, 16, 8, 64),
+
+    MATMUL(9, 100, 50, OPS_F32),
+    MATMUL(6, 2048, 300, OPS_BF16),
+
+    ROUTE(1, 1, 0, 1.0f),
+    ROUTE(8, 2, 1, 3.0f),
+    ROUTE(128, 8, 1, 4.0f),
+    ROUTE(60, 4, 0, 2.0f),
+
+    WROW(1, 1, 0, OPS_F32),
+    WROW(7, 33, 6, OPS_BF16),
+    WROW(100, 1000, 42, OPS_BF16),
+    WROW(10, 257, 3, OPS_F32),
 };
 const size_t bo_n_cases = sizeof bo_cases / sizeof bo_cases[0];

@@ -1,0 +1,105 @@
+/* cuda_matmul's determinism contract (kernels/matmul.h), beyond the NMSE sweep of
+ * tests/backend_ops: each output element is bitwise the reference matmul's (the same
+ * dot-product order, no fma contraction), and does not depend on how many rows share the
+ * call (rows computed one at a time equal rows computed in one batch of 9). bf16 and f32
+ * weights, K with and without a K % 16 tail. Prints "skipped: <reason>" without a device. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_device.h"
+#include "kernels/matmul.h"
+#include "reference/ops.h"
+#include "reference/thread_pool.h"
+#include "runtime/base/dtype.h"
+#include "runtime/base/status.h"
+#include "tests/test_util.h"
+
+enum { N = 9 };
+
+static float value(unsigned i) {
+    i = i * 2654435761u + 12345u;
+    return (float)((i >> 8) % 2001u) / 1000.0f - 1.0f;
+}
+
+/* 0 when every check of one (K, rows, dtype) holds. */
+static int check_shape(int K, int rows, enum ops_dtype dtype, struct thread_pool *pool) {
+    size_t esz = dtype == OPS_BF16 ? 2 : 4;
+    float *x = malloc(sizeof(float) * N * K), *want = malloc(sizeof(float) * N * rows);
+    float *batch = malloc(sizeof(float) * N * rows), *single = malloc(sizeof(float) * N * rows);
+    void *w = malloc(esz * (size_t)rows * K);
+    float *d_x = NULL, *d_out = NULL;
+    void *d_w = NULL;
+    int rc = (!x || !want || !batch || !single || !w) ? STRATA_ENOMEM : 0;
+    for (int i = 0; !rc && i < N * K; ++i)
+        x[i] = value((unsigned)i);
+    for (int i = 0; !rc && i < rows * K; ++i) {
+        float v = value((unsigned)i + 7777u);
+        if (dtype == OPS_BF16)
+            ((uint16_t *)w)[i] = f32_to_bf16(v);
+        else
+            ((float *)w)[i] = v;
+    }
+    struct ops_weight host_w = {w, dtype, rows, K};
+    if (!rc) matmul(want, x, &host_w, N, pool);
+    if (!rc) rc = cuda_malloc((void **)&d_x, sizeof(float) * N * K);
+    if (!rc) rc = cuda_malloc((void **)&d_out, sizeof(float) * N * rows);
+    if (!rc) rc = cuda_malloc(&d_w, esz * (size_t)rows * K);
+    if (!rc) rc = cuda_memcpy_to_device(d_x, x, sizeof(float) * N * K);
+    if (!rc) rc = cuda_memcpy_to_device(d_w, w, esz * (size_t)rows * K);
+    struct ops_weight dev_w = {d_w, dtype, rows, K};
+    if (!rc) rc = cuda_matmul(d_out, d_x, &dev_w, N, NULL);
+    if (!rc) rc = cuda_memcpy_to_host(batch, d_out, sizeof(float) * N * rows);
+    for (int t = 0; !rc && t < N; ++t) {
+        rc = cuda_matmul(d_out, d_x + (size_t)t * K, &dev_w, 1, NULL);
+        if (!rc) rc = cuda_memcpy_to_host(single + (size_t)t * rows, d_out, sizeof(float) * rows);
+    }
+    int failures = 0;
+    if (rc) {
+        printf("FAIL K=%d rows=%d %s: %s\n", K, rows, dtype == OPS_BF16 ? "bf16" : "f32",
+               strata_last_error());
+        failures = 1;
+    } else {
+        int same_ref = !memcmp(batch, want, sizeof(float) * N * rows);
+        int same_batch = !memcmp(batch, single, sizeof(float) * N * rows);
+        printf("%s K=%d rows=%d %s: bitwise the reference %s, batch-invariant %s\n",
+               same_ref && same_batch ? "ok  " : "FAIL", K, rows,
+               dtype == OPS_BF16 ? "bf16" : "f32", same_ref ? "yes" : "NO",
+               same_batch ? "yes" : "NO");
+        failures = !same_ref + !same_batch;
+    }
+    cuda_free(d_x);
+    cuda_free(d_out);
+    cuda_free(d_w);
+    free(x);
+    free(want);
+    free(batch);
+    free(single);
+    free(w);
+    return failures;
+}
+
+int main(void) {
+    char reason[256];
+    if (!cuda_device_available(reason, sizeof reason)) {
+        test_skip_all(reason);
+        return 0;
+    }
+    printf("device: %s\n", reason);
+    struct thread_pool *pool = NULL;
+    if (thread_pool_init(&pool, 2)) {
+        printf("FAIL: %s\n", strata_last_error());
+        return 1;
+    }
+    int failures = 0;
+    const int shapes[][2] = {{16, 3}, {67, 33}, {1024, 257}, {2560, 64}, {5, 17}};
+    for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
+        failures += check_shape(shapes[i][0], shapes[i][1], OPS_BF16, pool);
+        failures += check_shape(shapes[i][0], shapes[i][1], OPS_F32, pool);
+    }
+    failures += cuda_matmul(NULL, NULL, NULL, 1, NULL) != STRATA_EINVAL;
+    thread_pool_free(pool);
+    printf("%d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
