@@ -62,8 +62,11 @@
  * request (a prefill chunk or a decode row), up to `max_batch_tokens` rows, and runs it as
  * one backend forward call (runtime/stage/backend.h). Stage 0 additionally caps a microbatch at
  * ceil(N / S) of its N active requests, so the requests travel the ring as S staggered groups: with
- * S stages and >= S requests every stage has a group to compute at the same time, and a
- * long prompt's chunks stream through the stages one after another.
+ * S stages and >= S requests every stage has a group to compute at the same time. Stage 0
+ * cuts each prompt into chunks of min(chunk_size, ceil(prompt_len / S)) rows, so even a
+ * short prompt's chunks stream through the stages one after another: stage r starts
+ * after r chunks, not r whole prompts, and no stage holds a returning token behind a whole
+ * prompt's prefill.
  *
  * Deterministic: the same sequence of calls gives the same frames and results, and (by
  * reference/model.h's contract) a request's tokens and logits do not depend on the split,
