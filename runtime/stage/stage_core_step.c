@@ -55,8 +55,8 @@ static int collect_candidates(struct stage_core *core) {
 }
 
 /* Whether candidate i (in queue order) joins the microbatch being formed, given the rows
- * and prompt chunks taken so far and `chunks_behind`, the prompt chunks among candidates
- * 1.. . Stage 0 of a pipeline (the scheduler):
+ * and prompt chunks taken so far; `chunks_behind` counts the prompt chunks among all
+ * candidates but the oldest. Stage 0 of a pipeline (the scheduler):
  *   - always takes the oldest item, so an item is passed over at most as many times as
  *     items were queued before it;
  *   - takes at most one prompt chunk: a chunk is sized to stream through the stages
