@@ -65,7 +65,8 @@ static const char usage_text[] =
     "  --threads N           matmul threads per stage (default 1)\n"
     "  --device cpu|cuda:N   every stage's backend: cpu (default) or GPU N (refused with the\n"
     "                        reason where the build or machine has no CUDA)\n"
-    "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic\n"
+    "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic,\n"
+    "                        and where its idle time lies (filling, starved, drained)\n"
     "  --chunk N             prefill chunk rows (default: stage core's)\n"
     "  -h, --help            this text\n"
     "\n"
@@ -455,6 +456,10 @@ static int run_split(struct sim_report *report, struct cli *cli, const struct si
                                    : 0.0,
                (double)st->wall_ns / 1e6, (double)st->cpu_ns / 1e6,
                (unsigned long long)st->frames_out, (unsigned long long)st->bytes_out);
+        if (st->first_step_ns >= 0)
+            printf("      idle: filling %.3f ms, starved between steps %.3f ms, drained %.3f ms\n",
+                   (double)st->first_step_ns / 1e6, (double)st->gap_ns / 1e6,
+                   (double)(report->makespan_ns - st->last_step_end_ns) / 1e6);
     }
     if (report->protocol_errors) {
         printf("    protocol errors: %d, first: %s\n", report->protocol_errors,

@@ -333,6 +333,11 @@ static int stage_maybe_step(struct sim *sim, int r) {
         break;
     default: charged = st->thread.wall_ns; break;
     }
+    if (stats->steps == 0)
+        stats->first_step_ns = sim->clock.now_ns;
+    else
+        stats->gap_ns += sim->clock.now_ns - stats->last_step_end_ns;
+    stats->last_step_end_ns = sim->clock.now_ns + charged;
     stats->steps++;
     stats->rows += rows;
     stats->busy_ns += charged;
@@ -620,6 +625,7 @@ static int build_stages(struct sim *sim) {
                                                .max_batch = opt->num_requests,
                                                .chunk_size = opt->chunk_size,
                                                .keep_logits = opt->keep_logits && r == S - 1};
+        sim->report->stages[r].first_step_ns = -1;
         sim->report->stages[r].layer_start = st->open.layer_start;
         sim->report->stages[r].layer_end = st->open.layer_end;
     }

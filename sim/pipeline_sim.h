@@ -103,6 +103,11 @@ struct sim_stage_stats {
     int64_t wall_ns; /* measured wall-clock time of its steps */
     int64_t cpu_ns;  /* measured thread CPU time of its steps */
     uint64_t frames_out, bytes_out;
+    /* Where its idle time lies (virtual): before its first step (the pipeline filling),
+     * between steps (starved: nothing queued), after its last step (draining). */
+    int64_t first_step_ns;    /* start of its first step, -1 when it ran none */
+    int64_t last_step_end_ns; /* end of its last step */
+    int64_t gap_ns;           /* idle time between its first and last step */
 };
 
 struct sim_report {

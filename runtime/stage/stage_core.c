@@ -371,6 +371,16 @@ static int forward_request(struct stage_core *core, struct stage_req *req, const
     return -1;
 }
 
+/* Stage 0: rows per prefill chunk of a prompt. A prompt is cut into at least S chunks
+ * (when it has S rows), so its prefill streams through the stages one chunk behind the
+ * other: stage r starts after r chunks rather than r whole prompts, and a stage never
+ * holds a token behind a whole prompt's prefill. chunk_size stays the upper bound. */
+static int prefill_chunk(const struct stage_core *core, int prompt_len) {
+    int S = core->opt.num_stages, chunk = (prompt_len + S - 1) / S;
+    if (chunk > core->opt.chunk_size) chunk = core->opt.chunk_size;
+    return chunk < 1 ? 1 : chunk;
+}
+
 /* Stage 0: a Request from a client. Admitted: forwarded down the pipeline at once and its
  * prompt queued in chunks. Refused: an Error with its nonce to the client. */
 static int on_client_request(struct stage_core *core, uint32_t client_id,
@@ -400,9 +410,10 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
     req->prompt = core->prompts + (size_t)req->slot * (size_t)core->max_seq;
     memcpy(req->prompt, msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
     if (forward_request(core, req, frame, len) < 0) return 0;
-    for (int pos = 0; pos < params.prompt_len; pos += core->opt.chunk_size) {
+    int chunk = prefill_chunk(core, params.prompt_len);
+    for (int pos = 0; pos < params.prompt_len; pos += chunk) {
         int n = params.prompt_len - pos;
-        if (n > core->opt.chunk_size) n = core->opt.chunk_size;
+        if (n > chunk) n = chunk;
         if (enqueue(core, req->nonce, 0, pos, n, req->prompt + pos, 0, NULL) < 0) {
             stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
             return 0;

@@ -62,8 +62,18 @@
  * request (a prefill chunk or a decode row), up to `max_batch_tokens` rows, and runs it as
  * one backend forward call (runtime/stage/backend.h). Stage 0 additionally caps a microbatch at
  * ceil(N / S) of its N active requests, so the requests travel the ring as S staggered groups: with
- * S stages and >= S requests every stage has a group to compute at the same time, and a
- * long prompt's chunks stream through the stages one after another.
+ * S stages and >= S requests every stage has a group to compute at the same time. Stage 0
+ * cuts each prompt into chunks of min(chunk_size, ceil(prompt_len / S)) rows, so even a
+ * short prompt's chunks stream through the stages one after another: stage r starts
+ * after r chunks, not r whole prompts, and no stage holds a returning token behind a whole
+ * prompt's prefill. Within its cap stage 0 always takes its oldest item, at most one prompt
+ * chunk, and decode rows only when no other prompt chunk is queued (prompts first: every
+ * request starts decoding early, so none is left to finish alone on an idle ring; see
+ * stage_core_step.c).
+ * Measured with strata-sim (fixed 500 us per row and layer, 100 us links, 8 layers, 16-token
+ * prompts, 32 tokens): S requests on S = 2, 4, 8 stages keep the stages 89%, 88% and 85%
+ * busy (the bound: each request's token loop crosses S links per step), 2S requests 95%,
+ * 96% and 98%.
  *
  * Deterministic: the same sequence of calls gives the same frames and results, and (by
  * reference/model.h's contract) a request's tokens and logits do not depend on the split,

@@ -28,7 +28,7 @@ struct stage_req {
     int logits_cap;
     int32_t *prompt; /* stage 0: [prompt_len], the slot's row of core->prompts */
     struct sampler sampler;
-    int picked; /* scratch: already has an item in the microbatch being formed */
+    int picked; /* scratch: its first queued item is known while a microbatch is formed */
 };
 
 /* A unit of pending work: one prefill chunk or one decode row of one request. */
@@ -41,6 +41,7 @@ struct stage_item {
     int32_t token;         /* stage 0 decode: the fed-back token */
     float *hidden;         /* other stages: [n_tokens, H] copied from the frame */
     size_t hidden_cap;     /* floats allocated at `hidden` (kept when the item is recycled) */
+    int taken;             /* scratch: chosen for the microbatch being formed */
     struct stage_item *next;
 };
 

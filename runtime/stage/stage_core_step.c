@@ -28,29 +28,76 @@ static int batch_limit(const struct stage_core *core) {
     return active <= S ? 1 : (active + S - 1) / S;
 }
 
-/* Picks the microbatch into core->picked and unlinks it from the queue; returns its size. */
-static int pick_items(struct stage_core *core, int *rows_out) {
-    int n = 0, rows = 0, limit = batch_limit(core);
+/* Collects each request's first queued item (a request's items run in order, one per
+ * microbatch) into core->picked in queue order; returns how many. Drops items of requests
+ * no longer held (cannot happen: release() drops them; never spin on one). */
+static int collect_candidates(struct stage_core *core) {
     struct stage_item **link = &core->queue_head;
+    int n = 0;
     for (int i = 0; i < core->max_batch; i++)
         core->reqs[i].picked = 0;
     core->queue_tail = NULL;
     while (*link) {
         struct stage_item *it = *link;
         struct stage_req *req = stage_find(core, it->nonce);
-        int take =
-            req && !req->picked && n < limit && rows + it->n_tokens <= core->opt.max_batch_tokens;
-        if (!req) { /* cannot happen (release() drops a request's items); never spin on it */
+        if (!req) {
             *link = it->next;
             stage_item_put(core, it);
             continue;
         }
-        req->picked = 1; /* later items of this request wait for the next microbatch */
-        if (take) {
+        it->taken = 0;
+        if (!req->picked) core->picked[n++] = it;
+        req->picked = 1;
+        core->queue_tail = it;
+        link = &it->next;
+    }
+    return n;
+}
+
+/* Whether candidate i (in queue order) joins the microbatch being formed, given the rows
+ * and prompt chunks taken so far; `chunks_behind` counts the prompt chunks among all
+ * candidates but the oldest. Stage 0 of a pipeline (the scheduler):
+ *   - always takes the oldest item, so an item is passed over at most as many times as
+ *     items were queued before it;
+ *   - takes at most one prompt chunk: a chunk is sized to stream through the stages
+ *     (prefill_chunk), and a microbatch of several stalls the next stage for as long as
+ *     the extra chunks take;
+ *   - adds decode rows only when no prompt chunk is queued but the oldest item. A chunk
+ *     keeps the stages after it as busy as a decode row would, while a request that
+ *     starts decoding late also finishes late, alone on a ring whose hops then leave the
+ *     stages idle (prompts first gave the fewest bubbles in strata-sim).
+ * Other stages take whatever has arrived, within the row budget. */
+static int joins(const struct stage_core *core, int i, int rows, int chunks, int chunks_behind) {
+    const struct stage_item *it = core->picked[i];
+    if (rows + it->n_tokens > core->opt.max_batch_tokens) return 0;
+    if (!core->is_first || core->opt.num_stages == 1 || i == 0) return 1;
+    return it->step == 0 ? chunks == 0 : chunks_behind == 0;
+}
+
+/* Picks the microbatch into core->picked (in queue order) and unlinks it from the queue;
+ * returns its size. */
+static int pick_items(struct stage_core *core, int *rows_out) {
+    int n = 0, rows = 0, chunks = 0, chunks_behind = 0, limit = batch_limit(core);
+    int n_cand = collect_candidates(core);
+    struct stage_item **link = &core->queue_head;
+    for (int i = 1; i < n_cand; i++)
+        chunks_behind += core->picked[i]->step == 0;
+    for (int i = 0; i < n_cand && n < limit; i++) {
+        struct stage_item *it = core->picked[i];
+        if (!joins(core, i, rows, chunks, chunks_behind)) continue;
+        it->taken = 1;
+        n++;
+        rows += it->n_tokens;
+        chunks += it->step == 0;
+    }
+    n = 0;
+    core->queue_tail = NULL;
+    while (*link) {
+        struct stage_item *it = *link;
+        if (it->taken) {
             *link = it->next;
             it->next = NULL;
             core->picked[n++] = it;
-            rows += it->n_tokens;
         } else {
             core->queue_tail = it;
             link = &it->next;

@@ -191,8 +191,10 @@ static void concurrent_requests_fill_the_pipeline(void **state) {
     options_for(&opt, f, 4, 4);
     opt.link.latency_ns = 0;
     assert_int_equal(sim_run(&full, &opt), 0);
-    /* One request keeps one stage of four busy at a time: at most 25% utilisation. */
-    assert_true(one.utilisation > 0.0 && one.utilisation <= 0.2501);
+    /* One request keeps one stage of four busy at a time, but for its prompt's chunks
+     * (stage 0 cuts a prompt into S chunks that stream through the stages): little more
+     * than 25% utilisation (28% here: 3 prompt rows, 11 decode rows). */
+    assert_true(one.utilisation > 0.0 && one.utilisation <= 0.30);
     assert_true(full.utilisation > one.utilisation);
     assert_true(full.tokens_per_s > one.tokens_per_s);
     assert_true(full.bubble_fraction < one.bubble_fraction);

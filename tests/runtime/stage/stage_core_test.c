@@ -186,6 +186,50 @@ static void test_all_stages_busy(void **state) {
     tp_pipeline_free(&pipe_a);
 }
 
+/* Stage 0 of a pipeline cuts each prompt into S chunks and computes one prompt chunk per
+ * microbatch, every request's prompt before further decode rows; the tokens stay those of
+ * each request alone. */
+static void test_stage0_streams_prompt_chunks(void **state) {
+    struct tp_golden *g = &golden_tied;
+    struct stage_request req;
+    struct stage_core_stats st;
+    int32_t prompts[4][8], solo[4][6], got[8];
+    int ended, code;
+    char msg[512];
+    (void)state;
+    for (int i = 0; i < 4; i++) {
+        for (int k = 0; k < 8; k++)
+            prompts[i][k] = g->prompt[(3 * i + k) % g->prompt_len];
+        assert_int_equal(tp_pipeline_init(&pipe_a, g, 2, NULL, 64, 4, 16), 0);
+        tp_request(&req, 30 + i, prompts[i], 8, 6);
+        assert_int_equal(tp_submit(&pipe_a, 1, &req), 0);
+        tp_run(&pipe_a, 10000);
+        assert_int_equal(
+            tp_client_tokens(&pipe_a, 30 + i, solo[i], 6, &ended, &code, msg, sizeof msg), 6);
+        tp_pipeline_free(&pipe_a);
+    }
+    assert_int_equal(tp_pipeline_init(&pipe_a, g, 2, NULL, 64, 4, 16), 0);
+    for (int i = 0; i < 4; i++) {
+        tp_request(&req, 30 + i, prompts[i], 8, 6);
+        assert_int_equal(tp_submit(&pipe_a, 1, &req), 0);
+    }
+    /* 4 prompts of 8 rows on 2 stages: 8 chunks of 4 rows (not 4 of --chunk 16), one per
+     * microbatch although stage 0 may batch 2 requests. */
+    for (int step = 1; step <= 8; step++) {
+        assert_int_equal(stage_core_step(pipe_a.cores[0]), 1);
+        stage_core_get_stats(pipe_a.cores[0], &st);
+        assert_int_equal(st.rows, 4 * step);
+    }
+    tp_run(&pipe_a, 10000);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(tp_client_tokens(&pipe_a, 30 + i, got, 8, &ended, &code, msg, sizeof msg),
+                         6);
+        assert_int_equal(code, 0);
+        assert_memory_equal(got, solo[i], sizeof(int32_t) * 6);
+    }
+    tp_pipeline_free(&pipe_a);
+}
+
 /* One stage with several requests: one step advances every ready request. */
 static void test_multiplexer_batches_decode(void **state) {
     struct tp_golden *g = &golden_tied;
@@ -718,6 +762,7 @@ int main(void) {
         cmocka_unit_test(test_chunked_prefill_overlaps),
         cmocka_unit_test(test_multiplexer_batches_decode),
         cmocka_unit_test(test_all_stages_busy),
+        cmocka_unit_test(test_stage0_streams_prompt_chunks),
         cmocka_unit_test(test_admission_control),
         cmocka_unit_test(test_frame_checks),
         cmocka_unit_test(test_request_forwarded_before_activations),
