@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/text/tokenizer_internal.h"
 
@@ -423,30 +425,15 @@ int tokenizer_load_json(struct tokenizer **out, const char *tokenizer_json, size
     return 0;
 }
 
-/* Reads dir/name into a malloc'ed NUL-terminated buffer; *text = NULL when it is absent and
+/* Reads dir/name (cli_read_file: NUL-terminated); *text = NULL when it is absent and
  * optional. */
 static int read_file(const char *dir, const char *name, int optional, char **text, size_t *len) {
     char path[4096];
     *text = NULL;
     if (snprintf(path, sizeof path, "%s/%s", dir, name) >= (int)sizeof path)
         return strata_set_error(STRATA_EINVAL, "tokenizer: path too long: %s", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) return optional ? 0 : strata_set_error(STRATA_ENOTFOUND, "cannot open %s", path);
-    struct tok_buf b = {0};
-    char chunk[65536];
-    size_t n;
-    int st = tok_buf_append(&b, "", 0);
-    while (st == 0 && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
-        st = tok_buf_append(&b, chunk, n);
-    if (st == 0 && ferror(f)) st = strata_set_error(STRATA_EIO, "read error on %s", path);
-    fclose(f);
-    if (st != 0) {
-        free(b.data);
-        return st;
-    }
-    *text = b.data;
-    *len = b.len;
-    return 0;
+    if (optional && access(path, F_OK) != 0) return 0;
+    return cli_read_file(text, len, path);
 }
 
 int tokenizer_load(struct tokenizer **out, const char *dir) {
