@@ -14,9 +14,38 @@
 
 #include "runtime/base/status.h"
 #include "runtime/text/tokenizer.h"
+#include "tests/runtime/text/mini_tokenizer.h"
 #include "tests/test_util.h"
 
 static struct tokenizer *g_tok;
+static int stream_decode(const int32_t *ids, size_t n, int skip, char **out);
+static int32_t g_byte_id[256]; /* the real vocabulary's id of each byte-level token */
+
+static void find_byte_ids(void) {
+    for (unsigned b = 0; b < 256; ++b) {
+        unsigned cp = mini_byte_cp(b);
+        char s[3] = {(char)cp, 0, 0};
+        if (cp >= 0x80) {
+            s[0] = (char)(0xC0 | (cp >> 6));
+            s[1] = (char)(0x80 | (cp & 0x3F));
+        }
+        g_byte_id[b] = tokenizer_token_id(g_tok, s);
+    }
+}
+
+/* The text streamed one byte-level token per byte, so every multi-byte character is split
+ * across pushes: the stream must give the text back exactly. */
+static int byte_stream_ok(const char *text) {
+    size_t n = strlen(text);
+    int32_t *ids = malloc((n ? n : 1) * sizeof *ids);
+    for (size_t i = 0; i < n; ++i)
+        ids[i] = g_byte_id[(unsigned char)text[i]];
+    char *out = NULL;
+    int ok = stream_decode(ids, n, 0, &out) == 0 && strcmp(out, text) == 0;
+    free(ids);
+    free(out);
+    return ok;
+}
 
 /* Golden strings where HF tokenizers is not Unicode's NFC and utf8proc is; each must still
  * differ (so a fix upstream or here shows up) and nothing else may.
@@ -95,6 +124,8 @@ static const char *check_case(const cJSON *c) {
         why = "stream broke a character";
     else if (strcmp(streamed, dec) != 0)
         why = "streamed decode differs";
+    else if (!byte_stream_ok(dec))
+        why = "byte-by-byte stream differs";
     else if (tokenizer_encode(g_tok, out, len, &again) != 0)
         why = "re-encode failed";
     else if (roundtrip != (again.n == ids.n && !memcmp(again.ids, ids.ids, ids.n * 4)))
@@ -200,6 +231,7 @@ int main(void) {
         fprintf(stderr, "load: %s\n", strata_last_error());
         return 1;
     }
+    find_byte_ids();
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden),
         cmocka_unit_test(test_eos_and_specials),
