@@ -1,5 +1,8 @@
 /* strata-client: sends one or more prompts (token ids) to stage 0 of a pipeline at once,
- * streams the generated tokens and prints them per request with tokens/s.
+ * streams the generated tokens and prints them per request with tokens/s. With --model DIR and
+ * --text or --chat it is text in, text out: the prompt is tokenized here (--chat renders one
+ * user message with the model's chat template first), the answer is decoded as it streams,
+ * generation stops at the tokenizer's eos ids, and usage goes to stderr.
  * Exit codes: 0 all requests finished, 1 a request failed or the pipeline went away,
  * 2 usage. */
 #include <errno.h>
@@ -14,6 +17,8 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/client.h"
+#include "runtime/text/chat_template.h"
+#include "runtime/text/tokenizer.h"
 
 #define MAX_REQUESTS 256
 #define MAX_PROMPT 65536
@@ -32,25 +37,45 @@ struct job {
 };
 
 static void usage(FILE *out) {
-    fprintf(out, "usage: strata-client (--port P | --port-file F) --prompt IDS [--prompt IDS ...]\n"
-                 "Sends every prompt to stage 0 of a pipeline concurrently and prints the tokens.\n"
-                 "  --host H            stage 0 host (default 127.0.0.1)\n"
-                 "  --port P            stage 0 port\n"
-                 "  --port-file F       read stage 0's port from F\n"
-                 "  --prompt IDS        comma-separated prompt token ids (one request each)\n"
-                 "  --copies N          send each prompt N times (default 1)\n"
-                 "  --max-tokens N      tokens to generate per request (default 16)\n"
-                 "  --stop IDS          comma-separated stop token ids (default none)\n"
-                 "  --temperature T     0 = greedy (default)\n"
-                 "  --top-k K  --top-p P  --seed S   sampling\n"
-                 "  --cancel-after N    cancel request 0 after N tokens (tests cancellation)\n"
-                 "  --timeout-ms MS     fail when no event arrives for MS (default 30000)\n"
-                 "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY)\n"
-                 "  --quiet             print only the summary lines\n"
-                 "  --latency           also print inter-token gap p50/p99 per request\n"
-                 "  --help              this text\n"
-                 "Exit codes: 0 every request finished, 1 a request or the connection failed,\n"
-                 "2 bad command line.\n");
+    fprintf(out,
+            "usage: strata-client (--port P | --port-file F) --prompt IDS [--prompt IDS ...]\n"
+            "       strata-client (--port P | --port-file F) --model DIR (--text T | --chat T)\n"
+            "Sends every prompt to stage 0 of a pipeline concurrently and prints the tokens.\n"
+            "Text mode (--model with --text or --chat): one request; the answer streams to\n"
+            "stdout as text, stops at the tokenizer's eos ids (or --max-tokens), and the\n"
+            "usage (prompt tokens, generated tokens, tokens/s) goes to stderr.\n"
+            "  --model DIR         tokenizer.json (+ configs, chat template) for text mode\n"
+            "  --text T            raw prompt text, tokenized without a template\n"
+            "  --chat T            one user message rendered with DIR's chat template\n"
+            "                      (generation prompt on, thinking off unless --think)\n"
+            "  --system T          a system message before --chat's user message\n"
+            "  --think             let a Qwen3 model think (no empty <think></think> block)\n"
+            "  --print-ids         text mode: prompt and generated ids on stderr too\n"
+            "  --host H            stage 0 host (default 127.0.0.1)\n"
+            "  --port P            stage 0 port\n"
+            "  --port-file F       read stage 0's port from F\n"
+            "  --prompt IDS        comma-separated prompt token ids (one request each)\n"
+            "  --copies N          send each prompt N times (default 1)\n"
+            "  --max-tokens N      tokens to generate per request (default 16)\n"
+            "  --stop IDS          comma-separated stop token ids (default none)\n"
+            "  --temperature T     0 = greedy (default)\n"
+            "  --top-k K  --top-p P  --seed S   sampling\n"
+            "  --cancel-after N    cancel request 0 after N tokens (tests cancellation)\n"
+            "  --timeout-ms MS     fail when no event arrives for MS (default 30000)\n"
+            "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY)\n"
+            "  --quiet             print only the summary lines\n"
+            "  --latency           also print inter-token gap p50/p99 per request\n"
+            "  --help              this text\n"
+            "Exit codes: 0 every request finished, 1 a request or the connection failed,\n"
+            "2 bad command line.\n");
+}
+
+/* "LABEL 1,2,3" */
+static void print_ids(FILE *out, const char *label, const int32_t *ids, int n) {
+    fprintf(out, "%s ", label);
+    for (int i = 0; i < n; i++)
+        fprintf(out, i ? ",%d" : "%d", ids[i]);
+    fprintf(out, "\n");
 }
 
 static int compare_double(const void *a, const void *b) {
@@ -81,8 +106,22 @@ static int parse_ids(int32_t *ids, int cap, const char *text) {
 struct client_args {
     const char *host, *port_file, *key_file, *prompts[MAX_REQUESTS];
     int num_prompts, port, copies, max_tokens, cancel_after, timeout_ms, quiet, latency;
+    const char *model, *text, *chat, *system; /* text mode when text or chat is set */
+    int think, print_ids;
     struct stage_request base;
 };
+
+/* Text mode's tokenizer, its streaming decoder (skips special tokens, so the eos that ends
+ * the answer is not printed) and the tokenized prompt. */
+static struct {
+    struct tokenizer *tok;
+    struct tokenizer_stream *stream;
+    struct tokenizer_ids prompt;
+} g_text;
+
+static int text_mode(const struct client_args *a) {
+    return a->text || a->chat;
+}
 
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
 static int parse_options(struct client_args *a, int argc, char **argv) {
@@ -92,7 +131,9 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         {"stop", 1, 0, 's'},       {"temperature", 1, 0, 't'},   {"top-k", 1, 0, 'k'},
         {"top-p", 1, 0, 'q'},      {"seed", 1, 0, 'S'},          {"cancel-after", 1, 0, 'C'},
         {"timeout-ms", 1, 0, 'T'}, {"auth-key-file", 1, 0, 'a'}, {"quiet", 0, 0, 'Q'},
-        {"latency", 0, 0, 'L'},    {"help", 0, 0, 'h'},          {0, 0, 0, 0}};
+        {"latency", 0, 0, 'L'},    {"help", 0, 0, 'h'},          {"model", 1, 0, 'm'},
+        {"text", 1, 0, 'x'},       {"chat", 1, 0, 'y'},          {"system", 1, 0, 'Y'},
+        {"think", 0, 0, 'K'},      {"print-ids", 0, 0, 'I'},     {0, 0, 0, 0}};
     struct stage_request *base = &a->base;
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -125,6 +166,12 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'a': a->key_file = optarg; break;
         case 'Q': a->quiet = 1; break;
         case 'L': a->latency = 1; break;
+        case 'm': a->model = optarg; break;
+        case 'x': a->text = optarg; break;
+        case 'y': a->chat = optarg; break;
+        case 'Y': a->system = optarg; break;
+        case 'K': a->think = 1; break;
+        case 'I': a->print_ids = 1; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -144,6 +191,15 @@ static int parse_args(struct client_args *a, int argc, char **argv) {
     if (rc >= 0) return rc;
     /* An unreadable port file leaves the port invalid, which the check below reports. */
     if (a->port_file && cli_read_port_file(a->port_file, &a->port) < 0) a->port = -1;
+    if (text_mode(a)) {
+        if (!a->model || (a->text && a->chat) || a->num_prompts || a->copies != 1 ||
+            (a->system && !a->chat)) {
+            fprintf(stderr, "strata-client: text mode needs --model and one of --text / --chat "
+                            "(no --prompt, --copies 1; --system only with --chat)\n");
+            return STRATA_EXIT_USAGE;
+        }
+        a->num_prompts = 1; /* the one job; its ids come from build_text_prompt */
+    }
     if (optind < argc || a->num_prompts == 0 || a->port <= 0 || a->port > 65535 || a->copies < 1 ||
         a->max_tokens < 1 || a->timeout_ms < 1 || a->num_prompts * a->copies > MAX_REQUESTS) {
         fprintf(stderr,
@@ -154,6 +210,63 @@ static int parse_args(struct client_args *a, int argc, char **argv) {
         return STRATA_EXIT_USAGE;
     }
     return -1;
+}
+
+/* Renders --chat (an optional system message and the user message, generation prompt on,
+ * thinking off unless --think) with the model's chat template and tokenizes it. */
+static int encode_chat(const struct client_args *a) {
+    enum chat_template_kind kind;
+    struct chat_message m[2] = {{CHAT_ROLE_SYSTEM, a->system, NULL, 0, NULL},
+                                {CHAT_ROLE_USER, a->chat, NULL, 0, NULL}};
+    struct chat_options o = {1, a->think ? CHAT_THINKING_ON : CHAT_THINKING_OFF, 0};
+    char *text = NULL;
+    size_t len = 0;
+    int rc = chat_template_load(&kind, a->model);
+    if (rc == 0)
+        rc = chat_template_render(kind, a->system ? m : m + 1, a->system ? 2 : 1, &o, &text, &len);
+    if (rc == 0) rc = tokenizer_encode(g_text.tok, text, len, &g_text.prompt);
+    free(text);
+    return rc;
+}
+
+/* Text mode: loads the tokenizer, tokenizes the prompt and adds the eos ids to the stop ids.
+ * Returns -1 to go on, else the exit code. */
+static int build_text_prompt(struct client_args *a) {
+    int32_t eos[TOKENIZER_MAX_EOS];
+    int rc = tokenizer_load(&g_text.tok, a->model);
+    if (rc == 0)
+        rc = a->chat ? encode_chat(a)
+                     : tokenizer_encode(g_text.tok, a->text, strlen(a->text), &g_text.prompt);
+    if (rc == 0) rc = tokenizer_stream_new(&g_text.stream, g_text.tok, 1);
+    if (rc < 0) {
+        fprintf(stderr, "strata-client: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    if (g_text.prompt.n < 1 || g_text.prompt.n > MAX_PROMPT) {
+        fprintf(stderr, "strata-client: the prompt has %zu tokens (1..%d)\n", g_text.prompt.n,
+                MAX_PROMPT);
+        return STRATA_EXIT_USAGE;
+    }
+    int n_eos = tokenizer_eos_ids(g_text.tok, eos);
+    for (int i = 0; i < n_eos && a->base.num_stop_ids < REQUEST_MAX_STOP_IDS; i++)
+        a->base.stop_ids[a->base.num_stop_ids++] = eos[i];
+    if (a->print_ids) print_ids(stderr, "prompt ids:", g_text.prompt.ids, (int)g_text.prompt.n);
+    return -1;
+}
+
+/* Text mode: decodes one generated token (or, with flush, the held-back bytes) to stdout as
+ * soon as it is complete UTF-8. */
+static void emit_text(int32_t token, int flush) {
+    const char *piece;
+    size_t len;
+    int rc = flush ? tokenizer_stream_flush(g_text.stream, &piece, &len)
+                   : tokenizer_stream_push(g_text.stream, token, &piece, &len);
+    if (rc < 0) {
+        fprintf(stderr, "strata-client: decode: %s\n", strata_last_error());
+        return;
+    }
+    fwrite(piece, 1, len, stdout);
+    fflush(stdout);
 }
 
 /* Allocates one job per prompt copy with its parsed prompt and nonce. Returns -1 to go on,
@@ -169,7 +282,13 @@ static int make_jobs(struct job *jobs, int *num_jobs, const struct client_args *
         j->tokens = calloc((size_t)a->max_tokens, sizeof(int32_t));
         j->gaps = calloc((size_t)a->max_tokens, sizeof(double));
         if (!j->prompt || !j->tokens || !j->gaps) return STRATA_EXIT_FAILURE;
-        j->prompt_len = parse_ids(j->prompt, MAX_PROMPT, prompt);
+        if (text_mode(a)) {
+            memcpy(j->prompt, g_text.prompt.ids, g_text.prompt.n * sizeof(int32_t));
+            j->prompt_len = (int)g_text.prompt.n;
+            prompt = "(text)";
+        } else {
+            j->prompt_len = parse_ids(j->prompt, MAX_PROMPT, prompt);
+        }
         if (j->prompt_len < 1) {
             fprintf(stderr, "strata-client: bad --prompt '%s'\n", prompt);
             return STRATA_EXIT_USAGE;
@@ -248,6 +367,7 @@ static int on_event(struct strata_client *client, struct job *jobs, struct job *
         j->gaps[j->n_tokens - 1] = t - j->t_last;
     j->t_last = t;
     j->tokens[j->n_tokens++] = ev->token;
+    if (g_text.stream) emit_text(ev->token, 0);
     if (ev->finish != WIRE_FINISH_NONE) {
         j->finish = ev->finish;
         j->done = 1;
@@ -320,6 +440,27 @@ static int print_job(int i, struct job *j, double t0, const struct client_args *
     return 0;
 }
 
+/* Text mode's end: the rest of the text and a newline on stdout, the usage on stderr.
+ * Returns 1 when the request failed. */
+static int text_report(const struct job *j, double t0, const struct client_args *a) {
+    emit_text(0, 1);
+    printf("\n");
+    fflush(stdout);
+    if (!j->done || j->failed) {
+        fprintf(stderr, "strata-client: error: %s\n", j->done ? j->error : "no result");
+        return 1;
+    }
+    if (a->print_ids) print_ids(stderr, "generated ids:", j->tokens, j->n_tokens);
+    fprintf(stderr,
+            "usage: %d prompt tokens, %d generated tokens (%s), first token %.1f ms, "
+            "%.1f tokens/s\n",
+            j->prompt_len, j->n_tokens, j->finish == WIRE_FINISH_STOP ? "eos" : "max-tokens",
+            (j->t_first - t0) * 1e3,
+            j->t_done > j->t_first && j->n_tokens > 1 ? (j->n_tokens - 1) / (j->t_done - j->t_first)
+                                                      : 0.0);
+    return 0;
+}
+
 /* Submits every job, streams the answers and prints the report; returns the exit code. */
 static int run(struct strata_client *client, struct job *jobs, int num_jobs,
                const struct client_args *a) {
@@ -329,6 +470,7 @@ static int run(struct strata_client *client, struct job *jobs, int num_jobs,
     if (code >= 0) return code;
     code = run_events(client, jobs, num_jobs, a);
     total_time = cli_now_sec() - t0;
+    if (text_mode(a)) return text_report(&jobs[0], t0, a) ? STRATA_EXIT_FAILURE : code;
     for (int i = 0; i < num_jobs; i++) {
         total_tokens += jobs[i].n_tokens;
         if (print_job(i, &jobs[i], t0, a)) code = STRATA_EXIT_FAILURE;
@@ -350,7 +492,8 @@ int main(int argc, char **argv) {
     client.conn.fd = -1;
     jobs = calloc((size_t)(a.num_prompts * a.copies), sizeof *jobs);
     if (!jobs) return STRATA_EXIT_FAILURE;
-    code = make_jobs(jobs, &num_jobs, &a);
+    if (text_mode(&a)) code = build_text_prompt(&a);
+    if (code < 0) code = make_jobs(jobs, &num_jobs, &a);
     if (code < 0) code = open_client(&client, &key, &a);
     if (code < 0) code = run(&client, jobs, num_jobs, &a);
     client_close(&client);
@@ -361,5 +504,8 @@ int main(int argc, char **argv) {
         free(jobs[i].gaps);
     }
     free(jobs);
+    tokenizer_stream_free(g_text.stream);
+    tokenizer_ids_free(&g_text.prompt);
+    tokenizer_free(g_text.tok);
     return code;
 }

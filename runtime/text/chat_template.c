@@ -250,8 +250,7 @@ int chat_template_render(enum chat_template_kind kind, const struct chat_message
         rc = vl_render(&b, messages, n, options);
     else
         rc = strata_set_error(STRATA_EINVAL, "unknown chat template kind %d", (int)kind);
-    if (rc == 0 && b.failed) rc = strata_set_error(STRATA_ENOMEM, "no memory for the chat text");
-    if (rc == 0 && !b.p) put(&b, "", 0);
+    if (rc == 0 && !b.p) put(&b, "", 0); /* an empty rendering is still a string */
     if (rc == 0 && b.failed) rc = strata_set_error(STRATA_ENOMEM, "no memory for the chat text");
     if (rc < 0) {
         free(b.p);

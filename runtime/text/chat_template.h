@@ -6,8 +6,8 @@
  *
  * Only these two templates are rendered. A model directory's template is identified by its exact
  * text (chat_template_load); any other template is refused with an error naming the file rather
- * than rendered differently. Tools / function calling (a `tools` list, assistant `tool_calls`,
- * `tool` messages) are refused too.
+ * than rendered differently. Tools / function calling are out of scope: there is no `tools`
+ * argument, and chat_conversation_from_json refuses `tool_calls` and `tool` messages.
  *
  * Image parts render as `<|vision_start|><|image_pad|><|vision_end|>` with ONE pad per image
  * (video: one `<|video_pad|>`), as the template does; the vision path replaces each pad by the
