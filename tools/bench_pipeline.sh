@@ -78,7 +78,7 @@ pl_client b4t --prompt "${prompts[0]}" --max-tokens 4 --quiet "${tls[@]}" >/dev/
 declare -A one agg
 for ((rep = 0; rep < ${BENCH_REPEAT:-5}; rep++)); do
     for S in 1 2 4; do
-        pl_client "b$S" --prompt "${prompts[0]}" --max-tokens "$N" --quiet >"$PL_WORK/one" ||
+        pl_client "b$S" --prompt "${prompts[0]}" --max-tokens "$N" --quiet --insecure >"$PL_WORK/one" 2>&1 ||
             pl_fail "single request on $S stages failed: $(cat "$PL_WORK/one")"
         one[$S]="${one[$S]:-} $(decode_rate "$PL_WORK/one")"
         if [ "$S" = 4 ]; then
@@ -89,7 +89,7 @@ for ((rep = 0; rep < ${BENCH_REPEAT:-5}; rep++)); do
         for K in 2 4; do
             [ "$S" = 1 ] || [ "$S" = "$K" ] || continue
             # shellcheck disable=SC2046
-            pl_client "b$S" $(many_args "$K") --max-tokens "$N" --quiet >"$PL_WORK/many" ||
+            pl_client "b$S" $(many_args "$K") --max-tokens "$N" --quiet --insecure >"$PL_WORK/many" 2>&1 ||
                 pl_fail "$K concurrent requests on $S stages failed: $(cat "$PL_WORK/many")"
             agg[$S.$K]="${agg[$S.$K]:-} $(aggregate_rate "$PL_WORK/many")"
         done

@@ -3,7 +3,8 @@
 # and one with certificates from a throwaway CA (mutual authentication) give the golden
 # tokens, the same as a plaintext (--insecure) ring, which warns at startup. A stage with a
 # wrong key, a stage whose certificate comes from another CA and a client without TLS are
-# refused, with a line naming TLS in the logs of both sides.
+# refused, with a line naming TLS in the logs of both sides. Inconsistent TLS flags are a
+# usage error (exit 2).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -26,6 +27,25 @@ run_ring() { # run_ring TAG [options for every stage and the client...]
     [ "$got" = "$want" ] || pl_fail "$tag: tokens $got, golden $want"
     pl_stop_pipeline "$tag" 3
 }
+
+expect_exit() { # expect_exit CODE PATTERN command...
+    local want=$1 pattern=$2 rc
+    shift 2
+    "$@" >"$PL_WORK/cmd.out" 2>&1
+    rc=$?
+    [ "$rc" -eq "$want" ] || pl_fail "exit $rc (want $want) from: $* -> $(cat "$PL_WORK/cmd.out")"
+    grep -q -- "$pattern" "$PL_WORK/cmd.out" || pl_fail "no '$pattern' in output of $*: $(cat "$PL_WORK/cmd.out")"
+}
+expect_exit 2 "exclude each other" "$PL_STAGE" --model "$model" --num-stages 1 --insecure \
+    --tls-cert x --tls-key y --tls-ca z
+expect_exit 2 "need all of --tls-cert, --tls-key and --tls-ca" "$PL_STAGE" --model "$model" \
+    --num-stages 1 --tls-cert x
+expect_exit 2 "cannot load certificate x" "$PL_STAGE" --model "$model" --num-stages 1 \
+    --tls-cert x --tls-key y --tls-ca z
+expect_exit 2 "exclude each other" "$PL_CLIENT" --port 1 --prompt 1 --insecure --tls-cert x \
+    --tls-key y --tls-ca z
+expect_exit 0 "--tls-cert" "$PL_STAGE" --help
+echo "flags: --insecure with certificates, an incomplete or unreadable certificate set refused"
 
 run_ring plain --insecure
 grep -q "warn: --insecure: links are NOT encrypted" "$PL_WORK/plain.0.log" ||
