@@ -342,13 +342,12 @@ int wire_security_setup(struct wire_security *out, const struct wire_security_fl
                              : "--insecure: links are NOT encrypted and NOT authenticated";
         return 0;
     }
-    if (!certs && !keyed) {
-        out->warning = "links are NOT encrypted and NOT authenticated: give --tls-cert/--tls-key/"
-                       "--tls-ca or a pre-shared key (--auth-key-file) for TLS 1.3, or "
-                       "--insecure to accept plaintext (a later release will refuse to start "
-                       "without one of them)";
-        return 0;
-    }
+    if (!certs && !keyed)
+        return strata_set_error(STRATA_EINVAL,
+                                "links need TLS 1.3: give --tls-cert/--tls-key/--tls-ca, or a "
+                                "pre-shared key (--auth-key-file or $%s), or --insecure for "
+                                "plaintext",
+                                WIRE_AUTH_KEY_ENV);
     struct wire_tls_options o = {f->cert_path, f->key_path, f->ca_path, f->key};
     out->hello_key = certs && keyed ? f->key : NULL;
     return wire_tls_new(&out->tls, &o);

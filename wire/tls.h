@@ -67,10 +67,10 @@ int wire_tls_connect(struct wire_conn *conn, struct wire_tls *tls, int timeout_m
  *   - else a pre-shared key (--auth-key-file or $STRATA_AUTH_KEY): WIRE_TLS_PSK. The Hello
  *     inside runs without its HMAC proofs: the PSK binder and TLS Finished messages
  *     already prove the key both ways and bind it to the encrypted channel.
- *   - --insecure: plaintext as before TLS (with the HMAC Hello when a key is given).
- *   - none of these: plaintext too, for now (so existing scripts keep working), but with a
- *     warning; refusing to start is the intended next default.
- * --insecure together with --tls-* is a usage error. */
+ *   - --insecure: plaintext as before TLS (with the HMAC Hello when a key is given), with
+ *     a warning to log at startup.
+ *   - none of these: STRATA_EINVAL (plaintext only when asked for), as is --insecure
+ *     together with --tls-*. */
 struct wire_security_flags {
     const char *cert_path, *key_path, *ca_path;
     int insecure;
@@ -83,7 +83,7 @@ struct wire_security {
     const char *warning;                   /* to log at startup, or NULL */
 };
 
-/* STRATA_EINVAL for inconsistent flags, else wire_tls_new's status. */
+/* STRATA_EINVAL for missing or inconsistent flags, else wire_tls_new's status. */
 int wire_security_setup(struct wire_security *out, const struct wire_security_flags *flags);
 void wire_security_free(struct wire_security *security);
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration: TLS 1.3 on every link. A 3-stage ring with a pre-shared key (TLS external PSK)
 # and one with certificates from a throwaway CA (mutual authentication) give the golden
-# tokens, the same as a plaintext (--insecure) ring, which warns at startup. A stage with a
+# tokens, the same as a plaintext (--insecure) ring, which warns at startup; without a key,
+# certificates or --insecure strata-stage and strata-client refuse to start. A stage with a
 # wrong key, a stage whose certificate comes from another CA and a client without TLS are
 # refused, with a line naming TLS in the logs of both sides. Inconsistent TLS flags are a
 # usage error (exit 2).
@@ -45,7 +46,10 @@ expect_exit 2 "cannot load certificate x" "$PL_STAGE" --model "$model" --num-sta
 expect_exit 2 "exclude each other" "$PL_CLIENT" --port 1 --prompt 1 --insecure --tls-cert x \
     --tls-key y --tls-ca z
 expect_exit 0 "--tls-cert" "$PL_STAGE" --help
-echo "flags: --insecure with certificates, an incomplete or unreadable certificate set refused"
+# No key, no certificates, no --insecure: refused (plaintext only when asked for).
+expect_exit 2 "links need TLS 1.3" "$PL_STAGE" --model "$model" --num-stages 1
+expect_exit 2 "links need TLS 1.3" "$PL_CLIENT" --port 1 --prompt 1
+echo "flags: no security choice, --insecure with certificates, an incomplete or unreadable certificate set refused"
 
 run_ring plain --insecure
 grep -q "warn: --insecure: links are NOT encrypted" "$PL_WORK/plain.0.log" ||
