@@ -188,6 +188,21 @@ const char *wire_tls_describe(const struct wire_tls *tls) {
     }
 }
 
+void wire_tls_peer_describe(const struct wire_conn *conn, char *out, size_t size) {
+    char cn[128] = "?";
+    if (!conn->ssl) {
+        snprintf(out, size, "plaintext");
+        return;
+    }
+    X509 *cert = SSL_get0_peer_certificate(conn->ssl);
+    if (!cert) {
+        snprintf(out, size, "TLS 1.3, PSK");
+        return;
+    }
+    X509_NAME_get_text_by_NID(X509_get_subject_name(cert), NID_commonName, cn, sizeof cn);
+    snprintf(out, size, "TLS 1.3, CN=%s", cn);
+}
+
 /* A failed handshake's message: OpenSSL's reason, the verification result and a hint. */
 static int handshake_error(struct wire_conn *conn, struct wire_tls *tls, int server) {
     char why[256];

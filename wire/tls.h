@@ -56,6 +56,10 @@ enum wire_tls_mode wire_tls_get_mode(const struct wire_tls *tls);
 /* "TLS 1.3 with certificates" / "TLS 1.3 with a pre-shared key", for startup logs. */
 const char *wire_tls_describe(const struct wire_tls *tls);
 
+/* Who the peer proved to be, for logs: "TLS 1.3, CN=..." (its certificate's subject
+ * common name), "TLS 1.3, PSK" or "plaintext". */
+void wire_tls_peer_describe(const struct wire_conn *conn, char *out, size_t size);
+
 /* Server / client side of the TLS handshake on a freshly accepted / connected conn. On
  * failure the conn keeps its socket (the caller closes it). */
 int wire_tls_accept(struct wire_conn *conn, struct wire_tls *tls, int timeout_ms);

@@ -175,10 +175,12 @@ static void adopt(struct server *s, struct handoff *h) {
     }
     if (s->prev.fd >= 0)
         link_down(s, STAGE_LINK_PREV, 0, &s->prev, "replaced by a new upstream connection");
+    char security[160];
+    wire_tls_peer_describe(&h->conn, security, sizeof security);
     s->prev = h->conn;
     s->prev_rx_ms = now_ms();
-    strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s", h->peer.stage_index,
-               h->conn.peer);
+    strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s (%s)", h->peer.stage_index,
+               h->conn.peer, security);
 }
 
 static void try_connect_next(struct server *s) {
@@ -215,7 +217,10 @@ static void try_connect_next(struct server *s) {
         s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
         return;
     }
-    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s", want, s->next.peer);
+    char security[160];
+    wire_tls_peer_describe(&s->next, security, sizeof security);
+    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", want, s->next.peer,
+               security);
     s->next_rx_ms = now_ms();
     s->next_failures = 0;
     s->next_error[0] = '\0';

@@ -59,6 +59,7 @@ echo "plaintext (--insecure): golden tokens, warned"
 
 run_ring psk --auth-key-file "$PL_WORK/key"
 grep -q "links: TLS 1.3 with a pre-shared key" "$PL_WORK/psk.2.log" || pl_fail "stage 2 not on PSK TLS"
+grep -q "connected to next stage 0 at .* (TLS 1.3, PSK)" "$PL_WORK/psk.2.log" || pl_fail "stage 2 hop not logged as PSK"
 echo "TLS PSK: 3 stages, same tokens as plaintext"
 
 if [ -x "$PL_ROOT/tests/wire/make_test_pki" ]; then
@@ -67,6 +68,8 @@ if [ -x "$PL_ROOT/tests/wire/make_test_pki" ]; then
     # shellcheck disable=SC2046
     run_ring cert $(certs a ca)
     grep -q "links: TLS 1.3 with certificates" "$PL_WORK/cert.1.log" || pl_fail "stage 1 not on certificate TLS"
+    grep -q "upstream stage 0 connected from .* (TLS 1.3, CN=a)" "$PL_WORK/cert.1.log" ||
+        pl_fail "stage 1 did not log its upstream's certificate name: $(cat "$PL_WORK/cert.1.log")"
     echo "TLS certificates: 3 stages, same tokens as plaintext"
     # A stage with a certificate of another CA (that trusts ours): refused both ways.
     # shellcheck disable=SC2046
