@@ -21,6 +21,7 @@
 #include "runtime/model/stage_tensors.h"
 #include "wire/codec.h"
 #include "wire/message.h"
+#include "wire/tls.h"
 #include "wire/transport.h"
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
@@ -184,6 +185,7 @@ struct hop_side {
     int hidden;
     int iters;
     int status;
+    struct wire_tls *tls; /* server side: the TLS handshake runs on the echo thread */
 };
 
 /* One hop: build the activation of a decode row, send it; the peer receives, verifies,
@@ -224,6 +226,7 @@ static int recv_hidden(struct hop_side *s, uint64_t step) {
 
 static void *echo_main(void *arg) {
     struct hop_side *s = arg;
+    if (s->tls) s->status = wire_tls_accept(&s->conn, s->tls, 2000);
     for (int i = 0; i < s->iters && s->status == 0; i++) {
         s->status = recv_hidden(s, (uint64_t)i);
         if (s->status == 0) {
@@ -240,7 +243,7 @@ static int compare_double(const void *a, const void *b) {
 }
 
 static int hop(int argc, char **argv) {
-    int H = 4096, iters = 5000, warmup = 500, rc = 0;
+    int H = 4096, iters = 5000, warmup = 500, rc = 0, psk = 0;
     struct wire_listener listener = {.fd = -1};
     struct hop_side a, b;
     pthread_t echo;
@@ -250,8 +253,12 @@ static int hop(int argc, char **argv) {
             H = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--iters"))
             iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--tls") &&
+                 (!strcmp(argv[i + 1], "psk") || !strcmp(argv[i + 1], "off")))
+            psk = !strcmp(argv[i + 1], "psk");
         else {
-            fprintf(stderr, "usage: strata-stage-bench hop [--hidden H] [--iters N]\n");
+            fprintf(stderr,
+                    "usage: strata-stage-bench hop [--hidden H] [--iters N] [--tls psk|off]\n");
             return STRATA_EXIT_USAGE;
         }
     }
@@ -277,10 +284,17 @@ static int hop(int argc, char **argv) {
         (rc = wire_connect(&a.conn, NULL, listener.port, 0, 2000)) < 0 ||
         (rc = wire_accept(&b.conn, &listener, 0, 2000)) < 0)
         goto done;
+    if (psk) { /* TLS 1.3 with an external PSK, as strata-stage --auth-key-file runs it */
+        struct wire_auth_key key = {.len = 32};
+        memset(key.bytes, 'k', key.len);
+        rc = wire_tls_new(&b.tls, &(struct wire_tls_options){.psk = &key});
+        if (rc < 0) goto done;
+    }
     if (pthread_create(&echo, NULL, echo_main, &b) != 0) {
         rc = strata_set_error(STRATA_EIO, "cannot start the echo thread");
         goto done;
     }
+    if (psk) rc = wire_tls_connect(&a.conn, b.tls, 2000); /* one context serves both sides */
     for (int i = 0; i < iters + warmup && rc == 0; i++) {
         double t0 = now_us();
         rc = send_hidden(&a, (uint64_t)i);
@@ -294,15 +308,16 @@ static int hop(int argc, char **argv) {
     if (rc == 0) {
         qsort(one_way, (size_t)iters, sizeof(double), compare_double);
         printf(
-            "per-hop latency, decode hidden state [1, %d] f32 (%zu bytes), %d hops: p50 %.1f us, "
+            "per-hop latency%s, decode hidden state [1, %d] f32 (%zu bytes), %d hops: p50 %.1f us, "
             "p99 %.1f us (goal p50 <= 60 us)\n",
-            H, sizeof(float) * (size_t)H, iters, one_way[iters / 2],
-            one_way[(size_t)(iters * 0.99)]);
+            psk ? " over TLS 1.3 (PSK)" : "", H, sizeof(float) * (size_t)H, iters,
+            one_way[iters / 2], one_way[(size_t)(iters * 0.99)]);
     }
 done:
     if (rc < 0) fprintf(stderr, "strata-stage-bench hop: %s\n", strata_last_error());
     wire_close(&a.conn);
     wire_close(&b.conn);
+    wire_tls_free(b.tls);
     wire_listener_close(&listener);
     wire_arena_free(&a.arena);
     wire_arena_free(&b.arena);
@@ -319,7 +334,7 @@ int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "hop")) return hop(argc - 2, argv + 2);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: strata-stage-bench make-model --out DIR [size options] | hop [--hidden H] "
-               "[--iters N]\n"
+               "[--iters N] [--tls psk|off]\n"
                "Helpers for tools/bench_pipeline.sh: a random-weight Qwen3 checkpoint, and the "
                "per-hop latency of a decode hidden state over TCP loopback.\n");
         return STRATA_EXIT_OK;

@@ -62,7 +62,12 @@ static void usage(FILE *out) {
             "  --top-k K  --top-p P  --seed S   sampling\n"
             "  --cancel-after N    cancel request 0 after N tokens (tests cancellation)\n"
             "  --timeout-ms MS     fail when no event arrives for MS (default 30000)\n"
-            "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY)\n"
+            "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY): TLS 1.3 with it\n"
+            "                      as external PSK (plaintext HMAC Hello with --insecure)\n"
+            "  --tls-cert F --tls-key F --tls-ca F   TLS 1.3 with this certificate and key,\n"
+            "                      trusting stage 0's certificate only from this CA\n"
+            "  --insecure          plaintext link (warned); one of a key, certificates or\n"
+            "                      --insecure is required (exit 2 without)\n"
             "  --quiet             print only the summary lines\n"
             "  --latency           also print inter-token gap p50/p99 per request\n"
             "  --help              this text\n"
@@ -105,7 +110,8 @@ static int parse_ids(int32_t *ids, int cap, const char *text) {
 
 struct client_args {
     const char *host, *port_file, *key_file, *prompts[MAX_REQUESTS];
-    int num_prompts, port, copies, max_tokens, cancel_after, timeout_ms, quiet, latency;
+    int num_prompts, port, copies, max_tokens, cancel_after, timeout_ms, quiet, latency, insecure;
+    const char *tls_cert, *tls_key, *tls_ca;
     const char *model, *text, *chat, *system; /* text mode when text or chat is set */
     int think, print_ids;
     struct stage_request base;
@@ -125,15 +131,20 @@ static int text_mode(const struct client_args *a) {
 
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
 static int parse_options(struct client_args *a, int argc, char **argv) {
-    static const struct option options[] = {
-        {"host", 1, 0, 'H'},       {"port", 1, 0, 'p'},          {"port-file", 1, 0, 'P'},
-        {"prompt", 1, 0, 'i'},     {"copies", 1, 0, 'c'},        {"max-tokens", 1, 0, 'n'},
-        {"stop", 1, 0, 's'},       {"temperature", 1, 0, 't'},   {"top-k", 1, 0, 'k'},
-        {"top-p", 1, 0, 'q'},      {"seed", 1, 0, 'S'},          {"cancel-after", 1, 0, 'C'},
-        {"timeout-ms", 1, 0, 'T'}, {"auth-key-file", 1, 0, 'a'}, {"quiet", 0, 0, 'Q'},
-        {"latency", 0, 0, 'L'},    {"help", 0, 0, 'h'},          {"model", 1, 0, 'm'},
-        {"text", 1, 0, 'x'},       {"chat", 1, 0, 'y'},          {"system", 1, 0, 'Y'},
-        {"think", 0, 0, 'K'},      {"print-ids", 0, 0, 'I'},     {0, 0, 0, 0}};
+    static const struct option options[] = {{"host", 1, 0, 'H'},       {"port", 1, 0, 'p'},
+                                            {"port-file", 1, 0, 'P'},  {"prompt", 1, 0, 'i'},
+                                            {"copies", 1, 0, 'c'},     {"max-tokens", 1, 0, 'n'},
+                                            {"stop", 1, 0, 's'},       {"temperature", 1, 0, 't'},
+                                            {"top-k", 1, 0, 'k'},      {"top-p", 1, 0, 'q'},
+                                            {"seed", 1, 0, 'S'},       {"cancel-after", 1, 0, 'C'},
+                                            {"timeout-ms", 1, 0, 'T'}, {"auth-key-file", 1, 0, 'a'},
+                                            {"quiet", 0, 0, 'Q'},      {"latency", 0, 0, 'L'},
+                                            {"help", 0, 0, 'h'},       {"model", 1, 0, 'm'},
+                                            {"text", 1, 0, 'x'},       {"chat", 1, 0, 'y'},
+                                            {"system", 1, 0, 'Y'},     {"think", 0, 0, 'Z'},
+                                            {"print-ids", 0, 0, 'D'},  {"tls-cert", 1, 0, 'E'},
+                                            {"tls-key", 1, 0, 'K'},    {"tls-ca", 1, 0, 'A'},
+                                            {"insecure", 0, 0, 'I'},   {0, 0, 0, 0}};
     struct stage_request *base = &a->base;
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -164,14 +175,18 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'C': a->cancel_after = atoi(optarg); break;
         case 'T': a->timeout_ms = atoi(optarg); break;
         case 'a': a->key_file = optarg; break;
+        case 'E': a->tls_cert = optarg; break;
+        case 'K': a->tls_key = optarg; break;
+        case 'A': a->tls_ca = optarg; break;
+        case 'I': a->insecure = 1; break;
         case 'Q': a->quiet = 1; break;
         case 'L': a->latency = 1; break;
         case 'm': a->model = optarg; break;
         case 'x': a->text = optarg; break;
         case 'y': a->chat = optarg; break;
         case 'Y': a->system = optarg; break;
-        case 'K': a->think = 1; break;
-        case 'I': a->print_ids = 1; break;
+        case 'Z': a->think = 1; break;
+        case 'D': a->print_ids = 1; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -298,12 +313,23 @@ static int make_jobs(struct job *jobs, int *num_jobs, const struct client_args *
     return -1;
 }
 
-/* Loads the key and connects to stage 0. Returns -1 to go on, else the exit code. */
+/* Loads the key, sets up TLS (wire_security_setup) and connects to stage 0. Returns -1 to
+ * go on, else the exit code. */
 static int open_client(struct strata_client *client, struct wire_auth_key *key,
-                       const struct client_args *a) {
+                       struct wire_security *sec, const struct client_args *a) {
     signal(SIGPIPE, SIG_IGN);
-    if (wire_auth_key_load(key, a->key_file, NULL) < 0 ||
-        client_connect(client, a->host, a->port, key, 5000) < 0) {
+    if (wire_auth_key_load(key, a->key_file, NULL) < 0) {
+        fprintf(stderr, "strata-client: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    struct wire_security_flags flags = {a->tls_cert, a->tls_key, a->tls_ca, a->insecure, key};
+    int rc = wire_security_setup(sec, &flags);
+    if (rc < 0) {
+        fprintf(stderr, "strata-client: %s\n", strata_last_error());
+        return rc == STRATA_EINVAL ? STRATA_EXIT_USAGE : STRATA_EXIT_FAILURE;
+    }
+    if (sec->warning) fprintf(stderr, "strata-client: warning: %s\n", sec->warning);
+    if (client_connect_tls(client, a->host, a->port, sec->tls, sec->hello_key, 5000) < 0) {
         fprintf(stderr, "strata-client: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }
@@ -484,6 +510,7 @@ int main(int argc, char **argv) {
     static struct client_args a;
     struct strata_client client;
     struct wire_auth_key key;
+    struct wire_security sec = {0};
     struct job *jobs = NULL;
     int num_jobs = 0, code = parse_args(&a, argc, argv);
     if (code >= 0) return code;
@@ -494,9 +521,10 @@ int main(int argc, char **argv) {
     if (!jobs) return STRATA_EXIT_FAILURE;
     if (text_mode(&a)) code = build_text_prompt(&a);
     if (code < 0) code = make_jobs(jobs, &num_jobs, &a);
-    if (code < 0) code = open_client(&client, &key, &a);
+    if (code < 0) code = open_client(&client, &key, &sec, &a);
     if (code < 0) code = run(&client, jobs, num_jobs, &a);
     client_close(&client);
+    wire_security_free(&sec);
     wire_auth_key_clear(&key);
     for (int i = 0; i < num_jobs; i++) {
         free(jobs[i].prompt);

@@ -19,6 +19,7 @@
 #include "runtime/stage/stage_open.h"
 #include "runtime/stage/stage_server.h"
 #include "wire/auth.h"
+#include "wire/tls.h"
 
 static volatile sig_atomic_t stop_flag;
 
@@ -62,7 +63,14 @@ static void usage(FILE *out) {
             "  --out FILE             last stage: tokens + logits of the latest finished\n"
             "                         request, rewritten atomically as each one finishes\n"
             "                         (safetensors: tokens I32 [n], logits F32 [n, V])\n"
-            "  --auth-key-file F      pre-shared key (else $STRATA_AUTH_KEY; none = no auth)\n"
+            "  --auth-key-file F      pre-shared key (else $STRATA_AUTH_KEY): TLS 1.3 on every\n"
+            "                         link with it as external PSK (identity \"strata\")\n"
+            "  --tls-cert F --tls-key F --tls-ca F   TLS 1.3 with this stage's certificate\n"
+            "                         (PEM chain) and key; peers must present certificates\n"
+            "                         from this CA (mutual authentication)\n"
+            "  --insecure             plaintext links (warned at startup; with a key the Hello\n"
+            "                         is still HMAC-authenticated). One of a key, certificates\n"
+            "                         or --insecure is required (exit 2 without)\n"
             "  --peer-timeout-ms MS   a neighbour silent this long is dead (pinged; default "
             "10000, 0 = off)\n"
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
@@ -81,6 +89,8 @@ struct args {
     int threads, max_seq, max_batch, chunk_size;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
+    const char *tls_cert, *tls_key, *tls_ca;
+    int insecure;
     enum stage_log_level log_level;
 };
 
@@ -115,6 +125,10 @@ enum option_id {
     O_KV_RESTORE,
     O_OUT,
     O_AUTH,
+    O_TLS_CERT,
+    O_TLS_KEY,
+    O_TLS_CA,
+    O_INSECURE,
     O_LOG,
     O_DELAY,
     O_PEER_TIMEOUT,
@@ -144,6 +158,10 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"kv-restore", 1, 0, O_KV_RESTORE},
                                              {"out", 1, 0, O_OUT},
                                              {"auth-key-file", 1, 0, O_AUTH},
+                                             {"tls-cert", 1, 0, O_TLS_CERT},
+                                             {"tls-key", 1, 0, O_TLS_KEY},
+                                             {"tls-ca", 1, 0, O_TLS_CA},
+                                             {"insecure", 0, 0, O_INSECURE},
                                              {"log-level", 1, 0, O_LOG},
                                              {"step-delay-ms", 1, 0, O_DELAY},
                                              {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
@@ -192,6 +210,10 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_KV_RESTORE: a->kv_restore = value; break;
     case O_OUT: a->out = value; break;
     case O_AUTH: a->auth_key_file = value; break;
+    case O_TLS_CERT: a->tls_cert = value; break;
+    case O_TLS_KEY: a->tls_key = value; break;
+    case O_TLS_CA: a->tls_ca = value; break;
+    case O_INSECURE: a->insecure = 1; break;
     case O_PEER_TIMEOUT:
         rc = flag_int("--peer-timeout-ms", value, 0, 3600000, &a->peer_timeout_ms);
         break;
@@ -301,6 +323,7 @@ struct run {
     struct safetensors *st;
     struct stage stage;
     struct wire_auth_key key;
+    struct wire_security security;
     char listen_host[256];
     int listen_port;
 };
@@ -308,6 +331,7 @@ struct run {
 static void run_close(struct run *r) {
     stage_close(&r->stage);
     safetensors_close(r->st);
+    wire_security_free(&r->security);
     wire_auth_key_clear(&r->key);
     free(r->config_json);
 }
@@ -426,6 +450,16 @@ static int serve(struct run *r, const struct args *a) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_USAGE;
     }
+    struct wire_security_flags flags = {a->tls_cert, a->tls_key, a->tls_ca, a->insecure, &r->key};
+    int rc = wire_security_setup(&r->security, &flags);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return rc == STRATA_EINVAL ? STRATA_EXIT_USAGE : STRATA_EXIT_FAILURE;
+    }
+    if (r->security.warning)
+        strata_log(STRATA_LOG_WARN, "%s", r->security.warning);
+    else
+        strata_log(STRATA_LOG_INFO, "links: %s", wire_tls_describe(r->security.tls));
     memset(&so, 0, sizeof so);
     so.listen_port = r->listen_port;
     so.listen_host = r->listen_host;
@@ -433,7 +467,8 @@ static int serve(struct run *r, const struct args *a) {
     so.next_host = a->next_host;
     so.next_port = a->next_port;
     so.next_port_file = a->next_port_file;
-    so.key = &r->key;
+    so.tls = r->security.tls;
+    so.key = r->security.hello_key;
     so.recv_kv = a->recv_kv;
     so.kv_out_path = a->kv_out;
     so.out_path = last ? a->out : NULL;

@@ -3,10 +3,12 @@
 # loopback with the same model, printing
 #   - decode tokens/s of one request and the ratio to the single process (goal >= 0.95),
 #   - aggregate tokens/s with S concurrent requests (and the single process with S requests),
+#   - the same decode ratio for the 4-stage ring over TLS 1.3 (PSK, --auth-key-file), and
 #   - per-hop latency p50/p99 of one decode hidden state (goal p50 <= 60 us), measured two
 #     ways: a ping-pong of real Activation frames over TCP loopback (strata-stage-bench hop:
 #     build, send, receive, verify, decode; one hop = RTT / 2), and through real strata-stage
-#     processes (inter-token gap of a 4-stage ring minus one stage, over 4 hops, tiny model).
+#     processes (inter-token gap of a 4-stage ring minus one stage, over 4 hops, tiny model);
+#     both plaintext (--insecure) and over TLS 1.3 with a pre-shared key.
 # The committed goldens are too small for timing (a step is microseconds, so messaging would
 # dominate), so a random-weight Qwen3 checkpoint is generated once (default H=1024, 8 layers,
 # ~200 MB bf16) unless BENCH_MODEL names a model directory.
@@ -62,21 +64,32 @@ many_args() { # many_args K: K different prompts
 # All three pipelines run side by side (idle stages only wait in poll) and the measurements
 # are interleaved round by round, so drifting load on a shared host hits every
 # configuration alike; each figure is the median over BENCH_REPEAT rounds.
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
+tls=(--auth-key-file "$PL_WORK/key") # TLS 1.3, external PSK
 for S in 1 2 4; do
-    pl_start_pipeline "b$S" "$S" "$model" --threads "$(threads_for "$S")" --max-seq 512 --max-batch 8
-    pl_client "b$S" --prompt "${prompts[0]}" --max-tokens 4 --quiet >/dev/null ||
+    pl_start_pipeline "b$S" "$S" "$model" --threads "$(threads_for "$S")" --max-seq 512 --max-batch 8 \
+        --insecure
+    pl_client "b$S" --prompt "${prompts[0]}" --max-tokens 4 --quiet --insecure >/dev/null 2>&1 ||
         pl_fail "warm-up on $S stages failed"
 done
+pl_start_pipeline b4t 4 "$model" --threads "$(threads_for 4)" --max-seq 512 --max-batch 8 "${tls[@]}"
+pl_client b4t --prompt "${prompts[0]}" --max-tokens 4 --quiet "${tls[@]}" >/dev/null ||
+    pl_fail "warm-up on 4 stages with TLS failed"
 declare -A one agg
 for ((rep = 0; rep < ${BENCH_REPEAT:-5}; rep++)); do
     for S in 1 2 4; do
-        pl_client "b$S" --prompt "${prompts[0]}" --max-tokens "$N" --quiet >"$PL_WORK/one" ||
+        pl_client "b$S" --prompt "${prompts[0]}" --max-tokens "$N" --quiet --insecure >"$PL_WORK/one" 2>&1 ||
             pl_fail "single request on $S stages failed: $(cat "$PL_WORK/one")"
         one[$S]="${one[$S]:-} $(decode_rate "$PL_WORK/one")"
+        if [ "$S" = 4 ]; then
+            pl_client b4t --prompt "${prompts[0]}" --max-tokens "$N" --quiet "${tls[@]}" >"$PL_WORK/one" ||
+                pl_fail "single request on 4 stages with TLS failed: $(cat "$PL_WORK/one")"
+            one[4t]="${one[4t]:-} $(decode_rate "$PL_WORK/one")"
+        fi
         for K in 2 4; do
             [ "$S" = 1 ] || [ "$S" = "$K" ] || continue
             # shellcheck disable=SC2046
-            pl_client "b$S" $(many_args "$K") --max-tokens "$N" --quiet >"$PL_WORK/many" ||
+            pl_client "b$S" $(many_args "$K") --max-tokens "$N" --quiet --insecure >"$PL_WORK/many" 2>&1 ||
                 pl_fail "$K concurrent requests on $S stages failed: $(cat "$PL_WORK/many")"
             agg[$S.$K]="${agg[$S.$K]:-} $(aggregate_rate "$PL_WORK/many")"
         done
@@ -85,6 +98,7 @@ done
 for S in 1 2 4; do
     pl_stop_pipeline "b$S" "$S"
 done
+pl_stop_pipeline b4t 4
 single_rate=$(echo "${one[1]}" | median)
 printf "%-7s %-9s %-16s %-10s %-24s %-22s\n" stages threads "decode tok/s" ratio \
     "aggregate tok/s, S req" "1 stage, S req"
@@ -98,21 +112,28 @@ for S in 1 2 4; do
             "$(echo "${agg[$S.$S]}" | median)" "$(echo "${agg[1.$S]}" | median)"
     fi
 done
-echo "decode ratio goal: >= 0.95 of the single process"
-"$BENCH" hop --hidden "$hidden"
-[ "$hidden" = 4096 ] || "$BENCH" hop --hidden 4096
+rate=$(echo "${one[4t]}" | median)
+printf "%-7s %-9s %-16s %-10s %-24s %-22s\n" "4 TLS" "$(threads_for 4)" "$rate" \
+    "$(awk -v a="$rate" -v b="$single_rate" 'BEGIN { printf "%.3f", a / b }')" "-" "-"
+echo "decode ratio goal: >= 0.95 of the single process (4 TLS: TLS 1.3 PSK on every link)"
+for tls_mode in off psk; do
+    "$BENCH" hop --hidden "$hidden" --tls "$tls_mode"
+    [ "$hidden" = 4096 ] || "$BENCH" hop --hidden 4096 --tls "$tls_mode"
+done
 
 # The same through real strata-stage processes: on a tiny golden model (compute ~0.2 ms a
 # token) the extra inter-token gap of a 4-stage ring over one stage is 4 hops.
 tiny=$(pl_golden qwen3_gqa_tied)
 gap() { sed -n 's/^request 0: inter-token gap p50 \([0-9.]*\) us, p99 \([0-9.]*\) us$/\1 \2/p' "$1"; }
-for S in 1 4; do
-    pl_start_pipeline "t$S" "$S" "$tiny" --max-seq 600
-    pl_client "t$S" --prompt 38 --max-tokens 500 --quiet --latency >"$PL_WORK/gap.$S" ||
+for S in 1 4 4t; do
+    if [ "$S" = 4t ]; then sec=("${tls[@]}"); else sec=(--insecure); fi
+    pl_start_pipeline "t$S" "${S%t}" "$tiny" --max-seq 600 "${sec[@]}"
+    pl_client "t$S" --prompt 38 --max-tokens 500 --quiet --latency "${sec[@]}" >"$PL_WORK/gap.$S" 2>/dev/null ||
         pl_fail "tiny model on $S stages failed"
-    pl_stop_pipeline "t$S" "$S"
+    pl_stop_pipeline "t$S" "${S%t}"
 done
 read -r g1_50 _ <<<"$(gap "$PL_WORK/gap.1")"
 read -r g4_50 _ <<<"$(gap "$PL_WORK/gap.4")"
-awk -v a="$g1_50" -v b="$g4_50" 'BEGIN {
-    printf "per-hop latency through strata-stage processes (hidden 64; p50 inter-token gap of a 4-stage ring minus 1 stage, / 4): %.1f us\n", (b - a) / 4 }'
+read -r g4t_50 _ <<<"$(gap "$PL_WORK/gap.4t")"
+awk -v a="$g1_50" -v b="$g4_50" -v c="$g4t_50" 'BEGIN {
+    printf "per-hop latency through strata-stage processes (hidden 64; p50 inter-token gap of a 4-stage ring minus 1 stage, / 4): %.1f us plaintext, %.1f us TLS 1.3 PSK\n", (b - a) / 4, (c - a) / 4 }'

@@ -3,7 +3,8 @@
 # pipeline on loopback (one process per stage, each owning one layer of a committed tiny
 # Qwen3-MoE checkpoint and its own KV cache), generates from the golden prompt, prints the
 # tokens and tokens/s, then runs the same request on a single stage and compares tokens and
-# every step's logits byte for byte. Exit 0 only when they are identical.
+# every step's logits byte for byte. Exit 0 only when they are identical. Every link runs
+# TLS 1.3 with a pre-shared key made for this run ($STRATA_AUTH_KEY).
 # Usage: tools/pipeline_demo.sh [golden case, default qwen3_moe] [stages, default 4]
 # Env: STRATA_BAZEL_FLAGS, extra flags for bazel build (e.g. --define=strata_cuda=0).
 set -u
@@ -22,8 +23,13 @@ model=$(pl_golden "$case")
 prompt=$(pl_golden_prompt "$case")
 steps=$(pl_golden_steps "$case")
 
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
+STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
+export STRATA_AUTH_KEY
+
 echo "== start a $S-stage pipeline on loopback ($case)"
 pl_start_pipeline demo "$S" "$model" --max-seq 256 --chunk-size 8 --out "$PL_WORK/pipeline.st"
+sed -n 's/.*info: links: /links: /p' "$PL_WORK/demo.0.log" | head -n 1
 for ((r = 0; r < S; r++)); do
     echo "stage $r: $(grep '^shard:' "$PL_WORK/demo.$r.out"), port $(cat "$PL_WORK/demo.$r.port")"
 done

@@ -205,6 +205,13 @@ int wire_handshake_client(struct wire_hello *peer, struct wire_conn *conn,
     int keyed = key && key->len > 0;
     memset(peer, 0, sizeof *peer);
     int rc = recv_hello(peer, conn, timeout_ms);
+    /* A TLS server waits for a ClientHello, then gives up: its close is the only hint. */
+    if (rc == STRATA_ECLOSED && !conn->ssl)
+        return strata_set_error(rc,
+                                "wire: server %s closed the connection before its Hello (does "
+                                "it require TLS? this side runs without: give its key or "
+                                "certificates)",
+                                conn->peer);
     if (rc) return rc;
     rc = check_version(peer, conn->peer);
     if (rc) return rc;

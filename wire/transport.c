@@ -12,6 +12,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <openssl/ssl.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,19 +25,21 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "wire/message.h"
+#include "wire/transport_internal.h"
 
 #define ERROR_SEND_TIMEOUT_MS 1000
+#define TLS_RECORD_BYTES 16384 /* TLS's largest record payload */
 
 static int64_t now_ms(void) {
     return cli_now_ns() / 1000000;
 }
 
-static int64_t deadline_after(int timeout_ms) {
+int64_t wire_deadline_after(int timeout_ms) {
     return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 }
 
 /* Waits for `events` on fd until the deadline: 0 ready, STRATA_ETIMEOUT, STRATA_EIO. */
-static int wait_fd(int fd, short events, int64_t deadline, const char *what, const char *peer) {
+int wire_wait_fd(int fd, short events, int64_t deadline, const char *what, const char *peer) {
     for (;;) {
         int wait = -1;
         if (deadline >= 0) {
@@ -153,9 +156,9 @@ void wire_listener_close(struct wire_listener *listener) {
 int wire_accept(struct wire_conn *conn, struct wire_listener *listener, size_t max_frame,
                 int timeout_ms) {
     conn_reset(conn, -1, max_frame, "?");
-    int64_t deadline = deadline_after(timeout_ms);
+    int64_t deadline = wire_deadline_after(timeout_ms);
     for (;;) {
-        int rc = wait_fd(listener->fd, POLLIN, deadline, "accept on port", "");
+        int rc = wire_wait_fd(listener->fd, POLLIN, deadline, "accept on port", "");
         if (rc) return rc;
         struct sockaddr_storage addr;
         socklen_t addr_len = sizeof addr;
@@ -182,7 +185,7 @@ int wire_connect(struct wire_conn *conn, const char *host, int port, size_t max_
     conn_reset(conn, -1, max_frame, peer);
     int rc = resolve(&addrs, host, port, 0);
     if (rc) return rc;
-    int64_t deadline = deadline_after(timeout_ms);
+    int64_t deadline = wire_deadline_after(timeout_ms);
     int fd = socket(addrs->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     conn->fd = fd;
     conn->open = fd >= 0;
@@ -197,7 +200,7 @@ int wire_connect(struct wire_conn *conn, const char *host, int port, size_t max_
             rc = strata_set_error(STRATA_EIO, "wire: connect %s: %s", peer, strerror(errno));
             goto fail;
         }
-        rc = wait_fd(fd, POLLOUT, deadline, "connect to", peer);
+        rc = wire_wait_fd(fd, POLLOUT, deadline, "connect to", peer);
         if (rc) goto fail;
         int err = 0;
         socklen_t err_len = sizeof err;
@@ -216,18 +219,9 @@ fail:
     return rc;
 }
 
-int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int timeout_ms) {
-    if (!conn->open || conn->broken)
-        return strata_set_error(STRATA_ECLOSED, "wire: send on a closed or broken connection to %s",
-                                conn->peer);
-    if (len == 0 || len > UINT32_MAX || len > conn->max_frame)
-        return strata_set_error(STRATA_EINVAL, "wire: frame of %zu bytes outside 1..%zu", len,
-                                conn->max_frame);
-    uint8_t prefix[WIRE_FRAME_PREFIX_BYTES] = {(uint8_t)len, (uint8_t)(len >> 8),
-                                               (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
-    struct iovec iov[2] = {{prefix, sizeof prefix}, {(void *)frame, len}};
+/* Plaintext: one sendmsg of prefix + frame (a single syscall for small frames). */
+static int send_plain(struct wire_conn *conn, struct iovec *iov, int64_t deadline) {
     int iov_index = 0;
-    int64_t deadline = deadline_after(timeout_ms);
     while (iov_index < 2) {
         struct msghdr msg;
         memset(&msg, 0, sizeof msg);
@@ -237,14 +231,10 @@ int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int t
         if (sent < 0) {
             if (errno == EINTR) continue;
             if (errno == EAGAIN || errno == EWOULDBLOCK) {
-                int rc = wait_fd(conn->fd, POLLOUT, deadline, "send to", conn->peer);
-                if (rc) {
-                    conn->broken = 1;
-                    return rc;
-                }
+                int rc = wire_wait_fd(conn->fd, POLLOUT, deadline, "send to", conn->peer);
+                if (rc) return rc;
                 continue;
             }
-            conn->broken = 1;
             return strata_set_error(errno == EPIPE || errno == ECONNRESET ? STRATA_ECLOSED
                                                                           : STRATA_EIO,
                                     "wire: send to %s: %s", conn->peer, strerror(errno));
@@ -260,26 +250,87 @@ int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int t
     return 0;
 }
 
+/* Writes all of [n] through TLS, polling for what OpenSSL waits on. */
+static int tls_write_all(struct wire_conn *conn, const uint8_t *src, size_t n, int64_t deadline) {
+    size_t done = 0;
+    while (done < n) {
+        short events = 0;
+        ssize_t w = wire_tls_write(conn, src + done, n - done, &events);
+        if (w < 0) return (int)w;
+        done += (size_t)w;
+        if (w == 0 && events) {
+            int rc = wire_wait_fd(conn->fd, events, deadline, "send to", conn->peer);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* TLS: the prefix travels in one record with the frame's first bytes (a 4-byte record of
+ * its own would cost a record header, a tag and, with TCP_NODELAY, a segment). */
+static int send_tls(struct wire_conn *conn, const uint8_t *prefix, const uint8_t *frame, size_t len,
+                    int64_t deadline) {
+    uint8_t first[TLS_RECORD_BYTES];
+    size_t head =
+        len < sizeof first - WIRE_FRAME_PREFIX_BYTES ? len : sizeof first - WIRE_FRAME_PREFIX_BYTES;
+    memcpy(first, prefix, WIRE_FRAME_PREFIX_BYTES);
+    memcpy(first + WIRE_FRAME_PREFIX_BYTES, frame, head);
+    int rc = tls_write_all(conn, first, WIRE_FRAME_PREFIX_BYTES + head, deadline);
+    if (!rc && head < len) rc = tls_write_all(conn, frame + head, len - head, deadline);
+    return rc;
+}
+
+int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int timeout_ms) {
+    if (!conn->open || conn->broken)
+        return strata_set_error(STRATA_ECLOSED, "wire: send on a closed or broken connection to %s",
+                                conn->peer);
+    if (len == 0 || len > UINT32_MAX || len > conn->max_frame)
+        return strata_set_error(STRATA_EINVAL, "wire: frame of %zu bytes outside 1..%zu", len,
+                                conn->max_frame);
+    uint8_t prefix[WIRE_FRAME_PREFIX_BYTES] = {(uint8_t)len, (uint8_t)(len >> 8),
+                                               (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
+    int64_t deadline = wire_deadline_after(timeout_ms);
+    int rc;
+    if (conn->ssl) {
+        rc = send_tls(conn, prefix, frame, len, deadline);
+    } else {
+        struct iovec iov[2] = {{prefix, sizeof prefix}, {(void *)frame, len}};
+        rc = send_plain(conn, iov, deadline);
+    }
+    if (rc) conn->broken = 1;
+    return rc;
+}
+
+/* One receive attempt: > 0 bytes, 0 = poll for *events first, < 0 a status. */
+static ssize_t recv_some(struct wire_conn *conn, uint8_t *dst, size_t n, short *events) {
+    if (conn->ssl) return wire_tls_read(conn, dst, n, events);
+    *events = 0;
+    ssize_t r = recv(conn->fd, dst, n, 0);
+    if (r > 0) return r;
+    if (r == 0)
+        return strata_set_error(STRATA_ECLOSED, "wire: %s closed the connection", conn->peer);
+    if (errno == EINTR) return 0;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        *events = POLLIN;
+        return 0;
+    }
+    return strata_set_error(errno == ECONNRESET ? STRATA_ECLOSED : STRATA_EIO,
+                            "wire: recv from %s: %s", conn->peer, strerror(errno));
+}
+
 /* Reads exactly n bytes; *got counts progress so callers can tell a clean close. */
 static int read_exact(struct wire_conn *conn, uint8_t *dst, size_t n, size_t *got,
                       int64_t deadline) {
     *got = 0;
     while (*got < n) {
-        ssize_t r = recv(conn->fd, dst + *got, n - *got, 0);
-        if (r > 0) {
-            *got += (size_t)r;
-            continue;
-        }
-        if (r == 0)
-            return strata_set_error(STRATA_ECLOSED, "wire: %s closed the connection", conn->peer);
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) {
-            int rc = wait_fd(conn->fd, POLLIN, deadline, "receive from", conn->peer);
+        short events = 0;
+        ssize_t r = recv_some(conn, dst + *got, n - *got, &events);
+        if (r < 0) return (int)r;
+        *got += (size_t)r;
+        if (r == 0 && events) {
+            int rc = wire_wait_fd(conn->fd, events, deadline, "receive from", conn->peer);
             if (rc) return rc;
-            continue;
         }
-        return strata_set_error(errno == ECONNRESET ? STRATA_ECLOSED : STRATA_EIO,
-                                "wire: recv from %s: %s", conn->peer, strerror(errno));
     }
     return 0;
 }
@@ -290,7 +341,7 @@ int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, 
     if (!conn->open || conn->broken)
         return strata_set_error(STRATA_ECLOSED,
                                 "wire: receive on a closed or broken connection to %s", conn->peer);
-    int64_t deadline = deadline_after(timeout_ms);
+    int64_t deadline = wire_deadline_after(timeout_ms);
     uint8_t prefix[WIRE_FRAME_PREFIX_BYTES];
     size_t got;
     int rc = read_exact(conn, prefix, sizeof prefix, &got, deadline);
@@ -300,6 +351,14 @@ int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, 
     }
     size_t n = (size_t)prefix[0] | (size_t)prefix[1] << 8 | (size_t)prefix[2] << 16 |
                (size_t)prefix[3] << 24;
+    if (!conn->ssl && conn->frames_in == 0 && prefix[0] == 0x16 && prefix[1] == 0x03 && n > 65535) {
+        /* A TLS record header (handshake, version 3.x) where a Hello was expected. */
+        conn->broken = 1;
+        return strata_set_error(STRATA_EFORMAT,
+                                "wire: %s speaks TLS, but this side runs without TLS (--insecure "
+                                "or no --tls-* / key given)",
+                                conn->peer);
+    }
     if (n == 0 || n > conn->max_frame) {
         conn->broken = 1;
         return strata_set_error(STRATA_EFORMAT,
@@ -328,6 +387,7 @@ int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, 
     }
     *frame = conn->rx;
     *len = n;
+    conn->frames_in++;
     return 0;
 }
 
@@ -343,8 +403,13 @@ int wire_send_error(struct wire_conn *conn, int code, uint64_t nonce, const char
     return rc;
 }
 
+int wire_conn_buffered(const struct wire_conn *conn) {
+    return conn->ssl && conn->fd >= 0 && SSL_has_pending(conn->ssl);
+}
+
 void wire_close(struct wire_conn *conn) {
     if (!conn) return;
+    wire_tls_close(conn);
     if (conn->open && conn->fd >= 0) close(conn->fd);
     free(conn->rx);
     conn->fd = -1;

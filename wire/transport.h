@@ -6,7 +6,10 @@
  * A frame longer than the connection's max frame size is refused from its length prefix,
  * before anything is allocated, and the connection is then unusable. Sockets use
  * TCP_NODELAY and MSG_NOSIGNAL (a closed peer gives STRATA_ECLOSED, not SIGPIPE).
- * Listen addresses default to 127.0.0.1. Errors name the syscall, the peer and errno. */
+ * Listen addresses default to 127.0.0.1. Errors name the syscall, the peer and errno.
+ *
+ * A conn may carry TLS (wire/tls.h): after wire_tls_accept / wire_tls_connect every send
+ * and receive below goes through its SSL*, with the same frames, timeouts and statuses. */
 #ifndef STRATA_WIRE_TRANSPORT_H
 #define STRATA_WIRE_TRANSPORT_H
 
@@ -23,14 +26,18 @@ struct wire_listener {
     int open; /* fd is ours to close (a zeroed listener is closed) */
 };
 
+struct ssl_st; /* OpenSSL's SSL, kept out of this header */
+
 struct wire_conn {
-    int fd;           /* -1 when closed */
-    size_t max_frame; /* frames above this are refused before allocation */
-    uint8_t *rx;      /* [rx_cap] receive buffer, 64-byte aligned; frames point into it */
+    int fd;             /* -1 when closed */
+    struct ssl_st *ssl; /* NULL = plaintext; else every byte goes through TLS (wire/tls.h) */
+    size_t max_frame;   /* frames above this are refused before allocation */
+    uint8_t *rx;        /* [rx_cap] receive buffer, 64-byte aligned; frames point into it */
     size_t rx_cap;
-    int broken;    /* a framing error happened: only close is meaningful */
-    char peer[64]; /* "host:port" for messages */
-    int open;      /* fd is ours to close (a zeroed conn is closed) */
+    int broken;         /* a framing error happened: only close is meaningful */
+    char peer[64];      /* "host:port" for messages */
+    int open;           /* fd is ours to close (a zeroed conn is closed) */
+    uint64_t frames_in; /* frames received (the first one is the Hello) */
 };
 
 /* Binds and listens on host:port (host NULL = 127.0.0.1, port 0 = any free port). */
@@ -57,6 +64,11 @@ int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, 
 /* Best effort: sends an Error frame (code, message, nonce) with a short timeout; used
  * before closing on a protocol violation. Returns the send status. */
 int wire_send_error(struct wire_conn *conn, int code, uint64_t nonce, const char *message);
+
+/* 1 when bytes already read from the socket wait inside the conn (TLS records decrypted
+ * but not yet consumed): poll() on the fd cannot see them, so an event loop must serve
+ * such a conn without waiting. 0 for plaintext. */
+int wire_conn_buffered(const struct wire_conn *conn);
 
 /* Closes the socket and frees the buffer; accepts a zeroed or half-built conn. */
 void wire_close(struct wire_conn *conn);

@@ -8,6 +8,11 @@
 
 int client_connect(struct strata_client *client, const char *host, int port,
                    const struct wire_auth_key *key, int timeout_ms) {
+    return client_connect_tls(client, host, port, NULL, key, timeout_ms);
+}
+
+int client_connect_tls(struct strata_client *client, const char *host, int port,
+                       struct wire_tls *tls, const struct wire_auth_key *key, int timeout_ms) {
     struct wire_hello self, peer;
     int rc;
     memset(client, 0, sizeof *client);
@@ -16,6 +21,10 @@ int client_connect(struct strata_client *client, const char *host, int port,
     if (rc < 0) return rc;
     rc = wire_connect(&client->conn, host, port, 0, timeout_ms);
     if (rc < 0) return rc;
+    if (tls) {
+        rc = wire_tls_connect(&client->conn, tls, timeout_ms);
+        if (rc < 0) return rc;
+    }
     memset(&self, 0, sizeof self);
     self.version_major = WIRE_VERSION_MAJOR;
     self.version_minor = WIRE_VERSION_MINOR;

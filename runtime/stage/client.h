@@ -10,6 +10,7 @@
 #include "runtime/stage/request.h"
 #include "wire/auth.h"
 #include "wire/message.h"
+#include "wire/tls.h"
 #include "wire/transport.h"
 
 struct strata_client {
@@ -20,6 +21,10 @@ struct strata_client {
 /* Connects to stage 0 at host:port and runs the Hello handshake (key may have len 0). */
 int client_connect(struct strata_client *client, const char *host, int port,
                    const struct wire_auth_key *key, int timeout_ms);
+/* The same over TLS 1.3 when tls is not NULL (wire/tls.h): the TLS handshake first, then
+ * the Hello inside it with `key` (NULL = no HMAC; see wire_security_setup). */
+int client_connect_tls(struct strata_client *client, const char *host, int port,
+                       struct wire_tls *tls, const struct wire_auth_key *key, int timeout_ms);
 /* Accepts a zeroed or half-built client. */
 void client_close(struct strata_client *client);
 

@@ -84,7 +84,11 @@ static void *acceptor_main(void *arg) {
             usleep(100000);
             continue;
         }
-        rc = wire_handshake_server(&h.peer, &h.conn, &s->self, s->opt->key, HANDSHAKE_TIMEOUT_MS);
+        /* TLS first, so the Hello (fingerprint, stage, layers) travels encrypted. */
+        rc = s->opt->tls ? wire_tls_accept(&h.conn, s->opt->tls, HANDSHAKE_TIMEOUT_MS) : 0;
+        if (rc == 0)
+            rc = wire_handshake_server(&h.peer, &h.conn, &s->self, s->opt->key,
+                                       HANDSHAKE_TIMEOUT_MS);
         if (rc < 0) {
             strata_log(STRATA_LOG_WARN, "refused connection from %s: %s", h.conn.peer,
                        strata_last_error());
@@ -94,8 +98,9 @@ static void *acceptor_main(void *arg) {
         pthread_mutex_lock(&s->lock);
         if (s->num_pending < MAX_HANDOFF) {
             s->pending[s->num_pending++] = h;
-            h.conn.fd = -1;
+            h.conn.fd = -1; /* the copy in pending owns the socket, buffer and TLS state now */
             h.conn.rx = NULL;
+            h.conn.ssl = NULL;
         }
         pthread_mutex_unlock(&s->lock);
         if (h.conn.fd >= 0) {
@@ -170,10 +175,12 @@ static void adopt(struct server *s, struct handoff *h) {
     }
     if (s->prev.fd >= 0)
         link_down(s, STAGE_LINK_PREV, 0, &s->prev, "replaced by a new upstream connection");
+    char security[160];
+    wire_tls_peer_describe(&h->conn, security, sizeof security);
     s->prev = h->conn;
     s->prev_rx_ms = now_ms();
-    strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s", h->peer.stage_index,
-               h->conn.peer);
+    strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s (%s)", h->peer.stage_index,
+               h->conn.peer, security);
 }
 
 static void try_connect_next(struct server *s) {
@@ -185,6 +192,7 @@ static void try_connect_next(struct server *s) {
         rc = strata_set_error(STRATA_ENOTFOUND, "next stage port not known yet");
     } else {
         rc = wire_connect(&s->next, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
+        if (rc == 0 && o->tls) rc = wire_tls_connect(&s->next, o->tls, HANDSHAKE_TIMEOUT_MS);
         if (rc == 0)
             rc = wire_handshake_client(&peer, &s->next, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
         if (rc == 0 && (peer.stage_index != want ||
@@ -209,7 +217,10 @@ static void try_connect_next(struct server *s) {
         s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
         return;
     }
-    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s", want, s->next.peer);
+    char security[160];
+    wire_tls_peer_describe(&s->next, security, sizeof security);
+    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", want, s->next.peer,
+               security);
     s->next_rx_ms = now_ms();
     s->next_failures = 0;
     s->next_error[0] = '\0';
@@ -312,7 +323,8 @@ static void serve_ready(struct server *s, struct wire_conn *conn, enum stage_lin
         int fd = conn->fd;
         struct pollfd p = {.fd = fd, .events = POLLIN};
         serve_conn(s, conn, link, cid);
-        if (conn->fd != fd || conn->fd < 0 || poll(&p, 1, 0) != 1 || !(p.revents & POLLIN)) return;
+        if (conn->fd != fd || conn->fd < 0) return;
+        if (!wire_conn_buffered(conn) && (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))) return;
     }
 }
 
@@ -362,6 +374,23 @@ static void keepalive(struct server *s) {
     wire_arena_free(&arena);
 }
 
+/* TLS may hold decrypted bytes that poll() cannot see (wire_conn_buffered): marks such
+ * conns readable. Returns whether there was one. */
+static int mark_buffered(struct server *s, struct pollfd *fds, const int *who, int n) {
+    int any = 0;
+    for (int i = 0; i < n; i++) {
+        struct wire_conn *c = who[i] == -1   ? &s->prev
+                              : who[i] == -2 ? &s->next
+                              : who[i] >= 0  ? &s->clients[who[i]]
+                                             : NULL;
+        if (c && wire_conn_buffered(c)) {
+            fds[i].revents |= POLLIN;
+            any = 1;
+        }
+    }
+    return any;
+}
+
 static void loop_once(struct server *s) {
     struct pollfd fds[3 + MAX_CLIENTS];
     int who[3 + MAX_CLIENTS], n = 0, timeout;
@@ -388,9 +417,10 @@ static void loop_once(struct server *s) {
         int64_t wait = s->next_retry_ms - now;
         timeout = wait < 0 ? 0 : wait < timeout ? (int)wait : timeout;
     }
-    if (stage_core_has_work(s->core)) timeout = 0;
+    if (stage_core_has_work(s->core) || mark_buffered(s, fds, who, n)) timeout = 0;
     if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
         strata_log(STRATA_LOG_WARN, "poll: %s", strerror(errno));
+    mark_buffered(s, fds, who, n);
     for (int i = 0; i < n; i++) {
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (who[i] == -3)

@@ -1,8 +1,9 @@
 /* The TCP driver of one pipeline stage (the event loop of strata-stage).
  *
  * Around an I/O-free stage core (stage_core.h) it keeps:
- *   - a listening socket served by an acceptor thread, which runs the authenticated Hello
- *     handshake (wire/auth.h) on each new connection and hands it to the loop: the
+ *   - a listening socket served by an acceptor thread, which runs the TLS handshake (when
+ *     opt->tls is set; wire/tls.h) and then the Hello handshake inside it (wire/auth.h)
+ *     on each new connection and hands it to the loop: the
  *     upstream stage (stage r-1; for stage 0 the last stage closing the ring) and, on
  *     stage 0, any number of clients;
  *   - one persistent connection to the next stage (for the last stage: stage 0), made by
@@ -21,6 +22,7 @@
 #include "runtime/base/log.h"
 #include "runtime/stage/stage_core.h"
 #include "wire/auth.h"
+#include "wire/tls.h"
 
 /* The stage's names for the logger's levels (runtime/base/log.h), as --log-level sets them. */
 enum stage_log_level {
@@ -31,13 +33,14 @@ enum stage_log_level {
 };
 
 struct stage_server_options {
-    const char *listen_host;    /* NULL = 127.0.0.1 */
-    int listen_port;            /* 0 = any free port */
-    const char *port_file;      /* if set, the bound port is written here */
-    const char *next_host;      /* NULL = 127.0.0.1 */
-    int next_port;              /* used when next_port_file is NULL */
-    const char *next_port_file; /* re-read before every connect attempt */
-    const struct wire_auth_key *key;
+    const char *listen_host;         /* NULL = 127.0.0.1 */
+    int listen_port;                 /* 0 = any free port */
+    const char *port_file;           /* if set, the bound port is written here */
+    const char *next_host;           /* NULL = 127.0.0.1 */
+    int next_port;                   /* used when next_port_file is NULL */
+    const char *next_port_file;      /* re-read before every connect attempt */
+    struct wire_tls *tls;            /* NULL = plaintext links; else TLS 1.3 on every link */
+    const struct wire_auth_key *key; /* the Hello's HMAC key (NULL/len 0 = none) */
     uint8_t fingerprint[WIRE_FINGERPRINT_BYTES];
     int recv_kv;             /* accept KvBlocks from upstream */
     const char *kv_out_path; /* write received KvBlocks here */

@@ -3,6 +3,7 @@
 # --peer-timeout-ms 1000 its neighbours declare it dead, so the in-flight request fails with
 # a clear error on the client and on every other stage within 2 s of the stop. After SIGCONT
 # the stale connections are replaced and a new request is served with the golden tokens.
+# Every link runs TLS 1.3 (the run's key as PSK).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -17,6 +18,8 @@ opts=(--max-seq 512 --max-batch 4 --step-delay-ms 20 --peer-timeout-ms 1000)
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
 export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
 pl_start_pipeline h 4 "$model" "${opts[@]}"
+grep -q "links: TLS 1.3 with a pre-shared key" "$PL_WORK/h.0.log" ||
+    pl_fail "the ring does not run on TLS (the key gives TLS 1.3 PSK on every link)"
 
 pl_client h --prompt "$prompt" --max-tokens 400 >"$PL_WORK/victim" 2>&1 &
 client=$!

@@ -2,7 +2,7 @@
 # Integration: stage 2 of a 4-stage pipeline is killed (SIGKILL) mid-request. The client and
 # every surviving stage must report the request as failed with a clear error within 2 s (no
 # hang); after stage 2 is started again, the survivors reconnect and serve a new request
-# with the correct (golden) tokens.
+# with the correct (golden) tokens. Every link runs TLS 1.3 (the run's key as PSK).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -18,6 +18,8 @@ steps=$(pl_golden_steps "$case")
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
 export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
 pl_start_pipeline k 4 "$model" --max-seq 512 --max-batch 4 --step-delay-ms 20
+grep -q "links: TLS 1.3 with a pre-shared key" "$PL_WORK/k.0.log" ||
+    pl_fail "the ring does not run on TLS (the key gives TLS 1.3 PSK on every link)"
 
 pl_client k --prompt "$prompt" --max-tokens 400 >"$PL_WORK/victim" 2>&1 &
 client=$!

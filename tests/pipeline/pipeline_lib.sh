@@ -61,15 +61,29 @@ pl_golden_steps() {
     sed -n 's/.*"n_steps": *\([0-9]*\).*/\1/p' "$(pl_golden "$1")/golden.json"
 }
 
-# pl_start_stage TAG S R MODEL_DIR [strata-stage options...]: stage R of pipeline TAG.
+# pl_security_default [options...]: prints --insecure when neither the options nor
+# $STRATA_AUTH_KEY choose the link security (strata-stage and strata-client refuse to start
+# without a choice; most tests are about other things and run plaintext).
+pl_security_default() {
+    [ -n "${STRATA_AUTH_KEY:-}" ] && return 0
+    local a
+    for a in "$@"; do
+        case "$a" in --insecure | --auth-key-file | --tls-cert | --tls-key | --tls-ca) return 0 ;; esac
+    done
+    echo --insecure
+}
+
+# pl_start_stage TAG S R MODEL_DIR [strata-stage options...]: stage R of pipeline TAG
+# (plaintext, --insecure, unless the options or $STRATA_AUTH_KEY give a key or certificates).
 pl_start_stage() {
     local tag=$1 S=$2 r=$3 model=$4
     shift 4
     local next=$(((r + 1) % S))
     rm -f "$PL_WORK/$tag.$r.port"
+    # shellcheck disable=SC2046
     "$PL_STAGE" --model "$model" --num-stages "$S" --stage-idx "$r" \
         --port-file "$PL_WORK/$tag.$r.port" --next-port-file "$PL_WORK/$tag.$next.port" \
-        "$@" >>"$PL_WORK/$tag.$r.out" 2>>"$PL_WORK/$tag.$r.log" &
+        $(pl_security_default "$@") "$@" >>"$PL_WORK/$tag.$r.out" 2>>"$PL_WORK/$tag.$r.log" &
     local pid=$!
     PL_PIDS="$PL_PIDS $pid"
     eval "PL_PID_${tag}_$r=$pid"
@@ -139,11 +153,12 @@ pl_stop_pipeline() {
     done
 }
 
-# pl_client TAG [strata-client options...]
+# pl_client TAG [strata-client options...] (security chosen as by pl_start_stage)
 pl_client() {
     local tag=$1
     shift
-    "$PL_CLIENT" --port-file "$PL_WORK/$tag.0.port" --timeout-ms 20000 "$@"
+    # shellcheck disable=SC2046
+    "$PL_CLIENT" --port-file "$PL_WORK/$tag.0.port" --timeout-ms 20000 $(pl_security_default "$@") "$@"
 }
 
 # pl_wait_file FILE TIMEOUT_S

@@ -2,7 +2,9 @@
  * (runtime/stage/client.h): a one-stage pipeline on a golden model serves a wire Request with the
  * golden tokens, and a Request carrying the reserved nonce 0 makes stage 0 answer with a
  * connection-level Error (nonce 0, surfaced as REQUEST_EVENT_CONNECTION_ERROR) and close the
- * connection, while other clients keep being served. */
+ * connection, while other clients keep being served. The same server on TLS 1.3 with a
+ * pre-shared key serves a TLS client the golden tokens and refuses a plaintext client and a
+ * client with another key. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -30,6 +32,16 @@ static volatile sig_atomic_t stop_flag;
 static pthread_t server_thread;
 static char port_file[1024];
 static int port;
+static struct wire_tls *server_tls; /* NULL for the plaintext group */
+
+static struct wire_tls *psk_tls(const char *text) {
+    struct wire_auth_key key = {0};
+    struct wire_tls *tls = NULL;
+    key.len = strlen(text);
+    memcpy(key.bytes, text, key.len);
+    if (wire_tls_new(&tls, &(struct wire_tls_options){.psk = &key}) < 0) return NULL;
+    return tls;
+}
 
 /* The stop flag is a signal flag (stage_server_run's contract), so the test stops the loop
  * the way strata-stage does: a signal, delivered to the server thread itself. */
@@ -55,6 +67,9 @@ static int setup(void **state) {
     memset(&server_opt, 0, sizeof server_opt);
     server_opt.port_file = port_file;
     server_opt.key = &no_key;
+    server_opt.tls = server_tls;
+    port = 0;
+    stop_flag = 0;
     server_opt.log_level = STAGE_LOG_ERROR;
     stage_log_setup(0, STAGE_LOG_ERROR);
     {
@@ -83,7 +98,14 @@ static int teardown(void **state) {
     tp_pipeline_free(&pipe_one);
     tp_golden_free(&golden);
     unlink(port_file);
+    wire_tls_free(server_tls);
+    server_tls = NULL;
     return 0;
+}
+
+static int setup_tls(void **state) {
+    server_tls = psk_tls("a-pre-shared-key-of-enough-bytes");
+    return server_tls ? setup(state) : -1;
 }
 
 /* Reads events until request `nonce` ends; returns the number of tokens. */
@@ -182,12 +204,53 @@ static void test_reserved_nonce_is_a_connection_error(void **state) {
     client_close(&good);
 }
 
+/* Over TLS 1.3 (PSK): two requests in turn on one connection get the golden tokens. */
+static void test_requests_over_tls(void **state) {
+    struct strata_client client;
+    struct stage_request req;
+    int32_t tokens[64];
+    struct wire_tls *tls = psk_tls("a-pre-shared-key-of-enough-bytes");
+    (void)state;
+    assert_non_null(tls);
+    assert_int_equal(client_connect_tls(&client, "127.0.0.1", port, tls, NULL, 5000), 0);
+    assert_non_null(client.conn.ssl);
+    for (uint64_t nonce = 11; nonce <= 12; nonce++) {
+        tp_request(&req, nonce, golden.prompt, golden.prompt_len, golden.n_steps);
+        assert_int_equal(client_submit(&client, &req), 0);
+        assert_int_equal(collect(&client, nonce, tokens, 64), golden.n_steps);
+        assert_memory_equal(tokens, golden.generated, sizeof(int32_t) * (size_t)golden.n_steps);
+    }
+    client_close(&client);
+    wire_tls_free(tls);
+}
+
+/* A client with another key and a plaintext client are refused; the server keeps serving. */
+static void test_tls_refuses_wrong_key_and_plaintext(void **state) {
+    struct strata_client client;
+    struct wire_tls *wrong = psk_tls("another-key-that-does-not-match!");
+    (void)state;
+    assert_non_null(wrong);
+    assert_true(client_connect_tls(&client, "127.0.0.1", port, wrong, NULL, 5000) < 0);
+    assert_non_null(strstr(strata_last_error(), "TLS handshake"));
+    client_close(&client);
+    wire_tls_free(wrong);
+    assert_true(client_connect(&client, "127.0.0.1", port, &no_key, 5000) < 0);
+    assert_non_null(strstr(strata_last_error(), "require TLS"));
+    client_close(&client);
+    test_requests_over_tls(state);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_over_tcp),
         cmocka_unit_test(test_hello_announces_the_backend_range),
         cmocka_unit_test(test_reserved_nonce_is_a_connection_error),
     };
+    const struct CMUnitTest tls_tests[] = {
+        cmocka_unit_test(test_requests_over_tls),
+        cmocka_unit_test(test_tls_refuses_wrong_key_and_plaintext),
+    };
     signal(SIGPIPE, SIG_IGN);
-    return cmocka_run_group_tests(tests, setup, teardown);
+    int failed = cmocka_run_group_tests_name("plaintext", tests, setup, teardown);
+    return failed + cmocka_run_group_tests_name("tls_psk", tls_tests, setup_tls, teardown);
 }
