@@ -242,30 +242,36 @@ static int compare_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-static int hop(int argc, char **argv) {
-    int H = 4096, iters = 5000, warmup = 500, rc = 0, psk = 0;
-    struct wire_listener listener = {.fd = -1};
-    struct hop_side a, b;
-    pthread_t echo;
-    double *one_way;
+/* hop's flags: 0, or the usage exit code after printing the usage line. */
+static int hop_args(int argc, char **argv, int *H, int *iters, int *psk) {
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--hidden"))
-            H = atoi(argv[i + 1]);
+            *H = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--iters"))
-            iters = atoi(argv[i + 1]);
+            *iters = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--tls") &&
                  (!strcmp(argv[i + 1], "psk") || !strcmp(argv[i + 1], "off")))
-            psk = !strcmp(argv[i + 1], "psk");
+            *psk = !strcmp(argv[i + 1], "psk");
         else {
             fprintf(stderr,
                     "usage: strata-stage-bench hop [--hidden H] [--iters N] [--tls psk|off]\n");
             return STRATA_EXIT_USAGE;
         }
     }
-    if (H < 1 || iters < 10) {
+    if (*H < 1 || *iters < 10) {
         fprintf(stderr, "usage: strata-stage-bench hop [--hidden H >= 1] [--iters N >= 10]\n");
         return STRATA_EXIT_USAGE;
     }
+    return 0;
+}
+
+static int hop(int argc, char **argv) {
+    int H = 4096, iters = 5000, warmup = 500, rc = 0, psk = 0;
+    struct wire_listener listener = {.fd = -1};
+    struct hop_side a, b;
+    pthread_t echo;
+    double *one_way;
+    if (hop_args(argc, argv, &H, &iters, &psk)) return STRATA_EXIT_USAGE;
     memset(&a, 0, sizeof a);
     memset(&b, 0, sizeof b);
     a.conn.fd = b.conn.fd = -1;

@@ -38,256 +38,14 @@
 #include "reference/ops.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
-
-/* Attention scores: at least this many floats (queries are chunked to fit them), and
- * always room for one query's nh x max_seq scores. */
-#define ATTN_SCRATCH_FLOATS ((size_t)1 << 24)
-/* Gathers and combines launch one grid row per token: at most this many per launch. */
-#define MAX_GRID_ROWS 65535
-
-struct cuda_layer {
-    int index, is_moe;
-    const float *input_norm, *post_norm, *q_norm, *k_norm;
-    const float *q_bias, *k_bias, *v_bias, *o_bias;
-    struct ops_weight q, k, v, o, gate, up, down, router;
-    struct ops_weight *expert_gate, *expert_up, *expert_down; /* [E] */
-};
-
-struct cuda_context {
-    int device;
-    char device_name[160];
-    const struct model_config *cfg;
-    struct stage_role role;
-
-    /* Weights (device). */
-    struct ops_weight embed, lm_head;
-    const float *final_norm;
-    struct cuda_layer *layers;
-    int n_layers;
-    float *inv_freq; /* host [D/2] */
-    void **owned;    /* device allocations */
-    int n_owned, cap_owned;
-    size_t weight_bytes, device_weight_bytes;
-    int num_tensors;
-
-    /* KV cache (device data, host bookkeeping). */
-    float *k_cache, *v_cache;
-    int *len;
-    unsigned char *in_use;
-    size_t slot_floats; /* per slot: layers x kv_heads x max_seq x head_dim */
-    size_t head_floats; /* per (slot, layer, kv head): max_seq x head_dim */
-    size_t score_floats;
-
-    /* Device scratch for `cap_rows` rows. */
-    int cap_rows, cap_logit_rows;
-    float *hidden, *norm, *proj, *q, *k, *v, *attn, *ffn_gate, *ffn_up, *rope_cos, *rope_sin;
-    float *router, *moe_x, *moe_y, *moe_w, *scores, *logits, *deepstack;
-    int32_t *moe_row, *tokens;
-    /* Host scratch. */
-    float *h_cos, *h_sin, *h_router, *h_route_w, *h_moe_w;
-    int *h_route_e;
-    int32_t *h_moe_row;
-    int *h_expert_count;
-};
-
-static struct cuda_context *ctx(const struct stage_backend *be) {
-    return be->context;
-}
-
-/* ---------------------------------------------------------------- weights */
-
-static int dev_alloc(struct cuda_context *c, void **p, size_t bytes) {
-    if (c->n_owned == c->cap_owned) {
-        int cap = c->cap_owned ? 2 * c->cap_owned : 64;
-        void **grown = realloc(c->owned, (size_t)cap * sizeof *grown);
-        if (!grown) return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
-        c->owned = grown;
-        c->cap_owned = cap;
-    }
-    int rc = cuda_malloc(p, bytes);
-    if (rc) return rc;
-    c->owned[c->n_owned++] = *p;
-    c->device_weight_bytes += bytes;
-    return 0;
-}
-
-static int dev_upload(struct cuda_context *c, const void **out, const void *src, size_t bytes) {
-    void *p = NULL;
-    int rc = dev_alloc(c, &p, bytes);
-    if (!rc) rc = cuda_memcpy_to_device(p, src, bytes);
-    *out = p;
-    return rc;
-}
-
-/* An f32 host copy of any float tensor (the caller frees it). */
-static float *widen(const struct st_tensor *t) {
-    float *f = malloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
-    if (f && st_tensor_to_f32(f, t)) {
-        free(f);
-        return NULL;
-    }
-    return f;
-}
-
-static int upload_vector(struct cuda_context *c, const float **out, const struct st_tensor *t) {
-    float *f = widen(t);
-    if (!f) return strata_set_error(STRATA_ENOMEM, "cuda backend: cannot widen %s", t->name);
-    int rc = dev_upload(c, (const void **)out, f, (size_t)t->numel * sizeof(float));
-    free(f);
-    return rc;
-}
-
-static int upload_matrix(struct cuda_context *c, struct ops_weight *w, const struct st_tensor *t) {
-    int rows = (int)t->shape[0], cols = (int)t->shape[1];
-    if (t->dtype == ST_BF16 || t->dtype == ST_F32) {
-        *w = (struct ops_weight){NULL, t->dtype == ST_BF16 ? OPS_BF16 : OPS_F32, rows, cols};
-        return dev_upload(c, &w->data, t->data, t->nbytes);
-    }
-    float *f = widen(t);
-    if (!f) return strata_set_error(STRATA_ENOMEM, "cuda backend: cannot widen %s", t->name);
-    *w = (struct ops_weight){NULL, OPS_F32, rows, cols};
-    int rc = dev_upload(c, &w->data, f, (size_t)t->numel * sizeof(float));
-    free(f);
-    return rc;
-}
-
-/* Row-major [rows, cols] device copy of a block stored input-major: element (r, c) at
- * base[c * width + offset + r] (elements of `esz` bytes). */
-static int upload_transposed(struct cuda_context *c, struct ops_weight *w, const char *base,
-                             size_t width, size_t offset, int rows, int cols, size_t esz,
-                             enum ops_dtype dtype) {
-    char *dst = malloc((size_t)rows * (size_t)cols * esz);
-    if (!dst) return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
-    for (int r = 0; r < rows; ++r)
-        for (int col = 0; col < cols; ++col)
-            memcpy(dst + ((size_t)r * (size_t)cols + (size_t)col) * esz,
-                   base + ((size_t)col * width + offset + (size_t)r) * esz, esz);
-    *w = (struct ops_weight){NULL, dtype, rows, cols};
-    int rc = dev_upload(c, &w->data, dst, (size_t)rows * (size_t)cols * esz);
-    free(dst);
-    return rc;
-}
-
-/* One fused expert tensor -> per-expert device matrices (reference/model_load.c's
- * place_fused): out-major uploaded once and pointed into, in-major transposed once. */
-static int upload_fused(struct cuda_context *c, struct cuda_layer *L,
-                        const struct stage_tensor *want, const struct st_tensor *t) {
-    const size_t H = (size_t)c->cfg->hidden_size, I = (size_t)c->cfg->moe_intermediate_size;
-    const size_t esz = t->dtype == ST_BF16 ? 2 : 4;
-    const enum ops_dtype dt = t->dtype == ST_BF16 ? OPS_BF16 : OPS_F32;
-    const int in_major = stage_tensor_stored_layout(want, t) == STAGE_LAYOUT_IN_MAJOR;
-    const int gate_up = want->slot == STAGE_SLOT_EXPERTS_GATE_UP;
-    const size_t block = (gate_up ? 2 * I : I) * H * esz;
-    const char *dev = NULL;
-    int rc = 0;
-    if (!in_major && (rc = dev_upload(c, (const void **)&dev, t->data, t->nbytes))) return rc;
-    for (int e = 0; e < c->cfg->num_experts && !rc; ++e) {
-        const char *host = (const char *)t->data + (size_t)e * block;
-        const char *base = in_major ? NULL : dev + (size_t)e * block;
-        if (gate_up && in_major) {
-            rc = upload_transposed(c, &L->expert_gate[e], host, 2 * I, 0, (int)I, (int)H, esz, dt);
-            if (!rc)
-                rc = upload_transposed(c, &L->expert_up[e], host, 2 * I, I, (int)I, (int)H, esz,
-                                       dt);
-        } else if (gate_up) {
-            L->expert_gate[e] = (struct ops_weight){base, dt, (int)I, (int)H};
-            L->expert_up[e] = (struct ops_weight){base + I * H * esz, dt, (int)I, (int)H};
-        } else if (in_major) {
-            rc = upload_transposed(c, &L->expert_down[e], host, H, 0, (int)H, (int)I, esz, dt);
-        } else {
-            L->expert_down[e] = (struct ops_weight){base, dt, (int)H, (int)I};
-        }
-    }
-    return rc;
-}
-
-static const float **layer_vector(struct cuda_layer *L, enum stage_tensor_slot slot) {
-    switch (slot) {
-    case STAGE_SLOT_INPUT_NORM: return &L->input_norm;
-    case STAGE_SLOT_POST_NORM: return &L->post_norm;
-    case STAGE_SLOT_Q_NORM: return &L->q_norm;
-    case STAGE_SLOT_K_NORM: return &L->k_norm;
-    case STAGE_SLOT_Q_BIAS: return &L->q_bias;
-    case STAGE_SLOT_K_BIAS: return &L->k_bias;
-    case STAGE_SLOT_V_BIAS: return &L->v_bias;
-    case STAGE_SLOT_O_BIAS: return &L->o_bias;
-    default: return NULL;
-    }
-}
-
-static struct ops_weight *layer_matrix(struct cuda_layer *L, const struct stage_tensor *want) {
-    switch (want->slot) {
-    case STAGE_SLOT_Q: return &L->q;
-    case STAGE_SLOT_K: return &L->k;
-    case STAGE_SLOT_V: return &L->v;
-    case STAGE_SLOT_O: return &L->o;
-    case STAGE_SLOT_GATE: return &L->gate;
-    case STAGE_SLOT_UP: return &L->up;
-    case STAGE_SLOT_DOWN: return &L->down;
-    case STAGE_SLOT_ROUTER: return &L->router;
-    case STAGE_SLOT_EXPERT_GATE: return &L->expert_gate[want->expert];
-    case STAGE_SLOT_EXPERT_UP: return &L->expert_up[want->expert];
-    case STAGE_SLOT_EXPERT_DOWN: return &L->expert_down[want->expert];
-    default: return NULL;
-    }
-}
-
-static int place(struct cuda_context *c, const struct stage_tensor *want,
-                 const struct st_tensor *t) {
-    c->weight_bytes += t->nbytes;
-    c->num_tensors++;
-    switch (want->slot) {
-    case STAGE_SLOT_EMBED: /* a last stage without the embedding reads it as the tied head */
-        return upload_matrix(c, c->role.with_embed ? &c->embed : &c->lm_head, t);
-    case STAGE_SLOT_LM_HEAD: return upload_matrix(c, &c->lm_head, t);
-    case STAGE_SLOT_FINAL_NORM: return upload_vector(c, &c->final_norm, t);
-    case STAGE_SLOT_VISION: return 0;
-    default: break;
-    }
-    struct cuda_layer *L = &c->layers[want->layer - c->role.layer_start];
-    const float **vec = layer_vector(L, want->slot);
-    if (vec) return upload_vector(c, vec, t);
-    struct ops_weight *mat = layer_matrix(L, want);
-    if (mat) return upload_matrix(c, mat, t);
-    return upload_fused(c, L, want, t);
-}
-
-static int load_weights(struct cuda_context *c, const struct safetensors *st) {
-    const struct model_config *cfg = c->cfg;
-    for (int l = 0; l < c->n_layers; ++l) {
-        struct cuda_layer *L = &c->layers[l];
-        L->index = c->role.layer_start + l;
-        L->is_moe = model_config_layer_is_moe(cfg, L->index);
-        if (!L->is_moe) continue;
-        L->expert_gate = calloc((size_t)cfg->num_experts, sizeof *L->expert_gate);
-        L->expert_up = calloc((size_t)cfg->num_experts, sizeof *L->expert_up);
-        L->expert_down = calloc((size_t)cfg->num_experts, sizeof *L->expert_down);
-        if (!L->expert_gate || !L->expert_up || !L->expert_down)
-            return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
-    }
-    struct stage_role role = c->role;
-    role.with_vision = 0;
-    struct stage_tensor_list list;
-    char source[96];
-    snprintf(source, sizeof source, "cuda backend: layers [%d,%d)%s%s", role.layer_start,
-             role.layer_end, role.with_embed ? " +embed" : "", role.with_head ? " +head" : "");
-    int rc = stage_tensor_list_build(&list, cfg, &role, st);
-    if (rc) return rc;
-    if (!(rc = stage_tensor_list_check(&list, st, source)))
-        for (int i = 0; i < list.count && !rc; ++i)
-            rc = place(c, &list.items[i], safetensors_find(st, list.items[i].name));
-    if (!rc && role.with_head && list.head_is_embed && role.with_embed) c->lm_head = c->embed;
-    stage_tensor_list_free(&list);
-    return rc;
-}
+#include "runtime/stage/backend_cuda_internal.h"
 
 /* ---------------------------------------------------------------- scratch */
 
 static void free_scratch(struct cuda_context *c) {
-    float **dev[] = {&c->hidden,   &c->norm,     &c->proj,   &c->q,     &c->k,
-                     &c->v,        &c->attn,     &c->ffn_gate, &c->ffn_up, &c->rope_cos,
-                     &c->rope_sin, &c->router,   &c->moe_x,  &c->moe_y, &c->moe_w,
-                     &c->scores,   &c->deepstack};
+    float **dev[] = {&c->hidden, &c->norm,     &c->proj,   &c->q,        &c->k,        &c->v,
+                     &c->attn,   &c->ffn_gate, &c->ffn_up, &c->rope_cos, &c->rope_sin, &c->router,
+                     &c->moe_x,  &c->moe_y,    &c->moe_w,  &c->scores,   &c->deepstack};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) {
         cuda_free(*dev[i]);
         *dev[i] = NULL;
@@ -324,15 +82,24 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         void **p;
         size_t bytes;
     } want[] = {
-        {(void **)&c->hidden, r * H * 4},    {(void **)&c->norm, r * H * 4},
-        {(void **)&c->proj, r * H * 4},      {(void **)&c->q, r * qd * 4},
-        {(void **)&c->k, r * kvd * 4},       {(void **)&c->v, r * kvd * 4},
-        {(void **)&c->attn, r * qd * 4},     {(void **)&c->ffn_gate, r * ffn * 4},
-        {(void **)&c->ffn_up, r * ffn * 4},  {(void **)&c->rope_cos, r * D / 2 * 4},
-        {(void **)&c->rope_sin, r * D / 2 * 4}, {(void **)&c->router, r * E * 4},
-        {(void **)&c->moe_x, r * H * 4},     {(void **)&c->moe_y, r * H * 4},
-        {(void **)&c->moe_w, r * K * 4},     {(void **)&c->moe_row, r * K * 4},
-        {(void **)&c->tokens, r * 4},        {(void **)&c->deepstack, r * H * 4},
+        {(void **)&c->hidden, r * H * 4},
+        {(void **)&c->norm, r * H * 4},
+        {(void **)&c->proj, r * H * 4},
+        {(void **)&c->q, r * qd * 4},
+        {(void **)&c->k, r * kvd * 4},
+        {(void **)&c->v, r * kvd * 4},
+        {(void **)&c->attn, r * qd * 4},
+        {(void **)&c->ffn_gate, r * ffn * 4},
+        {(void **)&c->ffn_up, r * ffn * 4},
+        {(void **)&c->rope_cos, r * D / 2 * 4},
+        {(void **)&c->rope_sin, r * D / 2 * 4},
+        {(void **)&c->router, r * E * 4},
+        {(void **)&c->moe_x, r * H * 4},
+        {(void **)&c->moe_y, r * H * 4},
+        {(void **)&c->moe_w, r * K * 4},
+        {(void **)&c->moe_row, r * K * 4},
+        {(void **)&c->tokens, r * 4},
+        {(void **)&c->deepstack, r * H * 4},
         {(void **)&c->scores, c->score_floats * 4},
     };
     int rc = 0;
@@ -403,8 +170,7 @@ static int moe_block(struct cuda_context *c, const struct cuda_layer *L, float *
         int count = c->h_expert_count[e];
         if (!count) continue;
         if (count > MAX_GRID_ROWS)
-            return strata_set_error(STRATA_EINVAL, "cuda backend: %d tokens for one expert",
-                                    count);
+            return strata_set_error(STRATA_EINVAL, "cuda backend: %d tokens for one expert", count);
         if ((rc = cuda_ops_weight_rows(c->moe_x, &xs, c->moe_row + first, count, NULL)) ||
             (rc = cuda_matmul(c->ffn_gate, c->moe_x, &L->expert_gate[e], count, NULL)) ||
             (rc = cuda_matmul(c->ffn_up, c->moe_x, &L->expert_up[e], count, NULL)) ||
@@ -455,9 +221,9 @@ static int layer_forward(struct cuda_context *c, const struct cuda_layer *L, int
             /* n_tokens rows of D floats: from k [row.., g*D] into the cache at pos.. */
             size_t src = (size_t)row * kvd + (size_t)g * (size_t)D;
             size_t dst = (size_t)item->pos * (size_t)D;
-            rc = cuda_memcpy_2d(k_slot(c, item->slot, L->index, g) + dst, (size_t)D * 4,
-                                c->k + src, kvd * 4, (size_t)D * 4, (size_t)item->n_tokens,
-                                CUDA_COPY_ON_DEVICE);
+            rc =
+                cuda_memcpy_2d(k_slot(c, item->slot, L->index, g) + dst, (size_t)D * 4, c->k + src,
+                               kvd * 4, (size_t)D * 4, (size_t)item->n_tokens, CUDA_COPY_ON_DEVICE);
             if (!rc)
                 rc = cuda_memcpy_2d(v_slot(c, item->slot, L->index, g) + dst, (size_t)D * 4,
                                     c->v + src, kvd * 4, (size_t)D * 4, (size_t)item->n_tokens,
@@ -584,8 +350,8 @@ static int cuda_forward(struct stage_backend *be, float *hidden, const struct fo
                 ph = item->mrope_positions[item->n_tokens + i];
                 pw = item->mrope_positions[2 * item->n_tokens + i];
             }
-            rope_cos_sin(c->h_cos + (size_t)row * half, c->h_sin + (size_t)row * half,
-                         c->inv_freq, pt, ph, pw, section, half);
+            rope_cos_sin(c->h_cos + (size_t)row * half, c->h_sin + (size_t)row * half, c->inv_freq,
+                         pt, ph, pw, section, half);
         }
     }
     size_t table = (size_t)N * (size_t)half * sizeof(float);
@@ -688,8 +454,7 @@ static int check_slots(const struct stage_backend *be, const int *slots, int n, 
 /* The handoff layout (decoder_io.h): [layer][batch][head][seq][D]; the device cache keeps
  * [slot][layer][head][max_seq][D], so one (layer, batch row) is a strided copy of kv_heads
  * rows of len*D floats. */
-static int cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots,
-                        int n) {
+static int cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n) {
     struct cuda_context *c = ctx(be);
     int seq = 0, nkv = c->cfg->num_kv_heads, D = c->cfg->head_dim, rc;
     memset(out, 0, sizeof *out);
@@ -705,8 +470,9 @@ static int cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const 
                                .head_dim = D};
     size_t numel = kv_handoff_numel(out);
     float *k = calloc(2 * numel * sizeof(float) + (size_t)n * sizeof(int32_t), 1);
-    if (!k) return strata_set_error(STRATA_ENOMEM, "cuda kv pack: cannot allocate %zu floats",
-                                    2 * numel);
+    if (!k)
+        return strata_set_error(STRATA_ENOMEM, "cuda kv pack: cannot allocate %zu floats",
+                                2 * numel);
     float *v = k + numel;
     int32_t *lengths = (int32_t *)(v + numel);
     size_t row = (size_t)seq * D, cache_row = (size_t)be->max_seq * D;
@@ -750,9 +516,8 @@ static int cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
                                 in->layer_end - in->layer_start, in->batch, in->kv_heads, in->seq,
                                 in->head_dim, c->n_layers, nkv, D);
     if (in->batch != n)
-        return strata_set_error(STRATA_EINVAL,
-                                "kv restore: block has %d batch rows, %d slots given", in->batch,
-                                n);
+        return strata_set_error(
+            STRATA_EINVAL, "kv restore: block has %d batch rows, %d slots given", in->batch, n);
     for (int b = 0; b < n; ++b)
         if (in->lengths[b] < 0 || in->lengths[b] > in->seq || in->lengths[b] > be->max_seq)
             return strata_set_error(STRATA_ERANGE,
@@ -858,7 +623,7 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     /* reference_model_load's table: 1 / base ** (2j / D), all in fp32. */
     for (int j = 0; j < half; ++j)
         c->inv_freq[j] = 1.0f / powf((float)cfg->rope_theta, (float)(2 * j) / (float)cfg->head_dim);
-    if ((rc = load_weights(c, opt->weights))) return rc;
+    if ((rc = backend_cuda_load_weights(c, opt->weights))) return rc;
     c->head_floats = (size_t)opt->max_seq * (size_t)cfg->head_dim;
     c->slot_floats = (size_t)c->n_layers * (size_t)cfg->num_kv_heads * c->head_floats;
     c->score_floats = (size_t)cfg->num_heads * (size_t)opt->max_seq;
@@ -878,13 +643,11 @@ int backend_cuda_open(struct stage_backend **out, const struct stage_backend_opt
     char reason[256];
     *out = NULL;
     if (!cuda_device_available(reason, sizeof reason))
-        return strata_set_error(STRATA_EDEVICE, "device '%s' is not available: %s", device,
-                                reason);
+        return strata_set_error(STRATA_EDEVICE, "device '%s' is not available: %s", device, reason);
     int index = device_index(device);
     if (cuda_set_device(index)) {
         snprintf(reason, sizeof reason, "%s", strata_last_error());
-        return strata_set_error(STRATA_EDEVICE, "device '%s' is not available: %s", device,
-                                reason);
+        return strata_set_error(STRATA_EDEVICE, "device '%s' is not available: %s", device, reason);
     }
     struct stage_backend *be = calloc(1, sizeof *be);
     struct cuda_context *c = calloc(1, sizeof *c);

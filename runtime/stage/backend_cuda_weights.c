@@ -1,0 +1,196 @@
+/* The CUDA backend's weights: uploaded once at open by walking the role's manifest
+ * (runtime/model/stage_tensors.h), as reference/model_load.c does; see backend_cuda.c. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/cuda_device.h"
+#include "runtime/base/status.h"
+#include "runtime/model/stage_tensors.h"
+#include "runtime/stage/backend_cuda_internal.h"
+
+static int dev_alloc(struct cuda_context *c, void **p, size_t bytes) {
+    if (c->n_owned == c->cap_owned) {
+        int cap = c->cap_owned ? 2 * c->cap_owned : 64;
+        void **grown = realloc(c->owned, (size_t)cap * sizeof *grown);
+        if (!grown) return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+        c->owned = grown;
+        c->cap_owned = cap;
+    }
+    int rc = cuda_malloc(p, bytes);
+    if (rc) return rc;
+    c->owned[c->n_owned++] = *p;
+    c->device_weight_bytes += bytes;
+    return 0;
+}
+
+static int dev_upload(struct cuda_context *c, const void **out, const void *src, size_t bytes) {
+    void *p = NULL;
+    int rc = dev_alloc(c, &p, bytes);
+    if (!rc) rc = cuda_memcpy_to_device(p, src, bytes);
+    *out = p;
+    return rc;
+}
+
+/* An f32 host copy of any float tensor (the caller frees it). */
+static float *widen(const struct st_tensor *t) {
+    float *f = malloc((size_t)(t->numel ? t->numel : 1) * sizeof(float));
+    if (f && st_tensor_to_f32(f, t)) {
+        free(f);
+        return NULL;
+    }
+    return f;
+}
+
+static int upload_vector(struct cuda_context *c, const float **out, const struct st_tensor *t) {
+    float *f = widen(t);
+    if (!f) return strata_set_error(STRATA_ENOMEM, "cuda backend: cannot widen %s", t->name);
+    int rc = dev_upload(c, (const void **)out, f, (size_t)t->numel * sizeof(float));
+    free(f);
+    return rc;
+}
+
+static int upload_matrix(struct cuda_context *c, struct ops_weight *w, const struct st_tensor *t) {
+    int rows = (int)t->shape[0], cols = (int)t->shape[1];
+    if (t->dtype == ST_BF16 || t->dtype == ST_F32) {
+        *w = (struct ops_weight){NULL, t->dtype == ST_BF16 ? OPS_BF16 : OPS_F32, rows, cols};
+        return dev_upload(c, &w->data, t->data, t->nbytes);
+    }
+    float *f = widen(t);
+    if (!f) return strata_set_error(STRATA_ENOMEM, "cuda backend: cannot widen %s", t->name);
+    *w = (struct ops_weight){NULL, OPS_F32, rows, cols};
+    int rc = dev_upload(c, &w->data, f, (size_t)t->numel * sizeof(float));
+    free(f);
+    return rc;
+}
+
+/* Row-major [rows, cols] device copy of a block stored input-major: element (r, c) at
+ * base[c * width + offset + r] (elements of `esz` bytes). */
+static int upload_transposed(struct cuda_context *c, struct ops_weight *w, const char *base,
+                             size_t width, size_t offset, int rows, int cols, size_t esz,
+                             enum ops_dtype dtype) {
+    char *dst = malloc((size_t)rows * (size_t)cols * esz);
+    if (!dst) return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+    for (int r = 0; r < rows; ++r)
+        for (int col = 0; col < cols; ++col)
+            memcpy(dst + ((size_t)r * (size_t)cols + (size_t)col) * esz,
+                   base + ((size_t)col * width + offset + (size_t)r) * esz, esz);
+    *w = (struct ops_weight){NULL, dtype, rows, cols};
+    int rc = dev_upload(c, &w->data, dst, (size_t)rows * (size_t)cols * esz);
+    free(dst);
+    return rc;
+}
+
+/* One fused expert tensor -> per-expert device matrices (reference/model_load.c's
+ * place_fused): out-major uploaded once and pointed into, in-major transposed once. */
+static int upload_fused(struct cuda_context *c, struct cuda_layer *L,
+                        const struct stage_tensor *want, const struct st_tensor *t) {
+    const size_t H = (size_t)c->cfg->hidden_size, I = (size_t)c->cfg->moe_intermediate_size;
+    const size_t esz = t->dtype == ST_BF16 ? 2 : 4;
+    const enum ops_dtype dt = t->dtype == ST_BF16 ? OPS_BF16 : OPS_F32;
+    const int in_major = stage_tensor_stored_layout(want, t) == STAGE_LAYOUT_IN_MAJOR;
+    const int gate_up = want->slot == STAGE_SLOT_EXPERTS_GATE_UP;
+    const size_t block = (gate_up ? 2 * I : I) * H * esz;
+    const char *dev = NULL;
+    int rc = 0;
+    if (!in_major && (rc = dev_upload(c, (const void **)&dev, t->data, t->nbytes))) return rc;
+    for (int e = 0; e < c->cfg->num_experts && !rc; ++e) {
+        const char *host = (const char *)t->data + (size_t)e * block;
+        const char *base = in_major ? NULL : dev + (size_t)e * block;
+        if (gate_up && in_major) {
+            rc = upload_transposed(c, &L->expert_gate[e], host, 2 * I, 0, (int)I, (int)H, esz, dt);
+            if (!rc)
+                rc =
+                    upload_transposed(c, &L->expert_up[e], host, 2 * I, I, (int)I, (int)H, esz, dt);
+        } else if (gate_up) {
+            L->expert_gate[e] = (struct ops_weight){base, dt, (int)I, (int)H};
+            L->expert_up[e] = (struct ops_weight){base + I * H * esz, dt, (int)I, (int)H};
+        } else if (in_major) {
+            rc = upload_transposed(c, &L->expert_down[e], host, H, 0, (int)H, (int)I, esz, dt);
+        } else {
+            L->expert_down[e] = (struct ops_weight){base, dt, (int)H, (int)I};
+        }
+    }
+    return rc;
+}
+
+static const float **layer_vector(struct cuda_layer *L, enum stage_tensor_slot slot) {
+    switch (slot) {
+    case STAGE_SLOT_INPUT_NORM: return &L->input_norm;
+    case STAGE_SLOT_POST_NORM: return &L->post_norm;
+    case STAGE_SLOT_Q_NORM: return &L->q_norm;
+    case STAGE_SLOT_K_NORM: return &L->k_norm;
+    case STAGE_SLOT_Q_BIAS: return &L->q_bias;
+    case STAGE_SLOT_K_BIAS: return &L->k_bias;
+    case STAGE_SLOT_V_BIAS: return &L->v_bias;
+    case STAGE_SLOT_O_BIAS: return &L->o_bias;
+    default: return NULL;
+    }
+}
+
+static struct ops_weight *layer_matrix(struct cuda_layer *L, const struct stage_tensor *want) {
+    switch (want->slot) {
+    case STAGE_SLOT_Q: return &L->q;
+    case STAGE_SLOT_K: return &L->k;
+    case STAGE_SLOT_V: return &L->v;
+    case STAGE_SLOT_O: return &L->o;
+    case STAGE_SLOT_GATE: return &L->gate;
+    case STAGE_SLOT_UP: return &L->up;
+    case STAGE_SLOT_DOWN: return &L->down;
+    case STAGE_SLOT_ROUTER: return &L->router;
+    case STAGE_SLOT_EXPERT_GATE: return &L->expert_gate[want->expert];
+    case STAGE_SLOT_EXPERT_UP: return &L->expert_up[want->expert];
+    case STAGE_SLOT_EXPERT_DOWN: return &L->expert_down[want->expert];
+    default: return NULL;
+    }
+}
+
+static int place(struct cuda_context *c, const struct stage_tensor *want,
+                 const struct st_tensor *t) {
+    c->weight_bytes += t->nbytes;
+    c->num_tensors++;
+    switch (want->slot) {
+    case STAGE_SLOT_EMBED: /* a last stage without the embedding reads it as the tied head */
+        return upload_matrix(c, c->role.with_embed ? &c->embed : &c->lm_head, t);
+    case STAGE_SLOT_LM_HEAD: return upload_matrix(c, &c->lm_head, t);
+    case STAGE_SLOT_FINAL_NORM: return upload_vector(c, &c->final_norm, t);
+    case STAGE_SLOT_VISION: return 0;
+    default: break;
+    }
+    struct cuda_layer *L = &c->layers[want->layer - c->role.layer_start];
+    const float **vec = layer_vector(L, want->slot);
+    if (vec) return upload_vector(c, vec, t);
+    struct ops_weight *mat = layer_matrix(L, want);
+    if (mat) return upload_matrix(c, mat, t);
+    return upload_fused(c, L, want, t);
+}
+
+int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st) {
+    const struct model_config *cfg = c->cfg;
+    for (int l = 0; l < c->n_layers; ++l) {
+        struct cuda_layer *L = &c->layers[l];
+        L->index = c->role.layer_start + l;
+        L->is_moe = model_config_layer_is_moe(cfg, L->index);
+        if (!L->is_moe) continue;
+        L->expert_gate = calloc((size_t)cfg->num_experts, sizeof *L->expert_gate);
+        L->expert_up = calloc((size_t)cfg->num_experts, sizeof *L->expert_up);
+        L->expert_down = calloc((size_t)cfg->num_experts, sizeof *L->expert_down);
+        if (!L->expert_gate || !L->expert_up || !L->expert_down)
+            return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+    }
+    struct stage_role role = c->role;
+    role.with_vision = 0;
+    struct stage_tensor_list list;
+    char source[96];
+    snprintf(source, sizeof source, "cuda backend: layers [%d,%d)%s%s", role.layer_start,
+             role.layer_end, role.with_embed ? " +embed" : "", role.with_head ? " +head" : "");
+    int rc = stage_tensor_list_build(&list, cfg, &role, st);
+    if (rc) return rc;
+    if (!(rc = stage_tensor_list_check(&list, st, source)))
+        for (int i = 0; i < list.count && !rc; ++i)
+            rc = place(c, &list.items[i], safetensors_find(st, list.items[i].name));
+    if (!rc && role.with_head && list.head_is_embed && role.with_embed) c->lm_head = c->embed;
+    stage_tensor_list_free(&list);
+    return rc;
+}
