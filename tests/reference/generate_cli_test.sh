@@ -13,17 +13,21 @@ for case in qwen3_moe qwen3_mha_untied; do
     steps=$(echo "$want" | wc -w)
     for threads in 1 2; do
         out=$("$gen" --model "$dir" --prompt-ids "$prompt" --max-tokens "$steps" --threads "$threads" --ignore-eos 2>/dev/null)
-        got=$(echo "$out" | head -1)
+        got=${out%%$'\n'*} # first line (no pipe: head would SIGPIPE the writer under pipefail)
         [ "$got" = "$want" ] || fail "$case threads $threads: got '$got', want '$want'"
-        echo "$out" | grep -q "^decode: .* tokens/s" || fail "$case: no decode speed line"
+        grep -q "^decode: .* tokens/s" <<<"$out" || fail "$case: no decode speed line"
     done
     echo "ok: $case ids identical to transformers ($steps steps, 1 and 2 threads)"
 done
 
 # Seeded sampling replays exactly (at any thread count); stop ids end generation early.
 dir="$root/qwen3_moe"
-sample() { "$gen" --model "$dir" --prompt-ids 5,6,7 --max-tokens 20 --temperature 0.9 --top-k 50 \
-    --top-p 0.95 --ignore-eos "$@" 2>/dev/null | head -1; }
+sample() {
+    local out
+    out=$("$gen" --model "$dir" --prompt-ids 5,6,7 --max-tokens 20 --temperature 0.9 --top-k 50 \
+        --top-p 0.95 --ignore-eos "$@" 2>/dev/null)
+    echo "${out%%$'\n'*}"
+}
 a=$(sample --seed 11 --threads 1); b=$(sample --seed 11 --threads 2)
 [ "$a" = "$b" ] || fail "seeded sampling differs: '$a' vs '$b'"
 [ "$(echo "$a" | wc -w)" = 20 ] || fail "expected 20 sampled ids, got '$a'"
