@@ -1,6 +1,6 @@
 /* Unit tests of reference/ops.h against straightforward double-precision formulas, plus the
  * determinism properties: matmul is bit-identical across thread counts, across batch
- * composition, and between the AVX2 and portable paths. */
+ * composition, and between every matmul path (portable, AVX2, AVX-512) the CPU has. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -136,8 +136,8 @@ static void test_matmul_bit_identical(void **state) {
         ops_force_portable(0);
         assert_memory_equal(out, base, (size_t)n * (size_t)rows * sizeof(float));
         if (dt == 0)
-            printf("matmul: AVX2+FMA path %s; portable path bit-identical\n",
-                   has_avx2 ? "used" : "not available");
+            printf("matmul: default path %s (AVX2+FMA %s); portable path bit-identical\n",
+                   ops_path_name(ops_matmul_path()), has_avx2 ? "available" : "not available");
         thread_pool_free(one);
         free(data);
         free(dense);
@@ -145,6 +145,65 @@ static void test_matmul_bit_identical(void **state) {
         free(base);
         free(out);
     }
+}
+
+/* Every matmul path this CPU has gives the portable path's bits: random shapes with odd K
+ * (every tail length 0..15), row counts off the 4-row and 16-row tiles, bf16 and f32 weights,
+ * 1 token (decode tiles) and 2..9 tokens (prefill tiles plus leftovers), 1 and 2 threads. */
+static void test_matmul_paths_bit_identical(void **state) {
+    (void)state;
+    static const enum ops_path paths[] = {OPS_PATH_AVX2, OPS_PATH_AVX512};
+    int compared[2] = {0, 0};
+    struct thread_pool *pools[2];
+    assert_int_equal(thread_pool_init(&pools[0], 1), 0);
+    assert_int_equal(thread_pool_init(&pools[1], 2), 0);
+    for (int trial = 0; trial < 48; ++trial) {
+        enum ops_dtype dt = (enum ops_dtype)(trial % 2);
+        int cols = 1 + (int)((frand() + 1.0f) * 200.0f) + trial % 16;
+        int rows = 1 + (int)((frand() + 1.0f) * 40.0f);
+        int n = trial % 3 == 0 ? 1 : 2 + trial % 8;
+        struct ops_weight w;
+        float *dense;
+        void *data = make_weight(&w, &dense, dt, rows, cols);
+        size_t out_n = (size_t)n * (size_t)rows;
+        float *x = malloc((size_t)n * (size_t)cols * sizeof(float));
+        float *want = malloc(out_n * sizeof(float)), *got = malloc(out_n * sizeof(float));
+        assert_non_null(x);
+        assert_non_null(want);
+        assert_non_null(got);
+        fill(x, (size_t)n * (size_t)cols);
+        assert_int_equal(ops_force_path(OPS_PATH_PORTABLE), 1);
+        matmul(want, x, &w, n, pools[0]);
+        for (int p = 0; p < 2; ++p) {
+            if (!ops_force_path(paths[p])) continue;
+            for (int t = 0; t < 2; ++t) {
+                memset(got, 0xff, out_n * sizeof(float));
+                matmul(got, x, &w, n, pools[t]);
+                if (memcmp(got, want, out_n * sizeof(float)))
+                    fail_msg("matmul %s %s %dx%d n=%d threads %d differs from portable",
+                             ops_path_name(paths[p]), dt == OPS_BF16 ? "bf16" : "f32", rows, cols,
+                             n, t + 1);
+            }
+            compared[p]++;
+        }
+        ops_force_path(OPS_PATH_AUTO);
+        free(data);
+        free(dense);
+        free(x);
+        free(want);
+        free(got);
+    }
+    for (int p = 0; p < 2; ++p) {
+        if (compared[p])
+            printf("matmul: %s path bit-identical to portable on %d random shapes\n",
+                   ops_path_name(paths[p]), compared[p]);
+        else
+            printf("matmul: this CPU has no %s path; it was not compared here\n",
+                   ops_path_name(paths[p]));
+    }
+    assert_int_equal(ops_force_path(OPS_PATH_AVX512 + 1), 0);
+    thread_pool_free(pools[0]);
+    thread_pool_free(pools[1]);
 }
 
 static void test_rmsnorm(void **state) {
@@ -294,6 +353,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_matmul_matches_double),
         cmocka_unit_test(test_matmul_bit_identical),
+        cmocka_unit_test(test_matmul_paths_bit_identical),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_mrope_sections),
