@@ -97,6 +97,37 @@ struct attention_job {
     int pos, n, nh, nkv, head_dim;
 };
 
+/* scores [ctx_len] = (q · k_j) * scale, each dot a sequential fp32 sum in ascending d.
+ * Four keys run side by side only so their independent add chains overlap (a single chain
+ * is add-latency bound); every score still sees exactly the same operations in the same
+ * order, so the bits do not change. */
+static void attention_scores(float *scores, const float *q, const float *keys, int ctx_len,
+                             int d_len, float scale) {
+    size_t ld = (size_t)d_len;
+    int j = 0;
+    for (; j + 4 <= ctx_len; j += 4) {
+        const float *k0 = keys + (size_t)j * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
+        float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
+        for (int d = 0; d < d_len; ++d) {
+            s0 += q[d] * k0[d];
+            s1 += q[d] * k1[d];
+            s2 += q[d] * k2[d];
+            s3 += q[d] * k3[d];
+        }
+        scores[j] = s0 * scale;
+        scores[j + 1] = s1 * scale;
+        scores[j + 2] = s2 * scale;
+        scores[j + 3] = s3 * scale;
+    }
+    for (; j < ctx_len; ++j) {
+        const float *kj = keys + (size_t)j * ld;
+        float dot = 0.0f;
+        for (int d = 0; d < d_len; ++d)
+            dot += q[d] * kj[d];
+        scores[j] = dot * scale;
+    }
+}
+
 /* Task = one (query token, query head) pair. */
 static void attention_task(void *ctx, int begin, int end, int worker) {
     const struct attention_job *job = ctx;
@@ -109,13 +140,7 @@ static void attention_task(void *ctx, int begin, int end, int worker) {
         const float *q = job->q + ((size_t)i * (size_t)job->nh + (size_t)h) * (size_t)d_len;
         const float *keys = job->k_cache + (size_t)(h / group) * job->kv_head_stride;
         const float *values = job->v_cache + (size_t)(h / group) * job->kv_head_stride;
-        for (int j = 0; j < ctx_len; ++j) {
-            const float *kj = keys + (size_t)j * (size_t)d_len;
-            float dot = 0.0f;
-            for (int d = 0; d < d_len; ++d)
-                dot += q[d] * kj[d];
-            scores[j] = dot * scale;
-        }
+        attention_scores(scores, q, keys, ctx_len, d_len, scale);
         softmax(scores, ctx_len);
         float *o = job->out + ((size_t)i * (size_t)job->nh + (size_t)h) * (size_t)d_len;
         for (int d = 0; d < d_len; ++d)

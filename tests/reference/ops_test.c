@@ -348,6 +348,44 @@ static void test_attention(void **state) {
     }
 }
 
+/* attention's documented fp32 order, written plainly: the kernel must give these exact bits
+ * (its key interleaving only overlaps independent chains). Context lengths cover 4-key
+ * groups and leftovers. */
+static void test_attention_exact_order(void **state) {
+    (void)state;
+    enum { NH = 4, NKV = 2, D = 24, MAX_SEQ = 16, POS = 6, N = 5 };
+    static float q[N * NH * D], k[NKV * MAX_SEQ * D], v[NKV * MAX_SEQ * D], out[N * NH * D];
+    static float scratch[2 * MAX_SEQ];
+    fill(q, sizeof q / sizeof *q);
+    fill(k, sizeof k / sizeof *k);
+    fill(v, sizeof v / sizeof *v);
+    struct thread_pool *pool;
+    assert_int_equal(thread_pool_init(&pool, 2), 0);
+    attention(out, q, k, v, MAX_SEQ * D, scratch, POS, N, NH, NKV, D, pool);
+    thread_pool_free(pool);
+    float scale = 1.0f / sqrtf((float)D);
+    for (int i = 0; i < N; ++i)
+        for (int h = 0; h < NH; ++h) {
+            const float *qi = q + (i * NH + h) * D;
+            const float *kh = k + (h / 2) * MAX_SEQ * D, *vh = v + (h / 2) * MAX_SEQ * D;
+            int ctx = POS + i + 1;
+            float s[MAX_SEQ], o[D];
+            for (int j = 0; j < ctx; ++j) {
+                float dot = 0.0f;
+                for (int d = 0; d < D; ++d)
+                    dot += qi[d] * kh[j * D + d];
+                s[j] = dot * scale;
+            }
+            softmax(s, ctx);
+            for (int d = 0; d < D; ++d)
+                o[d] = 0.0f;
+            for (int j = 0; j < ctx; ++j)
+                for (int d = 0; d < D; ++d)
+                    o[d] += s[j] * vh[j * D + d];
+            assert_memory_equal(out + (i * NH + h) * D, o, sizeof o);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_conversion),
@@ -360,6 +398,7 @@ int main(void) {
         cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_exact_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
