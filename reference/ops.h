@@ -10,9 +10,12 @@
  * k0 + 16 <= K: a0[l] = fma(w[k0+l], x[k0+l], a0[l]) and a1[l] = fma(w[k0+8+l], x[k0+8+l],
  * a1[l]) for l = 0..7. Then s = a0 + a1 (lane-wise), t[i] = s[i] + s[i+4] (i < 4),
  * r = (t[0] + t[2]) + (t[1] + t[3]), and the K % 16 tail is r = fma(w[k], x[k], r) in
- * ascending k. bf16 weights are widened exactly (bits << 16) before the fma. The AVX2+FMA
- * path and the portable path (libm fmaf) perform this same sequence of correctly rounded
- * operations, so they agree bit for bit.
+ * ascending k. bf16 weights are widened exactly (bits << 16) before the fma. The AVX-512F
+ * path (a0 = low, a1 = high half of one zmm), the AVX2+FMA path and the portable path (libm
+ * fmaf) perform this same sequence of correctly rounded operations, so they agree bit for
+ * bit: machines with different instruction sets give identical logits and may share a
+ * pipeline (no instruction-set check is needed in the Hello). A faster path that changed the
+ * bits (e.g. vdpbf16ps, which rounds activations to bf16) would need one.
  *
  * Other reductions (RMSNorm's sum of squares, softmax sums, attention q·k and P·V) run
  * sequentially in ascending index order. */
@@ -83,7 +86,22 @@ void moe_route(int *experts, float *weights, const float *router_logits, int ren
 /* x [n] += y [n]. */
 void vec_add(float *x, const float *y, int n);
 
-/* For tests: 1 forces the portable dot-product path, 0 restores the CPU-detected choice.
+/* matmul implementations; all give identical bits (see the top of this file). */
+enum ops_path { OPS_PATH_AUTO = 0, OPS_PATH_PORTABLE, OPS_PATH_AVX2, OPS_PATH_AVX512 };
+
+/* 1 if this CPU can run `path` (OPS_PATH_AUTO and OPS_PATH_PORTABLE always can). */
+int ops_path_available(enum ops_path path);
+
+/* For tests and benchmarks: makes matmul use `path` (OPS_PATH_AUTO restores the CPU-detected
+ * choice, the fastest available). Returns 1 if set, 0 if this CPU lacks the path (the
+ * choice is left unchanged). Process-wide; not to be called while a matmul runs. */
+int ops_force_path(enum ops_path path);
+
+/* The path matmul uses now, and a short name ("portable", "avx2", "avx512", "auto"). */
+enum ops_path ops_matmul_path(void);
+const char *ops_path_name(enum ops_path path);
+
+/* Older spelling: 1 forces the portable path, 0 restores the CPU-detected choice.
  * Returns whether the AVX2+FMA path is available on this CPU. */
 int ops_force_portable(int force);
 

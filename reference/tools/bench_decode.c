@@ -5,7 +5,9 @@
  * Roofline tokens/s = memcpy bandwidth (bytes copied per second) / weight bytes read per token
  * (every layer matrix plus the lm_head, which is the tied embedding). Decode only reads weights,
  * and a copy both reads and writes, so a stricter ratio against read-only bandwidth is printed
- * too. Not a test: nothing is asserted. */
+ * too (a streaming sum over 1 GiB at the same thread count). Each figure is the median of
+ * --repeat runs, decode and bandwidth runs interleaved (the machine may be shared). Not a
+ * test: nothing is asserted. */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -39,7 +41,7 @@ enum {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--repeat R]\n"
-            "                           [--model DIR] [--keep]\n"
+            "                           [--model DIR] [--keep] [--path NAME]\n"
             "\n"
             "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
             "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
@@ -47,8 +49,10 @@ static void usage(FILE *f) {
             "  --threads LIST   thread counts to measure (default 1,2)\n"
             "  --steps N        decode steps per measurement (default 32)\n"
             "  --prompt N       prompt length prefilled first (default 16)\n"
-            "  --repeat R       runs per thread count; the best decode and memcpy are kept "
+            "  --repeat R       runs per thread count, interleaved; medians are printed "
             "(default 3)\n"
+            "  --path NAME      matmul path: auto (default: the fastest this CPU has), portable,\n"
+            "                   avx2, avx512 (all give identical bits)\n"
             "  --model DIR      reuse a checkpoint directory instead of writing one\n"
             "  --keep           keep the written checkpoint (its path is printed)\n"
             "  -h, --help       this text\n"
@@ -324,6 +328,7 @@ static int remove_checkpoint(const char *dir) {
 struct bench_args {
     int thread_list[16], n_threads, steps, prompt, repeat, keep;
     const char *model;
+    enum ops_path path;
 };
 
 /* Parses "1,2,4" into a->thread_list; 0 ok, -1 bad (after printing why). */
@@ -342,16 +347,36 @@ static int parse_threads(struct bench_args *a, const char *text) {
     return a->n_threads ? 0 : -1;
 }
 
+/* Parses a matmul path name; 0 ok, -1 unknown or not on this CPU (after printing why). */
+static int parse_path(enum ops_path *out, const char *text) {
+    for (int p = OPS_PATH_AUTO; p <= OPS_PATH_AVX512; ++p) {
+        if (strcmp(text, ops_path_name((enum ops_path)p))) continue;
+        if (!ops_path_available((enum ops_path)p)) {
+            fprintf(stderr, "strata-bench-decode: this CPU has no %s path\n", text);
+            return -1;
+        }
+        *out = (enum ops_path)p;
+        return 0;
+    }
+    fprintf(stderr, "strata-bench-decode: --path wants auto, portable, avx2 or avx512\n");
+    return -1;
+}
+
 /* Returns -1 to go on, else the exit code (--help or a bad command line). */
 static int parse_args(struct bench_args *a, int argc, char **argv) {
     static const struct option opts[] = {
-        {"threads", required_argument, 0, 't'}, {"steps", required_argument, 0, 's'},
-        {"prompt", required_argument, 0, 'p'},  {"model", required_argument, 0, 'm'},
-        {"keep", no_argument, 0, 'k'},          {"help", no_argument, 0, 'h'},
-        {"repeat", required_argument, 0, 'r'},  {0, 0, 0, 0},
+        {"threads", required_argument, 0, 't'},
+        {"steps", required_argument, 0, 's'},
+        {"prompt", required_argument, 0, 'p'},
+        {"model", required_argument, 0, 'm'},
+        {"keep", no_argument, 0, 'k'},
+        {"help", no_argument, 0, 'h'},
+        {"repeat", required_argument, 0, 'r'},
+        {"path", required_argument, 0, 'P'},
+        {0, 0, 0, 0},
     };
     int c;
-    *a = (struct bench_args){{1, 2}, 2, 32, 16, 3, 0, NULL};
+    *a = (struct bench_args){{1, 2}, 2, 32, 16, 3, 0, NULL, OPS_PATH_AUTO};
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
@@ -372,6 +397,9 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
         }
         case 'm': a->model = optarg; break;
         case 'k': a->keep = 1; break;
+        case 'P':
+            if (parse_path(&a->path, optarg)) return STRATA_EXIT_USAGE;
+            break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -408,23 +436,30 @@ static int open_checkpoint(char *dir, size_t cap, int *wrote, const struct bench
     return -1;
 }
 
-/* One table row: the best of `repeat` decode and bandwidth runs at `threads`. */
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* One table row: medians of `repeat` interleaved decode, memcpy and read runs at `threads`. */
 static int bench_row(const struct model_config *cfg, const struct safetensors *st, int threads,
                      const struct bench_args *a) {
-    double tok_s = 0.0, bw = 0.0, rd = 0.0;
+    double tok[64], copy[64], read[64], warm = 0.0;
     size_t bytes = 0;
-    /* Warm the page cache once, then keep the best of `repeat` decode and memcpy runs
-     * (the machine may be shared; the best run is the least disturbed one). */
-    if (measure(&tok_s, &bytes, cfg, st, threads, a->prompt, 2)) return -1;
-    tok_s = 0.0;
-    for (int r = 0; r < a->repeat; ++r) {
-        double run = 0.0, copy = memcpy_bandwidth((size_t)256 << 20, threads);
-        if (measure(&run, &bytes, cfg, st, threads, a->prompt, a->steps)) return -1;
-        if (run > tok_s) tok_s = run;
-        if (copy > bw) bw = copy;
-        double read = read_bandwidth((size_t)256 << 20, threads);
-        if (read > rd) rd = read;
+    int n = a->repeat < 64 ? a->repeat : 64;
+    /* Warm the page cache once (the checkpoint is mmapped). */
+    if (measure(&warm, &bytes, cfg, st, threads, a->prompt, 2)) return -1;
+    for (int r = 0; r < n; ++r) {
+        copy[r] = memcpy_bandwidth((size_t)256 << 20, threads);
+        if (measure(&tok[r], &bytes, cfg, st, threads, a->prompt, a->steps)) return -1;
+        read[r] = read_bandwidth((size_t)1 << 30, threads);
     }
+    double tok_s = median(tok, n), bw = median(copy, n), rd = median(read, n);
     double roof = bw / (double)bytes;
     double read_roof = rd / (double)bytes;
     printf("%7d %12.2f %15.1f %12.2f %15.2f %8.1f%% %10.2f %13.1f%%\n", threads, tok_s, bytes / 1e6,
@@ -446,8 +481,9 @@ static int run(const char *dir, const struct bench_args *a) {
     char desc[512];
     model_config_describe(&cfg, desc, sizeof desc);
     printf("model: %s\n", desc);
-    printf("cpu: %ld online cores; matmul path %s\n", sysconf(_SC_NPROCESSORS_ONLN),
-           ops_force_portable(0) ? "AVX2+FMA (bf16 widened on the fly)" : "portable C");
+    ops_force_path(a->path);
+    printf("cpu: %ld online cores; matmul path %s (all paths give identical bits)\n",
+           sysconf(_SC_NPROCESSORS_ONLN), ops_path_name(ops_matmul_path()));
     printf("%7s %12s %15s %12s %15s %9s %10s %14s\n", "threads", "decode tok/s", "weight MB/token",
            "memcpy GB/s", "roofline tok/s", "ratio", "read GB/s", "ratio vs read");
     for (int i = 0; i < a->n_threads; ++i) {

@@ -19,6 +19,7 @@
 
 #include "reference/kv_cache.h"
 #include "reference/model.h"
+#include "reference/ops.h"
 #include "reference/sampler.h"
 #include "runtime/base/status.h"
 #include "tests/reference/golden_case.h"
@@ -149,6 +150,39 @@ static void test_all_cases(void **state) {
         check_case(golden_case_names[i], 2);
 }
 
+/* Whole golden runs on every matmul path this CPU has give the bits of the default (fastest)
+ * path, which test_all_cases checked against transformers. */
+static void test_every_matmul_path(void **state) {
+    (void)state;
+    static const enum ops_path paths[] = {OPS_PATH_PORTABLE, OPS_PATH_AVX2, OPS_PATH_AVX512};
+    printf("default matmul path: %s\n", ops_path_name(ops_matmul_path()));
+    for (int i = 0; golden_case_names[i]; ++i) {
+        struct golden_case gc;
+        const char *name = golden_case_names[i];
+        if (golden_case_open(&gc, name)) fail_msg("%s: %s", name, strata_last_error());
+        int whole[2] = {0, gc.cfg.num_layers};
+        size_t bytes = (size_t)gc.n_steps * (size_t)gc.cfg.vocab_size * sizeof(float);
+        float *want = run_golden(&gc, whole, 1, 2);
+        for (int p = 0; p < 3; ++p) {
+            if (!ops_force_path(paths[p])) {
+                if (i == 0)
+                    printf("this CPU has no %s path; not compared\n", ops_path_name(paths[p]));
+                continue;
+            }
+            float *got = run_golden(&gc, whole, 1, 2);
+            ops_force_path(OPS_PATH_AUTO);
+            if (memcmp(got, want, bytes))
+                fail_msg("%s: %s path differs", name, ops_path_name(paths[p]));
+            free(got);
+            if (i == 0)
+                printf("%s path: golden logits bit-identical to the default\n",
+                       ops_path_name(paths[p]));
+        }
+        free(want);
+        golden_case_close(&gc);
+    }
+}
+
 static void test_one_thread(void **state) {
     (void)state;
     check_case("qwen3_moe", 1);
@@ -160,6 +194,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_all_cases),
         cmocka_unit_test(test_one_thread),
+        cmocka_unit_test(test_every_matmul_path),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

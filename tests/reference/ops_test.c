@@ -1,6 +1,6 @@
 /* Unit tests of reference/ops.h against straightforward double-precision formulas, plus the
  * determinism properties: matmul is bit-identical across thread counts, across batch
- * composition, and between the AVX2 and portable paths. */
+ * composition, and between every matmul path (portable, AVX2, AVX-512) the CPU has. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -136,8 +136,8 @@ static void test_matmul_bit_identical(void **state) {
         ops_force_portable(0);
         assert_memory_equal(out, base, (size_t)n * (size_t)rows * sizeof(float));
         if (dt == 0)
-            printf("matmul: AVX2+FMA path %s; portable path bit-identical\n",
-                   has_avx2 ? "used" : "not available");
+            printf("matmul: default path %s (AVX2+FMA %s); portable path bit-identical\n",
+                   ops_path_name(ops_matmul_path()), has_avx2 ? "available" : "not available");
         thread_pool_free(one);
         free(data);
         free(dense);
@@ -145,6 +145,65 @@ static void test_matmul_bit_identical(void **state) {
         free(base);
         free(out);
     }
+}
+
+/* Every matmul path this CPU has gives the portable path's bits: random shapes with odd K
+ * (every tail length 0..15), row counts off the 4-row and 16-row tiles, bf16 and f32 weights,
+ * 1 token (decode tiles) and 2..9 tokens (prefill tiles plus leftovers), 1 and 2 threads. */
+static void test_matmul_paths_bit_identical(void **state) {
+    (void)state;
+    static const enum ops_path paths[] = {OPS_PATH_AVX2, OPS_PATH_AVX512};
+    int compared[2] = {0, 0};
+    struct thread_pool *pools[2];
+    assert_int_equal(thread_pool_init(&pools[0], 1), 0);
+    assert_int_equal(thread_pool_init(&pools[1], 2), 0);
+    for (int trial = 0; trial < 48; ++trial) {
+        enum ops_dtype dt = (enum ops_dtype)(trial % 2);
+        int cols = 1 + (int)((frand() + 1.0f) * 200.0f) + trial % 16;
+        int rows = 1 + (int)((frand() + 1.0f) * 40.0f);
+        int n = trial % 3 == 0 ? 1 : 2 + trial % 8;
+        struct ops_weight w;
+        float *dense;
+        void *data = make_weight(&w, &dense, dt, rows, cols);
+        size_t out_n = (size_t)n * (size_t)rows;
+        float *x = malloc((size_t)n * (size_t)cols * sizeof(float));
+        float *want = malloc(out_n * sizeof(float)), *got = malloc(out_n * sizeof(float));
+        assert_non_null(x);
+        assert_non_null(want);
+        assert_non_null(got);
+        fill(x, (size_t)n * (size_t)cols);
+        assert_int_equal(ops_force_path(OPS_PATH_PORTABLE), 1);
+        matmul(want, x, &w, n, pools[0]);
+        for (int p = 0; p < 2; ++p) {
+            if (!ops_force_path(paths[p])) continue;
+            for (int t = 0; t < 2; ++t) {
+                memset(got, 0xff, out_n * sizeof(float));
+                matmul(got, x, &w, n, pools[t]);
+                if (memcmp(got, want, out_n * sizeof(float)))
+                    fail_msg("matmul %s %s %dx%d n=%d threads %d differs from portable",
+                             ops_path_name(paths[p]), dt == OPS_BF16 ? "bf16" : "f32", rows, cols,
+                             n, t + 1);
+            }
+            compared[p]++;
+        }
+        ops_force_path(OPS_PATH_AUTO);
+        free(data);
+        free(dense);
+        free(x);
+        free(want);
+        free(got);
+    }
+    for (int p = 0; p < 2; ++p) {
+        if (compared[p])
+            printf("matmul: %s path bit-identical to portable on %d random shapes\n",
+                   ops_path_name(paths[p]), compared[p]);
+        else
+            printf("matmul: this CPU has no %s path; it was not compared here\n",
+                   ops_path_name(paths[p]));
+    }
+    assert_int_equal(ops_force_path(OPS_PATH_AVX512 + 1), 0);
+    thread_pool_free(pools[0]);
+    thread_pool_free(pools[1]);
 }
 
 static void test_rmsnorm(void **state) {
@@ -289,17 +348,57 @@ static void test_attention(void **state) {
     }
 }
 
+/* attention's documented fp32 order, written plainly: the kernel must give these exact bits
+ * (its key interleaving only overlaps independent chains). Context lengths cover 4-key
+ * groups and leftovers. */
+static void test_attention_exact_order(void **state) {
+    (void)state;
+    enum { NH = 4, NKV = 2, D = 24, MAX_SEQ = 16, POS = 6, N = 5 };
+    static float q[N * NH * D], k[NKV * MAX_SEQ * D], v[NKV * MAX_SEQ * D], out[N * NH * D];
+    static float scratch[2 * MAX_SEQ];
+    fill(q, sizeof q / sizeof *q);
+    fill(k, sizeof k / sizeof *k);
+    fill(v, sizeof v / sizeof *v);
+    struct thread_pool *pool;
+    assert_int_equal(thread_pool_init(&pool, 2), 0);
+    attention(out, q, k, v, MAX_SEQ * D, scratch, POS, N, NH, NKV, D, pool);
+    thread_pool_free(pool);
+    float scale = 1.0f / sqrtf((float)D);
+    for (int i = 0; i < N; ++i)
+        for (int h = 0; h < NH; ++h) {
+            const float *qi = q + (i * NH + h) * D;
+            const float *kh = k + (h / 2) * MAX_SEQ * D, *vh = v + (h / 2) * MAX_SEQ * D;
+            int ctx = POS + i + 1;
+            float s[MAX_SEQ], o[D];
+            for (int j = 0; j < ctx; ++j) {
+                float dot = 0.0f;
+                for (int d = 0; d < D; ++d)
+                    dot += qi[d] * kh[j * D + d];
+                s[j] = dot * scale;
+            }
+            softmax(s, ctx);
+            for (int d = 0; d < D; ++d)
+                o[d] = 0.0f;
+            for (int j = 0; j < ctx; ++j)
+                for (int d = 0; d < D; ++d)
+                    o[d] += s[j] * vh[j * D + d];
+            assert_memory_equal(out + (i * NH + h) * D, o, sizeof o);
+        }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_matmul_matches_double),
         cmocka_unit_test(test_matmul_bit_identical),
+        cmocka_unit_test(test_matmul_paths_bit_identical),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
         cmocka_unit_test(test_mrope_sections),
         cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_exact_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
