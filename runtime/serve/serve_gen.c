@@ -131,12 +131,19 @@ static void record_latency(struct serve_gen *g, int before, int n) {
     g->t_last = t;
 }
 
-int serve_gen_step(struct serve_gen *g, struct serve_error *err) {
+int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
     if (g->finished) return 0;
     int done = 0, before = g->seen;
-    int n = serve_engine_wait(g->app->engine, &g->job, g->seen, &done, g->app->token_timeout_ms);
-    if (n < 0)
-        return serve_error_set(err, 504, NULL, "pipeline_timeout", "%s", strata_last_error());
+    int n = serve_engine_wait(g->app->engine, &g->job, g->seen, &done, slice_ms);
+    if (n < 0) {
+        /* Quiet for a slice: the caller checks its client; quiet too long is the pipeline's
+         * fault. */
+        g->idle_ms += slice_ms;
+        if (g->idle_ms < g->app->token_timeout_ms) return 1;
+        return serve_error_set(err, 504, NULL, "pipeline_timeout",
+                               "no token from the pipeline in %d ms", g->idle_ms);
+    }
+    g->idle_ms = 0;
     if (done && g->job.error_code)
         return serve_error_set(err, 502, NULL, "pipeline_error", "the pipeline failed: %s",
                                g->job.error);

@@ -34,6 +34,7 @@ struct serve_gen {
     struct serve_reply_info info;
     char id[48];
     int prompt_tokens, seen, submitted, in_flight;
+    int idle_ms;        /* waited since the last token */
     int finished;       /* no more text will come */
     const char *finish; /* "stop" | "length" once finished */
     double t_submit, t_last;
@@ -44,9 +45,11 @@ struct serve_gen {
 int serve_gen_start(struct serve_gen *g, struct serve_app *app, enum serve_kind kind,
                     const char *body, size_t len, struct serve_error *err);
 
-/* Waits for and decodes the next tokens (sets finished/finish when the answer is complete).
- * -1 with *err when the pipeline failed or went quiet. */
-int serve_gen_step(struct serve_gen *g, struct serve_error *err);
+/* Waits up to slice_ms for the next tokens and decodes them (sets finished/finish when the
+ * answer is complete): 0 on progress, 1 when nothing came in the slice (so the caller can
+ * check whether its HTTP client is still there), -1 with *err when the pipeline failed or
+ * stayed quiet for token_timeout_ms. */
+int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err);
 
 /* Releases the request (cancelling it at the pipeline when it is not finished: the client
  * went away) and frees everything. */

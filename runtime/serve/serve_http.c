@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,13 +25,32 @@ struct conn_ctx {
     int too_large;
 };
 
+/* How often a handler waiting for tokens looks whether its client is still there. */
+#define SERVE_POLL_MS 250
+
 /* A streamed answer, owned by its libmicrohttpd response. */
 struct stream_ctx {
     struct serve_gen gen;
+    int fd;               /* the client's socket, only polled (libmicrohttpd owns it) */
     struct serve_buf out; /* SSE bytes not yet handed to libmicrohttpd, from off */
     size_t off;
     int role_sent, done;
 };
+
+static int connection_fd(struct MHD_Connection *c) {
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? info->connect_fd : -1;
+}
+
+/* 1 when the client closed or reset its connection. A client sends nothing while it waits
+ * for an answer, so readable-with-hangup is the only signal that it left before the answer
+ * is written (libmicrohttpd notices only when a write fails). */
+static int client_gone(int fd) {
+    struct pollfd p = {fd, POLLRDHUP, 0};
+    if (fd < 0 || poll(&p, 1, 0) <= 0) return 0;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
 
 static enum MHD_Result send_body(struct MHD_Connection *c, struct serve_app *app, int status,
                                  const char *type, const char *body, size_t len) {
@@ -87,13 +107,16 @@ static int stream_fill(struct stream_ctx *s) {
         s->role_sent = 1;
         return add_text_chunk(s, "", 0, g->info.kind == SERVE_CHAT, NULL);
     }
-    if (serve_gen_step(g, &err) < 0) {
+    int rc = serve_gen_step(g, SERVE_POLL_MS, &err);
+    if (rc < 0) {
         strata_log(STRATA_LOG_WARN, "stream %s: %s", g->id, err.message);
         s->done = 1;
         return serve_sse_event(&s->out, serve_json_error(&err));
     }
+    if (rc == 1 && client_gone(s->fd)) return strata_set_error(STRATA_ECLOSED, "client gone");
+    if (rc == 1) return 0;
     serve_text_take(&g->text, g->finished, &text, &len);
-    int rc = len ? add_text_chunk(s, text, len, 0, NULL) : 0;
+    rc = len ? add_text_chunk(s, text, len, 0, NULL) : 0;
     if (rc < 0 || !g->finished) return rc;
     rc = serve_sse_event(&s->out, serve_json_chunk(&g->info, 0, NULL, g->finish, NULL));
     struct serve_usage usage = serve_gen_usage(g);
@@ -148,8 +171,13 @@ static enum MHD_Result start_stream(struct MHD_Connection *c, struct serve_app *
 static enum MHD_Result answer_whole(struct MHD_Connection *c, struct serve_app *app,
                                     struct serve_gen *g) {
     struct serve_error err;
-    while (!g->finished)
-        if (serve_gen_step(g, &err) < 0) return send_error(c, app, &err);
+    int fd = connection_fd(c);
+    while (!g->finished) {
+        int rc = serve_gen_step(g, SERVE_POLL_MS, &err);
+        if (rc < 0) return send_error(c, app, &err);
+        /* Nobody to answer: serve_gen_free cancels the request. */
+        if (client_gone(fd)) return MHD_NO;
+    }
     struct serve_usage usage = serve_gen_usage(g);
     const char *text = g->text.text.data ? g->text.text.data : "";
     return send_json(c, app, MHD_HTTP_OK, serve_json_answer(&g->info, text, g->finish, &usage));
@@ -165,6 +193,7 @@ static enum MHD_Result generate(struct MHD_Connection *c, struct serve_app *app,
         stream_free(s);
         return send_error(c, app, &err);
     }
+    s->fd = connection_fd(c);
     if (s->gen.params.stream) return start_stream(c, app, s);
     enum MHD_Result ret = answer_whole(c, app, &s->gen);
     stream_free(s);

@@ -121,7 +121,16 @@ done
 [ "$k" -lt 100 ] || pl_fail "a request stays in flight after the disconnect"
 post /v1/chat/completions "{$msg, \"max_tokens\": 4}" >/dev/null
 [ "$(cat "$PL_WORK/status")" = 200 ] || pl_fail "no answer after the disconnect"
-echo "disconnect: cancelled, nothing in flight, next request served"
+# The same for a client that gives up waiting for a whole (non-streamed) answer.
+curl -sS --max-time 0.5 -H 'Content-Type: application/json' --data-binary \
+    "{$msg, \"max_tokens\": 200, \"temperature\": 1.0}" "$URL/v1/chat/completions" >/dev/null 2>&1
+pl_wait_log "$PL_WORK/serve.log" "abandoned after .* tokens: cancelled" 2 10 ||
+    pl_fail "the disconnected whole-answer request was not cancelled"
+for r in 0 1; do
+    pl_wait_log "$PL_WORK/s.$r.log" "cancelled: request cancelled by the client" 2 10 ||
+        pl_fail "stage $r did not cancel the disconnected whole-answer request"
+done
+echo "disconnect (streamed and whole): cancelled on every stage, nothing in flight, next request served"
 
 # 4. Malformed requests: each its 4xx OpenAI error; the server keeps serving.
 expect_error() { # STATUS PATH BODY [METHOD]
