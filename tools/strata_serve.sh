@@ -47,10 +47,20 @@ serve_pid=$!
 PL_PIDS="$PL_PIDS $serve_pid"
 pl_wait_file "$port_file" 20 || pl_fail "strata-serve did not start"
 echo "strata serve: http://$host:$(cat "$port_file")/v1 (model $(basename "$model"), $stages stage(s)); Ctrl-C stops" >&2
+# Ctrl-C reaches the whole process group (the stages and strata-serve too), so a stage may
+# already be gone or report the interrupt: stop whatever is left and wait for it, without
+# judging exit statuses (pl_cleanup kills anything still there on exit).
 stop() {
+    trap '' INT TERM
     kill "$serve_pid" 2>/dev/null
     wait "$serve_pid" 2>/dev/null
-    pl_stop_pipeline serve "$stages"
+    for ((r = 0; r < stages; r++)); do
+        kill "$(pl_pid serve "$r")" 2>/dev/null
+    done
+    for ((r = 0; r < stages; r++)); do
+        wait "$(pl_pid serve "$r")" 2>/dev/null
+    done
+    echo "strata serve: stopped" >&2
     exit 0
 }
 trap stop INT TERM

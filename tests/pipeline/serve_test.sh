@@ -81,7 +81,10 @@ if [ -n "$stop" ]; then
     reason=$(jq_py 'd["choices"][0]["finish_reason"]' <"$PL_WORK/stop.json")
     [ "$cut" = "${whole%%"$stop"*}" ] && [ "$reason" = stop ] ||
         pl_fail "stop '$stop': got '$cut' ($reason), want '${whole%%"$stop"*}'"
-    echo "stop string: cut to ${#cut} chars"
+    post /v1/chat/completions "{$msg, $params, \"stream\": true, \"stop\": $(printf '%s' "$stop" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" |
+        deltas >"$PL_WORK/stop.sse"
+    [ "$(cat "$PL_WORK/stop.sse")" = "$cut" ] || pl_fail "streamed stop: '$(cat "$PL_WORK/stop.sse")', want '$cut'"
+    echo "stop string: cut to ${#cut} chars, whole and streamed"
 fi
 
 # 2. 8 concurrent streams, each equal to its solo run.
