@@ -158,6 +158,9 @@ expect_error 400 /v1/chat/completions '{"messages": [{"role": "user", "content":
 expect_error 400 /v1/completions '{"prompt": 7}'
 { printf '{"prompt": "'; head -c 1100000 /dev/zero | tr '\0' a; printf '"}'; } >"$PL_WORK/big.json"
 expect_error 413 /v1/completions "@$PL_WORK/big.json"
+words=$(printf 'word %.0s' $(seq 1 300))
+expect_error 400 /v1/completions "{\"prompt\": \"$words\"}"
+expect_error 400 /v1/completions "{\"prompt\": \"Hi\", \"max_tokens\": 256}"
 expect_error 404 /v1/nothing '{}'
 expect_error 405 /v1/chat/completions '' GET
 expect_error 405 /v1/models '{}' POST
@@ -183,7 +186,28 @@ kill "$SERVE_PID"
 wait "$SERVE_PID" || pl_fail "strata-serve exited with $? after SIGTERM"
 echo "stage 0 down: 503; SIGTERM: clean exit"
 
-# 7. ./strata serve's script: its own 1-stage pipeline and server; SIGTERM stops all of it.
+# 7. A pipeline with a pre-shared key: strata-serve with the key is served, without it it
+# answers 503.
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
+pl_start_pipeline k 1 "$model" --max-seq 256 --auth-key-file "$PL_WORK/key"
+start_serve() { # TAG [options]: strata-serve before pipeline k; URL set to it
+    local tag=$1
+    shift
+    "$SERVE" --model "$model" --stage0-port-file "$PL_WORK/k.0.port" --max-seq 256 \
+        --port-file "$PL_WORK/$tag.port" "$@" 2>>"$PL_WORK/$tag.log" &
+    PL_PIDS="$PL_PIDS $!"
+    pl_wait_file "$PL_WORK/$tag.port" 20 || pl_fail "strata-serve $tag did not start"
+    URL="http://127.0.0.1:$(cat "$PL_WORK/$tag.port")"
+}
+start_serve keyed --auth-key-file "$PL_WORK/key"
+post /v1/chat/completions "{$msg, \"max_tokens\": 4}" >"$PL_WORK/keyed.json"
+[ "$(cat "$PL_WORK/status")" = 200 ] || pl_fail "keyed strata-serve: $(cat "$PL_WORK/keyed.json")"
+start_serve keyless
+expect_error 503 /v1/chat/completions "{$msg, \"max_tokens\": 4}"
+[ "$(curl -sS -o /dev/null -w '%{http_code}' "$URL/health")" = 503 ] || pl_fail "keyless /health not 503"
+echo "pre-shared key: served with it, 503 without"
+
+# 8. ./strata serve's script: its own 1-stage pipeline and server; SIGTERM stops all of it.
 STRATA_BIN_DIR="$(dirname "$PL_BIN")" "$PL_ROOT/tools/strata_serve.sh" --model "$model" \
     --stages 1 --port 0 --port-file "$PL_WORK/tool.port" --max-seq 256 \
     >"$PL_WORK/tool.out" 2>"$PL_WORK/tool.log" &
