@@ -1,6 +1,7 @@
 /* Shared stage-0 connection with a dispatching reader thread (see serve_engine.h). */
 #include "runtime/serve/serve_engine.h"
 
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,14 +71,23 @@ static void drop_connection(struct serve_engine *e, const char *why) {
     client_close(&e->client);
 }
 
-/* Reads events until the connection fails or the engine stops. Only this thread receives;
- * submits and cancels send under the lock. */
+/* Waits, without the lock, until stage 0 has sent something (or hung up). */
+static int wait_readable(int fd, int timeout_ms) {
+    struct pollfd p = {fd, POLLIN, 0};
+    return poll(&p, 1, timeout_ms) > 0;
+}
+
+/* Reads events until the connection fails or the engine stops. Only this thread receives,
+ * and it receives under the lock that submits and cancels send under, once poll() says a
+ * frame is arriving: a receive never runs beside a send, which a TLS connection could not
+ * take from two threads, and the lock is held only while a frame is read. */
 static void *reader_main(void *arg) {
     struct serve_engine *e = arg;
     for (;;) {
         struct request_event ev;
-        int rc = client_next_event(&e->client, &ev, 200);
+        int readable = wait_readable(e->client.conn.fd, 200), rc = STRATA_ETIMEOUT;
         pthread_mutex_lock(&e->mu);
+        if (!e->stopping && readable) rc = client_next_event(&e->client, &ev, 5000);
         if (e->stopping) {
             drop_connection(e, "the server is stopping");
         } else if (rc == STRATA_ETIMEOUT) {
