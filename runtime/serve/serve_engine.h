@@ -1,0 +1,64 @@
+/* The front's side of the pipeline: one shared connection to stage 0 that every HTTP request
+ * submits on (each with its own nonce), and a reader thread that hands each streamed token to
+ * the request it belongs to. The connection is opened on the first submit and again after it
+ * is lost (requests on a lost connection fail); a caller that stops waiting (its HTTP client
+ * went away, or a stop string matched) cancels its request so every stage frees its KV. */
+#ifndef STRATA_RUNTIME_SERVE_SERVE_ENGINE_H
+#define STRATA_RUNTIME_SERVE_SERVE_ENGINE_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "runtime/stage/client.h"
+
+/* One request's results. tokens[] is allocated at submit for max_tokens and never moves, so
+ * the owner reads tokens[0 .. a count it got from serve_engine_wait) without the lock. */
+struct serve_job {
+    uint64_t nonce;
+    int32_t *tokens;
+    int cap, n_tokens;
+    int done;                /* a token with finish set, or an error, arrived */
+    enum wire_finish finish; /* when done without error */
+    int error_code;          /* STRATA_E* when the request failed */
+    char error[640];
+    int registered; /* in the engine's list */
+    pthread_cond_t cond;
+    struct serve_job *next;
+};
+
+struct serve_engine {
+    char host[256];
+    int port;
+    struct wire_auth_key key;
+    int connect_timeout_ms;
+    pthread_mutex_t mu;
+    struct strata_client client;
+    int connected, reader_running, stopping;
+    pthread_t reader;
+    struct serve_job *jobs;
+    uint64_t next_nonce;
+};
+
+int serve_engine_init(struct serve_engine *e, const char *host, int port,
+                      const struct wire_auth_key *key);
+/* Closes the connection (requests in flight fail) and joins the reader. */
+void serve_engine_shutdown(struct serve_engine *e);
+
+/* Sends `req` (its nonce is chosen here) for `job`, connecting first when needed.
+ * STRATA_EIO / STRATA_ETIMEOUT / STRATA_EAUTH... when stage 0 cannot be reached. */
+int serve_engine_submit(struct serve_engine *e, struct serve_job *job,
+                        const struct stage_request *req);
+
+/* Waits up to timeout_ms until the job has more than `seen` tokens or is done; returns the
+ * token count (done in *done). STRATA_ETIMEOUT when nothing new came. */
+int serve_engine_wait(struct serve_engine *e, struct serve_job *job, int seen, int *done,
+                      int timeout_ms);
+
+/* Ends the owner's interest in a job: takes it out of the engine and, when it is not done,
+ * cancels it at stage 0. Then frees the job's memory. Safe on a job never submitted. */
+void serve_engine_release(struct serve_engine *e, struct serve_job *job);
+
+/* 0 when stage 0 accepts a fresh connection and handshake within timeout_ms. */
+int serve_engine_ping(struct serve_engine *e, int timeout_ms);
+
+#endif

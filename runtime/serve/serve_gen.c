@@ -1,0 +1,181 @@
+/* One generation behind an HTTP request (see serve_gen.h). */
+#include "runtime/serve/serve_gen.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "runtime/base/cli.h"
+#include "runtime/base/log.h"
+#include "runtime/base/status.h"
+
+/* Renders the messages with the model's chat template (generation prompt on; thinking off
+ * unless chat_template_kwargs.enable_thinking, as strata-client --chat) and tokenizes. */
+static int encode_chat(struct serve_gen *g, struct tokenizer_ids *ids, struct serve_error *err) {
+    struct chat_conversation conv;
+    struct chat_options o = {1, g->params.enable_thinking ? CHAT_THINKING_ON : CHAT_THINKING_OFF,
+                             0};
+    char *text = NULL;
+    size_t len = 0;
+    if (!g->app->have_template)
+        return serve_error_set(err, 400, "messages", "no_chat_template",
+                               "the model has no chat template; use /v1/completions");
+    if (chat_conversation_from_json(&conv, g->params.messages_json) < 0)
+        return serve_error_set(err, 400, "messages", "invalid_value", "%s", strata_last_error());
+    int rc = chat_template_render(g->app->template_kind, conv.messages, conv.n, &o, &text, &len);
+    chat_conversation_free(&conv);
+    if (rc < 0)
+        return serve_error_set(err, 400, "messages", "invalid_value", "%s", strata_last_error());
+    rc = tokenizer_encode(g->app->tok, text, len, ids);
+    free(text);
+    if (rc < 0)
+        return serve_error_set(err, 400, "messages", "invalid_value", "%s", strata_last_error());
+    return 0;
+}
+
+static int encode_prompt(struct serve_gen *g, struct tokenizer_ids *ids, struct serve_error *err) {
+    if (g->params.kind == SERVE_CHAT) return encode_chat(g, ids, err);
+    if (tokenizer_encode(g->app->tok, g->params.prompt, strlen(g->params.prompt), ids) < 0)
+        return serve_error_set(err, 400, "prompt", "invalid_value", "%s", strata_last_error());
+    return 0;
+}
+
+/* The pipeline's KV holds prompt + answer: a request that cannot fit is the client's error. */
+static int fit_max_tokens(struct serve_gen *g, int n_prompt, struct serve_error *err) {
+    int room = g->app->max_seq - n_prompt;
+    if (room < 1)
+        return serve_error_set(err, 400, g->params.kind == SERVE_CHAT ? "messages" : "prompt",
+                               "context_length_exceeded",
+                               "the prompt has %d tokens; the pipeline holds %d", n_prompt,
+                               g->app->max_seq);
+    if (g->params.max_tokens == 0) g->params.max_tokens = room;
+    if (g->params.max_tokens > room)
+        return serve_error_set(err, 400, "max_tokens", "context_length_exceeded",
+                               "%d prompt tokens + max_tokens %d exceed the pipeline's %d",
+                               n_prompt, g->params.max_tokens, g->app->max_seq);
+    return 0;
+}
+
+static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct serve_error *err) {
+    struct stage_request req;
+    memset(&req, 0, sizeof req);
+    req.prompt = ids->ids;
+    req.prompt_len = (int)ids->n;
+    req.max_tokens = g->params.max_tokens;
+    req.sampling.temperature = g->params.temperature;
+    req.sampling.top_k = g->params.top_k;
+    req.sampling.top_p = g->params.top_p;
+    req.sampling.seed = g->params.seed;
+    int32_t eos[TOKENIZER_MAX_EOS];
+    int n_eos = tokenizer_eos_ids(g->app->tok, eos);
+    for (int i = 0; i < n_eos && req.num_stop_ids < REQUEST_MAX_STOP_IDS; i++)
+        req.stop_ids[req.num_stop_ids++] = eos[i];
+    g->t_submit = cli_now_sec();
+    if (serve_engine_submit(g->app->engine, &g->job, &req) < 0)
+        return serve_error_set(err, 503, NULL, "pipeline_unavailable",
+                               "stage 0 cannot be reached: %s", strata_last_error());
+    g->submitted = 1;
+    return 0;
+}
+
+int serve_gen_start(struct serve_gen *g, struct serve_app *app, enum serve_kind kind,
+                    const char *body, size_t len, struct serve_error *err) {
+    static unsigned long counter;
+    struct serve_limits limits = {app->model_id, app->max_seq};
+    struct tokenizer_ids ids = {0};
+    memset(g, 0, sizeof *g);
+    g->app = app;
+    if (serve_params_parse(&g->params, kind, body, len, &limits, err) < 0) return -1;
+    snprintf(g->id, sizeof g->id, "%s-%lx%04lx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long)time(NULL), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
+    g->info = (struct serve_reply_info){kind, g->id, (long)time(NULL), app->model_id};
+    serve_text_init(&g->text, &g->params);
+    int rc = tokenizer_stream_new(&g->stream, app->tok, 1);
+    if (rc < 0) rc = serve_error_set(err, 500, NULL, NULL, "%s", strata_last_error());
+    if (rc == 0) rc = encode_prompt(g, &ids, err);
+    if (rc == 0) rc = fit_max_tokens(g, (int)ids.n, err);
+    g->prompt_tokens = (int)ids.n;
+    if (rc == 0) rc = submit(g, &ids, err);
+    tokenizer_ids_free(&ids);
+    if (rc == 0) {
+        g->in_flight = 1;
+        serve_metrics_in_flight(app->metrics, 1);
+    }
+    return rc;
+}
+
+/* Decodes tokens [seen, n) into the text; a stop string ends the answer. */
+static int decode_new(struct serve_gen *g, int n, struct serve_error *err) {
+    for (; g->seen < n && !g->finished; g->seen++) {
+        const char *piece;
+        size_t len;
+        if (tokenizer_stream_push(g->stream, g->job.tokens[g->seen], &piece, &len) < 0)
+            return serve_error_set(err, 500, NULL, NULL, "decode: %s", strata_last_error());
+        int rc = serve_text_push(&g->text, piece, len);
+        if (rc < 0) return serve_error_set(err, 500, NULL, NULL, "%s", strata_last_error());
+        if (rc == 1) {
+            g->seen++;
+            g->finished = 1;
+            g->finish = "stop";
+        }
+    }
+    return 0;
+}
+
+static void record_latency(struct serve_gen *g, int before, int n) {
+    double t = cli_now_sec();
+    if (before == 0 && n > 0) serve_metrics_ttft(g->app->metrics, t - g->t_submit);
+    if (before > 0 && n > before)
+        serve_metrics_itl(g->app->metrics, (t - g->t_last) / (n - before));
+    g->t_last = t;
+}
+
+int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
+    if (g->finished) return 0;
+    int done = 0, before = g->seen;
+    int n = serve_engine_wait(g->app->engine, &g->job, g->seen, &done, slice_ms);
+    if (n < 0) {
+        /* Quiet for a slice: the caller checks its client; quiet too long is the pipeline's
+         * fault. */
+        g->idle_ms += slice_ms;
+        if (g->idle_ms < g->app->token_timeout_ms) return 1;
+        return serve_error_set(err, 504, NULL, "pipeline_timeout",
+                               "no token from the pipeline in %d ms", g->idle_ms);
+    }
+    g->idle_ms = 0;
+    if (done && g->job.error_code)
+        return serve_error_set(err, 502, NULL, "pipeline_error", "the pipeline failed: %s",
+                               g->job.error);
+    record_latency(g, before, n);
+    if (decode_new(g, n, err) < 0) return -1;
+    if (!g->finished && done) {
+        const char *piece;
+        size_t len;
+        if (tokenizer_stream_flush(g->stream, &piece, &len) == 0 &&
+            serve_text_push(&g->text, piece, len) < 0)
+            return serve_error_set(err, 500, NULL, NULL, "%s", strata_last_error());
+        g->finished = 1;
+        g->finish = g->job.finish == WIRE_FINISH_LENGTH ? "length" : "stop";
+    }
+    return 0;
+}
+
+struct serve_usage serve_gen_usage(const struct serve_gen *g) {
+    return (struct serve_usage){g->prompt_tokens, g->seen};
+}
+
+void serve_gen_free(struct serve_gen *g) {
+    if (g->submitted && !g->finished)
+        strata_log(STRATA_LOG_INFO, "request %s (nonce %llu) abandoned after %d tokens: cancelled",
+                   g->id, (unsigned long long)g->job.nonce, g->seen);
+    if (g->submitted) serve_engine_release(g->app->engine, &g->job);
+    if (g->in_flight) {
+        serve_metrics_in_flight(g->app->metrics, -1);
+        serve_metrics_tokens(g->app->metrics, g->prompt_tokens, g->seen);
+    }
+    tokenizer_stream_free(g->stream);
+    serve_text_free(&g->text);
+    serve_params_free(&g->params);
+    memset(g, 0, sizeof *g);
+}

@@ -1,0 +1,53 @@
+/* Response bodies of the OpenAI-compatible front: errors, chat.completion / text_completion
+ * objects, their streamed chunks and the SSE framing around them. Built with cJSON so every
+ * string is escaped; each returns a malloc'ed NUL-terminated string or NULL (no memory). */
+#ifndef STRATA_RUNTIME_SERVE_SERVE_JSON_H
+#define STRATA_RUNTIME_SERVE_SERVE_JSON_H
+
+#include <stddef.h>
+
+#include "runtime/serve/serve_request.h"
+
+/* What every object of one answer shares. */
+struct serve_reply_info {
+    enum serve_kind kind;
+    const char *id; /* "chatcmpl-..." / "cmpl-..." */
+    long created;   /* Unix seconds */
+    const char *model;
+};
+
+struct serve_usage {
+    int prompt_tokens, completion_tokens;
+};
+
+/* {"error":{"message","type","param","code"}} (empty param / code are null). */
+char *serve_json_error(const struct serve_error *err);
+
+/* The whole answer: chat.completion (choices[0].message.content) or text_completion
+ * (choices[0].text), with finish_reason and usage. */
+char *serve_json_answer(const struct serve_reply_info *info, const char *text, const char *finish,
+                        const struct serve_usage *usage);
+
+/* One streamed chunk: chat.completion.chunk with delta {role?, content?} or text_completion
+ * with text. finish NULL while more follow. usage non-NULL makes the usage-only chunk
+ * (choices empty), sent last when stream_options.include_usage is set. */
+char *serve_json_chunk(const struct serve_reply_info *info, int with_role, const char *text,
+                       const char *finish, const struct serve_usage *usage);
+
+/* GET /v1/models: the one model. */
+char *serve_json_models(const char *model_id, long created);
+
+/* A growable byte buffer (zero-initialised is empty). */
+struct serve_buf {
+    char *data;
+    size_t len, cap;
+};
+int serve_buf_append(struct serve_buf *b, const char *data, size_t len);
+void serve_buf_free(struct serve_buf *b);
+
+/* Appends "data: JSON\n\n" (and frees json; NULL is STRATA_ENOMEM). */
+int serve_sse_event(struct serve_buf *b, char *json);
+/* Appends "data: [DONE]\n\n". */
+int serve_sse_done(struct serve_buf *b);
+
+#endif

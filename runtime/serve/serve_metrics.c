@@ -1,0 +1,126 @@
+/* Prometheus metrics of the HTTP front (see serve_metrics.h). */
+#include "runtime/serve/serve_metrics.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Seconds; time to first token includes the prompt's prefill, hence the longer tail. */
+static const double TTFT_BOUNDS[SERVE_HIST_BUCKETS] = {0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                       0.5,   1,    2.5,   5,    10,  30};
+static const double ITL_BOUNDS[SERVE_HIST_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                                      0.05,   0.1,   0.25,   0.5,   1,    2.5};
+
+void serve_metrics_init(struct serve_metrics *m) {
+    memset(m, 0, sizeof *m);
+    pthread_mutex_init(&m->mu, NULL);
+}
+
+void serve_metrics_destroy(struct serve_metrics *m) {
+    pthread_mutex_destroy(&m->mu);
+}
+
+void serve_metrics_request(struct serve_metrics *m, int http_status) {
+    pthread_mutex_lock(&m->mu);
+    for (int i = 0; i < SERVE_METRICS_STATUSES; i++) {
+        if (m->status_codes[i] == 0) m->status_codes[i] = http_status;
+        if (m->status_codes[i] == http_status) {
+            m->status_counts[i]++;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_tokens(struct serve_metrics *m, int prompt, int completion) {
+    pthread_mutex_lock(&m->mu);
+    m->prompt_tokens += prompt;
+    m->completion_tokens += completion;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_in_flight(struct serve_metrics *m, int delta) {
+    pthread_mutex_lock(&m->mu);
+    m->in_flight += delta;
+    pthread_mutex_unlock(&m->mu);
+}
+
+long serve_metrics_get_in_flight(struct serve_metrics *m) {
+    pthread_mutex_lock(&m->mu);
+    long n = m->in_flight;
+    pthread_mutex_unlock(&m->mu);
+    return n;
+}
+
+static void observe(struct serve_metrics *m, struct serve_hist *h, const double *bounds, double v) {
+    int b = 0;
+    while (b < SERVE_HIST_BUCKETS && v > bounds[b])
+        b++;
+    pthread_mutex_lock(&m->mu);
+    h->counts[b]++;
+    h->sum += v;
+    h->n++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+void serve_metrics_ttft(struct serve_metrics *m, double seconds) {
+    observe(m, &m->ttft, TTFT_BOUNDS, seconds);
+}
+
+void serve_metrics_itl(struct serve_metrics *m, double seconds) {
+    observe(m, &m->itl, ITL_BOUNDS, seconds);
+}
+
+static int appendf(struct serve_buf *out, const char *fmt, ...) {
+    char line[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    return serve_buf_append(out, line, n < (int)sizeof line ? (size_t)n : sizeof line - 1);
+}
+
+static int render_hist(struct serve_buf *out, const char *name, const char *help,
+                       const struct serve_hist *h, const double *bounds) {
+    long cum = 0;
+    int rc = appendf(out, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    for (int b = 0; b < SERVE_HIST_BUCKETS && rc == 0; b++) {
+        cum += h->counts[b];
+        rc = appendf(out, "%s_bucket{le=\"%g\"} %ld\n", name, bounds[b], cum);
+    }
+    if (rc == 0) rc = appendf(out, "%s_bucket{le=\"+Inf\"} %ld\n", name, h->n);
+    if (rc == 0) rc = appendf(out, "%s_sum %.6f\n%s_count %ld\n", name, h->sum, name, h->n);
+    return rc;
+}
+
+int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out) {
+    pthread_mutex_lock(&m->mu);
+    int rc = appendf(out, "# HELP strata_serve_requests_total HTTP requests answered, by "
+                          "status.\n# TYPE strata_serve_requests_total counter\n");
+    for (int i = 0; i < SERVE_METRICS_STATUSES && m->status_codes[i] && rc == 0; i++)
+        rc = appendf(out, "strata_serve_requests_total{status=\"%d\"} %ld\n", m->status_codes[i],
+                     m->status_counts[i]);
+    if (rc == 0)
+        rc = appendf(out,
+                     "# TYPE strata_serve_prompt_tokens_total counter\n"
+                     "strata_serve_prompt_tokens_total %ld\n",
+                     m->prompt_tokens);
+    if (rc == 0)
+        rc = appendf(out,
+                     "# TYPE strata_serve_completion_tokens_total counter\n"
+                     "strata_serve_completion_tokens_total %ld\n",
+                     m->completion_tokens);
+    if (rc == 0)
+        rc = appendf(out,
+                     "# TYPE strata_serve_requests_in_flight gauge\n"
+                     "strata_serve_requests_in_flight %ld\n",
+                     m->in_flight);
+    if (rc == 0)
+        rc = render_hist(out, "strata_serve_time_to_first_token_seconds",
+                         "Submit to first generated token.", &m->ttft, TTFT_BOUNDS);
+    if (rc == 0)
+        rc = render_hist(out, "strata_serve_inter_token_latency_seconds",
+                         "Gap between consecutive generated tokens.", &m->itl, ITL_BOUNDS);
+    pthread_mutex_unlock(&m->mu);
+    return rc;
+}

@@ -1,0 +1,39 @@
+/* Prometheus counters of the HTTP front: requests by status, tokens, time to first token and
+ * inter-token latency histograms, requests in flight. Thread-safe. */
+#ifndef STRATA_RUNTIME_SERVE_SERVE_METRICS_H
+#define STRATA_RUNTIME_SERVE_SERVE_METRICS_H
+
+#include <pthread.h>
+
+#include "runtime/serve/serve_json.h"
+
+#define SERVE_METRICS_STATUSES 16
+#define SERVE_HIST_BUCKETS 12
+
+struct serve_hist {
+    long counts[SERVE_HIST_BUCKETS + 1]; /* per bucket, the last one +Inf */
+    double sum;
+    long n;
+};
+
+struct serve_metrics {
+    pthread_mutex_t mu;
+    int status_codes[SERVE_METRICS_STATUSES];
+    long status_counts[SERVE_METRICS_STATUSES];
+    long prompt_tokens, completion_tokens;
+    long in_flight;
+    struct serve_hist ttft, itl;
+};
+
+void serve_metrics_init(struct serve_metrics *m);
+void serve_metrics_destroy(struct serve_metrics *m);
+void serve_metrics_request(struct serve_metrics *m, int http_status);
+void serve_metrics_tokens(struct serve_metrics *m, int prompt, int completion);
+void serve_metrics_in_flight(struct serve_metrics *m, int delta);
+void serve_metrics_ttft(struct serve_metrics *m, double seconds);
+void serve_metrics_itl(struct serve_metrics *m, double seconds);
+long serve_metrics_get_in_flight(struct serve_metrics *m);
+/* The exposition text (text/plain; version=0.0.4). */
+int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out);
+
+#endif

@@ -1,0 +1,183 @@
+/* strata-serve: an OpenAI-compatible HTTP front (runtime/serve) in front of a running
+ * pipeline's stage 0. Loads the model directory's tokenizer and chat template, listens, and
+ * serves until SIGINT/SIGTERM. Exit codes: 0 stopped by a signal, 1 runtime failure,
+ * 2 usage, 3 bad model directory. */
+#include <getopt.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/base/cli.h"
+#include "runtime/base/log.h"
+#include "runtime/base/status.h"
+#include "runtime/serve/serve_http.h"
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: strata-serve --model DIR --stage0-port P|--stage0-port-file F [options]\n"
+            "OpenAI-compatible HTTP server in front of a pipeline's stage 0:\n"
+            "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /metrics.\n"
+            "  --model DIR              tokenizer.json + chat template of the served model\n"
+            "  --served-model-name N    the model id (default: DIR's basename)\n"
+            "  --stage0-host H          stage 0 host (default 127.0.0.1)\n"
+            "  --stage0-port P          stage 0 port\n"
+            "  --stage0-port-file F     read stage 0's port from F (waits up to 20 s for it)\n"
+            "  --host H                 listen address, IPv4 (default 127.0.0.1)\n"
+            "  --port P                 listen port (default 0: any free port)\n"
+            "  --port-file F            write the bound port to F\n"
+            "  --max-seq N              the stages' --max-seq: prompt + answer (default 512)\n"
+            "  --token-timeout-ms MS    longest wait for the next token (default 60000)\n"
+            "  --auth-key-file F        the pipeline's pre-shared key (else $STRATA_AUTH_KEY)\n"
+            "  --help                   this text\n");
+}
+
+struct serve_args {
+    const char *model, *name, *stage0_host, *stage0_port_file, *host, *port_file, *key_file;
+    int stage0_port, port, max_seq, token_timeout_ms;
+};
+
+static int parse_args(struct serve_args *a, int argc, char **argv) {
+    static const struct option options[] = {{"model", 1, 0, 'm'},
+                                            {"served-model-name", 1, 0, 'n'},
+                                            {"stage0-host", 1, 0, 'H'},
+                                            {"stage0-port", 1, 0, 'P'},
+                                            {"stage0-port-file", 1, 0, 'F'},
+                                            {"host", 1, 0, 'h'},
+                                            {"port", 1, 0, 'p'},
+                                            {"port-file", 1, 0, 'f'},
+                                            {"max-seq", 1, 0, 's'},
+                                            {"auth-key-file", 1, 0, 'a'},
+                                            {"token-timeout-ms", 1, 0, 't'},
+                                            {"help", 0, 0, 'x'},
+                                            {0, 0, 0, 0}};
+    int c, bad = 0;
+    memset(a, 0, sizeof *a);
+    a->stage0_host = a->host = "127.0.0.1";
+    a->max_seq = 512;
+    a->token_timeout_ms = 60000;
+    while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
+        switch (c) {
+        case 'm': a->model = optarg; break;
+        case 'n': a->name = optarg; break;
+        case 'H': a->stage0_host = optarg; break;
+        case 'P': bad |= cli_parse_int(optarg, 1, 65535, &a->stage0_port) < 0; break;
+        case 'F': a->stage0_port_file = optarg; break;
+        case 'h': a->host = optarg; break;
+        case 'p': bad |= cli_parse_int(optarg, 0, 65535, &a->port) < 0; break;
+        case 'f': a->port_file = optarg; break;
+        case 's': bad |= cli_parse_int(optarg, 2, 1 << 24, &a->max_seq) < 0; break;
+        case 't': bad |= cli_parse_int(optarg, 1, 1 << 30, &a->token_timeout_ms) < 0; break;
+        case 'a': a->key_file = optarg; break;
+        case 'x': usage(stdout); return STRATA_EXIT_OK;
+        default: usage(stderr); return STRATA_EXIT_USAGE;
+        }
+    }
+    if (bad || optind < argc || !a->model || (!a->stage0_port == !a->stage0_port_file)) {
+        fprintf(stderr, "strata-serve: need --model and one of --stage0-port / "
+                        "--stage0-port-file, with valid numbers\n");
+        usage(stderr);
+        return STRATA_EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* Stage 0 may still be starting: its port file appears when it listens. */
+static int read_stage0_port(struct serve_args *a) {
+    for (int i = 0; a->stage0_port_file && i < 400; i++) {
+        if (cli_read_port_file(a->stage0_port_file, &a->stage0_port) == 0) return 0;
+        usleep(50000);
+    }
+    if (a->stage0_port > 0) return 0;
+    fprintf(stderr, "strata-serve: no port in %s\n", a->stage0_port_file);
+    return -1;
+}
+
+/* The tokenizer and (when the model has one) its chat template. Returns the exit code or -1. */
+static int load_model(struct serve_app *app, struct tokenizer **tok, const struct serve_args *a) {
+    if (tokenizer_load(tok, a->model) < 0) {
+        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    app->tok = *tok;
+    int rc = chat_template_load(&app->template_kind, a->model);
+    app->have_template = rc == 0;
+    if (rc == STRATA_EFORMAT) {
+        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    if (rc < 0) strata_log(STRATA_LOG_WARN, "no chat template: /v1/chat/completions refused");
+    return -1;
+}
+
+static int serve(struct serve_app *app, const struct serve_args *a) {
+    struct serve_server *server = NULL;
+    if (serve_server_start(&server, app, a->host, a->port) < 0) {
+        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    int port = serve_server_port(server);
+    if (a->port_file && cli_write_port_file(a->port_file, port) < 0) {
+        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
+        serve_server_stop(server);
+        return STRATA_EXIT_FAILURE;
+    }
+    strata_log(STRATA_LOG_INFO, "serving model '%s' on http://%s:%d (stage 0 at %s:%d)",
+               app->model_id, a->host, port, a->stage0_host, a->stage0_port);
+    while (!g_stop)
+        usleep(100000);
+    strata_log(STRATA_LOG_INFO, "stopping");
+    serve_server_stop(server);
+    return STRATA_EXIT_OK;
+}
+
+int main(int argc, char **argv) {
+    static struct serve_args a;
+    static struct serve_engine engine;
+    static struct serve_metrics metrics;
+    struct serve_app app;
+    struct wire_auth_key key;
+    struct tokenizer *tok = NULL;
+    char name[256];
+    int code = parse_args(&a, argc, argv);
+    if (code >= 0) return code;
+    strata_log_setup("serve", STRATA_LOG_INFO);
+    signal(SIGPIPE, SIG_IGN);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    if (read_stage0_port(&a) < 0) return STRATA_EXIT_FAILURE;
+    snprintf(name, sizeof name, "%s", a.model);
+    memset(&app, 0, sizeof app);
+    app.model_id = a.name ? a.name : basename(name);
+    app.max_seq = a.max_seq;
+    app.token_timeout_ms = a.token_timeout_ms;
+    app.created = (long)time(NULL);
+    code = load_model(&app, &tok, &a);
+    if (code < 0 && wire_auth_key_load(&key, a.key_file, "STRATA_AUTH_KEY") < 0) {
+        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
+        code = STRATA_EXIT_USAGE;
+    }
+    if (code < 0 && serve_engine_init(&engine, a.stage0_host, a.stage0_port, &key) < 0)
+        code = STRATA_EXIT_FAILURE;
+    wire_auth_key_clear(&key);
+    if (code < 0) {
+        serve_metrics_init(&metrics);
+        app.engine = &engine;
+        app.metrics = &metrics;
+        code = serve(&app, &a);
+        serve_engine_shutdown(&engine);
+        serve_metrics_destroy(&metrics);
+    }
+    tokenizer_free(tok);
+    return code;
+}

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Integration, optional: the official `openai` Python client against strata-serve before a
+# 2-stage pipeline on the tiny random real-vocabulary checkpoint: chat completion whole and
+# streamed (the same text), a completion, models.list, and an APIError for a bad request.
+# Runs only when a Python with `openai` exists ($STRATA_OPENAI_PYTHON, else the venv at
+# ${STRATA_VENV:-$HOME/.cache/strata/venv}); otherwise prints "skipped: <reason>" and passes.
+# Never installs anything.
+set -u
+py="${STRATA_OPENAI_PYTHON:-${STRATA_VENV:-${HOME:-/nonexistent}/.cache/strata/venv}/bin/python}"
+if ! [ -x "$py" ]; then
+    echo "skipped: no Python at $py (set STRATA_OPENAI_PYTHON to one with the openai package)"
+    exit 0
+fi
+if ! "$py" -c 'import openai' 2>/dev/null; then
+    echo "skipped: $py has no openai package"
+    exit 0
+fi
+. "$(dirname "$0")/pipeline_lib.sh"
+pl_init
+model="$PL_WORK/model"
+"$PL_BIN/strata-stage-bench" make-model --out "$model" --vocab 151936 --hidden 64 --layers 2 \
+    --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --seed 11 >"$PL_WORK/make.log" 2>&1 ||
+    pl_fail "make-model failed"
+cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
+    "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" "$model/"
+pl_start_pipeline o 2 "$model" --max-seq 256
+"$PL_BIN/strata-serve" --model "$model" --stage0-port-file "$PL_WORK/o.0.port" \
+    --port-file "$PL_WORK/http.port" --max-seq 256 2>>"$PL_WORK/serve.log" &
+PL_PIDS="$PL_PIDS $!"
+pl_wait_file "$PL_WORK/http.port" 20 || pl_fail "strata-serve did not start"
+STRATA_URL="http://127.0.0.1:$(cat "$PL_WORK/http.port")/v1" "$py" - <<'PY' || pl_fail "openai client checks failed"
+import os
+import openai
+c = openai.OpenAI(base_url=os.environ["STRATA_URL"], api_key="none")
+assert [m.id for m in c.models.list()] == ["model"]
+msgs = [{"role": "user", "content": "Hello"}]
+whole = c.chat.completions.create(model="model", messages=msgs, max_tokens=16, seed=3)
+text = whole.choices[0].message.content
+parts = c.chat.completions.create(model="model", messages=msgs, max_tokens=16, seed=3, stream=True)
+streamed = "".join(ch.choices[0].delta.content or "" for ch in parts if ch.choices)
+assert text == streamed, (text, streamed)
+assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
+comp = c.completions.create(model="model", prompt="Once upon", max_tokens=4)
+assert comp.choices[0].finish_reason in ("stop", "length")
+try:
+    c.chat.completions.create(model="model", messages=msgs, temperature=5)
+    raise SystemExit("temperature 5 was accepted")
+except openai.BadRequestError as e:
+    assert e.status_code == 400
+print("openai client: models, chat whole == streamed, completion, 400 error: ok")
+PY

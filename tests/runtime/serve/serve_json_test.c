@@ -1,0 +1,177 @@
+/* Response builders of the OpenAI-compatible front: the error shape, whole answers and
+ * streamed chunks of both endpoints, usage, SSE framing, the models list, metrics text, and
+ * stop strings over streamed text (cut before the stop, held-back bytes, UTF-8 boundaries). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "runtime/serve/serve_json.h"
+#include "runtime/serve/serve_metrics.h"
+#include "runtime/serve/serve_text.h"
+
+static const struct serve_reply_info CHAT = {SERVE_CHAT, "chatcmpl-1", 1700000000, "m"};
+static const struct serve_reply_info COMPLETION = {SERVE_COMPLETION, "cmpl-1", 1700000000, "m"};
+
+static void check(char *json, const char *want) {
+    assert_non_null(json);
+    assert_string_equal(json, want);
+    free(json);
+}
+
+static void error_shape(void **state) {
+    struct serve_error err;
+    (void)state;
+    serve_error_set(&err, 400, "top_p", "invalid_value", "bad \"%s\"", "x");
+    check(serve_json_error(&err), "{\"error\":{\"message\":\"bad \\\"x\\\"\",\"type\":"
+                                  "\"invalid_request_error\",\"param\":\"top_p\",\"code\":"
+                                  "\"invalid_value\"}}");
+    serve_error_set(&err, 503, NULL, NULL, "down");
+    check(serve_json_error(&err), "{\"error\":{\"message\":\"down\",\"type\":\"server_error\","
+                                  "\"param\":null,\"code\":null}}");
+}
+
+static void whole_answers(void **state) {
+    struct serve_usage u = {5, 3};
+    (void)state;
+    check(serve_json_answer(&CHAT, "hi\n", "stop", &u),
+          "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,"
+          "\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+          "\"content\":\"hi\\n\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,"
+          "\"completion_tokens\":3,\"total_tokens\":8}}");
+    check(serve_json_answer(&COMPLETION, "x", "length", &u),
+          "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":"
+          "\"m\",\"choices\":[{\"index\":0,\"text\":\"x\",\"logprobs\":null,\"finish_reason\":"
+          "\"length\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,"
+          "\"total_tokens\":8}}");
+}
+
+static void chunks_and_sse(void **state) {
+    struct serve_usage u = {2, 1};
+    struct serve_buf b = {0};
+    const char *head = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":"
+                       "1700000000,\"model\":\"m\",\"choices\":";
+    char want[512];
+    (void)state;
+    snprintf(want, sizeof want,
+             "%s[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":"
+             "\"\"},\"finish_reason\":null}]}",
+             head);
+    check(serve_json_chunk(&CHAT, 1, "", NULL, NULL), want);
+    snprintf(want, sizeof want, "%s[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}",
+             head);
+    check(serve_json_chunk(&CHAT, 0, NULL, "length", NULL), want);
+    snprintf(want, sizeof want,
+             "%s[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1,"
+             "\"total_tokens\":3}}",
+             head);
+    check(serve_json_chunk(&CHAT, 0, NULL, NULL, &u), want);
+    check(serve_json_chunk(&COMPLETION, 0, "é", NULL, NULL),
+          "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":"
+          "\"m\",\"choices\":[{\"index\":0,\"text\":\"é\",\"finish_reason\":null}]}");
+    assert_int_equal(serve_sse_event(&b, strdup("{}")), 0);
+    assert_int_equal(serve_sse_done(&b), 0);
+    assert_string_equal(b.data, "data: {}\n\ndata: [DONE]\n\n");
+    assert_int_equal(serve_sse_event(&b, NULL), -2); /* STRATA_ENOMEM */
+    serve_buf_free(&b);
+}
+
+static void models_list(void **state) {
+    (void)state;
+    check(serve_json_models("qwen3", 5), "{\"object\":\"list\",\"data\":[{\"id\":\"qwen3\","
+                                         "\"object\":\"model\",\"created\":5,\"owned_by\":"
+                                         "\"strata\"}]}");
+}
+
+/* Streams pieces through a serve_text and returns everything taken (final at the end). */
+static char *stream_through(struct serve_text *t, const char **pieces, int n, int *stopped) {
+    static char out[256];
+    const char *s;
+    size_t len;
+    out[0] = '\0';
+    *stopped = 0;
+    for (int i = 0; i < n && !*stopped; i++) {
+        *stopped = serve_text_push(t, pieces[i], strlen(pieces[i]));
+        serve_text_take(t, 0, &s, &len);
+        strncat(out, s, len);
+    }
+    serve_text_take(t, 1, &s, &len);
+    strncat(out, s, len);
+    return out;
+}
+
+static void stop_strings(void **state) {
+    struct serve_params p;
+    struct serve_text t;
+    int stopped;
+    (void)state;
+    memset(&p, 0, sizeof p);
+    p.n_stops = 2;
+    strcpy(p.stops[0], "END");
+    strcpy(p.stops[1], "\n\n");
+    const char *split[] = {"hello E", "N", "D world"};
+    serve_text_init(&t, &p);
+    assert_string_equal(stream_through(&t, split, 3, &stopped), "hello ");
+    assert_int_equal(stopped, 1);
+    serve_text_free(&t);
+    const char *none[] = {"a", "EN", "b\n", "c"};
+    serve_text_init(&t, &p);
+    assert_string_equal(stream_through(&t, none, 4, &stopped), "aENb\nc");
+    assert_int_equal(stopped, 0);
+    serve_text_free(&t);
+    /* Held-back bytes never split a character: "é" is 2 bytes, the hold-back 2. */
+    const char *utf8[] = {"x\xc3\xa9", "\xc3\xa9", "y"};
+    const char *s;
+    size_t len;
+    serve_text_init(&t, &p);
+    serve_text_push(&t, utf8[0], strlen(utf8[0]));
+    serve_text_take(&t, 0, &s, &len);
+    assert_int_equal(len, 1); /* "x"; the held-back 2 bytes start at a character boundary */
+    serve_text_push(&t, utf8[1], strlen(utf8[1]));
+    serve_text_take(&t, 0, &s, &len);
+    assert_int_equal(len, 2);
+    assert_memory_equal(s, "\xc3\xa9", 2);
+    serve_text_free(&t);
+}
+
+static void metrics_text(void **state) {
+    struct serve_metrics m;
+    struct serve_buf out = {0};
+    (void)state;
+    serve_metrics_init(&m);
+    serve_metrics_request(&m, 200);
+    serve_metrics_request(&m, 200);
+    serve_metrics_request(&m, 400);
+    serve_metrics_tokens(&m, 10, 4);
+    serve_metrics_in_flight(&m, 1);
+    serve_metrics_ttft(&m, 0.02);
+    serve_metrics_itl(&m, 100);
+    assert_int_equal(serve_metrics_render(&m, &out), 0);
+    assert_non_null(strstr(out.data, "strata_serve_requests_total{status=\"200\"} 2\n"));
+    assert_non_null(strstr(out.data, "strata_serve_requests_total{status=\"400\"} 1\n"));
+    assert_non_null(strstr(out.data, "strata_serve_prompt_tokens_total 10\n"));
+    assert_non_null(strstr(out.data, "strata_serve_completion_tokens_total 4\n"));
+    assert_non_null(strstr(out.data, "strata_serve_requests_in_flight 1\n"));
+    assert_non_null(
+        strstr(out.data, "strata_serve_time_to_first_token_seconds_bucket{le=\"0.01\"} 0\n"));
+    assert_non_null(
+        strstr(out.data, "strata_serve_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"));
+    assert_non_null(
+        strstr(out.data, "strata_serve_inter_token_latency_seconds_bucket{le=\"2.5\"} 0\n"));
+    assert_non_null(
+        strstr(out.data, "strata_serve_inter_token_latency_seconds_bucket{le=\"+Inf\"} 1\n"));
+    serve_buf_free(&out);
+    serve_metrics_destroy(&m);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(error_shape),    cmocka_unit_test(whole_answers),
+        cmocka_unit_test(chunks_and_sse), cmocka_unit_test(models_list),
+        cmocka_unit_test(stop_strings),   cmocka_unit_test(metrics_text),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
