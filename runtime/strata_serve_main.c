@@ -15,6 +15,7 @@
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 #include "runtime/serve/serve_http.h"
+#include "wire/tls.h"
 
 static volatile sig_atomic_t g_stop;
 
@@ -38,12 +39,18 @@ static void usage(FILE *out) {
             "  --port-file F            write the bound port to F\n"
             "  --max-seq N              the stages' --max-seq: prompt + answer (default 512)\n"
             "  --token-timeout-ms MS    longest wait for the next token (default 60000)\n"
-            "  --auth-key-file F        the pipeline's pre-shared key (else $STRATA_AUTH_KEY)\n"
+            "  --auth-key-file F        the pipeline's pre-shared key (else $STRATA_AUTH_KEY):\n"
+            "                           TLS 1.3 PSK to stage 0 (HMAC Hello with --insecure)\n"
+            "  --tls-cert F --tls-key F --tls-ca F   TLS 1.3 to stage 0 with certificates\n"
+            "  --insecure               plaintext to stage 0; one of a key, certificates or\n"
+            "                           --insecure is required\n"
             "  --help                   this text\n");
 }
 
 struct serve_args {
     const char *model, *name, *stage0_host, *stage0_port_file, *host, *port_file, *key_file;
+    const char *tls_cert, *tls_key, *tls_ca;
+    int insecure;
     int stage0_port, port, max_seq, token_timeout_ms;
 };
 
@@ -59,6 +66,10 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
                                             {"max-seq", 1, 0, 's'},
                                             {"auth-key-file", 1, 0, 'a'},
                                             {"token-timeout-ms", 1, 0, 't'},
+                                            {"tls-cert", 1, 0, 'C'},
+                                            {"tls-key", 1, 0, 'K'},
+                                            {"tls-ca", 1, 0, 'A'},
+                                            {"insecure", 0, 0, 'I'},
                                             {"help", 0, 0, 'x'},
                                             {0, 0, 0, 0}};
     int c, bad = 0;
@@ -79,6 +90,10 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
         case 's': bad |= cli_parse_int(optarg, 2, 1 << 24, &a->max_seq) < 0; break;
         case 't': bad |= cli_parse_int(optarg, 1, 1 << 30, &a->token_timeout_ms) < 0; break;
         case 'a': a->key_file = optarg; break;
+        case 'C': a->tls_cert = optarg; break;
+        case 'K': a->tls_key = optarg; break;
+        case 'A': a->tls_ca = optarg; break;
+        case 'I': a->insecure = 1; break;
         case 'x': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -120,6 +135,24 @@ static int load_model(struct serve_app *app, struct tokenizer **tok, const struc
     return -1;
 }
 
+/* The link security to stage 0 from the flags, as strata-client decides it
+ * (wire_security_setup). Returns the exit code or -1. */
+static int open_security(struct wire_security *sec, struct wire_auth_key *key,
+                         const struct serve_args *a) {
+    if (wire_auth_key_load(key, a->key_file, NULL) < 0) {
+        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
+        return STRATA_EXIT_USAGE;
+    }
+    struct wire_security_flags flags = {a->tls_cert, a->tls_key, a->tls_ca, a->insecure, key};
+    int rc = wire_security_setup(sec, &flags);
+    if (rc < 0) {
+        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
+        return rc == STRATA_EINVAL ? STRATA_EXIT_USAGE : STRATA_EXIT_FAILURE;
+    }
+    if (sec->warning) strata_log(STRATA_LOG_WARN, "%s", sec->warning);
+    return -1;
+}
+
 static int serve(struct serve_app *app, const struct serve_args *a) {
     struct serve_server *server = NULL;
     if (serve_server_start(&server, app, a->host, a->port) < 0) {
@@ -147,6 +180,7 @@ int main(int argc, char **argv) {
     static struct serve_metrics metrics;
     struct serve_app app;
     struct wire_auth_key key;
+    struct wire_security sec = {0};
     struct tokenizer *tok = NULL;
     char name[256];
     int code = parse_args(&a, argc, argv);
@@ -163,11 +197,9 @@ int main(int argc, char **argv) {
     app.token_timeout_ms = a.token_timeout_ms;
     app.created = (long)time(NULL);
     code = load_model(&app, &tok, &a);
-    if (code < 0 && wire_auth_key_load(&key, a.key_file, "STRATA_AUTH_KEY") < 0) {
-        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
-        code = STRATA_EXIT_USAGE;
-    }
-    if (code < 0 && serve_engine_init(&engine, a.stage0_host, a.stage0_port, &key) < 0)
+    if (code < 0) code = open_security(&sec, &key, &a);
+    if (code < 0 &&
+        serve_engine_init(&engine, a.stage0_host, a.stage0_port, sec.tls, sec.hello_key) < 0)
         code = STRATA_EXIT_FAILURE;
     wire_auth_key_clear(&key);
     if (code < 0) {
@@ -178,6 +210,7 @@ int main(int argc, char **argv) {
         serve_engine_shutdown(&engine);
         serve_metrics_destroy(&metrics);
     }
+    wire_security_free(&sec);
     tokenizer_free(tok);
     return code;
 }

@@ -42,7 +42,7 @@ pl_start_pipeline serve "$stages" "$model" --max-seq "$max_seq"
 rm -f "$port_file"
 "$PL_BIN/strata-serve" --model "$model" --stage0-port-file "$PL_WORK/serve.0.port" \
     --host "$host" --port "$port" --port-file "$port_file" --max-seq "$max_seq" \
-    "${serve_opts[@]}" &
+    $(pl_security_default) "${serve_opts[@]}" &
 serve_pid=$!
 PL_PIDS="$PL_PIDS $serve_pid"
 pl_wait_file "$port_file" 20 || pl_fail "strata-serve did not start"

@@ -11,12 +11,14 @@
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 
-int serve_engine_init(struct serve_engine *e, const char *host, int port,
-                      const struct wire_auth_key *key) {
+int serve_engine_init(struct serve_engine *e, const char *host, int port, struct wire_tls *tls,
+                      const struct wire_auth_key *hello_key) {
     memset(e, 0, sizeof *e);
     snprintf(e->host, sizeof e->host, "%s", host);
     e->port = port;
-    e->key = *key;
+    e->tls = tls;
+    e->has_key = hello_key != NULL;
+    if (hello_key) e->key = *hello_key;
     e->connect_timeout_ms = 3000;
     e->client.conn.fd = -1;
     /* Top bit clear, so nonces never wrap to the reserved 0. */
@@ -85,7 +87,11 @@ static void *reader_main(void *arg) {
     struct serve_engine *e = arg;
     for (;;) {
         struct request_event ev;
-        int readable = wait_readable(e->client.conn.fd, 200), rc = STRATA_ETIMEOUT;
+        /* TLS may hold a decrypted record already, which poll() cannot see. */
+        pthread_mutex_lock(&e->mu);
+        int buffered = wire_conn_buffered(&e->client.conn);
+        pthread_mutex_unlock(&e->mu);
+        int readable = buffered || wait_readable(e->client.conn.fd, 200), rc = STRATA_ETIMEOUT;
         pthread_mutex_lock(&e->mu);
         if (!e->stopping && readable) rc = client_next_event(&e->client, &ev, 5000);
         if (e->stopping) {
@@ -115,7 +121,8 @@ static int ensure_connected(struct serve_engine *e) {
         pthread_join(e->reader, NULL);
         e->reader_running = 0;
     }
-    int rc = client_connect(&e->client, e->host, e->port, &e->key, e->connect_timeout_ms);
+    int rc = client_connect_tls(&e->client, e->host, e->port, e->tls, e->has_key ? &e->key : NULL,
+                                e->connect_timeout_ms);
     if (rc < 0) {
         client_close(&e->client);
         return rc;
@@ -202,7 +209,8 @@ void serve_engine_release(struct serve_engine *e, struct serve_job *job) {
 
 int serve_engine_ping(struct serve_engine *e, int timeout_ms) {
     struct strata_client c;
-    int rc = client_connect(&c, e->host, e->port, &e->key, timeout_ms);
+    int rc =
+        client_connect_tls(&c, e->host, e->port, e->tls, e->has_key ? &e->key : NULL, timeout_ms);
     client_close(&c);
     return rc;
 }

@@ -29,7 +29,9 @@ struct serve_job {
 struct serve_engine {
     char host[256];
     int port;
+    struct wire_tls *tls; /* NULL = plaintext; owned by the caller */
     struct wire_auth_key key;
+    int has_key; /* run the Hello's HMAC with key (wire_security_setup decides) */
     int connect_timeout_ms;
     pthread_mutex_t mu;
     struct strata_client client;
@@ -39,8 +41,9 @@ struct serve_engine {
     uint64_t next_nonce;
 };
 
-int serve_engine_init(struct serve_engine *e, const char *host, int port,
-                      const struct wire_auth_key *key);
+/* tls and hello_key as wire_security_setup gives them (each may be NULL). */
+int serve_engine_init(struct serve_engine *e, const char *host, int port, struct wire_tls *tls,
+                      const struct wire_auth_key *hello_key);
 /* Closes the connection (requests in flight fail) and joins the reader. */
 void serve_engine_shutdown(struct serve_engine *e);
 

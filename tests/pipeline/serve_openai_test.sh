@@ -25,7 +25,7 @@ cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
     "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" "$model/"
 pl_start_pipeline o 2 "$model" --max-seq 256
 "$PL_BIN/strata-serve" --model "$model" --stage0-port-file "$PL_WORK/o.0.port" \
-    --port-file "$PL_WORK/http.port" --max-seq 256 2>>"$PL_WORK/serve.log" &
+    --port-file "$PL_WORK/http.port" --max-seq 256 $(pl_security_default) 2>>"$PL_WORK/serve.log" &
 PL_PIDS="$PL_PIDS $!"
 pl_wait_file "$PL_WORK/http.port" 20 || pl_fail "strata-serve did not start"
 STRATA_URL="http://127.0.0.1:$(cat "$PL_WORK/http.port")/v1" "$py" - <<'PY' || pl_fail "openai client checks failed"

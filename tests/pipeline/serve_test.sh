@@ -20,8 +20,9 @@ cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
     pl_fail "cannot copy the tokenizer files"
 
 pl_start_pipeline s 2 "$model" --max-seq 256
+# shellcheck disable=SC2046
 "$SERVE" --model "$model" --stage0-port-file "$PL_WORK/s.0.port" --port-file "$PL_WORK/http.port" \
-    --max-seq 256 2>>"$PL_WORK/serve.log" &
+    --max-seq 256 $(pl_security_default) 2>>"$PL_WORK/serve.log" &
 PL_PIDS="$PL_PIDS $!"
 SERVE_PID=$!
 pl_wait_file "$PL_WORK/http.port" 20 || pl_fail "strata-serve did not start"
@@ -186,8 +187,8 @@ kill "$SERVE_PID"
 wait "$SERVE_PID" || pl_fail "strata-serve exited with $? after SIGTERM"
 echo "stage 0 down: 503; SIGTERM: clean exit"
 
-# 7. A pipeline with a pre-shared key: strata-serve with the key is served, without it it
-# answers 503.
+# 7. A pipeline with a pre-shared key (TLS 1.3 PSK): strata-serve with the key is served;
+# plaintext (--insecure) it answers 503.
 head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
 pl_start_pipeline k 1 "$model" --max-seq 256 --auth-key-file "$PL_WORK/key"
 start_serve() { # TAG [options]: strata-serve before pipeline k; URL set to it
@@ -202,7 +203,7 @@ start_serve() { # TAG [options]: strata-serve before pipeline k; URL set to it
 start_serve keyed --auth-key-file "$PL_WORK/key"
 post /v1/chat/completions "{$msg, \"max_tokens\": 4}" >"$PL_WORK/keyed.json"
 [ "$(cat "$PL_WORK/status")" = 200 ] || pl_fail "keyed strata-serve: $(cat "$PL_WORK/keyed.json")"
-start_serve keyless
+start_serve keyless --insecure
 expect_error 503 /v1/chat/completions "{$msg, \"max_tokens\": 4}"
 [ "$(curl -sS -o /dev/null -w '%{http_code}' "$URL/health")" = 503 ] || pl_fail "keyless /health not 503"
 echo "pre-shared key: served with it, 503 without"
