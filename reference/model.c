@@ -80,9 +80,7 @@ int reference_model_load(struct reference_model **out, const struct model_config
         rc = strata_set_error(STRATA_ENOMEM, "reference_model: out of memory");
         goto fail;
     }
-    /* HF: 1 / base ** (arange(0, D, 2).float() / D), all in fp32. */
-    for (int j = 0; j < half; ++j)
-        m->inv_freq[j] = 1.0f / powf((float)cfg->rope_theta, (float)(2 * j) / (float)cfg->head_dim);
+    rope_inv_freq(m->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
     if ((rc = ref_load_weights(m, st))) goto fail;
     *out = m;
     return STRATA_OK;
@@ -194,7 +192,7 @@ static void add_bias(float *x, const float *bias, int n, int dim) {
 
 /* out [N, H] = Σ over each row's top-k experts, ascending expert index (HF's index_add
  * order), of weight × expert(x). Tokens routed to one expert run as one batch. */
-static void moe_block(struct reference_model *m, const struct ref_layer *L, float *out,
+static void moe_block(struct reference_model *m, const struct layer_weights *L, float *out,
                       const float *x, int N) {
     const struct model_config *c = &m->cfg;
     int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
@@ -231,8 +229,9 @@ static void moe_block(struct reference_model *m, const struct ref_layer *L, floa
 }
 
 /* One decoder layer (spec §3) over hidden [N, H] in place. */
-static void layer_forward(struct reference_model *m, const struct ref_layer *L, struct kv_cache *kv,
-                          float *hidden, const struct forward_item *items, int n_items, int N) {
+static void layer_forward(struct reference_model *m, const struct layer_weights *L,
+                          struct kv_cache *kv, float *hidden, const struct forward_item *items,
+                          int n_items, int N) {
     const struct model_config *c = &m->cfg;
     int H = c->hidden_size, D = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
     float eps = c->rms_norm_eps;
@@ -370,22 +369,8 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     if ((rc = ensure_scratch(m, N, ctx))) return rc;
     const struct model_config *c = &m->cfg;
     int half = c->head_dim / 2;
-    const int *section = c->has_mrope ? c->mrope_section : NULL;
-    int row = 0;
-    for (int it = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        for (int i = 0; i < item->n_tokens; ++i, ++row) {
-            int pt = item->pos + i, ph = pt, pw = pt;
-            if (item->mrope_positions) {
-                pt = item->mrope_positions[i];
-                ph = item->mrope_positions[item->n_tokens + i];
-                pw = item->mrope_positions[2 * item->n_tokens + i];
-            }
-            rope_cos_sin(m->rope_cos + (size_t)row * (size_t)half,
-                         m->rope_sin + (size_t)row * (size_t)half, m->inv_freq, pt, ph, pw, section,
-                         half);
-        }
-    }
+    rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,
+                c->has_mrope ? c->mrope_section : NULL, half);
     for (int l = 0; l < m->n_layers; ++l)
         layer_forward(m, &m->layers[l], kv, hidden, items, n_items, N);
     for (int it = 0; it < n_items; ++it)

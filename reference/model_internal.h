@@ -3,24 +3,10 @@
 #ifndef STRATA_REFERENCE_MODEL_INTERNAL_H
 #define STRATA_REFERENCE_MODEL_INTERNAL_H
 
+#include "reference/layer_weights.h"
 #include "reference/model.h"
 #include "reference/ops.h"
 #include "reference/thread_pool.h"
-
-struct ref_layer {
-    int index; /* absolute layer index */
-    int is_moe;
-    const float *input_norm, *post_norm;            /* [H] */
-    const float *q_norm, *k_norm;                   /* [D] */
-    const float *q_bias, *k_bias, *v_bias, *o_bias; /* NULL unless attention_bias */
-    struct ops_weight q, k, v;                      /* [nh*D, H], [nkv*D, H], [nkv*D, H] */
-    struct ops_weight o;                            /* [H, nh*D] */
-    struct ops_weight gate, up, down;               /* dense: [F, H], [F, H], [H, F] */
-    struct ops_weight router;                       /* MoE: [E, H] */
-    struct ops_weight *expert_gate;                 /* MoE: [E] of [I, H] */
-    struct ops_weight *expert_up;                   /* MoE: [E] of [I, H] */
-    struct ops_weight *expert_down;                 /* MoE: [E] of [H, I] */
-};
 
 struct reference_model {
     struct model_config cfg;
@@ -30,8 +16,8 @@ struct reference_model {
     struct ops_weight embed;   /* [V, H] when with_embed */
     struct ops_weight lm_head; /* [V, H] when with_head (may be the embedding) */
     int head_is_embed;
-    const float *final_norm;  /* [H] when with_head */
-    struct ref_layer *layers; /* [n_layers], absolute index layer_start + i */
+    const float *final_norm;      /* [H] when with_head */
+    struct layer_weights *layers; /* [n_layers], absolute index layer_start + i */
     int n_layers;
     float *inv_freq; /* [D/2] */
 

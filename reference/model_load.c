@@ -81,7 +81,7 @@ static void place_transposed(struct loader *ld, struct ops_weight *w, const char
 /* One fused expert tensor (all E experts) -> per-expert matrices. Out-major blocks are
  * used in place (gate rows first, then up); input-major ones are transposed once. The
  * manifest accepted only BF16 / F32 here. */
-static void place_fused(struct loader *ld, struct ref_layer *L, const struct stage_tensor *want,
+static void place_fused(struct loader *ld, struct layer_weights *L, const struct stage_tensor *want,
                         const struct st_tensor *t) {
     const struct model_config *c = &ld->m->cfg;
     const size_t H = (size_t)c->hidden_size, I = (size_t)c->moe_intermediate_size;
@@ -106,39 +106,6 @@ static void place_fused(struct loader *ld, struct ref_layer *L, const struct sta
     }
 }
 
-/* The f32 vector a layer slot fills, or NULL when the slot is a matrix. */
-static const float **layer_vector(struct ref_layer *L, enum stage_tensor_slot slot) {
-    switch (slot) {
-    case STAGE_SLOT_INPUT_NORM: return &L->input_norm;
-    case STAGE_SLOT_POST_NORM: return &L->post_norm;
-    case STAGE_SLOT_Q_NORM: return &L->q_norm;
-    case STAGE_SLOT_K_NORM: return &L->k_norm;
-    case STAGE_SLOT_Q_BIAS: return &L->q_bias;
-    case STAGE_SLOT_K_BIAS: return &L->k_bias;
-    case STAGE_SLOT_V_BIAS: return &L->v_bias;
-    case STAGE_SLOT_O_BIAS: return &L->o_bias;
-    default: return NULL;
-    }
-}
-
-/* The matrix a layer slot fills, or NULL when the slot is a vector or fused. */
-static struct ops_weight *layer_matrix(struct ref_layer *L, const struct stage_tensor *want) {
-    switch (want->slot) {
-    case STAGE_SLOT_Q: return &L->q;
-    case STAGE_SLOT_K: return &L->k;
-    case STAGE_SLOT_V: return &L->v;
-    case STAGE_SLOT_O: return &L->o;
-    case STAGE_SLOT_GATE: return &L->gate;
-    case STAGE_SLOT_UP: return &L->up;
-    case STAGE_SLOT_DOWN: return &L->down;
-    case STAGE_SLOT_ROUTER: return &L->router;
-    case STAGE_SLOT_EXPERT_GATE: return &L->expert_gate[want->expert];
-    case STAGE_SLOT_EXPERT_UP: return &L->expert_up[want->expert];
-    case STAGE_SLOT_EXPERT_DOWN: return &L->expert_down[want->expert];
-    default: return NULL;
-    }
-}
-
 /* Places one checked manifest entry; `t` is its tensor in the checkpoint. */
 static void place(struct loader *ld, const struct stage_tensor *want, const struct st_tensor *t) {
     struct reference_model *m = ld->m;
@@ -153,9 +120,9 @@ static void place(struct loader *ld, const struct stage_tensor *want, const stru
     case STAGE_SLOT_VISION: return; /* never requested: the decoder is text-only */
     default: break;
     }
-    struct ref_layer *L = &m->layers[want->layer - m->opt.layer_start];
-    const float **vec = layer_vector(L, want->slot);
-    struct ops_weight *mat = vec ? NULL : layer_matrix(L, want);
+    struct layer_weights *L = &m->layers[want->layer - m->opt.layer_start];
+    const float **vec = layer_weights_vector(L, want->slot);
+    struct ops_weight *mat = vec ? NULL : layer_weights_matrix(L, want);
     if (vec)
         *vec = place_vector(ld, t);
     else if (mat)
@@ -168,7 +135,7 @@ static void place(struct loader *ld, const struct stage_tensor *want, const stru
 static int init_layers(struct reference_model *m) {
     const struct model_config *c = &m->cfg;
     for (int l = 0; l < m->n_layers; ++l) {
-        struct ref_layer *L = &m->layers[l];
+        struct layer_weights *L = &m->layers[l];
         L->index = m->opt.layer_start + l;
         L->is_moe = model_config_layer_is_moe(c, L->index);
         if (!L->is_moe) continue;

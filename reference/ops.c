@@ -5,6 +5,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "runtime/model/decoder_io.h"
+
 void ops_weight_row(float *out, const struct ops_weight *w, int row) {
     size_t base = (size_t)row * (size_t)w->cols;
     if (w->dtype == OPS_BF16) {
@@ -45,6 +47,30 @@ void rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, int pos
         float angle = (float)p * inv_freq[j];
         cos_out[j] = cosf(angle);
         sin_out[j] = sinf(angle);
+    }
+}
+
+void rope_inv_freq(float *inv_freq, float theta, int head_dim) {
+    for (int j = 0; j < head_dim / 2; ++j)
+        inv_freq[j] = 1.0f / powf(theta, (float)(2 * j) / (float)head_dim);
+}
+
+void rope_tables(float *cos_out, float *sin_out, const float *inv_freq,
+                 const struct forward_item *items, int n_items, const int *mrope_section,
+                 int half) {
+    size_t row = 0;
+    for (int it = 0; it < n_items; ++it) {
+        const struct forward_item *item = &items[it];
+        for (int i = 0; i < item->n_tokens; ++i, ++row) {
+            int pt = item->pos + i, ph = pt, pw = pt;
+            if (item->mrope_positions) {
+                pt = item->mrope_positions[i];
+                ph = item->mrope_positions[item->n_tokens + i];
+                pw = item->mrope_positions[2 * item->n_tokens + i];
+            }
+            rope_cos_sin(cos_out + row * (size_t)half, sin_out + row * (size_t)half, inv_freq, pt,
+                         ph, pw, mrope_section, half);
+        }
     }
 }
 

@@ -28,6 +28,8 @@
 #include "reference/thread_pool.h"
 #include "runtime/base/dtype.h"
 
+struct forward_item; /* runtime/model/decoder_io.h */
+
 enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1 };
 
 /* A row-major weight matrix [rows, cols] (nn.Linear layout: y = x @ W^T). */
@@ -51,6 +53,15 @@ void rmsnorm(float *out, const float *x, const float *weight, float eps, int n, 
  * j < 3*section[2] takes pos_w. inv_freq [half], half = head_dim / 2. */
 void rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, int pos_t, int pos_h,
                   int pos_w, const int *mrope_section, int half);
+
+/* inv_freq [head_dim / 2] = 1 / theta ** (2j / head_dim), all in fp32 as HF computes it
+ * (1 / base ** (arange(0, D, 2).float() / D)). */
+void rope_inv_freq(float *inv_freq, float theta, int head_dim);
+
+/* The RoPE tables of a whole microbatch: cos/sin [rows][half], one row per token in item
+ * order, each by rope_cos_sin at the item's cache position (or its M-RoPE t/h/w ids). */
+void rope_tables(float *cos_out, float *sin_out, const float *inv_freq,
+                 const struct forward_item *items, int n_items, const int *mrope_section, int half);
 
 /* x [n_heads, head_dim] rotated in place with rotate_half pairing (j with j + head_dim/2):
  * x'[j] = x[j] cos[j] - x[j+half] sin[j]; x'[j+half] = x[j+half] cos[j] + x[j] sin[j]. */

@@ -137,8 +137,8 @@ static int add_bias(float *x, const float *bias, int n, int dim) {
 /* out [N, H] = the MoE block of x [N, H] (reference/model.c moe_block): the router on the
  * device, the routing on the host with the reference's moe_route, then expert after expert
  * in ascending order: gather its tokens, SwiGLU MLP, weighted add into out. */
-static int moe_block(struct cuda_context *c, const struct cuda_layer *L, float *out, const float *x,
-                     int N) {
+static int moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
+                     const float *x, int N) {
     const struct model_config *m = c->cfg;
     int H = m->hidden_size, E = m->num_experts, K = m->num_experts_per_tok;
     int I = m->moe_intermediate_size, rc;
@@ -195,7 +195,7 @@ static float *v_slot(const struct cuda_context *c, int slot, int layer, int kv_h
 }
 
 /* One decoder layer over c->hidden [N, H] in place (reference/model.c layer_forward). */
-static int layer_forward(struct cuda_context *c, const struct cuda_layer *L, int max_seq,
+static int layer_forward(struct cuda_context *c, const struct layer_weights *L, int max_seq,
                          const struct forward_item *items, int n_items, int N) {
     const struct model_config *m = c->cfg;
     int H = m->hidden_size, D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc;
@@ -340,20 +340,8 @@ static int cuda_forward(struct stage_backend *be, float *hidden, const struct fo
     if (!hidden) return strata_set_error(STRATA_EINVAL, "cuda forward: hidden is NULL");
     if ((rc = cuda_set_device(c->device)) || (rc = ensure_scratch(c, N))) return rc;
     /* RoPE tables on the host by the reference op (bitwise the CPU backend's). */
-    const int *section = m->has_mrope ? m->mrope_section : NULL;
-    for (int it = 0, row = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        for (int i = 0; i < item->n_tokens; ++i, ++row) {
-            int pt = item->pos + i, ph = pt, pw = pt;
-            if (item->mrope_positions) {
-                pt = item->mrope_positions[i];
-                ph = item->mrope_positions[item->n_tokens + i];
-                pw = item->mrope_positions[2 * item->n_tokens + i];
-            }
-            rope_cos_sin(c->h_cos + (size_t)row * half, c->h_sin + (size_t)row * half, c->inv_freq,
-                         pt, ph, pw, section, half);
-        }
-    }
+    rope_tables(c->h_cos, c->h_sin, c->inv_freq, items, n_items,
+                m->has_mrope ? m->mrope_section : NULL, half);
     size_t table = (size_t)N * (size_t)half * sizeof(float);
     if ((rc = cuda_memcpy_to_device(c->rope_cos, c->h_cos, table)) ||
         (rc = cuda_memcpy_to_device(c->rope_sin, c->h_sin, table)) ||
@@ -620,9 +608,7 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     c->in_use = calloc((size_t)opt->num_slots, 1);
     if (!c->layers || !c->inv_freq || !c->len || !c->in_use)
         return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
-    /* reference_model_load's table: 1 / base ** (2j / D), all in fp32. */
-    for (int j = 0; j < half; ++j)
-        c->inv_freq[j] = 1.0f / powf((float)cfg->rope_theta, (float)(2 * j) / (float)cfg->head_dim);
+    rope_inv_freq(c->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
     if ((rc = backend_cuda_load_weights(c, opt->weights))) return rc;
     c->head_floats = (size_t)opt->max_seq * (size_t)cfg->head_dim;
     c->slot_floats = (size_t)c->n_layers * (size_t)cfg->num_kv_heads * c->head_floats;

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "reference/layer_weights.h"
 #include "reference/ops.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -17,14 +18,6 @@
 /* Gathers and combines launch one grid row per token: at most this many per launch. */
 #define MAX_GRID_ROWS 65535
 
-struct cuda_layer {
-    int index, is_moe;
-    const float *input_norm, *post_norm, *q_norm, *k_norm;
-    const float *q_bias, *k_bias, *v_bias, *o_bias;
-    struct ops_weight q, k, v, o, gate, up, down, router;
-    struct ops_weight *expert_gate, *expert_up, *expert_down; /* [E] */
-};
-
 struct cuda_context {
     int device;
     char device_name[160];
@@ -34,7 +27,7 @@ struct cuda_context {
     /* Weights (device). */
     struct ops_weight embed, lm_head;
     const float *final_norm;
-    struct cuda_layer *layers;
+    struct layer_weights *layers;
     int n_layers;
     float *inv_freq; /* host [D/2] */
     void **owned;    /* device allocations */

@@ -84,7 +84,7 @@ static int upload_transposed(struct cuda_context *c, struct ops_weight *w, const
 
 /* One fused expert tensor -> per-expert device matrices (reference/model_load.c's
  * place_fused): out-major uploaded once and pointed into, in-major transposed once. */
-static int upload_fused(struct cuda_context *c, struct cuda_layer *L,
+static int upload_fused(struct cuda_context *c, struct layer_weights *L,
                         const struct stage_tensor *want, const struct st_tensor *t) {
     const size_t H = (size_t)c->cfg->hidden_size, I = (size_t)c->cfg->moe_intermediate_size;
     const size_t esz = t->dtype == ST_BF16 ? 2 : 4;
@@ -115,37 +115,6 @@ static int upload_fused(struct cuda_context *c, struct cuda_layer *L,
     return rc;
 }
 
-static const float **layer_vector(struct cuda_layer *L, enum stage_tensor_slot slot) {
-    switch (slot) {
-    case STAGE_SLOT_INPUT_NORM: return &L->input_norm;
-    case STAGE_SLOT_POST_NORM: return &L->post_norm;
-    case STAGE_SLOT_Q_NORM: return &L->q_norm;
-    case STAGE_SLOT_K_NORM: return &L->k_norm;
-    case STAGE_SLOT_Q_BIAS: return &L->q_bias;
-    case STAGE_SLOT_K_BIAS: return &L->k_bias;
-    case STAGE_SLOT_V_BIAS: return &L->v_bias;
-    case STAGE_SLOT_O_BIAS: return &L->o_bias;
-    default: return NULL;
-    }
-}
-
-static struct ops_weight *layer_matrix(struct cuda_layer *L, const struct stage_tensor *want) {
-    switch (want->slot) {
-    case STAGE_SLOT_Q: return &L->q;
-    case STAGE_SLOT_K: return &L->k;
-    case STAGE_SLOT_V: return &L->v;
-    case STAGE_SLOT_O: return &L->o;
-    case STAGE_SLOT_GATE: return &L->gate;
-    case STAGE_SLOT_UP: return &L->up;
-    case STAGE_SLOT_DOWN: return &L->down;
-    case STAGE_SLOT_ROUTER: return &L->router;
-    case STAGE_SLOT_EXPERT_GATE: return &L->expert_gate[want->expert];
-    case STAGE_SLOT_EXPERT_UP: return &L->expert_up[want->expert];
-    case STAGE_SLOT_EXPERT_DOWN: return &L->expert_down[want->expert];
-    default: return NULL;
-    }
-}
-
 static int place(struct cuda_context *c, const struct stage_tensor *want,
                  const struct st_tensor *t) {
     c->weight_bytes += t->nbytes;
@@ -158,10 +127,10 @@ static int place(struct cuda_context *c, const struct stage_tensor *want,
     case STAGE_SLOT_VISION: return 0;
     default: break;
     }
-    struct cuda_layer *L = &c->layers[want->layer - c->role.layer_start];
-    const float **vec = layer_vector(L, want->slot);
+    struct layer_weights *L = &c->layers[want->layer - c->role.layer_start];
+    const float **vec = layer_weights_vector(L, want->slot);
     if (vec) return upload_vector(c, vec, t);
-    struct ops_weight *mat = layer_matrix(L, want);
+    struct ops_weight *mat = layer_weights_matrix(L, want);
     if (mat) return upload_matrix(c, mat, t);
     return upload_fused(c, L, want, t);
 }
@@ -169,7 +138,7 @@ static int place(struct cuda_context *c, const struct stage_tensor *want,
 int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st) {
     const struct model_config *cfg = c->cfg;
     for (int l = 0; l < c->n_layers; ++l) {
-        struct cuda_layer *L = &c->layers[l];
+        struct layer_weights *L = &c->layers[l];
         L->index = c->role.layer_start + l;
         L->is_moe = model_config_layer_is_moe(cfg, L->index);
         if (!L->is_moe) continue;

@@ -1,6 +1,7 @@
 /* stage_open: the one assembly of a stage; see stage_open.h. */
 #include "runtime/stage/stage_open.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #include "runtime/base/status.h"
@@ -60,7 +61,6 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
         return strata_set_error(STRATA_EINVAL, "a stage needs a config and weights");
     int rc = stage_role_for(&role, opt->cfg, opt->stage_index, opt->num_stages, opt->layer_start,
                             opt->layer_end);
-    if (rc == 0) rc = check_tensors(opt, &role, report);
     if (rc < 0) return rc;
     bo = (struct stage_backend_options){.cfg = opt->cfg,
                                         .weights = opt->weights,
@@ -70,6 +70,15 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                         .max_seq = opt->max_seq,
                                         .num_slots = opt->max_batch};
     rc = stage_backend_open(&out->backend, &bo);
+    /* The backend's loader checks the tensors against the manifest itself; only when that
+     * fails is the list built again, for the caller's full report (no second check on the
+     * way up). Its message names the checkpoint; the loader's is kept if it finds nothing. */
+    if (rc == STRATA_ENOTFOUND || rc == STRATA_EFORMAT) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", strata_last_error());
+        if (check_tensors(opt, &role, report) == 0) strata_set_error(rc, "%s", why);
+        return rc;
+    }
     if (rc == 0)
         rc = stage_core_init(&out->core,
                              &(struct stage_core_options){.backend = out->backend,
