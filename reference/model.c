@@ -308,9 +308,6 @@ static void layer_forward(struct reference_model *m, const struct layer_weights 
 static int check_items(const struct reference_model *m, const struct kv_cache *kv,
                        const struct forward_item *items, int n_items, int *rows, int *ctx) {
     const struct model_config *c = &m->cfg;
-    if (n_items < 0 || (n_items > 0 && !items))
-        return strata_set_error(STRATA_EINVAL, "reference_forward: bad item list (%d items)",
-                                n_items);
     if (m->n_layers > 0 &&
         (!kv || kv->layer_start > m->opt.layer_start || kv->layer_end < m->opt.layer_end ||
          kv->num_kv_heads != c->num_kv_heads || kv->head_dim != c->head_dim))
@@ -321,42 +318,8 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
             kv ? kv->layer_start : 0, kv ? kv->layer_end : 0, kv ? kv->num_kv_heads : 0,
             kv ? kv->head_dim : 0, m->opt.layer_start, m->opt.layer_end, c->num_kv_heads,
             c->head_dim);
-    *rows = 0;
-    *ctx = 1;
-    for (int it = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        if (item->n_tokens < 1)
-            return strata_set_error(STRATA_EINVAL,
-                                    "reference_forward: item %d has %d tokens (need >= 1)", it,
-                                    item->n_tokens);
-        if (!kv || item->slot < 0 || item->slot >= kv->num_slots || !kv->in_use[item->slot])
-            return strata_set_error(STRATA_EINVAL,
-                                    "reference_forward: item %d uses slot %d, which is not "
-                                    "an acquired KV slot",
-                                    it, item->slot);
-        for (int j = 0; j < it; ++j)
-            if (items[j].slot == item->slot)
-                return strata_set_error(STRATA_EINVAL,
-                                        "reference_forward: items %d and %d share KV slot %d", j,
-                                        it, item->slot);
-        if (item->pos != kv->len[item->slot])
-            return strata_set_error(STRATA_ERANGE,
-                                    "reference_forward: item %d starts at position %d but "
-                                    "slot %d holds %d positions",
-                                    it, item->pos, item->slot, kv->len[item->slot]);
-        if ((long)item->pos + item->n_tokens > kv->max_seq)
-            return strata_set_error(STRATA_ERANGE,
-                                    "reference_forward: item %d needs %ld positions, beyond "
-                                    "the KV capacity of %d",
-                                    it, (long)item->pos + item->n_tokens, kv->max_seq);
-        if (item->deepstack && (item->num_deepstack < 0 || item->num_deepstack > c->num_layers))
-            return strata_set_error(STRATA_EINVAL,
-                                    "reference_forward: item %d has %d deepstack features", it,
-                                    item->num_deepstack);
-        *rows += item->n_tokens;
-        if (item->pos + item->n_tokens > *ctx) *ctx = item->pos + item->n_tokens;
-    }
-    return STRATA_OK;
+    return forward_items_check("reference_forward", items, n_items, kv->len, kv->in_use,
+                               kv->num_slots, kv->max_seq, c->num_layers, rows, ctx);
 }
 
 int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hidden,

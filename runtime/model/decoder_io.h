@@ -25,6 +25,16 @@ struct forward_item {
     int num_deepstack;
 };
 
+/* Checks a microbatch against a KV cache's bookkeeping (len [num_slots] positions held,
+ * in_use [num_slots]): every item has >= 1 token, an acquired slot of its own, continues its
+ * slot exactly (pos == len[slot]) and fits max_seq; DeepStack counts within num_layers.
+ * Messages start with `who` ("reference_forward", "cuda forward"). Fills *rows (total tokens)
+ * and *ctx (the longest context after the batch, >= 1). Every backend's forward runs it, so
+ * they refuse the same things with the same words. */
+int forward_items_check(const char *who, const struct forward_item *items, int n_items,
+                        const int *len, const unsigned char *in_use, int num_slots, int max_seq,
+                        int num_layers, int *rows, int *ctx);
+
 /* The KV of `batch` requests of one layer range in the handoff layout: f32 k and v, each
  * [layers][batch][kv_heads][seq][head_dim] with layers = layer_end - layer_start and seq
  * the longest request; row b holds lengths[b] valid positions and zeros after them. The

@@ -291,43 +291,9 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L, 
 static int check_items(const struct stage_backend *be, const struct forward_item *items,
                        int n_items, int *rows) {
     const struct cuda_context *c = ctx(be);
-    if (n_items < 0 || (n_items > 0 && !items))
-        return strata_set_error(STRATA_EINVAL, "cuda forward: bad item list (%d items)", n_items);
-    *rows = 0;
-    for (int it = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        if (item->n_tokens < 1)
-            return strata_set_error(STRATA_EINVAL,
-                                    "cuda forward: item %d has %d tokens (need >= 1)", it,
-                                    item->n_tokens);
-        if (item->slot < 0 || item->slot >= be->num_slots || !c->in_use[item->slot])
-            return strata_set_error(STRATA_EINVAL,
-                                    "cuda forward: item %d uses slot %d, which is not an "
-                                    "acquired KV slot",
-                                    it, item->slot);
-        for (int j = 0; j < it; ++j)
-            if (items[j].slot == item->slot)
-                return strata_set_error(STRATA_EINVAL,
-                                        "cuda forward: items %d and %d share KV slot %d", j, it,
-                                        item->slot);
-        if (item->pos != c->len[item->slot])
-            return strata_set_error(STRATA_ERANGE,
-                                    "cuda forward: item %d starts at position %d but slot %d "
-                                    "holds %d positions",
-                                    it, item->pos, item->slot, c->len[item->slot]);
-        if ((long)item->pos + item->n_tokens > be->max_seq)
-            return strata_set_error(STRATA_ERANGE,
-                                    "cuda forward: item %d needs %ld positions, beyond the KV "
-                                    "capacity of %d",
-                                    it, (long)item->pos + item->n_tokens, be->max_seq);
-        if (item->deepstack &&
-            (item->num_deepstack < 0 || item->num_deepstack > c->cfg->num_layers))
-            return strata_set_error(STRATA_EINVAL,
-                                    "cuda forward: item %d has %d deepstack features", it,
-                                    item->num_deepstack);
-        *rows += item->n_tokens;
-    }
-    return 0;
+    int context;
+    return forward_items_check("cuda forward", items, n_items, c->len, c->in_use, be->num_slots,
+                               be->max_seq, c->cfg->num_layers, rows, &context);
 }
 
 static int cuda_forward(struct stage_backend *be, float *hidden, const struct forward_item *items,
