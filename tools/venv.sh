@@ -20,7 +20,7 @@ for line in open(sys.argv[1]):
     have = md.version(name)
     if have.split("+")[0] != version:
         raise SystemExit(1)
-import torch, transformers, safetensors, numpy  # noqa: F401  (importable, not just listed)
+import torch, torchvision, PIL, transformers, safetensors, numpy  # noqa: F401  (importable, not just listed)
 PYEOF
 }
 
