@@ -5,6 +5,10 @@
 # tokens and tokens/s, then runs the same request on a single stage and compares tokens and
 # every step's logits byte for byte. Exit 0 only when they are identical. Every link runs
 # TLS 1.3 with a pre-shared key made for this run ($STRATA_AUTH_KEY).
+# Then text in, text out: a seeded random checkpoint with the real Qwen3 vocabulary (151,936 ids,
+# written at demo time into the scratch directory, not committed) and the real Qwen3 tokenizer;
+# one chat message goes through a 4-stage pipeline and the answer streams back as text (random
+# weights, sampled at temperature 0.8: real Qwen3 tokens, no meaning).
 # Usage: tools/pipeline_demo.sh [golden case, default qwen3_moe] [stages, default 4]
 # Env: STRATA_BAZEL_FLAGS, extra flags for bazel build (e.g. --define=strata_cuda=0).
 set -u
@@ -12,8 +16,9 @@ cd "$(dirname "$0")/.."
 case=${1:-qwen3_moe}
 S=${2:-4}
 echo "== build"
-bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client >/dev/null 2>&1 ||
-    { bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client; exit 1; }
+targets="//runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench"
+bazel build ${STRATA_BAZEL_FLAGS:-} $targets >/dev/null 2>&1 ||
+    { bazel build ${STRATA_BAZEL_FLAGS:-} $targets; exit 1; }
 STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
 export STRATA_BIN_DIR
 . tests/pipeline/pipeline_lib.sh
@@ -53,4 +58,19 @@ if [ "$(pl_tokens_of "$PL_WORK/pipeline.client" 0)" = "$(pl_tokens_of "$PL_WORK/
     same=yes
 fi
 echo "identical to single-stage: $same (tokens and all $steps steps of logits compared bitwise)"
-[ "$same" = yes ]
+[ "$same" = yes ] || exit 1
+
+echo "== text in, text out: random weights, the real Qwen3 vocabulary and tokenizer, $S stages"
+qr="$PL_WORK/qwen3-random-vocab"
+"$STRATA_BIN_DIR/runtime/strata-stage-bench" make-model --out "$qr" --vocab 151936 --hidden 128 \
+    --layers 4 --intermediate 256 --heads 4 --kv-heads 2 --head-dim 32 --seed 7 ||
+    pl_fail "could not write the random checkpoint"
+cp tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json \
+    tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json "$qr/"
+message="Write a haiku about pipelines."
+echo "user: $message"
+printf 'assistant: '
+tools/strata_generate.sh --model "$qr" --stages "$S" --max-tokens 24 --temperature 0.8 --seed 3 "$message" 2>"$PL_WORK/text.err" ||
+    pl_fail "text generation failed: $(cat "$PL_WORK/text.err")"
+echo
+grep '^usage:' "$PL_WORK/text.err"

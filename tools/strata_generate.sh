@@ -5,7 +5,7 @@
 # stdout, then stops every stage. Usage on stderr. Binaries: $STRATA_BIN_DIR/runtime (./strata
 # generate builds them and sets it), or Bazel runfiles under a test.
 # Usage: tools/strata_generate.sh --model DIR [--stages N] [--max-tokens N] [--think]
-#        [--system T] [--raw] [--max-seq N] [--print-ids] MESSAGE
+#        [--system T] [--raw] [--max-seq N] [--print-ids] [--temperature T] [--seed S] MESSAGE
 set -u
 . "$(dirname "$0")/../tests/pipeline/pipeline_lib.sh"
 
@@ -22,6 +22,7 @@ while [ $# -gt 0 ]; do
     --max-tokens) max_tokens=$2; shift 2 ;;
     --max-seq) max_seq=$2; shift 2 ;;
     --system) client_opts+=(--system "$2"); shift 2 ;;
+    --temperature | --seed | --top-p | --top-k) client_opts+=("$1" "$2"); shift 2 ;;
     --think | --print-ids) client_opts+=("$1"); shift ;;
     --raw) mode=--text; shift ;;
     -h | --help) gen_usage; exit 0 ;;
