@@ -185,6 +185,101 @@ static void test_qwen3_vl_moe_every_split(void **state) {
     check_every_split(1);
 }
 
+/* What the activations between stages carried (see test_what_travels). */
+struct travel {
+    int bounds[9];
+    int K, fails;
+    int prefill_with_ds[8], prefill_without_ds[8], decode[8], decode_with_ds[8], no_positions;
+};
+
+static void inspect_activation(void *ctx, int stage, const struct stage_frame *f) {
+    struct travel *t = ctx;
+    struct wire_activation a;
+    if (f->link != STAGE_LINK_NEXT || wire_read_activation(&a, f->data, f->len) < 0) return;
+    int to = a.stage_to, start = t->bounds[to], T = (int)a.hidden.shape[0];
+    (void)stage;
+    if (!a.position_ids.defined || a.position_ids.shape[1] != T) t->no_positions++;
+    if (a.step > 0) {
+        t->decode[to]++;
+        t->decode_with_ds[to] += a.deepstack.defined || a.visual_mask.defined;
+        return;
+    }
+    if (a.deepstack.defined) {
+        t->prefill_with_ds[to]++;
+        /* the features of the receiver's layers start .. K-1 only */
+        if (a.deepstack.shape[0] != t->K - start || !a.visual_mask.defined) t->fails++;
+    } else {
+        t->prefill_without_ds[to]++;
+    }
+}
+
+/* DeepStack features travel with the prefill activations exactly to the stages that own
+ * a layer < K, trimmed to the layers not yet run; decode activations carry positions only. */
+static void test_what_travels(void **state) {
+    struct vl_case *vc = &cases[1]; /* K = 3 of 4 layers */
+    struct tp_golden *g = &vc->g;
+    struct stage_request req;
+    struct request_vision vision;
+    (void)state;
+    for (unsigned cuts = 0; cuts < 8; cuts++) {
+        struct travel t;
+        int S = 0, L = g->cfg.num_layers;
+        memset(&t, 0, sizeof t);
+        t.K = vc->K;
+        t.bounds[S++] = 0;
+        for (int l = 1; l < L; l++)
+            if (cuts & (1u << (l - 1))) t.bounds[S++] = l;
+        t.bounds[S] = L;
+        assert_int_equal(tp_pipeline_init(&pipe, g, S, t.bounds, 64, 2, 4), 0);
+        pipe.inspect = inspect_activation;
+        pipe.inspect_ctx = &t;
+        vision_of(&vision, vc);
+        tp_request(&req, NONCE, vc->collapsed, vc->collapsed_len, g->n_steps);
+        req.vision = &vision;
+        assert_int_equal(tp_submit(&pipe, 1, &req), 0);
+        tp_run(&pipe, 100000);
+        assert_int_equal(t.fails, 0);
+        assert_int_equal(t.no_positions, 0);
+        for (int r = 1; r < S; r++) {
+            int chunks = t.prefill_with_ds[r] + t.prefill_without_ds[r];
+            assert_true(chunks >= 1);
+            assert_int_equal(t.prefill_with_ds[r], t.bounds[r] < vc->K ? chunks : 0);
+            assert_int_equal(t.decode[r], g->n_steps - 1);
+            assert_int_equal(t.decode_with_ds[r], 0);
+        }
+        tp_pipeline_free(&pipe);
+    }
+}
+
+/* Two VL requests in flight at once (one prompt collapsed, one expanded) each still give
+ * the golden ids. */
+static void test_concurrent_vl_requests(void **state) {
+    struct vl_case *vc = &cases[0];
+    struct tp_golden *g = &vc->g;
+    struct stage_request a, b;
+    struct request_vision vision;
+    int bounds[3] = {0, 1, 4};
+    (void)state;
+    assert_int_equal(tp_pipeline_init(&pipe, g, 2, bounds, 64, 2, 4), 0);
+    vision_of(&vision, vc);
+    tp_request(&a, 1, vc->collapsed, vc->collapsed_len, g->n_steps);
+    tp_request(&b, 2, g->prompt, g->prompt_len, g->n_steps);
+    a.vision = b.vision = &vision;
+    assert_int_equal(tp_submit(&pipe, 1, &a), 0);
+    assert_int_equal(tp_submit(&pipe, 2, &b), 0);
+    tp_run(&pipe, 100000);
+    for (uint64_t nonce = 1; nonce <= 2; nonce++) {
+        int32_t tokens[64];
+        int ended, code;
+        char msg[512];
+        int n = tp_client_tokens(&pipe, nonce, tokens, 64, &ended, &code, msg, sizeof msg);
+        if (code) fail_msg("%s", msg);
+        assert_int_equal(n, g->n_steps);
+        assert_memory_equal(tokens, g->generated, sizeof(int32_t) * (size_t)n);
+    }
+    tp_pipeline_free(&pipe);
+}
+
 /* Submits `req` and returns the Error the client got (message copied), 0 if none. */
 static int submit_error(const struct stage_request *req, char *msg, size_t cap) {
     int32_t tokens[64];
@@ -399,6 +494,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_vl_every_split),
         cmocka_unit_test(test_qwen3_vl_moe_every_split),
+        cmocka_unit_test(test_what_travels),
+        cmocka_unit_test(test_concurrent_vl_requests),
         cmocka_unit_test(test_malformed_vision_inputs),
         cmocka_unit_test(test_text_model_refuses_images),
         cmocka_unit_test(test_malformed_activation_rows),
