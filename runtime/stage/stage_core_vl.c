@@ -71,20 +71,6 @@ static int check_f32(const struct wire_tensor *t, const char *name, int ndim, co
                             wire_dtype_name(t->dtype), got);
 }
 
-/* Text request on a VL model: image or video pads without images would embed the pad
- * token itself where transformers refuses (features and tokens do not match). */
-static int check_text_prompt(const struct model_config *c, const struct wire_request *msg) {
-    if (!c->has_vision) return 0;
-    for (size_t i = 0; i < msg->prompt_len; i++)
-        if (msg->prompt[i] == c->image_token_id || msg->prompt[i] == c->video_token_id)
-            return strata_set_error(STRATA_EINVAL,
-                                    "prompt position %zu holds %s token %d but the request "
-                                    "carries no images",
-                                    i, msg->prompt[i] == c->image_token_id ? "an image" : "a video",
-                                    msg->prompt[i]);
-    return 0;
-}
-
 /* The vision tensors against the model: embeddings [n_img, H], DeepStack [K, n_img, H]. */
 static int check_tensors(const struct model_config *c, const struct wire_request *msg,
                          int64_t n_img) {
@@ -150,7 +136,10 @@ int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *
     int64_t n_img = 0, len = 0;
     int rc;
     *out = NULL;
-    if (!has) return check_text_prompt(c, msg);
+    /* A request without images is text, image-pad ids included: transformers embeds them
+     * as ordinary tokens and gives text positions when no pixel values come (4.57
+     * Qwen3VLModel.forward / get_rope_index), and so does this runtime. */
+    if (!has) return 0;
     if (!c->has_vision)
         return strata_set_error(STRATA_EINVAL,
                                 "the request carries images but model %s has no "
