@@ -30,12 +30,16 @@
  *
  * Messages (all frames are wire Frames; see runtime/stage/request.h for the client side):
  *   - Request (client -> stage 0 -> ... -> last): the wire Request (prompt ids, max_tokens,
- *     sampling, stop ids; nonce != 0). Each stage that admits it forwards the same frame to
- *     the next stage at once, ahead of the request's first activation, so every stage
- *     opens the request before its hidden rows arrive. Refused with an Error frame naming
+ *     sampling, stop ids; nonce != 0; Qwen3-VL: image grids, vision embeddings, DeepStack).
+ *     Each stage that admits it forwards the same frame to the next stage at once, ahead of
+ *     the request's first activation, so every stage opens the request before its hidden
+ *     rows arrive (stage 0 forwards a VL request expanded and without its vision tensors;
+ *     stage_core_vl.c). Refused with an Error frame naming
  *     the limit (to the client on stage 0, upstream on later stages) when no KV slot is
  *     free (--max-batch) or prompt + max_tokens does not fit --max-seq.
- *   - Activation (stage r -> r+1): F32 [T, H] hidden rows of one request, lossless.
+ *   - Activation (stage r -> r+1): F32 [T, H] hidden rows of one request, lossless; for a
+ *     Qwen3-VL request also position_ids I32 [3, T] and, in prefill while layers < K
+ *     follow, deepstack [K - layer_end, T, H] + visual_mask (stage_core_vl.c).
  *     step = tokens generated so far (0 for every prefill chunk), pos = first cache
  *     position. On receipt the request must be open here, stage_to must equal this stage
  *     and (step, pos) must continue the request exactly; otherwise the request fails with
