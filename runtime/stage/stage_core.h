@@ -136,6 +136,15 @@ void stage_core_free(struct stage_core *core); /* accepts NULL */
 int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t client_id,
                         const uint8_t *frame, size_t len);
 
+struct stage_request; /* runtime/stage/request.h */
+
+/* Stage 0: submits a request in process, exactly as if client `client_id` had sent its
+ * Request frame (same checks, same refusals as an Error to that client). The entry for a
+ * producer in the same process, e.g. a vision stage feeding a Qwen3-VL request's images
+ * (req->vision: grids, merged embeddings, DeepStack). Fails only when the request cannot
+ * be encoded (STRATA_EINVAL) or this is not stage 0. */
+int stage_core_submit(struct stage_core *core, uint32_t client_id, const struct stage_request *req);
+
 /* A link died (closed, reset, timed out). Every request this stage holds that depends on
  * it fails: for PREV / NEXT that is every active request (each uses every stage); for a
  * client, that client's requests. Errors go out on the remaining links. `reason` is

@@ -335,3 +335,18 @@ void stage_vl_attach(const struct stage_core *core, const struct forward_item *f
                                             .data = fi->visual_mask,
                                             .nbytes = (size_t)n};
 }
+
+int stage_core_submit(struct stage_core *core, uint32_t client_id,
+                      const struct stage_request *req) {
+    struct wire_arena arena; /* not the core's: stage 0 builds the forwarded Request there */
+    if (!core->is_first)
+        return strata_set_error(STRATA_EINVAL, "stage %d: requests enter at stage 0",
+                                core->opt.stage_index);
+    int rc = wire_arena_init(&arena, 0);
+    if (rc == 0) rc = request_build(&arena, req);
+    if (rc == 0)
+        rc = stage_core_on_frame(core, STAGE_LINK_CLIENT, client_id, wire_arena_frame(&arena),
+                                 wire_arena_frame_len(&arena));
+    wire_arena_free(&arena);
+    return rc;
+}

@@ -112,7 +112,11 @@ static float *run_split(struct vl_case *vc, int S, const int *bounds, int chunk,
     else
         tp_request(&req, NONCE, g->prompt, g->prompt_len, g->n_steps);
     req.vision = &vision;
-    assert_int_equal(tp_submit(&pipe, 1, &req), 0);
+    /* the in-process entry (a vision stage's) for the collapsed prompt, a frame otherwise */
+    if (collapsed)
+        assert_int_equal(stage_core_submit(pipe.cores[0], 1, &req), 0);
+    else
+        assert_int_equal(tp_submit(&pipe, 1, &req), 0);
     tp_run(&pipe, 100000);
     n = tp_client_tokens(&pipe, NONCE, tokens, 256, &ended, &code, msg, sizeof msg);
     if (code != 0) fail_msg("split S=%d: request failed: %s", S, msg);
