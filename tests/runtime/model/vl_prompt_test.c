@@ -80,10 +80,59 @@ static void check_golden(const char *name) {
     free(text);
 }
 
+/* tests/golden/<case>/e2e/e2e.json (two images, when in the checkout): prompt_ids with one
+ * pad per image expand to expanded_ids; positions and rope_delta equal HF's. */
+static void check_e2e(const char *name) {
+    char dir[4096], path[4200], *text = NULL;
+    size_t len = 0;
+    struct model_config cfg;
+    snprintf(dir, sizeof dir, "%s/%s", test_path("tests/golden"), name);
+    if (model_config_load(&cfg, dir)) fail_msg("%s", strata_last_error());
+    snprintf(path, sizeof path, "%s/e2e/e2e.json", dir);
+    if (cli_read_file(&text, &len, path) < 0) {
+        printf("skipped: %s/e2e not in this checkout\n", name);
+        return;
+    }
+    cJSON *json = cJSON_ParseWithLength(text, len);
+    assert_non_null(json);
+    int32_t prompt[64], want_ids[128], ids[128], want[3][128], got[3 * 128];
+    struct vl_grid grids[8];
+    int n_images = 0, delta = 0, n = 0;
+    const cJSON *img;
+    cJSON_ArrayForEach(img, cJSON_GetObjectItem(json, "images")) {
+        int32_t thw[3];
+        assert_int_equal(ints(thw, 3, cJSON_GetObjectItem(img, "grid_thw")), 3);
+        grids[n_images++] = (struct vl_grid){thw[0], thw[1], thw[2]};
+    }
+    int np = ints(prompt, 64, cJSON_GetObjectItem(json, "prompt_ids"));
+    int ne = ints(want_ids, 128, cJSON_GetObjectItem(json, "expanded_ids"));
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(
+            ints(want[r], 128, cJSON_GetArrayItem(cJSON_GetObjectItem(json, "position_ids"), r)),
+            ne);
+    struct vl_tokens tok = {cfg.image_token_id, cfg.video_token_id, cfg.vision.spatial_merge_size};
+    if (vl_expand_prompt(ids, 128, &n, prompt, np, &tok, grids, n_images))
+        fail_msg("%s", strata_last_error());
+    assert_int_equal(n, ne);
+    assert_memory_equal(ids, want_ids, sizeof(int32_t) * (size_t)n);
+    if (vl_rope_index(got, &delta, ids, n, &tok, grids, n_images))
+        fail_msg("%s", strata_last_error());
+    for (int r = 0; r < 3; r++)
+        assert_memory_equal(got + r * n, want[r], sizeof(int32_t) * (size_t)n);
+    assert_int_equal(delta, cJSON_GetObjectItem(json, "rope_delta")->valueint);
+    printf("%s e2e: %d images, expanded %d -> %d tokens, positions and rope_delta %d equal "
+           "HF's\n",
+           name, n_images, np, n, delta);
+    cJSON_Delete(json);
+    free(text);
+}
+
 static void test_goldens(void **state) {
     (void)state;
     check_golden("qwen3_vl");
     check_golden("qwen3_vl_moe");
+    check_e2e("qwen3_vl");
+    check_e2e("qwen3_vl_moe");
 }
 
 static void check_positions(const int32_t *ids, int n, const struct vl_grid *grids, int n_images,
