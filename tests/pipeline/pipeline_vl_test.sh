@@ -73,4 +73,33 @@ for case in qwen3_vl qwen3_vl_moe; do
         echo "$case: $split stage(s): tokens match golden, identical to single-stage: yes"
     done
 done
+# The two-image end-to-end goldens (tests/golden/<case>/e2e, when in the checkout): the
+# prompt with one pad per image and both grids on 3 stages cut between the DeepStack layers.
+e2e_list() { sed -n "/\"$1\": \[/,/\]/p" "$2" | tr -d ' \n' | grep -o '\[[0-9,]*\]' | tr -d '[]'; }
+for case in qwen3_vl qwen3_vl_moe; do
+    model=$(pl_golden "$case")
+    e2e="$model/e2e"
+    if [ ! -f "$e2e/e2e.json" ]; then
+        echo "$case: skipped the two-image e2e run: $e2e not in this checkout"
+        continue
+    fi
+    grids=()
+    for g in $(e2e_list grid_thw "$e2e/e2e.json"); do grids+=(--grid "$g"); done
+    want=$(e2e_list generated_ids "$e2e/e2e.json")
+    tag="${case}_e2e"
+    bounds=(0 1 2 4)
+    for r in 0 1 2; do
+        pl_start_stage "$tag" 3 "$r" "$model" --max-seq 128 --max-batch 2 --chunk-size 8 \
+            --layer-start "${bounds[$r]}" --layer-end "${bounds[$((r + 1))]}"
+    done
+    pl_wait_ready "$tag" 3
+    pl_client "$tag" --prompt "$(e2e_list prompt_ids "$e2e/e2e.json")" \
+        --max-tokens "$(echo "$want" | tr ',' '\n' | wc -l)" "${grids[@]}" \
+        --vision-embeds "$e2e/vision_embeds.f32" --deepstack "$e2e/deepstack.f32" \
+        >"$PL_WORK/$tag.client" || pl_fail "$case e2e: client failed: $(cat "$PL_WORK/$tag.client")"
+    got=$(pl_tokens_of "$PL_WORK/$tag.client" 0)
+    [ "$got" = "$want" ] || pl_fail "$case e2e: tokens $got, golden $want"
+    pl_stop_pipeline "$tag" 3
+    echo "$case e2e: $((${#grids[@]} / 2)) images, 3 stages: tokens match golden: yes"
+done
 echo "PASS"
