@@ -550,7 +550,8 @@ static void check_e2e(int c) {
     struct tp_golden *g = &vc->g;
     struct e2e e;
     if (!e2e_load(&e, case_names[c], &g->cfg)) {
-        printf("note: %s/e2e not in this checkout: the two-image check did not run\n", case_names[c]);
+        printf("note: %s/e2e not in this checkout: the two-image check did not run\n",
+               case_names[c]);
         return;
     }
     int L = g->cfg.num_layers, V = g->cfg.vocab_size, runs = 0;
