@@ -15,10 +15,11 @@
  *   - position_ids I32 [3, T]: the prompt's M-RoPE rows, and for a decode row cache index
  *     + rope_delta on all three rows (§5.3). Positions rather than the delta travel, so
  *     later stages keep no per-request M-RoPE state.
- *   - deepstack F32 [K - e, T, H] and visual_mask U8 [T], prefill only, where e is the
- *     sender's layer_end = the receiver's layer_start: the features of the layers not yet
- *     run (absolute layers e .. K-1). A stage whose layers all lie at or beyond K receives
- *     none; no decode activation carries any (decode rows are text, §5.4.5).
+ *   - deepstack F32 [K - e, T, H] and visual_mask U8 [T], prefill chunks with image rows
+ *     only, where e is the sender's layer_end = the receiver's layer_start: the features of
+ *     the layers not yet run (absolute layers e .. K-1). A stage whose layers all lie at or
+ *     beyond K receives none; no decode activation carries any (decode rows are text,
+ *     §5.4.5).
  * A text request on a VL model sends neither: 1-D positions equal M-RoPE with t = h = w. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -203,7 +204,7 @@ void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
                    const struct stage_item *it, float *hidden, int row_off,
                    struct forward_item *fi) {
     const struct stage_vl *vl = req->vl;
-    int n = it->n_tokens, H = core->hidden_size, K = vl->num_deepstack, img = 0;
+    int n = it->n_tokens, H = core->hidden_size, K = vl->num_deepstack, img = 0, first;
     int32_t *pos = core->vl_positions + 3 * (size_t)row_off;
     fi->mrope_positions = pos;
     if (it->step > 0) {
@@ -214,6 +215,7 @@ void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
     float *ds = K ? core->vl_deepstack + (size_t)K * (size_t)row_off * H : NULL;
     for (int i = 0; i < it->pos; i++)
         img += req->prompt[i] == core->be->cfg->image_token_id;
+    first = img;
     for (int r = 0; r < 3; r++)
         memcpy(pos + r * n, vl->positions + (size_t)r * vl->prompt_len + it->pos,
                sizeof(int32_t) * n);
@@ -230,7 +232,9 @@ void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
         if (mask[i])
             memcpy(hidden + (size_t)i * H, vl->embeds + (size_t)img++ * H, sizeof(float) * H);
     }
-    if (K) {
+    /* A chunk without image rows needs no DeepStack (it is added on image rows only), so
+     * its activations carry none. */
+    if (K && img > first) {
         fi->deepstack = ds;
         fi->visual_mask = mask;
         fi->num_deepstack = K;
