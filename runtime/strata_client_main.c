@@ -2,7 +2,9 @@
  * streams the generated tokens and prints them per request with tokens/s. With --model DIR and
  * --text or --chat it is text in, text out: the prompt is tokenized here (--chat renders one
  * user message with the model's chat template first), the answer is decoded as it streams,
- * generation stops at the tokenizer's eos ids, and usage goes to stderr.
+ * generation stops at the tokenizer's eos ids, and usage goes to stderr. With --grid and
+ * --vision-embeds (+ --deepstack) every request carries images for a Qwen3-VL model: the
+ * vision encoder's outputs read from little-endian f32 files (what a vision stage will send).
  * Exit codes: 0 all requests finished, 1 a request failed or the pipeline went away,
  * 2 usage. */
 #include <errno.h>
@@ -16,6 +18,7 @@
 
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
+#include "runtime/model/vl_prompt.h"
 #include "runtime/stage/client.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
@@ -51,6 +54,14 @@ static void usage(FILE *out) {
             "  --system T          a system message before --chat's user message\n"
             "  --think             let a Qwen3 model think (no empty <think></think> block)\n"
             "  --print-ids         text mode: prompt and generated ids on stderr too\n"
+            "Images (Qwen3-VL; every request carries them; the prompt holds one image-pad id\n"
+            "per image, which stage 0 expands, or each image's expanded run):\n"
+            "  --grid T,H,W        an image's grid in vision patches (repeat per image, in\n"
+            "                      prompt order; it takes T*H*W/merge^2 prompt rows)\n"
+            "  --vision-embeds F   f32 little-endian [image tokens, H]: the merged vision\n"
+            "                      embeddings of all images (H from the file size)\n"
+            "  --deepstack F       f32 little-endian [K, image tokens, H]: DeepStack features\n"
+            "  --merge N           spatial merge size (default 2, Qwen3-VL's)\n"
             "  --host H            stage 0 host (default 127.0.0.1)\n"
             "  --port P            stage 0 port\n"
             "  --port-file F       read stage 0's port from F\n"
@@ -115,6 +126,12 @@ struct client_args {
     const char *model, *text, *chat, *system; /* text mode when text or chat is set */
     int think, print_ids;
     struct stage_request base;
+    /* Images for every request (--grid, --vision-embeds, --deepstack). */
+    struct vl_grid grids[VL_MAX_IMAGES];
+    int num_images, merge;
+    const char *embeds_file, *deepstack_file;
+    char *embeds, *deepstack; /* file bytes: f32 values */
+    struct request_vision vision;
 };
 
 /* Text mode's tokenizer, its streaming decoder (skips special tokens, so the eos that ends
@@ -131,20 +148,23 @@ static int text_mode(const struct client_args *a) {
 
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
 static int parse_options(struct client_args *a, int argc, char **argv) {
-    static const struct option options[] = {{"host", 1, 0, 'H'},       {"port", 1, 0, 'p'},
-                                            {"port-file", 1, 0, 'P'},  {"prompt", 1, 0, 'i'},
-                                            {"copies", 1, 0, 'c'},     {"max-tokens", 1, 0, 'n'},
-                                            {"stop", 1, 0, 's'},       {"temperature", 1, 0, 't'},
-                                            {"top-k", 1, 0, 'k'},      {"top-p", 1, 0, 'q'},
-                                            {"seed", 1, 0, 'S'},       {"cancel-after", 1, 0, 'C'},
-                                            {"timeout-ms", 1, 0, 'T'}, {"auth-key-file", 1, 0, 'a'},
-                                            {"quiet", 0, 0, 'Q'},      {"latency", 0, 0, 'L'},
-                                            {"help", 0, 0, 'h'},       {"model", 1, 0, 'm'},
-                                            {"text", 1, 0, 'x'},       {"chat", 1, 0, 'y'},
-                                            {"system", 1, 0, 'Y'},     {"think", 0, 0, 'Z'},
-                                            {"print-ids", 0, 0, 'D'},  {"tls-cert", 1, 0, 'E'},
-                                            {"tls-key", 1, 0, 'K'},    {"tls-ca", 1, 0, 'A'},
-                                            {"insecure", 0, 0, 'I'},   {0, 0, 0, 0}};
+    static const struct option options[] = {
+        {"host", 1, 0, 'H'},          {"port", 1, 0, 'p'},
+        {"port-file", 1, 0, 'P'},     {"prompt", 1, 0, 'i'},
+        {"copies", 1, 0, 'c'},        {"max-tokens", 1, 0, 'n'},
+        {"stop", 1, 0, 's'},          {"temperature", 1, 0, 't'},
+        {"top-k", 1, 0, 'k'},         {"top-p", 1, 0, 'q'},
+        {"seed", 1, 0, 'S'},          {"cancel-after", 1, 0, 'C'},
+        {"timeout-ms", 1, 0, 'T'},    {"auth-key-file", 1, 0, 'a'},
+        {"quiet", 0, 0, 'Q'},         {"latency", 0, 0, 'L'},
+        {"help", 0, 0, 'h'},          {"model", 1, 0, 'm'},
+        {"text", 1, 0, 'x'},          {"chat", 1, 0, 'y'},
+        {"system", 1, 0, 'Y'},        {"think", 0, 0, 'Z'},
+        {"print-ids", 0, 0, 'D'},     {"tls-cert", 1, 0, 'E'},
+        {"tls-key", 1, 0, 'K'},       {"tls-ca", 1, 0, 'A'},
+        {"insecure", 0, 0, 'I'},      {"grid", 1, 0, 'G'},
+        {"vision-embeds", 1, 0, 'V'}, {"deepstack", 1, 0, 'W'},
+        {"merge", 1, 0, 'M'},         {0, 0, 0, 0}};
     struct stage_request *base = &a->base;
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -187,6 +207,19 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'Y': a->system = optarg; break;
         case 'Z': a->think = 1; break;
         case 'D': a->print_ids = 1; break;
+        case 'G': {
+            int32_t thw[4];
+            if (a->num_images >= VL_MAX_IMAGES || parse_ids(thw, 4, optarg) != 3) {
+                fprintf(stderr, "strata-client: bad --grid '%s' (T,H,W; at most %d)\n", optarg,
+                        VL_MAX_IMAGES);
+                return STRATA_EXIT_USAGE;
+            }
+            a->grids[a->num_images++] = (struct vl_grid){thw[0], thw[1], thw[2]};
+            break;
+        }
+        case 'V': a->embeds_file = optarg; break;
+        case 'W': a->deepstack_file = optarg; break;
+        case 'M': a->merge = atoi(optarg); break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -202,6 +235,7 @@ static int parse_args(struct client_args *a, int argc, char **argv) {
     a->cancel_after = -1;
     a->timeout_ms = 30000;
     a->base.sampling.top_p = 1.0f;
+    a->merge = 2;
     int rc = parse_options(a, argc, argv);
     if (rc >= 0) return rc;
     /* An unreadable port file leaves the port invalid, which the check below reports. */
@@ -224,6 +258,56 @@ static int parse_args(struct client_args *a, int argc, char **argv) {
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
+    return -1;
+}
+
+/* Reads an f32 file whose value count is a multiple of `unit`; *count = values / unit. */
+static int read_f32_file(char **data, size_t *count, const char *path, size_t unit,
+                         const char *what) {
+    size_t len = 0;
+    if (cli_read_file(data, &len, path) < 0) {
+        fprintf(stderr, "strata-client: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    if (len == 0 || len % (4 * unit)) {
+        fprintf(stderr,
+                "strata-client: %s %s has %zu bytes: not f32 values in rows of %zu (the grids' "
+                "image tokens x H)\n",
+                what, path, len, unit);
+        return STRATA_EXIT_USAGE;
+    }
+    *count = len / (4 * unit);
+    return -1;
+}
+
+/* --grid / --vision-embeds / --deepstack: the images every request carries. H comes from
+ * the embeddings' size (image tokens from the grids), K from the DeepStack file's. Returns
+ * -1 to go on, else the exit code. */
+static int load_vision(struct client_args *a) {
+    int64_t n_img = 0;
+    size_t H = 0, K = 0;
+    int rc;
+    if (!a->num_images && !a->embeds_file && !a->deepstack_file) return -1;
+    if (!a->num_images || !a->embeds_file) {
+        fprintf(stderr, "strata-client: images need --grid and --vision-embeds\n");
+        return STRATA_EXIT_USAGE;
+    }
+    if (vl_total_image_tokens(&n_img, a->grids, a->num_images, a->merge) < 0 || n_img < 1) {
+        fprintf(stderr, "strata-client: --grid: %s\n", strata_last_error());
+        return STRATA_EXIT_USAGE;
+    }
+    rc = read_f32_file(&a->embeds, &H, a->embeds_file, (size_t)n_img, "--vision-embeds");
+    if (rc < 0 && a->deepstack_file)
+        rc = read_f32_file(&a->deepstack, &K, a->deepstack_file, (size_t)n_img * H, "--deepstack");
+    if (rc >= 0) return rc;
+    a->vision = (struct request_vision){.grids = a->grids,
+                                        .num_images = a->num_images,
+                                        .n_image_tokens = (int)n_img,
+                                        .hidden_size = (int)H,
+                                        .embeds = (const float *)a->embeds,
+                                        .num_deepstack = (int)K,
+                                        .deepstack = (const float *)a->deepstack};
+    a->base.vision = &a->vision;
     return -1;
 }
 
@@ -520,6 +604,7 @@ int main(int argc, char **argv) {
     jobs = calloc((size_t)(a.num_prompts * a.copies), sizeof *jobs);
     if (!jobs) return STRATA_EXIT_FAILURE;
     if (text_mode(&a)) code = build_text_prompt(&a);
+    if (code < 0) code = load_vision(&a);
     if (code < 0) code = make_jobs(jobs, &num_jobs, &a);
     if (code < 0) code = open_client(&client, &key, &sec, &a);
     if (code < 0) code = run(&client, jobs, num_jobs, &a);
@@ -532,6 +617,8 @@ int main(int argc, char **argv) {
         free(jobs[i].gaps);
     }
     free(jobs);
+    free(a.embeds);
+    free(a.deepstack);
     tokenizer_stream_free(g_text.stream);
     tokenizer_ids_free(&g_text.prompt);
     tokenizer_free(g_text.tok);

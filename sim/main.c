@@ -18,6 +18,7 @@
 #include "runtime/model/safetensors.h"
 #include "sim/compare.h"
 #include "sim/pipeline_sim.h"
+#include "sim/sim_vision.h"
 #include "sim/split.h"
 
 #define MAX_PROMPT 4096
@@ -55,7 +56,9 @@ static const char usage_text[] =
     "                        S: as many requests as the run has stages (baseline: L), which\n"
     "                        shows the utilisation of a full pipeline (default 1)\n"
     "  --max-tokens N        tokens per request (default: golden.json n_steps, else 8)\n"
-    "  --prompt IDS          comma-separated prompt ids (default: DIR/golden.json prompt_ids)\n"
+    "  --prompt IDS          comma-separated prompt ids (default: DIR/golden.json prompt_ids;\n"
+    "                        a Qwen3-VL golden's image goes with every request: its grids,\n"
+    "                        vision_embeds.f32 and deepstack.f32)\n"
     "  --stop-at-eos         stop at config.json eos ids (default: generate max-tokens)\n"
     "  --temperature T --top-k K --top-p P --sample-seed X   sampling (default greedy)\n"
     "compute:\n"
@@ -514,6 +517,7 @@ struct session {
     struct model_config cfg;
     struct safetensors *weights;
     struct golden golden;
+    struct sim_vision vision; /* a VL golden's image, sent with every request */
     int32_t base_prompt[MAX_PROMPT];
     int prompt_len, max_tokens;
     struct sim_split explicit_split;
@@ -527,6 +531,7 @@ static void session_close(struct session *ss) {
     free(ss->specs);
     free(ss->prompts);
     golden_free(&ss->golden);
+    sim_vision_free(&ss->vision);
     safetensors_close(ss->weights);
 }
 
@@ -548,6 +553,10 @@ static int open_inputs(struct session *ss, const struct cli *cli) {
     } else if (ss->golden.have) {
         ss->prompt_len = ss->golden.prompt_len;
         memcpy(ss->base_prompt, ss->golden.prompt, sizeof(int32_t) * (size_t)ss->prompt_len);
+        if (sim_vision_load(&ss->vision, cli->model_dir, &ss->cfg) < 0) {
+            fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+            return STRATA_EXIT_INPUT;
+        }
     } else {
         ss->prompt_len = 8;
         for (int i = 0; i < ss->prompt_len; i++)
@@ -608,6 +617,7 @@ static int build_requests(struct session *ss, struct cli *cli) {
         ss->specs[i].num_stop_ids = cli->stop_at_eos ? ss->cfg.num_eos_token_ids : 0;
         ss->specs[i].stop_ids = ss->cfg.eos_token_ids;
         ss->specs[i].sampling = cli->sampling;
+        ss->specs[i].vision = ss->vision.have ? &ss->vision.vision : NULL;
     }
     cli->sim.cfg = &ss->cfg;
     cli->sim.weights = ss->weights;
@@ -639,6 +649,11 @@ static void print_header(const struct session *ss, const struct cli *cli) {
            cli->sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
            : cli->sim.compute == SIM_COMPUTE_CPU ? "measured thread CPU time"
                                                  : "measured wall time");
+    if (ss->vision.have)
+        printf("images: %d per request from golden.json (%d image tokens, %d DeepStack "
+               "layers)\n",
+               ss->vision.vision.num_images, ss->vision.vision.n_image_tokens,
+               ss->vision.vision.num_deepstack);
     printf("(TTFT, tokens/s, util: simulated on the virtual clock; measured ms: wall time of all "
            "stage steps)\n");
     printf("%-32s %2s  %-9s %9s %10s %7s %8s %11s %8s\n", "split", "S", "identical", "TTFT ms",
@@ -651,9 +666,9 @@ static void report_golden(const struct session *ss, const struct cli *cli) {
     const struct golden *g = &ss->golden;
     const struct sim_report *base = &ss->baseline;
     /* A VL golden's prompt holds image placeholders whose embeddings came from the vision
-     * tower; this run feeds only token ids, so its output is not comparable to the golden. */
+     * tower: comparable when the recorded vision inputs went with the requests. */
     int golden_has_image = 0;
-    for (int i = 0; g->have && ss->cfg.has_vision && i < g->prompt_len; ++i)
+    for (int i = 0; g->have && ss->cfg.has_vision && !ss->vision.have && i < g->prompt_len; ++i)
         if (g->prompt[i] == ss->cfg.image_token_id || g->prompt[i] == ss->cfg.video_token_id)
             golden_has_image = 1;
     if (golden_has_image && !cli->prompt_text)

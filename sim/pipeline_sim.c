@@ -539,6 +539,7 @@ static int client_send_requests(struct sim *sim) {
         for (int k = 0; k < spec->num_stop_ids && k < REQUEST_MAX_STOP_IDS; k++)
             req.stop_ids[k] = spec->stop_ids[k];
         req.sampling = spec->sampling;
+        req.vision = spec->vision;
         rc = request_build(&arena, &req);
         if (rc < 0) break;
         size_t len = wire_arena_frame_len(&arena);

@@ -48,6 +48,7 @@ struct sim_request_spec {
     int num_stop_ids;
     const int32_t *stop_ids; /* [num_stop_ids] */
     struct sampler_params sampling;
+    const struct request_vision *vision; /* Qwen3-VL inputs, or NULL (runtime/stage/request.h) */
 };
 
 struct sim_options {

@@ -113,12 +113,16 @@ enum {
     REQUEST_TOP_K,
     REQUEST_TOP_P,
     REQUEST_SEED,
-    REQUEST_STOP_IDS
+    REQUEST_STOP_IDS,
+    REQUEST_IMAGE_GRIDS,
+    REQUEST_VISION_EMBEDS,
+    REQUEST_DEEPSTACK
 };
 static const struct fb_field_desc request_fields[] = {
-    SCALAR(8), VECTOR(4, 4), SCALAR(4), SCALAR(4), SCALAR(4), SCALAR(4), SCALAR(8), VECTOR(4, 4),
+    SCALAR(8), VECTOR(4, 4), SCALAR(4),    SCALAR(4),          SCALAR(4),          SCALAR(4),
+    SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), TABLE(tensor_desc), TABLE(tensor_desc),
 };
-static const struct fb_table_desc request_desc = {"Request", 8, request_fields};
+static const struct fb_table_desc request_desc = {"Request", 11, request_fields};
 #define REQUEST_TOP_P_DEFAULT 0x3f800000u /* 1.0f: the schema default */
 
 static const struct fb_table_desc *const message_members[] = {
@@ -386,16 +390,28 @@ static int check_request(const struct wire_request *m, int code) {
         return strata_set_error(code, "wire: Request.temperature or top_p is NaN");
     if (m->num_stop_ids && !m->stop_ids)
         return strata_set_error(code, "wire: Request: %zu stop ids but no array", m->num_stop_ids);
-    return 0;
+    if (m->num_images && !m->image_grids)
+        return strata_set_error(code, "wire: Request: %zu image grids but no array", m->num_images);
+    int rc = check_tensor(&m->vision_embeds, "Request", "vision_embeds");
+    if (!rc) rc = check_tensor(&m->deepstack, "Request", "deepstack");
+    return rc;
 }
 
 int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     int rc = check_request(m, STRATA_EINVAL);
     if (rc) return rc;
-    fb_begin(a, 1024 + 4 * (m->prompt_len + m->num_stop_ids));
+    fb_begin(a, 1024 + 4 * (m->prompt_len + m->num_stop_ids + 3 * m->num_images) +
+                    tensor_bytes_estimate(&m->vision_embeds) +
+                    tensor_bytes_estimate(&m->deepstack));
+    uint32_t embeds = build_tensor(a, &m->vision_embeds);
+    uint32_t deepstack = build_tensor(a, &m->deepstack);
     uint32_t prompt = fb_vector(a, m->prompt, m->prompt_len, 4, 4);
     uint32_t stop_ids = m->num_stop_ids ? fb_vector(a, m->stop_ids, m->num_stop_ids, 4, 4) : 0;
+    uint32_t grids = m->num_images ? fb_vector(a, m->image_grids, 3 * m->num_images, 4, 4) : 0;
     fb_table_start(a);
+    fb_add_offset(a, REQUEST_IMAGE_GRIDS, grids);
+    fb_add_offset(a, REQUEST_VISION_EMBEDS, embeds);
+    fb_add_offset(a, REQUEST_DEEPSTACK, deepstack);
     fb_add_u64(a, REQUEST_NONCE, m->nonce, 0);
     fb_add_u64(a, REQUEST_SEED, m->seed, 0);
     fb_add_offset(a, REQUEST_PROMPT, prompt);
@@ -591,7 +607,16 @@ static int parse_request(struct wire_request *out, const struct fb_table *t) {
     out->top_p = bits_float((uint32_t)fb_get_scalar(t, REQUEST_TOP_P, 4, REQUEST_TOP_P_DEFAULT));
     out->seed = fb_get_scalar(t, REQUEST_SEED, 8, 0);
     out->stop_ids = (const int32_t *)fb_get_vector(t, REQUEST_STOP_IDS, &out->num_stop_ids);
-    return check_request(out, STRATA_EFORMAT);
+    size_t grid_values;
+    out->image_grids = (const int32_t *)fb_get_vector(t, REQUEST_IMAGE_GRIDS, &grid_values);
+    if (grid_values % 3)
+        return strata_set_error(STRATA_EFORMAT,
+                                "wire: Request.image_grids has %zu values, not (t, h, w) triples",
+                                grid_values);
+    out->num_images = grid_values / 3;
+    int rc = read_tensor(&out->vision_embeds, t, REQUEST_VISION_EMBEDS, "Request", "vision_embeds");
+    if (!rc) rc = read_tensor(&out->deepstack, t, REQUEST_DEEPSTACK, "Request", "deepstack");
+    return rc ? rc : check_request(out, STRATA_EFORMAT);
 }
 
 /* Structural verification plus the version and union checks; returns the body table. */

@@ -196,6 +196,14 @@ struct wire_request {
     uint64_t seed;
     const int32_t *stop_ids; /* [num_stop_ids] */
     size_t num_stop_ids;
+    /* Qwen3-VL inputs (all optional; the stage checks them against the model): image grids
+     * (t, h, w) in vision patches in prompt order, the merged vision embeddings that replace
+     * the image-pad rows, and the DeepStack features. The reader checks only that the grids
+     * come in triples; tensors are checked as every tensor is. */
+    const int32_t *image_grids; /* [3 * num_images] */
+    size_t num_images;
+    struct wire_tensor vision_embeds; /* [image tokens, H] */
+    struct wire_tensor deepstack;     /* [K, image tokens, H] */
 };
 
 /* Back-to-front byte buffer the builders write into. */

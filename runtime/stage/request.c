@@ -58,6 +58,35 @@ int request_build(struct wire_arena *arena, const struct stage_request *req) {
     msg.seed = req->sampling.seed;
     msg.stop_ids = req->stop_ids;
     msg.num_stop_ids = (size_t)req->num_stop_ids;
+    if (req->vision) {
+        const struct request_vision *v = req->vision;
+        int K = v->num_deepstack;
+        _Static_assert(sizeof(struct vl_grid) == 3 * sizeof(int32_t), "grid triples");
+        if (v->num_images < 1 || !v->grids || v->n_image_tokens < 0 || v->hidden_size < 1 ||
+            (v->n_image_tokens && !v->embeds) || K < 0 || (K && !v->deepstack))
+            return strata_set_error(STRATA_EINVAL,
+                                    "request vision inputs need >= 1 grid, embeddings and "
+                                    "DeepStack features (%d images, %d rows, K %d)",
+                                    v->num_images, v->n_image_tokens, K);
+        msg.image_grids = &v->grids[0].t;
+        msg.num_images = (size_t)v->num_images;
+        msg.vision_embeds = (struct wire_tensor){
+            .defined = 1,
+            .dtype = WIRE_DTYPE_F32,
+            .ndim = 2,
+            .shape = {v->n_image_tokens, v->hidden_size},
+            .data = v->embeds,
+            .nbytes = sizeof(float) * (size_t)v->n_image_tokens * (size_t)v->hidden_size};
+        if (K)
+            msg.deepstack =
+                (struct wire_tensor){.defined = 1,
+                                     .dtype = WIRE_DTYPE_F32,
+                                     .ndim = 3,
+                                     .shape = {K, v->n_image_tokens, v->hidden_size},
+                                     .data = v->deepstack,
+                                     .nbytes = sizeof(float) * (size_t)K *
+                                               (size_t)v->n_image_tokens * (size_t)v->hidden_size};
+    }
     return wire_build_request(arena, &msg);
 }
 

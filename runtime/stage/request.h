@@ -20,9 +20,26 @@
 #include <stdint.h>
 
 #include "runtime/base/sampling_params.h"
+#include "runtime/model/vl_prompt.h"
 #include "wire/message.h"
 
 #define REQUEST_MAX_STOP_IDS 16
+
+/* The Qwen3-VL inputs of a request, what a vision encoder produces for its images (spec
+ * qwen3-architecture.md §5.4): one grid per image in prompt order, the merged embeddings
+ * that replace the image-pad rows (all images concatenated) and the DeepStack features.
+ * The prompt holds either one image-pad id per image (stage 0 expands each to its
+ * t*h*w/merge^2 rows, as Qwen3VLProcessor does) or the expanded runs. Stage 0 computes the
+ * M-RoPE positions itself from the expanded ids and the grids (runtime/model/vl_prompt.h). */
+struct request_vision {
+    const struct vl_grid *grids; /* [num_images] */
+    int num_images;
+    int n_image_tokens;     /* rows of embeds: sum of t*h*w / merge^2 */
+    int hidden_size;        /* H */
+    const float *embeds;    /* [n_image_tokens, H] */
+    int num_deepstack;      /* K (len(deepstack_visual_indexes)); 0 = none */
+    const float *deepstack; /* [K, n_image_tokens, H] */
+};
 
 struct stage_request {
     uint64_t nonce;        /* != 0, chosen by the client, unique among its active requests */
@@ -32,6 +49,7 @@ struct stage_request {
     int num_stop_ids;      /* 0 .. REQUEST_MAX_STOP_IDS */
     int32_t stop_ids[REQUEST_MAX_STOP_IDS];
     struct sampler_params sampling;
+    const struct request_vision *vision; /* NULL: a text request */
 };
 
 /* The parameters part of a request (everything except the prompt ids). */

@@ -89,6 +89,8 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
             goto fail;
         }
     }
+    rc = stage_vl_init(core);
+    if (rc < 0) goto fail;
     if (core->is_last) {
         core->last_rows = malloc(sizeof(float) * (size_t)core->max_batch * core->hidden_size);
         core->logits = malloc(sizeof(float) * (size_t)core->max_batch * core->vocab);
@@ -106,6 +108,7 @@ fail:
 }
 
 static void free_req_buffers(struct stage_req *req) {
+    stage_vl_free(req->vl);
     free(req->tokens);
     free(req->logits);
     memset(req, 0, sizeof *req);
@@ -134,6 +137,7 @@ void stage_core_free(struct stage_core *core) {
     free(core->logits);
     free(core->sampler_scratch);
     free(core->prompts);
+    stage_vl_free_core(core);
     wire_arena_free(&core->arena);
     free(core);
 }
@@ -387,6 +391,7 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
                              const struct wire_request *msg, const uint8_t *frame, size_t len) {
     struct request_params params;
     struct stage_req *req;
+    struct stage_vl *vl = NULL;
     char why[512];
     int rc = request_params_from_wire(&params, msg);
     for (int i = 0; rc == 0 && i < params.prompt_len; i++)
@@ -395,20 +400,35 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
                                   "prompt token %d at position %d is outside the "
                                   "vocabulary [0, %d)",
                                   msg->prompt[i], i, core->vocab);
+    /* Qwen3-VL inputs: checked, prompt expanded, positions computed (stage_core_vl.c). */
+    if (rc == 0) rc = stage_vl_prepare(core, &vl, &params.prompt_len, msg);
     if (rc < 0) {
         snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
     } else {
         rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
     }
     if (rc < 0) {
+        stage_vl_free(vl);
         emit_error(core, STAGE_LINK_CLIENT, client_id, rc, msg->nonce, why);
         push_refusal(core, msg->nonce, rc, why);
         return 0;
     }
     req->client_id = client_id;
+    req->vl = vl;
     /* The slot's prompt row (admit() checked prompt_len <= max_seq). */
     req->prompt = core->prompts + (size_t)req->slot * (size_t)core->max_seq;
-    memcpy(req->prompt, msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
+    memcpy(req->prompt, vl ? vl->ids : msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
+    if (vl) { /* later stages get the expanded prompt and no vision tensors */
+        rc = stage_vl_build_forward(core, req, msg);
+        if (rc == 0) {
+            frame = wire_arena_frame(&core->arena);
+            len = wire_arena_frame_len(&core->arena);
+        } else {
+            stage_fail(core, req, rc, 0, 0, "stage 0: forwarding the request: %s",
+                       strata_last_error());
+            return 0;
+        }
+    }
     if (forward_request(core, req, frame, len) < 0) return 0;
     int chunk = prefill_chunk(core, params.prompt_len);
     for (int pos = 0; pos < params.prompt_len; pos += chunk) {
@@ -525,7 +545,13 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
                    wire_dtype_name(msg->hidden.dtype), msg->hidden.ndim, rows);
         return 0;
     }
+    if (stage_vl_check_activation(core, msg, rows) < 0) {
+        stage_fail(core, req, STRATA_EFORMAT, 1, 1, "stage %d: nonce %llu: %s", r,
+                   (unsigned long long)msg->nonce, strata_last_error());
+        return 0;
+    }
     rc = enqueue(core, req->nonce, msg->step, req->recv_pos, rows, NULL, 0, &msg->hidden);
+    if (rc == 0) rc = stage_vl_take_activation(core, core->queue_tail, msg);
     if (rc < 0) {
         stage_fail(core, req, rc, 1, 1, "stage %d: %s", r, strata_last_error());
         return 0;

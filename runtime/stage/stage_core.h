@@ -30,12 +30,16 @@
  *
  * Messages (all frames are wire Frames; see runtime/stage/request.h for the client side):
  *   - Request (client -> stage 0 -> ... -> last): the wire Request (prompt ids, max_tokens,
- *     sampling, stop ids; nonce != 0). Each stage that admits it forwards the same frame to
- *     the next stage at once, ahead of the request's first activation, so every stage
- *     opens the request before its hidden rows arrive. Refused with an Error frame naming
+ *     sampling, stop ids; nonce != 0; Qwen3-VL: image grids, vision embeddings, DeepStack).
+ *     Each stage that admits it forwards the same frame to the next stage at once, ahead of
+ *     the request's first activation, so every stage opens the request before its hidden
+ *     rows arrive (stage 0 forwards a VL request expanded and without its vision tensors;
+ *     stage_core_vl.c). Refused with an Error frame naming
  *     the limit (to the client on stage 0, upstream on later stages) when no KV slot is
  *     free (--max-batch) or prompt + max_tokens does not fit --max-seq.
- *   - Activation (stage r -> r+1): F32 [T, H] hidden rows of one request, lossless.
+ *   - Activation (stage r -> r+1): F32 [T, H] hidden rows of one request, lossless; for a
+ *     Qwen3-VL request also position_ids I32 [3, T] and, in prefill while layers < K
+ *     follow, deepstack [K - layer_end, T, H] + visual_mask (stage_core_vl.c).
  *     step = tokens generated so far (0 for every prefill chunk), pos = first cache
  *     position. On receipt the request must be open here, stage_to must equal this stage
  *     and (step, pos) must continue the request exactly; otherwise the request fails with
@@ -131,6 +135,15 @@ void stage_core_free(struct stage_core *core); /* accepts NULL */
  * this link): the driver should log strata_last_error() and drop that connection. */
 int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t client_id,
                         const uint8_t *frame, size_t len);
+
+struct stage_request; /* runtime/stage/request.h */
+
+/* Stage 0: submits a request in process, exactly as if client `client_id` had sent its
+ * Request frame (same checks, same refusals as an Error to that client). The entry for a
+ * producer in the same process, e.g. a vision stage feeding a Qwen3-VL request's images
+ * (req->vision: grids, merged embeddings, DeepStack). Fails only when the request cannot
+ * be encoded (STRATA_EINVAL) or this is not stage 0. */
+int stage_core_submit(struct stage_core *core, uint32_t client_id, const struct stage_request *req);
 
 /* A link died (closed, reset, timed out). Every request this stage holds that depends on
  * it fails: for PREV / NEXT that is every active request (each uses every stage); for a

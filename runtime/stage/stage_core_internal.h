@@ -13,6 +13,19 @@
 
 #define STAGE_RECENT_DEAD 64 /* remembered nonces of requests that ended here */
 
+/* Stage 0: a Qwen3-VL request's vision inputs, checked against the model and laid out for
+ * the expanded prompt (one allocation; stage_core_vl.c). */
+struct stage_vl {
+    int prompt_len;     /* expanded prompt rows */
+    int n_image_tokens; /* image-pad rows of the prompt */
+    int num_deepstack;  /* K */
+    int rope_delta;     /* decode position = cache index + rope_delta (spec §5.3) */
+    int32_t *ids;       /* [prompt_len] expanded prompt ids */
+    int32_t *positions; /* [3, prompt_len] M-RoPE rows t, h, w (get_rope_index) */
+    float *embeds;      /* [n_image_tokens, H] rows replacing the image-pad embeddings */
+    float *deepstack;   /* [K, n_image_tokens, H] */
+};
+
 /* One request held by this stage (it owns KV slot `slot`). */
 struct stage_req {
     int active;
@@ -28,7 +41,8 @@ struct stage_req {
     int logits_cap;
     int32_t *prompt; /* stage 0: [prompt_len], the slot's row of core->prompts */
     struct sampler sampler;
-    int picked; /* scratch: its first queued item is known while a microbatch is formed */
+    struct stage_vl *vl; /* stage 0, Qwen3-VL requests: vision inputs (else NULL) */
+    int picked;          /* scratch: its first queued item is known while a microbatch is formed */
 };
 
 /* A unit of pending work: one prefill chunk or one decode row of one request. */
@@ -41,7 +55,19 @@ struct stage_item {
     int32_t token;         /* stage 0 decode: the fed-back token */
     float *hidden;         /* other stages: [n_tokens, H] copied from the frame */
     size_t hidden_cap;     /* floats allocated at `hidden` (kept when the item is recycled) */
-    int taken;             /* scratch: chosen for the microbatch being formed */
+    /* Other stages, Qwen3-VL rows received with the hidden rows (buffers kept on recycle):
+     * M-RoPE positions [3, n_tokens] when has_positions; with num_deepstack > 0 the
+     * DeepStack features [num_deepstack, n_tokens, H] of absolute layers (rows of layers
+     * before this stage are unused) and the visual mask [n_tokens]. */
+    int has_positions;
+    int num_deepstack;
+    int32_t *positions;
+    size_t positions_cap;
+    uint8_t *visual;
+    size_t visual_cap;
+    float *deepstack;
+    size_t deepstack_cap;
+    int taken; /* scratch: chosen for the microbatch being formed */
     struct stage_item *next;
 };
 
@@ -93,6 +119,11 @@ struct stage_core {
     void *sampler_scratch;      /* [2 * V * 4] bytes */
     struct forward_item *items; /* [max_batch] */
     struct stage_item **picked; /* [max_batch] */
+    /* Stage 0 of a Qwen3-VL model: one microbatch's M-RoPE positions, visual mask and
+     * DeepStack rows, each item at its row offset (stage_core_vl.c). */
+    int32_t *vl_positions; /* [3 * max_batch_tokens] */
+    uint8_t *vl_visual;    /* [max_batch_tokens] */
+    float *vl_deepstack;   /* [K * max_batch_tokens * H] */
     struct stage_core_stats stats;
 };
 
@@ -107,6 +138,26 @@ void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up
                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
 /* Stage 0: a token for `req` at `step` (from the ring, or local when S = 1). */
 void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token);
+
+/* stage_core_vl.c: Qwen3-VL inputs through the pipeline (design in that file). */
+int stage_vl_init(struct stage_core *core);
+void stage_vl_free_core(struct stage_core *core);
+int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *prompt_len,
+                     const struct wire_request *msg);
+void stage_vl_free(struct stage_vl *vl);
+int stage_vl_build_forward(struct stage_core *core, const struct stage_req *req,
+                           const struct wire_request *msg);
+void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
+                   const struct stage_item *it, float *hidden, int row_off,
+                   struct forward_item *fi);
+int stage_vl_check_activation(const struct stage_core *core, const struct wire_activation *msg,
+                              int rows);
+int stage_vl_take_activation(struct stage_core *core, struct stage_item *it,
+                             const struct wire_activation *msg);
+void stage_vl_item(const struct stage_core *core, const struct stage_item *it,
+                   struct forward_item *fi);
+void stage_vl_attach(const struct stage_core *core, const struct forward_item *fi,
+                     struct wire_activation *msg);
 
 /* stage_pool.c: work items and the outgoing frame queue. */
 int stage_pool_init(struct stage_core *core, int num_items);

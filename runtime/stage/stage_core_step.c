@@ -108,7 +108,8 @@ static int pick_items(struct stage_core *core, int *rows_out) {
 }
 
 static void send_activation(struct stage_core *core, const struct stage_item *it,
-                            const struct stage_req *req, const float *hidden) {
+                            const struct stage_req *req, const float *hidden,
+                            const struct forward_item *fi) {
     struct wire_activation msg;
     int rc;
     memset(&msg, 0, sizeof msg);
@@ -125,6 +126,7 @@ static void send_activation(struct stage_core *core, const struct stage_item *it
     msg.hidden.codec = WIRE_CODEC_NONE;
     msg.hidden.data = hidden;
     msg.hidden.nbytes = sizeof(float) * (size_t)it->n_tokens * core->hidden_size;
+    stage_vl_attach(core, fi, &msg); /* M-RoPE positions, DeepStack rows (Qwen3-VL) */
     rc = wire_build_activation(&core->arena, &msg);
     if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
     if (rc < 0)
@@ -228,7 +230,7 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
 
 int stage_core_step(struct stage_core *core) {
     int H = core->hidden_size, rows = 0, n, n_items = 0, off = 0, rc = 0;
-    int row_off[core->max_batch];
+    int row_off[core->max_batch], item_of[core->max_batch];
     n = pick_items(core, &rows);
     if (n == 0) return 0;
     for (int i = 0; i < n; i++) {
@@ -248,6 +250,11 @@ int stage_core_step(struct stage_core *core) {
         }
         core->items[n_items] =
             (struct forward_item){.slot = req->slot, .pos = it->pos, .n_tokens = it->n_tokens};
+        if (core->is_first && req->vl)
+            stage_vl_fill(core, req, it, dst, off, &core->items[n_items]);
+        else if (!core->is_first)
+            stage_vl_item(core, it, &core->items[n_items]);
+        item_of[i] = n_items;
         row_off[i] = off;
         off += it->n_tokens;
         n_items++;
@@ -273,7 +280,8 @@ int stage_core_step(struct stage_core *core) {
                     struct stage_item *it = core->picked[i];
                     struct stage_req *req = stage_find(core, it->nonce);
                     if (!req || row_off[i] < 0) continue;
-                    send_activation(core, it, req, core->hidden + (size_t)row_off[i] * H);
+                    send_activation(core, it, req, core->hidden + (size_t)row_off[i] * H,
+                                    &core->items[item_of[i]]);
                     req = stage_find(core, it->nonce);
                     if (req && core->opt.send_kv && it->step == 0 &&
                         it->pos + it->n_tokens == req->params.prompt_len)

@@ -41,6 +41,9 @@ int stage_pool_init(struct stage_core *core, int num_items) {
 }
 
 static void item_destroy(struct stage_item *it) {
+    free(it->positions);
+    free(it->visual);
+    free(it->deepstack);
     free(it->hidden);
     free(it);
 }
@@ -83,11 +86,16 @@ struct stage_item *stage_item_get(struct stage_core *core, int hidden_rows) {
         it->hidden_cap = need;
     }
     {
-        float *hidden = it->hidden;
-        size_t cap = it->hidden_cap;
+        struct stage_item keep = *it; /* the buffers, kept across recycling */
         memset(it, 0, sizeof *it);
-        it->hidden = hidden;
-        it->hidden_cap = cap;
+        it->hidden = keep.hidden;
+        it->hidden_cap = keep.hidden_cap;
+        it->positions = keep.positions;
+        it->positions_cap = keep.positions_cap;
+        it->visual = keep.visual;
+        it->visual_cap = keep.visual_cap;
+        it->deepstack = keep.deepstack;
+        it->deepstack_cap = keep.deepstack_cap;
     }
     return it;
 }

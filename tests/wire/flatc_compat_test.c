@@ -1,7 +1,8 @@
 /* Compatibility of our FlatBuffers code with the official compiler (flatc 2.0.8):
  *  (a) our bytes -> `flatc --json --raw-binary` -> JSON equal to the golden file;
  *  (b) golden JSON -> `flatc -b` -> bytes our verifier and readers decode to the sample values;
- *  (c) a flatc-built Request with the reserved nonce 0 is refused;
+ *  (c) a flatc-built Request with the reserved nonce 0, or image grids that are not
+ *      (t, h, w) triples, is refused;
  *  (d) frames of a hypothetical 1.1 schema (extra fields, new union member, new enum value)
  *      and of major 2, built by flatc, get the documented behaviour from our reader.
  * Skipped with a reason when flatc is not installed (`./strata setup` installs it). */
@@ -178,6 +179,17 @@ static void reserved_request_nonce_is_refused(void **state) {
     free(frame);
 }
 
+/* Image grids come in (t, h, w) triples: four values are refused. */
+static void request_grids_not_triples_refused(void **state) {
+    (void)state;
+    size_t len;
+    char *frame = flatc_binary(test_path("wire/strata.fbs"), "request_bad_grids", &len);
+    struct wire_request request;
+    assert_int_equal(wire_read_request(&request, frame, len), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "image_grids has 4 values"));
+    free(frame);
+}
+
 int main(void) {
     struct stat st;
     if (stat(FLATC, &st) != 0) {
@@ -198,6 +210,7 @@ int main(void) {
         cmocka_unit_test(our_bytes_decode_in_flatc_to_golden_json),
         cmocka_unit_test(flatc_bytes_read_back_as_samples),
         cmocka_unit_test(newer_minor_with_extra_fields_reads_fine),
+        cmocka_unit_test(request_grids_not_triples_refused),
         cmocka_unit_test(other_major_is_refused_naming_both_versions),
         cmocka_unit_test(reserved_request_nonce_is_refused),
     };

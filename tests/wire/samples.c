@@ -21,6 +21,7 @@ static const int32_t tokens[3] = {151643, 13, -1};
 static const float logprobs[3] = {-0.125f, -2.5f, 0.0f};
 static const int32_t prompt_ids[4] = {151644, 872, 0, 2147483647};
 static const int32_t stop_ids[2] = {151645, 151643};
+static const int32_t image_grids[6] = {1, 4, 6, 1, 2, 2}; /* two images: 6 + 1 tokens */
 
 static struct wire_tensor tensor(enum wire_dtype dtype, enum wire_codec codec, const void *data,
                                  size_t nbytes, int ndim, const int64_t *shape) {
@@ -131,6 +132,12 @@ static void sample_request(struct wire_request *m) {
     m->seed = 0xfeedfacecafebeefull;
     m->stop_ids = stop_ids;
     m->num_stop_ids = 2;
+    m->image_grids = image_grids;
+    m->num_images = 2;
+    m->vision_embeds = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, hidden_values, sizeof hidden_values,
+                              2, (const int64_t[]){2, 3});
+    m->deepstack = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, deepstack_values,
+                          sizeof deepstack_values, 3, (const int64_t[]){1, 2, 3});
 }
 
 int sample_build(struct wire_arena *arena, enum wire_kind kind) {
@@ -263,6 +270,13 @@ int sample_check_request(const struct wire_request *m) {
           memcmp(m->prompt, want.prompt, 4 * m->prompt_len) == 0);
     CHECK(m->num_stop_ids == want.num_stop_ids &&
           memcmp(m->stop_ids, want.stop_ids, 4 * m->num_stop_ids) == 0);
+    CHECK(m->num_images == want.num_images &&
+          memcmp(m->image_grids, want.image_grids, 12 * m->num_images) == 0);
+    CHECK(m->vision_embeds.defined && m->vision_embeds.ndim == 2 &&
+          m->vision_embeds.shape[0] == 2 && m->vision_embeds.shape[1] == 3 &&
+          memcmp(m->vision_embeds.data, hidden_values, sizeof hidden_values) == 0);
+    CHECK(m->deepstack.defined && m->deepstack.ndim == 3 && m->deepstack.shape[0] == 1 &&
+          memcmp(m->deepstack.data, deepstack_values, sizeof deepstack_values) == 0);
     return 0;
 }
 

@@ -1,7 +1,7 @@
 /* cmocka tests of the request frames (runtime/stage/request.h): a request round-trips as a wire
  * Request, the runtime limits are checked with a clear error, nonce 0 is reserved (never
  * built, a nonce-0 Error decodes as a connection error), client events decode, other
- * frames are refused. */
+ * frames are refused. Qwen3-VL inputs round-trip. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -54,6 +54,45 @@ static void test_request_round_trip(void **state) {
     assert_int_equal(request_build(&arena, &req), STRATA_EINVAL);
     req.num_stop_ids = 0;
     req.max_tokens = 0;
+    assert_int_equal(request_build(&arena, &req), STRATA_EINVAL);
+    wire_arena_free(&arena);
+}
+
+/* The Qwen3-VL inputs travel as Request.image_grids / vision_embeds / deepstack. */
+static void test_vision_round_trip(void **state) {
+    struct wire_arena arena;
+    struct wire_request msg;
+    int32_t prompt[3] = {5, 500, 7};
+    struct vl_grid grids[2] = {{1, 4, 6}, {1, 2, 2}};
+    float embeds[7 * 2], deepstack[3 * 7 * 2];
+    for (int i = 0; i < 14; i++)
+        embeds[i] = (float)i * 0.5f;
+    for (int i = 0; i < 42; i++)
+        deepstack[i] = -(float)i;
+    struct request_vision v = {grids, 2, 7, 2, embeds, 3, deepstack};
+    struct stage_request req = {.nonce = 5, .prompt = prompt, .prompt_len = 3, .max_tokens = 2};
+    req.sampling.top_p = 1.0f;
+    req.vision = &v;
+    (void)state;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(request_build(&arena, &req), 0);
+    assert_int_equal(
+        wire_read_request(&msg, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_int_equal(msg.num_images, 2);
+    assert_memory_equal(msg.image_grids, grids, sizeof grids);
+    assert_int_equal(msg.vision_embeds.ndim, 2);
+    assert_true(msg.vision_embeds.shape[0] == 7 && msg.vision_embeds.shape[1] == 2);
+    assert_memory_equal(msg.vision_embeds.data, embeds, sizeof embeds);
+    assert_int_equal(msg.deepstack.ndim, 3);
+    assert_true(msg.deepstack.shape[0] == 3 && msg.deepstack.shape[1] == 7);
+    assert_memory_equal(msg.deepstack.data, deepstack, sizeof deepstack);
+    /* No DeepStack: the field stays absent. A vision block without grids is refused. */
+    v.num_deepstack = 0;
+    assert_int_equal(request_build(&arena, &req), 0);
+    assert_int_equal(
+        wire_read_request(&msg, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_false(msg.deepstack.defined);
+    v.num_images = 0;
     assert_int_equal(request_build(&arena, &req), STRATA_EINVAL);
     wire_arena_free(&arena);
 }
@@ -153,6 +192,7 @@ static void test_events(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_round_trip),
+        cmocka_unit_test(test_vision_round_trip),
         cmocka_unit_test(test_runtime_limits_refused),
         cmocka_unit_test(test_nonce_zero_reserved),
         cmocka_unit_test(test_events),

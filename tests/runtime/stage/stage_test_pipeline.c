@@ -120,6 +120,7 @@ int tp_route(struct tp_pipeline *p) {
         while (stage_core_pop_frame(p->cores[r], &f)) {
             moved = 1;
             p->frames_routed++;
+            if (p->inspect) p->inspect(p->inspect_ctx, r, &f);
             if (f.link == STAGE_LINK_CLIENT && p->num_events < TP_MAX_EVENTS) {
                 if (request_event_decode(&p->events[p->num_events], f.data, f.len) == 0)
                     p->event_client[p->num_events++] = f.client_id;

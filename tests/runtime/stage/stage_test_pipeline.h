@@ -40,6 +40,9 @@ struct tp_pipeline {
     struct stage_result results[TP_MAX_STAGES][TP_MAX_RESULTS];
     int num_results[TP_MAX_STAGES];
     int frames_routed;
+    /* Optional: sees every frame stage r emits before it is routed (set after init). */
+    void (*inspect)(void *ctx, int stage, const struct stage_frame *frame);
+    void *inspect_ctx;
 };
 
 /* Builds S stages with the even split (or `bounds` [S+1] when not NULL). */
