@@ -3,6 +3,7 @@
 #include "wire/collective.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +21,19 @@ int64_t coll_now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Sets the error "<prefix>: <the current error>" (the current message is copied first:
+ * formatting a thread's error buffer into itself would garble it). */
+static int wrap_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int wrap_error(int code, const char *fmt, ...) {
+    char cause[1024], prefix[512];
+    snprintf(cause, sizeof cause, "%s", strata_last_error());
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return strata_set_error(code, "%s: %s", prefix, cause);
 }
 
 int coll_fail(struct coll *c, int code, const char *what) {
@@ -166,12 +180,10 @@ static int recv_chunk(struct coll *c, enum coll_op op, int origin, size_t off, s
     if (rc) {
         int sent = sender_status(c);
         if (sent) return sent;
-        return strata_set_error(rc, "receiving from rank %d (%s): %s", prev, c->prev.peer,
-                                strata_last_error());
+        return wrap_error(rc, "receiving from rank %d (%s)", prev, c->prev.peer);
     }
     struct wire_activation m;
-    if ((rc = wire_read_activation(&m, frame, flen)))
-        return strata_set_error(rc, "from rank %d: %s", prev, strata_last_error());
+    if ((rc = wire_read_activation(&m, frame, flen))) return wrap_error(rc, "from rank %d", prev);
     const uint64_t want_nonce = ((uint64_t)op << 32) | (uint32_t)origin;
     if (m.stage_from != prev || m.stage_to != c->rank || m.step != c->seq ||
         m.nonce != want_nonce || m.pos != off || m.hidden.dtype != WIRE_DTYPE_F32 ||
@@ -348,8 +360,8 @@ static int connect_next(struct coll *c, const struct coll_options *o, int64_t de
     for (;;) { /* the next rank may not listen yet: retry until the deadline */
         int64_t left = deadline - coll_now_ms();
         if (left <= 0)
-            return strata_set_error(STRATA_ETIMEOUT, "connecting to rank %d at %s:%d: %s", next,
-                                    host, o->ports[next], strata_last_error());
+            return wrap_error(STRATA_ETIMEOUT, "connecting to rank %d at %s:%d", next, host,
+                              o->ports[next]);
         rc = wire_connect(&c->next, host, o->ports[next], 0, (int)left);
         if (rc == 0) break;
         wire_close(&c->next);
@@ -361,7 +373,7 @@ static int connect_next(struct coll *c, const struct coll_options *o, int64_t de
     if ((rc = link_security(&c->next, o, 0, deadline))) return rc;
     int left = (int)(deadline - coll_now_ms());
     if ((rc = wire_handshake_client(&peer, &c->next, &self, o->key, left > 0 ? left : 1)))
-        return strata_set_error(rc, "Hello with rank %d: %s", next, strata_last_error());
+        return wrap_error(rc, "Hello with rank %d", next);
     return check_peer(c, &self, &peer, next);
 }
 
@@ -370,15 +382,13 @@ static int accept_prev(struct coll *c, const struct coll_options *o, int64_t dea
     int left = (int)(deadline - coll_now_ms());
     int rc = left <= 0 ? strata_set_error(STRATA_ETIMEOUT, "no time left")
                        : wire_accept(&c->prev, &c->listener, 0, left);
-    if (rc)
-        return strata_set_error(rc, "waiting for rank %d to connect: %s", prev,
-                                strata_last_error());
+    if (rc) return wrap_error(rc, "waiting for rank %d to connect", prev);
     if ((rc = link_security(&c->prev, o, 1, deadline))) return rc;
     struct wire_hello self, peer;
     fill_hello(&self, c, o);
     left = (int)(deadline - coll_now_ms());
     if ((rc = wire_handshake_server(&peer, &c->prev, &self, o->key, left > 0 ? left : 1)))
-        return strata_set_error(rc, "Hello from rank %d: %s", prev, strata_last_error());
+        return wrap_error(rc, "Hello from rank %d", prev);
     if ((rc = check_peer(c, &self, &peer, prev))) {
         char why[256];
         snprintf(why, sizeof why, "%s", strata_last_error());

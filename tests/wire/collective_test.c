@@ -23,6 +23,7 @@
 
 #include "runtime/base/status.h"
 #include "wire/collective.h"
+#include "wire/tls.h"
 #include "wire/transport.h"
 
 #define MAX_N 4
@@ -39,6 +40,8 @@ struct group {
     int timeout_ms;
     int die_rank;   /* this rank raises SIGKILL after opening (process tests), -1 none */
     int stuck_rank; /* this rank opens and then never calls (thread tests), -1 none */
+    struct wire_tls *tls[MAX_N]; /* per rank, NULL = plaintext */
+    int sizes;                   /* how many of SIZES to run (0 = all) */
 };
 
 struct rank_arg {
@@ -78,6 +81,7 @@ static int open_rank(struct coll **c, struct rank_arg *a) {
     o.ports = g->ports;
     o.listener = &g->listeners[a->rank];
     o.shm_name = g->shm_name;
+    o.tls = g->tls[a->rank];
     o.shm_slot_floats = 4096; /* several rounds for the larger sizes */
     int rc = g->transport == COLL_TCP ? coll_open_tcp(c, &o) : coll_open_shm(c, &o);
     return rc ? rank_fail(a, "open") : 0;
@@ -89,7 +93,8 @@ static int run_ops(struct coll *c, struct rank_arg *a) {
     float *buf = malloc((size_t)N * SIZES[NUM_SIZES - 1] * sizeof(float));
     if (!buf) return rank_fail(a, "malloc");
     int bad = 0;
-    for (size_t s = 0; s < NUM_SIZES && !bad; ++s) {
+    const size_t num_sizes = a->g->sizes ? (size_t)a->g->sizes : NUM_SIZES;
+    for (size_t s = 0; s < num_sizes && !bad; ++s) {
         const size_t n = SIZES[s];
         for (size_t i = 0; i < n; ++i)
             buf[i] = input(r, i, n);
@@ -152,6 +157,16 @@ static int run_expect_failure(struct coll *c, struct rank_arg *a) {
                  a->rank, (long long)took, a->g->timeout_ms, strata_last_error());
         return a->status = 1;
     }
+    /* a dead peer is noticed (closed link, exited pid, a neighbour giving up), a stuck one
+     * times out */
+    if ((a->g->stuck_rank >= 0) != (rc == STRATA_ETIMEOUT)) {
+        snprintf(a->error, sizeof a->error, "rank %d: unexpected status %s: %s", a->rank,
+                 strata_status_name(rc), strata_last_error());
+        return a->status = 1;
+    }
+    printf("rank %d: all-reduce failed after %lld ms (timeout %d ms): %s\n", a->rank,
+           (long long)took, a->g->timeout_ms, strata_last_error());
+    fflush(stdout);
     /* a later call reports the earlier failure at once */
     if (coll_allreduce_sum(c, v, 1) == 0 || !strstr(strata_last_error(), "failed earlier")) {
         snprintf(a->error, sizeof a->error, "rank %d: broken group not reported", a->rank);
@@ -170,7 +185,8 @@ static void *rank_main(void *arg) {
         raise(SIGKILL);
     }
     if (a->rank == a->g->stuck_rank) {
-        struct timespec t = {0, (long)(a->g->timeout_ms + 300) * 1000000L};
+        const long ms = a->g->timeout_ms + 300;
+        struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
         nanosleep(&t, NULL); /* never calls: the others time out */
     } else if (a->g->die_rank >= 0 || a->g->stuck_rank >= 0) {
         run_expect_failure(c, a);
@@ -330,6 +346,52 @@ static void test_wrong_group(void **state) {
     group_free(&g);
 }
 
+static struct wire_tls *psk_tls(const char *text) {
+    struct wire_auth_key key = {0};
+    struct wire_tls_options o = {0};
+    struct wire_tls *tls = NULL;
+    key.len = strlen(text);
+    memcpy(key.bytes, text, key.len);
+    o.psk = &key;
+    assert_int_equal(wire_tls_new(&tls, &o), 0);
+    return tls;
+}
+
+/* The ring over TLS 1.3 (PSK): the same bitwise results; a rank with another key cannot
+ * join. */
+static void test_tls(void **state) {
+    (void)state;
+    struct wire_tls *good = psk_tls("a-pre-shared-key-of-enough-bytes");
+    struct wire_tls *bad = psk_tls("another-key-that-does-not-match!");
+    struct group g;
+    group_init(&g, COLL_TCP, 3);
+    g.sizes = 4; /* up to 64K + 3 floats: several frames per chunk loop */
+    for (int r = 0; r < 3; ++r)
+        g.tls[r] = good;
+    run_threads(&g);
+
+    group_init(&g, COLL_TCP, 2);
+    g.timeout_ms = 3000;
+    g.tls[0] = good;
+    g.tls[1] = bad;
+    pthread_t th[2];
+    struct rank_arg a[2];
+    for (int r = 0; r < 2; ++r) {
+        a[r] = (struct rank_arg){.g = &g, .rank = r};
+        assert_int_equal(pthread_create(&th[r], NULL, rank_main, &a[r]), 0);
+    }
+    for (int r = 0; r < 2; ++r)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < 2; ++r) {
+        printf("%s\n", a[r].error);
+        assert_int_equal(a[r].status, 1);
+        assert_non_null(strstr(a[r].error, "open"));
+    }
+    group_free(&g);
+    wire_tls_free(good);
+    wire_tls_free(bad);
+}
+
 static void test_bad_arguments(void **state) {
     (void)state;
     struct coll *c = NULL;
@@ -357,6 +419,7 @@ int main(void) {
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_processes),     cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_stuck_rank),    cmocka_unit_test(test_wrong_group),
+        cmocka_unit_test(test_tls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
