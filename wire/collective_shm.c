@@ -48,6 +48,14 @@ struct shm_header {
     _Atomic uint32_t aborted; /* 1 + the rank that gave up, 0 = fine */
     _Atomic int32_t pid[COLL_MAX_RANKS];
     _Atomic uint32_t seen[COLL_MAX_RANKS]; /* barriers each rank has reached */
+    /* What each rank is doing, written before an operation's first barrier and compared
+     * after it; two sets by operation parity, so a rank starting the next operation never
+     * overwrites what a slower rank still reads. */
+    struct shm_desc {
+        uint64_t seq, n;
+        uint32_t op;
+        int32_t root;
+    } desc[2][COLL_MAX_RANKS];
 };
 
 struct coll_shm {
@@ -247,6 +255,36 @@ static int shm_barrier(struct coll *c, int64_t deadline) {
     }
 }
 
+/* Publishes this rank's operation (before the first barrier). */
+static void shm_announce(struct coll *c, enum coll_op op, size_t n, int root) {
+    struct shm_desc *d = &c->shm->hdr->desc[c->seq & 1][c->rank];
+    d->seq = c->seq;
+    d->n = n;
+    d->op = (uint32_t)op;
+    d->root = root;
+}
+
+/* After the first barrier: every rank must be doing the same operation. */
+static int shm_check_announced(struct coll *c) {
+    static const char *const names[] = {"?", "all-reduce", "?", "all-gather", "broadcast"};
+    const struct shm_desc *mine = &c->shm->hdr->desc[c->seq & 1][c->rank];
+    for (int q = 0; q < c->size; ++q) {
+        const struct shm_desc *d = &c->shm->hdr->desc[c->seq & 1][q];
+        if (d->seq == mine->seq && d->n == mine->n && d->op == mine->op && d->root == mine->root)
+            continue;
+        return strata_set_error(STRATA_EFORMAT,
+                                "desync: rank %d is in operation #%llu %s of %llu floats (root "
+                                "%d), this rank in #%llu %s of %llu floats (root %d) (do all "
+                                "ranks call the same collectives in the same order with the "
+                                "same sizes?)",
+                                q, (unsigned long long)d->seq, names[d->op < 5 ? d->op : 0],
+                                (unsigned long long)d->n, d->root, (unsigned long long)mine->seq,
+                                names[mine->op < 5 ? mine->op : 0], (unsigned long long)mine->n,
+                                mine->root);
+    }
+    return STRATA_OK;
+}
+
 int coll_shm_open(struct coll *c, const struct coll_options *o) {
     if (!o->shm_name || o->shm_name[0] != '/' || strlen(o->shm_name) >= 200 ||
         strchr(o->shm_name + 1, '/'))
@@ -310,10 +348,12 @@ int coll_shm_allreduce(struct coll *c, float *data, size_t n) {
     const int64_t deadline = coll_now_ms() + c->timeout_ms;
     const size_t S = c->shm->hdr->slot_floats, N = (size_t)c->size;
     int rc = STRATA_OK;
+    shm_announce(c, COLL_OP_PARTIAL, n, 0);
     for (size_t off = 0; off < n && !rc; off += S, ++c->shm->round) {
         const size_t len = n - off < S ? n - off : S;
         memcpy(slot(c, c->rank), data + off, len * sizeof(float));
         if ((rc = shm_barrier(c, deadline))) break;
+        if (off == 0 && (rc = shm_check_announced(c))) break;
         /* this rank sums its share of the elements, over the ranks in order */
         const size_t per = (len + N - 1) / N, lo = per * (size_t)c->rank;
         const size_t hi = lo + per < len ? lo + per : len;
@@ -335,10 +375,12 @@ int coll_shm_allgather(struct coll *c, float *out, const float *in, size_t n) {
     const int64_t deadline = coll_now_ms() + c->timeout_ms;
     const size_t S = c->shm->hdr->slot_floats;
     int rc = STRATA_OK;
+    shm_announce(c, COLL_OP_GATHER, n, 0);
     for (size_t off = 0; off < n && !rc; off += S, ++c->shm->round) {
         const size_t len = n - off < S ? n - off : S;
         memcpy(slot(c, c->rank), in + off, len * sizeof(float));
         if ((rc = shm_barrier(c, deadline))) break;
+        if (off == 0 && (rc = shm_check_announced(c))) break;
         for (int q = 0; q < c->size; ++q)
             memmove(out + (size_t)q * n + off, slot(c, q), len * sizeof(float));
     }
@@ -350,10 +392,12 @@ int coll_shm_broadcast(struct coll *c, float *data, size_t n, int root) {
     const int64_t deadline = coll_now_ms() + c->timeout_ms;
     const size_t S = c->shm->hdr->slot_floats;
     int rc = STRATA_OK;
+    shm_announce(c, COLL_OP_BCAST, n, root);
     for (size_t off = 0; off < n && !rc; off += S, ++c->shm->round) {
         const size_t len = n - off < S ? n - off : S;
         if (c->rank == root) memcpy(slot(c, 0), data + off, len * sizeof(float));
         if ((rc = shm_barrier(c, deadline))) break;
+        if (off == 0 && (rc = shm_check_announced(c))) break;
         if (c->rank != root) memcpy(data + off, slot(c, 0), len * sizeof(float));
     }
     if (rc) shm_abort(c);

@@ -346,6 +346,44 @@ static void test_wrong_group(void **state) {
     group_free(&g);
 }
 
+/* Rank 1 all-reduces 11 floats while rank 0 all-reduces 10: both fail, one names the desync
+ * (on TCP the other sees its neighbour close the link). */
+static void *desync_rank(void *arg) {
+    struct rank_arg *a = arg;
+    struct coll *c = NULL;
+    if (open_rank(&c, a)) return NULL;
+    float v[11] = {0};
+    if (coll_allreduce_sum(c, v, a->rank == 1 ? 11 : 10) == 0)
+        snprintf(a->error, sizeof a->error, "rank %d: mismatched all-reduce succeeded", a->rank);
+    else
+        snprintf(a->error, sizeof a->error, "%s", strata_last_error());
+    coll_close(c);
+    return NULL;
+}
+
+static void test_desync(void **state) {
+    (void)state;
+    for (int t = 0; t < 2; ++t) {
+        struct group g;
+        group_init(&g, (enum coll_transport)t, 2);
+        g.timeout_ms = 3000;
+        pthread_t th[2];
+        struct rank_arg a[2];
+        for (int r = 0; r < 2; ++r) {
+            a[r] = (struct rank_arg){.g = &g, .rank = r};
+            assert_int_equal(pthread_create(&th[r], NULL, desync_rank, &a[r]), 0);
+        }
+        for (int r = 0; r < 2; ++r)
+            pthread_join(th[r], NULL);
+        for (int r = 0; r < 2; ++r) {
+            printf("%s\n", a[r].error);
+            assert_null(strstr(a[r].error, "succeeded"));
+        }
+        assert_true(strstr(a[0].error, "desync") || strstr(a[1].error, "desync"));
+        group_free(&g);
+    }
+}
+
 static struct wire_tls *psk_tls(const char *text) {
     struct wire_auth_key key = {0};
     struct wire_tls_options o = {0};
@@ -419,7 +457,7 @@ int main(void) {
         cmocka_unit_test(test_bad_arguments), cmocka_unit_test(test_threads),
         cmocka_unit_test(test_processes),     cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_stuck_rank),    cmocka_unit_test(test_wrong_group),
-        cmocka_unit_test(test_tls),
+        cmocka_unit_test(test_tls),           cmocka_unit_test(test_desync),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
