@@ -6,6 +6,7 @@
  * it holds, and the per-rank prices add up to the stage's. KVP token ranges partition
  * [0, max_seq); grid ranks and coordinates are a bijection. */
 #include <dirent.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -169,6 +170,163 @@ static void check_prices(const struct model_config *cfg, const struct safetensor
     }
 }
 
+/* ---- numerics: sharded projections add up to the full ones ---- */
+
+struct mat {
+    float *v; /* [rows, cols] row-major */
+    int64_t rows, cols;
+};
+
+static struct mat load_full(const struct safetensors *st, const struct stage_tensor *t) {
+    const struct st_tensor *s = safetensors_find(st, t->name);
+    assert_non_null(s);
+    assert_int_equal(s->ndim, 2);
+    struct mat m = {malloc((size_t)(s->shape[0] * s->shape[1]) * sizeof(float)), s->shape[0],
+                    s->shape[1]};
+    assert_non_null(m.v);
+    assert_int_equal(st_tensor_to_f32(m.v, s), 0);
+    return m;
+}
+
+/* The rank's part of a 2-D tensor as its own matrix (what a loader will hold). */
+static struct mat take_slice(const struct mat *full, const struct tp_slice *sl) {
+    int64_t r0 = 0, nr = full->rows, c0 = 0, nc = full->cols;
+    if (sl->kind == TP_SLICE_SPLIT) {
+        assert_int_equal(sl->parts, 1);
+        if (sl->dim == 0)
+            r0 = sl->start, nr = sl->count;
+        else
+            c0 = sl->start, nc = sl->count;
+    }
+    struct mat m = {malloc((size_t)(nr * nc) * sizeof(float) + 1), nr, nc};
+    for (int64_t i = 0; i < nr; ++i)
+        memcpy(m.v + i * nc, full->v + (r0 + i) * full->cols + c0, (size_t)nc * sizeof(float));
+    return m;
+}
+
+static void matvec(float *y, const struct mat *w, const float *x) {
+    for (int64_t i = 0; i < w->rows; ++i) {
+        double acc = 0;
+        for (int64_t k = 0; k < w->cols; ++k)
+            acc += (double)w->v[i * w->cols + k] * x[k];
+        y[i] = (float)acc;
+    }
+}
+
+static const struct stage_tensor *find_slot(const struct stage_tensor_list *l, int layer,
+                                            enum stage_tensor_slot slot, int expert) {
+    for (int i = 0; i < l->count; ++i)
+        if (l->items[i].layer == layer && l->items[i].slot == slot && l->items[i].expert == expert)
+            return &l->items[i];
+    return NULL;
+}
+
+static void assert_close(const float *got, const float *want, int64_t n, const char *what) {
+    for (int64_t i = 0; i < n; ++i)
+        if (fabsf(got[i] - want[i]) > 1e-4f * (1.0f + fabsf(want[i])))
+            fail_msg("%s: [%lld] %g vs %g", what, (long long)i, got[i], want[i]);
+}
+
+/* y = down · (silu(gate · x) ⊙ up · x), whole and as the sum of the TP ranks' partials. */
+static void check_mlp(const struct safetensors *st, const struct tp_shard *sh, int T,
+                      const struct stage_tensor *g, const struct stage_tensor *u,
+                      const struct stage_tensor *d, const char *what) {
+    struct mat G = load_full(st, g), U = load_full(st, u), Dn = load_full(st, d);
+    const int64_t H = G.cols, F = G.rows;
+    float *x = malloc((size_t)H * sizeof *x), *a = malloc((size_t)F * 2 * sizeof *a);
+    float *want = calloc((size_t)H, sizeof *want), *sum = calloc((size_t)H, sizeof *sum);
+    float *part = malloc((size_t)H * sizeof *part);
+    for (int64_t i = 0; i < H; ++i)
+        x[i] = sinf(0.37f * (float)i + 0.1f);
+    matvec(a, &G, x);
+    matvec(a + F, &U, x);
+    for (int64_t i = 0; i < F; ++i)
+        a[i] = a[i] / (1.0f + expf(-a[i])) * a[F + i];
+    matvec(want, &Dn, a);
+    for (int r = 0; r < T; ++r) {
+        struct tp_slice sg, su, sd;
+        assert_int_equal(tp_tensor_slice(&sg, &sh[r], g, g->layout), 0);
+        assert_int_equal(tp_tensor_slice(&su, &sh[r], u, u->layout), 0);
+        assert_int_equal(tp_tensor_slice(&sd, &sh[r], d, d->layout), 0);
+        if (sg.kind == TP_SLICE_ABSENT) continue; /* another rank's expert */
+        struct mat g_r = take_slice(&G, &sg), u_r = take_slice(&U, &su), d_r = take_slice(&Dn, &sd);
+        assert_true(g_r.rows == d_r.cols && u_r.rows == g_r.rows);
+        matvec(a, &g_r, x);
+        matvec(a + g_r.rows, &u_r, x);
+        for (int64_t i = 0; i < g_r.rows; ++i)
+            a[i] = a[i] / (1.0f + expf(-a[i])) * a[g_r.rows + i];
+        matvec(part, &d_r, a);
+        for (int64_t i = 0; i < H; ++i)
+            sum[i] += part[i]; /* the all-reduce, in rank order */
+        free(g_r.v), free(u_r.v), free(d_r.v);
+    }
+    assert_close(sum, want, H, what);
+    free(G.v), free(U.v), free(Dn.v), free(x), free(a), free(want), free(sum), free(part);
+}
+
+/* One token attends to itself only, so head h outputs v of its KV head h / group: the
+ * rank's V rows, query heads and o_proj columns must line up with GQA for the partial
+ * o_proj outputs to add up to the whole. */
+static void check_attention_vo(const struct model_config *cfg, const struct safetensors *st,
+                               const struct tp_shard *sh, int T, const struct stage_tensor *v,
+                               const struct stage_tensor *o) {
+    struct mat V = load_full(st, v), O = load_full(st, o);
+    const int64_t H = V.cols, D = cfg->head_dim, nh = cfg->num_heads;
+    const int group = cfg->num_heads / cfg->num_kv_heads;
+    float *x = malloc((size_t)H * sizeof *x), *vv = malloc((size_t)V.rows * sizeof *vv);
+    float *heads = malloc((size_t)(nh * D) * sizeof *heads);
+    float *want = malloc((size_t)H * sizeof *want), *sum = calloc((size_t)H, sizeof *sum);
+    float *part = malloc((size_t)H * sizeof *part);
+    for (int64_t i = 0; i < H; ++i)
+        x[i] = cosf(0.23f * (float)i);
+    matvec(vv, &V, x);
+    for (int64_t h = 0; h < nh; ++h)
+        memcpy(heads + h * D, vv + (h / group) * D, (size_t)D * sizeof(float));
+    matvec(want, &O, heads);
+    for (int r = 0; r < T; ++r) {
+        struct tp_slice sv, so;
+        assert_int_equal(tp_tensor_slice(&sv, &sh[r], v, v->layout), 0);
+        assert_int_equal(tp_tensor_slice(&so, &sh[r], o, o->layout), 0);
+        struct mat v_r = take_slice(&V, &sv), o_r = take_slice(&O, &so);
+        matvec(vv, &v_r, x); /* this rank's KV heads, from kv_heads.start */
+        const int nq = sh[r].q_heads.end - sh[r].q_heads.start;
+        for (int j = 0; j < nq; ++j) {
+            const int kv = (sh[r].q_heads.start + j) / group - sh[r].kv_heads.start;
+            assert_true(kv >= 0 && kv < sh[r].kv_heads.end - sh[r].kv_heads.start);
+            memcpy(heads + j * D, vv + kv * D, (size_t)D * sizeof(float));
+        }
+        assert_true(o_r.cols == nq * D);
+        matvec(part, &o_r, heads);
+        for (int64_t i = 0; i < H; ++i)
+            sum[i] += part[i];
+        free(v_r.v), free(o_r.v);
+    }
+    assert_close(sum, want, H, o->name);
+    free(V.v), free(O.v), free(x), free(vv), free(heads), free(want), free(sum), free(part);
+}
+
+/* Layer by layer: the attention V/O path, and the dense MLP or expert 0 of a MoE layer
+ * (per-expert checkpoints; fused ones are covered by the index checks above). */
+static void check_numerics(const struct model_config *cfg, const struct safetensors *st,
+                           const struct tp_shard *sh, int T) {
+    struct stage_tensor_list l;
+    struct stage_role all = {0, cfg->num_layers, 0, 0, 0};
+    assert_int_equal(stage_tensor_list_build(&l, cfg, &all, st), 0);
+    for (int layer = 0; layer < cfg->num_layers; ++layer) {
+        check_attention_vo(cfg, st, sh, T, find_slot(&l, layer, STAGE_SLOT_V, -1),
+                           find_slot(&l, layer, STAGE_SLOT_O, -1));
+        const struct stage_tensor *g = find_slot(&l, layer, STAGE_SLOT_GATE, -1);
+        if (g) {
+            check_mlp(st, sh, T, g, find_slot(&l, layer, STAGE_SLOT_UP, -1),
+                      find_slot(&l, layer, STAGE_SLOT_DOWN, -1), g->name);
+        } else if ((g = find_slot(&l, layer, STAGE_SLOT_EXPERT_GATE, 0))) {
+            check_mlp(st, sh, T, g, find_slot(&l, layer, STAGE_SLOT_EXPERT_UP, 0),
+                      find_slot(&l, layer, STAGE_SLOT_EXPERT_DOWN, 0), g->name);
+        }
+    }
+    stage_tensor_list_free(&l);
+}
+
 static void check_case(const char *dir, const char *name) {
     struct model_config cfg;
     struct safetensors *st = NULL;
@@ -196,6 +354,7 @@ static void check_case(const char *dir, const char *name) {
             assert_int_equal(tp_shard_init(&sh[T], &cfg, T, T, (enum tp_moe_mode)moe),
                              STRATA_ERANGE);
             check_shards(&cfg, sh, T, (enum tp_moe_mode)moe, has_dense, has_moe);
+            check_numerics(&cfg, st, sh, T);
             check_tensor_slices(&cfg, st, sh, T);
             check_prices(&cfg, st, T, (enum tp_moe_mode)moe);
         }
