@@ -8,8 +8,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/base/status.h"
 #include "wire/auth.h"
@@ -488,6 +490,67 @@ int coll_open_shm(struct coll **out, const struct coll_options *o) {
         return strata_set_error(rc, "%s", msg);
     }
     *out = c;
+    return STRATA_OK;
+}
+
+/* FNV-1a of the host name and the kernel's boot id: equal on every rank of one host. */
+static uint64_t host_identity(void) {
+    char id[512] = "";
+    gethostname(id, 255);
+    size_t used = strlen(id);
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        used += fread(id + used, 1, sizeof id - used - 1, f);
+        fclose(f);
+    }
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < used; ++i)
+        h = (h ^ (uint8_t)id[i]) * 0x100000001b3ull;
+    return h;
+}
+
+/* The identities of every rank (all-gathered as bit patterns in floats): all equal? */
+static int all_on_this_host(struct coll *c, int *same) {
+    float mine[2], *all = calloc((size_t)c->size * 2, sizeof *all);
+    if (!all) return strata_set_error(STRATA_ENOMEM, "collective: out of memory");
+    uint64_t id = host_identity();
+    memcpy(mine, &id, sizeof id);
+    int rc = coll_allgather(c, all, mine, 2);
+    *same = 1;
+    for (int q = 0; q < c->size && !rc; ++q)
+        if (memcmp(all + 2 * q, mine, sizeof mine) != 0) *same = 0;
+    free(all);
+    return rc;
+}
+
+int coll_open(struct coll **out, const struct coll_options *o) {
+    int rc = coll_open_tcp(out, o);
+    if (rc || o->tcp_only || o->size == 1) return rc;
+    struct coll *c = *out;
+    int same = 0;
+    if ((rc = all_on_this_host(c, &same)) || !same) goto done;
+    uint32_t token[2] = {(uint32_t)getpid(), 0}; /* rank 0's pid and a random word */
+    if (c->rank == 0 && getrandom(&token[1], sizeof token[1], 0) != sizeof token[1])
+        token[1] = (uint32_t)coll_now_ms() ^ (uint32_t)(uintptr_t)c;
+    float wire_token[2];
+    memcpy(wire_token, token, sizeof token);
+    if ((rc = coll_broadcast(c, wire_token, 2, 0))) goto done;
+    memcpy(token, wire_token, sizeof token);
+    char name[64];
+    snprintf(name, sizeof name, "/strata-coll-%08x-%08x", token[0], token[1]);
+    struct coll_options so = *o;
+    so.shm_name = name;
+    if ((rc = coll_shm_open(c, &so))) goto done;
+    c->transport = COLL_SHM;
+done:
+    if (rc) {
+        char msg[600];
+        snprintf(msg, sizeof msg, "choosing the transport of group \"%s\": %s", o->group,
+                 strata_last_error());
+        coll_close(c);
+        *out = NULL;
+        return strata_set_error(rc, "%s", msg);
+    }
     return STRATA_OK;
 }
 

@@ -73,6 +73,9 @@ struct coll_options {
      * it and unlinks it once every rank has attached. */
     const char *shm_name;
     size_t shm_slot_floats; /* 0 = COLL_SHM_SLOT */
+
+    /* coll_open only: stay on TCP even when every rank shares this host. */
+    int tcp_only;
 };
 
 struct coll;
@@ -81,6 +84,12 @@ struct coll;
  * shared memory. Every rank of the group must call it within timeout_ms of the others. */
 int coll_open_tcp(struct coll **out, const struct coll_options *options);
 int coll_open_shm(struct coll **out, const struct coll_options *options);
+/* What a stage uses: opens the TCP ring, and when every rank runs on this host (same host
+ * name and kernel boot id, exchanged over the ring) and tcp_only is 0, moves the data plane to
+ * shared memory under a fresh name that rank 0 draws and sends around the ring (shm_name is
+ * ignored). The ring stays open beside it. coll_transport_of() tells which was chosen. */
+int coll_open(struct coll **out, const struct coll_options *options);
+
 /* Closes links / unmaps; accepts NULL. */
 void coll_close(struct coll *c);
 

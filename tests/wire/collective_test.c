@@ -42,6 +42,8 @@ struct group {
     int stuck_rank; /* this rank opens and then never calls (thread tests), -1 none */
     struct wire_tls *tls[MAX_N]; /* per rank, NULL = plaintext */
     int sizes;                   /* how many of SIZES to run (0 = all) */
+    int use_open;                /* coll_open (TCP ring, shm data plane on one host) */
+    int tcp_only;                /* with use_open */
 };
 
 struct rank_arg {
@@ -83,8 +85,18 @@ static int open_rank(struct coll **c, struct rank_arg *a) {
     o.shm_name = g->shm_name;
     o.tls = g->tls[a->rank];
     o.shm_slot_floats = 4096; /* several rounds for the larger sizes */
-    int rc = g->transport == COLL_TCP ? coll_open_tcp(c, &o) : coll_open_shm(c, &o);
-    return rc ? rank_fail(a, "open") : 0;
+    o.tcp_only = g->tcp_only;
+    int rc = g->use_open                ? coll_open(c, &o)
+             : g->transport == COLL_TCP ? coll_open_tcp(c, &o)
+                                        : coll_open_shm(c, &o);
+    if (rc) return rank_fail(a, "open");
+    if (coll_transport_of(*c) != g->transport) {
+        snprintf(a->error, sizeof a->error, "rank %d: transport %d, want %d", a->rank,
+                 (int)coll_transport_of(*c), (int)g->transport);
+        coll_close(*c);
+        return a->status = 1;
+    }
+    return 0;
 }
 
 /* Every operation at every size, checked bitwise. */
@@ -384,6 +396,25 @@ static void test_desync(void **state) {
     }
 }
 
+/* coll_open: ranks on one host move to shared memory (unless told tcp_only), as threads and
+ * as processes, with the same bitwise results. */
+static void test_open_chooses(void **state) {
+    (void)state;
+    struct group g;
+    group_init(&g, COLL_SHM, 3);
+    g.use_open = 1;
+    g.shm_name[0] = '\0'; /* coll_open draws its own */
+    run_threads(&g);
+    group_init(&g, COLL_SHM, 2);
+    g.use_open = 1;
+    run_processes(&g);
+    group_init(&g, COLL_TCP, 2);
+    g.use_open = 1;
+    g.tcp_only = 1;
+    g.sizes = 3;
+    run_threads(&g);
+}
+
 static struct wire_tls *psk_tls(const char *text) {
     struct wire_auth_key key = {0};
     struct wire_tls_options o = {0};
@@ -458,6 +489,7 @@ int main(void) {
         cmocka_unit_test(test_processes),     cmocka_unit_test(test_killed_rank),
         cmocka_unit_test(test_stuck_rank),    cmocka_unit_test(test_wrong_group),
         cmocka_unit_test(test_tls),           cmocka_unit_test(test_desync),
+        cmocka_unit_test(test_open_chooses),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
