@@ -437,7 +437,7 @@ int coll_open_tcp(struct coll **out, const struct coll_options *o) {
     struct coll *c;
     int rc = coll_new(&c, o, COLL_TCP);
     if (rc) return rc;
-    if (o->size > 1 && !o->ports && !(o->listener && o->size == 1)) {
+    if (o->size > 1 && !o->ports) {
         coll_close(c);
         return strata_set_error(STRATA_EINVAL, "collective: TCP needs every rank's port");
     }
@@ -446,7 +446,9 @@ int coll_open_tcp(struct coll **out, const struct coll_options *o) {
         memset(o->listener, 0, sizeof *o->listener);
         o->listener->fd = -1;
     } else if (o->size > 1) {
-        const char *host = o->hosts && o->hosts[o->rank] ? o->hosts[o->rank] : WIRE_DEFAULT_HOST;
+        const char *host = o->listen_host                  ? o->listen_host
+                           : o->hosts && o->hosts[o->rank] ? o->hosts[o->rank]
+                                                           : WIRE_DEFAULT_HOST;
         rc = wire_listen(&c->listener, host, o->ports[o->rank]);
     }
     const int64_t deadline = coll_now_ms() + c->timeout_ms;

@@ -62,8 +62,9 @@ struct coll_options {
     /* TCP: every rank's listen address; a NULL hosts (or entry) means 127.0.0.1. */
     const char *const *hosts; /* [size] */
     const int *ports;         /* [size] */
+    const char *listen_host;  /* where this rank listens (e.g. "0.0.0.0"); NULL = hosts[rank] */
     /* Optional: an already bound listener for this rank (taken over and closed by
-     * coll_close); else the rank listens on ports[rank]. */
+     * coll_close); else the rank listens on listen_host:ports[rank]. */
     struct wire_listener *listener;
     struct wire_tls *tls;            /* NULL = plaintext */
     const struct wire_auth_key *key; /* Hello HMAC key (NULL or len 0 = none) */
