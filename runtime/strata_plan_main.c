@@ -49,6 +49,8 @@ static void usage(FILE *out) {
                  "                     rounded up); kvp x kvp-tokens must reach max-seq\n"
                  "  --moe MODE         MoE under TP: expert (experts partitioned, default) or\n"
                  "                     split (every expert's intermediate size split)\n"
+                 "  --tensors R        also list global rank R's slice of each of its tensors\n"
+                 "                     (what its loader reads)\n"
                  "                     With --tp or --kvp the process table follows the stage\n"
                  "                     table; degrees the model cannot take exit 2 with why.\n"
                  "  --help             this text\n"
@@ -160,7 +162,8 @@ static int parse_moe(const char *text, enum tp_moe_mode *out) {
 struct plan_args {
     const char *model, *mem_text, *ranges_text;
     int stages, kv_bytes, no_vision;
-    int grid_asked; /* --tp, --kvp or --kvp-tokens given */
+    int grid_asked;   /* --tp, --kvp or --kvp-tokens given */
+    int tensors_rank; /* --tensors R: list rank R's slice of every tensor, -1 = no */
     struct grid_config grid;
     struct stage_memory_options opt;
     struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
@@ -170,21 +173,14 @@ struct plan_args {
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
 static int parse_options(struct plan_args *a, int argc, char **argv) {
     static const struct option longopts[] = {
-        {"model", required_argument, 0, 'm'},
-        {"stages", required_argument, 0, 's'},
-        {"mem", required_argument, 0, 'M'},
-        {"max-seq", required_argument, 0, 'q'},
-        {"batch", required_argument, 0, 'b'},
-        {"kv-bytes", required_argument, 0, 'k'},
-        {"chunk", required_argument, 0, 'c'},
-        {"no-vision", no_argument, 0, 'V'},
-        {"ranges", required_argument, 0, 'r'},
-        {"tp", required_argument, 0, 't'},
-        {"kvp", required_argument, 0, 'K'},
-        {"kvp-tokens", required_argument, 0, 'T'},
-        {"moe", required_argument, 0, 'E'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},  {"stages", required_argument, 0, 's'},
+        {"mem", required_argument, 0, 'M'},    {"max-seq", required_argument, 0, 'q'},
+        {"batch", required_argument, 0, 'b'},  {"kv-bytes", required_argument, 0, 'k'},
+        {"chunk", required_argument, 0, 'c'},  {"no-vision", no_argument, 0, 'V'},
+        {"ranges", required_argument, 0, 'r'}, {"tp", required_argument, 0, 't'},
+        {"kvp", required_argument, 0, 'K'},    {"kvp-tokens", required_argument, 0, 'T'},
+        {"moe", required_argument, 0, 'E'},    {"tensors", required_argument, 0, 'R'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -203,11 +199,12 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
         case 'K': bad = flag_int("--kvp", optarg, 1, GRID_MAX_DEGREE, &a->grid.kvp); break;
         case 'T': bad = flag_int("--kvp-tokens", optarg, 1, 1 << 30, &a->grid.kvp_tokens); break;
         case 'E': bad = parse_moe(optarg, &a->grid.moe); break;
+        case 'R': bad = flag_int("--tensors", optarg, 0, 1 << 20, &a->tensors_rank); break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
         if (bad) return 2;
-        if (c == 't' || c == 'K' || c == 'T') a->grid_asked = 1;
+        if (c == 't' || c == 'K' || c == 'T' || c == 'R') a->grid_asked = 1;
     }
     if (optind < argc) {
         fprintf(stderr, "strata-plan: unexpected argument \"%s\"\n", argv[optind]);
@@ -431,6 +428,50 @@ static int print_grid(const struct plan_model *m, const struct plan_args *a) {
     return STRATA_EXIT_OK;
 }
 
+/* Every tensor rank `rank` loads and which part of it (runtime/model/tp_shard.h). */
+static int print_rank_tensors(const struct plan_model *m, const struct plan_args *a, int rank) {
+    const struct grid_config *g = &a->grid;
+    if (rank >= g->world) {
+        fprintf(stderr, "strata-plan: --tensors %d: the grid has ranks 0 to %d\n", rank,
+                g->world - 1);
+        return STRATA_EXIT_USAGE;
+    }
+    struct grid_coords c;
+    grid_coords_of(&c, g, rank);
+    struct tp_shard sh;
+    struct stage_tensor_list list = {0};
+    const struct stage_range *r = &m->plan->stages[c.stage].range;
+    struct stage_role role = {r->layer_start, r->layer_end, c.stage == 0, c.stage == g->pp - 1,
+                              c.stage == 0 && a->opt.with_vision && m->cfg->has_vision};
+    if (tp_shard_init(&sh, m->cfg, g->tp, c.tp_rank, g->moe) != 0 ||
+        stage_tensor_list_build(&list, m->cfg, &role, m->st) != 0) {
+        fprintf(stderr, "strata-plan: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    printf("\ntensors of rank %d (stage %d, kvp %d, tp %d):\n", rank, c.stage, c.kvp_rank,
+           c.tp_rank);
+    for (int i = 0; i < list.count; ++i) {
+        const struct stage_tensor *t = &list.items[i];
+        const struct st_tensor *stored = m->st ? safetensors_find(m->st, t->name) : NULL;
+        struct tp_slice sl;
+        tp_tensor_slice(&sl, &sh, t, stored ? stage_tensor_stored_layout(t, stored) : t->layout);
+        if (sl.kind == TP_SLICE_ABSENT) continue;
+        printf("  %-60s ", t->name);
+        if (sl.kind == TP_SLICE_REPLICATED) {
+            printf("whole\n");
+        } else if (sl.parts == 1) {
+            printf("dim %d [%lld, %lld) of %lld\n", sl.dim, (long long)sl.start,
+                   (long long)(sl.start + sl.count), (long long)sl.extent);
+        } else {
+            printf("dim %d [%lld, %lld) and [%lld, %lld) of %lld\n", sl.dim, (long long)sl.start,
+                   (long long)(sl.start + sl.count), (long long)(sl.start + sl.part_stride),
+                   (long long)(sl.start + sl.part_stride + sl.count), (long long)sl.extent);
+        }
+    }
+    stage_tensor_list_free(&list);
+    return STRATA_EXIT_OK;
+}
+
 /* Checks the degrees against the model; returns -1 to go on, else the exit code. */
 static int check_grid(struct plan_args *a, const struct model_config *cfg) {
     if (a->grid.tp == 0) a->grid.tp = 1;
@@ -446,7 +487,7 @@ static int check_grid(struct plan_args *a, const struct model_config *cfg) {
 }
 
 int main(int argc, char **argv) {
-    static struct plan_args a = {.kv_bytes = 4, .opt = {4, 4096, 1, 512, 1}};
+    static struct plan_args a = {.kv_bytes = 4, .tensors_rank = -1, .opt = {4, 4096, 1, 512, 1}};
     struct plan_model m = {0};
     const char *how = NULL;
     int rc = parse_args(&a, argc, argv);
@@ -458,6 +499,8 @@ int main(int argc, char **argv) {
     if (rc == STRATA_EXIT_OK && a.grid_asked) {
         printf("\n");
         rc = print_grid(&m, &a);
+        if (rc == STRATA_EXIT_OK && a.tensors_rank >= 0)
+            rc = print_rank_tensors(&m, &a, a.tensors_rank);
     }
     stage_tensor_list_free(&m.list);
     safetensors_close(m.st);

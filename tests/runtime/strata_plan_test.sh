@@ -61,6 +61,15 @@ check grid-stages 2 "every stage needs a layer" --model "$model" --stages 5 --tp
 check grid-experts 2 "TP 4 does not divide the 6 experts" --model "$moe" --stages 2 --tp 4
 check grid-experts-ep 0 "[3,6)" --model "$moe" --stages 2 --tp 2
 check grid-experts-split 0 "all:[24,32)" --model "$moe" --stages 2 --tp 4 --moe split
+check grid-tensors 0 "model.layers.3.mlp.down_proj.weight                          dim 1 [16, 32) of 32" \
+    --model "$model" --stages 2 --tp 2 --tensors 3
+check grid-tensors-kv 0 "model.layers.2.self_attn.k_proj.weight                       whole" \
+    --model "$model" --stages 2 --tp 2 --tensors 3
+check grid-tensors-range 2 "the grid has ranks 0 to 3" --model "$model" --stages 2 --tp 2 --tensors 4
+check grid-tensors-expert 0 "model.layers.0.mlp.experts.3.gate_proj.weight                whole" \
+    --model "$moe" --stages 1 --tp 2 --tensors 1
+check grid-tensors-split 0 "model.layers.0.mlp.experts.0.down_proj.weight                dim 1 [16, 32) of 32" \
+    --model "$moe" --stages 1 --tp 2 --moe split --tensors 1
 # A checkpoint whose config disagrees with its weights: every mis-shaped tensor is listed.
 broken="${TEST_TMPDIR:-/tmp}/broken_model"
 mkdir -p "$broken"
