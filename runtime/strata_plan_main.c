@@ -1,5 +1,8 @@
 /* strata-plan: prints how a model's decoder layers would be split over pipeline stages
- * and what each stage needs in memory (weights, KV cache, workspace).
+ * and what each stage needs in memory (weights, KV cache, workspace); with --tp / --kvp,
+ * the PP × KVP × TP process table (runtime/model/tp_shard.h): each rank's grid
+ * coordinates, weight shard, KV token range and bytes, or why the model cannot take the
+ * degrees.
  *
  * Without --mem the split is the even one every stage computes by default; with --mem
  * (one free-memory size per node, stage order) it is the memory-proportional plan. The
@@ -18,6 +21,7 @@
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_plan.h"
 #include "runtime/model/stage_tensors.h"
+#include "runtime/model/tp_shard.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: strata-plan --model DIR (--stages S | --ranges LIST) [options]\n"
@@ -39,6 +43,16 @@ static void usage(FILE *out) {
                  "  --chunk N          tokens per forward step for the workspace estimate\n"
                  "                     (default 512)\n"
                  "  --no-vision        do not count a VL model's vision tower on stage 0\n"
+                 "  --tp N             tensor-parallel ranks per stage (default 1)\n"
+                 "  --kvp N            KV-parallel groups per stage (default 1)\n"
+                 "  --kvp-tokens N     KV tokens per KVP group (default max-seq / kvp,\n"
+                 "                     rounded up); kvp x kvp-tokens must reach max-seq\n"
+                 "  --moe MODE         MoE under TP: expert (experts partitioned, default) or\n"
+                 "                     split (every expert's intermediate size split)\n"
+                 "  --tensors R        also list global rank R's slice of each of its tensors\n"
+                 "                     (what its loader reads)\n"
+                 "                     With --tp or --kvp the process table follows the stage\n"
+                 "                     table; degrees the model cannot take exit 2 with why.\n"
                  "  --help             this text\n"
                  "\n"
                  "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model or does not fit.\n");
@@ -133,9 +147,24 @@ static void print_plan(const struct stage_plan *plan, int with_memory) {
     }
 }
 
+static int parse_moe(const char *text, enum tp_moe_mode *out) {
+    if (strcmp(text, "expert") == 0) {
+        *out = TP_MOE_EXPERT_PARALLEL;
+    } else if (strcmp(text, "split") == 0) {
+        *out = TP_MOE_SPLIT;
+    } else {
+        fprintf(stderr, "strata-plan: --moe must be expert or split, got \"%s\"\n", text);
+        return -1;
+    }
+    return 0;
+}
+
 struct plan_args {
     const char *model, *mem_text, *ranges_text;
     int stages, kv_bytes, no_vision;
+    int grid_asked;   /* --tp, --kvp or --kvp-tokens given */
+    int tensors_rank; /* --tensors R: list rank R's slice of every tensor, -1 = no */
+    struct grid_config grid;
     struct stage_memory_options opt;
     struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
     uint64_t mem[STAGE_PLAN_MAX_STAGES];
@@ -144,17 +173,14 @@ struct plan_args {
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
 static int parse_options(struct plan_args *a, int argc, char **argv) {
     static const struct option longopts[] = {
-        {"model", required_argument, 0, 'm'},
-        {"stages", required_argument, 0, 's'},
-        {"mem", required_argument, 0, 'M'},
-        {"max-seq", required_argument, 0, 'q'},
-        {"batch", required_argument, 0, 'b'},
-        {"kv-bytes", required_argument, 0, 'k'},
-        {"chunk", required_argument, 0, 'c'},
-        {"no-vision", no_argument, 0, 'V'},
-        {"ranges", required_argument, 0, 'r'},
-        {"help", no_argument, 0, 'h'},
-        {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},  {"stages", required_argument, 0, 's'},
+        {"mem", required_argument, 0, 'M'},    {"max-seq", required_argument, 0, 'q'},
+        {"batch", required_argument, 0, 'b'},  {"kv-bytes", required_argument, 0, 'k'},
+        {"chunk", required_argument, 0, 'c'},  {"no-vision", no_argument, 0, 'V'},
+        {"ranges", required_argument, 0, 'r'}, {"tp", required_argument, 0, 't'},
+        {"kvp", required_argument, 0, 'K'},    {"kvp-tokens", required_argument, 0, 'T'},
+        {"moe", required_argument, 0, 'E'},    {"tensors", required_argument, 0, 'R'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -169,10 +195,16 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
         case 'k': bad = flag_int("--kv-bytes", optarg, 1, 8, &a->kv_bytes); break;
         case 'c': bad = flag_int("--chunk", optarg, 1, 1 << 24, &a->opt.chunk_tokens); break;
         case 'V': a->no_vision = 1; break;
+        case 't': bad = flag_int("--tp", optarg, 1, GRID_MAX_DEGREE, &a->grid.tp); break;
+        case 'K': bad = flag_int("--kvp", optarg, 1, GRID_MAX_DEGREE, &a->grid.kvp); break;
+        case 'T': bad = flag_int("--kvp-tokens", optarg, 1, 1 << 30, &a->grid.kvp_tokens); break;
+        case 'E': bad = parse_moe(optarg, &a->grid.moe); break;
+        case 'R': bad = flag_int("--tensors", optarg, 0, 1 << 20, &a->tensors_rank); break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
         if (bad) return 2;
+        if (c == 't' || c == 'K' || c == 'T' || c == 'R') a->grid_asked = 1;
     }
     if (optind < argc) {
         fprintf(stderr, "strata-plan: unexpected argument \"%s\"\n", argv[optind]);
@@ -200,6 +232,11 @@ static int parse_args(struct plan_args *a, int argc, char **argv) {
     if (!a->model || a->stages == 0) {
         fprintf(stderr, "strata-plan: --model and --stages (or --ranges) are required\n");
         usage(stderr);
+        return STRATA_EXIT_USAGE;
+    }
+    if (a->mem_text && (a->grid.tp > 1 || a->grid.kvp > 1)) {
+        fprintf(stderr, "strata-plan: --mem plans whole stages; with --tp/--kvp the process "
+                        "table gives each rank's need instead\n");
         return STRATA_EXIT_USAGE;
     }
     a->opt.kv_dtype_bytes = (size_t)a->kv_bytes;
@@ -317,15 +354,154 @@ static int print_report(const struct plan_model *m, const struct plan_args *a, c
     return exit_code;
 }
 
+/* "[a, b)" into buf, with "x2" appended when each item is held by 2 ranks. */
+static const char *range_text(char *buf, size_t cap, struct tp_range r, int replicas) {
+    if (r.end <= r.start) {
+        snprintf(buf, cap, "-");
+    } else if (replicas > 1) {
+        snprintf(buf, cap, "[%d,%d)x%d", r.start, r.end, replicas);
+    } else {
+        snprintf(buf, cap, "[%d,%d)", r.start, r.end);
+    }
+    return buf;
+}
+
+static void print_shard_summary(const struct model_config *cfg, const struct grid_config *g) {
+    struct tp_shard sh;
+    tp_shard_init(&sh, cfg, g->tp, 0, g->moe); /* checked by grid_config_check */
+    printf("grid      PP %d x KVP %d x TP %d = %d processes (global rank = (stage * KVP + "
+           "kvp) * TP + tp)\n",
+           g->pp, g->kvp, g->tp, g->world);
+    printf("tp shard  per rank: %d of %d query heads, %d of %d KV heads%s, ", sh.q_heads.end,
+           cfg->num_heads, sh.kv_heads.end - sh.kv_heads.start, cfg->num_kv_heads,
+           sh.kv_replicas > 1 ? " (replicated: fewer KV heads than TP ranks)" : "");
+    if (sh.ffn.end > 0) printf("%d of %d MLP columns, ", sh.ffn.end, cfg->intermediate_size);
+    if (sh.experts.end > 0) {
+        if (g->moe == TP_MOE_EXPERT_PARALLEL)
+            printf("%d of %d experts whole (expert parallel), ", sh.experts.end, cfg->num_experts);
+        else
+            printf("all %d experts, %d of %d columns each (split), ", cfg->num_experts,
+                   sh.expert_ffn.end, cfg->moe_intermediate_size);
+    }
+    printf("%d of %d vocab rows; norms, router, o_proj bias%s replicated\n", sh.vocab.end,
+           cfg->vocab_size, cfg->has_vision ? " and the vision tower (not split)" : "");
+    printf("kvp       %d tokens per KVP group\n\n", g->kvp_tokens);
+}
+
+/* The process table: one line per global rank. */
+static int print_grid(const struct plan_model *m, const struct plan_args *a) {
+    struct grid_config g = a->grid;
+    print_shard_summary(m->cfg, &g);
+    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+    for (int s = 0; s < g.pp; ++s)
+        ranges[s] = m->plan->stages[s].range;
+    printf("%-5s %-5s %-4s %-3s %-9s %-9s %-10s %-11s %-12s %-12s %-15s %10s %10s %10s\n", "rank",
+           "stage", "kvp", "tp", "layers", "q-heads", "kv-heads", "mlp-cols", "experts", "vocab",
+           "kv-tokens", "weights", "kv", "total");
+    for (int r = 0; r < g.world; ++r) {
+        struct grid_plan_entry e;
+        if (grid_plan_price_rank(&e, m->cfg, m->st, &g, ranges, &a->opt, r) != 0) {
+            fprintf(stderr, "strata-plan: %s\n", strata_last_error());
+            return STRATA_EXIT_INPUT;
+        }
+        char lay[32], q[32], kv[40], ffn[32], ex[48], voc[32], tok[32], w[32], kvb[32], tot[32];
+        snprintf(lay, sizeof lay, "[%d,%d)", e.range.layer_start, e.range.layer_end);
+        range_text(ffn, sizeof ffn, e.shard.ffn, 1);
+        range_text(ex, sizeof ex, e.shard.experts, 1);
+        if (g.moe == TP_MOE_SPLIT && e.shard.experts.end > 0) { /* all experts, some columns */
+            char cols[32];
+            snprintf(ex, sizeof ex, "all:%s", range_text(cols, sizeof cols, e.shard.expert_ffn, 1));
+        }
+        stage_plan_format_size(w, sizeof w, e.weight_bytes);
+        stage_plan_format_size(kvb, sizeof kvb, e.kv_bytes);
+        stage_plan_format_size(tot, sizeof tot, e.total_bytes);
+        printf("%-5d %-5d %-4d %-3d %-9s %-9s %-10s %-11s %-12s %-12s %-15s %10s %10s %10s\n", r,
+               e.coords.stage, e.coords.kvp_rank, e.coords.tp_rank, lay,
+               range_text(q, sizeof q, e.shard.q_heads, 1),
+               range_text(kv, sizeof kv, e.shard.kv_heads, e.shard.kv_replicas), ffn, ex,
+               range_text(voc, sizeof voc, e.shard.vocab, 1),
+               range_text(tok, sizeof tok, e.kv_tokens, 1), w, kvb, tot);
+    }
+    printf("\n(kv-heads [a,b)xN: held by N ranks; experts all:[a,b): every expert, those "
+           "columns; weights: the rank's slices of its stage's tensors; kv: its KV heads over "
+           "its tokens at --max-seq; total adds the stage's workspace)\n");
+    return STRATA_EXIT_OK;
+}
+
+/* Every tensor rank `rank` loads and which part of it (runtime/model/tp_shard.h). */
+static int print_rank_tensors(const struct plan_model *m, const struct plan_args *a, int rank) {
+    const struct grid_config *g = &a->grid;
+    if (rank >= g->world) {
+        fprintf(stderr, "strata-plan: --tensors %d: the grid has ranks 0 to %d\n", rank,
+                g->world - 1);
+        return STRATA_EXIT_USAGE;
+    }
+    struct grid_coords c;
+    grid_coords_of(&c, g, rank);
+    struct tp_shard sh;
+    struct stage_tensor_list list = {0};
+    const struct stage_range *r = &m->plan->stages[c.stage].range;
+    struct stage_role role = {r->layer_start, r->layer_end, c.stage == 0, c.stage == g->pp - 1,
+                              c.stage == 0 && a->opt.with_vision && m->cfg->has_vision};
+    if (tp_shard_init(&sh, m->cfg, g->tp, c.tp_rank, g->moe) != 0 ||
+        stage_tensor_list_build(&list, m->cfg, &role, m->st) != 0) {
+        fprintf(stderr, "strata-plan: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    printf("\ntensors of rank %d (stage %d, kvp %d, tp %d):\n", rank, c.stage, c.kvp_rank,
+           c.tp_rank);
+    for (int i = 0; i < list.count; ++i) {
+        const struct stage_tensor *t = &list.items[i];
+        const struct st_tensor *stored = m->st ? safetensors_find(m->st, t->name) : NULL;
+        struct tp_slice sl;
+        tp_tensor_slice(&sl, &sh, t, stored ? stage_tensor_stored_layout(t, stored) : t->layout);
+        if (sl.kind == TP_SLICE_ABSENT) continue;
+        printf("  %-60s ", t->name);
+        if (sl.kind == TP_SLICE_REPLICATED) {
+            printf("whole\n");
+        } else if (sl.parts == 1) {
+            printf("dim %d [%lld, %lld) of %lld\n", sl.dim, (long long)sl.start,
+                   (long long)(sl.start + sl.count), (long long)sl.extent);
+        } else {
+            printf("dim %d [%lld, %lld) and [%lld, %lld) of %lld\n", sl.dim, (long long)sl.start,
+                   (long long)(sl.start + sl.count), (long long)(sl.start + sl.part_stride),
+                   (long long)(sl.start + sl.part_stride + sl.count), (long long)sl.extent);
+        }
+    }
+    stage_tensor_list_free(&list);
+    return STRATA_EXIT_OK;
+}
+
+/* Checks the degrees against the model; returns -1 to go on, else the exit code. */
+static int check_grid(struct plan_args *a, const struct model_config *cfg) {
+    if (a->grid.tp == 0) a->grid.tp = 1;
+    if (a->grid.kvp == 0) a->grid.kvp = 1;
+    a->grid.pp = a->stages;
+    if (!a->grid_asked || a->stages > cfg->num_layers) return -1; /* make_plan says why */
+    if (grid_config_check(&a->grid, cfg, a->opt.max_seq) != 0) {
+        fprintf(stderr, "strata-plan: the model cannot run on this grid: %s\n",
+                strata_last_error());
+        return STRATA_EXIT_USAGE;
+    }
+    return -1;
+}
+
 int main(int argc, char **argv) {
-    static struct plan_args a = {.kv_bytes = 4, .opt = {4, 4096, 1, 512, 1}};
+    static struct plan_args a = {.kv_bytes = 4, .tensors_rank = -1, .opt = {4, 4096, 1, 512, 1}};
     struct plan_model m = {0};
     const char *how = NULL;
     int rc = parse_args(&a, argc, argv);
     if (rc >= 0) return rc;
     rc = open_model(&m, &a);
+    if (rc < 0) rc = check_grid(&a, m.cfg);
     if (rc < 0) rc = make_plan(&m, &a, &how);
     if (rc < 0) rc = print_report(&m, &a, how);
+    if (rc == STRATA_EXIT_OK && a.grid_asked) {
+        printf("\n");
+        rc = print_grid(&m, &a);
+        if (rc == STRATA_EXIT_OK && a.tensors_rank >= 0)
+            rc = print_rank_tensors(&m, &a, a.tensors_rank);
+    }
     stage_tensor_list_free(&m.list);
     safetensors_close(m.st);
     free(m.cfg);

@@ -268,6 +268,54 @@ int stage_plan_balanced(struct stage_plan *plan, const struct stage_memory_model
                             all_have);
 }
 
+int grid_plan_price_rank(struct grid_plan_entry *e, const struct model_config *cfg,
+                         const struct safetensors *st, const struct grid_config *grid,
+                         const struct stage_range *ranges, const struct stage_memory_options *opt,
+                         int rank) {
+    if (!e || !cfg || !grid || !ranges || !opt)
+        return strata_set_error(STRATA_EINVAL, "grid_plan_price_rank: null argument");
+    if (rank < 0 || rank >= grid->world)
+        return strata_set_error(STRATA_ERANGE, "rank %d is outside the grid's %d ranks", rank,
+                                grid->world);
+    memset(e, 0, sizeof *e);
+    e->rank = rank;
+    grid_coords_of(&e->coords, grid, rank);
+    const int s = e->coords.stage;
+    e->range = ranges[s];
+    int rc = tp_shard_init(&e->shard, cfg, grid->tp, e->coords.tp_rank, grid->moe);
+    if (rc) return rc;
+    e->kv_tokens = kvp_token_range(grid, e->coords.kvp_rank, opt->max_seq);
+    struct stage_tensor_list list = {0};
+    struct stage_role role = {e->range.layer_start, e->range.layer_end, s == 0, s == grid->pp - 1,
+                              s == 0 && opt->with_vision && cfg->has_vision};
+    if ((rc = stage_tensor_list_build(&list, cfg, &role, st))) return rc;
+    const size_t elem = torch_dtype_bytes(cfg->torch_dtype);
+    for (int i = 0; i < list.count; ++i) {
+        const struct stage_tensor *t = &list.items[i];
+        const struct st_tensor *stored = st ? safetensors_find(st, t->name) : NULL;
+        uint64_t bytes = stored ? stored->nbytes : elem;
+        for (int d = 0; !stored && d < t->ndim; ++d)
+            bytes *= (uint64_t)t->shape[d];
+        enum stage_tensor_layout layout =
+            stored ? stage_tensor_stored_layout(t, stored) : t->layout;
+        struct tp_slice slice;
+        if ((rc = tp_tensor_slice(&slice, &e->shard, t, layout))) break;
+        e->weight_bytes += tp_slice_bytes(&slice, bytes);
+    }
+    stage_tensor_list_free(&list);
+    if (rc) return rc;
+    const uint64_t layers = (uint64_t)(e->range.layer_end - e->range.layer_start);
+    const uint64_t kv_heads = (uint64_t)(e->shard.kv_heads.end - e->shard.kv_heads.start);
+    const uint64_t tokens = (uint64_t)(e->kv_tokens.end - e->kv_tokens.start);
+    e->kv_bytes = 2 * layers * kv_heads * (uint64_t)cfg->head_dim * opt->kv_dtype_bytes * tokens *
+                  (uint64_t)opt->batch;
+    uint64_t logits = 0;
+    e->workspace_bytes = stage_plan_workspace_bytes(cfg, opt, &logits);
+    if (s == grid->pp - 1) e->workspace_bytes += logits;
+    e->total_bytes = e->weight_bytes + e->kv_bytes + e->workspace_bytes;
+    return STRATA_OK;
+}
+
 int stage_plan_parse_size(uint64_t *out, const char *text) {
     if (!out || !text) return strata_set_error(STRATA_EINVAL, "size: null argument");
     char *end = NULL;

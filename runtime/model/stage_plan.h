@@ -26,6 +26,7 @@
 
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/model/tp_shard.h"
 
 #define STAGE_PLAN_MAX_STAGES 256
 
@@ -106,6 +107,27 @@ int stage_plan_price(struct stage_plan *plan, const struct stage_memory_model *m
  * STRATA_ERANGE and a message naming the tightest node when the model does not fit. */
 int stage_plan_balanced(struct stage_plan *plan, const struct stage_memory_model *mm,
                         const uint64_t *free_bytes, int num_stages);
+
+/* One process of the PP × KVP × TP grid (runtime/model/tp_shard.h) and what it holds. */
+struct grid_plan_entry {
+    int rank;                  /* global rank */
+    struct grid_coords coords; /* stage, kvp rank, tp rank */
+    struct stage_range range;  /* the stage's layers */
+    struct tp_shard shard;     /* heads, KV heads, MLP columns, experts, vocab rows */
+    struct tp_range kv_tokens; /* KV positions held of every sequence */
+    uint64_t weight_bytes;     /* the rank's slices of the stage's tensors */
+    uint64_t kv_bytes;        /* 2 × layers × held KV heads × D × kv bytes × tokens × batch */
+    uint64_t workspace_bytes; /* the whole stage's (an upper bound for one rank) */
+    uint64_t total_bytes;
+};
+
+/* Prices global rank `rank` of a checked grid (grid_config_check) whose stages own
+ * ranges[grid->pp]. Weight bytes are exact stored slice bytes when `st` is given, else
+ * shapes × the checkpoint dtype size. */
+int grid_plan_price_rank(struct grid_plan_entry *e, const struct model_config *cfg,
+                         const struct safetensors *st, const struct grid_config *grid,
+                         const struct stage_range *ranges, const struct stage_memory_options *opt,
+                         int rank);
 
 /* Parses a size such as "24G", "512M", "1.5G", "1000" (bytes; K/M/G/T are powers of 1024,
  * an optional trailing "B"/"iB" is accepted). */

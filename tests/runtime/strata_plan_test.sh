@@ -1,9 +1,11 @@
 #!/bin/bash
 # End-to-end test of the strata-plan binary on the committed tiny checkpoint: the even
-# split, the memory-proportional split, and the documented exit codes (2 usage, 3 input).
+# split, the memory-proportional split, the PP x KVP x TP process table (and a MoE golden's
+# expert shards), and the documented exit codes (2 usage, 3 input).
 set -u
 plan="$1"
 model="$2"
+moe="$3"
 fail=0
 
 check() { # name, expected exit code, expected output substring, args...
@@ -43,6 +45,31 @@ check ranges-outside 2 "outside" --model "$model" --ranges 0-2,2-9
 check ranges-syntax 2 "expected START-END" --model "$model" --ranges 0-2,x
 check ranges-count 2 "--ranges lists 2 stages but --stages is 3" --model "$model" --stages 3 --ranges 0-2,2-4
 check no-fit 3 "does not fit" --model "$model" --stages 2 --mem 1M,1M
+# The grid (tiny_qwen3: 2 heads, 1 KV head, F 32, V 128, 4 layers).
+check grid-table 0 "PP 2 x KVP 2 x TP 2 = 8 processes" --model "$model" --stages 2 --tp 2 --kvp 2 --max-seq 1024
+check grid-last-rank 0 "7     1     1    1   [2,4)     [1,2)     [0,1)x2    [16,32)     -            [64,128)     [512,1024)" \
+    --model "$model" --stages 2 --tp 2 --kvp 2 --max-seq 1024
+check grid-kv-replicated 0 "1 of 1 KV heads (replicated" --model "$model" --stages 1 --tp 2
+check grid-kvp-only 0 "[300,400)" --model "$model" --stages 1 --kvp 4 --kvp-tokens 100 --max-seq 400
+check grid-heads 2 "TP 4 does not divide the 2 attention heads" --model "$model" --stages 2 --tp 4
+check grid-kvp-short 2 "hold 200 tokens, fewer than max-seq 1024" --model "$model" --stages 2 --kvp 2 --kvp-tokens 100 --max-seq 1024
+check grid-kvp-empty 2 "KVP rank 3 would hold no tokens" --model "$model" --stages 2 --kvp 4 --kvp-tokens 400 --max-seq 1024
+check grid-tp-zero 2 "--tp" --model "$model" --stages 2 --tp 0
+check grid-moe-flag 2 "--moe must be expert or split" --model "$model" --stages 2 --tp 2 --moe rows
+check grid-mem 2 "--mem plans whole stages" --model "$model" --stages 2 --tp 2 --mem 1G,1G
+check grid-stages 2 "every stage needs a layer" --model "$model" --stages 5 --tp 2
+check grid-experts 2 "TP 4 does not divide the 6 experts" --model "$moe" --stages 2 --tp 4
+check grid-experts-ep 0 "[3,6)" --model "$moe" --stages 2 --tp 2
+check grid-experts-split 0 "all:[24,32)" --model "$moe" --stages 2 --tp 4 --moe split
+check grid-tensors 0 "model.layers.3.mlp.down_proj.weight                          dim 1 [16, 32) of 32" \
+    --model "$model" --stages 2 --tp 2 --tensors 3
+check grid-tensors-kv 0 "model.layers.2.self_attn.k_proj.weight                       whole" \
+    --model "$model" --stages 2 --tp 2 --tensors 3
+check grid-tensors-range 2 "the grid has ranks 0 to 3" --model "$model" --stages 2 --tp 2 --tensors 4
+check grid-tensors-expert 0 "model.layers.0.mlp.experts.3.gate_proj.weight                whole" \
+    --model "$moe" --stages 1 --tp 2 --tensors 1
+check grid-tensors-split 0 "model.layers.0.mlp.experts.0.down_proj.weight                dim 1 [16, 32) of 32" \
+    --model "$moe" --stages 1 --tp 2 --moe split --tensors 1
 # A checkpoint whose config disagrees with its weights: every mis-shaped tensor is listed.
 broken="${TEST_TMPDIR:-/tmp}/broken_model"
 mkdir -p "$broken"
