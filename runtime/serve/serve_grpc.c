@@ -24,6 +24,8 @@
 
 /* How often a call waiting for tokens looks whether its client is still there. */
 #define GRPC_POLL_MS 50
+/* Longest wait for a call's request message once the call has started. */
+#define GRPC_RECV_TIMEOUT_MS 30000
 
 struct serve_grpc {
     struct serve_app *app;
@@ -243,9 +245,15 @@ static void serve_call(struct call_ctx *c) {
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &c->request;
-    if (start_batch(c, &op, 1, &g_tag_recv) < 0 ||
-        wait_tag(c, &g_tag_recv, gpr_inf_future(GPR_CLOCK_MONOTONIC)) != 1)
-        return; /* the client went away before sending its message */
+    if (start_batch(c, &op, 1, &g_tag_recv) < 0) return;
+    int got = wait_tag(c, &g_tag_recv, deadline_ms(GRPC_RECV_TIMEOUT_MS));
+    if (got < 0) {
+        /* A call that never sends its request must not hold a thread. */
+        grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED,
+                                     "no request message within the server's timeout", NULL);
+        got = wait_tag(c, &g_tag_recv, gpr_inf_future(GPR_CLOCK_MONOTONIC));
+    }
+    if (got != 1) return; /* the client went away before sending its message */
     size_t len = 0;
     uint8_t *req = request_bytes(c, &len);
     int gen = !strcmp(c->method, SERVE_GRPC_GENERATE), chat = !strcmp(c->method, SERVE_GRPC_CHAT);
