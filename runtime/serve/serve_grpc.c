@@ -123,6 +123,7 @@ static void finish(struct call_ctx *c, enum serve_grpc_code code, const char *me
     if (start_batch(c, ops, n, &g_tag_status) == 0)
         wait_tag(c, &g_tag_status, gpr_inf_future(GPR_CLOCK_MONOTONIC));
     grpc_slice_unref(details);
+    serve_metrics_grpc(c->srv->app->metrics, (int)code);
     if (code != SERVE_GRPC_OK && code != SERVE_GRPC_CANCELLED)
         strata_log(code == SERVE_GRPC_INVALID_ARGUMENT ? STRATA_LOG_INFO : STRATA_LOG_WARN,
                    "grpc %s: status %d: %s", c->method, (int)code, message ? message : "");

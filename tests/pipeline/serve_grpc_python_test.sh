@@ -29,7 +29,7 @@ mkdir -p "$PL_WORK/stubs"
 "$py" -m grpc_tools.protoc -I "$PL_ROOT/runtime/serve" --python_out="$PL_WORK/stubs" \
     --grpc_python_out="$PL_WORK/stubs" "$PL_ROOT/runtime/serve/strata.proto" ||
     pl_fail "grpc_tools.protoc failed on strata.proto"
-pl_start_pipeline p 2 "$model" --max-seq 256
+pl_start_pipeline p 2 "$model" --max-seq 256 --step-delay-ms 2 # the cancel lands mid-stream
 # shellcheck disable=SC2046
 "$PL_BIN/strata-serve" --model "$model" --stage0-port-file "$PL_WORK/p.0.port" --max-seq 256 \
     --no-http --grpc-port-file "$PL_WORK/grpc.port" $(pl_security_default) 2>>"$PL_WORK/serve.log" &

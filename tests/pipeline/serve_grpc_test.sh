@@ -45,7 +45,9 @@ case=qwen3_long_prompt
 golden="$PL_WORK/golden"
 cp -r "$(pl_golden "$case")" "$golden" && cp "$TOKDIR/tokenizer.json" "$TOKDIR/tokenizer_config.json" "$golden/" ||
     pl_fail "cannot copy the golden model and the tokenizer"
-pl_start_pipeline g 2 "$golden" --max-seq 256
+# --step-delay-ms: each step takes >= 2 ms per stage, so a 200-token answer lasts >= 0.8 s and
+# the cancel / deadline checks below land mid-stream however fast the machine.
+pl_start_pipeline g 2 "$golden" --max-seq 256 --step-delay-ms 2
 start_serve g "$golden"
 prompt=$(pl_golden_prompt "$case")
 want=$(pl_golden_generated "$case")
@@ -57,7 +59,6 @@ gc --prompt "$prompt" --max-tokens "$steps" --temperature 0 --ignore-eos --chunk
 chunk_ids=$(sed -n 's/^chunk [0-9]*: ids=\([0-9,]*\) .*/\1/p' "$PL_WORK/golden.out" | paste -sd, -)
 [ "$chunk_ids" = "$want" ] || pl_fail "the chunks' ids $chunk_ids != golden $want"
 n_chunks=$(grep -c '^chunk ' "$PL_WORK/golden.out")
-[ "$n_chunks" -ge 2 ] || pl_fail "the answer came in $n_chunks message(s), not streamed"
 [ "$(field_of "$PL_WORK/golden.err" finish)" = length ] || pl_fail "finish is not length"
 n_prompt=$(echo "$prompt" | tr ',' '\n' | grep -c .)
 [ "$(field_of "$PL_WORK/golden.err" usage)" = "prompt $n_prompt completion $steps" ] ||
@@ -118,8 +119,16 @@ gc --prompt "$prompt" --max-tokens 3 --temperature 0 >/dev/null 2>"$PL_WORK/afte
     pl_fail "no answer after the malformed requests: $(cat "$PL_WORK/after.err")"
 echo "malformed requests: INVALID_ARGUMENT / UNIMPLEMENTED with messages; still serving"
 
-# 3 (golden model). Cancel and deadline mid-stream: cancelled on every stage.
-gc --prompt "$prompt" --max-tokens 200 --ignore-eos --temperature 0 --cancel-after 2 \
+# 3 (golden model). A long answer streams in many messages; cancel and a deadline mid-stream
+# cancel the request on every stage.
+t0=$(date +%s%N)
+gc --prompt "$prompt" --max-tokens 200 --ignore-eos --temperature 0 >/dev/null 2>"$PL_WORK/long.err" ||
+    pl_fail "a 200-token answer failed: $(cat "$PL_WORK/long.err")"
+long_ms=$((($(date +%s%N) - t0) / 1000000))
+n_long=$(field_of "$PL_WORK/long.err" messages)
+[ "$n_long" -ge 4 ] || pl_fail "200 tokens came in $n_long message(s): not streamed"
+echo "200 tokens streamed in $n_long messages in $long_ms ms"
+gc --prompt "$prompt" --max-tokens 200 --ignore-eos --temperature 0 --cancel-after 1 \
     >/dev/null 2>"$PL_WORK/cancel.err" && pl_fail "a cancelled call succeeded"
 [ "$(status_of "$PL_WORK/cancel.err")" = CANCELLED ] || pl_fail "cancel: $(tail -n 1 "$PL_WORK/cancel.err")"
 pl_wait_log "$PL_WORK/g.serve.log" "abandoned after .* tokens: cancelled" 1 10 ||
@@ -128,7 +137,7 @@ for r in 0 1; do
     pl_wait_log "$PL_WORK/g.$r.log" "cancelled: request cancelled by the client" 1 10 ||
         pl_fail "stage $r did not cancel the cancelled call's request"
 done
-gc --prompt "$prompt" --max-tokens 200 --ignore-eos --temperature 0 --deadline-ms 20 \
+gc --prompt "$prompt" --max-tokens 200 --ignore-eos --temperature 0 --deadline-ms 250 \
     >/dev/null 2>"$PL_WORK/deadline.err" && pl_fail "a call past its deadline succeeded"
 [ "$(status_of "$PL_WORK/deadline.err")" = DEADLINE_EXCEEDED ] ||
     pl_fail "deadline: $(tail -n 1 "$PL_WORK/deadline.err")"
@@ -146,6 +155,11 @@ done
 gc --prompt "$prompt" --max-tokens "$steps" --temperature 0 --ignore-eos >/dev/null 2>"$PL_WORK/again.err" ||
     pl_fail "no answer after the cancels"
 [ "$(field_of "$PL_WORK/again.err" tokens)" = "$want" ] || pl_fail "tokens after the cancels != golden"
+curl -sS "$URL/metrics" >"$PL_WORK/metrics.txt"
+for code in OK INVALID_ARGUMENT UNIMPLEMENTED CANCELLED; do
+    grep -q "^strata_serve_grpc_requests_total{code=\"$code\"} [1-9]" "$PL_WORK/metrics.txt" ||
+        pl_fail "/metrics lacks gRPC calls with status $code"
+done
 echo "cancel and deadline mid-stream: cancelled on every stage, nothing in flight, next call served"
 
 # 5. Health, Info; then stage 0 gone.
