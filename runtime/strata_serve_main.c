@@ -30,7 +30,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-serve --model DIR --stage0-port P|--stage0-port-file F [options]\n"
             "OpenAI-compatible HTTP server in front of a pipeline's stage 0:\n"
-            "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /metrics.\n"
+            "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /metrics;\n"
+            "with --grpc-port also the gRPC service of runtime/serve/strata.proto.\n"
             "  --model DIR              tokenizer.json + chat template of the served model\n"
             "  --served-model-name N    the model id (default: DIR's basename)\n"
             "  --stage0-host H          stage 0 host (default 127.0.0.1)\n"

@@ -10,6 +10,7 @@
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -370,7 +371,7 @@ static void *acceptor_main(void *arg) {
 }
 
 static grpc_server *create_server(void) {
-    grpc_arg args[2];
+    grpc_arg args[3];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = (int)SERVE_MAX_BODY;
@@ -378,8 +379,22 @@ static grpc_server *create_server(void) {
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_KEEPALIVE_TIME_MS;
     args[1].value.integer = 30000;
-    grpc_channel_args ch = {2, args};
+    /* gRPC turns SO_REUSEPORT on by default: a second server would share a taken port
+     * silently instead of failing to listen. */
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
+    args[2].value.integer = 0;
+    grpc_channel_args ch = {3, args};
     return grpc_server_create(&ch, NULL);
+}
+
+/* gRPC core's own diagnostics go to the operator log (as libmicrohttpd's do), never straight
+ * to stderr; only errors: its info lines are per-connection noise. */
+static void on_grpc_log(gpr_log_func_args *args) {
+    char line[512];
+    snprintf(line, sizeof line, "%s", args->message);
+    line[strcspn(line, "\n")] = '\0';
+    strata_log(STRATA_LOG_WARN, "grpc core: %s", line);
 }
 
 int serve_grpc_start(struct serve_grpc **out, struct serve_app *app, const char *host, int port) {
@@ -387,6 +402,8 @@ int serve_grpc_start(struct serve_grpc **out, struct serve_app *app, const char 
     snprintf(addr, sizeof addr, "%s:%d", host, port);
     struct serve_grpc *s = calloc(1, sizeof *s);
     if (!s) return strata_set_error(STRATA_ENOMEM, "grpc: no memory");
+    gpr_set_log_function(on_grpc_log);
+    gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
     grpc_init();
     s->app = app;
     pthread_mutex_init(&s->mu, NULL);
