@@ -1,7 +1,8 @@
-/* strata-serve: an OpenAI-compatible HTTP front (runtime/serve) in front of a running
- * pipeline's stage 0. Loads the model directory's tokenizer and chat template, listens, and
- * serves until SIGINT/SIGTERM. Exit codes: 0 stopped by a signal, 1 runtime failure,
- * 2 usage, 3 bad model directory. */
+/* strata-serve: an OpenAI-compatible HTTP front and, with --grpc-port, the gRPC service
+ * (runtime/serve, strata.proto) in front of a running pipeline's stage 0: one process, one
+ * stage-0 connection and one request path for both. Loads the model directory's tokenizer
+ * and chat template, listens, and serves until SIGINT/SIGTERM. Exit codes: 0 stopped by a signal, 1
+ * runtime failure, 2 usage, 3 bad model directory. */
 #include <getopt.h>
 #include <libgen.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
+#include "runtime/serve/serve_grpc.h"
 #include "runtime/serve/serve_http.h"
 #include "wire/tls.h"
 
@@ -28,7 +30,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-serve --model DIR --stage0-port P|--stage0-port-file F [options]\n"
             "OpenAI-compatible HTTP server in front of a pipeline's stage 0:\n"
-            "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /metrics.\n"
+            "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /metrics;\n"
+            "with --grpc-port also the gRPC service of runtime/serve/strata.proto.\n"
             "  --model DIR              tokenizer.json + chat template of the served model\n"
             "  --served-model-name N    the model id (default: DIR's basename)\n"
             "  --stage0-host H          stage 0 host (default 127.0.0.1)\n"
@@ -37,6 +40,10 @@ static void usage(FILE *out) {
             "  --host H                 listen address, IPv4 (default 127.0.0.1)\n"
             "  --port P                 listen port (default 0: any free port)\n"
             "  --port-file F            write the bound port to F\n"
+            "  --grpc-port P            also serve gRPC (strata.v1.Strata: Generate, Chat,\n"
+            "                           Health, Info) on P (0: any free port); plaintext HTTP/2\n"
+            "  --grpc-port-file F       write the bound gRPC port to F (implies --grpc-port 0)\n"
+            "  --no-http                serve gRPC only\n"
             "  --max-seq N              the stages' --max-seq: prompt + answer (default 512)\n"
             "  --token-timeout-ms MS    longest wait for the next token (default 60000)\n"
             "  --auth-key-file F        the pipeline's pre-shared key (else $STRATA_AUTH_KEY):\n"
@@ -50,8 +57,10 @@ static void usage(FILE *out) {
 struct serve_args {
     const char *model, *name, *stage0_host, *stage0_port_file, *host, *port_file, *key_file;
     const char *tls_cert, *tls_key, *tls_ca;
-    int insecure;
+    const char *grpc_port_file;
+    int insecure, no_http;
     int stage0_port, port, max_seq, token_timeout_ms;
+    int grpc_port; /* -1: no gRPC */
 };
 
 static int parse_args(struct serve_args *a, int argc, char **argv) {
@@ -70,6 +79,9 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
                                             {"tls-key", 1, 0, 'K'},
                                             {"tls-ca", 1, 0, 'A'},
                                             {"insecure", 0, 0, 'I'},
+                                            {"grpc-port", 1, 0, 'g'},
+                                            {"grpc-port-file", 1, 0, 'G'},
+                                            {"no-http", 0, 0, 'N'},
                                             {"help", 0, 0, 'x'},
                                             {0, 0, 0, 0}};
     int c, bad = 0;
@@ -77,6 +89,7 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
     a->stage0_host = a->host = "127.0.0.1";
     a->max_seq = 512;
     a->token_timeout_ms = 60000;
+    a->grpc_port = -1;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
         switch (c) {
         case 'm': a->model = optarg; break;
@@ -94,6 +107,9 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
         case 'K': a->tls_key = optarg; break;
         case 'A': a->tls_ca = optarg; break;
         case 'I': a->insecure = 1; break;
+        case 'g': bad |= cli_parse_int(optarg, 0, 65535, &a->grpc_port) < 0; break;
+        case 'G': a->grpc_port_file = optarg; break;
+        case 'N': a->no_http = 1; break;
         case 'x': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -102,6 +118,11 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
         fprintf(stderr, "strata-serve: need --model and one of --stage0-port / "
                         "--stage0-port-file, with valid numbers\n");
         usage(stderr);
+        return STRATA_EXIT_USAGE;
+    }
+    if (a->grpc_port_file && a->grpc_port < 0) a->grpc_port = 0;
+    if (a->no_http && a->grpc_port < 0) {
+        fprintf(stderr, "strata-serve: --no-http needs --grpc-port or --grpc-port-file\n");
         return STRATA_EXIT_USAGE;
     }
     return -1;
@@ -153,25 +174,42 @@ static int open_security(struct wire_security *sec, struct wire_auth_key *key,
     return -1;
 }
 
+/* Starts the fronts asked for and writes their port files. Returns the exit code or -1. */
+static int start_fronts(struct serve_server **http, struct serve_grpc **grpc, struct serve_app *app,
+                        const struct serve_args *a) {
+    if (!a->no_http && serve_server_start(http, app, a->host, a->port) < 0) return -2;
+    if (*http && a->port_file && cli_write_port_file(a->port_file, serve_server_port(*http)) < 0)
+        return -2;
+    if (a->grpc_port >= 0 && serve_grpc_start(grpc, app, a->host, a->grpc_port) < 0) return -2;
+    if (*grpc && a->grpc_port_file &&
+        cli_write_port_file(a->grpc_port_file, serve_grpc_port(*grpc)) < 0)
+        return -2;
+    if (*http)
+        strata_log(STRATA_LOG_INFO, "serving model '%s' on http://%s:%d (stage 0 at %s:%d)",
+                   app->model_id, a->host, serve_server_port(*http), a->stage0_host,
+                   a->stage0_port);
+    if (*grpc)
+        strata_log(STRATA_LOG_INFO, "serving model '%s' over gRPC on %s:%d (stage 0 at %s:%d)",
+                   app->model_id, a->host, serve_grpc_port(*grpc), a->stage0_host, a->stage0_port);
+    return -1;
+}
+
 static int serve(struct serve_app *app, const struct serve_args *a) {
-    struct serve_server *server = NULL;
-    if (serve_server_start(&server, app, a->host, a->port) < 0) {
+    struct serve_server *http = NULL;
+    struct serve_grpc *grpc = NULL;
+    int code = start_fronts(&http, &grpc, app, a);
+    if (code == -2) {
         fprintf(stderr, "strata-serve: %s\n", strata_last_error());
-        return STRATA_EXIT_FAILURE;
+        code = STRATA_EXIT_FAILURE;
+    } else {
+        while (!g_stop)
+            usleep(100000);
+        strata_log(STRATA_LOG_INFO, "stopping");
+        code = STRATA_EXIT_OK;
     }
-    int port = serve_server_port(server);
-    if (a->port_file && cli_write_port_file(a->port_file, port) < 0) {
-        fprintf(stderr, "strata-serve: %s\n", strata_last_error());
-        serve_server_stop(server);
-        return STRATA_EXIT_FAILURE;
-    }
-    strata_log(STRATA_LOG_INFO, "serving model '%s' on http://%s:%d (stage 0 at %s:%d)",
-               app->model_id, a->host, port, a->stage0_host, a->stage0_port);
-    while (!g_stop)
-        usleep(100000);
-    strata_log(STRATA_LOG_INFO, "stopping");
-    serve_server_stop(server);
-    return STRATA_EXIT_OK;
+    serve_grpc_stop(grpc);
+    serve_server_stop(http);
+    return code;
 }
 
 int main(int argc, char **argv) {

@@ -5,7 +5,7 @@
 # stops everything on Ctrl-C / SIGTERM (or when any of them exits). Binaries:
 # $STRATA_BIN_DIR/runtime (./strata serve builds them and sets it), or Bazel runfiles.
 # Usage: tools/strata_serve.sh --model DIR [--stages N] [--host H] [--port P] [--port-file F]
-#        [--max-seq N] [--served-model-name NAME]
+#        [--max-seq N] [--served-model-name NAME] [--grpc-port P] (gRPC beside HTTP)
 set -u
 . "$(dirname "$0")/../tests/pipeline/pipeline_lib.sh"
 
@@ -13,7 +13,8 @@ serve_usage() {
     sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'
 }
 
-model="" stages=1 host=127.0.0.1 port=8000 port_file="" max_seq=4096
+model="" stages=1 host=127.0.0.1 port=8000 port_file="" max_seq=4096 grpc_port=""
+PL_GRPC_PORT_FILE="$(mktemp -u "${TMPDIR:-/tmp}/strata-grpc-port.XXXXXX")"
 serve_opts=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -24,6 +25,7 @@ while [ $# -gt 0 ]; do
     --port-file) port_file=$2; shift 2 ;;
     --max-seq) max_seq=$2; shift 2 ;;
     --served-model-name) serve_opts+=(--served-model-name "$2"); shift 2 ;;
+    --grpc-port) grpc_port=$2; serve_opts+=(--grpc-port "$2" --grpc-port-file "$PL_GRPC_PORT_FILE"); shift 2 ;;
     -h | --help) serve_usage; exit 0 ;;
     *) echo "strata serve: unknown argument $1" >&2; serve_usage >&2; exit 2 ;;
     esac
@@ -47,6 +49,11 @@ serve_pid=$!
 PL_PIDS="$PL_PIDS $serve_pid"
 pl_wait_file "$port_file" 20 || pl_fail "strata-serve did not start"
 echo "strata serve: http://$host:$(cat "$port_file")/v1 (model $(basename "$model"), $stages stage(s)); Ctrl-C stops" >&2
+if [ -n "$grpc_port" ]; then
+    pl_wait_file "$PL_GRPC_PORT_FILE" 20 || pl_fail "strata-serve did not start gRPC"
+    echo "strata serve: gRPC $host:$(cat "$PL_GRPC_PORT_FILE") (strata.v1.Strata, runtime/serve/strata.proto)" >&2
+    rm -f "$PL_GRPC_PORT_FILE"
+fi
 # Ctrl-C reaches the whole process group (the stages and strata-serve too), so a stage may
 # already be gone or report the interrupt: stop whatever is left and wait for it, without
 # judging exit statuses (pl_cleanup kills anything still there on exit).

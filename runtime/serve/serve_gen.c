@@ -34,8 +34,26 @@ static int encode_chat(struct serve_gen *g, struct tokenizer_ids *ids, struct se
     return 0;
 }
 
+/* Token ids given directly (gRPC): each must be one the tokenizer can decode, so the answer's
+ * text and the pipeline's embedding rows are defined for the whole prompt. */
+static int copy_prompt_ids(struct serve_gen *g, struct tokenizer_ids *ids,
+                           struct serve_error *err) {
+    int32_t n_ids = tokenizer_n_ids(g->app->tok);
+    for (int i = 0; i < g->params.n_prompt_ids; i++)
+        if (g->params.prompt_ids[i] < 0 || g->params.prompt_ids[i] >= n_ids)
+            return serve_error_set(err, 400, "token_ids", "invalid_value",
+                                   "token id %d (at %d) is outside the vocabulary [0, %d)",
+                                   (int)g->params.prompt_ids[i], i, (int)n_ids);
+    ids->ids = malloc((size_t)g->params.n_prompt_ids * sizeof(int32_t));
+    if (!ids->ids) return serve_error_set(err, 500, NULL, NULL, "out of memory");
+    memcpy(ids->ids, g->params.prompt_ids, (size_t)g->params.n_prompt_ids * sizeof(int32_t));
+    ids->n = (size_t)g->params.n_prompt_ids;
+    return 0;
+}
+
 static int encode_prompt(struct serve_gen *g, struct tokenizer_ids *ids, struct serve_error *err) {
     if (g->params.kind == SERVE_CHAT) return encode_chat(g, ids, err);
+    if (!g->params.prompt) return copy_prompt_ids(g, ids, err);
     if (tokenizer_encode(g->app->tok, g->params.prompt, strlen(g->params.prompt), ids) < 0)
         return serve_error_set(err, 400, "prompt", "invalid_value", "%s", strata_last_error());
     return 0;
@@ -68,7 +86,7 @@ static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct s
     req.sampling.top_p = g->params.top_p;
     req.sampling.seed = g->params.seed;
     int32_t eos[TOKENIZER_MAX_EOS];
-    int n_eos = tokenizer_eos_ids(g->app->tok, eos);
+    int n_eos = g->params.ignore_eos ? 0 : tokenizer_eos_ids(g->app->tok, eos);
     for (int i = 0; i < n_eos && req.num_stop_ids < REQUEST_MAX_STOP_IDS; i++)
         req.stop_ids[req.num_stop_ids++] = eos[i];
     g->t_submit = cli_now_sec();
@@ -81,12 +99,25 @@ static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct s
 
 int serve_gen_start(struct serve_gen *g, struct serve_app *app, enum serve_kind kind,
                     const char *body, size_t len, struct serve_error *err) {
-    static unsigned long counter;
     struct serve_limits limits = {app->model_id, app->max_seq};
+    struct serve_params params;
+    if (serve_params_parse(&params, kind, body, len, &limits, err) < 0) {
+        serve_params_free(&params);
+        memset(g, 0, sizeof *g);
+        return -1;
+    }
+    return serve_gen_begin(g, app, &params, err);
+}
+
+int serve_gen_begin(struct serve_gen *g, struct serve_app *app, struct serve_params *params,
+                    struct serve_error *err) {
+    static unsigned long counter;
     struct tokenizer_ids ids = {0};
     memset(g, 0, sizeof *g);
     g->app = app;
-    if (serve_params_parse(&g->params, kind, body, len, &limits, err) < 0) return -1;
+    g->params = *params; /* owned from here on */
+    memset(params, 0, sizeof *params);
+    enum serve_kind kind = g->params.kind;
     snprintf(g->id, sizeof g->id, "%s-%lx%04lx", kind == SERVE_CHAT ? "chatcmpl" : "cmpl",
              (unsigned long)time(NULL), __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED));
     g->info = (struct serve_reply_info){kind, g->id, (long)time(NULL), app->model_id};
@@ -144,6 +175,11 @@ int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
                                "no token from the pipeline in %d ms", g->idle_ms);
     }
     g->idle_ms = 0;
+    /* EINVAL: stage 0 refused the request itself (e.g. a token id past the model's own
+     * vocabulary, which the tokenizer's may exceed): the client's error, not the pipeline's. */
+    if (done && g->job.error_code == STRATA_EINVAL)
+        return serve_error_set(err, 400, NULL, "invalid_value",
+                               "the pipeline refused the request: %s", g->job.error);
     if (done && g->job.error_code)
         return serve_error_set(err, 502, NULL, "pipeline_error", "the pipeline failed: %s",
                                g->job.error);

@@ -1,6 +1,7 @@
-/* One generation behind an HTTP request: parse the body, render the chat template (or take
- * the raw prompt), tokenize, submit to the pipeline, then decode the streamed tokens into
- * text cut at stop strings. Used by serve_http.c for both whole and streamed answers. */
+/* One generation behind a request: parse the body, render the chat template (or take the
+ * raw prompt or its token ids), tokenize, submit to the pipeline, then decode the streamed
+ * tokens into text cut at stop strings. Used by serve_http.c for both whole and streamed
+ * answers, and by serve_grpc.c for the gRPC streams. */
 #ifndef STRATA_RUNTIME_SERVE_SERVE_GEN_H
 #define STRATA_RUNTIME_SERVE_SERVE_GEN_H
 
@@ -44,6 +45,11 @@ struct serve_gen {
  * be reached). serve_gen_free afterwards either way. */
 int serve_gen_start(struct serve_gen *g, struct serve_app *app, enum serve_kind kind,
                     const char *body, size_t len, struct serve_error *err);
+
+/* The same from parameters another front decoded (the gRPC one): takes ownership of
+ * *params (left zeroed), renders / tokenizes / takes the prompt ids, and submits. */
+int serve_gen_begin(struct serve_gen *g, struct serve_app *app, struct serve_params *params,
+                    struct serve_error *err);
 
 /* Waits up to slice_ms for the next tokens and decodes them (sets finished/finish when the
  * answer is complete): 0 on progress, 1 when nothing came in the slice (so the caller can

@@ -93,6 +93,30 @@ static int render_hist(struct serve_buf *out, const char *name, const char *help
     return rc;
 }
 
+void serve_metrics_grpc(struct serve_metrics *m, int code) {
+    if (code < 0 || code >= SERVE_GRPC_CODES) return;
+    pthread_mutex_lock(&m->mu);
+    m->grpc_counts[code]++;
+    pthread_mutex_unlock(&m->mu);
+}
+
+/* gRPC's names of its status codes (doc/statuscodes.md), the label values its own metrics use. */
+static const char *const GRPC_CODE_NAMES[SERVE_GRPC_CODES] = {
+    "OK",        "CANCELLED",      "UNKNOWN",           "INVALID_ARGUMENT",   "DEADLINE_EXCEEDED",
+    "NOT_FOUND", "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+    "ABORTED",   "OUT_OF_RANGE",   "UNIMPLEMENTED",     "INTERNAL",           "UNAVAILABLE",
+    "DATA_LOSS", "UNAUTHENTICATED"};
+
+static int render_grpc(struct serve_metrics *m, struct serve_buf *out) {
+    int rc = appendf(out, "# HELP strata_serve_grpc_requests_total gRPC calls ended, by status "
+                          "code.\n# TYPE strata_serve_grpc_requests_total counter\n");
+    for (int i = 0; i < SERVE_GRPC_CODES && rc == 0; i++)
+        if (m->grpc_counts[i])
+            rc = appendf(out, "strata_serve_grpc_requests_total{code=\"%s\"} %ld\n",
+                         GRPC_CODE_NAMES[i], m->grpc_counts[i]);
+    return rc;
+}
+
 int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out) {
     pthread_mutex_lock(&m->mu);
     int rc = appendf(out, "# HELP strata_serve_requests_total HTTP requests answered, by "
@@ -100,6 +124,7 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out) {
     for (int i = 0; i < SERVE_METRICS_STATUSES && m->status_codes[i] && rc == 0; i++)
         rc = appendf(out, "strata_serve_requests_total{status=\"%d\"} %ld\n", m->status_codes[i],
                      m->status_counts[i]);
+    if (rc == 0) rc = render_grpc(m, out);
     if (rc == 0)
         rc = appendf(out,
                      "# TYPE strata_serve_prompt_tokens_total counter\n"

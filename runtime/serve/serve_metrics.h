@@ -1,5 +1,6 @@
-/* Prometheus counters of the HTTP front: requests by status, tokens, time to first token and
- * inter-token latency histograms, requests in flight. Thread-safe. */
+/* Prometheus counters of the fronts: HTTP requests by status, gRPC calls by status code,
+ * tokens, time to first token and inter-token latency histograms, requests in flight (both
+ * fronts). Thread-safe. */
 #ifndef STRATA_RUNTIME_SERVE_SERVE_METRICS_H
 #define STRATA_RUNTIME_SERVE_SERVE_METRICS_H
 
@@ -9,6 +10,7 @@
 
 #define SERVE_METRICS_STATUSES 16
 #define SERVE_HIST_BUCKETS 12
+#define SERVE_GRPC_CODES 17 /* gRPC status codes 0 (OK) .. 16 (UNAUTHENTICATED) */
 
 struct serve_hist {
     long counts[SERVE_HIST_BUCKETS + 1]; /* per bucket, the last one +Inf */
@@ -20,6 +22,7 @@ struct serve_metrics {
     pthread_mutex_t mu;
     int status_codes[SERVE_METRICS_STATUSES];
     long status_counts[SERVE_METRICS_STATUSES];
+    long grpc_counts[SERVE_GRPC_CODES];
     long prompt_tokens, completion_tokens;
     long in_flight;
     struct serve_hist ttft, itl;
@@ -28,6 +31,8 @@ struct serve_metrics {
 void serve_metrics_init(struct serve_metrics *m);
 void serve_metrics_destroy(struct serve_metrics *m);
 void serve_metrics_request(struct serve_metrics *m, int http_status);
+/* A gRPC call ended with status `code` (0..16). */
+void serve_metrics_grpc(struct serve_metrics *m, int code);
 void serve_metrics_tokens(struct serve_metrics *m, int prompt, int completion);
 void serve_metrics_in_flight(struct serve_metrics *m, int delta);
 void serve_metrics_ttft(struct serve_metrics *m, double seconds);

@@ -26,7 +26,36 @@ int serve_error_set(struct serve_error *err, int http_status, const char *param,
 void serve_params_free(struct serve_params *p) {
     free(p->messages_json);
     free(p->prompt);
+    free(p->prompt_ids);
     p->messages_json = p->prompt = NULL;
+    p->prompt_ids = NULL;
+    p->n_prompt_ids = 0;
+}
+
+void serve_params_defaults(struct serve_params *p, enum serve_kind kind) {
+    p->kind = kind;
+    p->temperature = 1.0f;
+    p->top_p = 1.0f;
+}
+
+int serve_params_check(const struct serve_params *p, const struct serve_limits *limits,
+                       struct serve_error *err) {
+    if (!(p->temperature >= 0 && p->temperature <= SERVE_MAX_TEMPERATURE))
+        return serve_error_set(err, 400, "temperature", "invalid_value",
+                               "'temperature' is %g; allowed [0, %g]", p->temperature,
+                               SERVE_MAX_TEMPERATURE);
+    if (!(p->top_p > 0 && p->top_p <= 1))
+        return serve_error_set(err, 400, "top_p", "invalid_value", "'top_p' is %g; allowed (0, 1]",
+                               p->top_p);
+    if (p->top_k < 0 || p->top_k > SERVE_MAX_TOP_K)
+        return serve_error_set(err, 400, "top_k", "invalid_value", "'top_k' is %d; allowed 0..%d",
+                               p->top_k, SERVE_MAX_TOP_K);
+    if (p->max_tokens < 0 || p->max_tokens > limits->max_tokens)
+        return serve_error_set(err, 400, "max_tokens", "invalid_value",
+                               "'max_tokens' is %d; allowed 1..%d (the pipeline's limit; 0 = "
+                               "the room left)",
+                               p->max_tokens, limits->max_tokens);
+    return 0;
 }
 
 /* A number field in [lo, hi] (open at lo when lo_open); absent leaves *out. */
@@ -56,13 +85,17 @@ static int get_bool(const cJSON *root, const char *name, int *out, struct serve_
 static int add_stop(struct serve_params *p, const cJSON *s, struct serve_error *err) {
     if (!cJSON_IsString(s))
         return serve_error_set(err, 400, "stop", "invalid_type", "'stop' entries must be strings");
-    size_t n = strlen(s->valuestring);
+    return serve_params_add_stop(p, s->valuestring, err);
+}
+
+int serve_params_add_stop(struct serve_params *p, const char *s, struct serve_error *err) {
+    size_t n = strlen(s);
     if (n == 0) return 0; /* an empty stop string would end every answer at once: ignored */
     if (n > SERVE_MAX_STOP_LEN || p->n_stops >= SERVE_MAX_STOPS)
         return serve_error_set(err, 400, "stop", "invalid_value",
                                "at most %d stop strings of at most %d bytes", SERVE_MAX_STOPS,
                                SERVE_MAX_STOP_LEN);
-    memcpy(p->stops[p->n_stops++], s->valuestring, n + 1);
+    memcpy(p->stops[p->n_stops++], s, n + 1);
     return 0;
 }
 
@@ -100,9 +133,9 @@ static int get_max_tokens(struct serve_params *p, const cJSON *root,
 static int get_sampling(struct serve_params *p, const cJSON *root,
                         const struct serve_limits *limits, struct serve_error *err) {
     double t = p->temperature, tp = p->top_p, tk = 0, seed = 0;
-    if (get_number(root, "temperature", 0, 0, 2, &t, err) < 0 ||
+    if (get_number(root, "temperature", 0, 0, SERVE_MAX_TEMPERATURE, &t, err) < 0 ||
         get_number(root, "top_p", 0, 1, 1, &tp, err) < 0 ||
-        get_number(root, "top_k", -1, 0, 1e6, &tk, err) < 0 ||
+        get_number(root, "top_k", -1, 0, SERVE_MAX_TOP_K, &tk, err) < 0 ||
         get_number(root, "seed", -9.2e18, 0, 1.8e19, &seed, err) < 0 ||
         get_max_tokens(p, root, limits, err) < 0 || get_stops(p, root, err) < 0 ||
         get_bool(root, "stream", &p->stream, err) < 0)
@@ -169,9 +202,7 @@ static int get_prompt(struct serve_params *p, const cJSON *root, struct serve_er
 int serve_params_parse(struct serve_params *p, enum serve_kind kind, const char *body, size_t len,
                        const struct serve_limits *limits, struct serve_error *err) {
     memset(p, 0, sizeof *p);
-    p->kind = kind;
-    p->temperature = 1.0f;
-    p->top_p = 1.0f;
+    serve_params_defaults(p, kind);
     cJSON *root = cJSON_ParseWithLength(body, len);
     if (!root) return serve_error_set(err, 400, NULL, "invalid_json", "the body is not valid JSON");
     int rc = -1;

@@ -28,16 +28,19 @@ enum serve_kind { SERVE_CHAT = 1, SERVE_COMPLETION = 2 };
 struct serve_params {
     enum serve_kind kind;
     char *messages_json; /* chat: the "messages" array as compact JSON (malloc'ed) */
-    char *prompt;        /* completion: the prompt text (malloc'ed) */
-    int max_tokens;      /* 0 when not given: the room left in the pipeline */
-    float temperature;   /* default 1.0, as OpenAI */
-    float top_p;         /* default 1.0 */
-    int top_k;           /* extension (vLLM's): default 0, no cut */
-    uint64_t seed;       /* 0 when not given */
+    char *prompt;        /* completion: the prompt text (malloc'ed), or NULL when... */
+    int32_t *prompt_ids; /* ...the prompt is given as token ids (gRPC), malloc'ed */
+    int n_prompt_ids;
+    int max_tokens;    /* 0 when not given: the room left in the pipeline */
+    float temperature; /* default 1.0, as OpenAI */
+    float top_p;       /* default 1.0 */
+    int top_k;         /* extension (vLLM's): default 0, no cut */
+    uint64_t seed;     /* 0 when not given */
     int n_stops;
     char stops[SERVE_MAX_STOPS][SERVE_MAX_STOP_LEN + 1];
     int stream, include_usage;
     int enable_thinking; /* chat_template_kwargs.enable_thinking, default 0 like the CLI */
+    int ignore_eos;      /* gRPC: generate past the tokenizer's eos ids */
 };
 
 /* Limits the server checks a request against. */
@@ -52,5 +55,21 @@ struct serve_limits {
 int serve_params_parse(struct serve_params *p, enum serve_kind kind, const char *body, size_t len,
                        const struct serve_limits *limits, struct serve_error *err);
 void serve_params_free(struct serve_params *p);
+
+/* The allowed sampling ranges, shared by the JSON and protobuf decoders. */
+#define SERVE_MAX_TEMPERATURE 2.0
+#define SERVE_MAX_TOP_K 1000000
+
+/* Sets the defaults (temperature and top_p 1, as OpenAI) on a zeroed *p of `kind`. */
+void serve_params_defaults(struct serve_params *p, enum serve_kind kind);
+
+/* Checks already-typed values (the protobuf front's): temperature in [0, 2], top_p in
+ * (0, 1], top_k <= 10^6, max_tokens in 0..limits->max_tokens (0 = the room left). -1 with
+ * *err naming the field. */
+int serve_params_check(const struct serve_params *p, const struct serve_limits *limits,
+                       struct serve_error *err);
+
+/* Adds one stop string (empty ones are ignored: they would end every answer at once). */
+int serve_params_add_stop(struct serve_params *p, const char *s, struct serve_error *err);
 
 #endif

@@ -149,7 +149,15 @@ static void metrics_text(void **state) {
     serve_metrics_in_flight(&m, 1);
     serve_metrics_ttft(&m, 0.02);
     serve_metrics_itl(&m, 100);
+    serve_metrics_grpc(&m, 0);
+    serve_metrics_grpc(&m, 3);
+    serve_metrics_grpc(&m, 3);
+    serve_metrics_grpc(&m, 99); /* not a gRPC code: ignored */
     assert_int_equal(serve_metrics_render(&m, &out), 0);
+    assert_non_null(strstr(out.data, "strata_serve_grpc_requests_total{code=\"OK\"} 1\n"));
+    assert_non_null(
+        strstr(out.data, "strata_serve_grpc_requests_total{code=\"INVALID_ARGUMENT\"} 2\n"));
+    assert_null(strstr(out.data, "code=\"CANCELLED\""));
     assert_non_null(strstr(out.data, "strata_serve_requests_total{status=\"200\"} 2\n"));
     assert_non_null(strstr(out.data, "strata_serve_requests_total{status=\"400\"} 1\n"));
     assert_non_null(strstr(out.data, "strata_serve_prompt_tokens_total 10\n"));

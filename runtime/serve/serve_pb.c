@@ -1,0 +1,183 @@
+/* The gRPC front's messages (see serve_pb.h). */
+#include "runtime/serve/serve_pb.h"
+
+#include <cjson/cJSON.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+#include "runtime/serve/strata.pb-c.h"
+
+enum serve_grpc_code serve_pb_status(const struct serve_error *err) {
+    if (err->http_status == 413) return SERVE_GRPC_RESOURCE_EXHAUSTED;
+    if (err->http_status < 500) return SERVE_GRPC_INVALID_ARGUMENT;
+    if (err->http_status == 503) return SERVE_GRPC_UNAVAILABLE;
+    if (err->http_status == 504) return SERVE_GRPC_DEADLINE_EXCEEDED;
+    return SERVE_GRPC_INTERNAL;
+}
+
+/* An empty model is the served one (proto3 cannot tell absent from empty). */
+static int check_model(const char *model, const struct serve_limits *limits,
+                       struct serve_error *err) {
+    if (model[0] && strcmp(model, limits->model_id))
+        return serve_error_set(err, 400, "model", "model_not_found",
+                               "the model '%s' does not exist (this server has '%s')", model,
+                               limits->model_id);
+    return 0;
+}
+
+/* GenerationParams (NULL = every default) into *p, then the shared range checks. */
+static int take_params(struct serve_params *p, const Strata__V1__GenerationParams *m,
+                       const struct serve_limits *limits, struct serve_error *err) {
+    if (!m) return 0;
+    if (m->max_tokens > (uint32_t)limits->max_tokens)
+        return serve_error_set(err, 400, "max_tokens", "invalid_value",
+                               "'max_tokens' is %u; allowed 1..%d (the pipeline's limit; 0 = "
+                               "the room left)",
+                               (unsigned)m->max_tokens, limits->max_tokens);
+    if (m->top_k > SERVE_MAX_TOP_K)
+        return serve_error_set(err, 400, "top_k", "invalid_value", "'top_k' is %u; allowed 0..%d",
+                               (unsigned)m->top_k, SERVE_MAX_TOP_K);
+    p->max_tokens = (int)m->max_tokens;
+    p->top_k = (int)m->top_k;
+    if (m->temperature_opt_case == STRATA__V1__GENERATION_PARAMS__TEMPERATURE_OPT_TEMPERATURE)
+        p->temperature = m->temperature;
+    if (m->top_p_opt_case == STRATA__V1__GENERATION_PARAMS__TOP_P_OPT_TOP_P) p->top_p = m->top_p;
+    if (m->seed_opt_case == STRATA__V1__GENERATION_PARAMS__SEED_OPT_SEED) p->seed = m->seed;
+    p->ignore_eos = m->ignore_eos != 0;
+    for (size_t i = 0; i < m->n_stop; i++)
+        if (serve_params_add_stop(p, m->stop[i], err) < 0) return -1;
+    return serve_params_check(p, limits, err);
+}
+
+static int malformed(struct serve_error *err, const char *what) {
+    return serve_error_set(err, 400, NULL, "invalid_message",
+                           "the request is not a valid %s protobuf message", what);
+}
+
+static int take_prompt(struct serve_params *p, const Strata__V1__GenerateRequest *m,
+                       const struct serve_limits *limits, struct serve_error *err) {
+    if (m->prompt_case == STRATA__V1__GENERATE_REQUEST__PROMPT_TEXT) {
+        if (!m->text[0])
+            return serve_error_set(err, 400, "text", "invalid_value", "'text' must not be empty");
+        p->prompt = strdup(m->text);
+        return p->prompt ? 0 : serve_error_set(err, 500, NULL, NULL, "out of memory");
+    }
+    if (m->prompt_case != STRATA__V1__GENERATE_REQUEST__PROMPT_TOKEN_IDS)
+        return serve_error_set(err, 400, "prompt", "missing",
+                               "one of 'text' or 'token_ids' is "
+                               "required");
+    const Strata__V1__TokenIds *ids = m->token_ids;
+    if (!ids || ids->n_ids == 0)
+        return serve_error_set(err, 400, "token_ids", "invalid_value",
+                               "'token_ids' must not be empty");
+    if (ids->n_ids >= (size_t)limits->max_tokens)
+        return serve_error_set(err, 400, "token_ids", "context_length_exceeded",
+                               "the prompt has %zu tokens; the pipeline holds %d", ids->n_ids,
+                               limits->max_tokens);
+    p->prompt_ids = malloc(ids->n_ids * sizeof(int32_t));
+    if (!p->prompt_ids) return serve_error_set(err, 500, NULL, NULL, "out of memory");
+    memcpy(p->prompt_ids, ids->ids, ids->n_ids * sizeof(int32_t));
+    p->n_prompt_ids = (int)ids->n_ids;
+    return 0;
+}
+
+int serve_pb_parse_generate(struct serve_params *p, const uint8_t *data, size_t len,
+                            const struct serve_limits *limits, struct serve_error *err) {
+    memset(p, 0, sizeof *p);
+    serve_params_defaults(p, SERVE_COMPLETION);
+    Strata__V1__GenerateRequest *m = strata__v1__generate_request__unpack(NULL, len, data);
+    if (!m) return malformed(err, "strata.v1.GenerateRequest");
+    int rc = check_model(m->model, limits, err);
+    if (rc == 0) rc = take_prompt(p, m, limits, err);
+    if (rc == 0) rc = take_params(p, m->params, limits, err);
+    strata__v1__generate_request__free_unpacked(m, NULL);
+    return rc;
+}
+
+/* The messages as the HTTP API's JSON array, so the chat template path is the same one. */
+static int messages_json(struct serve_params *p, const Strata__V1__ChatRequest *m,
+                         struct serve_error *err) {
+    if (m->n_messages == 0)
+        return serve_error_set(err, 400, "messages", "invalid_value",
+                               "'messages' must not be empty");
+    cJSON *arr = cJSON_CreateArray();
+    for (size_t i = 0; arr && i < m->n_messages; i++) {
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(arr, o) ||
+            !cJSON_AddStringToObject(o, "role", m->messages[i]->role) ||
+            !cJSON_AddStringToObject(o, "content", m->messages[i]->content)) {
+            cJSON_Delete(arr);
+            arr = NULL;
+        }
+    }
+    p->messages_json = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    cJSON_Delete(arr);
+    return p->messages_json ? 0 : serve_error_set(err, 500, NULL, NULL, "out of memory");
+}
+
+int serve_pb_parse_chat(struct serve_params *p, const uint8_t *data, size_t len,
+                        const struct serve_limits *limits, struct serve_error *err) {
+    memset(p, 0, sizeof *p);
+    serve_params_defaults(p, SERVE_CHAT);
+    Strata__V1__ChatRequest *m = strata__v1__chat_request__unpack(NULL, len, data);
+    if (!m) return malformed(err, "strata.v1.ChatRequest");
+    int rc = check_model(m->model, limits, err);
+    if (rc == 0) rc = messages_json(p, m, err);
+    if (rc == 0) rc = take_params(p, m->params, limits, err);
+    p->enable_thinking = m->enable_thinking != 0;
+    strata__v1__chat_request__free_unpacked(m, NULL);
+    return rc;
+}
+
+/* Packs any message into a malloc'ed buffer. */
+static int pack(const ProtobufCMessage *m, uint8_t **out, size_t *len) {
+    size_t n = protobuf_c_message_get_packed_size(m);
+    *out = malloc(n ? n : 1);
+    if (!*out) return strata_set_error(STRATA_ENOMEM, "serve: no memory for a message");
+    *len = protobuf_c_message_pack(m, *out);
+    return 0;
+}
+
+int serve_pb_pack_chunk(const struct serve_pb_chunk *c, uint8_t **out, size_t *len) {
+    Strata__V1__GenerateResponse m = STRATA__V1__GENERATE_RESPONSE__INIT;
+    Strata__V1__Usage usage = STRATA__V1__USAGE__INIT;
+    char *text = strndup(c->text ? c->text : "", c->text ? c->text_len : 0);
+    if (!text) return strata_set_error(STRATA_ENOMEM, "serve: no memory for a message");
+    m.n_token_ids = c->n_ids;
+    m.token_ids = (int32_t *)c->ids;
+    m.text = text;
+    if (c->finish)
+        m.finish_reason = strcmp(c->finish, "length")
+                              ? STRATA__V1__FINISH_REASON__FINISH_REASON_STOP
+                              : STRATA__V1__FINISH_REASON__FINISH_REASON_LENGTH;
+    if (c->usage) {
+        usage.prompt_tokens = (uint32_t)c->usage->prompt_tokens;
+        usage.completion_tokens = (uint32_t)c->usage->completion_tokens;
+        m.usage = &usage;
+    }
+    int rc = pack(&m.base, out, len);
+    free(text);
+    return rc;
+}
+
+int serve_pb_pack_health(int serving, const char *message, uint8_t **out, size_t *len) {
+    Strata__V1__HealthResponse m = STRATA__V1__HEALTH_RESPONSE__INIT;
+    m.status = serving ? STRATA__V1__HEALTH_RESPONSE__SERVING_STATUS__SERVING
+                       : STRATA__V1__HEALTH_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    m.message = (char *)(message ? message : "");
+    return pack(&m.base, out, len);
+}
+
+int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *len) {
+    Strata__V1__InfoResponse m = STRATA__V1__INFO_RESPONSE__INIT;
+    m.model = (char *)info->model;
+    m.max_seq = (uint32_t)info->max_seq;
+    m.vocab_size = (uint32_t)info->vocab_size;
+    m.n_eos_ids = (size_t)info->n_eos;
+    m.eos_ids = (int32_t *)info->eos_ids;
+    m.chat_template = info->chat_template != 0;
+    m.wire_version = (char *)info->wire_version;
+    m.grpc_version = (char *)info->grpc_version;
+    return pack(&m.base, out, len);
+}
