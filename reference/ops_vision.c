@@ -119,10 +119,20 @@ void vision_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, 
 
 /* ---------------------------------------------------------------- attention */
 
+/* Query rows per attention task: bounds the per-worker score block at ROWS x longest. */
+#define VISION_ATTN_ROWS 16
+
+size_t vision_attention_scratch(int n, int longest, int nh, int head_dim, int threads) {
+    const size_t hd = (size_t)nh * (size_t)head_dim;
+    return 3 * (size_t)n * hd +
+           (size_t)threads * VISION_ATTN_ROWS * ((size_t)longest + (size_t)head_dim);
+}
+
 struct vision_attention_job {
     float *out;
     const float *qkv;
-    float *scratch;
+    float *q, *k, *vt; /* packed, see vision_attention */
+    float *work;       /* [threads, ROWS, longest + D] */
     const int *cu_seqlens;
     int n_segments, n, nh, head_dim, longest;
 };
@@ -140,51 +150,65 @@ static int segment_of(const int *cu_seqlens, int n_segments, int i) {
     return lo;
 }
 
-/* Task = one (row, head): scores over the row's segment, softmax, then P·V. Four keys run side
- * by side only to overlap independent add chains; each dot is a sequential sum in ascending d. */
+/* Rows [begin, end): q, k of each head to [nh][n][D], v to [nh][D][len] per segment. */
+static void vision_attention_pack(void *ctx, int begin, int end, int worker) {
+    (void)worker;
+    const struct vision_attention_job *job = ctx;
+    const size_t D = (size_t)job->head_dim, HD = (size_t)job->nh * D, n = (size_t)job->n;
+    for (int i = begin; i < end; ++i) {
+        const int s = segment_of(job->cu_seqlens, job->n_segments, i);
+        const size_t start = (size_t)job->cu_seqlens[s],
+                     len = (size_t)job->cu_seqlens[s + 1] - start;
+        const float *row = job->qkv + (size_t)i * 3 * HD;
+        for (size_t h = 0; h < (size_t)job->nh; ++h) {
+            memcpy(job->q + (h * n + (size_t)i) * D, row + h * D, D * sizeof(float));
+            memcpy(job->k + (h * n + (size_t)i) * D, row + HD + h * D, D * sizeof(float));
+            float *vt = job->vt + h * n * D + start * D; /* [D][len] block of this segment */
+            for (size_t d = 0; d < D; ++d)
+                vt[d * len + ((size_t)i - start)] = row[2 * HD + h * D + d];
+        }
+    }
+}
+
+/* Query rows [r0, r1) of one segment and head: scores = Q K^T * scale, softmax, out = P V. Both
+ * products are matmul_serial, so each score and output element has ops.h's fixed dot order. */
+static void attend_rows(const struct vision_attention_job *job, float *work, int h, int s, int r0,
+                        int r1) {
+    const int D = job->head_dim, start = job->cu_seqlens[s];
+    const int len = job->cu_seqlens[s + 1] - start, rows = r1 - r0;
+    const size_t n = (size_t)job->n, hoff = (size_t)h * n * (size_t)D;
+    const float scale = (float)(1.0 / sqrt((double)D)); /* Python's head_dim ** -0.5 */
+    float *scores = work, *o = work + (size_t)VISION_ATTN_ROWS * (size_t)job->longest;
+    const struct ops_weight keys = {job->k + hoff + (size_t)start * D, OPS_F32, len, D};
+    const struct ops_weight vt = {job->vt + hoff + (size_t)start * D, OPS_F32, D, len};
+    matmul_serial(scores, job->q + hoff + (size_t)r0 * D, &keys, rows);
+    for (int r = 0; r < rows; ++r) {
+        float *sr = scores + (size_t)r * (size_t)len;
+        for (int j = 0; j < len; ++j)
+            sr[j] *= scale;
+        softmax(sr, len);
+    }
+    matmul_serial(o, scores, &vt, rows);
+    for (int r = 0; r < rows; ++r)
+        memcpy(job->out + (size_t)(r0 + r) * (size_t)job->nh * D + (size_t)h * D, o + (size_t)r * D,
+               (size_t)D * sizeof(float));
+}
+
+/* Task = (head, block of ROWS query rows), split where a segment ends. */
 static void vision_attention_task(void *ctx, int begin, int end, int worker) {
     const struct vision_attention_job *job = ctx;
-    const int D = job->head_dim, HD = job->nh * D;
-    const size_t ld = (size_t)3 * (size_t)HD;
-    const float scale = (float)(1.0 / sqrt((double)D)); /* Python's head_dim ** -0.5 */
-    float *scores = job->scratch + (size_t)worker * (size_t)job->longest;
+    const int blocks = (job->n + VISION_ATTN_ROWS - 1) / VISION_ATTN_ROWS;
+    float *work = job->work + (size_t)worker * VISION_ATTN_ROWS *
+                                  ((size_t)job->longest + (size_t)job->head_dim);
     for (int task = begin; task < end; ++task) {
-        int i = task / job->nh, h = task % job->nh;
-        int s = segment_of(job->cu_seqlens, job->n_segments, i);
-        int start = job->cu_seqlens[s], len = job->cu_seqlens[s + 1] - start;
-        const float *q = job->qkv + (size_t)i * ld + (size_t)h * (size_t)D;
-        const float *keys = job->qkv + (size_t)start * ld + (size_t)HD + (size_t)h * (size_t)D;
-        const float *values = keys + HD;
-        int j = 0;
-        for (; j + 4 <= len; j += 4) {
-            const float *k0 = keys + (size_t)j * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
-            float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
-            for (int d = 0; d < D; ++d) {
-                s0 += q[d] * k0[d];
-                s1 += q[d] * k1[d];
-                s2 += q[d] * k2[d];
-                s3 += q[d] * k3[d];
-            }
-            scores[j] = s0 * scale;
-            scores[j + 1] = s1 * scale;
-            scores[j + 2] = s2 * scale;
-            scores[j + 3] = s3 * scale;
-        }
-        for (; j < len; ++j) {
-            const float *kj = keys + (size_t)j * ld;
-            float dot = 0.0f;
-            for (int d = 0; d < D; ++d)
-                dot += q[d] * kj[d];
-            scores[j] = dot * scale;
-        }
-        softmax(scores, len);
-        float *o = job->out + (size_t)i * (size_t)HD + (size_t)h * (size_t)D;
-        memset(o, 0, (size_t)D * sizeof *o);
-        for (j = 0; j < len; ++j) {
-            const float *vj = values + (size_t)j * ld;
-            float p = scores[j];
-            for (int d = 0; d < D; ++d)
-                o[d] += p * vj[d];
+        const int h = task / blocks, b = task % blocks;
+        int i = b * VISION_ATTN_ROWS;
+        const int last = i + VISION_ATTN_ROWS < job->n ? i + VISION_ATTN_ROWS : job->n;
+        while (i < last) {
+            const int s = segment_of(job->cu_seqlens, job->n_segments, i);
+            const int stop = job->cu_seqlens[s + 1] < last ? job->cu_seqlens[s + 1] : last;
+            attend_rows(job, work, h, s, i, stop);
+            i = stop;
         }
     }
 }
@@ -195,7 +219,20 @@ void vision_attention(float *out, const float *qkv, float *scratch, const int *c
     for (int s = 0; s < n_segments; ++s)
         if (cu_seqlens[s + 1] - cu_seqlens[s] > longest)
             longest = cu_seqlens[s + 1] - cu_seqlens[s];
-    struct vision_attention_job job = {out, qkv, scratch,  cu_seqlens, n_segments,
-                                       n,   nh,  head_dim, longest};
-    thread_pool_run(pool, vision_attention_task, &job, n * nh);
+    const size_t packed = (size_t)n * (size_t)nh * (size_t)head_dim;
+    struct vision_attention_job job = {out,
+                                       qkv,
+                                       scratch,
+                                       scratch + packed,
+                                       scratch + 2 * packed,
+                                       scratch + 3 * packed,
+                                       cu_seqlens,
+                                       n_segments,
+                                       n,
+                                       nh,
+                                       head_dim,
+                                       longest};
+    thread_pool_run(pool, vision_attention_pack, &job, n);
+    const int blocks = (n + VISION_ATTN_ROWS - 1) / VISION_ATTN_ROWS;
+    thread_pool_run(pool, vision_attention_task, &job, nh * blocks);
 }

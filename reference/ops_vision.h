@@ -3,9 +3,9 @@
  * matmuls and the RoPE rotation themselves are ops.h's (matmul, rope_apply).
  *
  * Determinism: as in ops.h, every output element is computed by one thread with a fixed
- * reduction order (LayerNorm moments in double, ascending; attention dots and P·V sequential
- * in ascending index), so results do not depend on the thread count, and a row's result does
- * not depend on which other images share the call. */
+ * reduction order (LayerNorm moments in double, ascending; attention's dots in matmul's fixed
+ * order), so results do not depend on the thread count, and a row's result does not depend on
+ * which other images share the call. */
 #ifndef STRATA_REFERENCE_OPS_VISION_H
 #define STRATA_REFERENCE_OPS_VISION_H
 
@@ -54,9 +54,15 @@ void vision_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, 
 /* Non-causal multi-head attention, full within each segment [cu_seqlens[s], cu_seqlens[s+1])
  * (one image frame each, spec §6.4). qkv [n, 3 * nh * head_dim] holds per row q, then k, then
  * v, each [nh, head_dim] (q and k already rotated); out [n, nh * head_dim]. Scores are
- * (q·k) * head_dim^-0.5, softmax in fp32, out = P·V. cu_seqlens [n_segments + 1] ascending
- * from 0 to n. scratch [pool size, longest segment] floats. One task per (row, head). */
+ * (q·k) * head_dim^-0.5 (the dot in matmul's fixed order, ops.h), softmax in fp32, and each
+ * output element is the matmul-ordered dot of the probabilities with v over the segment.
+ * cu_seqlens [n_segments + 1] ascending from 0 to n. scratch: vision_attention_scratch(n,
+ * longest segment, nh, head_dim, pool size) floats (q, k and v packed per head, and per-worker
+ * score blocks). Tasks are (head, block of 16 query rows). */
 void vision_attention(float *out, const float *qkv, float *scratch, const int *cu_seqlens,
                       int n_segments, int n, int nh, int head_dim, struct thread_pool *pool);
+
+/* Floats of scratch vision_attention needs. */
+size_t vision_attention_scratch(int n, int longest, int nh, int head_dim, int threads);
 
 #endif

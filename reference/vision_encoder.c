@@ -105,7 +105,7 @@ fail:
 
 static void free_scratch(struct vision_encoder *e) {
     float **bufs[] = {&e->x,   &e->norm,   &e->qkv,      &e->attn,     &e->tmp,
-                      &e->mlp, &e->merged, &e->rope_cos, &e->rope_sin, &e->scores};
+                      &e->mlp, &e->merged, &e->rope_cos, &e->rope_sin, &e->attn_scratch};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -206,12 +206,15 @@ static int reserve(struct vision_encoder *e, int64_t N, int segments, int longes
     const size_t n = (size_t)N, hv = (size_t)e->Hv, half = (size_t)e->Dv / 2;
     const size_t T = n / (size_t)(e->m * e->m);
     size_t bytes = 0;
-    int fail = grow(&e->x, n * hv, &bytes) | grow(&e->norm, n * hv, &bytes) |
-               grow(&e->qkv, 3 * n * hv, &bytes) | grow(&e->attn, n * hv, &bytes) |
-               grow(&e->tmp, n * hv, &bytes) | grow(&e->mlp, n * (size_t)e->Iv, &bytes) |
-               grow(&e->merged, T * (size_t)e->Hm, &bytes) | grow(&e->rope_cos, n * half, &bytes) |
-               grow(&e->rope_sin, n * half, &bytes) |
-               grow(&e->scores, (size_t)thread_pool_size(e->pool) * (size_t)longest, &bytes);
+    int fail =
+        grow(&e->x, n * hv, &bytes) | grow(&e->norm, n * hv, &bytes) |
+        grow(&e->qkv, 3 * n * hv, &bytes) | grow(&e->attn, n * hv, &bytes) |
+        grow(&e->tmp, n * hv, &bytes) | grow(&e->mlp, n * (size_t)e->Iv, &bytes) |
+        grow(&e->merged, T * (size_t)e->Hm, &bytes) | grow(&e->rope_cos, n * half, &bytes) |
+        grow(&e->rope_sin, n * half, &bytes) |
+        grow(&e->attn_scratch,
+             vision_attention_scratch((int)N, longest, e->nh, e->Dv, thread_pool_size(e->pool)),
+             &bytes);
     e->cu_seqlens = malloc(((size_t)segments + 1) * sizeof *e->cu_seqlens);
     if (fail || !e->cu_seqlens) {
         free_scratch(e);
@@ -268,7 +271,8 @@ static void run_block(struct vision_encoder *e, const struct vision_block *b, in
         rope_apply(q, c, s, e->nh, e->Dv);
         rope_apply(q + hv, c, s, e->nh, e->Dv);
     }
-    vision_attention(e->attn, e->qkv, e->scores, e->cu_seqlens, n_seg, N, e->nh, e->Dv, e->pool);
+    vision_attention(e->attn, e->qkv, e->attn_scratch, e->cu_seqlens, n_seg, N, e->nh, e->Dv,
+                     e->pool);
     matmul(e->tmp, e->attn, &b->proj, N, e->pool);
     add_bias(e->tmp, b->proj_b, N, Hv);
     vec_add(e->x, e->tmp, N * Hv);

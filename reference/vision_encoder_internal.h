@@ -55,17 +55,17 @@ struct vision_encoder {
     int64_t cap_rows;
     int cap_segments, cap_longest;
     size_t scratch_bytes;
-    float *x;        /* [N, Hv] residual stream */
-    float *norm;     /* [N, Hv] LayerNorm output (also [T, Hm] for a DeepStack merger) */
-    float *qkv;      /* [N, 3Hv] */
-    float *attn;     /* [N, Hv] */
-    float *tmp;      /* [N, Hv] projection outputs and the position embedding */
-    float *mlp;      /* [N, Iv] */
-    float *merged;   /* [T, Hm] merger FC1 output */
-    float *rope_cos; /* [N, Dv/2] */
-    float *rope_sin; /* [N, Dv/2] */
-    float *scores;   /* [threads, longest segment] */
-    int *cu_seqlens; /* [segments + 1] */
+    float *x;            /* [N, Hv] residual stream */
+    float *norm;         /* [N, Hv] LayerNorm output (also [T, Hm] for a DeepStack merger) */
+    float *qkv;          /* [N, 3Hv] */
+    float *attn;         /* [N, Hv] */
+    float *tmp;          /* [N, Hv] projection outputs and the position embedding */
+    float *mlp;          /* [N, Iv] */
+    float *merged;       /* [T, Hm] merger FC1 output */
+    float *rope_cos;     /* [N, Dv/2] */
+    float *rope_sin;     /* [N, Dv/2] */
+    float *attn_scratch; /* vision_attention_scratch(N, longest segment, nh, Dv, threads) */
+    int *cu_seqlens;     /* [segments + 1] */
 };
 
 int vision_load_weights(struct vision_encoder *e, const struct model_config *cfg,

@@ -223,7 +223,7 @@ static void test_vision_attention(void **state) {
     float *out1 = malloc((size_t)n * HD * sizeof(float)),
           *out3 = malloc((size_t)n * HD * sizeof(float));
     double *want = malloc((size_t)n * HD * sizeof(double));
-    float scratch[4 * 16];
+    float *scratch = malloc(vision_attention_scratch(n, 6, nh, D, 3) * sizeof(float));
     struct thread_pool *p1 = NULL, *p3 = NULL;
     assert_int_equal(thread_pool_init(&p1, 1), 0);
     assert_int_equal(thread_pool_init(&p3, 3), 0);
@@ -243,6 +243,7 @@ static void test_vision_attention(void **state) {
     assert_true(memcmp(out1 + 5 * HD, out3 + 5 * HD, (size_t)6 * HD * sizeof(float)) != 0);
     thread_pool_free(p1);
     thread_pool_free(p3);
+    free(scratch);
     free(qkv);
     free(out1);
     free(out3);
