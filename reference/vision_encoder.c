@@ -228,12 +228,28 @@ static int reserve(struct vision_encoder *e, int64_t N, int segments, int longes
     return STRATA_OK;
 }
 
+/* Bytes of input rows one matmul block reads: about half of a 512 KiB L2. */
+#define VISION_MATMUL_BLOCK_BYTES (256u << 10)
+
+/* out [n, w->rows] = x [n, w->cols] @ w^T in blocks of input rows that stay in L2, so the
+ * weight is streamed once per block instead of all n input rows once per weight row (what one
+ * matmul over hundreds of patches does). The same bits as one matmul: each output element is
+ * one fixed-order dot whatever the block (ops.h). */
+static void matmul_blocked(float *out, const float *x, const struct ops_weight *w, int n,
+                           struct thread_pool *pool) {
+    int block = (int)(VISION_MATMUL_BLOCK_BYTES / ((size_t)w->cols * sizeof(float)));
+    block = block < 4 ? 4 : block & ~3;
+    for (int t = 0; t < n; t += block)
+        matmul(out + (size_t)t * (size_t)w->rows, x + (size_t)t * (size_t)w->cols, w,
+               n - t < block ? n - t : block, pool);
+}
+
 /* x [N, Hv] = patch rows @ W^T + b + interpolated position embedding (spec §6.1, §6.2); also
  * the rotary tables [N, Dv/2] and cu_seqlens (one segment per frame, spec §6.3, §6.4). */
 static void embed(struct vision_encoder *e, const float *pixels, int N, const int64_t *grid_thw,
                   int n_grids) {
     const int Hv = e->Hv, m = e->m, half = e->Dv / 2;
-    matmul(e->x, pixels, &e->patch, N, e->pool);
+    matmul_blocked(e->x, pixels, &e->patch, N, e->pool);
     add_bias(e->x, e->patch_b, N, Hv);
     size_t row = 0;
     int seg = 0;
@@ -263,7 +279,7 @@ static void run_block(struct vision_encoder *e, const struct vision_block *b, in
     const int Hv = e->Hv, half = e->Dv / 2;
     const size_t hv = (size_t)Hv;
     layernorm(e->norm, e->x, b->norm1_w, b->norm1_b, VISION_LN_EPS, N, Hv);
-    matmul(e->qkv, e->norm, &b->qkv, N, e->pool);
+    matmul_blocked(e->qkv, e->norm, &b->qkv, N, e->pool);
     add_bias(e->qkv, b->qkv_b, N, 3 * Hv);
     for (size_t r = 0; r < (size_t)N; ++r) { /* rotate q and k (the first 2Hv of each row) */
         float *q = e->qkv + r * 3 * hv;
@@ -273,14 +289,14 @@ static void run_block(struct vision_encoder *e, const struct vision_block *b, in
     }
     vision_attention(e->attn, e->qkv, e->attn_scratch, e->cu_seqlens, n_seg, N, e->nh, e->Dv,
                      e->pool);
-    matmul(e->tmp, e->attn, &b->proj, N, e->pool);
+    matmul_blocked(e->tmp, e->attn, &b->proj, N, e->pool);
     add_bias(e->tmp, b->proj_b, N, Hv);
     vec_add(e->x, e->tmp, N * Hv);
     layernorm(e->norm, e->x, b->norm2_w, b->norm2_b, VISION_LN_EPS, N, Hv);
-    matmul(e->mlp, e->norm, &b->fc1, N, e->pool);
+    matmul_blocked(e->mlp, e->norm, &b->fc1, N, e->pool);
     add_bias(e->mlp, b->fc1_b, N, e->Iv);
     gelu_tanh(e->mlp, e->mlp, N * e->Iv);
-    matmul(e->tmp, e->mlp, &b->fc2, N, e->pool);
+    matmul_blocked(e->tmp, e->mlp, &b->fc2, N, e->pool);
     add_bias(e->tmp, b->fc2_b, N, Hv);
     vec_add(e->x, e->tmp, N * Hv);
 }
@@ -294,10 +310,10 @@ static void run_merger(struct vision_encoder *e, float *out, const struct vision
         layernorm(e->norm, e->x, mg->norm_w, mg->norm_b, VISION_LN_EPS, T, e->Hm);
     else
         layernorm(e->norm, e->x, mg->norm_w, mg->norm_b, VISION_LN_EPS, N, e->Hv);
-    matmul(e->merged, e->norm, &mg->fc1, T, e->pool);
+    matmul_blocked(e->merged, e->norm, &mg->fc1, T, e->pool);
     add_bias(e->merged, mg->fc1_b, T, e->Hm);
     gelu_erf(e->merged, e->merged, T * e->Hm);
-    matmul(out, e->merged, &mg->fc2, T, e->pool);
+    matmul_blocked(out, e->merged, &mg->fc2, T, e->pool);
     add_bias(out, mg->fc2_b, T, e->O);
 }
 
