@@ -244,13 +244,53 @@ static void matmul_blocked(float *out, const float *x, const struct ops_weight *
                n - t < block ? n - t : block, pool);
 }
 
+/* The row-wise steps between matmuls, run on the pool in contiguous row ranges (each row whole
+ * in one call, so the bits do not depend on the split). */
+enum row_op {
+    ROW_LAYERNORM,      /* y = LayerNorm(x) * w + b */
+    ROW_BIAS,           /* y += b */
+    ROW_BIAS_GELU_TANH, /* y = gelu_tanh(y + b) */
+    ROW_BIAS_GELU_ERF,  /* y = gelu_erf(y + b) */
+    ROW_BIAS_RESIDUAL   /* y += b; acc += y */
+};
+
+struct row_job {
+    enum row_op op;
+    float *y, *acc;     /* [n, dim] */
+    const float *x;     /* [n, dim] (ROW_LAYERNORM) */
+    const float *w, *b; /* [dim] */
+    int dim;
+};
+
+static void row_task(void *ctx, int begin, int end, int worker) {
+    (void)worker;
+    const struct row_job *j = ctx;
+    const size_t off = (size_t)begin * (size_t)j->dim;
+    const int n = end - begin;
+    float *y = j->y + off;
+    if (j->op == ROW_LAYERNORM) {
+        layernorm(y, j->x + off, j->w, j->b, VISION_LN_EPS, n, j->dim);
+        return;
+    }
+    add_bias(y, j->b, n, j->dim);
+    if (j->op == ROW_BIAS_GELU_TANH) gelu_tanh(y, y, n * j->dim);
+    if (j->op == ROW_BIAS_GELU_ERF) gelu_erf(y, y, n * j->dim);
+    if (j->op == ROW_BIAS_RESIDUAL) vec_add(j->acc + off, y, n * j->dim);
+}
+
+static void rows(struct vision_encoder *e, enum row_op op, float *y, float *acc, const float *x,
+                 const float *w, const float *b, int n, int dim) {
+    struct row_job job = {op, y, acc, x, w, b, dim};
+    thread_pool_run(e->pool, row_task, &job, n);
+}
+
 /* x [N, Hv] = patch rows @ W^T + b + interpolated position embedding (spec §6.1, §6.2); also
  * the rotary tables [N, Dv/2] and cu_seqlens (one segment per frame, spec §6.3, §6.4). */
 static void embed(struct vision_encoder *e, const float *pixels, int N, const int64_t *grid_thw,
                   int n_grids) {
     const int Hv = e->Hv, m = e->m, half = e->Dv / 2;
     matmul_blocked(e->x, pixels, &e->patch, N, e->pool);
-    add_bias(e->x, e->patch_b, N, Hv);
+    rows(e, ROW_BIAS, e->x, NULL, NULL, NULL, e->patch_b, N, Hv);
     size_t row = 0;
     int seg = 0;
     e->cu_seqlens[0] = 0;
@@ -278,9 +318,9 @@ static void embed(struct vision_encoder *e, const float *pixels, int N, const in
 static void run_block(struct vision_encoder *e, const struct vision_block *b, int N, int n_seg) {
     const int Hv = e->Hv, half = e->Dv / 2;
     const size_t hv = (size_t)Hv;
-    layernorm(e->norm, e->x, b->norm1_w, b->norm1_b, VISION_LN_EPS, N, Hv);
+    rows(e, ROW_LAYERNORM, e->norm, NULL, e->x, b->norm1_w, b->norm1_b, N, Hv);
     matmul_blocked(e->qkv, e->norm, &b->qkv, N, e->pool);
-    add_bias(e->qkv, b->qkv_b, N, 3 * Hv);
+    rows(e, ROW_BIAS, e->qkv, NULL, NULL, NULL, b->qkv_b, N, 3 * Hv);
     for (size_t r = 0; r < (size_t)N; ++r) { /* rotate q and k (the first 2Hv of each row) */
         float *q = e->qkv + r * 3 * hv;
         const float *c = e->rope_cos + r * (size_t)half, *s = e->rope_sin + r * (size_t)half;
@@ -290,15 +330,12 @@ static void run_block(struct vision_encoder *e, const struct vision_block *b, in
     vision_attention(e->attn, e->qkv, e->attn_scratch, e->cu_seqlens, n_seg, N, e->nh, e->Dv,
                      e->pool);
     matmul_blocked(e->tmp, e->attn, &b->proj, N, e->pool);
-    add_bias(e->tmp, b->proj_b, N, Hv);
-    vec_add(e->x, e->tmp, N * Hv);
-    layernorm(e->norm, e->x, b->norm2_w, b->norm2_b, VISION_LN_EPS, N, Hv);
+    rows(e, ROW_BIAS_RESIDUAL, e->tmp, e->x, NULL, NULL, b->proj_b, N, Hv);
+    rows(e, ROW_LAYERNORM, e->norm, NULL, e->x, b->norm2_w, b->norm2_b, N, Hv);
     matmul_blocked(e->mlp, e->norm, &b->fc1, N, e->pool);
-    add_bias(e->mlp, b->fc1_b, N, e->Iv);
-    gelu_tanh(e->mlp, e->mlp, N * e->Iv);
+    rows(e, ROW_BIAS_GELU_TANH, e->mlp, NULL, NULL, NULL, b->fc1_b, N, e->Iv);
     matmul_blocked(e->tmp, e->mlp, &b->fc2, N, e->pool);
-    add_bias(e->tmp, b->fc2_b, N, Hv);
-    vec_add(e->x, e->tmp, N * Hv);
+    rows(e, ROW_BIAS_RESIDUAL, e->tmp, e->x, NULL, NULL, b->fc2_b, N, Hv);
 }
 
 /* out [T, O] = merger(x [N, Hv]) (spec §6.5): the m^2 consecutive patch rows of a merge
@@ -307,14 +344,13 @@ static void run_merger(struct vision_encoder *e, float *out, const struct vision
                        int N) {
     const int T = N / (e->m * e->m);
     if (mg->postshuffle)
-        layernorm(e->norm, e->x, mg->norm_w, mg->norm_b, VISION_LN_EPS, T, e->Hm);
+        rows(e, ROW_LAYERNORM, e->norm, NULL, e->x, mg->norm_w, mg->norm_b, T, e->Hm);
     else
-        layernorm(e->norm, e->x, mg->norm_w, mg->norm_b, VISION_LN_EPS, N, e->Hv);
+        rows(e, ROW_LAYERNORM, e->norm, NULL, e->x, mg->norm_w, mg->norm_b, N, e->Hv);
     matmul_blocked(e->merged, e->norm, &mg->fc1, T, e->pool);
-    add_bias(e->merged, mg->fc1_b, T, e->Hm);
-    gelu_erf(e->merged, e->merged, T * e->Hm);
+    rows(e, ROW_BIAS_GELU_ERF, e->merged, NULL, NULL, NULL, mg->fc1_b, T, e->Hm);
     matmul_blocked(out, e->merged, &mg->fc2, T, e->pool);
-    add_bias(out, mg->fc2_b, T, e->O);
+    rows(e, ROW_BIAS, out, NULL, NULL, NULL, mg->fc2_b, T, e->O);
 }
 
 int vision_encoder_forward(struct vision_encoder *e, float *embeds, float *deepstack,
