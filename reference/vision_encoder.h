@@ -48,9 +48,11 @@ size_t vision_encoder_weight_bytes(const struct vision_encoder *enc); /* as stor
 size_t vision_encoder_extra_bytes(const struct vision_encoder *enc);  /* widened copies */
 size_t vision_encoder_scratch_bytes(const struct vision_encoder *enc);
 
-/* Checks grid_thw [n_grids, 3] (rows t, h, w, as image_grid_thw): every value >= 1, h and w
- * multiples of spatial_merge_size, and sizes within int range; gives the patch count (sum of
- * t*h*w) and the merged token count (patches / merge^2). Either output may be NULL. */
+/* Checks grid_thw [n_grids, 3] (rows t, h, w, as image_grid_thw): n_grids >= 1, every value
+ * >= 1, h and w multiples of spatial_merge_size, and at most INT_MAX / (widest activation row:
+ * 3Hv, Iv, patch_dim or O) patches in all (about 500k for the released towers; encode more in
+ * several calls). Gives the patch count (sum of t*h*w) and the merged token count
+ * (patches / merge^2); either output may be NULL. STRATA_EINVAL names the bad grid. */
 int vision_encoder_count(const struct vision_encoder *enc, const int64_t *grid_thw, int n_grids,
                          int64_t *n_patches, int64_t *n_tokens);
 
