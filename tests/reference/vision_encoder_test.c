@@ -1,7 +1,8 @@
 /* The reference vision encoder (reference/vision_encoder.h) against transformers: on the
  * qwen3_vl and qwen3_vl_moe goldens, the merged embeddings and DeepStack features HF computed
  * from pixel_values.f32 must be matched within a relative error of 1e-4, measured per tensor
- * as max |ours - hf| / max |hf|. Then the determinism contract (1 thread == 2 threads, images
+ * as max |ours - hf| / max |hf|; likewise for the e2e cases, two real images of different
+ * grids encoded in one call. Then the determinism contract (1 thread == 2 threads, images
  * in one call == each alone, a video's frames == the frames as images, bit for bit) and the
  * refusals (bad grids, missing or mis-shaped tensors, a text-only model). */
 #include <math.h>
@@ -13,12 +14,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <cmocka.h>
 
 #include "reference/vision_encoder.h"
 #include "runtime/base/status.h"
 #include "tests/reference/golden_case.h"
 #include "tests/runtime/model/tiny_checkpoint.h"
+#include "tests/test_util.h"
 
 #define TOLERANCE 1e-4
 
@@ -99,6 +102,97 @@ static void test_golden_qwen3_vl(void **state) {
 static void test_golden_qwen3_vl_moe(void **state) {
     (void)state;
     check_golden("qwen3_vl_moe");
+}
+
+/* Reads a float32 file of exactly `count` values (fails the test otherwise). */
+static float *read_f32(const char *dir, const char *file, size_t count) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, file);
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("cannot open %s", path);
+    float *x = malloc(count * sizeof(float) + 1);
+    assert_non_null(x);
+    size_t got = fread(x, sizeof(float), count + 1, f);
+    fclose(f);
+    if (got != count) fail_msg("%s: %zu floats, want %zu", path, got, count);
+    return x;
+}
+
+static int json_dim(const cJSON *root, const char *key, int index) {
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!cJSON_IsArray(shape) || index >= cJSON_GetArraySize(shape)) fail_msg("e2e.json: %s", key);
+    return cJSON_GetArrayItem(shape, index)->valueint;
+}
+
+/* tests/golden/<case>/e2e: two real images (PNG / JPEG, different grids) preprocessed by HF's
+ * default processor and encoded in ONE call by HF's vision tower; ours must match each tensor. */
+static void check_e2e(const char *name) {
+    struct golden_case gc;
+    if (golden_case_open(&gc, name) != 0) fail_msg("%s: %s", name, strata_last_error());
+    char dir[4096], *text = NULL;
+    size_t len = 0;
+    snprintf(dir, sizeof dir, "%s/%s/e2e", test_path("tests/golden"), name);
+    char json_path[4200];
+    snprintf(json_path, sizeof json_path, "%s/e2e.json", dir);
+    FILE *f = fopen(json_path, "rb");
+    if (!f) fail_msg("cannot open %s", json_path);
+    text = calloc(1, 1 << 16);
+    assert_non_null(text);
+    len = fread(text, 1, (1 << 16) - 1, f);
+    fclose(f);
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    assert_non_null(root);
+    const cJSON *images = cJSON_GetObjectItemCaseSensitive(root, "images");
+    int n_images = cJSON_GetArraySize(images);
+    assert_true(n_images >= 2);
+    int64_t grids[3 * 8];
+    assert_true(n_images <= 8);
+    for (int i = 0; i < n_images; ++i) {
+        const cJSON *g =
+            cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(images, i), "grid_thw");
+        for (int k = 0; k < 3; ++k)
+            grids[3 * i + k] = cJSON_GetArrayItem(g, k)->valueint;
+    }
+    const int n_patches = json_dim(root, "pixel_values_shape", 0);
+    const int patch_dim = json_dim(root, "pixel_values_shape", 1);
+    const int tokens = json_dim(root, "vision_embeds_shape", 0), H = gc.cfg.hidden_size;
+    const int K = json_dim(root, "deepstack_shape", 0);
+    float *pixels = read_f32(dir, "pixel_values_fast.f32", (size_t)n_patches * patch_dim);
+    float *embeds = read_f32(dir, "vision_embeds.f32", (size_t)tokens * H);
+    float *deepstack = read_f32(dir, "deepstack.f32", (size_t)K * tokens * H);
+    struct vision_encoder *enc = load(&gc, 2);
+    assert_int_equal(K, vision_encoder_num_deepstack(enc));
+    struct vision_out o = {0};
+    run(enc, &o, pixels, n_patches, grids, n_images);
+    assert_int_equal(o.tokens, tokens);
+    const size_t per = (size_t)tokens * (size_t)H;
+    double err = rel_error(o.embeds, embeds, per);
+    printf("%s/e2e (%d images in one call): vision_embeds [%d, %d] max|a-b|/max|b| = %.3g\n", name,
+           n_images, tokens, H, err);
+    assert_true(err <= TOLERANCE);
+    for (int k = 0; k < K; ++k) {
+        err = rel_error(o.deepstack + (size_t)k * per, deepstack + (size_t)k * per, per);
+        printf("%s/e2e: deepstack[%d] max|a-b|/max|b| = %.3g\n", name, k, err);
+        assert_true(err <= TOLERANCE);
+    }
+    out_free(&o);
+    vision_encoder_free(enc);
+    free(pixels);
+    free(embeds);
+    free(deepstack);
+    cJSON_Delete(root);
+    free(text);
+    golden_case_close(&gc);
+}
+
+static void test_e2e_qwen3_vl(void **state) {
+    (void)state;
+    check_e2e("qwen3_vl");
+}
+
+static void test_e2e_qwen3_vl_moe(void **state) {
+    (void)state;
+    check_e2e("qwen3_vl_moe");
 }
 
 static void assert_same(const struct vision_out *a, const struct vision_out *b, size_t a_off,
@@ -298,6 +392,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_qwen3_vl),
         cmocka_unit_test(test_golden_qwen3_vl_moe),
+        cmocka_unit_test(test_e2e_qwen3_vl),
+        cmocka_unit_test(test_e2e_qwen3_vl_moe),
         cmocka_unit_test(test_threads_bit_identical),
         cmocka_unit_test(test_images_in_one_call_equal_alone),
         cmocka_unit_test(test_video_frames_equal_images),
