@@ -31,9 +31,11 @@ void gelu_tanh(float *out, const float *x, int n);
  * fp32. out may equal x. */
 void gelu_erf(float *out, const float *x, int n);
 
-/* torch.linspace(0, end, steps) in fp32 as ATen's CPU kernel computes it: step =
- * end / (steps - 1); value i = step * i for i < steps / 2, else end - step * (steps - 1 - i).
- * steps == 1 gives [0]. out [steps]. */
+/* torch.linspace(0, end, steps) in fp32, the scalar form of ATen's CPU kernel: step =
+ * end / (steps - 1); value i = step * i for i < steps / 2, else end - step * (steps - 1 - i),
+ * so both ends are exact. (ATen's vectorised loop may round an interior value differently in
+ * the last bit; that moves an interpolation weight by ~1e-7 relative.) steps == 1 gives [0].
+ * out [steps]. */
 void linspace_f32(float *out, float end, int steps);
 
 /* fast_pos_embed_interpolate for one image or video (spec §6.2): bilinear interpolation of the
