@@ -72,6 +72,10 @@ void rope_apply(float *x, const float *cos_t, const float *sin_t, int n_heads, i
 void matmul(float *out, const float *x, const struct ops_weight *w, int n,
             struct thread_pool *pool);
 
+/* matmul computed entirely on the calling thread, for ops that split work at a coarser grain
+ * themselves (e.g. one task per attention head): the same bits as matmul. */
+void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n);
+
 /* Causal GQA attention of one request over its cache.
  * out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i
  * and sees positions 0..pos+i. k_cache/v_cache point at kv head 0 of the layer:

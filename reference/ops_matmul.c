@@ -462,3 +462,8 @@ void matmul(float *out, const float *x, const struct ops_weight *w, int n,
     int tasks = (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
     thread_pool_run(pool, matmul_task, &job, tasks);
 }
+
+void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n) {
+    struct matmul_job job = {out, x, w, n, ops_matmul_path()};
+    matmul_task(&job, 0, (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK, 0);
+}

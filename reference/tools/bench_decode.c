@@ -22,6 +22,7 @@
 #include "reference/model.h"
 #include "reference/ops.h"
 #include "reference/sampler.h"
+#include "reference/tools/random_checkpoint.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
@@ -81,74 +82,6 @@ static int write_config(const char *dir) {
     return STRATA_OK;
 }
 
-static size_t tensor_bytes(const struct stage_tensor *t) {
-    size_t n = 2; /* bf16 */
-    for (int d = 0; d < t->ndim; ++d)
-        n *= (size_t)t->shape[d];
-    return n;
-}
-
-/* Random bf16 values: norms near 1, matrices uniform in ±sqrt(3/fan_in) (unit output variance). */
-static void fill_bf16(uint16_t *out, size_t n, const struct stage_tensor *t, uint64_t *rng) {
-    float scale = t->ndim == 1 ? 0.1f : 1.7320508f / sqrtf((float)t->shape[t->ndim - 1]);
-    float base = t->ndim == 1 ? 1.0f : 0.0f;
-    for (size_t i = 0; i < n; ++i) {
-        *rng = *rng * 6364136223846793005ull + 1442695040888963407ull;
-        float u = (float)((*rng >> 40) & 0xffffff) / 8388608.0f - 1.0f;
-        out[i] = f32_to_bf16(base + scale * u);
-    }
-}
-
-static int write_tensors(const char *dir, const struct stage_tensor_list *list) {
-    const struct stage_tensor *t = list->items;
-    int n = list->count, rc = STRATA_OK;
-    size_t cap = 64 + (size_t)n * (STAGE_TENSOR_NAME_MAX + 96), len = 0, offset = 0;
-    char *header = malloc(cap);
-    uint16_t *buf = malloc((size_t)1 << 24);
-    if (!header || !buf) {
-        free(header);
-        free(buf);
-        return strata_set_error(STRATA_ENOMEM, "out of memory");
-    }
-    len += (size_t)snprintf(header + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < n; ++i) {
-        len += (size_t)snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[",
-                                t[i].name);
-        for (int d = 0; d < t[i].ndim; ++d)
-            len += (size_t)snprintf(header + len, cap - len, "%s%lld", d ? "," : "",
-                                    (long long)t[i].shape[d]);
-        len += (size_t)snprintf(header + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", offset,
-                                offset + tensor_bytes(&t[i]));
-        offset += tensor_bytes(&t[i]);
-    }
-    len += (size_t)snprintf(header + len, cap - len, "}");
-    while (len % 8)
-        header[len++] = ' ';
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    FILE *f = fopen(path, "wb");
-    if (!f) {
-        rc = strata_set_error(STRATA_EIO, "%s: %s", path, strerror(errno));
-        goto done;
-    }
-    uint64_t hlen = len, rng = 0x5eed;
-    int ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, len, f) == len;
-    for (int i = 0; ok && i < n; ++i) {
-        size_t left = tensor_bytes(&t[i]) / 2;
-        while (ok && left) {
-            size_t chunk = left < ((size_t)1 << 23) ? left : ((size_t)1 << 23);
-            fill_bf16(buf, chunk, &t[i], &rng);
-            ok = fwrite(buf, 2, chunk, f) == chunk;
-            left -= chunk;
-        }
-    }
-    if (fclose(f) || !ok) rc = strata_set_error(STRATA_EIO, "%s: write failed (disk full?)", path);
-done:
-    free(header);
-    free(buf);
-    return rc;
-}
-
 /* config.json, then exactly the tensors the manifest lists for the whole model. */
 static int write_checkpoint(const char *dir) {
     struct model_config cfg;
@@ -157,7 +90,7 @@ static int write_checkpoint(const char *dir) {
     int rc = write_config(dir);
     if (!rc) rc = model_config_load(&cfg, dir);
     if (!rc) rc = stage_tensor_list_build(&list, &cfg, &all, NULL);
-    if (!rc) rc = write_tensors(dir, &list);
+    if (!rc) rc = random_checkpoint_write(dir, &list, 0x5eed);
     stage_tensor_list_free(&list);
     return rc;
 }
@@ -316,15 +249,6 @@ done:
     return rc;
 }
 
-static int remove_checkpoint(const char *dir) {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    unlink(path);
-    return rmdir(dir);
-}
-
 struct bench_args {
     int thread_list[16], n_threads, steps, prompt, repeat, keep;
     const char *model;
@@ -428,7 +352,7 @@ static int open_checkpoint(char *dir, size_t cap, int *wrote, const struct bench
     fprintf(stderr, "writing a Qwen3-0.6B-shaped random bf16 checkpoint to %s ...\n", dir);
     if (write_checkpoint(dir)) {
         fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());
-        remove_checkpoint(dir);
+        random_checkpoint_remove(dir);
         return STRATA_EXIT_FAILURE;
     }
     fprintf(stderr, "written in %.1f s\n", cli_now_sec() - t0);
@@ -513,7 +437,7 @@ int main(int argc, char **argv) {
         if (a.keep)
             printf("checkpoint kept at %s\n", dir);
         else
-            remove_checkpoint(dir);
+            random_checkpoint_remove(dir);
     }
     return rc;
 }

@@ -50,6 +50,8 @@ static int add(struct stage_tensor_list *list, enum stage_tensor_slot slot, int 
         t->shape[i] = shape[i];
     t->dtypes = STAGE_DTYPES_FLOAT;
     t->layout = STAGE_LAYOUT_PLAIN;
+    t->vision = STAGE_VIS_NONE;
+    t->vision_index = -1;
     list->count++;
     return STRATA_OK;
 }
@@ -143,18 +145,36 @@ static int add_layer(struct stage_tensor_list *list, const struct model_config *
     return STRATA_OK;
 }
 
-/* One merger (main or deepstack): norm over Hv (main) or Hm (deepstack), two linears. */
-static int add_merger(struct stage_tensor_list *list, const struct model_config *cfg,
-                      const char *base, int64_t norm_dim) {
+/* Tags the last entry as vision part `part` with index `index` (enum stage_vision_part). */
+static void mark_vision(struct stage_tensor_list *list, enum stage_vision_part part, int index) {
+    list->items[list->count - 1].vision = part;
+    list->items[list->count - 1].vision_index = index;
+}
+
+/* ADDV(part, index, (dims...), fmt, ...): one vision tower tensor. */
+#define ADDV(part, index, shape_list, ...)                                                         \
+    do {                                                                                           \
+        ADD(STAGE_SLOT_VISION, -1, shape_list, __VA_ARGS__);                                       \
+        mark_vision(list, part, index);                                                            \
+    } while (0)
+
+/* One merger (main: j == -1, norm over Hv; DeepStack j: norm over Hm), two linears. */
+static int add_merger(struct stage_tensor_list *list, const struct model_config *cfg, int j) {
     const struct vision_config *v = &cfg->vision;
     const int64_t m = v->spatial_merge_size;
     const int64_t Hm = v->hidden_size * m * m, O = v->out_hidden_size;
-    ADD(STAGE_SLOT_VISION, -1, (norm_dim), "%s.norm.weight", base);
-    ADD(STAGE_SLOT_VISION, -1, (norm_dim), "%s.norm.bias", base);
-    ADD(STAGE_SLOT_VISION, -1, (Hm, Hm), "%s.linear_fc1.weight", base);
-    ADD(STAGE_SLOT_VISION, -1, (Hm), "%s.linear_fc1.bias", base);
-    ADD(STAGE_SLOT_VISION, -1, (O, Hm), "%s.linear_fc2.weight", base);
-    ADD(STAGE_SLOT_VISION, -1, (O), "%s.linear_fc2.bias", base);
+    const int64_t norm_dim = j < 0 ? v->hidden_size : Hm;
+    char base[64];
+    if (j < 0)
+        snprintf(base, sizeof base, "model.visual.merger");
+    else
+        snprintf(base, sizeof base, "model.visual.deepstack_merger_list.%d", j);
+    ADDV(STAGE_VIS_MERGER_NORM_W, j, (norm_dim), "%s.norm.weight", base);
+    ADDV(STAGE_VIS_MERGER_NORM_B, j, (norm_dim), "%s.norm.bias", base);
+    ADDV(STAGE_VIS_MERGER_FC1_W, j, (Hm, Hm), "%s.linear_fc1.weight", base);
+    ADDV(STAGE_VIS_MERGER_FC1_B, j, (Hm), "%s.linear_fc1.bias", base);
+    ADDV(STAGE_VIS_MERGER_FC2_W, j, (O, Hm), "%s.linear_fc2.weight", base);
+    ADDV(STAGE_VIS_MERGER_FC2_B, j, (O), "%s.linear_fc2.bias", base);
     return STRATA_OK;
 }
 
@@ -163,33 +183,28 @@ static int add_vision(struct stage_tensor_list *list, const struct model_config 
     const struct vision_config *v = &cfg->vision;
     const int64_t Hv = v->hidden_size, Iv = v->intermediate_size, C = v->in_channels;
     const int64_t Tp = v->temporal_patch_size, P = v->patch_size;
-    const int64_t Hm = Hv * v->spatial_merge_size * v->spatial_merge_size;
     const char *p = "model.visual.";
-    ADD(STAGE_SLOT_VISION, -1, (Hv, C, Tp, P, P), "%spatch_embed.proj.weight", p);
-    ADD(STAGE_SLOT_VISION, -1, (Hv), "%spatch_embed.proj.bias", p);
-    ADD(STAGE_SLOT_VISION, -1, (v->num_position_embeddings, Hv), "%spos_embed.weight", p);
+    ADDV(STAGE_VIS_PATCH_W, -1, (Hv, C, Tp, P, P), "%spatch_embed.proj.weight", p);
+    ADDV(STAGE_VIS_PATCH_B, -1, (Hv), "%spatch_embed.proj.bias", p);
+    ADDV(STAGE_VIS_POS_EMBED, -1, (v->num_position_embeddings, Hv), "%spos_embed.weight", p);
     for (int i = 0; i < v->depth; ++i) {
-        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.norm1.weight", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.norm1.bias", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.norm2.weight", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.norm2.bias", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (3 * Hv, Hv), "%sblocks.%d.attn.qkv.weight", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (3 * Hv), "%sblocks.%d.attn.qkv.bias", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Hv, Hv), "%sblocks.%d.attn.proj.weight", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.attn.proj.bias", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Iv, Hv), "%sblocks.%d.mlp.linear_fc1.weight", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Iv), "%sblocks.%d.mlp.linear_fc1.bias", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Hv, Iv), "%sblocks.%d.mlp.linear_fc2.weight", p, i);
-        ADD(STAGE_SLOT_VISION, -1, (Hv), "%sblocks.%d.mlp.linear_fc2.bias", p, i);
+        ADDV(STAGE_VIS_NORM1_W, i, (Hv), "%sblocks.%d.norm1.weight", p, i);
+        ADDV(STAGE_VIS_NORM1_B, i, (Hv), "%sblocks.%d.norm1.bias", p, i);
+        ADDV(STAGE_VIS_NORM2_W, i, (Hv), "%sblocks.%d.norm2.weight", p, i);
+        ADDV(STAGE_VIS_NORM2_B, i, (Hv), "%sblocks.%d.norm2.bias", p, i);
+        ADDV(STAGE_VIS_QKV_W, i, (3 * Hv, Hv), "%sblocks.%d.attn.qkv.weight", p, i);
+        ADDV(STAGE_VIS_QKV_B, i, (3 * Hv), "%sblocks.%d.attn.qkv.bias", p, i);
+        ADDV(STAGE_VIS_PROJ_W, i, (Hv, Hv), "%sblocks.%d.attn.proj.weight", p, i);
+        ADDV(STAGE_VIS_PROJ_B, i, (Hv), "%sblocks.%d.attn.proj.bias", p, i);
+        ADDV(STAGE_VIS_FC1_W, i, (Iv, Hv), "%sblocks.%d.mlp.linear_fc1.weight", p, i);
+        ADDV(STAGE_VIS_FC1_B, i, (Iv), "%sblocks.%d.mlp.linear_fc1.bias", p, i);
+        ADDV(STAGE_VIS_FC2_W, i, (Hv, Iv), "%sblocks.%d.mlp.linear_fc2.weight", p, i);
+        ADDV(STAGE_VIS_FC2_B, i, (Hv), "%sblocks.%d.mlp.linear_fc2.bias", p, i);
     }
-    int rc = add_merger(list, cfg, "model.visual.merger", Hv);
-    if (rc) return rc;
-    for (int j = 0; j < v->num_deepstack; ++j) {
-        char base[64];
-        snprintf(base, sizeof base, "model.visual.deepstack_merger_list.%d", j);
-        if ((rc = add_merger(list, cfg, base, Hm))) return rc;
-    }
-    return STRATA_OK;
+    int rc = add_merger(list, cfg, -1);
+    for (int j = 0; !rc && j < v->num_deepstack; ++j)
+        rc = add_merger(list, cfg, j);
+    return rc;
 }
 
 int stage_tensor_list_build(struct stage_tensor_list *list, const struct model_config *cfg,

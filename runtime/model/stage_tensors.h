@@ -77,6 +77,36 @@ enum stage_tensor_layout {
     STAGE_LAYOUT_IN_MAJOR   /* [E, in, out]: grouped-GEMM (gate_up [E,H,2I], down [E,I,H]) */
 };
 
+/* Which vision tower weight a STAGE_SLOT_VISION entry is (spec §2.3), so the vision encoder's
+ * loader places it by (part, vision_index) and never parses a name. vision_index is the block
+ * for STAGE_VIS_NORM1_W..STAGE_VIS_FC2_B, the DeepStack merger j (or -1 for the main merger) for
+ * STAGE_VIS_MERGER_*, and -1 otherwise. Shapes with C = in_channels, Tp, p = patch, Hv, Iv,
+ * Hm = Hv * merge^2, O = out_hidden_size. */
+enum stage_vision_part {
+    STAGE_VIS_NONE = 0,      /* not a vision tower tensor */
+    STAGE_VIS_PATCH_W,       /* [Hv, C, Tp, p, p] Conv3d */
+    STAGE_VIS_PATCH_B,       /* [Hv] */
+    STAGE_VIS_POS_EMBED,     /* [num_position_embeddings, Hv] */
+    STAGE_VIS_NORM1_W,       /* [Hv] */
+    STAGE_VIS_NORM1_B,       /* [Hv] */
+    STAGE_VIS_NORM2_W,       /* [Hv] */
+    STAGE_VIS_NORM2_B,       /* [Hv] */
+    STAGE_VIS_QKV_W,         /* [3Hv, Hv] */
+    STAGE_VIS_QKV_B,         /* [3Hv] */
+    STAGE_VIS_PROJ_W,        /* [Hv, Hv] */
+    STAGE_VIS_PROJ_B,        /* [Hv] */
+    STAGE_VIS_FC1_W,         /* [Iv, Hv] */
+    STAGE_VIS_FC1_B,         /* [Iv] */
+    STAGE_VIS_FC2_W,         /* [Hv, Iv] */
+    STAGE_VIS_FC2_B,         /* [Hv] */
+    STAGE_VIS_MERGER_NORM_W, /* [Hv] main merger, [Hm] DeepStack merger */
+    STAGE_VIS_MERGER_NORM_B, /* same */
+    STAGE_VIS_MERGER_FC1_W,  /* [Hm, Hm] */
+    STAGE_VIS_MERGER_FC1_B,  /* [Hm] */
+    STAGE_VIS_MERGER_FC2_W,  /* [O, Hm] */
+    STAGE_VIS_MERGER_FC2_B   /* [O] */
+};
+
 /* Accepted stored dtypes, a mask of (1u << enum st_dtype). */
 #define STAGE_DTYPES_FLOAT ((1u << ST_BF16) | (1u << ST_F16) | (1u << ST_F32))
 /* Fused experts are read in place or transposed element by element, never widened. */
@@ -95,6 +125,8 @@ struct stage_tensor {
     /* 1 when dims 1 and 2 may be stored swapped, i.e. in the other fused layout: qwen3_moe
      * fused experts are stored [E, 2I, H] or [E, H, 2I] depending on the writer. */
     int swap_ok;
+    enum stage_vision_part vision; /* STAGE_VIS_NONE unless slot == STAGE_SLOT_VISION */
+    int vision_index;              /* see enum stage_vision_part; -1 when unused */
 };
 
 struct stage_tensor_list {

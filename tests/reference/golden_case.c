@@ -64,6 +64,31 @@ static int read_floats(float **out, const char *dir, const char *file, size_t co
     return STRATA_OK;
 }
 
+/* The vision tower's input: pixel_values.f32 [pixel_values_shape] and image_grid_thw. */
+static int read_pixels(struct golden_case *gc, const cJSON *vision, const char *dir) {
+    const cJSON *shape = cJSON_GetObjectItemCaseSensitive(vision, "pixel_values_shape");
+    const cJSON *grid = cJSON_GetObjectItemCaseSensitive(vision, "image_grid_thw");
+    if (!cJSON_IsArray(shape) || cJSON_GetArraySize(shape) != 2 || !cJSON_IsArray(grid) ||
+        cJSON_GetArraySize(grid) < 1)
+        return strata_set_error(STRATA_EFORMAT,
+                                "%s/golden.json: no pixel_values_shape / image_grid_thw", dir);
+    gc->n_patches = cJSON_GetArrayItem(shape, 0)->valueint;
+    gc->patch_dim = cJSON_GetArrayItem(shape, 1)->valueint;
+    gc->n_images = cJSON_GetArraySize(grid);
+    gc->image_grid_thw = calloc(3 * (size_t)gc->n_images, sizeof *gc->image_grid_thw);
+    if (!gc->image_grid_thw) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    for (int i = 0; i < gc->n_images; ++i) {
+        const cJSON *row = cJSON_GetArrayItem(grid, i);
+        if (cJSON_GetArraySize(row) != 3)
+            return strata_set_error(STRATA_EFORMAT, "%s/golden.json: image_grid_thw row %d", dir,
+                                    i);
+        for (int k = 0; k < 3; ++k)
+            gc->image_grid_thw[3 * i + k] = cJSON_GetArrayItem(row, k)->valueint;
+    }
+    return read_floats(&gc->pixel_values, dir, "pixel_values.f32",
+                       (size_t)gc->n_patches * (size_t)gc->patch_dim);
+}
+
 static int read_vision(struct golden_case *gc, const cJSON *vision, const char *dir) {
     const cJSON *pos = cJSON_GetObjectItemCaseSensitive(vision, "position_ids");
     const cJSON *delta = cJSON_GetObjectItemCaseSensitive(vision, "rope_delta");
@@ -93,6 +118,7 @@ static int read_vision(struct golden_case *gc, const cJSON *vision, const char *
     int rc = read_floats(&gc->vision_embeds, dir, "vision_embeds.f32", nv * H);
     if (!rc)
         rc = read_floats(&gc->deepstack, dir, "deepstack.f32", (size_t)gc->num_deepstack * nv * H);
+    if (!rc) rc = read_pixels(gc, vision, dir);
     return rc;
 }
 
@@ -148,6 +174,8 @@ void golden_case_close(struct golden_case *gc) {
     free(gc->position_ids);
     free(gc->vision_embeds);
     free(gc->deepstack);
+    free(gc->pixel_values);
+    free(gc->image_grid_thw);
     memset(gc, 0, sizeof *gc);
 }
 

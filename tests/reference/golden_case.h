@@ -27,7 +27,11 @@ struct golden_case {
     int n_visual;          /* image pad tokens in the prompt */
     float *vision_embeds;  /* [n_visual, H] merger outputs (replace the pad embeddings) */
     int num_deepstack;
-    float *deepstack; /* [num_deepstack, n_visual, H] */
+    float *deepstack;    /* [num_deepstack, n_visual, H] */
+    float *pixel_values; /* [n_patches, patch_dim] the vision tower's input */
+    int n_patches, patch_dim;
+    int64_t *image_grid_thw; /* [n_images, 3] rows t, h, w in patches */
+    int n_images;
 };
 
 /* The committed case names, NULL-terminated. */

@@ -131,6 +131,8 @@ static void test_matmul_bit_identical(void **state) {
             assert_memory_equal(out, base, (size_t)n * (size_t)rows * sizeof(float));
             thread_pool_free(pool);
         }
+        matmul_serial(out, x, &w, n); /* the calling thread alone: the same bits */
+        assert_memory_equal(out, base, (size_t)n * (size_t)rows * sizeof(float));
         int has_avx2 = ops_force_portable(1);
         matmul(out, x, &w, n, one);
         ops_force_portable(0);

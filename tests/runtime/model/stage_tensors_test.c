@@ -224,6 +224,16 @@ static void test_vl_moe_and_vision(void **state) {
     assert_int_equal(list.items[ds].shape[0], 8 * 4); /* Hm = Hv × m² */
     int mn = stage_tensor_list_find(&list, "model.visual.merger.norm.weight");
     assert_int_equal(list.items[mn].shape[0], 8); /* Hv */
+    /* Vision entries carry their part and index, so a loader never parses names. */
+    assert_int_equal(list.items[patch].vision, STAGE_VIS_PATCH_W);
+    assert_int_equal(list.items[ds].vision, STAGE_VIS_MERGER_NORM_W);
+    assert_int_equal(list.items[ds].vision_index, 1);
+    assert_int_equal(list.items[mn].vision, STAGE_VIS_MERGER_NORM_W);
+    assert_int_equal(list.items[mn].vision_index, -1);
+    int fc2b = stage_tensor_list_find(&list, "model.visual.blocks.1.mlp.linear_fc2.bias");
+    assert_int_equal(list.items[fc2b].vision, STAGE_VIS_FC2_B);
+    assert_int_equal(list.items[fc2b].vision_index, 1);
+    assert_int_equal(list.items[dp].vision, STAGE_VIS_NONE);
     int vision = 0;
     for (int i = 0; i < list.count; ++i)
         vision += list.items[i].kind == STAGE_TENSOR_VISION;
