@@ -37,8 +37,19 @@ nl_cleanup() {
     pl_cleanup
     for ns in $NL_NETNS; do
         ip netns del "$ns" 2>/dev/null
+        [ -d "/etc/netns/$ns" ] && rm -rf "/etc/netns/${ns:?}"
     done
     NL_NETNS=""
+}
+
+# nl_hosts_file NS LINE...: the /etc/hosts that processes started in NS see (`ip netns exec`
+# bind-mounts /etc/netns/NS/hosts over /etc/hosts): localhost plus the given lines, so host
+# names resolve as a cluster's DNS would. Removed with the namespace.
+nl_hosts_file() {
+    local ns=$1
+    shift
+    mkdir -p "/etc/netns/$ns" || pl_fail "cannot create /etc/netns/$ns"
+    { echo "127.0.0.1 localhost"; printf '%s\n' "$@"; } >"/etc/netns/$ns/hosts"
 }
 
 nl_addr() { echo "10.77.0.$((10 + $1))"; }
