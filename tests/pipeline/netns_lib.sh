@@ -75,7 +75,7 @@ nl_add_host() {
 }
 
 # nl_init HOSTS: pl_init, the skip checks, then the switch, HOSTS stage hosts and a client
-# host. Returns once every host reaches every other (one ping each way from the client).
+# host. Returns once the client host reaches every stage host.
 nl_init() {
     local hosts=$1 i
     pl_init
@@ -109,9 +109,9 @@ nl_init() {
     echo "hosts: switch $NL_SWITCH, stage hosts $(for ((i = 0; i < hosts; i++)); do printf '%s ' "$(nl_addr "$i")"; done)client $NL_CLIENT_ADDR"
 }
 
-# nl_ping NS ADDR: ADDR answers a TCP-less reachability probe from NS within 5 s (ping is
-# not always installed, so a bash /dev/tcp connect to a closed port: "connection refused"
-# proves the host answered, a timeout or "no route" that it did not).
+# nl_ping NS ADDR: ADDR answers from NS within 5 s. Not ping (not always installed): a bash
+# /dev/tcp connect to a closed port, where "connection refused" proves the host answered and
+# a timeout or "no route" that it did not.
 nl_ping() {
     local ns=$1 addr=$2 i
     for ((i = 0; i < 50; i++)); do
