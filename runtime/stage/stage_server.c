@@ -1,8 +1,12 @@
 /* strata-stage's event loop: acceptor thread + poll() loop around the stage core.
- * Why a thread for accepting: the Hello handshake blocks, and two stages that connect to
- * each other (the ring with S = 2, or any restart) would otherwise both wait in their
- * client handshakes. With accepting on its own thread a handshake is always answered.
- * See stage_server.h for the connection model. */
+ * Why a thread for accepting: the loop's own connect to the next stage blocks in its
+ * client handshake, and two stages that connect to each other (the ring with S = 2, or any
+ * restart) would otherwise both wait there. With accepting on its own thread a handshake is
+ * always answered; that thread runs every pending handshake concurrently under deadlines
+ * and per-address limits (stage_accept.h). The loop reads every connection without
+ * blocking (wire_recv_frame_nb): a peer that stops mid-frame keeps its partial frame in
+ * its own buffer and holds no one else up, and is dropped when the frame is not complete
+ * within io_timeout_ms. See stage_server.h for the connection model and the drain. */
 #include "runtime/stage/stage_server.h"
 
 #include <errno.h>
@@ -18,11 +22,13 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
+#include "runtime/stage/stage_accept.h"
 #include "wire/transport.h"
 
 #define MAX_CLIENTS 64
-#define MAX_HANDOFF 16
+#define MAX_HANDOFF 64
 #define HANDSHAKE_TIMEOUT_MS 3000
+#define CLIENT_SEND_TIMEOUT_MS 250 /* a client's socket buffer full: it stopped reading */
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 1000
@@ -53,7 +59,9 @@ struct server {
     pthread_t acceptor;
     int acceptor_started;
     atomic_int acceptor_stop; /* set by the loop when it ends (the signal flag is not shared) */
-    int wake[2];              /* acceptor -> loop */
+    atomic_int accept_close;  /* set by the loop when it drains: accept nothing new */
+    int draining;
+    int wake[2]; /* acceptor -> loop */
     pthread_mutex_t lock;
     struct handoff pending[MAX_HANDOFF];
     int num_pending;
@@ -71,45 +79,34 @@ struct server {
     char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
 };
 
+/* The acceptor thread hands each handshaken connection to the loop. */
+static void deliver(void *ctx, struct wire_conn *conn, const struct wire_hello *peer) {
+    struct server *s = ctx;
+    int taken = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->num_pending < MAX_HANDOFF) {
+        s->pending[s->num_pending].conn = *conn;
+        s->pending[s->num_pending++].peer = *peer;
+        taken = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!taken) {
+        strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", conn->peer);
+        wire_close(conn);
+    } else if (write(s->wake[1], "x", 1) < 0) {
+        strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
+    }
+}
+
 static void *acceptor_main(void *arg) {
     struct server *s = arg;
-    while (!atomic_load(&s->acceptor_stop)) {
-        struct handoff h;
-        int rc;
-        memset(&h, 0, sizeof h);
-        rc = wire_accept(&h.conn, &s->listener, 0, 200);
-        if (rc == STRATA_ETIMEOUT) continue;
-        if (rc < 0) {
-            strata_log(STRATA_LOG_WARN, "accept failed: %s", strata_last_error());
-            usleep(100000);
-            continue;
-        }
-        /* TLS first, so the Hello (fingerprint, stage, layers) travels encrypted. */
-        rc = s->opt->tls ? wire_tls_accept(&h.conn, s->opt->tls, HANDSHAKE_TIMEOUT_MS) : 0;
-        if (rc == 0)
-            rc = wire_handshake_server(&h.peer, &h.conn, &s->self, s->opt->key,
-                                       HANDSHAKE_TIMEOUT_MS);
-        if (rc < 0) {
-            strata_log(STRATA_LOG_WARN, "refused connection from %s: %s", h.conn.peer,
-                       strata_last_error());
-            wire_close(&h.conn);
-            continue;
-        }
-        pthread_mutex_lock(&s->lock);
-        if (s->num_pending < MAX_HANDOFF) {
-            s->pending[s->num_pending++] = h;
-            h.conn.fd = -1; /* the copy in pending owns the socket, buffer and TLS state now */
-            h.conn.rx = NULL;
-            h.conn.ssl = NULL;
-        }
-        pthread_mutex_unlock(&s->lock);
-        if (h.conn.fd >= 0) {
-            strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", h.conn.peer);
-            wire_close(&h.conn);
-        } else if (write(s->wake[1], "x", 1) < 0) {
-            strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
-        }
-    }
+    struct stage_accept_options o = {.listener = &s->listener,
+                                     .tls = s->opt->tls,
+                                     .key = s->opt->key,
+                                     .self = s->self,
+                                     .handshake_timeout_ms = HANDSHAKE_TIMEOUT_MS};
+    if (stage_accept_run(&o, deliver, s, &s->acceptor_stop, &s->accept_close) < 0)
+        strata_log(STRATA_LOG_ERROR, "acceptor: %s", strata_last_error());
     return NULL;
 }
 
@@ -178,6 +175,7 @@ static void adopt(struct server *s, struct handoff *h) {
     char security[160];
     wire_tls_peer_describe(&h->conn, security, sizeof security);
     s->prev = h->conn;
+    s->prev.max_frame = WIRE_DEFAULT_MAX_FRAME; /* authenticated: activations and KV blocks */
     s->prev_rx_ms = now_ms();
     strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s (%s)", h->peer.stage_index,
                h->conn.peer, security);
@@ -253,6 +251,7 @@ static void flush(struct server *s) {
                     conn = &s->clients[i], cid = f.client_id;
         }
         if (conn && conn->fd >= 0) {
+            if (f.link == STAGE_LINK_CLIENT) timeout = CLIENT_SEND_TIMEOUT_MS;
             if (wire_send_frame(conn, f.data, f.len, timeout) < 0) {
                 char why[1024];
                 snprintf(why, sizeof why, "send failed: %s", strata_last_error());
@@ -288,43 +287,98 @@ static void drain_results(struct server *s) {
     }
 }
 
-/* Reads one frame from a readable connection and feeds it to the core. */
-static void serve_conn(struct server *s, struct wire_conn *conn, enum stage_link link,
-                       uint32_t cid) {
-    const uint8_t *frame;
-    size_t len;
-    int timeout = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
-    int rc = wire_recv_frame(conn, &frame, &len, timeout);
-    if (rc < 0) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s",
-                 rc == STRATA_ECLOSED ? "peer closed the connection" : strata_last_error());
-        link_down(s, link, cid, conn, why);
-        return;
+/* Frames the driver answers itself on a client link, before the core sees them: control
+ * frames other than Cancel (Ping, Drain, Shutdown are between stages; a client asking
+ * gets an immediate Error rather than silence), and, while draining, new Requests on any
+ * link. Returns 1 when the frame was answered here. */
+static int intercept(struct server *s, struct wire_conn *conn, enum stage_link link,
+                     const uint8_t *frame, size_t len) {
+    enum wire_kind kind;
+    char why[160];
+    if (wire_verify(&kind, NULL, frame, len) < 0) return 0; /* the core reports it */
+    if (kind == WIRE_KIND_CONTROL && link == STAGE_LINK_CLIENT) {
+        struct wire_control msg;
+        if (wire_read_control(&msg, frame, len) < 0 || msg.kind == WIRE_CONTROL_CANCEL) return 0;
+        snprintf(why, sizeof why,
+                 "stage %d: control frame %d is not accepted from clients (only Cancel)",
+                 s->info.stage_index, (int)msg.kind);
+        wire_send_error(conn, STRATA_EINVAL, msg.nonce, why);
+        return 1;
     }
+    if (kind == WIRE_KIND_REQUEST && s->draining && link != STAGE_LINK_NEXT) {
+        struct wire_request msg;
+        if (wire_read_request(&msg, frame, len) < 0 || msg.nonce == 0) return 0;
+        snprintf(why, sizeof why, "stage %d is shutting down (draining): request refused",
+                 s->info.stage_index);
+        if (wire_send_error(conn, STRATA_EBUSY, msg.nonce, why) == 0)
+            strata_log(STRATA_LOG_INFO, "refused request %llu: draining",
+                       (unsigned long long)msg.nonce);
+        return 1;
+    }
+    return 0;
+}
+
+/* Feeds one received frame to the core (or answers it: intercept). 0, or -1 when the
+ * link was taken down. */
+static int feed(struct server *s, struct wire_conn *conn, enum stage_link link, uint32_t cid,
+                const uint8_t *frame, size_t len) {
     if (link == STAGE_LINK_PREV)
         s->prev_rx_ms = now_ms();
     else if (link == STAGE_LINK_NEXT)
         s->next_rx_ms = now_ms();
-    rc = stage_core_on_frame(s->core, link, cid, frame, len);
+    if (intercept(s, conn, link, frame, len)) return 0;
+    int rc = stage_core_on_frame(s->core, link, cid, frame, len);
     if (rc < 0) {
         char why[1024];
         snprintf(why, sizeof why, "bad frame: %s", strata_last_error());
         wire_send_error(conn, rc, 0, why);
         link_down(s, link, cid, conn, why);
+        return -1;
     }
+    return 0;
 }
 
-/* Serves the frames already waiting on a readable connection (up to a bound, so one busy
- * peer cannot starve the others), so the next microbatch sees everything that arrived. */
+/* Serves the frames already complete on a readable connection, without waiting for more
+ * (up to a bound, so one busy peer cannot starve the others): the next microbatch sees
+ * everything that arrived, and a partial frame just stays in the conn's buffer. */
 static void serve_ready(struct server *s, struct wire_conn *conn, enum stage_link link,
                         uint32_t cid) {
     for (int i = 0; i < 32; i++) {
-        int fd = conn->fd;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        serve_conn(s, conn, link, cid);
-        if (conn->fd != fd || conn->fd < 0) return;
-        if (!wire_conn_buffered(conn) && (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))) return;
+        const uint8_t *frame;
+        size_t len;
+        int rc = wire_recv_frame_nb(conn, &frame, &len);
+        if (rc == WIRE_RECV_PENDING) return;
+        if (rc < 0) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s",
+                     rc == STRATA_ECLOSED && !wire_conn_partial_since(conn)
+                         ? "peer closed the connection"
+                         : strata_last_error());
+            link_down(s, link, cid, conn, why);
+            return;
+        }
+        if (feed(s, conn, link, cid, frame, len) < 0 || conn->fd < 0) return;
+    }
+}
+
+/* A peer that started a frame and has not completed it within io_timeout_ms is dropped
+ * (its partial frame never held anyone else up; this frees its buffer and slot). */
+static void drop_stalled(struct server *s) {
+    int64_t now = now_ms(), limit = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
+    char why[160];
+    struct wire_conn *links[2] = {&s->prev, &s->next};
+    for (int i = 0; i < 2 + MAX_CLIENTS; i++) {
+        struct wire_conn *c = i < 2 ? links[i] : &s->clients[i - 2];
+        int64_t since = c->fd >= 0 ? wire_conn_partial_since(c) : 0;
+        if (!since || now - since <= limit) continue;
+        snprintf(why, sizeof why, "a frame stalled: %zu of %zu bytes in %lld ms",
+                 c->rx_need ? c->rx_have : c->rx_prefix_have,
+                 c->rx_need ? c->rx_need : (size_t)WIRE_FRAME_PREFIX_BYTES,
+                 (long long)(now - since));
+        if (i < 2)
+            link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
+        else
+            link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
     }
 }
 
@@ -440,8 +494,39 @@ static void loop_once(struct server *s) {
     }
     flush(s);
     keepalive(s);
+    drop_stalled(s);
     flush(s);
     drain_results(s);
+}
+
+/* SIGTERM (the first stop): accept nothing new (the listener closes; new Requests are
+ * refused with an Error naming the drain), serve the requests in flight to their end, for
+ * at most drain_timeout_ms, then return. A second signal (*stop >= 2) ends it at once.
+ * What is still in flight at the deadline fails like a closed link. */
+static void drain(struct server *s) {
+    struct stage_core_stats st;
+    int64_t start = now_ms(), deadline = start + s->opt->drain_timeout_ms;
+    stage_core_get_stats(s->core, &st);
+    atomic_store(&s->accept_close, 1);
+    if (st.active_requests == 0 || s->opt->drain_timeout_ms <= 0) return;
+    s->draining = 1;
+    strata_log(STRATA_LOG_INFO,
+               "draining: %d requests in flight (up to %d ms; a second signal "
+               "stops at once)",
+               st.active_requests, s->opt->drain_timeout_ms);
+    while (*s->stop < 2 && st.active_requests > 0 && now_ms() < deadline) {
+        loop_once(s);
+        stage_core_get_stats(s->core, &st);
+    }
+    if (st.active_requests > 0) {
+        strata_log(STRATA_LOG_WARN, "drain ended with %d requests in flight (%s)",
+                   st.active_requests, *s->stop >= 2 ? "second signal" : "--drain-timeout-ms");
+        stage_core_on_link_down(s->core, STAGE_LINK_PREV, 0, "stage shut down");
+        flush(s);
+        drain_results(s);
+    } else {
+        strata_log(STRATA_LOG_INFO, "drained in %lld ms", (long long)(now_ms() - start));
+    }
 }
 
 int stage_server_run(struct stage_core *core, const struct stage_server_options *opt,
@@ -489,6 +574,7 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->acceptor_started = 1;
     while (!*stop)
         loop_once(s);
+    drain(s);
     rc = 0;
 done:
     atomic_store(&s->acceptor_stop, 1);
