@@ -98,8 +98,7 @@ enum hs_state { HS_FREE = 0, HS_TLS, HS_HELLO };
 
 struct pending {
     enum hs_state state;
-    int got_bytes; /* TLS: the peer sent something (a silent close is no failed attempt) */
-    short events;  /* what the handshake waits for */
+    short events; /* what the handshake waits for */
     struct wire_conn conn;
     struct wire_handshake hs;
     int64_t started_ms, deadline_ms;
@@ -127,11 +126,18 @@ static void release(struct acceptor *a, struct pending *p, int close_conn) {
     a->active--;
 }
 
+/* 1 when the peer has closed its side (end of stream or a reset waiting on the socket). */
+static int peer_gone(int fd) {
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 /* Logs a refused handshake; counts it against the address unless the peer only went away
- * or ran out of time (an idle or closed connection proves no key wrong). */
+ * or ran out of time: an idle, trickling or closed connection proves no key wrong, while a
+ * key-guesser has to stay to read the verdict (wrong binder, wrong proof, bad Hello). */
 static void refuse(struct acceptor *a, struct pending *p, int rc, int64_t now) {
-    int quiet = rc == STRATA_ETIMEOUT || (rc == STRATA_ECLOSED && p->conn.frames_in == 0 &&
-                                          !p->conn.rx_started_ms && !p->got_bytes);
+    int quiet = rc == STRATA_ETIMEOUT || rc == STRATA_ECLOSED || peer_gone(p->conn.fd);
     if (quiet) {
         strata_log(STRATA_LOG_DEBUG, "connection from %s ended before its handshake: %s",
                    p->conn.peer, strata_last_error());
@@ -148,19 +154,6 @@ static void advance(struct acceptor *a, struct pending *p, int64_t now) {
     for (;;) {
         int rc;
         if (p->state == HS_TLS) {
-            if (!p->got_bytes) {
-                char b;
-                ssize_t n = recv(p->conn.fd, &b, 1, MSG_PEEK);
-                if (n == 0) {
-                    refuse(a, p, strata_set_error(STRATA_ECLOSED, "closed"), now);
-                    return;
-                }
-                if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-                    p->events = POLLIN;
-                    return;
-                }
-                p->got_bytes = 1;
-            }
             rc = wire_tls_step(&p->conn, a->o.tls, &p->events);
             if (rc == WIRE_TLS_PENDING) return;
             if (rc == 0)

@@ -21,10 +21,10 @@
  *   - at most max_per_address at once from one source address; beyond that the oldest
  *     of that address is replaced, so one host cannot fill the table for the others;
  *   - failed handshakes (TLS refused, wrong key, bad Hello: not timeouts, not replaced
- *     ones) are rate-limited per address with a token bucket (fail_burst, refilled at
- *     fail_per_s): an address without tokens has its connections closed at accept, before
- *     any TLS work, and one summary line per address per 10 s says how many.
- * Library code: logs through runtime/base/log, never prints. */
+ *     ones, not peers that closed first) are rate-limited per address with a token bucket
+ * (fail_burst, refilled at fail_per_s): an address without tokens has its connections closed at
+ * accept, before any TLS work, and one summary line per address per 10 s says how many. Library
+ * code: logs through runtime/base/log, never prints. */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_ACCEPT_H
 #define STRATA_RUNTIME_STAGE_STAGE_ACCEPT_H
 
