@@ -285,17 +285,113 @@ static int send_tls(struct wire_conn *conn, const uint8_t *prefix, const uint8_t
     return rc;
 }
 
-int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int timeout_ms) {
+static int send_usable(struct wire_conn *conn, size_t len) {
     if (!conn->open || conn->broken)
         return strata_set_error(STRATA_ECLOSED, "wire: send on a closed or broken connection to %s",
                                 conn->peer);
     if (len == 0 || len > UINT32_MAX || len > conn->max_frame)
         return strata_set_error(STRATA_EINVAL, "wire: frame of %zu bytes outside 1..%zu", len,
                                 conn->max_frame);
+    return 0;
+}
+
+int wire_flush_nb(struct wire_conn *conn) {
+    size_t before = conn->tx_off;
+    while (conn->tx_off < conn->tx_len) {
+        size_t left = conn->tx_len - conn->tx_off;
+        ssize_t n;
+        if (conn->ssl) {
+            short events = 0;
+            /* Never less than a retried SSL_write was given: the queue only grows. */
+            n = wire_tls_write(conn, conn->tx + conn->tx_off,
+                               left < TLS_RECORD_BYTES ? left : TLS_RECORD_BYTES, &events);
+            if (n == 0 && events) break;
+        } else {
+            n = send(conn->fd, conn->tx + conn->tx_off, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0)
+                n = strata_set_error(errno == EPIPE || errno == ECONNRESET ? STRATA_ECLOSED
+                                                                           : STRATA_EIO,
+                                     "wire: send to %s: %s", conn->peer, strerror(errno));
+        }
+        if (n < 0) {
+            conn->broken = 1;
+            return (int)n;
+        }
+        conn->tx_off += (size_t)n;
+    }
+    if (conn->tx_off == conn->tx_len) {
+        conn->tx_off = conn->tx_len = 0;
+        conn->tx_waiting_ms = 0;
+    } else if (!conn->tx_waiting_ms || conn->tx_off != before) {
+        conn->tx_waiting_ms = now_ms();
+    }
+    return 0;
+}
+
+int wire_send_frame_nb(struct wire_conn *conn, const void *frame, size_t len, size_t max_queued) {
+    int rc = send_usable(conn, len);
+    if (rc) return rc;
+    size_t queued = conn->tx_len - conn->tx_off, need = queued + WIRE_FRAME_PREFIX_BYTES + len;
+    if (need > max_queued) {
+        conn->broken = 1;
+        return strata_set_error(STRATA_EBUSY,
+                                "wire: %s does not read: %zu bytes queued, %zu more refused",
+                                conn->peer, queued, len);
+    }
+    if (conn->tx_off) { /* a retried SSL_write may move (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER) */
+        memmove(conn->tx, conn->tx + conn->tx_off, queued);
+        conn->tx_off = 0;
+        conn->tx_len = queued;
+    }
+    if (need > conn->tx_cap) {
+        size_t cap = conn->tx_cap * 2 > need ? conn->tx_cap * 2 : need < 4096 ? 4096 : need;
+        uint8_t *grown = realloc(conn->tx, cap);
+        if (!grown) return strata_set_error(STRATA_ENOMEM, "wire: cannot queue %zu bytes", need);
+        conn->tx = grown;
+        conn->tx_cap = cap;
+    }
+    uint8_t *p = conn->tx + conn->tx_len;
+    p[0] = (uint8_t)len;
+    p[1] = (uint8_t)(len >> 8);
+    p[2] = (uint8_t)(len >> 16);
+    p[3] = (uint8_t)(len >> 24);
+    memcpy(p + WIRE_FRAME_PREFIX_BYTES, frame, len);
+    conn->tx_len = need;
+    return wire_flush_nb(conn);
+}
+
+size_t wire_conn_tx_pending(const struct wire_conn *conn) {
+    return conn->tx_len - conn->tx_off;
+}
+
+int64_t wire_conn_tx_waiting_since(const struct wire_conn *conn) {
+    return conn->tx_waiting_ms;
+}
+
+/* Sends the queue of wire_send_frame_nb before a blocking send, so frames keep order. */
+static int flush_queue(struct wire_conn *conn, int64_t deadline) {
+    while (conn->tx_off < conn->tx_len) {
+        int rc = wire_flush_nb(conn);
+        if (!rc && conn->tx_off < conn->tx_len)
+            rc = wire_wait_fd(conn->fd, POLLOUT, deadline, "send to", conn->peer);
+        if (rc) {
+            conn->broken = 1;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int timeout_ms) {
+    int rc = send_usable(conn, len);
+    if (rc) return rc;
     uint8_t prefix[WIRE_FRAME_PREFIX_BYTES] = {(uint8_t)len, (uint8_t)(len >> 8),
                                                (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
     int64_t deadline = wire_deadline_after(timeout_ms);
-    int rc;
+    rc = flush_queue(conn, deadline);
+    if (rc) return rc;
     if (conn->ssl) {
         rc = send_tls(conn, prefix, frame, len, deadline);
     } else {
@@ -471,6 +567,9 @@ void wire_close(struct wire_conn *conn) {
     wire_tls_close(conn);
     if (conn->open && conn->fd >= 0) close(conn->fd);
     free(conn->rx);
+    free(conn->tx);
+    conn->tx = NULL;
+    conn->tx_cap = conn->tx_off = conn->tx_len = 0;
     conn->fd = -1;
     conn->open = 0;
     conn->rx = NULL;

@@ -45,6 +45,10 @@ struct wire_conn {
     size_t rx_need;        /* announced length once the prefix is complete, else 0 */
     size_t rx_have;        /* bytes of the frame in rx */
     int64_t rx_started_ms; /* when the frame's first byte arrived (0: none pending) */
+    /* Frames queued by wire_send_frame_nb that the socket has not taken yet. */
+    uint8_t *tx; /* [tx_cap]: bytes [tx_off, tx_len) still to send */
+    size_t tx_cap, tx_off, tx_len;
+    int64_t tx_waiting_ms; /* since when queued bytes have not moved (0: none queued) */
 };
 
 /* Binds and listens on host:port (host NULL = 127.0.0.1, port 0 = any free port). */
@@ -79,6 +83,18 @@ int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, 
  * from 64 KiB), so an announced length alone allocates nothing. */
 #define WIRE_RECV_PENDING 1
 int wire_recv_frame_nb(struct wire_conn *conn, const uint8_t **frame, size_t *len);
+
+/* Non-blocking send for event loops: appends the frame (with its prefix) to the conn's
+ * queue and sends as much of the queue as the socket takes now. STRATA_EBUSY (the conn is
+ * then broken) when more than max_queued bytes would wait: the peer does not read. A
+ * later wire_send_frame sends the queue first, so frames keep their order. */
+int wire_send_frame_nb(struct wire_conn *conn, const void *frame, size_t len, size_t max_queued);
+/* Sends what the socket takes of the queue now (call when poll() says POLLOUT). */
+int wire_flush_nb(struct wire_conn *conn);
+/* Bytes queued and not yet sent. */
+size_t wire_conn_tx_pending(const struct wire_conn *conn);
+/* Since when queued bytes have not moved (cli_now_ns / 1e6 clock), 0 when none queued. */
+int64_t wire_conn_tx_waiting_since(const struct wire_conn *conn);
 
 /* When the first byte of a frame not yet complete arrived (cli_now_ns / 1e6 clock), or 0
  * when no frame is partly received: lets an event loop drop a peer stalled mid-frame. */

@@ -28,7 +28,7 @@
 #define MAX_CLIENTS 64
 #define MAX_HANDOFF 64
 #define HANDSHAKE_TIMEOUT_MS 3000
-#define CLIENT_SEND_TIMEOUT_MS 250 /* a client's socket buffer full: it stopped reading */
+#define CLIENT_MAX_QUEUED ((size_t)1 << 20) /* ~10,000 token frames a client has not read */
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 1000
@@ -251,8 +251,11 @@ static void flush(struct server *s) {
                     conn = &s->clients[i], cid = f.client_id;
         }
         if (conn && conn->fd >= 0) {
-            if (f.link == STAGE_LINK_CLIENT) timeout = CLIENT_SEND_TIMEOUT_MS;
-            if (wire_send_frame(conn, f.data, f.len, timeout) < 0) {
+            /* To a client: queued, never waited for (a client that stops reading holds
+             * no one up; past CLIENT_MAX_QUEUED it is dropped). */
+            if ((f.link == STAGE_LINK_CLIENT
+                     ? wire_send_frame_nb(conn, f.data, f.len, CLIENT_MAX_QUEUED)
+                     : wire_send_frame(conn, f.data, f.len, timeout)) < 0) {
                 char why[1024];
                 snprintf(why, sizeof why, "send failed: %s", strata_last_error());
                 link_down(s, f.link, cid, conn, why);
@@ -287,6 +290,22 @@ static void drain_results(struct server *s) {
     }
 }
 
+/* An Error frame to a peer: queued without waiting on a client link, else sent with the
+ * transport's short timeout. Best effort (the caller may be about to close). */
+static void reply_error(struct wire_conn *conn, enum stage_link link, int code, uint64_t nonce,
+                        const char *why) {
+    struct wire_arena arena;
+    struct wire_error err = {code, why, nonce};
+    if (link != STAGE_LINK_CLIENT) {
+        wire_send_error(conn, code, nonce, why);
+        return;
+    }
+    if (wire_arena_init(&arena, 1024) == 0 && wire_build_error(&arena, &err) == 0)
+        wire_send_frame_nb(conn, wire_arena_frame(&arena), wire_arena_frame_len(&arena),
+                           CLIENT_MAX_QUEUED);
+    wire_arena_free(&arena);
+}
+
 /* Frames the driver answers itself on a client link, before the core sees them: control
  * frames other than Cancel (Ping, Drain, Shutdown are between stages; a client asking
  * gets an immediate Error rather than silence), and, while draining, new Requests on any
@@ -302,7 +321,7 @@ static int intercept(struct server *s, struct wire_conn *conn, enum stage_link l
         snprintf(why, sizeof why,
                  "stage %d: control frame %d is not accepted from clients (only Cancel)",
                  s->info.stage_index, (int)msg.kind);
-        wire_send_error(conn, STRATA_EINVAL, msg.nonce, why);
+        reply_error(conn, link, STRATA_EINVAL, msg.nonce, why);
         return 1;
     }
     if (kind == WIRE_KIND_REQUEST && s->draining && link != STAGE_LINK_NEXT) {
@@ -310,9 +329,9 @@ static int intercept(struct server *s, struct wire_conn *conn, enum stage_link l
         if (wire_read_request(&msg, frame, len) < 0 || msg.nonce == 0) return 0;
         snprintf(why, sizeof why, "stage %d is shutting down (draining): request refused",
                  s->info.stage_index);
-        if (wire_send_error(conn, STRATA_EBUSY, msg.nonce, why) == 0)
-            strata_log(STRATA_LOG_INFO, "refused request %llu: draining",
-                       (unsigned long long)msg.nonce);
+        reply_error(conn, link, STRATA_EBUSY, msg.nonce, why);
+        strata_log(STRATA_LOG_INFO, "refused request %llu: draining",
+                   (unsigned long long)msg.nonce);
         return 1;
     }
     return 0;
@@ -331,7 +350,8 @@ static int feed(struct server *s, struct wire_conn *conn, enum stage_link link, 
     if (rc < 0) {
         char why[1024];
         snprintf(why, sizeof why, "bad frame: %s", strata_last_error());
-        wire_send_error(conn, rc, 0, why);
+        reply_error(conn, link, rc, 0, why);
+        if (link == STAGE_LINK_CLIENT) wire_flush_nb(conn); /* one more try before the close */
         link_down(s, link, cid, conn, why);
         return -1;
     }
@@ -370,6 +390,13 @@ static void drop_stalled(struct server *s) {
     for (int i = 0; i < 2 + MAX_CLIENTS; i++) {
         struct wire_conn *c = i < 2 ? links[i] : &s->clients[i - 2];
         int64_t since = c->fd >= 0 ? wire_conn_partial_since(c) : 0;
+        int64_t unread = c->fd >= 0 ? wire_conn_tx_waiting_since(c) : 0;
+        if (unread && now - unread > limit) {
+            snprintf(why, sizeof why, "not reading: %zu bytes queued for %lld ms",
+                     wire_conn_tx_pending(c), (long long)(now - unread));
+            link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+            continue;
+        }
         if (!since || now - since <= limit) continue;
         snprintf(why, sizeof why, "a frame stalled: %zu of %zu bytes in %lld ms",
                  c->rx_need ? c->rx_have : c->rx_prefix_have,
@@ -462,7 +489,8 @@ static void loop_once(struct server *s) {
     }
     for (int i = 0; i < MAX_CLIENTS; i++) {
         if (s->clients[i].fd >= 0) {
-            fds[n] = (struct pollfd){.fd = s->clients[i].fd, .events = POLLIN};
+            short ev = POLLIN | (wire_conn_tx_pending(&s->clients[i]) ? POLLOUT : 0);
+            fds[n] = (struct pollfd){.fd = s->clients[i].fd, .events = ev};
             who[n++] = i;
         }
     }
@@ -476,6 +504,12 @@ static void loop_once(struct server *s) {
         strata_log(STRATA_LOG_WARN, "poll: %s", strerror(errno));
     mark_buffered(s, fds, who, n);
     for (int i = 0; i < n; i++) {
+        if (who[i] >= 0 && (fds[i].revents & POLLOUT) && s->clients[who[i]].fd == fds[i].fd &&
+            wire_flush_nb(&s->clients[who[i]]) < 0) {
+            char why[1024];
+            snprintf(why, sizeof why, "send failed: %s", strata_last_error());
+            link_down(s, STAGE_LINK_CLIENT, s->client_ids[who[i]], &s->clients[who[i]], why);
+        }
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (who[i] == -3)
             take_handoffs(s);

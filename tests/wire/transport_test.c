@@ -2,7 +2,8 @@
  * frames, max-frame refusal before allocation, read/connect timeouts, refused connects,
  * peer closes, HMAC authentication (success, wrong key, missing key, fingerprint
  * mismatch), the Error frame sent on a protocol violation, the non-blocking receive
- * (partial frames kept per conn, buffers growing with the bytes that came) and the 2 KiB
+ * (partial frames kept per conn, buffers growing with the bytes that came), the queued
+ * non-blocking send (in order with blocking sends, refused past its limit) and the 2 KiB
  * cap on frames before authentication. Fast enough to run under
  * ASan in the default test pass. */
 #include <arpa/inet.h>
@@ -503,6 +504,66 @@ static void handshake_frames_capped_before_authentication(void **state) {
     wire_listener_close(&listener);
 }
 
+struct reader {
+    struct wire_conn *conn;
+    int frames, in_order;
+};
+
+/* Reads frames of 32 KiB whose bytes are their index, until the sender closes. */
+static void *reader_main(void *arg) {
+    struct reader *r = arg;
+    const uint8_t *frame;
+    size_t len;
+    r->in_order = 1;
+    while (wire_recv_frame(r->conn, &frame, &len, TIMEOUT_MS) == 0) {
+        if (len != (32u << 10) || frame[0] != (uint8_t)r->frames || frame[len - 1] != frame[0])
+            r->in_order = 0;
+        r->frames++;
+    }
+    return NULL;
+}
+
+/* wire_send_frame_nb: to a peer that does not read, frames queue in the conn and the call
+ * returns at once; a later blocking send goes after the queue; past max_queued the peer is
+ * refused (STRATA_EBUSY). */
+static void queued_sends_never_wait(void **state) {
+    (void)state;
+    struct wire_listener listener;
+    struct wire_conn sender, receiver;
+    static uint8_t frame[32u << 10];
+    int small = 65536; /* far below 1.25 MiB; not so small that delayed ACKs crawl */
+    assert_int_equal(wire_listen(&listener, NULL, 0), 0);
+    assert_int_equal(wire_connect(&sender, NULL, listener.port, 0, TIMEOUT_MS), 0);
+    assert_int_equal(wire_accept(&receiver, &listener, 0, TIMEOUT_MS), 0);
+    setsockopt(sender.fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    setsockopt(receiver.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    int64_t start = now_ms();
+    for (int i = 0; i < 40; i++) {
+        memset(frame, i, sizeof frame);
+        assert_int_equal(wire_send_frame_nb(&sender, frame, sizeof frame, 4u << 20), 0);
+    }
+    assert_true(now_ms() - start < 500);
+    assert_true(wire_conn_tx_pending(&sender) > 0); /* 1.25 MiB cannot all be in flight */
+    assert_true(wire_conn_tx_waiting_since(&sender) > 0);
+    struct reader r = {&receiver, 0, 0};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, reader_main, &r), 0);
+    memset(frame, 40, sizeof frame);
+    assert_int_equal(wire_send_frame(&sender, frame, sizeof frame, TIMEOUT_MS), 0);
+    assert_int_equal(wire_conn_tx_pending(&sender), 0);
+    assert_int_equal(wire_conn_tx_waiting_since(&sender), 0);
+    /* A queue limit smaller than the frame: the peer counts as not reading. */
+    assert_int_equal(wire_send_frame_nb(&sender, frame, 100, 50), STRATA_EBUSY);
+    assert_non_null(strstr(strata_last_error(), "does not read"));
+    assert_true(sender.broken);
+    wire_close(&sender);
+    pthread_join(thread, NULL);
+    assert_int_equal(r.frames, 41);
+    assert_true(r.in_order);
+    wire_close(&receiver);
+    wire_listener_close(&listener);
+}
+
 static void auth_key_sources(void **state) {
     (void)state;
     struct wire_auth_key key;
@@ -552,6 +613,7 @@ int main(void) {
         cmocka_unit_test(auth_key_sources),
         cmocka_unit_test(nonblocking_receive_keeps_partial_frames),
         cmocka_unit_test(handshake_frames_capped_before_authentication),
+        cmocka_unit_test(queued_sends_never_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
