@@ -314,7 +314,8 @@ static int intercept(struct server *s, struct wire_conn *conn, enum stage_link l
                      const uint8_t *frame, size_t len) {
     enum wire_kind kind;
     char why[160];
-    if (wire_verify(&kind, NULL, frame, len) < 0) return 0; /* the core reports it */
+    if (link != STAGE_LINK_CLIENT && !s->draining) return 0; /* stage frames: the core's */
+    if (wire_verify(&kind, NULL, frame, len) < 0) return 0;  /* the core reports it */
     if (kind == WIRE_KIND_CONTROL && link == STAGE_LINK_CLIENT) {
         struct wire_control msg;
         if (wire_read_control(&msg, frame, len) < 0 || msg.kind == WIRE_CONTROL_CANCEL) return 0;
