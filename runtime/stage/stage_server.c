@@ -1,9 +1,10 @@
 /* strata-stage's event loop: acceptor thread + poll() loop around the stage core.
- * Why a thread for accepting: the loop's own connect to the next stage blocks in its
- * client handshake, and two stages that connect to each other (the ring with S = 2, or any
- * restart) would otherwise both wait there. With accepting on its own thread a handshake is
- * always answered; that thread runs every pending handshake concurrently under deadlines
- * and per-address limits (stage_accept.h). The loop reads every connection without
+ * Why threads for accepting and connecting: handshakes wait on the peer (up to 3 s each
+ * for a silent one), and two stages that connect to each other (the ring with S = 2, or
+ * any restart) must answer each other while they wait. The acceptor thread runs every
+ * pending handshake concurrently under deadlines and per-address limits (stage_accept.h);
+ * the connector thread makes the link to the next stage; both hand finished connections
+ * to the loop, which never waits on a handshake. The loop reads every connection without
  * blocking (wire_recv_frame_nb): a peer that stops mid-frame keeps its partial frame in
  * its own buffer and holds no one else up, and is dropped when the frame is not complete
  * within io_timeout_ms. See stage_server.h for the connection model and the drain. */
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "runtime/base/cli.h"
@@ -47,6 +49,7 @@ static int64_t now_ms(void) {
 struct handoff {
     struct wire_conn conn;
     struct wire_hello peer;
+    int is_next; /* made by the connector: the link to the next stage */
 };
 
 struct server {
@@ -70,8 +73,12 @@ struct server {
     struct wire_conn clients[MAX_CLIENTS];
     uint32_t client_ids[MAX_CLIENTS];
     uint32_t next_client_id;
-    int64_t next_retry_ms;
-    int backoff_ms;
+    /* The connector thread's (see connector_main); the loop only sets these flags. */
+    pthread_t connector;
+    int connector_started;
+    atomic_int want_next; /* the loop has no next link: make one */
+    atomic_int next_lost; /* the next link just dropped: retry soon (backoff from the start) */
+    int connecting_fd;    /* under lock: the socket of a connect in progress (-1: none) */
     int64_t prev_rx_ms, next_rx_ms; /* last frame received on each stage link */
     int64_t last_ping_ms;
     uint64_t ping_seq;
@@ -79,23 +86,12 @@ struct server {
     char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
 };
 
+static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,
+                      int is_next);
+
 /* The acceptor thread hands each handshaken connection to the loop. */
 static void deliver(void *ctx, struct wire_conn *conn, const struct wire_hello *peer) {
-    struct server *s = ctx;
-    int taken = 0;
-    pthread_mutex_lock(&s->lock);
-    if (s->num_pending < MAX_HANDOFF) {
-        s->pending[s->num_pending].conn = *conn;
-        s->pending[s->num_pending++].peer = *peer;
-        taken = 1;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (!taken) {
-        strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", conn->peer);
-        wire_close(conn);
-    } else if (write(s->wake[1], "x", 1) < 0) {
-        strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
-    }
+    hand_over(ctx, conn, peer, 0);
 }
 
 static void *acceptor_main(void *arg) {
@@ -127,8 +123,8 @@ static void link_down(struct server *s, enum stage_link link, uint32_t client_id
     conn->fd = -1;
     stage_core_on_link_down(s->core, link, client_id, reason);
     if (link == STAGE_LINK_NEXT) {
-        s->backoff_ms = BACKOFF_MIN_MS;
-        s->next_retry_ms = now_ms() + s->backoff_ms;
+        atomic_store(&s->next_lost, 1);
+        atomic_store(&s->want_next, 1);
     }
 }
 
@@ -181,29 +177,38 @@ static void adopt(struct server *s, struct handoff *h) {
                h->conn.peer, security);
 }
 
-static void try_connect_next(struct server *s) {
+/* One attempt at the next stage: connect, TLS, Hello, and the check that it is the stage
+ * and layer range that must follow. 0 with *conn and *peer, or a status (logged, quietly
+ * when it repeats). The socket is published in connecting_fd while the handshakes wait,
+ * so a stopping loop can cut them short. */
+static int connect_next(struct server *s, struct wire_conn *conn, struct wire_hello *peer) {
     const struct stage_server_options *o = s->opt;
-    struct wire_hello peer;
     int port = o->next_port, want = (s->info.stage_index + 1) % s->info.num_stages, rc;
+    memset(conn, 0, sizeof *conn); /* closed, for the failure path below */
+    conn->fd = -1;
     if (o->next_port_file && cli_read_port_file(o->next_port_file, &port) < 0) port = -1;
     if (port <= 0) {
         rc = strata_set_error(STRATA_ENOTFOUND, "next stage port not known yet");
     } else {
-        rc = wire_connect(&s->next, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
-        if (rc == 0 && o->tls) rc = wire_tls_connect(&s->next, o->tls, HANDSHAKE_TIMEOUT_MS);
-        if (rc == 0)
-            rc = wire_handshake_client(&peer, &s->next, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
-        if (rc == 0 && (peer.stage_index != want ||
-                        peer.layer_start != (want == 0 ? 0 : s->info.role.layer_end)))
+        rc = wire_connect(conn, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
+        pthread_mutex_lock(&s->lock);
+        s->connecting_fd = rc == 0 ? conn->fd : -1;
+        pthread_mutex_unlock(&s->lock);
+        if (rc == 0 && o->tls) rc = wire_tls_connect(conn, o->tls, HANDSHAKE_TIMEOUT_MS);
+        if (rc == 0) rc = wire_handshake_client(peer, conn, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
+        if (rc == 0 && (peer->stage_index != want ||
+                        peer->layer_start != (want == 0 ? 0 : s->info.role.layer_end)))
             rc = strata_set_error(STRATA_EINVAL,
                                   "next hop is stage %d with layers [%d, %d), expected stage %d "
                                   "starting at layer %d",
-                                  peer.stage_index, peer.layer_start, peer.layer_end, want,
+                                  peer->stage_index, peer->layer_start, peer->layer_end, want,
                                   want == 0 ? 0 : s->info.role.layer_end);
+        pthread_mutex_lock(&s->lock);
+        s->connecting_fd = -1;
+        pthread_mutex_unlock(&s->lock);
     }
     if (rc < 0) {
-        wire_close(&s->next);
-        s->next.fd = -1;
+        wire_close(conn);
         s->next_failures++;
         int changed = strncmp(s->next_error, strata_last_error(), sizeof s->next_error - 1) != 0;
         snprintf(s->next_error, sizeof s->next_error, "%s", strata_last_error());
@@ -211,18 +216,63 @@ static void try_connect_next(struct server *s) {
             changed || s->next_failures == 1 || s->next_failures % 50 == 0 ? STRATA_LOG_INFO
                                                                            : STRATA_LOG_DEBUG,
             "connecting to the next stage (attempt %d): %s", s->next_failures, s->next_error);
-        s->next_retry_ms = now_ms() + s->backoff_ms;
-        s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
-        return;
+        return rc;
     }
-    char security[160];
-    wire_tls_peer_describe(&s->next, security, sizeof security);
-    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", want, s->next.peer,
-               security);
-    s->next_rx_ms = now_ms();
     s->next_failures = 0;
     s->next_error[0] = '\0';
-    s->backoff_ms = BACKOFF_MIN_MS;
+    return 0;
+}
+
+/* Queues a connection for the loop and wakes it; closes it when the queue is full. */
+static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,
+                      int is_next) {
+    int taken = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->num_pending < MAX_HANDOFF) {
+        s->pending[s->num_pending].conn = *conn;
+        s->pending[s->num_pending].peer = *peer;
+        s->pending[s->num_pending++].is_next = is_next;
+        taken = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!taken) {
+        strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", conn->peer);
+        wire_close(conn);
+    } else if (write(s->wake[1], "x", 1) < 0) {
+        strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
+    }
+}
+
+/* The connector thread (re)makes the link to the next stage whenever the loop has none,
+ * with exponential backoff (50 ms .. 1 s, from the start again when a link drops), and
+ * hands it to the loop like an accepted one. Why a thread: connect, TLS and Hello wait on
+ * the next stage (up to 1 + 3 + 3 s when it is hung or its port is flooded); on the loop's
+ * thread that wait froze every client of stage 0. */
+static void *connector_main(void *arg) {
+    struct server *s = arg;
+    int backoff = BACKOFF_MIN_MS;
+    int64_t retry = 0;
+    while (!atomic_load(&s->acceptor_stop)) {
+        struct wire_conn conn;
+        struct wire_hello peer;
+        if (atomic_exchange(&s->next_lost, 0)) {
+            backoff = BACKOFF_MIN_MS;
+            retry = now_ms() + backoff;
+        }
+        if (!atomic_load(&s->want_next) || now_ms() < retry) {
+            usleep(5000);
+            continue;
+        }
+        if (connect_next(s, &conn, &peer) == 0) {
+            atomic_store(&s->want_next, 0);
+            hand_over(s, &conn, &peer, 1);
+            backoff = BACKOFF_MIN_MS;
+        } else {
+            retry = now_ms() + backoff;
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        }
+    }
+    return NULL;
 }
 
 /* Sends every frame the core queued; a failed send takes that link down. */
@@ -410,13 +460,28 @@ static void drop_stalled(struct server *s) {
     }
 }
 
+/* Takes the connector's link to the next stage. */
+static void adopt_next(struct server *s, struct handoff *h) {
+    char security[160];
+    if (s->next.fd >= 0) wire_close(&s->next); /* not expected: the connector waits for want */
+    wire_tls_peer_describe(&h->conn, security, sizeof security);
+    s->next = h->conn;
+    s->next_rx_ms = now_ms();
+    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", h->peer.stage_index,
+               s->next.peer, security);
+}
+
 static void take_handoffs(struct server *s) {
     char buf[64];
     while (read(s->wake[0], buf, sizeof buf) > 0) {
     }
     pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->num_pending; i++)
-        adopt(s, &s->pending[i]);
+    for (int i = 0; i < s->num_pending; i++) {
+        if (s->pending[i].is_next)
+            adopt_next(s, &s->pending[i]);
+        else
+            adopt(s, &s->pending[i]);
+    }
     s->num_pending = 0;
     pthread_mutex_unlock(&s->lock);
 }
@@ -475,9 +540,7 @@ static int mark_buffered(struct server *s, struct pollfd *fds, const int *who, i
 
 static void loop_once(struct server *s) {
     struct pollfd fds[3 + MAX_CLIENTS];
-    int who[3 + MAX_CLIENTS], n = 0, timeout;
-    int64_t now = now_ms();
-    if (s->info.num_stages > 1 && s->next.fd < 0 && now >= s->next_retry_ms) try_connect_next(s);
+    int who[3 + MAX_CLIENTS], n = 0, timeout = 100;
     fds[n] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
     who[n++] = -3;
     if (s->prev.fd >= 0) {
@@ -494,11 +557,6 @@ static void loop_once(struct server *s) {
             fds[n] = (struct pollfd){.fd = s->clients[i].fd, .events = ev};
             who[n++] = i;
         }
-    }
-    timeout = 100;
-    if (s->info.num_stages > 1 && s->next.fd < 0) {
-        int64_t wait = s->next_retry_ms - now;
-        timeout = wait < 0 ? 0 : wait < timeout ? (int)wait : timeout;
     }
     if (stage_core_has_work(s->core) || mark_buffered(s, fds, who, n)) timeout = 0;
     if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
@@ -577,7 +635,7 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->prev.fd = s->next.fd = -1;
     for (int i = 0; i < MAX_CLIENTS; i++)
         s->clients[i].fd = -1;
-    s->backoff_ms = BACKOFF_MIN_MS;
+    s->connecting_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     s->self.version_major = WIRE_VERSION_MAJOR;
     s->self.version_minor = WIRE_VERSION_MINOR;
@@ -585,6 +643,7 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     memcpy(s->self.fingerprint, opt->fingerprint, WIRE_FINGERPRINT_BYTES);
     /* The Hello announces the range the backend computes (stage_core_get_info). */
     stage_core_get_info(core, &s->info);
+    atomic_store(&s->want_next, s->info.num_stages > 1);
     s->self.stage_index = s->info.stage_index;
     s->self.layer_start = s->info.role.layer_start;
     s->self.layer_end = s->info.role.layer_end;
@@ -607,12 +666,23 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
         goto done;
     }
     s->acceptor_started = 1;
+    if (s->info.num_stages > 1) {
+        if (pthread_create(&s->connector, NULL, connector_main, s) != 0) {
+            rc = strata_set_error(STRATA_EIO, "cannot start the connector thread");
+            goto done;
+        }
+        s->connector_started = 1;
+    }
     while (!*stop)
         loop_once(s);
     drain(s);
     rc = 0;
 done:
     atomic_store(&s->acceptor_stop, 1);
+    pthread_mutex_lock(&s->lock); /* cut a handshake with the next stage short */
+    if (s->connecting_fd >= 0) shutdown(s->connecting_fd, SHUT_RDWR);
+    pthread_mutex_unlock(&s->lock);
+    if (s->connector_started) pthread_join(s->connector, NULL);
     if (s->acceptor_started) pthread_join(s->acceptor, NULL);
     wire_listener_close(&s->listener);
     for (int i = 0; i < s->num_pending; i++)

@@ -8,12 +8,15 @@
  *     upstream stage (stage r-1; for stage 0 the last stage closing the ring) and, on
  *     stage 0, any number of clients;
  *   - one persistent connection to the next stage (for the last stage: stage 0), made by
- *     the loop and re-made with exponential backoff (50 ms .. 1 s) whenever it drops.
+ *     a connector thread and re-made with exponential backoff (50 ms .. 1 s) whenever it
+ *     drops.
  * A poll() loop reads frames, feeds the core, runs one microbatch when there is work and
  * sends what the core queued. A connection that closes, resets or times out is reported
  * to the core, which fails every affected request with an Error that travels to the
  * client; new requests are served again once the neighbour is back.
- * The acceptor thread only handshakes; every core call happens on the loop's thread. */
+ * The acceptor and connector threads only handshake; every core call happens on the
+ * loop's thread, which never waits on one peer: reads are non-blocking with a partial
+ * frame kept per connection, and frames to clients are queued (wire_send_frame_nb). */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_SERVER_H
 #define STRATA_RUNTIME_STAGE_STAGE_SERVER_H
 
