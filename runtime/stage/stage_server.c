@@ -614,7 +614,10 @@ static void drain(struct server *s) {
     if (st.active_requests > 0) {
         strata_log(STRATA_LOG_WARN, "drain ended with %d requests in flight (%s)",
                    st.active_requests, *s->stop >= 2 ? "second signal" : "--drain-timeout-ms");
-        stage_core_on_link_down(s->core, STAGE_LINK_PREV, 0, "stage shut down");
+        char why[128];
+        snprintf(why, sizeof why, "stage %d shut down before the request ended (%s)",
+                 s->info.stage_index, *s->stop >= 2 ? "second signal" : "--drain-timeout-ms");
+        stage_core_on_link_down(s->core, STAGE_LINK_PREV, 0, why);
         flush(s);
         drain_results(s);
     } else {

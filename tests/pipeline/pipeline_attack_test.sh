@@ -9,7 +9,8 @@
 #   - 1,000 idle connections held on stage 2, stage 1 killed and restarted -> the ring
 #     re-forms within 1 s of the restarted stage listening (also printed from its spawn)
 #   - SIGTERM to stage 1 mid-request            -> the request completes with the tokens of
-#     an undisturbed run, stage 1 exits 0 after it (drain)
+#     an undisturbed run, stage 1 exits 0 after it (drain); with --drain-timeout-ms 300 a
+#     longer request fails with a clear error and the stage still exits 0 in time
 # Before issue 15 each of these failed (the numbers are in the issue and in the lead's log).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
@@ -167,4 +168,27 @@ rc=$?
 grep -q "drained in" "$PL_WORK/a.1.log" || pl_fail "stage 1 logged no drain"
 echo "SIGTERM mid-request: $(grep -o 'draining: [0-9]* requests in flight' "$PL_WORK/a.1.log")," \
     "$(grep -o 'drained in [0-9]* ms' "$PL_WORK/a.1.log"), the request completed, exit 0"
+
+# The drain is bounded: with --drain-timeout-ms 300 a long request fails with a clear error
+# and the stage still exits 0, in about that time.
+n0=$(grep -c "connected to next stage 1" "$PL_WORK/a.0.log")
+: >"$PL_WORK/a.1.log"
+pl_start_stage a 3 1 "$model" "${opts[@]}" --drain-timeout-ms 300
+pl_wait_log "$PL_WORK/a.0.log" "connected to next stage 1" $((n0 + 1)) 30 || pl_fail "stage 1 did not rejoin"
+pl_wait_log "$PL_WORK/a.1.log" "connected to next stage 2" 1 30 || pl_fail "stage 1 did not connect on"
+pl_client a --prompt "$prompt" --max-tokens "$long" >"$PL_WORK/cut" 2>&1 &
+client=$!
+PL_PIDS="$PL_PIDS $client"
+sleep 0.3
+start=$(now_s)
+kill -TERM "$(pl_pid a 1)"
+wait "$(pl_pid a 1)"
+rc=$?
+took=$(pl_secs_between "$start" "$(now_s)")
+[ "$rc" -eq 0 ] || pl_fail "stage 1 exited $rc after its drain timed out"
+under "$took" 2.0 || pl_fail "stage 1 took $took s to exit with --drain-timeout-ms 300"
+wait "$client" && pl_fail "the request cut by the drain timeout reported success"
+grep -q "shut down before the request ended (--drain-timeout-ms)" "$PL_WORK/cut" ||
+    pl_fail "no clear error for the cut request: $(tail -n 2 "$PL_WORK/cut")"
+echo "drain timeout 300 ms: stage 1 exited 0 after $took s; the client got: $(grep -m1 error "$PL_WORK/cut")"
 echo "PASS"
