@@ -206,7 +206,16 @@ void wire_tls_peer_describe(const struct wire_conn *conn, char *out, size_t size
 /* A failed handshake's message: OpenSSL's reason, the verification result and a hint. */
 static int handshake_error(struct wire_conn *conn, struct wire_tls *tls, int server) {
     char why[256];
+    int closed_errno = errno;
     ssl_reason(why, sizeof why);
+    /* A client that went away without sending anything TLS refused (no OpenSSL reason): a
+     * close, not a refusal, so an accept path can tell it from a wrong key or certificate. */
+    if (server && !why[0] &&
+        (closed_errno == 0 || closed_errno == EPIPE || closed_errno == ECONNRESET))
+        return strata_set_error(STRATA_ECLOSED,
+                                "TLS handshake with client %s: the client closed the connection "
+                                "before finishing it",
+                                conn->peer);
     long verify = SSL_get_verify_result(conn->ssl);
     const char *hint = tls->mode == WIRE_TLS_PSK ? "wrong pre-shared key, or the peer runs "
                                                    "without TLS or with certificates?"

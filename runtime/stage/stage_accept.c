@@ -7,7 +7,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
@@ -126,18 +125,12 @@ static void release(struct acceptor *a, struct pending *p, int close_conn) {
     a->active--;
 }
 
-/* 1 when the peer has closed its side (end of stream or a reset waiting on the socket). */
-static int peer_gone(int fd) {
-    char b;
-    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
-
 /* Logs a refused handshake; counts it against the address unless the peer only went away
- * or ran out of time: an idle, trickling or closed connection proves no key wrong, while a
- * key-guesser has to stay to read the verdict (wrong binder, wrong proof, bad Hello). */
+ * or ran out of time: an idle, trickling or closed connection proves no key wrong. What
+ * TLS or the Hello refused (a wrong binder, proof, certificate or frame) counts even when
+ * the peer has closed its side since (a half-closed guesser still reads the verdict). */
 static void refuse(struct acceptor *a, struct pending *p, int rc, int64_t now) {
-    int quiet = rc == STRATA_ETIMEOUT || rc == STRATA_ECLOSED || peer_gone(p->conn.fd);
+    int quiet = rc == STRATA_ETIMEOUT || rc == STRATA_ECLOSED;
     if (quiet) {
         strata_log(STRATA_LOG_DEBUG, "connection from %s ended before its handshake: %s",
                    p->conn.peer, strata_last_error());

@@ -21,7 +21,7 @@
  *   - at most max_per_address at once from one source address; beyond that the oldest
  *     of that address is replaced, so one host cannot fill the table for the others;
  *   - failed handshakes (TLS refused, wrong key, bad Hello: not timeouts, not replaced
- *     ones, not peers that closed first) are rate-limited per address with a token bucket
+ *     ones, not peers that only closed) are rate-limited per address with a token bucket
  * (fail_burst, refilled at fail_per_s): an address without tokens has its connections closed at
  * accept, before any TLS work, and one summary line per address per 10 s says how many. Library
  * code: logs through runtime/base/log, never prints. */

@@ -33,7 +33,7 @@
 #define CLIENT_MAX_QUEUED ((size_t)1 << 20) /* ~10,000 token frames a client has not read */
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 1000
+#define BACKOFF_MAX_MS 500 /* a restarted neighbour is found within 0.5 s (issue 15: 1 s) */
 #define CLIENT_MAX_FRAME ((size_t)64 << 20) /* a request: prompt ids + parameters */
 
 void stage_log_setup(int stage_index, enum stage_log_level level) {
@@ -244,7 +244,7 @@ static void hand_over(struct server *s, struct wire_conn *conn, const struct wir
 }
 
 /* The connector thread (re)makes the link to the next stage whenever the loop has none,
- * with exponential backoff (50 ms .. 1 s, from the start again when a link drops), and
+ * with exponential backoff (50 ms .. 0.5 s, from the start again when a link drops), and
  * hands it to the loop like an accepted one. Why a thread: connect, TLS and Hello wait on
  * the next stage (up to 1 + 3 + 3 s when it is hung or its port is flooded); on the loop's
  * thread that wait froze every client of stage 0. */

@@ -8,7 +8,7 @@
  *     upstream stage (stage r-1; for stage 0 the last stage closing the ring) and, on
  *     stage 0, any number of clients;
  *   - one persistent connection to the next stage (for the last stage: stage 0), made by
- *     a connector thread and re-made with exponential backoff (50 ms .. 1 s) whenever it
+ *     a connector thread and re-made with exponential backoff (50 ms .. 0.5 s) whenever it
  *     drops.
  * A poll() loop reads frames, feeds the core, runs one microbatch when there is work and
  * sends what the core queued. A connection that closes, resets or times out is reported

@@ -5,7 +5,7 @@
 #   - a 1 GiB frame announced before the handshake -> the connection closed at once
 #   - wrong keys from one address (3 s)         -> at most a burst + 2/s handshakes run, logged
 #   - 1,000 idle, then 1,000 trickling connections on stage 0 -> a real request still < 1 s
-#   - authenticated clients stalled mid-record  -> a long request not slower by 1 s
+#   - authenticated clients stalled mid-record  -> a long request not slower by 3 s (was 12.5)
 #   - 1,000 idle connections held on stage 2, stage 1 killed and restarted -> the ring
 #     re-forms within 1 s of the restarted stage listening (also printed from its spawn)
 #   - SIGTERM to stage 1 mid-request            -> the request completes with the tokens of
@@ -111,7 +111,9 @@ done
 start=$(now_s)
 pl_client a --prompt "$prompt" --max-tokens "$long" >"$PL_WORK/long1" 2>&1 || pl_fail "long request failed"
 t1=$(pl_secs_between "$start" "$(now_s)")
-under "$t1" "$(awk -v a="$t0" 'BEGIN { print a + 1.0 }')" ||
+# (Before issue 15 each stalled client froze stage 0 for 5 s: 2.3 -> 14.8 s. The margin
+# here is for a loaded machine, far below one such freeze.)
+under "$t1" "$(awk -v a="$t0" 'BEGIN { print a + 3.0 }')" ||
     pl_fail "3 stalled clients slowed a $long-token request from $t0 s to $t1 s"
 [ "$(pl_tokens_of "$PL_WORK/long1" 0)" = "$(pl_tokens_of "$PL_WORK/long0" 0)" ] ||
     pl_fail "different tokens next to stalled clients"
