@@ -13,6 +13,15 @@ struct reference_model {
     struct reference_load_options opt;
     struct thread_pool *pool;
 
+    /* This rank's part of every layer (the whole model when tp == 1; tp_shard.h). */
+    struct tp_shard shard;
+    int tp;          /* TP degree (1 = not split) */
+    int nh, nkv;     /* query / KV heads held */
+    int ffn;         /* dense MLP columns held */
+    int moe_ffn;     /* columns of each held expert */
+    int vocab_start; /* first embedding / lm_head row held */
+    int vocab_n;     /* rows held */
+
     struct ops_weight embed;   /* [V, H] when with_embed */
     struct ops_weight lm_head; /* [V, H] when with_head (may be the embedding) */
     int head_is_embed;
@@ -46,6 +55,8 @@ struct reference_model {
     float *moe_y;        /* [rows, H] */
     int *moe_row;        /* [rows] */
     float *moe_w;        /* [rows] */
+    float *logit_part;   /* TP: [rows, vocab_n] this rank's logits, then [tp, rows, vocab_n] */
+    size_t cap_logit_part;
 };
 
 int ref_load_weights(struct reference_model *m, const struct safetensors *st);
