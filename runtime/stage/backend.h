@@ -26,8 +26,17 @@
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
+#include "runtime/model/tp_shard.h"
 
 struct stage_backend;
+struct coll; /* wire/collective.h */
+
+/* Tensor parallelism (runtime/stage/stage_tp.h): this rank's place in its stage's TP group. */
+struct stage_tp_config {
+    int tp, tp_rank;      /* degree >= 1, 0 <= rank < tp */
+    enum tp_moe_mode moe; /* how MoE experts are split */
+    struct coll *coll;    /* the group (borrowed; outlives the backend) */
+};
 
 /* The operations a backend provides. All are required. */
 struct stage_backend_i {
@@ -81,6 +90,9 @@ struct stage_backend_options {
     int num_threads;    /* CPU worker threads (>= 1) */
     int max_seq;        /* KV positions per slot (>= 1) */
     int num_slots;      /* KV slots (>= 1) */
+    /* NULL or tp 1: the whole role. Else only this rank's shard of it is loaded and the
+     * layers all-reduce over tp->coll (the CPU backend; CUDA refuses with the reason). */
+    const struct stage_tp_config *tp;
 };
 
 /* Opens the backend the device names. The role must lie within the model

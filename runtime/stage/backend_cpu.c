@@ -7,12 +7,23 @@
 #include "reference/model.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
+#include "wire/collective.h"
 
 struct cpu_context {
     struct reference_model *model;
     struct kv_cache kv;
     int num_threads;
+    int tp, tp_rank; /* tensor parallelism: this rank's place (1, 0 without) */
 };
+
+/* The decoder's TP hooks (reference/model.h) on the stage's collective group. */
+static int cpu_allreduce(void *coll, float *data, size_t n) {
+    return coll_allreduce_sum(coll, data, n);
+}
+
+static int cpu_allgather(void *coll, float *out, const float *in, size_t n) {
+    return coll_allgather(coll, out, in, n);
+}
 
 static struct cpu_context *ctx(const struct stage_backend *be) {
     return be->context;
@@ -54,10 +65,12 @@ static int cpu_kv_restore(struct stage_backend *be, const int *slots, int n,
 
 static void cpu_describe(const struct stage_backend *be, char *buf, size_t cap) {
     const struct cpu_context *c = ctx(be);
-    snprintf(buf, cap,
-             "device: cpu, %d thread%s\nweights: %d tensors, %zu bytes (+%zu bytes widened)",
-             c->num_threads, c->num_threads == 1 ? "" : "s", reference_model_num_tensors(c->model),
-             reference_model_weight_bytes(c->model), reference_model_extra_bytes(c->model));
+    int used = snprintf(
+        buf, cap, "device: cpu, %d thread%s\nweights: %d tensors, %zu bytes (+%zu bytes widened)",
+        c->num_threads, c->num_threads == 1 ? "" : "s", reference_model_num_tensors(c->model),
+        reference_model_weight_bytes(c->model), reference_model_extra_bytes(c->model));
+    if (c->tp > 1 && used > 0 && (size_t)used < cap)
+        snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d", c->tp_rank, c->tp);
 }
 
 static void cpu_free(struct stage_backend *be) {
@@ -102,15 +115,27 @@ int backend_cpu_open(struct stage_backend **out, const struct stage_backend_opti
                                  .max_seq = opt->max_seq,
                                  .num_slots = opt->num_slots};
     c->num_threads = opt->num_threads;
-    rc = reference_model_load(&c->model, cfg, opt->weights,
-                              &(struct reference_load_options){.layer_start = role->layer_start,
-                                                               .layer_end = role->layer_end,
-                                                               .with_embed = role->with_embed,
-                                                               .with_head = role->with_head,
-                                                               .num_threads = opt->num_threads});
+    c->tp = 1;
+    struct reference_load_options lo = {.layer_start = role->layer_start,
+                                        .layer_end = role->layer_end,
+                                        .with_embed = role->with_embed,
+                                        .with_head = role->with_head,
+                                        .num_threads = opt->num_threads};
+    struct tp_shard shard;
+    rc = 0;
+    if (opt->tp && opt->tp->tp > 1) {
+        c->tp = opt->tp->tp;
+        c->tp_rank = opt->tp->tp_rank;
+        rc = tp_shard_init(&shard, cfg, opt->tp->tp, opt->tp->tp_rank, opt->tp->moe);
+        lo.tp = &shard;
+        lo.coll = (struct reference_collective){
+            .ctx = opt->tp->coll, .allreduce_sum = cpu_allreduce, .allgather = cpu_allgather};
+    }
+    if (rc == 0) rc = reference_model_load(&c->model, cfg, opt->weights, &lo);
     if (rc == 0)
-        rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end, cfg->num_kv_heads,
-                           cfg->head_dim, opt->max_seq, opt->num_slots);
+        rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end,
+                           reference_model_kv_heads(c->model), cfg->head_dim, opt->max_seq,
+                           opt->num_slots);
     if (rc < 0) {
         stage_backend_free(be);
         return rc;

@@ -1,0 +1,72 @@
+/* Tensor parallelism inside a stage (issue 16; Megatron-LM): the TP ranks of one pipeline
+ * stage, each its own process holding its slice of the stage's layers (tp_shard.h), joined
+ * by one collective group (wire/collective.h).
+ *
+ * Leader and followers. Rank 0 of the group (the leader) is the stage as the pipeline knows
+ * it: it listens for the previous stage, connects to the next, runs the stage core and its
+ * scheduler. Its backend is wrapped: every backend call (embed, forward, logits, KV slot
+ * acquire / release) is first broadcast to the group as a command (a header, then the
+ * call's inputs: token ids, forward items, hidden rows), and then run on the leader's own
+ * shard. The other ranks (followers) talk only to the group: they wait for the next
+ * command, run the same call on their shard, and so take part in the same collectives
+ * (the o_proj / down all-reduces, the embedding all-reduce, the all-gathered logits) in the
+ * same order. Nothing a follower does depends on timing, so every rank sees the same
+ * sequence of calls, and the decoder's rank-order sums make every rank's hidden rows (and
+ * logits) bit-identical.
+ *
+ *      stage s-1 leader                 stage s                      stage s+1 leader
+ *            |            +----------------------------------+             ^
+ *            | Activation |  rank 0 (leader): stage core     | Activation  |
+ *            +----------->|   backend call --bcast cmd--+    |-------------+
+ *                         |        |                    v    |
+ *                         |   own shard  <--all-reduce-->  rank 1..T-1 (followers)
+ *                         |        |      <--all-gather-->   same call, own shard
+ *                         +----------------------------------+
+ *
+ * Failure: a follower that dies or is stopped breaks the group; the leader's next call
+ * fails (STRATA_ECLOSED / STRATA_EIO / STRATA_ETIMEOUT naming the rank) and the stage core
+ * fails the request to the client with that message. A leader that exits normally sends
+ * STOP (followers exit 0); one that dies closes the group and the followers exit 1.
+ * KV handoff (--send-kv, --kv-restore) is refused under TP (each rank would hand over only
+ * its KV heads). */
+#ifndef STRATA_RUNTIME_STAGE_STAGE_TP_H
+#define STRATA_RUNTIME_STAGE_STAGE_TP_H
+
+#include <stdint.h>
+
+#include "runtime/model/tp_shard.h"
+#include "runtime/stage/backend.h"
+#include "wire/collective.h"
+
+/* Opens this rank's backend: its shard of bo->role (bo->tp names the degree, rank, MoE mode
+ * and the group). For rank 0 the returned backend is the leader wrapper described above
+ * (it owns the shard's backend; freeing it sends STOP); for the others it is the bare
+ * shard backend, to be driven by stage_tp_follow. bo->tp must be set with tp >= 2. */
+int stage_tp_open(struct stage_backend **out, const struct stage_backend_options *bo);
+
+/* A follower's loop: runs the leader's commands on `be` (a follower's backend from
+ * stage_tp_open) until STOP (returns 0) or the group fails (the negative status, with the
+ * message naming the rank). `calls` (optional) counts the commands run. Waiting for the
+ * next command has no time limit (an idle stage is normal); the data that follows a
+ * command is bounded by the group's timeout. */
+int stage_tp_follow(struct stage_backend *be, struct coll *coll, uint64_t *calls);
+
+/* How the ranks of a group find each other: `peers` lists every rank's address in rank
+ * order, "HOST:PORT" or "HOST:@FILE" (the rank listens on a free port of HOST and writes it
+ * to FILE; the others read it from there, waiting for it, like --port-file /
+ * --next-port-file between stages). Opens the group (TCP ring; shared memory when every rank
+ * is on this host and `tcp_only` is 0). `group` names it at Hello, so ranks of another
+ * stage, layer range or TP degree are refused; `fingerprint` refuses another model. */
+struct stage_tp_net {
+    const char *peers;
+    int tp, tp_rank;
+    const char *group;
+    int tcp_only;
+    int timeout_ms; /* opening and every data transfer (0 = COLL_DEFAULT_TIMEOUT_MS) */
+    struct wire_tls *tls;
+    const struct wire_auth_key *key;
+    const uint8_t *fingerprint;
+};
+int stage_tp_connect(struct coll **out, const struct stage_tp_net *net);
+
+#endif
