@@ -3,6 +3,7 @@
  * op works row by row, so a row's result never depends on its neighbours or the thread
  * count. Shape letters: N rows in the call, H hidden, D head_dim, nh / nkv heads, F dense
  * MLP width, E experts, I expert width, V vocab. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +23,9 @@ static void free_scratch(struct reference_model *m) {
     free(m->route_expert);
     free(m->moe_row);
     free(m->logit_part);
+    free(m->kvp_part);
+    m->kvp_part = NULL;
+    m->cap_kvp_part = 0;
     m->route_expert = NULL;
     m->moe_row = NULL;
     m->logit_part = NULL;
@@ -46,6 +50,36 @@ void reference_model_free(struct reference_model *m) {
     free(m->inv_freq);
     thread_pool_free(m->pool);
     free(m);
+}
+
+/* This KVP rank's positions (the whole sequence without KVP). */
+static int init_kvp(struct reference_model *m) {
+    const struct reference_kvp *o = &m->opt.kvp;
+    m->kvp = 1;
+    m->kvp_lo = 0;
+    m->kvp_held = INT_MAX;
+    if (o->kvp <= 1) return STRATA_OK;
+    if (!o->coll.allgather || o->rank < 0 || o->rank >= o->kvp || o->tokens < 1 || o->max_seq < 1)
+        return strata_set_error(
+            STRATA_EINVAL,
+            "reference_model: KVP rank %d of %d, %d tokens per rank, max_seq %d "
+            "(and an all-gather) needed",
+            o->rank, o->kvp, o->tokens, o->max_seq);
+    struct grid_config grid = {.pp = 1, .tp = 1, .kvp = o->kvp, .kvp_tokens = o->tokens};
+    struct tp_range r = kvp_token_range(&grid, o->rank, o->max_seq);
+    if ((int64_t)o->tokens * o->kvp < o->max_seq || r.end <= r.start)
+        return strata_set_error(STRATA_ERANGE,
+                                "reference_model: KVP %d x %d tokens cannot hold max_seq %d with "
+                                "every rank holding some",
+                                o->kvp, o->tokens, o->max_seq);
+    m->kvp = o->kvp;
+    m->kvp_lo = r.start;
+    m->kvp_held = r.end - r.start;
+    return STRATA_OK;
+}
+
+int reference_model_kv_positions(const struct reference_model *m, int max_seq) {
+    return m->kvp > 1 ? m->kvp_held : max_seq;
 }
 
 /* This rank's dimensions: the shard's under TP, the model's otherwise. */
@@ -117,7 +151,7 @@ int reference_model_load(struct reference_model **out, const struct model_config
         goto fail;
     }
     rope_inv_freq(m->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
-    if ((rc = init_shard(m))) goto fail;
+    if ((rc = init_shard(m)) || (rc = init_kvp(m))) goto fail;
     if ((rc = ref_load_weights(m, st))) goto fail;
     *out = m;
     return STRATA_OK;
@@ -280,6 +314,56 @@ static void moe_block(struct reference_model *m, const struct layer_weights *L, 
     }
 }
 
+/* KV positions [pos, pos + n) of one item -> this rank's cache (all of them, or under KVP
+ * those in [kvp_lo, kvp_lo + kvp_held), at local index position - kvp_lo). */
+static void store_kv(struct reference_model *m, const struct layer_weights *L, struct kv_cache *kv,
+                     const struct forward_item *item, int row) {
+    const size_t D = (size_t)m->cfg.head_dim, kvd = (size_t)m->nkv * D;
+    for (int g = 0; g < m->nkv; ++g) {
+        float *kc = kv_cache_k(kv, item->slot, L->index, g);
+        float *vc = kv_cache_v(kv, item->slot, L->index, g);
+        for (int i = 0; i < item->n_tokens; ++i) {
+            const int local = item->pos + i - m->kvp_lo;
+            if (local < 0 || local >= m->kvp_held) continue; /* another KVP rank's */
+            size_t src = (size_t)(row + i) * kvd + (size_t)g * D;
+            memcpy(kc + (size_t)local * D, m->k + src, D * sizeof(float));
+            memcpy(vc + (size_t)local * D, m->v + src, D * sizeof(float));
+        }
+    }
+}
+
+/* Attention of every item's rows over its cache: m->attn [N, nh*D] from m->q. Under KVP
+ * each rank computes its partials over the keys it holds, the partials of the whole batch
+ * are all-gathered once per layer and merged in rank order (Medha). */
+static int attend_items(struct reference_model *m, const struct layer_weights *L,
+                        struct kv_cache *kv, const struct forward_item *items, int n_items, int N) {
+    const int D = m->cfg.head_dim, nh = m->nh, nkv = m->nkv;
+    const size_t qd = (size_t)nh * (size_t)D, stride = (size_t)kv->max_seq * (size_t)D;
+    const size_t part_row = (size_t)nh * (size_t)(D + 2), K = (size_t)m->kvp;
+    float *mine = m->kvp > 1 ? m->kvp_part + K * (size_t)N * part_row : NULL;
+    int row = 0;
+    for (int it = 0; it < n_items; ++it) {
+        const struct forward_item *item = &items[it];
+        const float *kc = kv_cache_k(kv, item->slot, L->index, 0);
+        const float *vc = kv_cache_v(kv, item->slot, L->index, 0);
+        store_kv(m, L, kv, item, row);
+        if (m->kvp > 1)
+            attention_partial(mine + (size_t)row * part_row, m->q + (size_t)row * qd, kc, vc,
+                              stride, m->scores, item->pos, item->n_tokens, m->kvp_lo, m->kvp_held,
+                              nh, nkv, D, m->pool);
+        else
+            attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd, kc, vc, stride,
+                      m->scores, item->pos, item->n_tokens, nh, nkv, D, m->pool);
+        row += item->n_tokens;
+    }
+    if (m->kvp <= 1) return STRATA_OK;
+    int rc =
+        m->opt.kvp.coll.allgather(m->opt.kvp.coll.ctx, m->kvp_part, mine, (size_t)N * part_row);
+    if (rc) return rc;
+    attention_merge(m->attn, m->kvp_part, m->kvp, N, nh, D);
+    return STRATA_OK;
+}
+
 /* One decoder layer (spec §3) over hidden [N, H] in place. Under TP (Megatron-LM) the
  * rank holds nh / nkv heads and F columns: q/k/v and gate/up give its columns, o_proj and
  * down its partial sums, each completed by one all-reduce before the bias / residual. */
@@ -307,25 +391,7 @@ static int layer_forward(struct reference_model *m, const struct layer_weights *
         rope_apply(m->k + (size_t)i * kvd, m->rope_cos + (size_t)i * half,
                    m->rope_sin + (size_t)i * half, nkv, D);
     }
-    int row = 0;
-    for (int it = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        for (int g = 0; g < nkv; ++g) {
-            float *kc = kv_cache_k(kv, item->slot, L->index, g);
-            float *vc = kv_cache_v(kv, item->slot, L->index, g);
-            for (int i = 0; i < item->n_tokens; ++i) {
-                size_t src = (size_t)(row + i) * kvd + (size_t)g * (size_t)D;
-                size_t dst = (size_t)(item->pos + i) * (size_t)D;
-                memcpy(kc + dst, m->k + src, (size_t)D * sizeof(float));
-                memcpy(vc + dst, m->v + src, (size_t)D * sizeof(float));
-            }
-        }
-        attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd,
-                  kv_cache_k(kv, item->slot, L->index, 0), kv_cache_v(kv, item->slot, L->index, 0),
-                  (size_t)kv->max_seq * (size_t)D, m->scores, item->pos, item->n_tokens, nh, nkv, D,
-                  m->pool);
-        row += item->n_tokens;
-    }
+    if ((rc = attend_items(m, L, kv, items, n_items, N))) return rc;
     matmul(m->proj, m->attn, &L->o, N, m->pool);
     if ((rc = tp_allreduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
     add_bias(m->proj, L->o_bias, N, H);
@@ -346,7 +412,7 @@ static int layer_forward(struct reference_model *m, const struct layer_weights *
     vec_add(hidden, m->proj, N * H);
 
     /* DeepStack (spec §5.4): after layer k's output, add feature k on visual rows. */
-    row = 0;
+    int row = 0;
     for (int it = 0; it < n_items; ++it) {
         const struct forward_item *item = &items[it];
         if (item->deepstack && L->index < item->num_deepstack) {
@@ -367,15 +433,31 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
     const struct model_config *c = &m->cfg;
     if (m->n_layers > 0 &&
         (!kv || kv->layer_start > m->opt.layer_start || kv->layer_end < m->opt.layer_end ||
-         kv->num_kv_heads != m->nkv || kv->head_dim != c->head_dim))
+         kv->num_kv_heads != m->nkv || kv->head_dim != c->head_dim ||
+         (m->kvp > 1 && kv->max_seq != m->kvp_held)))
         return strata_set_error(
             STRATA_EINVAL,
             "reference_forward: KV cache (layers [%d,%d), %d kv heads, head_dim %d) "
             "does not fit the model (layers [%d,%d), %d kv heads, head_dim %d)",
             kv ? kv->layer_start : 0, kv ? kv->layer_end : 0, kv ? kv->num_kv_heads : 0,
             kv ? kv->head_dim : 0, m->opt.layer_start, m->opt.layer_end, m->nkv, c->head_dim);
+    /* Under KVP positions and lengths are global; the cache holds this rank's share. */
+    const int max_seq = m->kvp > 1 ? m->opt.kvp.max_seq : kv->max_seq;
     return forward_items_check("reference_forward", items, n_items, kv->len, kv->in_use,
-                               kv->num_slots, kv->max_seq, c->num_layers, rows, ctx);
+                               kv->num_slots, max_seq, c->num_layers, rows, ctx);
+}
+
+/* KVP: room for the gathered partials of N rows and this rank's own. */
+static int ensure_kvp_part(struct reference_model *m, int N) {
+    if (m->kvp <= 1) return STRATA_OK;
+    const size_t need =
+        (size_t)(m->kvp + 1) * (size_t)N * (size_t)m->nh * (size_t)(m->cfg.head_dim + 2);
+    if (need <= m->cap_kvp_part) return STRATA_OK;
+    float *grown = realloc(m->kvp_part, need * sizeof(float));
+    if (!grown) return strata_set_error(STRATA_ENOMEM, "reference_forward: no memory for KVP");
+    m->kvp_part = grown;
+    m->cap_kvp_part = need;
+    return STRATA_OK;
 }
 
 int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hidden,
@@ -385,7 +467,8 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     if ((rc = check_items(m, kv, items, n_items, &N, &ctx))) return rc;
     if (N == 0) return STRATA_OK;
     if (!hidden) return strata_set_error(STRATA_EINVAL, "reference_forward: hidden is NULL");
-    if ((rc = ensure_scratch(m, N, ctx))) return rc;
+    if (m->kvp > 1 && ctx < m->kvp_held) ctx = m->kvp_held; /* partial attention's scores */
+    if ((rc = ensure_scratch(m, N, ctx)) || (rc = ensure_kvp_part(m, N))) return rc;
     const struct model_config *c = &m->cfg;
     int half = c->head_dim / 2;
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,

@@ -45,6 +45,17 @@ struct reference_collective {
     int (*allgather)(void *ctx, float *out, const float *in, size_t n);
 };
 
+/* KV parallelism (Medha): kvp <= 1 = the model holds every KV position. Else it is KVP rank
+ * `rank` and holds the positions kvp_token_range() gives it (runtime/model/tp_shard.h;
+ * `tokens` per rank, `max_seq` in all); its KV cache holds only those (kv_cache max_seq =
+ * their count) while positions and lengths stay global. Attention runs over the held keys;
+ * the partials are all-gathered over `coll` (allgather only) and merged in rank order
+ * (ops.h attention_merge). Everything else is replicated on the KVP ranks. */
+struct reference_kvp {
+    int kvp, rank, tokens, max_seq;
+    struct reference_collective coll;
+};
+
 struct reference_load_options {
     int layer_start; /* first owned decoder layer */
     int layer_end;   /* one past the last owned layer; layer_start < layer_end <= L,
@@ -58,10 +69,13 @@ struct reference_load_options {
      * the vocabulary rows of the embedding and LM head. `coll` is then required. */
     const struct tp_shard *tp;
     struct reference_collective coll;
+    struct reference_kvp kvp; /* KV parallelism (see struct reference_kvp) */
 };
 
-/* KV heads this model's cache must hold (num_kv_heads, or the shard's part under TP). */
+/* KV heads this model's cache must hold (num_kv_heads, or the shard's part under TP), and
+ * the positions per slot (the caller's max_seq, or this KVP rank's share of it). */
 int reference_model_kv_heads(const struct reference_model *m);
+int reference_model_kv_positions(const struct reference_model *m, int max_seq);
 
 /* Loads the owned tensors from `st`. Every missing or mis-shaped tensor is listed
  * together in one error message before failing (STRATA_ENOTFOUND / STRATA_EFORMAT). */
