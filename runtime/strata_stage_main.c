@@ -80,7 +80,13 @@ static void usage(FILE *out) {
             "  --tp T                 TP degree of this stage (default 1)\n"
             "  --tp-rank R            this process's TP rank (0 .. T-1); rank 0 serves the stage\n"
             "                         and leads, the others follow it (no --listen / --next-*)\n"
-            "  --tp-peers LIST        every rank's group address in rank order, comma-separated:\n"
+            "  --kvp K --kvp-rank R   KV parallelism: this rank holds KV positions\n"
+            "                         [R*N, (R+1)*N) of every request (Medha; N = --kvp-tokens,\n"
+            "                         default ceil(max-seq / K)); the stage's group is T x K\n"
+            "                         ranks, group rank = R_kvp * T + R_tp\n"
+            "  --kvp-tokens N         KV positions per KVP rank\n"
+            "  --tp-peers LIST        every group rank's address in group-rank order, "
+            "comma-separated:\n"
             "                         HOST:PORT, or HOST:@FILE (listen on a free port, written to\n"
             "                         FILE; the other ranks read it there)\n"
             "  --moe expert|split     MoE under TP: whole experts per rank (default) or every\n"
@@ -107,7 +113,7 @@ struct args {
     const char *tls_cert, *tls_key, *tls_ca;
     int insecure;
     enum stage_log_level log_level;
-    int tp, tp_rank, tp_tcp, tp_timeout_ms;
+    int tp, tp_rank, tp_tcp, tp_timeout_ms, kvp, kvp_rank, kvp_tokens;
     const char *tp_peers;
     enum tp_moe_mode moe;
 };
@@ -156,6 +162,9 @@ enum option_id {
     O_MOE,
     O_TP_TCP,
     O_TP_TIMEOUT,
+    O_KVP,
+    O_KVP_RANK,
+    O_KVP_TOKENS,
     O_HELP
 };
 
@@ -195,6 +204,9 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"moe", 1, 0, O_MOE},
                                              {"tp-tcp", 0, 0, O_TP_TCP},
                                              {"tp-timeout-ms", 1, 0, O_TP_TIMEOUT},
+                                             {"kvp", 1, 0, O_KVP},
+                                             {"kvp-rank", 1, 0, O_KVP_RANK},
+                                             {"kvp-tokens", 1, 0, O_KVP_TOKENS},
                                              {"help", 0, 0, O_HELP},
                                              {0, 0, 0, 0}};
 
@@ -252,6 +264,9 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_TP: rc = flag_int("--tp", value, 1, COLL_MAX_RANKS, &a->tp); break;
     case O_TP_RANK: rc = flag_int("--tp-rank", value, 0, COLL_MAX_RANKS - 1, &a->tp_rank); break;
     case O_TP_PEERS: a->tp_peers = value; break;
+    case O_KVP: rc = flag_int("--kvp", value, 1, COLL_MAX_RANKS, &a->kvp); break;
+    case O_KVP_RANK: rc = flag_int("--kvp-rank", value, 0, COLL_MAX_RANKS - 1, &a->kvp_rank); break;
+    case O_KVP_TOKENS: rc = flag_int("--kvp-tokens", value, 1, 1 << 24, &a->kvp_tokens); break;
     case O_TP_TCP: a->tp_tcp = 1; break;
     case O_TP_TIMEOUT:
         rc = flag_int("--tp-timeout-ms", value, 1, 3600000, &a->tp_timeout_ms);
@@ -272,15 +287,22 @@ static int parse_option(struct args *a, int c, const char *value) {
 /* The TP flags together: 0, or -1 after printing the problem. */
 static int check_tp_args(const struct args *a) {
     const char *why = NULL;
-    if (a->tp == 1 && (a->tp_rank || a->tp_peers))
-        why = "--tp-rank and --tp-peers need --tp >= 2";
-    else if (a->tp > 1 && !a->tp_peers)
-        why = "--tp-peers is required with --tp >= 2";
+    const int world = a->tp * a->kvp;
+    if (world == 1 && (a->tp_rank || a->kvp_rank || a->tp_peers))
+        why = "--tp-rank, --kvp-rank and --tp-peers need --tp or --kvp >= 2";
+    else if (world > 1 && !a->tp_peers)
+        why = "--tp-peers is required with --tp or --kvp >= 2";
     else if (a->tp_rank >= a->tp)
         why = "--tp-rank must be below --tp";
-    else if (a->tp > 1 && (a->send_kv || a->kv_restore))
-        why = "--send-kv and --kv-restore are not supported with --tp (each rank holds only its "
-              "KV heads)";
+    else if (a->kvp_rank >= a->kvp)
+        why = "--kvp-rank must be below --kvp";
+    else if (world > COLL_MAX_RANKS)
+        why = "--tp x --kvp is larger than a group can be";
+    else if (a->kvp_tokens && a->kvp == 1)
+        why = "--kvp-tokens needs --kvp >= 2";
+    else if (world > 1 && (a->send_kv || a->kv_restore))
+        why = "--send-kv and --kv-restore are not supported with --tp / --kvp (each rank holds "
+              "only its part of the KV cache)";
     if (why) fprintf(stderr, "strata-stage: %s\n", why);
     return why ? -1 : 0;
 }
@@ -314,7 +336,8 @@ static int check_args(struct args *a, int argc, char **argv) {
                 a->num_stages);
         rc = -1;
     }
-    if (rc == 0 && a->num_stages > 1 && a->tp_rank == 0 && !a->next_port && !a->next_port_file) {
+    if (rc == 0 && a->num_stages > 1 && a->tp_rank == 0 && a->kvp_rank == 0 && !a->next_port &&
+        !a->next_port_file) {
         fprintf(stderr, "strata-stage: --next-port or --next-port-file is required with "
                         "--num-stages > 1\n");
         rc = -1;
@@ -339,6 +362,7 @@ static void args_defaults(struct args *a) {
     a->log_level = STAGE_LOG_INFO;
     a->peer_timeout_ms = 10000;
     a->tp = 1;
+    a->kvp = 1;
     a->tp_timeout_ms = COLL_DEFAULT_TIMEOUT_MS;
 }
 
@@ -433,7 +457,8 @@ static int open_follower(struct run *r, const struct args *a, const struct stage
                                                                          .num_slots = a->max_batch,
                                                                          .tp = &r->tp});
     if (rc < 0) {
-        fprintf(stderr, "strata-stage: TP rank %d: %s\n", a->tp_rank, strata_last_error());
+        fprintf(stderr, "strata-stage: TP rank %d / KVP rank %d: %s\n", a->tp_rank, a->kvp_rank,
+                strata_last_error());
         return open_exit_code(rc);
     }
     return STRATA_EXIT_OK;
@@ -455,7 +480,8 @@ static int open_stage(struct run *r, const struct args *a) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
-    if (a->tp > 1 && a->tp_rank > 0) return open_follower(r, a, &role);
+    if (a->tp * a->kvp > 1 && (a->tp_rank > 0 || a->kvp_rank > 0))
+        return open_follower(r, a, &role);
     rc = stage_open(&r->stage,
                     &(struct stage_open_options){.cfg = &r->cfg,
                                                  .weights = r->st,
@@ -471,7 +497,7 @@ static int open_stage(struct run *r, const struct args *a) {
                                                  .chunk_size = a->chunk_size,
                                                  .keep_logits = role.with_head && a->out,
                                                  .send_kv = a->send_kv,
-                                                 .tp = a->tp > 1 ? &r->tp : NULL},
+                                                 .tp = a->tp * a->kvp > 1 ? &r->tp : NULL},
                     &report);
     if (rc < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
@@ -489,13 +515,22 @@ static int open_stage(struct run *r, const struct args *a) {
 
 /* The grid line of the summary: where this process sits in PP x TP. */
 static void print_grid(const struct run *r, const struct args *a) {
-    if (a->tp <= 1) {
-        printf("grid: stage %d of %d, tp rank 0 of 1\n", a->stage_idx, a->num_stages);
+    if (a->tp * a->kvp <= 1) {
+        printf("grid: stage %d of %d, tp rank 0 of 1, kvp rank 0 of 1\n", a->stage_idx,
+               a->num_stages);
         return;
     }
-    printf("grid: stage %d of %d, tp rank %d of %d (%s), group \"%s\" over %s, moe %s\n",
-           a->stage_idx, a->num_stages, a->tp_rank, a->tp,
-           a->tp_rank == 0 ? "leader: serves the stage" : "follower of tp rank 0", r->group,
+    const int leader = a->tp_rank == 0 && a->kvp_rank == 0;
+    printf("grid: stage %d of %d, tp rank %d of %d, kvp rank %d of %d", a->stage_idx, a->num_stages,
+           a->tp_rank, a->tp, a->kvp_rank, a->kvp);
+    if (a->kvp > 1)
+        printf(" (KV positions [%d, %d) of %d)", a->kvp_rank * r->tp.kvp_tokens,
+               (a->kvp_rank + 1) * r->tp.kvp_tokens < a->max_seq
+                   ? (a->kvp_rank + 1) * r->tp.kvp_tokens
+                   : a->max_seq,
+               a->max_seq);
+    printf(" (%s), group \"%s\" over %s, moe %s\n",
+           leader ? "leader: serves the stage" : "follower of group rank 0", r->group,
            coll_transport_of(r->coll) == COLL_SHM ? "shared memory" : "tcp",
            a->moe == TP_MOE_SPLIT ? "split" : "expert");
 }
@@ -599,11 +634,21 @@ static int open_group(struct run *r, const struct args *a) {
         return STRATA_EXIT_USAGE;
     }
     /* The name carries everything the ranks must agree on: the Hello refuses another. */
-    snprintf(r->group, sizeof r->group, "s%d.L%d-%d.tp%d.%s", a->stage_idx, role.layer_start,
-             role.layer_end, a->tp, a->moe == TP_MOE_SPLIT ? "split" : "expert");
-    struct stage_tp_net net = {.peers = a->tp_peers,
+    struct grid_config grid = {.pp = a->num_stages,
                                .tp = a->tp,
-                               .tp_rank = a->tp_rank,
+                               .kvp = a->kvp,
+                               .kvp_tokens = a->kvp_tokens,
+                               .moe = a->moe};
+    if (grid_config_check(&grid, &r->cfg, a->max_seq) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_USAGE;
+    }
+    snprintf(r->group, sizeof r->group, "s%d.L%d-%d.tp%d.kvp%dx%d.%s", a->stage_idx,
+             role.layer_start, role.layer_end, a->tp, a->kvp, grid.kvp_tokens,
+             a->moe == TP_MOE_SPLIT ? "split" : "expert");
+    struct stage_tp_net net = {.peers = a->tp_peers,
+                               .size = a->tp * a->kvp,
+                               .rank = a->kvp_rank * a->tp + a->tp_rank,
                                .group = r->group,
                                .tcp_only = a->tp_tcp,
                                .timeout_ms = a->tp_timeout_ms,
@@ -614,10 +659,15 @@ static int open_group(struct run *r, const struct args *a) {
         fprintf(stderr, "strata-stage: TP group: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }
-    r->tp = (struct stage_tp_config){
-        .tp = a->tp, .tp_rank = a->tp_rank, .moe = a->moe, .coll = r->coll};
-    strata_log(STRATA_LOG_INFO, "TP group \"%s\": rank %d of %d connected over %s", r->group,
-               a->tp_rank, a->tp, coll_transport_of(r->coll) == COLL_SHM ? "shared memory" : "tcp");
+    r->tp = (struct stage_tp_config){.tp = a->tp,
+                                     .tp_rank = a->tp_rank,
+                                     .moe = a->moe,
+                                     .kvp = a->kvp,
+                                     .kvp_rank = a->kvp_rank,
+                                     .kvp_tokens = grid.kvp_tokens,
+                                     .coll = r->coll};
+    strata_log(STRATA_LOG_INFO, "group \"%s\": rank %d of %d connected over %s", r->group, net.rank,
+               net.size, coll_transport_of(r->coll) == COLL_SHM ? "shared memory" : "tcp");
     return STRATA_EXIT_OK;
 }
 
@@ -627,12 +677,13 @@ static int follow(struct run *r, const struct args *a) {
     signal(SIGPIPE, SIG_IGN);
     int rc = stage_tp_follow(r->follower, r->coll, &calls);
     if (rc < 0) {
-        fprintf(stderr, "strata-stage: TP rank %d: the group failed after %llu calls: %s\n",
-                a->tp_rank, (unsigned long long)calls, strata_last_error());
+        fprintf(stderr,
+                "strata-stage: TP rank %d / KVP rank %d: the group failed after %llu calls: %s\n",
+                a->tp_rank, a->kvp_rank, (unsigned long long)calls, strata_last_error());
         return STRATA_EXIT_FAILURE;
     }
-    strata_log(STRATA_LOG_INFO, "TP rank %d: leader stopped after %llu calls", a->tp_rank,
-               (unsigned long long)calls);
+    strata_log(STRATA_LOG_INFO, "TP rank %d / KVP rank %d: leader stopped after %llu calls",
+               a->tp_rank, a->kvp_rank, (unsigned long long)calls);
     return STRATA_EXIT_OK;
 }
 
@@ -689,12 +740,12 @@ int main(int argc, char **argv) {
     code = open_config(&r, &a);
     /* Without TP the links are set up after the weights load (a bad shard or checkpoint is
      * reported first); a TP group needs them before, to connect its ranks. */
-    if (code == STRATA_EXIT_OK && a.tp > 1) code = setup_links(&r, &a);
-    if (code == STRATA_EXIT_OK && a.tp > 1) code = open_group(&r, &a);
+    if (code == STRATA_EXIT_OK && a.tp * a.kvp > 1) code = setup_links(&r, &a);
+    if (code == STRATA_EXIT_OK && a.tp * a.kvp > 1) code = open_group(&r, &a);
     if (code == STRATA_EXIT_OK) code = open_stage(&r, &a);
     if (code == STRATA_EXIT_OK) print_summary(&r, &a);
     if (code == STRATA_EXIT_OK && a.kv_restore) code = restore_kv(&r, a.kv_restore);
-    if (code == STRATA_EXIT_OK && a.tp == 1) code = setup_links(&r, &a);
+    if (code == STRATA_EXIT_OK && a.tp * a.kvp == 1) code = setup_links(&r, &a);
     if (code == STRATA_EXIT_OK) code = r.follower ? follow(&r, &a) : serve(&r, &a);
     run_close(&r);
     return code;

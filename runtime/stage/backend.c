@@ -40,7 +40,7 @@ int stage_backend_open(struct stage_backend **out, const struct stage_backend_op
     int rc = check_role(opt);
     if (rc < 0) return rc;
     if (strcmp(device, "cpu") == 0) return backend_cpu_open(out, opt);
-    if (opt->tp && opt->tp->tp > 1)
+    if (stage_tp_is_split(opt->tp))
         return strata_set_error(STRATA_EDEVICE,
                                 "tensor parallelism runs on the CPU backend only: device '%s' "
                                 "has no TP path yet (NCCL is not wired)",

@@ -31,12 +31,20 @@
 struct stage_backend;
 struct coll; /* wire/collective.h */
 
-/* Tensor parallelism (runtime/stage/stage_tp.h): this rank's place in its stage's TP group. */
+/* Tensor and KV parallelism (runtime/stage/stage_tp.h): this rank's place in its stage's
+ * group of tp x kvp ranks (grid order, TP fastest: group rank = kvp_rank * tp + tp_rank). */
 struct stage_tp_config {
-    int tp, tp_rank;      /* degree >= 1, 0 <= rank < tp */
+    int tp, tp_rank;      /* TP degree >= 1, 0 <= rank < tp */
     enum tp_moe_mode moe; /* how MoE experts are split */
-    struct coll *coll;    /* the group (borrowed; outlives the backend) */
+    int kvp, kvp_rank;    /* KVP degree (0 or 1 = none), 0 <= rank < kvp */
+    int kvp_tokens;       /* KV positions per KVP rank (tp_shard.h kvp_token_range) */
+    struct coll *coll;    /* the stage's group (borrowed; outlives the backend) */
 };
+
+/* 1 when `c` splits the stage (TP or KVP degree above 1). */
+static inline int stage_tp_is_split(const struct stage_tp_config *c) {
+    return c && (c->tp > 1 || c->kvp > 1);
+}
 
 /* The operations a backend provides. All are required. */
 struct stage_backend_i {

@@ -71,12 +71,12 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                         .max_seq = opt->max_seq,
                                         .num_slots = opt->max_batch,
                                         .tp = opt->tp};
-    if (opt->tp && opt->tp->tp > 1 && opt->tp->tp_rank != 0)
+    if (stage_tp_is_split(opt->tp) && (opt->tp->tp_rank != 0 || opt->tp->kvp_rank != 0))
         return strata_set_error(STRATA_EINVAL,
-                                "TP rank %d follows its leader (stage_tp_follow); "
+                                "TP rank %d / KVP rank %d follows its leader (stage_tp_follow); "
                                 "only rank 0 opens a stage",
-                                opt->tp->tp_rank);
-    rc = opt->tp && opt->tp->tp > 1 ? stage_tp_open(&out->backend, &bo)
+                                opt->tp->tp_rank, opt->tp->kvp_rank);
+    rc = stage_tp_is_split(opt->tp) ? stage_tp_open(&out->backend, &bo)
                                     : stage_backend_open(&out->backend, &bo);
     /* The backend's loader checks the tensors against the manifest itself; only when that
      * fails is the list built again, for the caller's full report (no second check on the

@@ -236,16 +236,13 @@ static const struct stage_backend_i leader_iface = {
 
 int stage_tp_open(struct stage_backend **out, const struct stage_backend_options *bo) {
     *out = NULL;
-    if (!bo->tp || bo->tp->tp < 2 || !bo->tp->coll)
-        return strata_set_error(STRATA_EINVAL, "stage_tp_open: needs a TP degree >= 2 and a group");
-    if (coll_size(bo->tp->coll) != bo->tp->tp || coll_rank(bo->tp->coll) != bo->tp->tp_rank)
-        return strata_set_error(STRATA_EINVAL, "TP rank %d of %d, but the group says rank %d of %d",
-                                bo->tp->tp_rank, bo->tp->tp, coll_rank(bo->tp->coll),
-                                coll_size(bo->tp->coll));
+    if (!stage_tp_is_split(bo->tp) || !bo->tp->coll)
+        return strata_set_error(STRATA_EINVAL,
+                                "stage_tp_open: needs a TP or KVP degree >= 2 and a group");
     struct stage_backend *inner;
     int rc = stage_backend_open(&inner, bo);
     if (rc) return rc;
-    if (bo->tp->tp_rank != 0) {
+    if (coll_rank(bo->tp->coll) != 0) { /* the CPU backend checked rank == grid place */
         *out = inner;
         return STRATA_OK;
     }
@@ -481,34 +478,36 @@ static int parse_peers(struct tp_peer *peers, const struct stage_tp_net *net) {
     while (p && *p) {
         const char *comma = strchr(p, ',');
         const size_t len = comma ? (size_t)(comma - p) : strlen(p);
-        if (n == net->tp)
-            return strata_set_error(STRATA_EINVAL, "--tp-peers lists more than --tp %d ranks",
-                                    net->tp);
+        if (n == net->size)
+            return strata_set_error(
+                STRATA_EINVAL, "--tp-peers lists more than the %d ranks of the group", net->size);
         int rc = parse_peer(p, len, peers[n].host, TP_HOST_CAP, peers[n].file, TP_FILE_CAP,
                             &peers[n].port);
         if (rc) return rc;
         ++n;
         p = comma ? comma + 1 : NULL;
     }
-    if (n != net->tp)
-        return strata_set_error(STRATA_EINVAL, "--tp-peers lists %d ranks, --tp is %d", n, net->tp);
+    if (n != net->size)
+        return strata_set_error(STRATA_EINVAL,
+                                "--tp-peers lists %d ranks, the group has %d (--tp x --kvp)", n,
+                                net->size);
     return STRATA_OK;
 }
 
 int stage_tp_connect(struct coll **out, const struct stage_tp_net *net) {
     *out = NULL;
-    if (net->tp < 2 || net->tp > COLL_MAX_RANKS || net->tp_rank < 0 || net->tp_rank >= net->tp)
-        return strata_set_error(STRATA_EINVAL, "TP rank %d of %d (need 2 <= tp <= %d)",
-                                net->tp_rank, net->tp, COLL_MAX_RANKS);
-    struct tp_peer *peers = calloc((size_t)net->tp, sizeof *peers);
+    if (net->size < 2 || net->size > COLL_MAX_RANKS || net->rank < 0 || net->rank >= net->size)
+        return strata_set_error(STRATA_EINVAL, "group rank %d of %d (need 2 <= size <= %d)",
+                                net->rank, net->size, COLL_MAX_RANKS);
+    struct tp_peer *peers = calloc((size_t)net->size, sizeof *peers);
     const char *hosts[COLL_MAX_RANKS];
     int ports[COLL_MAX_RANKS] = {0};
     struct wire_listener listener = {.fd = -1};
     const int timeout = net->timeout_ms > 0 ? net->timeout_ms : COLL_DEFAULT_TIMEOUT_MS;
-    const int me = net->tp_rank, next = (me + 1) % net->tp;
+    const int me = net->rank, next = (me + 1) % net->size;
     int rc = peers ? parse_peers(peers, net)
                    : strata_set_error(STRATA_ENOMEM, "out of memory for the TP peers");
-    for (int r = 0; !rc && r < net->tp; ++r) {
+    for (int r = 0; !rc && r < net->size; ++r) {
         hosts[r] = peers[r].host;
         ports[r] = peers[r].port;
     }
@@ -519,7 +518,7 @@ int stage_tp_connect(struct coll **out, const struct stage_tp_net *net) {
     if (!rc && peers[next].file[0]) rc = wait_port_file(peers[next].file, timeout, &ports[next]);
     if (!rc) {
         struct coll_options o = {.rank = me,
-                                 .size = net->tp,
+                                 .size = net->size,
                                  .group = net->group,
                                  .timeout_ms = timeout,
                                  .hosts = hosts,

@@ -51,15 +51,15 @@ int stage_tp_open(struct stage_backend **out, const struct stage_backend_options
  * command is bounded by the group's timeout. */
 int stage_tp_follow(struct stage_backend *be, struct coll *coll, uint64_t *calls);
 
-/* How the ranks of a group find each other: `peers` lists every rank's address in rank
- * order, "HOST:PORT" or "HOST:@FILE" (the rank listens on a free port of HOST and writes it
- * to FILE; the others read it from there, waiting for it, like --port-file /
+/* How the ranks of a stage's group find each other: `peers` lists every rank's address in
+ * group-rank order, "HOST:PORT" or "HOST:@FILE" (the rank listens on a free port of HOST and writes
+ * it to FILE; the others read it from there, waiting for it, like --port-file /
  * --next-port-file between stages). Opens the group (TCP ring; shared memory when every rank
  * is on this host and `tcp_only` is 0). `group` names it at Hello, so ranks of another
  * stage, layer range or TP degree are refused; `fingerprint` refuses another model. */
 struct stage_tp_net {
     const char *peers;
-    int tp, tp_rank;
+    int size, rank; /* the stage's group: tp x kvp ranks, rank = kvp_rank * tp + tp_rank */
     const char *group;
     int tcp_only;
     int timeout_ms; /* opening and every data transfer (0 = COLL_DEFAULT_TIMEOUT_MS) */

@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Integration (issue 16): tensor parallelism in real strata-stage processes on loopback.
+# Integration (issue 16): tensor and KV parallelism in real strata-stage processes on
+# loopback.
 #   - PP 2 x TP 2 (4 processes) gives the golden ids on a dense and an MoE golden (both MoE
 #     modes); the --out files (tokens + every step's logits) of two identical runs are
 #     byte-identical, also when the second runs its TP groups over the TCP ring instead of
 #     shared memory, and PP 1 x TP 2 gives the same bytes as PP 2 x TP 2 (pipeline splits
 #     change no bit at a fixed TP degree);
+#   - PP 2 x TP 2 x KVP 2 (8 processes) gives the golden ids, byte-identical on a rerun, and
+#     PP 2 x KVP 4 with 16 KV positions per rank decodes a 64-token context (no rank holds
+#     it) with the golden ids;
 #   - a leader stopped by SIGTERM stops its followers (all exit 0);
 #   - a TP rank killed (kill -9) fails the next request with a clear error, no hang (over
 #     shared memory and over TCP);
@@ -13,23 +17,29 @@ set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
 
-# tp_start_stage TAG S T R MODEL [options...]: the T ranks of stage R (rank 0 through
-# pl_start_stage, so it serves the stage; the others follow it).
+# KVP degree of the tp_* helpers below (the TP degree is their argument).
+K=1
+
+# tp_start_stage TAG S T R MODEL [options...]: the T x K ranks of stage R (group rank
+# g = kvp_rank * T + tp_rank; rank 0 through pl_start_stage, so it serves the stage; the
+# others follow it).
 tp_start_stage() {
-    local tag=$1 S=$2 T=$3 r=$4 model=$5 t peers=""
+    local tag=$1 S=$2 T=$3 r=$4 model=$5 g peers=""
     shift 5
-    for ((t = 0; t < T; t++)); do
-        rm -f "$PL_WORK/$tag.$r.tp$t.port"
-        peers="$peers${peers:+,}127.0.0.1:@$PL_WORK/$tag.$r.tp$t.port"
+    for ((g = 0; g < T * K; g++)); do
+        rm -f "$PL_WORK/$tag.$r.tp$g.port"
+        peers="$peers${peers:+,}127.0.0.1:@$PL_WORK/$tag.$r.tp$g.port"
     done
-    pl_start_stage "$tag" "$S" "$r" "$model" --tp "$T" --tp-rank 0 --tp-peers "$peers" "$@"
-    for ((t = 1; t < T; t++)); do
+    pl_start_stage "$tag" "$S" "$r" "$model" --tp "$T" --tp-rank 0 --kvp "$K" --kvp-rank 0 \
+        --tp-peers "$peers" "$@"
+    for ((g = 1; g < T * K; g++)); do
         # shellcheck disable=SC2046
-        "$PL_STAGE" --model "$model" --num-stages "$S" --stage-idx "$r" --tp "$T" --tp-rank "$t" \
-            --tp-peers "$peers" $(pl_security_default "$@") "$@" \
-            >>"$PL_WORK/$tag.$r.tp$t.out" 2>>"$PL_WORK/$tag.$r.tp$t.log" &
+        "$PL_STAGE" --model "$model" --num-stages "$S" --stage-idx "$r" --tp "$T" \
+            --tp-rank $((g % T)) --kvp "$K" --kvp-rank $((g / T)) --tp-peers "$peers" \
+            $(pl_security_default "$@") "$@" \
+            >>"$PL_WORK/$tag.$r.tp$g.out" 2>>"$PL_WORK/$tag.$r.tp$g.log" &
         PL_PIDS="$PL_PIDS $!"
-        eval "PL_PID_${tag}_${r}_tp$t=$!"
+        eval "PL_PID_${tag}_${r}_tp$g=$!"
     done
 }
 
@@ -49,7 +59,7 @@ tp_stop() {
     local tag=$1 S=$2 T=$3 r t pid i
     pl_stop_pipeline "$tag" "$S"
     for ((r = 0; r < S; r++)); do
-        for ((t = 1; t < T; t++)); do
+        for ((t = 1; t < T * K; t++)); do
             pid=$(eval "echo \$PL_PID_${tag}_${r}_tp$t")
             for ((i = 0; i < 100; i++)); do
                 kill -0 "$pid" 2>/dev/null || break
@@ -71,7 +81,7 @@ run_case() {
     steps=$(pl_golden_steps "$case")
     tp_start "$tag" "$S" "$T" "$model" --max-seq 256 --max-batch 4 --chunk-size 8 \
         --out "$PL_WORK/$tag.safetensors" "$@"
-    grep -q "grid: stage 0 of $S, tp rank 0 of $T (leader" "$PL_WORK/$tag.0.out" ||
+    grep -q "grid: stage 0 of $S, tp rank 0 of $T, kvp rank 0 of $K.*(leader" "$PL_WORK/$tag.0.out" ||
         pl_fail "$tag: the summary does not name the grid"
     pl_client "$tag" --prompt "$prompt" --max-tokens "$steps" >"$PL_WORK/$tag.client" ||
         pl_fail "$tag: client failed: $(cat "$PL_WORK/$tag.client")"
@@ -96,6 +106,21 @@ for case in qwen3_gqa_tied qwen3_moe; do
 done
 run_case moe_split qwen3_moe 2 2 --moe split
 echo "qwen3_moe: PP 2 x TP 2 with --moe split: golden ids"
+
+# KV parallelism: each KVP rank holds a token range of every request's KV.
+K=2
+for case in qwen3_gqa_tied qwen3_moe; do
+    run_case "${case}_kvp_a" "$case" 2 2 --max-seq 64
+    run_case "${case}_kvp_b" "$case" 2 2 --max-seq 64
+    same_bytes "${case}_kvp_a" "${case}_kvp_b"
+    echo "$case: PP 2 x TP 2 x KVP 2 (8 processes, 32 KV positions per rank): golden ids, rerun byte-identical"
+done
+K=4
+run_case long_kvp4 qwen3_long_prompt 2 1 --max-seq 64 --kvp-tokens 16
+grep -q "KV positions \[48, 64) of 64" "$PL_WORK/long_kvp4.1.tp3.out" ||
+    pl_fail "long_kvp4: the last KVP rank does not report its token range"
+echo "qwen3_long_prompt: PP 2 x KVP 4, 16 KV positions per rank, 64-token context: golden ids"
+K=1
 
 # A killed TP rank: the next request fails clearly and promptly.
 for transport in shm tcp; do

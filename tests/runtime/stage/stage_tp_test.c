@@ -41,8 +41,8 @@ static int open_rank(struct rank *r) {
     char group[32];
     snprintf(group, sizeof group, "test.tp2");
     struct stage_tp_net net = {.peers = r->peers,
-                               .tp = 2,
-                               .tp_rank = r->rank,
+                               .size = 2,
+                               .rank = r->rank,
                                .group = group,
                                .tcp_only = r->tcp_only,
                                .timeout_ms = 10000};
@@ -197,11 +197,11 @@ static void test_golden_cases(void **state) {
 static void test_refusals(void **state) {
     (void)state;
     struct coll *c = NULL;
-    struct stage_tp_net net = {.peers = "127.0.0.1:1", .tp = 2, .tp_rank = 0, .group = "x"};
+    struct stage_tp_net net = {.peers = "127.0.0.1:1", .size = 2, .rank = 0, .group = "x"};
     assert_int_equal(stage_tp_connect(&c, &net), STRATA_EINVAL); /* one peer for TP 2 */
     net.peers = "127.0.0.1,127.0.0.1:2";
     assert_int_equal(stage_tp_connect(&c, &net), STRATA_EINVAL); /* no port */
-    net.tp_rank = 2;
+    net.rank = 2;
     assert_int_equal(stage_tp_connect(&c, &net), STRATA_EINVAL);
     assert_null(c);
 }
