@@ -1,34 +1,40 @@
-/* Tensor parallelism inside a stage (issue 16; Megatron-LM): the TP ranks of one pipeline
- * stage, each its own process holding its slice of the stage's layers (tp_shard.h), joined
- * by one collective group (wire/collective.h).
+/* Tensor and KV parallelism inside a stage (issue 16; Megatron-LM, Medha): the ranks of one
+ * pipeline stage, each its own process, joined by one collective group (wire/collective.h)
+ * of tp x kvp ranks in grid order (group rank = kvp_rank * tp + tp_rank). A TP rank holds
+ * its slice of the stage's layers (runtime/model/tp_shard.h); a KVP rank holds its token
+ * range of every request's KV cache (attention partials merged in rank order). The CPU
+ * backend runs the TP all-reduces and the KVP all-gathers on sub-groups of the group
+ * (backend_cpu.c).
  *
- * Leader and followers. Rank 0 of the group (the leader) is the stage as the pipeline knows
- * it: it listens for the previous stage, connects to the next, runs the stage core and its
+ * Leader and followers. Group rank 0 (the leader) is the stage as the pipeline knows it:
+ * it listens for the previous stage, connects to the next, runs the stage core and its
  * scheduler. Its backend is wrapped: every backend call (embed, forward, logits, KV slot
  * acquire / release) is first broadcast to the group as a command (a header, then the
  * call's inputs: token ids, forward items, hidden rows), and then run on the leader's own
- * shard. The other ranks (followers) talk only to the group: they wait for the next
- * command, run the same call on their shard, and so take part in the same collectives
- * (the o_proj / down all-reduces, the embedding all-reduce, the all-gathered logits) in the
- * same order. Nothing a follower does depends on timing, so every rank sees the same
- * sequence of calls, and the decoder's rank-order sums make every rank's hidden rows (and
- * logits) bit-identical.
+ * part. The other ranks (followers) talk only to the group: they wait for the next
+ * command, run the same call on their part, and so take part in the same collectives (the
+ * o_proj / down all-reduces, the embedding all-reduce, the all-gathered logits, the KVP
+ * attention partials) in the same order. Nothing a follower does depends on timing, so
+ * every rank sees the same sequence of calls, and the rank-order reductions make every
+ * rank's hidden rows (and logits) bit-identical.
  *
  *      stage s-1 leader                 stage s                      stage s+1 leader
  *            |            +----------------------------------+             ^
  *            | Activation |  rank 0 (leader): stage core     | Activation  |
  *            +----------->|   backend call --bcast cmd--+    |-------------+
  *                         |        |                    v    |
- *                         |   own shard  <--all-reduce-->  rank 1..T-1 (followers)
- *                         |        |      <--all-gather-->   same call, own shard
+ *                         |   own part   <--all-reduce-->  ranks 1..W-1 (followers)
+ *                         |        |     <--all-gather-->  same call, own part
  *                         +----------------------------------+
  *
  * Failure: a follower that dies or is stopped breaks the group; the leader's next call
  * fails (STRATA_ECLOSED / STRATA_EIO / STRATA_ETIMEOUT naming the rank) and the stage core
  * fails the request to the client with that message. A leader that exits normally sends
  * STOP (followers exit 0); one that dies closes the group and the followers exit 1.
- * KV handoff (--send-kv, --kv-restore) is refused under TP (each rank would hand over only
- * its KV heads). */
+ * KV handoff (--send-kv, --kv-restore) is refused (each rank holds only its part). KVP
+ * allocation is all-or-nothing: positions are global and a request that would pass
+ * kvp x kvp_tokens positions is refused by the same check on every rank before any KV is
+ * written. */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_TP_H
 #define STRATA_RUNTIME_STAGE_STAGE_TP_H
 
@@ -38,10 +44,10 @@
 #include "runtime/stage/backend.h"
 #include "wire/collective.h"
 
-/* Opens this rank's backend: its shard of bo->role (bo->tp names the degree, rank, MoE mode
- * and the group). For rank 0 the returned backend is the leader wrapper described above
- * (it owns the shard's backend; freeing it sends STOP); for the others it is the bare
- * shard backend, to be driven by stage_tp_follow. bo->tp must be set with tp >= 2. */
+/* Opens this rank's backend: its part of bo->role (bo->tp names the degrees, ranks, MoE
+ * mode, KV tokens per KVP rank and the group). For rank 0 the returned backend is the leader
+ * wrapper described above (it owns the shard's backend; freeing it sends STOP); for the others it
+ * is the bare shard backend, to be driven by stage_tp_follow. bo->tp must be set with tp >= 2. */
 int stage_tp_open(struct stage_backend **out, const struct stage_backend_options *bo);
 
 /* A follower's loop: runs the leader's commands on `be` (a follower's backend from
