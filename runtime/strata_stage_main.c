@@ -671,6 +671,21 @@ static int open_group(struct run *r, const struct args *a) {
     return STRATA_EXIT_OK;
 }
 
+/* Every rank of the group has loaded its weights: the leader serves (and so sends
+ * commands) only then, however long a rank takes to load (up to an hour). */
+static int wait_group_loaded(struct run *r) {
+    const int timeout = coll_timeout(r->coll);
+    float one = 1.0f;
+    int rc = coll_set_timeout(r->coll, 3600000);
+    if (rc == 0) rc = coll_allreduce_sum(r->coll, &one, 1);
+    coll_set_timeout(r->coll, timeout);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage: waiting for the group to load: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    return STRATA_EXIT_OK;
+}
+
 /* A TP follower: runs rank 0's calls until it stops (exit 0) or the group fails (exit 1). */
 static int follow(struct run *r, const struct args *a) {
     uint64_t calls = 0;
@@ -743,6 +758,7 @@ int main(int argc, char **argv) {
     if (code == STRATA_EXIT_OK && a.tp * a.kvp > 1) code = setup_links(&r, &a);
     if (code == STRATA_EXIT_OK && a.tp * a.kvp > 1) code = open_group(&r, &a);
     if (code == STRATA_EXIT_OK) code = open_stage(&r, &a);
+    if (code == STRATA_EXIT_OK && r.coll) code = wait_group_loaded(&r);
     if (code == STRATA_EXIT_OK) print_summary(&r, &a);
     if (code == STRATA_EXIT_OK && a.kv_restore) code = restore_kv(&r, a.kv_restore);
     if (code == STRATA_EXIT_OK && a.tp * a.kvp == 1) code = setup_links(&r, &a);
