@@ -11,7 +11,7 @@
 #     it) with the golden ids;
 #   - a leader stopped by SIGTERM stops its followers (all exit 0);
 #   - a TP rank killed (kill -9) fails the next request with a clear error, no hang (over
-#     shared memory and over TCP);
+#     shared memory and over TCP); a killed leader's follower exits 1 within 5 s;
 #   - ranks that disagree on the grid (here the MoE mode) are refused at the group's Hello.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
@@ -138,9 +138,21 @@ for transport in shm tcp; do
         pl_fail "$tag: a request succeeded with a TP rank dead"
     fi
     secs=$(pl_secs_between "$start" "$(date +%s.%N)")
-    grep -q "error.*tensor-parallel.*rank 1" "$PL_WORK/$tag.client" ||
+    grep -q "error.*collective group .*rank 1" "$PL_WORK/$tag.client" ||
         pl_fail "$tag: unclear error: $(cat "$PL_WORK/$tag.client")"
     echo "$transport: killed TP rank -> client error in ${secs}s: $(grep -m1 error "$PL_WORK/$tag.client")"
+    # A killed leader: its follower notices and exits 1 (no orphan waiting forever).
+    follower=$(eval "echo \$PL_PID_${tag}_0_tp1")
+    kill -9 "$(pl_pid "$tag" 0)"
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$follower" 2>/dev/null || break
+        sleep 0.05
+    done
+    kill -0 "$follower" 2>/dev/null && pl_fail "$tag: the follower outlived its leader by 5 s"
+    wait "$follower"
+    rc=$?
+    [ "$rc" -eq 1 ] || pl_fail "$tag: the follower of a killed leader exited $rc, want 1"
+    echo "$transport: killed leader -> its follower exited 1: $(grep -m1 'group failed' "$PL_WORK/$tag.0.tp1.log")"
     pl_cleanup
 done
 
