@@ -4,7 +4,8 @@
  * case, text and VL (M-RoPE positions, DeepStack features and the visual mask travel in the
  * forward command), is prefilled and decoded through the leader: the greedy ids equal
  * transformers', the logits stay within 1e-3 of the golden and are bit-identical over TCP
- * and shared memory; freeing the leader stops the follower (status 0). KV handoff is
+ * and shared memory; the same through KVP 2 (each rank caching half the positions);
+ * freeing the leader stops the follower (status 0). KV handoff is
  * refused under TP, and malformed peer lists are refused before anything is opened. */
 #include <math.h>
 #include <pthread.h>
@@ -27,7 +28,7 @@
 struct rank {
     const struct golden_case *gc;
     char peers[512];
-    int rank, tcp_only;
+    int rank, tcp_only, kvp; /* kvp: the two ranks are KVP 2 (else TP 2) */
     struct coll *coll;
     struct stage_tp_config tp;
     struct stage_backend *be;
@@ -48,12 +49,20 @@ static int open_rank(struct rank *r) {
                                .timeout_ms = 10000};
     int rc = stage_tp_connect(&r->coll, &net);
     if (rc) return rc;
-    r->tp = (struct stage_tp_config){.tp = 2, .tp_rank = r->rank, .coll = r->coll};
+    const int max_seq = r->gc->n_prompt + r->gc->n_steps;
+    if (r->kvp)
+        r->tp = (struct stage_tp_config){.tp = 1,
+                                         .kvp = 2,
+                                         .kvp_rank = r->rank,
+                                         .kvp_tokens = (max_seq + 1) / 2,
+                                         .coll = r->coll};
+    else
+        r->tp = (struct stage_tp_config){.tp = 2, .tp_rank = r->rank, .coll = r->coll};
     struct stage_backend_options bo = {.cfg = c,
                                        .weights = r->gc->st,
                                        .role = {0, c->num_layers, 1, 1, 0},
                                        .num_threads = 1,
-                                       .max_seq = r->gc->n_prompt + r->gc->n_steps,
+                                       .max_seq = max_seq,
                                        .num_slots = 2,
                                        .tp = &r->tp};
     return stage_tp_open(&r->be, &bo);
@@ -137,7 +146,8 @@ static int argmax(const float *x, int n) {
 }
 
 /* One TP 2 run of `gc` over a fresh group; returns rank 0's logits. */
-static float *run_group(const struct golden_case *gc, int tcp_only, const char *dir, int round) {
+static float *run_group(const struct golden_case *gc, int tcp_only, int kvp, const char *dir,
+                        int round) {
     struct rank r[2];
     pthread_t th;
     memset(r, 0, sizeof r);
@@ -145,6 +155,7 @@ static float *run_group(const struct golden_case *gc, int tcp_only, const char *
         r[k].gc = gc;
         r[k].rank = k;
         r[k].tcp_only = tcp_only;
+        r[k].kvp = kvp;
         snprintf(r[k].peers, sizeof r[k].peers, "127.0.0.1:@%s/%d.0,127.0.0.1:@%s/%d.1", dir, round,
                  dir, round);
     }
@@ -172,8 +183,19 @@ static void test_golden_cases(void **state) {
         if (golden_case_open(&gc, cases[i])) fail_msg("%s: %s", cases[i], strata_last_error());
         const int V = gc.cfg.vocab_size;
         const size_t n = (size_t)gc.n_steps * V;
-        float *tcp = run_group(&gc, 1, dir, (int)i * 2);
-        float *shm = run_group(&gc, 0, dir, (int)i * 2 + 1);
+        float *tcp = run_group(&gc, 1, 0, dir, (int)i * 3);
+        float *shm = run_group(&gc, 0, 0, dir, (int)i * 3 + 1);
+        float *kvp = run_group(&gc, 0, 1, dir, (int)i * 3 + 2);
+        double dkvp = 0.0;
+        for (size_t k = 0; k < n; ++k)
+            dkvp = fmax(dkvp, fabs((double)kvp[k] - (double)gc.logits[k]));
+        for (int s = 0; s < gc.n_steps; ++s)
+            if (argmax(kvp + (size_t)s * V, V) != gc.generated[s])
+                fail_msg("%s KVP 2 step %d: id %d, golden %d", cases[i], s,
+                         argmax(kvp + (size_t)s * V, V), gc.generated[s]);
+        printf("%-16s KVP 2 leader/follower: ids equal, max |dlogit| %.3g\n", cases[i], dkvp);
+        assert_true(dkvp <= 1e-3);
+        free(kvp);
         double dmax = 0.0;
         for (size_t k = 0; k < n; ++k)
             dmax = fmax(dmax, fabs((double)tcp[k] - (double)gc.logits[k]));
