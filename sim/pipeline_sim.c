@@ -16,6 +16,7 @@
 #include "runtime/stage/request.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_open.h"
+#include "sim/sim_grid.h"
 #include "sim/stage_thread.h"
 #include "sim/virtual_clock.h"
 #include "wire/message.h"
@@ -42,6 +43,8 @@ struct sim_stage {
     struct stage stage;      /* backend + core (runtime/stage/stage_open.h) */
     struct stage_core *core; /* stage.core */
     struct stage_open_options open;
+    struct sim_grid_options grid_opt; /* tp x kvp > 1: the stage's group (sim_grid.h) */
+    struct sim_grid *grid;
     int dead;
     int busy;
     int link_down[3];         /* per stage_link (PREV, NEXT, CLIENT): connection gone */
@@ -58,6 +61,7 @@ struct client_request {
 
 struct sim {
     const struct sim_options *opt;
+    int kvp_tokens; /* KV positions per KVP rank (check_grid) */
     struct sim_report *report;
     int num_stages;
     struct virtual_clock clock;
@@ -83,6 +87,7 @@ void sim_options_default(struct sim_options *opt) {
     opt->peer_timeout_ns = 2000000000ll;
     opt->request_timeout_ns = 60000000000ll;
     opt->keep_logits = 1;
+    opt->tp = opt->kvp = 1;
 }
 
 void sim_report_free(struct sim_report *report) {
@@ -263,7 +268,16 @@ static int stage_send(struct sim *sim, int r, enum stage_link link, uint8_t *dat
 /* Runs on the stage's thread: loads its layer range and builds its core. */
 static int stage_load(void *arg) {
     struct sim_stage *st = arg;
-    int rc = stage_open(&st->stage, &st->open, NULL);
+    int rc = 0;
+    if (st->grid_opt.tp * st->grid_opt.kvp > 1) {
+        st->grid_opt.role =
+            (struct stage_role){.layer_start = st->open.layer_start,
+                                .layer_end = st->open.layer_end,
+                                .with_embed = st->open.stage_index == 0,
+                                .with_head = st->open.stage_index == st->open.num_stages - 1};
+        rc = sim_grid_start(&st->grid, &st->open.tp, &st->grid_opt);
+    }
+    if (rc == 0) rc = stage_open(&st->stage, &st->open, NULL);
     st->core = st->stage.core;
     return rc;
 }
@@ -602,6 +616,20 @@ static int check_options(const struct sim_options *opt) {
     return sim_link_params_check(&opt->link);
 }
 
+/* The TP / KVP degrees against the model (the reason when they do not fit); an even KV
+ * split of the longest request when no --kvp-tokens was given. */
+static int check_grid(struct sim *sim, int max_seq) {
+    const struct sim_options *opt = sim->opt;
+    struct grid_config grid = {.pp = sim->num_stages,
+                               .tp = opt->tp,
+                               .kvp = opt->kvp,
+                               .kvp_tokens = opt->kvp_tokens,
+                               .moe = opt->moe};
+    int rc = grid_config_check(&grid, opt->cfg, max_seq);
+    sim->kvp_tokens = grid.kvp_tokens;
+    return rc;
+}
+
 /* Loads every stage's model and core, each on its own thread, all at once. */
 static int build_stages(struct sim *sim) {
     const struct sim_options *opt = sim->opt;
@@ -610,6 +638,7 @@ static int build_stages(struct sim *sim) {
         int need = opt->requests[i].prompt_len + opt->requests[i].max_tokens;
         if (need > max_seq) max_seq = need;
     }
+    if (opt->tp * opt->kvp > 1 && (rc = check_grid(sim, max_seq))) return rc;
     for (int r = 0; r < S; r++) {
         struct sim_stage *st = &sim->stages[r];
         rc = stage_thread_start(&st->thread);
@@ -626,6 +655,16 @@ static int build_stages(struct sim *sim) {
                                                .max_batch = opt->num_requests,
                                                .chunk_size = opt->chunk_size,
                                                .keep_logits = opt->keep_logits && r == S - 1};
+        st->grid_opt = (struct sim_grid_options){.cfg = opt->cfg,
+                                                 .weights = opt->weights,
+                                                 .stage_index = r,
+                                                 .tp = opt->tp,
+                                                 .kvp = opt->kvp,
+                                                 .kvp_tokens = sim->kvp_tokens,
+                                                 .moe = opt->moe,
+                                                 .max_seq = max_seq,
+                                                 .num_slots = opt->num_requests,
+                                                 .num_threads = opt->num_threads};
         sim->report->stages[r].first_step_ns = -1;
         sim->report->stages[r].layer_start = st->open.layer_start;
         sim->report->stages[r].layer_end = st->open.layer_end;
@@ -694,7 +733,9 @@ static void teardown(struct sim *sim) {
         for (int r = 0; r < sim->num_stages; r++) {
             struct sim_stage *st = &sim->stages[r];
             stage_thread_stop(&st->thread);
-            stage_close(&st->stage);
+            stage_close(&st->stage); /* a grid's leader sends its followers STOP */
+            sim_grid_stop(st->grid); /* a follower's failure already failed requests */
+            st->grid = NULL;
             st->core = NULL;
             stage_clear_inbox(st);
         }
