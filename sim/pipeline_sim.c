@@ -61,7 +61,6 @@ struct client_request {
 
 struct sim {
     const struct sim_options *opt;
-    int kvp_tokens; /* KV positions per KVP rank (check_grid) */
     struct sim_report *report;
     int num_stages;
     struct virtual_clock clock;
@@ -268,15 +267,9 @@ static int stage_send(struct sim *sim, int r, enum stage_link link, uint8_t *dat
 /* Runs on the stage's thread: loads its layer range and builds its core. */
 static int stage_load(void *arg) {
     struct sim_stage *st = arg;
-    int rc = 0;
-    if (st->grid_opt.tp * st->grid_opt.kvp > 1) {
-        st->grid_opt.role =
-            (struct stage_role){.layer_start = st->open.layer_start,
-                                .layer_end = st->open.layer_end,
-                                .with_embed = st->open.stage_index == 0,
-                                .with_head = st->open.stage_index == st->open.num_stages - 1};
-        rc = sim_grid_start(&st->grid, &st->open.tp, &st->grid_opt);
-    }
+    int rc = st->grid_opt.tp * st->grid_opt.kvp > 1
+                 ? sim_grid_start(&st->grid, &st->open.tp, &st->grid_opt, &st->open)
+                 : 0;
     if (rc == 0) rc = stage_open(&st->stage, &st->open, NULL);
     st->core = st->stage.core;
     return rc;
@@ -616,20 +609,6 @@ static int check_options(const struct sim_options *opt) {
     return sim_link_params_check(&opt->link);
 }
 
-/* The TP / KVP degrees against the model (the reason when they do not fit); an even KV
- * split of the longest request when no --kvp-tokens was given. */
-static int check_grid(struct sim *sim, int max_seq) {
-    const struct sim_options *opt = sim->opt;
-    struct grid_config grid = {.pp = sim->num_stages,
-                               .tp = opt->tp,
-                               .kvp = opt->kvp,
-                               .kvp_tokens = opt->kvp_tokens,
-                               .moe = opt->moe};
-    int rc = grid_config_check(&grid, opt->cfg, max_seq);
-    sim->kvp_tokens = grid.kvp_tokens;
-    return rc;
-}
-
 /* Loads every stage's model and core, each on its own thread, all at once. */
 static int build_stages(struct sim *sim) {
     const struct sim_options *opt = sim->opt;
@@ -638,7 +617,9 @@ static int build_stages(struct sim *sim) {
         int need = opt->requests[i].prompt_len + opt->requests[i].max_tokens;
         if (need > max_seq) max_seq = need;
     }
-    if (opt->tp * opt->kvp > 1 && (rc = check_grid(sim, max_seq))) return rc;
+    struct grid_config grid = {
+        .pp = S, .tp = opt->tp, .kvp = opt->kvp, .kvp_tokens = opt->kvp_tokens, .moe = opt->moe};
+    if (opt->tp * opt->kvp > 1 && (rc = grid_config_check(&grid, opt->cfg, max_seq))) return rc;
     for (int r = 0; r < S; r++) {
         struct sim_stage *st = &sim->stages[r];
         rc = stage_thread_start(&st->thread);
@@ -660,7 +641,7 @@ static int build_stages(struct sim *sim) {
                                                  .stage_index = r,
                                                  .tp = opt->tp,
                                                  .kvp = opt->kvp,
-                                                 .kvp_tokens = sim->kvp_tokens,
+                                                 .kvp_tokens = grid.kvp_tokens,
                                                  .moe = opt->moe,
                                                  .max_seq = max_seq,
                                                  .num_slots = opt->num_requests,

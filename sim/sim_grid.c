@@ -28,6 +28,7 @@ struct sim_rank {
 
 struct sim_grid {
     struct sim_grid_options opt;
+    struct stage_role role;
     char dir[64];
     int have_dir;
     char peers[4096];
@@ -66,7 +67,7 @@ static void *follower_main(void *arg) {
     if (!r->rc)
         r->rc = stage_tp_open(&r->be, &(struct stage_backend_options){.cfg = o->cfg,
                                                                       .weights = o->weights,
-                                                                      .role = o->role,
+                                                                      .role = r->grid->role,
                                                                       .num_threads = o->num_threads,
                                                                       .max_seq = o->max_seq,
                                                                       .num_slots = o->num_slots,
@@ -83,12 +84,16 @@ static void *follower_main(void *arg) {
 }
 
 int sim_grid_start(struct sim_grid **out, const struct stage_tp_config **leader,
-                   const struct sim_grid_options *opt) {
+                   const struct sim_grid_options *opt, const struct stage_open_options *open) {
     *out = NULL;
     *leader = NULL;
     struct sim_grid *g = calloc(1, sizeof *g);
     if (!g) return strata_set_error(STRATA_ENOMEM, "simulator: out of memory for a TP group");
     g->opt = *opt;
+    g->role = (struct stage_role){.layer_start = open->layer_start,
+                                  .layer_end = open->layer_end,
+                                  .with_embed = open->stage_index == 0,
+                                  .with_head = open->stage_index == open->num_stages - 1};
     g->size = opt->tp * opt->kvp;
     snprintf(g->dir, sizeof g->dir, "/tmp/strata-sim-grid.XXXXXX");
     snprintf(g->group, sizeof g->group, "sim.s%d.tp%d.kvp%d", opt->stage_index, opt->tp, opt->kvp);
