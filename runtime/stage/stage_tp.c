@@ -180,11 +180,20 @@ static int lead_kv_acquire(struct stage_backend *be, int *slot) {
     return rc;
 }
 
+/* Sends a command whose failure the caller cannot see (a void call): the thread's error
+ * message is kept, since the caller may be reporting another failure with it; a broken
+ * group fails the next call instead. */
+static void send_quiet(struct tp_leader *l, int op, int a) {
+    char kept[1024];
+    snprintf(kept, sizeof kept, "%s", strata_last_error());
+    l->buf.n_ints = l->buf.n_floats = 0;
+    if (send_cmd(l, op, a, 0)) strata_set_error(0, "%s", kept);
+}
+
 static void lead_kv_release(struct stage_backend *be, int slot) {
     struct tp_leader *l = leader(be);
     l->inner->iface->kv_release(l->inner, slot);
-    l->buf.n_ints = l->buf.n_floats = 0;
-    (void)send_cmd(l, TP_OP_RELEASE, slot, 0); /* a broken group fails the next call */
+    send_quiet(l, TP_OP_RELEASE, slot);
 }
 
 static size_t lead_kv_bytes(const struct stage_backend *be) {
@@ -213,8 +222,7 @@ static void lead_describe(const struct stage_backend *be, char *buf, size_t cap)
 static void lead_free(struct stage_backend *be) {
     struct tp_leader *l = leader(be);
     if (!l) return;
-    l->buf.n_ints = l->buf.n_floats = 0;
-    (void)send_cmd(l, TP_OP_STOP, 0, 0); /* followers exit 0; a broken group: they already did */
+    send_quiet(l, TP_OP_STOP, 0); /* followers exit 0; a broken group: they already did */
     stage_backend_free(l->inner);
     buf_free(&l->buf);
     free(l);
