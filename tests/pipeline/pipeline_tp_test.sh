@@ -12,7 +12,8 @@
 #   - a leader stopped by SIGTERM stops its followers (all exit 0);
 #   - a TP rank killed (kill -9) fails the next request with a clear error, no hang (over
 #     shared memory and over TCP); a killed leader's follower exits 1 within 5 s;
-#   - ranks that disagree on the grid (here the MoE mode) are refused at the group's Hello.
+#   - ranks that disagree on the grid (here the MoE mode) or the model are refused at the
+#     group's Hello.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -174,4 +175,21 @@ rc1=$?
 grep -q "not a rank of group" "$PL_WORK/mm.0.log" "$PL_WORK/mm.1.log" ||
     pl_fail "mismatched ranks: no Hello refusal in the logs"
 echo "mismatched MoE mode: refused at Hello ($(grep -h -m1 'not a rank' "$PL_WORK"/mm.*.log | head -1))"
+# Ranks of another model are refused at the Hello too (the model fingerprint).
+peers="127.0.0.1:@$PL_WORK/fp.0,127.0.0.1:@$PL_WORK/fp.1"
+"$PL_STAGE" --model "$(pl_golden qwen3_gqa_tied)" --tp 2 --tp-rank 0 --tp-peers "$peers" \
+    --insecure --tp-timeout-ms 3000 >"$PL_WORK/fp.0.out" 2>"$PL_WORK/fp.0.log" &
+p0=$!
+"$PL_STAGE" --model "$(pl_golden qwen3_moe)" --tp 2 --tp-rank 1 --tp-peers "$peers" --insecure \
+    --tp-timeout-ms 3000 >"$PL_WORK/fp.1.out" 2>"$PL_WORK/fp.1.log" &
+p1=$!
+PL_PIDS="$PL_PIDS $p0 $p1"
+wait "$p0"
+rc0=$?
+wait "$p1"
+rc1=$?
+[ "$rc0" -eq 1 ] && [ "$rc1" -eq 1 ] || pl_fail "ranks of two models exited $rc0 / $rc1, want 1 / 1"
+grep -q "model fingerprint differs" "$PL_WORK/fp.0.log" "$PL_WORK/fp.1.log" ||
+    pl_fail "ranks of two models: no fingerprint refusal in the logs"
+echo "another model: refused at Hello (model fingerprint differs)"
 echo "PASS"
