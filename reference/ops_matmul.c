@@ -16,6 +16,7 @@
  * short (often 2 KiB) and the hardware prefetcher ramps up too slowly on four interleaved
  * short streams; measured on the decode shapes, ~+35% read bandwidth at K = 1024. Prefetch
  * never changes arithmetic. */
+#include <pthread.h>
 #include <math.h>
 #include <string.h>
 
@@ -320,14 +321,22 @@ DEFINE_AVX512_KERNELS(f32, float, load16_f32, WIDEN_F32)
 
 /* ---------------------------------------------------------------- path selection */
 
+#if OPS_HAVE_X86
+static int cached_avx2, cached_avx512;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void detect_cpu(void) {
+    __builtin_cpu_init();
+    cached_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    cached_avx512 = cached_avx2 && __builtin_cpu_supports("avx512f");
+}
+#endif
+
+/* Detected once per process (pthread_once: stages in threads of one process, e.g. the TP
+ * tests, may run their first matmul at the same time). */
 static int cpu_has(enum ops_path path) {
 #if OPS_HAVE_X86
-    static int cached_avx2 = -1, cached_avx512 = -1;
-    if (cached_avx2 < 0) {
-        __builtin_cpu_init();
-        cached_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        cached_avx512 = cached_avx2 && __builtin_cpu_supports("avx512f");
-    }
+    pthread_once(&cpu_once, detect_cpu);
     if (path == OPS_PATH_AVX2) return cached_avx2;
     if (path == OPS_PATH_AVX512) return cached_avx512;
 #endif

@@ -71,6 +71,11 @@ static const char usage_text[] =
     "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic,\n"
     "                        and where its idle time lies (filling, starved, drained)\n"
     "  --chunk N             prefill chunk rows (default: stage core's)\n"
+    "grid (every stage, the baseline included, so splits compare at one grid):\n"
+    "  --tp T                tensor-parallel ranks per stage, each a thread (default 1)\n"
+    "  --kvp K               KV-parallel ranks per stage (default 1)\n"
+    "  --kvp-tokens N        KV positions per KVP rank (default: an even split)\n"
+    "  --moe expert|split    MoE under TP: whole experts per rank, or each expert split\n"
     "  -h, --help            this text\n"
     "\n"
     "exit status: 0 all runs identical, 1 a difference or a failed run, 2 usage, 3 bad model\n";
@@ -177,6 +182,15 @@ static int parse_run_option(struct cli *cli, const char *name, const char *v) {
     } else if (!strcmp(name, "--sample-seed")) {
         bad = parse_double(&d, v, 0, 9007199254740992.0);
         cli->sampling.seed = (uint64_t)d;
+    } else if (!strcmp(name, "--tp"))
+        bad = cli_parse_int(v, 1, GRID_MAX_DEGREE, &cli->sim.tp) < 0;
+    else if (!strcmp(name, "--kvp"))
+        bad = cli_parse_int(v, 1, GRID_MAX_DEGREE, &cli->sim.kvp) < 0;
+    else if (!strcmp(name, "--kvp-tokens"))
+        bad = cli_parse_int(v, 1, 1 << 24, &cli->sim.kvp_tokens) < 0;
+    else if (!strcmp(name, "--moe")) {
+        bad = strcmp(v, "expert") && strcmp(v, "split");
+        cli->sim.moe = !strcmp(v, "split") ? TP_MOE_SPLIT : TP_MOE_EXPERT_PARALLEL;
     } else
         return 1;
     return bad ? -1 : 0;
@@ -649,6 +663,11 @@ static void print_header(const struct session *ss, const struct cli *cli) {
            cli->sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
            : cli->sim.compute == SIM_COMPUTE_CPU ? "measured thread CPU time"
                                                  : "measured wall time");
+    if (cli->sim.tp * cli->sim.kvp > 1)
+        printf("grid: every stage is TP %d x KVP %d ranks (threads; KV positions per KVP rank: "
+               "%s), MoE %s\n",
+               cli->sim.tp, cli->sim.kvp, cli->sim.kvp_tokens ? "--kvp-tokens" : "even split",
+               cli->sim.moe == TP_MOE_SPLIT ? "split" : "expert");
     if (ss->vision.have)
         printf("images: %d per request from golden.json (%d image tokens, %d DeepStack "
                "layers)\n",

@@ -40,6 +40,11 @@ int stage_backend_open(struct stage_backend **out, const struct stage_backend_op
     int rc = check_role(opt);
     if (rc < 0) return rc;
     if (strcmp(device, "cpu") == 0) return backend_cpu_open(out, opt);
+    if (stage_tp_is_split(opt->tp))
+        return strata_set_error(STRATA_EDEVICE,
+                                "tensor parallelism runs on the CPU backend only: device '%s' "
+                                "has no TP path yet (NCCL is not wired)",
+                                device);
     /* CUDA (backend_cuda.c): STRATA_EDEVICE "device '...' is not available: <reason>" in a
      * build without the toolkit or on a machine without that device, never a silent
      * fallback to the CPU. */

@@ -27,6 +27,9 @@ struct stage_open_options {
     int max_seq, max_batch;           /* KV positions per slot, KV slots */
     int chunk_size, max_batch_tokens; /* stage_core_options */
     int keep_logits, send_kv;         /* stage_core_options */
+    /* NULL or tp 1: the whole stage. Else rank 0 of the stage's TP group (stage_tp.h):
+     * its shard, leading the other ranks (which run stage_tp_follow, not a stage). */
+    const struct stage_tp_config *tp;
 };
 
 struct stage {
