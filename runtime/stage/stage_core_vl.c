@@ -137,6 +137,12 @@ int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *
     int64_t n_img = 0, len = 0;
     int rc;
     *out = NULL;
+    if (msg->num_image_files)
+        return strata_set_error(STRATA_EINVAL,
+                                "the request carries %zu image file(s): image files are decoded "
+                                "and encoded by a vision stage (strata-stage --role vision) in "
+                                "front of stage 0, not by stage 0",
+                                msg->num_image_files);
     /* A request without images is text, image-pad ids included: transformers embeds them
      * as ordinary tokens and gives text positions when no pixel values come (4.57
      * Qwen3VLModel.forward / get_rope_index), and so does this runtime. */

@@ -332,14 +332,18 @@ static void mutations_never_crash(void **state) {
                 struct wire_error err;
                 struct wire_control ctl;
                 struct wire_request req;
-                int rc = found == WIRE_KIND_REQUEST      ? wire_read_request(&req, mutant, len)
-                         : found == WIRE_KIND_ACTIVATION ? wire_read_activation(&act, mutant, len)
-                         : found == WIRE_KIND_KV_BLOCK   ? wire_read_kv_block(&kv, mutant, len)
-                         : found == WIRE_KIND_TOKEN_RESULT
-                             ? wire_read_token_result(&tok, mutant, len)
-                         : found == WIRE_KIND_HELLO ? wire_read_hello(&hello, mutant, len)
-                         : found == WIRE_KIND_ERROR ? wire_read_error(&err, mutant, len)
-                                                    : wire_read_control(&ctl, mutant, len);
+                struct wire_vision_block vb;
+                struct wire_vision_ack va;
+                int rc =
+                    found == WIRE_KIND_REQUEST        ? wire_read_request(&req, mutant, len)
+                    : found == WIRE_KIND_VISION_BLOCK ? wire_read_vision_block(&vb, mutant, len)
+                    : found == WIRE_KIND_VISION_ACK   ? wire_read_vision_ack(&va, mutant, len)
+                    : found == WIRE_KIND_ACTIVATION   ? wire_read_activation(&act, mutant, len)
+                    : found == WIRE_KIND_KV_BLOCK     ? wire_read_kv_block(&kv, mutant, len)
+                    : found == WIRE_KIND_TOKEN_RESULT ? wire_read_token_result(&tok, mutant, len)
+                    : found == WIRE_KIND_HELLO        ? wire_read_hello(&hello, mutant, len)
+                    : found == WIRE_KIND_ERROR        ? wire_read_error(&err, mutant, len)
+                                                      : wire_read_control(&ctl, mutant, len);
                 assert_int_equal(rc, 0);
                 if (found == WIRE_KIND_ERROR) assert_true(strlen(err.message) < len);
             } else {
