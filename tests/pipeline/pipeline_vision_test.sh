@@ -19,31 +19,6 @@ LOGITS_DIFF="$PL_ROOT/tests/pipeline/logits_diff"
 e2e_list() { sed -n "/\"$1\": \[/,/\]/p" "$2" | tr -d ' \n' | grep -o '\[[0-9,]*\]' | tr -d '[]'; }
 e2e_files() { sed -n 's/.*"file": *"\([^"]*\)".*/\1/p' "$1"; }
 
-# pl_start_vision TAG MODEL [options]: the vision stage of pipeline TAG (port file TAG.v.port).
-pl_start_vision() {
-    local tag=$1 model=$2
-    shift 2
-    rm -f "$PL_WORK/$tag.v.port" "$PL_WORK/$tag.v.log"
-    "$PL_STAGE" --role vision --model "$model" --port-file "$PL_WORK/$tag.v.port" \
-        --next-port-file "$PL_WORK/$tag.0.port" --insecure "$@" \
-        >>"$PL_WORK/$tag.v.out" 2>>"$PL_WORK/$tag.v.log" &
-    PL_VISION_PID=$!
-    PL_PIDS="$PL_PIDS $PL_VISION_PID"
-    pl_wait_log "$PL_WORK/$tag.v.log" "listening on" 1 20 || pl_fail "the vision stage of $tag did not start"
-}
-pl_stop_vision() {
-    kill "$PL_VISION_PID" 2>/dev/null
-    wait "$PL_VISION_PID"
-    local rc=$?
-    [ "$rc" -eq 0 ] || pl_fail "the vision stage exited with status $rc after SIGTERM"
-}
-# vclient TAG [strata-client options]: a client of TAG's vision stage.
-vclient() {
-    local tag=$1
-    shift
-    "$PL_CLIENT" --port-file "$PL_WORK/$tag.v.port" --timeout-ms 20000 --insecure "$@"
-}
-
 for case in qwen3_vl qwen3_vl_moe; do
     model=$(pl_golden "$case")
     e2e="$model/e2e"
@@ -62,7 +37,7 @@ for case in qwen3_vl qwen3_vl_moe; do
     done
     pl_wait_ready "$tag" 3
     pl_start_vision "$tag" "$model" --vision-block-tokens 5 --max-image-bytes 4096
-    vclient "$tag" --prompt "$prompt" --max-tokens "$steps" "${images[@]}" >"$PL_WORK/$tag.client" ||
+    pl_vclient "$tag" --prompt "$prompt" --max-tokens "$steps" "${images[@]}" >"$PL_WORK/$tag.client" ||
         pl_fail "$case: client failed: $(cat "$PL_WORK/$tag.client")"
     got=$(pl_tokens_of "$PL_WORK/$tag.client" 0)
     [ "$got" = "$want" ] || pl_fail "$case: tokens $got, golden $want"
@@ -75,7 +50,7 @@ for case in qwen3_vl qwen3_vl_moe; do
     # Text only through the vision stage == directly to stage 0.
     text=$(echo "$prompt" | tr ',' '\n' | grep -v '^500$' | paste -sd,)
     rm -f "$out"
-    vclient "$tag" --prompt "$text" --max-tokens 8 >"$PL_WORK/$tag.text_v" || pl_fail "$case: text via vision failed"
+    pl_vclient "$tag" --prompt "$text" --max-tokens 8 >"$PL_WORK/$tag.text_v" || pl_fail "$case: text via vision failed"
     pl_wait_file "$out" 5 || pl_fail "$case: no --out for the text request"
     mv "$out" "$PL_WORK/$tag.text_v.st"
     pl_client "$tag" --prompt "$text" --max-tokens 8 >"$PL_WORK/$tag.text_d" || pl_fail "$case: text direct failed"
@@ -96,7 +71,7 @@ for case in qwen3_vl qwen3_vl_moe; do
     for ((k = 0; k < blocks; k++)); do
         pl_start_vision "$tag" "$model" --vision-block-tokens 5 --test-drop-after-block "$k"
         rm -f "$out"
-        vclient "$tag" --prompt "$prompt" --max-tokens "$steps" "${images[@]}" >"$PL_WORK/$tag.cut$k" ||
+        pl_vclient "$tag" --prompt "$prompt" --max-tokens "$steps" "${images[@]}" >"$PL_WORK/$tag.cut$k" ||
             pl_fail "$case: cut after block $k: client failed: $(cat "$PL_WORK/$tag.cut$k")"
         [ "$(pl_tokens_of "$PL_WORK/$tag.cut$k" 0)" = "$want" ] || pl_fail "$case: cut after block $k: tokens differ"
         grep -q "resuming transfers" "$PL_WORK/$tag.v.log" || pl_fail "$case: cut after block $k: no resume logged"
@@ -127,7 +102,7 @@ PY
     head -c 1500 /dev/urandom >"$h/blob.png"
     cat "$e2e/image0.png" "$e2e/image0.png" "$e2e/image0.png" >"$h/big.png"
     check_refused() { # NAME FILE PATTERN
-        vclient "$tag" --prompt "502,500,503" --max-tokens 2 --image "$2" >"$h/$1.out" 2>&1 &&
+        pl_vclient "$tag" --prompt "502,500,503" --max-tokens 2 --image "$2" >"$h/$1.out" 2>&1 &&
             pl_fail "$case: the $1 image was accepted"
         grep -q -- "$3" "$h/$1.out" || pl_fail "$case: unclear refusal of the $1 image: $(cat "$h/$1.out")"
         echo "$case: $1 image refused: $(grep -o 'vision stage: bad image request.*' "$h/$1.out" | head -c 160)"
@@ -140,12 +115,12 @@ PY
     check_refused wide "$h/wide.png" "aspect ratio"
     check_refused oversized "$h/big.png" "the limit is 4000"
     head -c 70000 /dev/urandom >"$h/huge.jpg"
-    vclient "$tag" --prompt "502,500,503" --max-tokens 2 --image "$h/huge.jpg" >"$h/huge.out" 2>&1 &&
+    pl_vclient "$tag" --prompt "502,500,503" --max-tokens 2 --image "$h/huge.jpg" >"$h/huge.out" 2>&1 &&
         pl_fail "$case: a request over --max-request-bytes was accepted"
     grep -q "announced a frame of" "$h/huge.out" || pl_fail "$case: unclear refusal of a large request: $(cat "$h/huge.out")"
     echo "$case: request over --max-request-bytes refused: $(grep -o 'announced a frame.*' "$h/huge.out" | head -c 120)"
     rm -f "$out"
-    vclient "$tag" --prompt "$prompt" --max-tokens "$steps" "${images[@]}" >"$PL_WORK/$tag.again" ||
+    pl_vclient "$tag" --prompt "$prompt" --max-tokens "$steps" "${images[@]}" >"$PL_WORK/$tag.again" ||
         pl_fail "$case: the vision stage stopped serving after hostile images"
     [ "$(pl_tokens_of "$PL_WORK/$tag.again" 0)" = "$want" ] || pl_fail "$case: tokens after hostile images differ"
     echo "$case: after the refusals the same ring still gives the golden ids: yes"
