@@ -1,5 +1,7 @@
-/* strata-stage --role vision: the loop (see vision_stage.h). One thread runs every session;
- * an acceptor thread only handshakes new clients, as in stage_server.c. */
+/* strata-stage --role vision: the loop (see vision_stage.h). One thread runs every session's
+ * I/O; an acceptor thread only handshakes new clients, as in stage_server.c; an encoder thread
+ * decodes and encodes images (tasks in, results out through lists under `lock` and the wake
+ * pipe), so relaying other requests' tokens never waits for an encode. */
 #include "runtime/stage/vision_stage.h"
 
 #include <errno.h>
@@ -34,7 +36,24 @@ struct job {
     struct vision_tx tx;
     uint8_t *request; /* [request_len] the Request for stage 0 (grids, no files) */
     size_t request_len;
-    int dropped; /* the test drop happened */
+    int dropped;  /* the test drop happened */
+    int encoding; /* handed to the encoder thread (task `seq`), not yet back */
+    uint64_t seq;
+};
+
+/* One image request for the encoder thread, and what came back. The task owns its copy of
+ * the client's frame and its outputs: a session that goes away meanwhile loses nothing. */
+struct task {
+    struct task *next;
+    uint32_t session_id;
+    uint64_t nonce, seq;
+    uint8_t *frame; /* [len] the client's Request */
+    size_t len;
+    int rc; /* the encoding's status */
+    char message[700];
+    struct vision_output out;
+    uint8_t *request; /* [request_len] the Request for stage 0 */
+    size_t request_len;
 };
 
 struct session {
@@ -63,6 +82,13 @@ struct vstage {
     struct session *sessions[MAX_SESSIONS];
     uint32_t next_id;
     struct wire_arena arena;
+    /* The encoder thread: decoding and encoding off the loop, so token streams of other
+     * requests keep flowing while an image encodes. Lists under `lock`. */
+    pthread_t worker;
+    int worker_started, worker_stop;
+    pthread_cond_t work;
+    struct task *todo, *done;
+    uint64_t next_seq;
 };
 
 static int64_t now_ms(void) {
@@ -180,7 +206,7 @@ static void up_down(struct vstage *v, struct session *s, const char *reason);
  * Request. Returns 0, or -1 when the link went down (up_down has run). */
 static int pump(struct vstage *v, struct session *s, struct job *j) {
     struct vision_tx *tx = &j->tx;
-    if (s->up.fd < 0) return 0;
+    if (s->up.fd < 0 || j->encoding) return 0;
     if (vision_tx_done(tx)) {
         uint64_t nonce = j->nonce;
         if (wire_send_frame(&s->up, j->request, j->request_len, io_timeout(v)) < 0) {
@@ -264,22 +290,62 @@ static void reconnect(struct vstage *v, struct session *s) {
 
 /* The Request stage 0 gets for an encoded image request: the client's, image files
  * replaced by the grids (the tensors travel as VisionBlocks). */
-static int build_language_request(struct vstage *v, struct job *j, const struct wire_request *req) {
+static int build_language_request(struct wire_arena *arena, struct task *t,
+                                  const struct wire_request *req) {
     struct wire_request fwd = *req;
     fwd.image_files = NULL;
     fwd.image_files_len = 0;
     fwd.image_file_sizes = NULL;
     fwd.image_formats = NULL;
     fwd.num_image_files = 0;
-    fwd.image_grids = &j->out.grids[0].t;
-    fwd.num_images = (size_t)j->out.num_images;
-    int rc = wire_build_request(&v->arena, &fwd);
+    fwd.image_grids = &t->out.grids[0].t;
+    fwd.num_images = (size_t)t->out.num_images;
+    int rc = wire_build_request(arena, &fwd);
     if (rc < 0) return rc;
-    j->request_len = wire_arena_frame_len(&v->arena);
-    j->request = malloc(j->request_len);
-    if (!j->request) return strata_set_error(STRATA_ENOMEM, "out of memory");
-    memcpy(j->request, wire_arena_frame(&v->arena), j->request_len);
+    t->request_len = wire_arena_frame_len(arena);
+    t->request = malloc(t->request_len);
+    if (!t->request) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    memcpy(t->request, wire_arena_frame(arena), t->request_len);
     return 0;
+}
+
+static void task_free(struct task *t) {
+    if (!t) return;
+    vision_output_free(&t->out);
+    free(t->request);
+    free(t->frame);
+    free(t);
+}
+
+/* The encoder thread: decode -> preprocess -> encode -> the Request for stage 0. */
+static void *worker_main(void *arg) {
+    struct vstage *v = arg;
+    struct wire_arena arena;
+    if (wire_arena_init(&arena, 0) < 0) return NULL;
+    pthread_mutex_lock(&v->lock);
+    while (!v->worker_stop) {
+        struct task *t = v->todo;
+        if (!t) {
+            pthread_cond_wait(&v->work, &v->lock);
+            continue;
+        }
+        v->todo = t->next;
+        pthread_mutex_unlock(&v->lock);
+        struct wire_request req;
+        t->rc = wire_read_request(&req, t->frame, t->len);
+        if (t->rc == 0) t->rc = vision_frontend_encode(v->fe, &t->out, &req);
+        if (t->rc == 0) t->rc = build_language_request(&arena, t, &req);
+        if (t->rc < 0) snprintf(t->message, sizeof t->message, "%s", strata_last_error());
+        pthread_mutex_lock(&v->lock);
+        t->next = v->done;
+        v->done = t;
+        if (write(v->wake[1], "x", 1) < 0) {
+            /* a full pipe already wakes the loop (it also polls every 100 ms) */
+        }
+    }
+    pthread_mutex_unlock(&v->lock);
+    wire_arena_free(&arena);
+    return NULL;
 }
 
 static struct job *find_job(struct session *s, uint64_t nonce) {
@@ -288,46 +354,103 @@ static struct job *find_job(struct session *s, uint64_t nonce) {
     return NULL;
 }
 
-/* A client's Request with image files: encode, then start the transfer. */
-static void image_request(struct vstage *v, struct session *s, const struct wire_request *req) {
+/* A client's Request with image files: a job slot, and the frame to the encoder thread. */
+static void image_request(struct vstage *v, struct session *s, const struct wire_request *req,
+                          const uint8_t *frame, size_t len) {
     char why[700];
     struct job *j = NULL;
+    struct task *t = NULL;
     for (int i = 0; i < MAX_JOBS && !j; i++)
         if (!s->jobs[i].nonce) j = &s->jobs[i];
     int rc = j ? 0
-               : strata_set_error(STRATA_EBUSY,
-                                  "%d image requests of this client are "
-                                  "already in transfer",
+               : strata_set_error(STRATA_EBUSY, "%d image requests of this client are in flight",
                                   MAX_JOBS);
     if (rc == 0 && find_job(s, req->nonce))
-        rc = strata_set_error(STRATA_EINVAL, "request nonce %llu is already in transfer",
+        rc = strata_set_error(STRATA_EINVAL, "request nonce %llu is already in flight",
                               (unsigned long long)req->nonce);
-    if (rc == 0) rc = vision_frontend_encode(v->fe, &j->out, req);
-    if (rc == 0) rc = build_language_request(v, j, req);
-    if (rc == 0)
-        rc = vision_tx_init(&j->tx, req->nonce, j->out.embeds, j->out.n_tokens, j->out.hidden,
-                            j->out.deepstack, j->out.num_deepstack,
-                            v->opt->block_tokens ? v->opt->block_tokens
-                                                 : VISION_DEFAULT_BLOCK_TOKENS);
+    if (rc == 0 && (!(t = calloc(1, sizeof *t)) || !(t->frame = malloc(len)))) {
+        free(t);
+        rc = strata_set_error(STRATA_ENOMEM, "out of memory for a %zu-byte request", len);
+    }
     if (rc < 0) {
-        snprintf(why, sizeof why, "vision stage: bad image request: %s", strata_last_error());
-        strata_log(STRATA_LOG_WARN, "client %u: request %llu refused: %s", s->id,
-                   (unsigned long long)req->nonce, why);
-        if (j) job_free(j);
+        snprintf(why, sizeof why, "vision stage: %s", strata_last_error());
         error_client(v, s, rc, req->nonce, why);
         return;
     }
+    memcpy(t->frame, frame, len);
+    t->len = len;
+    t->session_id = s->id;
+    t->nonce = req->nonce;
+    t->seq = ++v->next_seq;
     j->nonce = req->nonce;
+    j->encoding = 1;
+    j->seq = t->seq;
+    pthread_mutex_lock(&v->lock);
+    struct task **tail = &v->todo;
+    while (*tail)
+        tail = &(*tail)->next;
+    *tail = t;
+    pthread_cond_signal(&v->work);
+    pthread_mutex_unlock(&v->lock);
+}
+
+/* An encoded request is back: its transfer starts (or its refusal goes to the client). */
+static void encoded(struct vstage *v, struct task *t) {
+    struct session *s = NULL;
+    struct job *j = NULL;
+    char why[800];
+    for (int i = 0; i < MAX_SESSIONS && !s; i++)
+        if (v->sessions[i] && v->sessions[i]->id == t->session_id) s = v->sessions[i];
+    if (s) j = find_job(s, t->nonce);
+    if (!j || !j->encoding || j->seq != t->seq) { /* the client left or cancelled */
+        task_free(t);
+        return;
+    }
+    int rc = t->rc;
+    if (rc == 0)
+        rc = vision_tx_init(&j->tx, t->nonce, t->out.embeds, t->out.n_tokens, t->out.hidden,
+                            t->out.deepstack, t->out.num_deepstack,
+                            v->opt->block_tokens ? v->opt->block_tokens
+                                                 : VISION_DEFAULT_BLOCK_TOKENS);
+    if (rc < 0) {
+        snprintf(why, sizeof why, "vision stage: bad image request: %s",
+                 t->rc < 0 ? t->message : strata_last_error());
+        strata_log(STRATA_LOG_WARN, "client %u: request %llu refused: %s", s->id,
+                   (unsigned long long)t->nonce, why);
+        job_free(j);
+        error_client(v, s, rc, t->nonce, why);
+        task_free(t);
+        return;
+    }
+    j->out = t->out; /* the job owns the outputs and the Request now */
+    memset(&t->out, 0, sizeof t->out);
+    j->request = t->request;
+    j->request_len = t->request_len;
+    t->request = NULL;
+    j->encoding = 0;
+    task_free(t);
     strata_log(STRATA_LOG_INFO,
                "request %llu: %d image(s) -> %d tokens x %d (+%d DeepStack), decode %.1f ms, "
                "encode %.1f ms",
-               (unsigned long long)req->nonce, j->out.num_images, j->out.n_tokens, j->out.hidden,
+               (unsigned long long)j->nonce, j->out.num_images, j->out.n_tokens, j->out.hidden,
                j->out.num_deepstack, j->out.seconds_decode * 1e3, j->out.seconds_encode * 1e3);
     if (s->up.fd < 0) {
-        s->retry_ms = 0;
-        return; /* reconnect() starts it */
+        s->retry_ms = 0; /* reconnect() starts it */
+        return;
     }
     pump(v, s, j);
+}
+
+static void take_done(struct vstage *v) {
+    pthread_mutex_lock(&v->lock);
+    struct task *t = v->done;
+    v->done = NULL;
+    pthread_mutex_unlock(&v->lock);
+    while (t) {
+        struct task *next = t->next;
+        encoded(v, t);
+        t = next;
+    }
 }
 
 /* One frame from a client. Returns -1 when the client must be dropped. */
@@ -343,7 +466,7 @@ static int from_client(struct vstage *v, struct session *s, const uint8_t *frame
     }
     if (kind == WIRE_KIND_REQUEST && wire_read_request(&req, frame, len) == 0 &&
         req.num_image_files) {
-        image_request(v, s, &req);
+        image_request(v, s, &req, frame, len);
         return 0;
     }
     if (kind == WIRE_KIND_CONTROL && wire_read_control(&ctl, frame, len) == 0 &&
@@ -518,7 +641,10 @@ static void loop_once(struct vstage *v) {
     for (int k = 0; k < n; k++) {
         int i = who[k] / 2, up = who[k] % 2;
         if (who[k] == -1) {
-            if (fds[k].revents & POLLIN) take_handoffs(v);
+            if (fds[k].revents & POLLIN) {
+                take_handoffs(v);
+                take_done(v);
+            }
             continue;
         }
         struct session *s = v->sessions[i];
@@ -553,6 +679,7 @@ int vision_stage_run(struct vision_frontend *fe, const struct vision_stage_optio
     v->listener.fd = -1;
     v->wake[0] = v->wake[1] = -1;
     pthread_mutex_init(&v->lock, NULL);
+    pthread_cond_init(&v->work, NULL);
     hello_init(&v->self, opt, WIRE_ROLE_STAGE);
     hello_init(&v->self_up, opt, WIRE_ROLE_VISION);
     rc = wire_arena_init(&v->arena, 0);
@@ -571,12 +698,30 @@ int vision_stage_run(struct vision_frontend *fe, const struct vision_stage_optio
         goto done;
     }
     v->acceptor_started = 1;
+    if (pthread_create(&v->worker, NULL, worker_main, v) != 0) {
+        rc = strata_set_error(STRATA_EIO, "cannot start the encoder thread");
+        goto done;
+    }
+    v->worker_started = 1;
     while (!*stop)
         loop_once(v);
     rc = 0;
 done:
     atomic_store(&v->acceptor_stop, 1);
     if (v->acceptor_started) pthread_join(v->acceptor, NULL);
+    pthread_mutex_lock(&v->lock);
+    v->worker_stop = 1;
+    pthread_cond_broadcast(&v->work);
+    pthread_mutex_unlock(&v->lock);
+    if (v->worker_started) pthread_join(v->worker, NULL); /* after the encode under way */
+    for (struct task *t = v->todo, *next; t; t = next) {
+        next = t->next;
+        task_free(t);
+    }
+    for (struct task *t = v->done, *next; t; t = next) {
+        next = t->next;
+        task_free(t);
+    }
     wire_listener_close(&v->listener);
     for (int i = 0; i < v->num_pending; i++)
         wire_close(&v->pending[i]);
@@ -586,6 +731,7 @@ done:
     if (v->wake[1] >= 0) close(v->wake[1]);
     wire_arena_free(&v->arena);
     pthread_mutex_destroy(&v->lock);
+    pthread_cond_destroy(&v->work);
     free(v);
     return rc;
 }

@@ -12,15 +12,15 @@
  * stage 0 cancels its requests, as if it had been connected directly.
  *
  * Per Request: without image files it goes to stage 0 unchanged (text bypass). With files:
- * decode -> preprocess -> encode (vision_encode.h, on the loop thread; the encoder has its
- * own worker pool), then the outputs go to stage 0 in blocks of --vision-block-tokens rows
- * (vision_xfer.h, at most VISION_STAGE_WINDOW unacknowledged), and after the last
- * acknowledgement the Request itself, its image files replaced by the grids. A bad image
- * is answered with an Error naming it (the client's connection stays, the stage serves
- * on). When the link to stage 0 drops mid-transfer the stage reconnects (backoff 50 ms ..
- * 1 s, up to VISION_STAGE_RECONNECTS tries) and resumes at the last acknowledged block;
- * requests already inside the pipeline are failed to the client with an Error (stage 0 has
- * cancelled them). Everything else a client or stage 0 sends is relayed unchanged.
+ * decode -> preprocess -> encode (vision_encode.h) on an encoder thread, one request at a
+ * time (the encoder has its own worker pool; the loop keeps relaying meanwhile), then the outputs
+ * go to stage 0 in blocks of --vision-block-tokens rows (vision_xfer.h, at most VISION_STAGE_WINDOW
+ * unacknowledged), and after the last acknowledgement the Request itself, its image files replaced
+ * by the grids. A bad image is answered with an Error naming it (the client's connection stays, the
+ * stage serves on). When the link to stage 0 drops mid-transfer the stage reconnects (backoff 50 ms
+ * .. 1 s, up to VISION_STAGE_RECONNECTS tries) and resumes at the last acknowledged block; requests
+ * already inside the pipeline are failed to the client with an Error (stage 0 has cancelled them).
+ * Everything else a client or stage 0 sends is relayed unchanged.
  *
  * Limits: a client's Request frame above max_request_bytes is refused from its length
  * prefix with a connection Error naming the limit; an image file above max_image_bytes is

@@ -141,8 +141,8 @@ static int start(struct vision_rx *rx, struct assembly **out, const struct wire_
     struct assembly *a = find(rx, 0);
     int H = (int)b->embeds.shape[1], K = b->deepstack.defined ? (int)b->deepstack.shape[0] : 0;
     size_t floats = (size_t)b->total_tokens * (size_t)H, bytes = sizeof(float) * floats * (1 + K);
-    if (b->index != 0)
-        return strata_set_error(STRATA_EFORMAT,
+    if (b->index != 0) /* ENOTFOUND: the sender may start over from block 0 */
+        return strata_set_error(STRATA_ENOTFOUND,
                                 "vision block %u of request %llu, which has no transfer here "
                                 "(block 0 first; stage 0 may have restarted or expired it)",
                                 b->index, (unsigned long long)b->nonce);

@@ -72,9 +72,10 @@ void vision_rx_free(struct vision_rx *rx); /* accepts NULL */
 
 /* Takes one block at time `now_ms`: fills `ack` (what to answer). A block already held is
  * acknowledged again (a resumed sender may repeat unacknowledged ones). Fails, dropping the
- * request's assembly, for a block that does not continue it (a gap, other sizes), a first
- * block that is not block 0, or the limits (STRATA_EFORMAT / STRATA_EBUSY / STRATA_ENOMEM
- * with the reason): the driver answers an Error with the block's nonce. */
+ * request's assembly, for a block that does not continue it (a gap, other sizes:
+ * STRATA_EFORMAT), a block k > 0 with no assembly (STRATA_ENOTFOUND: stage 0 restarted or
+ * expired it; the sender may start over at block 0), or the limits (STRATA_EBUSY /
+ * STRATA_ENOMEM), with the reason: the driver answers an Error with the block's nonce. */
 int vision_rx_on_block(struct vision_rx *rx, struct wire_vision_ack *ack,
                        const struct wire_vision_block *block, int64_t now_ms);
 

@@ -19,6 +19,17 @@ LOGITS_DIFF="$PL_ROOT/tests/pipeline/logits_diff"
 e2e_list() { sed -n "/\"$1\": \[/,/\]/p" "$2" | tr -d ' \n' | grep -o '\[[0-9,]*\]' | tr -d '[]'; }
 e2e_files() { sed -n 's/.*"file": *"\([^"]*\)".*/\1/p' "$1"; }
 
+# --help, usage errors (exit 2) and a model without a vision tower (exit 3).
+"$PL_STAGE" --role vision --help | grep -q -- "--vision-block-tokens" || pl_fail "no --role vision --help"
+"$PL_STAGE" --help | grep -q -- "--role language|vision" || pl_fail "strata-stage --help does not name --role"
+"$PL_STAGE" --role vision --insecure >/dev/null 2>&1
+[ $? -eq 2 ] || pl_fail "--role vision without --model is not a usage error (exit 2)"
+"$PL_STAGE" --role sideways --model x >/dev/null 2>&1
+[ $? -eq 2 ] || pl_fail "--role sideways is not a usage error (exit 2)"
+"$PL_STAGE" --role vision --model "$(pl_golden qwen3_moe)" --next-port 9 --insecure >/dev/null 2>"$PL_WORK/novision.err"
+[ $? -eq 3 ] || pl_fail "a text model is not a bad-model error (exit 3) for --role vision"
+grep -q "has no vision tower" "$PL_WORK/novision.err" || pl_fail "unclear error: $(cat "$PL_WORK/novision.err")"
+
 for case in qwen3_vl qwen3_vl_moe; do
     model=$(pl_golden "$case")
     e2e="$model/e2e"
@@ -32,7 +43,7 @@ for case in qwen3_vl qwen3_vl_moe; do
     out="$PL_WORK/$tag.safetensors"
     bounds=(0 1 2 4)
     for r in 0 1 2; do
-        pl_start_stage "$tag" 3 "$r" "$model" --max-seq 128 --max-batch 2 --chunk-size 8 \
+        pl_start_stage "$tag" 3 "$r" "$model" --max-seq 128 --max-batch 4 --chunk-size 8 \
             --layer-start "${bounds[$r]}" --layer-end "${bounds[$((r + 1))]}" --out "$out"
     done
     pl_wait_ready "$tag" 3
@@ -59,6 +70,18 @@ for case in qwen3_vl qwen3_vl_moe; do
     pl_wait_file "$out" 5 || pl_fail "$case: no --out for the direct text request"
     cmp -s "$out" "$PL_WORK/$tag.text_v.st" || pl_fail "$case: text --out differs via the vision stage"
     echo "$case: text-only request through the vision stage = stage 0 direct: yes"
+
+    # Two image requests at once from one client, with a text client beside them.
+    pl_vclient "$tag" --prompt "$text" --max-tokens 8 >"$PL_WORK/$tag.text_c" &
+    tpid=$!
+    pl_vclient "$tag" --prompt "$prompt" --copies 2 --max-tokens "$steps" "${images[@]}" \
+        >"$PL_WORK/$tag.two" || pl_fail "$case: two concurrent image requests failed: $(cat "$PL_WORK/$tag.two")"
+    wait "$tpid" || pl_fail "$case: the concurrent text request failed"
+    [ "$(pl_tokens_of "$PL_WORK/$tag.two" 0)" = "$want" ] && [ "$(pl_tokens_of "$PL_WORK/$tag.two" 1)" = "$want" ] ||
+        pl_fail "$case: concurrent image requests differ from golden"
+    [ "$(pl_tokens_of "$PL_WORK/$tag.text_c" 0)" = "$(pl_tokens_of "$PL_WORK/$tag.text_d" 0)" ] ||
+        pl_fail "$case: the concurrent text request differs"
+    echo "$case: two image requests + a text request at once: golden ids: yes"
 
     # Stage 0 refuses image files sent to it directly (they belong to a vision stage).
     pl_client "$tag" --prompt "$prompt" --max-tokens 2 "${images[@]}" >"$PL_WORK/$tag.direct" 2>&1 &&

@@ -148,7 +148,7 @@ static void test_refusals(void **state) {
     /* No block 0: refused. */
     assert_int_equal(vision_tx_build(&tx, &a, 1), 0);
     assert_int_equal(wire_read_vision_block(&b, wire_arena_frame(&a), wire_arena_frame_len(&a)), 0);
-    assert_int_equal(vision_rx_on_block(rx, &ack, &b, 0), STRATA_EFORMAT);
+    assert_int_equal(vision_rx_on_block(rx, &ack, &b, 0), STRATA_ENOTFOUND);
     assert_non_null(strstr(strata_last_error(), "block 0 first"));
     /* A gap: block 0, then block 2. */
     assert_int_equal(vision_tx_build(&tx, &a, 0), 0);
