@@ -3,8 +3,9 @@
  *  (b) golden JSON -> `flatc -b` -> bytes our verifier and readers decode to the sample values;
  *  (c) a flatc-built Request with the reserved nonce 0, or image grids that are not
  *      (t, h, w) triples, is refused;
- *  (d) frames of a hypothetical next minor (1.2) schema (extra fields, new union member, new enum value)
- *      and of major 2, built by flatc, get the documented behaviour from our reader.
+ *  (d) frames of a hypothetical next minor (1.2) schema (extra fields, new union member,
+ *      new enum value) and of major 2, built by flatc, get the documented behaviour from
+ *      our reader.
  * Skipped with a reason when flatc is not installed (`./strata setup` installs it). */
 #include <setjmp.h>
 #include <stdarg.h>
