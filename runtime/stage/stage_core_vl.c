@@ -1,6 +1,7 @@
 /* Stage core, Qwen3-VL side: a request's vision inputs carried through the pipeline.
  *
- * Entry: a client (later: the vision stage) sends a Request with image grids, the merged
+ * Entry: a client, or the vision stage through stage 0's vision link (its blocks assembled
+ * by runtime/stage/stage_server_vision.h), sends a Request with image grids, the merged
  * vision embeddings [n_img, H] and the DeepStack features [K, n_img, H] (wire/strata.fbs).
  * Stage 0 checks them against the model, expands the prompt (one image-pad id per image
  * -> t*h*w/merge^2 rows) and computes the M-RoPE positions itself with get_rope_index

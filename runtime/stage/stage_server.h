@@ -5,7 +5,8 @@
  *     opt->tls is set; wire/tls.h) and then the Hello handshake inside it (wire/auth.h)
  *     on each new connection and hands it to the loop: the
  *     upstream stage (stage r-1; for stage 0 the last stage closing the ring) and, on
- *     stage 0, any number of clients;
+ *     stage 0, any number of clients and vision stages (Hello role Vision: served as
+ *     clients, with 1 GiB frames and their VisionBlocks assembled; stage_server_vision.h);
  *   - one persistent connection to the next stage (for the last stage: stage 0), made by
  *     the loop and re-made with exponential backoff (50 ms .. 1 s) whenever it drops.
  * A poll() loop reads frames, feeds the core, runs one microbatch when there is work and
