@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
@@ -34,9 +35,10 @@ static int role_is_vision(int argc, char **argv) {
     return 0;
 }
 
+/* The first SIGINT/SIGTERM starts the drain (stage_server_run), a second one ends it. */
 static void on_signal(int sig) {
     (void)sig;
-    stop_flag = 1;
+    if (stop_flag < 2) stop_flag = stop_flag + 1;
 }
 
 static void usage(FILE *out) {
@@ -88,10 +90,14 @@ static void usage(FILE *out) {
             "                         or --insecure is required (exit 2 without)\n"
             "  --peer-timeout-ms MS   a neighbour silent this long is dead (pinged; default "
             "10000, 0 = off)\n"
+            "  --drain-timeout-ms MS  on SIGTERM/SIGINT: stop accepting, refuse new requests and\n"
+            "                         finish the ones in flight for at most MS, then exit 0\n"
+            "                         (default 10000; 0 = exit at once; a second signal too)\n"
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
             "  --help                 this text\n"
-            "Exit codes: 0 ok (stopped by SIGINT/SIGTERM), 1 runtime failure (listen, device),\n"
+            "Exit codes: 0 ok (stopped by SIGINT/SIGTERM, after the drain), 1 runtime failure "
+            "(listen, device),\n"
             "2 bad command line or shard, 3 bad model, config or weights.\n");
 }
 
@@ -102,7 +108,7 @@ struct args {
     int next_port;
     const char *device;
     int threads, max_seq, max_batch, chunk_size;
-    int send_kv, recv_kv, step_delay_ms, peer_timeout_ms;
+    int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
     const char *tls_cert, *tls_key, *tls_ca;
     int insecure;
@@ -147,6 +153,7 @@ enum option_id {
     O_LOG,
     O_DELAY,
     O_PEER_TIMEOUT,
+    O_DRAIN_TIMEOUT,
     O_ROLE,
     O_HELP
 };
@@ -181,6 +188,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"log-level", 1, 0, O_LOG},
                                              {"step-delay-ms", 1, 0, O_DELAY},
                                              {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
+                                             {"drain-timeout-ms", 1, 0, O_DRAIN_TIMEOUT},
                                              {"role", 1, 0, O_ROLE},
                                              {"help", 0, 0, O_HELP},
                                              {0, 0, 0, 0}};
@@ -233,6 +241,9 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_INSECURE: a->insecure = 1; break;
     case O_PEER_TIMEOUT:
         rc = flag_int("--peer-timeout-ms", value, 0, 3600000, &a->peer_timeout_ms);
+        break;
+    case O_DRAIN_TIMEOUT:
+        rc = flag_int("--drain-timeout-ms", value, 0, 3600000, &a->drain_timeout_ms);
         break;
     case O_DELAY: rc = flag_int("--step-delay-ms", value, 0, 60000, &a->step_delay_ms); break;
     case O_LOG: rc = parse_log_level(value, &a->log_level); break;
@@ -300,6 +311,7 @@ static void args_defaults(struct args *a) {
     a->chunk_size = 64;
     a->log_level = STAGE_LOG_INFO;
     a->peer_timeout_ms = 10000;
+    a->drain_timeout_ms = 10000;
 }
 
 /* Fills `a` from argv: 0 ok, 1 for --help, -1 after printing what is wrong. */
@@ -465,6 +477,17 @@ static int restore_kv(struct run *r, const char *path) {
     return STRATA_EXIT_OK;
 }
 
+/* Every connection, idle ones included, is a descriptor: the soft limit (often 1024) goes
+ * up to the hard one, so the accept path's own limits are what bounds them. */
+static void raise_fd_limit(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+            strata_log(STRATA_LOG_DEBUG, "setrlimit(RLIMIT_NOFILE): %s", strerror(errno));
+    }
+}
+
 /* Serves until SIGINT/SIGTERM: returns the exit code. */
 static int serve(struct run *r, const struct args *a) {
     struct stage_server_options so;
@@ -498,12 +521,14 @@ static int serve(struct run *r, const struct args *a) {
     so.log_level = a->log_level;
     so.step_delay_ms = a->step_delay_ms;
     so.peer_timeout_ms = a->peer_timeout_ms;
+    so.drain_timeout_ms = a->drain_timeout_ms;
     if (wire_model_fingerprint(so.fingerprint, r->config_json, r->config_len, "float32") < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }
     if (a->out && !last)
         strata_log(STRATA_LOG_WARN, "--out is written by the last stage only; ignored here");
+    raise_fd_limit();
     signal(SIGPIPE, SIG_IGN);
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);

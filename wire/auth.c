@@ -100,14 +100,12 @@ static int send_hello(struct wire_conn *conn, const struct wire_hello *hello, in
     return rc;
 }
 
-/* Receives a Hello; an Error frame from the peer becomes STRATA_EPEER with its message. */
-static int recv_hello(struct wire_hello *hello, struct wire_conn *conn, int timeout_ms) {
-    const uint8_t *frame;
-    size_t len;
+/* Reads a received frame as a Hello; an Error frame from the peer becomes STRATA_EPEER with
+ * its message. */
+static int parse_hello(struct wire_hello *hello, const struct wire_conn *conn, const uint8_t *frame,
+                       size_t len) {
     enum wire_kind kind;
-    int rc = wire_recv_frame(conn, &frame, &len, timeout_ms);
-    if (rc) return rc;
-    rc = wire_verify(&kind, NULL, frame, len);
+    int rc = wire_verify(&kind, NULL, frame, len);
     if (!rc && kind == WIRE_KIND_ERROR) {
         struct wire_error err;
         rc = wire_read_error(&err, frame, len);
@@ -117,6 +115,18 @@ static int recv_hello(struct wire_hello *hello, struct wire_conn *conn, int time
     }
     if (rc) return rc;
     return wire_read_hello(hello, frame, len);
+}
+
+/* Receives a Hello. Before the handshake is through the peer is unknown, so its frames are
+ * held to WIRE_HANDSHAKE_MAX_FRAME whatever the conn's limit (restored after). */
+static int recv_hello(struct wire_hello *hello, struct wire_conn *conn, int timeout_ms) {
+    const uint8_t *frame;
+    size_t len, saved = conn->max_frame;
+    if (conn->max_frame > WIRE_HANDSHAKE_MAX_FRAME) conn->max_frame = WIRE_HANDSHAKE_MAX_FRAME;
+    int rc = wire_recv_frame(conn, &frame, &len, timeout_ms);
+    conn->max_frame = saved;
+    if (rc) return rc;
+    return parse_hello(hello, conn, frame, len);
 }
 
 static int check_version(const struct wire_hello *peer, const char *who) {
@@ -145,57 +155,83 @@ static void hello_template(struct wire_hello *out, const struct wire_hello *self
     out->has_proof = 0;
 }
 
-int wire_handshake_server(struct wire_hello *peer, struct wire_conn *conn,
-                          const struct wire_hello *self, const struct wire_auth_key *key,
-                          int timeout_ms) {
+int wire_handshake_server_start(struct wire_handshake *hs, struct wire_conn *conn,
+                                const struct wire_hello *self, const struct wire_auth_key *key,
+                                int timeout_ms) {
     struct wire_hello hello;
-    int keyed = key && key->len > 0;
-    memset(peer, 0, sizeof *peer);
+    memset(hs, 0, sizeof *hs);
+    hs->self = *self;
+    hs->key = key && key->len > 0 ? key : NULL;
     hello_template(&hello, self);
     hello.role = WIRE_ROLE_SERVER;
     hello.has_challenge = 1;
     if (RAND_bytes(hello.challenge, WIRE_NONCE_BYTES) != 1)
         return strata_set_error(STRATA_EIO, "auth: RAND_bytes failed");
-    uint8_t server_nonce[WIRE_NONCE_BYTES];
-    memcpy(server_nonce, hello.challenge, sizeof server_nonce);
-    int rc = send_hello(conn, &hello, timeout_ms);
-    if (rc) return rc;
-    rc = recv_hello(peer, conn, timeout_ms);
+    memcpy(hs->server_nonce, hello.challenge, WIRE_NONCE_BYTES);
+    return send_hello(conn, &hello, timeout_ms);
+}
+
+/* The server's judgement of the client's Hello: 0 and the final Hello to send, or the
+ * refusal's status (the message says why). */
+static int judge_client(struct wire_hello *hello, const struct wire_handshake *hs,
+                        const struct wire_hello *peer, const char *who) {
+    const struct wire_hello *self = &hs->self;
+    if (check_version(peer, who)) return STRATA_EVERSION;
+    if (self->has_fingerprint && peer->has_fingerprint &&
+        memcmp(self->fingerprint, peer->fingerprint, WIRE_FINGERPRINT_BYTES) != 0)
+        return strata_set_error(STRATA_EINVAL,
+                                "model fingerprint differs (different config.json or dtype)");
+    if (!peer->has_challenge) return strata_set_error(STRATA_EAUTH, "client sent no challenge");
+    hello_template(hello, self);
+    hello->role = WIRE_ROLE_SERVER;
+    if (hs->key) {
+        uint8_t expected[WIRE_PROOF_BYTES];
+        int rc =
+            wire_auth_proof(expected, hs->key, CLIENT_LABEL, hs->server_nonce, peer->challenge);
+        if (rc) return rc;
+        if (!peer->has_proof)
+            return strata_set_error(STRATA_EAUTH, "client sent no auth proof (no key configured?)");
+        if (CRYPTO_memcmp(expected, peer->proof, WIRE_PROOF_BYTES) != 0)
+            return strata_set_error(STRATA_EAUTH, "auth proof does not match (wrong key)");
+        hello->has_proof = 1;
+        return wire_auth_proof(hello->proof, hs->key, SERVER_LABEL, peer->challenge,
+                               hs->server_nonce);
+    }
+    if (peer->has_proof)
+        return strata_set_error(STRATA_EAUTH,
+                                "client sent an auth proof but this server has no key");
+    return 0;
+}
+
+int wire_handshake_server_finish(struct wire_handshake *hs, struct wire_hello *peer,
+                                 struct wire_conn *conn, const uint8_t *frame, size_t len,
+                                 int timeout_ms) {
+    struct wire_hello hello;
+    memset(peer, 0, sizeof *peer);
+    int rc = parse_hello(peer, conn, frame, len);
     if (rc == STRATA_EFORMAT || rc == STRATA_EVERSION) return refuse(conn, rc);
     if (rc) return rc;
-    if (check_version(peer, conn->peer)) return refuse(conn, STRATA_EVERSION);
-    if (self->has_fingerprint && peer->has_fingerprint &&
-        memcmp(self->fingerprint, peer->fingerprint, WIRE_FINGERPRINT_BYTES) != 0) {
-        strata_set_error(STRATA_EINVAL,
-                         "model fingerprint differs (different config.json or dtype)");
-        return refuse(conn, STRATA_EINVAL);
-    }
-    if (!peer->has_challenge) {
-        strata_set_error(STRATA_EAUTH, "client sent no challenge");
-        return refuse(conn, STRATA_EAUTH);
-    }
-    hello_template(&hello, self);
-    hello.role = WIRE_ROLE_SERVER;
-    if (keyed) {
-        uint8_t expected[WIRE_PROOF_BYTES];
-        rc = wire_auth_proof(expected, key, CLIENT_LABEL, server_nonce, peer->challenge);
-        if (rc) return rc;
-        if (!peer->has_proof) {
-            strata_set_error(STRATA_EAUTH, "client sent no auth proof (no key configured?)");
-            return refuse(conn, STRATA_EAUTH);
-        }
-        if (CRYPTO_memcmp(expected, peer->proof, WIRE_PROOF_BYTES) != 0) {
-            strata_set_error(STRATA_EAUTH, "auth proof does not match (wrong key)");
-            return refuse(conn, STRATA_EAUTH);
-        }
-        hello.has_proof = 1;
-        rc = wire_auth_proof(hello.proof, key, SERVER_LABEL, peer->challenge, server_nonce);
-        if (rc) return rc;
-    } else if (peer->has_proof) {
-        strata_set_error(STRATA_EAUTH, "client sent an auth proof but this server has no key");
-        return refuse(conn, STRATA_EAUTH);
-    }
+    rc = judge_client(&hello, hs, peer, conn->peer);
+    if (rc == STRATA_EIO) return rc;
+    if (rc) return refuse(conn, rc);
     return send_hello(conn, &hello, timeout_ms);
+}
+
+int wire_handshake_server(struct wire_hello *peer, struct wire_conn *conn,
+                          const struct wire_hello *self, const struct wire_auth_key *key,
+                          int timeout_ms) {
+    struct wire_handshake hs;
+    const uint8_t *frame;
+    size_t len, saved = conn->max_frame;
+    memset(peer, 0, sizeof *peer);
+    int rc = wire_handshake_server_start(&hs, conn, self, key, timeout_ms);
+    if (rc) return rc;
+    if (conn->max_frame > WIRE_HANDSHAKE_MAX_FRAME) conn->max_frame = WIRE_HANDSHAKE_MAX_FRAME;
+    rc = wire_recv_frame(conn, &frame, &len, timeout_ms);
+    conn->max_frame = saved;
+    if (rc == STRATA_EFORMAT) return refuse(conn, rc);
+    if (rc) return rc;
+    return wire_handshake_server_finish(&hs, peer, conn, frame, len, timeout_ms);
 }
 
 int wire_handshake_client(struct wire_hello *peer, struct wire_conn *conn,

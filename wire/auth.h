@@ -12,7 +12,8 @@
  * the same exchange without proofs (development only); a key on one side only fails.
  *
  * The key comes from --auth-key-file (the file's bytes, trailing newline stripped) or an
- * environment variable (default STRATA_AUTH_KEY); at least 16 bytes. */
+ * environment variable (default STRATA_AUTH_KEY); at least 16 bytes.
+ * Both sides receive handshake frames under WIRE_HANDSHAKE_MAX_FRAME. */
 #ifndef STRATA_WIRE_AUTH_H
 #define STRATA_WIRE_AUTH_H
 
@@ -25,6 +26,11 @@
 #define WIRE_AUTH_KEY_ENV "STRATA_AUTH_KEY"
 #define WIRE_AUTH_KEY_MIN 16
 #define WIRE_AUTH_KEY_MAX 1024
+/* Frames before the handshake is through are held to this size, whatever the conn's
+ * max_frame: the largest Hello (~300 bytes: fingerprint, challenge, proof, a 64-byte
+ * name) or handshake Error (a reason of at most 512 bytes) fits, a 1 GiB announcement
+ * from an unknown peer is refused from its length prefix. */
+#define WIRE_HANDSHAKE_MAX_FRAME 2048
 
 struct wire_auth_key {
     size_t len; /* 0 = no key */
@@ -54,6 +60,24 @@ int wire_auth_proof(uint8_t *proof, const struct wire_auth_key *key, const char 
 int wire_handshake_server(struct wire_hello *peer, struct wire_conn *conn,
                           const struct wire_hello *self, const struct wire_auth_key *key,
                           int timeout_ms);
+
+/* The server side in two halves, for an event loop that receives the client's Hello
+ * itself (wire_recv_frame_nb with the conn's max_frame at most WIRE_HANDSHAKE_MAX_FRAME):
+ * _start sends the first Hello (a few hundred bytes: on a fresh socket the send buffer
+ * takes it at once) and keeps the challenge in `hs`; _finish judges the client's Hello
+ * frame and sends the final Hello or the Error, with the statuses of
+ * wire_handshake_server. */
+struct wire_handshake {
+    struct wire_hello self;
+    const struct wire_auth_key *key; /* NULL = no HMAC proofs */
+    uint8_t server_nonce[WIRE_NONCE_BYTES];
+};
+int wire_handshake_server_start(struct wire_handshake *hs, struct wire_conn *conn,
+                                const struct wire_hello *self, const struct wire_auth_key *key,
+                                int timeout_ms);
+int wire_handshake_server_finish(struct wire_handshake *hs, struct wire_hello *peer,
+                                 struct wire_conn *conn, const uint8_t *frame, size_t len,
+                                 int timeout_ms);
 
 /* Client side on a connected conn; `peer` receives the server's Hello. A server that
  * refuses gives STRATA_EPEER with its message; a server that cannot prove the key gives

@@ -206,7 +206,16 @@ void wire_tls_peer_describe(const struct wire_conn *conn, char *out, size_t size
 /* A failed handshake's message: OpenSSL's reason, the verification result and a hint. */
 static int handshake_error(struct wire_conn *conn, struct wire_tls *tls, int server) {
     char why[256];
+    int closed_errno = errno;
     ssl_reason(why, sizeof why);
+    /* A client that went away without sending anything TLS refused (no OpenSSL reason): a
+     * close, not a refusal, so an accept path can tell it from a wrong key or certificate. */
+    if (server && !why[0] &&
+        (closed_errno == 0 || closed_errno == EPIPE || closed_errno == ECONNRESET))
+        return strata_set_error(STRATA_ECLOSED,
+                                "TLS handshake with client %s: the client closed the connection "
+                                "before finishing it",
+                                conn->peer);
     long verify = SSL_get_verify_result(conn->ssl);
     const char *hint = tls->mode == WIRE_TLS_PSK ? "wrong pre-shared key, or the peer runs "
                                                    "without TLS or with certificates?"
@@ -223,10 +232,9 @@ static int handshake_error(struct wire_conn *conn, struct wire_tls *tls, int ser
                             why[0] ? why : "peer closed the connection", hint);
 }
 
-static int handshake(struct wire_conn *conn, struct wire_tls *tls, int server, int timeout_ms) {
+int wire_tls_start(struct wire_conn *conn, struct wire_tls *tls, int server) {
     if (!conn->open || conn->fd < 0 || conn->ssl)
         return strata_set_error(STRATA_EINVAL, "tls: handshake on a closed or TLS connection");
-    int64_t deadline = wire_deadline_after(timeout_ms);
     ERR_clear_error();
     conn->ssl = SSL_new(tls->ctx);
     BIO *bio = conn->ssl ? BIO_new(tls->bio_method) : NULL;
@@ -239,10 +247,16 @@ static int handshake(struct wire_conn *conn, struct wire_tls *tls, int server, i
         SSL_set_connect_state(conn->ssl);
     /* A PSK client trusts no CA: a server answering with a certificate instead fails. */
     if (!server && tls->mode == WIRE_TLS_PSK) SSL_set_verify(conn->ssl, SSL_VERIFY_PEER, NULL);
+    return 0;
+}
+
+int wire_tls_step(struct wire_conn *conn, struct wire_tls *tls, short *events) {
+    int server = SSL_is_server(conn->ssl);
     for (;;) {
         ERR_clear_error();
         errno = 0;
         int r = SSL_do_handshake(conn->ssl);
+        *events = 0;
         if (r == 1 && tls->mode == WIRE_TLS_PSK && !SSL_session_reused(conn->ssl)) {
             conn->broken = 1;
             return strata_set_error(
@@ -250,15 +264,22 @@ static int handshake(struct wire_conn *conn, struct wire_tls *tls, int server, i
         }
         if (r == 1) return 0;
         int err = SSL_get_error(conn->ssl, r);
-        short events = err == SSL_ERROR_WANT_READ    ? POLLIN
-                       : err == SSL_ERROR_WANT_WRITE ? POLLOUT
-                                                     : 0;
-        if (!events) {
-            if (err == SSL_ERROR_SYSCALL && errno == EINTR) continue;
-            conn->broken = 1;
-            return handshake_error(conn, tls, server);
-        }
-        int rc = wire_wait_fd(conn->fd, events, deadline, "TLS handshake with", conn->peer);
+        *events = err == SSL_ERROR_WANT_READ ? POLLIN : err == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+        if (*events) return WIRE_TLS_PENDING;
+        if (err == SSL_ERROR_SYSCALL && errno == EINTR) continue;
+        conn->broken = 1;
+        return handshake_error(conn, tls, server);
+    }
+}
+
+static int handshake(struct wire_conn *conn, struct wire_tls *tls, int server, int timeout_ms) {
+    int64_t deadline = wire_deadline_after(timeout_ms);
+    int rc = wire_tls_start(conn, tls, server);
+    while (rc == 0) {
+        short events;
+        rc = wire_tls_step(conn, tls, &events);
+        if (rc != WIRE_TLS_PENDING) return rc;
+        rc = wire_wait_fd(conn->fd, events, deadline, "TLS handshake with", conn->peer);
         if (rc) {
             conn->broken = 1;
             if (rc != STRATA_ETIMEOUT) return rc;
@@ -268,6 +289,7 @@ static int handshake(struct wire_conn *conn, struct wire_tls *tls, int server, i
                                     server ? "client" : "server", conn->peer, timeout_ms);
         }
     }
+    return rc;
 }
 
 int wire_tls_accept(struct wire_conn *conn, struct wire_tls *tls, int timeout_ms) {

@@ -65,6 +65,14 @@ void wire_tls_peer_describe(const struct wire_conn *conn, char *out, size_t size
 int wire_tls_accept(struct wire_conn *conn, struct wire_tls *tls, int timeout_ms);
 int wire_tls_connect(struct wire_conn *conn, struct wire_tls *tls, int timeout_ms);
 
+/* The same handshake for event loops, never blocking: wire_tls_start attaches TLS to the
+ * conn (server = 1 for the accepting side), then each wire_tls_step advances it as far as
+ * the socket allows: 0 done, WIRE_TLS_PENDING (poll conn->fd for *events, then step
+ * again), or a status as above. The caller owns the deadline. */
+#define WIRE_TLS_PENDING 1
+int wire_tls_start(struct wire_conn *conn, struct wire_tls *tls, int server);
+int wire_tls_step(struct wire_conn *conn, struct wire_tls *tls, short *events);
+
 /* The link security of a process from its flags (strata-stage, strata-client):
  *   - --tls-cert/--tls-key/--tls-ca: WIRE_TLS_CERT. A pre-shared key, if one is also
  *     given, still runs the HMAC Hello inside TLS (a second factor besides the CA).

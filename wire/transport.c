@@ -123,7 +123,7 @@ int wire_listen(struct wire_listener *listener, const char *host, int port) {
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL, 0) | O_NONBLOCK); /* accept never blocks past poll */
-    if (bind(fd, addrs->ai_addr, addrs->ai_addrlen) < 0 || listen(fd, 64) < 0) {
+    if (bind(fd, addrs->ai_addr, addrs->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
         rc = strata_set_error(STRATA_EIO, "wire: bind/listen %s:%d: %s",
                               host ? host : WIRE_DEFAULT_HOST, port, strerror(errno));
         goto fail;
@@ -158,12 +158,17 @@ int wire_accept(struct wire_conn *conn, struct wire_listener *listener, size_t m
     conn_reset(conn, -1, max_frame, "?");
     int64_t deadline = wire_deadline_after(timeout_ms);
     for (;;) {
-        int rc = wire_wait_fd(listener->fd, POLLIN, deadline, "accept on port", "");
+        /* timeout 0: one try, for an event loop that saw the listener readable. */
+        int rc = timeout_ms == 0
+                     ? 0
+                     : wire_wait_fd(listener->fd, POLLIN, deadline, "accept on port", "");
         if (rc) return rc;
         struct sockaddr_storage addr;
         socklen_t addr_len = sizeof addr;
         int fd = accept4(listener->fd, (struct sockaddr *)&addr, &addr_len, SOCK_CLOEXEC);
         if (fd < 0) {
+            if (timeout_ms == 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+                return strata_set_error(STRATA_ETIMEOUT, "wire: no connection waiting");
             if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
                 continue;
             return strata_set_error(STRATA_EIO, "wire: accept: %s", strerror(errno));
@@ -280,17 +285,113 @@ static int send_tls(struct wire_conn *conn, const uint8_t *prefix, const uint8_t
     return rc;
 }
 
-int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int timeout_ms) {
+static int send_usable(struct wire_conn *conn, size_t len) {
     if (!conn->open || conn->broken)
         return strata_set_error(STRATA_ECLOSED, "wire: send on a closed or broken connection to %s",
                                 conn->peer);
     if (len == 0 || len > UINT32_MAX || len > conn->max_frame)
         return strata_set_error(STRATA_EINVAL, "wire: frame of %zu bytes outside 1..%zu", len,
                                 conn->max_frame);
+    return 0;
+}
+
+int wire_flush_nb(struct wire_conn *conn) {
+    size_t before = conn->tx_off;
+    while (conn->tx_off < conn->tx_len) {
+        size_t left = conn->tx_len - conn->tx_off;
+        ssize_t n;
+        if (conn->ssl) {
+            short events = 0;
+            /* Never less than a retried SSL_write was given: the queue only grows. */
+            n = wire_tls_write(conn, conn->tx + conn->tx_off,
+                               left < TLS_RECORD_BYTES ? left : TLS_RECORD_BYTES, &events);
+            if (n == 0 && events) break;
+        } else {
+            n = send(conn->fd, conn->tx + conn->tx_off, left, MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+            if (n < 0 && errno == EINTR) continue;
+            if (n < 0)
+                n = strata_set_error(errno == EPIPE || errno == ECONNRESET ? STRATA_ECLOSED
+                                                                           : STRATA_EIO,
+                                     "wire: send to %s: %s", conn->peer, strerror(errno));
+        }
+        if (n < 0) {
+            conn->broken = 1;
+            return (int)n;
+        }
+        conn->tx_off += (size_t)n;
+    }
+    if (conn->tx_off == conn->tx_len) {
+        conn->tx_off = conn->tx_len = 0;
+        conn->tx_waiting_ms = 0;
+    } else if (!conn->tx_waiting_ms || conn->tx_off != before) {
+        conn->tx_waiting_ms = now_ms();
+    }
+    return 0;
+}
+
+int wire_send_frame_nb(struct wire_conn *conn, const void *frame, size_t len, size_t max_queued) {
+    int rc = send_usable(conn, len);
+    if (rc) return rc;
+    size_t queued = conn->tx_len - conn->tx_off, need = queued + WIRE_FRAME_PREFIX_BYTES + len;
+    if (need > max_queued) {
+        conn->broken = 1;
+        return strata_set_error(STRATA_EBUSY,
+                                "wire: %s does not read: %zu bytes queued, %zu more refused",
+                                conn->peer, queued, len);
+    }
+    if (conn->tx_off) { /* a retried SSL_write may move (SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER) */
+        memmove(conn->tx, conn->tx + conn->tx_off, queued);
+        conn->tx_off = 0;
+        conn->tx_len = queued;
+    }
+    if (need > conn->tx_cap) {
+        size_t cap = conn->tx_cap * 2 > need ? conn->tx_cap * 2 : need < 4096 ? 4096 : need;
+        uint8_t *grown = realloc(conn->tx, cap);
+        if (!grown) return strata_set_error(STRATA_ENOMEM, "wire: cannot queue %zu bytes", need);
+        conn->tx = grown;
+        conn->tx_cap = cap;
+    }
+    uint8_t *p = conn->tx + conn->tx_len;
+    p[0] = (uint8_t)len;
+    p[1] = (uint8_t)(len >> 8);
+    p[2] = (uint8_t)(len >> 16);
+    p[3] = (uint8_t)(len >> 24);
+    memcpy(p + WIRE_FRAME_PREFIX_BYTES, frame, len);
+    conn->tx_len = need;
+    return wire_flush_nb(conn);
+}
+
+size_t wire_conn_tx_pending(const struct wire_conn *conn) {
+    return conn->tx_len - conn->tx_off;
+}
+
+int64_t wire_conn_tx_waiting_since(const struct wire_conn *conn) {
+    return conn->tx_waiting_ms;
+}
+
+/* Sends the queue of wire_send_frame_nb before a blocking send, so frames keep order. */
+static int flush_queue(struct wire_conn *conn, int64_t deadline) {
+    while (conn->tx_off < conn->tx_len) {
+        int rc = wire_flush_nb(conn);
+        if (!rc && conn->tx_off < conn->tx_len)
+            rc = wire_wait_fd(conn->fd, POLLOUT, deadline, "send to", conn->peer);
+        if (rc) {
+            conn->broken = 1;
+            return rc;
+        }
+    }
+    return 0;
+}
+
+int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int timeout_ms) {
+    int rc = send_usable(conn, len);
+    if (rc) return rc;
     uint8_t prefix[WIRE_FRAME_PREFIX_BYTES] = {(uint8_t)len, (uint8_t)(len >> 8),
                                                (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
     int64_t deadline = wire_deadline_after(timeout_ms);
-    int rc;
+    rc = flush_queue(conn, deadline);
+    if (rc) return rc;
     if (conn->ssl) {
         rc = send_tls(conn, prefix, frame, len, deadline);
     } else {
@@ -318,40 +419,11 @@ static ssize_t recv_some(struct wire_conn *conn, uint8_t *dst, size_t n, short *
                             "wire: recv from %s: %s", conn->peer, strerror(errno));
 }
 
-/* Reads exactly n bytes; *got counts progress so callers can tell a clean close. */
-static int read_exact(struct wire_conn *conn, uint8_t *dst, size_t n, size_t *got,
-                      int64_t deadline) {
-    *got = 0;
-    while (*got < n) {
-        short events = 0;
-        ssize_t r = recv_some(conn, dst + *got, n - *got, &events);
-        if (r < 0) return (int)r;
-        *got += (size_t)r;
-        if (r == 0 && events) {
-            int rc = wire_wait_fd(conn->fd, events, deadline, "receive from", conn->peer);
-            if (rc) return rc;
-        }
-    }
-    return 0;
-}
-
-int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, int timeout_ms) {
-    *frame = NULL;
-    *len = 0;
-    if (!conn->open || conn->broken)
-        return strata_set_error(STRATA_ECLOSED,
-                                "wire: receive on a closed or broken connection to %s", conn->peer);
-    int64_t deadline = wire_deadline_after(timeout_ms);
-    uint8_t prefix[WIRE_FRAME_PREFIX_BYTES];
-    size_t got;
-    int rc = read_exact(conn, prefix, sizeof prefix, &got, deadline);
-    if (rc) {
-        if (got > 0 || rc != STRATA_ETIMEOUT) conn->broken = 1;
-        return rc;
-    }
-    size_t n = (size_t)prefix[0] | (size_t)prefix[1] << 8 | (size_t)prefix[2] << 16 |
-               (size_t)prefix[3] << 24;
-    if (!conn->ssl && conn->frames_in == 0 && prefix[0] == 0x16 && prefix[1] == 0x03 && n > 65535) {
+/* Checks a complete length prefix: the announced length, before anything is allocated. */
+static int check_prefix(struct wire_conn *conn) {
+    const uint8_t *p = conn->rx_prefix;
+    size_t n = (size_t)p[0] | (size_t)p[1] << 8 | (size_t)p[2] << 16 | (size_t)p[3] << 24;
+    if (!conn->ssl && conn->frames_in == 0 && p[0] == 0x16 && p[1] == 0x03 && n > 65535) {
         /* A TLS record header (handshake, version 3.x) where a Hello was expected. */
         conn->broken = 1;
         return strata_set_error(STRATA_EFORMAT,
@@ -365,30 +437,113 @@ int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, 
                                 "wire: %s announced a frame of %zu bytes (allowed 1..%zu)",
                                 conn->peer, n, conn->max_frame);
     }
-    if (n > conn->rx_cap) {
-        size_t cap = (n + 63) / 64 * 64;
-        uint8_t *grown = aligned_alloc(64, cap);
-        if (!grown) {
-            conn->broken = 1;
-            return strata_set_error(STRATA_ENOMEM, "wire: cannot allocate a %zu-byte frame", n);
-        }
-        free(conn->rx);
-        conn->rx = grown;
-        conn->rx_cap = cap;
-    }
-    rc = read_exact(conn, conn->rx, n, &got, deadline);
-    if (rc) {
-        conn->broken = 1;
-        if (rc == STRATA_ECLOSED)
-            return strata_set_error(
-                STRATA_ECLOSED, "wire: %s closed the connection %zu bytes into a %zu-byte frame",
-                conn->peer, got, n);
-        return rc;
-    }
-    *frame = conn->rx;
-    *len = n;
-    conn->frames_in++;
+    conn->rx_need = n;
+    conn->rx_have = 0;
     return 0;
+}
+
+/* Makes room for the next bytes of a frame of rx_need: at most doubling, from 64 KiB, so
+ * the buffer tracks what arrived rather than what was announced. Keeps the bytes so far. */
+#define RX_GROW_MIN ((size_t)64 << 10)
+static int grow_rx(struct wire_conn *conn) {
+    size_t want = conn->rx_cap * 2 > RX_GROW_MIN ? conn->rx_cap * 2 : RX_GROW_MIN;
+    if (want > conn->rx_need) want = conn->rx_need;
+    size_t cap = (want + 63) / 64 * 64;
+    uint8_t *grown = aligned_alloc(64, cap);
+    if (!grown) {
+        conn->broken = 1;
+        return strata_set_error(STRATA_ENOMEM, "wire: cannot allocate %zu bytes for a frame", cap);
+    }
+    if (conn->rx_have) memcpy(grown, conn->rx, conn->rx_have);
+    free(conn->rx);
+    conn->rx = grown;
+    conn->rx_cap = cap;
+    return 0;
+}
+
+/* One step of the frame receive: 0 progress made (or a frame completed: rx_need == rx_have
+ * != 0), WIRE_RECV_PENDING with *events to wait for, or a status. */
+static int recv_step(struct wire_conn *conn, short *events) {
+    ssize_t r;
+    if (conn->rx_need == 0) {
+        r = recv_some(conn, conn->rx_prefix + conn->rx_prefix_have,
+                      WIRE_FRAME_PREFIX_BYTES - conn->rx_prefix_have, events);
+    } else {
+        if (conn->rx_have == conn->rx_cap && grow_rx(conn) < 0) return STRATA_ENOMEM;
+        size_t room = (conn->rx_cap < conn->rx_need ? conn->rx_cap : conn->rx_need) - conn->rx_have;
+        r = recv_some(conn, conn->rx + conn->rx_have, room, events);
+    }
+    if (r < 0) {
+        if (r == STRATA_ECLOSED && conn->rx_need)
+            strata_set_error(STRATA_ECLOSED,
+                             "wire: %s closed the connection %zu bytes into a %zu-byte frame",
+                             conn->peer, conn->rx_have, conn->rx_need);
+        if (conn->rx_need || conn->rx_prefix_have) conn->broken = 1;
+        return (int)r;
+    }
+    if (r == 0) return *events ? WIRE_RECV_PENDING : 0;
+    if (!conn->rx_started_ms) conn->rx_started_ms = now_ms();
+    if (conn->rx_need == 0) {
+        conn->rx_prefix_have += (size_t)r;
+        if (conn->rx_prefix_have == WIRE_FRAME_PREFIX_BYTES) return check_prefix(conn);
+        return 0;
+    }
+    conn->rx_have += (size_t)r;
+    return 0;
+}
+
+/* Pops a completed frame out of the receive state. */
+static void take_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len) {
+    *frame = conn->rx;
+    *len = conn->rx_need;
+    conn->rx_need = conn->rx_have = conn->rx_prefix_have = 0;
+    conn->rx_started_ms = 0;
+    conn->frames_in++;
+}
+
+static int recv_usable(struct wire_conn *conn, const uint8_t **frame, size_t *len) {
+    *frame = NULL;
+    *len = 0;
+    if (!conn->open || conn->broken)
+        return strata_set_error(STRATA_ECLOSED,
+                                "wire: receive on a closed or broken connection to %s", conn->peer);
+    return 0;
+}
+
+int wire_recv_frame_nb(struct wire_conn *conn, const uint8_t **frame, size_t *len) {
+    int rc = recv_usable(conn, frame, len);
+    while (rc == 0) {
+        short events = 0;
+        if (conn->rx_need && conn->rx_have == conn->rx_need) {
+            take_frame(conn, frame, len);
+            return 0;
+        }
+        rc = recv_step(conn, &events);
+    }
+    return rc;
+}
+
+int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, int timeout_ms) {
+    int64_t deadline = wire_deadline_after(timeout_ms);
+    int rc = recv_usable(conn, frame, len);
+    while (rc == 0) {
+        short events = 0;
+        if (conn->rx_need && conn->rx_have == conn->rx_need) {
+            take_frame(conn, frame, len);
+            return 0;
+        }
+        rc = recv_step(conn, &events);
+        if (rc == WIRE_RECV_PENDING) {
+            rc = wire_wait_fd(conn->fd, events, deadline, "receive from", conn->peer);
+            /* A partial frame cannot be resumed by a caller that gave up on it. */
+            if (rc && conn->rx_started_ms) conn->broken = 1;
+        }
+    }
+    return rc;
+}
+
+int64_t wire_conn_partial_since(const struct wire_conn *conn) {
+    return conn->rx_started_ms;
 }
 
 int wire_send_error(struct wire_conn *conn, int code, uint64_t nonce, const char *message) {
@@ -412,6 +567,9 @@ void wire_close(struct wire_conn *conn) {
     wire_tls_close(conn);
     if (conn->open && conn->fd >= 0) close(conn->fd);
     free(conn->rx);
+    free(conn->tx);
+    conn->tx = NULL;
+    conn->tx_cap = conn->tx_off = conn->tx_len = 0;
     conn->fd = -1;
     conn->open = 0;
     conn->rx = NULL;

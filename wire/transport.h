@@ -38,13 +38,25 @@ struct wire_conn {
     char peer[64];      /* "host:port" for messages */
     int open;           /* fd is ours to close (a zeroed conn is closed) */
     uint64_t frames_in; /* frames received (the first one is the Hello) */
+    /* The frame being received, kept across calls (wire_recv_frame_nb): its prefix bytes,
+     * then its length and the bytes of it already in rx. */
+    uint8_t rx_prefix[WIRE_FRAME_PREFIX_BYTES];
+    size_t rx_prefix_have; /* 0..4 */
+    size_t rx_need;        /* announced length once the prefix is complete, else 0 */
+    size_t rx_have;        /* bytes of the frame in rx */
+    int64_t rx_started_ms; /* when the frame's first byte arrived (0: none pending) */
+    /* Frames queued by wire_send_frame_nb that the socket has not taken yet. */
+    uint8_t *tx; /* [tx_cap]: bytes [tx_off, tx_len) still to send */
+    size_t tx_cap, tx_off, tx_len;
+    int64_t tx_waiting_ms; /* since when queued bytes have not moved (0: none queued) */
 };
 
 /* Binds and listens on host:port (host NULL = 127.0.0.1, port 0 = any free port). */
 int wire_listen(struct wire_listener *listener, const char *host, int port);
 void wire_listener_close(struct wire_listener *listener);
 
-/* Waits up to timeout_ms for a connection. `max_frame` 0 = WIRE_DEFAULT_MAX_FRAME. */
+/* Waits up to timeout_ms for a connection (0: one try, STRATA_ETIMEOUT when none is
+ * waiting). `max_frame` 0 = WIRE_DEFAULT_MAX_FRAME. */
 int wire_accept(struct wire_conn *conn, struct wire_listener *listener, size_t max_frame,
                 int timeout_ms);
 
@@ -58,8 +70,35 @@ int wire_send_frame(struct wire_conn *conn, const void *frame, size_t len, int t
 /* Receives one frame into the connection's buffer: *frame stays valid until the next
  * receive or close. STRATA_ECLOSED on a clean close before a frame starts, STRATA_EFORMAT
  * for a frame above max_frame or of length 0, STRATA_ETIMEOUT if no full frame arrives
- * in time (the connection is then broken: a partial frame cannot be resumed). */
+ * in time (the connection is then broken when part of a frame had arrived). The blocking
+ * twin of wire_recv_frame_nb: both keep their progress in the conn. */
 int wire_recv_frame(struct wire_conn *conn, const uint8_t **frame, size_t *len, int timeout_ms);
+
+/* Non-blocking receive for event loops: moves whatever bytes the socket (or TLS) has into
+ * the conn and returns 0 with *frame / *len when a whole frame is there (valid until the
+ * next receive or close), WIRE_RECV_PENDING when the frame is not complete yet (progress is
+ * kept in the conn, so a peer that stalls mid-frame costs only its own bytes), or a
+ * status as wire_recv_frame. The length prefix is checked against max_frame before any
+ * allocation, and the buffer then grows with the bytes that actually arrive (doubling,
+ * from 64 KiB), so an announced length alone allocates nothing. */
+#define WIRE_RECV_PENDING 1
+int wire_recv_frame_nb(struct wire_conn *conn, const uint8_t **frame, size_t *len);
+
+/* Non-blocking send for event loops: appends the frame (with its prefix) to the conn's
+ * queue and sends as much of the queue as the socket takes now. STRATA_EBUSY (the conn is
+ * then broken) when more than max_queued bytes would wait: the peer does not read. A
+ * later wire_send_frame sends the queue first, so frames keep their order. */
+int wire_send_frame_nb(struct wire_conn *conn, const void *frame, size_t len, size_t max_queued);
+/* Sends what the socket takes of the queue now (call when poll() says POLLOUT). */
+int wire_flush_nb(struct wire_conn *conn);
+/* Bytes queued and not yet sent. */
+size_t wire_conn_tx_pending(const struct wire_conn *conn);
+/* Since when queued bytes have not moved (cli_now_ns / 1e6 clock), 0 when none queued. */
+int64_t wire_conn_tx_waiting_since(const struct wire_conn *conn);
+
+/* When the first byte of a frame not yet complete arrived (cli_now_ns / 1e6 clock), or 0
+ * when no frame is partly received: lets an event loop drop a peer stalled mid-frame. */
+int64_t wire_conn_partial_since(const struct wire_conn *conn);
 
 /* Best effort: sends an Error frame (code, message, nonce) with a short timeout; used
  * before closing on a protocol violation. Returns the send status. */

@@ -1,7 +1,10 @@
 /* strata-generate: one process, end to end, on the CPU reference decoder. Loads a Hugging
  * Face checkpoint directory (config.json + safetensors), prefills the prompt ids, samples up
  * to --max-tokens new ids (greedy by default), and prints them with prefill and decode
- * throughput. Tokenisation is out of scope: ids in, ids out. */
+ * throughput. Tokenisation is out of scope: ids in, ids out. With --image (Qwen3-VL), each
+ * image token of the prompt stands for one image file, which goes through HF's default
+ * image processor and the vision encoder (generate_vision.c); --out writes the tokens and
+ * every step's logits in strata-stage's --out format. */
 #include <errno.h>
 #include <getopt.h>
 #include <limits.h>
@@ -13,17 +16,21 @@
 #include "reference/kv_cache.h"
 #include "reference/model.h"
 #include "reference/sampler.h"
+#include "reference/tools/generate_vision.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
+#include "runtime/model/generation_file.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/vl_prompt.h"
 #include "runtime/model/safetensors.h"
 
 #define MAX_IDS 65536
+#define MAX_IMAGES 64
 
 static void usage(FILE *f) {
     fprintf(f, "usage: strata-generate --model DIR --prompt-ids 1,2,3 --max-tokens N [options]\n"
                "\n"
-               "Runs the CPU reference decoder (Qwen3 / Qwen3-MoE text) on token ids.\n"
+               "Runs the CPU reference decoder (Qwen3 / Qwen3-MoE / Qwen3-VL) on token ids.\n"
                "\n"
                "  --model DIR          checkpoint directory: config.json + model.safetensors\n"
                "                       (or a sharded model.safetensors.index.json)\n"
@@ -36,6 +43,16 @@ static void usage(FILE *f) {
                "  --seed S             sampling seed (default 0)\n"
                "  --stop-ids LIST      extra stop token ids (the config's eos ids always stop)\n"
                "  --ignore-eos         do not stop at the config's eos ids\n"
+               "  --image FILE         (Qwen3-VL, repeatable) a PNG or JPEG for the next image\n"
+               "                       token of the prompt: give ONE image_token_id per image\n"
+               "                       (<|vision_start|><|image_pad|><|vision_end|>); it is\n"
+               "                       expanded to the image's merged-token count as HF's\n"
+               "                       processor does. Pixels follow HF's default (fast)\n"
+               "                       processor with DIR/preprocessor_config.json; alpha is\n"
+               "                       composited onto white; EXIF orientation is NOT applied\n"
+               "                       (transformers does not apply it to image objects)\n"
+               "  --out FILE           write tokens I32 [n] and logits F32 [n, V] (safetensors,\n"
+               "                       as strata-stage --out)\n"
                "  -h, --help           this text\n"
                "\n"
                "Output (stdout): the generated ids on one line, then prefill and decode speed.\n"
@@ -99,6 +116,9 @@ struct args {
     long threads;
     struct sampler_params sampling;
     int ignore_eos;
+    const char *images[MAX_IMAGES];
+    int n_images;
+    const char *out;
 };
 
 /* Applies one getopt option to *a. Returns 0, -1 for --help, or the exit code. */
@@ -161,6 +181,14 @@ static int parse_option(struct args *a, int c, const char *arg) {
         }
         break;
     case 'E': a->ignore_eos = 1; break;
+    case 'I':
+        if (a->n_images == MAX_IMAGES) {
+            fprintf(stderr, "strata-generate: at most %d --image files\n", MAX_IMAGES);
+            return STRATA_EXIT_USAGE;
+        }
+        a->images[a->n_images++] = arg;
+        break;
+    case 'o': a->out = arg; break;
     case 'h': usage(stdout); return -1;
     default: usage(stderr); return STRATA_EXIT_USAGE;
     }
@@ -179,6 +207,8 @@ static int parse_args(struct args *a, int argc, char **argv) {
         {"seed", required_argument, 0, 's'},
         {"stop-ids", required_argument, 0, 'S'},
         {"ignore-eos", no_argument, 0, 'E'},
+        {"image", required_argument, 0, 'I'},
+        {"out", required_argument, 0, 'o'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -222,16 +252,19 @@ struct gen {
     struct safetensors *st;
     struct reference_model *m;
     struct kv_cache kv;
-    float *hidden, *logits;
+    struct gen_vision vision; /* --image only */
+    const int32_t *prompt;    /* the prompt the decoder runs: the expanded one with --image */
+    int n_prompt;
+    float *hidden, *logits; /* logits: [steps kept][V]: every step with --out, else one */
     void *scratch;
     int32_t *generated;
     int slot, max_seq;
     double t_load;
 };
 
-/* Loads config, weights and KV cache and allocates the buffers. Returns -1 to go on, else
- * the exit code (after printing why). */
-static int open_model(struct gen *g, const struct args *a) {
+/* Loads config and weights, runs the image path when asked. Returns -1 to go on, else the
+ * exit code (after printing why). */
+static int open_weights(struct gen *g, const struct args *a) {
     int rc;
     if (model_config_load(&g->cfg, a->model) || safetensors_open(&g->st, a->model)) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
@@ -244,7 +277,30 @@ static int open_model(struct gen *g, const struct args *a) {
         return rc == STRATA_ENOMEM ? STRATA_EXIT_FAILURE : STRATA_EXIT_INPUT;
     }
     g->t_load = cli_now_sec() - t0;
-    g->max_seq = a->n_prompt + (int)a->max_tokens;
+    g->prompt = a->prompt;
+    g->n_prompt = a->n_prompt;
+    if (a->n_images == 0) return -1;
+    rc = gen_vision_prepare(&g->vision, a->model, &g->cfg, g->st, a->prompt, a->n_prompt, a->images,
+                            a->n_images, (int)a->threads);
+    if (rc) {
+        fprintf(stderr, "strata-generate: %s\n", strata_last_error());
+        return rc == STRATA_ENOMEM ? STRATA_EXIT_FAILURE : STRATA_EXIT_INPUT;
+    }
+    g->prompt = g->vision.ids;
+    g->n_prompt = g->vision.n;
+    fprintf(stderr,
+            "images: %d -> %d image tokens, prompt %d -> %d ids, rope_delta %d; "
+            "decoded, preprocessed and encoded in %.2f s\n",
+            a->n_images, g->vision.n_image_tokens, a->n_prompt, g->vision.n, g->vision.rope_delta,
+            g->vision.t_encode);
+    return -1;
+}
+
+/* Loads everything and allocates the buffers. Returns -1 to go on, else the exit code. */
+static int open_model(struct gen *g, const struct args *a) {
+    int rc = open_weights(g, a);
+    if (rc >= 0) return rc;
+    g->max_seq = g->n_prompt + (int)a->max_tokens;
     if (kv_cache_init(&g->kv, 0, g->cfg.num_layers, g->cfg.num_kv_heads, g->cfg.head_dim,
                       g->max_seq, 1)) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
@@ -252,8 +308,9 @@ static int open_model(struct gen *g, const struct args *a) {
     }
     kv_cache_acquire(&g->kv, &g->slot);
     int H = g->cfg.hidden_size, V = g->cfg.vocab_size;
-    g->hidden = malloc((size_t)a->n_prompt * (size_t)H * sizeof(float));
-    g->logits = malloc((size_t)V * sizeof(float));
+    size_t steps = a->out ? (size_t)a->max_tokens : 1;
+    g->hidden = malloc((size_t)g->n_prompt * (size_t)H * sizeof(float));
+    g->logits = malloc(steps * (size_t)V * sizeof(float));
     g->scratch = malloc(2 * (size_t)V * 4);
     g->generated = malloc((size_t)a->max_tokens * sizeof *g->generated);
     if (!g->hidden || !g->logits || !g->scratch || !g->generated) {
@@ -275,14 +332,14 @@ static void print_load_info(const struct gen *g, const struct args *a) {
             g->t_load);
 }
 
-static void print_results(const struct gen *g, const struct args *a, int n_gen, int stopped_on,
-                          double t_prefill, double t_decode) {
+static void print_results(const struct gen *g, int n_gen, int stopped_on, double t_prefill,
+                          double t_decode) {
     for (int i = 0; i < n_gen; ++i)
         printf("%s%d", i ? " " : "", g->generated[i]);
     printf("\n");
     int decoded = n_gen - 1; /* forward passes after the prefill */
-    printf("prefill: %d tokens in %.1f ms (%.1f tokens/s)\n", a->n_prompt, t_prefill * 1e3,
-           a->n_prompt / (t_prefill > 0 ? t_prefill : 1e-9));
+    printf("prefill: %d tokens in %.1f ms (%.1f tokens/s)\n", g->n_prompt, t_prefill * 1e3,
+           g->n_prompt / (t_prefill > 0 ? t_prefill : 1e-9));
     printf("decode: %d tokens in %.1f ms (%.2f tokens/s)\n", decoded, t_decode * 1e3,
            decoded > 0 ? decoded / (t_decode > 0 ? t_decode : 1e-9) : 0.0);
     if (stopped_on >= 0)
@@ -291,41 +348,78 @@ static void print_results(const struct gen *g, const struct args *a, int n_gen, 
         printf("stopped: max tokens (%d)\n", n_gen);
 }
 
+/* Embeds the prompt (the merger rows replace the image tokens' embeddings, spec §5.4) and
+ * runs it through the model; the last row's logits land in `logits`. Returns 0, 1 for a bad
+ * prompt (an id outside the vocabulary) or -1 for a failure. */
+static int prefill(struct gen *g, float *logits) {
+    int H = g->cfg.hidden_size;
+    const struct gen_vision *v = &g->vision;
+    if (reference_embed(g->m, g->hidden, g->prompt, g->n_prompt)) return 1;
+    struct forward_item item = {.slot = g->slot, .pos = 0, .n_tokens = g->n_prompt};
+    if (v->ids) {
+        for (int i = 0, t = 0; i < v->n; ++i)
+            if (v->mask[i])
+                memcpy(g->hidden + (size_t)i * H, v->embeds + (size_t)t++ * H,
+                       (size_t)H * sizeof(float));
+        item.mrope_positions = v->positions;
+        item.deepstack = v->num_deepstack ? v->deepstack : NULL;
+        item.visual_mask = v->mask;
+        item.num_deepstack = v->num_deepstack;
+    }
+    if (reference_forward(g->m, &g->kv, g->hidden, &item, 1)) return -1;
+    if (reference_logits(g->m, logits, g->hidden + (size_t)(g->n_prompt - 1) * (size_t)H, 1))
+        return -1;
+    return 0;
+}
+
+/* One decode step of `token` at cache position pos (M-RoPE: pos + rope_delta, spec §5.3). */
+static int decode_step(struct gen *g, int32_t token, int pos, float *logits) {
+    int32_t positions[3];
+    struct forward_item item = {.slot = g->slot, .pos = pos, .n_tokens = 1};
+    if (g->vision.ids) {
+        vl_decode_positions(positions, 1, pos, g->vision.rope_delta);
+        item.mrope_positions = positions;
+    }
+    if (reference_embed(g->m, g->hidden, &token, 1) ||
+        reference_forward(g->m, &g->kv, g->hidden, &item, 1))
+        return -1;
+    return reference_logits(g->m, logits, g->hidden, 1);
+}
+
 /* Prefills the prompt, then samples and decodes until a stop id or --max-tokens, and prints
- * the ids and timings. Returns the exit code. */
+ * the ids and timings (and writes --out). Returns the exit code. */
 static int generate(struct gen *g, const struct args *a) {
-    int H = g->cfg.hidden_size, V = g->cfg.vocab_size;
+    size_t V = (size_t)g->cfg.vocab_size;
     struct sampler sampler;
     sampler_init(&sampler, &a->sampling);
-    if (reference_embed(g->m, g->hidden, a->prompt, a->n_prompt)) {
+    double t_prefill = cli_now_sec();
+    int rc = prefill(g, g->logits);
+    if (rc > 0) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
-    double t_prefill = cli_now_sec();
-    struct forward_item item = {.slot = g->slot, .pos = 0, .n_tokens = a->n_prompt};
-    if (reference_forward(g->m, &g->kv, g->hidden, &item, 1) ||
-        reference_logits(g->m, g->logits, g->hidden + (size_t)(a->n_prompt - 1) * (size_t)H, 1))
-        goto fail;
+    if (rc < 0) goto fail;
     t_prefill = cli_now_sec() - t_prefill;
-    int n_gen = 0, stopped_on = -1, pos = a->n_prompt;
+    int n_gen = 0, stopped_on = -1, pos = g->n_prompt;
     double t_decode = cli_now_sec();
     for (;;) {
-        int token = sampler_sample(&sampler, g->logits, V, g->scratch);
+        float *step_logits = g->logits + (a->out ? (size_t)n_gen * V : 0);
+        int token = sampler_sample(&sampler, step_logits, (int)V, g->scratch);
         g->generated[n_gen++] = token;
         if (is_stop(a, &g->cfg, token)) {
             stopped_on = token;
             break;
         }
         if (n_gen == a->max_tokens) break;
-        int32_t in = token;
-        item = (struct forward_item){.slot = g->slot, .pos = pos++, .n_tokens = 1};
-        if (reference_embed(g->m, g->hidden, &in, 1) ||
-            reference_forward(g->m, &g->kv, g->hidden, &item, 1) ||
-            reference_logits(g->m, g->logits, g->hidden, 1))
-            goto fail;
+        if (decode_step(g, token, pos++, g->logits + (a->out ? (size_t)n_gen * V : 0))) goto fail;
     }
     t_decode = cli_now_sec() - t_decode;
-    print_results(g, a, n_gen, stopped_on, t_prefill, t_decode);
+    print_results(g, n_gen, stopped_on, t_prefill, t_decode);
+    if (a->out &&
+        generation_file_write(a->out, g->n_prompt, g->generated, n_gen, g->logits, (int)V)) {
+        fprintf(stderr, "strata-generate: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
     return STRATA_EXIT_OK;
 fail:
     fprintf(stderr, "strata-generate: %s\n", strata_last_error());
@@ -349,6 +443,7 @@ int main(int argc, char **argv) {
     free(g.scratch);
     free(g.logits);
     free(g.hidden);
+    gen_vision_free(&g.vision);
     kv_cache_free(&g.kv);
     reference_model_free(g.m);
     safetensors_close(g.st);

@@ -1,58 +1,9 @@
-/* --out: a finished request's generated ids and last-stage logits as a safetensors file,
- * so tests and Python (safetensors.numpy.load_file) compare runs exactly. Tensors:
- * "tokens" I32 [n], "logits" F32 [n, V]; metadata: prompt_len. No nonce or time goes in,
- * so the same request gives the same bytes on any split (tests compare files with cmp). */
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
-
-#include "runtime/base/status.h"
+/* --out: a finished request's generated ids and last-stage logits, in the generation result
+ * file format (runtime/model/generation_file.h). */
+#include "runtime/model/generation_file.h"
 #include "runtime/stage/stage_server.h"
 
 int stage_write_out(const char *path, const struct stage_result *result) {
-    char header[1024], tmp[4096];
-    size_t tokens_bytes = sizeof(int32_t) * (size_t)result->n_tokens;
-    size_t logits_bytes =
-        result->logits ? sizeof(float) * (size_t)result->n_tokens * result->vocab : 0;
-    int len;
-    uint64_t header_len;
-    uint8_t prefix[8];
-    FILE *f;
-    if (result->logits)
-        len =
-            snprintf(header, sizeof header,
-                     "{\"__metadata__\":{\"prompt_len\":\"%d\"},"
-                     "\"tokens\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[0,%zu]},"
-                     "\"logits\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}}",
-                     result->prompt_len, result->n_tokens, tokens_bytes, result->n_tokens,
-                     result->vocab, tokens_bytes, tokens_bytes + logits_bytes);
-    else
-        len = snprintf(header, sizeof header,
-                       "{\"__metadata__\":{\"prompt_len\":\"%d\"},"
-                       "\"tokens\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[0,%zu]}}",
-                       result->prompt_len, result->n_tokens, tokens_bytes);
-    if (len < 0 || (size_t)len + 8 >= sizeof header)
-        return strata_set_error(STRATA_EINVAL, "--out header too long");
-    while ((len + 8) % 8 != 0) /* data starts 8-aligned: pad the header with spaces */
-        header[len++] = ' ';
-    header_len = (uint64_t)len;
-    for (int i = 0; i < 8; i++)
-        prefix[i] = (uint8_t)(header_len >> (8 * i));
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    f = fopen(tmp, "wb");
-    if (!f) return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    if (fwrite(prefix, 1, 8, f) != 8 || fwrite(header, 1, (size_t)len, f) != (size_t)len ||
-        (tokens_bytes && fwrite(result->tokens, 1, tokens_bytes, f) != tokens_bytes) ||
-        (logits_bytes && fwrite(result->logits, 1, logits_bytes, f) != logits_bytes)) {
-        fclose(f);
-        unlink(tmp);
-        return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    }
-    if (fclose(f) != 0 || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return strata_set_error(STRATA_EIO, "cannot write %s: %s", path, strerror(errno));
-    }
-    return 0;
+    return generation_file_write(path, result->prompt_len, result->tokens, result->n_tokens,
+                                 result->logits, result->vocab);
 }

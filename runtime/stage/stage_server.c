@@ -1,8 +1,13 @@
 /* strata-stage's event loop: acceptor thread + poll() loop around the stage core.
- * Why a thread for accepting: the Hello handshake blocks, and two stages that connect to
- * each other (the ring with S = 2, or any restart) would otherwise both wait in their
- * client handshakes. With accepting on its own thread a handshake is always answered.
- * See stage_server.h for the connection model. */
+ * Why threads for accepting and connecting: handshakes wait on the peer (up to 3 s each
+ * for a silent one), and two stages that connect to each other (the ring with S = 2, or
+ * any restart) must answer each other while they wait. The acceptor thread runs every
+ * pending handshake concurrently under deadlines and per-address limits (stage_accept.h);
+ * the connector thread makes the link to the next stage; both hand finished connections
+ * to the loop, which never waits on a handshake. The loop reads every connection without
+ * blocking (wire_recv_frame_nb): a peer that stops mid-frame keeps its partial frame in
+ * its own buffer and holds no one else up, and is dropped when the frame is not complete
+ * within io_timeout_ms. See stage_server.h for the connection model and the drain. */
 #include "runtime/stage/stage_server.h"
 
 #include <errno.h>
@@ -13,20 +18,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
+#include "runtime/stage/stage_accept.h"
 #include "runtime/stage/stage_server_vision.h"
 #include "wire/transport.h"
 
 #define MAX_CLIENTS 64
-#define MAX_HANDOFF 16
+#define MAX_HANDOFF 64
 #define HANDSHAKE_TIMEOUT_MS 3000
+#define CLIENT_MAX_QUEUED ((size_t)1 << 20) /* ~10,000 token frames a client has not read */
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 1000
+#define BACKOFF_MAX_MS 500 /* a restarted neighbour is found within 0.5 s (issue 15: 1 s) */
 #define CLIENT_MAX_FRAME ((size_t)64 << 20) /* a request: prompt ids + parameters */
 
 void stage_log_setup(int stage_index, enum stage_log_level level) {
@@ -42,6 +50,7 @@ static int64_t now_ms(void) {
 struct handoff {
     struct wire_conn conn;
     struct wire_hello peer;
+    int is_next; /* made by the connector: the link to the next stage */
 };
 
 struct server {
@@ -54,7 +63,9 @@ struct server {
     pthread_t acceptor;
     int acceptor_started;
     atomic_int acceptor_stop; /* set by the loop when it ends (the signal flag is not shared) */
-    int wake[2];              /* acceptor -> loop */
+    atomic_int accept_close;  /* set by the loop when it drains: accept nothing new */
+    int draining;
+    int wake[2]; /* acceptor -> loop */
     pthread_mutex_t lock;
     struct handoff pending[MAX_HANDOFF];
     int num_pending;
@@ -65,8 +76,12 @@ struct server {
     uint8_t client_vision[MAX_CLIENTS]; /* the client is a vision stage (Hello role Vision) */
     struct vision_rx *vision_rx;        /* stage 0: vision transfers in progress */
     uint32_t next_client_id;
-    int64_t next_retry_ms;
-    int backoff_ms;
+    /* The connector thread's (see connector_main); the loop only sets these flags. */
+    pthread_t connector;
+    int connector_started;
+    atomic_int want_next; /* the loop has no next link: make one */
+    atomic_int next_lost; /* the next link just dropped: retry soon (backoff from the start) */
+    int connecting_fd;    /* under lock: the socket of a connect in progress (-1: none) */
     int64_t prev_rx_ms, next_rx_ms; /* last frame received on each stage link */
     int64_t last_ping_ms;
     uint64_t ping_seq;
@@ -74,45 +89,23 @@ struct server {
     char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
 };
 
+static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,
+                      int is_next);
+
+/* The acceptor thread hands each handshaken connection to the loop. */
+static void deliver(void *ctx, struct wire_conn *conn, const struct wire_hello *peer) {
+    hand_over(ctx, conn, peer, 0);
+}
+
 static void *acceptor_main(void *arg) {
     struct server *s = arg;
-    while (!atomic_load(&s->acceptor_stop)) {
-        struct handoff h;
-        int rc;
-        memset(&h, 0, sizeof h);
-        rc = wire_accept(&h.conn, &s->listener, 0, 200);
-        if (rc == STRATA_ETIMEOUT) continue;
-        if (rc < 0) {
-            strata_log(STRATA_LOG_WARN, "accept failed: %s", strata_last_error());
-            usleep(100000);
-            continue;
-        }
-        /* TLS first, so the Hello (fingerprint, stage, layers) travels encrypted. */
-        rc = s->opt->tls ? wire_tls_accept(&h.conn, s->opt->tls, HANDSHAKE_TIMEOUT_MS) : 0;
-        if (rc == 0)
-            rc = wire_handshake_server(&h.peer, &h.conn, &s->self, s->opt->key,
-                                       HANDSHAKE_TIMEOUT_MS);
-        if (rc < 0) {
-            strata_log(STRATA_LOG_WARN, "refused connection from %s: %s", h.conn.peer,
-                       strata_last_error());
-            wire_close(&h.conn);
-            continue;
-        }
-        pthread_mutex_lock(&s->lock);
-        if (s->num_pending < MAX_HANDOFF) {
-            s->pending[s->num_pending++] = h;
-            h.conn.fd = -1; /* the copy in pending owns the socket, buffer and TLS state now */
-            h.conn.rx = NULL;
-            h.conn.ssl = NULL;
-        }
-        pthread_mutex_unlock(&s->lock);
-        if (h.conn.fd >= 0) {
-            strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", h.conn.peer);
-            wire_close(&h.conn);
-        } else if (write(s->wake[1], "x", 1) < 0) {
-            strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
-        }
-    }
+    struct stage_accept_options o = {.listener = &s->listener,
+                                     .tls = s->opt->tls,
+                                     .key = s->opt->key,
+                                     .self = s->self,
+                                     .handshake_timeout_ms = HANDSHAKE_TIMEOUT_MS};
+    if (stage_accept_run(&o, deliver, s, &s->acceptor_stop, &s->accept_close) < 0)
+        strata_log(STRATA_LOG_ERROR, "acceptor: %s", strata_last_error());
     return NULL;
 }
 
@@ -133,8 +126,8 @@ static void link_down(struct server *s, enum stage_link link, uint32_t client_id
     conn->fd = -1;
     stage_core_on_link_down(s->core, link, client_id, reason);
     if (link == STAGE_LINK_NEXT) {
-        s->backoff_ms = BACKOFF_MIN_MS;
-        s->next_retry_ms = now_ms() + s->backoff_ms;
+        atomic_store(&s->next_lost, 1);
+        atomic_store(&s->want_next, 1);
     }
 }
 
@@ -184,34 +177,44 @@ static void adopt(struct server *s, struct handoff *h) {
     char security[160];
     wire_tls_peer_describe(&h->conn, security, sizeof security);
     s->prev = h->conn;
+    s->prev.max_frame = WIRE_DEFAULT_MAX_FRAME; /* authenticated: activations and KV blocks */
     s->prev_rx_ms = now_ms();
     strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s (%s)", h->peer.stage_index,
                h->conn.peer, security);
 }
 
-static void try_connect_next(struct server *s) {
+/* One attempt at the next stage: connect, TLS, Hello, and the check that it is the stage
+ * and layer range that must follow. 0 with *conn and *peer, or a status (logged, quietly
+ * when it repeats). The socket is published in connecting_fd while the handshakes wait,
+ * so a stopping loop can cut them short. */
+static int connect_next(struct server *s, struct wire_conn *conn, struct wire_hello *peer) {
     const struct stage_server_options *o = s->opt;
-    struct wire_hello peer;
     int port = o->next_port, want = (s->info.stage_index + 1) % s->info.num_stages, rc;
+    memset(conn, 0, sizeof *conn); /* closed, for the failure path below */
+    conn->fd = -1;
     if (o->next_port_file && cli_read_port_file(o->next_port_file, &port) < 0) port = -1;
     if (port <= 0) {
         rc = strata_set_error(STRATA_ENOTFOUND, "next stage port not known yet");
     } else {
-        rc = wire_connect(&s->next, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
-        if (rc == 0 && o->tls) rc = wire_tls_connect(&s->next, o->tls, HANDSHAKE_TIMEOUT_MS);
-        if (rc == 0)
-            rc = wire_handshake_client(&peer, &s->next, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
-        if (rc == 0 && (peer.stage_index != want ||
-                        peer.layer_start != (want == 0 ? 0 : s->info.role.layer_end)))
+        rc = wire_connect(conn, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
+        pthread_mutex_lock(&s->lock);
+        s->connecting_fd = rc == 0 ? conn->fd : -1;
+        pthread_mutex_unlock(&s->lock);
+        if (rc == 0 && o->tls) rc = wire_tls_connect(conn, o->tls, HANDSHAKE_TIMEOUT_MS);
+        if (rc == 0) rc = wire_handshake_client(peer, conn, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
+        if (rc == 0 && (peer->stage_index != want ||
+                        peer->layer_start != (want == 0 ? 0 : s->info.role.layer_end)))
             rc = strata_set_error(STRATA_EINVAL,
                                   "next hop is stage %d with layers [%d, %d), expected stage %d "
                                   "starting at layer %d",
-                                  peer.stage_index, peer.layer_start, peer.layer_end, want,
+                                  peer->stage_index, peer->layer_start, peer->layer_end, want,
                                   want == 0 ? 0 : s->info.role.layer_end);
+        pthread_mutex_lock(&s->lock);
+        s->connecting_fd = -1;
+        pthread_mutex_unlock(&s->lock);
     }
     if (rc < 0) {
-        wire_close(&s->next);
-        s->next.fd = -1;
+        wire_close(conn);
         s->next_failures++;
         int changed = strncmp(s->next_error, strata_last_error(), sizeof s->next_error - 1) != 0;
         snprintf(s->next_error, sizeof s->next_error, "%s", strata_last_error());
@@ -219,18 +222,63 @@ static void try_connect_next(struct server *s) {
             changed || s->next_failures == 1 || s->next_failures % 50 == 0 ? STRATA_LOG_INFO
                                                                            : STRATA_LOG_DEBUG,
             "connecting to the next stage (attempt %d): %s", s->next_failures, s->next_error);
-        s->next_retry_ms = now_ms() + s->backoff_ms;
-        s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
-        return;
+        return rc;
     }
-    char security[160];
-    wire_tls_peer_describe(&s->next, security, sizeof security);
-    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", want, s->next.peer,
-               security);
-    s->next_rx_ms = now_ms();
     s->next_failures = 0;
     s->next_error[0] = '\0';
-    s->backoff_ms = BACKOFF_MIN_MS;
+    return 0;
+}
+
+/* Queues a connection for the loop and wakes it; closes it when the queue is full. */
+static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,
+                      int is_next) {
+    int taken = 0;
+    pthread_mutex_lock(&s->lock);
+    if (s->num_pending < MAX_HANDOFF) {
+        s->pending[s->num_pending].conn = *conn;
+        s->pending[s->num_pending].peer = *peer;
+        s->pending[s->num_pending++].is_next = is_next;
+        taken = 1;
+    }
+    pthread_mutex_unlock(&s->lock);
+    if (!taken) {
+        strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", conn->peer);
+        wire_close(conn);
+    } else if (write(s->wake[1], "x", 1) < 0) {
+        strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
+    }
+}
+
+/* The connector thread (re)makes the link to the next stage whenever the loop has none,
+ * with exponential backoff (50 ms .. 0.5 s, from the start again when a link drops), and
+ * hands it to the loop like an accepted one. Why a thread: connect, TLS and Hello wait on
+ * the next stage (up to 1 + 3 + 3 s when it is hung or its port is flooded); on the loop's
+ * thread that wait froze every client of stage 0. */
+static void *connector_main(void *arg) {
+    struct server *s = arg;
+    int backoff = BACKOFF_MIN_MS;
+    int64_t retry = 0;
+    while (!atomic_load(&s->acceptor_stop)) {
+        struct wire_conn conn;
+        struct wire_hello peer;
+        if (atomic_exchange(&s->next_lost, 0)) {
+            backoff = BACKOFF_MIN_MS;
+            retry = now_ms() + backoff;
+        }
+        if (!atomic_load(&s->want_next) || now_ms() < retry) {
+            usleep(5000);
+            continue;
+        }
+        if (connect_next(s, &conn, &peer) == 0) {
+            atomic_store(&s->want_next, 0);
+            hand_over(s, &conn, &peer, 1);
+            backoff = BACKOFF_MIN_MS;
+        } else {
+            retry = now_ms() + backoff;
+            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
+        }
+    }
+    return NULL;
 }
 
 /* Sends every frame the core queued; a failed send takes that link down. */
@@ -259,7 +307,11 @@ static void flush(struct server *s) {
                     conn = &s->clients[i], cid = f.client_id;
         }
         if (conn && conn->fd >= 0) {
-            if (wire_send_frame(conn, f.data, f.len, timeout) < 0) {
+            /* To a client: queued, never waited for (a client that stops reading holds
+             * no one up; past CLIENT_MAX_QUEUED it is dropped). */
+            if ((f.link == STAGE_LINK_CLIENT
+                     ? wire_send_frame_nb(conn, f.data, f.len, CLIENT_MAX_QUEUED)
+                     : wire_send_frame(conn, f.data, f.len, timeout)) < 0) {
                 char why[1024];
                 snprintf(why, sizeof why, "send failed: %s", strata_last_error());
                 link_down(s, f.link, cid, conn, why);
@@ -294,48 +346,140 @@ static void drain_results(struct server *s) {
     }
 }
 
-/* Reads one frame from a readable connection and feeds it to the core. */
-static void serve_conn(struct server *s, struct wire_conn *conn, enum stage_link link,
-                       uint32_t cid) {
-    const uint8_t *frame;
-    size_t len;
-    int timeout = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
-    int rc = wire_recv_frame(conn, &frame, &len, timeout);
-    if (rc < 0) {
-        char why[1024];
-        snprintf(why, sizeof why, "%s",
-                 rc == STRATA_ECLOSED ? "peer closed the connection" : strata_last_error());
-        link_down(s, link, cid, conn, why);
+/* An Error frame to a peer: queued without waiting on a client link, else sent with the
+ * transport's short timeout. Best effort (the caller may be about to close). */
+static void reply_error(struct wire_conn *conn, enum stage_link link, int code, uint64_t nonce,
+                        const char *why) {
+    struct wire_arena arena;
+    struct wire_error err = {code, why, nonce};
+    if (link != STAGE_LINK_CLIENT) {
+        wire_send_error(conn, code, nonce, why);
         return;
     }
+    if (wire_arena_init(&arena, 1024) == 0 && wire_build_error(&arena, &err) == 0)
+        wire_send_frame_nb(conn, wire_arena_frame(&arena), wire_arena_frame_len(&arena),
+                           CLIENT_MAX_QUEUED);
+    wire_arena_free(&arena);
+}
+
+/* Frames the driver answers itself on a client link, before the core sees them: control
+ * frames other than Cancel (Ping, Drain, Shutdown are between stages; a client asking
+ * gets an immediate Error rather than silence), and, while draining, new Requests on any
+ * link. Returns 1 when the frame was answered here. */
+static int intercept(struct server *s, struct wire_conn *conn, enum stage_link link,
+                     const uint8_t *frame, size_t len) {
+    enum wire_kind kind;
+    char why[160];
+    if (link != STAGE_LINK_CLIENT && !s->draining) return 0; /* stage frames: the core's */
+    if (wire_verify(&kind, NULL, frame, len) < 0) return 0;  /* the core reports it */
+    if (kind == WIRE_KIND_CONTROL && link == STAGE_LINK_CLIENT) {
+        struct wire_control msg;
+        if (wire_read_control(&msg, frame, len) < 0 || msg.kind == WIRE_CONTROL_CANCEL) return 0;
+        snprintf(why, sizeof why,
+                 "stage %d: control frame %d is not accepted from clients (only Cancel)",
+                 s->info.stage_index, (int)msg.kind);
+        reply_error(conn, link, STRATA_EINVAL, msg.nonce, why);
+        return 1;
+    }
+    if (kind == WIRE_KIND_REQUEST && s->draining && link != STAGE_LINK_NEXT) {
+        struct wire_request msg;
+        if (wire_read_request(&msg, frame, len) < 0 || msg.nonce == 0) return 0;
+        snprintf(why, sizeof why, "stage %d is shutting down (draining): request refused",
+                 s->info.stage_index);
+        reply_error(conn, link, STRATA_EBUSY, msg.nonce, why);
+        strata_log(STRATA_LOG_INFO, "refused request %llu: draining",
+                   (unsigned long long)msg.nonce);
+        return 1;
+    }
+    return 0;
+}
+
+/* Feeds one received frame to the core (or answers it: intercept). 0, or -1 when the
+ * link was taken down. */
+static int feed(struct server *s, struct wire_conn *conn, enum stage_link link, uint32_t cid,
+                const uint8_t *frame, size_t len) {
     if (link == STAGE_LINK_PREV)
         s->prev_rx_ms = now_ms();
     else if (link == STAGE_LINK_NEXT)
         s->next_rx_ms = now_ms();
-    /* A client link's conn is always an element of s->clients. */
+    if (intercept(s, conn, link, frame, len)) return 0;
+    int rc;
+    /* A vision stage's link (a client link: its conn is an element of s->clients). */
     if (link == STAGE_LINK_CLIENT && s->client_vision[conn - s->clients] && s->vision_rx)
-        rc = stage_vision_on_frame(s->vision_rx, s->core, conn, cid, frame, len, timeout);
+        rc = stage_vision_on_frame(s->vision_rx, s->core, conn, cid, frame, len, CLIENT_MAX_QUEUED);
     else
         rc = stage_core_on_frame(s->core, link, cid, frame, len);
     if (rc < 0) {
         char why[1024];
         snprintf(why, sizeof why, "bad frame: %s", strata_last_error());
-        wire_send_error(conn, rc, 0, why);
+        reply_error(conn, link, rc, 0, why);
+        if (link == STAGE_LINK_CLIENT) wire_flush_nb(conn); /* one more try before the close */
         link_down(s, link, cid, conn, why);
+        return -1;
     }
+    return 0;
 }
 
-/* Serves the frames already waiting on a readable connection (up to a bound, so one busy
- * peer cannot starve the others), so the next microbatch sees everything that arrived. */
+/* Serves the frames already complete on a readable connection, without waiting for more
+ * (up to a bound, so one busy peer cannot starve the others): the next microbatch sees
+ * everything that arrived, and a partial frame just stays in the conn's buffer. */
 static void serve_ready(struct server *s, struct wire_conn *conn, enum stage_link link,
                         uint32_t cid) {
     for (int i = 0; i < 32; i++) {
-        int fd = conn->fd;
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        serve_conn(s, conn, link, cid);
-        if (conn->fd != fd || conn->fd < 0) return;
-        if (!wire_conn_buffered(conn) && (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))) return;
+        const uint8_t *frame;
+        size_t len;
+        int rc = wire_recv_frame_nb(conn, &frame, &len);
+        if (rc == WIRE_RECV_PENDING) return;
+        if (rc < 0) {
+            char why[1024];
+            snprintf(why, sizeof why, "%s",
+                     rc == STRATA_ECLOSED && !wire_conn_partial_since(conn)
+                         ? "peer closed the connection"
+                         : strata_last_error());
+            link_down(s, link, cid, conn, why);
+            return;
+        }
+        if (feed(s, conn, link, cid, frame, len) < 0 || conn->fd < 0) return;
     }
+}
+
+/* A peer that started a frame and has not completed it within io_timeout_ms is dropped
+ * (its partial frame never held anyone else up; this frees its buffer and slot). */
+static void drop_stalled(struct server *s) {
+    int64_t now = now_ms(), limit = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
+    char why[160];
+    struct wire_conn *links[2] = {&s->prev, &s->next};
+    for (int i = 0; i < 2 + MAX_CLIENTS; i++) {
+        struct wire_conn *c = i < 2 ? links[i] : &s->clients[i - 2];
+        int64_t since = c->fd >= 0 ? wire_conn_partial_since(c) : 0;
+        int64_t unread = c->fd >= 0 ? wire_conn_tx_waiting_since(c) : 0;
+        if (unread && now - unread > limit) {
+            snprintf(why, sizeof why, "not reading: %zu bytes queued for %lld ms",
+                     wire_conn_tx_pending(c), (long long)(now - unread));
+            link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+            continue;
+        }
+        if (!since || now - since <= limit) continue;
+        snprintf(why, sizeof why, "a frame stalled: %zu of %zu bytes in %lld ms",
+                 c->rx_need ? c->rx_have : c->rx_prefix_have,
+                 c->rx_need ? c->rx_need : (size_t)WIRE_FRAME_PREFIX_BYTES,
+                 (long long)(now - since));
+        if (i < 2)
+            link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
+        else
+            link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+    }
+}
+
+/* Takes the connector's link to the next stage. */
+static void adopt_next(struct server *s, struct handoff *h) {
+    char security[160];
+    if (s->next.fd >= 0) wire_close(&s->next); /* not expected: the connector waits for want */
+    wire_tls_peer_describe(&h->conn, security, sizeof security);
+    s->next = h->conn;
+    s->next_rx_ms = now_ms();
+    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", h->peer.stage_index,
+               s->next.peer, security);
 }
 
 static void take_handoffs(struct server *s) {
@@ -343,8 +487,12 @@ static void take_handoffs(struct server *s) {
     while (read(s->wake[0], buf, sizeof buf) > 0) {
     }
     pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->num_pending; i++)
-        adopt(s, &s->pending[i]);
+    for (int i = 0; i < s->num_pending; i++) {
+        if (s->pending[i].is_next)
+            adopt_next(s, &s->pending[i]);
+        else
+            adopt(s, &s->pending[i]);
+    }
     s->num_pending = 0;
     pthread_mutex_unlock(&s->lock);
 }
@@ -403,9 +551,7 @@ static int mark_buffered(struct server *s, struct pollfd *fds, const int *who, i
 
 static void loop_once(struct server *s) {
     struct pollfd fds[3 + MAX_CLIENTS];
-    int who[3 + MAX_CLIENTS], n = 0, timeout;
-    int64_t now = now_ms();
-    if (s->info.num_stages > 1 && s->next.fd < 0 && now >= s->next_retry_ms) try_connect_next(s);
+    int who[3 + MAX_CLIENTS], n = 0, timeout = 100;
     fds[n] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
     who[n++] = -3;
     if (s->prev.fd >= 0) {
@@ -418,20 +564,22 @@ static void loop_once(struct server *s) {
     }
     for (int i = 0; i < MAX_CLIENTS; i++) {
         if (s->clients[i].fd >= 0) {
-            fds[n] = (struct pollfd){.fd = s->clients[i].fd, .events = POLLIN};
+            short ev = POLLIN | (wire_conn_tx_pending(&s->clients[i]) ? POLLOUT : 0);
+            fds[n] = (struct pollfd){.fd = s->clients[i].fd, .events = ev};
             who[n++] = i;
         }
-    }
-    timeout = 100;
-    if (s->info.num_stages > 1 && s->next.fd < 0) {
-        int64_t wait = s->next_retry_ms - now;
-        timeout = wait < 0 ? 0 : wait < timeout ? (int)wait : timeout;
     }
     if (stage_core_has_work(s->core) || mark_buffered(s, fds, who, n)) timeout = 0;
     if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
         strata_log(STRATA_LOG_WARN, "poll: %s", strerror(errno));
     mark_buffered(s, fds, who, n);
     for (int i = 0; i < n; i++) {
+        if (who[i] >= 0 && (fds[i].revents & POLLOUT) && s->clients[who[i]].fd == fds[i].fd &&
+            wire_flush_nb(&s->clients[who[i]]) < 0) {
+            char why[1024];
+            snprintf(why, sizeof why, "send failed: %s", strata_last_error());
+            link_down(s, STAGE_LINK_CLIENT, s->client_ids[who[i]], &s->clients[who[i]], why);
+        }
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (who[i] == -3)
             take_handoffs(s);
@@ -450,11 +598,45 @@ static void loop_once(struct server *s) {
     }
     flush(s);
     keepalive(s);
+    drop_stalled(s);
     flush(s);
     drain_results(s);
     if (s->vision_rx && vision_rx_expire(s->vision_rx, now_ms()) > 0)
         strata_log(STRATA_LOG_WARN, "dropped idle vision transfers (no block for %d s)",
                    VISION_RX_DEFAULT_IDLE_MS / 1000);
+}
+
+/* SIGTERM (the first stop): accept nothing new (the listener closes; new Requests are
+ * refused with an Error naming the drain), serve the requests in flight to their end, for
+ * at most drain_timeout_ms, then return. A second signal (*stop >= 2) ends it at once.
+ * What is still in flight at the deadline fails like a closed link. */
+static void drain(struct server *s) {
+    struct stage_core_stats st;
+    int64_t start = now_ms(), deadline = start + s->opt->drain_timeout_ms;
+    stage_core_get_stats(s->core, &st);
+    atomic_store(&s->accept_close, 1);
+    if (st.active_requests == 0 || s->opt->drain_timeout_ms <= 0) return;
+    s->draining = 1;
+    strata_log(STRATA_LOG_INFO,
+               "draining: %d requests in flight (up to %d ms; a second signal "
+               "stops at once)",
+               st.active_requests, s->opt->drain_timeout_ms);
+    while (*s->stop < 2 && st.active_requests > 0 && now_ms() < deadline) {
+        loop_once(s);
+        stage_core_get_stats(s->core, &st);
+    }
+    if (st.active_requests > 0) {
+        strata_log(STRATA_LOG_WARN, "drain ended with %d requests in flight (%s)",
+                   st.active_requests, *s->stop >= 2 ? "second signal" : "--drain-timeout-ms");
+        char why[128];
+        snprintf(why, sizeof why, "stage %d shut down before the request ended (%s)",
+                 s->info.stage_index, *s->stop >= 2 ? "second signal" : "--drain-timeout-ms");
+        stage_core_on_link_down(s->core, STAGE_LINK_PREV, 0, why);
+        flush(s);
+        drain_results(s);
+    } else {
+        strata_log(STRATA_LOG_INFO, "drained in %lld ms", (long long)(now_ms() - start));
+    }
 }
 
 int stage_server_run(struct stage_core *core, const struct stage_server_options *opt,
@@ -470,7 +652,7 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->prev.fd = s->next.fd = -1;
     for (int i = 0; i < MAX_CLIENTS; i++)
         s->clients[i].fd = -1;
-    s->backoff_ms = BACKOFF_MIN_MS;
+    s->connecting_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     s->self.version_major = WIRE_VERSION_MAJOR;
     s->self.version_minor = WIRE_VERSION_MINOR;
@@ -478,6 +660,7 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     memcpy(s->self.fingerprint, opt->fingerprint, WIRE_FINGERPRINT_BYTES);
     /* The Hello announces the range the backend computes (stage_core_get_info). */
     stage_core_get_info(core, &s->info);
+    atomic_store(&s->want_next, s->info.num_stages > 1);
     s->self.stage_index = s->info.stage_index;
     s->self.layer_start = s->info.role.layer_start;
     s->self.layer_end = s->info.role.layer_end;
@@ -501,11 +684,23 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
         goto done;
     }
     s->acceptor_started = 1;
+    if (s->info.num_stages > 1) {
+        if (pthread_create(&s->connector, NULL, connector_main, s) != 0) {
+            rc = strata_set_error(STRATA_EIO, "cannot start the connector thread");
+            goto done;
+        }
+        s->connector_started = 1;
+    }
     while (!*stop)
         loop_once(s);
+    drain(s);
     rc = 0;
 done:
     atomic_store(&s->acceptor_stop, 1);
+    pthread_mutex_lock(&s->lock); /* cut a handshake with the next stage short */
+    if (s->connecting_fd >= 0) shutdown(s->connecting_fd, SHUT_RDWR);
+    pthread_mutex_unlock(&s->lock);
+    if (s->connector_started) pthread_join(s->connector, NULL);
     if (s->acceptor_started) pthread_join(s->acceptor, NULL);
     wire_listener_close(&s->listener);
     for (int i = 0; i < s->num_pending; i++)

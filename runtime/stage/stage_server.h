@@ -3,17 +3,21 @@
  * Around an I/O-free stage core (stage_core.h) it keeps:
  *   - a listening socket served by an acceptor thread, which runs the TLS handshake (when
  *     opt->tls is set; wire/tls.h) and then the Hello handshake inside it (wire/auth.h)
- *     on each new connection and hands it to the loop: the
+ *     on each new connection, all of them concurrently under deadlines, per-address caps
+ *     and a failed-handshake rate limit (stage_accept.h), and hands it to the loop: the
  *     upstream stage (stage r-1; for stage 0 the last stage closing the ring) and, on
  *     stage 0, any number of clients and vision stages (Hello role Vision: served as
  *     clients, with 1 GiB frames and their VisionBlocks assembled; stage_server_vision.h);
  *   - one persistent connection to the next stage (for the last stage: stage 0), made by
- *     the loop and re-made with exponential backoff (50 ms .. 1 s) whenever it drops.
+ *     a connector thread and re-made with exponential backoff (50 ms .. 0.5 s) whenever it
+ *     drops.
  * A poll() loop reads frames, feeds the core, runs one microbatch when there is work and
  * sends what the core queued. A connection that closes, resets or times out is reported
  * to the core, which fails every affected request with an Error that travels to the
  * client; new requests are served again once the neighbour is back.
- * The acceptor thread only handshakes; every core call happens on the loop's thread. */
+ * The acceptor and connector threads only handshake; every core call happens on the
+ * loop's thread, which never waits on one peer: reads are non-blocking with a partial
+ * frame kept per connection, and frames to clients are queued (wire_send_frame_nb). */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_SERVER_H
 #define STRATA_RUNTIME_STAGE_STAGE_SERVER_H
 
@@ -47,13 +51,16 @@ struct stage_server_options {
     const char *kv_out_path; /* write received KvBlocks here */
     const char *out_path;    /* last stage: tokens + logits of finished requests */
     enum stage_log_level log_level;
-    int io_timeout_ms;   /* send / receive-a-started-frame limit; 0 = 5000 */
-    int step_delay_ms;   /* testing: sleep before each microbatch (a slow device) */
-    int peer_timeout_ms; /* a stage link silent this long is dead (pings keep it alive); 0 = off */
+    int io_timeout_ms;    /* send / receive-a-started-frame limit; 0 = 5000 */
+    int step_delay_ms;    /* testing: sleep before each microbatch (a slow device) */
+    int peer_timeout_ms;  /* a stage link silent this long is dead (pings keep it alive); 0 = off */
+    int drain_timeout_ms; /* on stop: finish in-flight requests for at most this; 0 = none */
 };
 
-/* Runs until *stop becomes non-zero (signal handler). Returns 0, or a negative status
- * when the stage cannot run at all (listen failed). */
+/* Runs until *stop becomes non-zero (signal handler), then drains: stops accepting,
+ * refuses new requests with an Error and serves the ones in flight to their end for at
+ * most drain_timeout_ms (*stop >= 2, a second signal, cuts it short). Returns 0, or a
+ * negative status when the stage cannot run at all (listen failed). */
 int stage_server_run(struct stage_core *core, const struct stage_server_options *opt,
                      volatile sig_atomic_t *stop);
 

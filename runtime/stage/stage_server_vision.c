@@ -8,8 +8,28 @@
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 
+/* Replies go into the link's send queue (wire_send_frame_nb), as every frame to a client
+ * does, so a vision stage that stops reading holds stage 0 up no more than a client. */
+static int reply(struct wire_conn *conn, struct wire_arena *arena, size_t max_queued) {
+    return wire_send_frame_nb(conn, wire_arena_frame(arena), wire_arena_frame_len(arena),
+                              max_queued) < 0
+               ? STRATA_ECLOSED
+               : 0;
+}
+
+static int reply_error(struct wire_conn *conn, int code, uint64_t nonce, const char *why,
+                       size_t max_queued) {
+    struct wire_arena arena;
+    struct wire_error err = {code, why, nonce};
+    int rc = wire_arena_init(&arena, 1024);
+    if (rc == 0) rc = wire_build_error(&arena, &err);
+    if (rc == 0) rc = reply(conn, &arena, max_queued);
+    wire_arena_free(&arena);
+    return rc;
+}
+
 static int on_block(struct vision_rx *rx, struct wire_conn *conn, const uint8_t *frame, size_t len,
-                    int timeout_ms) {
+                    size_t max_queued) {
     struct wire_vision_block b;
     struct wire_vision_ack ack;
     struct wire_arena arena;
@@ -20,25 +40,23 @@ static int on_block(struct vision_rx *rx, struct wire_conn *conn, const uint8_t 
         char why[600];
         snprintf(why, sizeof why, "stage 0: vision transfer refused: %s", strata_last_error());
         strata_log(STRATA_LOG_WARN, "request %llu: %s", (unsigned long long)b.nonce, why);
-        return wire_send_error(conn, rc, b.nonce, why) < 0 ? STRATA_ECLOSED : 0;
+        return reply_error(conn, rc, b.nonce, why, max_queued);
     }
     strata_log(STRATA_LOG_DEBUG, "request %llu: vision block %u of %u held",
                (unsigned long long)b.nonce, b.index, b.num_blocks);
     if (wire_arena_init(&arena, 256) < 0) return STRATA_ENOMEM;
     rc = wire_build_vision_ack(&arena, &ack);
-    if (rc == 0)
-        rc = wire_send_frame(conn, wire_arena_frame(&arena), wire_arena_frame_len(&arena),
-                             timeout_ms);
+    if (rc == 0) rc = reply(conn, &arena, max_queued);
     wire_arena_free(&arena);
-    return rc < 0 ? STRATA_ECLOSED : 0;
+    return rc;
 }
 
 int stage_vision_on_frame(struct vision_rx *rx, struct stage_core *core, struct wire_conn *conn,
-                          uint32_t client_id, const uint8_t *frame, size_t len, int timeout_ms) {
+                          uint32_t client_id, const uint8_t *frame, size_t len, size_t max_queued) {
     enum wire_kind kind;
     int rc = wire_verify(&kind, NULL, frame, len);
     if (rc < 0) return rc;
-    if (kind == WIRE_KIND_VISION_BLOCK) return on_block(rx, conn, frame, len, timeout_ms);
+    if (kind == WIRE_KIND_VISION_BLOCK) return on_block(rx, conn, frame, len, max_queued);
     if (kind != WIRE_KIND_REQUEST)
         return stage_core_on_frame(core, STAGE_LINK_CLIENT, client_id, frame, len);
     struct wire_request req;
@@ -55,7 +73,7 @@ int stage_vision_on_frame(struct vision_rx *rx, struct stage_core *core, struct 
     } else {
         char why[600];
         snprintf(why, sizeof why, "stage 0: %s", strata_last_error());
-        rc = wire_send_error(conn, rc, req.nonce, why) < 0 ? STRATA_ECLOSED : 0;
+        rc = reply_error(conn, rc, req.nonce, why, max_queued);
     }
     wire_arena_free(&arena);
     return rc;

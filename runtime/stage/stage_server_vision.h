@@ -18,9 +18,10 @@
 
 /* Handles one frame from vision link `client_id` (conn): a VisionBlock is assembled and
  * acknowledged (a refused block gets an Error with its nonce); a Request takes its
- * assembled tensors; everything else goes to the core as a client frame. Returns what
- * stage_core_on_frame returns (negative: drop the link). */
+ * assembled tensors; everything else goes to the core as a client frame. Replies go into
+ * the conn's send queue (wire_send_frame_nb, at most max_queued bytes waiting). Returns
+ * what stage_core_on_frame returns (negative: drop the link). */
 int stage_vision_on_frame(struct vision_rx *rx, struct stage_core *core, struct wire_conn *conn,
-                          uint32_t client_id, const uint8_t *frame, size_t len, int timeout_ms);
+                          uint32_t client_id, const uint8_t *frame, size_t len, size_t max_queued);
 
 #endif

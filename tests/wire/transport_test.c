@@ -1,7 +1,10 @@
 /* Loopback tests of the framed transport and the Hello handshake: large and trickled
  * frames, max-frame refusal before allocation, read/connect timeouts, refused connects,
  * peer closes, HMAC authentication (success, wrong key, missing key, fingerprint
- * mismatch) and the Error frame sent on a protocol violation. Fast enough to run under
+ * mismatch), the Error frame sent on a protocol violation, the non-blocking receive
+ * (partial frames kept per conn, buffers growing with the bytes that came), the queued
+ * non-blocking send (in order with blocking sends, refused past its limit) and the 2 KiB
+ * cap on frames before authentication. Fast enough to run under
  * ASan in the default test pass. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -413,6 +416,154 @@ static void protocol_violation_gets_error_frame(void **state) {
     wire_listener_close(&server.listener);
 }
 
+/* wire_recv_frame_nb: a frame arriving in pieces is kept in the conn between calls, never
+ * waited for; the buffer grows with the bytes that arrived, not with the announced length. */
+static void nonblocking_receive_keeps_partial_frames(void **state) {
+    (void)state;
+    struct wire_listener listener;
+    struct wire_conn conn;
+    const uint8_t *frame;
+    size_t len;
+    assert_int_equal(wire_listen(&listener, NULL, 0), 0);
+    int fd = raw_connect(listener.port);
+    assert_int_equal(wire_accept(&conn, &listener, 0, TIMEOUT_MS), 0);
+    int64_t start = now_ms();
+    assert_int_equal(wire_recv_frame_nb(&conn, &frame, &len), WIRE_RECV_PENDING);
+    assert_true(now_ms() - start < 100); /* nothing there: returns at once */
+    assert_int_equal(wire_conn_partial_since(&conn), 0);
+    uint8_t bytes[4 + 100] = {100, 0, 0, 0};
+    for (int i = 0; i < 100; ++i)
+        bytes[4 + i] = (uint8_t)(7 * i);
+    raw_send(fd, bytes, 2); /* half a prefix */
+    usleep(20000);
+    assert_int_equal(wire_recv_frame_nb(&conn, &frame, &len), WIRE_RECV_PENDING);
+    assert_true(wire_conn_partial_since(&conn) > 0);
+    raw_send(fd, bytes + 2, 12); /* the rest of the prefix and 10 bytes */
+    usleep(20000);
+    assert_int_equal(wire_recv_frame_nb(&conn, &frame, &len), WIRE_RECV_PENDING);
+    assert_int_equal(conn.rx_have, 10);
+    raw_send(fd, bytes + 14, sizeof bytes - 14);
+    usleep(20000);
+    assert_int_equal(wire_recv_frame_nb(&conn, &frame, &len), 0);
+    assert_int_equal(len, 100);
+    assert_memory_equal(frame, bytes + 4, 100);
+    assert_int_equal(wire_conn_partial_since(&conn), 0);
+    /* 512 MiB announced (allowed: max_frame is 1 GiB), 1000 bytes sent: 64 KiB held. */
+    const uint8_t big[4] = {0, 0, 0, 0x20};
+    uint8_t some[1000];
+    memset(some, 0x5a, sizeof some);
+    raw_send(fd, big, 4);
+    raw_send(fd, some, sizeof some);
+    usleep(20000);
+    assert_int_equal(wire_recv_frame_nb(&conn, &frame, &len), WIRE_RECV_PENDING);
+    assert_int_equal(conn.rx_have, 1000);
+    assert_true(conn.rx_cap <= (64u << 10));
+    close(fd);
+    usleep(20000);
+    assert_int_equal(wire_recv_frame_nb(&conn, &frame, &len), STRATA_ECLOSED);
+    assert_non_null(strstr(strata_last_error(), "1000 bytes into a 536870912-byte frame"));
+    wire_close(&conn);
+    wire_listener_close(&listener);
+}
+
+/* Before the handshake is through, a peer is held to WIRE_HANDSHAKE_MAX_FRAME on both
+ * sides, whatever the conn allows afterwards: a 1 GiB announcement allocates nothing. */
+static void handshake_frames_capped_before_authentication(void **state) {
+    (void)state;
+    struct wire_listener listener;
+    struct wire_conn conn;
+    struct wire_hello self, peer;
+    struct wire_auth_key key;
+    const uint8_t gib[4] = {0, 0, 0, 0x40};
+    make_key(&key, "correct horse battery staple");
+    make_hello(&self, 1, 0xab);
+    assert_int_equal(wire_listen(&listener, NULL, 0), 0);
+    /* Server side: the client announces 1 GiB instead of its Hello. */
+    int fd = raw_connect(listener.port);
+    assert_int_equal(wire_accept(&conn, &listener, 0, TIMEOUT_MS), 0);
+    assert_int_equal(conn.max_frame, WIRE_DEFAULT_MAX_FRAME);
+    raw_send(fd, gib, 4);
+    assert_int_equal(wire_handshake_server(&peer, &conn, &self, &key, TIMEOUT_MS), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "announced a frame of 1073741824 bytes (allowed "
+                                                "1..2048)"));
+    assert_int_equal(conn.rx_cap, 0);
+    assert_int_equal(conn.max_frame, WIRE_DEFAULT_MAX_FRAME); /* restored */
+    wire_close(&conn);
+    close(fd);
+    /* Client side: the "server" announces 1 GiB instead of its Hello. */
+    struct wire_conn client, server_side;
+    assert_int_equal(wire_connect(&client, NULL, listener.port, 0, TIMEOUT_MS), 0);
+    assert_int_equal(wire_accept(&server_side, &listener, 0, TIMEOUT_MS), 0);
+    raw_send(server_side.fd, gib, 4);
+    assert_int_equal(wire_handshake_client(&peer, &client, &self, &key, TIMEOUT_MS),
+                     STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "(allowed 1..2048)"));
+    assert_int_equal(client.rx_cap, 0);
+    wire_close(&client);
+    wire_close(&server_side);
+    wire_listener_close(&listener);
+}
+
+struct reader {
+    struct wire_conn *conn;
+    int frames, in_order;
+};
+
+/* Reads frames of 32 KiB whose bytes are their index, until the sender closes. */
+static void *reader_main(void *arg) {
+    struct reader *r = arg;
+    const uint8_t *frame;
+    size_t len;
+    r->in_order = 1;
+    while (wire_recv_frame(r->conn, &frame, &len, TIMEOUT_MS) == 0) {
+        if (len != (32u << 10) || frame[0] != (uint8_t)r->frames || frame[len - 1] != frame[0])
+            r->in_order = 0;
+        r->frames++;
+    }
+    return NULL;
+}
+
+/* wire_send_frame_nb: to a peer that does not read, frames queue in the conn and the call
+ * returns at once; a later blocking send goes after the queue; past max_queued the peer is
+ * refused (STRATA_EBUSY). */
+static void queued_sends_never_wait(void **state) {
+    (void)state;
+    struct wire_listener listener;
+    struct wire_conn sender, receiver;
+    static uint8_t frame[32u << 10];
+    int small = 65536; /* far below 1.25 MiB; not so small that delayed ACKs crawl */
+    assert_int_equal(wire_listen(&listener, NULL, 0), 0);
+    assert_int_equal(wire_connect(&sender, NULL, listener.port, 0, TIMEOUT_MS), 0);
+    assert_int_equal(wire_accept(&receiver, &listener, 0, TIMEOUT_MS), 0);
+    setsockopt(sender.fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
+    setsockopt(receiver.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    int64_t start = now_ms();
+    for (int i = 0; i < 40; i++) {
+        memset(frame, i, sizeof frame);
+        assert_int_equal(wire_send_frame_nb(&sender, frame, sizeof frame, 4u << 20), 0);
+    }
+    assert_true(now_ms() - start < 500);
+    assert_true(wire_conn_tx_pending(&sender) > 0); /* 1.25 MiB cannot all be in flight */
+    assert_true(wire_conn_tx_waiting_since(&sender) > 0);
+    struct reader r = {&receiver, 0, 0};
+    pthread_t thread;
+    assert_int_equal(pthread_create(&thread, NULL, reader_main, &r), 0);
+    memset(frame, 40, sizeof frame);
+    assert_int_equal(wire_send_frame(&sender, frame, sizeof frame, TIMEOUT_MS), 0);
+    assert_int_equal(wire_conn_tx_pending(&sender), 0);
+    assert_int_equal(wire_conn_tx_waiting_since(&sender), 0);
+    /* A queue limit smaller than the frame: the peer counts as not reading. */
+    assert_int_equal(wire_send_frame_nb(&sender, frame, 100, 50), STRATA_EBUSY);
+    assert_non_null(strstr(strata_last_error(), "does not read"));
+    assert_true(sender.broken);
+    wire_close(&sender);
+    pthread_join(thread, NULL);
+    assert_int_equal(r.frames, 41);
+    assert_true(r.in_order);
+    wire_close(&receiver);
+    wire_listener_close(&listener);
+}
+
 static void auth_key_sources(void **state) {
     (void)state;
     struct wire_auth_key key;
@@ -460,6 +611,9 @@ int main(void) {
         cmocka_unit_test(handshake_refuses_wrong_or_missing_key),
         cmocka_unit_test(protocol_violation_gets_error_frame),
         cmocka_unit_test(auth_key_sources),
+        cmocka_unit_test(nonblocking_receive_keeps_partial_frames),
+        cmocka_unit_test(handshake_frames_capped_before_authentication),
+        cmocka_unit_test(queued_sends_never_wait),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

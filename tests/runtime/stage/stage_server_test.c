@@ -4,7 +4,17 @@
  * connection-level Error (nonce 0, surfaced as REQUEST_EVENT_CONNECTION_ERROR) and close the
  * connection, while other clients keep being served. The same server on TLS 1.3 with a
  * pre-shared key serves a TLS client the golden tokens and refuses a plaintext client and a
- * client with another key. */
+ * client with another key.
+ * Issue 15's attacks, in process: hundreds of idle or trickling connections, a client
+ * stalled mid-frame and a 1 GiB announcement before the Hello do not delay a real client;
+ * control frames from a client get an immediate Error; wrong-key handshakes from one
+ * address are cut off after a burst while other addresses are served; SIGTERM (the stop
+ * flag) drains: the request in flight ends with the golden tokens, a new one is refused,
+ * new connections are refused, and the server returns. */
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -14,11 +24,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/client.h"
 #include "runtime/stage/stage_server.h"
@@ -33,6 +45,7 @@ static pthread_t server_thread;
 static char port_file[1024];
 static int port;
 static struct wire_tls *server_tls; /* NULL for the plaintext group */
+static int drain_delay_ms;          /* step delay for the drain group */
 
 static struct wire_tls *psk_tls(const char *text) {
     struct wire_auth_key key = {0};
@@ -68,6 +81,8 @@ static int setup(void **state) {
     server_opt.port_file = port_file;
     server_opt.key = &no_key;
     server_opt.tls = server_tls;
+    server_opt.step_delay_ms = drain_delay_ms;
+    server_opt.drain_timeout_ms = 10000;
     port = 0;
     stop_flag = 0;
     server_opt.log_level = STAGE_LOG_ERROR;
@@ -101,6 +116,13 @@ static int teardown(void **state) {
     wire_tls_free(server_tls);
     server_tls = NULL;
     return 0;
+}
+
+static int setup_drain(void **state) {
+    drain_delay_ms = 20;
+    int rc = setup(state);
+    drain_delay_ms = 0;
+    return rc;
 }
 
 static int setup_tls(void **state) {
@@ -240,17 +262,250 @@ static void test_tls_refuses_wrong_key_and_plaintext(void **state) {
     test_requests_over_tls(state);
 }
 
+static int64_t ms_now(void) {
+    return cli_now_ns() / 1000000;
+}
+
+/* A plain TCP socket to the server from local address `src` (NULL = any), blocking. */
+static int raw_connect_from(const char *src) {
+    struct sockaddr_in to = {0}, from = {0};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    if (src) {
+        from.sin_family = AF_INET;
+        inet_pton(AF_INET, src, &from.sin_addr);
+        assert_int_equal(bind(fd, (struct sockaddr *)&from, sizeof from), 0);
+    }
+    to.sin_family = AF_INET;
+    to.sin_port = htons((uint16_t)port);
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&to, sizeof to), 0);
+    return fd;
+}
+
+/* One golden request on a fresh connection; returns the milliseconds it took. */
+static int64_t timed_request(uint64_t nonce) {
+    struct strata_client client;
+    struct stage_request req;
+    int32_t tokens[64];
+    int64_t start = ms_now();
+    assert_int_equal(client_connect(&client, "127.0.0.1", port, &no_key, 2000), 0);
+    tp_request(&req, nonce, golden.prompt, golden.prompt_len, golden.n_steps);
+    assert_int_equal(client_submit(&client, &req), 0);
+    assert_int_equal(collect(&client, nonce, tokens, 64), golden.n_steps);
+    assert_memory_equal(tokens, golden.generated, sizeof(int32_t) * (size_t)golden.n_steps);
+    client_close(&client);
+    return ms_now() - start;
+}
+
+/* Before issue 15 two idle connections made every client time out (one acceptor thread
+ * handshaking serially, 3 s each). Now 300 idle and 100 trickling ones (from this address
+ * and from 127.0.0.2) leave a real client's request in the milliseconds. */
+static void test_idle_connections_do_not_delay_clients(void **state) {
+    enum { IDLE = 300, TRICKLE = 100 };
+    int fds[IDLE + TRICKLE];
+    (void)state;
+    for (int i = 0; i < IDLE + TRICKLE; i++)
+        fds[i] = raw_connect_from(i % 2 ? "127.0.0.2" : NULL);
+    for (int round = 0; round < 3; round++) {
+        for (int i = IDLE; i < IDLE + TRICKLE; i++)
+            (void)!send(fds[i], "\x16", 1, MSG_NOSIGNAL);
+        int64_t took = timed_request(100 + (uint64_t)round);
+        print_message("request with %d idle + %d trickling connections: %lld ms\n", IDLE, TRICKLE,
+                      (long long)took);
+        assert_true(took < 1000);
+    }
+    for (int i = 0; i < IDLE + TRICKLE; i++)
+        close(fds[i]);
+}
+
+/* A client that sends 5 bytes of a frame and stalls held stage 0's loop for 5 s; now its
+ * bytes wait in its own buffer. A 1 GiB announcement before the Hello is refused from its
+ * length prefix (the stage closes the connection at once). */
+static void test_stalled_and_oversized_frames_hold_no_one(void **state) {
+    struct strata_client staller;
+    const uint8_t five[5] = {100, 0, 0, 0, 1}, gib[4] = {0, 0, 0, 0x40};
+    char buf[4096];
+    (void)state;
+    assert_int_equal(client_connect(&staller, "127.0.0.1", port, &no_key, 2000), 0);
+    assert_int_equal(send(staller.conn.fd, five, 5, MSG_NOSIGNAL), 5);
+    for (int i = 0; i < 3; i++)
+        assert_true(timed_request(200 + (uint64_t)i) < 1000);
+    int fd = raw_connect_from(NULL);
+    int64_t start = ms_now();
+    assert_int_equal(send(fd, gib, 4, MSG_NOSIGNAL), 4);
+    struct pollfd p = {fd, POLLIN, 0};
+    ssize_t r = 1;
+    while (r > 0 && ms_now() - start < 2000 && poll(&p, 1, 2000) == 1)
+        r = recv(fd, buf, sizeof buf, 0); /* the Hello, an Error, then the close */
+    assert_true(r <= 0);
+    assert_true(ms_now() - start < 1000);
+    close(fd);
+    client_close(&staller);
+}
+
+/* Ping / Drain from a client: the client used to wait for a reply that never came. */
+static void test_control_frames_from_clients_get_an_error(void **state) {
+    struct strata_client client;
+    struct wire_arena arena;
+    const uint8_t *frame;
+    size_t len;
+    struct wire_error err;
+    enum wire_control_kind kinds[3] = {WIRE_CONTROL_DRAIN, WIRE_CONTROL_PING,
+                                       WIRE_CONTROL_SHUTDOWN};
+    (void)state;
+    assert_int_equal(client_connect(&client, "127.0.0.1", port, &no_key, 2000), 0);
+    assert_int_equal(wire_arena_init(&arena, 256), 0);
+    for (int i = 0; i < 3; i++) {
+        struct wire_control msg = {.kind = kinds[i], .nonce = 40 + (uint64_t)i, .seq = 1};
+        int64_t start = ms_now();
+        assert_int_equal(wire_build_control(&arena, &msg), 0);
+        assert_int_equal(wire_send_frame(&client.conn, wire_arena_frame(&arena),
+                                         wire_arena_frame_len(&arena), 1000),
+                         0);
+        assert_int_equal(wire_recv_frame(&client.conn, &frame, &len, 1000), 0);
+        assert_true(ms_now() - start < 500);
+        assert_int_equal(wire_read_error(&err, frame, len), 0);
+        assert_int_equal(err.code, STRATA_EINVAL);
+        assert_true(err.nonce == 40 + (uint64_t)i);
+        assert_non_null(strstr(err.message, "not accepted from clients"));
+    }
+    wire_arena_free(&arena);
+    client_close(&client);
+    assert_true(timed_request(300) < 1000); /* the connection's refusal harmed nothing */
+}
+
+/* Wrong-key TLS handshakes from 127.0.0.3, every other one half-closed after its
+ * ClientHello: after a burst the stage stops running them (closes unanswered); a client
+ * from 127.0.0.1 with the key is served meanwhile. */
+static void test_failed_handshakes_are_rate_limited(void **state) {
+    struct wire_tls *wrong = psk_tls("another-key-that-does-not-match!");
+    int refused = 0, dropped = 0;
+    int64_t start = ms_now();
+    (void)state;
+    assert_non_null(wrong);
+    for (int i = 0; i < 40; i++) {
+        struct wire_conn conn;
+        memset(&conn, 0, sizeof conn);
+        conn.fd = raw_connect_from("127.0.0.3");
+        conn.open = 1;
+        conn.max_frame = WIRE_HANDSHAKE_MAX_FRAME;
+        snprintf(conn.peer, sizeof conn.peer, "stage 0");
+        fcntl(conn.fd, F_SETFL, fcntl(conn.fd, F_GETFL, 0) | O_NONBLOCK);
+        int rc;
+        if (i % 2) {
+            /* Half-closed after the ClientHello: the verdict can still be read, so the
+             * refusal must count although the stage sees the peer's side closed. */
+            short events;
+            assert_int_equal(wire_tls_start(&conn, wrong, 0), 0);
+            rc = wire_tls_step(&conn, wrong, &events); /* the ClientHello goes out */
+            if (rc == WIRE_TLS_PENDING) shutdown(conn.fd, SHUT_WR);
+            while (rc == WIRE_TLS_PENDING) {
+                struct pollfd p = {conn.fd, events, 0};
+                poll(&p, 1, 2000);
+                rc = wire_tls_step(&conn, wrong, &events);
+            }
+        } else {
+            rc = wire_tls_connect(&conn, wrong, 2000);
+        }
+        if (rc == 0) {
+            const uint8_t *frame;
+            size_t len;
+            rc = wire_recv_frame(&conn, &frame, &len, 2000);
+        }
+        assert_true(rc < 0);
+        if (strstr(strata_last_error(), "alert"))
+            refused++; /* the stage ran the handshake and refused the key */
+        else
+            dropped++;
+        wire_close(&conn);
+    }
+    print_message("wrong-key handshakes: %d refused by TLS, %d closed unanswered\n", refused,
+                  dropped);
+    /* The stage's bucket: a burst of 10, then 2 per second (stage_accept.h's defaults). */
+    int64_t allowed = 10 + 2 * (ms_now() - start) / 1000 + 1;
+    print_message("(allowed %lld in %lld ms)\n", (long long)allowed, (long long)(ms_now() - start));
+    assert_true(refused >= 5 && refused <= allowed);
+    assert_true(dropped >= 25);
+    wire_tls_free(wrong);
+    test_requests_over_tls(state); /* another address is not affected */
+}
+
+static struct strata_client drain_other;
+static int drain_other_error;
+
+/* SIGTERM mid-request: the request in flight finishes with the golden tokens; a new
+ * request (on a connection made before) gets an Error naming the drain; a new connection
+ * is refused; then the server returns by itself. */
+static void test_sigterm_drains(void **state) {
+    struct strata_client client;
+    struct stage_request req;
+    struct request_event ev;
+    int32_t tokens[64];
+    int n = 0;
+    (void)state;
+    assert_int_equal(client_connect(&client, "127.0.0.1", port, &no_key, 2000), 0);
+    assert_int_equal(client_connect(&drain_other, "127.0.0.1", port, &no_key, 2000), 0);
+    tp_request(&req, 500, golden.prompt, golden.prompt_len, golden.n_steps);
+    assert_int_equal(client_submit(&client, &req), 0);
+    assert_int_equal(client_next_event(&client, &ev, 5000), 0);
+    assert_int_equal(ev.kind, REQUEST_EVENT_TOKEN);
+    tokens[n++] = ev.token;
+    pthread_kill(server_thread, SIGUSR1); /* strata-stage's SIGTERM sets the same flag */
+    nanosleep(&(struct timespec){.tv_nsec = 50000000}, NULL);
+    tp_request(&req, 501, golden.prompt, golden.prompt_len, 2);
+    assert_int_equal(client_submit(&drain_other, &req), 0);
+    assert_int_equal(client_next_event(&drain_other, &ev, 5000), 0);
+    assert_int_equal(ev.kind, REQUEST_EVENT_ERROR);
+    assert_true(ev.nonce == 501);
+    assert_non_null(strstr(ev.message, "draining"));
+    drain_other_error = 1;
+    struct strata_client late;
+    assert_true(client_connect(&late, "127.0.0.1", port, &no_key, 1000) < 0);
+    client_close(&late);
+    while (n < golden.n_steps) {
+        assert_int_equal(client_next_event(&client, &ev, 5000), 0);
+        assert_int_equal(ev.kind, REQUEST_EVENT_TOKEN);
+        tokens[n++] = ev.token;
+    }
+    assert_memory_equal(tokens, golden.generated, sizeof(int32_t) * (size_t)golden.n_steps);
+    pthread_join(server_thread, NULL); /* returns once drained */
+    server_thread = pthread_self();
+    client_close(&client);
+    client_close(&drain_other);
+}
+
+static int teardown_drain(void **state) {
+    (void)state;
+    if (!pthread_equal(server_thread, pthread_self())) {
+        pthread_kill(server_thread, SIGUSR1);
+        pthread_join(server_thread, NULL);
+    }
+    tp_pipeline_free(&pipe_one);
+    tp_golden_free(&golden);
+    unlink(port_file);
+    return 0;
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_over_tcp),
         cmocka_unit_test(test_hello_announces_the_backend_range),
         cmocka_unit_test(test_reserved_nonce_is_a_connection_error),
+        cmocka_unit_test(test_idle_connections_do_not_delay_clients),
+        cmocka_unit_test(test_stalled_and_oversized_frames_hold_no_one),
+        cmocka_unit_test(test_control_frames_from_clients_get_an_error),
     };
     const struct CMUnitTest tls_tests[] = {
         cmocka_unit_test(test_requests_over_tls),
         cmocka_unit_test(test_tls_refuses_wrong_key_and_plaintext),
+        cmocka_unit_test(test_failed_handshakes_are_rate_limited),
+    };
+    const struct CMUnitTest drain_tests[] = {
+        cmocka_unit_test(test_sigterm_drains),
     };
     signal(SIGPIPE, SIG_IGN);
     int failed = cmocka_run_group_tests_name("plaintext", tests, setup, teardown);
-    return failed + cmocka_run_group_tests_name("tls_psk", tls_tests, setup_tls, teardown);
+    failed += cmocka_run_group_tests_name("tls_psk", tls_tests, setup_tls, teardown);
+    return failed + cmocka_run_group_tests_name("drain", drain_tests, setup_drain, teardown_drain);
 }

@@ -1,0 +1,354 @@
+/* Concurrent, bounded handshakes for a stage's listener; see stage_accept.h for why one
+ * poll()-driven thread and for the limits. */
+#include "runtime/stage/stage_accept.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/cli.h"
+#include "runtime/base/log.h"
+#include "runtime/base/status.h"
+
+#define SUMMARY_EVERY_MS 10000
+#define HANDSHAKE_SEND_TIMEOUT_MS 500 /* a Hello into a fresh socket's empty send buffer */
+#define ACCEPTS_PER_WAKE 128
+
+static int64_t now_ms(void) {
+    return cli_now_ns() / 1000000;
+}
+
+/* ---- per-address accounting ---- */
+
+int stage_addr_table_init(struct stage_addr_table *t, int capacity, int fail_burst,
+                          double fail_per_s) {
+    memset(t, 0, sizeof *t);
+    t->entries = calloc((size_t)capacity, sizeof *t->entries);
+    if (!t->entries) return strata_set_error(STRATA_ENOMEM, "accept: out of memory");
+    t->capacity = capacity;
+    t->fail_burst = fail_burst;
+    t->fail_per_s = fail_per_s;
+    return 0;
+}
+
+void stage_addr_table_free(struct stage_addr_table *t) {
+    if (!t) return;
+    free(t->entries);
+    memset(t, 0, sizeof *t);
+}
+
+/* "host:port" -> "host" (IPv6 peers are written without brackets: the last ':' is the
+ * port's). */
+static void addr_of(char *out, const char *peer) {
+    const char *colon = strrchr(peer, ':');
+    size_t n = colon ? (size_t)(colon - peer) : strlen(peer);
+    if (n >= STAGE_ADDR_LEN) n = STAGE_ADDR_LEN - 1;
+    memcpy(out, peer, n);
+    out[n] = '\0';
+}
+
+struct stage_addr_entry *stage_addr_lookup(struct stage_addr_table *t, const char *peer,
+                                           int64_t now) {
+    char addr[STAGE_ADDR_LEN];
+    struct stage_addr_entry *reuse = NULL;
+    addr_of(addr, peer);
+    for (int i = 0; i < t->capacity; i++) {
+        struct stage_addr_entry *e = &t->entries[i];
+        if (e->addr[0] && strcmp(e->addr, addr) == 0) {
+            e->used_ms = now;
+            return e;
+        }
+        if (e->handshaking == 0 &&
+            (!reuse || !e->addr[0] || (reuse->addr[0] && e->used_ms < reuse->used_ms)))
+            reuse = e;
+    }
+    if (!reuse) return NULL;
+    memset(reuse, 0, sizeof *reuse);
+    snprintf(reuse->addr, sizeof reuse->addr, "%s", addr);
+    reuse->tokens = t->fail_burst;
+    reuse->refill_ms = reuse->used_ms = now;
+    return reuse;
+}
+
+static void refill(struct stage_addr_table *t, struct stage_addr_entry *e, int64_t now) {
+    if (now > e->refill_ms) {
+        e->tokens += (double)(now - e->refill_ms) * t->fail_per_s / 1000.0;
+        if (e->tokens > t->fail_burst) e->tokens = t->fail_burst;
+    }
+    e->refill_ms = now;
+}
+
+int stage_addr_allowed(struct stage_addr_table *t, struct stage_addr_entry *e, int64_t now) {
+    refill(t, e, now);
+    return e->tokens >= 1.0;
+}
+
+void stage_addr_failed(struct stage_addr_table *t, struct stage_addr_entry *e, int64_t now) {
+    refill(t, e, now);
+    e->tokens = e->tokens >= 1.0 ? e->tokens - 1.0 : 0.0;
+    e->failed++;
+}
+
+/* ---- the handshake table ---- */
+
+enum hs_state { HS_FREE = 0, HS_TLS, HS_HELLO };
+
+struct pending {
+    enum hs_state state;
+    short events; /* what the handshake waits for */
+    struct wire_conn conn;
+    struct wire_handshake hs;
+    int64_t started_ms, deadline_ms;
+    struct stage_addr_entry *addr;
+};
+
+struct acceptor {
+    struct stage_accept_options o; /* with defaults filled in */
+    struct stage_addr_table table;
+    struct pending *slots; /* [o.max_handshakes] */
+    int active;
+    struct pollfd *fds; /* [1 + max_handshakes] */
+    int *who;
+    stage_accept_deliver deliver;
+    void *ctx;
+    uint64_t timed_out, replaced; /* since the last summary */
+    int64_t summary_ms;
+};
+
+static void release(struct acceptor *a, struct pending *p, int close_conn) {
+    if (close_conn) wire_close(&p->conn);
+    if (p->addr) p->addr->handshaking--;
+    memset(p, 0, sizeof *p);
+    p->conn.fd = -1;
+    a->active--;
+}
+
+/* Logs a refused handshake; counts it against the address unless the peer only went away
+ * or ran out of time: an idle, trickling or closed connection proves no key wrong. What
+ * TLS or the Hello refused (a wrong binder, proof, certificate or frame) counts even when
+ * the peer has closed its side since (a half-closed guesser still reads the verdict). */
+static void refuse(struct acceptor *a, struct pending *p, int rc, int64_t now) {
+    int quiet = rc == STRATA_ETIMEOUT || rc == STRATA_ECLOSED;
+    if (quiet) {
+        strata_log(STRATA_LOG_DEBUG, "connection from %s ended before its handshake: %s",
+                   p->conn.peer, strata_last_error());
+    } else {
+        stage_addr_failed(&a->table, p->addr, now);
+        strata_log(STRATA_LOG_WARN, "refused connection from %s: %s", p->conn.peer,
+                   strata_last_error());
+    }
+    release(a, p, 1);
+}
+
+/* Advances one handshake as far as its bytes allow. */
+static void advance(struct acceptor *a, struct pending *p, int64_t now) {
+    for (;;) {
+        int rc;
+        if (p->state == HS_TLS) {
+            rc = wire_tls_step(&p->conn, a->o.tls, &p->events);
+            if (rc == WIRE_TLS_PENDING) return;
+            if (rc == 0)
+                rc = wire_handshake_server_start(&p->hs, &p->conn, &a->o.self, a->o.key,
+                                                 HANDSHAKE_SEND_TIMEOUT_MS);
+            if (rc < 0) {
+                refuse(a, p, rc, now);
+                return;
+            }
+            p->state = HS_HELLO;
+            p->events = POLLIN;
+            continue;
+        }
+        const uint8_t *frame;
+        size_t len;
+        struct wire_hello peer;
+        rc = wire_recv_frame_nb(&p->conn, &frame, &len);
+        if (rc == WIRE_RECV_PENDING) {
+            p->events = POLLIN;
+            return;
+        }
+        if (rc == 0)
+            rc = wire_handshake_server_finish(&p->hs, &peer, &p->conn, frame, len,
+                                              HANDSHAKE_SEND_TIMEOUT_MS);
+        if (rc < 0) {
+            refuse(a, p, rc, now);
+            return;
+        }
+        a->deliver(a->ctx, &p->conn, &peer); /* the taker owns the conn now */
+        release(a, p, 0);
+        return;
+    }
+}
+
+/* The oldest pending handshake, of one address or of all (addr NULL). */
+static struct pending *oldest(struct acceptor *a, const struct stage_addr_entry *addr) {
+    struct pending *best = NULL;
+    for (int i = 0; i < a->o.max_handshakes; i++) {
+        struct pending *p = &a->slots[i];
+        if (p->state != HS_FREE && (!addr || p->addr == addr) &&
+            (!best || p->started_ms < best->started_ms))
+            best = p;
+    }
+    return best;
+}
+
+static void summarize_drops(struct stage_addr_entry *e, int64_t now) {
+    if (e->summary_ms && now - e->summary_ms < SUMMARY_EVERY_MS) return;
+    strata_log(STRATA_LOG_WARN,
+               "rate-limiting %s: %llu failed handshakes, %llu connections closed unanswered "
+               "since the last such line (failures allowed: a burst, then a few per second)",
+               e->addr, (unsigned long long)e->failed, (unsigned long long)e->dropped);
+    e->failed = e->dropped = 0;
+    e->summary_ms = now;
+}
+
+/* Takes one accepted connection into the table (or refuses it by the limits). */
+static void admit(struct acceptor *a, struct wire_conn *conn, int64_t now) {
+    struct stage_addr_entry *e = stage_addr_lookup(&a->table, conn->peer, now);
+    struct pending *p = NULL;
+    if (e && !stage_addr_allowed(&a->table, e, now)) {
+        e->dropped++;
+        summarize_drops(e, now);
+        wire_close(conn);
+        return;
+    }
+    if (e && e->handshaking >= a->o.max_per_address) p = oldest(a, e);
+    if (!p && a->active >= a->o.max_handshakes) p = oldest(a, NULL);
+    if (p) {
+        a->replaced++;
+        release(a, p, 1);
+    }
+    if (!e) e = stage_addr_lookup(&a->table, conn->peer, now); /* a slot freed above */
+    for (int i = 0; !p && i < a->o.max_handshakes; i++)
+        if (a->slots[i].state == HS_FREE) p = &a->slots[i];
+    if (!e || !p) {
+        wire_close(conn);
+        return;
+    }
+    p->conn = *conn;
+    p->addr = e;
+    e->handshaking++;
+    a->active++;
+    p->started_ms = now;
+    p->deadline_ms = now + a->o.handshake_timeout_ms;
+    int rc = a->o.tls ? wire_tls_start(&p->conn, a->o.tls, 1)
+                      : wire_handshake_server_start(&p->hs, &p->conn, &a->o.self, a->o.key,
+                                                    HANDSHAKE_SEND_TIMEOUT_MS);
+    p->state = a->o.tls ? HS_TLS : HS_HELLO;
+    if (rc < 0)
+        refuse(a, p, rc, now);
+    else
+        advance(a, p, now);
+}
+
+static void accept_ready(struct acceptor *a, int64_t now) {
+    for (int k = 0; k < ACCEPTS_PER_WAKE; k++) {
+        struct wire_conn conn;
+        int rc = wire_accept(&conn, a->o.listener, WIRE_HANDSHAKE_MAX_FRAME, 0);
+        if (rc == STRATA_ETIMEOUT) return;
+        if (rc < 0) {
+            strata_log(STRATA_LOG_WARN, "accept failed: %s", strata_last_error());
+            return; /* e.g. out of descriptors: poll() again rather than spin */
+        }
+        admit(a, &conn, now);
+    }
+}
+
+static void expire(struct acceptor *a, int64_t now) {
+    for (int i = 0; i < a->o.max_handshakes; i++) {
+        struct pending *p = &a->slots[i];
+        if (p->state == HS_FREE || now < p->deadline_ms) continue;
+        strata_log(STRATA_LOG_DEBUG, "handshake with %s timed out after %d ms", p->conn.peer,
+                   a->o.handshake_timeout_ms);
+        a->timed_out++;
+        release(a, p, 1);
+    }
+    if ((a->timed_out || a->replaced) && now - a->summary_ms >= SUMMARY_EVERY_MS) {
+        strata_log(STRATA_LOG_INFO,
+                   "handshakes dropped: %llu past their %d ms deadline, %llu replaced by newer "
+                   "connections (at most %d at once, %d per address)",
+                   (unsigned long long)a->timed_out, a->o.handshake_timeout_ms,
+                   (unsigned long long)a->replaced, a->o.max_handshakes, a->o.max_per_address);
+        a->timed_out = a->replaced = 0;
+        a->summary_ms = now;
+    }
+}
+
+/* One poll over the listener and every pending handshake, then the work it found. */
+static void poll_once(struct acceptor *a) {
+    int n = 0, timeout = 100;
+    int64_t now = now_ms();
+    if (a->o.listener->fd >= 0) {
+        a->fds[n] = (struct pollfd){.fd = a->o.listener->fd, .events = POLLIN};
+        a->who[n++] = -1;
+    }
+    for (int i = 0; i < a->o.max_handshakes; i++) {
+        struct pending *p = &a->slots[i];
+        if (p->state == HS_FREE) continue;
+        a->fds[n] = (struct pollfd){.fd = p->conn.fd, .events = p->events ? p->events : POLLIN};
+        a->who[n++] = i;
+        if (p->deadline_ms - now < timeout) timeout = (int)(p->deadline_ms - now);
+    }
+    if (timeout < 0) timeout = 0;
+    if (poll(a->fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
+        strata_log(STRATA_LOG_WARN, "accept poll: %s", strerror(errno));
+    now = now_ms();
+    for (int i = 0; i < n; i++) {
+        if (!a->fds[i].revents) continue;
+        if (a->who[i] < 0) {
+            accept_ready(a, now);
+            continue;
+        }
+        struct pending *p = &a->slots[a->who[i]];
+        if (p->state != HS_FREE && p->conn.fd == a->fds[i].fd) advance(a, p, now);
+    }
+    expire(a, now);
+}
+
+static int acceptor_init(struct acceptor *a, const struct stage_accept_options *opt) {
+    memset(a, 0, sizeof *a);
+    a->o = *opt;
+    if (!a->o.handshake_timeout_ms) a->o.handshake_timeout_ms = 3000;
+    if (!a->o.max_handshakes) a->o.max_handshakes = 256;
+    if (!a->o.max_per_address) a->o.max_per_address = 32;
+    if (!a->o.fail_burst) a->o.fail_burst = 10;
+    if (a->o.fail_per_s <= 0) a->o.fail_per_s = 2;
+    a->slots = calloc((size_t)a->o.max_handshakes, sizeof *a->slots);
+    a->fds = calloc((size_t)a->o.max_handshakes + 1, sizeof *a->fds);
+    a->who = calloc((size_t)a->o.max_handshakes + 1, sizeof *a->who);
+    if (!a->slots || !a->fds || !a->who ||
+        stage_addr_table_init(&a->table, 2 * a->o.max_handshakes, a->o.fail_burst,
+                              a->o.fail_per_s) < 0)
+        return strata_set_error(STRATA_ENOMEM, "accept: out of memory");
+    for (int i = 0; i < a->o.max_handshakes; i++)
+        a->slots[i].conn.fd = -1;
+    return 0;
+}
+
+static void drop_all(struct acceptor *a) {
+    for (int i = 0; a->slots && i < a->o.max_handshakes; i++)
+        if (a->slots[i].state != HS_FREE) release(a, &a->slots[i], 1);
+}
+
+int stage_accept_run(const struct stage_accept_options *opt, stage_accept_deliver deliver,
+                     void *ctx, atomic_int *stop, atomic_int *close_listener) {
+    struct acceptor a;
+    int rc = acceptor_init(&a, opt);
+    a.deliver = deliver;
+    a.ctx = ctx;
+    while (rc == 0 && !atomic_load(stop)) {
+        if (atomic_load(close_listener) && a.o.listener->fd >= 0) {
+            wire_listener_close(a.o.listener);
+            drop_all(&a);
+            strata_log(STRATA_LOG_INFO, "stopped accepting connections");
+        }
+        poll_once(&a);
+    }
+    drop_all(&a);
+    stage_addr_table_free(&a.table);
+    free(a.slots);
+    free(a.fds);
+    free(a.who);
+    return rc;
+}
