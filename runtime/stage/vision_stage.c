@@ -18,6 +18,7 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
+#include "runtime/stage/stage_accept.h"
 #include "runtime/stage/vision_xfer.h"
 #include "wire/transport.h"
 
@@ -28,6 +29,7 @@
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 1000
+#define VISION_CLIENT_MAX_QUEUED ((size_t)1 << 20) /* token frames a client has not read */
 
 /* An image request between its encoding and its Request reaching stage 0. */
 struct job {
@@ -74,7 +76,7 @@ struct vstage {
     struct wire_hello self, self_up;
     pthread_t acceptor;
     int acceptor_started;
-    atomic_int acceptor_stop;
+    atomic_int acceptor_stop, accept_close;
     int wake[2];
     pthread_mutex_t lock;
     struct wire_conn pending[16];
@@ -99,50 +101,48 @@ static int io_timeout(const struct vstage *v) {
     return v->opt->io_timeout_ms ? v->opt->io_timeout_ms : 5000;
 }
 
+/* A handshaken connection from the acceptor (stage_accept.h: concurrent handshakes under
+ * deadlines, per-address caps and a failed-handshake rate limit, as stage 0 has): clients
+ * only, their frames up to --max-request-bytes. */
+static void deliver(void *ctx, struct wire_conn *conn, const struct wire_hello *peer) {
+    struct vstage *v = ctx;
+    if (peer->role != WIRE_ROLE_CLIENT) {
+        strata_log(STRATA_LOG_WARN, "refused %s: a %s (only clients are served here)", conn->peer,
+                   peer->role == WIRE_ROLE_STAGE ? "stage" : "non-client peer");
+        wire_send_error(conn, STRATA_EINVAL, 0,
+                        "this is a vision stage: only clients connect here (stages connect to "
+                        "stage 0)");
+        wire_close(conn);
+        return;
+    }
+    conn->max_frame =
+        v->opt->max_request_bytes ? v->opt->max_request_bytes : VISION_DEFAULT_MAX_REQUEST_BYTES;
+    pthread_mutex_lock(&v->lock);
+    if (v->num_pending < 16) {
+        v->pending[v->num_pending++] = *conn;
+        conn->fd = -1; /* the copy in pending owns the socket, buffers and TLS state now */
+        conn->rx = NULL;
+        conn->ssl = NULL;
+        conn->open = 0;
+    }
+    pthread_mutex_unlock(&v->lock);
+    if (conn->fd >= 0) {
+        wire_send_error(conn, STRATA_EBUSY, 0, "too many pending connections");
+        wire_close(conn);
+    } else if (write(v->wake[1], "x", 1) < 0) {
+        strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
+    }
+}
+
 static void *acceptor_main(void *arg) {
     struct vstage *v = arg;
-    while (!atomic_load(&v->acceptor_stop)) {
-        struct wire_conn conn;
-        struct wire_hello peer;
-        size_t max = v->opt->max_request_bytes ? v->opt->max_request_bytes
-                                               : VISION_DEFAULT_MAX_REQUEST_BYTES;
-        int rc = wire_accept(&conn, &v->listener, max, 200);
-        if (rc == STRATA_ETIMEOUT) continue;
-        if (rc < 0) {
-            usleep(100000);
-            continue;
-        }
-        rc = v->opt->tls ? wire_tls_accept(&conn, v->opt->tls, HANDSHAKE_TIMEOUT_MS) : 0;
-        if (rc == 0)
-            rc = wire_handshake_server(&peer, &conn, &v->self, v->opt->key, HANDSHAKE_TIMEOUT_MS);
-        if (rc == 0 && peer.role != WIRE_ROLE_CLIENT) {
-            wire_send_error(&conn, STRATA_EINVAL, 0,
-                            "this is a vision stage: only clients connect here (stages connect "
-                            "to stage 0)");
-            rc = strata_set_error(STRATA_EINVAL, "a %s connected (only clients are served)",
-                                  peer.role == WIRE_ROLE_STAGE ? "stage" : "non-client peer");
-        }
-        if (rc < 0) {
-            strata_log(STRATA_LOG_WARN, "refused connection from %s: %s", conn.peer,
-                       strata_last_error());
-            wire_close(&conn);
-            continue;
-        }
-        pthread_mutex_lock(&v->lock);
-        if (v->num_pending < 16) {
-            v->pending[v->num_pending++] = conn;
-            conn.fd = -1;
-            conn.rx = NULL;
-            conn.ssl = NULL;
-        }
-        pthread_mutex_unlock(&v->lock);
-        if (conn.fd >= 0) {
-            wire_send_error(&conn, STRATA_EBUSY, 0, "too many pending connections");
-            wire_close(&conn);
-        } else if (write(v->wake[1], "x", 1) < 0) {
-            strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
-        }
-    }
+    struct stage_accept_options o = {.listener = &v->listener,
+                                     .tls = v->opt->tls,
+                                     .key = v->opt->key,
+                                     .self = v->self,
+                                     .handshake_timeout_ms = HANDSHAKE_TIMEOUT_MS};
+    if (stage_accept_run(&o, deliver, v, &v->acceptor_stop, &v->accept_close) < 0)
+        strata_log(STRATA_LOG_ERROR, "acceptor: %s", strata_last_error());
     return NULL;
 }
 
@@ -167,8 +167,12 @@ static int connect_up(struct vstage *v, struct session *s) {
     return rc;
 }
 
+/* To a client: queued, never waited for (wire_send_frame_nb), so a client that stops
+ * reading holds no one up; past VISION_CLIENT_MAX_QUEUED it is dropped. */
 static void send_client(struct vstage *v, struct session *s, const void *frame, size_t len) {
-    if (s->client.fd >= 0 && wire_send_frame(&s->client, frame, len, io_timeout(v)) < 0) {
+    (void)v;
+    if (s->client.fd >= 0 &&
+        wire_send_frame_nb(&s->client, frame, len, VISION_CLIENT_MAX_QUEUED) < 0) {
         strata_log(STRATA_LOG_INFO, "client %u: send failed: %s", s->id, strata_last_error());
         wire_close(&s->client);
         s->client.fd = -1;
@@ -581,10 +585,14 @@ static void refuse_client(struct vstage *v, struct session *s, int rc) {
              limit, strata_last_error());
     strata_log(STRATA_LOG_WARN, "client %u: %s", s->id, why);
     s->client.broken = 0; /* the receive side is out of step; sending still works */
-    error_client(v, s, rc, 0, why);
-    if (s->client.fd < 0 || s->client.ssl) return;
+    struct wire_error e = {.code = rc, .message = why, .nonce = 0};
+    if (wire_build_error(&v->arena, &e) < 0 || /* blocking: after the queue, then the close */
+        wire_send_frame(&s->client, wire_arena_frame(&v->arena), wire_arena_frame_len(&v->arena),
+                        1000) < 0 ||
+        s->client.ssl)
+        return;
     shutdown(s->client.fd, SHUT_WR);
-    int64_t deadline = now_ms() + 2000;
+    int64_t deadline = now_ms() + 1000;
     while (now_ms() < deadline) {
         struct pollfd p = {.fd = s->client.fd, .events = POLLIN};
         if (poll(&p, 1, 100) == 1 && read(s->client.fd, sink, sizeof sink) <= 0) break;
@@ -597,7 +605,8 @@ static void serve(struct vstage *v, int i, int up) {
     struct wire_conn *c = up ? &s->up : &s->client;
     const uint8_t *frame;
     size_t len;
-    int rc = wire_recv_frame(c, &frame, &len, io_timeout(v));
+    int rc = wire_recv_frame_nb(c, &frame, &len);
+    if (rc == WIRE_RECV_PENDING) return; /* the rest of the frame has not arrived yet */
     if (rc < 0 && up) {
         up_down(v, s, rc == STRATA_ECLOSED ? "stage 0 closed the connection" : strata_last_error());
         return;
@@ -614,6 +623,34 @@ static void serve(struct vstage *v, int i, int up) {
     if (v->sessions[i] && s->client.fd < 0) session_close(v, i);
 }
 
+/* Serves what a readable conn holds (up to a bound, so one busy peer cannot starve the
+ * others), flushes a client's queue when the socket takes more, and drops a client that
+ * stalls mid-frame or stops reading for longer than the I/O timeout. */
+static void service(struct vstage *v, int i, int up, short revents) {
+    for (int k = 0; k < 32 && v->sessions[i]; k++) {
+        struct wire_conn *c = up ? &v->sessions[i]->up : &v->sessions[i]->client;
+        int fd = c->fd;
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (k == 0 && !(revents & (POLLIN | POLLHUP | POLLERR)) && !wire_conn_buffered(c)) break;
+        serve(v, i, up);
+        if (!v->sessions[i] || c->fd != fd || c->fd < 0) break;
+        if (!wire_conn_buffered(c) && (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))) break;
+    }
+    struct session *s = v->sessions[i];
+    if (!s || up) return;
+    if ((revents & POLLOUT) && wire_flush_nb(&s->client) < 0) {
+        session_close(v, i);
+        return;
+    }
+    int64_t now = now_ms(), partial = wire_conn_partial_since(&s->client),
+            unread = wire_conn_tx_waiting_since(&s->client);
+    if ((partial && now - partial > io_timeout(v)) || (unread && now - unread > io_timeout(v))) {
+        strata_log(STRATA_LOG_INFO, "client %u dropped: %s for %d ms", s->id,
+                   partial ? "stalled mid-frame" : "not reading", io_timeout(v));
+        session_close(v, i);
+    }
+}
+
 static void loop_once(struct vstage *v) {
     struct pollfd fds[1 + 2 * MAX_SESSIONS];
     int who[1 + 2 * MAX_SESSIONS], n = 0, timeout = 100;
@@ -628,7 +665,9 @@ static void loop_once(struct vstage *v) {
             int64_t wait = s->retry_ms - now;
             if (wait < timeout) timeout = wait < 0 ? 0 : (int)wait;
         }
-        fds[n] = (struct pollfd){.fd = s->client.fd, .events = POLLIN};
+        fds[n] =
+            (struct pollfd){.fd = s->client.fd,
+                            .events = POLLIN | (wire_conn_tx_pending(&s->client) ? POLLOUT : 0)};
         who[n++] = 2 * i;
         if (s->up.fd >= 0) {
             fds[n] = (struct pollfd){.fd = s->up.fd, .events = POLLIN};
@@ -650,9 +689,7 @@ static void loop_once(struct vstage *v) {
         struct session *s = v->sessions[i];
         if (!s) continue;
         struct wire_conn *c = up ? &s->up : &s->client;
-        if (c->fd != fds[k].fd) continue;
-        if ((fds[k].revents & (POLLIN | POLLHUP | POLLERR)) || wire_conn_buffered(c))
-            serve(v, i, up);
+        if (c->fd == fds[k].fd) service(v, i, up, fds[k].revents);
     }
 }
 

@@ -4,8 +4,11 @@
  *   client --Request + image files--> vision stage --VisionBlocks, then Request--> stage 0
  *   client <--TokenResult / Error----  vision stage <--VisionAck, TokenResult, Error-- stage 0
  *
- * Connections: an acceptor thread takes clients (TLS + Hello, as stage 0 does; the vision
- * stage answers as stage 0 would, stage_index 0, so strata-client talks to it unchanged);
+ * Connections: an acceptor thread takes clients (stage_accept.h, as stage 0's: concurrent
+ * TLS + Hello handshakes under deadlines, per-address caps, a failed-handshake rate limit;
+ * the vision stage answers as stage 0 would, stage_index 0, so strata-client talks to it
+ * unchanged); frames to clients are queued, never waited for, and a client that stalls
+ * mid-frame or stops reading past the I/O timeout is dropped;
  * each client gets its own link to stage 0 (Hello role Vision: stage 0 serves it as a
  * client with a larger frame limit and takes VisionBlocks on it). One upstream link per
  * client keeps stage 0's per-client bookkeeping: a client that leaves closes its link and
