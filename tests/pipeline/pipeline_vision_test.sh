@@ -30,6 +30,25 @@ e2e_files() { sed -n 's/.*"file": *"\([^"]*\)".*/\1/p' "$1"; }
 [ $? -eq 3 ] || pl_fail "a text model is not a bad-model error (exit 3) for --role vision"
 grep -q "has no vision tower" "$PL_WORK/novision.err" || pl_fail "unclear error: $(cat "$PL_WORK/novision.err")"
 
+# --chat with --image: one image part per file before the text, as the Qwen3-VL template
+# renders it (<|vision_start|><|image_pad|><|vision_end|> each; the Qwen3 vocabulary's ids).
+chat="$PL_WORK/vl-chat"
+mkdir -p "$chat"
+cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
+    "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" \
+    "$PL_ROOT/tests/runtime/text/testdata/qwen3-vl-chat-template/chat_template.json" "$chat/"
+e2e0="$(pl_golden qwen3_vl)/e2e"
+"$PL_CLIENT" --port 1 --insecure --model "$chat" --chat "What is in these pictures?" --print-ids \
+    --image "$e2e0/image0.png" --image "$e2e0/image1.jpg" >/dev/null 2>"$PL_WORK/chat.err"
+ids=$(sed -n 's/^prompt ids: //p' "$PL_WORK/chat.err")
+# <|im_start|> user \n, then vision_start / image_pad / vision_end per image, then the text.
+case "$ids" in
+151644,872,198,151652,151655,151653,151652,151655,151653,[0-9]*) ;;
+*) pl_fail "--chat --image rendered $ids" ;;
+esac
+[ "$(echo "$ids" | tr ',' '\n' | grep -c '^151655$')" = 2 ] || pl_fail "--chat --image: not 2 image pads: $ids"
+echo "--chat with two --image: user turn = 2 x <|vision_start|><|image_pad|><|vision_end|> + text: yes"
+
 for case in qwen3_vl qwen3_vl_moe; do
     model=$(pl_golden "$case")
     e2e="$model/e2e"
