@@ -27,6 +27,17 @@
 
 static volatile sig_atomic_t stop_flag;
 
+/* --role vision: the vision stage (runtime/strata_vision_main.c) takes the command line. */
+int strata_vision_main(int argc, char **argv);
+
+static int role_is_vision(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--role") && i + 1 < argc) return !strcmp(argv[i + 1], "vision");
+        if (!strcmp(argv[i], "--role=vision")) return 1;
+    }
+    return 0;
+}
+
 /* The first SIGINT/SIGTERM starts the drain (stage_server_run), a second one ends it. */
 static void on_signal(int sig) {
     (void)sig;
@@ -41,10 +52,14 @@ static void usage(FILE *out) {
             "                    [--listen [ADDR:]PORT] [--port-file F]\n"
             "                    [--next-host H] (--next-port P | --next-port-file F)\n"
             "                    [options]\n"
+            "       strata-stage --role vision --model DIR --next-port P ... (see --role vision "
+            "--help)\n"
             "Runs stage R of an S-stage pipeline over TCP. Stage 0 embeds and serves clients;\n"
             "the last stage samples and sends tokens back to stage 0 (--next-* of the last\n"
             "stage point at stage 0).\n"
             "  --model DIR            Hugging Face model directory (config.json + safetensors)\n"
+            "  --role language|vision language (default): a decoder-layer stage; vision: the\n"
+            "                         vision stage in front of stage 0 (image files in)\n"
             "  --hf-config FILE       config.json (with --weights)\n"
             "  --weights PATH         model.safetensors, its directory or an index.json\n"
             "  --num-stages S         pipeline length (>= 1)\n"
@@ -172,6 +187,7 @@ enum option_id {
     O_KVP_RANK,
     O_KVP_TOKENS,
     O_DRAIN_TIMEOUT,
+    O_ROLE,
     O_HELP
 };
 
@@ -215,6 +231,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"kvp-rank", 1, 0, O_KVP_RANK},
                                              {"kvp-tokens", 1, 0, O_KVP_TOKENS},
                                              {"drain-timeout-ms", 1, 0, O_DRAIN_TIMEOUT},
+                                             {"role", 1, 0, O_ROLE},
                                              {"help", 0, 0, O_HELP},
                                              {0, 0, 0, 0}};
 
@@ -287,6 +304,12 @@ static int parse_option(struct args *a, int c, const char *value) {
             a->moe = value[0] == 's' ? TP_MOE_SPLIT : TP_MOE_EXPERT_PARALLEL;
         else {
             fprintf(stderr, "strata-stage: --moe is expert|split\n");
+            rc = -1;
+        }
+        break;
+    case O_ROLE:
+        if (strcmp(value, "language") != 0) {
+            fprintf(stderr, "strata-stage: --role is language or vision\n");
             rc = -1;
         }
         break;
@@ -762,6 +785,7 @@ static int serve(struct run *r, const struct args *a) {
 int main(int argc, char **argv) {
     struct args a;
     struct run r;
+    if (role_is_vision(argc, argv)) return strata_vision_main(argc, argv);
     int code, parsed = parse_args(&a, argc, argv);
     memset(&r, 0, sizeof r);
     if (parsed == 1) {

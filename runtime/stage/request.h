@@ -50,6 +50,13 @@ struct stage_request {
     int32_t stop_ids[REQUEST_MAX_STOP_IDS];
     struct sampler_params sampling;
     const struct request_vision *vision; /* NULL: a text request */
+    /* Image files for a vision stage (wire 1.1; strata-stage --role vision decodes and
+     * encodes them and sends the request on with `vision` filled): file i is
+     * image_file_sizes[i] bytes of image_files, concatenated in prompt order. */
+    const uint8_t *image_files;       /* [sum of sizes] */
+    const uint32_t *image_file_sizes; /* [num_image_files] */
+    const uint8_t *image_formats;     /* [num_image_files] enum wire_image_format, or NULL */
+    int num_image_files;
 };
 
 /* The parameters part of a request (everything except the prompt ids). */
