@@ -20,11 +20,12 @@
 #define Q8_ACT_STACK_BYTES (64 * 1024)
 
 int ops_q8_supported(int cols) {
-    return cols > 0 && cols % OPS_Q8_BLOCK == 0 && cols <= OPS_Q8_MAX_COLS;
+    return cols > 0 && cols <= OPS_Q8_MAX_COLS;
 }
 
 size_t ops_q8_bytes(int rows, int cols) {
-    return (size_t)rows * (size_t)cols + (size_t)rows * (size_t)(cols / OPS_Q8_BLOCK) * 4;
+    size_t ld = ops_q8_ld(cols);
+    return (size_t)rows * (ld + ld / OPS_Q8_BLOCK * sizeof(float));
 }
 
 /* ---------------------------------------------------------------- quantiser */
@@ -41,19 +42,18 @@ static int8_t round_clamp_127(float v) {
 }
 
 void ops_q8_quantize_row(int8_t *q, float *scale, const float *x, int k) {
-    for (int b = 0; b < k / OPS_Q8_BLOCK; ++b) {
+    for (int b = 0; b * OPS_Q8_BLOCK < k; ++b) {
         const float *xb = x + (size_t)b * OPS_Q8_BLOCK;
         int8_t *qb = q + (size_t)b * OPS_Q8_BLOCK;
+        int len = k - b * OPS_Q8_BLOCK < OPS_Q8_BLOCK ? k - b * OPS_Q8_BLOCK : OPS_Q8_BLOCK;
         float amax = 0.0f;
-        for (int i = 0; i < OPS_Q8_BLOCK; ++i)
+        for (int i = 0; i < len; ++i)
             amax = fmaxf(amax, fabsf(xb[i]));
         float d = amax / 127.0f;
         scale[b] = d;
-        if (d == 0.0f) {
-            memset(qb, 0, OPS_Q8_BLOCK);
-            continue;
-        }
-        for (int i = 0; i < OPS_Q8_BLOCK; ++i)
+        memset(qb, 0, OPS_Q8_BLOCK); /* and the padding of a last partial block */
+        if (d == 0.0f) continue;
+        for (int i = 0; i < len; ++i)
             qb[i] = round_clamp_127(xb[i] / d);
     }
 }
@@ -69,10 +69,10 @@ static void quantize_task(void *ctx, int begin, int end, int worker) {
     const struct quantize_job *job = ctx;
     const struct ops_weight *w = job->src;
     float row[OPS_Q8_MAX_COLS];
-    size_t cols = (size_t)w->cols, nb = cols / OPS_Q8_BLOCK;
+    size_t ld = ops_q8_ld(w->cols), nb = ld / OPS_Q8_BLOCK;
     for (int r = begin; r < end; ++r) {
         ops_weight_row(row, w, r);
-        ops_q8_quantize_row(job->q + (size_t)r * cols, job->scale + (size_t)r * nb, row, w->cols);
+        ops_q8_quantize_row(job->q + (size_t)r * ld, job->scale + (size_t)r * nb, row, w->cols);
     }
 }
 
@@ -80,7 +80,7 @@ void ops_q8_quantize_weight(struct ops_weight *out, void *buf, const struct ops_
                             struct thread_pool *pool) {
     struct ops_weight w = *src;
     int8_t *q = buf;
-    float *scale = (float *)(q + (size_t)w.rows * (size_t)w.cols);
+    float *scale = (float *)(q + (size_t)w.rows * ops_q8_ld(w.cols));
     struct quantize_job job = {q, scale, &w};
     if (pool)
         thread_pool_run(pool, quantize_task, &job, w.rows);
@@ -90,8 +90,9 @@ void ops_q8_quantize_weight(struct ops_weight *out, void *buf, const struct ops_
 }
 
 void ops_q8_dequantize_row(float *out, const struct ops_weight *w, int row) {
-    const int8_t *q = (const int8_t *)w->data + (size_t)row * (size_t)w->cols;
-    const float *d = ops_q8_scales(w) + (size_t)row * (size_t)(w->cols / OPS_Q8_BLOCK);
+    size_t ld = ops_q8_ld(w->cols);
+    const int8_t *q = (const int8_t *)w->data + (size_t)row * ld;
+    const float *d = ops_q8_scales(w) + (size_t)row * (ld / OPS_Q8_BLOCK);
     for (int c = 0; c < w->cols; ++c)
         out[c] = (float)q[c] * d[c / OPS_Q8_BLOCK];
 }
@@ -205,8 +206,8 @@ AVX2_TARGET static void q8_tok4_avx2(float out[4], const int8_t *q, const float 
 
 struct q8_job {
     float *out;       /* [n, rows] */
-    const int8_t *qx; /* [n, cols] quantised tokens */
-    const float *dx;  /* [n, cols / 32] */
+    const int8_t *qx; /* [n, ld] quantised tokens (ld = ops_q8_ld(cols)) */
+    const float *dx;  /* [n, ld / 32] */
     const struct ops_weight *w;
     int n;
     int simd; /* 1: AVX2 kernels */
@@ -214,7 +215,7 @@ struct q8_job {
 
 static void q8_rows_portable(const struct q8_job *job, int r0, int r1) {
     const struct ops_weight *w = job->w;
-    size_t cols = (size_t)w->cols, nb = cols / OPS_Q8_BLOCK, rows = (size_t)w->rows;
+    size_t cols = ops_q8_ld(w->cols), nb = cols / OPS_Q8_BLOCK, rows = (size_t)w->rows;
     for (int r = r0; r < r1; ++r) {
         const int8_t *q = (const int8_t *)w->data + (size_t)r * cols;
         const float *dw = ops_q8_scales(w) + (size_t)r * nb;
@@ -228,7 +229,7 @@ static void q8_rows_portable(const struct q8_job *job, int r0, int r1) {
 static void q8_rows_avx2(const struct q8_job *job, int r0, int r1) {
     const struct ops_weight *w = job->w;
     const int8_t *base = w->data;
-    size_t cols = (size_t)w->cols, nb = cols / OPS_Q8_BLOCK, rows = (size_t)w->rows;
+    size_t cols = ops_q8_ld(w->cols), nb = cols / OPS_Q8_BLOCK, rows = (size_t)w->rows;
     float tile[4];
     if (job->n == 1) {
         int r = r0;
@@ -279,7 +280,7 @@ static void q8_task(void *ctx, int begin, int end, int worker) {
 void ops_q8_matmul(float *out, const float *x, const struct ops_weight *w, int n,
                    struct thread_pool *pool) {
     _Alignas(64) unsigned char buf[Q8_ACT_STACK_BYTES];
-    size_t cols = (size_t)w->cols, nb = cols / OPS_Q8_BLOCK;
+    size_t cols = ops_q8_ld(w->cols), nb = cols / OPS_Q8_BLOCK;
     int per_chunk = (int)(sizeof buf / (cols + nb * sizeof(float)));
     enum ops_path path = ops_matmul_path();
     int simd = path == OPS_PATH_AVX2 || path == OPS_PATH_AVX512;
@@ -287,10 +288,10 @@ void ops_q8_matmul(float *out, const float *x, const struct ops_weight *w, int n
     for (int t0 = 0; t0 < n; t0 += per_chunk) {
         int c = n - t0 < per_chunk ? n - t0 : per_chunk;
         int8_t *qx = (int8_t *)buf;
-        float *dx = (float *)(buf + (size_t)c * cols); /* cols % 32 == 0: aligned */
+        float *dx = (float *)(buf + (size_t)c * cols); /* ld % 32 == 0: aligned */
         for (int t = 0; t < c; ++t)
             ops_q8_quantize_row(qx + (size_t)t * cols, dx + (size_t)t * nb,
-                                x + (size_t)(t0 + t) * cols, w->cols);
+                                x + (size_t)(t0 + t) * (size_t)w->cols, w->cols);
         struct q8_job job = {out + (size_t)t0 * (size_t)w->rows, qx, dx, w, c, simd};
         if (pool)
             thread_pool_run(pool, q8_task, &job, tasks);

@@ -4,9 +4,11 @@
  * Format. Each weight row [cols] is cut into blocks of OPS_Q8_BLOCK = 32 consecutive values;
  * a block keeps one f32 scale d = max|x| / 127 and 32 int8 values q = round(x / d)
  * (round to nearest, ties to even; q in [-127, 127]; an all-zero block has d = 0, q = 0), so
- * x ~ q * d with |x - q d| <= d / 2. An ops_weight of dtype OPS_Q8 has data = int8
- * [rows][cols] immediately followed by the f32 scales [rows][cols / 32] (one buffer, so
- * struct ops_weight needs no new field): 1.125 bytes per weight (bf16: 2).
+ * x ~ q * d with |x - q d| <= d / 2. A row whose length is not a multiple of 32 ends with a
+ * partial block, padded with q = 0 (which adds exactly 0 to every sum below; the goldens'
+ * MoE experts have 48 columns). An ops_weight of dtype OPS_Q8 has data = int8 [rows][ld]
+ * (ld = cols rounded up to 32) immediately followed by the f32 scales [rows][ld / 32] (one
+ * buffer, so struct ops_weight needs no new field): 1.125 bytes per weight (bf16: 2).
  *
  * Why an f32 scale and not llama.cpp's f16: the bound |x - q d| <= d / 2 then holds for every
  * block (an f16 scale is rounded after q is chosen, adds up to 127 * 2^-11 d, and loses
@@ -49,19 +51,24 @@
  * kernel's 64 KiB stack buffer. Every Qwen3 / Qwen3-VL dimension is far below. */
 #define OPS_Q8_MAX_COLS 32768
 
-/* 1 if a matrix with `cols` columns can be stored as q8 (a positive multiple of 32, at most
- * OPS_Q8_MAX_COLS). */
+/* 1 if a matrix with `cols` columns can be stored as q8 (1 .. OPS_Q8_MAX_COLS). */
 int ops_q8_supported(int cols);
 
-/* Bytes of a q8 matrix [rows, cols]: rows * cols int8 + rows * cols / 32 f32 scales. */
+/* Bytes of a q8 matrix [rows, cols]: rows * ld int8 + rows * ld / 32 f32 scales. */
 size_t ops_q8_bytes(int rows, int cols);
 
-/* The scales [rows][cols / 32] of an OPS_Q8 matrix (they follow the int8 values). */
-static inline const float *ops_q8_scales(const struct ops_weight *w) {
-    return (const float *)((const int8_t *)w->data + (size_t)w->rows * (size_t)w->cols);
+/* The row stride of q8 values: cols rounded up to a whole block. */
+static inline size_t ops_q8_ld(int cols) {
+    return ((size_t)cols + OPS_Q8_BLOCK - 1) / OPS_Q8_BLOCK * OPS_Q8_BLOCK;
 }
 
-/* Quantises x [k] (k a multiple of 32) to q [k] and scale [k / 32] (format above). */
+/* The scales [rows][ld / 32] of an OPS_Q8 matrix (they follow the int8 values). */
+static inline const float *ops_q8_scales(const struct ops_weight *w) {
+    return (const float *)((const int8_t *)w->data + (size_t)w->rows * ops_q8_ld(w->cols));
+}
+
+/* Quantises x [k] to q [ops_q8_ld(k)] and scale [ops_q8_ld(k) / 32] (format above; the
+ * padding of a last partial block is 0). */
 void ops_q8_quantize_row(int8_t *q, float *scale, const float *x, int k);
 
 /* out = src (bf16 or f32, ops_q8_supported(cols)) quantised into `buf` (ops_q8_bytes

@@ -185,6 +185,13 @@ int golden_model(struct reference_model **out, const struct golden_case *gc, int
     return reference_model_load(out, &gc->cfg, gc->st, &opt);
 }
 
+int golden_model_dtype(struct reference_model **out, const struct golden_case *gc, int start,
+                       int end, int with_embed, int with_head, int threads,
+                       enum reference_weights_dtype dtype) {
+    struct reference_load_options opt = {start, end, with_embed, with_head, threads, dtype};
+    return reference_model_load(out, &gc->cfg, gc->st, &opt);
+}
+
 int golden_sequence(const struct golden_case *gc, int32_t *out, int n) {
     if (n > gc->n_prompt + gc->n_steps) return STRATA_ERANGE;
     for (int i = 0; i < n; ++i)
