@@ -40,24 +40,26 @@ enum {
 };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--repeat R]\n"
-            "                           [--model DIR] [--keep] [--path NAME]\n"
-            "\n"
-            "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
-            "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
-            "\n"
-            "  --threads LIST   thread counts to measure (default 1,2)\n"
-            "  --steps N        decode steps per measurement (default 32)\n"
-            "  --prompt N       prompt length prefilled first (default 16)\n"
-            "  --repeat R       runs per thread count, interleaved; medians are printed "
-            "(default 3)\n"
-            "  --path NAME      matmul path: auto (default: the fastest this CPU has), portable,\n"
-            "                   avx2, avx512 (all give identical bits)\n"
-            "  --model DIR      reuse a checkpoint directory instead of writing one\n"
-            "  --keep           keep the written checkpoint (its path is printed)\n"
-            "  -h, --help       this text\n"
-            "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n");
+    fprintf(
+        f, "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--repeat R]\n"
+           "                           [--model DIR] [--keep] [--path NAME] [--weights-dtype D]\n"
+           "\n"
+           "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
+           "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
+           "\n"
+           "  --threads LIST   thread counts to measure (default 1,2)\n"
+           "  --steps N        decode steps per measurement (default 32)\n"
+           "  --prompt N       prompt length prefilled first (default 16)\n"
+           "  --repeat R       runs per thread count, interleaved; medians are printed "
+           "(default 3)\n"
+           "  --path NAME      matmul path: auto (default: the fastest this CPU has), portable,\n"
+           "                   avx2, avx512 (all give identical bits)\n"
+           "  --weights-dtype D  bf16 (default: as stored) or q8 (8-bit blocks quantised at load;\n"
+           "                   weight MB/token then counts the q8 copies)\n"
+           "  --model DIR      reuse a checkpoint directory instead of writing one\n"
+           "  --keep           keep the written checkpoint (its path is printed)\n"
+           "  -h, --help       this text\n"
+           "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n");
 }
 
 /* ---------------------------------------------------------------- checkpoint writer */
@@ -199,8 +201,9 @@ static double read_bandwidth(size_t bytes, int threads) {
 
 /* Greedy-decodes `steps` tokens after a `prompt`-token prefill; returns decode tokens/s. */
 static int measure(double *tok_s, size_t *bytes_per_token, const struct model_config *cfg,
-                   const struct safetensors *st, int threads, int prompt, int steps) {
-    struct reference_load_options opt = {0, cfg->num_layers, 1, 1, threads};
+                   const struct safetensors *st, int threads, int prompt, int steps,
+                   enum reference_weights_dtype dtype) {
+    struct reference_load_options opt = {0, cfg->num_layers, 1, 1, threads, dtype};
     struct reference_model *m = NULL;
     struct kv_cache kv = {0};
     float *hidden = NULL, *logits = NULL;
@@ -239,7 +242,8 @@ static int measure(double *tok_s, size_t *bytes_per_token, const struct model_co
     *tok_s = steps / (cli_now_sec() - t0);
     /* Per decoded token every owned matrix is read once; the embedding is read as lm_head
      * (tied), the embedding lookup itself touches one row. */
-    *bytes_per_token = reference_model_weight_bytes(m);
+    size_t replaced, q8 = reference_model_q8_bytes(m, &replaced); /* q8: copies, not stored */
+    *bytes_per_token = reference_model_weight_bytes(m) - replaced + q8;
 done:
     free(ids);
     free(hidden);
@@ -253,6 +257,7 @@ struct bench_args {
     int thread_list[16], n_threads, steps, prompt, repeat, keep;
     const char *model;
     enum ops_path path;
+    enum reference_weights_dtype dtype;
 };
 
 /* Parses "1,2,4" into a->thread_list; 0 ok, -1 bad (after printing why). */
@@ -297,10 +302,12 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {"repeat", required_argument, 0, 'r'},
         {"path", required_argument, 0, 'P'},
+        {"weights-dtype", required_argument, 0, 'W'},
         {0, 0, 0, 0},
     };
     int c;
-    *a = (struct bench_args){{1, 2}, 2, 32, 16, 3, 0, NULL, OPS_PATH_AUTO};
+    *a =
+        (struct bench_args){{1, 2}, 2, 32, 16, 3, 0, NULL, OPS_PATH_AUTO, REFERENCE_WEIGHTS_STORED};
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
@@ -323,6 +330,12 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
         case 'k': a->keep = 1; break;
         case 'P':
             if (parse_path(&a->path, optarg)) return STRATA_EXIT_USAGE;
+            break;
+        case 'W':
+            if (reference_weights_dtype_parse(&a->dtype, optarg)) {
+                fprintf(stderr, "strata-bench-decode: --weights-dtype: %s\n", strata_last_error());
+                return STRATA_EXIT_USAGE;
+            }
             break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
@@ -377,10 +390,10 @@ static int bench_row(const struct model_config *cfg, const struct safetensors *s
     size_t bytes = 0;
     int n = a->repeat < 64 ? a->repeat : 64;
     /* Warm the page cache once (the checkpoint is mmapped). */
-    if (measure(&warm, &bytes, cfg, st, threads, a->prompt, 2)) return -1;
+    if (measure(&warm, &bytes, cfg, st, threads, a->prompt, 2, a->dtype)) return -1;
     for (int r = 0; r < n; ++r) {
         copy[r] = memcpy_bandwidth((size_t)256 << 20, threads);
-        if (measure(&tok[r], &bytes, cfg, st, threads, a->prompt, a->steps)) return -1;
+        if (measure(&tok[r], &bytes, cfg, st, threads, a->prompt, a->steps, a->dtype)) return -1;
         read[r] = read_bandwidth((size_t)1 << 30, threads);
     }
     double tok_s = median(tok, n), bw = median(copy, n), rd = median(read, n);
@@ -406,8 +419,9 @@ static int run(const char *dir, const struct bench_args *a) {
     model_config_describe(&cfg, desc, sizeof desc);
     printf("model: %s\n", desc);
     ops_force_path(a->path);
-    printf("cpu: %ld online cores; matmul path %s (all paths give identical bits)\n",
-           sysconf(_SC_NPROCESSORS_ONLN), ops_path_name(ops_matmul_path()));
+    printf("cpu: %ld online cores; matmul path %s (all paths give identical bits); weights %s\n",
+           sysconf(_SC_NPROCESSORS_ONLN), ops_path_name(ops_matmul_path()),
+           reference_weights_dtype_name(a->dtype));
     printf("%7s %12s %15s %12s %15s %9s %10s %14s\n", "threads", "decode tok/s", "weight MB/token",
            "memcpy GB/s", "roofline tok/s", "ratio", "read GB/s", "ratio vs read");
     for (int i = 0; i < a->n_threads; ++i) {
