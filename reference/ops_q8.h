@@ -3,8 +3,8 @@
  *
  * Format. Each weight row [cols] is cut into blocks of OPS_Q8_BLOCK = 32 consecutive values;
  * a block keeps one f32 scale d = max|x| / 127 and 32 int8 values q = round(x / d)
- * (round to nearest, ties to even; q in [-127, 127]; an all-zero block has d = 0, q = 0), so
- * x ~ q * d with |x - q d| <= d / 2. A row whose length is not a multiple of 32 ends with a
+ * (f32 division; round to nearest, ties to even; q in [-127, 127]; an all-zero block has
+ * d = 0, q = 0), so x ~ q * d with |x - q d| <= d / 2 up to f32 rounding. A row whose length is not a multiple of 32 ends with a
  * partial block, padded with q = 0 (which adds exactly 0 to every sum below; the goldens'
  * MoE experts have 48 columns). An ops_weight of dtype OPS_Q8 has data = int8 [rows][ld]
  * (ld = cols rounded up to 32) immediately followed by the f32 scales [rows][ld / 32] (one

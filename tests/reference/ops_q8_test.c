@@ -112,6 +112,15 @@ static void test_round_trip(void **state) {
         free(packed);
     }
     printf("q8 round trip: max |x - q d| = %.6f d (bound 0.5 d)\n", worst);
+    /* A block of subnormals: zeros stay 0, the largest is 127. */
+    float tiny[OPS_Q8_BLOCK] = {0}, dt;
+    int8_t qt[OPS_Q8_BLOCK];
+    tiny[3] = 1e-40f;
+    tiny[5] = -5e-41f;
+    ops_q8_quantize_row(qt, &dt, tiny, OPS_Q8_BLOCK);
+    assert_int_equal(qt[0], 0);
+    assert_int_equal(qt[3], 127);
+    assert_true(qt[5] <= -63 && qt[5] >= -64);
 }
 
 /* Two references in double: (a) exactly the kernel's operands (dequantised weights times
