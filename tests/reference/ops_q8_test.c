@@ -270,6 +270,42 @@ static void test_quantize_weight_sources(void **state) {
     thread_pool_free(pool);
 }
 
+/* The quantiser of every path gives the portable bytes, NaN, infinities, subnormals, ties
+ * (x / d exactly k + 0.5) and a partial last block included. */
+static void test_quantize_paths(void **state) {
+    (void)state;
+    static const enum ops_path paths[] = {OPS_PATH_AVX2, OPS_PATH_AVX512};
+    enum { K = 32 * 64 + 7 };
+    static float x[K];
+    static int8_t want[K + 32], got[K + 32];
+    float dw[K / 32 + 1], dg[K / 32 + 1];
+    fill_mixed(x, K);
+    x[40] = NAN;
+    x[70] = INFINITY;
+    x[100] = 1e-42f;
+    x[101] = -3e-42f;
+    for (int i = 128; i < 160; ++i) /* d = 1: ties at k + 0.5 */
+        x[i] = i == 128 ? 127.0f : (float)(i - 140) + 0.5f;
+    assert_int_equal(ops_force_path(OPS_PATH_PORTABLE), 1);
+    ops_q8_quantize_row(want, dw, x, K);
+    ops_force_path(OPS_PATH_AUTO);
+    assert_int_equal(want[129], -10); /* -10.5 -> -10 (ties to even) */
+    assert_int_equal(want[130], -10); /* -9.5 -> -10 */
+    assert_int_equal(want[131], -8);  /* -8.5 -> -8 */
+    for (int p = 0; p < 2; ++p) {
+        if (!ops_force_path(paths[p])) {
+            printf("q8 quantiser: this CPU has no %s path; not compared\n",
+                   ops_path_name(paths[p]));
+            continue;
+        }
+        ops_q8_quantize_row(got, dg, x, K);
+        ops_force_path(OPS_PATH_AUTO);
+        assert_memory_equal(got, want, ops_q8_ld(K));
+        assert_memory_equal(dg, dw, sizeof dw);
+        printf("q8 quantiser: %s bytes identical to portable\n", ops_path_name(paths[p]));
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_supported_and_bytes),
@@ -277,6 +313,7 @@ int main(void) {
         cmocka_unit_test(test_matmul_vs_double),
         cmocka_unit_test(test_paths_threads_batching),
         cmocka_unit_test(test_quantize_weight_sources),
+        cmocka_unit_test(test_quantize_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
