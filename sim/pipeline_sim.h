@@ -77,6 +77,8 @@ struct sim_options {
     int64_t peer_timeout_ns;    /* keepalive detection of a silent peer */
     int64_t request_timeout_ns; /* client deadline for every request */
     int keep_logits;            /* collect the last stage's logits per request */
+    /* Each stage's weights: NULL / "bf16" or "q8" (runtime/stage/backend.h). */
+    const char *weights_dtype;
 };
 
 /* Fills defaults: no faults, wall-clock compute, 2 s peer timeout, 60 s request timeout,

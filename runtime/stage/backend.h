@@ -81,6 +81,9 @@ struct stage_backend_options {
     int num_threads;    /* CPU worker threads (>= 1) */
     int max_seq;        /* KV positions per slot (>= 1) */
     int num_slots;      /* KV slots (>= 1) */
+    /* Weights as computed: NULL or "bf16" (as stored), "q8" (8-bit blocks quantised at load,
+     * reference/ops_q8.h; the cpu device only). Anything else is STRATA_EINVAL. */
+    const char *weights_dtype;
 };
 
 /* Opens the backend the device names. The role must lie within the model

@@ -12,6 +12,7 @@ struct cpu_context {
     struct reference_model *model;
     struct kv_cache kv;
     int num_threads;
+    enum reference_weights_dtype weights_dtype;
 };
 
 static struct cpu_context *ctx(const struct stage_backend *be) {
@@ -54,10 +55,14 @@ static int cpu_kv_restore(struct stage_backend *be, const int *slots, int n,
 
 static void cpu_describe(const struct stage_backend *be, char *buf, size_t cap) {
     const struct cpu_context *c = ctx(be);
-    snprintf(buf, cap,
-             "device: cpu, %d thread%s\nweights: %d tensors, %zu bytes (+%zu bytes widened)",
-             c->num_threads, c->num_threads == 1 ? "" : "s", reference_model_num_tensors(c->model),
-             reference_model_weight_bytes(c->model), reference_model_extra_bytes(c->model));
+    size_t replaced, q8 = reference_model_q8_bytes(c->model, &replaced);
+    int n = snprintf(
+        buf, cap, "device: cpu, %d thread%s\nweights: %d tensors, %zu bytes (+%zu bytes widened)",
+        c->num_threads, c->num_threads == 1 ? "" : "s", reference_model_num_tensors(c->model),
+        reference_model_weight_bytes(c->model), reference_model_extra_bytes(c->model));
+    if (c->weights_dtype == REFERENCE_WEIGHTS_Q8 && n >= 0 && (size_t)n < cap)
+        snprintf(buf + n, cap - (size_t)n, "; q8: %zu bytes of 8-bit copies replace %zu bytes", q8,
+                 replaced);
 }
 
 static void cpu_free(struct stage_backend *be) {
@@ -102,12 +107,17 @@ int backend_cpu_open(struct stage_backend **out, const struct stage_backend_opti
                                  .max_seq = opt->max_seq,
                                  .num_slots = opt->num_slots};
     c->num_threads = opt->num_threads;
-    rc = reference_model_load(&c->model, cfg, opt->weights,
-                              &(struct reference_load_options){.layer_start = role->layer_start,
-                                                               .layer_end = role->layer_end,
-                                                               .with_embed = role->with_embed,
-                                                               .with_head = role->with_head,
-                                                               .num_threads = opt->num_threads});
+    rc = reference_weights_dtype_parse(&c->weights_dtype,
+                                       opt->weights_dtype ? opt->weights_dtype : "bf16");
+    if (rc == 0)
+        rc = reference_model_load(
+            &c->model, cfg, opt->weights,
+            &(struct reference_load_options){.layer_start = role->layer_start,
+                                             .layer_end = role->layer_end,
+                                             .with_embed = role->with_embed,
+                                             .with_head = role->with_head,
+                                             .num_threads = opt->num_threads,
+                                             .weights_dtype = c->weights_dtype});
     if (rc == 0)
         rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end, cfg->num_kv_heads,
                            cfg->head_dim, opt->max_seq, opt->num_slots);
