@@ -34,7 +34,8 @@ static void fill_mixed(float *x, size_t n) {
         float mag = kind == 0 ? 0.0f : powf(10.0f, -3.0f * (frand() + 1.0f) * 0.5f);
         for (size_t i = b; i < b + OPS_Q8_BLOCK && i < n; ++i)
             x[i] = mag * frand();
-        if (kind == 3 && b < n) x[b + (size_t)((frand() + 1.0f) * 15.0f)] = 8.0f * mag;
+        size_t len = n - b < OPS_Q8_BLOCK ? n - b : OPS_Q8_BLOCK;
+        if (kind == 3) x[b + (size_t)((frand() + 1.0f) * 0.5f * (float)(len - 1))] = 8.0f * mag;
     }
 }
 
