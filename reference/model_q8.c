@@ -2,6 +2,7 @@
  * forward pass multiplies is replaced by a q8 copy (reference/ops_q8.h), quantised on the
  * model's pool. Which matrices: reference/model.h (reference_weights_dtype). The stored
  * matrices are mmapped views (or the loader's own widened copies) and are not read again. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,11 +48,13 @@ static void *own(struct reference_model *m, size_t bytes) {
 
 static int quantize(struct reference_model *m, struct ops_weight *w, const char *what, int layer) {
     if (!w->data || w->dtype == OPS_Q8) return STRATA_OK;
-    if (!ops_q8_supported(w->cols))
+    if (!ops_q8_supported(w->cols)) {
+        char where[32] = "";
+        if (layer >= 0) snprintf(where, sizeof where, " of layer %d", layer);
         return strata_set_error(STRATA_EINVAL,
-                                "weights dtype q8: %s of layer %d is [%d, %d]; q8 takes at most "
-                                "%d columns",
-                                what, layer, w->rows, w->cols, OPS_Q8_MAX_COLS);
+                                "weights dtype q8: %s%s is [%d, %d]; q8 takes at most %d columns",
+                                what, where, w->rows, w->cols, OPS_Q8_MAX_COLS);
+    }
     size_t bytes = ops_q8_bytes(w->rows, w->cols);
     void *buf = own(m, bytes);
     if (!buf) return strata_set_error(STRATA_ENOMEM, "weights dtype q8: out of memory");

@@ -489,11 +489,15 @@ static int serve(struct run *r, const struct args *a) {
     so.log_level = a->log_level;
     so.step_delay_ms = a->step_delay_ms;
     so.peer_timeout_ms = a->peer_timeout_ms;
+    if (wire_model_fingerprint(so.fingerprint, r->config_json, r->config_len, "float32") < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
     /* q8 weights give other logits: stages must agree on them as on the model, so the
      * weights dtype joins the compute dtype in the fingerprint (bf16 keeps "float32"). */
-    int q8 = a->weights_dtype && strcmp(a->weights_dtype, "q8") == 0;
-    if (wire_model_fingerprint(so.fingerprint, r->config_json, r->config_len,
-                               q8 ? "float32+q8-weights" : "float32") < 0) {
+    if (a->weights_dtype && strcmp(a->weights_dtype, "q8") == 0 &&
+        wire_model_fingerprint(so.fingerprint, r->config_json, r->config_len,
+                               "float32+q8-weights") < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }
