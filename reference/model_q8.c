@@ -1,10 +1,14 @@
 /* `--weights-dtype q8`: after the loader has placed every matrix (as stored), each one the
  * forward pass multiplies is replaced by a q8 copy (reference/ops_q8.h), quantised on the
  * model's pool. Which matrices: reference/model.h (reference_weights_dtype). The stored
- * matrices are mmapped views (or the loader's own widened copies) and are not read again. */
+ * matrices are mmapped views (or the loader's own widened copies) and are not read again:
+ * release_stored gives their memory back. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "reference/model_internal.h"
 #include "reference/ops_q8.h"
@@ -46,6 +50,28 @@ static void *own(struct reference_model *m, size_t bytes) {
     return p;
 }
 
+/* The stored matrix `w` is no longer read: a copy made at load is freed; a view of the
+ * mmapped checkpoint (PROT_READ, MAP_PRIVATE: never written) has its whole pages dropped
+ * from this process with MADV_DONTNEED, so the q8 copy replaces it in the resident set too
+ * (a later read, e.g. the embedding's row gather of a tied head, faults them back in from
+ * the file: the contents cannot change). */
+static void release_stored(struct reference_model *m, const struct ops_weight *w, size_t bytes) {
+    for (int i = 0; i < m->n_owned; ++i)
+        if (m->owned[i] == w->data) {
+            if (w->data == m->embed.data) return; /* a tied head's f32 copy: still gathered */
+            free(m->owned[i]);
+            m->owned[i] = NULL;
+            m->extra_bytes -= bytes;
+            return;
+        }
+    long page = sysconf(_SC_PAGESIZE);
+    if (page <= 0) return;
+    uintptr_t begin = (uintptr_t)w->data, end = begin + bytes;
+    uintptr_t first = (begin + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+    uintptr_t last = end & ~((uintptr_t)page - 1);
+    if (last > first) madvise((void *)first, last - first, MADV_DONTNEED); /* advisory */
+}
+
 static int quantize(struct reference_model *m, struct ops_weight *w, const char *what, int layer) {
     if (!w->data || w->dtype == OPS_Q8) return STRATA_OK;
     if (!ops_q8_supported(w->cols)) {
@@ -58,10 +84,12 @@ static int quantize(struct reference_model *m, struct ops_weight *w, const char 
     size_t bytes = ops_q8_bytes(w->rows, w->cols);
     void *buf = own(m, bytes);
     if (!buf) return strata_set_error(STRATA_ENOMEM, "weights dtype q8: out of memory");
-    m->q8_replaced_bytes +=
-        (size_t)w->rows * (size_t)w->cols * (w->dtype == OPS_BF16 ? 2u : sizeof(float));
+    size_t stored = (size_t)w->rows * (size_t)w->cols * (w->dtype == OPS_BF16 ? 2u : sizeof(float));
+    struct ops_weight src = *w;
+    m->q8_replaced_bytes += stored;
     m->q8_bytes += bytes;
-    ops_q8_quantize_weight(w, buf, w, m->pool);
+    ops_q8_quantize_weight(w, buf, &src, m->pool);
+    release_stored(m, &src, stored);
     return STRATA_OK;
 }
 
