@@ -203,7 +203,12 @@ static double read_bandwidth(size_t bytes, int threads) {
 static int measure(double *tok_s, size_t *bytes_per_token, const struct model_config *cfg,
                    const struct safetensors *st, int threads, int prompt, int steps,
                    enum reference_weights_dtype dtype) {
-    struct reference_load_options opt = {0, cfg->num_layers, 1, 1, threads, dtype};
+    struct reference_load_options opt = {.layer_start = 0,
+                                         .layer_end = cfg->num_layers,
+                                         .with_embed = 1,
+                                         .with_head = 1,
+                                         .num_threads = threads,
+                                         .weights_dtype = dtype};
     struct reference_model *m = NULL;
     struct kv_cache kv = {0};
     float *hidden = NULL, *logits = NULL;

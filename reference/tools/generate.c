@@ -280,8 +280,12 @@ static int open_weights(struct gen *g, const struct args *a) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
-    struct reference_load_options opt = {0, g->cfg.num_layers, 1,
-                                         1, (int)a->threads,   a->weights_dtype};
+    struct reference_load_options opt = {.layer_start = 0,
+                                         .layer_end = g->cfg.num_layers,
+                                         .with_embed = 1,
+                                         .with_head = 1,
+                                         .num_threads = (int)a->threads,
+                                         .weights_dtype = a->weights_dtype};
     double t0 = cli_now_sec();
     if ((rc = reference_model_load(&g->m, &g->cfg, g->st, &opt))) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());

@@ -181,14 +181,23 @@ void golden_case_close(struct golden_case *gc) {
 
 int golden_model(struct reference_model **out, const struct golden_case *gc, int start, int end,
                  int with_embed, int with_head, int threads) {
-    return golden_model_dtype(out, gc, start, end, with_embed, with_head, threads,
-                              REFERENCE_WEIGHTS_STORED);
+    struct reference_load_options opt = {.layer_start = start,
+                                         .layer_end = end,
+                                         .with_embed = with_embed,
+                                         .with_head = with_head,
+                                         .num_threads = threads};
+    return reference_model_load(out, &gc->cfg, gc->st, &opt);
 }
 
 int golden_model_dtype(struct reference_model **out, const struct golden_case *gc, int start,
                        int end, int with_embed, int with_head, int threads,
                        enum reference_weights_dtype dtype) {
-    struct reference_load_options opt = {start, end, with_embed, with_head, threads, dtype};
+    struct reference_load_options opt = {.layer_start = start,
+                                         .layer_end = end,
+                                         .with_embed = with_embed,
+                                         .with_head = with_head,
+                                         .num_threads = threads,
+                                         .weights_dtype = dtype};
     return reference_model_load(out, &gc->cfg, gc->st, &opt);
 }
 
