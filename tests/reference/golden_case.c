@@ -189,6 +189,13 @@ int golden_model(struct reference_model **out, const struct golden_case *gc, int
     return reference_model_load(out, &gc->cfg, gc->st, &opt);
 }
 
+int golden_sequence(const struct golden_case *gc, int32_t *out, int n) {
+    if (n > gc->n_prompt + gc->n_steps) return STRATA_ERANGE;
+    for (int i = 0; i < n; ++i)
+        out[i] = i < gc->n_prompt ? gc->prompt[i] : gc->generated[i - gc->n_prompt];
+    return STRATA_OK;
+}
+
 int golden_model_dtype(struct reference_model **out, const struct golden_case *gc, int start,
                        int end, int with_embed, int with_head, int threads,
                        enum reference_weights_dtype dtype) {
@@ -199,11 +206,4 @@ int golden_model_dtype(struct reference_model **out, const struct golden_case *g
                                          .num_threads = threads,
                                          .weights_dtype = dtype};
     return reference_model_load(out, &gc->cfg, gc->st, &opt);
-}
-
-int golden_sequence(const struct golden_case *gc, int32_t *out, int n) {
-    if (n > gc->n_prompt + gc->n_steps) return STRATA_ERANGE;
-    for (int i = 0; i < n; ++i)
-        out[i] = i < gc->n_prompt ? gc->prompt[i] : gc->generated[i - gc->n_prompt];
-    return STRATA_OK;
 }
