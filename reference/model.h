@@ -56,6 +56,19 @@ struct reference_kvp {
     struct reference_collective coll;
 };
 
+/* The weights the matmuls read: as stored in the checkpoint (bf16, or f32 / f16 widened to
+ * f32), or quantised once at load to q8 blocks (reference/ops_q8.h: `--weights-dtype q8`).
+ * q8 covers every layer projection, the experts and the lm_head (tied or not: a tied head
+ * gets its own q8 copy); the embedding stays as stored (a row gather), and so do the MoE
+ * router (as llama.cpp keeps ffn_gate_inp unquantised) and every norm / bias vector. q8 gives
+ * other logits than bf16 (measured on the goldens: tests/reference/q8_golden_test), but keeps
+ * the determinism contract below. */
+enum reference_weights_dtype { REFERENCE_WEIGHTS_STORED = 0, REFERENCE_WEIGHTS_Q8 = 1 };
+
+/* "bf16" (as stored; the default) or "q8" -> *out; STRATA_EINVAL naming the choices. */
+int reference_weights_dtype_parse(enum reference_weights_dtype *out, const char *name);
+const char *reference_weights_dtype_name(enum reference_weights_dtype dtype); /* "bf16", "q8" */
+
 struct reference_load_options {
     int layer_start; /* first owned decoder layer */
     int layer_end;   /* one past the last owned layer; layer_start < layer_end <= L,
@@ -69,7 +82,8 @@ struct reference_load_options {
      * the vocabulary rows of the embedding and LM head. `coll` is then required. */
     const struct tp_shard *tp;
     struct reference_collective coll;
-    struct reference_kvp kvp; /* KV parallelism (see struct reference_kvp) */
+    struct reference_kvp kvp;                   /* KV parallelism (see struct reference_kvp) */
+    enum reference_weights_dtype weights_dtype; /* default (0): as stored */
 };
 
 /* KV heads this model's cache must hold (num_kv_heads, or the shard's part under TP), and
@@ -87,6 +101,9 @@ void reference_model_free(struct reference_model *m);
 size_t reference_model_weight_bytes(const struct reference_model *m);
 size_t reference_model_extra_bytes(const struct reference_model *m);
 int reference_model_num_tensors(const struct reference_model *m);
+/* With REFERENCE_WEIGHTS_Q8: bytes of the q8 copies, and (*replaced) the bytes of the stored
+ * matrices they replace (no longer read after load); 0 and 0 otherwise. */
+size_t reference_model_q8_bytes(const struct reference_model *m, size_t *replaced);
 const struct model_config *reference_model_config(const struct reference_model *m);
 
 /* Bytes of activation scratch currently held (grown on demand by forward/logits), and the

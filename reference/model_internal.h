@@ -35,6 +35,7 @@ struct reference_model {
     void **owned; /* heap copies made at load (f32 widenings, transposed experts) */
     int n_owned, cap_owned;
     size_t weight_bytes, extra_bytes;
+    size_t q8_bytes, q8_replaced_bytes; /* REFERENCE_WEIGHTS_Q8: copies, stored bytes replaced */
     int num_tensors;
 
     /* Activation scratch, grown on demand (rows = tokens in one forward call). */
@@ -64,5 +65,8 @@ struct reference_model {
 };
 
 int ref_load_weights(struct reference_model *m, const struct safetensors *st);
+
+/* REFERENCE_WEIGHTS_Q8: replaces the loaded matrices by q8 copies (model_q8.c). */
+int ref_quantize_weights(struct reference_model *m);
 
 #endif

@@ -246,6 +246,7 @@ int ref_load_weights(struct reference_model *m, const struct safetensors *st) {
         m->head_is_embed = list.head_is_embed;
         if (list.head_is_embed && o->with_embed) m->lm_head = m->embed;
     }
+    if (!rc && o->weights_dtype == REFERENCE_WEIGHTS_Q8) rc = ref_quantize_weights(m);
     stage_tensor_list_free(&list);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* Reference ops; contracts and the fixed dot-product order are in ops.h. matmul lives in
  * ops_matmul.c (one file per kernel family keeps each under the size limit). */
 #include "reference/ops.h"
+#include "reference/ops_q8.h"
 
 #include <math.h>
 #include <string.h>
@@ -13,6 +14,8 @@ void ops_weight_row(float *out, const struct ops_weight *w, int row) {
         const uint16_t *src = (const uint16_t *)w->data + base;
         for (int c = 0; c < w->cols; ++c)
             out[c] = bf16_to_f32(src[c]);
+    } else if (w->dtype == OPS_Q8) {
+        ops_q8_dequantize_row(out, w, row);
     } else {
         memcpy(out, (const float *)w->data + base, (size_t)w->cols * sizeof(float));
     }

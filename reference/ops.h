@@ -30,17 +30,20 @@
 
 struct forward_item; /* runtime/model/decoder_io.h */
 
-enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1 };
+/* OPS_Q8: 8-bit blocks quantised at load (reference/ops_q8.h); matmul runs it with its own
+ * arithmetic (activations quantised too), so its results differ from bf16's. */
+enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1, OPS_Q8 = 2 };
 
 /* A row-major weight matrix [rows, cols] (nn.Linear layout: y = x @ W^T). */
 struct ops_weight {
-    const void *data; /* bf16 (uint16 bit patterns) or f32, [rows][cols] */
+    const void *data; /* bf16 (uint16 bit patterns) or f32 [rows][cols]; OPS_Q8: int8
+                         [rows][cols] followed by f32 scales [rows][cols / 32] (ops_q8.h) */
     enum ops_dtype dtype;
     int rows;
     int cols;
 };
 
-/* out [n] = one row of w widened to f32; row in [0, w->rows). */
+/* out [n] = one row of w widened (or, for OPS_Q8, dequantised) to f32; row in [0, w->rows). */
 void ops_weight_row(float *out, const struct ops_weight *w, int row);
 
 /* out [n, H] = RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * weight [H].

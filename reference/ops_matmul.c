@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "reference/ops.h"
+#include "reference/ops_q8.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -467,12 +468,20 @@ static void matmul_task(void *ctx, int begin, int end, int worker) {
 
 void matmul(float *out, const float *x, const struct ops_weight *w, int n,
             struct thread_pool *pool) {
+    if (w->dtype == OPS_Q8) {
+        ops_q8_matmul(out, x, w, n, pool);
+        return;
+    }
     struct matmul_job job = {out, x, w, n, ops_matmul_path()};
     int tasks = (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
     thread_pool_run(pool, matmul_task, &job, tasks);
 }
 
 void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n) {
+    if (w->dtype == OPS_Q8) {
+        ops_q8_matmul(out, x, w, n, NULL);
+        return;
+    }
     struct matmul_job job = {out, x, w, n, ops_matmul_path()};
     matmul_task(&job, 0, (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK, 0);
 }

@@ -73,6 +73,10 @@ static void usage(FILE *out) {
             "  --device cpu|cuda:N    compute backend: cpu (default) or GPU N (refused, with the\n"
             "                         reason, where the build or machine has no CUDA)\n"
             "  --threads T            matmul threads (default 1)\n"
+            "  --weights-dtype D      bf16 (default: as stored) or q8 (8-bit blocks quantised at\n"
+            "                         load, cpu only; other logits than bf16, so every stage of\n"
+            "                         a pipeline must use the same: it is in the Hello's model\n"
+            "                         fingerprint)\n"
             "  --max-seq N            KV positions per request (default 512)\n"
             "  --max-batch B          concurrent requests = KV slots (default 8)\n"
             "  --chunk-size C         prefill chunk rows (default 64)\n"
@@ -127,7 +131,7 @@ struct args {
     int num_stages, stage_idx, layer_start, layer_end;
     const char *listen, *port_file, *next_host, *next_port_file;
     int next_port;
-    const char *device;
+    const char *device, *weights_dtype;
     int threads, max_seq, max_batch, chunk_size;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
@@ -161,6 +165,7 @@ enum option_id {
     O_NEXT_PORT_FILE,
     O_DEVICE,
     O_THREADS,
+    O_WEIGHTS_DTYPE,
     O_MAX_SEQ,
     O_MAX_BATCH,
     O_CHUNK,
@@ -205,6 +210,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"next-port-file", 1, 0, O_NEXT_PORT_FILE},
                                              {"device", 1, 0, O_DEVICE},
                                              {"threads", 1, 0, O_THREADS},
+                                             {"weights-dtype", 1, 0, O_WEIGHTS_DTYPE},
                                              {"max-seq", 1, 0, O_MAX_SEQ},
                                              {"max-batch", 1, 0, O_MAX_BATCH},
                                              {"chunk-size", 1, 0, O_CHUNK},
@@ -268,6 +274,13 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_NEXT_PORT_FILE: a->next_port_file = value; break;
     case O_DEVICE: a->device = value; break;
     case O_THREADS: rc = flag_int("--threads", value, 1, 1024, &a->threads); break;
+    case O_WEIGHTS_DTYPE:
+        a->weights_dtype = value;
+        if (strcmp(value, "bf16") != 0 && strcmp(value, "q8") != 0) {
+            fprintf(stderr, "strata-stage: --weights-dtype is bf16 or q8\n");
+            rc = -1;
+        }
+        break;
     case O_MAX_SEQ: rc = flag_int("--max-seq", value, 1, 1 << 24, &a->max_seq); break;
     case O_MAX_BATCH: rc = flag_int("--max-batch", value, 1, 4096, &a->max_batch); break;
     case O_CHUNK: rc = flag_int("--chunk-size", value, 1, 1 << 20, &a->chunk_size); break;
@@ -527,6 +540,7 @@ static int open_stage(struct run *r, const struct args *a) {
                                                  .layer_end = role.layer_end,
                                                  .device = a->device,
                                                  .num_threads = a->threads,
+                                                 .weights_dtype = a->weights_dtype,
                                                  .max_seq = a->max_seq,
                                                  .max_batch = a->max_batch,
                                                  .chunk_size = a->chunk_size,
@@ -664,7 +678,12 @@ static int setup_links(struct run *r, const struct args *a) {
         strata_log(STRATA_LOG_WARN, "%s", r->security.warning);
     else
         strata_log(STRATA_LOG_INFO, "links: %s", wire_tls_describe(r->security.tls));
-    if (wire_model_fingerprint(r->fingerprint, r->config_json, r->config_len, "float32") < 0) {
+    /* q8 weights give other logits: stages (and TP ranks) must agree on them as on the
+     * model, so the weights dtype joins the compute dtype in the fingerprint (bf16 keeps
+     * "float32"). */
+    const char *dtype =
+        a->weights_dtype && !strcmp(a->weights_dtype, "q8") ? "float32+q8-weights" : "float32";
+    if (wire_model_fingerprint(r->fingerprint, r->config_json, r->config_len, dtype) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }

@@ -66,6 +66,8 @@ static const char usage_text[] =
     "                        fixed --row-cost-us per row and layer (deterministic times)\n"
     "  --row-cost-us US      fixed cost per hidden row per layer (default 1)\n"
     "  --threads N           matmul threads per stage (default 1)\n"
+    "  --weights-dtype D     every stage's weights: bf16 (default, as stored) or q8 (8-bit\n"
+    "                        blocks quantised at load, cpu only)\n"
     "  --device cpu|cuda:N   every stage's backend: cpu (default) or GPU N (refused with the\n"
     "                        reason where the build or machine has no CUDA)\n"
     "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic,\n"
@@ -250,7 +252,10 @@ static int parse_compute_option(struct cli *cli, const char *name, const char *v
         cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
     } else if (!strcmp(name, "--threads"))
         bad = cli_parse_int(v, 1, 256, &cli->sim.num_threads) < 0;
-    else if (!strcmp(name, "--device")) {
+    else if (!strcmp(name, "--weights-dtype")) {
+        cli->sim.weights_dtype = v;
+        bad = strcmp(v, "bf16") != 0 && strcmp(v, "q8") != 0;
+    } else if (!strcmp(name, "--device")) {
         cli->sim.device = v; /* cuda[:N] is checked by the backend (exit 1 if absent) */
         bad = strcmp(v, "cpu") != 0 && strncmp(v, "cuda", 4) != 0;
     } else if (!strcmp(name, "--chunk"))

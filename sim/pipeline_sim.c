@@ -632,6 +632,7 @@ static int build_stages(struct sim *sim) {
                                                .layer_end = opt->split.bounds[r + 1],
                                                .device = opt->device,
                                                .num_threads = opt->num_threads,
+                                               .weights_dtype = opt->weights_dtype,
                                                .max_seq = max_seq,
                                                .max_batch = opt->num_requests,
                                                .chunk_size = opt->chunk_size,

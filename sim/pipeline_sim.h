@@ -82,6 +82,8 @@ struct sim_options {
      * positions per KVP rank (0 = an even split of the longest request), MoE mode. */
     int tp, kvp, kvp_tokens;
     enum tp_moe_mode moe;
+    /* Each stage's weights: NULL / "bf16" or "q8" (runtime/stage/backend.h). */
+    const char *weights_dtype;
 };
 
 /* Fills defaults: no faults, wall-clock compute, 2 s peer timeout, 60 s request timeout,

@@ -101,6 +101,9 @@ struct stage_backend_options {
     /* NULL or tp 1: the whole role. Else only this rank's shard of it is loaded and the
      * layers all-reduce over tp->coll (the CPU backend; CUDA refuses with the reason). */
     const struct stage_tp_config *tp;
+    /* Weights as computed: NULL or "bf16" (as stored), "q8" (8-bit blocks quantised at load,
+     * reference/ops_q8.h; the cpu device only). Anything else is STRATA_EINVAL. */
+    const char *weights_dtype;
 };
 
 /* Opens the backend the device names. The role must lie within the model

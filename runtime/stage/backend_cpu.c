@@ -26,6 +26,7 @@ struct cpu_context {
     int tp, tp_rank;   /* tensor parallelism: this rank's place (1, 0 without) */
     int kvp, kvp_rank; /* KV parallelism: likewise */
     struct cpu_group tp_group, kvp_group;
+    enum reference_weights_dtype weights_dtype;
 };
 
 /* Every rank's n floats into g->tmp [size, n] (the whole group's all-gather). */
@@ -109,13 +110,17 @@ static int cpu_kv_restore(struct stage_backend *be, const int *slots, int n,
 
 static void cpu_describe(const struct stage_backend *be, char *buf, size_t cap) {
     const struct cpu_context *c = ctx(be);
+    size_t replaced, q8 = reference_model_q8_bytes(c->model, &replaced);
     int used = snprintf(
         buf, cap, "device: cpu, %d thread%s\nweights: %d tensors, %zu bytes (+%zu bytes widened)",
         c->num_threads, c->num_threads == 1 ? "" : "s", reference_model_num_tensors(c->model),
         reference_model_weight_bytes(c->model), reference_model_extra_bytes(c->model));
     if ((c->tp > 1 || c->kvp > 1) && used > 0 && (size_t)used < cap)
-        snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d",
-                 c->tp_rank, c->tp, c->kvp_rank, c->kvp);
+        used += snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d",
+                         c->tp_rank, c->tp, c->kvp_rank, c->kvp);
+    if (c->weights_dtype == REFERENCE_WEIGHTS_Q8 && used > 0 && (size_t)used < cap)
+        snprintf(buf + used, cap - (size_t)used,
+                 "; q8: %zu bytes of 8-bit copies replace %zu bytes", q8, replaced);
 }
 
 static void cpu_free(struct stage_backend *be) {
@@ -197,13 +202,16 @@ int backend_cpu_open(struct stage_backend **out, const struct stage_backend_opti
                                  .num_slots = opt->num_slots};
     c->num_threads = opt->num_threads;
     c->tp = c->kvp = 1;
+    rc = reference_weights_dtype_parse(&c->weights_dtype,
+                                       opt->weights_dtype ? opt->weights_dtype : "bf16");
     struct reference_load_options lo = {.layer_start = role->layer_start,
                                         .layer_end = role->layer_end,
                                         .with_embed = role->with_embed,
                                         .with_head = role->with_head,
-                                        .num_threads = opt->num_threads};
+                                        .num_threads = opt->num_threads,
+                                        .weights_dtype = c->weights_dtype};
     struct tp_shard shard;
-    rc = stage_tp_is_split(opt->tp) ? grid_hooks(c, &lo, &shard, opt) : 0;
+    if (rc == 0 && stage_tp_is_split(opt->tp)) rc = grid_hooks(c, &lo, &shard, opt);
     if (rc == 0) rc = reference_model_load(&c->model, cfg, opt->weights, &lo);
     if (rc == 0)
         rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end,

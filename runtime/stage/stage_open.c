@@ -68,6 +68,7 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                         .role = role,
                                         .device = opt->device,
                                         .num_threads = opt->num_threads,
+                                        .weights_dtype = opt->weights_dtype,
                                         .max_seq = opt->max_seq,
                                         .num_slots = opt->max_batch,
                                         .tp = opt->tp};

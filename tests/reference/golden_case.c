@@ -195,3 +195,15 @@ int golden_sequence(const struct golden_case *gc, int32_t *out, int n) {
         out[i] = i < gc->n_prompt ? gc->prompt[i] : gc->generated[i - gc->n_prompt];
     return STRATA_OK;
 }
+
+int golden_model_dtype(struct reference_model **out, const struct golden_case *gc, int start,
+                       int end, int with_embed, int with_head, int threads,
+                       enum reference_weights_dtype dtype) {
+    struct reference_load_options opt = {.layer_start = start,
+                                         .layer_end = end,
+                                         .with_embed = with_embed,
+                                         .with_head = with_head,
+                                         .num_threads = threads,
+                                         .weights_dtype = dtype};
+    return reference_model_load(out, &gc->cfg, gc->st, &opt);
+}
