@@ -200,6 +200,11 @@ int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
     g->idle_ms = 0;
     /* EINVAL: stage 0 refused the request itself (e.g. a token id past the model's own
      * vocabulary, which the tokenizer's may exceed): the client's error, not the pipeline's. */
+    /* EFORMAT on a request with images: the vision stage could not decode one (truncated,
+     * corrupt, a bomb); the client's error too. */
+    if (done && g->params.n_images && g->job.error_code == STRATA_EFORMAT)
+        return serve_error_set(err, 400, "messages", "invalid_image",
+                               "the vision stage refused an image: %s", g->job.error);
     if (done && g->job.error_code == STRATA_EINVAL)
         return serve_error_set(err, 400, NULL, "invalid_value",
                                "the pipeline refused the request: %s", g->job.error);
