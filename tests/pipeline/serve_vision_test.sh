@@ -73,7 +73,8 @@ start_serve() { # TAG MODEL [options]: strata-serve before the vision stage
     pl_wait_file "$PL_WORK/$tag.port" 20 || pl_fail "strata-serve $tag did not start"
     URL="http://127.0.0.1:$(cat "$PL_WORK/$tag.port")"
 }
-start_serve http "$vl" --max-image-bytes 4096 --max-images 2
+start_serve http "$vl" --max-image-bytes 4096 --max-images 2 --grpc-port-file "$PL_WORK/grpc.port"
+pl_wait_file "$PL_WORK/grpc.port" 20 || pl_fail "no gRPC port"
 
 post() { # PATH BODY-FILE -> body on stdout; the status goes to $PL_WORK/status
     curl -sS -o - -w '%{stderr}%{http_code}' -H 'Content-Type: application/json' \
@@ -188,7 +189,49 @@ check 400 invalid_image "$(uri image/png "$PL_WORK/trunc.png")"
 expect_error 413 request_too_large "$PL_WORK/huge.json"
 echo "malformed image parts: 400/413 OpenAI errors, the server keeps serving"
 
-# 4. A text-only model given an image: 400 (the same pipeline; the check is the front's).
+# 4. gRPC Chat with image parts (ChatMessage.parts, raw bytes): the image request streams to OK
+# (its text is the HTTP path's, which is the same serve_gen; strata-grpc-client --method
+# prints only sizes); bytes that are neither PNG nor JPEG are INVALID_ARGUMENT, too many
+# images RESOURCE_EXHAUSTED, and the server keeps serving.
+# chat_pb OUT TEXT FILE...: a strata.v1.ChatRequest (wire format by hand: field numbers of
+# runtime/serve/strata.proto) with one user message of image parts then a text part.
+chat_pb() {
+    python3 - "$@" <<'EOF'
+import struct, sys
+out, text, files = sys.argv[1], sys.argv[2], sys.argv[3:]
+def varint(n):
+    b = b""
+    while True:
+        b += bytes([(n & 0x7F) | (0x80 if n > 0x7F else 0)])
+        n >>= 7
+        if not n: return b
+def field(num, data): return varint(num << 3 | 2) + varint(len(data)) + data
+parts = b"".join(field(3, field(2, open(f, "rb").read())) for f in files)
+parts += field(3, field(1, text.encode()))
+msg = field(1, b"user") + parts
+params = varint(1 << 3) + varint(16) + bytes([2 << 3 | 5]) + struct.pack("<f", 1.0) + \
+    bytes([3 << 3 | 5]) + struct.pack("<f", 1.0) + varint(5 << 3) + varint(777)
+open(out, "wb").write(field(1, b"vl") + field(2, msg) + field(3, params))
+EOF
+}
+GC="$PL_BIN/strata-grpc-client"
+gcall() { # OUT REQUEST-FILE
+    "$GC" --port-file "$PL_WORK/grpc.port" --method /strata.v1.Strata/Chat --raw-request "$2" >"$1" 2>&1
+}
+chat_pb "$PL_WORK/g1.bin" "$msg" "$e2e/image0.png"
+gcall "$PL_WORK/g1.out" "$PL_WORK/g1.bin" || pl_fail "gRPC Chat with an image: $(cat "$PL_WORK/g1.out")"
+grep -q "^status: 0 OK" "$PL_WORK/g1.out" && grep -q "^message: " "$PL_WORK/g1.out" ||
+    pl_fail "gRPC Chat with an image: $(cat "$PL_WORK/g1.out")"
+chat_pb "$PL_WORK/g2.bin" "$msg" "$golden/config.json"
+gcall "$PL_WORK/g2.out" "$PL_WORK/g2.bin" && pl_fail "gRPC Chat took a JSON file as an image"
+grep -q "INVALID_ARGUMENT.*neither PNG nor JPEG" "$PL_WORK/g2.out" || pl_fail "gRPC bad image: $(cat "$PL_WORK/g2.out")"
+chat_pb "$PL_WORK/g3.bin" "$msg" "$e2e/image0.png" "$e2e/image0.png" "$e2e/image0.png"
+gcall "$PL_WORK/g3.out" "$PL_WORK/g3.bin" && pl_fail "gRPC Chat took 3 images (--max-images 2)"
+grep -q "RESOURCE_EXHAUSTED.*more than 2 images" "$PL_WORK/g3.out" || pl_fail "gRPC 3 images: $(cat "$PL_WORK/g3.out")"
+gcall "$PL_WORK/g4.out" "$PL_WORK/g1.bin" || pl_fail "gRPC: no answer after the refusals: $(cat "$PL_WORK/g4.out")"
+echo "gRPC Chat: image parts served; bad image INVALID_ARGUMENT, 3 images RESOURCE_EXHAUSTED"
+
+# 5. A text-only model given an image: 400 (the same pipeline; the check is the front's).
 tm="$PL_WORK/textmodel"
 mkdir -p "$tm"
 cp "$text_data/qwen3-tokenizer/tokenizer.json" "$text_data/qwen3-tokenizer/tokenizer_config.json" "$tm/"
