@@ -46,6 +46,9 @@ static void usage(FILE *out) {
             "  --no-http                serve gRPC only\n"
             "  --max-seq N              the stages' --max-seq: prompt + answer (default 512)\n"
             "  --token-timeout-ms MS    longest wait for the next token (default 60000)\n"
+            "  --max-image-bytes N      largest decoded image_url image (default 524288; the\n"
+            "                           vision stage's --max-image-bytes also applies)\n"
+            "  --max-images N           images per chat request (default 16, at most 256)\n"
             "  --auth-key-file F        the pipeline's pre-shared key (else $STRATA_AUTH_KEY):\n"
             "                           TLS 1.3 PSK to stage 0 (HMAC Hello with --insecure)\n"
             "  --tls-cert F --tls-key F --tls-ca F   TLS 1.3 to stage 0 with certificates\n"
@@ -59,7 +62,7 @@ struct serve_args {
     const char *tls_cert, *tls_key, *tls_ca;
     const char *grpc_port_file;
     int insecure, no_http;
-    int stage0_port, port, max_seq, token_timeout_ms;
+    int stage0_port, port, max_seq, token_timeout_ms, max_image_bytes, max_images;
     int grpc_port; /* -1: no gRPC */
 };
 
@@ -82,6 +85,8 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
                                             {"grpc-port", 1, 0, 'g'},
                                             {"grpc-port-file", 1, 0, 'G'},
                                             {"no-http", 0, 0, 'N'},
+                                            {"max-image-bytes", 1, 0, 'B'},
+                                            {"max-images", 1, 0, 'M'},
                                             {"help", 0, 0, 'x'},
                                             {0, 0, 0, 0}};
     int c, bad = 0;
@@ -110,6 +115,8 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
         case 'g': bad |= cli_parse_int(optarg, 0, 65535, &a->grpc_port) < 0; break;
         case 'G': a->grpc_port_file = optarg; break;
         case 'N': a->no_http = 1; break;
+        case 'B': bad |= cli_parse_int(optarg, 1, 1 << 30, &a->max_image_bytes) < 0; break;
+        case 'M': bad |= cli_parse_int(optarg, 1, 256, &a->max_images) < 0; break;
         case 'x': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -233,6 +240,8 @@ int main(int argc, char **argv) {
     app.model_id = a.name ? a.name : basename(name);
     app.max_seq = a.max_seq;
     app.token_timeout_ms = a.token_timeout_ms;
+    app.max_image_bytes = a.max_image_bytes;
+    app.max_images = a.max_images;
     app.created = (long)time(NULL);
     code = load_model(&app, &tok, &a);
     if (code < 0) code = open_security(&sec, &key, &a);

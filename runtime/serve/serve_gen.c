@@ -9,6 +9,7 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
+#include "runtime/model/vl_prompt.h"
 
 /* Renders the messages with the model's chat template (generation prompt on; thinking off
  * unless chat_template_kwargs.enable_thinking, as strata-client --chat) and tokenizes. */
@@ -21,6 +22,12 @@ static int encode_chat(struct serve_gen *g, struct tokenizer_ids *ids, struct se
     if (!g->app->have_template)
         return serve_error_set(err, 400, "messages", "no_chat_template",
                                "the model has no chat template; use /v1/completions");
+    /* Only the Qwen3-VL template renders image parts, and only a VL model has a vision
+     * stage in front of its pipeline to take the files. */
+    if (g->params.n_images && g->app->template_kind != CHAT_TEMPLATE_QWEN3_VL)
+        return serve_error_set(err, 400, "messages", "images_not_supported",
+                               "the model '%s' is a text model: it takes no image inputs",
+                               g->app->model_id);
     if (chat_conversation_from_json(&conv, g->params.messages_json) < 0)
         return serve_error_set(err, 400, "messages", "invalid_value", "%s", strata_last_error());
     int rc = chat_template_render(g->app->template_kind, conv.messages, conv.n, &o, &text, &len);
@@ -85,6 +92,21 @@ static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct s
     req.sampling.top_k = g->params.top_k;
     req.sampling.top_p = g->params.top_p;
     req.sampling.seed = g->params.seed;
+    /* Image files go to the vision stage as they came (it decodes and encodes them); the
+     * prompt holds one image pad per image, in the same order. */
+    uint8_t formats[VL_MAX_IMAGES];
+    if (g->params.n_images > VL_MAX_IMAGES)
+        return serve_error_set(err, 413, "messages", "too_many_images",
+                               "more than %d images in one request", VL_MAX_IMAGES);
+    for (int i = 0; i < g->params.n_images; i++)
+        formats[i] =
+            g->params.image_formats[i] == SERVE_IMAGE_PNG ? WIRE_IMAGE_PNG : WIRE_IMAGE_JPEG;
+    if (g->params.n_images) {
+        req.image_files = g->params.image_bytes;
+        req.image_file_sizes = g->params.image_sizes;
+        req.image_formats = formats;
+        req.num_image_files = g->params.n_images;
+    }
     int32_t eos[TOKENIZER_MAX_EOS];
     int n_eos = g->params.ignore_eos ? 0 : tokenizer_eos_ids(g->app->tok, eos);
     for (int i = 0; i < n_eos && req.num_stop_ids < REQUEST_MAX_STOP_IDS; i++)
@@ -100,8 +122,9 @@ static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct s
 int serve_gen_start(struct serve_gen *g, struct serve_app *app, enum serve_kind kind,
                     const char *body, size_t len, struct serve_error *err) {
     struct serve_limits limits = {app->model_id, app->max_seq};
+    struct serve_image_limits images = {app->max_image_bytes, app->max_images};
     struct serve_params params;
-    if (serve_params_parse(&params, kind, body, len, &limits, err) < 0) {
+    if (serve_params_parse_with(&params, kind, body, len, &limits, &images, err) < 0) {
         serve_params_free(&params);
         memset(g, 0, sizeof *g);
         return -1;
@@ -177,6 +200,11 @@ int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
     g->idle_ms = 0;
     /* EINVAL: stage 0 refused the request itself (e.g. a token id past the model's own
      * vocabulary, which the tokenizer's may exceed): the client's error, not the pipeline's. */
+    /* EFORMAT on a request with images: the vision stage could not decode one (truncated,
+     * corrupt, a bomb); the client's error too. */
+    if (done && g->params.n_images && g->job.error_code == STRATA_EFORMAT)
+        return serve_error_set(err, 400, "messages", "invalid_image",
+                               "the vision stage refused an image: %s", g->job.error);
     if (done && g->job.error_code == STRATA_EINVAL)
         return serve_error_set(err, 400, NULL, "invalid_value",
                                "the pipeline refused the request: %s", g->job.error);

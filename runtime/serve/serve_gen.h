@@ -24,6 +24,8 @@ struct serve_app {
     int max_seq;          /* the pipeline's KV positions per request: prompt + answer */
     int token_timeout_ms; /* longest wait for the next token */
     long created;         /* for /v1/models */
+    long max_image_bytes; /* largest decoded image_url image; 0 = the default */
+    int max_images;       /* images per chat request; 0 = the default */
 };
 
 struct serve_gen {

@@ -174,8 +174,10 @@ static void serve_generation(struct call_ctx *c, enum serve_kind kind, const uin
     struct serve_params params;
     struct serve_error err;
     struct serve_gen g;
-    int rc = kind == SERVE_CHAT ? serve_pb_parse_chat(&params, req, len, &limits, &err)
-                                : serve_pb_parse_generate(&params, req, len, &limits, &err);
+    struct serve_image_limits images = {app->max_image_bytes, app->max_images};
+    int rc = kind == SERVE_CHAT
+                 ? serve_pb_parse_chat_with(&params, req, len, &limits, &images, &err)
+                 : serve_pb_parse_generate(&params, req, len, &limits, &err);
     if (rc < 0) {
         serve_params_free(&params);
         finish_error(c, &err);

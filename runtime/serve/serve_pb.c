@@ -95,35 +95,76 @@ int serve_pb_parse_generate(struct serve_params *p, const uint8_t *data, size_t 
     return rc;
 }
 
+/* A message's parts as the HTTP API's list content: text parts as they are, each image's
+ * bytes into p's images and an {"type":"image"} part in its place. */
+static int parts_json(struct serve_params *p, cJSON *o, const Strata__V1__ChatMessage *msg,
+                      const struct serve_image_limits *images, struct serve_error *err) {
+    if (msg->content[0])
+        return serve_error_set(err, 400, "messages", "invalid_value",
+                               "a message has either 'content' or 'parts', not both");
+    cJSON *list = cJSON_AddArrayToObject(o, "content");
+    for (size_t k = 0; list && k < msg->n_parts; k++) {
+        const Strata__V1__ChatPart *part = msg->parts[k];
+        cJSON *item = cJSON_CreateObject();
+        if (!item || !cJSON_AddItemToArray(list, item)) break;
+        if (part->part_case == STRATA__V1__CHAT_PART__PART_TEXT) {
+            if (!cJSON_AddStringToObject(item, "type", "text") ||
+                !cJSON_AddStringToObject(item, "text", part->text))
+                break;
+        } else if (part->part_case == STRATA__V1__CHAT_PART__PART_IMAGE) {
+            if (serve_params_add_image(p, part->image.data, part->image.len, images, "messages",
+                                       err) < 0)
+                return -1;
+            if (!cJSON_AddStringToObject(item, "type", "image")) break;
+        } else {
+            return serve_error_set(err, 400, "messages", "invalid_value",
+                                   "a ChatPart needs 'text' or 'image'");
+        }
+        if (k + 1 == msg->n_parts) return 0;
+    }
+    return serve_error_set(err, 500, NULL, NULL, "out of memory");
+}
+
 /* The messages as the HTTP API's JSON array, so the chat template path is the same one. */
 static int messages_json(struct serve_params *p, const Strata__V1__ChatRequest *m,
-                         struct serve_error *err) {
+                         const struct serve_image_limits *images, struct serve_error *err) {
     if (m->n_messages == 0)
         return serve_error_set(err, 400, "messages", "invalid_value",
                                "'messages' must not be empty");
     cJSON *arr = cJSON_CreateArray();
-    for (size_t i = 0; arr && i < m->n_messages; i++) {
+    int rc = arr ? 0 : serve_error_set(err, 500, NULL, NULL, "out of memory");
+    for (size_t i = 0; rc == 0 && i < m->n_messages; i++) {
+        const Strata__V1__ChatMessage *msg = m->messages[i];
         cJSON *o = cJSON_CreateObject();
-        if (!o || !cJSON_AddItemToArray(arr, o) ||
-            !cJSON_AddStringToObject(o, "role", m->messages[i]->role) ||
-            !cJSON_AddStringToObject(o, "content", m->messages[i]->content)) {
-            cJSON_Delete(arr);
-            arr = NULL;
-        }
+        if (!o || !cJSON_AddItemToArray(arr, o) || !cJSON_AddStringToObject(o, "role", msg->role))
+            rc = serve_error_set(err, 500, NULL, NULL, "out of memory");
+        else if (msg->n_parts)
+            rc = parts_json(p, o, msg, images, err);
+        else if (!cJSON_AddStringToObject(o, "content", msg->content))
+            rc = serve_error_set(err, 500, NULL, NULL, "out of memory");
     }
-    p->messages_json = arr ? cJSON_PrintUnformatted(arr) : NULL;
+    p->messages_json = rc == 0 ? cJSON_PrintUnformatted(arr) : NULL;
     cJSON_Delete(arr);
-    return p->messages_json ? 0 : serve_error_set(err, 500, NULL, NULL, "out of memory");
+    if (rc == 0 && !p->messages_json) rc = serve_error_set(err, 500, NULL, NULL, "out of memory");
+    return rc;
 }
 
 int serve_pb_parse_chat(struct serve_params *p, const uint8_t *data, size_t len,
                         const struct serve_limits *limits, struct serve_error *err) {
+    return serve_pb_parse_chat_with(p, data, len, limits, NULL, err);
+}
+
+int serve_pb_parse_chat_with(struct serve_params *p, const uint8_t *data, size_t len,
+                             const struct serve_limits *limits,
+                             const struct serve_image_limits *images, struct serve_error *err) {
+    static const struct serve_image_limits defaults = {SERVE_DEFAULT_MAX_IMAGE_BYTES,
+                                                       SERVE_DEFAULT_MAX_IMAGES};
     memset(p, 0, sizeof *p);
     serve_params_defaults(p, SERVE_CHAT);
     Strata__V1__ChatRequest *m = strata__v1__chat_request__unpack(NULL, len, data);
     if (!m) return malformed(err, "strata.v1.ChatRequest");
     int rc = check_model(m->model, limits, err);
-    if (rc == 0) rc = messages_json(p, m, err);
+    if (rc == 0) rc = messages_json(p, m, images ? images : &defaults, err);
     if (rc == 0) rc = take_params(p, m->params, limits, err);
     p->enable_thinking = m->enable_thinking != 0;
     strata__v1__chat_request__free_unpacked(m, NULL);

@@ -37,6 +37,12 @@ int serve_pb_parse_generate(struct serve_params *p, const uint8_t *data, size_t 
                             const struct serve_limits *limits, struct serve_error *err);
 int serve_pb_parse_chat(struct serve_params *p, const uint8_t *data, size_t len,
                         const struct serve_limits *limits, struct serve_error *err);
+/* The same with image limits other than the defaults (NULL = the defaults): a ChatMessage's
+ * image parts are refused as the HTTP API's image_url parts are (413 past the limits, 400
+ * for bytes that are neither PNG nor JPEG). */
+int serve_pb_parse_chat_with(struct serve_params *p, const uint8_t *data, size_t len,
+                             const struct serve_limits *limits,
+                             const struct serve_image_limits *images, struct serve_error *err);
 
 /* One GenerateResponse: tokens [n_ids], the text delta [text_len] (UTF-8), finish NULL while
  * more follow ("stop" | "length" on the last), usage on the last only (else NULL). */

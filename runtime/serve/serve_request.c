@@ -3,6 +3,7 @@
 
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <openssl/evp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,9 +28,16 @@ void serve_params_free(struct serve_params *p) {
     free(p->messages_json);
     free(p->prompt);
     free(p->prompt_ids);
+    free(p->image_bytes);
+    free(p->image_sizes);
+    free(p->image_formats);
     p->messages_json = p->prompt = NULL;
     p->prompt_ids = NULL;
     p->n_prompt_ids = 0;
+    p->image_bytes = NULL;
+    p->image_sizes = NULL;
+    p->image_formats = NULL;
+    p->n_images = 0;
 }
 
 void serve_params_defaults(struct serve_params *p, enum serve_kind kind) {
@@ -153,32 +161,135 @@ static int get_sampling(struct serve_params *p, const cJSON *root,
     return 0;
 }
 
-/* 1 when a content part is an image or a video (chat_template.h's order of tests). */
-static int is_media_part(const cJSON *part) {
-    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
-    const char *t = cJSON_IsString(type) ? type->valuestring : "";
-    return !strcmp(t, "image") || !strcmp(t, "image_url") || !strcmp(t, "video") ||
-           !strcmp(t, "input_audio") || cJSON_HasObjectItem(part, "image") ||
-           cJSON_HasObjectItem(part, "image_url") || cJSON_HasObjectItem(part, "video");
+int serve_params_add_image(struct serve_params *p, const uint8_t *data, size_t len,
+                           const struct serve_image_limits *limits, const char *param,
+                           struct serve_error *err) {
+    long max_bytes =
+        limits->max_image_bytes > 0 ? limits->max_image_bytes : SERVE_DEFAULT_MAX_IMAGE_BYTES;
+    int max_images = limits->max_images > 0 ? limits->max_images : SERVE_DEFAULT_MAX_IMAGES;
+    uint8_t format = len >= 8 && !memcmp(data, "\x89PNG\r\n\x1a\n", 8) ? SERVE_IMAGE_PNG
+                     : len >= 3 && !memcmp(data, "\xff\xd8\xff", 3)    ? SERVE_IMAGE_JPEG
+                                                                       : 0;
+    if (p->n_images >= max_images)
+        return serve_error_set(err, 413, param, "too_many_images",
+                               "more than %d images in one request", max_images);
+    if ((long)len > max_bytes)
+        return serve_error_set(err, 413, param, "image_too_large",
+                               "image %d is %zu bytes; the limit is %ld", p->n_images + 1, len,
+                               max_bytes);
+    if (!format)
+        return serve_error_set(err, 400, param, "unsupported_image_format",
+                               "image %d is neither PNG nor JPEG (by its first bytes)",
+                               p->n_images + 1);
+    size_t total = 0;
+    for (int i = 0; i < p->n_images; i++)
+        total += p->image_sizes[i];
+    uint8_t *bytes = realloc(p->image_bytes, total + len);
+    if (!bytes) return serve_error_set(err, 500, NULL, NULL, "out of memory");
+    p->image_bytes = bytes;
+    uint32_t *sizes = realloc(p->image_sizes, (size_t)(p->n_images + 1) * sizeof *sizes);
+    if (!sizes) return serve_error_set(err, 500, NULL, NULL, "out of memory");
+    p->image_sizes = sizes;
+    uint8_t *formats = realloc(p->image_formats, (size_t)(p->n_images + 1));
+    if (!formats) return serve_error_set(err, 500, NULL, NULL, "out of memory");
+    p->image_formats = formats;
+    memcpy(bytes + total, data, len);
+    sizes[p->n_images] = (uint32_t)len;
+    formats[p->n_images++] = format;
+    return 0;
 }
 
-static int get_messages(struct serve_params *p, const cJSON *root, struct serve_error *err) {
+/* Decodes an RFC 2397 data URI with a base64 image payload ("data:image/png;base64,...")
+ * and adds the image. Anything else is refused: the server never fetches a URL. The payload
+ * is decoded by OpenSSL (EVP_DecodeBlock, RFC 4648 base64: padded, no line breaks). */
+static int add_data_uri(struct serve_params *p, const char *url,
+                        const struct serve_image_limits *limits, struct serve_error *err) {
+    const char *param = "messages";
+    if (strncmp(url, "data:", 5))
+        return serve_error_set(err, 400, param, "unsupported_url",
+                               "image_url must be a data URI (data:image/png;base64,... or "
+                               "data:image/jpeg;base64,...): the server fetches no URLs");
+    const char *comma = strchr(url, ',');
+    size_t head = comma ? (size_t)(comma - url) : 0;
+    if (!comma || head < 12 || strncmp(comma - 7, ";base64", 7) || strncmp(url + 5, "image/", 6))
+        return serve_error_set(err, 400, param, "invalid_image_url",
+                               "image_url must be data:image/<png|jpeg>;base64,<data>");
+    const char *mime = url + 5, *semi = strchr(mime, ';');
+    size_t mlen = (size_t)(semi - mime);
+    if (!((mlen == 9 && !strncmp(mime, "image/png", 9)) ||
+          (mlen == 10 && !strncmp(mime, "image/jpeg", 10)) ||
+          (mlen == 9 && !strncmp(mime, "image/jpg", 9))))
+        return serve_error_set(err, 400, param, "unsupported_image_format",
+                               "image_url media type '%.*s': only image/png and image/jpeg",
+                               (int)(mlen < 40 ? mlen : 40), mime);
+    const char *b64 = comma + 1;
+    size_t n = strlen(b64),
+           pad = n >= 1 && b64[n - 1] == '=' ? 1 + (n >= 2 && b64[n - 2] == '=') : 0;
+    if (n == 0 || n % 4 || n > (size_t)INT32_MAX || strcspn(b64, "=") < n - pad)
+        return serve_error_set(err, 400, param, "invalid_base64",
+                               "image_url data is not padded base64 (%zu characters)", n);
+    long max_bytes =
+        limits->max_image_bytes > 0 ? limits->max_image_bytes : SERVE_DEFAULT_MAX_IMAGE_BYTES;
+    size_t len = n / 4 * 3 - pad;
+    if ((long)len > max_bytes) /* refused before decoding: no buffer for it */
+        return serve_error_set(err, 413, param, "image_too_large",
+                               "image %d is %zu bytes; the limit is %ld", p->n_images + 1, len,
+                               max_bytes);
+    unsigned char *buf = malloc(n / 4 * 3 + 1);
+    if (!buf) return serve_error_set(err, 500, NULL, NULL, "out of memory");
+    int got = EVP_DecodeBlock(buf, (const unsigned char *)b64, (int)n);
+    int rc = got != (int)(n / 4 * 3) ? serve_error_set(err, 400, param, "invalid_base64",
+                                                       "image_url data is not valid base64")
+                                     : serve_params_add_image(p, buf, len, limits, param, err);
+    free(buf);
+    return rc;
+}
+
+/* One content part: an image_url part is decoded into p's images and rewritten to
+ * {"type":"image"}, which chat_conversation_from_json renders as one image pad (so the
+ * rendered messages never carry the image bytes). Other media are refused. */
+static int take_part(struct serve_params *p, cJSON *part, const struct serve_image_limits *limits,
+                     struct serve_error *err) {
+    const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
+    const char *t = cJSON_IsString(type) ? type->valuestring : "";
+    cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
+    if (!strcmp(t, "image_url") || iu) {
+        /* {"url": "..."} as OpenAI sends it, or the bare string some clients send. */
+        const cJSON *url = cJSON_IsObject(iu) ? cJSON_GetObjectItemCaseSensitive(iu, "url") : iu;
+        if (!cJSON_IsString(url))
+            return serve_error_set(err, 400, "messages", "invalid_image_url",
+                                   "an image_url part needs image_url.url (a data URI string)");
+        if (add_data_uri(p, url->valuestring, limits, err) < 0) return -1;
+        cJSON_DeleteItemFromObjectCaseSensitive(part, "image_url");
+        cJSON_DeleteItemFromObjectCaseSensitive(part, "type");
+        if (!cJSON_AddStringToObject(part, "type", "image"))
+            return serve_error_set(err, 500, NULL, NULL, "out of memory");
+        return 0;
+    }
+    if (!strcmp(t, "image") || !strcmp(t, "video") || !strcmp(t, "input_audio") ||
+        cJSON_HasObjectItem(part, "image") || cJSON_HasObjectItem(part, "video"))
+        return serve_error_set(err, 400, "messages", "unsupported_content",
+                               "content part type '%s': only text and image_url (a data URI) "
+                               "parts are supported",
+                               t[0] ? t : "image");
+    return 0;
+}
+
+static int get_messages(struct serve_params *p, const cJSON *root,
+                        const struct serve_image_limits *limits, struct serve_error *err) {
     const cJSON *msgs = cJSON_GetObjectItemCaseSensitive(root, "messages"), *m;
     if (!msgs) return serve_error_set(err, 400, "messages", "missing", "'messages' is required");
     if (!cJSON_IsArray(msgs) || cJSON_GetArraySize(msgs) == 0)
         return serve_error_set(err, 400, "messages", "invalid_value",
                                "'messages' must be a non-empty array");
     cJSON_ArrayForEach(m, msgs) {
-        const cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content"), *part;
+        cJSON *content = cJSON_GetObjectItemCaseSensitive(m, "content"), *part;
         if (!cJSON_IsObject(m))
             return serve_error_set(err, 400, "messages", "invalid_type",
                                    "every message must be an object");
         if (!cJSON_IsArray(content)) continue;
         cJSON_ArrayForEach(part, content) {
-            if (is_media_part(part))
-                return serve_error_set(err, 400, "messages", "unsupported_content",
-                                       "image, video and audio inputs are not supported yet "
-                                       "(text only until the vision path exists)");
+            if (cJSON_IsObject(part) && take_part(p, part, limits, err) < 0) return -1;
         }
     }
     p->messages_json = cJSON_PrintUnformatted(msgs);
@@ -201,6 +312,14 @@ static int get_prompt(struct serve_params *p, const cJSON *root, struct serve_er
 
 int serve_params_parse(struct serve_params *p, enum serve_kind kind, const char *body, size_t len,
                        const struct serve_limits *limits, struct serve_error *err) {
+    return serve_params_parse_with(p, kind, body, len, limits, NULL, err);
+}
+
+int serve_params_parse_with(struct serve_params *p, enum serve_kind kind, const char *body,
+                            size_t len, const struct serve_limits *limits,
+                            const struct serve_image_limits *images, struct serve_error *err) {
+    static const struct serve_image_limits defaults = {SERVE_DEFAULT_MAX_IMAGE_BYTES,
+                                                       SERVE_DEFAULT_MAX_IMAGES};
     memset(p, 0, sizeof *p);
     serve_params_defaults(p, kind);
     cJSON *root = cJSON_ParseWithLength(body, len);
@@ -216,7 +335,8 @@ int serve_params_parse(struct serve_params *p, enum serve_kind kind, const char 
                         cJSON_IsString(model) ? model->valuestring : "?");
     else if (n && !cJSON_IsNull(n) && !(cJSON_IsNumber(n) && n->valuedouble == 1))
         serve_error_set(err, 400, "n", "invalid_value", "only n = 1 is supported");
-    else if (kind == SERVE_CHAT ? get_messages(p, root, err) == 0 : get_prompt(p, root, err) == 0)
+    else if (kind == SERVE_CHAT ? get_messages(p, root, images ? images : &defaults, err) == 0
+                                : get_prompt(p, root, err) == 0)
         rc = get_sampling(p, root, limits, err);
     cJSON_Delete(root);
     return rc;

@@ -10,6 +10,14 @@
 #define SERVE_MAX_STOPS 4
 #define SERVE_MAX_STOP_LEN 256
 
+/* Images a chat request may carry as image_url data URIs (the request's bytes are bounded by
+ * the HTTP body limit, SERVE_MAX_BODY in serve_http.h). */
+#define SERVE_DEFAULT_MAX_IMAGE_BYTES (512L * 1024) /* one decoded image file */
+#define SERVE_DEFAULT_MAX_IMAGES 16                 /* images per request */
+
+/* An image file's format, told from its first bytes (never from the URI's media type). */
+enum serve_image_format { SERVE_IMAGE_PNG = 1, SERVE_IMAGE_JPEG = 2 };
+
 /* An HTTP status with the OpenAI error fields ("param" and "code" may be empty: null). */
 struct serve_error {
     int http_status;
@@ -41,6 +49,13 @@ struct serve_params {
     int stream, include_usage;
     int enable_thinking; /* chat_template_kwargs.enable_thinking, default 0 like the CLI */
     int ignore_eos;      /* gRPC: generate past the tokenizer's eos ids */
+    /* Chat image parts, in prompt order: image i is image_sizes[i] bytes of image_bytes
+     * (all decoded files concatenated), format image_formats[i]. Each part is rewritten to
+     * {"type":"image"} in messages_json, which the template renders as one image pad. */
+    uint8_t *image_bytes;
+    uint32_t *image_sizes;
+    uint8_t *image_formats; /* enum serve_image_format */
+    int n_images;
 };
 
 /* Limits the server checks a request against. */
@@ -49,12 +64,24 @@ struct serve_limits {
     int max_tokens;       /* most tokens a request may ask for (the pipeline's KV room) */
 };
 
+/* Limits on a chat request's images (0 = the default). */
+struct serve_image_limits {
+    long max_image_bytes; /* largest decoded image file; SERVE_DEFAULT_MAX_IMAGE_BYTES */
+    int max_images;       /* images per request; SERVE_DEFAULT_MAX_IMAGES */
+};
+
 /* Parses body [len] for `kind`. On failure returns -1 with *err filled (400: malformed JSON,
- * unknown model, empty messages, image parts, bad sampling values). Free with
- * serve_params_free (also after a failure). */
+ * unknown model, empty messages, bad sampling values, an image_url that is not a base64
+ * PNG / JPEG data URI (no URL is ever fetched), video or audio parts; 413: an image over
+ * the image limits). Free with serve_params_free (also after a
+ * failure). */
 int serve_params_parse(struct serve_params *p, enum serve_kind kind, const char *body, size_t len,
                        const struct serve_limits *limits, struct serve_error *err);
 void serve_params_free(struct serve_params *p);
+/* The same with image limits other than the defaults (images: NULL = the defaults). */
+int serve_params_parse_with(struct serve_params *p, enum serve_kind kind, const char *body,
+                            size_t len, const struct serve_limits *limits,
+                            const struct serve_image_limits *images, struct serve_error *err);
 
 /* The allowed sampling ranges, shared by the JSON and protobuf decoders. */
 #define SERVE_MAX_TEMPERATURE 2.0
@@ -68,6 +95,13 @@ void serve_params_defaults(struct serve_params *p, enum serve_kind kind);
  * *err naming the field. */
 int serve_params_check(const struct serve_params *p, const struct serve_limits *limits,
                        struct serve_error *err);
+
+/* Adds one decoded image file (its format told from its first bytes) to p's images.
+ * -1 with *err: 400 when it is neither PNG nor JPEG, 413 past the limits. `param` names the
+ * field in the error. */
+int serve_params_add_image(struct serve_params *p, const uint8_t *data, size_t len,
+                           const struct serve_image_limits *limits, const char *param,
+                           struct serve_error *err);
 
 /* Adds one stop string (empty ones are ignored: they would end every answer at once). */
 int serve_params_add_stop(struct serve_params *p, const char *s, struct serve_error *err);

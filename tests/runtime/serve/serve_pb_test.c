@@ -243,6 +243,54 @@ static void chat_messages(void **state) {
     serve_params_free(&p);
 }
 
+/* Image parts: bytes into the images in order, {"type":"image"} in the list content; content
+ * and parts together, a part with neither text nor image, bytes neither PNG nor JPEG are
+ * refused. */
+static void chat_image_parts(void **state) {
+    struct serve_params p;
+    struct serve_error err;
+    static uint8_t png[] = "\x89PNG\r\n\x1a\nabc", gif[] = "GIF89a";
+    Strata__V1__ChatPart img = STRATA__V1__CHAT_PART__INIT, txt = STRATA__V1__CHAT_PART__INIT,
+                         none = STRATA__V1__CHAT_PART__INIT;
+    Strata__V1__ChatPart *parts[] = {&img, &txt};
+    Strata__V1__ChatMessage m0 = STRATA__V1__CHAT_MESSAGE__INIT;
+    Strata__V1__ChatMessage *msgs[] = {&m0};
+    Strata__V1__ChatRequest m = STRATA__V1__CHAT_REQUEST__INIT;
+    (void)state;
+    img.part_case = STRATA__V1__CHAT_PART__PART_IMAGE;
+    img.image.data = png;
+    img.image.len = 11;
+    txt.part_case = STRATA__V1__CHAT_PART__PART_TEXT;
+    txt.text = "What is it?";
+    m0.role = "user";
+    m0.n_parts = 2;
+    m0.parts = parts;
+    m.n_messages = 1;
+    m.messages = msgs;
+    assert_int_equal(roundtrip(&m.base, serve_pb_parse_chat, &p, &err), 0);
+    assert_string_equal(p.messages_json, "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},"
+                                         "{\"type\":\"text\",\"text\":\"What is it?\"}]}]");
+    assert_int_equal(p.n_images, 1);
+    assert_int_equal(p.image_sizes[0], 11);
+    assert_int_equal(p.image_formats[0], SERVE_IMAGE_PNG);
+    assert_memory_equal(p.image_bytes, png, 11);
+    serve_params_free(&p);
+    m0.content = "both";
+    assert_int_equal(roundtrip(&m.base, serve_pb_parse_chat, &p, &err), -1);
+    assert_int_equal(err.http_status, 400);
+    serve_params_free(&p);
+    m0.content = "";
+    parts[1] = &none;
+    assert_int_equal(roundtrip(&m.base, serve_pb_parse_chat, &p, &err), -1);
+    assert_non_null(strstr(err.message, "'text' or 'image'"));
+    serve_params_free(&p);
+    img.image.data = gif;
+    img.image.len = 6;
+    assert_int_equal(roundtrip(&m.base, serve_pb_parse_chat, &p, &err), -1);
+    assert_string_equal(err.code, "unsupported_image_format");
+    serve_params_free(&p);
+}
+
 static void pack_chunks(void **state) {
     int32_t ids[] = {5, 6};
     struct serve_usage usage = {3, 2};
@@ -333,6 +381,7 @@ int main(void) {
         cmocka_unit_test(bad_prompts),
         cmocka_unit_test(malformed_bytes),
         cmocka_unit_test(chat_messages),
+        cmocka_unit_test(chat_image_parts),
         cmocka_unit_test(pack_chunks),
         cmocka_unit_test(pack_health_and_info),
         cmocka_unit_test(status_mapping),

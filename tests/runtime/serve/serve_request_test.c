@@ -1,6 +1,7 @@
 /* Request bodies of the OpenAI-compatible front: defaults, every field, both spellings of
- * max_tokens, stop as a string or a list, and each malformed body refused with its status,
- * param and code. */
+ * max_tokens, stop as a string or a list, image_url data URIs decoded in order (each part
+ * rewritten to an image part), and each malformed body refused with its status, param and
+ * code. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -73,6 +74,57 @@ struct bad_case {
     const char *param, *code;
 };
 
+#define IMG(url)                                                                                   \
+    "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","                      \
+    "\"image_url\":{\"url\":\"" url "\"}}]}]}"
+
+/* Two images (PNG then JPEG, the JPEG as a bare image_url string) around a text part: the
+ * bytes decoded in order, the format from the first bytes, the parts rewritten. */
+static void image_parts_are_decoded(void **state) {
+    struct serve_params p;
+    struct serve_error err;
+    (void)state;
+    const char *body =
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+        "\"image_url\":{\"url\":\"data:image/png;base64,iVBORw0KGgphYmM=\"}},"
+        "{\"type\":\"text\",\"text\":\"and\"},"
+        "{\"type\":\"image_url\",\"image_url\":\"data:image/jpeg;base64,/9j/4Hh5\"}]}]}";
+    assert_int_equal(parse(&p, SERVE_CHAT, body, &err), 0);
+    assert_int_equal(p.n_images, 2);
+    assert_int_equal(p.image_sizes[0], 11);
+    assert_int_equal(p.image_sizes[1], 6);
+    assert_int_equal(p.image_formats[0], SERVE_IMAGE_PNG);
+    assert_int_equal(p.image_formats[1], SERVE_IMAGE_JPEG);
+    assert_memory_equal(p.image_bytes, "\x89PNG\r\n\x1a\nabc\xff\xd8\xff\xe0xy", 17);
+    assert_string_equal(p.messages_json,
+                        "[{\"role\":\"user\",\"content\":[{\"type\":\"image\"},"
+                        "{\"type\":\"text\",\"text\":\"and\"},{\"type\":\"image\"}]}]");
+    serve_params_free(&p);
+}
+
+/* Past the image limits: 413, and the parse leaves nothing behind. */
+static void image_limits_are_413(void **state) {
+    struct serve_params p;
+    struct serve_error err;
+    const struct serve_image_limits small = {10, 1};
+    const char *one = IMG("data:image/png;base64,iVBORw0KGgphYmM=");
+    const char *two = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"image_url\":{\"url\":"
+                      "\"data:image/jpeg;base64,/9j/4Hh5\"}},{\"image_url\":{\"url\":"
+                      "\"data:image/jpeg;base64,/9j/4Hh5\"}}]}]}";
+    (void)state;
+    assert_int_equal(
+        serve_params_parse_with(&p, SERVE_CHAT, one, strlen(one), &LIMITS, &small, &err), -1);
+    assert_int_equal(err.http_status, 413);
+    assert_string_equal(err.code, "image_too_large");
+    serve_params_free(&p);
+    assert_int_equal(
+        serve_params_parse_with(&p, SERVE_CHAT, two, strlen(two), &LIMITS, &small, &err), -1);
+    assert_int_equal(err.http_status, 413);
+    assert_string_equal(err.code, "too_many_images");
+    serve_params_free(&p);
+    assert_null(p.image_bytes);
+}
+
 static void malformed_bodies_are_refused(void **state) {
     static const struct bad_case cases[] = {
         {SERVE_CHAT, "{\"messages\":[", 400, "", "invalid_json"},
@@ -84,7 +136,26 @@ static void malformed_bodies_are_refused(void **state) {
         {SERVE_CHAT,
          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
          "\"image_url\":{\"url\":\"x\"}}]}]}",
-         400, "messages", "unsupported_content"},
+         400, "messages", "unsupported_url"},
+        {SERVE_CHAT, IMG("http://example.com/cat.png"), 400, "messages", "unsupported_url"},
+        {SERVE_CHAT, IMG("data:image/png,iVBORw0KGgphYmM="), 400, "messages", "invalid_image_url"},
+        {SERVE_CHAT, IMG("data:image/gif;base64,R0lGODlh"), 400, "messages",
+         "unsupported_image_format"},
+        {SERVE_CHAT, IMG("data:image/png;base64,R0lGODlh"), 400, "messages",
+         "unsupported_image_format"},
+        {SERVE_CHAT, IMG("data:image/png;base64,iVBORw0KGgphYmM"), 400, "messages",
+         "invalid_base64"},
+        {SERVE_CHAT, IMG("data:image/png;base64,iVBO*w0KGgphYmM="), 400, "messages",
+         "invalid_base64"},
+        {SERVE_CHAT, IMG("data:image/png;base64,iV=Orw0KGgphYmM="), 400, "messages",
+         "invalid_base64"},
+        {SERVE_CHAT, IMG("data:image/png;base64,"), 400, "messages", "invalid_base64"},
+        {SERVE_CHAT,
+         "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
+         "\"image_url\":{\"url\":7}}]}]}",
+         400, "messages", "invalid_image_url"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video\"}]}]}", 400,
+         "messages", "unsupported_content"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":2.5}",
          400, "temperature", "invalid_value"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":-1}",
@@ -128,6 +199,8 @@ int main(void) {
         cmocka_unit_test(chat_every_field),
         cmocka_unit_test(completion_prompt_and_stop_string),
         cmocka_unit_test(malformed_bodies_are_refused),
+        cmocka_unit_test(image_parts_are_decoded),
+        cmocka_unit_test(image_limits_are_413),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
