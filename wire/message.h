@@ -85,7 +85,8 @@ enum wire_control_kind {
     WIRE_CONTROL_PONG = 1,
     WIRE_CONTROL_CANCEL = 2,
     WIRE_CONTROL_DRAIN = 3,
-    WIRE_CONTROL_SHUTDOWN = 4
+    WIRE_CONTROL_SHUTDOWN = 4,
+    WIRE_CONTROL_RESET = 5 /* recovery: drop every held request, forward (stage_recovery.c) */
 };
 
 /* One tensor. On build, `data` points at `nbytes` of payload already in the codec's
@@ -204,6 +205,10 @@ struct wire_request {
     size_t num_images;
     struct wire_tensor vision_embeds; /* [image tokens, H] */
     struct wire_tensor deepstack;     /* [K, image tokens, H] */
+    /* In-flight recovery: tokens generated before a ring break (steps 0..n-1); the request
+     * resumes at step n. The reader checks n < max_tokens. */
+    const int32_t *resume_tokens; /* [num_resume_tokens] */
+    size_t num_resume_tokens;
 };
 
 /* Back-to-front byte buffer the builders write into. */
