@@ -78,6 +78,10 @@ static void usage(FILE *out) {
             "  --drain-timeout-ms MS  on SIGTERM/SIGINT: stop accepting, refuse new requests and\n"
             "                         finish the ones in flight for at most MS, then exit 0\n"
             "                         (default 10000; 0 = exit at once; a second signal too)\n"
+            "  --recovery-timeout-ms MS  stage 0: when a stage dies mid-request, hold the\n"
+            "                         requests in flight this long for it (restarted) to rejoin,\n"
+            "                         then replay them so they finish with the same tokens\n"
+            "                         (default 10000; 0 = fail them at once)\n"
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
             "  --help                 this text\n"
@@ -93,7 +97,7 @@ struct args {
     int next_port;
     const char *device;
     int threads, max_seq, max_batch, chunk_size;
-    int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms;
+    int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
     const char *tls_cert, *tls_key, *tls_ca;
     int insecure;
@@ -139,6 +143,7 @@ enum option_id {
     O_DELAY,
     O_PEER_TIMEOUT,
     O_DRAIN_TIMEOUT,
+    O_RECOVERY_TIMEOUT,
     O_HELP
 };
 
@@ -173,6 +178,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"step-delay-ms", 1, 0, O_DELAY},
                                              {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
                                              {"drain-timeout-ms", 1, 0, O_DRAIN_TIMEOUT},
+                                             {"recovery-timeout-ms", 1, 0, O_RECOVERY_TIMEOUT},
                                              {"help", 0, 0, O_HELP},
                                              {0, 0, 0, 0}};
 
@@ -227,6 +233,9 @@ static int parse_option(struct args *a, int c, const char *value) {
         break;
     case O_DRAIN_TIMEOUT:
         rc = flag_int("--drain-timeout-ms", value, 0, 3600000, &a->drain_timeout_ms);
+        break;
+    case O_RECOVERY_TIMEOUT:
+        rc = flag_int("--recovery-timeout-ms", value, 0, 3600000, &a->recovery_timeout_ms);
         break;
     case O_DELAY: rc = flag_int("--step-delay-ms", value, 0, 60000, &a->step_delay_ms); break;
     case O_LOG: rc = parse_log_level(value, &a->log_level); break;
@@ -289,6 +298,7 @@ static void args_defaults(struct args *a) {
     a->log_level = STAGE_LOG_INFO;
     a->peer_timeout_ms = 10000;
     a->drain_timeout_ms = 10000;
+    a->recovery_timeout_ms = 10000;
 }
 
 /* Fills `a` from argv: 0 ok, 1 for --help, -1 after printing what is wrong. */
@@ -406,6 +416,7 @@ static int open_stage(struct run *r, const struct args *a) {
         stage_tensor_list_free(&report);
         return open_exit_code(rc);
     }
+    stage_core_set_recovery_timeout(r->stage.core, a->recovery_timeout_ms);
     return STRATA_EXIT_OK;
 }
 

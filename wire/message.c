@@ -121,8 +121,7 @@ enum {
 };
 static const struct fb_field_desc request_fields[] = {
     SCALAR(8), VECTOR(4, 4), SCALAR(4),    SCALAR(4),          SCALAR(4),          SCALAR(4),
-    SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), TABLE(tensor_desc), TABLE(tensor_desc),
-    VECTOR(4, 4),
+    SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), TABLE(tensor_desc), TABLE(tensor_desc), VECTOR(4, 4),
 };
 static const struct fb_table_desc request_desc = {"Request", 12, request_fields};
 #define REQUEST_TOP_P_DEFAULT 0x3f800000u /* 1.0f: the schema default */
@@ -394,7 +393,8 @@ static int check_request(const struct wire_request *m, int code) {
         return strata_set_error(code, "wire: Request: %zu stop ids but no array", m->num_stop_ids);
     if (m->num_images && !m->image_grids)
         return strata_set_error(code, "wire: Request: %zu image grids but no array", m->num_images);
-    if (m->num_resume_tokens && (!m->resume_tokens || m->num_resume_tokens >= (size_t)m->max_tokens))
+    if (m->num_resume_tokens &&
+        (!m->resume_tokens || m->num_resume_tokens >= (size_t)m->max_tokens))
         return strata_set_error(code,
                                 "wire: Request resumes after %zu tokens, which must be fewer than "
                                 "max_tokens %d",
@@ -407,10 +407,9 @@ static int check_request(const struct wire_request *m, int code) {
 int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     int rc = check_request(m, STRATA_EINVAL);
     if (rc) return rc;
-    fb_begin(a, 1024 + 4 * (m->prompt_len + m->num_stop_ids + 3 * m->num_images +
-                            m->num_resume_tokens) +
-                    tensor_bytes_estimate(&m->vision_embeds) +
-                    tensor_bytes_estimate(&m->deepstack));
+    fb_begin(
+        a, 1024 + 4 * (m->prompt_len + m->num_stop_ids + 3 * m->num_images + m->num_resume_tokens) +
+               tensor_bytes_estimate(&m->vision_embeds) + tensor_bytes_estimate(&m->deepstack));
     uint32_t embeds = build_tensor(a, &m->vision_embeds);
     uint32_t deepstack = build_tensor(a, &m->deepstack);
     uint32_t prompt = fb_vector(a, m->prompt, m->prompt_len, 4, 4);

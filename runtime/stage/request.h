@@ -50,6 +50,11 @@ struct stage_request {
     int32_t stop_ids[REQUEST_MAX_STOP_IDS];
     struct sampler_params sampling;
     const struct request_vision *vision; /* NULL: a text request */
+    /* Recovery (stage_recovery.c): the tokens already received for this request (steps
+     * 0..n-1), when a client resubmits it to a new stage 0; the request resumes at step n
+     * with the same tokens and sampler state as if it had never stopped. n < max_tokens. */
+    const int32_t *resume_tokens; /* [num_resume_tokens] or NULL */
+    int num_resume_tokens;
 };
 
 /* The parameters part of a request (everything except the prompt ids). */
@@ -59,6 +64,7 @@ struct request_params {
     int num_stop_ids;
     int32_t stop_ids[REQUEST_MAX_STOP_IDS];
     struct sampler_params sampling;
+    int resume_len; /* tokens generated before a recovery replay (Request.resume_tokens) */
 };
 
 /* Checks a read Request against the runtime's limits (prompt length, stop-id count and

@@ -120,10 +120,8 @@ static void test_distribution(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy_first_max),
-        cmocka_unit_test(test_seed_replays),
-        cmocka_unit_test(test_skip_equals_sampling),
-        cmocka_unit_test(test_cuts_collapse_to_greedy),
+        cmocka_unit_test(test_greedy_first_max),     cmocka_unit_test(test_seed_replays),
+        cmocka_unit_test(test_skip_equals_sampling), cmocka_unit_test(test_cuts_collapse_to_greedy),
         cmocka_unit_test(test_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
