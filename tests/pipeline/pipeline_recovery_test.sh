@@ -12,6 +12,8 @@
 #      byte for byte (the last stage itself killed).
 #   3. No replacement: the requests fail with an error naming --recovery-timeout-ms within
 #      the timeout (1.5 s), and nothing hangs.
+#   4. Stage 0 killed and restarted: strata-client --reconnect-timeout-ms resubmits each
+#      request with the tokens it received; the same 4 requests end with the same tokens.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -106,6 +108,30 @@ cmp -s "$PL_WORK/c.safetensors" "$PL_WORK/ref.safetensors" ||
     pl_fail "c: --out (tokens + logits) after the recovery differs from the single stage"
 echo "c: last stage killed and restarted: tokens and --out byte-identical to one stage"
 pl_stop_pipeline c 4
+
+# 4. Stage 0 killed and restarted: the clients (--reconnect-timeout-ms) reconnect to the new
+#    stage 0 and resubmit each request with the tokens they have; it resumes there.
+pl_start_pipeline e 3 "$model" "${opts[@]}" --step-delay-ms 10
+pl_client e "${greedy[@]}" --reconnect-timeout-ms 10000 >"$PL_WORK/e.greedy" 2>"$PL_WORK/e.greedy.err" &
+ca=$!
+pl_client e "${sampled[@]}" --reconnect-timeout-ms 10000 >"$PL_WORK/e.sampled" 2>"$PL_WORK/e.sampled.err" &
+cb=$!
+PL_PIDS="$PL_PIDS $ca $cb"
+sleep 1
+kill -9 "$(pl_pid e 0)"
+killed_at=$(date +%s.%N)
+{ wait "$(pl_pid e 0)"; } 2>/dev/null
+: >"$PL_WORK/e.0.log"
+pl_start_stage e 3 0 "$model" "${opts[@]}" --step-delay-ms 10
+wait $ca || pl_fail "e: greedy client failed: $(cat "$PL_WORK/e.greedy" "$PL_WORK/e.greedy.err")"
+wait $cb || pl_fail "e: sampled client failed: $(cat "$PL_WORK/e.sampled" "$PL_WORK/e.sampled.err")"
+grep -q "resubmitted after [1-9][0-9]* tokens" "$PL_WORK/e.greedy.err" ||
+    pl_fail "e: the greedy client did not resubmit mid-request: $(cat "$PL_WORK/e.greedy.err")"
+at=$(grep -m1 "recovered: " "$PL_WORK/e.0.log" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p')
+[ -n "$at" ] || pl_fail "e: the new stage 0 logged no recovered request"
+check_same e
+echo "e: stage 0 killed and restarted; the clients resubmitted ($(grep -m1 resubmitted "$PL_WORK/e.greedy.err" | cut -d: -f2-)); first token $(pl_secs_between "$killed_at" "$at") s after the kill"
+pl_stop_pipeline e 3
 
 # 3. No replacement within --recovery-timeout-ms: a clear error, no hang.
 pl_start_pipeline d 3 "$model" "${opts[@]}" --step-delay-ms 10 --recovery-timeout-ms 1500
