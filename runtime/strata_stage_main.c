@@ -82,6 +82,9 @@ static void usage(FILE *out) {
             "                         requests in flight this long for it (restarted) to rejoin,\n"
             "                         then replay them so they finish with the same tokens\n"
             "                         (default 10000; 0 = fail them at once)\n"
+            "  --standby              a standby for this stage: load the weights, wait while\n"
+            "                         --listen's port is taken (the primary serves it) and take\n"
+            "                         it over the moment the primary dies (needs a fixed port)\n"
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
             "  --help                 this text\n"
@@ -98,6 +101,7 @@ struct args {
     const char *device;
     int threads, max_seq, max_batch, chunk_size;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
+    int standby;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
     const char *tls_cert, *tls_key, *tls_ca;
     int insecure;
@@ -144,6 +148,7 @@ enum option_id {
     O_PEER_TIMEOUT,
     O_DRAIN_TIMEOUT,
     O_RECOVERY_TIMEOUT,
+    O_STANDBY,
     O_HELP
 };
 
@@ -179,6 +184,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
                                              {"drain-timeout-ms", 1, 0, O_DRAIN_TIMEOUT},
                                              {"recovery-timeout-ms", 1, 0, O_RECOVERY_TIMEOUT},
+                                             {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
                                              {0, 0, 0, 0}};
 
@@ -234,6 +240,7 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_DRAIN_TIMEOUT:
         rc = flag_int("--drain-timeout-ms", value, 0, 3600000, &a->drain_timeout_ms);
         break;
+    case O_STANDBY: a->standby = 1; break;
     case O_RECOVERY_TIMEOUT:
         rc = flag_int("--recovery-timeout-ms", value, 0, 3600000, &a->recovery_timeout_ms);
         break;
@@ -510,6 +517,7 @@ static int serve(struct run *r, const struct args *a) {
     so.step_delay_ms = a->step_delay_ms;
     so.peer_timeout_ms = a->peer_timeout_ms;
     so.drain_timeout_ms = a->drain_timeout_ms;
+    so.standby = a->standby;
     if (wire_model_fingerprint(so.fingerprint, r->config_json, r->config_len, "float32") < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
@@ -545,6 +553,10 @@ int main(int argc, char **argv) {
     stage_log_setup(a.stage_idx, a.log_level);
     if (parse_listen(a.listen, r.listen_host, sizeof r.listen_host, &r.listen_port) < 0)
         return STRATA_EXIT_USAGE;
+    if (a.standby && r.listen_port == 0) {
+        fprintf(stderr, "strata-stage: --standby needs a fixed --listen port (the primary's)\n");
+        return STRATA_EXIT_USAGE;
+    }
     code = open_stage(&r, &a);
     if (code == STRATA_EXIT_OK) print_summary(&r);
     if (code == STRATA_EXIT_OK && a.kv_restore) code = restore_kv(&r, a.kv_restore);

@@ -684,6 +684,15 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->self.role = WIRE_ROLE_STAGE;
     snprintf(s->self.name, sizeof s->self.name, "strata-stage %d", s->info.stage_index);
     rc = wire_listen(&s->listener, opt->listen_host, opt->listen_port);
+    if (rc < 0 && opt->standby) { /* the primary holds the port: wait to take it over */
+        strata_log(STRATA_LOG_INFO, "standby: port %d is taken (%s); waiting to take it over",
+                   opt->listen_port, strata_last_error());
+        while (rc < 0 && !*stop) {
+            usleep(20 * 1000);
+            rc = wire_listen(&s->listener, opt->listen_host, opt->listen_port);
+        }
+        if (rc == 0) strata_log(STRATA_LOG_WARN, "standby: took over port %d", opt->listen_port);
+    }
     if (rc < 0) goto done;
     strata_log(STRATA_LOG_INFO, "listening on %s:%d",
                opt->listen_host ? opt->listen_host : "127.0.0.1", s->listener.port);

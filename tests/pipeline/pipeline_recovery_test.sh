@@ -14,6 +14,7 @@
 #      the timeout (1.5 s), and nothing hangs.
 #   4. Stage 0 killed and restarted: strata-client --reconnect-timeout-ms resubmits each
 #      request with the tokens it received; the same 4 requests end with the same tokens.
+#   5. A standby stage 1 (--standby, same port) takes over from the killed primary.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -133,6 +134,33 @@ check_same e
 echo "e: stage 0 killed and restarted; the clients resubmitted ($(grep -m1 resubmitted "$PL_WORK/e.greedy.err" | cut -d: -f2-)); first token $(pl_secs_between "$killed_at" "$at") s after the kill"
 pl_stop_pipeline e 3
 
+# 5. A standby for stage 1 (weights loaded, waiting for the primary's port): the primary is
+#    killed, the standby takes the port over and the ring re-forms without a cold start.
+pl_start_pipeline f 3 "$model" "${opts[@]}" --step-delay-ms 10
+port1=$(cat "$PL_WORK/f.1.port")
+"$PL_STAGE" --model "$model" --num-stages 3 --stage-idx 1 --listen "127.0.0.1:$port1" --standby \
+    --port-file "$PL_WORK/f.1.port" --next-port-file "$PL_WORK/f.2.port" \
+    --auth-key-file "$PL_WORK/key" "${opts[@]}" --step-delay-ms 10 \
+    >"$PL_WORK/f.standby.out" 2>"$PL_WORK/f.standby.log" &
+PL_PIDS="$PL_PIDS $!"
+pl_wait_log "$PL_WORK/f.standby.log" "standby: port $port1 is taken" 1 20 || pl_fail "f: standby did not start"
+pl_client f "${greedy[@]}" >"$PL_WORK/f.greedy" 2>&1 &
+ca=$!
+pl_client f "${sampled[@]}" >"$PL_WORK/f.sampled" 2>&1 &
+cb=$!
+PL_PIDS="$PL_PIDS $ca $cb"
+sleep 1
+kill -9 "$(pl_pid f 1)"
+killed_at=$(date +%s.%N)
+{ wait "$(pl_pid f 1)"; } 2>/dev/null
+pl_wait_log "$PL_WORK/f.0.log" "recovered: " 1 20 || pl_fail "f: no recovery logged"
+at=$(grep -m1 "recovered: " "$PL_WORK/f.0.log" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p')
+wait $ca || pl_fail "f: greedy client failed: $(cat "$PL_WORK/f.greedy")"
+wait $cb || pl_fail "f: sampled client failed: $(cat "$PL_WORK/f.sampled")"
+grep -q "standby: took over port $port1" "$PL_WORK/f.standby.log" || pl_fail "f: the standby did not take over"
+check_same f
+echo "f: stage 1's standby took over; first token after the replay $(pl_secs_between "$killed_at" "$at") s after the kill"
+
 # 3. No replacement within --recovery-timeout-ms: a clear error, no hang.
 pl_start_pipeline d 3 "$model" "${opts[@]}" --step-delay-ms 10 --recovery-timeout-ms 1500
 pl_client d "${greedy[@]}" >"$PL_WORK/d.greedy" 2>&1 &
@@ -141,6 +169,7 @@ PL_PIDS="$PL_PIDS $ca"
 sleep 1
 kill -9 "$(pl_pid d 1)"
 killed_at=$(date +%s.%N)
+{ wait "$(pl_pid d 1)"; } 2>/dev/null
 for i in $(seq 1 60); do
     kill -0 "$ca" 2>/dev/null || break
     sleep 0.05
