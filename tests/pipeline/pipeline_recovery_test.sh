@@ -59,8 +59,8 @@ kill_and_restart() {
     local tag=$1 S=$2 r=$3 killed_at at
     shift 3
     sleep 1
+    killed_at=$(date +%s.%N) # before the kill: never under-reports
     kill -9 "$(pl_pid "$tag" "$r")"
-    killed_at=$(date +%s.%N)
     { wait "$(pl_pid "$tag" "$r")"; } 2>/dev/null
     pl_start_stage "$tag" "$S" "$r" "$model" "$@"
     pl_wait_log "$PL_WORK/$tag.0.log" "recovered: " 1 20 || pl_fail "$tag: no recovery logged"
@@ -119,8 +119,8 @@ pl_client e "${sampled[@]}" --reconnect-timeout-ms 10000 >"$PL_WORK/e.sampled" 2
 cb=$!
 PL_PIDS="$PL_PIDS $ca $cb"
 sleep 1
+killed_at=$(date +%s.%N) # before the kill: never under-reports
 kill -9 "$(pl_pid e 0)"
-killed_at=$(date +%s.%N)
 { wait "$(pl_pid e 0)"; } 2>/dev/null
 : >"$PL_WORK/e.0.log"
 pl_start_stage e 3 0 "$model" "${opts[@]}" --step-delay-ms 10
@@ -150,8 +150,8 @@ pl_client f "${sampled[@]}" >"$PL_WORK/f.sampled" 2>&1 &
 cb=$!
 PL_PIDS="$PL_PIDS $ca $cb"
 sleep 1
+killed_at=$(date +%s.%N) # before the kill: never under-reports
 kill -9 "$(pl_pid f 1)"
-killed_at=$(date +%s.%N)
 { wait "$(pl_pid f 1)"; } 2>/dev/null
 pl_wait_log "$PL_WORK/f.0.log" "recovered: " 1 20 || pl_fail "f: no recovery logged"
 at=$(grep -m1 "recovered: " "$PL_WORK/f.0.log" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p')
@@ -167,8 +167,8 @@ pl_client d "${greedy[@]}" >"$PL_WORK/d.greedy" 2>&1 &
 ca=$!
 PL_PIDS="$PL_PIDS $ca"
 sleep 1
+killed_at=$(date +%s.%N) # before the kill: never under-reports
 kill -9 "$(pl_pid d 1)"
-killed_at=$(date +%s.%N)
 { wait "$(pl_pid d 1)"; } 2>/dev/null
 for i in $(seq 1 60); do
     kill -0 "$ca" 2>/dev/null || break
