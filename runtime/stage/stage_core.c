@@ -402,11 +402,7 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
                                   msg->prompt[i], i, core->vocab);
     /* Qwen3-VL inputs: checked, prompt expanded, positions computed (stage_core_vl.c). */
     if (rc == 0) rc = stage_vl_prepare(core, &vl, &params.prompt_len, msg);
-    if (rc == 0 && vl && params.resume_len > 0) {
-        stage_vl_free(vl);
-        vl = NULL;
-        rc = strata_set_error(STRATA_EINVAL, "resuming a Qwen3-VL request is not supported");
-    }
+
     if (rc < 0) {
         snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
     } else {

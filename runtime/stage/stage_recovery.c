@@ -34,9 +34,10 @@
  * the request with an error rather than continuing silently.
  *
  * Bounds: a held request fails with STRATA_ETIMEOUT and a message naming the break and the
- * timeout once it has been held recovery_timeout_ms. Qwen3-VL requests (their vision
- * inputs live only in the first Request) and requests restored from a KvBlock are not held:
- * they fail at once as before.
+ * timeout once it has been held recovery_timeout_ms. Requests restored from a KvBlock are
+ * not held: they fail at once as before. Qwen3-VL requests are: stage 0 keeps their vision
+ * inputs (req->vl), and a replay chunk's rows past the prompt are text rows at their decode
+ * positions (stage_vl_fill).
  *
  * Stage 0 dying: stage 0 holds what a replay needs, so when it dies the client resubmits
  * (runtime/stage/client.h, strata-client --reconnect-timeout-ms): the same Request to the
@@ -55,7 +56,7 @@
 
 int stage_recovery_hold(struct stage_core *core, struct stage_req *req, const char *why) {
     if (!core->is_first || core->opt.num_stages < 2 || core->opt.recovery_timeout_ms <= 0 ||
-        req->vl || req->restored)
+        req->restored)
         return 0;
     stage_drop_items(core, req->nonce);
     if (!req->held) {
@@ -87,7 +88,10 @@ static struct stage_req *fresh_slot(struct stage_core *core, struct stage_req *r
     return dst;
 }
 
-/* Stage 0: one held request goes round again, from step n = tokens known. */
+/* Stage 0: one held request goes round again, from step n = tokens known. A Qwen3-VL
+ * request's Request goes on as stage 0 first forwarded it (the expanded prompt, no vision
+ * tensors: stage_vl_build_forward); stage 0 still holds its vision inputs (req->vl), and
+ * the replay's image rows carry them like the first prefill's did. */
 static void replay(struct stage_core *core, struct stage_req *req) {
     req->held = 0;
     req = fresh_slot(core, req);
@@ -178,7 +182,7 @@ int stage_core_recovery_tick(struct stage_core *core, int64_t now_ms, int ring_u
                 !stage_recovery_hold(core, &core->reqs[i], "the ring was reset"))
                 stage_fail(core, &core->reqs[i], STRATA_EPEER, 0, 1,
                            "stage 0: request %llu cannot be replayed after a ring break "
-                           "(Qwen3-VL or restored requests are not recovered)",
+                           "(requests restored from a KV block are not recovered)",
                            (unsigned long long)core->reqs[i].nonce);
         core->reset_epoch++;
         core->reset_sent_ms = now_ms;

@@ -2,21 +2,24 @@
  * cores on the golden deep8 model, two requests in flight (greedy, and temperature 0.8 with
  * a seed); stage 1 "dies" (its core replaced by a fresh one, its links reported down) and
  * the requests end with the tokens and logits of an undisturbed run, stale frames of the old
- * ring included. Also: a held request gives up with ETIMEOUT naming the timeout; a client
- * resubmission with resume tokens to a fresh stage 0 resumes the request; with recovery off
- * (timeout 0) the requests fail at once as before. */
+ * ring included; the same for a Qwen3-VL request (golden image inputs). Also: a held request gives
+ * up with ETIMEOUT naming the timeout; a client resubmission with resume tokens to a fresh stage 0
+ * resumes the request; with recovery off (timeout 0) the requests fail at once as before. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_core.h"
 #include "tests/runtime/stage/stage_test_pipeline.h"
+#include "tests/test_util.h"
 
 #define S 3
 #define MAX_TOKENS 24
@@ -47,11 +50,11 @@ static void init(struct tp_pipeline *p) {
 }
 
 /* Replaces stage r by a fresh process's core (same layers), as a restart would. */
-static void restart(struct tp_pipeline *p, int r) {
-    int L = g_golden.cfg.num_layers, base = L / S, rem = L % S;
+static void restart_of(struct tp_pipeline *p, struct tp_golden *g, int r) {
+    int L = g->cfg.num_layers, base = L / S, rem = L % S;
     int start = r * base + (r < rem ? r : rem), end = start + base + (r < rem ? 1 : 0);
-    struct stage_open_options so = {.cfg = &g_golden.cfg,
-                                    .weights = g_golden.st,
+    struct stage_open_options so = {.cfg = &g->cfg,
+                                    .weights = g->st,
                                     .stage_index = r,
                                     .num_stages = S,
                                     .layer_start = start,
@@ -67,6 +70,30 @@ static void restart(struct tp_pipeline *p, int r) {
     stage_close(&p->stages[r]);
     if (stage_open(&p->stages[r], &so, NULL) < 0) fail_msg("%s", strata_last_error());
     p->cores[r] = p->stages[r].core;
+}
+
+static void restart(struct tp_pipeline *p, int r) {
+    restart_of(p, &g_golden, r);
+}
+
+/* Rounds until the client has seen `tokens` tokens of `nonce` (mid-request). */
+static void run_until_tokens(struct tp_pipeline *p, uint64_t nonce, int tokens) {
+    for (int i = 0; i < 10000; i++) {
+        int32_t have[256];
+        int ended, code;
+        if (tp_client_tokens(p, nonce, have, 256, &ended, &code, NULL, 0) >= tokens) return;
+        tp_round(p);
+    }
+    fail_msg("request %llu never reached %d tokens", (unsigned long long)nonce, tokens);
+}
+
+static float *read_golden_f32(const char *name, const char *file, size_t want) {
+    char path[4200], *data = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/%s/%s", test_path("tests/golden"), name, file);
+    if (cli_read_file(&data, &len, path) < 0 || len != want * sizeof(float))
+        fail_msg("%s: %zu bytes, want %zu", path, len, want * sizeof(float));
+    return (float *)data;
 }
 
 /* The last stage's finished (not dropped) result for a nonce. */
@@ -131,7 +158,7 @@ static void middle_stage_restart_gives_identical_tokens(void **state) {
     stage_core_set_recovery_timeout(p.cores[0], 5000);
     assert_int_equal(tp_submit(&p, 1, &req[0]), 0);
     assert_int_equal(tp_submit(&p, 1, &req[1]), 0);
-    tp_run(&p, 40); /* mid-request: some tokens out */
+    run_until_tokens(&p, 1, 3); /* mid-request: some tokens out */
     /* Stage 1 dies: what it had queued is lost with it; its neighbours see their links go. */
     restart(&p, 1);
     stage_core_on_link_down(p.cores[0], STAGE_LINK_NEXT, 0, "killed");
@@ -159,7 +186,7 @@ static void stage0_restart_with_client_resubmission(void **state) {
     stage_core_set_recovery_timeout(p.cores[0], 5000);
     assert_int_equal(tp_submit(&p, 1, &req[0]), 0);
     assert_int_equal(tp_submit(&p, 1, &req[1]), 0);
-    tp_run(&p, 40);
+    run_until_tokens(&p, 1, 3);
     restart(&p, 0);
     stage_core_set_recovery_timeout(p.cores[0], 5000);
     stage_core_on_link_down(p.cores[1], STAGE_LINK_PREV, 0, "killed");
@@ -228,12 +255,74 @@ static void recovery_off_fails_at_once(void **state) {
     tp_pipeline_free(&p);
 }
 
+/* A Qwen3-VL request (the golden image: grid, merged embeddings, DeepStack) survives stage 1's
+ * restart: stage 0 still holds its vision inputs and replays its image rows. */
+static void vl_request_recovers(void **state) {
+    (void)state;
+    static struct tp_golden vg;
+    static struct tp_pipeline ref, p;
+    struct stage_request req;
+    struct request_vision vision;
+    struct vl_grid grid = {1, 4, 6}; /* golden.json image_grid_thw: 6 tokens */
+    int32_t want[256], got[256];
+    int ended, code, n_img = 0, n_want, n_got;
+    int64_t now = 1000;
+    char msg[512];
+    assert_int_equal(tp_golden_load(&vg, "qwen3_vl"), 0);
+    int H = vg.cfg.hidden_size, K = vg.cfg.vision.num_deepstack;
+    for (int i = 0; i < vg.prompt_len; i++)
+        n_img += vg.prompt[i] == vg.cfg.image_token_id;
+    float *embeds = read_golden_f32("qwen3_vl", "vision_embeds.f32", (size_t)n_img * H);
+    float *deepstack = read_golden_f32("qwen3_vl", "deepstack.f32", (size_t)K * n_img * H);
+    vision = (struct request_vision){.grids = &grid,
+                                     .num_images = 1,
+                                     .n_image_tokens = n_img,
+                                     .hidden_size = H,
+                                     .embeds = embeds,
+                                     .num_deepstack = K,
+                                     .deepstack = deepstack};
+    tp_request(&req, 5, vg.prompt, vg.prompt_len, vg.n_steps);
+    req.vision = &vision;
+    for (int run = 0; run < 2; run++) {
+        struct tp_pipeline *q = run ? &p : &ref;
+        if (tp_pipeline_init(q, &vg, S, NULL, 128, 4, 4) < 0) fail_msg("%s", strata_last_error());
+        stage_core_set_recovery_timeout(q->cores[0], 5000);
+        assert_int_equal(tp_submit(q, 1, &req), 0);
+    }
+    tp_run(&ref, 100000);
+    run_until_tokens(&p, 5, 2);
+    restart_of(&p, &vg, 1);
+    stage_core_on_link_down(p.cores[0], STAGE_LINK_NEXT, 0, "killed");
+    stage_core_on_link_down(p.cores[2], STAGE_LINK_PREV, 0, "killed");
+    run_ticking(&p, &now, 3000);
+    struct stage_core_stats st;
+    stage_core_get_stats(p.cores[0], &st);
+    assert_int_equal(st.replayed, 1); /* image rows and >= 2 generated tokens replayed */
+    n_want = tp_client_tokens(&ref, 5, want, 256, &ended, &code, msg, sizeof msg);
+    assert_int_equal(n_want, vg.n_steps);
+    assert_memory_equal(want, vg.generated, sizeof(int32_t) * (size_t)n_want); /* transformers' */
+    n_got = tp_client_tokens(&p, 5, got, 256, &ended, &code, msg, sizeof msg);
+    if (!ended || code != 0) fail_msg("VL request did not finish: %s", msg);
+    assert_int_equal(n_got, n_want);
+    assert_memory_equal(got, want, sizeof(int32_t) * (size_t)n_got);
+    const struct stage_result *a = finished(&ref, 5), *b = finished(&p, 5);
+    assert_non_null(a);
+    assert_non_null(b);
+    assert_memory_equal(a->logits, b->logits, sizeof(float) * (size_t)a->n_tokens * a->vocab);
+    tp_pipeline_free(&p);
+    tp_pipeline_free(&ref);
+    free(embeds);
+    free(deepstack);
+    tp_golden_free(&vg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(middle_stage_restart_gives_identical_tokens),
         cmocka_unit_test(stage0_restart_with_client_resubmission),
         cmocka_unit_test(held_request_times_out_with_a_clear_error),
         cmocka_unit_test(recovery_off_fails_at_once),
+        cmocka_unit_test(vl_request_recovers),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
