@@ -240,18 +240,7 @@ static void push_refusal(struct stage_core *core, uint64_t nonce, int code, cons
 static void release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
                     int status, const char *message) {
     struct stage_result_node *node = result_node(core, req->nonce);
-    struct stage_item **link = &core->queue_head;
-    core->queue_tail = NULL;
-    while (*link) {
-        struct stage_item *it = *link;
-        if (it->nonce == req->nonce) {
-            *link = it->next;
-            stage_item_put(core, it);
-        } else {
-            core->queue_tail = it;
-            link = &it->next;
-        }
-    }
+    stage_drop_items(core, req->nonce);
     if (node) {
         struct stage_result *r = &node->result;
         r->nonce = req->nonce;
@@ -823,19 +812,4 @@ int stage_enqueue_ids(struct stage_core *core, uint64_t nonce, int pos, int n_to
 
 int stage_prefill_chunk(const struct stage_core *core, int rows) {
     return prefill_chunk(core, rows);
-}
-
-void stage_drop_items(struct stage_core *core, uint64_t nonce) {
-    struct stage_item **link = &core->queue_head;
-    core->queue_tail = NULL;
-    while (*link) {
-        struct stage_item *it = *link;
-        if (it->nonce == nonce) {
-            *link = it->next;
-            stage_item_put(core, it);
-        } else {
-            core->queue_tail = it;
-            link = &it->next;
-        }
-    }
 }

@@ -189,10 +189,10 @@ void stage_release(struct stage_core *core, struct stage_req *req, enum stage_fi
 int stage_enqueue_ids(struct stage_core *core, uint64_t nonce, int pos, int n_tokens,
                       const int32_t *tokens);
 int stage_prefill_chunk(const struct stage_core *core, int rows);
-/* Drops a request's queued work items (it keeps its slot). */
-void stage_drop_items(struct stage_core *core, uint64_t nonce);
 
 /* stage_recovery.c: in-flight recovery (design in that file). */
+/* Drops a request's queued work items (it keeps its slot; release() uses it too). */
+void stage_drop_items(struct stage_core *core, uint64_t nonce);
 /* Stage 0: the ring broke under `req`; 1 when it is now held (recovery on and recoverable),
  * 0 when the caller must fail it as before. */
 int stage_recovery_hold(struct stage_core *core, struct stage_req *req, const char *why);

@@ -54,6 +54,21 @@
 
 #define RESET_RETRY_MS 100 /* a Reset that did not come back is sent again after this */
 
+void stage_drop_items(struct stage_core *core, uint64_t nonce) {
+    struct stage_item **link = &core->queue_head;
+    core->queue_tail = NULL;
+    while (*link) {
+        struct stage_item *it = *link;
+        if (it->nonce == nonce) {
+            *link = it->next;
+            stage_item_put(core, it);
+        } else {
+            core->queue_tail = it;
+            link = &it->next;
+        }
+    }
+}
+
 int stage_recovery_hold(struct stage_core *core, struct stage_req *req, const char *why) {
     if (!core->is_first || core->opt.num_stages < 2 || core->opt.recovery_timeout_ms <= 0 ||
         req->restored)
