@@ -51,6 +51,8 @@
  *   - Control Cancel (client -> stage 0 -> ... -> last): frees the request everywhere.
  *   - Control Ping (any link): answered with a Pong on the same link (the TCP driver's
  *     keepalive for dead-peer detection); Pong, Drain and Shutdown are ignored here.
+ *   - Control Reset (stage 0 -> ... -> last -> stage 0) and Request.resume_tokens: in-flight
+ *     recovery after a stage died (stage_core_recovery_tick below; stage_recovery.c).
  *   - Error (between stages, and stage 0 -> client): a failed request. A stage that fails a
  *     request sends an Error both ways (upstream errors stop at stage 0, which tells the
  *     client; downstream errors travel the ring to stage 0); a stage forwards an Error only
