@@ -3,6 +3,7 @@
  * op works row by row, so a row's result never depends on its neighbours or the thread
  * count. Shape letters: N rows in the call, H hidden, D head_dim, nh / nkv heads, F dense
  * MLP width, E experts, I expert width, V vocab. */
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,8 +22,14 @@ static void free_scratch(struct reference_model *m) {
     }
     free(m->route_expert);
     free(m->moe_row);
+    free(m->logit_part);
+    free(m->kvp_part);
+    m->kvp_part = NULL;
+    m->cap_kvp_part = 0;
     m->route_expert = NULL;
     m->moe_row = NULL;
+    m->logit_part = NULL;
+    m->cap_logit_part = 0;
     m->cap_rows = m->cap_ctx = 0;
     m->scratch_bytes = 0;
 }
@@ -43,6 +50,69 @@ void reference_model_free(struct reference_model *m) {
     free(m->inv_freq);
     thread_pool_free(m->pool);
     free(m);
+}
+
+/* This KVP rank's positions (the whole sequence without KVP). */
+static int init_kvp(struct reference_model *m) {
+    const struct reference_kvp *o = &m->opt.kvp;
+    m->kvp = 1;
+    m->kvp_lo = 0;
+    m->kvp_held = INT_MAX;
+    if (o->kvp <= 1) return STRATA_OK;
+    if (!o->coll.allgather || o->rank < 0 || o->rank >= o->kvp || o->tokens < 1 || o->max_seq < 1)
+        return strata_set_error(
+            STRATA_EINVAL,
+            "reference_model: KVP rank %d of %d, %d tokens per rank, max_seq %d "
+            "(and an all-gather) needed",
+            o->rank, o->kvp, o->tokens, o->max_seq);
+    struct grid_config grid = {.pp = 1, .tp = 1, .kvp = o->kvp, .kvp_tokens = o->tokens};
+    struct tp_range r = kvp_token_range(&grid, o->rank, o->max_seq);
+    if ((int64_t)o->tokens * o->kvp < o->max_seq || r.end <= r.start)
+        return strata_set_error(STRATA_ERANGE,
+                                "reference_model: KVP %d x %d tokens cannot hold max_seq %d with "
+                                "every rank holding some",
+                                o->kvp, o->tokens, o->max_seq);
+    m->kvp = o->kvp;
+    m->kvp_lo = r.start;
+    m->kvp_held = r.end - r.start;
+    return STRATA_OK;
+}
+
+int reference_model_kv_positions(const struct reference_model *m, int max_seq) {
+    return m->kvp > 1 ? m->kvp_held : max_seq;
+}
+
+/* This rank's dimensions: the shard's under TP, the model's otherwise. */
+static int init_shard(struct reference_model *m) {
+    const struct model_config *c = &m->cfg;
+    const struct tp_shard *sh = m->opt.tp;
+    m->opt.tp = NULL; /* borrowed only while loading: the copy below is what stays */
+    if (sh && sh->tp > 1) {
+        if (!m->opt.coll.allreduce_sum || !m->opt.coll.allgather)
+            return strata_set_error(STRATA_EINVAL,
+                                    "reference_model: TP %d needs the group's collectives", sh->tp);
+        m->shard = *sh;
+        m->tp = sh->tp;
+        m->nh = sh->q_heads.end - sh->q_heads.start;
+        m->nkv = sh->kv_heads.end - sh->kv_heads.start;
+        m->ffn = sh->ffn.end - sh->ffn.start;
+        m->moe_ffn = sh->expert_ffn.end - sh->expert_ffn.start;
+        m->vocab_start = sh->vocab.start;
+        m->vocab_n = sh->vocab.end - sh->vocab.start;
+        return STRATA_OK;
+    }
+    m->tp = 1;
+    m->nh = c->num_heads;
+    m->nkv = c->num_kv_heads;
+    m->ffn = c->intermediate_size;
+    m->moe_ffn = c->moe_intermediate_size;
+    m->vocab_start = 0;
+    m->vocab_n = c->vocab_size;
+    return STRATA_OK;
+}
+
+int reference_model_kv_heads(const struct reference_model *m) {
+    return m->nkv;
 }
 
 int reference_model_load(struct reference_model **out, const struct model_config *cfg,
@@ -81,6 +151,7 @@ int reference_model_load(struct reference_model **out, const struct model_config
         goto fail;
     }
     rope_inv_freq(m->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
+    if ((rc = init_shard(m)) || (rc = init_kvp(m))) goto fail;
     if ((rc = ref_load_weights(m, st))) goto fail;
     *out = m;
     return STRATA_OK;
@@ -121,9 +192,9 @@ static int ensure_scratch(struct reference_model *m, int rows, int ctx) {
     free_scratch(m);
     const struct model_config *c = &m->cfg;
     size_t r = (size_t)rows, H = (size_t)c->hidden_size, D = (size_t)c->head_dim;
-    size_t qd = (size_t)c->num_heads * D, kvd = (size_t)c->num_kv_heads * D;
-    size_t ffn = (size_t)c->intermediate_size;
-    if ((size_t)c->moe_intermediate_size > ffn) ffn = (size_t)c->moe_intermediate_size;
+    size_t qd = (size_t)m->nh * D, kvd = (size_t)m->nkv * D;
+    size_t ffn = (size_t)m->ffn;
+    if ((size_t)m->moe_ffn > ffn) ffn = (size_t)m->moe_ffn;
     size_t E = c->num_experts > 0 ? (size_t)c->num_experts : 1;
     size_t K = c->num_experts_per_tok > 0 ? (size_t)c->num_experts_per_tok : 1;
     size_t threads = (size_t)thread_pool_size(m->pool);
@@ -167,6 +238,12 @@ nomem:
                             rows);
 }
 
+/* Megatron's one all-reduce after a row-parallel projection (a no-op without TP). */
+static int tp_allreduce(const struct reference_model *m, float *x, size_t n) {
+    if (m->tp <= 1) return STRATA_OK;
+    return m->opt.coll.allreduce_sum(m->opt.coll.ctx, x, n);
+}
+
 int reference_embed(const struct reference_model *m, float *hidden, const int32_t *tokens, int n) {
     if (!m->opt.with_embed)
         return strata_set_error(STRATA_EINVAL,
@@ -179,9 +256,15 @@ int reference_embed(const struct reference_model *m, float *hidden, const int32_
             return strata_set_error(STRATA_ERANGE,
                                     "reference_embed: token id %d at index %d is outside [0, %d)",
                                     (int)tokens[i], i, V);
-    for (int i = 0; i < n; ++i)
-        ops_weight_row(hidden + (size_t)i * (size_t)H, &m->embed, tokens[i]);
-    return STRATA_OK;
+    for (int i = 0; i < n; ++i) {
+        float *row = hidden + (size_t)i * (size_t)H;
+        const int local = tokens[i] - m->vocab_start;
+        if (local >= 0 && local < m->vocab_n)
+            ops_weight_row(row, &m->embed, local);
+        else /* another TP rank holds this row: its all-reduce term */
+            memset(row, 0, (size_t)H * sizeof(float));
+    }
+    return tp_allreduce(m, hidden, (size_t)n * (size_t)H);
 }
 
 static void add_bias(float *x, const float *bias, int n, int dim) {
@@ -191,12 +274,14 @@ static void add_bias(float *x, const float *bias, int n, int dim) {
 }
 
 /* out [N, H] = Σ over each row's top-k experts, ascending expert index (HF's index_add
- * order), of weight × expert(x). Tokens routed to one expert run as one batch. */
+ * order), of weight × expert(x). Tokens routed to one expert run as one batch. Under TP the
+ * sum covers the experts this rank holds (an expert another rank holds has no weights
+ * here), each cut to the rank's columns; the caller's all-reduce completes it. */
 static void moe_block(struct reference_model *m, const struct layer_weights *L, float *out,
                       const float *x, int N) {
     const struct model_config *c = &m->cfg;
     int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
-    int I = c->moe_intermediate_size;
+    int I = m->moe_ffn;
     matmul(m->router, x, &L->router, N, m->pool);
     for (int i = 0; i < N; ++i)
         moe_route(m->route_expert + (size_t)i * (size_t)K, m->route_weight + (size_t)i * (size_t)K,
@@ -204,6 +289,7 @@ static void moe_block(struct reference_model *m, const struct layer_weights *L, 
     memset(out, 0, (size_t)N * (size_t)H * sizeof(float));
     for (int e = 0; e < E; ++e) {
         int count = 0;
+        if (!L->expert_gate[e].data) continue; /* held by another TP rank */
         for (int i = 0; i < N; ++i)
             for (int t = 0; t < K; ++t)
                 if (m->route_expert[(size_t)i * (size_t)K + (size_t)t] == e) {
@@ -228,12 +314,64 @@ static void moe_block(struct reference_model *m, const struct layer_weights *L, 
     }
 }
 
-/* One decoder layer (spec §3) over hidden [N, H] in place. */
-static void layer_forward(struct reference_model *m, const struct layer_weights *L,
-                          struct kv_cache *kv, float *hidden, const struct forward_item *items,
-                          int n_items, int N) {
+/* KV positions [pos, pos + n) of one item -> this rank's cache (all of them, or under KVP
+ * those in [kvp_lo, kvp_lo + kvp_held), at local index position - kvp_lo). */
+static void store_kv(struct reference_model *m, const struct layer_weights *L, struct kv_cache *kv,
+                     const struct forward_item *item, int row) {
+    const size_t D = (size_t)m->cfg.head_dim, kvd = (size_t)m->nkv * D;
+    for (int g = 0; g < m->nkv; ++g) {
+        float *kc = kv_cache_k(kv, item->slot, L->index, g);
+        float *vc = kv_cache_v(kv, item->slot, L->index, g);
+        for (int i = 0; i < item->n_tokens; ++i) {
+            const int local = item->pos + i - m->kvp_lo;
+            if (local < 0 || local >= m->kvp_held) continue; /* another KVP rank's */
+            size_t src = (size_t)(row + i) * kvd + (size_t)g * D;
+            memcpy(kc + (size_t)local * D, m->k + src, D * sizeof(float));
+            memcpy(vc + (size_t)local * D, m->v + src, D * sizeof(float));
+        }
+    }
+}
+
+/* Attention of every item's rows over its cache: m->attn [N, nh*D] from m->q. Under KVP
+ * each rank computes its partials over the keys it holds, the partials of the whole batch
+ * are all-gathered once per layer and merged in rank order (Medha). */
+static int attend_items(struct reference_model *m, const struct layer_weights *L,
+                        struct kv_cache *kv, const struct forward_item *items, int n_items, int N) {
+    const int D = m->cfg.head_dim, nh = m->nh, nkv = m->nkv;
+    const size_t qd = (size_t)nh * (size_t)D, stride = (size_t)kv->max_seq * (size_t)D;
+    const size_t part_row = (size_t)nh * (size_t)(D + 2), K = (size_t)m->kvp;
+    float *mine = m->kvp > 1 ? m->kvp_part + K * (size_t)N * part_row : NULL;
+    int row = 0;
+    for (int it = 0; it < n_items; ++it) {
+        const struct forward_item *item = &items[it];
+        const float *kc = kv_cache_k(kv, item->slot, L->index, 0);
+        const float *vc = kv_cache_v(kv, item->slot, L->index, 0);
+        store_kv(m, L, kv, item, row);
+        if (m->kvp > 1)
+            attention_partial(mine + (size_t)row * part_row, m->q + (size_t)row * qd, kc, vc,
+                              stride, m->scores, item->pos, item->n_tokens, m->kvp_lo, m->kvp_held,
+                              nh, nkv, D, m->pool);
+        else
+            attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd, kc, vc, stride,
+                      m->scores, item->pos, item->n_tokens, nh, nkv, D, m->pool);
+        row += item->n_tokens;
+    }
+    if (m->kvp <= 1) return STRATA_OK;
+    int rc =
+        m->opt.kvp.coll.allgather(m->opt.kvp.coll.ctx, m->kvp_part, mine, (size_t)N * part_row);
+    if (rc) return rc;
+    attention_merge(m->attn, m->kvp_part, m->kvp, N, nh, D);
+    return STRATA_OK;
+}
+
+/* One decoder layer (spec §3) over hidden [N, H] in place. Under TP (Megatron-LM) the
+ * rank holds nh / nkv heads and F columns: q/k/v and gate/up give its columns, o_proj and
+ * down its partial sums, each completed by one all-reduce before the bias / residual. */
+static int layer_forward(struct reference_model *m, const struct layer_weights *L,
+                         struct kv_cache *kv, float *hidden, const struct forward_item *items,
+                         int n_items, int N) {
     const struct model_config *c = &m->cfg;
-    int H = c->hidden_size, D = c->head_dim, nh = c->num_heads, nkv = c->num_kv_heads;
+    int H = c->hidden_size, D = c->head_dim, nh = m->nh, nkv = m->nkv, rc;
     float eps = c->rms_norm_eps;
     size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D, half = (size_t)D / 2;
 
@@ -253,26 +391,9 @@ static void layer_forward(struct reference_model *m, const struct layer_weights 
         rope_apply(m->k + (size_t)i * kvd, m->rope_cos + (size_t)i * half,
                    m->rope_sin + (size_t)i * half, nkv, D);
     }
-    int row = 0;
-    for (int it = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        for (int g = 0; g < nkv; ++g) {
-            float *kc = kv_cache_k(kv, item->slot, L->index, g);
-            float *vc = kv_cache_v(kv, item->slot, L->index, g);
-            for (int i = 0; i < item->n_tokens; ++i) {
-                size_t src = (size_t)(row + i) * kvd + (size_t)g * (size_t)D;
-                size_t dst = (size_t)(item->pos + i) * (size_t)D;
-                memcpy(kc + dst, m->k + src, (size_t)D * sizeof(float));
-                memcpy(vc + dst, m->v + src, (size_t)D * sizeof(float));
-            }
-        }
-        attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd,
-                  kv_cache_k(kv, item->slot, L->index, 0), kv_cache_v(kv, item->slot, L->index, 0),
-                  (size_t)kv->max_seq * (size_t)D, m->scores, item->pos, item->n_tokens, nh, nkv, D,
-                  m->pool);
-        row += item->n_tokens;
-    }
+    if ((rc = attend_items(m, L, kv, items, n_items, N))) return rc;
     matmul(m->proj, m->attn, &L->o, N, m->pool);
+    if ((rc = tp_allreduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
     add_bias(m->proj, L->o_bias, N, H);
     vec_add(hidden, m->proj, N * H);
 
@@ -281,16 +402,17 @@ static void layer_forward(struct reference_model *m, const struct layer_weights 
     if (L->is_moe) {
         moe_block(m, L, m->proj, m->norm, N);
     } else {
-        int F = c->intermediate_size;
+        int F = m->ffn;
         matmul(m->ffn_gate, m->norm, &L->gate, N, m->pool);
         matmul(m->ffn_up, m->norm, &L->up, N, m->pool);
         swiglu(m->ffn_gate, m->ffn_gate, m->ffn_up, N * F);
         matmul(m->proj, m->ffn_gate, &L->down, N, m->pool);
     }
+    if ((rc = tp_allreduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
     vec_add(hidden, m->proj, N * H);
 
     /* DeepStack (spec §5.4): after layer k's output, add feature k on visual rows. */
-    row = 0;
+    int row = 0;
     for (int it = 0; it < n_items; ++it) {
         const struct forward_item *item = &items[it];
         if (item->deepstack && L->index < item->num_deepstack) {
@@ -303,6 +425,7 @@ static void layer_forward(struct reference_model *m, const struct layer_weights 
         }
         row += item->n_tokens;
     }
+    return STRATA_OK;
 }
 
 static int check_items(const struct reference_model *m, const struct kv_cache *kv,
@@ -310,16 +433,31 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
     const struct model_config *c = &m->cfg;
     if (m->n_layers > 0 &&
         (!kv || kv->layer_start > m->opt.layer_start || kv->layer_end < m->opt.layer_end ||
-         kv->num_kv_heads != c->num_kv_heads || kv->head_dim != c->head_dim))
+         kv->num_kv_heads != m->nkv || kv->head_dim != c->head_dim ||
+         (m->kvp > 1 && kv->max_seq != m->kvp_held)))
         return strata_set_error(
             STRATA_EINVAL,
             "reference_forward: KV cache (layers [%d,%d), %d kv heads, head_dim %d) "
             "does not fit the model (layers [%d,%d), %d kv heads, head_dim %d)",
             kv ? kv->layer_start : 0, kv ? kv->layer_end : 0, kv ? kv->num_kv_heads : 0,
-            kv ? kv->head_dim : 0, m->opt.layer_start, m->opt.layer_end, c->num_kv_heads,
-            c->head_dim);
+            kv ? kv->head_dim : 0, m->opt.layer_start, m->opt.layer_end, m->nkv, c->head_dim);
+    /* Under KVP positions and lengths are global; the cache holds this rank's share. */
+    const int max_seq = m->kvp > 1 ? m->opt.kvp.max_seq : kv->max_seq;
     return forward_items_check("reference_forward", items, n_items, kv->len, kv->in_use,
-                               kv->num_slots, kv->max_seq, c->num_layers, rows, ctx);
+                               kv->num_slots, max_seq, c->num_layers, rows, ctx);
+}
+
+/* KVP: room for the gathered partials of N rows and this rank's own. */
+static int ensure_kvp_part(struct reference_model *m, int N) {
+    if (m->kvp <= 1) return STRATA_OK;
+    const size_t need =
+        (size_t)(m->kvp + 1) * (size_t)N * (size_t)m->nh * (size_t)(m->cfg.head_dim + 2);
+    if (need <= m->cap_kvp_part) return STRATA_OK;
+    float *grown = realloc(m->kvp_part, need * sizeof(float));
+    if (!grown) return strata_set_error(STRATA_ENOMEM, "reference_forward: no memory for KVP");
+    m->kvp_part = grown;
+    m->cap_kvp_part = need;
+    return STRATA_OK;
 }
 
 int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hidden,
@@ -329,15 +467,39 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     if ((rc = check_items(m, kv, items, n_items, &N, &ctx))) return rc;
     if (N == 0) return STRATA_OK;
     if (!hidden) return strata_set_error(STRATA_EINVAL, "reference_forward: hidden is NULL");
-    if ((rc = ensure_scratch(m, N, ctx))) return rc;
+    if (m->kvp > 1 && ctx < m->kvp_held) ctx = m->kvp_held; /* partial attention's scores */
+    if ((rc = ensure_scratch(m, N, ctx)) || (rc = ensure_kvp_part(m, N))) return rc;
     const struct model_config *c = &m->cfg;
     int half = c->head_dim / 2;
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,
                 c->has_mrope ? c->mrope_section : NULL, half);
     for (int l = 0; l < m->n_layers; ++l)
-        layer_forward(m, &m->layers[l], kv, hidden, items, n_items, N);
+        if ((rc = layer_forward(m, &m->layers[l], kv, hidden, items, n_items, N))) return rc;
     for (int it = 0; it < n_items; ++it)
         kv->len[items[it].slot] += items[it].n_tokens;
+    return STRATA_OK;
+}
+
+/* Vocab-parallel head: local [n, Vt] = this rank's rows of lm_head, all-gathered into
+ * [tp, n, Vt] and interleaved into logits [n, V] (rank t's columns at t·Vt). */
+static int tp_logits(struct reference_model *m, float *logits, int n) {
+    const size_t Vt = (size_t)m->vocab_n, rows = (size_t)n, T = (size_t)m->tp;
+    const size_t need = (T + 1) * rows * Vt;
+    if (need > m->cap_logit_part) {
+        float *grown = realloc(m->logit_part, need * sizeof(float));
+        if (!grown)
+            return strata_set_error(STRATA_ENOMEM, "reference_logits: no memory for %d rows", n);
+        m->logit_part = grown;
+        m->cap_logit_part = need;
+    }
+    float *local = m->logit_part + T * rows * Vt, *all = m->logit_part;
+    matmul(local, m->norm, &m->lm_head, n, m->pool);
+    int rc = m->opt.coll.allgather(m->opt.coll.ctx, all, local, rows * Vt);
+    if (rc) return rc;
+    for (size_t t = 0; t < T; ++t)
+        for (size_t i = 0; i < rows; ++i)
+            memcpy(logits + i * (size_t)m->cfg.vocab_size + t * Vt, all + (t * rows + i) * Vt,
+                   Vt * sizeof(float));
     return STRATA_OK;
 }
 
@@ -351,6 +513,9 @@ int reference_logits(struct reference_model *m, float *logits, const float *hidd
     int rc;
     if ((rc = ensure_scratch(m, n, 1))) return rc;
     rmsnorm(m->norm, hidden, m->final_norm, m->cfg.rms_norm_eps, n, m->cfg.hidden_size);
-    matmul(logits, m->norm, &m->lm_head, n, m->pool);
-    return STRATA_OK;
+    if (m->tp <= 1) {
+        matmul(logits, m->norm, &m->lm_head, n, m->pool);
+        return STRATA_OK;
+    }
+    return tp_logits(m, logits, n);
 }

@@ -28,8 +28,46 @@
 #include "runtime/model/decoder_io.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/model/tp_shard.h"
 
 struct reference_model; /* opaque */
+
+/* Tensor parallelism (Megatron-LM; the slices are runtime/model/tp_shard.h's): the group's
+ * collectives, supplied by the caller (the stage backend wires them to wire/collective.h,
+ * a test to threads), so the decoder needs no network. Every rank of a TP group makes the
+ * same calls in the same order with the same n. Each returns 0 or a negative STRATA_E*
+ * status with the message set; a failure fails the forward / logits call.
+ *   allreduce_sum: data [n] <- Σ over ranks in rank order (bit-identical on every rank).
+ *   allgather:     out [tp·n] <- every rank's in [n], rank r's at out + r·n. */
+struct reference_collective {
+    void *ctx;
+    int (*allreduce_sum)(void *ctx, float *data, size_t n);
+    int (*allgather)(void *ctx, float *out, const float *in, size_t n);
+};
+
+/* KV parallelism (Medha): kvp <= 1 = the model holds every KV position. Else it is KVP rank
+ * `rank` and holds the positions kvp_token_range() gives it (runtime/model/tp_shard.h;
+ * `tokens` per rank, `max_seq` in all); its KV cache holds only those (kv_cache max_seq =
+ * their count) while positions and lengths stay global. Attention runs over the held keys;
+ * the partials are all-gathered over `coll` (allgather only) and merged in rank order
+ * (ops.h attention_merge). Everything else is replicated on the KVP ranks. */
+struct reference_kvp {
+    int kvp, rank, tokens, max_seq;
+    struct reference_collective coll;
+};
+
+/* The weights the matmuls read: as stored in the checkpoint (bf16, or f32 / f16 widened to
+ * f32), or quantised once at load to q8 blocks (reference/ops_q8.h: `--weights-dtype q8`).
+ * q8 covers every layer projection, the experts and the lm_head (tied or not: a tied head
+ * gets its own q8 copy); the embedding stays as stored (a row gather), and so do the MoE
+ * router (as llama.cpp keeps ffn_gate_inp unquantised) and every norm / bias vector. q8 gives
+ * other logits than bf16 (measured on the goldens: tests/reference/q8_golden_test), but keeps
+ * the determinism contract below. */
+enum reference_weights_dtype { REFERENCE_WEIGHTS_STORED = 0, REFERENCE_WEIGHTS_Q8 = 1 };
+
+/* "bf16" (as stored; the default) or "q8" -> *out; STRATA_EINVAL naming the choices. */
+int reference_weights_dtype_parse(enum reference_weights_dtype *out, const char *name);
+const char *reference_weights_dtype_name(enum reference_weights_dtype dtype); /* "bf16", "q8" */
 
 struct reference_load_options {
     int layer_start; /* first owned decoder layer */
@@ -38,7 +76,20 @@ struct reference_load_options {
     int with_embed;  /* own embed_tokens (first stage) */
     int with_head;   /* own final norm + lm_head (last stage) */
     int num_threads; /* worker threads for matmuls (>= 1) */
+    /* NULL or tp == 1: the whole model. Else this rank's shard: only its slice of each
+     * tensor is read from the checkpoint; q/k/v, gate/up (and expert) rows, o/down (and
+     * expert down) columns, whole experts or expert columns per the shard's MoE mode, and
+     * the vocabulary rows of the embedding and LM head. `coll` is then required. */
+    const struct tp_shard *tp;
+    struct reference_collective coll;
+    struct reference_kvp kvp;                   /* KV parallelism (see struct reference_kvp) */
+    enum reference_weights_dtype weights_dtype; /* default (0): as stored */
 };
+
+/* KV heads this model's cache must hold (num_kv_heads, or the shard's part under TP), and
+ * the positions per slot (the caller's max_seq, or this KVP rank's share of it). */
+int reference_model_kv_heads(const struct reference_model *m);
+int reference_model_kv_positions(const struct reference_model *m, int max_seq);
 
 /* Loads the owned tensors from `st`. Every missing or mis-shaped tensor is listed
  * together in one error message before failing (STRATA_ENOTFOUND / STRATA_EFORMAT). */
@@ -50,6 +101,9 @@ void reference_model_free(struct reference_model *m);
 size_t reference_model_weight_bytes(const struct reference_model *m);
 size_t reference_model_extra_bytes(const struct reference_model *m);
 int reference_model_num_tensors(const struct reference_model *m);
+/* With REFERENCE_WEIGHTS_Q8: bytes of the q8 copies, and (*replaced) the bytes of the stored
+ * matrices they replace (no longer read after load); 0 and 0 otherwise. */
+size_t reference_model_q8_bytes(const struct reference_model *m, size_t *replaced);
 const struct model_config *reference_model_config(const struct reference_model *m);
 
 /* Bytes of activation scratch currently held (grown on demand by forward/logits), and the
@@ -57,7 +111,10 @@ const struct model_config *reference_model_config(const struct reference_model *
 size_t reference_model_scratch_bytes(const struct reference_model *m);
 int reference_model_num_threads(const struct reference_model *m);
 
-/* hidden [n, H] = embed_tokens[tokens[i]]; error on token id outside [0, V). */
+/* hidden [n, H] = embed_tokens[tokens[i]]; error on token id outside [0, V) (checked before
+ * any collective, so every TP rank refuses alike). Under TP the rank owning a token's row
+ * writes it, the others zeros, and an all-reduce sums them: x + 0 = x, so the rows equal
+ * TP = 1's (up to the sign of a zero). */
 int reference_embed(const struct reference_model *m, float *hidden, const int32_t *tokens, int n);
 
 /* struct forward_item (one request's rows of a microbatch): runtime/model/decoder_io.h. */
@@ -68,7 +125,9 @@ int reference_embed(const struct reference_model *m, float *hidden, const int32_
 int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hidden,
                       const struct forward_item *items, int n_items);
 
-/* logits [n, V] = lm_head(RMSNorm_final(hidden [n, H])); requires with_head. */
+/* logits [n, V] = lm_head(RMSNorm_final(hidden [n, H])); requires with_head.
+ * Under TP every rank computes its vocabulary rows and an all-gather assembles [n, V] on
+ * every rank; each logit is one whole dot product, so they equal TP = 1's bit for bit. */
 int reference_logits(struct reference_model *m, float *logits, const float *hidden, int n);
 
 #endif

@@ -13,6 +13,17 @@ struct reference_model {
     struct reference_load_options opt;
     struct thread_pool *pool;
 
+    /* This rank's part of every layer (the whole model when tp == 1; tp_shard.h). */
+    struct tp_shard shard;
+    int tp;          /* TP degree (1 = not split) */
+    int nh, nkv;     /* query / KV heads held */
+    int ffn;         /* dense MLP columns held */
+    int moe_ffn;     /* columns of each held expert */
+    int vocab_start; /* first embedding / lm_head row held */
+    int vocab_n;     /* rows held */
+    /* KV parallelism: this rank holds global positions [kvp_lo, kvp_lo + kvp_held). */
+    int kvp, kvp_lo, kvp_held;
+
     struct ops_weight embed;   /* [V, H] when with_embed */
     struct ops_weight lm_head; /* [V, H] when with_head (may be the embedding) */
     int head_is_embed;
@@ -24,6 +35,7 @@ struct reference_model {
     void **owned; /* heap copies made at load (f32 widenings, transposed experts) */
     int n_owned, cap_owned;
     size_t weight_bytes, extra_bytes;
+    size_t q8_bytes, q8_replaced_bytes; /* REFERENCE_WEIGHTS_Q8: copies, stored bytes replaced */
     int num_tensors;
 
     /* Activation scratch, grown on demand (rows = tokens in one forward call). */
@@ -46,8 +58,15 @@ struct reference_model {
     float *moe_y;        /* [rows, H] */
     int *moe_row;        /* [rows] */
     float *moe_w;        /* [rows] */
+    float *logit_part;   /* TP: [rows, vocab_n] this rank's logits, then [tp, rows, vocab_n] */
+    size_t cap_logit_part;
+    float *kvp_part; /* KVP: [kvp + 1][rows][nh][D + 2] gathered partials, then this rank's */
+    size_t cap_kvp_part;
 };
 
 int ref_load_weights(struct reference_model *m, const struct safetensors *st);
+
+/* REFERENCE_WEIGHTS_Q8: replaces the loaded matrices by q8 copies (model_q8.c). */
+int ref_quantize_weights(struct reference_model *m);
 
 #endif

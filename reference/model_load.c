@@ -45,8 +45,52 @@ static void *own(struct loader *ld, size_t bytes) {
     return p;
 }
 
-static void place_matrix(struct loader *ld, struct ops_weight *w, const struct st_tensor *t) {
+/* A view of rows [row0, row0 + n) of `t` (dim 0; a vector's elements): no copy. */
+static struct st_tensor rows_view(const struct st_tensor *t, int64_t row0, int64_t n) {
+    struct st_tensor v = *t;
+    const int64_t per_row = t->shape[0] ? t->numel / t->shape[0] : 0;
+    const size_t esz = st_dtype_size(t->dtype);
+    v.shape[0] = n;
+    v.numel = n * per_row;
+    v.data = (const char *)t->data + (size_t)(row0 * per_row) * esz;
+    v.nbytes = (size_t)v.numel * esz;
+    return v;
+}
+
+/* A heap copy of columns [col0, col0 + n) of the 2-D `t`, in its stored dtype, read row by
+ * row from the mapping (only those bytes are touched: never the whole tensor). */
+static struct st_tensor cols_copy(struct loader *ld, const struct st_tensor *t, int64_t col0,
+                                  int64_t n) {
+    struct st_tensor v = *t;
+    const size_t esz = st_dtype_size(t->dtype), rows = (size_t)t->shape[0];
+    const size_t cols = (size_t)t->shape[1];
+    char *dst = own(ld, rows * (size_t)n * esz);
+    v.data = NULL;
+    if (!dst) return v;
+    for (size_t r = 0; r < rows; ++r)
+        memcpy(dst + r * (size_t)n * esz, (const char *)t->data + (r * cols + (size_t)col0) * esz,
+               (size_t)n * esz);
+    ld->m->extra_bytes -= rows * (size_t)n * esz; /* it stands for the stored slice */
+    v.shape[1] = n;
+    v.numel = (int64_t)rows * n;
+    v.data = dst;
+    v.nbytes = (size_t)v.numel * esz;
+    return v;
+}
+
+/* The part of `t` this rank holds (`sl` from tp_tensor_slice; one part, dim 0 or 1). */
+static struct st_tensor sliced(struct loader *ld, const struct st_tensor *t,
+                               const struct tp_slice *sl) {
+    if (!sl || sl->kind != TP_SLICE_SPLIT) return *t;
+    if (sl->dim == 0) return rows_view(t, sl->start, sl->count);
+    return cols_copy(ld, t, sl->start, sl->count);
+}
+
+static void place_matrix(struct loader *ld, struct ops_weight *w, const struct st_tensor *whole,
+                         const struct tp_slice *sl) {
     memset(w, 0, sizeof *w);
+    const struct st_tensor part = sliced(ld, whole, sl), *t = &part;
+    if (!t->data) return;
     int rows = (int)t->shape[0], cols = (int)t->shape[1];
     if (t->dtype == ST_BF16 || t->dtype == ST_F32) {
         *w = (struct ops_weight){t->data, t->dtype == ST_BF16 ? OPS_BF16 : OPS_F32, rows, cols};
@@ -58,9 +102,11 @@ static void place_matrix(struct loader *ld, struct ops_weight *w, const struct s
     *w = (struct ops_weight){copy, OPS_F32, rows, cols};
 }
 
-static const float *place_vector(struct loader *ld, const struct st_tensor *t) {
-    float *copy = own(ld, (size_t)t->numel * sizeof(float));
-    if (copy) st_tensor_to_f32(copy, t);
+static const float *place_vector(struct loader *ld, const struct st_tensor *whole,
+                                 const struct tp_slice *sl) {
+    const struct st_tensor t = sliced(ld, whole, sl);
+    float *copy = own(ld, (size_t)t.numel * sizeof(float));
+    if (copy) st_tensor_to_f32(copy, &t);
     return copy;
 }
 
@@ -78,11 +124,23 @@ static void place_transposed(struct loader *ld, struct ops_weight *w, const char
     *w = (struct ops_weight){dst, dtype, rows, cols};
 }
 
-/* One fused expert tensor (all E experts) -> per-expert matrices. Out-major blocks are
- * used in place (gate rows first, then up); input-major ones are transposed once. The
- * manifest accepted only BF16 / F32 here. */
+/* Columns [col0, col0 + n) of a row-major [rows, cols] block, copied row by row. */
+static void place_cols(struct loader *ld, struct ops_weight *w, const char *base, int rows,
+                       size_t cols, size_t col0, int n, size_t esz, enum ops_dtype dtype) {
+    char *dst = own(ld, (size_t)rows * (size_t)n * esz);
+    if (!dst) return;
+    for (size_t r = 0; r < (size_t)rows; ++r)
+        memcpy(dst + r * (size_t)n * esz, base + (r * cols + col0) * esz, (size_t)n * esz);
+    *w = (struct ops_weight){dst, dtype, rows, n};
+}
+
+/* One fused expert tensor (all E experts) -> per-expert matrices of the experts this rank
+ * holds, each cut to its expert columns [i0, i0 + n) of I (`sl` from tp_tensor_slice: a
+ * dim-0 split is whole experts, a split of the I axis cuts every expert). Out-major
+ * blocks are used in place where the cut is rows (gate rows first, then up); input-major
+ * ones are transposed once. The manifest accepted only BF16 / F32 here. */
 static void place_fused(struct loader *ld, struct layer_weights *L, const struct stage_tensor *want,
-                        const struct st_tensor *t) {
+                        const struct st_tensor *t, const struct tp_slice *sl) {
     const struct model_config *c = &ld->m->cfg;
     const size_t H = (size_t)c->hidden_size, I = (size_t)c->moe_intermediate_size;
     const size_t esz = t->dtype == ST_BF16 ? 2 : 4;
@@ -90,33 +148,48 @@ static void place_fused(struct loader *ld, struct layer_weights *L, const struct
     const int in_major = stage_tensor_stored_layout(want, t) == STAGE_LAYOUT_IN_MAJOR;
     const int gate_up = want->slot == STAGE_SLOT_EXPERTS_GATE_UP;
     const size_t block = (gate_up ? 2 * I : I) * H * esz; /* one expert's bytes */
-    for (int e = 0; e < c->num_experts && !ld->nomem; ++e) {
+    int e0 = 0, e1 = c->num_experts;
+    size_t i0 = 0, n = I;
+    if (sl->kind == TP_SLICE_SPLIT && sl->dim == 0) {
+        e0 = (int)sl->start;
+        e1 = (int)(sl->start + sl->count);
+    } else if (sl->kind == TP_SLICE_SPLIT) {
+        i0 = (size_t)sl->start;
+        n = (size_t)sl->count;
+    }
+    for (int e = e0; e < e1 && !ld->nomem; ++e) {
         const char *base = (const char *)t->data + (size_t)e * block;
         if (gate_up && in_major) {
-            place_transposed(ld, &L->expert_gate[e], base, 2 * I, 0, (int)I, (int)H, esz, dt);
-            place_transposed(ld, &L->expert_up[e], base, 2 * I, I, (int)I, (int)H, esz, dt);
+            place_transposed(ld, &L->expert_gate[e], base, 2 * I, i0, (int)n, (int)H, esz, dt);
+            place_transposed(ld, &L->expert_up[e], base, 2 * I, I + i0, (int)n, (int)H, esz, dt);
         } else if (gate_up) {
-            L->expert_gate[e] = (struct ops_weight){base, dt, (int)I, (int)H};
-            L->expert_up[e] = (struct ops_weight){base + I * H * esz, dt, (int)I, (int)H};
-        } else if (in_major) {
-            place_transposed(ld, &L->expert_down[e], base, H, 0, (int)H, (int)I, esz, dt);
-        } else {
+            L->expert_gate[e] = (struct ops_weight){base + i0 * H * esz, dt, (int)n, (int)H};
+            L->expert_up[e] = (struct ops_weight){base + (I + i0) * H * esz, dt, (int)n, (int)H};
+        } else if (in_major) { /* stored [I, H]: rows i0.. of it are the wanted columns */
+            place_transposed(ld, &L->expert_down[e], base + i0 * H * esz, H, 0, (int)H, (int)n, esz,
+                             dt);
+        } else if (n == I) {
             L->expert_down[e] = (struct ops_weight){base, dt, (int)H, (int)I};
+        } else {
+            place_cols(ld, &L->expert_down[e], base, (int)H, I, i0, (int)n, esz, dt);
         }
     }
 }
 
-/* Places one checked manifest entry; `t` is its tensor in the checkpoint. */
-static void place(struct loader *ld, const struct stage_tensor *want, const struct st_tensor *t) {
+/* Places one checked manifest entry; `t` is its tensor in the checkpoint, `sl` the part of
+ * it this rank holds. */
+static void place(struct loader *ld, const struct stage_tensor *want, const struct st_tensor *t,
+                  const struct tp_slice *sl) {
     struct reference_model *m = ld->m;
-    m->weight_bytes += t->nbytes;
+    if (sl->kind == TP_SLICE_ABSENT) return; /* an expert another rank holds */
+    m->weight_bytes += tp_slice_bytes(sl, t->nbytes);
     m->num_tensors++;
     switch (want->slot) {
     case STAGE_SLOT_EMBED: /* a last stage without the embedding reads it as the tied head */
-        place_matrix(ld, m->opt.with_embed ? &m->embed : &m->lm_head, t);
+        place_matrix(ld, m->opt.with_embed ? &m->embed : &m->lm_head, t, sl);
         return;
-    case STAGE_SLOT_LM_HEAD: place_matrix(ld, &m->lm_head, t); return;
-    case STAGE_SLOT_FINAL_NORM: m->final_norm = place_vector(ld, t); return;
+    case STAGE_SLOT_LM_HEAD: place_matrix(ld, &m->lm_head, t, sl); return;
+    case STAGE_SLOT_FINAL_NORM: m->final_norm = place_vector(ld, t, sl); return;
     case STAGE_SLOT_VISION: return; /* never requested: the decoder is text-only */
     default: break;
     }
@@ -124,11 +197,11 @@ static void place(struct loader *ld, const struct stage_tensor *want, const stru
     const float **vec = layer_weights_vector(L, want->slot);
     struct ops_weight *mat = vec ? NULL : layer_weights_matrix(L, want);
     if (vec)
-        *vec = place_vector(ld, t);
+        *vec = place_vector(ld, t, sl);
     else if (mat)
-        place_matrix(ld, mat, t);
+        place_matrix(ld, mat, t, sl);
     else
-        place_fused(ld, L, want, t);
+        place_fused(ld, L, want, t, sl);
 }
 
 /* Per-layer bookkeeping the manifest does not carry: index, MoE flag, expert tables. */
@@ -159,14 +232,21 @@ int ref_load_weights(struct reference_model *m, const struct safetensors *st) {
     if (rc) return rc;
     if (!(rc = stage_tensor_list_check(&list, st, source)) && !(rc = init_layers(m))) {
         struct loader ld = {.m = m};
-        for (int i = 0; i < list.count && !ld.nomem; ++i)
-            place(&ld, &list.items[i], safetensors_find(st, list.items[i].name));
+        for (int i = 0; i < list.count && !ld.nomem && !rc; ++i) {
+            const struct stage_tensor *want = &list.items[i];
+            const struct st_tensor *t = safetensors_find(st, want->name);
+            struct tp_slice sl = {.kind = TP_SLICE_REPLICATED};
+            if (m->tp > 1)
+                rc = tp_tensor_slice(&sl, &m->shard, want, stage_tensor_stored_layout(want, t));
+            if (!rc) place(&ld, want, t, &sl);
+        }
         if (ld.nomem) rc = strata_set_error(STRATA_ENOMEM, "reference_model: out of memory");
     }
     if (!rc && o->with_head) {
         m->head_is_embed = list.head_is_embed;
         if (list.head_is_embed && o->with_embed) m->lm_head = m->embed;
     }
+    if (!rc && o->weights_dtype == REFERENCE_WEIGHTS_Q8) rc = ref_quantize_weights(m);
     stage_tensor_list_free(&list);
     return rc;
 }

@@ -1,6 +1,7 @@
 /* Reference ops; contracts and the fixed dot-product order are in ops.h. matmul lives in
  * ops_matmul.c (one file per kernel family keeps each under the size limit). */
 #include "reference/ops.h"
+#include "reference/ops_q8.h"
 
 #include <math.h>
 #include <string.h>
@@ -13,6 +14,8 @@ void ops_weight_row(float *out, const struct ops_weight *w, int row) {
         const uint16_t *src = (const uint16_t *)w->data + base;
         for (int c = 0; c < w->cols; ++c)
             out[c] = bf16_to_f32(src[c]);
+    } else if (w->dtype == OPS_Q8) {
+        ops_q8_dequantize_row(out, w, row);
     } else {
         memcpy(out, (const float *)w->data + base, (size_t)w->cols * sizeof(float));
     }
@@ -186,6 +189,83 @@ void attention(float *out, const float *q, const float *k_cache, const float *v_
     struct attention_job job = {out, q, k_cache, v_cache, kv_head_stride, scratch,
                                 pos, n, nh,      nkv,     head_dim};
     thread_pool_run(pool, attention_task, &job, n * nh);
+}
+
+/* KV parallelism: one (query token, query head) pair over the keys this rank holds. */
+struct partial_job {
+    float *part;
+    const float *q, *k_cache, *v_cache;
+    size_t kv_head_stride;
+    float *scratch;
+    int pos, n, lo, held, nh, nkv, head_dim;
+};
+
+static void partial_task(void *ctx, int begin, int end, int worker) {
+    const struct partial_job *job = ctx;
+    const int d_len = job->head_dim, group = job->nh / job->nkv;
+    const float scale = 1.0f / sqrtf((float)d_len);
+    float *scores = job->scratch + (size_t)worker * (size_t)job->held;
+    for (int task = begin; task < end; ++task) {
+        const int i = task / job->nh, h = task % job->nh;
+        int seen = job->pos + i + 1 - job->lo; /* keys [lo, pos + i] held here */
+        if (seen > job->held) seen = job->held;
+        float *o = job->part + (size_t)task * (size_t)(d_len + 2);
+        for (int d = 0; d < d_len + 2; ++d)
+            o[d] = 0.0f;
+        if (seen <= 0) {
+            o[d_len] = -INFINITY;
+            continue;
+        }
+        const float *q = job->q + (size_t)task * (size_t)d_len;
+        const float *keys = job->k_cache + (size_t)(h / group) * job->kv_head_stride;
+        const float *values = job->v_cache + (size_t)(h / group) * job->kv_head_stride;
+        attention_scores(scores, q, keys, seen, d_len, scale);
+        float max = scores[0], sum = 0.0f;
+        for (int j = 1; j < seen; ++j)
+            if (scores[j] > max) max = scores[j];
+        for (int j = 0; j < seen; ++j) {
+            const float p = expf(scores[j] - max);
+            const float *vj = values + (size_t)j * (size_t)d_len;
+            sum += p;
+            for (int d = 0; d < d_len; ++d)
+                o[d] += p * vj[d];
+        }
+        o[d_len] = max;
+        o[d_len + 1] = sum;
+    }
+}
+
+void attention_partial(float *part, const float *q, const float *k_cache, const float *v_cache,
+                       size_t kv_head_stride, float *scratch, int pos, int n, int lo, int held,
+                       int nh, int nkv, int head_dim, struct thread_pool *pool) {
+    struct partial_job job = {part, q,    k_cache, v_cache, kv_head_stride, scratch, pos, n,
+                              lo,   held, nh,      nkv,     head_dim};
+    thread_pool_run(pool, partial_task, &job, n * nh);
+}
+
+void attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim) {
+    const size_t w = (size_t)head_dim + 2, per_rank = (size_t)n * (size_t)nh * w;
+    for (size_t t = 0; t < (size_t)n * (size_t)nh; ++t) {
+        float m = -INFINITY, l = 0.0f;
+        for (int k = 0; k < ranks; ++k) {
+            const float mk = parts[(size_t)k * per_rank + t * w + (size_t)head_dim];
+            if (mk > m) m = mk;
+        }
+        float *o = out + t * (size_t)head_dim;
+        for (int d = 0; d < head_dim; ++d)
+            o[d] = 0.0f;
+        for (int k = 0; k < ranks; ++k) {
+            const float *p = parts + (size_t)k * per_rank + t * w;
+            if (p[head_dim + 1] == 0.0f) continue; /* no keys on rank k */
+            const float c = expf(p[head_dim] - m);
+            l += p[head_dim + 1] * c;
+            for (int d = 0; d < head_dim; ++d)
+                o[d] += p[d] * c;
+        }
+        const float inv = 1.0f / l;
+        for (int d = 0; d < head_dim; ++d)
+            o[d] *= inv;
+    }
 }
 
 /* ---------------------------------------------------------------- MoE routing */

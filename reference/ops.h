@@ -30,17 +30,20 @@
 
 struct forward_item; /* runtime/model/decoder_io.h */
 
-enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1 };
+/* OPS_Q8: 8-bit blocks quantised at load (reference/ops_q8.h); matmul runs it with its own
+ * arithmetic (activations quantised too), so its results differ from bf16's. */
+enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1, OPS_Q8 = 2 };
 
 /* A row-major weight matrix [rows, cols] (nn.Linear layout: y = x @ W^T). */
 struct ops_weight {
-    const void *data; /* bf16 (uint16 bit patterns) or f32, [rows][cols] */
+    const void *data; /* bf16 (uint16 bit patterns) or f32 [rows][cols]; OPS_Q8: int8
+                         [rows][cols] followed by f32 scales [rows][cols / 32] (ops_q8.h) */
     enum ops_dtype dtype;
     int rows;
     int cols;
 };
 
-/* out [n] = one row of w widened to f32; row in [0, w->rows). */
+/* out [n] = one row of w widened (or, for OPS_Q8, dequantised) to f32; row in [0, w->rows). */
 void ops_weight_row(float *out, const struct ops_weight *w, int row);
 
 /* out [n, H] = RMSNorm over the last dim: x * rsqrt(mean(x^2) + eps) * weight [H].
@@ -85,6 +88,22 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
 void attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv, int head_dim,
                struct thread_pool *pool);
+
+/* KV parallelism (Medha): the partial attention of one KVP rank over the keys it holds,
+ * global positions [lo, lo + held) at cache indices 0 .. held-1 (same cache layout and GQA
+ * mapping as attention()). Query i sits at global position pos+i and sees the held keys up
+ * to it. part [n, nh, D+2]: per (query, head) the unnormalised o[D] = Σ_j exp(s_j - m) v_j,
+ * then m = max_j s_j (-inf when no key is seen here) and l = Σ_j exp(s_j - m), sums in
+ * ascending j. scratch [pool size][held] floats. */
+void attention_partial(float *part, const float *q, const float *k_cache, const float *v_cache,
+                       size_t kv_head_stride, float *scratch, int pos, int n, int lo, int held,
+                       int nh, int nkv, int head_dim, struct thread_pool *pool);
+
+/* Merges the partials of `ranks` KVP ranks, [ranks][n][nh][D+2], in rank order (so every
+ * rank merging the same gathered partials gets the same bits): M = max_k m_k,
+ * out [n, nh*D] = Σ_k e^(m_k - M) o_k / Σ_k e^(m_k - M) l_k. Equals attention() up to
+ * rounding (the exponentials are taken per rank, then rescaled). */
+void attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim);
 
 /* out [n] = silu(gate [n]) * up [n], silu(z) = z / (1 + exp(-z)). out may equal gate. */
 void swiglu(float *out, const float *gate, const float *up, int n);

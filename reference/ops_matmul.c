@@ -16,10 +16,12 @@
  * short (often 2 KiB) and the hardware prefetcher ramps up too slowly on four interleaved
  * short streams; measured on the decode shapes, ~+35% read bandwidth at K = 1024. Prefetch
  * never changes arithmetic. */
+#include <pthread.h>
 #include <math.h>
 #include <string.h>
 
 #include "reference/ops.h"
+#include "reference/ops_q8.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -320,14 +322,22 @@ DEFINE_AVX512_KERNELS(f32, float, load16_f32, WIDEN_F32)
 
 /* ---------------------------------------------------------------- path selection */
 
+#if OPS_HAVE_X86
+static int cached_avx2, cached_avx512;
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
+
+static void detect_cpu(void) {
+    __builtin_cpu_init();
+    cached_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    cached_avx512 = cached_avx2 && __builtin_cpu_supports("avx512f");
+}
+#endif
+
+/* Detected once per process (pthread_once: stages in threads of one process, e.g. the TP
+ * tests, may run their first matmul at the same time). */
 static int cpu_has(enum ops_path path) {
 #if OPS_HAVE_X86
-    static int cached_avx2 = -1, cached_avx512 = -1;
-    if (cached_avx2 < 0) {
-        __builtin_cpu_init();
-        cached_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-        cached_avx512 = cached_avx2 && __builtin_cpu_supports("avx512f");
-    }
+    pthread_once(&cpu_once, detect_cpu);
     if (path == OPS_PATH_AVX2) return cached_avx2;
     if (path == OPS_PATH_AVX512) return cached_avx512;
 #endif
@@ -458,12 +468,20 @@ static void matmul_task(void *ctx, int begin, int end, int worker) {
 
 void matmul(float *out, const float *x, const struct ops_weight *w, int n,
             struct thread_pool *pool) {
+    if (w->dtype == OPS_Q8) {
+        ops_q8_matmul(out, x, w, n, pool);
+        return;
+    }
     struct matmul_job job = {out, x, w, n, ops_matmul_path()};
     int tasks = (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
     thread_pool_run(pool, matmul_task, &job, tasks);
 }
 
 void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n) {
+    if (w->dtype == OPS_Q8) {
+        ops_q8_matmul(out, x, w, n, NULL);
+        return;
+    }
     struct matmul_job job = {out, x, w, n, ops_matmul_path()};
     matmul_task(&job, 0, (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK, 0);
 }

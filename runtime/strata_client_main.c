@@ -62,6 +62,11 @@ static void usage(FILE *out) {
             "                      embeddings of all images (H from the file size)\n"
             "  --deepstack F       f32 little-endian [K, image tokens, H]: DeepStack features\n"
             "  --merge N           spatial merge size (default 2, Qwen3-VL's)\n"
+            "  --image FILE        a PNG or JPEG file sent as bytes (repeat per image, in\n"
+            "                      prompt order) to a vision stage (strata-stage --role\n"
+            "                      vision), which encodes it; the prompt holds one image-pad\n"
+            "                      id per image (--chat: one image part per file before the\n"
+            "                      text). Not with --grid / --vision-embeds\n"
             "  --host H            stage 0 host (default 127.0.0.1)\n"
             "  --port P            stage 0 port\n"
             "  --port-file F       read stage 0's port from F\n"
@@ -136,6 +141,12 @@ struct client_args {
     const char *embeds_file, *deepstack_file;
     char *embeds, *deepstack; /* file bytes: f32 values */
     struct request_vision vision;
+    /* --image: files sent as bytes to a vision stage (strata-stage --role vision). */
+    const char *image_paths[VL_MAX_IMAGES];
+    int num_image_files;
+    uint8_t *image_bytes; /* all files, concatenated */
+    uint32_t image_sizes[VL_MAX_IMAGES];
+    uint8_t image_formats[VL_MAX_IMAGES];
     int reconnect_timeout_ms;  /* stage 0 lost: reconnect and resubmit for this long */
     struct wire_security *sec; /* the link's security, for reconnecting */
 };
@@ -168,7 +179,6 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
                                             {"cancel-after", 1, 0, 'C'},
                                             {"timeout-ms", 1, 0, 'T'},
                                             {"auth-key-file", 1, 0, 'a'},
-                                            {"reconnect-timeout-ms", 1, 0, 'R'},
                                             {"quiet", 0, 0, 'Q'},
                                             {"latency", 0, 0, 'L'},
                                             {"help", 0, 0, 'h'},
@@ -186,6 +196,8 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
                                             {"vision-embeds", 1, 0, 'V'},
                                             {"deepstack", 1, 0, 'W'},
                                             {"merge", 1, 0, 'M'},
+                                            {"image", 1, 0, 'g'},
+                                            {"reconnect-timeout-ms", 1, 0, 'R'},
                                             {0, 0, 0, 0}};
     struct stage_request *base = &a->base;
     int c;
@@ -243,6 +255,13 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'V': a->embeds_file = optarg; break;
         case 'W': a->deepstack_file = optarg; break;
         case 'M': a->merge = atoi(optarg); break;
+        case 'g':
+            if (a->num_image_files >= VL_MAX_IMAGES) {
+                fprintf(stderr, "strata-client: at most %d --image files\n", VL_MAX_IMAGES);
+                return STRATA_EXIT_USAGE;
+            }
+            a->image_paths[a->num_image_files++] = optarg;
+            break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -335,12 +354,62 @@ static int load_vision(struct client_args *a) {
     return -1;
 }
 
+/* --image files: read, concatenated, each format told from its first bytes (the vision
+ * stage checks it again). Returns -1 to go on, else the exit code. */
+static int load_images(struct client_args *a) {
+    size_t total = 0;
+    if (!a->num_image_files) return -1;
+    if (a->num_images || a->embeds_file || a->deepstack_file) {
+        fprintf(stderr, "strata-client: --image sends files to a vision stage; --grid / "
+                        "--vision-embeds / --deepstack send its outputs: give one or the other\n");
+        return STRATA_EXIT_USAGE;
+    }
+    for (int i = 0; i < a->num_image_files; i++) {
+        char *data = NULL;
+        size_t len = 0;
+        if (cli_read_file(&data, &len, a->image_paths[i]) < 0) {
+            fprintf(stderr, "strata-client: --image: %s\n", strata_last_error());
+            return STRATA_EXIT_FAILURE;
+        }
+        uint8_t *grown = len && len <= UINT32_MAX ? realloc(a->image_bytes, total + len) : NULL;
+        if (!grown) {
+            fprintf(stderr, "strata-client: --image %s: %s\n", a->image_paths[i],
+                    len ? "too large" : "empty file");
+            free(data);
+            return len ? STRATA_EXIT_FAILURE : STRATA_EXIT_USAGE;
+        }
+        a->image_bytes = grown;
+        memcpy(a->image_bytes + total, data, len);
+        const uint8_t *b = (const uint8_t *)data;
+        a->image_formats[i] = len >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8) ? WIRE_IMAGE_PNG
+                              : len >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff
+                                  ? WIRE_IMAGE_JPEG
+                                  : WIRE_IMAGE_UNKNOWN;
+        a->image_sizes[i] = (uint32_t)len;
+        total += len;
+        free(data);
+    }
+    a->base.image_files = a->image_bytes;
+    a->base.image_file_sizes = a->image_sizes;
+    a->base.image_formats = a->image_formats;
+    a->base.num_image_files = a->num_image_files;
+    return -1;
+}
+
 /* Renders --chat (an optional system message and the user message, generation prompt on,
  * thinking off unless --think) with the model's chat template and tokenizes it. */
 static int encode_chat(const struct client_args *a) {
     enum chat_template_kind kind;
     struct chat_message m[2] = {{CHAT_ROLE_SYSTEM, a->system, NULL, 0, NULL},
                                 {CHAT_ROLE_USER, a->chat, NULL, 0, NULL}};
+    static struct chat_part parts[VL_MAX_IMAGES + 1];
+    if (a->num_image_files) { /* Qwen3-VL: the images, then the text, as one user turn */
+        for (int i = 0; i < a->num_image_files; i++)
+            parts[i] = (struct chat_part){CHAT_PART_IMAGE, NULL};
+        parts[a->num_image_files] = (struct chat_part){CHAT_PART_TEXT, a->chat};
+        m[1] = (struct chat_message){CHAT_ROLE_USER, NULL, parts, (size_t)a->num_image_files + 1,
+                                     NULL};
+    }
     struct chat_options o = {1, a->think ? CHAT_THINKING_ON : CHAT_THINKING_OFF, 0};
     char *text = NULL;
     size_t len = 0;
@@ -665,6 +734,7 @@ int main(int argc, char **argv) {
     if (!jobs) return STRATA_EXIT_FAILURE;
     if (text_mode(&a)) code = build_text_prompt(&a);
     if (code < 0) code = load_vision(&a);
+    if (code < 0) code = load_images(&a);
     if (code < 0) code = make_jobs(jobs, &num_jobs, &a);
     if (code < 0) code = open_client(&client, &key, &sec, &a);
     a.sec = &sec;
@@ -680,6 +750,7 @@ int main(int argc, char **argv) {
     free(jobs);
     free(a.embeds);
     free(a.deepstack);
+    free(a.image_bytes);
     tokenizer_stream_free(g_text.stream);
     tokenizer_ids_free(&g_text.prompt);
     tokenizer_free(g_text.tok);

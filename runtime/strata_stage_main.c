@@ -1,5 +1,7 @@
 /* strata-stage: one process of a pipeline. Loads the weights of its layer range, prints what
  * it serves, and runs the TCP stage loop (runtime/stage/stage_server.h) until SIGINT/SIGTERM.
+ * With --tp T it is one rank of its stage's tensor-parallel group (runtime/stage/stage_tp.h):
+ * rank 0 serves the stage and leads, the others follow rank 0 until it stops.
  * Exit codes: 0 ok, 1 runtime failure, 2 usage (including an empty or out-of-range shard),
  * 3 bad model, config, weights or KV file. */
 #include <errno.h>
@@ -19,10 +21,22 @@
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_open.h"
 #include "runtime/stage/stage_server.h"
+#include "runtime/stage/stage_tp.h"
 #include "wire/auth.h"
 #include "wire/tls.h"
 
 static volatile sig_atomic_t stop_flag;
+
+/* --role vision: the vision stage (runtime/strata_vision_main.c) takes the command line. */
+int strata_vision_main(int argc, char **argv);
+
+static int role_is_vision(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--role") && i + 1 < argc) return !strcmp(argv[i + 1], "vision");
+        if (!strcmp(argv[i], "--role=vision")) return 1;
+    }
+    return 0;
+}
 
 /* The first SIGINT/SIGTERM starts the drain (stage_server_run), a second one ends it. */
 static void on_signal(int sig) {
@@ -38,10 +52,14 @@ static void usage(FILE *out) {
             "                    [--listen [ADDR:]PORT] [--port-file F]\n"
             "                    [--next-host H] (--next-port P | --next-port-file F)\n"
             "                    [options]\n"
+            "       strata-stage --role vision --model DIR --next-port P ... (see --role vision "
+            "--help)\n"
             "Runs stage R of an S-stage pipeline over TCP. Stage 0 embeds and serves clients;\n"
             "the last stage samples and sends tokens back to stage 0 (--next-* of the last\n"
             "stage point at stage 0).\n"
             "  --model DIR            Hugging Face model directory (config.json + safetensors)\n"
+            "  --role language|vision language (default): a decoder-layer stage; vision: the\n"
+            "                         vision stage in front of stage 0 (image files in)\n"
             "  --hf-config FILE       config.json (with --weights)\n"
             "  --weights PATH         model.safetensors, its directory or an index.json\n"
             "  --num-stages S         pipeline length (>= 1)\n"
@@ -55,6 +73,10 @@ static void usage(FILE *out) {
             "  --device cpu|cuda:N    compute backend: cpu (default) or GPU N (refused, with the\n"
             "                         reason, where the build or machine has no CUDA)\n"
             "  --threads T            matmul threads (default 1)\n"
+            "  --weights-dtype D      bf16 (default: as stored) or q8 (8-bit blocks quantised at\n"
+            "                         load, cpu only; other logits than bf16, so every stage of\n"
+            "                         a pipeline must use the same: it is in the Hello's model\n"
+            "                         fingerprint)\n"
             "  --max-seq N            KV positions per request (default 512)\n"
             "  --max-batch B          concurrent requests = KV slots (default 8)\n"
             "  --chunk-size C         prefill chunk rows (default 64)\n"
@@ -75,6 +97,24 @@ static void usage(FILE *out) {
             "                         or --insecure is required (exit 2 without)\n"
             "  --peer-timeout-ms MS   a neighbour silent this long is dead (pinged; default "
             "10000, 0 = off)\n"
+            "Tensor parallelism (each TP rank is its own strata-stage with the same stage flags):\n"
+            "  --tp T                 TP degree of this stage (default 1)\n"
+            "  --tp-rank R            this process's TP rank (0 .. T-1); rank 0 serves the stage\n"
+            "                         and leads, the others follow it (no --listen / --next-*)\n"
+            "  --kvp K --kvp-rank R   KV parallelism: this rank holds KV positions\n"
+            "                         [R*N, (R+1)*N) of every request (Medha; N = --kvp-tokens,\n"
+            "                         default ceil(max-seq / K)); the stage's group is T x K\n"
+            "                         ranks, group rank = R_kvp * T + R_tp\n"
+            "  --kvp-tokens N         KV positions per KVP rank\n"
+            "  --tp-peers LIST        every group rank's address in group-rank order, "
+            "comma-separated:\n"
+            "                         HOST:PORT, or HOST:@FILE (listen on a free port, written to\n"
+            "                         FILE; the other ranks read it there)\n"
+            "  --moe expert|split     MoE under TP: whole experts per rank (default) or every\n"
+            "                         expert's columns split\n"
+            "  --tp-tcp               keep the group on TCP (default: shared memory when every\n"
+            "                         rank is on this host)\n"
+            "  --tp-timeout-ms MS     group open and each transfer (default 10000)\n"
             "  --drain-timeout-ms MS  on SIGTERM/SIGINT: stop accepting, refuse new requests and\n"
             "                         finish the ones in flight for at most MS, then exit 0\n"
             "                         (default 10000; 0 = exit at once; a second signal too)\n"
@@ -98,7 +138,7 @@ struct args {
     int num_stages, stage_idx, layer_start, layer_end;
     const char *listen, *port_file, *next_host, *next_port_file;
     int next_port;
-    const char *device;
+    const char *device, *weights_dtype;
     int threads, max_seq, max_batch, chunk_size;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
     int standby;
@@ -106,6 +146,9 @@ struct args {
     const char *tls_cert, *tls_key, *tls_ca;
     int insecure;
     enum stage_log_level log_level;
+    int tp, tp_rank, tp_tcp, tp_timeout_ms, kvp, kvp_rank, kvp_tokens;
+    const char *tp_peers;
+    enum tp_moe_mode moe;
 };
 
 /* A flag's integer value (runtime/base/cli.h), or -1 after naming the flag and the range. */
@@ -130,6 +173,7 @@ enum option_id {
     O_NEXT_PORT_FILE,
     O_DEVICE,
     O_THREADS,
+    O_WEIGHTS_DTYPE,
     O_MAX_SEQ,
     O_MAX_BATCH,
     O_CHUNK,
@@ -146,7 +190,17 @@ enum option_id {
     O_LOG,
     O_DELAY,
     O_PEER_TIMEOUT,
+    O_TP,
+    O_TP_RANK,
+    O_TP_PEERS,
+    O_MOE,
+    O_TP_TCP,
+    O_TP_TIMEOUT,
+    O_KVP,
+    O_KVP_RANK,
+    O_KVP_TOKENS,
     O_DRAIN_TIMEOUT,
+    O_ROLE,
     O_RECOVERY_TIMEOUT,
     O_STANDBY,
     O_HELP
@@ -166,6 +220,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"next-port-file", 1, 0, O_NEXT_PORT_FILE},
                                              {"device", 1, 0, O_DEVICE},
                                              {"threads", 1, 0, O_THREADS},
+                                             {"weights-dtype", 1, 0, O_WEIGHTS_DTYPE},
                                              {"max-seq", 1, 0, O_MAX_SEQ},
                                              {"max-batch", 1, 0, O_MAX_BATCH},
                                              {"chunk-size", 1, 0, O_CHUNK},
@@ -182,7 +237,17 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"log-level", 1, 0, O_LOG},
                                              {"step-delay-ms", 1, 0, O_DELAY},
                                              {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
+                                             {"tp", 1, 0, O_TP},
+                                             {"tp-rank", 1, 0, O_TP_RANK},
+                                             {"tp-peers", 1, 0, O_TP_PEERS},
+                                             {"moe", 1, 0, O_MOE},
+                                             {"tp-tcp", 0, 0, O_TP_TCP},
+                                             {"tp-timeout-ms", 1, 0, O_TP_TIMEOUT},
+                                             {"kvp", 1, 0, O_KVP},
+                                             {"kvp-rank", 1, 0, O_KVP_RANK},
+                                             {"kvp-tokens", 1, 0, O_KVP_TOKENS},
                                              {"drain-timeout-ms", 1, 0, O_DRAIN_TIMEOUT},
+                                             {"role", 1, 0, O_ROLE},
                                              {"recovery-timeout-ms", 1, 0, O_RECOVERY_TIMEOUT},
                                              {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
@@ -221,6 +286,13 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_NEXT_PORT_FILE: a->next_port_file = value; break;
     case O_DEVICE: a->device = value; break;
     case O_THREADS: rc = flag_int("--threads", value, 1, 1024, &a->threads); break;
+    case O_WEIGHTS_DTYPE:
+        a->weights_dtype = value;
+        if (strcmp(value, "bf16") != 0 && strcmp(value, "q8") != 0) {
+            fprintf(stderr, "strata-stage: --weights-dtype is bf16 or q8\n");
+            rc = -1;
+        }
+        break;
     case O_MAX_SEQ: rc = flag_int("--max-seq", value, 1, 1 << 24, &a->max_seq); break;
     case O_MAX_BATCH: rc = flag_int("--max-batch", value, 1, 4096, &a->max_batch); break;
     case O_CHUNK: rc = flag_int("--chunk-size", value, 1, 1 << 20, &a->chunk_size); break;
@@ -246,9 +318,56 @@ static int parse_option(struct args *a, int c, const char *value) {
         break;
     case O_DELAY: rc = flag_int("--step-delay-ms", value, 0, 60000, &a->step_delay_ms); break;
     case O_LOG: rc = parse_log_level(value, &a->log_level); break;
+    case O_TP: rc = flag_int("--tp", value, 1, COLL_MAX_RANKS, &a->tp); break;
+    case O_TP_RANK: rc = flag_int("--tp-rank", value, 0, COLL_MAX_RANKS - 1, &a->tp_rank); break;
+    case O_TP_PEERS: a->tp_peers = value; break;
+    case O_KVP: rc = flag_int("--kvp", value, 1, COLL_MAX_RANKS, &a->kvp); break;
+    case O_KVP_RANK: rc = flag_int("--kvp-rank", value, 0, COLL_MAX_RANKS - 1, &a->kvp_rank); break;
+    case O_KVP_TOKENS: rc = flag_int("--kvp-tokens", value, 1, 1 << 24, &a->kvp_tokens); break;
+    case O_TP_TCP: a->tp_tcp = 1; break;
+    case O_TP_TIMEOUT:
+        rc = flag_int("--tp-timeout-ms", value, 1, 3600000, &a->tp_timeout_ms);
+        break;
+    case O_MOE:
+        if (!strcmp(value, "expert") || !strcmp(value, "split"))
+            a->moe = value[0] == 's' ? TP_MOE_SPLIT : TP_MOE_EXPERT_PARALLEL;
+        else {
+            fprintf(stderr, "strata-stage: --moe is expert|split\n");
+            rc = -1;
+        }
+        break;
+    case O_ROLE:
+        if (strcmp(value, "language") != 0) {
+            fprintf(stderr, "strata-stage: --role is language or vision\n");
+            rc = -1;
+        }
+        break;
     default: rc = -1;
     }
     return rc;
+}
+
+/* The TP flags together: 0, or -1 after printing the problem. */
+static int check_tp_args(const struct args *a) {
+    const char *why = NULL;
+    const int world = a->tp * a->kvp;
+    if (world == 1 && (a->tp_rank || a->kvp_rank || a->tp_peers))
+        why = "--tp-rank, --kvp-rank and --tp-peers need --tp or --kvp >= 2";
+    else if (world > 1 && !a->tp_peers)
+        why = "--tp-peers is required with --tp or --kvp >= 2";
+    else if (a->tp_rank >= a->tp)
+        why = "--tp-rank must be below --tp";
+    else if (a->kvp_rank >= a->kvp)
+        why = "--kvp-rank must be below --kvp";
+    else if (world > COLL_MAX_RANKS)
+        why = "--tp x --kvp is larger than a group can be";
+    else if (a->kvp_tokens && a->kvp == 1)
+        why = "--kvp-tokens needs --kvp >= 2";
+    else if (world > 1 && (a->send_kv || a->kv_restore))
+        why = "--send-kv and --kv-restore are not supported with --tp / --kvp (each rank holds "
+              "only its part of the KV cache)";
+    if (why) fprintf(stderr, "strata-stage: %s\n", why);
+    return why ? -1 : 0;
 }
 
 /* Checks across options, after all are read: 0, or -1 after printing the problem. */
@@ -280,7 +399,8 @@ static int check_args(struct args *a, int argc, char **argv) {
                 a->num_stages);
         rc = -1;
     }
-    if (rc == 0 && a->num_stages > 1 && !a->next_port && !a->next_port_file) {
+    if (rc == 0 && a->num_stages > 1 && a->tp_rank == 0 && a->kvp_rank == 0 && !a->next_port &&
+        !a->next_port_file) {
         fprintf(stderr, "strata-stage: --next-port or --next-port-file is required with "
                         "--num-stages > 1\n");
         rc = -1;
@@ -289,7 +409,7 @@ static int check_args(struct args *a, int argc, char **argv) {
         fprintf(stderr, "strata-stage: give both --layer-start and --layer-end\n");
         rc = -1;
     }
-    return rc;
+    return rc == 0 ? check_tp_args(a) : rc;
 }
 
 static void args_defaults(struct args *a) {
@@ -304,6 +424,9 @@ static void args_defaults(struct args *a) {
     a->chunk_size = 64;
     a->log_level = STAGE_LOG_INFO;
     a->peer_timeout_ms = 10000;
+    a->tp = 1;
+    a->kvp = 1;
+    a->tp_timeout_ms = COLL_DEFAULT_TIMEOUT_MS;
     a->drain_timeout_ms = 10000;
     a->recovery_timeout_ms = 10000;
 }
@@ -355,10 +478,19 @@ struct run {
     struct wire_security security;
     char listen_host[256];
     int listen_port;
+    uint8_t fingerprint[WIRE_FINGERPRINT_BYTES];
+    /* Tensor parallelism (--tp >= 2): the stage's group, this rank's place in it, and a
+     * follower's backend (rank 0 has r->stage instead). */
+    struct coll *coll;
+    struct stage_tp_config tp;
+    char group[64];
+    struct stage_backend *follower;
 };
 
 static void run_close(struct run *r) {
-    stage_close(&r->stage);
+    stage_close(&r->stage); /* a TP leader sends its followers STOP here */
+    stage_backend_free(r->follower);
+    coll_close(r->coll);
     safetensors_close(r->st);
     wire_security_free(&r->security);
     wire_auth_key_clear(&r->key);
@@ -379,13 +511,30 @@ static int open_config(struct run *r, const struct args *a) {
     return STRATA_EXIT_OK;
 }
 
+/* A TP follower's backend: its shard of the stage's layers (no core, no listener). */
+static int open_follower(struct run *r, const struct args *a, const struct stage_role *role) {
+    int rc = stage_tp_open(&r->follower, &(struct stage_backend_options){.cfg = &r->cfg,
+                                                                         .weights = r->st,
+                                                                         .role = *role,
+                                                                         .device = a->device,
+                                                                         .num_threads = a->threads,
+                                                                         .max_seq = a->max_seq,
+                                                                         .num_slots = a->max_batch,
+                                                                         .tp = &r->tp});
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage: TP rank %d / KVP rank %d: %s\n", a->tp_rank, a->kvp_rank,
+                strata_last_error());
+        return open_exit_code(rc);
+    }
+    return STRATA_EXIT_OK;
+}
+
 /* Config, shard, weights, backend and core: returns an exit code (0 = opened). */
 static int open_stage(struct run *r, const struct args *a) {
     struct stage_tensor_list report;
     struct stage_role role;
     const char *source = a->model_dir ? a->model_dir : a->weights;
-    int code = open_config(r, a), rc;
-    if (code != STRATA_EXIT_OK) return code;
+    int rc;
     /* The shard first: a bad range is a command-line error whatever the weights hold. */
     rc = stage_role_for(&role, &r->cfg, a->stage_idx, a->num_stages, a->layer_start, a->layer_end);
     if (rc < 0) {
@@ -396,6 +545,8 @@ static int open_stage(struct run *r, const struct args *a) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
+    if (a->tp * a->kvp > 1 && (a->tp_rank > 0 || a->kvp_rank > 0))
+        return open_follower(r, a, &role);
     rc = stage_open(&r->stage,
                     &(struct stage_open_options){.cfg = &r->cfg,
                                                  .weights = r->st,
@@ -406,11 +557,13 @@ static int open_stage(struct run *r, const struct args *a) {
                                                  .layer_end = role.layer_end,
                                                  .device = a->device,
                                                  .num_threads = a->threads,
+                                                 .weights_dtype = a->weights_dtype,
                                                  .max_seq = a->max_seq,
                                                  .max_batch = a->max_batch,
                                                  .chunk_size = a->chunk_size,
                                                  .keep_logits = role.with_head && a->out,
-                                                 .send_kv = a->send_kv},
+                                                 .send_kv = a->send_kv,
+                                                 .tp = a->tp * a->kvp > 1 ? &r->tp : NULL},
                     &report);
     if (rc < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
@@ -427,15 +580,58 @@ static int open_stage(struct run *r, const struct args *a) {
     return STRATA_EXIT_OK;
 }
 
+/* The grid line of the summary: where this process sits in PP x TP. */
+static void print_grid(const struct run *r, const struct args *a) {
+    if (a->tp * a->kvp <= 1) {
+        printf("grid: stage %d of %d, tp rank 0 of 1, kvp rank 0 of 1\n", a->stage_idx,
+               a->num_stages);
+        return;
+    }
+    const int leader = a->tp_rank == 0 && a->kvp_rank == 0;
+    printf("grid: stage %d of %d, tp rank %d of %d, kvp rank %d of %d", a->stage_idx, a->num_stages,
+           a->tp_rank, a->tp, a->kvp_rank, a->kvp);
+    if (a->kvp > 1)
+        printf(" (KV positions [%d, %d) of %d)", a->kvp_rank * r->tp.kvp_tokens,
+               (a->kvp_rank + 1) * r->tp.kvp_tokens < a->max_seq
+                   ? (a->kvp_rank + 1) * r->tp.kvp_tokens
+                   : a->max_seq,
+               a->max_seq);
+    printf(" (%s), group \"%s\" over %s, moe %s\n",
+           leader ? "leader: serves the stage" : "follower of group rank 0", r->group,
+           coll_transport_of(r->coll) == COLL_SHM ? "shared memory" : "tcp",
+           a->moe == TP_MOE_SPLIT ? "split" : "expert");
+}
+
+/* A follower's summary: its grid place and its shard (it has no core). */
+static void print_follower(const struct run *r, const struct args *a) {
+    char device[512];
+    const struct stage_role *role = &r->follower->role;
+    stage_backend_describe(r->follower, device, sizeof device);
+    printf("strata-stage %d of %d\n", a->stage_idx, a->num_stages);
+    print_grid(r, a);
+    printf("shard: layers [%d, %d) of %d%s%s\n", role->layer_start, role->layer_end,
+           r->cfg.num_layers, role->with_embed ? ", embedding" : "",
+           role->with_head ? ", final norm + lm_head" : "");
+    printf("%s\n", device);
+    printf("kv cache: %d slots x %d positions = %zu bytes\n", r->follower->num_slots,
+           r->follower->max_seq, stage_backend_kv_bytes(r->follower));
+    fflush(stdout);
+}
+
 /* The startup summary: every line read from the backend that computes. */
-static void print_summary(const struct run *r) {
+static void print_summary(const struct run *r, const struct args *a) {
     const struct model_config *cfg = &r->cfg;
     struct stage_core_info info;
     char summary[512], device[512];
+    if (r->follower) {
+        print_follower(r, a);
+        return;
+    }
     stage_core_get_info(r->stage.core, &info);
     model_config_describe(cfg, summary, sizeof summary);
     stage_backend_describe(r->stage.backend, device, sizeof device);
     printf("strata-stage %d of %d\n", info.stage_index, info.num_stages);
+    print_grid(r, a);
     printf("config: %s\n", summary);
     printf("config: hidden %d, heads %d, kv heads %d, head_dim %d, layers %d, vocab %d, MoE %s",
            cfg->hidden_size, cfg->num_heads, cfg->num_kv_heads, cfg->head_dim, cfg->num_layers,
@@ -483,10 +679,9 @@ static void raise_fd_limit(void) {
     }
 }
 
-/* Serves until SIGINT/SIGTERM: returns the exit code. */
-static int serve(struct run *r, const struct args *a) {
-    struct stage_server_options so;
-    int last = a->stage_idx == a->num_stages - 1;
+/* Link security (key or certificates) and the model fingerprint: the stage links and the
+ * TP group use both. Returns an exit code. */
+static int setup_links(struct run *r, const struct args *a) {
     if (wire_auth_key_load(&r->key, a->auth_key_file, NULL) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_USAGE;
@@ -501,6 +696,99 @@ static int serve(struct run *r, const struct args *a) {
         strata_log(STRATA_LOG_WARN, "%s", r->security.warning);
     else
         strata_log(STRATA_LOG_INFO, "links: %s", wire_tls_describe(r->security.tls));
+    /* q8 weights give other logits: stages (and TP ranks) must agree on them as on the
+     * model, so the weights dtype joins the compute dtype in the fingerprint (bf16 keeps
+     * "float32"). */
+    const char *dtype =
+        a->weights_dtype && !strcmp(a->weights_dtype, "q8") ? "float32+q8-weights" : "float32";
+    if (wire_model_fingerprint(r->fingerprint, r->config_json, r->config_len, dtype) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    return STRATA_EXIT_OK;
+}
+
+/* --tp >= 2: joins the stage's TP group (all ranks must start within --tp-timeout-ms). */
+static int open_group(struct run *r, const struct args *a) {
+    struct stage_role role;
+    if (stage_role_for(&role, &r->cfg, a->stage_idx, a->num_stages, a->layer_start, a->layer_end) <
+        0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_USAGE;
+    }
+    /* The name carries everything the ranks must agree on: the Hello refuses another. */
+    struct grid_config grid = {.pp = a->num_stages,
+                               .tp = a->tp,
+                               .kvp = a->kvp,
+                               .kvp_tokens = a->kvp_tokens,
+                               .moe = a->moe};
+    if (grid_config_check(&grid, &r->cfg, a->max_seq) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_USAGE;
+    }
+    snprintf(r->group, sizeof r->group, "s%d.L%d-%d.tp%d.kvp%dx%d.%s", a->stage_idx,
+             role.layer_start, role.layer_end, a->tp, a->kvp, grid.kvp_tokens,
+             a->moe == TP_MOE_SPLIT ? "split" : "expert");
+    struct stage_tp_net net = {.peers = a->tp_peers,
+                               .size = a->tp * a->kvp,
+                               .rank = a->kvp_rank * a->tp + a->tp_rank,
+                               .group = r->group,
+                               .tcp_only = a->tp_tcp,
+                               .timeout_ms = a->tp_timeout_ms,
+                               .tls = r->security.tls,
+                               .key = r->security.hello_key,
+                               .fingerprint = r->fingerprint};
+    if (stage_tp_connect(&r->coll, &net) < 0) {
+        fprintf(stderr, "strata-stage: TP group: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    r->tp = (struct stage_tp_config){.tp = a->tp,
+                                     .tp_rank = a->tp_rank,
+                                     .moe = a->moe,
+                                     .kvp = a->kvp,
+                                     .kvp_rank = a->kvp_rank,
+                                     .kvp_tokens = grid.kvp_tokens,
+                                     .coll = r->coll};
+    strata_log(STRATA_LOG_INFO, "group \"%s\": rank %d of %d connected over %s", r->group, net.rank,
+               net.size, coll_transport_of(r->coll) == COLL_SHM ? "shared memory" : "tcp");
+    return STRATA_EXIT_OK;
+}
+
+/* Every rank of the group has loaded its weights: the leader serves (and so sends
+ * commands) only then, however long a rank takes to load (up to an hour). */
+static int wait_group_loaded(struct run *r) {
+    const int timeout = coll_timeout(r->coll);
+    float one = 1.0f;
+    int rc = coll_set_timeout(r->coll, 3600000);
+    if (rc == 0) rc = coll_allreduce_sum(r->coll, &one, 1);
+    coll_set_timeout(r->coll, timeout);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage: waiting for the group to load: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    return STRATA_EXIT_OK;
+}
+
+/* A TP follower: runs rank 0's calls until it stops (exit 0) or the group fails (exit 1). */
+static int follow(struct run *r, const struct args *a) {
+    uint64_t calls = 0;
+    signal(SIGPIPE, SIG_IGN);
+    int rc = stage_tp_follow(r->follower, r->coll, &calls);
+    if (rc < 0) {
+        fprintf(stderr,
+                "strata-stage: TP rank %d / KVP rank %d: the group failed after %llu calls: %s\n",
+                a->tp_rank, a->kvp_rank, (unsigned long long)calls, strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    strata_log(STRATA_LOG_INFO, "TP rank %d / KVP rank %d: leader stopped after %llu calls",
+               a->tp_rank, a->kvp_rank, (unsigned long long)calls);
+    return STRATA_EXIT_OK;
+}
+
+/* Serves until SIGINT/SIGTERM: returns the exit code. */
+static int serve(struct run *r, const struct args *a) {
+    struct stage_server_options so;
+    int last = a->stage_idx == a->num_stages - 1;
     memset(&so, 0, sizeof so);
     so.listen_port = r->listen_port;
     so.listen_host = r->listen_host;
@@ -518,10 +806,7 @@ static int serve(struct run *r, const struct args *a) {
     so.peer_timeout_ms = a->peer_timeout_ms;
     so.drain_timeout_ms = a->drain_timeout_ms;
     so.standby = a->standby;
-    if (wire_model_fingerprint(so.fingerprint, r->config_json, r->config_len, "float32") < 0) {
-        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
-        return STRATA_EXIT_FAILURE;
-    }
+    memcpy(so.fingerprint, r->fingerprint, sizeof so.fingerprint);
     if (a->out && !last)
         strata_log(STRATA_LOG_WARN, "--out is written by the last stage only; ignored here");
     raise_fd_limit();
@@ -538,6 +823,7 @@ static int serve(struct run *r, const struct args *a) {
 int main(int argc, char **argv) {
     struct args a;
     struct run r;
+    if (role_is_vision(argc, argv)) return strata_vision_main(argc, argv);
     int code, parsed = parse_args(&a, argc, argv);
     memset(&r, 0, sizeof r);
     if (parsed == 1) {
@@ -557,10 +843,17 @@ int main(int argc, char **argv) {
         fprintf(stderr, "strata-stage: --standby needs a fixed --listen port (the primary's)\n");
         return STRATA_EXIT_USAGE;
     }
-    code = open_stage(&r, &a);
-    if (code == STRATA_EXIT_OK) print_summary(&r);
+    code = open_config(&r, &a);
+    /* Without TP the links are set up after the weights load (a bad shard or checkpoint is
+     * reported first); a TP group needs them before, to connect its ranks. */
+    if (code == STRATA_EXIT_OK && a.tp * a.kvp > 1) code = setup_links(&r, &a);
+    if (code == STRATA_EXIT_OK && a.tp * a.kvp > 1) code = open_group(&r, &a);
+    if (code == STRATA_EXIT_OK) code = open_stage(&r, &a);
+    if (code == STRATA_EXIT_OK && r.coll) code = wait_group_loaded(&r);
+    if (code == STRATA_EXIT_OK) print_summary(&r, &a);
     if (code == STRATA_EXIT_OK && a.kv_restore) code = restore_kv(&r, a.kv_restore);
-    if (code == STRATA_EXIT_OK) code = serve(&r, &a);
+    if (code == STRATA_EXIT_OK && a.tp * a.kvp == 1) code = setup_links(&r, &a);
+    if (code == STRATA_EXIT_OK) code = r.follower ? follow(&r, &a) : serve(&r, &a);
     run_close(&r);
     return code;
 }

@@ -66,11 +66,18 @@ static const char usage_text[] =
     "                        fixed --row-cost-us per row and layer (deterministic times)\n"
     "  --row-cost-us US      fixed cost per hidden row per layer (default 1)\n"
     "  --threads N           matmul threads per stage (default 1)\n"
+    "  --weights-dtype D     every stage's weights: bf16 (default, as stored) or q8 (8-bit\n"
+    "                        blocks quantised at load, cpu only)\n"
     "  --device cpu|cuda:N   every stage's backend: cpu (default) or GPU N (refused with the\n"
     "                        reason where the build or machine has no CUDA)\n"
     "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic,\n"
     "                        and where its idle time lies (filling, starved, drained)\n"
     "  --chunk N             prefill chunk rows (default: stage core's)\n"
+    "grid (every stage, the baseline included, so splits compare at one grid):\n"
+    "  --tp T                tensor-parallel ranks per stage, each a thread (default 1)\n"
+    "  --kvp K               KV-parallel ranks per stage (default 1)\n"
+    "  --kvp-tokens N        KV positions per KVP rank (default: an even split)\n"
+    "  --moe expert|split    MoE under TP: whole experts per rank, or each expert split\n"
     "  -h, --help            this text\n"
     "\n"
     "exit status: 0 all runs identical, 1 a difference or a failed run, 2 usage, 3 bad model\n";
@@ -177,6 +184,15 @@ static int parse_run_option(struct cli *cli, const char *name, const char *v) {
     } else if (!strcmp(name, "--sample-seed")) {
         bad = parse_double(&d, v, 0, 9007199254740992.0);
         cli->sampling.seed = (uint64_t)d;
+    } else if (!strcmp(name, "--tp"))
+        bad = cli_parse_int(v, 1, GRID_MAX_DEGREE, &cli->sim.tp) < 0;
+    else if (!strcmp(name, "--kvp"))
+        bad = cli_parse_int(v, 1, GRID_MAX_DEGREE, &cli->sim.kvp) < 0;
+    else if (!strcmp(name, "--kvp-tokens"))
+        bad = cli_parse_int(v, 1, 1 << 24, &cli->sim.kvp_tokens) < 0;
+    else if (!strcmp(name, "--moe")) {
+        bad = strcmp(v, "expert") && strcmp(v, "split");
+        cli->sim.moe = !strcmp(v, "split") ? TP_MOE_SPLIT : TP_MOE_EXPERT_PARALLEL;
     } else
         return 1;
     return bad ? -1 : 0;
@@ -236,7 +252,10 @@ static int parse_compute_option(struct cli *cli, const char *name, const char *v
         cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
     } else if (!strcmp(name, "--threads"))
         bad = cli_parse_int(v, 1, 256, &cli->sim.num_threads) < 0;
-    else if (!strcmp(name, "--device")) {
+    else if (!strcmp(name, "--weights-dtype")) {
+        cli->sim.weights_dtype = v;
+        bad = strcmp(v, "bf16") != 0 && strcmp(v, "q8") != 0;
+    } else if (!strcmp(name, "--device")) {
         cli->sim.device = v; /* cuda[:N] is checked by the backend (exit 1 if absent) */
         bad = strcmp(v, "cpu") != 0 && strncmp(v, "cuda", 4) != 0;
     } else if (!strcmp(name, "--chunk"))
@@ -649,6 +668,11 @@ static void print_header(const struct session *ss, const struct cli *cli) {
            cli->sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
            : cli->sim.compute == SIM_COMPUTE_CPU ? "measured thread CPU time"
                                                  : "measured wall time");
+    if (cli->sim.tp * cli->sim.kvp > 1)
+        printf("grid: every stage is TP %d x KVP %d ranks (threads; KV positions per KVP rank: "
+               "%s), MoE %s\n",
+               cli->sim.tp, cli->sim.kvp, cli->sim.kvp_tokens ? "--kvp-tokens" : "even split",
+               cli->sim.moe == TP_MOE_SPLIT ? "split" : "expert");
     if (ss->vision.have)
         printf("images: %d per request from golden.json (%d image tokens, %d DeepStack "
                "layers)\n",

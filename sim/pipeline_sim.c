@@ -16,6 +16,7 @@
 #include "runtime/stage/request.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_open.h"
+#include "sim/sim_grid.h"
 #include "sim/stage_thread.h"
 #include "sim/virtual_clock.h"
 #include "wire/message.h"
@@ -42,6 +43,8 @@ struct sim_stage {
     struct stage stage;      /* backend + core (runtime/stage/stage_open.h) */
     struct stage_core *core; /* stage.core */
     struct stage_open_options open;
+    struct sim_grid_options grid_opt; /* tp x kvp > 1: the stage's group (sim_grid.h) */
+    struct sim_grid *grid;
     int dead;
     int busy;
     int link_down[3];         /* per stage_link (PREV, NEXT, CLIENT): connection gone */
@@ -83,6 +86,7 @@ void sim_options_default(struct sim_options *opt) {
     opt->peer_timeout_ns = 2000000000ll;
     opt->request_timeout_ns = 60000000000ll;
     opt->keep_logits = 1;
+    opt->tp = opt->kvp = 1;
 }
 
 void sim_report_free(struct sim_report *report) {
@@ -263,7 +267,10 @@ static int stage_send(struct sim *sim, int r, enum stage_link link, uint8_t *dat
 /* Runs on the stage's thread: loads its layer range and builds its core. */
 static int stage_load(void *arg) {
     struct sim_stage *st = arg;
-    int rc = stage_open(&st->stage, &st->open, NULL);
+    int rc = st->grid_opt.tp * st->grid_opt.kvp > 1
+                 ? sim_grid_start(&st->grid, &st->open.tp, &st->grid_opt, &st->open)
+                 : 0;
+    if (rc == 0) rc = stage_open(&st->stage, &st->open, NULL);
     st->core = st->stage.core;
     return rc;
 }
@@ -610,6 +617,9 @@ static int build_stages(struct sim *sim) {
         int need = opt->requests[i].prompt_len + opt->requests[i].max_tokens;
         if (need > max_seq) max_seq = need;
     }
+    struct grid_config grid = {
+        .pp = S, .tp = opt->tp, .kvp = opt->kvp, .kvp_tokens = opt->kvp_tokens, .moe = opt->moe};
+    if (opt->tp * opt->kvp > 1 && (rc = grid_config_check(&grid, opt->cfg, max_seq))) return rc;
     for (int r = 0; r < S; r++) {
         struct sim_stage *st = &sim->stages[r];
         rc = stage_thread_start(&st->thread);
@@ -622,10 +632,21 @@ static int build_stages(struct sim *sim) {
                                                .layer_end = opt->split.bounds[r + 1],
                                                .device = opt->device,
                                                .num_threads = opt->num_threads,
+                                               .weights_dtype = opt->weights_dtype,
                                                .max_seq = max_seq,
                                                .max_batch = opt->num_requests,
                                                .chunk_size = opt->chunk_size,
                                                .keep_logits = opt->keep_logits && r == S - 1};
+        st->grid_opt = (struct sim_grid_options){.cfg = opt->cfg,
+                                                 .weights = opt->weights,
+                                                 .stage_index = r,
+                                                 .tp = opt->tp,
+                                                 .kvp = opt->kvp,
+                                                 .kvp_tokens = grid.kvp_tokens,
+                                                 .moe = opt->moe,
+                                                 .max_seq = max_seq,
+                                                 .num_slots = opt->num_requests,
+                                                 .num_threads = opt->num_threads};
         sim->report->stages[r].first_step_ns = -1;
         sim->report->stages[r].layer_start = st->open.layer_start;
         sim->report->stages[r].layer_end = st->open.layer_end;
@@ -694,7 +715,9 @@ static void teardown(struct sim *sim) {
         for (int r = 0; r < sim->num_stages; r++) {
             struct sim_stage *st = &sim->stages[r];
             stage_thread_stop(&st->thread);
-            stage_close(&st->stage);
+            stage_close(&st->stage); /* a grid's leader sends its followers STOP */
+            sim_grid_stop(st->grid); /* a follower's failure already failed requests */
+            st->grid = NULL;
             st->core = NULL;
             stage_clear_inbox(st);
         }

@@ -32,6 +32,7 @@
 #include "reference/sampler.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/model/tp_shard.h"
 #include "sim/link.h"
 #include "sim/split.h"
 
@@ -77,6 +78,12 @@ struct sim_options {
     int64_t peer_timeout_ns;    /* keepalive detection of a silent peer */
     int64_t request_timeout_ns; /* client deadline for every request */
     int keep_logits;            /* collect the last stage's logits per request */
+    /* Tensor / KV parallelism inside every stage (sim/sim_grid.h): degrees (1 = none), KV
+     * positions per KVP rank (0 = an even split of the longest request), MoE mode. */
+    int tp, kvp, kvp_tokens;
+    enum tp_moe_mode moe;
+    /* Each stage's weights: NULL / "bf16" or "q8" (runtime/stage/backend.h). */
+    const char *weights_dtype;
 };
 
 /* Fills defaults: no faults, wall-clock compute, 2 s peer timeout, 60 s request timeout,

@@ -10,6 +10,7 @@ vocabulary is padded with unused tokens up to the checkpoint's vocab_size the wa
 convert_hf_to_gguf.py does), so the converter needs neither torch nor llama.cpp's source.
 """
 import json
+import os
 import statistics
 import sys
 import time
@@ -143,31 +144,39 @@ def cmd_llama(path, threads, prompt, steps):
 
 
 def cmd_table(path):
+    """Medians per (threads, engine). Strata bf16 is compared with llama.cpp BF16 and Strata
+    q8 with llama.cpp Q8_0 (the same format family); the roofline divides the read bandwidth
+    measured beside each Strata run by the bytes that engine family reads per token."""
     rows = [json.loads(line) for line in open(path) if line.strip()]
     keys = sorted({(r["threads"], r["engine"]) for r in rows})
-    med = {}
+    med, load = {}, {}
     for k in keys:
         vals = [r for r in rows if (r["threads"], r["engine"]) == k]
         med[k] = statistics.median(r["tok_s"] for r in vals)
-        if k[1] == "strata":
-            med[(k[0], "read")] = statistics.median(r["read_gbs"] for r in vals)
-            med[(k[0], "mb")] = vals[0]["mb_per_token"]
-    print("decode tokens/s, median of %d interleaved runs" % max(
-        len([r for r in rows if (r["threads"], r["engine"]) == k]) for k in keys))
-    print("%7s %-16s %9s %12s %10s %15s %12s" % ("threads", "engine", "tok/s", "strata/this",
-                                                  "read GB/s", "roofline tok/s", "% of roof"))
+        load[k] = statistics.median(r.get("load", 0.0) for r in vals)
+        if k[1].startswith("strata"):
+            med[(k[0], k[1] + ":read")] = statistics.median(r["read_gbs"] for r in vals)
+            med[(k[0], k[1] + ":mb")] = vals[0]["mb_per_token"]
+    print("decode tokens/s, median of %d interleaved runs (load: median 1-minute load average "
+          "before the runs, %d cores)" % (max(
+              len([r for r in rows if (r["threads"], r["engine"]) == k]) for k in keys),
+              os.cpu_count() or 0))
+    print("%7s %-16s %9s %14s %10s %15s %10s %6s" % (
+        "threads", "engine", "tok/s", "strata/this", "read GB/s", "roofline tok/s", "% of roof",
+        "load"))
     for t in sorted({k[0] for k in keys}):
-        s = med.get((t, "strata"))
-        read = med.get((t, "read"))
-        # Roofline: read bandwidth / the bf16 weight bytes per token (Q8_0 reads ~53% of them,
-        # so its percentage is not comparable and is left out).
-        roof = read * 1e3 / med[(t, "mb")] if read else None
         for k in [k for k in keys if k[0] == t]:
+            q8 = "q8" in k[1]
+            ours = "strata-q8" if q8 else "strata"
+            s = med.get((t, ours))
+            read = med.get((t, ours + ":read"))
+            mb = med.get((t, ours + ":mb"))
+            roof = read * 1e3 / mb if read and mb else None
             v = med[k]
-            ratio = "%.2fx" % (s / v) if s else "-"
-            pct = "%.0f%%" % (100 * v / roof) if roof and "q8" not in k[1] else "-"
-            print("%7d %-16s %9.2f %12s %10.2f %15.2f %12s" % (t, k[1], v, ratio, read or 0,
-                                                             roof or 0, pct))
+            ratio = "%.2fx" % (s / v) if s and not k[1].startswith("strata") else "-"
+            pct = "%.0f%%" % (100 * v / roof) if roof else "-"
+            print("%7d %-16s %9.2f %14s %10.2f %15.2f %10s %6.1f" % (
+                t, k[1], v, ratio, read or 0, roof or 0, pct, load[k]))
 
 
 def main(argv):

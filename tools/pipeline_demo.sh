@@ -74,3 +74,22 @@ tools/strata_generate.sh --model "$qr" --stages "$S" --max-tokens 24 --temperatu
     pl_fail "text generation failed: $(cat "$PL_WORK/text.err")"
 echo
 grep '^usage:' "$PL_WORK/text.err"
+
+echo "== images in: a vision stage in front of $S language stages (qwen3_vl, two committed images)"
+vl=$(pl_golden qwen3_vl)
+e2e="$vl/e2e"
+vprompt=$(sed -n '/"prompt_ids": \[/,/\]/p' "$e2e/e2e.json" | tr -d ' \n' | grep -o '\[[0-9,]*\]' | tr -d '[]')
+pl_start_pipeline vdemo "$S" "$vl" --max-seq 256 --chunk-size 8
+pl_start_vision vdemo "$vl" --vision-block-tokens 8
+grep -E '^(vision tower|transfer):' "$PL_WORK/vdemo.v.out"
+echo "images: $e2e/image0.png, $e2e/image1.jpg; prompt ids (one image token each): $vprompt"
+pl_vclient vdemo --prompt "$vprompt" --max-tokens 24 --image "$e2e/image0.png" --image "$e2e/image1.jpg" \
+    >"$PL_WORK/vdemo.client" || pl_fail "image generation failed: $(cat "$PL_WORK/vdemo.client")"
+sed -n 's/.*info: \(request [0-9]*: [0-9]* image.*\)/vision stage: \1/p; s/.*info: \(request [0-9]*: [0-9]* image tokens in.*\)/vision stage: \1/p' "$PL_WORK/vdemo.v.log"
+sed -n 's/^request 0: tokens /tokens: /p' "$PL_WORK/vdemo.client"
+want=$(sed -n '/"generated_ids": \[/,/\]/p' "$e2e/e2e.json" | tr -d ' \n' | grep -o '\[[0-9,]*\]' | tr -d '[]')
+got=$(pl_tokens_of "$PL_WORK/vdemo.client" 0)
+echo "transformers' ids from the same files: $([ "$got" = "$want" ] && echo match || echo DIFFER)"
+pl_stop_vision
+pl_stop_pipeline vdemo "$S"
+[ "$got" = "$want" ] || exit 1

@@ -309,6 +309,19 @@ int coll_broadcast(struct coll *c, float *data, size_t n, int root) {
     return rc ? coll_fail(c, rc, "broadcast") : STRATA_OK;
 }
 
+int coll_set_timeout(struct coll *c, int timeout_ms) {
+    if (!c || timeout_ms < 1)
+        return strata_set_error(STRATA_EINVAL, "coll_set_timeout: %d ms", timeout_ms);
+    pthread_mutex_lock(&c->mu); /* the sender thread reads it after taking an item */
+    c->timeout_ms = timeout_ms;
+    pthread_mutex_unlock(&c->mu);
+    return STRATA_OK;
+}
+
+int coll_timeout(const struct coll *c) {
+    return c->timeout_ms;
+}
+
 enum coll_transport coll_transport_of(const struct coll *c) {
     return c->transport;
 }

@@ -94,6 +94,12 @@ int coll_open(struct coll **out, const struct coll_options *options);
 /* Closes links / unmaps; accepts NULL. */
 void coll_close(struct coll *c);
 
+/* Sets the limit of every later blocking call (timeout_ms >= 1). Called between operations
+ * only (e.g. a TP follower waits for its leader's next command without a practical limit,
+ * then bounds the data that follows). */
+int coll_set_timeout(struct coll *c, int timeout_ms);
+int coll_timeout(const struct coll *c);
+
 enum coll_transport coll_transport_of(const struct coll *c);
 int coll_rank(const struct coll *c);
 int coll_size(const struct coll *c);

@@ -11,6 +11,7 @@
 #include "runtime/base/status.h"
 #include "wire/codec.h"
 #include "wire/flatbuf.h"
+#include "wire/message_internal.h"
 
 /* ---- schema (field ids = declaration order in strata.fbs) ---- */
 
@@ -35,7 +36,7 @@ enum {
 static const struct fb_field_desc tensor_fields[] = {
     SCALAR(1), SCALAR(1), VECTOR(8, 8), SCALAR(8), SCALAR(1), VECTOR(1, 1), VECTOR(4, 4),
 };
-static const struct fb_table_desc tensor_desc = {"Tensor", 7, tensor_fields};
+const struct fb_table_desc wmsg_tensor_desc = {"Tensor", 7, tensor_fields};
 
 enum {
     HELLO_MAJOR,
@@ -75,19 +76,26 @@ static const struct fb_field_desc activation_fields[] = {
     SCALAR(8),
     SCALAR(8),
     SCALAR(8),
-    TABLE(tensor_desc),
-    TABLE(tensor_desc),
-    TABLE(tensor_desc),
-    TABLE(tensor_desc),
-    TABLE(tensor_desc),
+    TABLE(wmsg_tensor_desc),
+    TABLE(wmsg_tensor_desc),
+    TABLE(wmsg_tensor_desc),
+    TABLE(wmsg_tensor_desc),
+    TABLE(wmsg_tensor_desc),
     VECTOR(SEGMENT_BYTES, 8),
 };
 static const struct fb_table_desc activation_desc = {"Activation", 11, activation_fields};
 
 enum { KV_FROM, KV_TO, KV_STEP, KV_NONCE, KV_LAYER_START, KV_LAYER_END, KV_LENGTHS, KV_K, KV_V };
 static const struct fb_field_desc kv_fields[] = {
-    SCALAR(4), SCALAR(4),    SCALAR(8),          SCALAR(8),          SCALAR(4),
-    SCALAR(4), VECTOR(4, 4), TABLE(tensor_desc), TABLE(tensor_desc),
+    SCALAR(4),
+    SCALAR(4),
+    SCALAR(8),
+    SCALAR(8),
+    SCALAR(4),
+    SCALAR(4),
+    VECTOR(4, 4),
+    TABLE(wmsg_tensor_desc),
+    TABLE(wmsg_tensor_desc),
 };
 static const struct fb_table_desc kv_desc = {"KvBlock", 9, kv_fields};
 
@@ -117,20 +125,44 @@ enum {
     REQUEST_IMAGE_GRIDS,
     REQUEST_VISION_EMBEDS,
     REQUEST_DEEPSTACK,
+    REQUEST_IMAGE_FILES,
+    REQUEST_IMAGE_FILE_SIZES,
+    REQUEST_IMAGE_FORMATS,
     REQUEST_RESUME_TOKENS
 };
 static const struct fb_field_desc request_fields[] = {
-    SCALAR(8), VECTOR(4, 4), SCALAR(4),    SCALAR(4),          SCALAR(4),          SCALAR(4),
-    SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), TABLE(tensor_desc), TABLE(tensor_desc), VECTOR(4, 4),
+    SCALAR(8),
+    VECTOR(4, 4),
+    SCALAR(4),
+    SCALAR(4),
+    SCALAR(4),
+    SCALAR(4),
+    SCALAR(8),
+    VECTOR(4, 4),
+    VECTOR(4, 4),
+    TABLE(wmsg_tensor_desc),
+    TABLE(wmsg_tensor_desc),
+    VECTOR(1, 1),
+    VECTOR(4, 4),
+    VECTOR(1, 1),
+    VECTOR(4, 4),
 };
-static const struct fb_table_desc request_desc = {"Request", 12, request_fields};
+static const struct fb_table_desc request_desc = {"Request", 15, request_fields};
 #define REQUEST_TOP_P_DEFAULT 0x3f800000u /* 1.0f: the schema default */
 
 static const struct fb_table_desc *const message_members[] = {
-    NULL,        &hello_desc, &activation_desc, &kv_desc,
-    &token_desc, &error_desc, &control_desc,    &request_desc,
+    NULL,
+    &hello_desc,
+    &activation_desc,
+    &kv_desc,
+    &token_desc,
+    &error_desc,
+    &control_desc,
+    &request_desc,
+    &wmsg_vision_block_desc,
+    &wmsg_vision_ack_desc,
 };
-#define NUM_MEMBERS 8
+#define NUM_MEMBERS 10
 
 enum { FRAME_MAJOR, FRAME_MINOR, FRAME_BODY_TYPE, FRAME_BODY };
 static const struct fb_field_desc frame_fields[] = {
@@ -144,8 +176,8 @@ static const struct fb_table_desc frame_desc = {"Frame", 4, frame_fields};
 /* ---- names ---- */
 
 const char *wire_kind_name(enum wire_kind kind) {
-    static const char *names[] = {"NONE",        "Hello", "Activation", "KvBlock",
-                                  "TokenResult", "Error", "Control",    "Request"};
+    static const char *names[] = {"NONE",  "Hello",   "Activation", "KvBlock",     "TokenResult",
+                                  "Error", "Control", "Request",    "VisionBlock", "VisionAck"};
     return (unsigned)kind < NUM_MEMBERS ? names[kind] : "unknown";
 }
 
@@ -178,7 +210,7 @@ static int64_t tensor_rows(const struct wire_tensor *t) {
 }
 
 /* Semantic checks shared by builder (before writing) and reader (after parsing). */
-static int check_tensor(const struct wire_tensor *t, const char *msg, const char *name) {
+int wmsg_check_tensor(const struct wire_tensor *t, const char *msg, const char *name) {
     if (!t->defined) return 0;
     size_t value_bytes = wire_codec_value_bytes(t->dtype, t->codec);
     if (!value_bytes)
@@ -211,11 +243,11 @@ static int check_tensor(const struct wire_tensor *t, const char *msg, const char
 
 /* ---- builders ---- */
 
-static size_t tensor_bytes_estimate(const struct wire_tensor *t) {
+size_t wmsg_tensor_bytes_estimate(const struct wire_tensor *t) {
     return t->defined ? t->nbytes + 4 * t->num_scales + 8 * WIRE_MAX_DIMS + 256 : 0;
 }
 
-static uint32_t build_tensor(struct wire_arena *a, const struct wire_tensor *t) {
+uint32_t wmsg_build_tensor(struct wire_arena *a, const struct wire_tensor *t) {
     if (!t->defined) return 0;
     uint32_t data = fb_vector(a, t->data, t->nbytes, 1, WIRE_PAYLOAD_ALIGN);
     uint32_t shape = fb_vector(a, t->shape, (size_t)t->ndim, 8, 8);
@@ -232,7 +264,7 @@ static uint32_t build_tensor(struct wire_arena *a, const struct wire_tensor *t) 
 }
 
 /* Wraps a finished body table in the Frame root and finishes the buffer. */
-static int finish_frame(struct wire_arena *a, enum wire_kind kind, uint32_t body) {
+int wmsg_finish_frame(struct wire_arena *a, enum wire_kind kind, uint32_t body) {
     fb_table_start(a);
     fb_add_offset(a, FRAME_BODY, body);
     fb_add_u16(a, FRAME_MAJOR, WIRE_VERSION_MAJOR, 0);
@@ -266,7 +298,7 @@ int wire_build_hello(struct wire_arena *a, const struct wire_hello *m) {
     fb_add_u16(a, HELLO_MAJOR, m->version_major, 0);
     fb_add_u16(a, HELLO_MINOR, m->version_minor, 0);
     fb_add_u8(a, HELLO_ROLE, (uint8_t)m->role, 0);
-    return finish_frame(a, WIRE_KIND_HELLO, fb_table_end(a));
+    return wmsg_finish_frame(a, WIRE_KIND_HELLO, fb_table_end(a));
 }
 
 int wire_build_activation(struct wire_arena *a, const struct wire_activation *m) {
@@ -276,9 +308,9 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
                                   "deepstack"};
     size_t expected = 1024 + SEGMENT_BYTES * m->num_segments;
     for (int i = 0; i < 5; ++i) {
-        int rc = check_tensor(tensors[i], "Activation", names[i]);
+        int rc = wmsg_check_tensor(tensors[i], "Activation", names[i]);
         if (rc) return rc;
-        expected += tensor_bytes_estimate(tensors[i]);
+        expected += wmsg_tensor_bytes_estimate(tensors[i]);
     }
     if (m->num_segments && !m->segments)
         return strata_set_error(STRATA_EINVAL, "wire: Activation: %zu segments but no array",
@@ -286,7 +318,7 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
     fb_begin(a, expected);
     uint32_t offsets[5];
     for (int i = 0; i < 5; ++i)
-        offsets[i] = build_tensor(a, tensors[i]);
+        offsets[i] = wmsg_build_tensor(a, tensors[i]);
     uint32_t segments = 0;
     if (m->num_segments) {
         /* struct wire_segment has exactly the schema's layout on a little-endian host. */
@@ -302,20 +334,20 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
     for (int i = 0; i < 5; ++i)
         fb_add_offset(a, ACT_HIDDEN + i, offsets[i]);
     fb_add_offset(a, ACT_SEGMENTS, segments);
-    return finish_frame(a, WIRE_KIND_ACTIVATION, fb_table_end(a));
+    return wmsg_finish_frame(a, WIRE_KIND_ACTIVATION, fb_table_end(a));
 }
 
 int wire_build_kv_block(struct wire_arena *a, const struct wire_kv_block *m) {
-    int rc = check_tensor(&m->k, "KvBlock", "k");
-    if (!rc) rc = check_tensor(&m->v, "KvBlock", "v");
+    int rc = wmsg_check_tensor(&m->k, "KvBlock", "k");
+    if (!rc) rc = wmsg_check_tensor(&m->v, "KvBlock", "v");
     if (rc) return rc;
     if (m->num_lengths && !m->lengths)
         return strata_set_error(STRATA_EINVAL, "wire: KvBlock: %zu lengths but no array",
                                 m->num_lengths);
-    fb_begin(a, 1024 + 4 * m->num_lengths + tensor_bytes_estimate(&m->k) +
-                    tensor_bytes_estimate(&m->v));
-    uint32_t k = build_tensor(a, &m->k);
-    uint32_t v = build_tensor(a, &m->v);
+    fb_begin(a, 1024 + 4 * m->num_lengths + wmsg_tensor_bytes_estimate(&m->k) +
+                    wmsg_tensor_bytes_estimate(&m->v));
+    uint32_t k = wmsg_build_tensor(a, &m->k);
+    uint32_t v = wmsg_build_tensor(a, &m->v);
     uint32_t lengths = fb_vector(a, m->lengths, m->num_lengths, 4, 4);
     fb_table_start(a);
     fb_add_u64(a, KV_STEP, m->step, 0);
@@ -327,7 +359,7 @@ int wire_build_kv_block(struct wire_arena *a, const struct wire_kv_block *m) {
     fb_add_offset(a, KV_LENGTHS, lengths);
     fb_add_offset(a, KV_K, k);
     fb_add_offset(a, KV_V, v);
-    return finish_frame(a, WIRE_KIND_KV_BLOCK, fb_table_end(a));
+    return wmsg_finish_frame(a, WIRE_KIND_KV_BLOCK, fb_table_end(a));
 }
 
 int wire_build_token_result(struct wire_arena *a, const struct wire_token_result *m) {
@@ -342,7 +374,7 @@ int wire_build_token_result(struct wire_arena *a, const struct wire_token_result
     fb_add_offset(a, TOKEN_TOKENS, tokens);
     fb_add_offset(a, TOKEN_LOGPROBS, logprobs);
     fb_add_u8(a, TOKEN_FINISH, (uint8_t)m->finish, 0);
-    return finish_frame(a, WIRE_KIND_TOKEN_RESULT, fb_table_end(a));
+    return wmsg_finish_frame(a, WIRE_KIND_TOKEN_RESULT, fb_table_end(a));
 }
 
 int wire_build_error(struct wire_arena *a, const struct wire_error *m) {
@@ -354,7 +386,7 @@ int wire_build_error(struct wire_arena *a, const struct wire_error *m) {
     fb_add_u64(a, ERROR_NONCE, m->nonce, 0);
     fb_add_u32(a, ERROR_CODE, (uint32_t)m->code, 0);
     fb_add_offset(a, ERROR_MESSAGE, message);
-    return finish_frame(a, WIRE_KIND_ERROR, fb_table_end(a));
+    return wmsg_finish_frame(a, WIRE_KIND_ERROR, fb_table_end(a));
 }
 
 int wire_build_control(struct wire_arena *a, const struct wire_control *m) {
@@ -363,7 +395,7 @@ int wire_build_control(struct wire_arena *a, const struct wire_control *m) {
     fb_add_u64(a, CONTROL_NONCE, m->nonce, 0);
     fb_add_u64(a, CONTROL_SEQ, m->seq, 0);
     fb_add_u8(a, CONTROL_KIND, (uint8_t)m->kind, 0);
-    return finish_frame(a, WIRE_KIND_CONTROL, fb_table_end(a));
+    return wmsg_finish_frame(a, WIRE_KIND_CONTROL, fb_table_end(a));
 }
 
 static uint32_t float_bits(float value) {
@@ -376,6 +408,29 @@ static float bits_float(uint32_t bits) {
     float value;
     memcpy(&value, &bits, sizeof value);
     return value;
+}
+
+/* A Request's image files (1.1): sizes add up to the bytes, formats are known. */
+static int check_request_images(const struct wire_request *m, int code) {
+    uint64_t total = 0;
+    if (m->num_image_files && !m->image_file_sizes)
+        return strata_set_error(code, "wire: Request: %zu image files but no sizes",
+                                m->num_image_files);
+    for (size_t i = 0; i < m->num_image_files; ++i) {
+        if (m->image_file_sizes[i] == 0)
+            return strata_set_error(code, "wire: Request: image file %zu is empty", i);
+        total += m->image_file_sizes[i];
+    }
+    if (total != m->image_files_len || (m->image_files_len && !m->image_files))
+        return strata_set_error(code,
+                                "wire: Request: image file sizes add up to %llu bytes, "
+                                "image_files holds %zu",
+                                (unsigned long long)total, m->image_files_len);
+    for (size_t i = 0; m->image_formats && i < m->num_image_files; ++i)
+        if (m->image_formats[i] > WIRE_IMAGE_JPEG)
+            return strata_set_error(STRATA_EVERSION, "wire: Request: image format %d unknown",
+                                    (int)m->image_formats[i]);
+    return 0;
 }
 
 /* Semantic checks of a Request shared by builder and reader (see message.h). */
@@ -399,9 +454,9 @@ static int check_request(const struct wire_request *m, int code) {
                                 "wire: Request resumes after %zu tokens, which must be fewer than "
                                 "max_tokens %d",
                                 m->num_resume_tokens, (int)m->max_tokens);
-    int rc = check_tensor(&m->vision_embeds, "Request", "vision_embeds");
-    if (!rc) rc = check_tensor(&m->deepstack, "Request", "deepstack");
-    return rc;
+    int rc = wmsg_check_tensor(&m->vision_embeds, "Request", "vision_embeds");
+    if (!rc) rc = wmsg_check_tensor(&m->deepstack, "Request", "deepstack");
+    return rc ? rc : check_request_images(m, code);
 }
 
 int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
@@ -409,9 +464,19 @@ int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     if (rc) return rc;
     fb_begin(
         a, 1024 + 4 * (m->prompt_len + m->num_stop_ids + 3 * m->num_images + m->num_resume_tokens) +
-               tensor_bytes_estimate(&m->vision_embeds) + tensor_bytes_estimate(&m->deepstack));
-    uint32_t embeds = build_tensor(a, &m->vision_embeds);
-    uint32_t deepstack = build_tensor(a, &m->deepstack);
+               wmsg_tensor_bytes_estimate(&m->vision_embeds) +
+               wmsg_tensor_bytes_estimate(&m->deepstack) + m->image_files_len +
+               5 * m->num_image_files + 128);
+    uint32_t files = m->num_image_files
+                         ? fb_vector(a, m->image_files, m->image_files_len, 1, WIRE_PAYLOAD_ALIGN)
+                         : 0;
+    uint32_t sizes =
+        m->num_image_files ? fb_vector(a, m->image_file_sizes, m->num_image_files, 4, 4) : 0;
+    uint32_t formats = m->num_image_files && m->image_formats
+                           ? fb_vector(a, m->image_formats, m->num_image_files, 1, 1)
+                           : 0;
+    uint32_t embeds = wmsg_build_tensor(a, &m->vision_embeds);
+    uint32_t deepstack = wmsg_build_tensor(a, &m->deepstack);
     uint32_t prompt = fb_vector(a, m->prompt, m->prompt_len, 4, 4);
     uint32_t stop_ids = m->num_stop_ids ? fb_vector(a, m->stop_ids, m->num_stop_ids, 4, 4) : 0;
     uint32_t grids = m->num_images ? fb_vector(a, m->image_grids, 3 * m->num_images, 4, 4) : 0;
@@ -422,6 +487,9 @@ int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     fb_add_offset(a, REQUEST_IMAGE_GRIDS, grids);
     fb_add_offset(a, REQUEST_VISION_EMBEDS, embeds);
     fb_add_offset(a, REQUEST_DEEPSTACK, deepstack);
+    fb_add_offset(a, REQUEST_IMAGE_FILES, files);
+    fb_add_offset(a, REQUEST_IMAGE_FILE_SIZES, sizes);
+    fb_add_offset(a, REQUEST_IMAGE_FORMATS, formats);
     fb_add_u64(a, REQUEST_NONCE, m->nonce, 0);
     fb_add_u64(a, REQUEST_SEED, m->seed, 0);
     fb_add_offset(a, REQUEST_PROMPT, prompt);
@@ -430,7 +498,7 @@ int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     fb_add_u32(a, REQUEST_TEMPERATURE, float_bits(m->temperature), 0);
     fb_add_u32(a, REQUEST_TOP_K, (uint32_t)m->top_k, 0);
     fb_add_u32(a, REQUEST_TOP_P, float_bits(m->top_p), REQUEST_TOP_P_DEFAULT);
-    return finish_frame(a, WIRE_KIND_REQUEST, fb_table_end(a));
+    return wmsg_finish_frame(a, WIRE_KIND_REQUEST, fb_table_end(a));
 }
 
 /* ---- readers ---- */
@@ -439,8 +507,8 @@ static int32_t get_i32(const struct fb_table *t, int id, int32_t def) {
     return (int32_t)(uint32_t)fb_get_scalar(t, id, 4, (uint32_t)def);
 }
 
-static int read_tensor(struct wire_tensor *out, const struct fb_table *parent, int id,
-                       const char *msg, const char *name) {
+int wmsg_read_tensor(struct wire_tensor *out, const struct fb_table *parent, int id,
+                     const char *msg, const char *name) {
     struct fb_table t;
     memset(out, 0, sizeof *out);
     if (!fb_get_table(&t, parent, id) || !fb_get_scalar(&t, TENSOR_DEFINED, 1, 0)) return 0;
@@ -464,7 +532,7 @@ static int read_tensor(struct wire_tensor *out, const struct fb_table *parent, i
                                 nbytes, data_count);
     out->nbytes = data_count;
     out->scales = (const float *)fb_get_vector(&t, TENSOR_SCALES, &out->num_scales);
-    return check_tensor(out, msg, name);
+    return wmsg_check_tensor(out, msg, name);
 }
 
 static void read_fixed_bytes(uint8_t *dst, int *has, const struct fb_table *t, int id) {
@@ -493,7 +561,7 @@ static int parse_hello(struct wire_hello *out, const struct fb_table *t) {
     out->layer_start = get_i32(t, HELLO_LAYER_START, 0);
     out->layer_end = get_i32(t, HELLO_LAYER_END, 0);
     out->role = (enum wire_role)fb_get_scalar(t, HELLO_ROLE, 1, 0);
-    if (out->role > WIRE_ROLE_SERVER)
+    if (out->role > WIRE_ROLE_VISION)
         return strata_set_error(STRATA_EVERSION, "wire: Hello.role %d unknown", (int)out->role);
     size_t name_len;
     const uint8_t *name = fb_get_vector(t, HELLO_NAME, &name_len);
@@ -514,7 +582,7 @@ static int parse_activation(struct wire_activation *out, const struct fb_table *
     out->pos = fb_get_scalar(t, ACT_POS, 8, 0);
     out->nonce = fb_get_scalar(t, ACT_NONCE, 8, 0);
     for (int i = 0; i < 5; ++i) {
-        int rc = read_tensor(tensors[i], t, ACT_HIDDEN + i, "Activation", names[i]);
+        int rc = wmsg_read_tensor(tensors[i], t, ACT_HIDDEN + i, "Activation", names[i]);
         if (rc) return rc;
     }
     out->segments_raw = fb_get_vector(t, ACT_SEGMENTS, &out->num_segments);
@@ -559,8 +627,8 @@ static int parse_kv_block(struct wire_kv_block *out, const struct fb_table *t) {
         return strata_set_error(STRATA_EFORMAT, "wire: KvBlock: bad layer range [%d, %d)",
                                 (int)out->layer_start, (int)out->layer_end);
     out->lengths = (const int32_t *)fb_get_vector(t, KV_LENGTHS, &out->num_lengths);
-    int rc = read_tensor(&out->k, t, KV_K, "KvBlock", "k");
-    if (!rc) rc = read_tensor(&out->v, t, KV_V, "KvBlock", "v");
+    int rc = wmsg_read_tensor(&out->k, t, KV_K, "KvBlock", "k");
+    if (!rc) rc = wmsg_read_tensor(&out->v, t, KV_V, "KvBlock", "v");
     if (!rc) rc = check_kv_tensor(&out->k, out, "k");
     if (!rc) rc = check_kv_tensor(&out->v, out, "v");
     if (!rc && out->k.defined != out->v.defined)
@@ -624,11 +692,22 @@ static int parse_request(struct wire_request *out, const struct fb_table *t) {
                                 "wire: Request.image_grids has %zu values, not (t, h, w) triples",
                                 grid_values);
     out->num_images = grid_values / 3;
+    int rc =
+        wmsg_read_tensor(&out->vision_embeds, t, REQUEST_VISION_EMBEDS, "Request", "vision_embeds");
+    if (!rc) rc = wmsg_read_tensor(&out->deepstack, t, REQUEST_DEEPSTACK, "Request", "deepstack");
+    if (rc) return rc;
     out->resume_tokens =
         (const int32_t *)fb_get_vector(t, REQUEST_RESUME_TOKENS, &out->num_resume_tokens);
-    int rc = read_tensor(&out->vision_embeds, t, REQUEST_VISION_EMBEDS, "Request", "vision_embeds");
-    if (!rc) rc = read_tensor(&out->deepstack, t, REQUEST_DEEPSTACK, "Request", "deepstack");
-    return rc ? rc : check_request(out, STRATA_EFORMAT);
+    size_t n_formats;
+    out->image_files = fb_get_vector(t, REQUEST_IMAGE_FILES, &out->image_files_len);
+    out->image_file_sizes =
+        (const uint32_t *)fb_get_vector(t, REQUEST_IMAGE_FILE_SIZES, &out->num_image_files);
+    out->image_formats = fb_get_vector(t, REQUEST_IMAGE_FORMATS, &n_formats);
+    if (out->image_formats && n_formats != out->num_image_files)
+        return strata_set_error(STRATA_EFORMAT,
+                                "wire: Request: %zu image formats for %zu image files", n_formats,
+                                out->num_image_files);
+    return check_request(out, STRATA_EFORMAT);
 }
 
 /* Structural verification plus the version and union checks; returns the body table. */
@@ -661,7 +740,7 @@ static int open_frame(struct fb_table *body, enum wire_kind *kind, uint16_t *min
     return 0;
 }
 
-static int open_kind(struct fb_table *body, enum wire_kind want, const void *frame, size_t len) {
+int wmsg_open_kind(struct fb_table *body, enum wire_kind want, const void *frame, size_t len) {
     enum wire_kind kind;
     int rc = open_frame(body, &kind, NULL, frame, len);
     if (rc) return rc;
@@ -685,6 +764,8 @@ int wire_verify(enum wire_kind *kind, uint16_t *version_minor, const void *frame
         struct wire_error error;
         struct wire_control control;
         struct wire_request request;
+        struct wire_vision_block block;
+        struct wire_vision_ack ack;
     } scratch;
     switch (found) {
     case WIRE_KIND_HELLO: return parse_hello(&scratch.hello, &body);
@@ -694,6 +775,8 @@ int wire_verify(enum wire_kind *kind, uint16_t *version_minor, const void *frame
     case WIRE_KIND_ERROR: return parse_error(&scratch.error, &body);
     case WIRE_KIND_CONTROL: return parse_control(&scratch.control, &body);
     case WIRE_KIND_REQUEST: return parse_request(&scratch.request, &body);
+    case WIRE_KIND_VISION_BLOCK: return wmsg_parse_vision_block(&scratch.block, &body);
+    case WIRE_KIND_VISION_ACK: return wmsg_parse_vision_ack(&scratch.ack, &body);
     default: return strata_set_error(STRATA_EFORMAT, "wire: no message body");
     }
 }
@@ -702,7 +785,7 @@ int wire_verify(enum wire_kind *kind, uint16_t *version_minor, const void *frame
     int fn(struct type *out, const void *frame, size_t len) {                                      \
         struct fb_table body;                                                                      \
         memset(out, 0, sizeof *out);                                                               \
-        int rc = open_kind(&body, kind, frame, len);                                               \
+        int rc = wmsg_open_kind(&body, kind, frame, len);                                          \
         return rc ? rc : parse(out, &body);                                                        \
     }
 

@@ -26,7 +26,7 @@
 #include <stdint.h>
 
 #define WIRE_VERSION_MAJOR 1
-#define WIRE_VERSION_MINOR 0
+#define WIRE_VERSION_MINOR 1 /* 1.1: vision stage (Role Vision, image files, VisionBlock/Ack) */
 #define WIRE_FILE_IDENTIFIER "STRA"
 
 #define WIRE_MAX_DIMS 8           /* tensor rank limit */
@@ -46,9 +46,11 @@ enum wire_kind {
     WIRE_KIND_TOKEN_RESULT = 4,
     WIRE_KIND_ERROR = 5,
     WIRE_KIND_CONTROL = 6,
-    WIRE_KIND_REQUEST = 7
+    WIRE_KIND_REQUEST = 7,
+    WIRE_KIND_VISION_BLOCK = 8, /* 1.1 */
+    WIRE_KIND_VISION_ACK = 9    /* 1.1 */
 };
-#define WIRE_KIND_LAST WIRE_KIND_REQUEST /* highest member this build knows */
+#define WIRE_KIND_LAST WIRE_KIND_VISION_ACK /* highest member this build knows */
 
 /* Element type of a tensor's values (schema enum DType). */
 enum wire_dtype {
@@ -70,7 +72,19 @@ enum wire_codec {
     WIRE_CODEC_INT8_ROW = 3
 };
 
-enum wire_role { WIRE_ROLE_CLIENT = 0, WIRE_ROLE_STAGE = 1, WIRE_ROLE_SERVER = 2 };
+enum wire_role {
+    WIRE_ROLE_CLIENT = 0,
+    WIRE_ROLE_STAGE = 1,
+    WIRE_ROLE_SERVER = 2,
+    WIRE_ROLE_VISION = 3 /* 1.1: a vision stage connecting to stage 0 */
+};
+
+/* An image file's format as a Request names it (schema enum ImageFormat). */
+enum wire_image_format {
+    WIRE_IMAGE_UNKNOWN = 0, /* tell from the bytes */
+    WIRE_IMAGE_PNG = 1,
+    WIRE_IMAGE_JPEG = 2
+};
 
 enum wire_finish {
     WIRE_FINISH_NONE = 0,
@@ -205,10 +219,35 @@ struct wire_request {
     size_t num_images;
     struct wire_tensor vision_embeds; /* [image tokens, H] */
     struct wire_tensor deepstack;     /* [K, image tokens, H] */
-    /* In-flight recovery: tokens generated before a ring break (steps 0..n-1); the request
+    /* 1.1: image files for a vision stage (optional): num_image_files files, file i is
+     * image_file_sizes[i] bytes of image_files (concatenated in prompt order); formats is
+     * NULL (all unknown) or [num_image_files]. The reader checks that the sizes add up. */
+    const uint8_t *image_files;
+    size_t image_files_len;
+    const uint32_t *image_file_sizes; /* [num_image_files] */
+    size_t num_image_files;
+    const uint8_t *image_formats; /* [num_image_files] enum wire_image_format, or NULL */
+    /* 1.1, in-flight recovery: tokens generated before a ring break (steps 0..n-1); the request
      * resumes at step n. The reader checks n < max_tokens. */
     const int32_t *resume_tokens; /* [num_resume_tokens] */
     size_t num_resume_tokens;
+};
+
+/* 1.1: one block of a request's vision encoder output (vision stage -> stage 0). The reader
+ * checks nonce != 0, index < num_blocks, embeds F32 [n >= 1, H] within total_tokens, and a
+ * deepstack, when present, F32 [K, total_tokens, H] in block 0 only. */
+struct wire_vision_block {
+    uint64_t nonce;
+    uint32_t index, num_blocks;
+    uint32_t token_start, total_tokens;
+    struct wire_tensor embeds;    /* F32 [n, H] */
+    struct wire_tensor deepstack; /* block 0 only: F32 [K, total_tokens, H] */
+};
+
+/* 1.1: blocks 0 .. next_block - 1 of request `nonce` are held by stage 0. */
+struct wire_vision_ack {
+    uint64_t nonce;
+    uint32_t next_block;
 };
 
 /* Back-to-front byte buffer the builders write into. */
@@ -249,6 +288,8 @@ int wire_build_token_result(struct wire_arena *arena, const struct wire_token_re
 int wire_build_error(struct wire_arena *arena, const struct wire_error *msg);
 int wire_build_control(struct wire_arena *arena, const struct wire_control *msg);
 int wire_build_request(struct wire_arena *arena, const struct wire_request *msg);
+int wire_build_vision_block(struct wire_arena *arena, const struct wire_vision_block *msg);
+int wire_build_vision_ack(struct wire_arena *arena, const struct wire_vision_ack *msg);
 
 /* Checks a whole received frame [len] and reports which message it holds. Fails with
  * STRATA_EFORMAT (malformed), STRATA_EVERSION (other major, or a union member unknown
@@ -264,6 +305,8 @@ int wire_read_token_result(struct wire_token_result *out, const void *frame, siz
 int wire_read_error(struct wire_error *out, const void *frame, size_t len);
 int wire_read_control(struct wire_control *out, const void *frame, size_t len);
 int wire_read_request(struct wire_request *out, const void *frame, size_t len);
+int wire_read_vision_block(struct wire_vision_block *out, const void *frame, size_t len);
+int wire_read_vision_ack(struct wire_vision_ack *out, const void *frame, size_t len);
 
 /* Segment i of a read activation (0 <= i < num_segments). */
 struct wire_segment wire_activation_segment(const struct wire_activation *msg, size_t i);

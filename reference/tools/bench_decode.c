@@ -22,6 +22,7 @@
 #include "reference/model.h"
 #include "reference/ops.h"
 #include "reference/sampler.h"
+#include "reference/tools/bandwidth.h"
 #include "reference/tools/random_checkpoint.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
@@ -40,24 +41,26 @@ enum {
 };
 
 static void usage(FILE *f) {
-    fprintf(f,
-            "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--repeat R]\n"
-            "                           [--model DIR] [--keep] [--path NAME]\n"
-            "\n"
-            "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
-            "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
-            "\n"
-            "  --threads LIST   thread counts to measure (default 1,2)\n"
-            "  --steps N        decode steps per measurement (default 32)\n"
-            "  --prompt N       prompt length prefilled first (default 16)\n"
-            "  --repeat R       runs per thread count, interleaved; medians are printed "
-            "(default 3)\n"
-            "  --path NAME      matmul path: auto (default: the fastest this CPU has), portable,\n"
-            "                   avx2, avx512 (all give identical bits)\n"
-            "  --model DIR      reuse a checkpoint directory instead of writing one\n"
-            "  --keep           keep the written checkpoint (its path is printed)\n"
-            "  -h, --help       this text\n"
-            "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n");
+    fprintf(
+        f, "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--repeat R]\n"
+           "                           [--model DIR] [--keep] [--path NAME] [--weights-dtype D]\n"
+           "\n"
+           "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
+           "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
+           "\n"
+           "  --threads LIST   thread counts to measure (default 1,2)\n"
+           "  --steps N        decode steps per measurement (default 32)\n"
+           "  --prompt N       prompt length prefilled first (default 16)\n"
+           "  --repeat R       runs per thread count, interleaved; medians are printed "
+           "(default 3)\n"
+           "  --path NAME      matmul path: auto (default: the fastest this CPU has), portable,\n"
+           "                   avx2, avx512 (all give identical bits)\n"
+           "  --weights-dtype D  bf16 (default: as stored) or q8 (8-bit blocks quantised at load;\n"
+           "                   weight MB/token then counts the q8 copies)\n"
+           "  --model DIR      reuse a checkpoint directory instead of writing one\n"
+           "  --keep           keep the written checkpoint (its path is printed)\n"
+           "  -h, --help       this text\n"
+           "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n");
 }
 
 /* ---------------------------------------------------------------- checkpoint writer */
@@ -95,112 +98,18 @@ static int write_checkpoint(const char *dir) {
     return rc;
 }
 
-/* ---------------------------------------------------------------- memcpy bandwidth */
-
-struct copy_part {
-    char *dst;
-    const char *src;
-    size_t n;
-};
-
-static void *copy_main(void *p) {
-    struct copy_part *c = p;
-    memcpy(c->dst, c->src, c->n);
-    return NULL;
-}
-
-/* Best of several copies of `bytes` split over `threads` threads; bytes copied per second. */
-static double memcpy_bandwidth(size_t bytes, int threads) {
-    char *src = malloc(bytes), *dst = malloc(bytes);
-    if (!src || !dst) {
-        free(src);
-        free(dst);
-        return 0.0;
-    }
-    memset(src, 1, bytes);
-    memset(dst, 2, bytes);
-    double best = 1e30;
-    for (int rep = 0; rep < 6; ++rep) {
-        pthread_t tid[64];
-        struct copy_part part[64];
-        size_t chunk = bytes / (size_t)threads;
-        double t0 = cli_now_sec();
-        for (int i = 0; i < threads; ++i) {
-            part[i] = (struct copy_part){dst + (size_t)i * chunk, src + (size_t)i * chunk,
-                                         i == threads - 1 ? bytes - (size_t)i * chunk : chunk};
-            if (i) pthread_create(&tid[i], NULL, copy_main, &part[i]);
-        }
-        copy_main(&part[0]);
-        for (int i = 1; i < threads; ++i)
-            pthread_join(tid[i], NULL);
-        double dt = cli_now_sec() - t0;
-        if (dt < best) best = dt;
-    }
-    free(src);
-    free(dst);
-    return (double)bytes / best;
-}
-
-/* Read-only bandwidth (what decode does to weights): each thread sums its share of a buffer. */
-struct read_part {
-    const uint64_t *p;
-    size_t n;
-    uint64_t sum;
-};
-
-static void *read_main(void *arg) {
-    struct read_part *r = arg;
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    size_t i = 0;
-    for (; i + 4 <= r->n; i += 4) {
-        a += r->p[i];
-        b += r->p[i + 1];
-        c += r->p[i + 2];
-        d += r->p[i + 3];
-    }
-    for (; i < r->n; ++i)
-        a += r->p[i];
-    r->sum = a + b + c + d;
-    return NULL;
-}
-
-static double read_bandwidth(size_t bytes, int threads) {
-    size_t words = bytes / 8;
-    uint64_t *buf = malloc(words * 8);
-    if (!buf) return 0.0;
-    for (size_t i = 0; i < words; ++i)
-        buf[i] = i;
-    double best = 1e30;
-    volatile uint64_t sink = 0;
-    for (int rep = 0; rep < 6; ++rep) {
-        pthread_t tid[64];
-        struct read_part part[64];
-        size_t chunk = words / (size_t)threads;
-        double t0 = cli_now_sec();
-        for (int i = 0; i < threads; ++i) {
-            part[i] = (struct read_part){buf + (size_t)i * chunk,
-                                         i == threads - 1 ? words - (size_t)i * chunk : chunk, 0};
-            if (i) pthread_create(&tid[i], NULL, read_main, &part[i]);
-        }
-        read_main(&part[0]);
-        for (int i = 1; i < threads; ++i)
-            pthread_join(tid[i], NULL);
-        double dt = cli_now_sec() - t0;
-        for (int i = 0; i < threads; ++i)
-            sink += part[i].sum;
-        if (dt < best) best = dt;
-    }
-    (void)sink;
-    free(buf);
-    return (double)(words * 8) / best;
-}
-
 /* ---------------------------------------------------------------- decode */
 
 /* Greedy-decodes `steps` tokens after a `prompt`-token prefill; returns decode tokens/s. */
 static int measure(double *tok_s, size_t *bytes_per_token, const struct model_config *cfg,
-                   const struct safetensors *st, int threads, int prompt, int steps) {
-    struct reference_load_options opt = {0, cfg->num_layers, 1, 1, threads};
+                   const struct safetensors *st, int threads, int prompt, int steps,
+                   enum reference_weights_dtype dtype) {
+    struct reference_load_options opt = {.layer_start = 0,
+                                         .layer_end = cfg->num_layers,
+                                         .with_embed = 1,
+                                         .with_head = 1,
+                                         .num_threads = threads,
+                                         .weights_dtype = dtype};
     struct reference_model *m = NULL;
     struct kv_cache kv = {0};
     float *hidden = NULL, *logits = NULL;
@@ -239,7 +148,8 @@ static int measure(double *tok_s, size_t *bytes_per_token, const struct model_co
     *tok_s = steps / (cli_now_sec() - t0);
     /* Per decoded token every owned matrix is read once; the embedding is read as lm_head
      * (tied), the embedding lookup itself touches one row. */
-    *bytes_per_token = reference_model_weight_bytes(m);
+    size_t replaced, q8 = reference_model_q8_bytes(m, &replaced); /* q8: copies, not stored */
+    *bytes_per_token = reference_model_weight_bytes(m) - replaced + q8;
 done:
     free(ids);
     free(hidden);
@@ -253,6 +163,7 @@ struct bench_args {
     int thread_list[16], n_threads, steps, prompt, repeat, keep;
     const char *model;
     enum ops_path path;
+    enum reference_weights_dtype dtype;
 };
 
 /* Parses "1,2,4" into a->thread_list; 0 ok, -1 bad (after printing why). */
@@ -297,10 +208,12 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
         {"help", no_argument, 0, 'h'},
         {"repeat", required_argument, 0, 'r'},
         {"path", required_argument, 0, 'P'},
+        {"weights-dtype", required_argument, 0, 'W'},
         {0, 0, 0, 0},
     };
     int c;
-    *a = (struct bench_args){{1, 2}, 2, 32, 16, 3, 0, NULL, OPS_PATH_AUTO};
+    *a =
+        (struct bench_args){{1, 2}, 2, 32, 16, 3, 0, NULL, OPS_PATH_AUTO, REFERENCE_WEIGHTS_STORED};
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
@@ -323,6 +236,12 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
         case 'k': a->keep = 1; break;
         case 'P':
             if (parse_path(&a->path, optarg)) return STRATA_EXIT_USAGE;
+            break;
+        case 'W':
+            if (reference_weights_dtype_parse(&a->dtype, optarg)) {
+                fprintf(stderr, "strata-bench-decode: --weights-dtype: %s\n", strata_last_error());
+                return STRATA_EXIT_USAGE;
+            }
             break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
@@ -377,11 +296,11 @@ static int bench_row(const struct model_config *cfg, const struct safetensors *s
     size_t bytes = 0;
     int n = a->repeat < 64 ? a->repeat : 64;
     /* Warm the page cache once (the checkpoint is mmapped). */
-    if (measure(&warm, &bytes, cfg, st, threads, a->prompt, 2)) return -1;
+    if (measure(&warm, &bytes, cfg, st, threads, a->prompt, 2, a->dtype)) return -1;
     for (int r = 0; r < n; ++r) {
-        copy[r] = memcpy_bandwidth((size_t)256 << 20, threads);
-        if (measure(&tok[r], &bytes, cfg, st, threads, a->prompt, a->steps)) return -1;
-        read[r] = read_bandwidth((size_t)1 << 30, threads);
+        copy[r] = host_memcpy_bandwidth((size_t)256 << 20, threads);
+        if (measure(&tok[r], &bytes, cfg, st, threads, a->prompt, a->steps, a->dtype)) return -1;
+        read[r] = host_read_bandwidth((size_t)1 << 30, threads);
     }
     double tok_s = median(tok, n), bw = median(copy, n), rd = median(read, n);
     double roof = bw / (double)bytes;
@@ -406,8 +325,9 @@ static int run(const char *dir, const struct bench_args *a) {
     model_config_describe(&cfg, desc, sizeof desc);
     printf("model: %s\n", desc);
     ops_force_path(a->path);
-    printf("cpu: %ld online cores; matmul path %s (all paths give identical bits)\n",
-           sysconf(_SC_NPROCESSORS_ONLN), ops_path_name(ops_matmul_path()));
+    printf("cpu: %ld online cores; matmul path %s (all paths give identical bits); weights %s\n",
+           sysconf(_SC_NPROCESSORS_ONLN), ops_path_name(ops_matmul_path()),
+           reference_weights_dtype_name(a->dtype));
     printf("%7s %12s %15s %12s %15s %9s %10s %14s\n", "threads", "decode tok/s", "weight MB/token",
            "memcpy GB/s", "roofline tok/s", "ratio", "read GB/s", "ratio vs read");
     for (int i = 0; i < a->n_threads; ++i) {

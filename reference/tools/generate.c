@@ -37,6 +37,8 @@ static void usage(FILE *f) {
                "  --prompt-ids LIST    comma-separated prompt token ids (at least one)\n"
                "  --max-tokens N       new tokens to generate (>= 1)\n"
                "  --threads T          matmul threads (default 1); results do not depend on T\n"
+               "  --weights-dtype D    bf16 (default: the matrices as stored) or q8 (8-bit blocks\n"
+               "                       quantised at load; other logits, see reference/ops_q8.h)\n"
                "  --temperature F      0 (default) = greedy argmax\n"
                "  --top-k K            keep the K most likely tokens (0 = off)\n"
                "  --top-p P            nucleus cut in (0, 1] (1 = off)\n"
@@ -114,6 +116,7 @@ struct args {
     int n_stop;
     long max_tokens;
     long threads;
+    enum reference_weights_dtype weights_dtype;
     struct sampler_params sampling;
     int ignore_eos;
     const char *images[MAX_IMAGES];
@@ -189,6 +192,12 @@ static int parse_option(struct args *a, int c, const char *arg) {
         a->images[a->n_images++] = arg;
         break;
     case 'o': a->out = arg; break;
+    case 'W':
+        if (reference_weights_dtype_parse(&a->weights_dtype, arg)) {
+            fprintf(stderr, "strata-generate: --weights-dtype: %s\n", strata_last_error());
+            return STRATA_EXIT_USAGE;
+        }
+        break;
     case 'h': usage(stdout); return -1;
     default: usage(stderr); return STRATA_EXIT_USAGE;
     }
@@ -209,6 +218,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
         {"ignore-eos", no_argument, 0, 'E'},
         {"image", required_argument, 0, 'I'},
         {"out", required_argument, 0, 'o'},
+        {"weights-dtype", required_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -270,7 +280,12 @@ static int open_weights(struct gen *g, const struct args *a) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
-    struct reference_load_options opt = {0, g->cfg.num_layers, 1, 1, (int)a->threads};
+    struct reference_load_options opt = {.layer_start = 0,
+                                         .layer_end = g->cfg.num_layers,
+                                         .with_embed = 1,
+                                         .with_head = 1,
+                                         .num_threads = (int)a->threads,
+                                         .weights_dtype = a->weights_dtype};
     double t0 = cli_now_sec();
     if ((rc = reference_model_load(&g->m, &g->cfg, g->st, &opt))) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
@@ -321,7 +336,11 @@ static int open_model(struct gen *g, const struct args *a) {
 }
 
 static void print_load_info(const struct gen *g, const struct args *a) {
-    char w_buf[32], x_buf[32], kv_buf[32];
+    char w_buf[32], x_buf[32], kv_buf[32], q_buf[32], r_buf[32];
+    size_t replaced, q8 = reference_model_q8_bytes(g->m, &replaced);
+    if (q8)
+        fprintf(stderr, "weights: q8, %s of 8-bit copies in place of %s of stored matrices\n",
+                human(q_buf, sizeof q_buf, q8), human(r_buf, sizeof r_buf, replaced));
     fprintf(stderr,
             "weights: %d tensors, %s as stored (mmapped, widened on the fly), %s of f32/transposed "
             "copies; KV cache %s (%d positions); %d threads; loaded in %.2f s\n",

@@ -39,7 +39,18 @@ int stage_backend_open(struct stage_backend **out, const struct stage_backend_op
         return strata_set_error(STRATA_EINVAL, "unknown device '%s' (cpu, cuda or cuda:N)", device);
     int rc = check_role(opt);
     if (rc < 0) return rc;
+    const char *wd = opt->weights_dtype ? opt->weights_dtype : "bf16";
+    if (strcmp(wd, "bf16") != 0 && strcmp(wd, "q8") != 0)
+        return strata_set_error(STRATA_EINVAL, "unknown weights dtype '%s' (bf16 or q8)", wd);
+    if (strcmp(wd, "q8") == 0 && strcmp(device, "cpu") != 0)
+        return strata_set_error(STRATA_EINVAL,
+                                "weights dtype q8 runs on the cpu device only, not '%s'", device);
     if (strcmp(device, "cpu") == 0) return backend_cpu_open(out, opt);
+    if (stage_tp_is_split(opt->tp))
+        return strata_set_error(STRATA_EDEVICE,
+                                "tensor parallelism runs on the CPU backend only: device '%s' "
+                                "has no TP path yet (NCCL is not wired)",
+                                device);
     /* CUDA (backend_cuda.c): STRATA_EDEVICE "device '...' is not available: <reason>" in a
      * build without the toolkit or on a machine without that device, never a silent
      * fallback to the CPU. */

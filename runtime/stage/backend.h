@@ -26,8 +26,25 @@
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
+#include "runtime/model/tp_shard.h"
 
 struct stage_backend;
+struct coll; /* wire/collective.h */
+
+/* Tensor and KV parallelism (runtime/stage/stage_tp.h): this rank's place in its stage's
+ * group of tp x kvp ranks (grid order, TP fastest: group rank = kvp_rank * tp + tp_rank). */
+struct stage_tp_config {
+    int tp, tp_rank;      /* TP degree >= 1, 0 <= rank < tp */
+    enum tp_moe_mode moe; /* how MoE experts are split */
+    int kvp, kvp_rank;    /* KVP degree (0 or 1 = none), 0 <= rank < kvp */
+    int kvp_tokens;       /* KV positions per KVP rank (tp_shard.h kvp_token_range) */
+    struct coll *coll;    /* the stage's group (borrowed; outlives the backend) */
+};
+
+/* 1 when `c` splits the stage (TP or KVP degree above 1). */
+static inline int stage_tp_is_split(const struct stage_tp_config *c) {
+    return c && (c->tp > 1 || c->kvp > 1);
+}
 
 /* The operations a backend provides. All are required. */
 struct stage_backend_i {
@@ -81,6 +98,12 @@ struct stage_backend_options {
     int num_threads;    /* CPU worker threads (>= 1) */
     int max_seq;        /* KV positions per slot (>= 1) */
     int num_slots;      /* KV slots (>= 1) */
+    /* NULL or tp 1: the whole role. Else only this rank's shard of it is loaded and the
+     * layers all-reduce over tp->coll (the CPU backend; CUDA refuses with the reason). */
+    const struct stage_tp_config *tp;
+    /* Weights as computed: NULL or "bf16" (as stored), "q8" (8-bit blocks quantised at load,
+     * reference/ops_q8.h; the cpu device only). Anything else is STRATA_EINVAL. */
+    const char *weights_dtype;
 };
 
 /* Opens the backend the device names. The role must lie within the model

@@ -2,17 +2,73 @@
  * (reference/kv_cache.h) behind the stage backend table (backend.h). */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "reference/kv_cache.h"
 #include "reference/model.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
+#include "wire/collective.h"
+
+/* One sub-group of the stage's group (its TP group, or its KVP group): the members
+ * first, first + stride, ... (count of them), in rank order. */
+struct cpu_group {
+    struct coll *coll;
+    int first, stride, count;
+    float *tmp; /* [group size, n] when the sub-group is not the whole group */
+    size_t cap;
+};
 
 struct cpu_context {
     struct reference_model *model;
     struct kv_cache kv;
     int num_threads;
+    int tp, tp_rank;   /* tensor parallelism: this rank's place (1, 0 without) */
+    int kvp, kvp_rank; /* KV parallelism: likewise */
+    struct cpu_group tp_group, kvp_group;
+    enum reference_weights_dtype weights_dtype;
 };
+
+/* Every rank's n floats into g->tmp [size, n] (the whole group's all-gather). */
+static int gather_all(struct cpu_group *g, const float *in, size_t n) {
+    const size_t need = (size_t)coll_size(g->coll) * n;
+    if (need > g->cap) {
+        float *p = realloc(g->tmp, need * sizeof *p);
+        if (!p) return strata_set_error(STRATA_ENOMEM, "CPU backend: no memory for a collective");
+        g->tmp = p;
+        g->cap = need;
+    }
+    return coll_allgather(g->coll, g->tmp, in, n);
+}
+
+/* The decoder's hooks (reference/model.h). When the sub-group is the whole group they are
+ * the group's own operations; otherwise (TP x KVP) an all-gather of the whole group and the
+ * members' sum in rank order, ((x0 + x1) + x2) + ..., the order of coll_allreduce_sum, so
+ * the bits do not depend on the other dimension. */
+static int cpu_allreduce(void *ctx, float *data, size_t n) {
+    struct cpu_group *g = ctx;
+    if (g->count == coll_size(g->coll)) return coll_allreduce_sum(g->coll, data, n);
+    int rc = gather_all(g, data, n);
+    if (rc) return rc;
+    for (size_t i = 0; i < n; ++i) {
+        float sum = g->tmp[(size_t)g->first * n + i];
+        for (int k = 1; k < g->count; ++k)
+            sum += g->tmp[(size_t)(g->first + k * g->stride) * n + i];
+        data[i] = sum;
+    }
+    return STRATA_OK;
+}
+
+static int cpu_allgather(void *ctx, float *out, const float *in, size_t n) {
+    struct cpu_group *g = ctx;
+    if (g->count == coll_size(g->coll)) return coll_allgather(g->coll, out, in, n);
+    int rc = gather_all(g, in, n);
+    if (rc) return rc;
+    for (int k = 0; k < g->count; ++k)
+        memcpy(out + (size_t)k * n, g->tmp + (size_t)(g->first + k * g->stride) * n,
+               n * sizeof(float));
+    return STRATA_OK;
+}
 
 static struct cpu_context *ctx(const struct stage_backend *be) {
     return be->context;
@@ -54,10 +110,17 @@ static int cpu_kv_restore(struct stage_backend *be, const int *slots, int n,
 
 static void cpu_describe(const struct stage_backend *be, char *buf, size_t cap) {
     const struct cpu_context *c = ctx(be);
-    snprintf(buf, cap,
-             "device: cpu, %d thread%s\nweights: %d tensors, %zu bytes (+%zu bytes widened)",
-             c->num_threads, c->num_threads == 1 ? "" : "s", reference_model_num_tensors(c->model),
-             reference_model_weight_bytes(c->model), reference_model_extra_bytes(c->model));
+    size_t replaced, q8 = reference_model_q8_bytes(c->model, &replaced);
+    int used = snprintf(
+        buf, cap, "device: cpu, %d thread%s\nweights: %d tensors, %zu bytes (+%zu bytes widened)",
+        c->num_threads, c->num_threads == 1 ? "" : "s", reference_model_num_tensors(c->model),
+        reference_model_weight_bytes(c->model), reference_model_extra_bytes(c->model));
+    if ((c->tp > 1 || c->kvp > 1) && used > 0 && (size_t)used < cap)
+        used += snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d",
+                         c->tp_rank, c->tp, c->kvp_rank, c->kvp);
+    if (c->weights_dtype == REFERENCE_WEIGHTS_Q8 && used > 0 && (size_t)used < cap)
+        snprintf(buf + used, cap - (size_t)used,
+                 "; q8: %zu bytes of 8-bit copies replace %zu bytes", q8, replaced);
 }
 
 static void cpu_free(struct stage_backend *be) {
@@ -65,6 +128,8 @@ static void cpu_free(struct stage_backend *be) {
     if (!c) return;
     reference_model_free(c->model);
     kv_cache_free(&c->kv);
+    free(c->tp_group.tmp);
+    free(c->kvp_group.tmp);
     free(c);
     be->context = NULL;
 }
@@ -81,6 +146,40 @@ static const struct stage_backend_i cpu_iface = {
     .describe = cpu_describe,
     .free = cpu_free,
 };
+
+/* TP and KVP: the shard, the two sub-groups and the decoder's hooks on them. */
+static int grid_hooks(struct cpu_context *c, struct reference_load_options *lo,
+                      struct tp_shard *shard, const struct stage_backend_options *opt) {
+    const struct stage_tp_config *g = opt->tp;
+    const int T = g->tp > 1 ? g->tp : 1, K = g->kvp > 1 ? g->kvp : 1;
+    if (coll_size(g->coll) != T * K || coll_rank(g->coll) != g->kvp_rank * T + g->tp_rank)
+        return strata_set_error(STRATA_EINVAL,
+                                "TP rank %d of %d x KVP rank %d of %d, but the group says rank %d "
+                                "of %d",
+                                g->tp_rank, T, g->kvp_rank, K, coll_rank(g->coll),
+                                coll_size(g->coll));
+    c->tp = T;
+    c->tp_rank = g->tp_rank;
+    c->kvp = K;
+    c->kvp_rank = g->kvp_rank;
+    c->tp_group = (struct cpu_group){g->coll, g->kvp_rank * T, 1, T, NULL, 0};
+    c->kvp_group = (struct cpu_group){g->coll, g->tp_rank, T, K, NULL, 0};
+    if (T > 1) {
+        int rc = tp_shard_init(shard, opt->cfg, T, g->tp_rank, g->moe);
+        if (rc) return rc;
+        lo->tp = shard;
+        lo->coll = (struct reference_collective){
+            .ctx = &c->tp_group, .allreduce_sum = cpu_allreduce, .allgather = cpu_allgather};
+    }
+    if (K > 1)
+        lo->kvp =
+            (struct reference_kvp){.kvp = K,
+                                   .rank = g->kvp_rank,
+                                   .tokens = g->kvp_tokens,
+                                   .max_seq = opt->max_seq,
+                                   .coll = {.ctx = &c->kvp_group, .allgather = cpu_allgather}};
+    return STRATA_OK;
+}
 
 int backend_cpu_open(struct stage_backend **out, const struct stage_backend_options *opt) {
     const struct model_config *cfg = opt->cfg;
@@ -102,15 +201,22 @@ int backend_cpu_open(struct stage_backend **out, const struct stage_backend_opti
                                  .max_seq = opt->max_seq,
                                  .num_slots = opt->num_slots};
     c->num_threads = opt->num_threads;
-    rc = reference_model_load(&c->model, cfg, opt->weights,
-                              &(struct reference_load_options){.layer_start = role->layer_start,
-                                                               .layer_end = role->layer_end,
-                                                               .with_embed = role->with_embed,
-                                                               .with_head = role->with_head,
-                                                               .num_threads = opt->num_threads});
+    c->tp = c->kvp = 1;
+    rc = reference_weights_dtype_parse(&c->weights_dtype,
+                                       opt->weights_dtype ? opt->weights_dtype : "bf16");
+    struct reference_load_options lo = {.layer_start = role->layer_start,
+                                        .layer_end = role->layer_end,
+                                        .with_embed = role->with_embed,
+                                        .with_head = role->with_head,
+                                        .num_threads = opt->num_threads,
+                                        .weights_dtype = c->weights_dtype};
+    struct tp_shard shard;
+    if (rc == 0 && stage_tp_is_split(opt->tp)) rc = grid_hooks(c, &lo, &shard, opt);
+    if (rc == 0) rc = reference_model_load(&c->model, cfg, opt->weights, &lo);
     if (rc == 0)
-        rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end, cfg->num_kv_heads,
-                           cfg->head_dim, opt->max_seq, opt->num_slots);
+        rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end,
+                           reference_model_kv_heads(c->model), cfg->head_dim,
+                           reference_model_kv_positions(c->model, opt->max_seq), opt->num_slots);
     if (rc < 0) {
         stage_backend_free(be);
         return rc;

@@ -73,6 +73,14 @@ int request_build(struct wire_arena *arena, const struct stage_request *req) {
     msg.seed = req->sampling.seed;
     msg.stop_ids = req->stop_ids;
     msg.num_stop_ids = (size_t)req->num_stop_ids;
+    if (req->num_image_files > 0) {
+        msg.image_files = req->image_files;
+        msg.image_file_sizes = req->image_file_sizes;
+        msg.image_formats = req->image_formats;
+        msg.num_image_files = (size_t)req->num_image_files;
+        for (int i = 0; req->image_file_sizes && i < req->num_image_files; i++)
+            msg.image_files_len += req->image_file_sizes[i];
+    }
     if (req->num_resume_tokens < 0 || (req->num_resume_tokens && !req->resume_tokens))
         return strata_set_error(STRATA_EINVAL, "request resume tokens: %d but no array",
                                 req->num_resume_tokens);

@@ -50,6 +50,13 @@ struct stage_request {
     int32_t stop_ids[REQUEST_MAX_STOP_IDS];
     struct sampler_params sampling;
     const struct request_vision *vision; /* NULL: a text request */
+    /* Image files for a vision stage (wire 1.1; strata-stage --role vision decodes and
+     * encodes them and sends the request on with `vision` filled): file i is
+     * image_file_sizes[i] bytes of image_files, concatenated in prompt order. */
+    const uint8_t *image_files;       /* [sum of sizes] */
+    const uint32_t *image_file_sizes; /* [num_image_files] */
+    const uint8_t *image_formats;     /* [num_image_files] enum wire_image_format, or NULL */
+    int num_image_files;
     /* Recovery (stage_recovery.c): the tokens already received for this request (steps
      * 0..n-1), when a client resubmits it to a new stage 0; the request resumes at step n
      * with the same tokens and sampler state as if it had never stopped. n < max_tokens. */

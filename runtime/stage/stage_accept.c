@@ -113,6 +113,7 @@ struct acceptor {
     int *who;
     stage_accept_deliver deliver;
     void *ctx;
+    atomic_int *closing;          /* close_listener: a draining stage completes no new handshake */
     uint64_t timed_out, replaced; /* since the last summary */
     int64_t summary_ms;
 };
@@ -166,6 +167,10 @@ static void advance(struct acceptor *a, struct pending *p, int64_t now) {
         rc = wire_recv_frame_nb(&p->conn, &frame, &len);
         if (rc == WIRE_RECV_PENDING) {
             p->events = POLLIN;
+            return;
+        }
+        if (rc == 0 && atomic_load(a->closing)) { /* draining since the handshake began */
+            release(a, p, 1);
             return;
         }
         if (rc == 0)
@@ -337,6 +342,7 @@ int stage_accept_run(const struct stage_accept_options *opt, stage_accept_delive
     int rc = acceptor_init(&a, opt);
     a.deliver = deliver;
     a.ctx = ctx;
+    a.closing = close_listener;
     while (rc == 0 && !atomic_load(stop)) {
         if (atomic_load(close_listener) && a.o.listener->fd >= 0) {
             wire_listener_close(a.o.listener);

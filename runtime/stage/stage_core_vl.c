@@ -1,6 +1,7 @@
 /* Stage core, Qwen3-VL side: a request's vision inputs carried through the pipeline.
  *
- * Entry: a client (later: the vision stage) sends a Request with image grids, the merged
+ * Entry: a client, or the vision stage through stage 0's vision link (its blocks assembled
+ * by runtime/stage/stage_server_vision.h), sends a Request with image grids, the merged
  * vision embeddings [n_img, H] and the DeepStack features [K, n_img, H] (wire/strata.fbs).
  * Stage 0 checks them against the model, expands the prompt (one image-pad id per image
  * -> t*h*w/merge^2 rows) and computes the M-RoPE positions itself with get_rope_index
@@ -137,6 +138,12 @@ int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *
     int64_t n_img = 0, len = 0;
     int rc;
     *out = NULL;
+    if (msg->num_image_files)
+        return strata_set_error(STRATA_EINVAL,
+                                "the request carries %zu image file(s): image files are decoded "
+                                "and encoded by a vision stage (strata-stage --role vision) in "
+                                "front of stage 0, not by stage 0",
+                                msg->num_image_files);
     /* A request without images is text, image-pad ids included: transformers embeds them
      * as ordinary tokens and gives text positions when no pixel values come (4.57
      * Qwen3VLModel.forward / get_rope_index), and so does this runtime. */

@@ -6,6 +6,7 @@
 
 #include "runtime/base/status.h"
 #include "runtime/model/stage_plan.h"
+#include "runtime/stage/stage_tp.h"
 
 int stage_role_for(struct stage_role *role, const struct model_config *cfg, int stage_index,
                    int num_stages, int layer_start, int layer_end) {
@@ -67,9 +68,17 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                         .role = role,
                                         .device = opt->device,
                                         .num_threads = opt->num_threads,
+                                        .weights_dtype = opt->weights_dtype,
                                         .max_seq = opt->max_seq,
-                                        .num_slots = opt->max_batch};
-    rc = stage_backend_open(&out->backend, &bo);
+                                        .num_slots = opt->max_batch,
+                                        .tp = opt->tp};
+    if (stage_tp_is_split(opt->tp) && (opt->tp->tp_rank != 0 || opt->tp->kvp_rank != 0))
+        return strata_set_error(STRATA_EINVAL,
+                                "TP rank %d / KVP rank %d follows its leader (stage_tp_follow); "
+                                "only rank 0 opens a stage",
+                                opt->tp->tp_rank, opt->tp->kvp_rank);
+    rc = stage_tp_is_split(opt->tp) ? stage_tp_open(&out->backend, &bo)
+                                    : stage_backend_open(&out->backend, &bo);
     /* The backend's loader checks the tensors against the manifest itself; only when that
      * fails is the list built again, for the caller's full report (no second check on the
      * way up). Its message names the checkpoint; the loader's is kept if it finds nothing. */

@@ -24,9 +24,13 @@ struct stage_open_options {
     int layer_start, layer_end; /* both -1: the even split */
     const char *device;         /* "cpu" (NULL), "cuda", "cuda:N": runtime/stage/backend.h */
     int num_threads;
+    const char *weights_dtype;        /* NULL / "bf16" or "q8": stage_backend_options */
     int max_seq, max_batch;           /* KV positions per slot, KV slots */
     int chunk_size, max_batch_tokens; /* stage_core_options */
     int keep_logits, send_kv;         /* stage_core_options */
+    /* NULL or tp 1: the whole stage. Else rank 0 of the stage's TP group (stage_tp.h):
+     * its shard, leading the other ranks (which run stage_tp_follow, not a stage). */
+    const struct stage_tp_config *tp;
 };
 
 struct stage {

@@ -25,6 +25,7 @@
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_accept.h"
+#include "runtime/stage/stage_server_vision.h"
 #include "wire/transport.h"
 
 #define MAX_CLIENTS 64
@@ -72,6 +73,8 @@ struct server {
     struct wire_conn prev, next;
     struct wire_conn clients[MAX_CLIENTS];
     uint32_t client_ids[MAX_CLIENTS];
+    uint8_t client_vision[MAX_CLIENTS]; /* the client is a vision stage (Hello role Vision) */
+    struct vision_rx *vision_rx;        /* stage 0: vision transfers in progress */
     uint32_t next_client_id;
     /* The connector thread's (see connector_main); the loop only sets these flags. */
     pthread_t connector;
@@ -134,7 +137,8 @@ static void link_down(struct server *s, enum stage_link link, uint32_t client_id
 /* Adopts a handshaken connection as upstream or client, or refuses it. */
 static void adopt(struct server *s, struct handoff *h) {
     int want = (s->info.stage_index - 1 + s->info.num_stages) % s->info.num_stages;
-    if (h->peer.role == WIRE_ROLE_CLIENT) {
+    if (h->peer.role == WIRE_ROLE_CLIENT || h->peer.role == WIRE_ROLE_VISION) {
+        int vision = h->peer.role == WIRE_ROLE_VISION;
         if (s->info.stage_index != 0) {
             wire_send_error(&h->conn, STRATA_EINVAL, 0, "clients connect to stage 0 only");
             wire_close(&h->conn);
@@ -143,10 +147,12 @@ static void adopt(struct server *s, struct handoff *h) {
         for (int i = 0; i < MAX_CLIENTS; i++) {
             if (s->clients[i].fd < 0) {
                 s->clients[i] = h->conn;
-                s->clients[i].max_frame = CLIENT_MAX_FRAME;
+                /* A vision stage's VisionBlock 0 carries a whole request's DeepStack. */
+                s->clients[i].max_frame = vision ? STAGE_VISION_MAX_FRAME : CLIENT_MAX_FRAME;
                 s->client_ids[i] = ++s->next_client_id;
-                strata_log(STRATA_LOG_DEBUG, "client %u connected from %s", s->client_ids[i],
-                           h->conn.peer);
+                s->client_vision[i] = (uint8_t)vision;
+                strata_log(STRATA_LOG_DEBUG, "%s %u connected from %s",
+                           vision ? "vision stage" : "client", s->client_ids[i], h->conn.peer);
                 return;
             }
         }
@@ -400,7 +406,12 @@ static int feed(struct server *s, struct wire_conn *conn, enum stage_link link, 
     else if (link == STAGE_LINK_NEXT)
         s->next_rx_ms = now_ms();
     if (intercept(s, conn, link, frame, len)) return 0;
-    int rc = stage_core_on_frame(s->core, link, cid, frame, len);
+    int rc;
+    /* A vision stage's link (a client link: its conn is an element of s->clients). */
+    if (link == STAGE_LINK_CLIENT && s->client_vision[conn - s->clients] && s->vision_rx)
+        rc = stage_vision_on_frame(s->vision_rx, s->core, conn, cid, frame, len, CLIENT_MAX_QUEUED);
+    else
+        rc = stage_core_on_frame(s->core, link, cid, frame, len);
     if (rc < 0) {
         char why[1024];
         snprintf(why, sizeof why, "bad frame: %s", strata_last_error());
@@ -620,6 +631,9 @@ static void loop_once(struct server *s) {
     recovery_tick(s);
     flush(s);
     drain_results(s);
+    if (s->vision_rx && vision_rx_expire(s->vision_rx, now_ms()) > 0)
+        strata_log(STRATA_LOG_WARN, "dropped idle vision transfers (no block for %d s)",
+                   VISION_RX_DEFAULT_IDLE_MS / 1000);
 }
 
 /* SIGTERM (the first stop): accept nothing new (the listener closes; new Requests are
@@ -683,8 +697,9 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->self.layer_end = s->info.role.layer_end;
     s->self.role = WIRE_ROLE_STAGE;
     snprintf(s->self.name, sizeof s->self.name, "strata-stage %d", s->info.stage_index);
-    rc = wire_listen(&s->listener, opt->listen_host, opt->listen_port);
-    if (rc < 0 && opt->standby) { /* the primary holds the port: wait to take it over */
+    int vrc = s->info.stage_index == 0 ? vision_rx_init(&s->vision_rx, 0, 0, 0) : 0;
+    rc = vrc == 0 ? wire_listen(&s->listener, opt->listen_host, opt->listen_port) : vrc;
+    if (vrc == 0 && rc < 0 && opt->standby) { /* the primary holds the port: wait for it */
         strata_log(STRATA_LOG_INFO, "standby: port %d is taken (%s); waiting to take it over",
                    opt->listen_port, strata_last_error());
         while (rc < 0 && !*stop) {
@@ -737,6 +752,7 @@ done:
     if (s->wake[0] >= 0) close(s->wake[0]);
     if (s->wake[1] >= 0) close(s->wake[1]);
     pthread_mutex_destroy(&s->lock);
+    vision_rx_free(s->vision_rx);
     free(s);
     return rc;
 }

@@ -6,7 +6,8 @@
  *     on each new connection, all of them concurrently under deadlines, per-address caps
  *     and a failed-handshake rate limit (stage_accept.h), and hands it to the loop: the
  *     upstream stage (stage r-1; for stage 0 the last stage closing the ring) and, on
- *     stage 0, any number of clients;
+ *     stage 0, any number of clients and vision stages (Hello role Vision: served as
+ *     clients, with 1 GiB frames and their VisionBlocks assembled; stage_server_vision.h);
  *   - one persistent connection to the next stage (for the last stage: stage 0), made by
  *     a connector thread and re-made with exponential backoff (50 ms .. 0.5 s) whenever it
  *     drops.

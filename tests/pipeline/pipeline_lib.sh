@@ -161,6 +161,35 @@ pl_client() {
     "$PL_CLIENT" --port-file "$PL_WORK/$tag.0.port" --timeout-ms 20000 $(pl_security_default "$@") "$@"
 }
 
+# pl_start_vision TAG MODEL_DIR [options...]: a vision stage (strata-stage --role vision) in
+# front of TAG's stage 0 (port file TAG.v.port; security as pl_start_stage); waits until it
+# listens. pl_stop_vision: SIGTERM, status 0 expected. pl_vclient TAG [options]: its client.
+pl_start_vision() {
+    local tag=$1 model=$2
+    shift 2
+    rm -f "$PL_WORK/$tag.v.port" "$PL_WORK/$tag.v.log"
+    # shellcheck disable=SC2046
+    "$PL_STAGE" --role vision --model "$model" --port-file "$PL_WORK/$tag.v.port" \
+        --next-port-file "$PL_WORK/$tag.0.port" $(pl_security_default "$@") "$@" \
+        >>"$PL_WORK/$tag.v.out" 2>>"$PL_WORK/$tag.v.log" &
+    PL_VISION_PID=$!
+    PL_PIDS="$PL_PIDS $PL_VISION_PID"
+    pl_wait_log "$PL_WORK/$tag.v.log" "listening on" 1 20 || pl_fail "the vision stage of $tag did not start"
+}
+pl_stop_vision() {
+    local rc
+    kill "$PL_VISION_PID" 2>/dev/null
+    wait "$PL_VISION_PID"
+    rc=$?
+    [ "$rc" -eq 0 ] || pl_fail "the vision stage exited with status $rc after SIGTERM"
+}
+pl_vclient() {
+    local tag=$1
+    shift
+    # shellcheck disable=SC2046
+    "$PL_CLIENT" --port-file "$PL_WORK/$tag.v.port" --timeout-ms 20000 $(pl_security_default "$@") "$@"
+}
+
 # pl_wait_file FILE TIMEOUT_S
 pl_wait_file() {
     local i=0

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Integration: strata-stage's startup checks and options — --help, refusal of an empty or
 # out-of-range shard (exit 2) and of weights missing tensors (exit 3, all names listed),
-# an unavailable device, pre-shared-key authentication, and KV handoff (--send-kv ->
-# --recv-kv --kv-out -> --kv-restore only into an equal layer range).
+# an unavailable device, pre-shared-key authentication, q8 weights (refused across a mixed
+# pipeline, split-equal), and KV handoff (--send-kv -> --recv-kv --kv-out -> --kv-restore
+# only into an equal layer range).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -62,6 +63,29 @@ pl_wait_log "$PL_WORK/fp.1.log" "refused connection.*fingerprint" 1 10 ||
     pl_fail "stage 1 accepted a stage of another model"
 pl_stop_pipeline fp 2
 echo "model fingerprint: stages of different models refuse each other"
+
+# q8 weights (--weights-dtype q8): a stage refuses a neighbour with other weights (the dtype
+# is in the model fingerprint); a 2-stage q8 pipeline gives the tokens of 1 q8 stage.
+expect_exit 2 "bf16 or q8" "$PL_STAGE" --model "$tied" --num-stages 1 --weights-dtype q4
+expect_exit 2 "cpu device only" "$PL_STAGE" --model "$tied" --num-stages 1 --weights-dtype q8 \
+    --device cuda:0
+pl_start_stage wd 2 0 "$tied" --weights-dtype q8
+pl_start_stage wd 2 1 "$tied"
+pl_wait_log "$PL_WORK/wd.0.log" "refused connection.*fingerprint" 1 10 ||
+    pl_fail "a q8 stage accepted a bf16 neighbour"
+pl_stop_pipeline wd 2
+pl_start_pipeline q1 1 "$tied" --weights-dtype q8
+grep -q "q8: .* bytes of 8-bit copies" "$PL_WORK/q1.0.out" ||
+    pl_fail "no q8 bytes in the startup summary: $(cat "$PL_WORK/q1.0.out")"
+pl_client q1 --prompt "$prompt" --max-tokens 8 >"$PL_WORK/q1.client" || pl_fail "q8 run failed"
+pl_stop_pipeline q1 1
+pl_start_pipeline q2 2 "$tied" --weights-dtype q8
+pl_client q2 --prompt "$prompt" --max-tokens 8 >"$PL_WORK/q2.client" || pl_fail "q8 2-stage run failed"
+pl_stop_pipeline q2 2
+q1=$(pl_tokens_of "$PL_WORK/q1.client" 0)
+[ -n "$q1" ] && [ "$q1" = "$(pl_tokens_of "$PL_WORK/q2.client" 0)" ] ||
+    pl_fail "q8: 1 stage gave '$q1', 2 stages '$(pl_tokens_of "$PL_WORK/q2.client" 0)'"
+echo "q8 weights: mixed dtypes refused (fingerprint), 2 stages = 1 stage ($q1)"
 
 # Overlapping explicit shards refuse each other, and both sides log why.
 pl_start_stage ov 2 0 "$tied" --layer-start 0 --layer-end 3

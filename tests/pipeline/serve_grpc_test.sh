@@ -169,7 +169,7 @@ gc --method /grpc.health.v1.Health/Check --raw-request "$PL_WORK/empty.bin" >"$P
     pl_fail "grpc.health.v1 Check: $(cat "$PL_WORK/hv1.out")"
 grep -q '^message: 2 bytes' "$PL_WORK/hv1.out" || pl_fail "grpc.health.v1: $(cat "$PL_WORK/hv1.out")"
 gc --info >"$PL_WORK/info.out" 2>&1 || pl_fail "Info: $(cat "$PL_WORK/info.out")"
-for l in 'model: golden' 'max_seq: 256' 'vocab_size: 151669' 'chat_template: yes' 'wire_version: 1.0'; do
+for l in 'model: golden' 'max_seq: 256' 'vocab_size: 151669' 'chat_template: yes' 'wire_version: 1.1'; do
     grep -qx "$l" "$PL_WORK/info.out" || pl_fail "Info lacks '$l': $(cat "$PL_WORK/info.out")"
 done
 pl_stop_pipeline g 2

@@ -119,7 +119,8 @@ static void test_wrong_parts(void **state) {
 
 static void test_bad_checkpoints_list_every_tensor(void **state) {
     struct fixture *f = *state;
-    struct reference_load_options opt = {0, 2, 1, 1, 1};
+    struct reference_load_options opt = {
+        .layer_start = 0, .layer_end = 2, .with_embed = 1, .with_head = 1, .num_threads = 1};
     struct model_config cfg = f->gc.cfg;
     struct reference_model *m = NULL;
     cfg.intermediate_size += 1; /* every MLP matrix is now mis-shaped */

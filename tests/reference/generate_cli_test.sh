@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # strata-generate end to end: greedy ids equal transformers' golden ids (at 1 and 2 threads),
-# and bad input exits with the documented codes (2 usage, 3 bad input/model).
+# bad input exits with the documented codes (2 usage, 3 bad input/model), and --weights-dtype q8
+# reports its bytes and keeps ids independent of the thread count.
 set -euo pipefail
 gen="$1"
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/golden"
@@ -50,4 +51,16 @@ expect_rc 3 --model "$root/qwen3_moe" --prompt-ids 1,512 --max-tokens 2
 expect_rc 3 --model "$root/does_not_exist" --prompt-ids 1 --max-tokens 2
 expect_rc 2 --model "$root/qwen3_moe" --prompt-ids 1 --max-tokens 2 --top-p 0
 expect_rc 2 --model "$root/qwen3_moe" --prompt-ids 1 --max-tokens 0
+expect_rc 2 --model "$root/qwen3_moe" --prompt-ids 1 --max-tokens 2 --weights-dtype q4
 echo "ok: exit codes"
+
+# --weights-dtype q8: the load line reports the q8 bytes; 1 and 2 threads give the same ids.
+dir="$root/qwen3_moe"
+prompt=$(tr -d '[] \n' < "$dir/prompt_ids.json")
+q8() { "$gen" --model "$dir" --prompt-ids "$prompt" --max-tokens 12 --ignore-eos --weights-dtype q8 "$@"; }
+q8 --threads 1 >"$TEST_TMPDIR/q8.1" 2>"$TEST_TMPDIR/q8.err" || fail "q8 run failed: $(cat "$TEST_TMPDIR/q8.err")"
+q8 --threads 2 >"$TEST_TMPDIR/q8.2" 2>/dev/null || fail "q8 run (2 threads) failed"
+grep -q "^weights: q8, .* of 8-bit copies in place of" "$TEST_TMPDIR/q8.err" || fail "no q8 load line"
+[ "$(head -1 "$TEST_TMPDIR/q8.1")" = "$(head -1 "$TEST_TMPDIR/q8.2")" ] || fail "q8 ids depend on threads"
+[ "$(head -1 "$TEST_TMPDIR/q8.1" | wc -w)" = 12 ] || fail "q8: expected 12 ids"
+echo "ok: --weights-dtype q8 ($(head -1 "$TEST_TMPDIR/q8.1"))"

@@ -181,7 +181,11 @@ void golden_case_close(struct golden_case *gc) {
 
 int golden_model(struct reference_model **out, const struct golden_case *gc, int start, int end,
                  int with_embed, int with_head, int threads) {
-    struct reference_load_options opt = {start, end, with_embed, with_head, threads};
+    struct reference_load_options opt = {.layer_start = start,
+                                         .layer_end = end,
+                                         .with_embed = with_embed,
+                                         .with_head = with_head,
+                                         .num_threads = threads};
     return reference_model_load(out, &gc->cfg, gc->st, &opt);
 }
 
@@ -190,4 +194,16 @@ int golden_sequence(const struct golden_case *gc, int32_t *out, int n) {
     for (int i = 0; i < n; ++i)
         out[i] = i < gc->n_prompt ? gc->prompt[i] : gc->generated[i - gc->n_prompt];
     return STRATA_OK;
+}
+
+int golden_model_dtype(struct reference_model **out, const struct golden_case *gc, int start,
+                       int end, int with_embed, int with_head, int threads,
+                       enum reference_weights_dtype dtype) {
+    struct reference_load_options opt = {.layer_start = start,
+                                         .layer_end = end,
+                                         .with_embed = with_embed,
+                                         .with_head = with_head,
+                                         .num_threads = threads,
+                                         .weights_dtype = dtype};
+    return reference_model_load(out, &gc->cfg, gc->st, &opt);
 }

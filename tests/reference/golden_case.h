@@ -46,6 +46,11 @@ void golden_case_close(struct golden_case *gc);
 int golden_model(struct reference_model **out, const struct golden_case *gc, int start, int end,
                  int with_embed, int with_head, int threads);
 
+/* golden_model with the weights as `dtype` (reference/model.h: as stored or q8). */
+int golden_model_dtype(struct reference_model **out, const struct golden_case *gc, int start,
+                       int end, int with_embed, int with_head, int threads,
+                       enum reference_weights_dtype dtype);
+
 /* A sequence of `n` token ids: the prompt followed by the generated ids. */
 int golden_sequence(const struct golden_case *gc, int32_t *out, int n);
 

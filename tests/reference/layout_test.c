@@ -84,7 +84,11 @@ static void write_safetensors(const char *path, const struct out_tensor *t, int 
 /* Logits [n_steps, V] of the teacher-forced golden request on a whole model. */
 static float *run(const struct golden_case *gc, const struct safetensors *st) {
     const struct model_config *c = &gc->cfg;
-    struct reference_load_options opt = {0, c->num_layers, 1, 1, 2};
+    struct reference_load_options opt = {.layer_start = 0,
+                                         .layer_end = c->num_layers,
+                                         .with_embed = 1,
+                                         .with_head = 1,
+                                         .num_threads = 2};
     struct reference_model *m = NULL;
     if (reference_model_load(&m, c, st, &opt)) fail_msg("%s", strata_last_error());
     struct kv_cache kv;

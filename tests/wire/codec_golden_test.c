@@ -121,8 +121,16 @@ static int run_split(const struct golden *g, enum wire_codec codec, struct error
     const struct model_config *c = &g->cfg;
     int split = c->num_layers / 2, H = c->hidden_size, max_seq = g->n_prompt + g->n_steps;
     struct reference_model *first = NULL, *last = NULL;
-    struct reference_load_options first_opt = {0, split, 1, 0, 2},
-                                  last_opt = {split, c->num_layers, 0, 1, 2};
+    struct reference_load_options first_opt = {.layer_start = 0,
+                                               .layer_end = split,
+                                               .with_embed = 1,
+                                               .with_head = 0,
+                                               .num_threads = 2},
+                                  last_opt = {.layer_start = split,
+                                              .layer_end = c->num_layers,
+                                              .with_embed = 0,
+                                              .with_head = 1,
+                                              .num_threads = 2};
     if (reference_model_load(&first, c, g->st, &first_opt) ||
         reference_model_load(&last, c, g->st, &last_opt))
         fail_msg("load: %s", strata_last_error());

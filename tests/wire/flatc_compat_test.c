@@ -3,8 +3,9 @@
  *  (b) golden JSON -> `flatc -b` -> bytes our verifier and readers decode to the sample values;
  *  (c) a flatc-built Request with the reserved nonce 0, or image grids that are not
  *      (t, h, w) triples, is refused;
- *  (d) frames of a hypothetical 1.1 schema (extra fields, new union member, new enum value)
- *      and of major 2, built by flatc, get the documented behaviour from our reader.
+ *  (d) frames of a hypothetical next minor (1.2) schema (extra fields, new union member,
+ *      new enum value) and of major 2, built by flatc, get the documented behaviour from
+ *      our reader.
  * Skipped with a reason when flatc is not installed (`./strata setup` installs it). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -137,7 +138,7 @@ static void newer_minor_with_extra_fields_reads_fine(void **state) {
     uint16_t minor;
     if (wire_verify(&kind, &minor, frame, len)) fail_msg("%s", strata_last_error());
     assert_int_equal(kind, WIRE_KIND_ACTIVATION);
-    assert_int_equal(minor, 1);
+    assert_int_equal(minor, 2);
     int line = sample_read_and_check(WIRE_KIND_ACTIVATION, frame, len);
     if (line) fail_msg("1.1 activation differs at samples.c:%d", line);
     free(frame);
@@ -145,7 +146,7 @@ static void newer_minor_with_extra_fields_reads_fine(void **state) {
     frame = flatc_binary(schema, "telemetry_v1_1", &len);
     assert_int_equal(wire_verify(&kind, NULL, frame, len), STRATA_EVERSION);
     assert_non_null(
-        strstr(strata_last_error(), "message type 8 unknown to protocol 1.0 (frame is 1.1)"));
+        strstr(strata_last_error(), "message type 10 unknown to protocol 1.1 (frame is 1.2)"));
     free(frame);
 
     frame = flatc_binary(schema, "control_pause_v1_1", &len);
@@ -161,7 +162,7 @@ static void other_major_is_refused_naming_both_versions(void **state) {
     char *frame = flatc_binary(test_path("wire/strata.fbs"), "control_major2", &len);
     struct wire_control control;
     assert_int_equal(wire_read_control(&control, frame, len), STRATA_EVERSION);
-    assert_non_null(strstr(strata_last_error(), "peer speaks protocol 2.0, this build speaks 1.0"));
+    assert_non_null(strstr(strata_last_error(), "peer speaks protocol 2.0, this build speaks 1.1"));
     free(frame);
 }
 

@@ -275,6 +275,57 @@ static void request_resume_tokens_round_trip(void **state) {
     wire_arena_free(&arena);
 }
 
+/* 1.1: a Request's image files must add up; formats are known and one per file; a Hello of
+ * role Vision round-trips. */
+static void request_image_files_checked(void **state) {
+    (void)state;
+    static const int32_t prompt[1] = {500};
+    static const uint8_t files[5] = {1, 2, 3, 4, 5};
+    static const uint32_t sizes[2] = {2, 3}, short_sizes[2] = {2, 2}, empty[2] = {0, 5};
+    static const uint8_t formats[2] = {WIRE_IMAGE_JPEG, WIRE_IMAGE_UNKNOWN}, bad_format[2] = {1, 7};
+    struct wire_request msg = {.nonce = 5,
+                               .prompt = prompt,
+                               .prompt_len = 1,
+                               .max_tokens = 3,
+                               .top_p = 1.0f,
+                               .image_files = files,
+                               .image_files_len = 5,
+                               .image_file_sizes = sizes,
+                               .num_image_files = 2,
+                               .image_formats = formats},
+                        got;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(wire_build_request(&arena, &msg), 0);
+    assert_int_equal(
+        wire_read_request(&got, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_int_equal(got.num_image_files, 2);
+    assert_int_equal(got.image_files_len, 5);
+    assert_memory_equal(got.image_files, files, 5);
+    assert_memory_equal(got.image_file_sizes, sizes, sizeof sizes);
+    assert_memory_equal(got.image_formats, formats, 2);
+    msg.image_file_sizes = short_sizes;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "add up to 4 bytes, image_files holds 5"));
+    msg.image_file_sizes = empty;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "image file 0 is empty"));
+    msg.image_file_sizes = sizes;
+    msg.image_formats = bad_format;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EVERSION);
+    assert_non_null(strstr(strata_last_error(), "image format 7 unknown"));
+    struct wire_hello hello = {.version_major = 1,
+                               .version_minor = 1,
+                               .stage_index = -1,
+                               .role = WIRE_ROLE_VISION},
+                      hello_got;
+    assert_int_equal(wire_build_hello(&arena, &hello), 0);
+    assert_int_equal(
+        wire_read_hello(&hello_got, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_int_equal(hello_got.role, WIRE_ROLE_VISION);
+    wire_arena_free(&arena);
+}
+
 /* Frames that verify structurally but break a Request rule are refused by the verifier
  * and the reader (patched in place: nonce 0, max_tokens 0, NaN temperature). */
 static void request_verifier_refuses_reserved_nonce_and_bad_values(void **state) {
@@ -362,14 +413,18 @@ static void mutations_never_crash(void **state) {
                 struct wire_error err;
                 struct wire_control ctl;
                 struct wire_request req;
-                int rc = found == WIRE_KIND_REQUEST      ? wire_read_request(&req, mutant, len)
-                         : found == WIRE_KIND_ACTIVATION ? wire_read_activation(&act, mutant, len)
-                         : found == WIRE_KIND_KV_BLOCK   ? wire_read_kv_block(&kv, mutant, len)
-                         : found == WIRE_KIND_TOKEN_RESULT
-                             ? wire_read_token_result(&tok, mutant, len)
-                         : found == WIRE_KIND_HELLO ? wire_read_hello(&hello, mutant, len)
-                         : found == WIRE_KIND_ERROR ? wire_read_error(&err, mutant, len)
-                                                    : wire_read_control(&ctl, mutant, len);
+                struct wire_vision_block vb;
+                struct wire_vision_ack va;
+                int rc =
+                    found == WIRE_KIND_REQUEST        ? wire_read_request(&req, mutant, len)
+                    : found == WIRE_KIND_VISION_BLOCK ? wire_read_vision_block(&vb, mutant, len)
+                    : found == WIRE_KIND_VISION_ACK   ? wire_read_vision_ack(&va, mutant, len)
+                    : found == WIRE_KIND_ACTIVATION   ? wire_read_activation(&act, mutant, len)
+                    : found == WIRE_KIND_KV_BLOCK     ? wire_read_kv_block(&kv, mutant, len)
+                    : found == WIRE_KIND_TOKEN_RESULT ? wire_read_token_result(&tok, mutant, len)
+                    : found == WIRE_KIND_HELLO        ? wire_read_hello(&hello, mutant, len)
+                    : found == WIRE_KIND_ERROR        ? wire_read_error(&err, mutant, len)
+                                                      : wire_read_control(&ctl, mutant, len);
                 assert_int_equal(rc, 0);
                 if (found == WIRE_KIND_ERROR) assert_true(strlen(err.message) < len);
             } else {
@@ -397,6 +452,7 @@ int main(void) {
         cmocka_unit_test(request_builder_refuses_bad_messages),
         cmocka_unit_test(request_resume_tokens_round_trip),
         cmocka_unit_test(request_verifier_refuses_reserved_nonce_and_bad_values),
+        cmocka_unit_test(request_image_files_checked),
         cmocka_unit_test(mutations_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -22,6 +22,13 @@ static const float logprobs[3] = {-0.125f, -2.5f, 0.0f};
 static const int32_t prompt_ids[4] = {151644, 872, 0, 2147483647};
 static const int32_t stop_ids[2] = {151645, 151643};
 static const int32_t image_grids[6] = {1, 4, 6, 1, 2, 2}; /* two images: 6 + 1 tokens */
+static const uint8_t image_files[12] = {0x89, 'P', 'N', 'G', 13, 10, 0xff, 0xd8, 0xff, 0xe0, 0, 16};
+static const uint32_t image_file_sizes[2] = {6, 6};
+static const uint8_t image_formats[2] = {WIRE_IMAGE_PNG, WIRE_IMAGE_JPEG};
+static const float block_embeds[2][3] = {{0.75f, -1.5f, 8.0f}, {-0.125f, 3.5f, 1e-4f}};
+static const float block_deepstack[2][5][3] = {
+    {{1, 2, 3}, {4, 5, 6}, {7, 8, 9}, {-1, -2, -3}, {0.5f, 0, 1}},
+    {{9, 8, 7}, {6, 5, 4}, {3, 2, 1}, {-4, -5, -6}, {0, 0.25f, 2}}};
 
 static struct wire_tensor tensor(enum wire_dtype dtype, enum wire_codec codec, const void *data,
                                  size_t nbytes, int ndim, const int64_t *shape) {
@@ -41,7 +48,7 @@ static struct wire_tensor tensor(enum wire_dtype dtype, enum wire_codec codec, c
 static void sample_hello(struct wire_hello *m) {
     memset(m, 0, sizeof *m);
     m->version_major = 1;
-    m->version_minor = 0;
+    m->version_minor = 1;
     m->has_fingerprint = 1;
     for (int i = 0; i < WIRE_FINGERPRINT_BYTES; ++i)
         m->fingerprint[i] = (uint8_t)(i * 7 + 1);
@@ -138,6 +145,31 @@ static void sample_request(struct wire_request *m) {
                               2, (const int64_t[]){2, 3});
     m->deepstack = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, deepstack_values,
                           sizeof deepstack_values, 3, (const int64_t[]){1, 2, 3});
+    m->image_files = image_files;
+    m->image_files_len = sizeof image_files;
+    m->image_file_sizes = image_file_sizes;
+    m->num_image_files = 2;
+    m->image_formats = image_formats;
+}
+
+/* Block 0 of a 5-token transfer in blocks of 2 (with the DeepStack, K = 2, H = 3). */
+static void sample_vision_block(struct wire_vision_block *m) {
+    memset(m, 0, sizeof *m);
+    m->nonce = 0x8877665544332211ull;
+    m->index = 0;
+    m->num_blocks = 3;
+    m->token_start = 0;
+    m->total_tokens = 5;
+    m->embeds = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, block_embeds, sizeof block_embeds, 2,
+                       (const int64_t[]){2, 3});
+    m->deepstack = tensor(WIRE_DTYPE_F32, WIRE_CODEC_NONE, block_deepstack, sizeof block_deepstack,
+                          3, (const int64_t[]){2, 5, 3});
+}
+
+static void sample_vision_ack(struct wire_vision_ack *m) {
+    memset(m, 0, sizeof *m);
+    m->nonce = 0x8877665544332211ull;
+    m->next_block = 2;
 }
 
 int sample_build(struct wire_arena *arena, enum wire_kind kind) {
@@ -176,6 +208,16 @@ int sample_build(struct wire_arena *arena, enum wire_kind kind) {
         struct wire_request m;
         sample_request(&m);
         return wire_build_request(arena, &m);
+    }
+    case WIRE_KIND_VISION_BLOCK: {
+        struct wire_vision_block m;
+        sample_vision_block(&m);
+        return wire_build_vision_block(arena, &m);
+    }
+    case WIRE_KIND_VISION_ACK: {
+        struct wire_vision_ack m;
+        sample_vision_ack(&m);
+        return wire_build_vision_ack(arena, &m);
     }
     default: return -1;
     }
@@ -277,6 +319,27 @@ int sample_check_request(const struct wire_request *m) {
           memcmp(m->vision_embeds.data, hidden_values, sizeof hidden_values) == 0);
     CHECK(m->deepstack.defined && m->deepstack.ndim == 3 && m->deepstack.shape[0] == 1 &&
           memcmp(m->deepstack.data, deepstack_values, sizeof deepstack_values) == 0);
+    CHECK(m->num_image_files == 2 && m->image_files_len == sizeof image_files &&
+          memcmp(m->image_files, image_files, sizeof image_files) == 0);
+    CHECK(memcmp(m->image_file_sizes, image_file_sizes, sizeof image_file_sizes) == 0);
+    CHECK(m->image_formats && memcmp(m->image_formats, image_formats, 2) == 0);
+    return 0;
+}
+
+int sample_check_vision_block(const struct wire_vision_block *m) {
+    struct wire_vision_block want;
+    sample_vision_block(&want);
+    CHECK(m->nonce == want.nonce && m->index == want.index && m->num_blocks == want.num_blocks);
+    CHECK(m->token_start == want.token_start && m->total_tokens == want.total_tokens);
+    int line;
+    if ((line = tensor_equal(&m->embeds, &want.embeds))) return line;
+    return tensor_equal(&m->deepstack, &want.deepstack);
+}
+
+int sample_check_vision_ack(const struct wire_vision_ack *m) {
+    struct wire_vision_ack want;
+    sample_vision_ack(&want);
+    CHECK(m->nonce == want.nonce && m->next_block == want.next_block);
     return 0;
 }
 
@@ -289,6 +352,8 @@ int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len) {
         struct wire_error error;
         struct wire_control control;
         struct wire_request request;
+        struct wire_vision_block block;
+        struct wire_vision_ack ack;
     } m;
     switch (kind) {
     case WIRE_KIND_HELLO:
@@ -308,12 +373,17 @@ int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len) {
         return wire_read_control(&m.control, frame, len) ? -1 : sample_check_control(&m.control);
     case WIRE_KIND_REQUEST:
         return wire_read_request(&m.request, frame, len) ? -1 : sample_check_request(&m.request);
+    case WIRE_KIND_VISION_BLOCK:
+        return wire_read_vision_block(&m.block, frame, len) ? -1
+                                                            : sample_check_vision_block(&m.block);
+    case WIRE_KIND_VISION_ACK:
+        return wire_read_vision_ack(&m.ack, frame, len) ? -1 : sample_check_vision_ack(&m.ack);
     default: return -1;
     }
 }
 
 const char *sample_name(enum wire_kind kind) {
-    static const char *names[] = {"none",         "hello", "activation", "kv_block",
-                                  "token_result", "error", "control",    "request"};
+    static const char *names[] = {"none",  "hello",   "activation", "kv_block",     "token_result",
+                                  "error", "control", "request",    "vision_block", "vision_ack"};
     return (unsigned)kind <= WIRE_KIND_LAST ? names[kind] : "unknown";
 }

@@ -17,11 +17,13 @@ int sample_check_token_result(const struct wire_token_result *m);
 int sample_check_error(const struct wire_error *m);
 int sample_check_control(const struct wire_control *m);
 int sample_check_request(const struct wire_request *m);
+int sample_check_vision_block(const struct wire_vision_block *m);
+int sample_check_vision_ack(const struct wire_vision_ack *m);
 
 /* Reads `frame` as `kind` and runs the matching check (0 = equal). */
 int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len);
 
-/* Sample file basenames ("hello", "activation", ..., "request"). */
+/* Sample file basenames ("hello", "activation", ..., "request", "vision_block", "vision_ack"). */
 const char *sample_name(enum wire_kind kind);
 
 #endif

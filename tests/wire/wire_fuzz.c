@@ -50,6 +50,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     struct wire_error error;
     struct wire_control control;
     struct wire_request request;
+    struct wire_vision_block block;
+    struct wire_vision_ack ack;
     int readable = 0;
     if (wire_read_hello(&hello, frame, size) == 0) {
         readable++;
@@ -85,7 +87,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         readable++;
         touch(request.prompt, request.prompt_len * sizeof(int32_t));
         touch(request.stop_ids, request.num_stop_ids * sizeof(int32_t));
+        touch(request.image_files, request.image_files_len);
+        touch(request.image_file_sizes, request.num_image_files * sizeof(uint32_t));
+        if (request.image_formats) touch(request.image_formats, request.num_image_files);
+        walk_tensor(&request.vision_embeds);
+        walk_tensor(&request.deepstack);
     }
+    if (wire_read_vision_block(&block, frame, size) == 0) {
+        readable++;
+        walk_tensor(&block.embeds);
+        walk_tensor(&block.deepstack);
+    }
+    if (wire_read_vision_ack(&ack, frame, size) == 0) readable++;
     /* The readers and wire_verify must agree: exactly one reader accepts a verified frame. */
     if (readable != (verified ? 1 : 0)) abort();
     free(frame);

@@ -171,12 +171,45 @@ static void test_stage_open_resolves_the_role(void **state) {
     expect_error(stage_open(&stage, &o, NULL), STRATA_EDEVICE, "not available");
 }
 
+/* --weights-dtype through stage_open: q8 loads on the cpu and says so in its summary; an
+ * unknown dtype and q8 on another device are refused by name. */
+static void test_weights_dtype(void **state) {
+    struct stage stage;
+    char desc[512];
+    struct stage_open_options o = {.cfg = &golden.cfg,
+                                   .weights = golden.st,
+                                   .stage_index = 0,
+                                   .num_stages = 1,
+                                   .layer_start = -1,
+                                   .layer_end = -1,
+                                   .num_threads = 1,
+                                   .weights_dtype = "q8",
+                                   .max_seq = 16,
+                                   .max_batch = 1};
+    (void)state;
+    assert_int_equal(stage_open(&stage, &o, NULL), 0);
+    stage_backend_describe(stage.backend, desc, sizeof desc);
+    assert_non_null(strstr(desc, "q8: "));
+    stage_close(&stage);
+    o.weights_dtype = "bf16";
+    assert_int_equal(stage_open(&stage, &o, NULL), 0);
+    stage_backend_describe(stage.backend, desc, sizeof desc);
+    assert_null(strstr(desc, "q8"));
+    stage_close(&stage);
+    o.weights_dtype = "q4";
+    expect_error(stage_open(&stage, &o, NULL), STRATA_EINVAL, "bf16 or q8");
+    o.weights_dtype = "q8";
+    o.device = "cuda:0";
+    expect_error(stage_open(&stage, &o, NULL), STRATA_EINVAL, "cpu device only");
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devices),
         cmocka_unit_test(test_calls_are_checked_against_the_role),
         cmocka_unit_test(test_core_takes_its_range_from_the_backend),
         cmocka_unit_test(test_stage_open_resolves_the_role),
+        cmocka_unit_test(test_weights_dtype),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -97,6 +97,37 @@ static void test_vision_round_trip(void **state) {
     wire_arena_free(&arena);
 }
 
+/* Image files for a vision stage travel as Request.image_files + sizes + formats. */
+static void test_image_files_round_trip(void **state) {
+    struct wire_arena arena;
+    struct wire_request msg;
+    int32_t prompt[3] = {502, 500, 503};
+    static const uint8_t files[7] = {0x89, 'P', 'N', 0xff, 0xd8, 0xff, 0};
+    static const uint32_t sizes[2] = {3, 4};
+    static const uint8_t formats[2] = {WIRE_IMAGE_PNG, WIRE_IMAGE_JPEG};
+    struct stage_request req = {.nonce = 9,
+                                .prompt = prompt,
+                                .prompt_len = 3,
+                                .max_tokens = 2,
+                                .image_files = files,
+                                .image_file_sizes = sizes,
+                                .image_formats = formats,
+                                .num_image_files = 2};
+    req.sampling.top_p = 1.0f;
+    (void)state;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(request_build(&arena, &req), 0);
+    assert_int_equal(
+        wire_read_request(&msg, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_int_equal(msg.num_image_files, 2);
+    assert_int_equal(msg.image_files_len, 7);
+    assert_memory_equal(msg.image_files, files, 7);
+    assert_memory_equal(msg.image_file_sizes, sizes, sizeof sizes);
+    assert_memory_equal(msg.image_formats, formats, 2);
+    assert_int_equal(msg.num_images, 0);
+    wire_arena_free(&arena);
+}
+
 static void test_runtime_limits_refused(void **state) {
     static const int32_t prompt[2] = {1, 2};
     static const int32_t many[REQUEST_MAX_STOP_IDS + 1] = {0};
@@ -193,6 +224,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_request_round_trip),
         cmocka_unit_test(test_vision_round_trip),
+        cmocka_unit_test(test_image_files_round_trip),
         cmocka_unit_test(test_runtime_limits_refused),
         cmocka_unit_test(test_nonce_zero_reserved),
         cmocka_unit_test(test_events),

@@ -1,0 +1,31 @@
+/* Internal: what message.c shares with the messages kept in their own files
+ * (message_vision.c): the Tensor table's descriptor and helpers, the frame wrapper, and
+ * the parsers wire_verify dispatches to. Not part of the wire API. */
+#ifndef STRATA_WIRE_MESSAGE_INTERNAL_H
+#define STRATA_WIRE_MESSAGE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire/flatbuf.h"
+#include "wire/message.h"
+
+extern const struct fb_table_desc wmsg_tensor_desc;
+extern const struct fb_table_desc wmsg_vision_block_desc;
+extern const struct fb_table_desc wmsg_vision_ack_desc;
+
+/* Tensor checks (byte length = numel x value size, rank, scales), shared by build and read. */
+int wmsg_check_tensor(const struct wire_tensor *t, const char *msg, const char *name);
+size_t wmsg_tensor_bytes_estimate(const struct wire_tensor *t);
+uint32_t wmsg_build_tensor(struct wire_arena *a, const struct wire_tensor *t);
+int wmsg_read_tensor(struct wire_tensor *out, const struct fb_table *parent, int id,
+                     const char *msg, const char *name);
+/* Wraps a finished body table in the Frame root of the current version. */
+int wmsg_finish_frame(struct wire_arena *a, enum wire_kind kind, uint32_t body);
+/* Verifies a frame and returns its body table when it holds `want`. */
+int wmsg_open_kind(struct fb_table *body, enum wire_kind want, const void *frame, size_t len);
+
+int wmsg_parse_vision_block(struct wire_vision_block *out, const struct fb_table *t);
+int wmsg_parse_vision_ack(struct wire_vision_ack *out, const struct fb_table *t);
+
+#endif
