@@ -27,6 +27,13 @@ static uint64_t splitmix64(uint64_t *state) {
     return z ^ (z >> 31);
 }
 
+void sampler_skip(struct sampler *s, int steps) {
+    /* sampler_sample draws exactly one splitmix64 value per token at temperature > 0. */
+    if (s->params.temperature <= 0.0f || steps <= 0) return;
+    for (int i = 0; i < steps; ++i)
+        (void)splitmix64(&s->rng_state);
+}
+
 /* Uniform in [0, 1) with 24 random bits. */
 static float uniform01(uint64_t *state) {
     return (float)(splitmix64(state) >> 40) * (1.0f / 16777216.0f);

@@ -17,5 +17,9 @@ void sampler_init(struct sampler *s, const struct sampler_params *p);
  * floats + vocab ints worth of space (2 * vocab * 4 bytes) or is NULL for greedy. */
 int sampler_sample(struct sampler *s, const float *logits, int vocab, void *scratch);
 int argmax(const float *x, int n);
+/* Advances the sampler past `steps` sampled tokens without sampling them, as if
+ * sampler_sample had run `steps` times (with scratch): one draw per token at temperature
+ * > 0, none when greedy. Recovery resumes a request's sampler at step n with it. */
+void sampler_skip(struct sampler *s, int steps);
 
 #endif

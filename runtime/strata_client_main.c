@@ -78,6 +78,10 @@ static void usage(FILE *out) {
             "  --top-k K  --top-p P  --seed S   sampling\n"
             "  --cancel-after N    cancel request 0 after N tokens (tests cancellation)\n"
             "  --timeout-ms MS     fail when no event arrives for MS (default 30000)\n"
+            "  --reconnect-timeout-ms MS  when stage 0 dies mid-request, reconnect (re-reading\n"
+            "                      --port-file) for up to MS and resubmit each unfinished\n"
+            "                      request with the tokens received so far: it resumes with\n"
+            "                      the same tokens (default 0: fail at once)\n"
             "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY): TLS 1.3 with it\n"
             "                      as external PSK (plaintext HMAC Hello with --insecure)\n"
             "  --tls-cert F --tls-key F --tls-ca F   TLS 1.3 with this certificate and key,\n"
@@ -143,6 +147,8 @@ struct client_args {
     uint8_t *image_bytes; /* all files, concatenated */
     uint32_t image_sizes[VL_MAX_IMAGES];
     uint8_t image_formats[VL_MAX_IMAGES];
+    int reconnect_timeout_ms;  /* stage 0 lost: reconnect and resubmit for this long */
+    struct wire_security *sec; /* the link's security, for reconnecting */
 };
 
 /* Text mode's tokenizer, its streaming decoder (skips special tokens, so the eos that ends
@@ -159,18 +165,40 @@ static int text_mode(const struct client_args *a) {
 
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
 static int parse_options(struct client_args *a, int argc, char **argv) {
-    static const struct option options[] = {
-        {"host", 1, 0, 'H'},       {"port", 1, 0, 'p'},          {"port-file", 1, 0, 'P'},
-        {"prompt", 1, 0, 'i'},     {"copies", 1, 0, 'c'},        {"max-tokens", 1, 0, 'n'},
-        {"stop", 1, 0, 's'},       {"temperature", 1, 0, 't'},   {"top-k", 1, 0, 'k'},
-        {"top-p", 1, 0, 'q'},      {"seed", 1, 0, 'S'},          {"cancel-after", 1, 0, 'C'},
-        {"timeout-ms", 1, 0, 'T'}, {"auth-key-file", 1, 0, 'a'}, {"quiet", 0, 0, 'Q'},
-        {"latency", 0, 0, 'L'},    {"help", 0, 0, 'h'},          {"model", 1, 0, 'm'},
-        {"text", 1, 0, 'x'},       {"chat", 1, 0, 'y'},          {"system", 1, 0, 'Y'},
-        {"think", 0, 0, 'Z'},      {"print-ids", 0, 0, 'D'},     {"tls-cert", 1, 0, 'E'},
-        {"tls-key", 1, 0, 'K'},    {"tls-ca", 1, 0, 'A'},        {"insecure", 0, 0, 'I'},
-        {"grid", 1, 0, 'G'},       {"vision-embeds", 1, 0, 'V'}, {"deepstack", 1, 0, 'W'},
-        {"merge", 1, 0, 'M'},      {"image", 1, 0, 'g'},         {0, 0, 0, 0}};
+    static const struct option options[] = {{"host", 1, 0, 'H'},
+                                            {"port", 1, 0, 'p'},
+                                            {"port-file", 1, 0, 'P'},
+                                            {"prompt", 1, 0, 'i'},
+                                            {"copies", 1, 0, 'c'},
+                                            {"max-tokens", 1, 0, 'n'},
+                                            {"stop", 1, 0, 's'},
+                                            {"temperature", 1, 0, 't'},
+                                            {"top-k", 1, 0, 'k'},
+                                            {"top-p", 1, 0, 'q'},
+                                            {"seed", 1, 0, 'S'},
+                                            {"cancel-after", 1, 0, 'C'},
+                                            {"timeout-ms", 1, 0, 'T'},
+                                            {"auth-key-file", 1, 0, 'a'},
+                                            {"quiet", 0, 0, 'Q'},
+                                            {"latency", 0, 0, 'L'},
+                                            {"help", 0, 0, 'h'},
+                                            {"model", 1, 0, 'm'},
+                                            {"text", 1, 0, 'x'},
+                                            {"chat", 1, 0, 'y'},
+                                            {"system", 1, 0, 'Y'},
+                                            {"think", 0, 0, 'Z'},
+                                            {"print-ids", 0, 0, 'D'},
+                                            {"tls-cert", 1, 0, 'E'},
+                                            {"tls-key", 1, 0, 'K'},
+                                            {"tls-ca", 1, 0, 'A'},
+                                            {"insecure", 0, 0, 'I'},
+                                            {"grid", 1, 0, 'G'},
+                                            {"vision-embeds", 1, 0, 'V'},
+                                            {"deepstack", 1, 0, 'W'},
+                                            {"merge", 1, 0, 'M'},
+                                            {"image", 1, 0, 'g'},
+                                            {"reconnect-timeout-ms", 1, 0, 'R'},
+                                            {0, 0, 0, 0}};
     struct stage_request *base = &a->base;
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -200,6 +228,7 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'S': base->sampling.seed = strtoull(optarg, NULL, 10); break;
         case 'C': a->cancel_after = atoi(optarg); break;
         case 'T': a->timeout_ms = atoi(optarg); break;
+        case 'R': a->reconnect_timeout_ms = atoi(optarg); break;
         case 'a': a->key_file = optarg; break;
         case 'E': a->tls_cert = optarg; break;
         case 'K': a->tls_key = optarg; break;
@@ -263,7 +292,8 @@ static int parse_args(struct client_args *a, int argc, char **argv) {
         a->num_prompts = 1; /* the one job; its ids come from build_text_prompt */
     }
     if (optind < argc || a->num_prompts == 0 || a->port <= 0 || a->port > 65535 || a->copies < 1 ||
-        a->max_tokens < 1 || a->timeout_ms < 1 || a->num_prompts * a->copies > MAX_REQUESTS) {
+        a->max_tokens < 1 || a->timeout_ms < 1 || a->reconnect_timeout_ms < 0 ||
+        a->num_prompts * a->copies > MAX_REQUESTS) {
         fprintf(stderr,
                 "strata-client: need a valid --port (or --port-file), at least one "
                 "--prompt, --copies/--max-tokens >= 1 and at most %d requests\n",
@@ -554,6 +584,34 @@ static int on_event(struct strata_client *client, struct job *jobs, struct job *
     return 0;
 }
 
+/* Stage 0 went away (--reconnect-timeout-ms): connects to it again and resubmits every
+ * unfinished job from the tokens it has (client_resubmit). 0, or -1 (reported). */
+static int resubmit_all(struct strata_client *client, struct job *jobs, int num_jobs,
+                        const struct client_args *a, const char *why) {
+    fprintf(stderr, "strata-client: stage 0 lost (%s); reconnecting for up to %d ms\n", why,
+            a->reconnect_timeout_ms);
+    if (client_reconnect(client, a->host, a->port, a->port_file, a->sec->tls, a->sec->hello_key,
+                         a->reconnect_timeout_ms) < 0) {
+        fprintf(stderr, "strata-client: %s\n", strata_last_error());
+        return -1;
+    }
+    for (int i = 0; i < num_jobs; i++) {
+        struct stage_request req = a->base;
+        if (jobs[i].done) continue;
+        req.nonce = jobs[i].nonce;
+        req.prompt = jobs[i].prompt;
+        req.prompt_len = jobs[i].prompt_len;
+        req.max_tokens = a->max_tokens;
+        if (client_resubmit(client, &req, jobs[i].tokens, jobs[i].n_tokens) < 0) {
+            fprintf(stderr, "strata-client: resubmit: %s\n", strata_last_error());
+            return -1;
+        }
+        fprintf(stderr, "strata-client: request %d resubmitted after %d tokens\n", i,
+                jobs[i].n_tokens);
+    }
+    return 0;
+}
+
 /* Streams events until every job is done or the connection fails; returns the exit code
  * so far. */
 static int run_events(struct strata_client *client, struct job *jobs, int num_jobs,
@@ -563,6 +621,14 @@ static int run_events(struct strata_client *client, struct job *jobs, int num_jo
         struct request_event ev;
         struct job *j = NULL;
         int rc = client_next_event(client, &ev, a->timeout_ms);
+        if (a->reconnect_timeout_ms > 0 && a->sec &&
+            ((rc < 0 && rc != STRATA_ETIMEOUT) ||
+             (rc == 0 && ev.kind == REQUEST_EVENT_CONNECTION_ERROR))) {
+            char why[600];
+            snprintf(why, sizeof why, "%s", rc < 0 ? strata_last_error() : ev.message);
+            if (resubmit_all(client, jobs, num_jobs, a, why) == 0) continue;
+            return STRATA_EXIT_FAILURE;
+        }
         if (rc < 0) {
             fprintf(stderr, "strata-client: %s\n",
                     rc == STRATA_ETIMEOUT ? "no answer from the pipeline in time"
@@ -671,6 +737,7 @@ int main(int argc, char **argv) {
     if (code < 0) code = load_images(&a);
     if (code < 0) code = make_jobs(jobs, &num_jobs, &a);
     if (code < 0) code = open_client(&client, &key, &sec, &a);
+    a.sec = &sec;
     if (code < 0) code = run(&client, jobs, num_jobs, &a);
     client_close(&client);
     wire_security_free(&sec);

@@ -118,6 +118,13 @@ static void usage(FILE *out) {
             "  --drain-timeout-ms MS  on SIGTERM/SIGINT: stop accepting, refuse new requests and\n"
             "                         finish the ones in flight for at most MS, then exit 0\n"
             "                         (default 10000; 0 = exit at once; a second signal too)\n"
+            "  --recovery-timeout-ms MS  stage 0: when a stage dies mid-request, hold the\n"
+            "                         requests in flight this long for it (restarted) to rejoin,\n"
+            "                         then replay them so they finish with the same tokens\n"
+            "                         (default 10000; 0 = fail them at once)\n"
+            "  --standby              a standby for this stage: load the weights, wait while\n"
+            "                         --listen's port is taken (the primary serves it) and take\n"
+            "                         it over the moment the primary dies (needs a fixed port)\n"
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
             "  --help                 this text\n"
@@ -133,7 +140,8 @@ struct args {
     int next_port;
     const char *device, *weights_dtype;
     int threads, max_seq, max_batch, chunk_size;
-    int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms;
+    int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
+    int standby;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
     const char *tls_cert, *tls_key, *tls_ca;
     int insecure;
@@ -193,6 +201,8 @@ enum option_id {
     O_KVP_TOKENS,
     O_DRAIN_TIMEOUT,
     O_ROLE,
+    O_RECOVERY_TIMEOUT,
+    O_STANDBY,
     O_HELP
 };
 
@@ -238,6 +248,8 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"kvp-tokens", 1, 0, O_KVP_TOKENS},
                                              {"drain-timeout-ms", 1, 0, O_DRAIN_TIMEOUT},
                                              {"role", 1, 0, O_ROLE},
+                                             {"recovery-timeout-ms", 1, 0, O_RECOVERY_TIMEOUT},
+                                             {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
                                              {0, 0, 0, 0}};
 
@@ -299,6 +311,10 @@ static int parse_option(struct args *a, int c, const char *value) {
         break;
     case O_DRAIN_TIMEOUT:
         rc = flag_int("--drain-timeout-ms", value, 0, 3600000, &a->drain_timeout_ms);
+        break;
+    case O_STANDBY: a->standby = 1; break;
+    case O_RECOVERY_TIMEOUT:
+        rc = flag_int("--recovery-timeout-ms", value, 0, 3600000, &a->recovery_timeout_ms);
         break;
     case O_DELAY: rc = flag_int("--step-delay-ms", value, 0, 60000, &a->step_delay_ms); break;
     case O_LOG: rc = parse_log_level(value, &a->log_level); break;
@@ -412,6 +428,7 @@ static void args_defaults(struct args *a) {
     a->kvp = 1;
     a->tp_timeout_ms = COLL_DEFAULT_TIMEOUT_MS;
     a->drain_timeout_ms = 10000;
+    a->recovery_timeout_ms = 10000;
 }
 
 /* Fills `a` from argv: 0 ok, 1 for --help, -1 after printing what is wrong. */
@@ -559,6 +576,7 @@ static int open_stage(struct run *r, const struct args *a) {
         stage_tensor_list_free(&report);
         return open_exit_code(rc);
     }
+    stage_core_set_recovery_timeout(r->stage.core, a->recovery_timeout_ms);
     return STRATA_EXIT_OK;
 }
 
@@ -787,6 +805,7 @@ static int serve(struct run *r, const struct args *a) {
     so.step_delay_ms = a->step_delay_ms;
     so.peer_timeout_ms = a->peer_timeout_ms;
     so.drain_timeout_ms = a->drain_timeout_ms;
+    so.standby = a->standby;
     memcpy(so.fingerprint, r->fingerprint, sizeof so.fingerprint);
     if (a->out && !last)
         strata_log(STRATA_LOG_WARN, "--out is written by the last stage only; ignored here");
@@ -820,6 +839,10 @@ int main(int argc, char **argv) {
     stage_log_setup(a.stage_idx, a.log_level);
     if (parse_listen(a.listen, r.listen_host, sizeof r.listen_host, &r.listen_port) < 0)
         return STRATA_EXIT_USAGE;
+    if (a.standby && r.listen_port == 0) {
+        fprintf(stderr, "strata-stage: --standby needs a fixed --listen port (the primary's)\n");
+        return STRATA_EXIT_USAGE;
+    }
     code = open_config(&r, &a);
     /* Without TP the links are set up after the weights load (a bad shard or checkpoint is
      * reported first); a TP group needs them before, to connect its ranks. */

@@ -127,7 +127,8 @@ enum {
     REQUEST_DEEPSTACK,
     REQUEST_IMAGE_FILES,
     REQUEST_IMAGE_FILE_SIZES,
-    REQUEST_IMAGE_FORMATS
+    REQUEST_IMAGE_FORMATS,
+    REQUEST_RESUME_TOKENS
 };
 static const struct fb_field_desc request_fields[] = {
     SCALAR(8),
@@ -144,8 +145,9 @@ static const struct fb_field_desc request_fields[] = {
     VECTOR(1, 1),
     VECTOR(4, 4),
     VECTOR(1, 1),
+    VECTOR(4, 4),
 };
-static const struct fb_table_desc request_desc = {"Request", 14, request_fields};
+static const struct fb_table_desc request_desc = {"Request", 15, request_fields};
 #define REQUEST_TOP_P_DEFAULT 0x3f800000u /* 1.0f: the schema default */
 
 static const struct fb_table_desc *const message_members[] = {
@@ -446,6 +448,12 @@ static int check_request(const struct wire_request *m, int code) {
         return strata_set_error(code, "wire: Request: %zu stop ids but no array", m->num_stop_ids);
     if (m->num_images && !m->image_grids)
         return strata_set_error(code, "wire: Request: %zu image grids but no array", m->num_images);
+    if (m->num_resume_tokens &&
+        (!m->resume_tokens || m->num_resume_tokens >= (size_t)m->max_tokens))
+        return strata_set_error(code,
+                                "wire: Request resumes after %zu tokens, which must be fewer than "
+                                "max_tokens %d",
+                                m->num_resume_tokens, (int)m->max_tokens);
     int rc = wmsg_check_tensor(&m->vision_embeds, "Request", "vision_embeds");
     if (!rc) rc = wmsg_check_tensor(&m->deepstack, "Request", "deepstack");
     return rc ? rc : check_request_images(m, code);
@@ -454,10 +462,11 @@ static int check_request(const struct wire_request *m, int code) {
 int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     int rc = check_request(m, STRATA_EINVAL);
     if (rc) return rc;
-    fb_begin(a, 1024 + 4 * (m->prompt_len + m->num_stop_ids + 3 * m->num_images) +
-                    wmsg_tensor_bytes_estimate(&m->vision_embeds) +
-                    wmsg_tensor_bytes_estimate(&m->deepstack) + m->image_files_len +
-                    5 * m->num_image_files + 128);
+    fb_begin(
+        a, 1024 + 4 * (m->prompt_len + m->num_stop_ids + 3 * m->num_images + m->num_resume_tokens) +
+               wmsg_tensor_bytes_estimate(&m->vision_embeds) +
+               wmsg_tensor_bytes_estimate(&m->deepstack) + m->image_files_len +
+               5 * m->num_image_files + 128);
     uint32_t files = m->num_image_files
                          ? fb_vector(a, m->image_files, m->image_files_len, 1, WIRE_PAYLOAD_ALIGN)
                          : 0;
@@ -471,7 +480,10 @@ int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     uint32_t prompt = fb_vector(a, m->prompt, m->prompt_len, 4, 4);
     uint32_t stop_ids = m->num_stop_ids ? fb_vector(a, m->stop_ids, m->num_stop_ids, 4, 4) : 0;
     uint32_t grids = m->num_images ? fb_vector(a, m->image_grids, 3 * m->num_images, 4, 4) : 0;
+    uint32_t resume =
+        m->num_resume_tokens ? fb_vector(a, m->resume_tokens, m->num_resume_tokens, 4, 4) : 0;
     fb_table_start(a);
+    fb_add_offset(a, REQUEST_RESUME_TOKENS, resume);
     fb_add_offset(a, REQUEST_IMAGE_GRIDS, grids);
     fb_add_offset(a, REQUEST_VISION_EMBEDS, embeds);
     fb_add_offset(a, REQUEST_DEEPSTACK, deepstack);
@@ -658,7 +670,7 @@ static int parse_control(struct wire_control *out, const struct fb_table *t) {
     out->kind = (enum wire_control_kind)fb_get_scalar(t, CONTROL_KIND, 1, 0);
     out->nonce = fb_get_scalar(t, CONTROL_NONCE, 8, 0);
     out->seq = fb_get_scalar(t, CONTROL_SEQ, 8, 0);
-    if (out->kind > WIRE_CONTROL_SHUTDOWN)
+    if (out->kind > WIRE_CONTROL_RESET)
         return strata_set_error(STRATA_EVERSION, "wire: Control.kind %d unknown", (int)out->kind);
     return 0;
 }
@@ -684,6 +696,8 @@ static int parse_request(struct wire_request *out, const struct fb_table *t) {
         wmsg_read_tensor(&out->vision_embeds, t, REQUEST_VISION_EMBEDS, "Request", "vision_embeds");
     if (!rc) rc = wmsg_read_tensor(&out->deepstack, t, REQUEST_DEEPSTACK, "Request", "deepstack");
     if (rc) return rc;
+    out->resume_tokens =
+        (const int32_t *)fb_get_vector(t, REQUEST_RESUME_TOKENS, &out->num_resume_tokens);
     size_t n_formats;
     out->image_files = fb_get_vector(t, REQUEST_IMAGE_FILES, &out->image_files_len);
     out->image_file_sizes =

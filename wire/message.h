@@ -99,7 +99,8 @@ enum wire_control_kind {
     WIRE_CONTROL_PONG = 1,
     WIRE_CONTROL_CANCEL = 2,
     WIRE_CONTROL_DRAIN = 3,
-    WIRE_CONTROL_SHUTDOWN = 4
+    WIRE_CONTROL_SHUTDOWN = 4,
+    WIRE_CONTROL_RESET = 5 /* recovery: drop every held request, forward (stage_recovery.c) */
 };
 
 /* One tensor. On build, `data` points at `nbytes` of payload already in the codec's
@@ -226,6 +227,10 @@ struct wire_request {
     const uint32_t *image_file_sizes; /* [num_image_files] */
     size_t num_image_files;
     const uint8_t *image_formats; /* [num_image_files] enum wire_image_format, or NULL */
+    /* 1.1, in-flight recovery: tokens generated before a ring break (steps 0..n-1); the request
+     * resumes at step n. The reader checks n < max_tokens. */
+    const int32_t *resume_tokens; /* [num_resume_tokens] */
+    size_t num_resume_tokens;
 };
 
 /* 1.1: one block of a request's vision encoder output (vision stage -> stage 0). The reader

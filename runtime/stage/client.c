@@ -3,7 +3,9 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 
 int client_connect(struct strata_client *client, const char *host, int port,
@@ -67,4 +69,36 @@ int client_next_event(struct strata_client *client, struct request_event *event,
     int rc = wire_recv_frame(&client->conn, &frame, &len, timeout_ms);
     if (rc < 0) return rc;
     return request_event_decode(event, frame, len);
+}
+
+int client_reconnect(struct strata_client *client, const char *host, int port,
+                     const char *port_file, struct wire_tls *tls, const struct wire_auth_key *key,
+                     int timeout_ms) {
+    int64_t deadline = cli_now_ns() + (int64_t)timeout_ms * 1000000;
+    char last[256] = "no attempt";
+    for (;;) {
+        int p = port, rc;
+        client_close(client);
+        if (port_file && cli_read_port_file(port_file, &p) < 0) p = -1;
+        if (p > 0) {
+            rc = client_connect_tls(client, host, p, tls, key, 1000);
+            if (rc == 0) return 0;
+            snprintf(last, sizeof last, "%s", strata_last_error());
+        } else {
+            snprintf(last, sizeof last, "stage 0's port is not known yet");
+        }
+        if (cli_now_ns() >= deadline) break;
+        usleep(100 * 1000);
+    }
+    client_close(client);
+    return strata_set_error(STRATA_ETIMEOUT, "no stage 0 to reconnect to within %d ms: %s",
+                            timeout_ms, last);
+}
+
+int client_resubmit(struct strata_client *client, const struct stage_request *request,
+                    const int32_t *tokens, int n) {
+    struct stage_request resumed = *request;
+    resumed.resume_tokens = n > 0 ? tokens : NULL;
+    resumed.num_resume_tokens = n;
+    return client_submit(client, &resumed);
 }

@@ -38,4 +38,20 @@ int client_cancel(struct strata_client *client, uint64_t nonce);
  * STRATA_ECLOSED when stage 0 went away. */
 int client_next_event(struct strata_client *client, struct request_event *event, int timeout_ms);
 
+/* Recovery when stage 0 itself dies (runtime/stage/stage_recovery.c): the connection closed
+ * or failed, and the requests on it are lost at stage 0 but not for the client, which has
+ * their prompts and the tokens received so far. Connects again, retrying every 100 ms for
+ * up to timeout_ms (a supervisor restarting stage 0 takes a moment); `port_file`, when not
+ * NULL, is re-read before each attempt (a restarted stage 0 may listen elsewhere). The
+ * client is closed first. STRATA_ETIMEOUT (naming the last failure) when no stage 0 came. */
+int client_reconnect(struct strata_client *client, const char *host, int port,
+                     const char *port_file, struct wire_tls *tls, const struct wire_auth_key *key,
+                     int timeout_ms);
+/* Resubmits `request` on the new connection, resuming after the n tokens already received
+ * for it (steps 0..n-1, n < max_tokens): stage 0 replays prompt + those tokens, and the
+ * events go on from step n with the tokens (and, with a seed, the samples) of an
+ * undisturbed run. n = 0 submits it from the start. */
+int client_resubmit(struct strata_client *client, const struct stage_request *request,
+                    const int32_t *tokens, int n);
+
 #endif

@@ -34,6 +34,21 @@ int request_params_from_wire(struct request_params *p, const struct wire_request
     p->sampling.top_k = msg->top_k;
     p->sampling.top_p = msg->top_p;
     p->sampling.seed = msg->seed;
+    if (msg->num_resume_tokens >= (size_t)msg->max_tokens)
+        return strata_set_error(STRATA_EINVAL, "request resumes after %zu of its %d tokens",
+                                msg->num_resume_tokens, (int)msg->max_tokens);
+    for (size_t i = 0; i < msg->num_resume_tokens; i++) {
+        int32_t t = msg->resume_tokens[i];
+        for (int k = 0; k < p->num_stop_ids; k++)
+            if (t < 0 || t == p->stop_ids[k])
+                return strata_set_error(STRATA_EINVAL,
+                                        "request resume token %d at step %zu is negative or a "
+                                        "stop id (the request would have ended)",
+                                        (int)t, i);
+        if (t < 0)
+            return strata_set_error(STRATA_EINVAL, "request resume token %d is invalid", (int)t);
+    }
+    p->resume_len = (int)msg->num_resume_tokens;
     return 0;
 }
 
@@ -66,6 +81,11 @@ int request_build(struct wire_arena *arena, const struct stage_request *req) {
         for (int i = 0; req->image_file_sizes && i < req->num_image_files; i++)
             msg.image_files_len += req->image_file_sizes[i];
     }
+    if (req->num_resume_tokens < 0 || (req->num_resume_tokens && !req->resume_tokens))
+        return strata_set_error(STRATA_EINVAL, "request resume tokens: %d but no array",
+                                req->num_resume_tokens);
+    msg.resume_tokens = req->resume_tokens;
+    msg.num_resume_tokens = (size_t)req->num_resume_tokens;
     if (req->vision) {
         const struct request_vision *v = req->vision;
         int K = v->num_deepstack;

@@ -57,6 +57,11 @@ struct stage_request {
     const uint32_t *image_file_sizes; /* [num_image_files] */
     const uint8_t *image_formats;     /* [num_image_files] enum wire_image_format, or NULL */
     int num_image_files;
+    /* Recovery (stage_recovery.c): the tokens already received for this request (steps
+     * 0..n-1), when a client resubmits it to a new stage 0; the request resumes at step n
+     * with the same tokens and sampler state as if it had never stopped. n < max_tokens. */
+    const int32_t *resume_tokens; /* [num_resume_tokens] or NULL */
+    int num_resume_tokens;
 };
 
 /* The parameters part of a request (everything except the prompt ids). */
@@ -66,6 +71,7 @@ struct request_params {
     int num_stop_ids;
     int32_t stop_ids[REQUEST_MAX_STOP_IDS];
     struct sampler_params sampling;
+    int resume_len; /* tokens generated before a recovery replay (Request.resume_tokens) */
 };
 
 /* Checks a read Request against the runtime's limits (prompt length, stop-id count and

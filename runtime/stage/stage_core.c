@@ -240,18 +240,7 @@ static void push_refusal(struct stage_core *core, uint64_t nonce, int code, cons
 static void release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
                     int status, const char *message) {
     struct stage_result_node *node = result_node(core, req->nonce);
-    struct stage_item **link = &core->queue_head;
-    core->queue_tail = NULL;
-    while (*link) {
-        struct stage_item *it = *link;
-        if (it->nonce == req->nonce) {
-            *link = it->next;
-            stage_item_put(core, it);
-        } else {
-            core->queue_tail = it;
-            link = &it->next;
-        }
-    }
+    stage_drop_items(core, req->nonce);
     if (node) {
         struct stage_result *r = &node->result;
         r->nonce = req->nonce;
@@ -402,6 +391,7 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
                                   msg->prompt[i], i, core->vocab);
     /* Qwen3-VL inputs: checked, prompt expanded, positions computed (stage_core_vl.c). */
     if (rc == 0) rc = stage_vl_prepare(core, &vl, &params.prompt_len, msg);
+
     if (rc < 0) {
         snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
     } else {
@@ -429,17 +419,9 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
             return 0;
         }
     }
+    if (params.resume_len > 0 && stage_recovery_admit_resumed(core, req, msg) < 0) return 0;
     if (forward_request(core, req, frame, len) < 0) return 0;
-    int chunk = prefill_chunk(core, params.prompt_len);
-    for (int pos = 0; pos < params.prompt_len; pos += chunk) {
-        int n = params.prompt_len - pos;
-        if (n > chunk) n = chunk;
-        if (enqueue(core, req->nonce, 0, pos, n, req->prompt + pos, 0, NULL) < 0) {
-            stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
-            return 0;
-        }
-    }
-    req->recv_pos = params.prompt_len;
+    stage_recovery_queue_prefill(core, req); /* the prompt (+ resumed tokens) in chunks */
     return 0;
 }
 
@@ -450,9 +432,11 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
                                 const uint8_t *frame, size_t len) {
     int r = core->opt.stage_index;
     struct request_params params;
-    struct stage_req *req = stage_find(core, msg->nonce);
+    struct stage_req *req;
     char why[512];
     int rc = request_params_from_wire(&params, msg);
+    if (rc == 0 && params.resume_len > 0) stage_recovery_drop_stale(core, msg);
+    req = stage_find(core, msg->nonce);
     if (rc == 0 && req && req->restored) {
         if ((int64_t)params.prompt_len + params.max_tokens - 1 > core->max_seq) {
             stage_fail(core, req, STRATA_ERANGE, 1, 1,
@@ -483,6 +467,7 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
         push_refusal(core, msg->nonce, rc, why);
         return 0;
     }
+    if (params.resume_len > 0 && stage_recovery_admit_resumed(core, req, msg) < 0) return 0;
     forward_request(core, req, frame, len);
     return 0;
 }
@@ -516,7 +501,7 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
                    msg->hidden.shape[0] <= core->opt.max_batch_tokens
                ? (int)msg->hidden.shape[0]
                : -1;
-    want_step = req->recv_pos < req->params.prompt_len
+    want_step = req->recv_pos < stage_prefill_len(req)
                     ? 0
                     : (uint64_t)(req->recv_pos - req->params.prompt_len + 1);
     if (msg->stage_to != r || msg->stage_from != r - 1) {
@@ -535,7 +520,7 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
     }
     if (msg->hidden.dtype != WIRE_DTYPE_F32 || rows < 1 ||
         msg->hidden.shape[1] != core->hidden_size || rows > core->opt.max_batch_tokens ||
-        (want_step == 0 && req->recv_pos + rows > req->params.prompt_len) ||
+        (want_step == 0 && req->recv_pos + rows > stage_prefill_len(req)) ||
         (want_step > 0 && rows != 1) || req->recv_pos + rows > core->max_seq ||
         want_step >= (uint64_t)req->params.max_tokens) {
         stage_fail(core, req, STRATA_EFORMAT, 1, 1,
@@ -574,6 +559,10 @@ void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t ste
         return;
     }
     req->tokens[req->n_generated++] = token;
+    if (req->replaying) { /* the first new token of a replayed request */
+        req->replaying = 0;
+        core->stats.recovered++;
+    }
     for (int i = 0; i < req->params.num_stop_ids; i++)
         if (token == req->params.stop_ids[i]) finish = WIRE_FINISH_STOP;
     if (finish == WIRE_FINISH_NONE && req->n_generated >= req->params.max_tokens)
@@ -593,7 +582,8 @@ void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t ste
 
 static int on_token_result(struct stage_core *core, const struct wire_token_result *msg) {
     struct stage_req *req = stage_find(core, msg->nonce);
-    if (!req) return 0; /* ended here already (cancelled or failed) */
+    if (!req) return 0;      /* ended here already (cancelled or failed) */
+    if (req->held) return 0; /* from the broken ring: the replay recomputes it */
     if (msg->num_tokens != 1) {
         stage_fail(core, req, STRATA_EFORMAT, 1, 1,
                    "stage %d: token result with %zu tokens, expected 1", core->opt.stage_index,
@@ -639,7 +629,10 @@ static int on_error(struct stage_core *core, enum stage_link from, const struct 
             STRATA_EPEER, "stage %d: the %s stage reported a connection error: %s",
             core->opt.stage_index, from == STAGE_LINK_PREV ? "previous" : "next",
             msg->message ? msg->message : "");
-    if (!req) return 0;
+    if (!req || req->held) return 0;
+    if (core->is_first && code == STRATA_EPEER &&
+        stage_recovery_hold(core, req, msg->message ? msg->message : "a stage link was lost"))
+        return 0; /* a link of the ring was lost: held for the replay */
     if (from == STAGE_LINK_PREV)
         stage_fail(core, req, code, 0, !core->is_first, "%s", msg->message ? msg->message : "");
     else
@@ -659,6 +652,8 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
         if (rc < 0) return rc;
         if (msg.kind == WIRE_CONTROL_PING)
             emit_control(core, from, client_id, WIRE_CONTROL_PONG, msg.nonce, msg.seq);
+        else if (msg.kind == WIRE_CONTROL_RESET && from == STAGE_LINK_PREV)
+            stage_recovery_on_reset(core, from, msg.seq);
         else if (msg.kind == WIRE_CONTROL_CANCEL && from != STAGE_LINK_NEXT) {
             struct stage_req *req = stage_find(core, msg.nonce);
             if (req && (from == STAGE_LINK_PREV || req->client_id == client_id))
@@ -718,6 +713,14 @@ int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint3
         if (link == STAGE_LINK_CLIENT) {
             if (core->is_first && req->client_id == client_id)
                 cancel_request(core, req, "client disconnected");
+        } else if (core->is_first && !req->held) {
+            char why[200];
+            snprintf(why, sizeof why, "stage 0: %s lost: %s", what, reason ? reason : "closed");
+            if (!stage_recovery_hold(core, req, why))
+                stage_fail(core, req, STRATA_EPEER, link == STAGE_LINK_NEXT,
+                           link == STAGE_LINK_PREV, "%s", why);
+        } else if (core->is_first) {
+            continue; /* held already */
         } else if (link == STAGE_LINK_PREV) {
             stage_fail(core, req, STRATA_EPEER, 0, 1, "stage %d: %s lost: %s", r, what,
                        reason ? reason : "closed");
@@ -767,6 +770,9 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
     for (int i = 0; i < core->max_batch; i++)
         out->active_requests += core->reqs[i].active;
     out->free_slots = core->max_batch - out->active_requests;
+    out->held_requests = 0;
+    for (int i = 0; i < core->max_batch; i++)
+        out->held_requests += core->reqs[i].active && core->reqs[i].held;
 }
 
 size_t stage_core_kv_bytes(const struct stage_core *core) {
@@ -781,4 +787,29 @@ void stage_core_get_info(const struct stage_core *core, struct stage_core_info *
                                     .max_seq = core->max_seq,
                                     .max_batch = core->max_batch,
                                     .device_kind = core->be->device_kind};
+}
+
+/* Wrappers of the static helpers above for stage_recovery.c. */
+void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
+                      uint64_t nonce, const char *message) {
+    emit_error(core, link, client_id, code, nonce, message);
+}
+
+void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                        enum wire_control_kind kind, uint64_t nonce, uint64_t seq) {
+    emit_control(core, link, client_id, kind, nonce, seq);
+}
+
+void stage_release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
+                   int status, const char *message) {
+    release(core, req, finish, status, message);
+}
+
+int stage_enqueue_ids(struct stage_core *core, uint64_t nonce, int pos, int n_tokens,
+                      const int32_t *tokens) {
+    return enqueue(core, nonce, 0, pos, n_tokens, tokens, 0, NULL);
+}
+
+int stage_prefill_chunk(const struct stage_core *core, int rows) {
+    return prefill_chunk(core, rows);
 }

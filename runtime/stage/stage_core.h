@@ -51,6 +51,8 @@
  *   - Control Cancel (client -> stage 0 -> ... -> last): frees the request everywhere.
  *   - Control Ping (any link): answered with a Pong on the same link (the TCP driver's
  *     keepalive for dead-peer detection); Pong, Drain and Shutdown are ignored here.
+ *   - Control Reset (stage 0 -> ... -> last -> stage 0) and Request.resume_tokens: in-flight
+ *     recovery after a stage died (stage_core_recovery_tick below; stage_recovery.c).
  *   - Error (between stages, and stage 0 -> client): a failed request. A stage that fails a
  *     request sends an Error both ways (upstream errors stop at stage 0, which tells the
  *     client; downstream errors travel the ring to stage 0); a stage forwards an Error only
@@ -117,6 +119,9 @@ struct stage_core_options {
     int max_batch_tokens; /* rows per microbatch; 0 -> chunk_size + max_batch */
     int keep_logits;      /* last stage: keep every sampled step's logits for results */
     int send_kv;          /* send a KvBlock after each request's prefill */
+    /* Stage 0 of S > 1: when the ring breaks, hold the in-flight requests this long (ms) for
+     * the ring to re-form, then replay them (stage_recovery.c); 0 = fail them at once. */
+    int recovery_timeout_ms;
 };
 
 struct stage_core; /* opaque */
@@ -212,8 +217,27 @@ struct stage_core_stats {
     uint64_t frames_in, frames_out;
     uint64_t refused; /* requests refused by admission control */
     uint64_t lost;    /* frames or results that could not be queued (out of memory) */
+    /* Recovery (stage 0): requests held for a broken ring now, requests replayed so far,
+     * and replayed requests that got their first new token so far. */
+    int held_requests;
+    uint64_t replayed;
+    uint64_t recovered;
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
+
+/* In-flight recovery (stage_recovery.c; design there). Stage 0 with recovery_timeout_ms > 0
+ * holds the requests of a broken ring instead of failing them. The driver calls this
+ * regularly (every loop) with the time and whether both of stage 0's ring links are up:
+ * it fails holds older than the timeout (an Error naming it to the client), and while
+ * requests are held and the links are up sends a Control Reset around the ring every
+ * 100 ms; its return proves the ring whole (every stage has dropped the held requests),
+ * and stage 0 replays each held request as a prefill of prompt + the tokens generated so
+ * far, resuming at the next step. Returns the number of requests still held. */
+int stage_core_recovery_tick(struct stage_core *core, int64_t now_ms, int ring_up);
+/* Sets recovery_timeout_ms after init (strata-stage's --recovery-timeout-ms). */
+void stage_core_set_recovery_timeout(struct stage_core *core, int timeout_ms);
+/* Fails every held request at once with `why` (stage 0 shutting down). */
+void stage_core_fail_held(struct stage_core *core, const char *why);
 
 /* KV bytes the backend holds (all slots at max_seq). */
 size_t stage_core_kv_bytes(const struct stage_core *core);

@@ -43,7 +43,19 @@ struct stage_req {
     struct sampler sampler;
     struct stage_vl *vl; /* stage 0, Qwen3-VL requests: vision inputs (else NULL) */
     int picked;          /* scratch: its first queued item is known while a microbatch is formed */
+    /* Recovery (stage 0, stage_recovery.c): waiting for the ring to re-form since
+     * held_at_ms (-1: not stamped yet), and why; replayed and not yet given a new token. */
+    int held;
+    int64_t held_at_ms;
+    int replaying;
+    char held_why[200];
 };
+
+/* Positions a request prefills (step 0 activations): its prompt, plus on a recovery replay
+ * the tokens generated before the break (the last row is sampled as step resume_len). */
+static inline int stage_prefill_len(const struct stage_req *req) {
+    return req->params.prompt_len + req->params.resume_len;
+}
 
 /* A unit of pending work: one prefill chunk or one decode row of one request. */
 struct stage_item {
@@ -125,6 +137,10 @@ struct stage_core {
     uint8_t *vl_visual;    /* [max_batch_tokens] */
     float *vl_deepstack;   /* [K * max_batch_tokens * H] */
     struct stage_core_stats stats;
+    /* Recovery (stage 0): the Reset attempt in flight (its seq) and when it was sent. */
+    uint64_t reset_epoch;
+    int64_t reset_sent_ms;
+    int reset_pending;
 };
 
 /* stage_core.c helpers used by the step. */
@@ -158,6 +174,41 @@ void stage_vl_item(const struct stage_core *core, const struct stage_item *it,
                    struct forward_item *fi);
 void stage_vl_attach(const struct stage_core *core, const struct forward_item *fi,
                      struct wire_activation *msg);
+
+/* stage_core_step.c: stores logits row `step` [V] of a request (--out). */
+int stage_keep_logits_row(struct stage_req *req, uint64_t step, const float *row, int V);
+
+/* stage_core.c wrappers for stage_recovery.c. */
+void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
+                      uint64_t nonce, const char *message);
+void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                        enum wire_control_kind kind, uint64_t nonce, uint64_t seq);
+/* Ends a request here without error frames (its result says why). */
+void stage_release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
+                   int status, const char *message);
+int stage_enqueue_ids(struct stage_core *core, uint64_t nonce, int pos, int n_tokens,
+                      const int32_t *tokens);
+int stage_prefill_chunk(const struct stage_core *core, int rows);
+
+/* stage_recovery.c: in-flight recovery (design in that file). */
+/* Drops a request's queued work items (it keeps its slot; release() uses it too). */
+void stage_drop_items(struct stage_core *core, uint64_t nonce);
+/* Stage 0: the ring broke under `req`; 1 when it is now held (recovery on and recoverable),
+ * 0 when the caller must fail it as before. */
+int stage_recovery_hold(struct stage_core *core, struct stage_req *req, const char *why);
+/* A Control Reset: stage 0 replays when it is its own; other stages drop and forward. */
+void stage_recovery_on_reset(struct stage_core *core, enum stage_link from, uint64_t seq);
+/* Any stage: a Request with resume tokens for a nonce still held here is stale: dropped. */
+void stage_recovery_drop_stale(struct stage_core *core, const struct wire_request *msg);
+/* After admitting a resumed Request: tokens 0..n-1 known, the sampler at step n (the last
+ * stage), stage 0's prompt row extended with them. */
+int stage_recovery_admit_resumed(struct stage_core *core, struct stage_req *req,
+                                 const struct wire_request *msg);
+/* Stage 0: queues the request's prefill (prompt + resume tokens) in chunks. */
+int stage_recovery_queue_prefill(struct stage_core *core, struct stage_req *req);
+/* Last stage with keep_logits: logits (kept) and samples of the replayed rows before the
+ * resumed step, checked against the tokens stage 0 sent; called before sampling. */
+void stage_recovery_replay_logits(struct stage_core *core, int n, const int *row_off);
 
 /* stage_pool.c: work items and the outgoing frame queue. */
 int stage_pool_init(struct stage_core *core, int num_items);

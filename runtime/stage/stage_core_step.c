@@ -155,7 +155,7 @@ static void send_kv(struct stage_core *core, struct stage_req *req, uint64_t ste
 
 /* Stores logits row `step` [V] of a request, growing its buffer geometrically (a request
  * that stops early never pays for max_tokens rows). */
-static int keep_logits_row(struct stage_req *req, uint64_t step, const float *row, int V) {
+int stage_keep_logits_row(struct stage_req *req, uint64_t step, const float *row, int V) {
     if (step >= (uint64_t)req->params.max_tokens) return 0;
     if ((int)step >= req->logits_cap) {
         int cap = req->logits_cap ? req->logits_cap * 2 : 16;
@@ -175,11 +175,12 @@ static int keep_logits_row(struct stage_req *req, uint64_t step, const float *ro
 static void sample_rows(struct stage_core *core, int n, const int *row_off) {
     int H = core->hidden_size, V = core->vocab, k = 0, rc;
     int which[n > 0 ? n : 1];
+    if (core->opt.keep_logits) stage_recovery_replay_logits(core, n, row_off);
     for (int i = 0; i < n; i++) {
         struct stage_item *it = core->picked[i];
         struct stage_req *req = stage_find(core, it->nonce);
         if (!req || row_off[i] < 0) continue;
-        if (it->step == 0 && it->pos + it->n_tokens < req->params.prompt_len)
+        if (it->step == 0 && it->pos + it->n_tokens < stage_prefill_len(req))
             continue; /* a prefill chunk that does not end the prompt */
         memcpy(core->last_rows + (size_t)k * H,
                core->hidden + (size_t)(row_off[i] + it->n_tokens - 1) * H, sizeof(float) * H);
@@ -191,6 +192,8 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
         struct stage_item *it = core->picked[which[j]];
         struct stage_req *req = stage_find(core, it->nonce);
         const float *row = core->logits + (size_t)j * V;
+        /* A prefill (a replay's too) ends with the step after its resumed tokens. */
+        uint64_t step = it->step == 0 && req ? (uint64_t)req->params.resume_len : it->step;
         int token;
         if (!req) continue;
         if (rc < 0) {
@@ -204,19 +207,19 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
                        core->opt.stage_index, strata_last_error());
             continue;
         }
-        if (core->opt.keep_logits && keep_logits_row(req, it->step, row, V) < 0) {
+        if (core->opt.keep_logits && stage_keep_logits_row(req, step, row, V) < 0) {
             stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory for logits",
                        core->opt.stage_index);
             continue;
         }
         if (core->is_first) {
-            stage_on_token(core, req, it->step, token); /* S = 1: the ring is local */
+            stage_on_token(core, req, step, token); /* S = 1: the ring is local */
         } else {
             struct wire_token_result msg;
             memset(&msg, 0, sizeof msg);
             req->tokens[req->n_generated++] = token;
             msg.nonce = req->nonce;
-            msg.step = it->step;
+            msg.step = step;
             msg.tokens = &token;
             msg.num_tokens = 1;
             rc = wire_build_token_result(&core->arena, &msg);
@@ -284,7 +287,7 @@ int stage_core_step(struct stage_core *core) {
                                     &core->items[item_of[i]]);
                     req = stage_find(core, it->nonce);
                     if (req && core->opt.send_kv && it->step == 0 &&
-                        it->pos + it->n_tokens == req->params.prompt_len)
+                        it->pos + it->n_tokens == stage_prefill_len(req))
                         send_kv(core, req, it->step);
                 }
             }

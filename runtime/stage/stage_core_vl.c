@@ -206,12 +206,15 @@ int stage_vl_build_forward(struct stage_core *core, const struct stage_req *req,
 
 /* Stage 0: the image rows of prefill chunk `it` (rows at `hidden`, microbatch row
  * `row_off`): embeddings substituted, and positions, mask and DeepStack rows laid out in
- * the core's microbatch scratch for the forward item `fi`. Decode rows get positions only. */
+ * the core's microbatch scratch for the forward item `fi`. Decode rows get positions only.
+ * A recovery replay's prefill (stage_recovery.c) runs past the prompt into the generated
+ * tokens: those rows are text rows at the positions their decode steps had. */
 void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
                    const struct stage_item *it, float *hidden, int row_off,
                    struct forward_item *fi) {
     const struct stage_vl *vl = req->vl;
     int n = it->n_tokens, H = core->hidden_size, K = vl->num_deepstack, img = 0, first;
+    int in_prompt = vl->prompt_len - it->pos < n ? vl->prompt_len - it->pos : n;
     int32_t *pos = core->vl_positions + 3 * (size_t)row_off;
     fi->mrope_positions = pos;
     if (it->step > 0) {
@@ -223,11 +226,15 @@ void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
     for (int i = 0; i < it->pos; i++)
         img += req->prompt[i] == core->be->cfg->image_token_id;
     first = img;
-    for (int r = 0; r < 3; r++)
+    if (in_prompt < 0) in_prompt = 0;
+    for (int r = 0; r < 3; r++) {
         memcpy(pos + r * n, vl->positions + (size_t)r * vl->prompt_len + it->pos,
-               sizeof(int32_t) * n);
+               sizeof(int32_t) * in_prompt);
+        for (int i = in_prompt; i < n; i++) /* replayed generated tokens (spec §5.3) */
+            pos[r * n + i] = it->pos + i + vl->rope_delta;
+    }
     for (int i = 0; i < n; i++) {
-        mask[i] = req->prompt[it->pos + i] == core->be->cfg->image_token_id;
+        mask[i] = i < in_prompt && req->prompt[it->pos + i] == core->be->cfg->image_token_id;
         for (int k = 0; k < K; k++) {
             float *dst = ds + ((size_t)k * n + i) * H;
             if (mask[i])

@@ -87,6 +87,9 @@ struct server {
     uint64_t ping_seq;
     int next_failures;
     char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
+    /* Recovery (stage 0; stage_recovery.c): what was last logged. */
+    int held_seen;
+    uint64_t replayed_seen, recovered_seen;
 };
 
 static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,
@@ -532,6 +535,32 @@ static void keepalive(struct server *s) {
     wire_arena_free(&arena);
 }
 
+/* Stage 0: drives in-flight recovery (stage_core_recovery_tick: expiry, the ring Reset,
+ * the replay) and logs its transitions - the hold, the replay, the first token after it
+ * (./strata bench recovery reads these lines' times). */
+static void recovery_tick(struct server *s) {
+    struct stage_core_stats st;
+    int held;
+    if (s->info.stage_index != 0 || s->info.num_stages < 2) return;
+    held = stage_core_recovery_tick(s->core, now_ms(), s->prev.fd >= 0 && s->next.fd >= 0);
+    stage_core_get_stats(s->core, &st);
+    if (held > 0 && s->held_seen == 0)
+        strata_log(STRATA_LOG_WARN,
+                   "ring broken: holding %d request(s) for the ring to re-form (up to "
+                   "--recovery-timeout-ms)",
+                   held);
+    if (st.replayed > s->replayed_seen)
+        strata_log(STRATA_LOG_INFO, "ring re-formed: replaying %llu request(s)",
+                   (unsigned long long)(st.replayed - s->replayed_seen));
+    if (st.recovered > s->recovered_seen)
+        strata_log(STRATA_LOG_INFO,
+                   "recovered: %llu request(s) got their first token after the replay",
+                   (unsigned long long)(st.recovered - s->recovered_seen));
+    s->held_seen = held;
+    s->replayed_seen = st.replayed;
+    s->recovered_seen = st.recovered;
+}
+
 /* TLS may hold decrypted bytes that poll() cannot see (wire_conn_buffered): marks such
  * conns readable. Returns whether there was one. */
 static int mark_buffered(struct server *s, struct pollfd *fds, const int *who, int n) {
@@ -599,6 +628,7 @@ static void loop_once(struct server *s) {
     flush(s);
     keepalive(s);
     drop_stalled(s);
+    recovery_tick(s);
     flush(s);
     drain_results(s);
     if (s->vision_rx && vision_rx_expire(s->vision_rx, now_ms()) > 0)
@@ -632,6 +662,7 @@ static void drain(struct server *s) {
         snprintf(why, sizeof why, "stage %d shut down before the request ended (%s)",
                  s->info.stage_index, *s->stop >= 2 ? "second signal" : "--drain-timeout-ms");
         stage_core_on_link_down(s->core, STAGE_LINK_PREV, 0, why);
+        stage_core_fail_held(s->core, why); /* stage 0 is going: nothing to replay them */
         flush(s);
         drain_results(s);
     } else {
@@ -666,8 +697,17 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->self.layer_end = s->info.role.layer_end;
     s->self.role = WIRE_ROLE_STAGE;
     snprintf(s->self.name, sizeof s->self.name, "strata-stage %d", s->info.stage_index);
-    rc = s->info.stage_index == 0 ? vision_rx_init(&s->vision_rx, 0, 0, 0) : 0;
-    if (rc == 0) rc = wire_listen(&s->listener, opt->listen_host, opt->listen_port);
+    int vrc = s->info.stage_index == 0 ? vision_rx_init(&s->vision_rx, 0, 0, 0) : 0;
+    rc = vrc == 0 ? wire_listen(&s->listener, opt->listen_host, opt->listen_port) : vrc;
+    if (vrc == 0 && rc < 0 && opt->standby) { /* the primary holds the port: wait for it */
+        strata_log(STRATA_LOG_INFO, "standby: port %d is taken (%s); waiting to take it over",
+                   opt->listen_port, strata_last_error());
+        while (rc < 0 && !*stop) {
+            usleep(20 * 1000);
+            rc = wire_listen(&s->listener, opt->listen_host, opt->listen_port);
+        }
+        if (rc == 0) strata_log(STRATA_LOG_WARN, "standby: took over port %d", opt->listen_port);
+    }
     if (rc < 0) goto done;
     strata_log(STRATA_LOG_INFO, "listening on %s:%d",
                opt->listen_host ? opt->listen_host : "127.0.0.1", s->listener.port);

@@ -55,6 +55,11 @@ struct stage_server_options {
     int step_delay_ms;    /* testing: sleep before each microbatch (a slow device) */
     int peer_timeout_ms;  /* a stage link silent this long is dead (pings keep it alive); 0 = off */
     int drain_timeout_ms; /* on stop: finish in-flight requests for at most this; 0 = none */
+    /* Standby (recovery, runtime/stage/stage_recovery.c): a second process for the same
+     * stage, weights loaded, that waits while listen_port is taken (the primary serves it)
+     * and takes the port over the moment it is free, so the ring re-forms without a cold
+     * start. Needs a fixed listen_port. */
+    int standby;
 };
 
 /* Runs until *stop becomes non-zero (signal handler), then drains: stops accepting,

@@ -4,10 +4,8 @@
 # started again on the same host, as its supervisor (systemd Restart=always, a Kubernetes
 # pod restart) would. The in-flight request must complete with the golden tokens, and the
 # last stage's --out (tokens + logits) must be byte-identical to a single-stage run's.
-#
-# EXPECTED TO FAIL until in-flight recovery is implemented (today the request fails with
-# EPEER within ~10 ms of the kill): tagged "manual" in BUILD.bazel, so `bazel test //...`
-# does not run it; run it by name, and drop the tag when recovery lands.
+# Stage 0 holds the request while stage 2 is away and replays it when the ring re-forms
+# (runtime/stage/stage_recovery.c; --recovery-timeout-ms, default 10 s).
 set -u
 . "$(dirname "$0")/netns_lib.sh"
 nl_init 4

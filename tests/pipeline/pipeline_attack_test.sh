@@ -27,7 +27,8 @@ steps=$(pl_golden_steps "$case")
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/badkey"
 export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
-opts=(--max-seq 512 --max-batch 4 --step-delay-ms 2)
+# --recovery-timeout-ms 0: a cut request fails at once (recovery: pipeline_recovery_test.sh).
+opts=(--max-seq 512 --max-batch 4 --step-delay-ms 2 --recovery-timeout-ms 0)
 pl_start_pipeline a 3 "$model" "${opts[@]}"
 p0=$(cat "$PL_WORK/a.0.port")
 p2=$(cat "$PL_WORK/a.2.port")

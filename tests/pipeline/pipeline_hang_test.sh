@@ -3,7 +3,8 @@
 # --peer-timeout-ms 1000 its neighbours declare it dead, so the in-flight request fails with
 # a clear error on the client and on every other stage within 2 s of the stop. After SIGCONT
 # the stale connections are replaced and a new request is served with the golden tokens.
-# Every link runs TLS 1.3 (the run's key as PSK).
+# Every link runs TLS 1.3 (the run's key as PSK). --recovery-timeout-ms 0: fail fast (no
+# replay; pipeline_recovery_test.sh covers that).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -13,7 +14,7 @@ model=$(pl_golden "$case")
 prompt=$(pl_golden_prompt "$case")
 want=$(pl_golden_generated "$case")
 steps=$(pl_golden_steps "$case")
-opts=(--max-seq 512 --max-batch 4 --step-delay-ms 20 --peer-timeout-ms 1000)
+opts=(--max-seq 512 --max-batch 4 --step-delay-ms 20 --peer-timeout-ms 1000 --recovery-timeout-ms 0)
 # A key of this run only (see pipeline_kill_test.sh).
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
 export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"

@@ -3,6 +3,8 @@
 # every surviving stage must report the request as failed with a clear error within 2 s (no
 # hang); after stage 2 is started again, the survivors reconnect and serve a new request
 # with the correct (golden) tokens. Every link runs TLS 1.3 (the run's key as PSK).
+# --recovery-timeout-ms 0: the fail-fast mode (stage 0 does not hold the request for a
+# replacement; pipeline_recovery_test.sh covers recovery and its timeout).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -17,7 +19,7 @@ steps=$(pl_golden_steps "$case")
 # never be joined by mistake.
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
 export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
-pl_start_pipeline k 4 "$model" --max-seq 512 --max-batch 4 --step-delay-ms 20
+pl_start_pipeline k 4 "$model" --max-seq 512 --max-batch 4 --step-delay-ms 20 --recovery-timeout-ms 0
 grep -q "links: TLS 1.3 with a pre-shared key" "$PL_WORK/k.0.log" ||
     pl_fail "the ring does not run on TLS (the key gives TLS 1.3 PSK on every link)"
 
@@ -54,7 +56,7 @@ for r in 0 1 3; do
 done
 
 # Restart stage 2; its neighbours reconnect (stage 1 re-reads stage 2's new port).
-pl_start_stage k 4 2 "$model" --max-seq 512 --max-batch 4 --step-delay-ms 20
+pl_start_stage k 4 2 "$model" --max-seq 512 --max-batch 4 --step-delay-ms 20 --recovery-timeout-ms 0
 pl_wait_log "$PL_WORK/k.1.log" "connected to next stage 2" 2 20 || pl_fail "stage 1 did not reconnect"
 pl_wait_log "$PL_WORK/k.3.log" "upstream stage 2 connected" 2 20 || pl_fail "stage 3 did not see stage 2 again"
 pl_wait_log "$PL_WORK/k.2.log" "connected to next stage 3" 1 20 || pl_fail "stage 2 did not reach stage 3"

@@ -3,7 +3,9 @@
  *  - layers [0,k) then [k,L) give bit-identical logits to [0,L) for every k, and so do
  *    4-stage and embed-only / head-only splits;
  *  - 1, 2 and 3 threads give bit-identical logits;
- *  - a request batched with others (prefill next to decode) equals the request run alone.
+ *  - a request batched with others (prefill next to decode) equals the request run alone;
+ *  - a replay (recovery) prefill of prompt + n generated tokens in chunks gives, row for row,
+ *    the logits of the decode steps it replaces, and decoding on from it the same logits.
  * Inputs are teacher-forced: the golden prompt, then the golden generated ids. */
 #include <math.h>
 #include <setjmp.h>
@@ -283,12 +285,89 @@ static void test_batched_equals_alone(void **state) {
     }
 }
 
+/* Logits row [V] of the replay's row at absolute position p (step p - P + 1), compared with
+ * the undisturbed run's step. */
+static void check_replay_row(const struct golden_case *gc, struct chain *ch, const float *row,
+                             int p, const float *alone, int n, int chunk) {
+    int V = gc->cfg.vocab_size, step = p - gc->n_prompt + 1;
+    float *logits = malloc((size_t)V * sizeof(float));
+    assert_non_null(logits);
+    if (reference_logits(ch->stage[ch->n - 1], logits, row, 1)) fail_msg("%s", strata_last_error());
+    if (memcmp(logits, alone + (size_t)step * (size_t)V, (size_t)V * sizeof(float)))
+        fail_msg("%s: replay of %d tokens in chunks of %d: step %d differs from the decode",
+                 gc->name, n, chunk, step);
+    free(logits);
+}
+
+/* Recovery (runtime/stage/stage_recovery.c) replays a request after a ring break as a
+ * prefill of prompt + the n tokens generated so far, cut in chunks, and samples step n from
+ * its last row (with --out the rows before it give steps 0..n-1 again). That holds only if a
+ * row's result does not depend on whether it was a decode step or one row of a chunked
+ * prefill: checked bit for bit here for several n and chunk sizes, and decoding on from the
+ * replayed KV cache gives the undisturbed logits too. */
+static void test_replay_prefill_is_bit_identical(void **state) {
+    (void)state;
+    for (int ci = 0; invariant_cases[ci]; ++ci) {
+        struct golden_case gc;
+        if (golden_case_open(&gc, invariant_cases[ci])) fail_msg("%s", strata_last_error());
+        int V = gc.cfg.vocab_size, H = gc.cfg.hidden_size, L = gc.cfg.num_layers;
+        int P = gc.n_prompt, bounds[3] = {0, L / 2, L}, slot;
+        struct request r = golden_request(&gc);
+        float *alone = run_alone(&gc, &r, bounds, 2, 0, 2);
+        int32_t *seq = malloc((size_t)(P + gc.n_steps) * sizeof *seq);
+        float *hidden = malloc((size_t)8 * (size_t)H * sizeof(float));
+        float *logits = malloc((size_t)V * sizeof(float));
+        assert_true(seq && hidden && logits);
+        golden_sequence(&gc, seq, P + gc.n_steps);
+        const int ns[3] = {1, gc.n_steps / 2, gc.n_steps - 1}, chunks[2] = {3, 8};
+        for (int ni = 0; ni < 3; ++ni) {
+            for (int k = 0; k < 2 && ns[ni] >= 1; ++k) {
+                int n = ns[ni], chunk = chunks[k], R = P + n;
+                struct chain ch;
+                chain_open(&ch, &gc, bounds, 2, 0, 2, 1, P + gc.n_steps);
+                for (int s = 0; s < ch.n; ++s)
+                    kv_cache_acquire(&ch.kv[s], &slot);
+                for (int pos = 0; pos < R; pos += chunk) {
+                    int rows = R - pos < chunk ? R - pos : chunk;
+                    struct forward_item item = {.slot = 0, .pos = pos, .n_tokens = rows};
+                    if (reference_embed(ch.stage[0], hidden, seq + pos, rows))
+                        fail_msg("%s", strata_last_error());
+                    for (int s = 0; s < ch.n; ++s)
+                        if (reference_forward(ch.stage[s], &ch.kv[s], hidden, &item, 1))
+                            fail_msg("%s", strata_last_error());
+                    for (int j = 0; j < rows; ++j)
+                        if (pos + j >= P - 1)
+                            check_replay_row(&gc, &ch, hidden + (size_t)j * (size_t)H, pos + j,
+                                             alone, n, chunk);
+                }
+                for (int step = n + 1; step < gc.n_steps; ++step) { /* decoding on */
+                    struct forward_item item = {.slot = 0, .pos = P + step - 1, .n_tokens = 1};
+                    chain_step(&ch, &gc, &item, &seq[P + step - 1], 1, logits);
+                    if (memcmp(logits, alone + (size_t)step * (size_t)V, (size_t)V * sizeof(float)))
+                        fail_msg("%s: decode step %d after a replay of %d tokens differs", gc.name,
+                                 step, n);
+                }
+                chain_close(&ch);
+            }
+        }
+        printf("%-18s replay of n = 1, %d, %d tokens in chunks of 3 and 8 == the decode steps: "
+               "bit-identical\n",
+               gc.name, gc.n_steps / 2, gc.n_steps - 1);
+        free(seq);
+        free(hidden);
+        free(logits);
+        free(alone);
+        golden_case_close(&gc);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kv_cache_equals_recompute),
         cmocka_unit_test(test_every_split_is_bit_identical),
         cmocka_unit_test(test_thread_counts_are_bit_identical),
         cmocka_unit_test(test_batched_equals_alone),
+        cmocka_unit_test(test_replay_prefill_is_bit_identical),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

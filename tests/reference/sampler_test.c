@@ -47,6 +47,31 @@ static void test_seed_replays(void **state) {
     assert_true(seeds_differ); /* the seed drives the draws */
 }
 
+/* sampler_skip(n) leaves the sampler where n samples would have (recovery resumes a
+ * request's sampler at step n this way), at temperature > 0 with cuts and greedy. */
+static void test_skip_equals_sampling(void **state) {
+    (void)state;
+    enum { V = 40 };
+    float logits[V], scratch[2 * V];
+    for (int i = 0; i < V; ++i)
+        logits[i] = cosf((float)i * 0.7f) * 3.0f;
+    const struct sampler_params cases[3] = {
+        {0.8f, 0, 1.0f, 5}, {1.1f, 7, 0.9f, 99}, {0.0f, 0, 1.0f, 3}};
+    for (int c = 0; c < 3; ++c) {
+        for (int n = 0; n < 20; n += 7) {
+            struct sampler run, skipped;
+            sampler_init(&run, &cases[c]);
+            sampler_init(&skipped, &cases[c]);
+            for (int i = 0; i < n; ++i)
+                (void)sampler_sample(&run, logits, V, scratch);
+            sampler_skip(&skipped, n);
+            for (int i = 0; i < 30; ++i)
+                assert_int_equal(sampler_sample(&run, logits, V, scratch),
+                                 sampler_sample(&skipped, logits, V, scratch));
+        }
+    }
+}
+
 static void test_cuts_collapse_to_greedy(void **state) {
     (void)state;
     enum { V = 30 };
@@ -95,9 +120,8 @@ static void test_distribution(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_greedy_first_max),
-        cmocka_unit_test(test_seed_replays),
-        cmocka_unit_test(test_cuts_collapse_to_greedy),
+        cmocka_unit_test(test_greedy_first_max),     cmocka_unit_test(test_seed_replays),
+        cmocka_unit_test(test_skip_equals_sampling), cmocka_unit_test(test_cuts_collapse_to_greedy),
         cmocka_unit_test(test_distribution),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

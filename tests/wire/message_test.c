@@ -209,6 +209,7 @@ static void request_round_trips_with_defaults(void **state) {
     assert_true(got.max_tokens == 1 && got.temperature == 0.0f && got.top_k == 0);
     assert_true(got.top_p == 1.0f); /* the schema default, not written */
     assert_true(got.seed == 0 && got.num_stop_ids == 0 && got.stop_ids == NULL);
+    assert_true(got.num_resume_tokens == 0 && got.resume_tokens == NULL);
     /* Zero-copy: the prompt points into the frame. */
     assert_true((const uint8_t *)got.prompt > wire_arena_frame(&arena) &&
                 (const uint8_t *)got.prompt <
@@ -242,6 +243,35 @@ static void request_builder_refuses_bad_messages(void **state) {
     msg = good;
     msg.num_stop_ids = 2;
     assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    /* Recovery: at most max_tokens - 1 tokens can precede the resumed step. */
+    static const int32_t done[3] = {4, 5, 6};
+    msg = good;
+    msg.resume_tokens = done;
+    msg.num_resume_tokens = 3;
+    assert_int_equal(wire_build_request(&arena, &msg), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "fewer than max_tokens 3"));
+    wire_arena_free(&arena);
+}
+
+/* A recovery Request (in-flight replay) carries the tokens generated before the break. */
+static void request_resume_tokens_round_trip(void **state) {
+    (void)state;
+    static const int32_t prompt[2] = {1, 2}, done[2] = {9, 8};
+    struct wire_request msg = {.nonce = 5,
+                               .prompt = prompt,
+                               .prompt_len = 2,
+                               .max_tokens = 3,
+                               .top_p = 1.0f,
+                               .resume_tokens = done,
+                               .num_resume_tokens = 2};
+    struct wire_request got;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(wire_build_request(&arena, &msg), 0);
+    assert_int_equal(
+        wire_read_request(&got, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_true(got.num_resume_tokens == 2 && got.resume_tokens[0] == 9 &&
+                got.resume_tokens[1] == 8);
     wire_arena_free(&arena);
 }
 
@@ -420,6 +450,7 @@ int main(void) {
         cmocka_unit_test(verifier_refuses_truncation_and_garbage),
         cmocka_unit_test(request_round_trips_with_defaults),
         cmocka_unit_test(request_builder_refuses_bad_messages),
+        cmocka_unit_test(request_resume_tokens_round_trip),
         cmocka_unit_test(request_verifier_refuses_reserved_nonce_and_bad_values),
         cmocka_unit_test(request_image_files_checked),
         cmocka_unit_test(mutations_never_crash),

@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Recovery benchmark (not a test; issue 15): how long a pipeline request stalls when a stage
+# dies mid-request. For 2 and 4 stages, two requests are in flight when stage 1 is killed
+# (SIGKILL); the stage comes back either
+#   - restart: the same command started again at once (what systemd Restart=always or a pod
+#     restart does, minus the supervisor's own delay), a cold start: load + connect, or
+#   - standby: a second strata-stage --standby for the same layers, weights loaded, waiting
+#     on the primary's port, takes the port over.
+# Printed per case (medians of BENCH_REPEAT rounds, default 3): from the kill to the ring
+# re-forming (stage 0 replays) and to the first new token (the replay's compute included);
+# every run's tokens are checked against an undisturbed run.
+# Model: as tools/bench_pipeline.sh (a random-weight Qwen3, H=1024, 8 layers, generated once)
+# unless BENCH_MODEL names one. Env: BENCH_MODEL, BENCH_THREADS (default nproc / S),
+# BENCH_TOKENS (default 160), BENCH_KILL_AFTER_S (default 1.5), BENCH_REPEAT.
+set -u
+cd "$(dirname "$0")/.."
+bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
+    >/dev/null 2>&1 ||
+    { bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench; exit 1; }
+STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
+export STRATA_BIN_DIR
+. tests/pipeline/pipeline_lib.sh
+pl_init
+N=${BENCH_TOKENS:-160}
+kill_after=${BENCH_KILL_AFTER_S:-1.5}
+model=${BENCH_MODEL:-}
+if [ -z "$model" ]; then
+    model="${TMPDIR:-/tmp}/strata-bench-model"
+    [ -f "$model/model.safetensors" ] ||
+        "$STRATA_BIN_DIR/runtime/strata-stage-bench" make-model --out "$model" >/dev/null ||
+        pl_fail "cannot generate the benchmark model"
+fi
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
+export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
+prompts=(--prompt 1,2,3,4,5,6,7,8,9,10,11,12 --prompt 21,22,23,24,25,26,27,28)
+stamp() { sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p' | head -n 1; }
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+
+# one_round TAG S MODE: sets R_REFORM and R_FIRST (seconds from the kill).
+one_round() {
+    local tag=$1 S=$2 mode=$3 r=1 threads port killed_at reform first t
+    threads=${BENCH_THREADS:-$(($(nproc) / S > 0 ? $(nproc) / S : 1))}
+    local opts=(--threads "$threads" --max-seq 512 --max-batch 4)
+    pl_start_pipeline "$tag" "$S" "$model" "${opts[@]}"
+    pl_client "$tag" "${prompts[@]}" --max-tokens "$N" >"$PL_WORK/$tag.ref" ||
+        pl_fail "$tag: undisturbed run failed"
+    if [ "$mode" = standby ]; then
+        port=$(cat "$PL_WORK/$tag.$r.port")
+        "$PL_STAGE" --model "$model" --num-stages "$S" --stage-idx "$r" --standby \
+            --listen "127.0.0.1:$port" --port-file "$PL_WORK/$tag.$r.port" \
+            --next-port-file "$PL_WORK/$tag.$(((r + 1) % S)).port" "${opts[@]}" \
+            >/dev/null 2>"$PL_WORK/$tag.standby.log" &
+        PL_PIDS="$PL_PIDS $!"
+        pl_wait_log "$PL_WORK/$tag.standby.log" "standby: port" 1 60 || pl_fail "$tag: no standby"
+    fi
+    pl_client "$tag" "${prompts[@]}" --max-tokens "$N" >"$PL_WORK/$tag.run" 2>&1 &
+    local client=$!
+    PL_PIDS="$PL_PIDS $client"
+    sleep "$kill_after"
+    kill -0 "$client" 2>/dev/null || pl_fail "$tag: the requests ended before the kill (raise BENCH_TOKENS)"
+    killed_at=$(date +%s.%N) # before the kill: never under-reports
+    kill -9 "$(pl_pid "$tag" "$r")"
+    { wait "$(pl_pid "$tag" "$r")"; } 2>/dev/null
+    [ "$mode" = restart ] && pl_start_stage "$tag" "$S" "$r" "$model" "${opts[@]}"
+    wait "$client" || pl_fail "$tag: the requests did not survive: $(cat "$PL_WORK/$tag.run")"
+    for k in 0 1; do
+        [ "$(pl_tokens_of "$PL_WORK/$tag.run" $k)" = "$(pl_tokens_of "$PL_WORK/$tag.ref" $k)" ] ||
+            pl_fail "$tag: request $k's tokens after the recovery differ from the undisturbed run"
+    done
+    reform=$(grep "ring re-formed" "$PL_WORK/$tag.0.log" | stamp)
+    first=$(grep "recovered: " "$PL_WORK/$tag.0.log" | stamp)
+    R_REFORM=$(pl_secs_between "$killed_at" "$reform")
+    R_FIRST=$(pl_secs_between "$killed_at" "$first")
+    pl_cleanup
+}
+
+echo "recovery benchmark: $(grep -o '"num_hidden_layers": *[0-9]*' "$model/config.json" | tr -d '"')," \
+    "hidden $(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$model/config.json"), 2 requests of $N tokens," \
+    "stage 1 killed ${kill_after} s in, $(nproc) cores; medians of ${BENCH_REPEAT:-3} rounds; tokens checked"
+printf "%-8s %-8s %22s %28s\n" stages replace "kill -> ring re-formed" "kill -> first token after"
+for S in 2 4; do
+    for mode in restart standby; do
+        reforms="" firsts=""
+        for ((rep = 0; rep < ${BENCH_REPEAT:-3}; rep++)); do
+            one_round "$mode$S$rep" "$S" "$mode"
+            reforms="$reforms $R_REFORM"
+            firsts="$firsts $R_FIRST"
+        done
+        printf "%-8s %-8s %20.3f s %26.3f s\n" "$S" "$mode" "$(echo "$reforms" | median)" \
+            "$(echo "$firsts" | median)"
+    done
+done
