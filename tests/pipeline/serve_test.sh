@@ -2,7 +2,7 @@
 # Integration: strata-serve (the OpenAI-compatible HTTP front) before a 2-stage pipeline on a
 # tiny random checkpoint with the real Qwen3 vocabulary (made at test time, as
 # pipeline_text_test.sh does), driven by curl: the whole answer equals the streamed deltas
-# equals strata-client --chat's text; 8 concurrent streams equal their solo runs; a client
+# equals strata-client --chat's text; 16 concurrent streams equal their solo runs; a client
 # that disconnects mid-stream gets its request cancelled; every malformed request gets its
 # 4xx OpenAI error and the server keeps serving; /v1/models, /health, /metrics answer.
 set -u
@@ -19,7 +19,7 @@ cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
     "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" "$model/" ||
     pl_fail "cannot copy the tokenizer files"
 
-pl_start_pipeline s 2 "$model" --max-seq 256
+pl_start_pipeline s 2 "$model" --max-seq 256 --max-batch 16
 # shellcheck disable=SC2046
 "$SERVE" --model "$model" --stage0-port-file "$PL_WORK/s.0.port" --port-file "$PL_WORK/http.port" \
     --max-seq 256 $(pl_security_default) 2>>"$PL_WORK/serve.log" &
@@ -88,24 +88,24 @@ if [ -n "$stop" ]; then
     echo "stop string: cut to ${#cut} chars, whole and streamed"
 fi
 
-# 2. 8 concurrent streams, each equal to its solo run.
-for i in 1 2 3 4 5 6 7 8; do
+# 2. 16 concurrent streams, each equal to its solo run.
+for i in $(seq 1 16); do
     post /v1/chat/completions "{$msg, \"max_tokens\": 32, \"temperature\": 1.0, \"seed\": $i}" |
         jq_py 'd["choices"][0]["message"]["content"]' >"$PL_WORK/solo.$i"
 done
 curls=""
-for i in 1 2 3 4 5 6 7 8; do
+for i in $(seq 1 16); do
     curl -sS -N -H 'Content-Type: application/json' --data-binary \
         "{$msg, \"max_tokens\": 32, \"temperature\": 1.0, \"seed\": $i, \"stream\": true}" \
         "$URL/v1/chat/completions" >"$PL_WORK/conc.$i.sse" &
     curls="$curls $!"
 done
 for p in $curls; do wait "$p" || pl_fail "a concurrent curl failed"; done
-for i in 1 2 3 4 5 6 7 8; do
+for i in $(seq 1 16); do
     { deltas <"$PL_WORK/conc.$i.sse"; echo; } | cmp -s - "$PL_WORK/solo.$i" ||
         pl_fail "concurrent stream $i differs from its solo run"
 done
-echo "8 concurrent streams == their solo runs"
+echo "16 concurrent streams == their solo runs"
 
 # 3. A client that disconnects mid-stream: its request is cancelled, nothing stays in flight.
 curl -sS -N --max-time 0.5 -H 'Content-Type: application/json' --data-binary \
