@@ -172,6 +172,20 @@ uint32_t fb_string(struct wire_arena *arena, const char *str, size_t len) {
     return arena->error ? 0 : (uint32_t)arena->size;
 }
 
+uint32_t fb_offset_vector(struct wire_arena *arena, const uint32_t *targets, size_t count) {
+    if (arena->in_table || count > UINT32_MAX / 4) {
+        arena_fail(arena, strata_set_error(STRATA_EINVAL, "wire builder: bad offset vector"));
+        return 0;
+    }
+    arena_prep(arena, 4, 4 * count);
+    for (size_t i = count; i-- > 0;) { /* back to front: element 0 ends up first */
+        uint8_t *p = arena_claim(arena, 4);
+        if (p) put_le(p, (uint32_t)(arena->size - targets[i]), 4);
+    }
+    arena_push_scalar(arena, (uint32_t)count, 4);
+    return arena->error ? 0 : (uint32_t)arena->size;
+}
+
 void fb_table_start(struct wire_arena *arena) {
     if (arena->in_table)
         arena_fail(arena, strata_set_error(STRATA_EINVAL, "wire builder: nested table"));
@@ -356,6 +370,17 @@ static int verify_field(struct verifier *v, const struct fb_table *t,
             return bad(desc, id, target, "bad vector");
         return 0;
     case FB_TABLE: return verify_table(v, &child, target, f->table, depth + 1);
+    case FB_TABLE_VECTOR: {
+        if (verify_vector(v, target, 4, 4, 0)) return bad(desc, id, target, "bad vector");
+        uint64_t count = get_le(v->buf + target, 4), elem;
+        for (uint64_t i = 0; i < count; ++i) {
+            if (verify_offset(v, target + 4 + 4 * i, &elem))
+                return bad(desc, id, target + 4 + 4 * i, "vector element out of bounds");
+            int rc = verify_table(v, &child, elem, f->table, depth + 1);
+            if (rc) return rc;
+        }
+        return 0;
+    }
     case FB_UNION: {
         uint64_t type = id > 0 ? fb_get_scalar(t, id - 1, 1, 0) : 0;
         if (type == 0 || type >= (uint64_t)f->num_members || !f->members[type])
@@ -426,15 +451,24 @@ size_t fb_get_ref(const struct fb_table *t, int id) {
     return pos + get_le(t->buf + pos, 4);
 }
 
+void fb_table_at(struct fb_table *out, const uint8_t *buf, size_t pos) {
+    int64_t soffset = (int32_t)(uint32_t)get_le(buf + pos, 4);
+    out->buf = buf;
+    out->pos = pos;
+    out->vtable = (size_t)((int64_t)pos - soffset);
+    out->vtable_size = (uint16_t)get_le(buf + out->vtable, 2);
+    out->table_size = (uint16_t)get_le(buf + out->vtable + 2, 2);
+}
+
+void fb_get_vector_table(struct fb_table *out, const struct fb_table *t, int id, size_t i) {
+    size_t elem = fb_get_ref(t, id) + 4 + 4 * i;
+    fb_table_at(out, t->buf, elem + (size_t)get_le(t->buf + elem, 4));
+}
+
 int fb_get_table(struct fb_table *out, const struct fb_table *t, int id) {
     size_t pos = fb_get_ref(t, id);
     if (!pos) return 0;
-    int64_t soffset = (int32_t)(uint32_t)get_le(t->buf + pos, 4);
-    out->buf = t->buf;
-    out->pos = pos;
-    out->vtable = (size_t)((int64_t)pos - soffset);
-    out->vtable_size = (uint16_t)get_le(t->buf + out->vtable, 2);
-    out->table_size = (uint16_t)get_le(t->buf + out->vtable + 2, 2);
+    fb_table_at(out, t->buf, pos);
     return 1;
 }
 

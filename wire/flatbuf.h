@@ -36,6 +36,9 @@ uint32_t fb_vector(struct wire_arena *arena, const void *elems, size_t count, si
                    size_t align);
 /* A string of `len` bytes (a NUL is appended). */
 uint32_t fb_string(struct wire_arena *arena, const char *str, size_t len);
+/* A vector of `count` tables (or strings) finished earlier, `targets` their offsets-from-end:
+ * each element is a uoffset from itself to its object (spec flatbuffers-binary.md §4). */
+uint32_t fb_offset_vector(struct wire_arena *arena, const uint32_t *targets, size_t count);
 
 void fb_table_start(struct wire_arena *arena);
 /* Scalars are skipped when equal to the schema default, as flatc does. */
@@ -57,6 +60,7 @@ enum fb_field_kind {
     FB_STRING,
     FB_VECTOR,     /* size = element size, align = element alignment */
     FB_TABLE,      /* table = descriptor of the target */
+    FB_TABLE_VECTOR, /* a vector of tables, each described by `table` */
     FB_UNION_TYPE, /* u8; the next id holds the value */
     FB_UNION       /* members = descriptors indexed by type, num_members of them */
 };
@@ -101,5 +105,9 @@ size_t fb_get_ref(const struct fb_table *t, int id);
 int fb_get_table(struct fb_table *out, const struct fb_table *t, int id);
 /* A vector field: count and pointer to its first element (NULL/0 when absent). */
 const uint8_t *fb_get_vector(const struct fb_table *t, int id, size_t *count);
+/* The verified table at byte `pos` of `buf` (to re-open a table found earlier). */
+void fb_table_at(struct fb_table *out, const uint8_t *buf, size_t pos);
+/* Element i of a verified vector of tables (field `id`, i < its count). */
+void fb_get_vector_table(struct fb_table *out, const struct fb_table *t, int id, size_t i);
 
 #endif

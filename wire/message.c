@@ -109,9 +109,10 @@ enum { ERROR_CODE, ERROR_MESSAGE, ERROR_NONCE };
 static const struct fb_field_desc error_fields[] = {SCALAR(4), STRING, SCALAR(8)};
 static const struct fb_table_desc error_desc = {"Error", 3, error_fields};
 
-enum { CONTROL_KIND, CONTROL_NONCE, CONTROL_SEQ };
-static const struct fb_field_desc control_fields[] = {SCALAR(1), SCALAR(8), SCALAR(8)};
-static const struct fb_table_desc control_desc = {"Control", 3, control_fields};
+enum { CONTROL_KIND, CONTROL_NONCE, CONTROL_SEQ, CONTROL_STAGES = WMSG_CONTROL_STAGES };
+static const struct fb_field_desc control_fields[] = {
+    SCALAR(1), SCALAR(8), SCALAR(8), {FB_TABLE_VECTOR, 4, 4, &wmsg_stage_info_desc, NULL, 0}};
+static const struct fb_table_desc control_desc = {"Control", 4, control_fields};
 
 enum {
     REQUEST_NONCE,
@@ -390,8 +391,10 @@ int wire_build_error(struct wire_arena *a, const struct wire_error *m) {
 }
 
 int wire_build_control(struct wire_arena *a, const struct wire_control *m) {
-    fb_begin(a, 256);
+    fb_begin(a, 256 + 512 * (m->num_stages <= WIRE_MAX_DESCRIBE_STAGES ? m->num_stages : 0));
+    uint32_t stages = wmsg_build_stages(a, m);
     fb_table_start(a);
+    fb_add_offset(a, CONTROL_STAGES, stages);
     fb_add_u64(a, CONTROL_NONCE, m->nonce, 0);
     fb_add_u64(a, CONTROL_SEQ, m->seq, 0);
     fb_add_u8(a, CONTROL_KIND, (uint8_t)m->kind, 0);
@@ -670,9 +673,9 @@ static int parse_control(struct wire_control *out, const struct fb_table *t) {
     out->kind = (enum wire_control_kind)fb_get_scalar(t, CONTROL_KIND, 1, 0);
     out->nonce = fb_get_scalar(t, CONTROL_NONCE, 8, 0);
     out->seq = fb_get_scalar(t, CONTROL_SEQ, 8, 0);
-    if (out->kind > WIRE_CONTROL_RESET)
+    if (out->kind > WIRE_CONTROL_DESCRIBE)
         return strata_set_error(STRATA_EVERSION, "wire: Control.kind %d unknown", (int)out->kind);
-    return 0;
+    return wmsg_parse_control_stages(out, t, CONTROL_STAGES);
 }
 
 static int parse_request(struct wire_request *out, const struct fb_table *t) {

@@ -100,7 +100,8 @@ enum wire_control_kind {
     WIRE_CONTROL_CANCEL = 2,
     WIRE_CONTROL_DRAIN = 3,
     WIRE_CONTROL_SHUTDOWN = 4,
-    WIRE_CONTROL_RESET = 5 /* recovery: drop every held request, forward (stage_recovery.c) */
+    WIRE_CONTROL_RESET = 5,   /* recovery: drop every held request, forward (stage_recovery.c) */
+    WIRE_CONTROL_DESCRIBE = 6 /* the ring's stages, each appending its own (stage_describe.c) */
 };
 
 /* One tensor. On build, `data` points at `nbytes` of payload already in the codec's
@@ -190,10 +191,33 @@ struct wire_error {
     uint64_t nonce;
 };
 
+/* One stage as it describes itself in a Control Describe (schema table StageInfo). The reader
+ * checks 0 <= stage_index < num_stages, 0 <= layer_start <= layer_end and tp, kvp >= 1;
+ * strings point into the frame ("" when absent). */
+#define WIRE_MAX_DESCRIBE_STAGES 256 /* entries in one Describe */
+struct wire_stage_info {
+    int32_t stage_index, num_stages;
+    int32_t layer_start, layer_end; /* owned decoder layers [layer_start, layer_end) */
+    int embed, head, vision;        /* the roles it holds */
+    const char *device;             /* the backend's own words ("cpu, 4 threads", "cuda:0, ...") */
+    int32_t tp, kvp;                /* grid degrees (1 = none) */
+    int32_t threads;
+    const char *weights_dtype; /* "bf16", "q8" */
+    const char *version;       /* "strata X.Y.Z" */
+    int32_t max_seq, max_batch;
+};
+
 struct wire_control {
     enum wire_control_kind kind;
     uint64_t nonce;
     uint64_t seq;
+    /* Describe (1.1, appended): the stages so far, in ring order. On build `stages` is an
+     * array of num_stages (0 .. WIRE_MAX_DESCRIBE_STAGES); on read it is NULL and
+     * wire_control_stage() decodes entry i. */
+    const struct wire_stage_info *stages;
+    size_t num_stages;
+    const uint8_t *stages_frame; /* read only: the frame and the Control table's position */
+    size_t stages_table;
 };
 
 /* A client's request (client -> stage 0, then forwarded stage to stage). The reader checks
@@ -307,6 +331,9 @@ int wire_read_control(struct wire_control *out, const void *frame, size_t len);
 int wire_read_request(struct wire_request *out, const void *frame, size_t len);
 int wire_read_vision_block(struct wire_vision_block *out, const void *frame, size_t len);
 int wire_read_vision_ack(struct wire_vision_ack *out, const void *frame, size_t len);
+
+/* Entry i of a read Control Describe (0 <= i < num_stages; checked by the reader). */
+struct wire_stage_info wire_control_stage(const struct wire_control *msg, size_t i);
 
 /* Segment i of a read activation (0 <= i < num_segments). */
 struct wire_segment wire_activation_segment(const struct wire_activation *msg, size_t i);

@@ -25,6 +25,14 @@ int wmsg_finish_frame(struct wire_arena *a, enum wire_kind kind, uint32_t body);
 /* Verifies a frame and returns its body table when it holds `want`. */
 int wmsg_open_kind(struct fb_table *body, enum wire_kind want, const void *frame, size_t len);
 
+/* Control Describe's stage list (message_describe.c): Control field `stages`. */
+#define WMSG_CONTROL_STAGES 3
+extern const struct fb_table_desc wmsg_stage_info_desc;
+/* Builds the StageInfo tables and their vector (0 when there are none; failures sticky in
+ * the arena); parses and checks them into out->num_stages / stages_*. */
+uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m);
+int wmsg_parse_control_stages(struct wire_control *out, const struct fb_table *t, int id);
+
 int wmsg_parse_vision_block(struct wire_vision_block *out, const struct fb_table *t);
 int wmsg_parse_vision_ack(struct wire_vision_ack *out, const struct fb_table *t);
 

@@ -170,7 +170,7 @@ static void *source_main(void *arg) {
         free(plan.payload);
         plan.payload = NULL;
     }
-    struct wire_control stop = {WIRE_CONTROL_SHUTDOWN, 0, (uint64_t)n->opt->frames};
+    struct wire_control stop = {.kind = WIRE_CONTROL_SHUTDOWN, .seq = (uint64_t)n->opt->frames};
     if (!rc) rc = wire_build_control(&arena, &stop);
     if (!rc)
         rc = wire_send_frame(&conn, wire_arena_frame(&arena), wire_arena_frame_len(&arena),

@@ -5,7 +5,8 @@
  *      (t, h, w) triples, is refused;
  *  (d) frames of a hypothetical next minor (1.2) schema (extra fields, new union member,
  *      new enum value) and of major 2, built by flatc, get the documented behaviour from
- *      our reader.
+ *      our reader;
+ *  (e) the Control Describe's vector of StageInfo tables both ways, and a bad entry refused.
  * Skipped with a reason when flatc is not installed (`./strata setup` installs it). */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -152,7 +153,7 @@ static void newer_minor_with_extra_fields_reads_fine(void **state) {
     frame = flatc_binary(schema, "control_pause_v1_1", &len);
     struct wire_control control;
     assert_int_equal(wire_read_control(&control, frame, len), STRATA_EVERSION);
-    assert_non_null(strstr(strata_last_error(), "Control.kind 6 unknown"));
+    assert_non_null(strstr(strata_last_error(), "Control.kind 7 unknown"));
     free(frame);
 }
 
@@ -191,6 +192,49 @@ static void request_grids_not_triples_refused(void **state) {
     free(frame);
 }
 
+/* Control Describe (1.1, appended: kind 6 + the `stages` vector of StageInfo tables): our
+ * bytes read by flatc give the golden JSON; flatc's bytes (plain and with every default
+ * written) read back as the sample; an entry with layers [4, 2) is refused. */
+static void describe_both_directions(void **state) {
+    (void)state;
+    struct wire_arena arena;
+    char path[2048], args[8192], got[4096];
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(sample_build_describe(&arena), 0);
+    snprintf(path, sizeof path, "%s/ours_control_describe.bin", work_dir);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(wire_arena_frame(&arena), 1, wire_arena_frame_len(&arena), f),
+                     wire_arena_frame_len(&arena));
+    fclose(f);
+    wire_arena_free(&arena);
+    snprintf(args, sizeof args,
+             "--json --strict-json --defaults-json --raw-binary -o json '%s' -- "
+             "ours_control_describe.bin",
+             test_path("wire/strata.fbs"));
+    run_flatc(args);
+    snprintf(got, sizeof got, "%s/json/ours_control_describe.json", work_dir);
+    assert_json_files_equal(got, test_path("tests/wire/testdata/control_describe.json"));
+    for (int variant = 0; variant < 2; ++variant) {
+        size_t len;
+        char *frame = flatc_binary_with(variant ? "--force-defaults" : "",
+                                        test_path("wire/strata.fbs"), "control_describe", &len);
+        struct wire_control control;
+        if (wire_read_control(&control, frame, len)) fail_msg("%s", strata_last_error());
+        int line = sample_check_describe(&control);
+        if (line) fail_msg("flatc-built describe differs at samples.c:%d", line);
+        free(frame);
+    }
+    size_t len;
+    char *frame = flatc_binary(test_path("wire/strata.fbs"), "control_describe_bad", &len);
+    struct wire_control control;
+    enum wire_kind kind;
+    assert_int_equal(wire_verify(&kind, NULL, frame, len), STRATA_EFORMAT);
+    assert_int_equal(wire_read_control(&control, frame, len), STRATA_EFORMAT);
+    assert_non_null(strstr(strata_last_error(), "entry 1: stage 1 of 2, layers [4, 2)"));
+    free(frame);
+}
+
 int main(void) {
     struct stat st;
     if (stat(FLATC, &st) != 0) {
@@ -214,6 +258,7 @@ int main(void) {
         cmocka_unit_test(request_grids_not_triples_refused),
         cmocka_unit_test(other_major_is_refused_naming_both_versions),
         cmocka_unit_test(reserved_request_nonce_is_refused),
+        cmocka_unit_test(describe_both_directions),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -377,6 +377,77 @@ static void request_verifier_refuses_reserved_nonce_and_bad_values(void **state)
 }
 
 /* Deterministic xorshift so failures reproduce. */
+/* Control Describe (1.1, appended): the stage list round trips, truncations are refused,
+ * and the builder refuses entries a reader would refuse. */
+static void describe_round_trips_and_truncations_refused(void **state) {
+    (void)state;
+    struct wire_arena arena;
+    struct wire_control ctl;
+    enum wire_kind kind;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    assert_int_equal(sample_build_describe(&arena), 0);
+    size_t len;
+    uint8_t *frame = copy_frame(&arena, &len);
+    assert_int_equal(wire_verify(&kind, NULL, frame, len), 0);
+    assert_int_equal(kind, WIRE_KIND_CONTROL);
+    assert_int_equal(wire_read_control(&ctl, frame, len), 0);
+    int line = sample_check_describe(&ctl);
+    if (line) fail_msg("describe differs at samples.c:%d", line);
+    /* A cut frame is refused, or (only trailing padding cut) reads back whole; never a read
+     * past the end (ASan). */
+    int refused = 0;
+    for (size_t cut = 0; cut < len; cut++) {
+        uint8_t *part = malloc(cut ? cut : 1);
+        memcpy(part, frame, cut);
+        if (wire_read_control(&ctl, part, cut) == 0)
+            assert_int_equal(sample_check_describe(&ctl), 0);
+        else
+            refused++;
+        free(part);
+    }
+    assert_true(refused >= (int)len - 4);
+    free(frame);
+    /* A plain control has no stages. */
+    struct wire_control plain = {.kind = WIRE_CONTROL_DESCRIBE, .nonce = 5};
+    assert_int_equal(wire_build_control(&arena, &plain), 0);
+    assert_int_equal(
+        wire_read_control(&ctl, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+    assert_int_equal(ctl.kind, WIRE_CONTROL_DESCRIBE);
+    assert_int_equal(ctl.num_stages, 0);
+    wire_arena_free(&arena);
+}
+
+static void describe_builder_refuses_bad_entries(void **state) {
+    (void)state;
+    struct wire_arena arena;
+    assert_int_equal(wire_arena_init(&arena, 0), 0);
+    struct wire_stage_info good = {
+        .stage_index = 0, .num_stages = 1, .layer_end = 4, .tp = 1, .kvp = 1};
+    struct wire_stage_info bad[5];
+    for (int i = 0; i < 5; i++)
+        bad[i] = good;
+    bad[0].layer_start = 5; /* [5, 4) */
+    bad[1].stage_index = 1; /* of 1 */
+    bad[2].tp = 0;
+    bad[3].num_stages = 0;
+    bad[4].layer_start = -1;
+    for (int i = 0; i < 5; i++) {
+        struct wire_control m = {
+            .kind = WIRE_CONTROL_DESCRIBE, .nonce = 1, .stages = &bad[i], .num_stages = 1};
+        assert_int_equal(wire_build_control(&arena, &m), STRATA_EINVAL);
+        assert_non_null(strstr(strata_last_error(), "Control Describe entry 0"));
+    }
+    struct wire_control none = {.kind = WIRE_CONTROL_DESCRIBE, .num_stages = 2};
+    assert_int_equal(wire_build_control(&arena, &none), STRATA_EINVAL);
+    struct wire_control many = {
+        .kind = WIRE_CONTROL_DESCRIBE, .stages = &good, .num_stages = WIRE_MAX_DESCRIBE_STAGES + 1};
+    assert_int_equal(wire_build_control(&arena, &many), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "at most 256"));
+    struct wire_control one = {.kind = WIRE_CONTROL_DESCRIBE, .stages = &good, .num_stages = 1};
+    assert_int_equal(wire_build_control(&arena, &one), 0);
+    wire_arena_free(&arena);
+}
+
 static uint64_t next_random(uint64_t *s) {
     *s ^= *s << 13;
     *s ^= *s >> 7;
@@ -390,8 +461,11 @@ static void mutations_never_crash(void **state) {
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     int accepted = 0, refused = 0;
     assert_int_equal(wire_arena_init(&arena, 0), 0);
-    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_LAST; ++kind) {
-        assert_int_equal(sample_build(&arena, (enum wire_kind)kind), 0);
+    /* Every sample, then (LAST + 1) the Control Describe with its vector of tables. */
+    for (int kind = WIRE_KIND_HELLO; kind <= WIRE_KIND_LAST + 1; ++kind) {
+        assert_int_equal(kind > WIRE_KIND_LAST ? sample_build_describe(&arena)
+                                               : sample_build(&arena, (enum wire_kind)kind),
+                         0);
         size_t len;
         uint8_t *frame = copy_frame(&arena, &len);
         uint8_t *mutant = malloc(len);
@@ -427,6 +501,11 @@ static void mutations_never_crash(void **state) {
                                                       : wire_read_control(&ctl, mutant, len);
                 assert_int_equal(rc, 0);
                 if (found == WIRE_KIND_ERROR) assert_true(strlen(err.message) < len);
+                for (size_t i = 0; found == WIRE_KIND_CONTROL && i < ctl.num_stages; i++) {
+                    struct wire_stage_info info = wire_control_stage(&ctl, i);
+                    assert_true(strlen(info.device) < len && strlen(info.version) < len);
+                    assert_true(info.layer_start <= info.layer_end);
+                }
             } else {
                 refused++;
             }
@@ -453,6 +532,8 @@ int main(void) {
         cmocka_unit_test(request_resume_tokens_round_trip),
         cmocka_unit_test(request_verifier_refuses_reserved_nonce_and_bad_values),
         cmocka_unit_test(request_image_files_checked),
+        cmocka_unit_test(describe_round_trips_and_truncations_refused),
+        cmocka_unit_test(describe_builder_refuses_bad_entries),
         cmocka_unit_test(mutations_never_crash),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

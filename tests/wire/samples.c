@@ -122,9 +122,51 @@ static void sample_error(struct wire_error *m) {
 }
 
 static void sample_control(struct wire_control *m) {
+    memset(m, 0, sizeof *m);
     m->kind = WIRE_CONTROL_CANCEL;
     m->nonce = 12345678901ull;
     m->seq = 17;
+}
+
+static const struct wire_stage_info describe_stages[3] = {
+    {.stage_index = 0,
+     .num_stages = 3,
+     .layer_start = 0,
+     .layer_end = 2,
+     .embed = 1,
+     .vision = 1,
+     .device = "cpu, 4 threads",
+     .tp = 2,
+     .kvp = 2,
+     .threads = 4,
+     .weights_dtype = "q8",
+     .version = "strata 0.1.0",
+     .max_seq = 4096,
+     .max_batch = 16},
+    {.stage_index = 1, .num_stages = 3, .layer_start = 2, .layer_end = 2, .tp = 1, .kvp = 1},
+    {.stage_index = 2,
+     .num_stages = 3,
+     .layer_start = 2,
+     .layer_end = 36,
+     .head = 1,
+     .device = "cuda:1, NVIDIA H100 80GB HBM3, 79 GiB",
+     .tp = 1,
+     .kvp = 1,
+     .threads = 1,
+     .weights_dtype = "bf16",
+     .version = "strata 0.1.0",
+     .max_seq = 40960,
+     .max_batch = 2}};
+
+int sample_build_describe(struct wire_arena *arena) {
+    struct wire_control m;
+    memset(&m, 0, sizeof m);
+    m.kind = WIRE_CONTROL_DESCRIBE;
+    m.nonce = 0x0123456789abcdefull;
+    m.seq = 3;
+    m.stages = describe_stages;
+    m.num_stages = 3;
+    return wire_build_control(arena, &m);
 }
 
 static void sample_request(struct wire_request *m) {
@@ -300,6 +342,28 @@ int sample_check_control(const struct wire_control *m) {
     struct wire_control want;
     sample_control(&want);
     CHECK(m->kind == want.kind && m->nonce == want.nonce && m->seq == want.seq);
+    return 0;
+}
+
+static int same_string(const char *got, const char *want) {
+    return strcmp(got, want ? want : "") == 0;
+}
+
+int sample_check_describe(const struct wire_control *m) {
+    CHECK(m->kind == WIRE_CONTROL_DESCRIBE && m->nonce == 0x0123456789abcdefull && m->seq == 3);
+    CHECK(m->num_stages == 3 && m->stages == NULL);
+    for (size_t i = 0; i < 3; i++) {
+        struct wire_stage_info got = wire_control_stage(m, i);
+        const struct wire_stage_info *want = &describe_stages[i];
+        CHECK(got.stage_index == want->stage_index && got.num_stages == want->num_stages);
+        CHECK(got.layer_start == want->layer_start && got.layer_end == want->layer_end);
+        CHECK(got.embed == want->embed && got.head == want->head && got.vision == want->vision);
+        CHECK(got.tp == want->tp && got.kvp == want->kvp && got.threads == want->threads);
+        CHECK(got.max_seq == want->max_seq && got.max_batch == want->max_batch);
+        CHECK(same_string(got.device, want->device) &&
+              same_string(got.weights_dtype, want->weights_dtype) &&
+              same_string(got.version, want->version));
+    }
     return 0;
 }
 

@@ -20,6 +20,12 @@ int sample_check_request(const struct wire_request *m);
 int sample_check_vision_block(const struct wire_vision_block *m);
 int sample_check_vision_ack(const struct wire_vision_ack *m);
 
+/* The Control Describe sample (wire 1.1, appended): a 3-stage ring's answer with every
+ * StageInfo field set on some entry (roles, a TP x KVP grid, q8, strings) and one entry at
+ * the defaults. Its files are "control_describe.*". */
+int sample_build_describe(struct wire_arena *arena);
+int sample_check_describe(const struct wire_control *m);
+
 /* Reads `frame` as `kind` and runs the matching check (0 = equal). */
 int sample_read_and_check(enum wire_kind kind, const void *frame, size_t len);
 

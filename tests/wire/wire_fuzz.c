@@ -82,7 +82,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         readable++;
         touch(error.message, strlen(error.message));
     }
-    if (wire_read_control(&control, frame, size) == 0) readable++;
+    if (wire_read_control(&control, frame, size) == 0) {
+        readable++;
+        for (size_t i = 0; i < control.num_stages; ++i) {
+            struct wire_stage_info info = wire_control_stage(&control, i);
+            touch(info.device, strlen(info.device));
+            touch(info.weights_dtype, strlen(info.weights_dtype));
+            touch(info.version, strlen(info.version));
+            sink += (uint32_t)info.layer_end;
+        }
+    }
     if (wire_read_request(&request, frame, size) == 0) {
         readable++;
         touch(request.prompt, request.prompt_len * sizeof(int32_t));
