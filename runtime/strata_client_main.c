@@ -43,6 +43,7 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-client (--port P | --port-file F) --prompt IDS [--prompt IDS ...]\n"
             "       strata-client (--port P | --port-file F) --model DIR (--text T | --chat T)\n"
+            "       strata-client (--port P | --port-file F) --describe\n"
             "Sends every prompt to stage 0 of a pipeline concurrently and prints the tokens.\n"
             "Text mode (--model with --text or --chat): one request; the answer streams to\n"
             "stdout as text, stops at the tokenizer's eos ids (or --max-tokens), and the\n"
@@ -54,6 +55,9 @@ static void usage(FILE *out) {
             "  --system T          a system message before --chat's user message\n"
             "  --think             let a Qwen3 model think (no empty <think></think> block)\n"
             "  --print-ids         text mode: prompt and generated ids on stderr too\n"
+            "  --describe          print the pipeline's stages (layers, roles, grid, threads,\n"
+            "                      weights, KV slots, build, device) as every stage reports\n"
+            "                      itself round the ring, instead of sending a prompt\n"
             "Images (Qwen3-VL; every request carries them; the prompt holds one image-pad id\n"
             "per image, which stage 0 expands, or each image's expanded run):\n"
             "  --grid T,H,W        an image's grid in vision patches (repeat per image, in\n"
@@ -133,7 +137,7 @@ struct client_args {
     int num_prompts, port, copies, max_tokens, cancel_after, timeout_ms, quiet, latency, insecure;
     const char *tls_cert, *tls_key, *tls_ca;
     const char *model, *text, *chat, *system; /* text mode when text or chat is set */
-    int think, print_ids;
+    int think, print_ids, describe;
     struct stage_request base;
     /* Images for every request (--grid, --vision-embeds, --deepstack). */
     struct vl_grid grids[VL_MAX_IMAGES];
@@ -198,6 +202,7 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
                                             {"merge", 1, 0, 'M'},
                                             {"image", 1, 0, 'g'},
                                             {"reconnect-timeout-ms", 1, 0, 'R'},
+                                            {"describe", 0, 0, 'X'},
                                             {0, 0, 0, 0}};
     struct stage_request *base = &a->base;
     int c;
@@ -242,6 +247,7 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'Y': a->system = optarg; break;
         case 'Z': a->think = 1; break;
         case 'D': a->print_ids = 1; break;
+        case 'X': a->describe = 1; break;
         case 'G': {
             int32_t thw[4];
             if (a->num_images >= VL_MAX_IMAGES || parse_ids(thw, 4, optarg) != 3) {
@@ -282,6 +288,12 @@ static int parse_args(struct client_args *a, int argc, char **argv) {
     if (rc >= 0) return rc;
     /* An unreadable port file leaves the port invalid, which the check below reports. */
     if (a->port_file && cli_read_port_file(a->port_file, &a->port) < 0) a->port = -1;
+    if (a->describe && (text_mode(a) || a->num_prompts)) {
+        fprintf(stderr,
+                "strata-client: --describe sends no prompt (no --prompt, --text, --chat)\n");
+        return STRATA_EXIT_USAGE;
+    }
+    if (a->describe) a->num_prompts = 1; /* for the checks below; no job is sent */
     if (text_mode(a)) {
         if (!a->model || (a->text && a->chat) || a->num_prompts || a->copies != 1 ||
             (a->system && !a->chat)) {
@@ -719,6 +731,19 @@ static int run(struct strata_client *client, struct job *jobs, int num_jobs,
     return code;
 }
 
+/* --describe: the stages as a table on stdout; returns the exit code. */
+static int describe(struct strata_client *client, const struct client_args *a) {
+    static struct client_describe d;
+    static char table[CLIENT_MAX_STAGES * 320];
+    if (client_describe(client, &d, a->timeout_ms) < 0) {
+        fprintf(stderr, "strata-client: describe: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    client_describe_table(table, sizeof table, &d);
+    fputs(table, stdout);
+    return STRATA_EXIT_OK;
+}
+
 int main(int argc, char **argv) {
     static struct client_args a;
     struct strata_client client;
@@ -735,9 +760,10 @@ int main(int argc, char **argv) {
     if (text_mode(&a)) code = build_text_prompt(&a);
     if (code < 0) code = load_vision(&a);
     if (code < 0) code = load_images(&a);
-    if (code < 0) code = make_jobs(jobs, &num_jobs, &a);
+    if (code < 0 && !a.describe) code = make_jobs(jobs, &num_jobs, &a);
     if (code < 0) code = open_client(&client, &key, &sec, &a);
     a.sec = &sec;
+    if (code < 0 && a.describe) code = describe(&client, &a);
     if (code < 0) code = run(&client, jobs, num_jobs, &a);
     client_close(&client);
     wire_security_free(&sec);

@@ -102,3 +102,85 @@ int client_resubmit(struct strata_client *client, const struct stage_request *re
     resumed.num_resume_tokens = n;
     return client_submit(client, &resumed);
 }
+
+int client_describe_send(struct strata_client *client, uint64_t nonce) {
+    struct wire_control msg = {.kind = WIRE_CONTROL_DESCRIBE, .nonce = nonce};
+    if (nonce == 0) return strata_set_error(STRATA_EINVAL, "a Describe needs a nonce != 0");
+    int rc = wire_build_control(&client->arena, &msg);
+    return rc < 0 ? rc : send_arena(client);
+}
+
+int client_describe_read(struct client_describe *out, const uint8_t *frame, size_t len) {
+    struct wire_control msg;
+    int rc = wire_read_control(&msg, frame, len);
+    memset(out, 0, sizeof *out);
+    if (rc < 0) return rc;
+    if (msg.kind != WIRE_CONTROL_DESCRIBE || msg.num_stages > CLIENT_MAX_STAGES)
+        return strata_set_error(STRATA_EFORMAT,
+                                "not a describe answer (Control kind %d, %zu stages; at most %d)",
+                                (int)msg.kind, msg.num_stages, CLIENT_MAX_STAGES);
+    for (size_t i = 0; i < msg.num_stages; i++) {
+        struct wire_stage_info e = wire_control_stage(&msg, i);
+        struct client_stage_info *s = &out->stages[i];
+        *s = (struct client_stage_info){.stage_index = e.stage_index,
+                                        .num_stages = e.num_stages,
+                                        .layer_start = e.layer_start,
+                                        .layer_end = e.layer_end,
+                                        .embed = e.embed,
+                                        .head = e.head,
+                                        .vision = e.vision,
+                                        .tp = e.tp,
+                                        .kvp = e.kvp,
+                                        .threads = e.threads,
+                                        .max_seq = e.max_seq,
+                                        .max_batch = e.max_batch};
+        snprintf(s->device, sizeof s->device, "%s", e.device);
+        snprintf(s->weights_dtype, sizeof s->weights_dtype, "%s", e.weights_dtype);
+        snprintf(s->version, sizeof s->version, "%s", e.version);
+    }
+    out->num_stages = (int)msg.num_stages;
+    return 0;
+}
+
+int client_describe(struct strata_client *client, struct client_describe *out, int timeout_ms) {
+    const uint64_t nonce = 0x44455343u; /* "DESC": the only thing on this connection */
+    int64_t deadline = cli_now_ns() + (int64_t)timeout_ms * 1000000;
+    int rc = client_describe_send(client, nonce);
+    while (rc == 0) {
+        struct request_event ev;
+        int64_t left = (deadline - cli_now_ns()) / 1000000;
+        if (left <= 0)
+            return strata_set_error(STRATA_ETIMEOUT, "no describe answer from stage 0 in %d ms",
+                                    timeout_ms);
+        rc = client_next_event(client, &ev, (int)left);
+        if (rc == STRATA_ETIMEOUT) continue;
+        if (rc < 0) break;
+        if (ev.kind == REQUEST_EVENT_CONNECTION_ERROR ||
+            (ev.kind == REQUEST_EVENT_ERROR && ev.nonce == nonce))
+            return strata_set_error(ev.code < 0 ? ev.code : STRATA_EPEER, "%s", ev.message);
+        if (ev.kind == REQUEST_EVENT_DESCRIBE && ev.nonce == nonce)
+            return client_describe_read(out, ev.frame, ev.frame_len);
+    }
+    return rc;
+}
+
+void client_describe_table(char *buf, size_t cap, const struct client_describe *d) {
+    size_t used = 0;
+    int n = snprintf(buf, cap, "%-5s %-10s %-18s %-8s %-7s %-7s %-12s %-8s %s\n", "stage", "layers",
+                     "roles", "tp x kvp", "threads", "weights", "kv slots", "build", "device");
+    for (int i = 0; n > 0 && (used += (size_t)n) < cap && i < d->num_stages; i++) {
+        const struct client_stage_info *s = &d->stages[i];
+        char layers[32], roles[32], grid[24], kv[32];
+        snprintf(layers, sizeof layers, "[%d,%d)", s->layer_start, s->layer_end);
+        snprintf(roles, sizeof roles, "%s%s%s%s", s->embed ? "embed," : "",
+                 s->vision ? "vision," : "", s->head ? "head," : "",
+                 s->embed || s->vision || s->head ? "" : "-");
+        if (roles[strlen(roles) - 1] == ',') roles[strlen(roles) - 1] = 0;
+        snprintf(grid, sizeof grid, "%dx%d", s->tp, s->kvp);
+        snprintf(kv, sizeof kv, "%dx%d", s->max_batch, s->max_seq);
+        const char *build = strncmp(s->version, "strata ", 7) ? s->version : s->version + 7;
+        n = snprintf(buf + used, cap - used, "%-5d %-10s %-18s %-8s %-7d %-7s %-12s %-8s %s\n",
+                     s->stage_index, layers, roles, grid, s->threads, s->weights_dtype, kv, build,
+                     s->device);
+    }
+}

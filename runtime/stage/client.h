@@ -5,6 +5,7 @@
 #ifndef STRATA_RUNTIME_STAGE_CLIENT_H
 #define STRATA_RUNTIME_STAGE_CLIENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "runtime/stage/request.h"
@@ -53,5 +54,37 @@ int client_reconnect(struct strata_client *client, const char *host, int port,
  * undisturbed run. n = 0 submits it from the start. */
 int client_resubmit(struct strata_client *client, const struct stage_request *request,
                     const int32_t *tokens, int n);
+
+/* Ring describe (runtime/stage/stage_describe.c): every stage of the pipeline as it
+ * describes itself, in ring order. */
+#define CLIENT_MAX_STAGES 64
+struct client_stage_info {
+    int stage_index, num_stages;
+    int layer_start, layer_end; /* owned decoder layers [layer_start, layer_end) */
+    int embed, head, vision;    /* roles */
+    int tp, kvp;                /* grid degrees (1 = none) */
+    int threads, max_seq, max_batch;
+    char device[160];       /* the backend's own words, e.g. "cpu, 4 threads" */
+    char weights_dtype[16]; /* "bf16", "q8" */
+    char version[64];       /* "strata X.Y.Z" */
+};
+struct client_describe {
+    int num_stages;
+    struct client_stage_info stages[CLIENT_MAX_STAGES];
+};
+
+/* Sends a Control Describe with `nonce` (!= 0, distinct from the requests in flight). */
+int client_describe_send(struct strata_client *client, uint64_t nonce);
+/* Copies the entries of a received Describe (REQUEST_EVENT_DESCRIBE's frame) into `out`;
+ * STRATA_EFORMAT when it is not one or lists more than CLIENT_MAX_STAGES stages. */
+int client_describe_read(struct client_describe *out, const uint8_t *frame, size_t len);
+/* Sends a Describe and waits up to timeout_ms for its answer, on a connection with no
+ * requests in flight (strata-client --describe): the stages, or the Error stage 0 answered
+ * (its code and message: a stage or link down), or STRATA_ETIMEOUT. */
+int client_describe(struct strata_client *client, struct client_describe *out, int timeout_ms);
+/* The stages as a text table, one line per stage after a header (strata-client --describe):
+ * stage, layers [a,b), roles, tp x kvp grid, threads, weights dtype, KV slots x positions,
+ * build, then the device in the backend's words (free text, last). Truncated to cap. */
+void client_describe_table(char *buf, size_t cap, const struct client_describe *d);
 
 #endif

@@ -161,6 +161,21 @@ int request_event_decode(struct request_event *ev, const uint8_t *frame, size_t 
         snprintf(ev->message, sizeof ev->message, "%s", msg.message ? msg.message : "");
         return 0;
     }
+    if (kind == WIRE_KIND_CONTROL) {
+        struct wire_control msg;
+        rc = wire_read_control(&msg, frame, len);
+        if (rc < 0) return rc;
+        if (msg.kind != WIRE_CONTROL_DESCRIBE || msg.nonce == 0)
+            return strata_set_error(STRATA_EFORMAT,
+                                    "a client received an unexpected Control frame (kind %d, "
+                                    "nonce %llu)",
+                                    (int)msg.kind, (unsigned long long)msg.nonce);
+        ev->kind = REQUEST_EVENT_DESCRIBE;
+        ev->nonce = msg.nonce;
+        ev->frame = frame;
+        ev->frame_len = len;
+        return 0;
+    }
     return strata_set_error(STRATA_EFORMAT, "a client received an unexpected %s frame",
                             wire_kind_name(kind));
 }

@@ -12,7 +12,8 @@
  *
  * Events a client reads: TokenResult (one token per step, finish set on the last one),
  * Error with a request's nonce (that request failed), Error with nonce 0 (the connection
- * failed: every request on it is lost), and nothing else. */
+ * failed: every request on it is lost), the Control Describe answering one it sent
+ * (client.h), and nothing else. */
 #ifndef STRATA_RUNTIME_STAGE_REQUEST_H
 #define STRATA_RUNTIME_STAGE_REQUEST_H
 
@@ -85,8 +86,9 @@ int request_build_cancel(struct wire_arena *arena, uint64_t nonce);
 
 enum request_event_kind {
     REQUEST_EVENT_TOKEN = 1,
-    REQUEST_EVENT_ERROR = 2,           /* request `nonce` failed */
-    REQUEST_EVENT_CONNECTION_ERROR = 3 /* Error with nonce 0: the connection failed */
+    REQUEST_EVENT_ERROR = 2,            /* request `nonce` failed */
+    REQUEST_EVENT_CONNECTION_ERROR = 3, /* Error with nonce 0: the connection failed */
+    REQUEST_EVENT_DESCRIBE = 4          /* the answer to a Control Describe (client.h) */
 };
 
 struct request_event {
@@ -97,10 +99,14 @@ struct request_event {
     enum wire_finish finish; /* TOKEN: NONE while more follow */
     int32_t code;            /* ERROR, CONNECTION_ERROR: STRATA_E* */
     char message[512];       /* ERROR, CONNECTION_ERROR */
+    /* DESCRIBE: the received Control frame (read it with client_describe_read); it points
+     * into the connection's buffer and is valid until the next receive. */
+    const uint8_t *frame;
+    size_t frame_len;
 };
 
-/* Decodes a frame a client received from stage 0. Other message kinds, and a token with
- * the reserved nonce 0, fail (EFORMAT). */
+/* Decodes a frame a client received from stage 0. Other message kinds (and other Control
+ * kinds than Describe), and a token with the reserved nonce 0, fail (EFORMAT). */
 int request_event_decode(struct request_event *ev, const uint8_t *frame, size_t len);
 
 #endif

@@ -654,6 +654,8 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
             emit_control(core, from, client_id, WIRE_CONTROL_PONG, msg.nonce, msg.seq);
         else if (msg.kind == WIRE_CONTROL_RESET && from == STAGE_LINK_PREV)
             stage_recovery_on_reset(core, from, msg.seq);
+        else if (msg.kind == WIRE_CONTROL_DESCRIBE)
+            return stage_describe_on_control(core, from, client_id, &msg);
         else if (msg.kind == WIRE_CONTROL_CANCEL && from != STAGE_LINK_NEXT) {
             struct stage_req *req = stage_find(core, msg.nonce);
             if (req && (from == STAGE_LINK_PREV || req->client_id == client_id))
@@ -702,6 +704,7 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
 int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint32_t client_id,
                             const char *reason) {
     int r = core->opt.stage_index;
+    stage_describe_on_link_down(core, link, client_id, reason);
     const char *what =
         link == STAGE_LINK_PREV
             ? (core->is_first ? "link from the last stage" : "link from the previous stage")
@@ -793,6 +796,10 @@ void stage_core_get_info(const struct stage_core *core, struct stage_core_info *
 void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
                       uint64_t nonce, const char *message) {
     emit_error(core, link, client_id, code, nonce, message);
+}
+
+void stage_note_lost(struct stage_core *core, const char *what, uint64_t nonce) {
+    note_lost(core, what, nonce);
 }
 
 void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,

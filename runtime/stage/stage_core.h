@@ -53,6 +53,8 @@
  *     keepalive for dead-peer detection); Pong, Drain and Shutdown are ignored here.
  *   - Control Reset (stage 0 -> ... -> last -> stage 0) and Request.resume_tokens: in-flight
  *     recovery after a stage died (stage_core_recovery_tick below; stage_recovery.c).
+ *   - Control Describe (client -> stage 0 -> ... -> last -> stage 0 -> client): each stage
+ *     appends its StageInfo; stage 0 answers the client (stage_describe.c).
  *   - Error (between stages, and stage 0 -> client): a failed request. A stage that fails a
  *     request sends an Error both ways (upstream errors stop at stage 0, which tells the
  *     client; downstream errors travel the ring to stage 0); a stage forwards an Error only
@@ -252,6 +254,23 @@ struct stage_core_info {
     const char *device_kind; /* "cpu", ... */
 };
 void stage_core_get_info(const struct stage_core *core, struct stage_core_info *out);
+
+/* Ring describe (stage_describe.c; design there): what the pipeline's stages are, asked by a
+ * client with a Control Describe (nonce != 0) to stage 0 and answered with one StageInfo per
+ * stage in ring order, or an Error with the same nonce. */
+/* What this stage's entry says beyond the core's info (stage_open.c sets it): grid degrees
+ * (0 = 1), CPU threads and the weights dtype (NULL = "bf16"). */
+void stage_core_set_describe(struct stage_core *core, int tp, int kvp, int num_threads,
+                             const char *weights_dtype);
+struct wire_stage_info; /* wire/message.h */
+/* This stage's entry; its strings point into the core (valid while it lives). */
+void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *out);
+/* Driver tick (every loop, like stage_core_recovery_tick): the time and whether stage 0's
+ * ring links are down. A describe that arrives while one is down, or that is in flight when
+ * one goes down, fails at once (an Error naming the link); one that has not come back round
+ * the ring after timeout_ms fails with STRATA_ETIMEOUT. Returns the describes in flight. */
+int stage_core_describe_tick(struct stage_core *core, int64_t now_ms, int prev_down, int next_down,
+                             int timeout_ms);
 
 /* Restores a KvBlock frame (as written by --kv-out) into a fresh slot: only when the
  * block's layer range equals this stage's (STRATA_ERANGE with both ranges otherwise).

@@ -11,7 +11,17 @@
 #include "runtime/stage/stage_core.h"
 #include "wire/message.h"
 
-#define STAGE_RECENT_DEAD 64 /* remembered nonces of requests that ended here */
+#define STAGE_RECENT_DEAD 64   /* remembered nonces of requests that ended here */
+#define STAGE_MAX_DESCRIBES 16 /* stage 0: ring describes in flight at once */
+
+/* Stage 0: a client's Control Describe on its way round the ring (stage_describe.c). */
+struct stage_describe_pending {
+    int active;
+    uint64_t ring_seq; /* the Describe's seq on the ring: stage 0's own number for it */
+    uint64_t nonce;    /* the client's */
+    uint32_t client_id;
+    int64_t born_ms; /* the core's clock when it arrived */
+};
 
 /* Stage 0: a Qwen3-VL request's vision inputs, checked against the model and laid out for
  * the expanded prompt (one allocation; stage_core_vl.c). */
@@ -141,7 +151,22 @@ struct stage_core {
     uint64_t reset_epoch;
     int64_t reset_sent_ms;
     int reset_pending;
+    /* Ring describe (stage_describe.c): this stage's entry beyond the core's info, the
+     * describes stage 0 has in flight, and what the driver's last tick said. */
+    int describe_tp, describe_kvp, describe_threads;
+    char describe_dtype[16];
+    char describe_device[160]; /* the backend's "device: ..." line, filled on first use */
+    struct stage_describe_pending describes[STAGE_MAX_DESCRIBES];
+    uint64_t describe_seq;
+    int64_t clock_ms;
+    int prev_down, next_down; /* stage 0's ring links as of the last tick (0 = up or unknown) */
 };
+
+/* Ring describe (stage_describe.c). */
+int stage_describe_on_control(struct stage_core *core, enum stage_link from, uint32_t client_id,
+                              const struct wire_control *msg);
+void stage_describe_on_link_down(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                                 const char *reason);
 
 /* stage_core.c helpers used by the step. */
 struct stage_req *stage_find(struct stage_core *core, uint64_t nonce);
@@ -181,6 +206,8 @@ int stage_keep_logits_row(struct stage_req *req, uint64_t step, const float *row
 /* stage_core.c wrappers for stage_recovery.c. */
 void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
                       uint64_t nonce, const char *message);
+/* Counts a frame or result that could not be queued (stage_core_pop_result reports it). */
+void stage_note_lost(struct stage_core *core, const char *what, uint64_t nonce);
 void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
                         enum wire_control_kind kind, uint64_t nonce, uint64_t seq);
 /* Ends a request here without error frames (its result says why). */

@@ -366,7 +366,7 @@ static void reply_error(struct wire_conn *conn, enum stage_link link, int code, 
 }
 
 /* Frames the driver answers itself on a client link, before the core sees them: control
- * frames other than Cancel (Ping, Drain, Shutdown are between stages; a client asking
+ * frames other than Cancel and Describe (Ping, Drain, Shutdown are between stages; a client asking
  * gets an immediate Error rather than silence), and, while draining, new Requests on any
  * link. Returns 1 when the frame was answered here. */
 static int intercept(struct server *s, struct wire_conn *conn, enum stage_link link,
@@ -377,9 +377,11 @@ static int intercept(struct server *s, struct wire_conn *conn, enum stage_link l
     if (wire_verify(&kind, NULL, frame, len) < 0) return 0;  /* the core reports it */
     if (kind == WIRE_KIND_CONTROL && link == STAGE_LINK_CLIENT) {
         struct wire_control msg;
-        if (wire_read_control(&msg, frame, len) < 0 || msg.kind == WIRE_CONTROL_CANCEL) return 0;
+        if (wire_read_control(&msg, frame, len) < 0 || msg.kind == WIRE_CONTROL_CANCEL ||
+            msg.kind == WIRE_CONTROL_DESCRIBE)
+            return 0;
         snprintf(why, sizeof why,
-                 "stage %d: control frame %d is not accepted from clients (only Cancel)",
+                 "stage %d: control frame %d is not accepted from clients (only Cancel, Describe)",
                  s->info.stage_index, (int)msg.kind);
         reply_error(conn, link, STRATA_EINVAL, msg.nonce, why);
         return 1;
@@ -629,6 +631,11 @@ static void loop_once(struct server *s) {
     keepalive(s);
     drop_stalled(s);
     recovery_tick(s);
+    /* Ring describe (stage_describe.c): bounded by the dead-peer timeout, twice over, since
+     * it crosses every stage, each answering between microbatches. */
+    stage_core_describe_tick(s->core, now_ms(), s->prev.fd < 0,
+                             s->next.fd<0, s->opt->peer_timeout_ms> 0 ? 2 * s->opt->peer_timeout_ms
+                                                                      : 10000);
     flush(s);
     drain_results(s);
     if (s->vision_rx && vision_rx_expire(s->vision_rx, now_ms()) > 0)
