@@ -342,8 +342,19 @@ static int on_health_or_info(const struct args *a, const uint8_t *data, size_t l
            (unsigned)m->vocab_size);
     for (size_t i = 0; i < m->n_eos_ids; i++)
         printf(" %d", (int)m->eos_ids[i]);
-    printf("\nchat_template: %s\nwire_version: %s\ngrpc_version: %s\n",
-           m->chat_template ? "yes" : "no", m->wire_version, m->grpc_version);
+    printf("\nchat_template: %s\nwire_version: %s\ngrpc_version: %s\nstrata_version: %s\n",
+           m->chat_template ? "yes" : "no", m->wire_version, m->grpc_version, m->strata_version);
+    if (m->stages_error[0]) printf("stages_error: %s\n", m->stages_error);
+    for (size_t i = 0; i < m->n_stages; i++) { /* "stage 0 layers [0,2) roles embed ..." */
+        const Strata__V1__StageInfo *e = m->stages[i];
+        printf("stage %d layers [%d,%d) roles %s%s%s%s grid %dx%d threads %d weights %s "
+               "version %s device %s\n",
+               (int)e->stage_index, (int)e->layer_start, (int)e->layer_end, e->embed ? "embed" : "",
+               e->vision ? (e->embed ? ",vision" : "vision") : "",
+               e->head ? (e->embed || e->vision ? ",head" : "head") : "",
+               e->embed || e->vision || e->head ? "" : "-", (int)e->tp, (int)e->kvp,
+               (int)e->threads, e->weights_dtype, e->version, e->device);
+    }
     strata__v1__info_response__free_unpacked(m, NULL);
     return 0;
 }

@@ -42,8 +42,31 @@ static void fail_job(struct serve_job *j, int code, const char *message) {
     pthread_cond_broadcast(&j->cond);
 }
 
+static void end_describe(struct serve_describe_wait *w, int code, const char *message) {
+    w->done = 1;
+    w->error_code = code;
+    if (code) snprintf(w->error, sizeof w->error, "%s", message);
+    pthread_cond_broadcast(&w->cond);
+}
+
+/* Under the lock: a describe's answer or error; 1 when the event was one. */
+static int apply_describe(struct serve_engine *e, const struct request_event *ev) {
+    struct serve_describe_wait *w = e->describes;
+    while (w && w->nonce != ev->nonce)
+        w = w->next;
+    if (!w) return ev->kind == REQUEST_EVENT_DESCRIBE; /* gave up waiting: dropped */
+    if (w->done) return 1;
+    if (ev->kind == REQUEST_EVENT_DESCRIBE)
+        end_describe(w, client_describe_read(w->out, ev->frame, ev->frame_len),
+                     strata_last_error());
+    else
+        end_describe(w, ev->code < 0 ? ev->code : STRATA_EPEER, ev->message);
+    return 1;
+}
+
 /* Under the lock: one event to its job (events of released jobs are dropped). */
 static void apply_event(struct serve_engine *e, const struct request_event *ev) {
+    if (apply_describe(e, ev)) return;
     struct serve_job *j = find_job(e, ev->nonce);
     if (!j || j->done) return;
     if (ev->kind == REQUEST_EVENT_ERROR) {
@@ -68,6 +91,8 @@ static void apply_event(struct serve_engine *e, const struct request_event *ev) 
 static void drop_connection(struct serve_engine *e, const char *why) {
     for (struct serve_job *j = e->jobs; j; j = j->next)
         fail_job(j, STRATA_EPEER, why);
+    for (struct serve_describe_wait *w = e->describes; w; w = w->next)
+        if (!w->done) end_describe(w, STRATA_EPEER, why);
     if (e->connected) strata_log(STRATA_LOG_WARN, "stage 0 connection lost: %s", why);
     e->connected = 0;
     client_close(&e->client);
@@ -165,16 +190,21 @@ int serve_engine_submit(struct serve_engine *e, struct serve_job *job,
     return rc;
 }
 
+static struct timespec deadline_after(int timeout_ms) {
+    struct timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    t.tv_sec += timeout_ms / 1000;
+    t.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (t.tv_nsec >= 1000000000L) {
+        t.tv_sec++;
+        t.tv_nsec -= 1000000000L;
+    }
+    return t;
+}
+
 int serve_engine_wait(struct serve_engine *e, struct serve_job *job, int seen, int *done,
                       int timeout_ms) {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += timeout_ms / 1000;
-    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (deadline.tv_nsec >= 1000000000L) {
-        deadline.tv_sec++;
-        deadline.tv_nsec -= 1000000000L;
-    }
+    struct timespec deadline = deadline_after(timeout_ms);
     pthread_mutex_lock(&e->mu);
     int timed_out = 0;
     while (!job->done && job->n_tokens <= seen && !timed_out)
@@ -205,6 +235,39 @@ void serve_engine_release(struct serve_engine *e, struct serve_job *job) {
     pthread_mutex_unlock(&e->mu);
     free(job->tokens);
     job->tokens = NULL;
+}
+
+int serve_engine_describe(struct serve_engine *e, struct client_describe *out, int timeout_ms) {
+    struct serve_describe_wait w = {.out = out};
+    struct timespec deadline = deadline_after(timeout_ms);
+    pthread_cond_init(&w.cond, NULL);
+    pthread_mutex_lock(&e->mu);
+    int rc =
+        e->stopping ? strata_set_error(STRATA_ECLOSED, "serve: stopping") : ensure_connected(e);
+    if (rc == 0) {
+        w.nonce = ++e->next_nonce;
+        rc = client_describe_send(&e->client, w.nonce);
+    }
+    if (rc == 0) {
+        w.next = e->describes;
+        e->describes = &w;
+        int timed_out = 0;
+        while (!w.done && !timed_out)
+            timed_out = pthread_cond_timedwait(&w.cond, &e->mu, &deadline) != 0;
+        for (struct serve_describe_wait **p = &e->describes; *p; p = &(*p)->next)
+            if (*p == &w) {
+                *p = w.next;
+                break;
+            }
+        if (!w.done)
+            rc = strata_set_error(STRATA_ETIMEOUT, "no describe answer from stage 0 in %d ms",
+                                  timeout_ms);
+        else if (w.error_code)
+            rc = strata_set_error(w.error_code, "%s", w.error);
+    }
+    pthread_mutex_unlock(&e->mu);
+    pthread_cond_destroy(&w.cond);
+    return rc;
 }
 
 int serve_engine_ping(struct serve_engine *e, int timeout_ms) {

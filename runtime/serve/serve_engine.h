@@ -26,6 +26,20 @@ struct serve_job {
     struct serve_job *next;
 };
 
+/* How long the fronts wait for a describe: past the stages' own bound (2 x --peer-timeout-ms,
+ * 20 s by default), so a broken ring's answer is stage 0's error naming it. */
+#define SERVE_DESCRIBE_TIMEOUT_MS 25000
+
+/* A ring describe waiting for stage 0's answer (serve_engine_describe). */
+struct serve_describe_wait {
+    uint64_t nonce;
+    int done, error_code;
+    char error[640];
+    struct client_describe *out;
+    pthread_cond_t cond;
+    struct serve_describe_wait *next;
+};
+
 struct serve_engine {
     char host[256];
     int port;
@@ -38,6 +52,7 @@ struct serve_engine {
     int connected, reader_running, stopping;
     pthread_t reader;
     struct serve_job *jobs;
+    struct serve_describe_wait *describes;
     uint64_t next_nonce;
 };
 
@@ -60,6 +75,12 @@ int serve_engine_wait(struct serve_engine *e, struct serve_job *job, int seen, i
 /* Ends the owner's interest in a job: takes it out of the engine and, when it is not done,
  * cancels it at stage 0. Then frees the job's memory. Safe on a job never submitted. */
 void serve_engine_release(struct serve_engine *e, struct serve_job *job);
+
+/* The pipeline's stages as they describe themselves (a Control Describe round the ring on the
+ * shared connection, with a nonce of the request sequence, so it never collides with one).
+ * Fails with stage 0's error (a stage or link down: STRATA_EPEER / STRATA_ETIMEOUT, naming it),
+ * STRATA_ETIMEOUT when no answer came within timeout_ms, or the connection's error. */
+int serve_engine_describe(struct serve_engine *e, struct client_describe *out, int timeout_ms);
 
 /* 0 when stage 0 accepts a fresh connection and handshake within timeout_ms. */
 int serve_engine_ping(struct serve_engine *e, int timeout_ms);

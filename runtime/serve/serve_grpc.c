@@ -19,6 +19,7 @@
 
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
+#include "runtime/base/version.h"
 #include "runtime/serve/serve_http.h"
 #include "runtime/serve/serve_pb.h"
 #include "wire/message.h"
@@ -219,11 +220,19 @@ static void serve_health(struct call_ctx *c) {
     finish(c, SERVE_GRPC_OK, NULL);
 }
 
+/* The model and limits, and the stages from a describe round the ring: a broken ring leaves
+ * stages empty with stages_error saying why (Info still answers for the front). */
 static void serve_info(struct call_ctx *c) {
     const struct serve_app *app = c->srv->app;
     int32_t eos[TOKENIZER_MAX_EOS];
-    char wire_version[32];
+    char wire_version[32], stages_error[700] = "";
+    struct client_describe *stages = malloc(sizeof *stages);
     snprintf(wire_version, sizeof wire_version, "%d.%d", WIRE_VERSION_MAJOR, WIRE_VERSION_MINOR);
+    int rc = stages ? serve_engine_describe(app->engine, stages, SERVE_DESCRIBE_TIMEOUT_MS)
+                    : strata_set_error(STRATA_ENOMEM, "no memory for the stage list");
+    if (rc < 0)
+        snprintf(stages_error, sizeof stages_error, "%s: %s", strata_status_name(rc),
+                 strata_last_error());
     struct serve_pb_info info = {app->model_id,
                                  app->max_seq,
                                  (int)tokenizer_n_ids(app->tok),
@@ -231,11 +240,15 @@ static void serve_info(struct call_ctx *c) {
                                  tokenizer_eos_ids(app->tok, eos),
                                  app->have_template,
                                  wire_version,
-                                 grpc_version_string()};
+                                 grpc_version_string(),
+                                 stages_error[0] ? NULL : stages,
+                                 stages_error,
+                                 STRATA_VERSION};
     uint8_t *bytes;
     size_t len;
-    if (serve_pb_pack_info(&info, &bytes, &len) < 0 || send_bytes(c, bytes, len, &g_tag_send) < 0)
-        return;
+    rc = serve_pb_pack_info(&info, &bytes, &len);
+    free(stages);
+    if (rc < 0 || send_bytes(c, bytes, len, &g_tag_send) < 0) return;
     finish(c, SERVE_GRPC_OK, NULL);
 }
 

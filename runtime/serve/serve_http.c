@@ -209,6 +209,24 @@ static enum MHD_Result answer_health(struct MHD_Connection *c, struct serve_app 
     return send_json(c, app, 503, serve_json_error(&err));
 }
 
+/* GET /v1/stages: the stages from a describe round the ring; 503 naming the stage or link
+ * that is down when the ring cannot answer. */
+static enum MHD_Result answer_stages(struct MHD_Connection *c, struct serve_app *app) {
+    struct serve_error err;
+    struct client_describe *d = malloc(sizeof *d);
+    int rc = d ? serve_engine_describe(app->engine, d, SERVE_DESCRIBE_TIMEOUT_MS)
+               : strata_set_error(STRATA_ENOMEM, "no memory for the stage list");
+    if (rc == 0) {
+        char *json = serve_json_stages(d);
+        free(d);
+        return send_json(c, app, MHD_HTTP_OK, json);
+    }
+    free(d);
+    serve_error_set(&err, 503, NULL, "pipeline_unavailable", "cannot describe the pipeline: %s",
+                    strata_last_error());
+    return send_json(c, app, 503, serve_json_error(&err));
+}
+
 static enum MHD_Result answer_metrics(struct MHD_Connection *c, struct serve_app *app) {
     struct serve_buf out = {0};
     /* Counted before rendering, so a scrape sees itself. */
@@ -246,8 +264,8 @@ static enum MHD_Result route(struct MHD_Connection *c, struct serve_app *app, co
         return generate(c, app, chat ? SERVE_CHAT : SERVE_COMPLETION, ctx);
     }
     int models = !strcmp(url, "/v1/models"), health = !strcmp(url, "/health"),
-        metrics = !strcmp(url, "/metrics");
-    if ((models || health || metrics) && !get)
+        metrics = !strcmp(url, "/metrics"), stages = !strcmp(url, "/v1/stages");
+    if ((models || health || metrics || stages) && !get)
         return send_error(
             c, app,
             (serve_error_set(&err, 405, NULL, "method_not_allowed", "%s %s: use GET", method, url),
@@ -256,6 +274,7 @@ static enum MHD_Result route(struct MHD_Connection *c, struct serve_app *app, co
         return send_json(c, app, MHD_HTTP_OK, serve_json_models(app->model_id, app->created));
     if (health) return answer_health(c, app);
     if (metrics) return answer_metrics(c, app);
+    if (stages) return answer_stages(c, app);
     serve_error_set(&err, 404, NULL, "not_found", "no route for %s %s", method, url);
     return send_error(c, app, &err);
 }

@@ -113,6 +113,41 @@ char *serve_json_models(const char *model_id, long created) {
     return finish_json(root, ok);
 }
 
+/* One stage of GET /v1/stages. */
+static int add_stage(cJSON *data, const struct client_stage_info *s) {
+    cJSON *e = cJSON_CreateObject(), *layers, *roles;
+    if (!e) return 0;
+    cJSON_AddItemToArray(data, e);
+    int ok = cJSON_AddNumberToObject(e, "stage", s->stage_index) &&
+             cJSON_AddNumberToObject(e, "num_stages", s->num_stages) &&
+             (layers = cJSON_AddArrayToObject(e, "layers")) &&
+             (roles = cJSON_AddArrayToObject(e, "roles"));
+    if (!ok) return 0;
+    cJSON_AddItemToArray(layers, cJSON_CreateNumber(s->layer_start));
+    cJSON_AddItemToArray(layers, cJSON_CreateNumber(s->layer_end));
+    if (s->embed) cJSON_AddItemToArray(roles, cJSON_CreateString("embed"));
+    if (s->vision) cJSON_AddItemToArray(roles, cJSON_CreateString("vision"));
+    if (s->head) cJSON_AddItemToArray(roles, cJSON_CreateString("head"));
+    return cJSON_AddStringToObject(e, "device", s->device) &&
+           cJSON_AddNumberToObject(e, "tp", s->tp) && cJSON_AddNumberToObject(e, "kvp", s->kvp) &&
+           cJSON_AddNumberToObject(e, "threads", s->threads) &&
+           cJSON_AddStringToObject(e, "weights_dtype", s->weights_dtype) &&
+           cJSON_AddStringToObject(e, "version", s->version) &&
+           cJSON_AddNumberToObject(e, "max_seq", s->max_seq) &&
+           cJSON_AddNumberToObject(e, "max_batch", s->max_batch) &&
+           cJSON_GetArraySize(layers) == 2 &&
+           cJSON_GetArraySize(roles) == !!s->embed + !!s->vision + !!s->head;
+}
+
+char *serve_json_stages(const struct client_describe *d) {
+    cJSON *root = cJSON_CreateObject(), *data;
+    int ok = root && cJSON_AddStringToObject(root, "object", "list") &&
+             (data = cJSON_AddArrayToObject(root, "data"));
+    for (int i = 0; ok && i < d->num_stages; i++)
+        ok = add_stage(data, &d->stages[i]);
+    return finish_json(root, ok);
+}
+
 int serve_buf_append(struct serve_buf *b, const char *data, size_t len) {
     if (b->len + len + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 256;

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "runtime/serve/serve_request.h"
+#include "runtime/stage/client.h"
 
 /* What every object of one answer shares. */
 struct serve_reply_info {
@@ -36,6 +37,11 @@ char *serve_json_chunk(const struct serve_reply_info *info, int with_role, const
 
 /* GET /v1/models: the one model. */
 char *serve_json_models(const char *model_id, long created);
+
+/* GET /v1/stages: {"object":"list","data":[{"stage","num_stages","layers":[a,b],"roles":[...],
+ * "device","tp","kvp","threads","weights_dtype","version","max_seq","max_batch"}]}, in ring
+ * order, from a ring describe (runtime/stage/client.h). */
+char *serve_json_stages(const struct client_describe *d);
 
 /* A growable byte buffer (zero-initialised is empty). */
 struct serve_buf {

@@ -220,5 +220,32 @@ int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *
     m.chat_template = info->chat_template != 0;
     m.wire_version = (char *)info->wire_version;
     m.grpc_version = (char *)info->grpc_version;
+    m.stages_error = (char *)(info->stages_error ? info->stages_error : "");
+    m.strata_version = (char *)(info->strata_version ? info->strata_version : "");
+    int n = info->stages ? info->stages->num_stages : 0;
+    Strata__V1__StageInfo entries[CLIENT_MAX_STAGES], *ptrs[CLIENT_MAX_STAGES];
+    for (int i = 0; i < n; i++) {
+        const struct client_stage_info *s = &info->stages->stages[i];
+        Strata__V1__StageInfo e = STRATA__V1__STAGE_INFO__INIT;
+        e.stage_index = s->stage_index;
+        e.num_stages = s->num_stages;
+        e.layer_start = s->layer_start;
+        e.layer_end = s->layer_end;
+        e.embed = s->embed != 0;
+        e.head = s->head != 0;
+        e.vision = s->vision != 0;
+        e.device = (char *)s->device;
+        e.tp = s->tp;
+        e.kvp = s->kvp;
+        e.threads = s->threads;
+        e.weights_dtype = (char *)s->weights_dtype;
+        e.version = (char *)s->version;
+        e.max_seq = s->max_seq;
+        e.max_batch = s->max_batch;
+        entries[i] = e;
+        ptrs[i] = &entries[i];
+    }
+    m.n_stages = (size_t)n;
+    m.stages = n ? ptrs : NULL;
     return pack(&m.base, out, len);
 }

@@ -11,6 +11,7 @@
 
 #include "runtime/serve/serve_json.h"
 #include "runtime/serve/serve_request.h"
+#include "runtime/stage/client.h"
 
 /* gRPC status codes (the values of grpc/status.h's grpc_status_code, which are fixed by the
  * gRPC protocol: doc/statuscodes.md). */
@@ -66,6 +67,8 @@ struct serve_pb_info {
     int n_eos;
     int chat_template;
     const char *wire_version, *grpc_version;
+    const struct client_describe *stages; /* NULL: none (then stages_error says why) */
+    const char *stages_error, *strata_version;
 };
 int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *len);
 
