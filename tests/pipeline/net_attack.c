@@ -13,6 +13,10 @@
  *                                     stage ran the handshake and said no) vs "dropped"
  *   control                           handshakes as a client, sends Control Drain and Ping:
  *                                     "reply_ms" until the first frame, "reply_kind" its kind
+ *   describe                          a Control Describe (ring describe) sent raw, before any
+ *                                     handshake: "noauth_closed_after_ms" (-1: still open),
+ *                                     "noauth_answered" 0/1; then with the key (--key-file):
+ *                                     "auth_stages" N, or "auth_error" with the message
  *
  * --src ADDR binds the local address (127.0.0.2 .. on loopback: another "host"). Connection
  * modes print "holding N" once their sockets are open, then keep them until --hold-s ends or
@@ -190,6 +194,48 @@ static int run_control(const struct opts *o) {
     return 0;
 }
 
+/* describe: a Describe with no handshake must get no answer (the stage closes the connection
+ * as for any frame before the Hello); the same with the key lists the stages. */
+static int run_describe(const struct opts *o) {
+    struct wire_arena arena;
+    struct wire_control msg = {.kind = WIRE_CONTROL_DESCRIBE, .nonce = 99};
+    uint8_t prefix[4], buf[4096];
+    int fd = tcp_open(o), answered = 0;
+    if (fd < 0 || wire_arena_init(&arena, 256) < 0 || wire_build_control(&arena, &msg) < 0)
+        return 1;
+    uint32_t n = (uint32_t)wire_arena_frame_len(&arena);
+    for (int i = 0; i < 4; i++)
+        prefix[i] = (uint8_t)(n >> (8 * i));
+    int64_t start = now_ms(), closed = -1;
+    if (send(fd, prefix, 4, MSG_NOSIGNAL) == 4) send(fd, wire_arena_frame(&arena), n, MSG_NOSIGNAL);
+    wire_arena_free(&arena);
+    while (now_ms() - start < (int64_t)o->hold_s * 1000) {
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, 100) <= 0) continue;
+        ssize_t r = recv(fd, buf, sizeof buf, 0);
+        if (r <= 0) {
+            closed = now_ms() - start;
+            break;
+        }
+        /* A Describe answer would be a length-prefixed Control frame naming the stages. */
+        if (r > 8 && memmem(buf, (size_t)r, "STRA", 4)) answered = 1;
+    }
+    close(fd);
+    printf("noauth_closed_after_ms %lld\nnoauth_answered %d\n", (long long)closed, answered);
+    struct strata_client c;
+    struct wire_tls *tls = NULL;
+    struct wire_auth_key key;
+    static struct client_describe d;
+    if (client_open(&c, o, &tls, &key) < 0) return 1;
+    if (client_describe(&c, &d, o->hold_s * 1000) == 0)
+        printf("auth_stages %d\n", d.num_stages);
+    else
+        printf("auth_error %s\n", strata_last_error());
+    client_close(&c);
+    wire_tls_free(tls);
+    return 0;
+}
+
 /* wrongkey: how often the stage runs a full TLS handshake for this address. */
 static int run_wrongkey(const struct opts *o) {
     struct wire_auth_key key;
@@ -259,7 +305,7 @@ int main(int argc, char **argv) {
         case 'H':
             printf("usage: net_attack MODE --port P [--count N] [--hold-s S] [--seconds S] "
                    "[--src ADDR] [--key-file F | --insecure]\n"
-                   "modes: idle trickle bigframe partial wrongkey control\n");
+                   "modes: idle trickle bigframe partial wrongkey control describe\n");
             return 0;
         default: return 2;
         }
@@ -280,6 +326,7 @@ int main(int argc, char **argv) {
     if (!strcmp(o.mode, "partial")) return run_partial(&o);
     if (!strcmp(o.mode, "wrongkey")) return run_wrongkey(&o);
     if (!strcmp(o.mode, "control")) return run_control(&o);
+    if (!strcmp(o.mode, "describe")) return run_describe(&o);
     fprintf(stderr, "net_attack: unknown mode %s\n", o.mode);
     return 2;
 }

@@ -2,6 +2,7 @@
 # Integration: issue 15's attack table against a 3-stage loopback ring on TLS 1.3 (PSK),
 # each row with the outsider of tests/pipeline/net_attack.c, each measured and judged:
 #   - client Ping/Drain control frames          -> an Error within 0.5 s
+#   - a ring describe before the handshake      -> no answer, the connection closed
 #   - a 1 GiB frame announced before the handshake -> the connection closed at once
 #   - wrong keys from one address (3 s)         -> at most a burst + 2/s handshakes run, logged
 #   - 1,000 idle, then 1,000 trickling connections on stage 0 -> a real request still < 1 s
@@ -66,6 +67,16 @@ for ms in $(sed -n 's/^reply_ms //p' "$PL_WORK/control"); do
     [ "$ms" -ge 0 ] && [ "$ms" -lt 500 ] || pl_fail "control reply took $ms ms"
 done
 echo "control frames: Error replies in $(sed -n 's/^reply_ms //p' "$PL_WORK/control" | tr '\n' ' ')ms"
+
+# A ring describe before any handshake: no answer, the connection closed; with the key it
+# lists the 3 stages.
+"$ATK" describe --port "$p0" --key-file "$PL_WORK/key" --hold-s 5 >"$PL_WORK/describe" ||
+    pl_fail "net_attack describe failed"
+ms=$(value noauth_closed_after_ms "$PL_WORK/describe")
+[ "$(value noauth_answered "$PL_WORK/describe")" = 0 ] && [ "$ms" -ge 0 ] && [ "$ms" -lt 2000 ] ||
+    pl_fail "an unauthenticated describe: $(cat "$PL_WORK/describe")"
+[ "$(value auth_stages "$PL_WORK/describe")" = 3 ] || pl_fail "describe with the key: $(cat "$PL_WORK/describe")"
+echo "describe before the handshake: closed in $ms ms, no answer; with the key: 3 stages"
 
 # A 1 GiB announcement before the handshake.
 "$ATK" bigframe --port "$p0" --hold-s 5 >"$PL_WORK/big"

@@ -4,7 +4,8 @@
 # before a 2-stage pipeline: Generate with a golden case's prompt ids streams transformers'
 # ids, and their streamed text equals strata-grpc-client's; Chat (whose template tokens this
 # 1000-token model lacks) and a bad value are INVALID_ARGUMENT;
-# cancelling a stream cancels the request on every stage; Health and Info answer.
+# cancelling a stream cancels the request on every stage; Health and Info answer, Info listing
+# the two stages' layer ranges, roles and devices as they describe themselves.
 # Runs only when a Python with grpcio and grpcio-tools exists ($STRATA_GRPC_PYTHON, else the
 # venv at ${STRATA_VENV:-$HOME/.cache/strata/venv}; tools/requirements-grpc.txt pins them);
 # otherwise prints "skipped: <reason>" and passes. Never installs anything.
@@ -91,7 +92,17 @@ print("cancelled mid-stream")
 assert stub.Health(pb.HealthRequest()).status == pb.HealthResponse.SERVING
 info = stub.Info(pb.InfoRequest())
 assert info.model == "model" and info.max_seq == 256 and info.chat_template, info
-print("Health SERVING; Info:", info.model, info.max_seq, info.vocab_size)
+# The stages as they describe themselves round the ring: the even split of 4 layers.
+assert info.stages_error == "" and len(info.stages) == 2, info
+for i, (a, b) in enumerate([(0, 2), (2, 4)]):
+    s = info.stages[i]
+    assert (s.stage_index, s.num_stages, s.layer_start, s.layer_end) == (i, 2, a, b), s
+    assert (s.embed, s.head, s.vision) == (i == 0, i == 1, False), s
+    assert s.device.startswith("cpu, ") and s.tp == 1 and s.kvp == 1 and s.threads >= 1, s
+    assert s.weights_dtype == "bf16" and s.version == "strata " + info.strata_version, s
+    assert s.max_seq == 256, s
+print("Health SERVING; Info:", info.model, info.max_seq, info.vocab_size, "stages",
+      [(s.layer_start, s.layer_end, s.device) for s in info.stages])
 PY
 for r in 0 1; do
     pl_wait_log "$PL_WORK/p.$r.log" "cancelled: request cancelled by the client" 1 10 ||

@@ -11,7 +11,9 @@
 # 4. malformed protobuf, unknown model, bad sampling values, empty / over-long prompts, ids
 #    outside the vocabulary and unknown methods get INVALID_ARGUMENT / UNIMPLEMENTED with a
 #    message, and the server keeps serving;
-# 5. Health (and grpc.health.v1's Check), Info; stage 0 gone: NOT_SERVING and UNAVAILABLE.
+# 5. Health (and grpc.health.v1's Check), Info; stage 0 gone: NOT_SERVING and UNAVAILABLE;
+# 6. Info's stages (a describe round the ring), GET /v1/stages and strata-client --describe
+#    list exactly the ranges 3 stages were started with; a killed stage is a clear error.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -169,9 +171,13 @@ gc --method /grpc.health.v1.Health/Check --raw-request "$PL_WORK/empty.bin" >"$P
     pl_fail "grpc.health.v1 Check: $(cat "$PL_WORK/hv1.out")"
 grep -q '^message: 2 bytes' "$PL_WORK/hv1.out" || pl_fail "grpc.health.v1: $(cat "$PL_WORK/hv1.out")"
 gc --info >"$PL_WORK/info.out" 2>&1 || pl_fail "Info: $(cat "$PL_WORK/info.out")"
-for l in 'model: golden' 'max_seq: 256' 'vocab_size: 151669' 'chat_template: yes' 'wire_version: 1.1'; do
+for l in 'model: golden' 'max_seq: 256' 'vocab_size: 151669' 'chat_template: yes' 'wire_version: 1.1' \
+    'stage 0 layers \[0,2) roles embed grid 1x1 threads 1 weights bf16 version strata .* device cpu, 1 thread' \
+    'stage 1 layers \[2,4) roles head grid 1x1 threads 1 weights bf16 version strata .* device cpu, 1 thread'; do
     grep -qx "$l" "$PL_WORK/info.out" || pl_fail "Info lacks '$l': $(cat "$PL_WORK/info.out")"
 done
+[ "$(grep -c '^stage ' "$PL_WORK/info.out")" -eq 2 ] || pl_fail "Info: not 2 stages: $(cat "$PL_WORK/info.out")"
+! grep -q '^stages_error' "$PL_WORK/info.out" || pl_fail "Info: $(cat "$PL_WORK/info.out")"
 pl_stop_pipeline g 2
 gc --health >"$PL_WORK/health.out" 2>&1 || pl_fail "Health with stage 0 gone failed"
 grep -q '^health: NOT_SERVING: stage 0 does not answer' "$PL_WORK/health.out" ||
@@ -180,6 +186,53 @@ expect_status UNAVAILABLE "stage 0 cannot be reached" --prompt 1,2 --max-tokens 
 kill "$SERVE_PID"
 wait "$SERVE_PID" || pl_fail "strata-serve exited with $? after SIGTERM"
 echo "Health, grpc.health.v1 Check, Info; stage 0 down: NOT_SERVING, UNAVAILABLE; SIGTERM: clean exit"
+
+# 6. The stages as they describe themselves round the ring, 3 stages started with uneven ranges:
+# gRPC Info, GET /v1/stages and strata-client --describe list exactly those ranges; a dead
+# stage is a clear error from each, at once, never a hang.
+pl_start_stage d 3 0 "$golden" --max-seq 128 --layer-start 0 --layer-end 1 --threads 2
+pl_start_stage d 3 1 "$golden" --max-seq 128 --layer-start 1 --layer-end 3
+pl_start_stage d 3 2 "$golden" --max-seq 128 --layer-start 3 --layer-end 4
+pl_wait_ready d 3
+start_serve d "$golden"
+gc --info >"$PL_WORK/info3.out" 2>&1 || pl_fail "Info: $(cat "$PL_WORK/info3.out")"
+sed -n 's/ version .* device / device /p' "$PL_WORK/info3.out" >"$PL_WORK/info3.stages"
+printf '%s\n' 'stage 0 layers [0,1) roles embed grid 1x1 threads 2 weights bf16 device cpu, 2 threads' \
+    'stage 1 layers [1,3) roles - grid 1x1 threads 1 weights bf16 device cpu, 1 thread' \
+    'stage 2 layers [3,4) roles head grid 1x1 threads 1 weights bf16 device cpu, 1 thread' >"$PL_WORK/info3.want"
+cmp -s "$PL_WORK/info3.stages" "$PL_WORK/info3.want" || pl_fail "Info's stages: $(cat "$PL_WORK/info3.out")"
+curl -sS "$URL/v1/stages" >"$PL_WORK/stages.json" || pl_fail "GET /v1/stages failed"
+python3 -c 'import json,sys
+d = json.load(open(sys.argv[1]))["data"]
+got = [(s["stage"], s["num_stages"], s["layers"], s["roles"], s["device"], s["tp"], s["kvp"], s["max_seq"]) for s in d]
+want = [(0, 3, [0, 1], ["embed"], "cpu, 2 threads", 1, 1, 128), (1, 3, [1, 3], [], "cpu, 1 thread", 1, 1, 128),
+        (2, 3, [3, 4], ["head"], "cpu, 1 thread", 1, 1, 128)]
+assert got == want, got' "$PL_WORK/stages.json" || pl_fail "/v1/stages: $(cat "$PL_WORK/stages.json")"
+pl_client d --describe >"$PL_WORK/describe.out" 2>"$PL_WORK/describe.err" ||
+    pl_fail "strata-client --describe: $(cat "$PL_WORK/describe.err")"
+awk 'NR > 1 {print $1, $2, $3, $4}' "$PL_WORK/describe.out" | paste -sd';' - >"$PL_WORK/describe.cols"
+[ "$(cat "$PL_WORK/describe.cols")" = '0 [0,1) embed 1x1;1 [1,3) - 1x1;2 [3,4) head 1x1' ] ||
+    pl_fail "strata-client --describe: $(cat "$PL_WORK/describe.out")"
+echo "describe, 3 stages: Info, /v1/stages and strata-client --describe list [0,1) [1,3) [3,4)"
+kill -9 "$(pl_pid d 1)"
+sleep 0.3
+start=$(date +%s%N)
+gc --info >"$PL_WORK/info3dead.out" 2>&1 || pl_fail "Info with a dead stage failed: $(cat "$PL_WORK/info3dead.out")"
+grep -q '^stages_error: EPEER: stage 0: cannot describe the pipeline: the link to stage 1 is down' \
+    "$PL_WORK/info3dead.out" || pl_fail "Info with stage 1 dead: $(cat "$PL_WORK/info3dead.out")"
+! grep -q '^stage ' "$PL_WORK/info3dead.out" || pl_fail "Info listed stages of a broken ring"
+code=$(curl -sS -o "$PL_WORK/stages.dead" -w '%{http_code}' "$URL/v1/stages")
+[ "$code" = 503 ] && grep -q 'link to stage 1 is down' "$PL_WORK/stages.dead" ||
+    pl_fail "/v1/stages with stage 1 dead: $code $(cat "$PL_WORK/stages.dead")"
+pl_client d --describe >"$PL_WORK/describe.dead" 2>&1 && pl_fail "--describe with stage 1 dead exited 0"
+grep -q 'describe: stage 0: cannot describe the pipeline: the link to stage 1 is down' "$PL_WORK/describe.dead" ||
+    pl_fail "--describe with stage 1 dead: $(cat "$PL_WORK/describe.dead")"
+ms=$((($(date +%s%N) - start) / 1000000))
+[ "$ms" -lt 5000 ] || pl_fail "the three describes of a broken ring took $ms ms"
+echo "describe, stage 1 killed: Info stages_error, /v1/stages 503, --describe exit 1, all in $ms ms"
+kill "$SERVE_PID"
+wait "$SERVE_PID" || pl_fail "strata-serve exited with $? after SIGTERM"
+for r in 0 2; do kill "$(pl_pid d "$r")"; done
 
 # 2. Text: the real Qwen3 vocabulary on a tiny random checkpoint.
 model="$PL_WORK/model"

@@ -4,7 +4,8 @@
 # pipeline_text_test.sh does), driven by curl: the whole answer equals the streamed deltas
 # equals strata-client --chat's text; 16 concurrent streams equal their solo runs; a client
 # that disconnects mid-stream gets its request cancelled; every malformed request gets its
-# 4xx OpenAI error and the server keeps serving; /v1/models, /health, /metrics answer.
+# 4xx OpenAI error and the server keeps serving; /v1/models, /health, /metrics answer, and
+# /v1/stages lists both stages' layer ranges, roles and devices (503 once stage 0 is gone).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -176,12 +177,19 @@ for m in 'strata_serve_requests_total{status="200"}' 'strata_serve_requests_tota
     strata_serve_time_to_first_token_seconds_bucket strata_serve_inter_token_latency_seconds_count; do
     grep -qF "$m" "$PL_WORK/metrics.txt" || pl_fail "/metrics lacks $m"
 done
-echo "/v1/models, /health, /metrics: ok"
+# GET /v1/stages: both stages as they describe themselves round the ring (the even split).
+curl -sS "$URL/v1/stages" | jq_py '";".join("%d %d %s %s %s" % (s["stage"], s["num_stages"], s["layers"],
+    ",".join(s["roles"]), s["device"]) for s in d["data"])' >"$PL_WORK/stages.txt" || pl_fail "/v1/stages"
+[ "$(cat "$PL_WORK/stages.txt")" = "0 2 [0, 1] embed cpu, 1 thread;1 2 [1, 2] head cpu, 1 thread" ] ||
+    pl_fail "/v1/stages: $(cat "$PL_WORK/stages.txt")"
+expect_error 405 /v1/stages '{}' POST
+echo "/v1/models, /health, /metrics, /v1/stages: ok"
 
 # 6. Stage 0 gone: /health and generation answer 503, the server stays up.
 pl_stop_pipeline s 2
 [ "$(curl -sS -o /dev/null -w '%{http_code}' "$URL/health")" = 503 ] || pl_fail "/health not 503"
 expect_error 503 /v1/chat/completions "{$msg, \"max_tokens\": 4}"
+[ "$(curl -sS -o /dev/null -w '%{http_code}' "$URL/v1/stages")" = 503 ] || pl_fail "/v1/stages not 503"
 curl -sS "$URL/v1/models" | grep -q '"id":"model"' || pl_fail "server gone after 503s"
 kill "$SERVE_PID"
 wait "$SERVE_PID" || pl_fail "strata-serve exited with $? after SIGTERM"
