@@ -86,6 +86,46 @@ static void models_list(void **state) {
                                          "\"strata\"}]}");
 }
 
+static void stages_list(void **state) {
+    static struct client_describe d = {.num_stages = 2,
+                                       .stages = {{.stage_index = 0,
+                                                   .num_stages = 2,
+                                                   .layer_start = 0,
+                                                   .layer_end = 1,
+                                                   .embed = 1,
+                                                   .vision = 1,
+                                                   .tp = 1,
+                                                   .kvp = 2,
+                                                   .threads = 2,
+                                                   .max_seq = 64,
+                                                   .max_batch = 4,
+                                                   .device = "cpu, 2 threads",
+                                                   .weights_dtype = "bf16",
+                                                   .version = "strata 0.1.0"},
+                                                  {.stage_index = 1,
+                                                   .num_stages = 2,
+                                                   .layer_start = 1,
+                                                   .layer_end = 4,
+                                                   .head = 1,
+                                                   .tp = 1,
+                                                   .kvp = 1,
+                                                   .threads = 1,
+                                                   .max_seq = 64,
+                                                   .max_batch = 4,
+                                                   .device = "cpu, 1 \"thread\"",
+                                                   .weights_dtype = "q8",
+                                                   .version = "strata 0.1.0"}}};
+    (void)state;
+    check(
+        serve_json_stages(&d),
+        "{\"object\":\"list\",\"data\":[{\"stage\":0,\"num_stages\":2,\"layers\":[0,1],"
+        "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
+        "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\",\"max_seq\":64,"
+        "\"max_batch\":4},{\"stage\":1,\"num_stages\":2,\"layers\":[1,4],\"roles\":[\"head\"],"
+        "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
+        "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"max_seq\":64,\"max_batch\":4}]}");
+}
+
 /* Streams pieces through a serve_text and returns everything taken (final at the end). */
 static char *stream_through(struct serve_text *t, const char **pieces, int n, int *stopped) {
     static char out[256];
@@ -179,7 +219,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(error_shape),    cmocka_unit_test(whole_answers),
         cmocka_unit_test(chunks_and_sse), cmocka_unit_test(models_list),
-        cmocka_unit_test(stop_strings),   cmocka_unit_test(metrics_text),
+        cmocka_unit_test(stages_list),    cmocka_unit_test(stop_strings),
+        cmocka_unit_test(metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -326,7 +326,35 @@ static void pack_health_and_info(void **state) {
     uint8_t *buf;
     size_t len;
     int32_t eos[] = {151645, 151643};
-    struct serve_pb_info info = {"qwen3", 4096, 151669, eos, 2, 1, "1.0", "29.0.0"};
+    static struct client_describe stages = {.num_stages = 2,
+                                            .stages = {{.stage_index = 0,
+                                                        .num_stages = 2,
+                                                        .layer_start = 0,
+                                                        .layer_end = 2,
+                                                        .embed = 1,
+                                                        .tp = 2,
+                                                        .kvp = 1,
+                                                        .threads = 4,
+                                                        .max_seq = 4096,
+                                                        .max_batch = 8,
+                                                        .device = "cpu, 4 threads",
+                                                        .weights_dtype = "q8",
+                                                        .version = "strata 0.1.0"},
+                                                       {.stage_index = 1,
+                                                        .num_stages = 2,
+                                                        .layer_start = 2,
+                                                        .layer_end = 4,
+                                                        .head = 1,
+                                                        .tp = 1,
+                                                        .kvp = 1,
+                                                        .threads = 1,
+                                                        .max_seq = 4096,
+                                                        .max_batch = 8,
+                                                        .device = "cuda:0, NVIDIA H100",
+                                                        .weights_dtype = "bf16",
+                                                        .version = "strata 0.1.0"}}};
+    struct serve_pb_info info = {"qwen3", 4096,     151669,  eos, 2,      1,
+                                 "1.0",   "29.0.0", &stages, "",  "0.1.0"};
     (void)state;
     assert_int_equal(serve_pb_pack_health(0, "stage 0 does not answer", &buf, &len), 0);
     Strata__V1__HealthResponse *h = strata__v1__health_response__unpack(NULL, len, buf);
@@ -351,6 +379,29 @@ static void pack_health_and_info(void **state) {
     assert_int_equal(i->eos_ids[1], 151643);
     assert_true(i->chat_template);
     assert_string_equal(i->wire_version, "1.0");
+    assert_string_equal(i->strata_version, "0.1.0");
+    assert_string_equal(i->stages_error, "");
+    assert_int_equal(i->n_stages, 2);
+    assert_int_equal(i->stages[0]->layer_end, 2);
+    assert_true(i->stages[0]->embed && !i->stages[0]->head);
+    assert_int_equal(i->stages[0]->tp, 2);
+    assert_string_equal(i->stages[0]->weights_dtype, "q8");
+    assert_int_equal(i->stages[1]->stage_index, 1);
+    assert_int_equal(i->stages[1]->layer_start, 2);
+    assert_int_equal(i->stages[1]->layer_end, 4);
+    assert_true(i->stages[1]->head && !i->stages[1]->embed);
+    assert_string_equal(i->stages[1]->device, "cuda:0, NVIDIA H100");
+    assert_string_equal(i->stages[1]->version, "strata 0.1.0");
+    strata__v1__info_response__free_unpacked(i, NULL);
+    free(buf);
+    /* A broken ring: no stages, the reason in stages_error. */
+    info.stages = NULL;
+    info.stages_error = "EPEER: stage 0: cannot describe the pipeline: the link to stage 1 is down";
+    assert_int_equal(serve_pb_pack_info(&info, &buf, &len), 0);
+    i = strata__v1__info_response__unpack(NULL, len, buf);
+    assert_non_null(i);
+    assert_int_equal(i->n_stages, 0);
+    assert_string_equal(i->stages_error, info.stages_error);
     strata__v1__info_response__free_unpacked(i, NULL);
     free(buf);
 }
