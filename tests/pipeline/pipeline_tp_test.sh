@@ -88,6 +88,12 @@ run_case() {
         pl_fail "$tag: client failed: $(cat "$PL_WORK/$tag.client")"
     got=$(pl_tokens_of "$PL_WORK/$tag.client" 0)
     [ "$got" = "$want" ] || pl_fail "$tag: tokens $got, golden $want"
+    # The ring describe names each stage's grid (column "tp x kvp").
+    pl_client "$tag" --describe >"$PL_WORK/$tag.describe" 2>"$PL_WORK/$tag.describe.err" ||
+        pl_fail "$tag: --describe failed: $(cat "$PL_WORK/$tag.describe.err")"
+    [ "$(awk 'NR > 1 {print $1 ":" $4}' "$PL_WORK/$tag.describe" | paste -sd' ' -)" = \
+        "$(for ((r = 0; r < S; r++)); do printf '%s ' "$r:${T}x$K"; done | sed 's/ $//')" ] ||
+        pl_fail "$tag: --describe: $(cat "$PL_WORK/$tag.describe")"
     pl_wait_file "$PL_WORK/$tag.safetensors" 5 || pl_fail "$tag: no --out file"
     tp_stop "$tag" "$S" "$T"
 }
