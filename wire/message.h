@@ -192,7 +192,8 @@ struct wire_error {
 };
 
 /* One stage as it describes itself in a Control Describe (schema table StageInfo). The reader
- * checks 0 <= stage_index < num_stages, 0 <= layer_start <= layer_end and tp, kvp >= 1;
+ * checks 0 <= stage_index < num_stages, 0 <= layer_start <= layer_end, tp, kvp >= 1 and the
+ * counts >= 0;
  * strings point into the frame ("" when absent). */
 #define WIRE_MAX_DESCRIBE_STAGES 256 /* entries in one Describe */
 struct wire_stage_info {
@@ -205,6 +206,7 @@ struct wire_stage_info {
     const char *weights_dtype; /* "bf16", "q8" */
     const char *version;       /* "strata X.Y.Z" */
     int32_t max_seq, max_batch;
+    int32_t kv_slots_in_use, queue_depth; /* load when the describe passed the stage */
 };
 
 struct wire_control {

@@ -26,7 +26,9 @@ enum {
     INFO_WEIGHTS_DTYPE,
     INFO_VERSION,
     INFO_MAX_SEQ,
-    INFO_MAX_BATCH
+    INFO_MAX_BATCH,
+    INFO_KV_IN_USE,
+    INFO_QUEUE_DEPTH
 };
 #define S4                                                                                         \
     { FB_SCALAR, 4, 4, NULL, NULL, 0 }
@@ -34,14 +36,15 @@ enum {
     { FB_SCALAR, 1, 1, NULL, NULL, 0 }
 #define STR                                                                                        \
     { FB_STRING, 0, 0, NULL, NULL, 0 }
-static const struct fb_field_desc info_fields[] = {S4, S4, S4, S4,  S1,  S1, S1, STR,
-                                                   S4, S4, S4, STR, STR, S4, S4};
-const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 15, info_fields};
+static const struct fb_field_desc info_fields[] = {S4, S4, S4,  S4,  S1, S1, S1, STR, S4,
+                                                   S4, S4, STR, STR, S4, S4, S4, S4};
+const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 17, info_fields};
 
 static int check_info(const struct wire_stage_info *s, size_t i, int code) {
     if (s->num_stages < 1 || s->stage_index < 0 || s->stage_index >= s->num_stages ||
         s->layer_start < 0 || s->layer_end < s->layer_start || s->tp < 1 || s->kvp < 1 ||
-        s->threads < 0 || s->max_seq < 0 || s->max_batch < 0)
+        s->threads < 0 || s->max_seq < 0 || s->max_batch < 0 || s->kv_slots_in_use < 0 ||
+        s->queue_depth < 0)
         return strata_set_error(
             code,
             "wire: Control Describe entry %zu: stage %d of %d, layers [%d, %d), "
@@ -87,6 +90,8 @@ uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m) {
         fb_add_offset(a, INFO_VERSION, version);
         fb_add_u32(a, INFO_MAX_SEQ, (uint32_t)s->max_seq, 0);
         fb_add_u32(a, INFO_MAX_BATCH, (uint32_t)s->max_batch, 0);
+        fb_add_u32(a, INFO_KV_IN_USE, (uint32_t)s->kv_slots_in_use, 0);
+        fb_add_u32(a, INFO_QUEUE_DEPTH, (uint32_t)s->queue_depth, 0);
         fb_add_u8(a, INFO_EMBED, s->embed != 0, 0);
         fb_add_u8(a, INFO_HEAD, s->head != 0, 0);
         fb_add_u8(a, INFO_VISION, s->vision != 0, 0);
@@ -120,7 +125,9 @@ static struct wire_stage_info parse_info(const struct fb_table *e) {
                                     .weights_dtype = get_string(e, INFO_WEIGHTS_DTYPE),
                                     .version = get_string(e, INFO_VERSION),
                                     .max_seq = get_i32(e, INFO_MAX_SEQ, 0),
-                                    .max_batch = get_i32(e, INFO_MAX_BATCH, 0)};
+                                    .max_batch = get_i32(e, INFO_MAX_BATCH, 0),
+                                    .kv_slots_in_use = get_i32(e, INFO_KV_IN_USE, 0),
+                                    .queue_depth = get_i32(e, INFO_QUEUE_DEPTH, 0)};
 }
 
 int wmsg_parse_control_stages(struct wire_control *out, const struct fb_table *t, int id) {

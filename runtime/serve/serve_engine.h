@@ -29,6 +29,8 @@ struct serve_job {
 /* How long the fronts wait for a describe: past the stages' own bound (2 x --peer-timeout-ms,
  * 20 s by default), so a broken ring's answer is stage 0's error naming it. */
 #define SERVE_DESCRIBE_TIMEOUT_MS 25000
+/* /metrics' per-stage gauges: a scrape waits at most this for the describe. */
+#define SERVE_METRICS_DESCRIBE_MS 2000
 
 /* A ring describe waiting for stage 0's answer (serve_engine_describe). */
 struct serve_describe_wait {

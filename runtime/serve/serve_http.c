@@ -231,7 +231,17 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, struct serve_app
     struct serve_buf out = {0};
     /* Counted before rendering, so a scrape sees itself. */
     serve_metrics_request(app->metrics, MHD_HTTP_OK);
-    if (serve_metrics_render(app->metrics, &out) < 0) {
+    /* The per-stage gauges from a describe round the ring, bounded so a broken ring costs a
+     * scrape at most this long (then strata_serve_stages_up 0). */
+    struct client_describe *d = malloc(sizeof *d);
+    if (d && serve_engine_describe(app->engine, d, SERVE_METRICS_DESCRIBE_MS) < 0) {
+        free(d);
+        d = NULL;
+    }
+    int rc = serve_metrics_render(app->metrics, &out);
+    if (rc == 0) rc = serve_metrics_render_stages(d, &out);
+    free(d);
+    if (rc < 0) {
         serve_buf_free(&out);
         return MHD_NO;
     }

@@ -135,6 +135,8 @@ static int add_stage(cJSON *data, const struct client_stage_info *s) {
            cJSON_AddStringToObject(e, "version", s->version) &&
            cJSON_AddNumberToObject(e, "max_seq", s->max_seq) &&
            cJSON_AddNumberToObject(e, "max_batch", s->max_batch) &&
+           cJSON_AddNumberToObject(e, "kv_slots_in_use", s->kv_slots_in_use) &&
+           cJSON_AddNumberToObject(e, "queue_depth", s->queue_depth) &&
            cJSON_GetArraySize(layers) == 2 &&
            cJSON_GetArraySize(roles) == !!s->embed + !!s->vision + !!s->head;
 }

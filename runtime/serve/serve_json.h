@@ -39,7 +39,8 @@ char *serve_json_chunk(const struct serve_reply_info *info, int with_role, const
 char *serve_json_models(const char *model_id, long created);
 
 /* GET /v1/stages: {"object":"list","data":[{"stage","num_stages","layers":[a,b],"roles":[...],
- * "device","tp","kvp","threads","weights_dtype","version","max_seq","max_batch"}]}, in ring
+ * "device","tp","kvp","threads","weights_dtype","version","max_seq","max_batch",
+ * "kv_slots_in_use","queue_depth"}]}, in ring
  * order, from a ring describe (runtime/stage/client.h). */
 char *serve_json_stages(const struct client_describe *d);
 

@@ -242,6 +242,8 @@ int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *
         e.version = (char *)s->version;
         e.max_seq = s->max_seq;
         e.max_batch = s->max_batch;
+        e.kv_slots_in_use = s->kv_slots_in_use;
+        e.queue_depth = s->queue_depth;
         entries[i] = e;
         ptrs[i] = &entries[i];
     }

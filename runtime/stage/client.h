@@ -64,9 +64,10 @@ struct client_stage_info {
     int embed, head, vision;    /* roles */
     int tp, kvp;                /* grid degrees (1 = none) */
     int threads, max_seq, max_batch;
-    char device[160];       /* the backend's own words, e.g. "cpu, 4 threads" */
-    char weights_dtype[16]; /* "bf16", "q8" */
-    char version[64];       /* "strata X.Y.Z" */
+    int kv_slots_in_use, queue_depth; /* load when the describe passed the stage */
+    char device[160];                 /* the backend's own words, e.g. "cpu, 4 threads" */
+    char weights_dtype[16];           /* "bf16", "q8" */
+    char version[64];                 /* "strata X.Y.Z" */
 };
 struct client_describe {
     int num_stages;

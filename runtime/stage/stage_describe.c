@@ -1,5 +1,6 @@
 /* Ring describe: a client learns what the pipeline is - every stage's layer range, roles,
- * device, grid, threads, weights dtype and build - from the stages themselves.
+ * device, grid, threads, weights dtype and build, and its load as the describe passed (KV
+ * slots in use, queued work items) - from the stages themselves.
  *
  *   client --Describe(nonce)--> stage 0 --[e0]--> stage 1 --[e0,e1]--> ... --> last
  *   client <--Describe(nonce, [e0..eS-1])-- stage 0 <--[e0..eS-1]-- last (the ring link)
@@ -54,6 +55,11 @@ static const char *device_words(struct stage_core *core) {
 void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *out) {
     static const char version[] = "strata " STRATA_VERSION;
     const struct stage_role *role = &core->be->role;
+    struct stage_core_stats st;
+    int queued = 0;
+    stage_core_get_stats(core, &st);
+    for (const struct stage_item *it = core->queue_head; it; it = it->next)
+        queued++;
     *out = (struct wire_stage_info){
         .stage_index = core->opt.stage_index,
         .num_stages = core->opt.num_stages,
@@ -69,7 +75,9 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
         .weights_dtype = core->describe_dtype[0] ? core->describe_dtype : "bf16",
         .version = version,
         .max_seq = core->max_seq,
-        .max_batch = core->max_batch};
+        .max_batch = core->max_batch,
+        .kv_slots_in_use = st.active_requests,
+        .queue_depth = queued};
 }
 
 /* Emits a Describe carrying `prefix` [n] (read entries or NULL) plus, when `add_self`, this

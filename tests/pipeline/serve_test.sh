@@ -174,7 +174,9 @@ curl -sS "$URL/v1/models" | jq_py 'd["data"][0]["id"]' | grep -qx model || pl_fa
 curl -sS "$URL/metrics" >"$PL_WORK/metrics.txt"
 for m in 'strata_serve_requests_total{status="200"}' 'strata_serve_requests_total{status="400"}' \
     strata_serve_prompt_tokens_total strata_serve_completion_tokens_total \
-    strata_serve_time_to_first_token_seconds_bucket strata_serve_inter_token_latency_seconds_count; do
+    strata_serve_time_to_first_token_seconds_bucket strata_serve_inter_token_latency_seconds_count \
+    'strata_serve_stages_up 1' 'strata_stage_kv_slots{stage="0"} 16' 'strata_stage_kv_slots{stage="1"} 16' \
+    'strata_stage_kv_slots_in_use{stage="1"} 0' 'strata_stage_queue_depth{stage="0"} 0'; do
     grep -qF "$m" "$PL_WORK/metrics.txt" || pl_fail "/metrics lacks $m"
 done
 # GET /v1/stages: both stages as they describe themselves round the ring (the even split).
@@ -190,6 +192,7 @@ pl_stop_pipeline s 2
 [ "$(curl -sS -o /dev/null -w '%{http_code}' "$URL/health")" = 503 ] || pl_fail "/health not 503"
 expect_error 503 /v1/chat/completions "{$msg, \"max_tokens\": 4}"
 [ "$(curl -sS -o /dev/null -w '%{http_code}' "$URL/v1/stages")" = 503 ] || pl_fail "/v1/stages not 503"
+curl -sS "$URL/metrics" | grep -qx 'strata_serve_stages_up 0' || pl_fail "/metrics: stages up without stage 0"
 curl -sS "$URL/v1/models" | grep -q '"id":"model"' || pl_fail "server gone after 503s"
 kill "$SERVE_PID"
 wait "$SERVE_PID" || pl_fail "strata-serve exited with $? after SIGTERM"

@@ -423,15 +423,16 @@ static void describe_builder_refuses_bad_entries(void **state) {
     assert_int_equal(wire_arena_init(&arena, 0), 0);
     struct wire_stage_info good = {
         .stage_index = 0, .num_stages = 1, .layer_end = 4, .tp = 1, .kvp = 1};
-    struct wire_stage_info bad[5];
-    for (int i = 0; i < 5; i++)
+    struct wire_stage_info bad[6];
+    for (int i = 0; i < 6; i++)
         bad[i] = good;
     bad[0].layer_start = 5; /* [5, 4) */
     bad[1].stage_index = 1; /* of 1 */
     bad[2].tp = 0;
     bad[3].num_stages = 0;
     bad[4].layer_start = -1;
-    for (int i = 0; i < 5; i++) {
+    bad[5].queue_depth = -1;
+    for (int i = 0; i < 6; i++) {
         struct wire_control m = {
             .kind = WIRE_CONTROL_DESCRIBE, .nonce = 1, .stages = &bad[i], .num_stages = 1};
         assert_int_equal(wire_build_control(&arena, &m), STRATA_EINVAL);

@@ -112,18 +112,21 @@ static void stages_list(void **state) {
                                                    .threads = 1,
                                                    .max_seq = 64,
                                                    .max_batch = 4,
+                                                   .kv_slots_in_use = 3,
+                                                   .queue_depth = 2,
                                                    .device = "cpu, 1 \"thread\"",
                                                    .weights_dtype = "q8",
                                                    .version = "strata 0.1.0"}}};
     (void)state;
-    check(
-        serve_json_stages(&d),
-        "{\"object\":\"list\",\"data\":[{\"stage\":0,\"num_stages\":2,\"layers\":[0,1],"
-        "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
-        "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\",\"max_seq\":64,"
-        "\"max_batch\":4},{\"stage\":1,\"num_stages\":2,\"layers\":[1,4],\"roles\":[\"head\"],"
-        "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
-        "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"max_seq\":64,\"max_batch\":4}]}");
+    check(serve_json_stages(&d),
+          "{\"object\":\"list\",\"data\":[{\"stage\":0,\"num_stages\":2,\"layers\":[0,1],"
+          "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
+          "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\",\"max_seq\":64,"
+          "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0},{\"stage\":1,\"num_stages\":2,"
+          "\"layers\":[1,4],\"roles\":[\"head\"],"
+          "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
+          "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"max_seq\":64,\"max_batch\":4,"
+          "\"kv_slots_in_use\":3,\"queue_depth\":2}]}");
 }
 
 /* Streams pieces through a serve_text and returns everything taken (final at the end). */
@@ -215,12 +218,34 @@ static void metrics_text(void **state) {
     serve_metrics_destroy(&m);
 }
 
+/* The per-stage gauges /metrics appends from a ring describe; without one, stages_up 0. */
+static void metrics_stages(void **state) {
+    static struct client_describe d = {
+        .num_stages = 2,
+        .stages = {{.stage_index = 0, .max_batch = 8, .kv_slots_in_use = 2, .queue_depth = 1},
+                   {.stage_index = 1, .max_batch = 8, .kv_slots_in_use = 2, .queue_depth = 0}}};
+    struct serve_buf out = {0};
+    (void)state;
+    assert_int_equal(serve_metrics_render_stages(&d, &out), 0);
+    for (const char *line = "strata_serve_stages_up 1\n\0strata_stage_kv_slots{stage=\"1\"} 8\n\0"
+                            "strata_stage_kv_slots_in_use{stage=\"0\"} 2\n\0"
+                            "strata_stage_queue_depth{stage=\"0\"} 1\n\0"
+                            "# TYPE strata_stage_queue_depth gauge\n\0";
+         *line; line += strlen(line) + 1)
+        if (!strstr(out.data, line)) fail_msg("metrics lack '%s' in:\n%s", line, out.data);
+    serve_buf_free(&out);
+    assert_int_equal(serve_metrics_render_stages(NULL, &out), 0);
+    assert_non_null(strstr(out.data, "strata_serve_stages_up 0\n"));
+    assert_null(strstr(out.data, "strata_stage_kv_slots{"));
+    serve_buf_free(&out);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(error_shape),    cmocka_unit_test(whole_answers),
         cmocka_unit_test(chunks_and_sse), cmocka_unit_test(models_list),
-        cmocka_unit_test(stages_list),    cmocka_unit_test(stop_strings),
-        cmocka_unit_test(metrics_text),
+        cmocka_unit_test(stages_list),    cmocka_unit_test(metrics_stages),
+        cmocka_unit_test(stop_strings),   cmocka_unit_test(metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

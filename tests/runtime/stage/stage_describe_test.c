@@ -85,6 +85,7 @@ static int error_for(uint64_t nonce, char *message, size_t cap) {
     return code;
 }
 
+/* The static part of every entry (the load fields are the callers'). */
 static void check_ranges(int S, const int *bounds) {
     assert_int_equal(seen.answers, 1);
     assert_int_equal(seen.d.num_stages, S);
@@ -119,6 +120,8 @@ static void test_lists_the_ranges_started_with(void **state) {
         assert_int_equal(seen.client_id, 7);
         assert_int_equal(seen.nonce, 4242);
         check_ranges(S, bounds[S - 1]);
+        for (int r = 0; r < S; r++) /* idle: no slot in use, nothing queued */
+            assert_true(seen.d.stages[r].kv_slots_in_use == 0 && seen.d.stages[r].queue_depth == 0);
         char table[4096];
         client_describe_table(table, sizeof table, &seen.d);
         if (S == 3) {
@@ -147,6 +150,10 @@ static void test_does_not_disturb_requests(void **state) {
     assert_int_equal(send_describe(2, 5151), 0);
     tp_run(&pipe, 100000);
     check_ranges(3, bounds);
+    /* It saw the request: stage 0 held its KV slot when the describe passed. */
+    assert_int_equal(seen.d.stages[0].kv_slots_in_use, 1);
+    for (int r = 0; r < 3; r++)
+        assert_true(seen.d.stages[r].kv_slots_in_use <= 1 && seen.d.stages[r].queue_depth <= 2);
     int n = tp_client_tokens(&pipe, 77, tokens, 256, &ended, &code, msg, sizeof msg);
     assert_int_equal(code, 0);
     assert_int_equal(n, golden.n_steps);
