@@ -58,11 +58,11 @@ enum fb_field_kind {
     FB_ABSENT = 0, /* id not in this schema version (deprecated or unused) */
     FB_SCALAR,     /* size = 1, 2, 4, 8 */
     FB_STRING,
-    FB_VECTOR,     /* size = element size, align = element alignment */
-    FB_TABLE,      /* table = descriptor of the target */
+    FB_VECTOR,       /* size = element size, align = element alignment */
+    FB_TABLE,        /* table = descriptor of the target */
     FB_TABLE_VECTOR, /* a vector of tables, each described by `table` */
-    FB_UNION_TYPE, /* u8; the next id holds the value */
-    FB_UNION       /* members = descriptors indexed by type, num_members of them */
+    FB_UNION_TYPE,   /* u8; the next id holds the value */
+    FB_UNION         /* members = descriptors indexed by type, num_members of them */
 };
 
 struct fb_table_desc;
