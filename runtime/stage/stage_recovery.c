@@ -35,13 +35,13 @@
  *
  * Bounds: a held request fails with STRATA_ETIMEOUT and a message naming the break and the
  * timeout once it has been held recovery_timeout_ms. Requests restored from a KvBlock at
- * startup (--kv-restore) are not held: they fail at once as before.
+ * startup (--kv-restore) are not held: they fail at once as before. Qwen3-VL requests
+ * are: stage 0 keeps their vision inputs (req->vl), and a replay chunk's rows past the
+ * prompt are text rows at their decode positions (stage_vl_fill).
  *
  * KV copies: with send_kv on every stage, stage 0 keeps each later stage's KV block per
  * request, and a replay restores every stage's KV from them and prefills only the rows after
- * (stage_recovery_kv.c, which also has the rule for when that is cheaper). Qwen3-VL requests are: stage 0 keeps their vision
- * inputs (req->vl), and a replay chunk's rows past the prompt are text rows at their decode
- * positions (stage_vl_fill).
+ * (stage_recovery_kv.c, which also has the rule for when that is cheaper).
  *
  * Stage 0 dying: stage 0 holds what a replay needs, so when it dies the client resubmits
  * (runtime/stage/client.h, strata-client --reconnect-timeout-ms): the same Request to the
