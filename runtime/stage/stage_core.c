@@ -456,15 +456,7 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
         req->params = params;
         req->restored = 0;
         if (core->is_last) sampler_init(&req->sampler, &params.sampling);
-        if (req->kv_recovered && req->recv_pos >= stage_prefill_len(req)) {
-            stage_fail(core, req, STRATA_EINVAL, 1, 1,
-                       "stage %d: request %llu's KV copy holds %d positions, its replay only %d", r,
-                       (unsigned long long)req->nonce, req->recv_pos, stage_prefill_len(req));
-            return 0;
-        }
-        /* A replay onto a KV copy (stage_recovery_kv.c): tokens and sampler as any replay. */
-        if (params.resume_len > 0 && stage_recovery_admit_resumed(core, req, msg) < 0) return 0;
-        forward_request(core, req, frame, len);
+        if (stage_recovery_kv_admit(core, req, msg) == 0) forward_request(core, req, frame, len);
         return 0;
     }
     if (rc < 0)

@@ -232,6 +232,11 @@ void stage_recovery_replay_logits(struct stage_core *core, int n, const int *row
  * handed to the driver (addressed here: --kv-out) and/or forwarded toward stage 0. */
 int stage_recovery_on_kv_block(struct stage_core *core, const struct wire_kv_block *msg,
                                const uint8_t *frame, size_t len);
+/* Stage r >= 1: the replay's Request for a request restored from its copy (after its
+ * parameters are set): checks the copy ends before the replay's last row and takes the
+ * resumed tokens. 0, or a status after failing the request. */
+int stage_recovery_kv_admit(struct stage_core *core, struct stage_req *req,
+                            const struct wire_request *msg);
 /* Stage 0: frees a request's kept copies. */
 void stage_recovery_kv_drop(struct stage_core *core, struct stage_req *req);
 /* Stage 0, replaying `*req`: when the KV copies make it the cheaper way, restores its own KV

@@ -124,6 +124,20 @@ static void restore_copy(struct stage_core *core, uint64_t nonce, const uint8_t 
     core->stats.kv_restored++;
 }
 
+int stage_recovery_kv_admit(struct stage_core *core, struct stage_req *req,
+                            const struct wire_request *msg) {
+    if (!req->kv_recovered) return 0;
+    if (req->recv_pos >= stage_prefill_len(req)) {
+        stage_fail(core, req, STRATA_EINVAL, 1, 1,
+                   "stage %d: request %llu's KV copy holds %d positions, its replay only %d",
+                   core->opt.stage_index, (unsigned long long)req->nonce, req->recv_pos,
+                   stage_prefill_len(req));
+        return STRATA_EINVAL;
+    }
+    /* Tokens so far and the sampler at step n, as for any replay (stage_recovery.c). */
+    return req->params.resume_len > 0 ? stage_recovery_admit_resumed(core, req, msg) : 0;
+}
+
 int stage_recovery_on_kv_block(struct stage_core *core, const struct wire_kv_block *msg,
                                const uint8_t *frame, size_t len) {
     int me = core->opt.stage_index, S = core->opt.num_stages;

@@ -32,6 +32,11 @@
 #define MAX_HANDOFF 64
 #define HANDSHAKE_TIMEOUT_MS 3000
 #define CLIENT_MAX_QUEUED ((size_t)1 << 20) /* ~10,000 token frames a client has not read */
+/* The last stage's link to stage 0 is queued, never waited on: with blocking sends all round
+ * the ring, stages that each wait for the next to read (KV blocks of MBs going both to
+ * stage 0 and down from it) wait forever. One link that never blocks breaks every cycle.
+ * Room for a largest frame (a KV block) and the tokens behind it. */
+#define RING_MAX_QUEUED (2 * WIRE_DEFAULT_MAX_FRAME)
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 500 /* a restarted neighbour is found within 0.5 s (issue 15: 1 s) */
@@ -289,6 +294,12 @@ static void *connector_main(void *arg) {
     return NULL;
 }
 
+/* Whether frames to `link` are queued (wire_send_frame_nb) rather than waited for. */
+static int queued_link(const struct server *s, enum stage_link link) {
+    return link == STAGE_LINK_CLIENT || (link == STAGE_LINK_NEXT && s->info.num_stages > 1 &&
+                                         s->info.stage_index == s->info.num_stages - 1);
+}
+
 /* A moving average (1/4 weight to the new sample). */
 static void measured(double *avg, double sample) {
     *avg = *avg > 0 ? 0.75 * *avg + 0.25 * sample : sample;
@@ -325,9 +336,11 @@ static void flush(struct server *s) {
             /* To a client: queued, never waited for (a client that stops reading holds
              * no one up; past CLIENT_MAX_QUEUED it is dropped). */
             int64_t t0 = cli_now_ns();
-            int src = f.link == STAGE_LINK_CLIENT
-                          ? wire_send_frame_nb(conn, f.data, f.len, CLIENT_MAX_QUEUED)
-                          : wire_send_frame(conn, f.data, f.len, timeout);
+            int src = !queued_link(s, f.link)
+                          ? wire_send_frame(conn, f.data, f.len, timeout)
+                          : wire_send_frame_nb(conn, f.data, f.len,
+                                               f.link == STAGE_LINK_CLIENT ? CLIENT_MAX_QUEUED
+                                                                           : RING_MAX_QUEUED);
             if (src == 0 && f.link == STAGE_LINK_NEXT && f.len >= (64u << 10)) {
                 /* The fastest recent send (decaying): a send that waited for a busy peer
                  * to read is slow through no fault of the link. */
@@ -479,7 +492,10 @@ static void drop_stalled(struct server *s) {
         if (unread && now - unread > limit) {
             snprintf(why, sizeof why, "not reading: %zu bytes queued for %lld ms",
                      wire_conn_tx_pending(c), (long long)(now - unread));
-            link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+            if (i < 2)
+                link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
+            else
+                link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
             continue;
         }
         if (!since || now - since <= limit) continue;
@@ -548,8 +564,12 @@ static void keepalive(struct server *s) {
         if (s->prev.fd >= 0 && wire_send_frame(&s->prev, wire_arena_frame(&arena),
                                                wire_arena_frame_len(&arena), 1000) < 0)
             link_down(s, STAGE_LINK_PREV, 0, &s->prev, "ping failed");
-        if (s->next.fd >= 0 && wire_send_frame(&s->next, wire_arena_frame(&arena),
-                                               wire_arena_frame_len(&arena), 1000) < 0)
+        if (s->next.fd >= 0 &&
+            (queued_link(s, STAGE_LINK_NEXT)
+                 ? wire_send_frame_nb(&s->next, wire_arena_frame(&arena),
+                                      wire_arena_frame_len(&arena), RING_MAX_QUEUED)
+                 : wire_send_frame(&s->next, wire_arena_frame(&arena), wire_arena_frame_len(&arena),
+                                   1000)) < 0)
             link_down(s, STAGE_LINK_NEXT, 0, &s->next, "ping failed");
     }
     wire_arena_free(&arena);
@@ -622,7 +642,8 @@ static void loop_once(struct server *s) {
         who[n++] = -1;
     }
     if (s->next.fd >= 0) {
-        fds[n] = (struct pollfd){.fd = s->next.fd, .events = POLLIN};
+        short ev = POLLIN | (wire_conn_tx_pending(&s->next) ? POLLOUT : 0);
+        fds[n] = (struct pollfd){.fd = s->next.fd, .events = ev};
         who[n++] = -2;
     }
     for (int i = 0; i < MAX_CLIENTS; i++) {
@@ -642,6 +663,12 @@ static void loop_once(struct server *s) {
             char why[1024];
             snprintf(why, sizeof why, "send failed: %s", strata_last_error());
             link_down(s, STAGE_LINK_CLIENT, s->client_ids[who[i]], &s->clients[who[i]], why);
+        }
+        if (who[i] == -2 && (fds[i].revents & POLLOUT) && s->next.fd == fds[i].fd &&
+            wire_flush_nb(&s->next) < 0) {
+            char why[1024];
+            snprintf(why, sizeof why, "send failed: %s", strata_last_error());
+            link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
         }
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (who[i] == -3)
