@@ -80,7 +80,9 @@ static void usage(FILE *out) {
             "  --max-seq N            KV positions per request (default 512)\n"
             "  --max-batch B          concurrent requests = KV slots (default 8)\n"
             "  --chunk-size C         prefill chunk rows (default 64)\n"
-            "  --send-kv              send each request's KV after its prefill activation\n"
+            "  --send-kv              send each request's KV after its prefill activation (on\n"
+            "                         every stage: stage 0 keeps the later stages' blocks and a\n"
+            "                         recovery replay restores them instead of recomputing)\n"
             "  --recv-kv              accept KV blocks from upstream\n"
             "  --kv-out FILE          write received KV blocks to FILE\n"
             "  --kv-restore FILE      restore a KV block (equal layer range only) at start\n"
@@ -122,6 +124,12 @@ static void usage(FILE *out) {
             "                         requests in flight this long for it (restarted) to rejoin,\n"
             "                         then replay them so they finish with the same tokens\n"
             "                         (default 10000; 0 = fail them at once)\n"
+            "  --kv-recovery MODE     stage 0: a replay with every later stage's KV copy (their\n"
+            "                         --send-kv) restores it and recomputes only the rows after\n"
+            "                         it: auto (default; when the copies' bytes / measured link\n"
+            "                         rate < the rows' measured compute), restore, or replay\n"
+            "  --kv-keep-mb N         stage 0: memory for those copies (default 1024; a block\n"
+            "                         past it is not kept and its request replays in full)\n"
             "  --standby              a standby for this stage: load the weights, wait while\n"
             "                         --listen's port is taken (the primary serves it) and take\n"
             "                         it over the moment the primary dies (needs a fixed port)\n"
@@ -140,6 +148,7 @@ struct args {
     int next_port;
     const char *device, *weights_dtype;
     int threads, max_seq, max_batch, chunk_size;
+    int kv_recovery, kv_keep_mb;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
     int standby;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
@@ -181,6 +190,8 @@ enum option_id {
     O_RECV_KV,
     O_KV_OUT,
     O_KV_RESTORE,
+    O_KV_RECOVERY,
+    O_KV_KEEP_MB,
     O_OUT,
     O_AUTH,
     O_TLS_CERT,
@@ -228,6 +239,8 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"recv-kv", 0, 0, O_RECV_KV},
                                              {"kv-out", 1, 0, O_KV_OUT},
                                              {"kv-restore", 1, 0, O_KV_RESTORE},
+                                             {"kv-recovery", 1, 0, O_KV_RECOVERY},
+                                             {"kv-keep-mb", 1, 0, O_KV_KEEP_MB},
                                              {"out", 1, 0, O_OUT},
                                              {"auth-key-file", 1, 0, O_AUTH},
                                              {"tls-cert", 1, 0, O_TLS_CERT},
@@ -300,6 +313,17 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_RECV_KV: a->recv_kv = 1; break;
     case O_KV_OUT: a->kv_out = value; break;
     case O_KV_RESTORE: a->kv_restore = value; break;
+    case O_KV_RECOVERY:
+        a->kv_recovery = !strcmp(value, "auto")      ? STAGE_KV_RECOVERY_AUTO
+                         : !strcmp(value, "restore") ? STAGE_KV_RECOVERY_RESTORE
+                         : !strcmp(value, "replay")  ? STAGE_KV_RECOVERY_REPLAY
+                                                     : -1;
+        if (a->kv_recovery < 0) {
+            fprintf(stderr, "strata-stage: --kv-recovery is auto, restore or replay\n");
+            rc = -1;
+        }
+        break;
+    case O_KV_KEEP_MB: rc = flag_int("--kv-keep-mb", value, 0, 1 << 24, &a->kv_keep_mb); break;
     case O_OUT: a->out = value; break;
     case O_AUTH: a->auth_key_file = value; break;
     case O_TLS_CERT: a->tls_cert = value; break;
@@ -429,6 +453,7 @@ static void args_defaults(struct args *a) {
     a->tp_timeout_ms = COLL_DEFAULT_TIMEOUT_MS;
     a->drain_timeout_ms = 10000;
     a->recovery_timeout_ms = 10000;
+    a->kv_keep_mb = 1024;
 }
 
 /* Fills `a` from argv: 0 ok, 1 for --help, -1 after printing what is wrong. */
@@ -577,6 +602,8 @@ static int open_stage(struct run *r, const struct args *a) {
         return open_exit_code(rc);
     }
     stage_core_set_recovery_timeout(r->stage.core, a->recovery_timeout_ms);
+    stage_core_set_kv_recovery(r->stage.core, (enum stage_kv_recovery)a->kv_recovery,
+                               (size_t)a->kv_keep_mb << 20);
     return STRATA_EXIT_OK;
 }
 

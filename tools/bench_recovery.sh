@@ -9,6 +9,12 @@
 # Printed per case (medians of BENCH_REPEAT rounds, default 3): from the kill to the ring
 # re-forming (stage 0 replays) and to the first new token (the replay's compute included);
 # every run's tokens are checked against an undisturbed run.
+# KV rows (runtime/stage/stage_recovery_kv.c): two prompts of BENCH_KV_PROMPT ids (default
+# 256) with --send-kv on every stage, stage 1 killed once stage 0 holds both prompts' KV
+# copies (stage 0's --kv-out log says the last stage's blocks arrived, plus 0.2 s) and taken
+# over by a standby; stage 0 either
+# restores every stage's KV from its copies (--kv-recovery restore) or replays in full
+# (--kv-recovery replay). The row says how many replays restored.
 # Model: as tools/bench_pipeline.sh (a random-weight Qwen3, H=1024, 8 layers, generated once)
 # unless BENCH_MODEL names one. Env: BENCH_MODEL, BENCH_THREADS (default nproc / S),
 # BENCH_TOKENS (default 160), BENCH_KILL_AFTER_S (default 1.5), BENCH_REPEAT.
@@ -33,16 +39,28 @@ fi
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
 export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
 prompts=(--prompt 1,2,3,4,5,6,7,8,9,10,11,12 --prompt 21,22,23,24,25,26,27,28)
+P_KV=${BENCH_KV_PROMPT:-256}
+kv_prompts=(--prompt "$(seq -s, 1 "$P_KV")" --prompt "$(seq -s, 1001 $((1000 + P_KV)))")
 stamp() { sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p' | head -n 1; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
-# one_round TAG S MODE: sets R_REFORM and R_FIRST (seconds from the kill).
+# one_round TAG S MODE [KV]: sets R_REFORM, R_FIRST (seconds from the kill) and R_KV (the
+# replays that restored KV copies). KV: none (default), restore or replay.
 one_round() {
-    local tag=$1 S=$2 mode=$3 r=1 threads port killed_at reform first t
+    local tag=$1 S=$2 mode=$3 kv=${4:-none} r=1 threads port killed_at reform first t
     threads=${BENCH_THREADS:-$(($(nproc) / S > 0 ? $(nproc) / S : 1))}
-    local opts=(--threads "$threads" --max-seq 512 --max-batch 4)
-    pl_start_pipeline "$tag" "$S" "$model" "${opts[@]}"
-    pl_client "$tag" "${prompts[@]}" --max-tokens "$N" >"$PL_WORK/$tag.ref" ||
+    local opts=(--threads "$threads" --max-seq 512 --max-batch 4) first=() ask=("${prompts[@]}")
+    if [ "$kv" != none ]; then
+        opts=(--threads "$threads" --max-seq 1024 --max-batch 4 --send-kv)
+        first=(--kv-recovery "$kv" --recv-kv --kv-out "$PL_WORK/$tag.kvout")
+        ask=("${kv_prompts[@]}")
+    fi
+    pl_start_stage "$tag" "$S" 0 "$model" "${opts[@]}" "${first[@]}"
+    for ((t = 1; t < S; t++)); do
+        pl_start_stage "$tag" "$S" "$t" "$model" "${opts[@]}"
+    done
+    pl_wait_ready "$tag" "$S"
+    pl_client "$tag" "${ask[@]}" --max-tokens "$N" >"$PL_WORK/$tag.ref" ||
         pl_fail "$tag: undisturbed run failed"
     if [ "$mode" = standby ]; then
         port=$(cat "$PL_WORK/$tag.$r.port")
@@ -53,10 +71,18 @@ one_round() {
         PL_PIDS="$PL_PIDS $!"
         pl_wait_log "$PL_WORK/$tag.standby.log" "standby: port" 1 60 || pl_fail "$tag: no standby"
     fi
-    pl_client "$tag" "${prompts[@]}" --max-tokens "$N" >"$PL_WORK/$tag.run" 2>&1 &
+    local wrote
+    wrote=$(grep -c "wrote a .* KV block" "$PL_WORK/$tag.0.log")
+    pl_client "$tag" "${ask[@]}" --max-tokens "$N" >"$PL_WORK/$tag.run" 2>&1 &
     local client=$!
     PL_PIDS="$PL_PIDS $client"
-    sleep "$kill_after"
+    if [ "$kv" = none ]; then
+        sleep "$kill_after"
+    else # the last stage's blocks of both prompts at stage 0 (the others come before)
+        pl_wait_log "$PL_WORK/$tag.0.log" "wrote a .* KV block" $((wrote + 2)) 120 ||
+            pl_fail "$tag: the prompts were not prefilled"
+        sleep 0.2
+    fi
     kill -0 "$client" 2>/dev/null || pl_fail "$tag: the requests ended before the kill (raise BENCH_TOKENS)"
     killed_at=$(date +%s.%N) # before the kill: never under-reports
     kill -9 "$(pl_pid "$tag" "$r")"
@@ -68,6 +94,8 @@ one_round() {
             pl_fail "$tag: request $k's tokens after the recovery differ from the undisturbed run"
     done
     reform=$(grep "ring re-formed" "$PL_WORK/$tag.0.log" | stamp)
+    R_KV=$(grep -m1 "ring re-formed" "$PL_WORK/$tag.0.log" |
+        sed -n 's/.*replaying \([0-9]*\) request(s), \([0-9]*\) from KV copies.*/\2\/\1/p')
     first=$(grep "recovered: " "$PL_WORK/$tag.0.log" | stamp)
     R_REFORM=$(pl_secs_between "$killed_at" "$reform")
     R_FIRST=$(pl_secs_between "$killed_at" "$first")
@@ -88,5 +116,22 @@ for S in 2 4; do
         done
         printf "%-8s %-8s %20.3f s %26.3f s\n" "$S" "$mode" "$(echo "$reforms" | median)" \
             "$(echo "$firsts" | median)"
+    done
+done
+echo "KV copies (--send-kv on every stage, 2 prompts of $P_KV ids, $N tokens each; standby" \
+    "takes over; rebuild = stage 0's --kv-recovery):"
+printf "%-8s %-8s %22s %28s %10s\n" stages rebuild "kill -> ring re-formed" \
+    "kill -> first token after" restored
+for S in 2 4; do
+    for kv in restore replay; do
+        reforms="" firsts="" kvs=""
+        for ((rep = 0; rep < ${BENCH_REPEAT:-3}; rep++)); do
+            one_round "kv$kv$S$rep" "$S" standby "$kv"
+            reforms="$reforms $R_REFORM"
+            firsts="$firsts $R_FIRST"
+            kvs="$kvs $R_KV"
+        done
+        printf "%-8s %-8s %20.3f s %26.3f s %10s\n" "$S" "$kv" \
+            "$(echo "$reforms" | median)" "$(echo "$firsts" | median)" "$(echo $kvs | tr ' ' ,)"
     done
 done

@@ -107,7 +107,8 @@ fail:
     return rc;
 }
 
-static void free_req_buffers(struct stage_req *req) {
+static void free_req_buffers(struct stage_core *core, struct stage_req *req) {
+    stage_recovery_kv_drop(core, req);
     stage_vl_free(req->vl);
     free(req->tokens);
     free(req->logits);
@@ -128,7 +129,7 @@ void stage_core_free(struct stage_core *core) {
     }
     if (core->reqs)
         for (int i = 0; i < core->max_batch; i++)
-            free_req_buffers(&core->reqs[i]);
+            free_req_buffers(core, &core->reqs[i]);
     free(core->reqs);
     free(core->hidden);
     free(core->items);
@@ -263,7 +264,7 @@ static void release(struct stage_core *core, struct stage_req *req, enum stage_f
     core->recent_dead[core->recent_dead_next] = req->nonce;
     core->recent_dead_next = (core->recent_dead_next + 1) % STAGE_RECENT_DEAD;
     stage_backend_kv_release(core->be, req->slot);
-    free_req_buffers(req);
+    free_req_buffers(core, req);
 }
 
 void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up, int down,
@@ -344,7 +345,7 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
     req->tokens = calloc((size_t)params->max_tokens, sizeof *req->tokens);
     if (!req->tokens) {
         stage_backend_kv_release(core->be, slot);
-        free_req_buffers(req);
+        free_req_buffers(core, req);
         snprintf(why, why_cap, "stage %d: out of memory for a request of %d tokens",
                  core->opt.stage_index, params->max_tokens);
         return STRATA_ENOMEM;
@@ -455,7 +456,7 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
         req->params = params;
         req->restored = 0;
         if (core->is_last) sampler_init(&req->sampler, &params.sampling);
-        forward_request(core, req, frame, len);
+        if (stage_recovery_kv_admit(core, req, msg) == 0) forward_request(core, req, frame, len);
         return 0;
     }
     if (rc < 0)
@@ -691,8 +692,7 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
     if (kind == WIRE_KIND_KV_BLOCK && from == STAGE_LINK_PREV) {
         struct wire_kv_block msg;
         rc = wire_read_kv_block(&msg, frame, len);
-        if (rc < 0) return rc;
-        return stage_emit_raw(core, STAGE_LINK_LOCAL, 0, frame, len);
+        return rc < 0 ? rc : stage_recovery_on_kv_block(core, &msg, frame, len);
     }
     return strata_set_error(STRATA_EFORMAT, "stage %d: a %s frame is not expected on the %s link",
                             core->opt.stage_index, wire_kind_name(kind),

@@ -64,7 +64,11 @@
  *     stage_core_on_frame() fail with STRATA_EPEER, so the driver drops that link too.
  *   - KvBlock (with send_kv): after a request's last prefill chunk the stage sends its KV
  *     for that request on NEXT right after the activation; a receiving core hands
- *     KvBlocks to the driver as frames with link STAGE_LINK_LOCAL (for --kv-out).
+ *     KvBlocks addressed to it to the driver as frames with link STAGE_LINK_LOCAL (for
+ *     --kv-out). The last stage sends its KV too (to stage 0), and blocks of stages r >= 1
+ *     travel on to stage 0, which keeps the latest per stage and request for recovery; a
+ *     block addressed from and to the same stage r is r's own KV sent back by stage 0 for a
+ *     replay, restored there (stage_recovery_kv.c).
  *
  * Batching: stage_core_step() takes pending work in arrival order, at most one item per
  * request (a prefill chunk or a decode row), up to `max_batch_tokens` rows, and runs it as
@@ -224,6 +228,10 @@ struct stage_core_stats {
     int held_requests;
     uint64_t replayed;
     uint64_t recovered;
+    /* KV-restoring recovery: stage 0, replays that started from KV copies and the prefill
+     * rows they did not recompute; other stages, KV copies restored here. */
+    uint64_t kv_restored;
+    uint64_t kv_rows_saved;
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 
@@ -238,6 +246,20 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
 int stage_core_recovery_tick(struct stage_core *core, int64_t now_ms, int ring_up);
 /* Sets recovery_timeout_ms after init (strata-stage's --recovery-timeout-ms). */
 void stage_core_set_recovery_timeout(struct stage_core *core, int timeout_ms);
+/* KV-restoring recovery (stage_recovery_kv.c). With send_kv on the later stages, stage 0
+ * keeps each one's latest KvBlock per request (at most keep_bytes in all) and a replay
+ * restores every stage's KV from them, recomputing only the rows after the copies. */
+enum stage_kv_recovery {
+    STAGE_KV_RECOVERY_AUTO = 0,    /* restore when sending the copies is cheaper (the rule
+                                    * in stage_recovery_kv.c) */
+    STAGE_KV_RECOVERY_RESTORE = 1, /* restore whenever every copy is there */
+    STAGE_KV_RECOVERY_REPLAY = 2   /* always recompute the whole prefill */
+};
+void stage_core_set_kv_recovery(struct stage_core *core, enum stage_kv_recovery mode,
+                                size_t keep_bytes);
+/* The driver's measurements for the AUTO rule: nanoseconds per prefill row this stage
+ * computes, and bytes per second its next link sends; 0 = not measured yet. */
+void stage_core_set_recovery_costs(struct stage_core *core, double row_ns, double link_bytes_per_s);
 /* Fails every held request at once with `why` (stage 0 shutting down). */
 void stage_core_fail_held(struct stage_core *core, const char *why);
 

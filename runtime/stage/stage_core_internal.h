@@ -59,6 +59,18 @@ struct stage_req {
     int64_t held_at_ms;
     int replaying;
     char held_why[200];
+    /* Stage 0 (stage_recovery_kv.c): the latest KvBlock frame of each later stage for this
+     * request ([num_stages], entry 0 unused; NULL until the first arrives). Other stages:
+     * kv_recovered = its KV was restored from such a copy for a replay (dropped by a Reset). */
+    struct stage_kv_copy *kv_copies;
+    int kv_recovered;
+};
+
+/* One kept KvBlock frame (stage 0): `len` bytes, covering KV positions [0, positions). */
+struct stage_kv_copy {
+    uint8_t *frame;
+    size_t len;
+    int positions;
 };
 
 /* Positions a request prefills (step 0 activations): its prompt, plus on a recovery replay
@@ -160,6 +172,11 @@ struct stage_core {
     uint64_t describe_seq;
     int64_t clock_ms;
     int prev_down, next_down; /* stage 0's ring links as of the last tick (0 = up or unknown) */
+    /* KV-restoring recovery (stage 0, stage_recovery_kv.c): bytes of KvBlock copies kept, the
+     * cap and mode (stage_core_set_kv_recovery), the driver's measured costs (0 = unknown). */
+    size_t kv_kept_bytes, kv_keep_cap;
+    enum stage_kv_recovery kv_mode;
+    double row_ns, link_bytes_per_s;
 };
 
 /* Ring describe (stage_describe.c). */
@@ -236,6 +253,28 @@ int stage_recovery_queue_prefill(struct stage_core *core, struct stage_req *req)
 /* Last stage with keep_logits: logits (kept) and samples of the replayed rows before the
  * resumed step, checked against the tokens stage 0 sent; called before sampling. */
 void stage_recovery_replay_logits(struct stage_core *core, int n, const int *row_off);
+
+/* stage_recovery_kv.c: KV-restoring recovery (design in that file). */
+/* A KvBlock from upstream: kept (stage 0), restored (a copy addressed back to its owner),
+ * handed to the driver (addressed here: --kv-out) and/or forwarded toward stage 0. */
+int stage_recovery_on_kv_block(struct stage_core *core, const struct wire_kv_block *msg,
+                               const uint8_t *frame, size_t len);
+/* Stage r >= 1: the replay's Request for a request restored from its copy (after its
+ * parameters are set): checks the copy ends before the replay's last row and takes the
+ * resumed tokens. 0, or a status after failing the request. */
+int stage_recovery_kv_admit(struct stage_core *core, struct stage_req *req,
+                            const struct wire_request *msg);
+/* Stage 0: frees a request's kept copies. */
+void stage_recovery_kv_drop(struct stage_core *core, struct stage_req *req);
+/* Stage 0, replaying `*req`: when the KV copies make it the cheaper way, restores its own KV
+ * to m positions, sends every later stage its copy (cut to m) and returns m; else 0 (the
+ * slot emptied for a full replay). *req may move to another slot. */
+int stage_recovery_kv_restore(struct stage_core *core, struct stage_req **req);
+/* Stage 0: empties a held request's KV slot for its replay (it may move to another slot:
+ * returns where it is now). */
+struct stage_req *stage_recovery_fresh_slot(struct stage_core *core, struct stage_req *req);
+/* Stage 0: queues the replay's prefill from position `from` (0 = all of it). */
+int stage_recovery_queue_prefill_from(struct stage_core *core, struct stage_req *req, int from);
 
 /* stage_pool.c: work items and the outgoing frame queue. */
 int stage_pool_init(struct stage_core *core, int num_items);

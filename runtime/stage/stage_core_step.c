@@ -278,6 +278,15 @@ int stage_core_step(struct stage_core *core) {
             core->stats.rows += (uint64_t)off;
             if (core->is_last) {
                 sample_rows(core, n, row_off);
+                /* The last stage's KV goes to stage 0, which keeps it for a replay
+                 * (stage_recovery_kv.c); after its token, which stage 0 needs first. */
+                for (int i = 0; core->opt.send_kv && core->opt.num_stages > 1 && i < n; i++) {
+                    struct stage_item *it = core->picked[i];
+                    struct stage_req *req = stage_find(core, it->nonce);
+                    if (req && row_off[i] >= 0 && it->step == 0 &&
+                        it->pos + it->n_tokens == stage_prefill_len(req))
+                        send_kv(core, req, it->step);
+                }
             } else {
                 for (int i = 0; i < n; i++) {
                     struct stage_item *it = core->picked[i];

@@ -34,10 +34,14 @@
  * the request with an error rather than continuing silently.
  *
  * Bounds: a held request fails with STRATA_ETIMEOUT and a message naming the break and the
- * timeout once it has been held recovery_timeout_ms. Requests restored from a KvBlock are
- * not held: they fail at once as before. Qwen3-VL requests are: stage 0 keeps their vision
- * inputs (req->vl), and a replay chunk's rows past the prompt are text rows at their decode
- * positions (stage_vl_fill).
+ * timeout once it has been held recovery_timeout_ms. Requests restored from a KvBlock at
+ * startup (--kv-restore) are not held: they fail at once as before. Qwen3-VL requests
+ * are: stage 0 keeps their vision inputs (req->vl), and a replay chunk's rows past the
+ * prompt are text rows at their decode positions (stage_vl_fill).
+ *
+ * KV copies: with send_kv on every stage, stage 0 keeps each later stage's KV block per
+ * request, and a replay restores every stage's KV from them and prefills only the rows after
+ * (stage_recovery_kv.c, which also has the rule for when that is cheaper).
  *
  * Stage 0 dying: stage 0 holds what a replay needs, so when it dies the client resubmits
  * (runtime/stage/client.h, strata-client --reconnect-timeout-ms): the same Request to the
@@ -86,7 +90,7 @@ int stage_recovery_hold(struct stage_core *core, struct stage_req *req, const ch
 /* Stage 0: empties a held request's KV slot for the replay. The backend hands out the
  * lowest free slot, so the request may move to another slot (its record and prompt row
  * follow; core->reqs is indexed by slot). Returns where it is now. */
-static struct stage_req *fresh_slot(struct stage_core *core, struct stage_req *req) {
+struct stage_req *stage_recovery_fresh_slot(struct stage_core *core, struct stage_req *req) {
     int old = req->slot, slot;
     struct stage_req *dst;
     stage_backend_kv_release(core->be, old);
@@ -109,7 +113,9 @@ static struct stage_req *fresh_slot(struct stage_core *core, struct stage_req *r
  * the replay's image rows carry them like the first prefill's did. */
 static void replay(struct stage_core *core, struct stage_req *req) {
     req->held = 0;
-    req = fresh_slot(core, req);
+    /* A fresh slot, or with KV copies one restored to m positions (stage_recovery_kv.c). */
+    int m = stage_recovery_kv_restore(core, &req);
+    if (m < 0) return; /* failed, and gone */
     const struct request_params *p = &req->params;
     struct wire_request msg = {.nonce = req->nonce,
                                .prompt = req->prompt,
@@ -133,16 +139,20 @@ static void replay(struct stage_core *core, struct stage_req *req) {
     req->params.resume_len = req->n_generated;
     req->replaying = 1;
     core->stats.replayed++;
-    stage_recovery_queue_prefill(core, req);
+    stage_recovery_queue_prefill_from(core, req, m);
 }
 
 int stage_recovery_queue_prefill(struct stage_core *core, struct stage_req *req) {
+    return stage_recovery_queue_prefill_from(core, req, 0);
+}
+
+int stage_recovery_queue_prefill_from(struct stage_core *core, struct stage_req *req, int from) {
     int P = req->params.prompt_len, n = req->params.resume_len, R = P + n;
-    int chunk = stage_prefill_chunk(core, R);
+    int chunk = stage_prefill_chunk(core, R - from);
     /* The resumed tokens follow the prompt in the slot's row (admit checked that prompt +
      * max_tokens - 1 >= R positions fit max_seq). */
     if (n > 0) memcpy(req->prompt + P, req->tokens, sizeof(int32_t) * (size_t)n);
-    for (int pos = 0; pos < R; pos += chunk) {
+    for (int pos = from; pos < R; pos += chunk) {
         int rows = R - pos < chunk ? R - pos : chunk;
         if (stage_enqueue_ids(core, req->nonce, pos, rows, req->prompt + pos) < 0) {
             stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
@@ -157,7 +167,7 @@ void stage_recovery_on_reset(struct stage_core *core, enum stage_link from, uint
     (void)from;
     if (!core->is_first) {
         for (int i = 0; i < core->max_batch; i++)
-            if (core->reqs[i].active && !core->reqs[i].restored)
+            if (core->reqs[i].active && (!core->reqs[i].restored || core->reqs[i].kv_recovered))
                 stage_release(core, &core->reqs[i], STAGE_FINISH_CANCELLED, STRATA_ECANCELED,
                               "dropped by stage 0's ring reset (stage 0 replays it)");
         stage_emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_RESET, 0, seq);

@@ -32,6 +32,11 @@
 #define MAX_HANDOFF 64
 #define HANDSHAKE_TIMEOUT_MS 3000
 #define CLIENT_MAX_QUEUED ((size_t)1 << 20) /* ~10,000 token frames a client has not read */
+/* The last stage's link to stage 0 is queued, never waited on: with blocking sends all round
+ * the ring, stages that each wait for the next to read (KV blocks of MBs going both to
+ * stage 0 and down from it) wait forever. One link that never blocks breaks every cycle.
+ * Room for a largest frame (a KV block) and the tokens behind it. */
+#define RING_MAX_QUEUED (2 * WIRE_DEFAULT_MAX_FRAME)
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 500 /* a restarted neighbour is found within 0.5 s (issue 15: 1 s) */
@@ -89,7 +94,12 @@ struct server {
     char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
     /* Recovery (stage 0; stage_recovery.c): what was last logged. */
     int held_seen;
-    uint64_t replayed_seen, recovered_seen;
+    uint64_t replayed_seen, recovered_seen, kv_restored_seen, kv_rows_seen;
+    /* Measured for stage 0's restore-or-replay rule (stage_recovery_kv.c): ns per row of
+     * microbatches >= 8 rows (moving average) and bytes/s of sends >= 64 KiB on the next
+     * link (the fastest recent one); 0 until measured. */
+    double row_ns, link_bps;
+    int kv_drop_warned;
 };
 
 static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,
@@ -284,6 +294,17 @@ static void *connector_main(void *arg) {
     return NULL;
 }
 
+/* Whether frames to `link` are queued (wire_send_frame_nb) rather than waited for. */
+static int queued_link(const struct server *s, enum stage_link link) {
+    return link == STAGE_LINK_CLIENT || (link == STAGE_LINK_NEXT && s->info.num_stages > 1 &&
+                                         s->info.stage_index == s->info.num_stages - 1);
+}
+
+/* A moving average (1/4 weight to the new sample). */
+static void measured(double *avg, double sample) {
+    *avg = *avg > 0 ? 0.75 * *avg + 0.25 * sample : sample;
+}
+
 /* Sends every frame the core queued; a failed send takes that link down. */
 static void flush(struct server *s) {
     struct stage_frame f;
@@ -293,7 +314,9 @@ static void flush(struct server *s) {
         int timeout = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
         if (f.link == STAGE_LINK_LOCAL) {
             if (!s->opt->recv_kv || !s->opt->kv_out_path) {
-                strata_log(STRATA_LOG_WARN, "dropped a KV block (start with --recv-kv --kv-out)");
+                if (!s->kv_drop_warned++) /* once: with --send-kv on every stage, each has them */
+                    strata_log(STRATA_LOG_WARN, "not writing the KV blocks addressed to this "
+                                                "stage (start with --recv-kv --kv-out)");
             } else if (cli_write_file_atomic(s->opt->kv_out_path, f.data, f.len) < 0) {
                 strata_log(STRATA_LOG_ERROR, "--kv-out: %s", strata_last_error());
             } else {
@@ -312,9 +335,19 @@ static void flush(struct server *s) {
         if (conn && conn->fd >= 0) {
             /* To a client: queued, never waited for (a client that stops reading holds
              * no one up; past CLIENT_MAX_QUEUED it is dropped). */
-            if ((f.link == STAGE_LINK_CLIENT
-                     ? wire_send_frame_nb(conn, f.data, f.len, CLIENT_MAX_QUEUED)
-                     : wire_send_frame(conn, f.data, f.len, timeout)) < 0) {
+            int64_t t0 = cli_now_ns();
+            int src = !queued_link(s, f.link)
+                          ? wire_send_frame(conn, f.data, f.len, timeout)
+                          : wire_send_frame_nb(conn, f.data, f.len,
+                                               f.link == STAGE_LINK_CLIENT ? CLIENT_MAX_QUEUED
+                                                                           : RING_MAX_QUEUED);
+            if (src == 0 && f.link == STAGE_LINK_NEXT && f.len >= (64u << 10)) {
+                /* The fastest recent send (decaying): a send that waited for a busy peer
+                 * to read is slow through no fault of the link. */
+                double bps = (double)f.len * 1e9 / (double)(cli_now_ns() - t0 + 1);
+                s->link_bps = bps > 0.9 * s->link_bps ? bps : 0.9 * s->link_bps;
+            }
+            if (src < 0) {
                 char why[1024];
                 snprintf(why, sizeof why, "send failed: %s", strata_last_error());
                 link_down(s, f.link, cid, conn, why);
@@ -461,7 +494,10 @@ static void drop_stalled(struct server *s) {
         if (unread && now - unread > limit) {
             snprintf(why, sizeof why, "not reading: %zu bytes queued for %lld ms",
                      wire_conn_tx_pending(c), (long long)(now - unread));
-            link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+            if (i < 2)
+                link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
+            else
+                link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
             continue;
         }
         if (!since || now - since <= limit) continue;
@@ -530,8 +566,12 @@ static void keepalive(struct server *s) {
         if (s->prev.fd >= 0 && wire_send_frame(&s->prev, wire_arena_frame(&arena),
                                                wire_arena_frame_len(&arena), 1000) < 0)
             link_down(s, STAGE_LINK_PREV, 0, &s->prev, "ping failed");
-        if (s->next.fd >= 0 && wire_send_frame(&s->next, wire_arena_frame(&arena),
-                                               wire_arena_frame_len(&arena), 1000) < 0)
+        if (s->next.fd >= 0 &&
+            (queued_link(s, STAGE_LINK_NEXT)
+                 ? wire_send_frame_nb(&s->next, wire_arena_frame(&arena),
+                                      wire_arena_frame_len(&arena), RING_MAX_QUEUED)
+                 : wire_send_frame(&s->next, wire_arena_frame(&arena), wire_arena_frame_len(&arena),
+                                   1000)) < 0)
             link_down(s, STAGE_LINK_NEXT, 0, &s->next, "ping failed");
     }
     wire_arena_free(&arena);
@@ -543,7 +583,15 @@ static void keepalive(struct server *s) {
 static void recovery_tick(struct server *s) {
     struct stage_core_stats st;
     int held;
-    if (s->info.stage_index != 0 || s->info.num_stages < 2) return;
+    if (s->info.stage_index != 0) { /* a replay's KV copies restored here */
+        stage_core_get_stats(s->core, &st);
+        if (st.kv_restored > s->kv_restored_seen)
+            strata_log(STRATA_LOG_INFO, "restored %llu request(s) from their KV copies",
+                       (unsigned long long)(st.kv_restored - s->kv_restored_seen));
+        s->kv_restored_seen = st.kv_restored;
+        return;
+    }
+    if (s->info.num_stages < 2) return;
     held = stage_core_recovery_tick(s->core, now_ms(), s->prev.fd >= 0 && s->next.fd >= 0);
     stage_core_get_stats(s->core, &st);
     if (held > 0 && s->held_seen == 0)
@@ -552,8 +600,12 @@ static void recovery_tick(struct server *s) {
                    "--recovery-timeout-ms)",
                    held);
     if (st.replayed > s->replayed_seen)
-        strata_log(STRATA_LOG_INFO, "ring re-formed: replaying %llu request(s)",
-                   (unsigned long long)(st.replayed - s->replayed_seen));
+        strata_log(STRATA_LOG_INFO,
+                   "ring re-formed: replaying %llu request(s), %llu from KV copies (%llu prefill "
+                   "rows restored, not recomputed)",
+                   (unsigned long long)(st.replayed - s->replayed_seen),
+                   (unsigned long long)(st.kv_restored - s->kv_restored_seen),
+                   (unsigned long long)(st.kv_rows_saved - s->kv_rows_seen));
     if (st.recovered > s->recovered_seen)
         strata_log(STRATA_LOG_INFO,
                    "recovered: %llu request(s) got their first token after the replay",
@@ -561,6 +613,8 @@ static void recovery_tick(struct server *s) {
     s->held_seen = held;
     s->replayed_seen = st.replayed;
     s->recovered_seen = st.recovered;
+    s->kv_restored_seen = st.kv_restored;
+    s->kv_rows_seen = st.kv_rows_saved;
 }
 
 /* TLS may hold decrypted bytes that poll() cannot see (wire_conn_buffered): marks such
@@ -590,7 +644,8 @@ static void loop_once(struct server *s) {
         who[n++] = -1;
     }
     if (s->next.fd >= 0) {
-        fds[n] = (struct pollfd){.fd = s->next.fd, .events = POLLIN};
+        short ev = POLLIN | (wire_conn_tx_pending(&s->next) ? POLLOUT : 0);
+        fds[n] = (struct pollfd){.fd = s->next.fd, .events = ev};
         who[n++] = -2;
     }
     for (int i = 0; i < MAX_CLIENTS; i++) {
@@ -611,6 +666,12 @@ static void loop_once(struct server *s) {
             snprintf(why, sizeof why, "send failed: %s", strata_last_error());
             link_down(s, STAGE_LINK_CLIENT, s->client_ids[who[i]], &s->clients[who[i]], why);
         }
+        if (who[i] == -2 && (fds[i].revents & POLLOUT) && s->next.fd == fds[i].fd &&
+            wire_flush_nb(&s->next) < 0) {
+            char why[1024];
+            snprintf(why, sizeof why, "send failed: %s", strata_last_error());
+            link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
+        }
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (who[i] == -3)
             take_handoffs(s);
@@ -624,8 +685,18 @@ static void loop_once(struct server *s) {
     }
     if (stage_core_has_work(s->core)) {
         if (s->opt->step_delay_ms > 0) usleep((useconds_t)s->opt->step_delay_ms * 1000);
+        struct stage_core_stats st;
+        uint64_t rows;
+        int64_t t0 = cli_now_ns();
+        stage_core_get_stats(s->core, &st);
+        rows = st.rows;
         if (stage_core_step(s->core) < 0)
             strata_log(STRATA_LOG_ERROR, "microbatch failed: %s", strata_last_error());
+        stage_core_get_stats(s->core, &st);
+        if (st.rows - rows >= 8) {
+            measured(&s->row_ns, (double)(cli_now_ns() - t0) / (double)(st.rows - rows));
+            stage_core_set_recovery_costs(s->core, s->row_ns, s->link_bps);
+        }
     }
     flush(s);
     keepalive(s);

@@ -4,7 +4,11 @@
  * the requests end with the tokens and logits of an undisturbed run, stale frames of the old
  * ring included; the same for a Qwen3-VL request (golden image inputs). Also: a held request gives
  * up with ETIMEOUT naming the timeout; a client resubmission with resume tokens to a fresh stage 0
- * resumes the request; with recovery off (timeout 0) the requests fail at once as before. */
+ * resumes the request; with recovery off (timeout 0) the requests fail at once as before.
+ * KV-restoring recovery (stage_recovery_kv.c): with send_kv on every stage the replay restores
+ * each stage's KV from stage 0's copies (and only then), with the same tokens and logits; the
+ * AUTO rule replays in full when the measured link is slower than recomputing, and so does
+ * a request whose copies did not fit the cap. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +29,7 @@
 #define MAX_TOKENS 24
 
 static struct tp_golden g_golden;
+static int g_send_kv; /* restart_of: the new stage's send_kv */
 
 static int setup(void **state) {
     (void)state;
@@ -63,7 +68,8 @@ static void restart_of(struct tp_pipeline *p, struct tp_golden *g, int r) {
                                     .max_seq = 128,
                                     .max_batch = 4,
                                     .chunk_size = 4,
-                                    .keep_logits = 1};
+                                    .keep_logits = 1,
+                                    .send_kv = g_send_kv};
     for (int i = 0; i < p->num_results[r]; i++)
         stage_result_free(&p->results[r][i]);
     p->num_results[r] = 0;
@@ -316,6 +322,73 @@ static void vl_request_recovers(void **state) {
     tp_golden_free(&vg);
 }
 
+/* Stage 1 of 3 restarted with send_kv everywhere, stage 0 in `mode` with a `cap`-byte budget
+ * for the copies and the given measured costs; `restored` requests are expected to be
+ * rebuilt from their copies (the rest replay in full), all with the undisturbed results. */
+static void kv_scenario(enum stage_kv_recovery mode, size_t cap, double row_ns, double link_bps,
+                        int restored) {
+    static struct tp_pipeline ref, p;
+    struct stage_request req[2];
+    struct stage_core_stats st;
+    int64_t now = 1000;
+    reference_run(&ref);
+    requests(req);
+    if (tp_pipeline_init_kv(&p, &g_golden, S, NULL, 128, 4, 4, 1) < 0)
+        fail_msg("%s", strata_last_error());
+    stage_core_set_recovery_timeout(p.cores[0], 5000);
+    stage_core_set_kv_recovery(p.cores[0], mode, cap);
+    stage_core_set_recovery_costs(p.cores[0], row_ns, link_bps);
+    assert_int_equal(tp_submit(&p, 1, &req[0]), 0);
+    assert_int_equal(tp_submit(&p, 1, &req[1]), 0);
+    run_until_tokens(&p, 1, 3);
+    g_send_kv = 1;
+    restart(&p, 1);
+    g_send_kv = 0;
+    stage_core_on_link_down(p.cores[0], STAGE_LINK_NEXT, 0, "killed");
+    stage_core_on_link_down(p.cores[2], STAGE_LINK_PREV, 0, "killed");
+    run_ticking(&p, &now, 3000);
+    stage_core_get_stats(p.cores[0], &st);
+    assert_int_equal(st.replayed, 2);
+    assert_int_equal(st.recovered, 2);
+    assert_int_equal(st.kv_restored, restored);
+    /* Rows not recomputed: prompt - 1 of each (16 and 6 ids); row P - 1 gives step 0's logits. */
+    assert_int_equal(st.kv_rows_saved, restored == 2 ? 15 + 5 : 0);
+    for (int r = 1; r < S; r++) {
+        stage_core_get_stats(p.cores[r], &st);
+        assert_int_equal(st.kv_restored, restored); /* the new stage 1 and the survivor */
+    }
+    check_same(&ref, &p);
+    tp_pipeline_free(&p);
+    tp_pipeline_free(&ref);
+}
+
+static void kv_copies_restore_every_stage(void **state) {
+    (void)state;
+    kv_scenario(STAGE_KV_RECOVERY_RESTORE, 64u << 20, 0, 0, 2);
+}
+
+static void kv_auto_rule_restores_when_cheaper(void **state) {
+    (void)state;
+    /* 1 ms per row against 1 GB/s for ~100 KB of copies: restoring is cheaper. */
+    kv_scenario(STAGE_KV_RECOVERY_AUTO, 64u << 20, 1e6, 1e9, 2);
+}
+
+static void kv_auto_rule_replays_when_the_link_is_slow(void **state) {
+    (void)state;
+    /* 1 us per row against 1 kB/s: the copies would take longer to send than the replay. */
+    kv_scenario(STAGE_KV_RECOVERY_AUTO, 64u << 20, 1e3, 1e3, 0);
+}
+
+static void kv_copies_over_the_cap_replay_in_full(void **state) {
+    (void)state;
+    kv_scenario(STAGE_KV_RECOVERY_RESTORE, 1024, 0, 0, 0);
+}
+
+static void kv_forced_replay_ignores_the_copies(void **state) {
+    (void)state;
+    kv_scenario(STAGE_KV_RECOVERY_REPLAY, 64u << 20, 0, 0, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(middle_stage_restart_gives_identical_tokens),
@@ -323,6 +396,11 @@ int main(void) {
         cmocka_unit_test(held_request_times_out_with_a_clear_error),
         cmocka_unit_test(recovery_off_fails_at_once),
         cmocka_unit_test(vl_request_recovers),
+        cmocka_unit_test(kv_copies_restore_every_stage),
+        cmocka_unit_test(kv_auto_rule_restores_when_cheaper),
+        cmocka_unit_test(kv_auto_rule_replays_when_the_link_is_slow),
+        cmocka_unit_test(kv_copies_over_the_cap_replay_in_full),
+        cmocka_unit_test(kv_forced_replay_ignores_the_copies),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

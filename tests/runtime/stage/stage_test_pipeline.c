@@ -68,6 +68,12 @@ void tp_golden_free(struct tp_golden *g) {
 
 int tp_pipeline_init(struct tp_pipeline *p, struct tp_golden *g, int num_stages, const int *bounds,
                      int max_seq, int max_batch, int chunk_size) {
+    return tp_pipeline_init_kv(p, g, num_stages, bounds, max_seq, max_batch, chunk_size, 0);
+}
+
+int tp_pipeline_init_kv(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
+                        const int *bounds, int max_seq, int max_batch, int chunk_size,
+                        int send_kv) {
     int L = g->cfg.num_layers, rc = 0;
     memset(p, 0, sizeof *p);
     p->num_stages = num_stages;
@@ -85,7 +91,8 @@ int tp_pipeline_init(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
                                         .max_seq = max_seq,
                                         .max_batch = max_batch,
                                         .chunk_size = chunk_size,
-                                        .keep_logits = 1};
+                                        .keep_logits = 1,
+                                        .send_kv = send_kv};
         rc = stage_open(&p->stages[r], &so, NULL);
         p->cores[r] = p->stages[r].core;
     }

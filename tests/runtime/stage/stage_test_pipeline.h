@@ -48,6 +48,9 @@ struct tp_pipeline {
 /* Builds S stages with the even split (or `bounds` [S+1] when not NULL). */
 int tp_pipeline_init(struct tp_pipeline *p, struct tp_golden *g, int num_stages, const int *bounds,
                      int max_seq, int max_batch, int chunk_size);
+/* The same with every stage's send_kv set as given (KV handoff after each prefill). */
+int tp_pipeline_init_kv(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
+                        const int *bounds, int max_seq, int max_batch, int chunk_size, int send_kv);
 void tp_pipeline_free(struct tp_pipeline *p);
 
 /* Submits a request from client `client_id` to stage 0. */
