@@ -11,7 +11,12 @@
  *     freshly opened one that then decodes): bit-identical;
  *   - on a device other than cpu, a mixed pipeline cpu [0, 1) -> device [1, L-1) ->
  *     cpu [L-1, L) in one process: the golden ids and max |dlogit| <= 1e-3 (not bitwise:
- *     the backends' exp / rsqrt differ in the last bits).
+ *     the backends' exp / rsqrt differ in the last bits);
+ *   - at every step, the last stage's greedy ids (stage_backend_argmax: on the device
+ *     where the backend has one) equal argmax of its logits.
+ * A CUDA backend runs decode steps as CUDA graphs unless STRATA_CUDA_GRAPHS=0 (a second
+ * argument --no-graphs sets it): with graphs on, the run must have launched some (its
+ * describe line counts them), with them off none.
  * A device this build or machine cannot open prints "skipped: <device>: <reason>". */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +33,17 @@
 #define MAX_STAGES 3
 
 static const char *device;
+static long graph_launches;   /* summed over the backends' describe lines */
+static int argmax_mismatches; /* stage_backend_argmax != argmax(logits) */
+
+/* Adds the graph launches a backend's describe line reports ("decode graphs on (N
+ * launched, ..."). */
+static void count_graphs(const struct stage_backend *be) {
+    char text[1024];
+    stage_backend_describe(be, text, sizeof text);
+    const char *on = strstr(text, "decode graphs on (");
+    if (on) graph_launches += strtol(on + strlen("decode graphs on ("), NULL, 10);
+}
 
 static int open_on(struct stage_backend **be, const char *dev, const struct golden_case *gc,
                    int start, int end, int max_seq) {
@@ -107,29 +123,34 @@ static int hand_over_kv(struct stage_backend **be, const char *const *devices, i
     return 0;
 }
 
-/* Decodes one step (teacher-forced) through every stage; logits of the last row. */
+/* Decodes one step (teacher-forced) through every stage; logits of the last row, and its
+ * greedy id from stage_backend_argmax checked against them (`scratch` [V]). */
 static int step_through(struct stage_backend **be, int n_stages, float *hidden,
-                        const struct forward_item *item, float *logits, int H) {
-    int rc = 0;
+                        const struct forward_item *item, float *logits, float *scratch, int H) {
+    int rc = 0, V = be[0]->cfg->vocab_size;
+    int32_t id = -1;
+    const float *last = hidden + (size_t)(item->n_tokens - 1) * H;
     for (int s = 0; s < n_stages && rc == 0; ++s)
         rc = stage_backend_forward(be[s], hidden, item, 1);
-    if (rc == 0)
-        rc = stage_backend_logits(be[n_stages - 1], logits,
-                                  hidden + (size_t)(item->n_tokens - 1) * H, 1);
+    if (rc == 0) rc = stage_backend_logits(be[n_stages - 1], logits, last, 1);
+    if (rc == 0) rc = stage_backend_argmax(be[n_stages - 1], &id, last, 1, scratch);
+    if (rc == 0 && id != argmax(logits, V)) argmax_mismatches++;
     return rc;
 }
 
 /* Logits [n_steps, V] of the golden stream over stages `bounds`; NULL on failure (message
  * set). With `handover`, the KV moves to fresh backends after the prefill. */
-static float *run_case(const struct golden_case *gc, const int *bounds,
-                       const char *const *devices, int n_stages, int handover) {
+static float *run_case(const struct golden_case *gc, const int *bounds, const char *const *devices,
+                       int n_stages, int handover) {
     int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
     int max_seq = S + gc->n_steps, slot, rc = 0;
     struct stage_backend *be[MAX_STAGES] = {0};
     struct prefill p;
     int32_t mrope[3];
     float *logits = calloc((size_t)gc->n_steps * V, sizeof(float));
+    float *scratch = calloc((size_t)V, sizeof(float));
     memset(&p, 0, sizeof p);
+    if (!scratch) rc = STRATA_ENOMEM;
     for (int s = 0; s < n_stages && rc == 0; ++s) {
         rc = open_on(&be[s], devices[s], gc, bounds[s], bounds[s + 1], max_seq);
         if (rc == 0) rc = stage_backend_kv_acquire(be[s], &slot);
@@ -146,11 +167,15 @@ static float *run_case(const struct golden_case *gc, const int *bounds,
             }
             rc = stage_backend_embed(be[0], p.hidden, &token, 1);
         }
-        if (rc == 0) rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, H);
+        if (rc == 0)
+            rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, scratch, H);
         if (rc == 0 && step == 0 && handover) rc = hand_over_kv(be, devices, n_stages, gc, max_seq);
     }
-    for (int s = 0; s < n_stages; ++s)
+    for (int s = 0; s < n_stages; ++s) {
+        if (be[s]) count_graphs(be[s]);
         stage_backend_free(be[s]);
+    }
+    free(scratch);
     free(p.hidden);
     free(p.deepstack);
     free(p.visual);
@@ -237,6 +262,8 @@ int main(int argc, char **argv) {
     struct stage_backend *be = NULL;
     int failed = 0;
     device = argc > 1 ? argv[1] : "cpu";
+    int no_graphs = argc > 2 && strcmp(argv[2], "--no-graphs") == 0;
+    if (no_graphs) setenv("STRATA_CUDA_GRAPHS", "0", 1);
     if (golden_case_open(&probe, golden_case_names[0])) {
         printf("FAIL: %s\n", strata_last_error());
         return 1;
@@ -252,6 +279,17 @@ int main(int argc, char **argv) {
     golden_case_close(&probe);
     for (int i = 0; golden_case_names[i]; ++i)
         failed += check_case(golden_case_names[i]);
+    if (argmax_mismatches) {
+        printf("FAIL: stage_backend_argmax differs from argmax of the logits %d time(s)\n",
+               argmax_mismatches);
+        failed++;
+    }
+    if (strncmp(device, "cuda", 4) == 0) {
+        int bad = no_graphs ? graph_launches != 0 : graph_launches == 0;
+        printf("%s decode graphs %s: %ld launched\n", bad ? "FAIL" : "ok  ",
+               no_graphs ? "off" : "on", graph_launches);
+        failed += bad;
+    }
     printf("%s: %d golden case(s) failed\n", device, failed);
     return failed ? 1 : 0;
 }
