@@ -11,6 +11,7 @@
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
 #include "kernels/moe_route.h"
+#include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_apply.h"
@@ -242,4 +243,43 @@ int cuda_graph_launch(void *exec, void *stream) {
 
 void cuda_graph_exec_destroy(void *exec) {
     (void)exec;
+}
+
+int cuda_layernorm(float *out, const float *x, const float *weight, const float *bias, float eps,
+                   int n, int dim, void *stream) {
+    (void)out, (void)x, (void)weight, (void)bias, (void)eps, (void)n, (void)dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_add_bias(float *x, const float *bias, int n, int dim, void *stream) {
+    (void)x, (void)bias, (void)n, (void)dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_gelu_tanh(float *out, const float *x, int n, void *stream) {
+    (void)out, (void)x, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_gelu_erf(float *out, const float *x, int n, void *stream) {
+    (void)out, (void)x, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_linspace_f32(float *out, float end, int steps, void *stream) {
+    (void)out, (void)end, (void)steps, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_vision_pos_embed(float *out, const float *table, int grid, int t, int h, int w, int merge,
+                          int dim, void *stream) {
+    (void)out, (void)table, (void)grid, (void)t, (void)h, (void)w, (void)merge, (void)dim;
+    (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_vision_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, int row,
+                             int col, int quarter, void *stream) {
+    (void)cos_out, (void)sin_out, (void)inv_freq, (void)row, (void)col, (void)quarter, (void)stream;
+    return unavailable(__func__);
 }

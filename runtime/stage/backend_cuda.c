@@ -43,6 +43,7 @@
 #include "kernels/kv_store.h"
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
+#include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_apply.h"
@@ -153,12 +154,9 @@ static int ensure_logits(struct cuda_context *c, int rows) {
 
 /* ---------------------------------------------------------------- forward */
 
-/* x [n, dim] += bias [dim] row by row (the reference's add_bias). */
+/* x [n, dim] += bias [dim] on every row (the reference's add_bias), when there is one. */
 static int add_bias(struct cuda_context *c, float *x, const float *bias, int n, int dim) {
-    int rc = 0;
-    for (int i = 0; bias && i < n && !rc; ++i)
-        rc = cuda_vec_add(x + (size_t)i * (size_t)dim, bias, dim, c->stream);
-    return rc;
+    return bias ? cuda_add_bias(x, bias, n, dim, c->stream) : 0;
 }
 
 /* Routes N tokens on the host with the reference's moe_route (the router logits come back

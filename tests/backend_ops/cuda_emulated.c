@@ -27,6 +27,7 @@
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
 #include "kernels/moe_route.h"
+#include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_apply.h"
@@ -268,6 +269,15 @@ int cuda_ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *
     ON_STREAM(stream);
     for (int i = 0; i < n; ++i)
         ops_weight_row(out + (size_t)i * (size_t)w->cols, w, rows[i]);
+    return 0;
+}
+
+/* Only the bias add of kernels/ops_vision.h (the backend uses it); the reference's loop. */
+int cuda_add_bias(float *x, const float *bias, int n, int dim, void *stream) {
+    ON_STREAM(stream);
+    for (int t = 0; t < n; ++t)
+        for (int i = 0; i < dim; ++i)
+            x[(size_t)t * (size_t)dim + (size_t)i] += bias[i];
     return 0;
 }
 
