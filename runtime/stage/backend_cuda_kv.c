@@ -1,7 +1,9 @@
 /* The CUDA backend's KV slots (backend_cuda.c has the design): lengths and in-use flags on
  * the host, the cache on the device in reference/kv_cache.h's layout, so a pack or restore
- * is one strided copy per (layer, batch row). The copies are synchronous: a backend call
- * always ends with its stream synchronised, so no queued work can still touch the cache. */
+ * is one strided copy per (layer, batch row). The copies are synchronous on the legacy
+ * stream, which does not wait for the backend's non-blocking stream: a call that succeeded
+ * left that stream idle, and one that failed may not have, so the stream is synchronised
+ * first. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,7 +52,8 @@ int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const
     struct cuda_context *c = ctx(be);
     int seq = 0, nkv = c->cfg->num_kv_heads, D = c->cfg->head_dim, rc;
     memset(out, 0, sizeof *out);
-    if ((rc = check_slots(be, slots, n, "cuda kv pack")) || (rc = cuda_set_device(c->device)))
+    if ((rc = check_slots(be, slots, n, "cuda kv pack")) || (rc = cuda_set_device(c->device)) ||
+        (rc = cuda_stream_synchronize(c->stream)))
         return rc;
     for (int b = 0; b < n; ++b)
         if (c->len[slots[b]] > seq) seq = c->len[slots[b]];
@@ -115,7 +118,8 @@ int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
             return strata_set_error(STRATA_ERANGE,
                                     "kv restore: row %d holds %d positions, cache capacity %d", b,
                                     (int)in->lengths[b], be->max_seq);
-    if ((rc = check_slots(be, slots, n, "kv restore")) || (rc = cuda_set_device(c->device)))
+    if ((rc = check_slots(be, slots, n, "kv restore")) || (rc = cuda_set_device(c->device)) ||
+        (rc = cuda_stream_synchronize(c->stream)))
         return rc;
     const uint8_t *k = in->k, *v = in->v;
     size_t row = (size_t)in->seq * D, cache_row = (size_t)be->max_seq * D;

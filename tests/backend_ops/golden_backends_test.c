@@ -13,7 +13,10 @@
  *     cpu [L-1, L) in one process: the golden ids and max |dlogit| <= 1e-3 (not bitwise:
  *     the backends' exp / rsqrt differ in the last bits);
  *   - at every step, the last stage's greedy ids (stage_backend_argmax: on the device
- *     where the backend has one) equal argmax of its logits.
+ *     where the backend has one) equal argmax of its logits;
+ *   - batched: the golden request prefilled and decoded together with a second request in
+ *     one backend (two items per forward: a decode graph of 2 on a CUDA backend) gives its
+ *     solo logits bit for bit.
  * A CUDA backend runs decode steps as CUDA graphs unless STRATA_CUDA_GRAPHS=0 (a second
  * argument --no-graphs sets it): with graphs on, the run must have launched some (its
  * describe line counts them), with them off none.
@@ -56,7 +59,7 @@ static int open_on(struct stage_backend **be, const char *dev, const struct gold
                                       .device = dev,
                                       .num_threads = 2,
                                       .max_seq = max_seq,
-                                      .num_slots = 1};
+                                      .num_slots = 2};
     return stage_backend_open(be, &o);
 }
 
@@ -186,6 +189,68 @@ static float *run_case(const struct golden_case *gc, const int *bounds, const ch
     return logits;
 }
 
+/* The golden request (slot a) and a second one (slot b: the same prompt, decoding its own
+ * greedy ids) in one backend, every forward holding both; a's logits must equal `solo`
+ * [n_steps, V] bit for bit. 0 when they do, else 1 with a line. */
+static int check_batched(const struct golden_case *gc, const char *name, const float *solo) {
+    int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt, L = gc->cfg.num_layers;
+    int slots[2] = {0, 0}, diff = -1, rc;
+    struct stage_backend *be = NULL;
+    struct prefill p;
+    struct forward_item items[2];
+    int32_t tokens[2], mrope[3];
+    float *hidden = calloc((size_t)2 * S * H, sizeof(float));
+    float *logits = calloc((size_t)2 * V, sizeof(float)), *last = calloc((size_t)2 * H, 4);
+    memset(&p, 0, sizeof p);
+    rc = hidden && logits && last ? open_on(&be, device, gc, 0, L, S + gc->n_steps) : STRATA_ENOMEM;
+    if (rc == 0) rc = stage_backend_kv_acquire(be, &slots[0]);
+    if (rc == 0) rc = stage_backend_kv_acquire(be, &slots[1]);
+    if (rc == 0) rc = prefill_inputs(&p, gc, be);
+    for (int step = 0; rc == 0 && step < gc->n_steps; ++step) {
+        int n = step ? 1 : S;
+        for (int r = 0; r < 2; ++r) {
+            items[r] =
+                step ? (struct forward_item){.slot = slots[r], .pos = S + step - 1, .n_tokens = 1}
+                     : p.item;
+            items[r].slot = slots[r];
+            if (step && gc->has_vision) {
+                mrope[0] = mrope[1] = mrope[2] = items[r].pos + gc->rope_delta;
+                items[r].mrope_positions = mrope;
+            }
+        }
+        if (step == 0) {
+            memcpy(hidden, p.hidden, sizeof(float) * (size_t)S * H);
+            memcpy(hidden + (size_t)S * H, p.hidden, sizeof(float) * (size_t)S * H);
+        } else {
+            tokens[0] = gc->generated[step - 1];
+            tokens[1] = argmax(logits + V, V);
+            rc = stage_backend_embed(be, hidden, tokens, 2);
+        }
+        if (rc == 0) rc = stage_backend_forward(be, hidden, items, 2);
+        for (int r = 0; r < 2; ++r)
+            memcpy(last + (size_t)r * H, hidden + ((size_t)r * n + n - 1) * H, sizeof(float) * H);
+        if (rc == 0) rc = stage_backend_logits(be, logits, last, 2);
+        if (rc == 0 && diff < 0 && memcmp(logits, solo + (size_t)step * V, sizeof(float) * V))
+            diff = step;
+    }
+    if (be) count_graphs(be);
+    stage_backend_free(be);
+    free(p.hidden), free(p.deepstack), free(p.visual);
+    free(hidden), free(logits), free(last);
+    if (rc < 0) {
+        printf("  %s: batched with a second request: %s\n", name, strata_last_error());
+        return 1;
+    }
+    if (diff >= 0) {
+        printf("  %s: batched with a second request: logits differ from the solo run at step "
+               "%d\n",
+               name, diff);
+        return 1;
+    }
+    printf("  %s: batched with a second request: bit-identical to the solo run\n", name);
+    return 0;
+}
+
 /* cpu [0, 1) -> device [1, L-1) -> cpu [L-1, L): the golden ids and logits within the
  * tolerance; 0 when it holds, else 1 with a line. */
 static int check_mixed(const struct golden_case *gc, const char *name) {
@@ -248,6 +313,7 @@ static int check_case(const char *name) {
         }
         free(parts);
     }
+    failures += check_batched(&gc, name, logits);
     if (strcmp(device, "cpu") != 0 && L >= 3) failures += check_mixed(&gc, name);
     printf("%s %-18s on %s: %d steps, max |dlogit| = %.3g, ids %s, splits k=1..%d %s\n",
            failures ? "FAIL" : "ok  ", name, device, gc.n_steps, max_delta,
