@@ -126,6 +126,28 @@ extern "C" int cuda_stream_synchronize(void *stream) {
     return STRATA_OK;
 }
 
+extern "C" int cuda_event_create(void **event) {
+    if (!event) return strata_set_error(STRATA_EINVAL, "cuda_event_create: event is NULL");
+    cudaEvent_t e = NULL;
+    CUDA_CHECK_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *event = (void *)e;
+    return STRATA_OK;
+}
+
+extern "C" void cuda_event_destroy(void *event) {
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" int cuda_event_record(void *event, void *stream) {
+    CUDA_CHECK_RETURN(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_stream_wait_event(void *stream, void *event) {
+    CUDA_CHECK_RETURN(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+    return STRATA_OK;
+}
+
 extern "C" int cuda_host_alloc(void **ptr, size_t bytes) {
     if (!ptr) return strata_set_error(STRATA_EINVAL, "cuda_host_alloc: ptr is NULL");
     *ptr = NULL;

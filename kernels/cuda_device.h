@@ -54,6 +54,14 @@ void cuda_stream_destroy(void *stream); /* accepts NULL */
 /* Waits for everything queued on `stream`; reports a fault of any of it. */
 int cuda_stream_synchronize(void *stream);
 
+/* Events order work across streams: the work queued on `stream` after
+ * cuda_stream_wait_event(stream, e) waits for what preceded cuda_event_record(e, other) on
+ * the other stream (timing disabled: ordering only). */
+int cuda_event_create(void **event);
+void cuda_event_destroy(void *event); /* accepts NULL */
+int cuda_event_record(void *event, void *stream);
+int cuda_stream_wait_event(void *stream, void *event);
+
 /* *ptr = `bytes` of page-locked host memory (cudaHostAlloc): copies from and to it are
  * truly asynchronous, and a copy from it can be captured into a CUDA graph (a copy from
  * pageable memory cannot). */

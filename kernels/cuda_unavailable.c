@@ -283,3 +283,22 @@ int cuda_vision_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_fr
     (void)cos_out, (void)sin_out, (void)inv_freq, (void)row, (void)col, (void)quarter, (void)stream;
     return unavailable(__func__);
 }
+
+int cuda_event_create(void **event) {
+    if (event) *event = NULL;
+    return unavailable(__func__);
+}
+
+void cuda_event_destroy(void *event) {
+    (void)event;
+}
+
+int cuda_event_record(void *event, void *stream) {
+    (void)event, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_stream_wait_event(void *stream, void *event) {
+    (void)stream, (void)event;
+    return unavailable(__func__);
+}

@@ -98,10 +98,12 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     const struct model_config *m = c->cfg;
     size_t r = (size_t)rows, H = (size_t)m->hidden_size, D = (size_t)m->head_dim;
     size_t qd = (size_t)m->num_heads * D, kvd = (size_t)m->num_kv_heads * D;
-    size_t ffn = (size_t)m->intermediate_size;
-    if ((size_t)m->moe_intermediate_size > ffn) ffn = (size_t)m->moe_intermediate_size;
     size_t E = m->num_experts > 0 ? (size_t)m->num_experts : 1;
     size_t K = m->num_experts_per_tok > 0 ? (size_t)m->num_experts_per_tok : 1;
+    /* FFN rows: r of the dense MLP, or r * K expert rows side by side (moe_block). */
+    size_t ffn = (size_t)m->intermediate_size, moe_rows = m->num_experts > 0 ? K : 0;
+    if (moe_rows * (size_t)m->moe_intermediate_size > ffn)
+        ffn = moe_rows * (size_t)m->moe_intermediate_size;
     struct alloc_req dev[] = {
         {(void **)&c->hidden, r * H * 4},       {(void **)&c->norm, r * H * 4},
         {(void **)&c->proj, r * H * 4},         {(void **)&c->q, r * qd * 4},
@@ -109,7 +111,7 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->attn, r * qd * 4},        {(void **)&c->ffn_gate, r * ffn * 4},
         {(void **)&c->ffn_up, r * ffn * 4},     {(void **)&c->rope_cos, r * D / 2 * 4},
         {(void **)&c->rope_sin, r * D / 2 * 4}, {(void **)&c->router, r * E * 4},
-        {(void **)&c->moe_x, r * H * 4},        {(void **)&c->moe_y, r * H * 4},
+        {(void **)&c->moe_x, r * K * H * 4},    {(void **)&c->moe_y, r * K * H * 4},
         {(void **)&c->moe_w, r * K * 4},        {(void **)&c->moe_row, r * K * 4},
         {(void **)&c->tokens, r * 4},           {(void **)&c->ids, r * 4},
         {(void **)&c->deepstack, r * H * 4},    {(void **)&c->scores, c->score_floats * 4},
@@ -194,33 +196,62 @@ static int moe_route_on_host(struct cuda_context *c, int N, int *total) {
                              c->stream);
 }
 
-/* out [N, H] = the MoE block of x [N, H] (reference/model.c moe_block), grouped by expert:
- * for each expert in ascending order its tokens are gathered into one matrix, its SwiGLU
- * MLP runs as one matmul per weight over all of them, and its outputs are added into their
- * rows. Each row's sum thus runs over its experts in ascending expert order, as the
- * reference's loop adds them: bitwise the reference. */
-static int moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
-                     const float *x, int N) {
+/* Runs every active expert's SwiGLU MLP on its own rows: expert e's tokens [first, first +
+ * count) of the concatenated lists are gathered into moe_x rows [first, ...), and its
+ * outputs land in moe_y rows [first, ...), so no two experts share a buffer row. The experts
+ * are spread over the MoE streams, forked from the backend stream after the routing and
+ * joined back into it before returning. */
+static int run_experts(struct cuda_context *c, const struct layer_weights *L, const float *x,
+                       int N) {
     const struct model_config *m = c->cfg;
-    int H = m->hidden_size, E = m->num_experts, I = m->moe_intermediate_size, total = 0, rc;
-    void *s = c->stream;
-    if ((rc = cuda_matmul(c->router, x, &L->router, N, s)) ||
-        (rc = moe_route_on_host(c, N, &total)) ||
-        (rc = cuda_memset_async(out, 0, (size_t)N * H * sizeof(float), s)))
-        return rc;
+    int H = m->hidden_size, E = m->num_experts, I = m->moe_intermediate_size, active = 0, rc;
     const struct ops_weight xs = {x, OPS_F32, N, H};
+    if ((rc = cuda_event_record(c->moe_fork, c->stream))) return rc;
+    for (int k = 0; k < MOE_STREAMS && !rc; ++k)
+        rc = cuda_stream_wait_event(c->moe_stream[k], c->moe_fork);
     for (int e = 0, first = 0; e < E && !rc; first += c->h_expert_count[e], ++e) {
         int count = c->h_expert_count[e];
         if (!count) continue;
         if (count > MAX_GRID_ROWS)
             return strata_set_error(STRATA_EINVAL, "cuda backend: %d tokens for one expert", count);
-        if ((rc = cuda_ops_weight_rows(c->moe_x, &xs, c->moe_row + first, count, s)) ||
-            (rc = cuda_matmul(c->ffn_gate, c->moe_x, &L->expert_gate[e], count, s)) ||
-            (rc = cuda_matmul(c->ffn_up, c->moe_x, &L->expert_up[e], count, s)) ||
-            (rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, count * I, s)) ||
-            (rc = cuda_matmul(c->moe_y, c->ffn_gate, &L->expert_down[e], count, s)))
-            return rc;
-        rc = cuda_moe_combine(out, c->moe_y, c->moe_row + first, c->moe_w + first, count, H, s);
+        void *es = c->moe_stream[active++ % MOE_STREAMS];
+        float *ex = c->moe_x + (size_t)first * H, *ey = c->moe_y + (size_t)first * H;
+        float *eg = c->ffn_gate + (size_t)first * I, *eu = c->ffn_up + (size_t)first * I;
+        if ((rc = cuda_ops_weight_rows(ex, &xs, c->moe_row + first, count, es)) ||
+            (rc = cuda_matmul(eg, ex, &L->expert_gate[e], count, es)) ||
+            (rc = cuda_matmul(eu, ex, &L->expert_up[e], count, es)) ||
+            (rc = cuda_swiglu(eg, eg, eu, count * I, es)))
+            break;
+        rc = cuda_matmul(ey, eg, &L->expert_down[e], count, es);
+    }
+    for (int k = 0; k < MOE_STREAMS && k < active && !rc; ++k)
+        if (!(rc = cuda_event_record(c->moe_join[k], c->moe_stream[k])))
+            rc = cuda_stream_wait_event(c->stream, c->moe_join[k]);
+    return rc;
+}
+
+/* out [N, H] = the MoE block of x [N, H] (reference/model.c moe_block), grouped by expert:
+ * each active expert's tokens are gathered into one matrix and its SwiGLU MLP runs as one
+ * matmul per weight over all of them (run_experts, experts side by side on the MoE
+ * streams); then, on the backend stream, the experts' outputs are added into their rows in
+ * ascending expert order, the order of the reference's loop. Each expert's rows are
+ * computed exactly as the reference computes them and each row's sum runs over its experts
+ * in the same order: bitwise the reference, however the experts overlap in time. */
+static int moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
+                     const float *x, int N) {
+    const struct model_config *m = c->cfg;
+    int H = m->hidden_size, E = m->num_experts, total = 0, rc;
+    void *s = c->stream;
+    if ((rc = cuda_matmul(c->router, x, &L->router, N, s)) ||
+        (rc = moe_route_on_host(c, N, &total)) ||
+        (rc = cuda_memset_async(out, 0, (size_t)N * H * sizeof(float), s)) ||
+        (rc = run_experts(c, L, x, N)))
+        return rc;
+    for (int e = 0, first = 0; e < E && !rc; first += c->h_expert_count[e], ++e) {
+        int count = c->h_expert_count[e];
+        if (count)
+            rc = cuda_moe_combine(out, c->moe_y + (size_t)first * H, c->moe_row + first,
+                                  c->moe_w + first, count, H, s);
     }
     return rc;
 }
@@ -499,6 +530,29 @@ static int cuda_argmax_ids(struct stage_backend *be, int32_t *ids, const float *
 
 /* ---------------------------------------------------------------- describe, free, open */
 
+/* The MoE streams and events, for a role with a MoE layer. */
+static int open_moe_streams(struct cuda_context *c) {
+    int moe = 0, rc = 0;
+    for (int l = 0; l < c->n_layers; ++l)
+        moe |= c->layers[l].is_moe;
+    if (!moe) return 0;
+    if ((rc = cuda_event_create(&c->moe_fork))) return rc;
+    for (int k = 0; k < MOE_STREAMS && !rc; ++k)
+        if (!(rc = cuda_stream_create(&c->moe_stream[k]))) rc = cuda_event_create(&c->moe_join[k]);
+    return rc;
+}
+
+static void close_moe_streams(struct cuda_context *c) {
+    for (int k = 0; k < MOE_STREAMS; ++k) {
+        if (c->moe_stream[k]) cuda_stream_synchronize(c->moe_stream[k]);
+        cuda_stream_destroy(c->moe_stream[k]);
+        cuda_event_destroy(c->moe_join[k]);
+        c->moe_stream[k] = c->moe_join[k] = NULL;
+    }
+    cuda_event_destroy(c->moe_fork);
+    c->moe_fork = NULL;
+}
+
 static void cuda_describe(const struct stage_backend *be, char *buf, size_t cap) {
     const struct cuda_context *c = ctx(be);
     char mem[200], graphs[120];
@@ -520,6 +574,7 @@ static void cuda_free_backend(struct stage_backend *be) {
     if (!c) return;
     cuda_set_device(c->device);
     if (c->stream) cuda_stream_synchronize(c->stream);
+    close_moe_streams(c);
     free_scratch(c);
     cuda_free(c->logits);
     cuda_host_free(c->h_logits);
@@ -600,6 +655,7 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     rope_inv_freq(c->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
     if ((rc = backend_cuda_load_weights(c, opt->weights))) return rc;
     c->use_graphs = graphs_wanted(c);
+    if ((rc = open_moe_streams(c))) return rc;
     c->head_floats = (size_t)opt->max_seq * (size_t)cfg->head_dim;
     c->slot_floats = (size_t)c->n_layers * (size_t)cfg->num_kv_heads * c->head_floats;
     c->score_floats = (size_t)cfg->num_heads * (size_t)opt->max_seq;

@@ -18,6 +18,9 @@
 #define ATTN_SCRATCH_FLOATS ((size_t)1 << 24)
 /* Gathers and combines launch one grid row per token: at most this many per launch. */
 #define MAX_GRID_ROWS 65535
+/* Streams a MoE layer's experts are spread over (expert i of the active ones on stream
+ * i % MOE_STREAMS), so that small experts (a decode step's few rows each) run side by side. */
+#define MOE_STREAMS 8
 
 struct cuda_context {
     int device;
@@ -48,6 +51,9 @@ struct cuda_context {
      * synchronises it once, at its end (and once per MoE layer, whose routing runs on the
      * host). */
     void *stream;
+    /* MoE roles only: the expert streams, the event they wait for (routing done) and the
+     * events the backend stream waits for before the combine (experts done). */
+    void *moe_stream[MOE_STREAMS], *moe_fork, *moe_join[MOE_STREAMS];
 
     /* Device scratch for `cap_rows` rows. */
     int cap_rows, cap_logit_rows;

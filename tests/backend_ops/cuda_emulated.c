@@ -332,6 +332,36 @@ int cuda_stream_synchronize(void *stream) {
     return 0;
 }
 
+/* Work runs at once here, so an event only has to exist: a record before its first wait is
+ * checked (a wait on a never-recorded event orders nothing on a device). */
+struct emulated_event {
+    int recorded;
+};
+
+int cuda_event_create(void **event) {
+    SYNC_CALL();
+    *event = calloc(1, sizeof(struct emulated_event));
+    return *event ? 0 : strata_set_error(STRATA_ENOMEM, "emulated cuda_event_create");
+}
+
+void cuda_event_destroy(void *event) {
+    free(event);
+}
+
+int cuda_event_record(void *event, void *stream) {
+    ON_STREAM(stream);
+    ((struct emulated_event *)event)->recorded = 1;
+    return 0;
+}
+
+int cuda_stream_wait_event(void *stream, void *event) {
+    ON_STREAM(stream);
+    if (!((struct emulated_event *)event)->recorded)
+        return spoil(strata_set_error(STRATA_EDEVICE,
+                                      "emulated cuda_stream_wait_event: event never recorded"));
+    return 0;
+}
+
 int cuda_host_alloc(void **ptr, size_t bytes) {
     *ptr = NULL;
     SYNC_CALL();

@@ -3,8 +3,9 @@
  * copies on one stream; a captured step launched as a graph; the next capture with other
  * kernel arguments and copy addresses updating that graph in place (not instantiated
  * again); a capture of another topology instantiating a new one; a synchronous call inside
- * a capture failing, the capture aborted and the stream usable afterwards. The emulated
- * backend test (tests/backend_ops:golden_backends_emulated_test) checks the backend's use
+ * a capture failing, the capture aborted and the stream usable afterwards; events ordering
+ * a second stream's work between two pieces of the first's (the MoE experts' fork / join). The
+ * emulated backend test (tests/backend_ops:golden_backends_emulated_test) checks the backend's use
  * of these calls on the host; this checks that CUDA behaves as that emulation assumes.
  * Prints "skipped: <reason>" without a device. */
 #include <stdio.h>
@@ -108,6 +109,28 @@ int main(void) {
     rc = enqueue_step(d_x, d_y2, h_in, h_out, 2, stream);
     if (!rc) rc = cuda_stream_synchronize(stream);
     failures += check(!rc && result_is(h_in, h_out, 2, 2.0f), "the stream works after the abort");
+
+    /* Fork / join as the MoE experts do: a second stream waits for the first one's event,
+     * adds, records; the first waits for that before copying out. */
+    void *other = NULL, *fork = NULL, *join = NULL;
+    rc = cuda_stream_create(&other);
+    if (!rc) rc = cuda_event_create(&fork);
+    if (!rc) rc = cuda_event_create(&join);
+    if (!rc) rc = cuda_memcpy_async(d_x, h_in, N * sizeof(float), CUDA_COPY_TO_DEVICE, stream);
+    if (!rc) rc = cuda_event_record(fork, stream);
+    if (!rc) rc = cuda_stream_wait_event(other, fork);
+    if (!rc) rc = cuda_vec_add(d_x, d_y2, N, other);
+    if (!rc) rc = cuda_event_record(join, other);
+    if (!rc) rc = cuda_stream_wait_event(stream, join);
+    if (!rc) rc = cuda_vec_add(d_x, d_y1, N, stream);
+    if (!rc) rc = cuda_memcpy_async(h_out, d_x, N * sizeof(float), CUDA_COPY_TO_HOST, stream);
+    if (!rc) rc = cuda_stream_synchronize(stream);
+    int forked = 1;
+    for (int i = 0; !rc && i < N; ++i)
+        forked &= h_out[i] == (h_in[i] + 2.0f) + 1.0f;
+    failures += check(!rc && forked, "events order work across two streams (fork / join)");
+    cuda_event_destroy(fork), cuda_event_destroy(join);
+    cuda_stream_destroy(other);
 
     cuda_graph_exec_destroy(exec);
     cuda_free(d_x), cuda_free(d_y1), cuda_free(d_y2);
