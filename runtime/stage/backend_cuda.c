@@ -24,9 +24,10 @@
  *     one id per row instead of V logits;
  *   - decode graphs: a decode step of b one-token items is captured into a CUDA graph and
  *     launched as one (kernels/cuda_device.h); the graph of b items is kept and updated in
- *     place at each step (new positions are new kernel arguments), re-instantiated only
- *     when its topology changes. The first step of each b runs eagerly. Off for roles with
- *     a MoE layer (the routing synchronises mid-step) and with STRATA_CUDA_GRAPHS=0.
+ *     place at each step (new positions are new kernel arguments, the KV rows' offsets are
+ *     data sent with the rows), re-instantiated only when its topology changes. The first
+ *     step of each b runs eagerly. Off for roles with a MoE layer (the routing synchronises
+ *     mid-step) and with STRATA_CUDA_GRAPHS=0.
  *
  * Determinism: every kernel computes each output element in one fixed order that depends
  * on neither the batch nor the neighbouring rows (kernels/README.md), all launches go to
@@ -69,6 +70,9 @@ static void free_scratch(struct cuda_context *c) {
         cuda_free(*ids[i]);
         *ids[i] = NULL;
     }
+    cuda_free(c->row_dst);
+    cuda_host_free(c->h_row_dst);
+    c->row_dst = c->h_row_dst = NULL;
     void **pinned[] = {(void **)&c->h_hidden, (void **)&c->h_tokens, (void **)&c->h_cos,
                        (void **)&c->h_sin,    (void **)&c->h_router, (void **)&c->h_moe_w,
                        (void **)&c->h_moe_row};
@@ -105,22 +109,33 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     if (moe_rows * (size_t)m->moe_intermediate_size > ffn)
         ffn = moe_rows * (size_t)m->moe_intermediate_size;
     struct alloc_req dev[] = {
-        {(void **)&c->hidden, r * H * 4},       {(void **)&c->norm, r * H * 4},
-        {(void **)&c->proj, r * H * 4},         {(void **)&c->q, r * qd * 4},
-        {(void **)&c->k, r * kvd * 4},          {(void **)&c->v, r * kvd * 4},
-        {(void **)&c->attn, r * qd * 4},        {(void **)&c->ffn_gate, r * ffn * 4},
-        {(void **)&c->ffn_up, r * ffn * 4},     {(void **)&c->rope_cos, r * D / 2 * 4},
-        {(void **)&c->rope_sin, r * D / 2 * 4}, {(void **)&c->router, r * E * 4},
-        {(void **)&c->moe_x, r * K * H * 4},    {(void **)&c->moe_y, r * K * H * 4},
-        {(void **)&c->moe_w, r * K * 4},        {(void **)&c->moe_row, r * K * 4},
-        {(void **)&c->tokens, r * 4},           {(void **)&c->ids, r * 4},
-        {(void **)&c->deepstack, r * H * 4},    {(void **)&c->scores, c->score_floats * 4},
+        {(void **)&c->hidden, r * H * 4},
+        {(void **)&c->norm, r * H * 4},
+        {(void **)&c->proj, r * H * 4},
+        {(void **)&c->q, r * qd * 4},
+        {(void **)&c->k, r * kvd * 4},
+        {(void **)&c->v, r * kvd * 4},
+        {(void **)&c->attn, r * qd * 4},
+        {(void **)&c->ffn_gate, r * ffn * 4},
+        {(void **)&c->ffn_up, r * ffn * 4},
+        {(void **)&c->rope_cos, r * D / 2 * 4},
+        {(void **)&c->rope_sin, r * D / 2 * 4},
+        {(void **)&c->router, r * E * 4},
+        {(void **)&c->moe_x, r * K * H * 4},
+        {(void **)&c->moe_y, r * K * H * 4},
+        {(void **)&c->moe_w, r * K * 4},
+        {(void **)&c->moe_row, r * K * 4},
+        {(void **)&c->tokens, r * 4},
+        {(void **)&c->ids, r * 4},
+        {(void **)&c->row_dst, r * 8},
+        {(void **)&c->deepstack, r * H * 4},
+        {(void **)&c->scores, c->score_floats * 4},
     };
     struct alloc_req pinned[] = {
         {(void **)&c->h_hidden, r * H * 4},  {(void **)&c->h_tokens, r * 4},
         {(void **)&c->h_cos, r * D / 2 * 4}, {(void **)&c->h_sin, r * D / 2 * 4},
         {(void **)&c->h_router, r * E * 4},  {(void **)&c->h_moe_w, r * K * 4},
-        {(void **)&c->h_moe_row, r * K * 4},
+        {(void **)&c->h_moe_row, r * K * 4}, {(void **)&c->h_row_dst, r * 8},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof dev / sizeof dev[0] && !rc; ++i)
@@ -256,22 +271,35 @@ static int moe_block(struct cuda_context *c, const struct layer_weights *L, floa
     return rc;
 }
 
-/* Attention of every item's rows over its slot: keys and values appended to the cache
- * (cuda_kv_store, reference/model.c store_kv), then queries in chunks so the score rows
+/* Each row's KV offset in floats from its layer's kv head 0 of slot 0 (slot and position;
+ * the layer is added to the base pointer): host_rows [N], for cuda_kv_store_rows. */
+static void kv_row_offsets(const struct cuda_context *c, int64_t *host_rows,
+                           const struct forward_item *items, int n_items) {
+    int row = 0, D = c->cfg->head_dim;
+    for (int it = 0; it < n_items; ++it)
+        for (int i = 0; i < items[it].n_tokens; ++i)
+            host_rows[row++] = (int64_t)((size_t)items[it].slot * c->slot_floats +
+                                         ((size_t)items[it].pos + (size_t)i) * (size_t)D);
+}
+
+/* Attention of every item's rows over its slot: the keys and values of all rows appended to
+ * the cache in one launch (cuda_kv_store_rows, reference/model.c store_kv; offsets from
+ * kv_row_offsets, sent with the rows), then each item's queries in chunks so the score rows
  * fit the scratch; query i of a chunk starting at i0 sits at pos + i0 + i, exactly as in
  * one call. */
 static int attend_items(struct cuda_context *c, const struct layer_weights *L, int max_seq,
-                        const struct forward_item *items, int n_items) {
+                        const struct forward_item *items, int n_items, int N) {
     const struct model_config *m = c->cfg;
     int D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc = 0;
     size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
     size_t head_stride = (size_t)max_seq * (size_t)D;
+    size_t layer = (size_t)(L->index - c->role.layer_start) * (size_t)nkv * c->head_floats;
+    rc = cuda_kv_store_rows(c->k_cache + layer, c->v_cache + layer, c->k, c->v, c->row_dst,
+                            head_stride, (int)kvd, N, nkv, D, c->stream);
     int row = 0;
     for (int it = 0; it < n_items && !rc; ++it) {
         const struct forward_item *item = &items[it];
         float *kc = k_slot(c, item->slot, L->index, 0), *vc = v_slot(c, item->slot, L->index, 0);
-        rc = cuda_kv_store(kc, vc, c->k + (size_t)row * kvd, c->v + (size_t)row * kvd, head_stride,
-                           (int)kvd, item->pos, item->n_tokens, nkv, D, c->stream);
         int ctx_len = item->pos + item->n_tokens;
         int chunk = (int)(c->score_floats / ((size_t)nh * (size_t)ctx_len)); /* >= 1 */
         for (int i0 = 0; i0 < item->n_tokens && !rc; i0 += chunk) {
@@ -339,7 +367,7 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L, 
         (rc = cuda_rmsnorm(c->k, c->k, L->k_norm, eps, N * nkv, D, s)) ||
         (rc = cuda_rope_apply_rows(c->q, c->rope_cos, c->rope_sin, N, (int)qd, nh, D, s)) ||
         (rc = cuda_rope_apply_rows(c->k, c->rope_cos, c->rope_sin, N, (int)kvd, nkv, D, s)) ||
-        (rc = attend_items(c, L, max_seq, items, n_items)) ||
+        (rc = attend_items(c, L, max_seq, items, n_items, N)) ||
         (rc = cuda_matmul(c->proj, c->attn, &L->o, N, s)) ||
         (rc = add_bias(c, c->proj, L->o_bias, N, H)) ||
         (rc = cuda_vec_add(c->hidden, c->proj, N * H, s)) ||
@@ -375,7 +403,9 @@ static int enqueue_forward(struct cuda_context *c, int max_seq, const struct for
     int H = c->cfg->hidden_size, rc;
     size_t table = (size_t)N * (size_t)(c->cfg->head_dim / 2) * sizeof(float);
     size_t rows = (size_t)N * (size_t)H * sizeof(float);
-    if ((rc = cuda_memcpy_async(c->rope_cos, c->h_cos, table, CUDA_COPY_TO_DEVICE, c->stream)) ||
+    if ((rc = cuda_memcpy_async(c->row_dst, c->h_row_dst, (size_t)N * sizeof(int64_t),
+                                CUDA_COPY_TO_DEVICE, c->stream)) ||
+        (rc = cuda_memcpy_async(c->rope_cos, c->h_cos, table, CUDA_COPY_TO_DEVICE, c->stream)) ||
         (rc = cuda_memcpy_async(c->rope_sin, c->h_sin, table, CUDA_COPY_TO_DEVICE, c->stream)) ||
         (rc = cuda_memcpy_async(c->hidden, c->h_hidden, rows, CUDA_COPY_TO_DEVICE, c->stream)))
         return rc;
@@ -424,6 +454,7 @@ static int cuda_forward(struct stage_backend *be, float *hidden, const struct fo
     /* RoPE tables on the host by the reference op (bitwise the CPU backend's). */
     rope_tables(c->h_cos, c->h_sin, c->inv_freq, items, n_items,
                 m->has_mrope ? m->mrope_section : NULL, m->head_dim / 2);
+    kv_row_offsets(c, c->h_row_dst, items, n_items);
     memcpy(c->h_hidden, hidden, (size_t)N * H * sizeof(float));
     int b = graph_batch(be, items, n_items);
     if (b && c->graph_warm[b]) {

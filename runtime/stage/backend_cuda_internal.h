@@ -60,12 +60,14 @@ struct cuda_context {
     float *hidden, *norm, *proj, *q, *k, *v, *attn, *ffn_gate, *ffn_up, *rope_cos, *rope_sin;
     float *router, *moe_x, *moe_y, *moe_w, *scores, *logits, *deepstack;
     int32_t *moe_row, *tokens, *ids;
+    int64_t *row_dst; /* [cap_rows] each row's KV offset (cuda_kv_store_rows) */
     /* Pinned host staging (cuda_host_alloc): everything copied asynchronously. */
     float *h_hidden;   /* [cap_rows, H] rows in and out */
     float *h_logits;   /* [cap_logit_rows, V] */
     int32_t *h_tokens; /* [cap_rows] ids in (embed), argmax ids out */
     float *h_cos, *h_sin, *h_router, *h_moe_w;
     int32_t *h_moe_row;
+    int64_t *h_row_dst;
     /* Host-only scratch. */
     float *h_route_w;
     int *h_route_e;

@@ -310,6 +310,20 @@ int cuda_kv_store(float *k_cache, float *v_cache, const float *k, const float *v
     return 0;
 }
 
+int cuda_kv_store_rows(float *k_cache, float *v_cache, const float *k, const float *v,
+                       const int64_t *row_dst, size_t kv_head_stride, int row_stride, int n_rows,
+                       int nkv, int head_dim, void *stream) {
+    ON_STREAM(stream);
+    for (int r = 0; r < n_rows; ++r)
+        for (int g = 0; g < nkv; ++g) {
+            size_t src = (size_t)r * (size_t)row_stride + (size_t)g * (size_t)head_dim;
+            size_t dst = (size_t)row_dst[r] + (size_t)g * kv_head_stride;
+            memcpy(k_cache + dst, k + src, (size_t)head_dim * sizeof(float));
+            memcpy(v_cache + dst, v + src, (size_t)head_dim * sizeof(float));
+        }
+    return 0;
+}
+
 /* ---------------------------------------------------------------- streams, pinned, async */
 
 int cuda_stream_create(void **stream) {
