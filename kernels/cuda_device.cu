@@ -98,3 +98,151 @@ extern "C" int cuda_memset(void *dst, int value, size_t bytes) {
     if (bytes) CUDA_CHECK_RETURN(cudaMemset(dst, value, bytes));
     return STRATA_OK;
 }
+
+/* ---------------------------------------------------------------- streams, pinned, async */
+
+static cudaMemcpyKind copy_kind(enum cuda_copy_kind kind) {
+    return kind == CUDA_COPY_TO_DEVICE ? cudaMemcpyHostToDevice
+           : kind == CUDA_COPY_TO_HOST ? cudaMemcpyDeviceToHost
+                                       : cudaMemcpyDeviceToDevice;
+}
+
+extern "C" int cuda_stream_create(void **stream) {
+    if (!stream) return strata_set_error(STRATA_EINVAL, "cuda_stream_create: stream is NULL");
+    cudaStream_t s = NULL;
+    /* Non-blocking: the legacy default stream (synchronous copies elsewhere in the
+     * process) never waits for this stream's work or makes it wait. */
+    CUDA_CHECK_RETURN(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    *stream = (void *)s;
+    return STRATA_OK;
+}
+
+extern "C" void cuda_stream_destroy(void *stream) {
+    if (stream) cudaStreamDestroy((cudaStream_t)stream);
+}
+
+extern "C" int cuda_stream_synchronize(void *stream) {
+    CUDA_CHECK_RETURN(cudaStreamSynchronize((cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_event_create(void **event) {
+    if (!event) return strata_set_error(STRATA_EINVAL, "cuda_event_create: event is NULL");
+    cudaEvent_t e = NULL;
+    CUDA_CHECK_RETURN(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    *event = (void *)e;
+    return STRATA_OK;
+}
+
+extern "C" void cuda_event_destroy(void *event) {
+    if (event) cudaEventDestroy((cudaEvent_t)event);
+}
+
+extern "C" int cuda_event_record(void *event, void *stream) {
+    CUDA_CHECK_RETURN(cudaEventRecord((cudaEvent_t)event, (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_stream_wait_event(void *stream, void *event) {
+    CUDA_CHECK_RETURN(cudaStreamWaitEvent((cudaStream_t)stream, (cudaEvent_t)event, 0));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_host_alloc(void **ptr, size_t bytes) {
+    if (!ptr) return strata_set_error(STRATA_EINVAL, "cuda_host_alloc: ptr is NULL");
+    *ptr = NULL;
+    CUDA_CHECK_RETURN(cudaHostAlloc(ptr, bytes ? bytes : 1, cudaHostAllocDefault));
+    return STRATA_OK;
+}
+
+extern "C" void cuda_host_free(void *ptr) {
+    if (ptr) cudaFreeHost(ptr);
+}
+
+extern "C" int cuda_memcpy_async(void *dst, const void *src, size_t bytes, enum cuda_copy_kind kind,
+                                 void *stream) {
+    if (bytes)
+        CUDA_CHECK_RETURN(cudaMemcpyAsync(dst, src, bytes, copy_kind(kind), (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_memcpy_2d_async(void *dst, size_t dpitch, const void *src, size_t spitch,
+                                    size_t width, size_t height, enum cuda_copy_kind kind,
+                                    void *stream) {
+    if (!width || !height) return STRATA_OK;
+    CUDA_CHECK_RETURN(cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, copy_kind(kind),
+                                        (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_memset_async(void *dst, int value, size_t bytes, void *stream) {
+    if (bytes) CUDA_CHECK_RETURN(cudaMemsetAsync(dst, value, bytes, (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+/* ---------------------------------------------------------------- graphs */
+
+extern "C" int cuda_graph_capture_begin(void *stream) {
+    if (!stream)
+        return strata_set_error(STRATA_EINVAL, "cuda_graph_capture_begin: the default stream "
+                                               "cannot be captured");
+    /* Thread-local: another thread's (another backend's) calls are not affected, and a
+     * synchronous call of this thread fails instead of silently running outside the graph. */
+    CUDA_CHECK_RETURN(
+        cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
+    return STRATA_OK;
+}
+
+extern "C" void cuda_graph_capture_abort(void *stream) {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (!stream || cudaStreamIsCapturing((cudaStream_t)stream, &status) != cudaSuccess ||
+        status == cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return;
+    }
+    cudaGraph_t graph = NULL;
+    cudaStreamEndCapture((cudaStream_t)stream, &graph);
+    if (graph) cudaGraphDestroy(graph);
+    cudaGetLastError(); /* the failure was reported by the call that spoiled the capture */
+}
+
+extern "C" int cuda_graph_capture_end(void *stream, void **exec, int *instantiated) {
+    cudaGraph_t graph = NULL;
+    if (!exec || !instantiated) {
+        cuda_graph_capture_abort(stream);
+        return strata_set_error(STRATA_EINVAL, "cuda_graph_capture_end: NULL argument");
+    }
+    *instantiated = 0;
+    CUDA_CHECK_RETURN(cudaStreamEndCapture((cudaStream_t)stream, &graph));
+    cudaError_t err = cudaErrorGraphExecUpdateFailure;
+    if (*exec) {
+        cudaGraphExecUpdateResultInfo info;
+        err = cudaGraphExecUpdate((cudaGraphExec_t)*exec, graph, &info);
+        if (err != cudaSuccess) cudaGetLastError(); /* not an error: instantiate below */
+    }
+    if (err != cudaSuccess) {
+        if (*exec) cudaGraphExecDestroy((cudaGraphExec_t)*exec);
+        *exec = NULL;
+        cudaGraphExec_t fresh = NULL;
+        err = cudaGraphInstantiate(&fresh, graph, 0);
+        if (err == cudaSuccess) {
+            *exec = (void *)fresh;
+            *instantiated = 1;
+        }
+    }
+    cudaGraphDestroy(graph);
+    if (err != cudaSuccess)
+        return strata_set_error(STRATA_EDEVICE, "cuda_graph_capture_end: instantiate: %s",
+                                cudaGetErrorString(err));
+    return STRATA_OK;
+}
+
+extern "C" int cuda_graph_launch(void *exec, void *stream) {
+    if (!exec) return strata_set_error(STRATA_EINVAL, "cuda_graph_launch: no graph");
+    CUDA_CHECK_RETURN(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
+    return STRATA_OK;
+}
+
+extern "C" void cuda_graph_exec_destroy(void *exec) {
+    if (exec) cudaGraphExecDestroy((cudaGraphExec_t)exec);
+}

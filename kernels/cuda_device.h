@@ -44,4 +44,52 @@ int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, siz
 /* Sets `bytes` of device memory to the byte `value` (synchronous). */
 int cuda_memset(void *dst, int value, size_t bytes);
 
+/* ---- Streams, pinned host memory and asynchronous copies (the stage backend's per-call
+ * path: one stream per backend, staging buffers in pinned memory, one synchronisation per
+ * call). `stream` is a cudaStream_t as a void *; NULL is the legacy default stream. */
+
+/* *stream = a new stream that does not synchronise with the legacy default stream. */
+int cuda_stream_create(void **stream);
+void cuda_stream_destroy(void *stream); /* accepts NULL */
+/* Waits for everything queued on `stream`; reports a fault of any of it. */
+int cuda_stream_synchronize(void *stream);
+
+/* Events order work across streams: the work queued on `stream` after
+ * cuda_stream_wait_event(stream, e) waits for what preceded cuda_event_record(e, other) on
+ * the other stream (timing disabled: ordering only). */
+int cuda_event_create(void **event);
+void cuda_event_destroy(void *event); /* accepts NULL */
+int cuda_event_record(void *event, void *stream);
+int cuda_stream_wait_event(void *stream, void *event);
+
+/* *ptr = `bytes` of page-locked host memory (cudaHostAlloc): copies from and to it are
+ * truly asynchronous, and a copy from it can be captured into a CUDA graph (a copy from
+ * pageable memory cannot). */
+int cuda_host_alloc(void **ptr, size_t bytes);
+void cuda_host_free(void *ptr); /* accepts NULL */
+
+/* Asynchronous on `stream` (cudaMemcpyAsync, cudaMemcpy2DAsync, cudaMemsetAsync). The host
+ * side of a copy must be pinned (cuda_host_alloc) for the call to return before the copy
+ * is done, and must stay untouched until the stream is synchronised. */
+int cuda_memcpy_async(void *dst, const void *src, size_t bytes, enum cuda_copy_kind kind,
+                      void *stream);
+int cuda_memcpy_2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cuda_copy_kind kind, void *stream);
+int cuda_memset_async(void *dst, int value, size_t bytes, void *stream);
+
+/* ---- CUDA graphs (decode without per-launch overhead). Between capture_begin and
+ * capture_end nothing runs: every launch and async copy queued on `stream` by this thread
+ * is recorded instead, and any synchronous call (cuda_memcpy_to_host, cuda_malloc,
+ * cuda_synchronize, ...) fails and spoils the capture. capture_end turns the recording
+ * into an executable graph: when *exec already holds one of the same topology it is
+ * updated in place (cudaGraphExecUpdate: new kernel arguments and 1-D copy addresses, no
+ * re-instantiation), otherwise *exec is replaced by a new instantiation and *instantiated
+ * is set to 1. The graph runs when launched. */
+int cuda_graph_capture_begin(void *stream);
+int cuda_graph_capture_end(void *stream, void **exec, int *instantiated);
+/* Ends a capture after a failed call so the stream is usable again (no error reported). */
+void cuda_graph_capture_abort(void *stream);
+int cuda_graph_launch(void *exec, void *stream);
+void cuda_graph_exec_destroy(void *exec); /* accepts NULL */
+
 #endif

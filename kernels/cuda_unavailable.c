@@ -4,11 +4,14 @@
  * instead of the build breaking. Every cuda_<op> of kernels/ needs its stub here. */
 #include <stdio.h>
 
+#include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/cuda_device.h"
+#include "kernels/kv_store.h"
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
 #include "kernels/moe_route.h"
+#include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_apply.h"
@@ -155,5 +158,155 @@ int cuda_softmax(float *x, int n, void *stream) {
 
 int cuda_vec_add(float *x, const float *y, int n, void *stream) {
     (void)x, (void)y, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_argmax(int32_t *out, const float *x, int n, void *stream) {
+    (void)out, (void)x, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_argmax_rows(int32_t *out, const float *x, int n_rows, int n, void *stream) {
+    (void)out, (void)x, (void)n_rows, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_kv_store(float *k_cache, float *v_cache, const float *k, const float *v,
+                  size_t kv_head_stride, int row_stride, int pos, int n_tokens, int nkv,
+                  int head_dim, void *stream) {
+    (void)k_cache, (void)v_cache, (void)k, (void)v, (void)kv_head_stride, (void)row_stride;
+    (void)pos, (void)n_tokens, (void)nkv, (void)head_dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_stream_create(void **stream) {
+    if (stream) *stream = NULL;
+    return unavailable(__func__);
+}
+
+void cuda_stream_destroy(void *stream) {
+    (void)stream;
+}
+
+int cuda_stream_synchronize(void *stream) {
+    (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_host_alloc(void **ptr, size_t bytes) {
+    (void)bytes;
+    if (ptr) *ptr = NULL;
+    return unavailable(__func__);
+}
+
+void cuda_host_free(void *ptr) {
+    (void)ptr;
+}
+
+int cuda_memcpy_async(void *dst, const void *src, size_t bytes, enum cuda_copy_kind kind,
+                      void *stream) {
+    (void)dst, (void)src, (void)bytes, (void)kind, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_memcpy_2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cuda_copy_kind kind, void *stream) {
+    (void)dst, (void)dpitch, (void)src, (void)spitch, (void)width, (void)height, (void)kind;
+    (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_memset_async(void *dst, int value, size_t bytes, void *stream) {
+    (void)dst, (void)value, (void)bytes, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_graph_capture_begin(void *stream) {
+    (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_graph_capture_end(void *stream, void **exec, int *instantiated) {
+    (void)stream, (void)exec;
+    if (instantiated) *instantiated = 0;
+    return unavailable(__func__);
+}
+
+void cuda_graph_capture_abort(void *stream) {
+    (void)stream;
+}
+
+int cuda_graph_launch(void *exec, void *stream) {
+    (void)exec, (void)stream;
+    return unavailable(__func__);
+}
+
+void cuda_graph_exec_destroy(void *exec) {
+    (void)exec;
+}
+
+int cuda_layernorm(float *out, const float *x, const float *weight, const float *bias, float eps,
+                   int n, int dim, void *stream) {
+    (void)out, (void)x, (void)weight, (void)bias, (void)eps, (void)n, (void)dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_add_bias(float *x, const float *bias, int n, int dim, void *stream) {
+    (void)x, (void)bias, (void)n, (void)dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_gelu_tanh(float *out, const float *x, int n, void *stream) {
+    (void)out, (void)x, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_gelu_erf(float *out, const float *x, int n, void *stream) {
+    (void)out, (void)x, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_linspace_f32(float *out, float end, int steps, void *stream) {
+    (void)out, (void)end, (void)steps, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_vision_pos_embed(float *out, const float *table, int grid, int t, int h, int w, int merge,
+                          int dim, void *stream) {
+    (void)out, (void)table, (void)grid, (void)t, (void)h, (void)w, (void)merge, (void)dim;
+    (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_vision_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, int row,
+                             int col, int quarter, void *stream) {
+    (void)cos_out, (void)sin_out, (void)inv_freq, (void)row, (void)col, (void)quarter, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_event_create(void **event) {
+    if (event) *event = NULL;
+    return unavailable(__func__);
+}
+
+void cuda_event_destroy(void *event) {
+    (void)event;
+}
+
+int cuda_event_record(void *event, void *stream) {
+    (void)event, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_stream_wait_event(void *stream, void *event) {
+    (void)stream, (void)event;
+    return unavailable(__func__);
+}
+
+int cuda_kv_store_rows(float *k_cache, float *v_cache, const float *k, const float *v,
+                       const int64_t *row_dst, size_t kv_head_stride, int row_stride, int n_rows,
+                       int nkv, int head_dim, void *stream) {
+    (void)k_cache, (void)v_cache, (void)k, (void)v, (void)row_dst, (void)kv_head_stride;
+    (void)row_stride, (void)n_rows, (void)nkv, (void)head_dim, (void)stream;
     return unavailable(__func__);
 }

@@ -267,13 +267,6 @@ struct run {
     int slots[256];
 };
 
-static int32_t argmax_row(const float *row, int n) {
-    int best = 0;
-    for (int i = 1; i < n; ++i)
-        if (row[i] > row[best]) best = i;
-    return best;
-}
-
 /* Fills `batch` acquired slots with `ctx` tokens each (one forward of every prompt). */
 static int fill_context(struct run *r, int batch, int ctx) {
     struct forward_item items[256];
@@ -289,21 +282,23 @@ static int fill_context(struct run *r, int batch, int ctx) {
     return rc;
 }
 
-/* Decode tokens/s of `batch` sequences after `ctx` tokens each, over `steps` timed steps. */
+/* Decode tokens/s of `batch` sequences after `ctx` tokens each, over `steps` timed steps.
+ * Greedy tokens come from stage_backend_argmax, as the stage core takes them (on a CUDA
+ * backend: argmax on the device, one id per row copied back). Two untimed steps first: a
+ * CUDA backend runs a batch size's first decode step eagerly and instantiates its graph
+ * at the second (runtime/stage/backend_cuda.c). */
 static int measure_decode(double *tok_s, struct run *r, int batch, int ctx, int steps) {
-    int V = r->cfg->vocab_size, rc = fill_context(r, batch, ctx);
+    int rc = fill_context(r, batch, ctx);
     struct forward_item items[256];
     double t0 = 0;
-    for (int s = -1; !rc && s < steps; ++s) { /* step -1 warms up */
+    for (int s = -2; !rc && s < steps; ++s) {
         if (s == 0) t0 = cli_now_sec();
         for (int b = 0; b < batch; ++b)
             items[b] =
-                (struct forward_item){.slot = r->slots[b], .pos = ctx + s + 1, .n_tokens = 1};
+                (struct forward_item){.slot = r->slots[b], .pos = ctx + s + 2, .n_tokens = 1};
         rc = stage_backend_embed(r->be, r->hidden, r->tokens, batch);
         if (!rc) rc = stage_backend_forward(r->be, r->hidden, items, batch);
-        if (!rc) rc = stage_backend_logits(r->be, r->logits, r->hidden, batch);
-        for (int b = 0; !rc && b < batch; ++b)
-            r->tokens[b] = argmax_row(r->logits + (size_t)b * V, V);
+        if (!rc) rc = stage_backend_argmax(r->be, r->tokens, r->hidden, batch, r->logits);
     }
     *tok_s = rc ? 0 : (double)batch * steps / (cli_now_sec() - t0);
     for (int b = 0; b < batch; ++b)

@@ -8,28 +8,43 @@
  *     as stored, f16 matrices widened to f32, norms and biases as f32, fused experts used
  *     in place (out-major) or transposed once on the host (in-major);
  *   - KV cache: [slot][layer][kv_head][max_seq][head_dim] f32 on the device, the layout of
- *     reference/kv_cache.h, so a pack / restore is one strided copy per (layer, slot);
- *     lengths and in-use flags stay on the host;
+ *     reference/kv_cache.h, so a pack / restore is one strided copy per (layer, slot)
+ *     (backend_cuda_kv.c); lengths and in-use flags stay on the host;
  *   - activation scratch: device buffers sized like the reference's, grown on demand to
- *     the largest call seen;
- *   - per call: hidden rows host -> device, the layers, device -> host. RoPE tables are
- *     built on the host by the reference's rope_cos_sin (bitwise the CPU's) and uploaded;
- *     MoE routing downloads the router logits, routes with the reference's moe_route and
- *     uploads each expert's token list (the host needs the ids to group tokens anyway).
+ *     the largest call seen, with pinned host staging buffers of the same row count;
+ *   - per call: everything is queued on the backend's one stream: the caller's rows are
+ *     copied into pinned staging, sent with one asynchronous copy, the layers run, the
+ *     result comes back with one asynchronous copy, and the call synchronises the stream
+ *     once at its end. RoPE tables are built on the host by the reference's rope_tables
+ *     (bitwise the CPU's) into pinned memory and sent the same way. MoE routing needs the
+ *     router logits on the host (the reference's moe_route picks the expert ids, and the
+ *     host groups tokens by expert to size each expert's matmul), so a MoE layer adds one
+ *     synchronisation;
+ *   - greedy decoding: `argmax` runs the head and cuda_argmax on the device and copies back
+ *     one id per row instead of V logits;
+ *   - decode graphs: a decode step of b one-token items is captured into a CUDA graph and
+ *     launched as one (kernels/cuda_device.h); the graph of b items is kept and updated in
+ *     place at each step (new positions are new kernel arguments, the KV rows' offsets are
+ *     data sent with the rows), re-instantiated only when its topology changes. The first
+ *     step of each b runs eagerly. Off for roles with a MoE layer (the routing synchronises
+ *     mid-step) and with STRATA_CUDA_GRAPHS=0.
  *
  * Determinism: every kernel computes each output element in one fixed order that depends
  * on neither the batch nor the neighbouring rows (kernels/README.md), all launches go to
- * the default stream in the reference's order, and the MoE sum runs expert by expert in
- * ascending order; so splits, batching and KV handovers give identical bits. */
+ * one stream in the reference's order, and the MoE sum runs expert by expert in ascending
+ * order; so splits, batching, graphs and KV handovers give identical bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/cuda_device.h"
+#include "kernels/kv_store.h"
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
+#include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_apply.h"
@@ -50,38 +65,50 @@ static void free_scratch(struct cuda_context *c) {
         cuda_free(*dev[i]);
         *dev[i] = NULL;
     }
-    cuda_free(c->moe_row);
-    cuda_free(c->tokens);
-    c->moe_row = c->tokens = NULL;
-    float **host[] = {&c->h_cos, &c->h_sin, &c->h_router, &c->h_route_w, &c->h_moe_w};
-    for (size_t i = 0; i < sizeof host / sizeof host[0]; ++i) {
-        free(*host[i]);
-        *host[i] = NULL;
+    int32_t **ids[] = {&c->moe_row, &c->tokens, &c->ids};
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i) {
+        cuda_free(*ids[i]);
+        *ids[i] = NULL;
     }
+    cuda_free(c->row_dst);
+    cuda_host_free(c->h_row_dst);
+    c->row_dst = c->h_row_dst = NULL;
+    void **pinned[] = {(void **)&c->h_hidden, (void **)&c->h_tokens, (void **)&c->h_cos,
+                       (void **)&c->h_sin,    (void **)&c->h_router, (void **)&c->h_moe_w,
+                       (void **)&c->h_moe_row};
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; ++i) {
+        cuda_host_free(*pinned[i]);
+        *pinned[i] = NULL;
+    }
+    free(c->h_route_w);
     free(c->h_route_e);
-    free(c->h_moe_row);
     free(c->h_expert_count);
+    c->h_route_w = NULL;
     c->h_route_e = NULL;
-    c->h_moe_row = NULL;
     c->h_expert_count = NULL;
     c->cap_rows = 0;
 }
 
-/* Device and host scratch for `rows` rows (grown, never shrunk). */
+struct alloc_req {
+    void **p;
+    size_t bytes;
+};
+
+/* Device and host scratch for `rows` rows (grown, never shrunk). Called only between
+ * calls (the stream is idle), never while a graph is being captured. */
 static int ensure_scratch(struct cuda_context *c, int rows) {
     if (rows <= c->cap_rows) return 0;
     free_scratch(c);
     const struct model_config *m = c->cfg;
     size_t r = (size_t)rows, H = (size_t)m->hidden_size, D = (size_t)m->head_dim;
     size_t qd = (size_t)m->num_heads * D, kvd = (size_t)m->num_kv_heads * D;
-    size_t ffn = (size_t)m->intermediate_size;
-    if ((size_t)m->moe_intermediate_size > ffn) ffn = (size_t)m->moe_intermediate_size;
     size_t E = m->num_experts > 0 ? (size_t)m->num_experts : 1;
     size_t K = m->num_experts_per_tok > 0 ? (size_t)m->num_experts_per_tok : 1;
-    struct {
-        void **p;
-        size_t bytes;
-    } want[] = {
+    /* FFN rows: r of the dense MLP, or r * K expert rows side by side (moe_block). */
+    size_t ffn = (size_t)m->intermediate_size, moe_rows = m->num_experts > 0 ? K : 0;
+    if (moe_rows * (size_t)m->moe_intermediate_size > ffn)
+        ffn = moe_rows * (size_t)m->moe_intermediate_size;
+    struct alloc_req dev[] = {
         {(void **)&c->hidden, r * H * 4},
         {(void **)&c->norm, r * H * 4},
         {(void **)&c->proj, r * H * 4},
@@ -94,27 +121,31 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->rope_cos, r * D / 2 * 4},
         {(void **)&c->rope_sin, r * D / 2 * 4},
         {(void **)&c->router, r * E * 4},
-        {(void **)&c->moe_x, r * H * 4},
-        {(void **)&c->moe_y, r * H * 4},
+        {(void **)&c->moe_x, r * K * H * 4},
+        {(void **)&c->moe_y, r * K * H * 4},
         {(void **)&c->moe_w, r * K * 4},
         {(void **)&c->moe_row, r * K * 4},
         {(void **)&c->tokens, r * 4},
+        {(void **)&c->ids, r * 4},
+        {(void **)&c->row_dst, r * 8},
         {(void **)&c->deepstack, r * H * 4},
         {(void **)&c->scores, c->score_floats * 4},
     };
+    struct alloc_req pinned[] = {
+        {(void **)&c->h_hidden, r * H * 4},  {(void **)&c->h_tokens, r * 4},
+        {(void **)&c->h_cos, r * D / 2 * 4}, {(void **)&c->h_sin, r * D / 2 * 4},
+        {(void **)&c->h_router, r * E * 4},  {(void **)&c->h_moe_w, r * K * 4},
+        {(void **)&c->h_moe_row, r * K * 4}, {(void **)&c->h_row_dst, r * 8},
+    };
     int rc = 0;
-    for (size_t i = 0; i < sizeof want / sizeof want[0] && !rc; ++i)
-        rc = cuda_malloc(want[i].p, want[i].bytes);
-    c->h_cos = malloc(r * D / 2 * sizeof(float) + 4);
-    c->h_sin = malloc(r * D / 2 * sizeof(float) + 4);
-    c->h_router = malloc(r * E * sizeof(float));
+    for (size_t i = 0; i < sizeof dev / sizeof dev[0] && !rc; ++i)
+        rc = cuda_malloc(dev[i].p, dev[i].bytes);
+    for (size_t i = 0; i < sizeof pinned / sizeof pinned[0] && !rc; ++i)
+        rc = cuda_host_alloc(pinned[i].p, pinned[i].bytes);
     c->h_route_w = malloc(r * K * sizeof(float));
-    c->h_moe_w = malloc(r * K * sizeof(float));
     c->h_route_e = malloc(r * K * sizeof(int));
-    c->h_moe_row = malloc(r * K * sizeof(int32_t));
     c->h_expert_count = malloc(E * sizeof(int));
-    if (!rc && (!c->h_cos || !c->h_sin || !c->h_router || !c->h_route_w || !c->h_moe_w ||
-                !c->h_route_e || !c->h_moe_row || !c->h_expert_count))
+    if (!rc && (!c->h_route_w || !c->h_route_e || !c->h_expert_count))
         rc = strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
     if (rc) {
         free_scratch(c);
@@ -124,151 +155,180 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     return 0;
 }
 
-/* ---------------------------------------------------------------- forward */
-
-/* x [n, dim] += bias [dim] row by row (the reference's add_bias). */
-static int add_bias(float *x, const float *bias, int n, int dim) {
-    int rc = 0;
-    for (int i = 0; bias && i < n && !rc; ++i)
-        rc = cuda_vec_add(x + (size_t)i * (size_t)dim, bias, dim, NULL);
+/* Device logits [rows, V] and their pinned staging (grown, never shrunk). */
+static int ensure_logits(struct cuda_context *c, int rows) {
+    if (rows <= c->cap_logit_rows) return 0;
+    size_t bytes = (size_t)rows * (size_t)c->cfg->vocab_size * sizeof(float);
+    cuda_free(c->logits);
+    cuda_host_free(c->h_logits);
+    c->logits = c->h_logits = NULL;
+    c->cap_logit_rows = 0;
+    int rc = cuda_malloc((void **)&c->logits, bytes);
+    if (!rc) rc = cuda_host_alloc((void **)&c->h_logits, bytes);
+    if (!rc) c->cap_logit_rows = rows;
     return rc;
 }
 
-/* out [N, H] = the MoE block of x [N, H] (reference/model.c moe_block): the router on the
- * device, the routing on the host with the reference's moe_route, then expert after expert
- * in ascending order: gather its tokens, SwiGLU MLP, weighted add into out. */
-static int moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
-                     const float *x, int N) {
+/* ---------------------------------------------------------------- forward */
+
+/* x [n, dim] += bias [dim] on every row (the reference's add_bias), when there is one. */
+static int add_bias(struct cuda_context *c, float *x, const float *bias, int n, int dim) {
+    return bias ? cuda_add_bias(x, bias, n, dim, c->stream) : 0;
+}
+
+/* Routes N tokens on the host with the reference's moe_route (the router logits come back
+ * once: the one synchronisation of a MoE layer) and sends each expert's token list,
+ * concatenated in expert order, with one copy each of rows and weights. *total = rows. */
+static int moe_route_on_host(struct cuda_context *c, int N, int *total) {
     const struct model_config *m = c->cfg;
-    int H = m->hidden_size, E = m->num_experts, K = m->num_experts_per_tok;
-    int I = m->moe_intermediate_size, rc;
-    if ((rc = cuda_matmul(c->router, x, &L->router, N, NULL))) return rc;
-    if ((rc = cuda_memcpy_to_host(c->h_router, c->router, (size_t)N * E * sizeof(float))))
+    int E = m->num_experts, K = m->num_experts_per_tok, rc;
+    if ((rc = cuda_memcpy_async(c->h_router, c->router, (size_t)N * E * sizeof(float),
+                                CUDA_COPY_TO_HOST, c->stream)) ||
+        (rc = cuda_stream_synchronize(c->stream)))
         return rc;
     for (int i = 0; i < N; ++i)
         moe_route(c->h_route_e + (size_t)i * K, c->h_route_w + (size_t)i * K,
                   c->h_router + (size_t)i * E, m->norm_topk_prob, E, K);
-    /* Token lists of all experts, concatenated in expert order, uploaded once. */
-    int total = 0;
+    /* The stream is idle here, so the previous layer's copies of h_moe_row / h_moe_w are
+     * done and the buffers may be refilled. */
+    int n = 0;
     for (int e = 0; e < E; ++e) {
         c->h_expert_count[e] = 0;
         for (int i = 0; i < N; ++i)
             for (int t = 0; t < K; ++t)
                 if (c->h_route_e[(size_t)i * K + t] == e) {
-                    c->h_moe_row[total] = i;
-                    c->h_moe_w[total] = c->h_route_w[(size_t)i * K + t];
-                    total++;
+                    c->h_moe_row[n] = i;
+                    c->h_moe_w[n] = c->h_route_w[(size_t)i * K + t];
+                    n++;
                     c->h_expert_count[e]++;
                 }
     }
-    if ((rc = cuda_memcpy_to_device(c->moe_row, c->h_moe_row, (size_t)total * sizeof(int32_t))) ||
-        (rc = cuda_memcpy_to_device(c->moe_w, c->h_moe_w, (size_t)total * sizeof(float))) ||
-        (rc = cuda_memset(out, 0, (size_t)N * H * sizeof(float))))
+    *total = n;
+    if ((rc = cuda_memcpy_async(c->moe_row, c->h_moe_row, (size_t)n * sizeof(int32_t),
+                                CUDA_COPY_TO_DEVICE, c->stream)))
         return rc;
+    return cuda_memcpy_async(c->moe_w, c->h_moe_w, (size_t)n * sizeof(float), CUDA_COPY_TO_DEVICE,
+                             c->stream);
+}
+
+/* Runs every active expert's SwiGLU MLP on its own rows: expert e's tokens [first, first +
+ * count) of the concatenated lists are gathered into moe_x rows [first, ...), and its
+ * outputs land in moe_y rows [first, ...), so no two experts share a buffer row. The experts
+ * are spread over the MoE streams, forked from the backend stream after the routing and
+ * joined back into it before returning. */
+static int run_experts(struct cuda_context *c, const struct layer_weights *L, const float *x,
+                       int N) {
+    const struct model_config *m = c->cfg;
+    int H = m->hidden_size, E = m->num_experts, I = m->moe_intermediate_size, active = 0, rc;
     const struct ops_weight xs = {x, OPS_F32, N, H};
+    if ((rc = cuda_event_record(c->moe_fork, c->stream))) return rc;
+    for (int k = 0; k < MOE_STREAMS && !rc; ++k)
+        rc = cuda_stream_wait_event(c->moe_stream[k], c->moe_fork);
     for (int e = 0, first = 0; e < E && !rc; first += c->h_expert_count[e], ++e) {
         int count = c->h_expert_count[e];
         if (!count) continue;
         if (count > MAX_GRID_ROWS)
             return strata_set_error(STRATA_EINVAL, "cuda backend: %d tokens for one expert", count);
-        if ((rc = cuda_ops_weight_rows(c->moe_x, &xs, c->moe_row + first, count, NULL)) ||
-            (rc = cuda_matmul(c->ffn_gate, c->moe_x, &L->expert_gate[e], count, NULL)) ||
-            (rc = cuda_matmul(c->ffn_up, c->moe_x, &L->expert_up[e], count, NULL)) ||
-            (rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, count * I, NULL)) ||
-            (rc = cuda_matmul(c->moe_y, c->ffn_gate, &L->expert_down[e], count, NULL)))
-            return rc;
-        rc = cuda_moe_combine(out, c->moe_y, c->moe_row + first, c->moe_w + first, count, H, NULL);
+        void *es = c->moe_stream[active++ % MOE_STREAMS];
+        float *ex = c->moe_x + (size_t)first * H, *ey = c->moe_y + (size_t)first * H;
+        float *eg = c->ffn_gate + (size_t)first * I, *eu = c->ffn_up + (size_t)first * I;
+        if ((rc = cuda_ops_weight_rows(ex, &xs, c->moe_row + first, count, es)) ||
+            (rc = cuda_matmul(eg, ex, &L->expert_gate[e], count, es)) ||
+            (rc = cuda_matmul(eu, ex, &L->expert_up[e], count, es)) ||
+            (rc = cuda_swiglu(eg, eg, eu, count * I, es)))
+            break;
+        rc = cuda_matmul(ey, eg, &L->expert_down[e], count, es);
+    }
+    for (int k = 0; k < MOE_STREAMS && k < active && !rc; ++k)
+        if (!(rc = cuda_event_record(c->moe_join[k], c->moe_stream[k])))
+            rc = cuda_stream_wait_event(c->stream, c->moe_join[k]);
+    return rc;
+}
+
+/* out [N, H] = the MoE block of x [N, H] (reference/model.c moe_block), grouped by expert:
+ * each active expert's tokens are gathered into one matrix and its SwiGLU MLP runs as one
+ * matmul per weight over all of them (run_experts, experts side by side on the MoE
+ * streams); then, on the backend stream, the experts' outputs are added into their rows in
+ * ascending expert order, the order of the reference's loop. Each expert's rows are
+ * computed exactly as the reference computes them and each row's sum runs over its experts
+ * in the same order: bitwise the reference, however the experts overlap in time. */
+static int moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
+                     const float *x, int N) {
+    const struct model_config *m = c->cfg;
+    int H = m->hidden_size, E = m->num_experts, total = 0, rc;
+    void *s = c->stream;
+    if ((rc = cuda_matmul(c->router, x, &L->router, N, s)) ||
+        (rc = moe_route_on_host(c, N, &total)) ||
+        (rc = cuda_memset_async(out, 0, (size_t)N * H * sizeof(float), s)) ||
+        (rc = run_experts(c, L, x, N)))
+        return rc;
+    for (int e = 0, first = 0; e < E && !rc; first += c->h_expert_count[e], ++e) {
+        int count = c->h_expert_count[e];
+        if (count)
+            rc = cuda_moe_combine(out, c->moe_y + (size_t)first * H, c->moe_row + first,
+                                  c->moe_w + first, count, H, s);
     }
     return rc;
 }
 
-/* [max_seq][head_dim] keys of one slot, absolute layer and kv head (kv_cache_k's layout). */
-static float *k_slot(const struct cuda_context *c, int slot, int layer, int kv_head) {
-    return c->k_cache + (size_t)slot * c->slot_floats +
-           ((size_t)(layer - c->role.layer_start) * (size_t)c->cfg->num_kv_heads +
-            (size_t)kv_head) *
-               c->head_floats;
+/* Each row's KV offset in floats from its layer's kv head 0 of slot 0 (slot and position;
+ * the layer is added to the base pointer): host_rows [N], for cuda_kv_store_rows. */
+static void kv_row_offsets(const struct cuda_context *c, int64_t *host_rows,
+                           const struct forward_item *items, int n_items) {
+    int row = 0, D = c->cfg->head_dim;
+    for (int it = 0; it < n_items; ++it)
+        for (int i = 0; i < items[it].n_tokens; ++i)
+            host_rows[row++] = (int64_t)((size_t)items[it].slot * c->slot_floats +
+                                         ((size_t)items[it].pos + (size_t)i) * (size_t)D);
 }
 
-static float *v_slot(const struct cuda_context *c, int slot, int layer, int kv_head) {
-    return c->v_cache + (k_slot(c, slot, layer, kv_head) - c->k_cache);
-}
-
-/* One decoder layer over c->hidden [N, H] in place (reference/model.c layer_forward). */
-static int layer_forward(struct cuda_context *c, const struct layer_weights *L, int max_seq,
-                         const struct forward_item *items, int n_items, int N) {
+/* Attention of every item's rows over its slot: the keys and values of all rows appended to
+ * the cache in one launch (cuda_kv_store_rows, reference/model.c store_kv; offsets from
+ * kv_row_offsets, sent with the rows), then each item's queries in chunks so the score rows
+ * fit the scratch; query i of a chunk starting at i0 sits at pos + i0 + i, exactly as in
+ * one call. */
+static int attend_items(struct cuda_context *c, const struct layer_weights *L, int max_seq,
+                        const struct forward_item *items, int n_items, int N) {
     const struct model_config *m = c->cfg;
-    int H = m->hidden_size, D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc;
-    float eps = m->rms_norm_eps;
+    int D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc = 0;
     size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
-
-    if ((rc = cuda_rmsnorm(c->norm, c->hidden, L->input_norm, eps, N, H, NULL)) ||
-        (rc = cuda_matmul(c->q, c->norm, &L->q, N, NULL)) ||
-        (rc = cuda_matmul(c->k, c->norm, &L->k, N, NULL)) ||
-        (rc = cuda_matmul(c->v, c->norm, &L->v, N, NULL)) ||
-        (rc = add_bias(c->q, L->q_bias, N, (int)qd)) ||
-        (rc = add_bias(c->k, L->k_bias, N, (int)kvd)) ||
-        (rc = add_bias(c->v, L->v_bias, N, (int)kvd)) ||
-        (rc = cuda_rmsnorm(c->q, c->q, L->q_norm, eps, N * nh, D, NULL)) ||
-        (rc = cuda_rmsnorm(c->k, c->k, L->k_norm, eps, N * nkv, D, NULL)) ||
-        (rc = cuda_rope_apply_rows(c->q, c->rope_cos, c->rope_sin, N, (int)qd, nh, D, NULL)) ||
-        (rc = cuda_rope_apply_rows(c->k, c->rope_cos, c->rope_sin, N, (int)kvd, nkv, D, NULL)))
-        return rc;
+    size_t head_stride = (size_t)max_seq * (size_t)D;
+    size_t layer = (size_t)(L->index - c->role.layer_start) * (size_t)nkv * c->head_floats;
+    rc = cuda_kv_store_rows(c->k_cache + layer, c->v_cache + layer, c->k, c->v, c->row_dst,
+                            head_stride, (int)kvd, N, nkv, D, c->stream);
     int row = 0;
-    for (int it = 0; it < n_items; ++it) {
+    for (int it = 0; it < n_items && !rc; ++it) {
         const struct forward_item *item = &items[it];
-        for (int g = 0; g < nkv && !rc; ++g) {
-            /* n_tokens rows of D floats: from k [row.., g*D] into the cache at pos.. */
-            size_t src = (size_t)row * kvd + (size_t)g * (size_t)D;
-            size_t dst = (size_t)item->pos * (size_t)D;
-            rc =
-                cuda_memcpy_2d(k_slot(c, item->slot, L->index, g) + dst, (size_t)D * 4, c->k + src,
-                               kvd * 4, (size_t)D * 4, (size_t)item->n_tokens, CUDA_COPY_ON_DEVICE);
-            if (!rc)
-                rc = cuda_memcpy_2d(v_slot(c, item->slot, L->index, g) + dst, (size_t)D * 4,
-                                    c->v + src, kvd * 4, (size_t)D * 4, (size_t)item->n_tokens,
-                                    CUDA_COPY_ON_DEVICE);
-        }
-        /* Queries in chunks so the score rows fit the scratch; query i of a chunk starting
-         * at i0 sits at pos + i0 + i, exactly as in one call. */
+        float *kc = k_slot(c, item->slot, L->index, 0), *vc = v_slot(c, item->slot, L->index, 0);
         int ctx_len = item->pos + item->n_tokens;
         int chunk = (int)(c->score_floats / ((size_t)nh * (size_t)ctx_len)); /* >= 1 */
         for (int i0 = 0; i0 < item->n_tokens && !rc; i0 += chunk) {
             int n = item->n_tokens - i0 < chunk ? item->n_tokens - i0 : chunk;
             size_t off = (size_t)(row + i0) * qd;
-            rc = cuda_attention(c->attn + off, c->q + off, k_slot(c, item->slot, L->index, 0),
-                                v_slot(c, item->slot, L->index, 0), (size_t)max_seq * (size_t)D,
-                                c->scores, item->pos + i0, n, nh, nkv, D, NULL);
+            rc = cuda_attention(c->attn + off, c->q + off, kc, vc, head_stride, c->scores,
+                                item->pos + i0, n, nh, nkv, D, c->stream);
         }
-        if (rc) return rc;
         row += item->n_tokens;
     }
-    if ((rc = cuda_matmul(c->proj, c->attn, &L->o, N, NULL)) ||
-        (rc = add_bias(c->proj, L->o_bias, N, H)) ||
-        (rc = cuda_vec_add(c->hidden, c->proj, N * H, NULL)) ||
-        (rc = cuda_rmsnorm(c->norm, c->hidden, L->post_norm, eps, N, H, NULL)))
-        return rc;
-    if (L->is_moe) {
-        rc = moe_block(c, L, c->proj, c->norm, N);
-    } else {
-        int F = m->intermediate_size;
-        if (!(rc = cuda_matmul(c->ffn_gate, c->norm, &L->gate, N, NULL)) &&
-            !(rc = cuda_matmul(c->ffn_up, c->norm, &L->up, N, NULL)) &&
-            !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, NULL)))
-            rc = cuda_matmul(c->proj, c->ffn_gate, &L->down, N, NULL);
-    }
-    if (!rc) rc = cuda_vec_add(c->hidden, c->proj, N * H, NULL);
+    return rc;
+}
 
-    /* DeepStack (spec §5.4): after layer k, add feature k on visual rows; each run of
-     * consecutive visual rows is one add over their contiguous rows. */
-    row = 0;
+/* DeepStack (spec §5.4): after layer k, add feature k on visual rows; each run of
+ * consecutive visual rows is one add over their contiguous rows. The features come from
+ * the caller's (pageable) memory with a synchronous copy, so the stream is synchronised
+ * first: the previous add may still be reading c->deepstack. Only Qwen3-VL prefill rows
+ * carry features (never a graph-captured decode step). */
+static int add_deepstack(struct cuda_context *c, const struct layer_weights *L,
+                         const struct forward_item *items, int n_items) {
+    int H = c->cfg->hidden_size, row = 0, rc = 0;
     for (int it = 0; it < n_items && !rc; ++it) {
         const struct forward_item *item = &items[it];
         if (item->deepstack && L->index < item->num_deepstack) {
             const float *feat =
                 item->deepstack + (size_t)L->index * (size_t)item->n_tokens * (size_t)H;
-            rc = cuda_memcpy_to_device(c->deepstack, feat,
-                                       (size_t)item->n_tokens * (size_t)H * sizeof(float));
+            if (!(rc = cuda_stream_synchronize(c->stream)))
+                rc = cuda_memcpy_to_device(c->deepstack, feat,
+                                           (size_t)item->n_tokens * (size_t)H * sizeof(float));
             for (int i = 0; i < item->n_tokens && !rc;) {
                 if (item->visual_mask && !item->visual_mask[i]) {
                     ++i;
@@ -278,12 +338,52 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L, 
                 while (j < item->n_tokens && (!item->visual_mask || item->visual_mask[j]))
                     ++j;
                 rc = cuda_vec_add(c->hidden + (size_t)(row + i) * (size_t)H,
-                                  c->deepstack + (size_t)i * (size_t)H, (j - i) * H, NULL);
+                                  c->deepstack + (size_t)i * (size_t)H, (j - i) * H, c->stream);
                 i = j;
             }
         }
         row += item->n_tokens;
     }
+    return rc;
+}
+
+/* One decoder layer over c->hidden [N, H] in place (reference/model.c layer_forward). */
+static int layer_forward(struct cuda_context *c, const struct layer_weights *L, int max_seq,
+                         const struct forward_item *items, int n_items, int N) {
+    const struct model_config *m = c->cfg;
+    int H = m->hidden_size, D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc;
+    float eps = m->rms_norm_eps;
+    size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
+    void *s = c->stream;
+
+    if ((rc = cuda_rmsnorm(c->norm, c->hidden, L->input_norm, eps, N, H, s)) ||
+        (rc = cuda_matmul(c->q, c->norm, &L->q, N, s)) ||
+        (rc = cuda_matmul(c->k, c->norm, &L->k, N, s)) ||
+        (rc = cuda_matmul(c->v, c->norm, &L->v, N, s)) ||
+        (rc = add_bias(c, c->q, L->q_bias, N, (int)qd)) ||
+        (rc = add_bias(c, c->k, L->k_bias, N, (int)kvd)) ||
+        (rc = add_bias(c, c->v, L->v_bias, N, (int)kvd)) ||
+        (rc = cuda_rmsnorm(c->q, c->q, L->q_norm, eps, N * nh, D, s)) ||
+        (rc = cuda_rmsnorm(c->k, c->k, L->k_norm, eps, N * nkv, D, s)) ||
+        (rc = cuda_rope_apply_rows(c->q, c->rope_cos, c->rope_sin, N, (int)qd, nh, D, s)) ||
+        (rc = cuda_rope_apply_rows(c->k, c->rope_cos, c->rope_sin, N, (int)kvd, nkv, D, s)) ||
+        (rc = attend_items(c, L, max_seq, items, n_items, N)) ||
+        (rc = cuda_matmul(c->proj, c->attn, &L->o, N, s)) ||
+        (rc = add_bias(c, c->proj, L->o_bias, N, H)) ||
+        (rc = cuda_vec_add(c->hidden, c->proj, N * H, s)) ||
+        (rc = cuda_rmsnorm(c->norm, c->hidden, L->post_norm, eps, N, H, s)))
+        return rc;
+    if (L->is_moe) {
+        rc = moe_block(c, L, c->proj, c->norm, N);
+    } else {
+        int F = m->intermediate_size;
+        if (!(rc = cuda_matmul(c->ffn_gate, c->norm, &L->gate, N, s)) &&
+            !(rc = cuda_matmul(c->ffn_up, c->norm, &L->up, N, s)) &&
+            !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, s)))
+            rc = cuda_matmul(c->proj, c->ffn_gate, &L->down, N, s);
+    }
+    if (!rc) rc = cuda_vec_add(c->hidden, c->proj, N * H, s);
+    if (!rc) rc = add_deepstack(c, L, items, n_items);
     return rc;
 }
 
@@ -296,33 +396,82 @@ static int check_items(const struct stage_backend *be, const struct forward_item
                                be->max_seq, c->cfg->num_layers, rows, &context);
 }
 
+/* Queues one forward on the stream: the staged rows and RoPE tables in, the layers, the
+ * rows back into staging. Nothing here synchronises on a dense role (a graph can hold it). */
+static int enqueue_forward(struct cuda_context *c, int max_seq, const struct forward_item *items,
+                           int n_items, int N) {
+    int H = c->cfg->hidden_size, rc;
+    size_t table = (size_t)N * (size_t)(c->cfg->head_dim / 2) * sizeof(float);
+    size_t rows = (size_t)N * (size_t)H * sizeof(float);
+    if ((rc = cuda_memcpy_async(c->row_dst, c->h_row_dst, (size_t)N * sizeof(int64_t),
+                                CUDA_COPY_TO_DEVICE, c->stream)) ||
+        (rc = cuda_memcpy_async(c->rope_cos, c->h_cos, table, CUDA_COPY_TO_DEVICE, c->stream)) ||
+        (rc = cuda_memcpy_async(c->rope_sin, c->h_sin, table, CUDA_COPY_TO_DEVICE, c->stream)) ||
+        (rc = cuda_memcpy_async(c->hidden, c->h_hidden, rows, CUDA_COPY_TO_DEVICE, c->stream)))
+        return rc;
+    for (int l = 0; l < c->n_layers && !rc; ++l)
+        rc = layer_forward(c, &c->layers[l], max_seq, items, n_items, N);
+    if (!rc) rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream);
+    return rc;
+}
+
+/* The decode batch size whose graph runs this call: n_items when every item is one token
+ * without DeepStack features and graphs are on, else 0 (run eagerly). */
+static int graph_batch(const struct stage_backend *be, const struct forward_item *items,
+                       int n_items) {
+    const struct cuda_context *c = ctx(be);
+    if (!c->use_graphs || n_items < 1 || n_items > be->num_slots) return 0;
+    for (int it = 0; it < n_items; ++it)
+        if (items[it].n_tokens != 1 || items[it].deepstack) return 0;
+    return n_items;
+}
+
+/* Captures this step into graph b (updating the one kept from the last step of b items
+ * when its topology is unchanged) and launches it. */
+static int run_graph(struct cuda_context *c, int b, int max_seq, const struct forward_item *items,
+                     int n_items, int N) {
+    int instantiated = 0, rc;
+    if ((rc = cuda_graph_capture_begin(c->stream))) return rc;
+    if ((rc = enqueue_forward(c, max_seq, items, n_items, N))) {
+        cuda_graph_capture_abort(c->stream);
+        return rc;
+    }
+    if ((rc = cuda_graph_capture_end(c->stream, &c->graph_exec[b], &instantiated))) return rc;
+    c->graph_instantiations += instantiated;
+    c->graph_launches++;
+    return cuda_graph_launch(c->graph_exec[b], c->stream);
+}
+
 static int cuda_forward(struct stage_backend *be, float *hidden, const struct forward_item *items,
                         int n_items) {
     struct cuda_context *c = ctx(be);
     const struct model_config *m = c->cfg;
-    int N = 0, rc, half = m->head_dim / 2, H = m->hidden_size;
+    int N = 0, rc, H = m->hidden_size;
     if ((rc = check_items(be, items, n_items, &N))) return rc;
     if (N == 0) return 0;
     if (!hidden) return strata_set_error(STRATA_EINVAL, "cuda forward: hidden is NULL");
     if ((rc = cuda_set_device(c->device)) || (rc = ensure_scratch(c, N))) return rc;
     /* RoPE tables on the host by the reference op (bitwise the CPU backend's). */
     rope_tables(c->h_cos, c->h_sin, c->inv_freq, items, n_items,
-                m->has_mrope ? m->mrope_section : NULL, half);
-    size_t table = (size_t)N * (size_t)half * sizeof(float);
-    if ((rc = cuda_memcpy_to_device(c->rope_cos, c->h_cos, table)) ||
-        (rc = cuda_memcpy_to_device(c->rope_sin, c->h_sin, table)) ||
-        (rc = cuda_memcpy_to_device(c->hidden, hidden, (size_t)N * H * sizeof(float))))
-        return rc;
-    for (int l = 0; l < c->n_layers && !rc; ++l)
-        rc = layer_forward(c, &c->layers[l], be->max_seq, items, n_items, N);
-    if (!rc) rc = cuda_memcpy_to_host(hidden, c->hidden, (size_t)N * H * sizeof(float));
+                m->has_mrope ? m->mrope_section : NULL, m->head_dim / 2);
+    kv_row_offsets(c, c->h_row_dst, items, n_items);
+    memcpy(c->h_hidden, hidden, (size_t)N * H * sizeof(float));
+    int b = graph_batch(be, items, n_items);
+    if (b && c->graph_warm[b]) {
+        rc = run_graph(c, b, be->max_seq, items, n_items, N);
+    } else {
+        rc = enqueue_forward(c, be->max_seq, items, n_items, N);
+        if (!rc && b) c->graph_warm[b] = 1;
+    }
+    if (!rc) rc = cuda_stream_synchronize(c->stream);
     if (rc) return rc;
+    memcpy(hidden, c->h_hidden, (size_t)N * H * sizeof(float));
     for (int it = 0; it < n_items; ++it)
         c->len[items[it].slot] += items[it].n_tokens;
     return 0;
 }
 
-/* ---------------------------------------------------------------- embed, logits */
+/* ---------------------------------------------------------------- embed, logits, argmax */
 
 static int cuda_embed(struct stage_backend *be, float *hidden, const int32_t *tokens, int n) {
     struct cuda_context *c = ctx(be);
@@ -339,184 +488,127 @@ static int cuda_embed(struct stage_backend *be, float *hidden, const int32_t *to
     if ((rc = cuda_set_device(c->device))) return rc;
     for (int i0 = 0; i0 < n && !rc; i0 += MAX_GRID_ROWS) {
         int k = n - i0 < MAX_GRID_ROWS ? n - i0 : MAX_GRID_ROWS;
-        if ((rc = ensure_scratch(c, k)) ||
-            (rc = cuda_memcpy_to_device(c->tokens, tokens + i0, (size_t)k * sizeof(int32_t))) ||
-            (rc = cuda_ops_weight_rows(c->hidden, &c->embed, c->tokens, k, NULL)))
+        size_t rows = (size_t)k * (size_t)H * sizeof(float);
+        if ((rc = ensure_scratch(c, k))) break;
+        memcpy(c->h_tokens, tokens + i0, (size_t)k * sizeof(int32_t));
+        if ((rc = cuda_memcpy_async(c->tokens, c->h_tokens, (size_t)k * sizeof(int32_t),
+                                    CUDA_COPY_TO_DEVICE, c->stream)) ||
+            (rc = cuda_ops_weight_rows(c->hidden, &c->embed, c->tokens, k, c->stream)) ||
+            (rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream)) ||
+            (rc = cuda_stream_synchronize(c->stream)))
             break;
-        rc = cuda_memcpy_to_host(hidden + (size_t)i0 * H, c->hidden, (size_t)k * H * sizeof(float));
+        memcpy(hidden + (size_t)i0 * H, c->h_hidden, rows);
     }
     return rc;
 }
 
+/* Queues the head over hidden [n, H] into c->logits [n, V]. */
+static int enqueue_head(struct cuda_context *c, const float *hidden, int n) {
+    int H = c->cfg->hidden_size, rc;
+    size_t rows = (size_t)n * (size_t)H * sizeof(float);
+    memcpy(c->h_hidden, hidden, rows);
+    if ((rc = cuda_memcpy_async(c->hidden, c->h_hidden, rows, CUDA_COPY_TO_DEVICE, c->stream)) ||
+        (rc = cuda_rmsnorm(c->norm, c->hidden, c->final_norm, c->cfg->rms_norm_eps, n, H,
+                           c->stream)))
+        return rc;
+    return cuda_matmul(c->logits, c->norm, &c->lm_head, n, c->stream);
+}
+
+/* The common checks of logits and argmax; 1 when there is nothing to do. */
+static int head_call(struct cuda_context *c, const void *out, const float *hidden, int n,
+                     const char *what) {
+    int rc;
+    if (!c->lm_head.data)
+        return strata_set_error(STRATA_EINVAL, "cuda %s: this stage does not own the head", what);
+    if (n < 0) return strata_set_error(STRATA_EINVAL, "cuda %s: %d rows", what, n);
+    if (n == 0) return 1;
+    if (!out || !hidden) return strata_set_error(STRATA_EINVAL, "cuda %s: NULL buffer", what);
+    if ((rc = cuda_set_device(c->device)) || (rc = ensure_scratch(c, n)) ||
+        (rc = ensure_logits(c, n)))
+        return rc;
+    return 0;
+}
+
 static int cuda_logits(struct stage_backend *be, float *logits, const float *hidden, int n) {
     struct cuda_context *c = ctx(be);
-    int V = c->cfg->vocab_size, H = c->cfg->hidden_size, rc;
-    if (!c->lm_head.data)
-        return strata_set_error(STRATA_EINVAL, "cuda logits: this stage does not own the head");
-    if (n < 0) return strata_set_error(STRATA_EINVAL, "cuda logits: %d rows", n);
-    if (n == 0) return 0;
-    if (!logits || !hidden) return strata_set_error(STRATA_EINVAL, "cuda logits: NULL buffer");
-    if ((rc = cuda_set_device(c->device)) || (rc = ensure_scratch(c, n))) return rc;
-    if (n > c->cap_logit_rows) {
-        cuda_free(c->logits);
-        c->logits = NULL;
-        c->cap_logit_rows = 0;
-        if ((rc = cuda_malloc((void **)&c->logits, (size_t)n * V * sizeof(float)))) return rc;
-        c->cap_logit_rows = n;
-    }
-    if ((rc = cuda_memcpy_to_device(c->hidden, hidden, (size_t)n * H * sizeof(float))) ||
-        (rc = cuda_rmsnorm(c->norm, c->hidden, c->final_norm, c->cfg->rms_norm_eps, n, H, NULL)) ||
-        (rc = cuda_matmul(c->logits, c->norm, &c->lm_head, n, NULL)))
+    size_t bytes = (size_t)n * (size_t)c->cfg->vocab_size * sizeof(float);
+    int rc = head_call(c, logits, hidden, n, "logits");
+    if (rc) return rc < 0 ? rc : 0;
+    if ((rc = enqueue_head(c, hidden, n)) ||
+        (rc = cuda_memcpy_async(c->h_logits, c->logits, bytes, CUDA_COPY_TO_HOST, c->stream)) ||
+        (rc = cuda_stream_synchronize(c->stream)))
         return rc;
-    return cuda_memcpy_to_host(logits, c->logits, (size_t)n * V * sizeof(float));
-}
-
-/* ---------------------------------------------------------------- KV */
-
-static int cuda_kv_acquire(struct stage_backend *be, int *slot) {
-    struct cuda_context *c = ctx(be);
-    for (int s = 0; s < be->num_slots; ++s)
-        if (!c->in_use[s]) {
-            c->in_use[s] = 1;
-            c->len[s] = 0;
-            *slot = s;
-            return 0;
-        }
-    return strata_set_error(STRATA_EBUSY, "cuda kv: all %d slots are in use", be->num_slots);
-}
-
-static void cuda_kv_release(struct stage_backend *be, int slot) {
-    struct cuda_context *c = ctx(be);
-    if (slot < 0 || slot >= be->num_slots) return;
-    c->in_use[slot] = 0;
-    c->len[slot] = 0;
-}
-
-static size_t cuda_kv_bytes(const struct stage_backend *be) {
-    return 2 * ctx(be)->slot_floats * (size_t)be->num_slots * sizeof(float);
-}
-
-static int check_slots(const struct stage_backend *be, const int *slots, int n, const char *what) {
-    if (n <= 0 || !slots) return strata_set_error(STRATA_EINVAL, "%s: no slots given", what);
-    for (int b = 0; b < n; ++b)
-        if (slots[b] < 0 || slots[b] >= be->num_slots || !ctx(be)->in_use[slots[b]])
-            return strata_set_error(STRATA_EINVAL, "%s: slot %d is not an in-use slot of the cache",
-                                    what, slots[b]);
+    memcpy(logits, c->h_logits, bytes);
     return 0;
 }
 
-/* The handoff layout (decoder_io.h): [layer][batch][head][seq][D]; the device cache keeps
- * [slot][layer][head][max_seq][D], so one (layer, batch row) is a strided copy of kv_heads
- * rows of len*D floats. */
-static int cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n) {
+/* ids [n] = argmax of each row of the logits, on the device: one int per row comes back
+ * instead of V floats. cuda_argmax is the reference's argmax exactly (kernels/argmax.h),
+ * so the ids are those of sampler_sample at temperature 0 on this backend's logits. */
+static int cuda_argmax_ids(struct stage_backend *be, int32_t *ids, const float *hidden, int n) {
     struct cuda_context *c = ctx(be);
-    int seq = 0, nkv = c->cfg->num_kv_heads, D = c->cfg->head_dim, rc;
-    memset(out, 0, sizeof *out);
-    if ((rc = check_slots(be, slots, n, "cuda kv pack")) || (rc = cuda_set_device(c->device)))
+    int rc = head_call(c, ids, hidden, n, "argmax");
+    if (rc) return rc < 0 ? rc : 0;
+    if ((rc = enqueue_head(c, hidden, n)) ||
+        (rc = cuda_argmax_rows(c->ids, c->logits, n, c->cfg->vocab_size, c->stream)) ||
+        (rc = cuda_memcpy_async(c->h_tokens, c->ids, (size_t)n * sizeof(int32_t), CUDA_COPY_TO_HOST,
+                                c->stream)) ||
+        (rc = cuda_stream_synchronize(c->stream)))
         return rc;
-    for (int b = 0; b < n; ++b)
-        if (c->len[slots[b]] > seq) seq = c->len[slots[b]];
-    *out = (struct kv_handoff){.layer_start = c->role.layer_start,
-                               .layer_end = c->role.layer_end,
-                               .batch = n,
-                               .kv_heads = nkv,
-                               .seq = seq,
-                               .head_dim = D};
-    size_t numel = kv_handoff_numel(out);
-    float *k = calloc(2 * numel * sizeof(float) + (size_t)n * sizeof(int32_t), 1);
-    if (!k)
-        return strata_set_error(STRATA_ENOMEM, "cuda kv pack: cannot allocate %zu floats",
-                                2 * numel);
-    float *v = k + numel;
-    int32_t *lengths = (int32_t *)(v + numel);
-    size_t row = (size_t)seq * D, cache_row = (size_t)be->max_seq * D;
-    for (int l = 0; l < c->n_layers && !rc; ++l)
-        for (int b = 0; b < n && !rc; ++b) {
-            size_t dst = ((size_t)l * n + b) * nkv * row;
-            size_t width = (size_t)c->len[slots[b]] * D * sizeof(float);
-            int layer = c->role.layer_start + l;
-            rc = cuda_memcpy_2d(k + dst, row * 4, k_slot(c, slots[b], layer, 0), cache_row * 4,
-                                width, (size_t)nkv, CUDA_COPY_TO_HOST);
-            if (!rc)
-                rc = cuda_memcpy_2d(v + dst, row * 4, v_slot(c, slots[b], layer, 0), cache_row * 4,
-                                    width, (size_t)nkv, CUDA_COPY_TO_HOST);
-        }
-    if (rc) {
-        free(k);
-        memset(out, 0, sizeof *out);
-        return rc;
-    }
-    for (int b = 0; b < n; ++b)
-        lengths[b] = c->len[slots[b]];
-    out->k = k;
-    out->v = v;
-    out->lengths = lengths;
-    out->owned = k;
-    return 0;
-}
-
-static int cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
-                           const struct kv_handoff *in) {
-    struct cuda_context *c = ctx(be);
-    int nkv = c->cfg->num_kv_heads, D = c->cfg->head_dim, rc;
-    if (in->layer_start != c->role.layer_start || in->layer_end != c->role.layer_end)
-        return strata_set_error(
-            STRATA_ERANGE, "kv restore: block holds layers [%d, %d) but the cache holds [%d, %d)",
-            in->layer_start, in->layer_end, c->role.layer_start, c->role.layer_end);
-    if (in->kv_heads != nkv || in->head_dim != D || in->seq < 0)
-        return strata_set_error(STRATA_EFORMAT,
-                                "kv restore: block shape [%d, %d, %d, %d, %d] does not fit a cache "
-                                "of %d layers, %d kv heads, head_dim %d",
-                                in->layer_end - in->layer_start, in->batch, in->kv_heads, in->seq,
-                                in->head_dim, c->n_layers, nkv, D);
-    if (in->batch != n)
-        return strata_set_error(
-            STRATA_EINVAL, "kv restore: block has %d batch rows, %d slots given", in->batch, n);
-    for (int b = 0; b < n; ++b)
-        if (in->lengths[b] < 0 || in->lengths[b] > in->seq || in->lengths[b] > be->max_seq)
-            return strata_set_error(STRATA_ERANGE,
-                                    "kv restore: row %d holds %d positions, cache capacity %d", b,
-                                    (int)in->lengths[b], be->max_seq);
-    if ((rc = check_slots(be, slots, n, "kv restore")) || (rc = cuda_set_device(c->device)))
-        return rc;
-    const uint8_t *k = in->k, *v = in->v;
-    size_t row = (size_t)in->seq * D, cache_row = (size_t)be->max_seq * D;
-    for (int l = 0; l < c->n_layers && !rc; ++l)
-        for (int b = 0; b < n && !rc; ++b) {
-            size_t src = ((size_t)l * n + b) * nkv * row * sizeof(float);
-            size_t width = (size_t)in->lengths[b] * D * sizeof(float);
-            int layer = c->role.layer_start + l;
-            rc = cuda_memcpy_2d(k_slot(c, slots[b], layer, 0), cache_row * 4, k + src, row * 4,
-                                width, (size_t)nkv, CUDA_COPY_TO_DEVICE);
-            if (!rc)
-                rc = cuda_memcpy_2d(v_slot(c, slots[b], layer, 0), cache_row * 4, v + src, row * 4,
-                                    width, (size_t)nkv, CUDA_COPY_TO_DEVICE);
-        }
-    if (rc) return rc;
-    for (int b = 0; b < n; ++b)
-        c->len[slots[b]] = in->lengths[b];
+    memcpy(ids, c->h_tokens, (size_t)n * sizeof(int32_t));
     return 0;
 }
 
 /* ---------------------------------------------------------------- describe, free, open */
 
+/* The MoE streams and events, for a role with a MoE layer. */
+static int open_moe_streams(struct cuda_context *c) {
+    int moe = 0, rc = 0;
+    for (int l = 0; l < c->n_layers; ++l)
+        moe |= c->layers[l].is_moe;
+    if (!moe) return 0;
+    if ((rc = cuda_event_create(&c->moe_fork))) return rc;
+    for (int k = 0; k < MOE_STREAMS && !rc; ++k)
+        if (!(rc = cuda_stream_create(&c->moe_stream[k]))) rc = cuda_event_create(&c->moe_join[k]);
+    return rc;
+}
+
+static void close_moe_streams(struct cuda_context *c) {
+    for (int k = 0; k < MOE_STREAMS; ++k) {
+        if (c->moe_stream[k]) cuda_stream_synchronize(c->moe_stream[k]);
+        cuda_stream_destroy(c->moe_stream[k]);
+        cuda_event_destroy(c->moe_join[k]);
+        c->moe_stream[k] = c->moe_join[k] = NULL;
+    }
+    cuda_event_destroy(c->moe_fork);
+    c->moe_fork = NULL;
+}
+
 static void cuda_describe(const struct stage_backend *be, char *buf, size_t cap) {
     const struct cuda_context *c = ctx(be);
-    char mem[200];
+    char mem[200], graphs[120];
     if (cuda_device_describe(c->device, mem, sizeof mem)) snprintf(mem, sizeof mem, "%s", "?");
+    if (c->use_graphs)
+        snprintf(graphs, sizeof graphs, "decode graphs on (%ld launched, %ld instantiated)",
+                 c->graph_launches, c->graph_instantiations);
+    else
+        snprintf(graphs, sizeof graphs, "decode graphs off");
     snprintf(buf, cap,
-             "device: cuda:%d, %s\nweights: %d tensors, %zu bytes (%zu bytes on the device), "
-             "KV %zu bytes on the device",
-             c->device, mem, c->num_tensors, c->weight_bytes, c->device_weight_bytes,
-             cuda_kv_bytes(be));
+             "device: cuda:%d, %s, %s\nweights: %d tensors, %zu bytes (%zu bytes on the "
+             "device), KV %zu bytes on the device",
+             c->device, mem, graphs, c->num_tensors, c->weight_bytes, c->device_weight_bytes,
+             backend_cuda_kv_bytes(be));
 }
 
 static void cuda_free_backend(struct stage_backend *be) {
     struct cuda_context *c = ctx(be);
     if (!c) return;
     cuda_set_device(c->device);
+    if (c->stream) cuda_stream_synchronize(c->stream);
+    close_moe_streams(c);
     free_scratch(c);
     cuda_free(c->logits);
+    cuda_host_free(c->h_logits);
     cuda_free(c->k_cache);
     cuda_free(c->v_cache);
     for (int i = 0; i < c->n_owned; ++i)
@@ -528,6 +620,12 @@ static void cuda_free_backend(struct stage_backend *be) {
             free(c->layers[l].expert_up);
             free(c->layers[l].expert_down);
         }
+    if (c->graph_exec)
+        for (int b = 0; b <= be->num_slots; ++b)
+            cuda_graph_exec_destroy(c->graph_exec[b]);
+    free(c->graph_exec);
+    free(c->graph_warm);
+    cuda_stream_destroy(c->stream);
     free(c->layers);
     free(c->inv_freq);
     free(c->len);
@@ -540,11 +638,12 @@ static const struct stage_backend_i cuda_iface = {
     .embed = cuda_embed,
     .forward = cuda_forward,
     .logits = cuda_logits,
-    .kv_acquire = cuda_kv_acquire,
-    .kv_release = cuda_kv_release,
-    .kv_bytes = cuda_kv_bytes,
-    .kv_pack = cuda_kv_pack,
-    .kv_restore = cuda_kv_restore,
+    .argmax = cuda_argmax_ids,
+    .kv_acquire = backend_cuda_kv_acquire,
+    .kv_release = backend_cuda_kv_release,
+    .kv_bytes = backend_cuda_kv_bytes,
+    .kv_pack = backend_cuda_kv_pack,
+    .kv_restore = backend_cuda_kv_restore,
     .describe = cuda_describe,
     .free = cuda_free_backend,
 };
@@ -554,6 +653,14 @@ static int device_index(const char *device) {
     return device[4] == ':' ? atoi(device + 5) : 0;
 }
 
+/* Graphs unless STRATA_CUDA_GRAPHS=0 or a layer is MoE (its routing synchronises). */
+static int graphs_wanted(const struct cuda_context *c) {
+    const char *env = getenv("STRATA_CUDA_GRAPHS");
+    if (env && strcmp(env, "0") == 0) return 0;
+    for (int l = 0; l < c->n_layers; ++l)
+        if (c->layers[l].is_moe) return 0;
+    return 1;
+}
 static int open_context(struct cuda_context *c, const struct stage_backend_options *opt) {
     const struct model_config *cfg = opt->cfg;
     int rc, half = cfg->head_dim / 2;
@@ -566,16 +673,20 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
         (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts))
         return strata_set_error(STRATA_EINVAL, "cuda backend: top-k %d with %d experts",
                                 cfg->num_experts_per_tok, cfg->num_experts);
-    if ((rc = cuda_set_device(c->device))) return rc;
+    if ((rc = cuda_set_device(c->device)) || (rc = cuda_stream_create(&c->stream))) return rc;
     c->n_layers = opt->role.layer_end - opt->role.layer_start;
     c->layers = calloc((size_t)(c->n_layers ? c->n_layers : 1), sizeof *c->layers);
     c->inv_freq = malloc((size_t)(half ? half : 1) * sizeof *c->inv_freq);
     c->len = calloc((size_t)opt->num_slots, sizeof *c->len);
     c->in_use = calloc((size_t)opt->num_slots, 1);
-    if (!c->layers || !c->inv_freq || !c->len || !c->in_use)
+    c->graph_exec = calloc((size_t)opt->num_slots + 1, sizeof *c->graph_exec);
+    c->graph_warm = calloc((size_t)opt->num_slots + 1, 1);
+    if (!c->layers || !c->inv_freq || !c->len || !c->in_use || !c->graph_exec || !c->graph_warm)
         return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
     rope_inv_freq(c->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
     if ((rc = backend_cuda_load_weights(c, opt->weights))) return rc;
+    c->use_graphs = graphs_wanted(c);
+    if ((rc = open_moe_streams(c))) return rc;
     c->head_floats = (size_t)opt->max_seq * (size_t)cfg->head_dim;
     c->slot_floats = (size_t)c->n_layers * (size_t)cfg->num_kv_heads * c->head_floats;
     c->score_floats = (size_t)cfg->num_heads * (size_t)opt->max_seq;

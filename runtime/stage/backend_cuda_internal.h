@@ -1,5 +1,6 @@
-/* Private to the CUDA stage backend (backend_cuda.c: forward, KV, open; backend_cuda_weights.c:
- * the weight upload). Not for other modules: use runtime/stage/backend.h. */
+/* Private to the CUDA stage backend (backend_cuda.c: forward, graphs, head, open;
+ * backend_cuda_kv.c: the KV slots, pack and restore; backend_cuda_weights.c: the weight
+ * upload). Not for other modules: use runtime/stage/backend.h. */
 #ifndef STRATA_RUNTIME_STAGE_BACKEND_CUDA_INTERNAL_H
 #define STRATA_RUNTIME_STAGE_BACKEND_CUDA_INTERNAL_H
 
@@ -17,6 +18,9 @@
 #define ATTN_SCRATCH_FLOATS ((size_t)1 << 24)
 /* Gathers and combines launch one grid row per token: at most this many per launch. */
 #define MAX_GRID_ROWS 65535
+/* Streams a MoE layer's experts are spread over (expert i of the active ones on stream
+ * i % MOE_STREAMS), so that small experts (a decode step's few rows each) run side by side. */
+#define MOE_STREAMS 8
 
 struct cuda_context {
     int device;
@@ -43,21 +47,64 @@ struct cuda_context {
     size_t head_floats; /* per (slot, layer, kv head): max_seq x head_dim */
     size_t score_floats;
 
+    /* Every launch and copy of this backend goes to `stream` (a cudaStream_t); a call
+     * synchronises it once, at its end (and once per MoE layer, whose routing runs on the
+     * host). */
+    void *stream;
+    /* MoE roles only: the expert streams, the event they wait for (routing done) and the
+     * events the backend stream waits for before the combine (experts done). */
+    void *moe_stream[MOE_STREAMS], *moe_fork, *moe_join[MOE_STREAMS];
+
     /* Device scratch for `cap_rows` rows. */
     int cap_rows, cap_logit_rows;
     float *hidden, *norm, *proj, *q, *k, *v, *attn, *ffn_gate, *ffn_up, *rope_cos, *rope_sin;
     float *router, *moe_x, *moe_y, *moe_w, *scores, *logits, *deepstack;
-    int32_t *moe_row, *tokens;
-    /* Host scratch. */
-    float *h_cos, *h_sin, *h_router, *h_route_w, *h_moe_w;
-    int *h_route_e;
+    int32_t *moe_row, *tokens, *ids;
+    int64_t *row_dst; /* [cap_rows] each row's KV offset (cuda_kv_store_rows) */
+    /* Pinned host staging (cuda_host_alloc): everything copied asynchronously. */
+    float *h_hidden;   /* [cap_rows, H] rows in and out */
+    float *h_logits;   /* [cap_logit_rows, V] */
+    int32_t *h_tokens; /* [cap_rows] ids in (embed), argmax ids out */
+    float *h_cos, *h_sin, *h_router, *h_moe_w;
     int32_t *h_moe_row;
+    int64_t *h_row_dst;
+    /* Host-only scratch. */
+    float *h_route_w;
+    int *h_route_e;
     int *h_expert_count;
+
+    /* Decode graphs (kernels/cuda_device.h): exec[b] is the graph of a decode step of b
+     * one-token items, captured again each step and updated in place; warm[b] says a step
+     * of b items has run eagerly once (every kernel loaded before any capture). */
+    int use_graphs; /* 0 with STRATA_CUDA_GRAPHS=0 or a MoE layer in the role */
+    void **graph_exec;
+    unsigned char *graph_warm;
+    long graph_launches, graph_instantiations;
 };
 
 static inline struct cuda_context *ctx(const struct stage_backend *be) {
     return be->context;
 }
+
+/* [max_seq][head_dim] keys of one slot, absolute layer and kv head (kv_cache_k's layout). */
+static inline float *k_slot(const struct cuda_context *c, int slot, int layer, int kv_head) {
+    return c->k_cache + (size_t)slot * c->slot_floats +
+           ((size_t)(layer - c->role.layer_start) * (size_t)c->cfg->num_kv_heads +
+            (size_t)kv_head) *
+               c->head_floats;
+}
+
+static inline float *v_slot(const struct cuda_context *c, int slot, int layer, int kv_head) {
+    return c->v_cache + (k_slot(c, slot, layer, kv_head) - c->k_cache);
+}
+
+/* The KV entries of the backend table (backend_cuda_kv.c). */
+int backend_cuda_kv_acquire(struct stage_backend *be, int *slot);
+void backend_cuda_kv_release(struct stage_backend *be, int slot);
+size_t backend_cuda_kv_bytes(const struct stage_backend *be);
+int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
+int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
+                            const struct kv_handoff *in);
 
 /* Uploads the role's weights (the manifest's tensors) into `c` (backend_cuda_weights.c). */
 int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st);

@@ -171,10 +171,23 @@ int stage_keep_logits_row(struct stage_req *req, uint64_t step, const float *row
     return 0;
 }
 
+/* 1 when every row of the k picked in `which` samples greedily and no logits are kept:
+ * then the backend's argmax gives the tokens (on a device, n ids come back instead of
+ * n x V logits) and they are sampler_sample's at temperature 0, which draws nothing. */
+static int all_greedy(struct stage_core *core, const int *which, int k) {
+    if (core->opt.keep_logits) return 0;
+    for (int j = 0; j < k; j++) {
+        struct stage_req *req = stage_find(core, core->picked[which[j]]->nonce);
+        if (req && req->sampler.params.temperature > 0.0f) return 0;
+    }
+    return 1;
+}
+
 /* Last stage: logits for the rows that end a prefill or are a decode step, then sampling. */
 static void sample_rows(struct stage_core *core, int n, const int *row_off) {
-    int H = core->hidden_size, V = core->vocab, k = 0, rc;
+    int H = core->hidden_size, V = core->vocab, k = 0, rc, greedy;
     int which[n > 0 ? n : 1];
+    int32_t ids[n > 0 ? n : 1];
     if (core->opt.keep_logits) stage_recovery_replay_logits(core, n, row_off);
     for (int i = 0; i < n; i++) {
         struct stage_item *it = core->picked[i];
@@ -187,7 +200,11 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
         which[k++] = i;
     }
     if (k == 0) return;
-    rc = stage_backend_logits(core->be, core->logits, core->last_rows, k);
+    greedy = all_greedy(core, which, k);
+    if (greedy)
+        rc = stage_backend_argmax(core->be, ids, core->last_rows, k, core->logits);
+    else
+        rc = stage_backend_logits(core->be, core->logits, core->last_rows, k);
     for (int j = 0; j < k; j++) {
         struct stage_item *it = core->picked[which[j]];
         struct stage_req *req = stage_find(core, it->nonce);
@@ -201,7 +218,7 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
                        strata_last_error());
             continue;
         }
-        token = sampler_sample(&req->sampler, row, V, core->sampler_scratch);
+        token = greedy ? ids[j] : sampler_sample(&req->sampler, row, V, core->sampler_scratch);
         if (token < 0 || token >= V) {
             stage_fail(core, req, STRATA_EINVAL, 1, 1, "stage %d: sampling failed: %s",
                        core->opt.stage_index, strata_last_error());

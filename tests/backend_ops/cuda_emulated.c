@@ -4,16 +4,30 @@
  * weight walk, the layer loop, the device KV layout, pack / restore, MoE grouping,
  * DeepStack runs, query chunking) through every golden case on machines without a GPU.
  * It says nothing about the kernels themselves: tests/backend_ops and tests/kernels check
- * those on a device. */
+ * those on a device.
+ *
+ * It does check the rules of streams and graphs that a device would enforce, or that the
+ * backend's design relies on, so breaking them fails here rather than on the first GPU:
+ *   - an asynchronous copy's host side must be pinned (cuda_host_alloc);
+ *   - once a stream exists, nothing runs on the legacy default stream (NULL);
+ *   - while a stream is capturing: every launch and copy goes to that stream, and a
+ *     synchronous call (copy, memset, malloc, synchronize) fails and spoils the capture, as
+ *     CUDA's thread-local capture mode makes it (cudaErrorStreamCaptureUnsupported).
+ * Captured work runs at once (the graph's later launch does nothing): the results are
+ * those of a launch right after capture, which is how the backend uses graphs. A graph
+ * "updates" when its node count matches the previous capture, else it "instantiates". */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/cuda_device.h"
+#include "kernels/kv_store.h"
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
 #include "kernels/moe_route.h"
+#include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_apply.h"
@@ -22,6 +36,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
 #include "reference/ops.h"
+#include "reference/sampler.h"
 #include "reference/thread_pool.h"
 #include "runtime/base/status.h"
 
@@ -31,12 +46,73 @@ static struct thread_pool *pool(void) {
     return p;
 }
 
+/* ---------------------------------------------------------------- the rules checked */
+
+#define MAX_PINNED 256
+
+static struct {
+    const char *base;
+    size_t bytes;
+} pinned[MAX_PINNED];
+static int live_streams;
+static void *capturing;     /* the stream being captured, or NULL */
+static int capture_spoiled; /* a call failed during the capture */
+static int captured_ops;    /* launches and copies recorded by the capture */
+
+static int is_pinned(const void *p, size_t bytes) {
+    for (int i = 0; i < MAX_PINNED; ++i)
+        if (pinned[i].base && (const char *)p >= pinned[i].base &&
+            (const char *)p + bytes <= pinned[i].base + pinned[i].bytes)
+            return 1;
+    return 0;
+}
+
+static int spoil(int rc) {
+    if (capturing) capture_spoiled = 1;
+    return rc;
+}
+
+/* A synchronous call: refused while capturing. */
+static int sync_call(const char *fn) {
+    if (!capturing) return 0;
+    return spoil(strata_set_error(
+        STRATA_EDEVICE, "emulated %s: operation not permitted when stream is capturing", fn));
+}
+
+/* An asynchronous call (launch or async copy) on `stream`. */
+static int on_stream(const char *fn, void *stream) {
+    if (!stream && live_streams > 0)
+        return spoil(strata_set_error(STRATA_EDEVICE,
+                                      "emulated %s: launched on the default stream while a "
+                                      "backend stream exists",
+                                      fn));
+    if (capturing && stream != capturing)
+        return spoil(strata_set_error(
+            STRATA_EDEVICE, "emulated %s: stream %p is not the capturing stream", fn, stream));
+    if (capturing) captured_ops++;
+    return 0;
+}
+
+#define ON_STREAM(stream)                                                                          \
+    do {                                                                                           \
+        int rc_ = on_stream(__func__, stream);                                                     \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
+
+#define SYNC_CALL()                                                                                \
+    do {                                                                                           \
+        int rc_ = sync_call(__func__);                                                             \
+        if (rc_) return rc_;                                                                       \
+    } while (0)
+
 int cuda_device_available(char *reason, size_t cap) {
     if (reason && cap) snprintf(reason, cap, "host emulation of the kernels/ API");
     return 1;
 }
 
 int cuda_malloc(void **ptr, size_t bytes) {
+    *ptr = NULL;
+    SYNC_CALL();
     /* Filled with NaN-ish garbage so a read of unwritten memory shows. */
     *ptr = malloc(bytes ? bytes : 1);
     if (!*ptr) return strata_set_error(STRATA_ENOMEM, "emulated cuda_malloc %zu", bytes);
@@ -49,28 +125,32 @@ void cuda_free(void *ptr) {
 }
 
 int cuda_memcpy_to_device(void *dst, const void *src, size_t bytes) {
+    SYNC_CALL();
     if (bytes) memcpy(dst, src, bytes);
     return 0;
 }
 
 int cuda_memcpy_to_host(void *dst, const void *src, size_t bytes) {
+    SYNC_CALL();
     if (bytes) memcpy(dst, src, bytes);
     return 0;
 }
 
 int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes) {
+    SYNC_CALL();
     if (bytes) memmove(dst, src, bytes);
     return 0;
 }
 
 int cuda_synchronize(void) {
+    SYNC_CALL();
     return 0;
 }
 
 int cuda_set_device(int index) {
-    return index == 0 ? 0
-                      : strata_set_error(STRATA_EDEVICE, "no CUDA device %d (emulation has 1)",
-                                         index);
+    return index == 0
+               ? 0
+               : strata_set_error(STRATA_EDEVICE, "no CUDA device %d (emulation has 1)", index);
 }
 
 int cuda_device_describe(int index, char *buf, size_t cap) {
@@ -81,6 +161,7 @@ int cuda_device_describe(int index, char *buf, size_t cap) {
 int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                    size_t height, enum cuda_copy_kind kind) {
     (void)kind;
+    SYNC_CALL();
     if (width > dpitch || width > spitch)
         return strata_set_error(STRATA_EINVAL, "emulated cuda_memcpy_2d: width > pitch");
     for (size_t r = 0; r < height && width; ++r)
@@ -89,37 +170,38 @@ int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, siz
 }
 
 int cuda_memset(void *dst, int value, size_t bytes) {
+    SYNC_CALL();
     memset(dst, value, bytes);
     return 0;
 }
 
 int cuda_rmsnorm(float *out, const float *x, const float *weight, float eps, int n, int dim,
                  void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     rmsnorm(out, x, weight, eps, n, dim);
     return 0;
 }
 
 int cuda_swiglu(float *out, const float *gate, const float *up, int n, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     swiglu(out, gate, up, n);
     return 0;
 }
 
 int cuda_softmax(float *x, int n, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     softmax(x, n);
     return 0;
 }
 
 int cuda_vec_add(float *x, const float *y, int n, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     vec_add(x, y, n);
     return 0;
 }
 
 int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     if (n > 0 && (const void *)out == (const void *)x)
         return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul: out aliases x");
     matmul(out, x, w, n, pool());
@@ -129,22 +211,21 @@ int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, v
 int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                    size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
                    int head_dim, void *stream) {
-    (void)stream;
-    attention(out, q, k_cache, v_cache, kv_head_stride, scratch, pos, n, nh, nkv, head_dim,
-              pool());
+    ON_STREAM(stream);
+    attention(out, q, k_cache, v_cache, kv_head_stride, scratch, pos, n, nh, nkv, head_dim, pool());
     return 0;
 }
 
 int cuda_rope_apply(float *x, const float *cos_t, const float *sin_t, int n_heads, int head_dim,
                     void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     rope_apply(x, cos_t, sin_t, n_heads, head_dim);
     return 0;
 }
 
 int cuda_rope_apply_rows(float *x, const float *cos_t, const float *sin_t, int n_rows,
                          int row_stride, int n_heads, int head_dim, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     size_t half = (size_t)head_dim / 2;
     for (int t = 0; t < n_rows; ++t)
         rope_apply(x + (size_t)t * (size_t)row_stride, cos_t + t * half, sin_t + t * half, n_heads,
@@ -154,21 +235,21 @@ int cuda_rope_apply_rows(float *x, const float *cos_t, const float *sin_t, int n
 
 int cuda_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, int pos_t, int pos_h,
                       int pos_w, const int *mrope_section, int half, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     rope_cos_sin(cos_out, sin_out, inv_freq, pos_t, pos_h, pos_w, mrope_section, half);
     return 0;
 }
 
 int cuda_moe_route(int *experts, float *weights, const float *router_logits, int renormalize,
                    int num_experts, int top_k, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     moe_route(experts, weights, router_logits, renormalize, num_experts, top_k);
     return 0;
 }
 
 int cuda_moe_combine(float *out, const float *y, const int32_t *rows, const float *weights,
                      int count, int dim, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     for (int j = 0; j < count; ++j) {
         float *o = out + (size_t)rows[j] * (size_t)dim;
         for (int d = 0; d < dim; ++d)
@@ -178,15 +259,230 @@ int cuda_moe_combine(float *out, const float *y, const int32_t *rows, const floa
 }
 
 int cuda_ops_weight_row(float *out, const struct ops_weight *w, int row, void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     ops_weight_row(out, w, row);
     return 0;
 }
 
 int cuda_ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *rows, int n,
                          void *stream) {
-    (void)stream;
+    ON_STREAM(stream);
     for (int i = 0; i < n; ++i)
         ops_weight_row(out + (size_t)i * (size_t)w->cols, w, rows[i]);
     return 0;
+}
+
+/* Only the bias add of kernels/ops_vision.h (the backend uses it); the reference's loop. */
+int cuda_add_bias(float *x, const float *bias, int n, int dim, void *stream) {
+    ON_STREAM(stream);
+    for (int t = 0; t < n; ++t)
+        for (int i = 0; i < dim; ++i)
+            x[(size_t)t * (size_t)dim + (size_t)i] += bias[i];
+    return 0;
+}
+
+int cuda_argmax(int32_t *out, const float *x, int n, void *stream) {
+    ON_STREAM(stream);
+    *out = argmax(x, n);
+    return 0;
+}
+
+int cuda_argmax_rows(int32_t *out, const float *x, int n_rows, int n, void *stream) {
+    ON_STREAM(stream);
+    for (int r = 0; r < n_rows; ++r)
+        out[r] = argmax(x + (size_t)r * (size_t)n, n);
+    return 0;
+}
+
+int cuda_kv_store(float *k_cache, float *v_cache, const float *k, const float *v,
+                  size_t kv_head_stride, int row_stride, int pos, int n_tokens, int nkv,
+                  int head_dim, void *stream) {
+    ON_STREAM(stream);
+    if (kv_head_stride < ((size_t)pos + (size_t)n_tokens) * (size_t)head_dim)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_kv_store: past the head stride");
+    for (int i = 0; i < n_tokens; ++i)
+        for (int g = 0; g < nkv; ++g) {
+            size_t src = (size_t)i * (size_t)row_stride + (size_t)g * (size_t)head_dim;
+            size_t dst = (size_t)g * kv_head_stride + ((size_t)pos + (size_t)i) * (size_t)head_dim;
+            memcpy(k_cache + dst, k + src, (size_t)head_dim * sizeof(float));
+            memcpy(v_cache + dst, v + src, (size_t)head_dim * sizeof(float));
+        }
+    return 0;
+}
+
+int cuda_kv_store_rows(float *k_cache, float *v_cache, const float *k, const float *v,
+                       const int64_t *row_dst, size_t kv_head_stride, int row_stride, int n_rows,
+                       int nkv, int head_dim, void *stream) {
+    ON_STREAM(stream);
+    for (int r = 0; r < n_rows; ++r)
+        for (int g = 0; g < nkv; ++g) {
+            size_t src = (size_t)r * (size_t)row_stride + (size_t)g * (size_t)head_dim;
+            size_t dst = (size_t)row_dst[r] + (size_t)g * kv_head_stride;
+            memcpy(k_cache + dst, k + src, (size_t)head_dim * sizeof(float));
+            memcpy(v_cache + dst, v + src, (size_t)head_dim * sizeof(float));
+        }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- streams, pinned, async */
+
+int cuda_stream_create(void **stream) {
+    SYNC_CALL();
+    *stream = malloc(1);
+    if (!*stream) return strata_set_error(STRATA_ENOMEM, "emulated cuda_stream_create");
+    live_streams++;
+    return 0;
+}
+
+void cuda_stream_destroy(void *stream) {
+    if (!stream) return;
+    free(stream);
+    live_streams--;
+}
+
+int cuda_stream_synchronize(void *stream) {
+    (void)stream;
+    SYNC_CALL();
+    return 0;
+}
+
+/* Work runs at once here, so an event only has to exist: a record before its first wait is
+ * checked (a wait on a never-recorded event orders nothing on a device). */
+struct emulated_event {
+    int recorded;
+};
+
+int cuda_event_create(void **event) {
+    SYNC_CALL();
+    *event = calloc(1, sizeof(struct emulated_event));
+    return *event ? 0 : strata_set_error(STRATA_ENOMEM, "emulated cuda_event_create");
+}
+
+void cuda_event_destroy(void *event) {
+    free(event);
+}
+
+int cuda_event_record(void *event, void *stream) {
+    ON_STREAM(stream);
+    ((struct emulated_event *)event)->recorded = 1;
+    return 0;
+}
+
+int cuda_stream_wait_event(void *stream, void *event) {
+    ON_STREAM(stream);
+    if (!((struct emulated_event *)event)->recorded)
+        return spoil(strata_set_error(STRATA_EDEVICE,
+                                      "emulated cuda_stream_wait_event: event never recorded"));
+    return 0;
+}
+
+int cuda_host_alloc(void **ptr, size_t bytes) {
+    *ptr = NULL;
+    SYNC_CALL();
+    for (int i = 0; i < MAX_PINNED; ++i)
+        if (!pinned[i].base) {
+            *ptr = malloc(bytes ? bytes : 1);
+            if (!*ptr)
+                return strata_set_error(STRATA_ENOMEM, "emulated cuda_host_alloc %zu", bytes);
+            memset(*ptr, 0xff, bytes);
+            pinned[i].base = *ptr;
+            pinned[i].bytes = bytes;
+            return 0;
+        }
+    return strata_set_error(STRATA_ENOMEM, "emulated cuda_host_alloc: more than %d blocks",
+                            MAX_PINNED);
+}
+
+void cuda_host_free(void *ptr) {
+    if (!ptr) return;
+    for (int i = 0; i < MAX_PINNED; ++i)
+        if (pinned[i].base == ptr) pinned[i].base = NULL;
+    free(ptr);
+}
+
+/* The host side of an asynchronous copy must be pinned. */
+static int host_side_pinned(const char *fn, void *dst, const void *src, size_t span,
+                            enum cuda_copy_kind kind) {
+    const void *host = kind == CUDA_COPY_TO_DEVICE ? src : kind == CUDA_COPY_TO_HOST ? dst : NULL;
+    if (host && span && !is_pinned(host, span))
+        return spoil(strata_set_error(STRATA_EDEVICE,
+                                      "emulated %s: host memory %p (%zu bytes) is not pinned", fn,
+                                      host, span));
+    return 0;
+}
+
+int cuda_memcpy_async(void *dst, const void *src, size_t bytes, enum cuda_copy_kind kind,
+                      void *stream) {
+    ON_STREAM(stream);
+    int rc = host_side_pinned(__func__, dst, src, bytes, kind);
+    if (!rc && bytes) memmove(dst, src, bytes);
+    return rc;
+}
+
+int cuda_memcpy_2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                         size_t height, enum cuda_copy_kind kind, void *stream) {
+    ON_STREAM(stream);
+    if (width > dpitch || width > spitch)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_memcpy_2d_async: width > pitch");
+    if (!width || !height) return 0;
+    int rc = host_side_pinned(
+        __func__, kind == CUDA_COPY_TO_HOST ? dst : NULL, kind == CUDA_COPY_TO_DEVICE ? src : NULL,
+        (height - 1) * (kind == CUDA_COPY_TO_HOST ? dpitch : spitch) + width, kind);
+    for (size_t r = 0; r < height && !rc; ++r)
+        memcpy((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    return rc;
+}
+
+int cuda_memset_async(void *dst, int value, size_t bytes, void *stream) {
+    ON_STREAM(stream);
+    memset(dst, value, bytes);
+    return 0;
+}
+
+/* ---------------------------------------------------------------- graphs */
+
+struct emulated_graph {
+    int nodes;
+};
+
+int cuda_graph_capture_begin(void *stream) {
+    if (!stream)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_graph_capture_begin: NULL stream");
+    if (capturing)
+        return strata_set_error(STRATA_EDEVICE, "emulated capture_begin: already capturing");
+    capturing = stream;
+    capture_spoiled = 0;
+    captured_ops = 0;
+    return 0;
+}
+
+void cuda_graph_capture_abort(void *stream) {
+    if (capturing == stream) capturing = NULL;
+}
+
+int cuda_graph_capture_end(void *stream, void **exec, int *instantiated) {
+    *instantiated = 0;
+    if (capturing != stream)
+        return strata_set_error(STRATA_EDEVICE, "emulated capture_end: stream is not capturing");
+    capturing = NULL;
+    if (capture_spoiled)
+        return strata_set_error(STRATA_EDEVICE, "emulated capture_end: capture invalidated");
+    struct emulated_graph *g = *exec;
+    if (g && g->nodes == captured_ops) return 0; /* updated in place */
+    free(g);
+    *exec = g = malloc(sizeof *g);
+    if (!g) return strata_set_error(STRATA_ENOMEM, "emulated capture_end");
+    g->nodes = captured_ops;
+    *instantiated = 1;
+    return 0;
+}
+
+int cuda_graph_launch(void *exec, void *stream) {
+    ON_STREAM(stream);
+    if (!exec) return strata_set_error(STRATA_EINVAL, "emulated cuda_graph_launch: no graph");
+    return 0; /* its work ran while it was captured */
+}
+
+void cuda_graph_exec_destroy(void *exec) {
+    free(exec);
 }

@@ -11,7 +11,15 @@
  *     freshly opened one that then decodes): bit-identical;
  *   - on a device other than cpu, a mixed pipeline cpu [0, 1) -> device [1, L-1) ->
  *     cpu [L-1, L) in one process: the golden ids and max |dlogit| <= 1e-3 (not bitwise:
- *     the backends' exp / rsqrt differ in the last bits).
+ *     the backends' exp / rsqrt differ in the last bits);
+ *   - at every step, the last stage's greedy ids (stage_backend_argmax: on the device
+ *     where the backend has one) equal argmax of its logits;
+ *   - batched: the golden request prefilled and decoded together with a second request in
+ *     one backend (two items per forward: a decode graph of 2 on a CUDA backend) gives its
+ *     solo logits bit for bit.
+ * A CUDA backend runs decode steps as CUDA graphs unless STRATA_CUDA_GRAPHS=0 (a second
+ * argument --no-graphs sets it): with graphs on, the run must have launched some (its
+ * describe line counts them), with them off none.
  * A device this build or machine cannot open prints "skipped: <device>: <reason>". */
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +36,25 @@
 #define MAX_STAGES 3
 
 static const char *device;
+static long graph_launches;   /* summed over the backends' describe lines */
+static long graph_reinstants; /* instantiations beyond one per backend (each decodes one b) */
+static int argmax_mismatches; /* stage_backend_argmax != argmax(logits) */
+
+/* Adds the graph launches a backend's describe line reports ("decode graphs on (N
+ * launched, M instantiated)"). Every backend here decodes at one batch size only, so its
+ * graph must be instantiated once and then updated in place at every step: more
+ * instantiations mean cudaGraphExecUpdate keeps failing (a slow path, counted as an error). */
+static void count_graphs(const struct stage_backend *be) {
+    char text[1024];
+    stage_backend_describe(be, text, sizeof text);
+    const char *on = strstr(text, "decode graphs on (");
+    if (!on) return;
+    char *end = NULL;
+    long launched = strtol(on + strlen("decode graphs on ("), &end, 10);
+    long instantiated = end ? strtol(end + strlen(" launched, "), NULL, 10) : 0;
+    graph_launches += launched;
+    if (instantiated > 1) graph_reinstants += instantiated - 1;
+}
 
 static int open_on(struct stage_backend **be, const char *dev, const struct golden_case *gc,
                    int start, int end, int max_seq) {
@@ -40,7 +67,7 @@ static int open_on(struct stage_backend **be, const char *dev, const struct gold
                                       .device = dev,
                                       .num_threads = 2,
                                       .max_seq = max_seq,
-                                      .num_slots = 1};
+                                      .num_slots = 2};
     return stage_backend_open(be, &o);
 }
 
@@ -107,29 +134,34 @@ static int hand_over_kv(struct stage_backend **be, const char *const *devices, i
     return 0;
 }
 
-/* Decodes one step (teacher-forced) through every stage; logits of the last row. */
+/* Decodes one step (teacher-forced) through every stage; logits of the last row, and its
+ * greedy id from stage_backend_argmax checked against them (`scratch` [V]). */
 static int step_through(struct stage_backend **be, int n_stages, float *hidden,
-                        const struct forward_item *item, float *logits, int H) {
-    int rc = 0;
+                        const struct forward_item *item, float *logits, float *scratch, int H) {
+    int rc = 0, V = be[0]->cfg->vocab_size;
+    int32_t id = -1;
+    const float *last = hidden + (size_t)(item->n_tokens - 1) * H;
     for (int s = 0; s < n_stages && rc == 0; ++s)
         rc = stage_backend_forward(be[s], hidden, item, 1);
-    if (rc == 0)
-        rc = stage_backend_logits(be[n_stages - 1], logits,
-                                  hidden + (size_t)(item->n_tokens - 1) * H, 1);
+    if (rc == 0) rc = stage_backend_logits(be[n_stages - 1], logits, last, 1);
+    if (rc == 0) rc = stage_backend_argmax(be[n_stages - 1], &id, last, 1, scratch);
+    if (rc == 0 && id != argmax(logits, V)) argmax_mismatches++;
     return rc;
 }
 
 /* Logits [n_steps, V] of the golden stream over stages `bounds`; NULL on failure (message
  * set). With `handover`, the KV moves to fresh backends after the prefill. */
-static float *run_case(const struct golden_case *gc, const int *bounds,
-                       const char *const *devices, int n_stages, int handover) {
+static float *run_case(const struct golden_case *gc, const int *bounds, const char *const *devices,
+                       int n_stages, int handover) {
     int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
     int max_seq = S + gc->n_steps, slot, rc = 0;
     struct stage_backend *be[MAX_STAGES] = {0};
     struct prefill p;
     int32_t mrope[3];
     float *logits = calloc((size_t)gc->n_steps * V, sizeof(float));
+    float *scratch = calloc((size_t)V, sizeof(float));
     memset(&p, 0, sizeof p);
+    if (!scratch) rc = STRATA_ENOMEM;
     for (int s = 0; s < n_stages && rc == 0; ++s) {
         rc = open_on(&be[s], devices[s], gc, bounds[s], bounds[s + 1], max_seq);
         if (rc == 0) rc = stage_backend_kv_acquire(be[s], &slot);
@@ -146,11 +178,15 @@ static float *run_case(const struct golden_case *gc, const int *bounds,
             }
             rc = stage_backend_embed(be[0], p.hidden, &token, 1);
         }
-        if (rc == 0) rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, H);
+        if (rc == 0)
+            rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, scratch, H);
         if (rc == 0 && step == 0 && handover) rc = hand_over_kv(be, devices, n_stages, gc, max_seq);
     }
-    for (int s = 0; s < n_stages; ++s)
+    for (int s = 0; s < n_stages; ++s) {
+        if (be[s]) count_graphs(be[s]);
         stage_backend_free(be[s]);
+    }
+    free(scratch);
     free(p.hidden);
     free(p.deepstack);
     free(p.visual);
@@ -159,6 +195,68 @@ static float *run_case(const struct golden_case *gc, const int *bounds,
         return NULL;
     }
     return logits;
+}
+
+/* The golden request (slot a) and a second one (slot b: the same prompt, decoding its own
+ * greedy ids) in one backend, every forward holding both; a's logits must equal `solo`
+ * [n_steps, V] bit for bit. 0 when they do, else 1 with a line. */
+static int check_batched(const struct golden_case *gc, const char *name, const float *solo) {
+    int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt, L = gc->cfg.num_layers;
+    int slots[2] = {0, 0}, diff = -1, rc;
+    struct stage_backend *be = NULL;
+    struct prefill p;
+    struct forward_item items[2];
+    int32_t tokens[2], mrope[3];
+    float *hidden = calloc((size_t)2 * S * H, sizeof(float));
+    float *logits = calloc((size_t)2 * V, sizeof(float)), *last = calloc((size_t)2 * H, 4);
+    memset(&p, 0, sizeof p);
+    rc = hidden && logits && last ? open_on(&be, device, gc, 0, L, S + gc->n_steps) : STRATA_ENOMEM;
+    if (rc == 0) rc = stage_backend_kv_acquire(be, &slots[0]);
+    if (rc == 0) rc = stage_backend_kv_acquire(be, &slots[1]);
+    if (rc == 0) rc = prefill_inputs(&p, gc, be);
+    for (int step = 0; rc == 0 && step < gc->n_steps; ++step) {
+        int n = step ? 1 : S;
+        for (int r = 0; r < 2; ++r) {
+            items[r] =
+                step ? (struct forward_item){.slot = slots[r], .pos = S + step - 1, .n_tokens = 1}
+                     : p.item;
+            items[r].slot = slots[r];
+            if (step && gc->has_vision) {
+                mrope[0] = mrope[1] = mrope[2] = items[r].pos + gc->rope_delta;
+                items[r].mrope_positions = mrope;
+            }
+        }
+        if (step == 0) {
+            memcpy(hidden, p.hidden, sizeof(float) * (size_t)S * H);
+            memcpy(hidden + (size_t)S * H, p.hidden, sizeof(float) * (size_t)S * H);
+        } else {
+            tokens[0] = gc->generated[step - 1];
+            tokens[1] = argmax(logits + V, V);
+            rc = stage_backend_embed(be, hidden, tokens, 2);
+        }
+        if (rc == 0) rc = stage_backend_forward(be, hidden, items, 2);
+        for (int r = 0; r < 2; ++r)
+            memcpy(last + (size_t)r * H, hidden + ((size_t)r * n + n - 1) * H, sizeof(float) * H);
+        if (rc == 0) rc = stage_backend_logits(be, logits, last, 2);
+        if (rc == 0 && diff < 0 && memcmp(logits, solo + (size_t)step * V, sizeof(float) * V))
+            diff = step;
+    }
+    if (be) count_graphs(be);
+    stage_backend_free(be);
+    free(p.hidden), free(p.deepstack), free(p.visual);
+    free(hidden), free(logits), free(last);
+    if (rc < 0) {
+        printf("  %s: batched with a second request: %s\n", name, strata_last_error());
+        return 1;
+    }
+    if (diff >= 0) {
+        printf("  %s: batched with a second request: logits differ from the solo run at step "
+               "%d\n",
+               name, diff);
+        return 1;
+    }
+    printf("  %s: batched with a second request: bit-identical to the solo run\n", name);
+    return 0;
 }
 
 /* cpu [0, 1) -> device [1, L-1) -> cpu [L-1, L): the golden ids and logits within the
@@ -223,6 +321,7 @@ static int check_case(const char *name) {
         }
         free(parts);
     }
+    failures += check_batched(&gc, name, logits);
     if (strcmp(device, "cpu") != 0 && L >= 3) failures += check_mixed(&gc, name);
     printf("%s %-18s on %s: %d steps, max |dlogit| = %.3g, ids %s, splits k=1..%d %s\n",
            failures ? "FAIL" : "ok  ", name, device, gc.n_steps, max_delta,
@@ -237,6 +336,8 @@ int main(int argc, char **argv) {
     struct stage_backend *be = NULL;
     int failed = 0;
     device = argc > 1 ? argv[1] : "cpu";
+    int no_graphs = argc > 2 && strcmp(argv[2], "--no-graphs") == 0;
+    if (no_graphs) setenv("STRATA_CUDA_GRAPHS", "0", 1);
     if (golden_case_open(&probe, golden_case_names[0])) {
         printf("FAIL: %s\n", strata_last_error());
         return 1;
@@ -252,6 +353,18 @@ int main(int argc, char **argv) {
     golden_case_close(&probe);
     for (int i = 0; golden_case_names[i]; ++i)
         failed += check_case(golden_case_names[i]);
+    if (argmax_mismatches) {
+        printf("FAIL: stage_backend_argmax differs from argmax of the logits %d time(s)\n",
+               argmax_mismatches);
+        failed++;
+    }
+    if (strncmp(device, "cuda", 4) == 0) {
+        int bad = no_graphs ? graph_launches != 0 : graph_launches == 0 || graph_reinstants;
+        printf("%s decode graphs %s: %ld launched, %ld instantiated again after an update "
+               "failed\n",
+               bad ? "FAIL" : "ok  ", no_graphs ? "off" : "on", graph_launches, graph_reinstants);
+        failed += bad;
+    }
     printf("%s: %d golden case(s) failed\n", device, failed);
     return failed ? 1 : 0;
 }
