@@ -3,10 +3,11 @@
  * each rank a thread loading only its slice (TP) or holding only its token range of the KV
  * cache (KVP), the ranks joined by in-process collectives with the same rank-order sum as
  * wire/collective.h (one group per TP group and one per KVP group). Checks, per case and
- * grid (KVP: the same, its partial softmax merge rounding like TP's sums):
- *   - greedy ids equal transformers' and max |Δlogit| vs the golden <= 1e-3 (printed, with
- *     the max |Δlogit| vs TP = 1: a TP sum p0 + p1 rounds differently from one dot product,
- *     so TP = N is close to, not bit-identical with, TP = 1);
+ * grid:
+ *   - the logits bit-identical to one rank's (memcmp): the row-parallel sums and attention
+ *     are fixed trees whose subtrees are the ranks' parts (reference/ops.h), so TP and KVP
+ *     change no bit;
+ *   - greedy ids equal transformers' and max |Δlogit| vs the golden <= 1e-3 (printed);
  *   - every rank's logits bit-identical (the all-gathered head), two runs bit-identical, and
  *     a two-stage pipeline split at every layer bit-identical to one stage at the same TP.
  * Each rank loads fewer weight bytes than the whole model (its slice, never the whole).
@@ -81,7 +82,7 @@ static int ar_gather(void *ctx, float *out, const float *in, size_t n) {
 struct job {
     const struct golden_case *gc;
     const int *bounds;
-    int n_stages, tp, rank, kvp, kvp_rank, kvp_tokens;
+    int n_stages, tp, rank, kvp, kvp_rank, kvp_tokens, max_seq;
     enum tp_moe_mode moe;
     struct rank_ctx coll, kvp_coll;
     int kv_positions; /* the KV cache's positions per slot on this rank */
@@ -120,7 +121,7 @@ static void *rank_main(void *arg) {
     struct reference_model *stage[8] = {0};
     struct kv_cache kv[8];
     struct tp_shard shard;
-    const int max_seq = gc->n_prompt + gc->n_steps;
+    const int max_seq = j->max_seq;
     int rc = tp_shard_init(&shard, c, j->tp, j->rank, j->moe);
     memset(kv, 0, sizeof kv);
     j->logits = calloc((size_t)gc->n_steps * (size_t)c->vocab_size, sizeof(float));
@@ -159,7 +160,8 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-/* The grid of one run: TP degree, KVP degree and tokens per KVP rank (0 = an even split). */
+/* The grid of one run: TP degree, KVP degree and tokens per KVP rank (0 = the smallest
+ * 16 x 2^p whose K groups hold the sequence; the cache then holds K x that many positions). */
 struct grid {
     int tp, kvp, kvp_tokens;
     enum tp_moe_mode moe;
@@ -170,7 +172,12 @@ struct grid {
  * positions per slot. */
 static float *run_grid(const struct golden_case *gc, const struct grid *gr, const int *bounds,
                        int n_stages, size_t *bytes, int *positions) {
-    const int T = gr->tp, K = gr->kvp, W = T * K, max_seq = gc->n_prompt + gc->n_steps;
+    const int T = gr->tp, K = gr->kvp, W = T * K, total = gc->n_prompt + gc->n_steps;
+    int tokens = gr->kvp_tokens, max_seq = total;
+    if (K > 1 && !tokens)
+        for (tokens = GRID_KV_BLOCK; tokens * K < total; tokens *= 2) {
+        }
+    if (K > 1) max_seq = tokens * K;
     struct group tp_groups[MAX_RANKS], kvp_groups[MAX_RANKS];
     struct job jobs[MAX_RANKS];
     pthread_t th[MAX_RANKS];
@@ -194,7 +201,8 @@ static float *run_grid(const struct golden_case *gc, const struct grid *gr, cons
                          .rank = t,
                          .kvp = K,
                          .kvp_rank = k,
-                         .kvp_tokens = gr->kvp_tokens ? gr->kvp_tokens : (max_seq + K - 1) / K,
+                         .kvp_tokens = tokens,
+                         .max_seq = max_seq,
                          .moe = gr->moe,
                          .coll = {.g = &tp_groups[k], .rank = t},
                          .kvp_coll = {.g = &kvp_groups[t], .rank = k}};
@@ -253,11 +261,15 @@ static void check_case(const char *name, int tp, enum tp_moe_mode moe, int *ran)
     for (int s = 0; s < gc.n_steps; ++s)
         if (argmax(got + (size_t)s * V, V) != gc.generated[s]) mismatches++;
     const double dg = max_delta(got, gc.logits, n), d1 = max_delta(got, one, n);
-    printf("%-18s TP %d%s: ids %s, max |dlogit| vs golden %.3g, vs TP 1 %.3g; weights %zu of "
-           "%zu bytes per rank\n",
+    printf("%-18s TP %d%s: ids %s, max |dlogit| vs golden %.3g, vs TP 1 %.3g (%s); weights "
+           "%zu of %zu bytes per rank\n",
            name, tp,
            gc.cfg.num_experts > 0 ? (moe == TP_MOE_SPLIT ? " (moe split)" : " (moe expert)") : "",
-           mismatches ? "DIFFER" : "equal", dg, d1, bytes, bytes1);
+           mismatches ? "DIFFER" : "equal", dg, d1,
+           memcmp(got, one, n * sizeof(float)) ? "NOT bit-identical" : "bit-identical", bytes,
+           bytes1);
+    if (memcmp(got, one, n * sizeof(float)))
+        fail_msg("%s TP %d: logits differ from TP 1's (max |dlogit| %.3g)", name, tp, d1);
     assert_int_equal(mismatches, 0);
     assert_true(dg <= LOGIT_TOLERANCE);
     assert_true(bytes < bytes1);
@@ -305,15 +317,19 @@ static void check_kvp(const char *name, const struct grid *gr, int *ran) {
         return;
     }
     int held = 0, mismatches = 0;
-    float *one = run_grid(&gc, &(struct grid){gr->tp, 1, 0, gr->moe}, whole, 1, NULL, NULL);
+    float *one = run_grid(&gc, &(struct grid){1, 1, 0, gr->moe}, whole, 1, NULL, NULL);
     float *got = run_grid(&gc, gr, whole, 1, NULL, &held);
     float *again = run_grid(&gc, gr, whole, 1, NULL, NULL);
     for (int s = 0; s < gc.n_steps; ++s)
         if (argmax(got + (size_t)s * V, V) != gc.generated[s]) mismatches++;
     const double dg = max_delta(got, gc.logits, n), d1 = max_delta(got, one, n);
     printf("%-18s TP %d x KVP %d: %d-token sequence, %d positions per rank; ids %s, max |dlogit| "
-           "vs golden %.3g, vs KVP 1 %.3g\n",
-           name, gr->tp, gr->kvp, total, held, mismatches ? "DIFFER" : "equal", dg, d1);
+           "vs golden %.3g, vs one rank %.3g (%s)\n",
+           name, gr->tp, gr->kvp, total, held, mismatches ? "DIFFER" : "equal", dg, d1,
+           memcmp(got, one, n * sizeof(float)) ? "NOT bit-identical" : "bit-identical");
+    if (memcmp(got, one, n * sizeof(float)))
+        fail_msg("%s TP %d x KVP %d: logits differ from one rank's (max |dlogit| %.3g)", name, gr->tp,
+                 gr->kvp, d1);
     assert_int_equal(mismatches, 0);
     assert_true(dg <= LOGIT_TOLERANCE);
     assert_true(held < total);
