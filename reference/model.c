@@ -155,8 +155,7 @@ int reference_model_load(struct reference_model **out, const struct model_config
                                 "reference_model: layer range [%d,%d) invalid for %d layers",
                                 opt->layer_start, opt->layer_end, cfg->num_layers);
     if (cfg->head_dim <= 0 || cfg->head_dim % 2 || cfg->head_dim > OPS_ATTN_MAX_HEAD_DIM ||
-        cfg->num_kv_heads <= 0 ||
-        cfg->num_heads % cfg->num_kv_heads)
+        cfg->num_kv_heads <= 0 || cfg->num_heads % cfg->num_kv_heads)
         return strata_set_error(STRATA_EINVAL,
                                 "reference_model: unsupported heads (nh %d, nkv %d, head_dim %d)",
                                 cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
@@ -490,8 +489,8 @@ static int attend_items(struct reference_model *m, const struct layer_weights *L
         store_kv(m, L, kv, item, row);
         attention_partial_max(max + (size_t)row * nh, m->kvp_scores + (size_t)row * nh * held,
                               m->q + (size_t)row * qd, kv_cache_k(kv, item->slot, L->index, 0),
-                              stride, item->pos, item->n_tokens, m->kvp_lo, m->kvp_held, nh, nkv,
-                              D, m->pool);
+                              stride, item->pos, item->n_tokens, m->kvp_lo, m->kvp_held, nh, nkv, D,
+                              m->pool);
         row += item->n_tokens;
     }
     const struct reference_collective *coll = &m->opt.kvp.coll;

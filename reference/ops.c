@@ -259,11 +259,11 @@ void attention(float *out, const float *q, const float *k_cache, const float *v_
 
 /* KV parallelism: one (query token, query head) pair over the keys this rank holds. */
 struct partial_job {
-    float *out;          /* step 1: max [n*nh]; step 2: part [n*nh][D+2] */
-    float *scores;       /* [n*nh][held] */
-    const float *q;      /* step 1 */
-    const float *m;      /* step 2: the group's max [n*nh] */
-    const float *kv;     /* step 1: k_cache, step 2: v_cache */
+    float *out;      /* step 1: max [n*nh]; step 2: part [n*nh][D+2] */
+    float *scores;   /* [n*nh][held] */
+    const float *q;  /* step 1 */
+    const float *m;  /* step 2: the group's max [n*nh] */
+    const float *kv; /* step 1: k_cache, step 2: v_cache */
     size_t kv_head_stride;
     int pos, n, lo, held, nh, nkv, head_dim;
 };
@@ -293,8 +293,8 @@ static void partial_max_task(void *ctx, int begin, int end, int worker) {
 }
 
 void attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
-                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh,
-                           int nkv, int head_dim, struct thread_pool *pool) {
+                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                           int head_dim, struct thread_pool *pool) {
     struct partial_job job = {.out = max,
                               .scores = scores,
                               .q = q,

@@ -137,8 +137,8 @@ void attention(float *out, const float *q, const float *k_cache, const float *v_
  * step 2), max [n*nh] = their max (-inf when it sees none). The group's max of max (exact)
  * is attention()'s M. */
 void attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
-                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh,
-                           int nkv, int head_dim, struct thread_pool *pool);
+                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                           int head_dim, struct thread_pool *pool);
 
 /* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree with
  * exponentials e_j = exp(s_j - M[query, head]), then 1 if the query sees a key here, else

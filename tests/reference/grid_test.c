@@ -193,19 +193,18 @@ static float *run_grid(const struct golden_case *gc, const struct grid *gr, cons
     }
     for (int r = 0; r < W; ++r) {
         const int t = r % T, k = r / T; /* grid order: TP fastest */
-        jobs[r] =
-            (struct job){.gc = gc,
-                         .bounds = bounds,
-                         .n_stages = n_stages,
-                         .tp = T,
-                         .rank = t,
-                         .kvp = K,
-                         .kvp_rank = k,
-                         .kvp_tokens = tokens,
-                         .max_seq = max_seq,
-                         .moe = gr->moe,
-                         .coll = {.g = &tp_groups[k], .rank = t},
-                         .kvp_coll = {.g = &kvp_groups[t], .rank = k}};
+        jobs[r] = (struct job){.gc = gc,
+                               .bounds = bounds,
+                               .n_stages = n_stages,
+                               .tp = T,
+                               .rank = t,
+                               .kvp = K,
+                               .kvp_rank = k,
+                               .kvp_tokens = tokens,
+                               .max_seq = max_seq,
+                               .moe = gr->moe,
+                               .coll = {.g = &tp_groups[k], .rank = t},
+                               .kvp_coll = {.g = &kvp_groups[t], .rank = k}};
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &jobs[r]), 0);
     }
     for (int r = 0; r < W; ++r)
@@ -328,8 +327,8 @@ static void check_kvp(const char *name, const struct grid *gr, int *ran) {
            name, gr->tp, gr->kvp, total, held, mismatches ? "DIFFER" : "equal", dg, d1,
            memcmp(got, one, n * sizeof(float)) ? "NOT bit-identical" : "bit-identical");
     if (memcmp(got, one, n * sizeof(float)))
-        fail_msg("%s TP %d x KVP %d: logits differ from one rank's (max |dlogit| %.3g)", name, gr->tp,
-                 gr->kvp, d1);
+        fail_msg("%s TP %d x KVP %d: logits differ from one rank's (max |dlogit| %.3g)", name,
+                 gr->tp, gr->kvp, d1);
     assert_int_equal(mismatches, 0);
     assert_true(dg <= LOGIT_TOLERANCE);
     assert_true(held < total);

@@ -57,11 +57,8 @@ static int open_rank(struct rank *r) {
         tokens *= 2;
     if (r->kvp) max_seq = 2 * tokens;
     if (r->kvp)
-        r->tp = (struct stage_tp_config){.tp = 1,
-                                         .kvp = 2,
-                                         .kvp_rank = r->rank,
-                                         .kvp_tokens = tokens,
-                                         .coll = r->coll};
+        r->tp = (struct stage_tp_config){
+            .tp = 1, .kvp = 2, .kvp_rank = r->rank, .kvp_tokens = tokens, .coll = r->coll};
     else
         r->tp = (struct stage_tp_config){.tp = 2, .tp_rank = r->rank, .coll = r->coll};
     struct stage_backend_options bo = {.cfg = c,
