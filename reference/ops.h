@@ -112,7 +112,7 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
 /* Positions per block of attention's split-invariant sums (see the top of this file). */
 #define OPS_ATTN_BLOCK 16
 /* attention()'s largest head_dim (its block tree's partial sums live on the stack). */
-#define OPS_ATTN_MAX_HEAD_DIM 512
+#define OPS_ATTN_MAX_HEAD_DIM 256
 
 /* Causal GQA attention of one request over its cache.
  * out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i

@@ -11,6 +11,8 @@
  *   - every rank's logits bit-identical (the all-gathered head), two runs bit-identical, and
  *     a two-stage pipeline split at every layer bit-identical to one stage at the same TP.
  * Each rank loads fewer weight bytes than the whole model (its slice, never the whole).
+ * A 1,800-token context over 4 KVP ranks of 512 positions (and TP 2 x KVP 4) gives one
+ * rank's logits bit for bit.
  * Text cases only: the VL cases' text stacks take the same path (their vision inputs travel
  * with the forward items, which TP does not touch). */
 #include <math.h>
@@ -360,10 +362,53 @@ static void test_kvp_cases(void **state) {
     assert_true(ran >= 15);
 }
 
+/* Medha's goal at the model level: a 1,800-token prompt (prefilled in one call) and 8
+ * decode steps on a tiny model, one rank with a 1,808-position cache vs 4 KVP ranks of 512
+ * positions each (none holds the context) and TP 2 x KVP 4: the logits are bit-identical. */
+static void test_long_context(void **state) {
+    (void)state;
+    struct golden_case gc;
+    if (golden_case_open(&gc, "qwen3_gqa_tied")) fail_msg("%s", strata_last_error());
+    enum { PROMPT = 1800, STEPS = 8 };
+    struct golden_case lc = gc;
+    int32_t *ids = malloc((PROMPT + STEPS) * sizeof(int32_t));
+    assert_non_null(ids);
+    for (int i = 0; i < PROMPT + STEPS; ++i)
+        ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)gc.cfg.vocab_size);
+    lc.prompt = ids;
+    lc.n_prompt = PROMPT;
+    lc.generated = ids + PROMPT; /* teacher-forced decode ids */
+    lc.n_steps = STEPS;
+    const int L = gc.cfg.num_layers, whole[2] = {0, L};
+    const size_t n = (size_t)STEPS * (size_t)gc.cfg.vocab_size;
+    int held = 0;
+    float *one =
+        run_grid(&lc, &(struct grid){1, 1, 0, TP_MOE_EXPERT_PARALLEL}, whole, 1, NULL, NULL);
+    float *kvp4 =
+        run_grid(&lc, &(struct grid){1, 4, 512, TP_MOE_EXPERT_PARALLEL}, whole, 1, NULL, &held);
+    float *grid8 =
+        run_grid(&lc, &(struct grid){2, 4, 512, TP_MOE_EXPERT_PARALLEL}, whole, 1, NULL, NULL);
+    printf("qwen3_gqa_tied 1,800-token prompt + %d steps: KVP 4 x %d positions and TP 2 x KVP 4 "
+           "%s one rank's logits\n",
+           STEPS, held,
+           memcmp(kvp4, one, n * sizeof(float)) || memcmp(grid8, one, n * sizeof(float))
+               ? "DIFFER from"
+               : "bit-identical to");
+    assert_int_equal(held, 512);
+    assert_memory_equal(kvp4, one, n * sizeof(float));
+    assert_memory_equal(grid8, one, n * sizeof(float));
+    free(one);
+    free(kvp4);
+    free(grid8);
+    free(ids);
+    golden_case_close(&gc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_cases),
         cmocka_unit_test(test_kvp_cases),
+        cmocka_unit_test(test_long_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
