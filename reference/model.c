@@ -457,58 +457,85 @@ static void store_kv(struct reference_model *m, const struct layer_weights *L, s
     }
 }
 
+/* KVP: the rows of one call are attended in tiles of at most kvp_tile_rows() rows, so the
+ * scores kept between the two steps ([rows][nh][tokens]) stay under KVP_SCORE_FLOATS. The
+ * tile depends only on nh and the tokens per rank, the same on every rank of the KVP group,
+ * so every rank makes the same collective calls; a row's result does not depend on the
+ * tiling. */
+#define KVP_SCORE_FLOATS ((size_t)1 << 20) /* 4 MiB */
+
+static int kvp_tile_rows(const struct reference_model *m) {
+    const size_t per_row = (size_t)m->nh * (size_t)m->opt.kvp.tokens;
+    const size_t rows = KVP_SCORE_FLOATS / (per_row ? per_row : 1);
+    return rows < 1 ? 1 : rows > INT_MAX ? INT_MAX : (int)rows;
+}
+
+/* One step of rows [r0, r1) of the call: step 1 (scores, this rank's max into `max`) or
+ * step 2 (the partials into `part`, against the group's max in `max`). Rows of an item
+ * outside the tile are skipped; a row's offset in the tile indexes max, part and scores. */
+static void kvp_step(struct reference_model *m, const struct layer_weights *L, struct kv_cache *kv,
+                     const struct forward_item *items, int n_items, int r0, int r1, float *max,
+                     float *part, int step) {
+    const int D = m->cfg.head_dim, nh = m->nh;
+    const size_t qd = (size_t)nh * (size_t)D, stride = (size_t)kv->max_seq * (size_t)D;
+    const size_t held = (size_t)m->kvp_held, part_row = (size_t)nh * (size_t)(D + 2);
+    for (int it = 0, row = 0; it < n_items; row += items[it].n_tokens, ++it) {
+        const struct forward_item *item = &items[it];
+        const int a = row > r0 ? row : r0;
+        const int b = row + item->n_tokens < r1 ? row + item->n_tokens : r1;
+        if (a >= b) continue;
+        const size_t t = (size_t)(a - r0);
+        float *scores = m->kvp_scores + t * (size_t)nh * held;
+        if (step == 1)
+            attention_partial_max(max + t * (size_t)nh, scores, m->q + (size_t)a * qd,
+                                  kv_cache_k(kv, item->slot, L->index, 0), stride,
+                                  item->pos + (a - row), b - a, m->kvp_lo, m->kvp_held, nh, m->nkv,
+                                  D, m->pool);
+        else
+            attention_partial(part + t * part_row, scores, max + t * (size_t)nh,
+                              kv_cache_v(kv, item->slot, L->index, 0), stride,
+                              item->pos + (a - row), b - a, m->kvp_lo, m->kvp_held, nh, m->nkv, D,
+                              m->pool);
+    }
+}
+
 /* Attention of every item's rows over its cache: m->attn [N, nh*D] from m->q. Under KVP
  * (Medha) each rank scores the keys it holds, the group all-gathers the per-(row, head)
  * maxima and takes their max (exact), each rank sums its exponentials against that max over
- * its aligned blocks (one subtree of attention()'s block tree), and the partials of the
- * whole batch are all-gathered and merged by the tree's top: two all-gathers per layer, and
+ * its aligned blocks (one subtree of attention()'s block tree), and the partials are
+ * all-gathered and merged by the tree's top: two all-gathers per layer and row tile, and
  * the bits of one rank's attention(). */
 static int attend_items(struct reference_model *m, const struct layer_weights *L,
                         struct kv_cache *kv, const struct forward_item *items, int n_items, int N) {
-    const int D = m->cfg.head_dim, nh = m->nh, nkv = m->nkv;
-    const size_t qd = (size_t)nh * (size_t)D, stride = (size_t)kv->max_seq * (size_t)D;
-    const size_t part_row = (size_t)nh * (size_t)(D + 2), K = (size_t)m->kvp;
-    const size_t rows_nh = (size_t)N * (size_t)nh, held = (size_t)m->kvp_held;
-    int row = 0;
-    if (m->kvp <= 1) {
-        for (int it = 0; it < n_items; ++it) {
-            const struct forward_item *item = &items[it];
-            store_kv(m, L, kv, item, row);
+    const int D = m->cfg.head_dim, nh = m->nh;
+    const size_t qd = (size_t)nh * (size_t)D, K = (size_t)m->kvp;
+    const size_t part_row = (size_t)nh * (size_t)(D + 2);
+    for (int it = 0, row = 0; it < n_items; row += items[it].n_tokens, ++it) {
+        store_kv(m, L, kv, &items[it], row);
+        if (m->kvp <= 1)
             attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd,
-                      kv_cache_k(kv, item->slot, L->index, 0),
-                      kv_cache_v(kv, item->slot, L->index, 0), stride, m->scores, item->pos,
-                      item->n_tokens, nh, nkv, D, m->pool);
-            row += item->n_tokens;
-        }
-        return STRATA_OK;
+                      kv_cache_k(kv, items[it].slot, L->index, 0),
+                      kv_cache_v(kv, items[it].slot, L->index, 0), (size_t)kv->max_seq * (size_t)D,
+                      m->scores, items[it].pos, items[it].n_tokens, nh, m->nkv, D, m->pool);
     }
-    float *max_all = m->kvp_max, *max = m->kvp_max + K * rows_nh;
-    float *mine = m->kvp_part + K * (size_t)N * part_row;
-    for (int it = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        store_kv(m, L, kv, item, row);
-        attention_partial_max(max + (size_t)row * nh, m->kvp_scores + (size_t)row * nh * held,
-                              m->q + (size_t)row * qd, kv_cache_k(kv, item->slot, L->index, 0),
-                              stride, item->pos, item->n_tokens, m->kvp_lo, m->kvp_held, nh, nkv, D,
-                              m->pool);
-        row += item->n_tokens;
-    }
+    if (m->kvp <= 1) return STRATA_OK;
     const struct reference_collective *coll = &m->opt.kvp.coll;
-    int rc = coll->allgather(coll->ctx, max_all, max, rows_nh);
-    if (rc) return rc;
-    for (size_t t = 0; t < rows_nh; ++t)
-        for (size_t k = 0; k < K; ++k)
-            if (max_all[k * rows_nh + t] > max[t]) max[t] = max_all[k * rows_nh + t];
-    row = 0;
-    for (int it = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        attention_partial(mine + (size_t)row * part_row, m->kvp_scores + (size_t)row * nh * held,
-                          max + (size_t)row * nh, kv_cache_v(kv, item->slot, L->index, 0), stride,
-                          item->pos, item->n_tokens, m->kvp_lo, m->kvp_held, nh, nkv, D, m->pool);
-        row += item->n_tokens;
+    const int tile = kvp_tile_rows(m);
+    for (int r0 = 0; r0 < N; r0 += tile) {
+        const int r1 = N - r0 < tile ? N : r0 + tile;
+        const size_t rows_nh = (size_t)(r1 - r0) * (size_t)nh, rows = (size_t)(r1 - r0);
+        float *max_all = m->kvp_max, *max = m->kvp_max + K * rows_nh;
+        float *mine = m->kvp_part + K * rows * part_row;
+        kvp_step(m, L, kv, items, n_items, r0, r1, max, NULL, 1);
+        int rc = coll->allgather(coll->ctx, max_all, max, rows_nh);
+        if (rc) return rc;
+        for (size_t t = 0; t < rows_nh; ++t)
+            for (size_t k = 0; k < K; ++k)
+                if (max_all[k * rows_nh + t] > max[t]) max[t] = max_all[k * rows_nh + t];
+        kvp_step(m, L, kv, items, n_items, r0, r1, max, mine, 2);
+        if ((rc = coll->allgather(coll->ctx, m->kvp_part, mine, rows * part_row))) return rc;
+        attention_merge(m->attn + (size_t)r0 * qd, m->kvp_part, m->kvp, r1 - r0, nh, D);
     }
-    if ((rc = coll->allgather(coll->ctx, m->kvp_part, mine, (size_t)N * part_row))) return rc;
-    attention_merge(m->attn, m->kvp_part, m->kvp, N, nh, D);
     return STRATA_OK;
 }
 
@@ -596,11 +623,12 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
                                kv->num_slots, max_seq, c->num_layers, rows, ctx);
 }
 
-/* KVP: room for N rows' gathered partials and this rank's own ([kvp + 1][N][nh][D + 2]),
- * the gathered maxima and the group's max ([kvp + 1][N][nh]), and the scores of this rank's
- * keys ([N][nh][held]). */
+/* KVP: room for a tile of N rows' gathered partials and this rank's own
+ * ([kvp + 1][N][nh][D + 2]), the gathered maxima and the group's max ([kvp + 1][N][nh]), and
+ * the scores of this rank's keys ([N][nh][held]). */
 static int ensure_kvp_part(struct reference_model *m, int N) {
     if (m->kvp <= 1) return STRATA_OK;
+    if (N > kvp_tile_rows(m)) N = kvp_tile_rows(m);
     const size_t rows_nh = (size_t)N * (size_t)m->nh, K1 = (size_t)m->kvp + 1;
     const size_t part = K1 * rows_nh * (size_t)(m->cfg.head_dim + 2) + K1 * rows_nh;
     const size_t scores = rows_nh * (size_t)m->kvp_held;

@@ -362,9 +362,10 @@ static void test_kvp_cases(void **state) {
     assert_true(ran >= 15);
 }
 
-/* Medha's goal at the model level: a 1,800-token prompt (prefilled in one call) and 8
- * decode steps on a tiny model, one rank with a 1,808-position cache vs 4 KVP ranks of 512
- * positions each (none holds the context) and TP 2 x KVP 4: the logits are bit-identical. */
+/* Medha's goal at the model level: a 1,800-token prompt (prefilled in one call, which KVP
+ * attends in tiles of 512 rows to bound the kept scores) and 8 decode steps on a tiny model,
+ * one rank with a 1,808-position cache vs 4 KVP ranks of 512 positions each (none holds the
+ * context) and TP 2 x KVP 4 (tiles of 1,024 rows): the logits are bit-identical. */
 static void test_long_context(void **state) {
     (void)state;
     struct golden_case gc;
