@@ -1,17 +1,62 @@
 /* CUDA causal GQA attention: one block per (query i, head h), 128 threads. Scores are
  * computed one key per thread (sequential dot over d), the max by a block reduction
- * (exact in any order), the exps in parallel, the sum sequentially by thread 0 in
- * ascending j (the reference's order), and P·V one output element per thread, sequential
- * over j. The scores of block b live in scratch row b. */
+ * (exact in any order), the exps in parallel; then the reference's split-invariant order
+ * (reference/ops.h): per aligned block of OPS_ATTN_BLOCK positions the sum of exps (thread
+ * 0) and of e_j v_j[d] (thread d), sequential in ascending j, the blocks combined by the
+ * aligned binary tree, kept per thread as the reference's binary counter (tree_acc in
+ * reference/ops.c). The scores of block b live in scratch row b. */
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
 #include "kernels/attention.h"
+#include "reference/ops.h"
 }
 
 static const int kThreads = 128;
+static const int kTreeDepth = 32; /* 2^32 blocks */
+
+/* One thread's binary counter over blocks: push a block's sum; equal-sized neighbours merge
+ * (left + right); finish folds the rest right to left. reference/ops.c's tree_acc, scalar. */
+struct TreeAcc {
+    float v[kTreeDepth];
+    int level[kTreeDepth];
+    int top;
+};
+
+__device__ static inline void tree_push(TreeAcc &a, float x) {
+    a.v[a.top] = x;
+    a.level[a.top++] = 0;
+    while (a.top >= 2 && a.level[a.top - 2] == a.level[a.top - 1]) {
+        a.v[a.top - 2] = __fadd_rn(a.v[a.top - 2], a.v[a.top - 1]);
+        a.level[a.top - 2]++;
+        a.top--;
+    }
+}
+
+__device__ static inline float tree_finish(TreeAcc &a) {
+    for (int i = a.top - 1; i >= 1; --i)
+        a.v[i - 1] = __fadd_rn(a.v[i - 1], a.v[i]);
+    return a.v[0];
+}
+
+/* The aligned tree over the blocks of exps[0, ctx_len) (times values[j * d_len + d] when
+ * values is not NULL), each block summed in ascending j from 0. */
+__device__ static float block_tree(const float *exps, const float *values, int ctx_len,
+                                   int d_len, int d) {
+    TreeAcc a;
+    a.top = 0;
+    for (int b0 = 0; b0 < ctx_len; b0 += OPS_ATTN_BLOCK) {
+        const int b1 = min(b0 + OPS_ATTN_BLOCK, ctx_len);
+        float acc = 0.0f;
+        for (int j = b0; j < b1; ++j)
+            acc = __fadd_rn(acc, values ? __fmul_rn(exps[j], values[(size_t)j * (size_t)d_len + d])
+                                        : exps[j]);
+        tree_push(a, acc);
+    }
+    return tree_finish(a);
+}
 
 __global__ static void attention_kernel(float *out, const float *q, const float *k_cache,
                                         const float *v_cache, size_t kv_head_stride,
@@ -51,24 +96,12 @@ __global__ static void attention_kernel(float *out, const float *q, const float 
     for (int j = threadIdx.x; j < ctx_len; j += blockDim.x)
         scores[j] = expf(__fsub_rn(scores[j], max));
     __syncthreads();
-    if (threadIdx.x == 0) {
-        float sum = 0.0f;
-        for (int j = 0; j < ctx_len; ++j)
-            sum = __fadd_rn(sum, scores[j]);
-        row_inv = __fdiv_rn(1.0f, sum);
-    }
+    if (threadIdx.x == 0) row_inv = __fdiv_rn(1.0f, block_tree(scores, NULL, ctx_len, d_len, 0));
     __syncthreads();
     const float inv = row_inv;
-    for (int j = threadIdx.x; j < ctx_len; j += blockDim.x)
-        scores[j] = __fmul_rn(scores[j], inv);
-    __syncthreads();
     float *o = out + ((size_t)i * (size_t)nh + (size_t)h) * (size_t)d_len;
-    for (int d = threadIdx.x; d < d_len; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int j = 0; j < ctx_len; ++j)
-            acc = __fadd_rn(acc, __fmul_rn(scores[j], values[(size_t)j * (size_t)d_len + d]));
-        o[d] = acc;
-    }
+    for (int d = threadIdx.x; d < d_len; d += blockDim.x)
+        o[d] = __fmul_rn(block_tree(scores, values, ctx_len, d_len, d), inv);
 }
 
 extern "C" int cuda_attention(float *out, const float *q, const float *k_cache,

@@ -15,11 +15,13 @@
  * (query, head) pair, instead of one per CPU thread).
  *
  * Numerics: one block per (query, head); each score is the reference's sequential q·k in
- * ascending d times D^-0.5; the softmax takes the exact max, expf (CUDA's, within 2 ulp of
- * glibc's), one sequential sum in ascending j and the reciprocal; each output element is
- * the sequential P·V sum in ascending j. Everything but expf is the reference's operation
- * sequence (nvcc --fmad=false), and nothing depends on n, on other requests or on the
- * launch geometry. Asynchronous on `stream`; 0 or STRATA_EINVAL / STRATA_EDEVICE. */
+ * ascending d times D^-0.5; the softmax takes the exact max and expf (CUDA's, within 2 ulp
+ * of glibc's); the sum of exps and each output element's sum of e_j v_j[d] follow the
+ * reference's split-invariant order (per aligned block of OPS_ATTN_BLOCK positions in
+ * ascending j, the blocks combined by the aligned binary tree), then times the reciprocal of
+ * the sum. Everything but expf is the reference's operation sequence (nvcc --fmad=false),
+ * and nothing depends on n, on other requests or on the launch geometry. Asynchronous on
+ * `stream`; 0 or STRATA_EINVAL / STRATA_EDEVICE. */
 int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                    size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
                    int head_dim, void *stream);

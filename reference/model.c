@@ -11,11 +11,17 @@
 #include "reference/model_internal.h"
 #include "runtime/base/status.h"
 
+#define MOE_MAX_TOP_K 64 /* moe_combine_rows' per-row list */
+
+/* The plan's refusals (runtime/model/tp_shard.h) and the ops' trees must agree. */
+_Static_assert(GRID_SPLIT_LEAVES == OPS_SPLIT_LEAVES, "TP leaves: tp_shard.h vs ops.h");
+_Static_assert(GRID_KV_BLOCK == OPS_ATTN_BLOCK, "KVP block: tp_shard.h vs ops.h");
+
 static void free_scratch(struct reference_model *m) {
     float **bufs[] = {
         &m->norm,         &m->proj,   &m->q,        &m->k,        &m->v,      &m->attn,
         &m->ffn_gate,     &m->ffn_up, &m->rope_cos, &m->rope_sin, &m->scores, &m->router,
-        &m->route_weight, &m->moe_x,  &m->moe_y,    &m->moe_w};
+        &m->route_weight, &m->moe_x,  &m->moe_y,    &m->moe_slot};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
         free(*bufs[i]);
         *bufs[i] = NULL;
@@ -24,8 +30,10 @@ static void free_scratch(struct reference_model *m) {
     free(m->moe_row);
     free(m->logit_part);
     free(m->kvp_part);
-    m->kvp_part = NULL;
-    m->cap_kvp_part = 0;
+    free(m->kvp_scores);
+    free(m->tp_part);
+    m->kvp_part = m->kvp_scores = m->tp_part = NULL;
+    m->cap_kvp_part = m->cap_kvp_scores = m->cap_tp_part = 0;
     m->route_expert = NULL;
     m->moe_row = NULL;
     m->logit_part = NULL;
@@ -65,6 +73,12 @@ static int init_kvp(struct reference_model *m) {
             "reference_model: KVP rank %d of %d, %d tokens per rank, max_seq %d "
             "(and an all-gather) needed",
             o->rank, o->kvp, o->tokens, o->max_seq);
+    if (!kvp_tokens_aligned(o->tokens))
+        return strata_set_error(STRATA_EINVAL,
+                                "reference_model: %d KV tokens per KVP rank is not %d x a power "
+                                "of two (each rank's keys must be one subtree of attention's "
+                                "block tree)",
+                                o->tokens, GRID_KV_BLOCK);
     struct grid_config grid = {.pp = 1, .tp = 1, .kvp = o->kvp, .kvp_tokens = o->tokens};
     struct tp_range r = kvp_token_range(&grid, o->rank, o->max_seq);
     if ((int64_t)o->tokens * o->kvp < o->max_seq || r.end <= r.start)
@@ -99,6 +113,15 @@ static int init_shard(struct reference_model *m) {
         m->moe_ffn = sh->expert_ffn.end - sh->expert_ffn.start;
         m->vocab_start = sh->vocab.start;
         m->vocab_n = sh->vocab.end - sh->vocab.start;
+        m->experts_lo = sh->experts.start;
+        m->experts_hi = sh->experts.end;
+        m->moe_split = m->moe_ffn < c->moe_intermediate_size;
+        if (OPS_SPLIT_LEAVES % m->tp)
+            return strata_set_error(STRATA_EINVAL,
+                                    "reference_model: TP %d does not divide the %d leaves of a "
+                                    "split dot product",
+                                    m->tp, OPS_SPLIT_LEAVES);
+        m->leaves = OPS_SPLIT_LEAVES / m->tp;
         return STRATA_OK;
     }
     m->tp = 1;
@@ -108,6 +131,10 @@ static int init_shard(struct reference_model *m) {
     m->moe_ffn = c->moe_intermediate_size;
     m->vocab_start = 0;
     m->vocab_n = c->vocab_size;
+    m->experts_lo = 0;
+    m->experts_hi = c->num_experts;
+    m->moe_split = 0;
+    m->leaves = OPS_SPLIT_LEAVES;
     return STRATA_OK;
 }
 
@@ -127,13 +154,14 @@ int reference_model_load(struct reference_model **out, const struct model_config
         return strata_set_error(STRATA_ERANGE,
                                 "reference_model: layer range [%d,%d) invalid for %d layers",
                                 opt->layer_start, opt->layer_end, cfg->num_layers);
-    if (cfg->head_dim <= 0 || cfg->head_dim % 2 || cfg->num_kv_heads <= 0 ||
-        cfg->num_heads % cfg->num_kv_heads)
+    if (cfg->head_dim <= 0 || cfg->head_dim % 2 || cfg->head_dim > OPS_ATTN_MAX_HEAD_DIM ||
+        cfg->num_kv_heads <= 0 || cfg->num_heads % cfg->num_kv_heads)
         return strata_set_error(STRATA_EINVAL,
                                 "reference_model: unsupported heads (nh %d, nkv %d, head_dim %d)",
                                 cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     if (cfg->num_experts > 0 &&
-        (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts))
+        (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts ||
+         cfg->num_experts_per_tok > MOE_MAX_TOP_K))
         return strata_set_error(STRATA_EINVAL, "reference_model: top-k %d with %d experts",
                                 cfg->num_experts_per_tok, cfg->num_experts);
     struct reference_model *m = calloc(1, sizeof *m);
@@ -217,7 +245,7 @@ static int ensure_scratch(struct reference_model *m, int rows, int ctx) {
         {&m->route_weight, r * K},
         {&m->moe_x, r * H},
         {&m->moe_y, r * H},
-        {&m->moe_w, r},
+        {&m->moe_slot, r * K * H},
     };
     size_t bytes = 0;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i) {
@@ -238,10 +266,36 @@ nomem:
                             rows);
 }
 
-/* Megatron's one all-reduce after a row-parallel projection (a no-op without TP). */
+/* The embedding's all-reduce (a no-op without TP): one rank's row plus zeros, exact in any
+ * order. */
 static int tp_allreduce(const struct reference_model *m, float *x, size_t n) {
     if (m->tp <= 1) return STRATA_OK;
     return m->opt.coll.allreduce_sum(m->opt.coll.ctx, x, n);
+}
+
+/* Room for an all-gather of n floats from every TP rank. */
+static int ensure_tp_part(struct reference_model *m, size_t n) {
+    const size_t need = (size_t)m->tp * n;
+    if (need <= m->cap_tp_part) return STRATA_OK;
+    float *grown = realloc(m->tp_part, need * sizeof(float));
+    if (!grown) return strata_set_error(STRATA_ENOMEM, "reference_forward: no memory for TP");
+    m->tp_part = grown;
+    m->cap_tp_part = need;
+    return STRATA_OK;
+}
+
+/* Megatron's one all-reduce after a row-parallel projection (a no-op without TP). Each
+ * rank's x is the subtree of its leaves of every dot product (matmul_split); the ranks'
+ * subtrees are added by the top of the same tree, so the sum has one rank's bits. Two
+ * ranks: p0 + p1, which is the group's rank-order all-reduce; more: an all-gather and
+ * ops_tree_sum ((p0 + p1) + (p2 + p3), not the all-reduce's ((p0 + p1) + p2) + p3). */
+static int tp_reduce(struct reference_model *m, float *x, size_t n) {
+    if (m->tp <= 1) return STRATA_OK;
+    if (m->tp == 2) return m->opt.coll.allreduce_sum(m->opt.coll.ctx, x, n);
+    int rc = ensure_tp_part(m, n);
+    if (!rc) rc = m->opt.coll.allgather(m->opt.coll.ctx, m->tp_part, x, n);
+    if (!rc) ops_tree_sum(x, m->tp_part, m->tp, n);
+    return rc;
 }
 
 int reference_embed(const struct reference_model *m, float *hidden, const int32_t *tokens, int n) {
@@ -273,28 +327,85 @@ static void add_bias(float *x, const float *bias, int n, int dim) {
         vec_add(x + (size_t)i * (size_t)dim, bias, dim);
 }
 
-/* out [N, H] = Σ over each row's top-k experts, ascending expert index (HF's index_add
- * order), of weight × expert(x). Tokens routed to one expert run as one batch. Under TP the
- * sum covers the experts this rank holds (an expert another rank holds has no weights
- * here), each cut to the rank's columns; the caller's all-reduce completes it. */
-static void moe_block(struct reference_model *m, const struct layer_weights *L, float *out,
-                      const float *x, int N) {
+/* Adds slots ids[0..c) [H] (their experts ex[0..c) ascending, all in [a, b)) by the halving
+ * tree over expert indices: node [a, b) = [a, mid) + [mid, b), mid = a + (b - a) / 2, empty
+ * nodes skipped. The sum lands in slot ids[0]. */
+static void expert_tree(float *slots, const int *ids, const int *ex, int c, int a, int b, int H) {
+    while (c > 1) {
+        const int mid = a + (b - a) / 2;
+        int s = 0;
+        while (s < c && ex[s] < mid)
+            ++s;
+        if (s == 0 || s == c) { /* one half is empty: descend into the other */
+            if (s == 0)
+                a = mid;
+            else
+                b = mid;
+            continue;
+        }
+        expert_tree(slots, ids, ex, s, a, mid, H);
+        expert_tree(slots, ids + s, ex + s, c - s, mid, b, H);
+        vec_add(slots + (size_t)ids[0] * (size_t)H, slots + (size_t)ids[s] * (size_t)H, H);
+        return;
+    }
+}
+
+/* out [N, H] row i = the expert tree over row i's held top-k slots (m->moe_slot [N*K][H],
+ * each weight × expert output), zeros when it holds none. */
+static void moe_combine_rows(struct reference_model *m, float *out, int N) {
+    const int H = m->cfg.hidden_size, K = m->cfg.num_experts_per_tok;
+    int ids[MOE_MAX_TOP_K], ex[MOE_MAX_TOP_K];
+    for (int i = 0; i < N; ++i) {
+        int c = 0;
+        for (int t = 0; t < K; ++t) {
+            const int e = m->route_expert[(size_t)i * (size_t)K + (size_t)t];
+            if (e < m->experts_lo || e >= m->experts_hi) continue; /* another rank's */
+            int at = c++;
+            for (; at > 0 && ex[at - 1] > e; --at) { /* ascending expert index */
+                ex[at] = ex[at - 1];
+                ids[at] = ids[at - 1];
+            }
+            ex[at] = e;
+            ids[at] = i * K + t;
+        }
+        float *o = out + (size_t)i * (size_t)H;
+        if (!c) {
+            memset(o, 0, (size_t)H * sizeof(float));
+            continue;
+        }
+        expert_tree(m->moe_slot, ids, ex, c, m->experts_lo, m->experts_hi, H);
+        memcpy(o, m->moe_slot + (size_t)ids[0] * (size_t)H, (size_t)H * sizeof(float));
+    }
+}
+
+/* out [N, H] = Σ over each row's top-k experts of weight × expert(x), added by the halving
+ * tree over expert indices (expert_tree; HF adds in ascending expert index, which rounds
+ * within the golden tolerance). Tokens routed to one expert run as one batch; each expert's
+ * down projection is a matmul_split. Under TP:
+ *   - --moe expert: the rank holds the experts of one node of that tree ([t·E/T, (t+1)·E/T),
+ *     T a power of two dividing E); its partial is that node's sum (zeros for a row with none
+ *     of them) and the caller's tp_reduce adds the nodes by the tree's top;
+ *   - --moe split: the rank holds 1/T of every expert's columns. Each (row, expert) output's
+ *     partials are all-gathered and tree-summed before the weight multiplies them (weighting
+ *     the partials first would round differently), so out is complete here: *reduced = 1.
+ *     That all-gather carries top-k times the bytes of an all-reduce. */
+static int moe_block(struct reference_model *m, const struct layer_weights *L, float *out,
+                     const float *x, int N, int *reduced) {
     const struct model_config *c = &m->cfg;
     int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
-    int I = m->moe_ffn;
+    int I = m->moe_ffn, rc = STRATA_OK;
+    *reduced = m->tp <= 1 || m->moe_split;
     matmul(m->router, x, &L->router, N, m->pool);
     for (int i = 0; i < N; ++i)
         moe_route(m->route_expert + (size_t)i * (size_t)K, m->route_weight + (size_t)i * (size_t)K,
                   m->router + (size_t)i * (size_t)E, c->norm_topk_prob, E, K);
-    memset(out, 0, (size_t)N * (size_t)H * sizeof(float));
     for (int e = 0; e < E; ++e) {
         int count = 0;
         if (!L->expert_gate[e].data) continue; /* held by another TP rank */
         for (int i = 0; i < N; ++i)
             for (int t = 0; t < K; ++t)
                 if (m->route_expert[(size_t)i * (size_t)K + (size_t)t] == e) {
-                    m->moe_row[count] = i;
-                    m->moe_w[count] = m->route_weight[(size_t)i * (size_t)K + (size_t)t];
+                    m->moe_row[count] = i * K + t;
                     memcpy(m->moe_x + (size_t)count * (size_t)H, x + (size_t)i * (size_t)H,
                            (size_t)H * sizeof(float));
                     count++;
@@ -303,15 +414,29 @@ static void moe_block(struct reference_model *m, const struct layer_weights *L, 
         matmul(m->ffn_gate, m->moe_x, &L->expert_gate[e], count, m->pool);
         matmul(m->ffn_up, m->moe_x, &L->expert_up[e], count, m->pool);
         swiglu(m->ffn_gate, m->ffn_gate, m->ffn_up, count * I);
-        matmul(m->moe_y, m->ffn_gate, &L->expert_down[e], count, m->pool);
-        for (int j = 0; j < count; ++j) {
-            float *o = out + (size_t)m->moe_row[j] * (size_t)H;
-            const float *y = m->moe_y + (size_t)j * (size_t)H;
-            float w = m->moe_w[j];
-            for (int d = 0; d < H; ++d)
-                o[d] += y[d] * w;
-        }
+        matmul_split(m->moe_y, m->ffn_gate, &L->expert_down[e], count,
+                     m->moe_split ? m->leaves : OPS_SPLIT_LEAVES, m->pool);
+        for (int j = 0; j < count; ++j)
+            memcpy(m->moe_slot + (size_t)m->moe_row[j] * (size_t)H,
+                   m->moe_y + (size_t)j * (size_t)H, (size_t)H * sizeof(float));
     }
+    const size_t slots = (size_t)N * (size_t)K * (size_t)H;
+    if (m->moe_split && m->tp > 1) {
+        if ((rc = ensure_tp_part(m, slots)) ||
+            (rc = m->opt.coll.allgather(m->opt.coll.ctx, m->tp_part, m->moe_slot, slots)))
+            return rc;
+        ops_tree_sum(m->moe_slot, m->tp_part, m->tp, slots);
+    }
+    for (size_t s = 0; s < (size_t)N * (size_t)K; ++s) {
+        const int e = m->route_expert[s];
+        if (e < m->experts_lo || e >= m->experts_hi) continue;
+        float *y = m->moe_slot + s * (size_t)H;
+        const float w = m->route_weight[s];
+        for (int d = 0; d < H; ++d)
+            y[d] *= w;
+    }
+    moe_combine_rows(m, out, N);
+    return rc;
 }
 
 /* KV positions [pos, pos + n) of one item -> this rank's cache (all of them, or under KVP
@@ -332,35 +457,85 @@ static void store_kv(struct reference_model *m, const struct layer_weights *L, s
     }
 }
 
+/* KVP: the rows of one call are attended in tiles of at most kvp_tile_rows() rows, so the
+ * scores kept between the two steps ([rows][nh][tokens]) stay under KVP_SCORE_FLOATS. The
+ * tile depends only on nh and the tokens per rank, the same on every rank of the KVP group,
+ * so every rank makes the same collective calls; a row's result does not depend on the
+ * tiling. */
+#define KVP_SCORE_FLOATS ((size_t)1 << 20) /* 4 MiB */
+
+static int kvp_tile_rows(const struct reference_model *m) {
+    const size_t per_row = (size_t)m->nh * (size_t)m->opt.kvp.tokens;
+    const size_t rows = KVP_SCORE_FLOATS / (per_row ? per_row : 1);
+    return rows < 1 ? 1 : rows > INT_MAX ? INT_MAX : (int)rows;
+}
+
+/* One step of rows [r0, r1) of the call: step 1 (scores, this rank's max into `max`) or
+ * step 2 (the partials into `part`, against the group's max in `max`). Rows of an item
+ * outside the tile are skipped; a row's offset in the tile indexes max, part and scores. */
+static void kvp_step(struct reference_model *m, const struct layer_weights *L, struct kv_cache *kv,
+                     const struct forward_item *items, int n_items, int r0, int r1, float *max,
+                     float *part, int step) {
+    const int D = m->cfg.head_dim, nh = m->nh;
+    const size_t qd = (size_t)nh * (size_t)D, stride = (size_t)kv->max_seq * (size_t)D;
+    const size_t held = (size_t)m->kvp_held, part_row = (size_t)nh * (size_t)(D + 2);
+    for (int it = 0, row = 0; it < n_items; row += items[it].n_tokens, ++it) {
+        const struct forward_item *item = &items[it];
+        const int a = row > r0 ? row : r0;
+        const int b = row + item->n_tokens < r1 ? row + item->n_tokens : r1;
+        if (a >= b) continue;
+        const size_t t = (size_t)(a - r0);
+        float *scores = m->kvp_scores + t * (size_t)nh * held;
+        if (step == 1)
+            attention_partial_max(max + t * (size_t)nh, scores, m->q + (size_t)a * qd,
+                                  kv_cache_k(kv, item->slot, L->index, 0), stride,
+                                  item->pos + (a - row), b - a, m->kvp_lo, m->kvp_held, nh, m->nkv,
+                                  D, m->pool);
+        else
+            attention_partial(part + t * part_row, scores, max + t * (size_t)nh,
+                              kv_cache_v(kv, item->slot, L->index, 0), stride,
+                              item->pos + (a - row), b - a, m->kvp_lo, m->kvp_held, nh, m->nkv, D,
+                              m->pool);
+    }
+}
+
 /* Attention of every item's rows over its cache: m->attn [N, nh*D] from m->q. Under KVP
- * each rank computes its partials over the keys it holds, the partials of the whole batch
- * are all-gathered once per layer and merged in rank order (Medha). */
+ * (Medha) each rank scores the keys it holds, the group all-gathers the per-(row, head)
+ * maxima and takes their max (exact), each rank sums its exponentials against that max over
+ * its aligned blocks (one subtree of attention()'s block tree), and the partials are
+ * all-gathered and merged by the tree's top: two all-gathers per layer and row tile, and
+ * the bits of one rank's attention(). */
 static int attend_items(struct reference_model *m, const struct layer_weights *L,
                         struct kv_cache *kv, const struct forward_item *items, int n_items, int N) {
-    const int D = m->cfg.head_dim, nh = m->nh, nkv = m->nkv;
-    const size_t qd = (size_t)nh * (size_t)D, stride = (size_t)kv->max_seq * (size_t)D;
-    const size_t part_row = (size_t)nh * (size_t)(D + 2), K = (size_t)m->kvp;
-    float *mine = m->kvp > 1 ? m->kvp_part + K * (size_t)N * part_row : NULL;
-    int row = 0;
-    for (int it = 0; it < n_items; ++it) {
-        const struct forward_item *item = &items[it];
-        const float *kc = kv_cache_k(kv, item->slot, L->index, 0);
-        const float *vc = kv_cache_v(kv, item->slot, L->index, 0);
-        store_kv(m, L, kv, item, row);
-        if (m->kvp > 1)
-            attention_partial(mine + (size_t)row * part_row, m->q + (size_t)row * qd, kc, vc,
-                              stride, m->scores, item->pos, item->n_tokens, m->kvp_lo, m->kvp_held,
-                              nh, nkv, D, m->pool);
-        else
-            attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd, kc, vc, stride,
-                      m->scores, item->pos, item->n_tokens, nh, nkv, D, m->pool);
-        row += item->n_tokens;
+    const int D = m->cfg.head_dim, nh = m->nh;
+    const size_t qd = (size_t)nh * (size_t)D, K = (size_t)m->kvp;
+    const size_t part_row = (size_t)nh * (size_t)(D + 2);
+    for (int it = 0, row = 0; it < n_items; row += items[it].n_tokens, ++it) {
+        store_kv(m, L, kv, &items[it], row);
+        if (m->kvp <= 1)
+            attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd,
+                      kv_cache_k(kv, items[it].slot, L->index, 0),
+                      kv_cache_v(kv, items[it].slot, L->index, 0), (size_t)kv->max_seq * (size_t)D,
+                      m->scores, items[it].pos, items[it].n_tokens, nh, m->nkv, D, m->pool);
     }
     if (m->kvp <= 1) return STRATA_OK;
-    int rc =
-        m->opt.kvp.coll.allgather(m->opt.kvp.coll.ctx, m->kvp_part, mine, (size_t)N * part_row);
-    if (rc) return rc;
-    attention_merge(m->attn, m->kvp_part, m->kvp, N, nh, D);
+    const struct reference_collective *coll = &m->opt.kvp.coll;
+    const int tile = kvp_tile_rows(m);
+    for (int r0 = 0; r0 < N; r0 += tile) {
+        const int r1 = N - r0 < tile ? N : r0 + tile;
+        const size_t rows_nh = (size_t)(r1 - r0) * (size_t)nh, rows = (size_t)(r1 - r0);
+        float *max_all = m->kvp_max, *max = m->kvp_max + K * rows_nh;
+        float *mine = m->kvp_part + K * rows * part_row;
+        kvp_step(m, L, kv, items, n_items, r0, r1, max, NULL, 1);
+        int rc = coll->allgather(coll->ctx, max_all, max, rows_nh);
+        if (rc) return rc;
+        for (size_t t = 0; t < rows_nh; ++t)
+            for (size_t k = 0; k < K; ++k)
+                if (max_all[k * rows_nh + t] > max[t]) max[t] = max_all[k * rows_nh + t];
+        kvp_step(m, L, kv, items, n_items, r0, r1, max, mine, 2);
+        if ((rc = coll->allgather(coll->ctx, m->kvp_part, mine, rows * part_row))) return rc;
+        attention_merge(m->attn + (size_t)r0 * qd, m->kvp_part, m->kvp, r1 - r0, nh, D);
+    }
     return STRATA_OK;
 }
 
@@ -392,23 +567,24 @@ static int layer_forward(struct reference_model *m, const struct layer_weights *
                    m->rope_sin + (size_t)i * half, nkv, D);
     }
     if ((rc = attend_items(m, L, kv, items, n_items, N))) return rc;
-    matmul(m->proj, m->attn, &L->o, N, m->pool);
-    if ((rc = tp_allreduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
+    matmul_split(m->proj, m->attn, &L->o, N, m->leaves, m->pool);
+    if ((rc = tp_reduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
     add_bias(m->proj, L->o_bias, N, H);
     vec_add(hidden, m->proj, N * H);
 
     /* MLP block: h = h + MLP_or_MoE(RMSNorm_post(h)). */
     rmsnorm(m->norm, hidden, L->post_norm, eps, N, H);
+    int reduced = m->tp <= 1;
     if (L->is_moe) {
-        moe_block(m, L, m->proj, m->norm, N);
+        if ((rc = moe_block(m, L, m->proj, m->norm, N, &reduced))) return rc;
     } else {
         int F = m->ffn;
         matmul(m->ffn_gate, m->norm, &L->gate, N, m->pool);
         matmul(m->ffn_up, m->norm, &L->up, N, m->pool);
         swiglu(m->ffn_gate, m->ffn_gate, m->ffn_up, N * F);
-        matmul(m->proj, m->ffn_gate, &L->down, N, m->pool);
+        matmul_split(m->proj, m->ffn_gate, &L->down, N, m->leaves, m->pool);
     }
-    if ((rc = tp_allreduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
+    if (!reduced && (rc = tp_reduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
     vec_add(hidden, m->proj, N * H);
 
     /* DeepStack (spec §5.4): after layer k's output, add feature k on visual rows. */
@@ -447,17 +623,31 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
                                kv->num_slots, max_seq, c->num_layers, rows, ctx);
 }
 
-/* KVP: room for the gathered partials of N rows and this rank's own. */
+/* KVP: room for a tile of N rows' gathered partials and this rank's own
+ * ([kvp + 1][N][nh][D + 2]), the gathered maxima and the group's max ([kvp + 1][N][nh]), and
+ * the scores of this rank's keys ([N][nh][held]). */
 static int ensure_kvp_part(struct reference_model *m, int N) {
     if (m->kvp <= 1) return STRATA_OK;
-    const size_t need =
-        (size_t)(m->kvp + 1) * (size_t)N * (size_t)m->nh * (size_t)(m->cfg.head_dim + 2);
-    if (need <= m->cap_kvp_part) return STRATA_OK;
-    float *grown = realloc(m->kvp_part, need * sizeof(float));
-    if (!grown) return strata_set_error(STRATA_ENOMEM, "reference_forward: no memory for KVP");
-    m->kvp_part = grown;
-    m->cap_kvp_part = need;
+    if (N > kvp_tile_rows(m)) N = kvp_tile_rows(m);
+    const size_t rows_nh = (size_t)N * (size_t)m->nh, K1 = (size_t)m->kvp + 1;
+    const size_t part = K1 * rows_nh * (size_t)(m->cfg.head_dim + 2) + K1 * rows_nh;
+    const size_t scores = rows_nh * (size_t)m->kvp_held;
+    if (part > m->cap_kvp_part) {
+        float *grown = realloc(m->kvp_part, part * sizeof(float));
+        if (!grown) goto nomem;
+        m->kvp_part = grown;
+        m->cap_kvp_part = part;
+    }
+    if (scores > m->cap_kvp_scores) {
+        float *grown = realloc(m->kvp_scores, scores * sizeof(float));
+        if (!grown) goto nomem;
+        m->kvp_scores = grown;
+        m->cap_kvp_scores = scores;
+    }
+    m->kvp_max = m->kvp_part + K1 * rows_nh * (size_t)(m->cfg.head_dim + 2);
     return STRATA_OK;
+nomem:
+    return strata_set_error(STRATA_ENOMEM, "reference_forward: no memory for KVP (%d rows)", N);
 }
 
 int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hidden,
@@ -467,7 +657,6 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     if ((rc = check_items(m, kv, items, n_items, &N, &ctx))) return rc;
     if (N == 0) return STRATA_OK;
     if (!hidden) return strata_set_error(STRATA_EINVAL, "reference_forward: hidden is NULL");
-    if (m->kvp > 1 && ctx < m->kvp_held) ctx = m->kvp_held; /* partial attention's scores */
     if ((rc = ensure_scratch(m, N, ctx)) || (rc = ensure_kvp_part(m, N))) return rc;
     const struct model_config *c = &m->cfg;
     int half = c->head_dim / 2;

@@ -15,12 +15,15 @@ struct reference_model {
 
     /* This rank's part of every layer (the whole model when tp == 1; tp_shard.h). */
     struct tp_shard shard;
-    int tp;          /* TP degree (1 = not split) */
-    int nh, nkv;     /* query / KV heads held */
-    int ffn;         /* dense MLP columns held */
-    int moe_ffn;     /* columns of each held expert */
-    int vocab_start; /* first embedding / lm_head row held */
-    int vocab_n;     /* rows held */
+    int tp;                     /* TP degree (1 = not split) */
+    int nh, nkv;                /* query / KV heads held */
+    int ffn;                    /* dense MLP columns held */
+    int moe_ffn;                /* columns of each held expert */
+    int vocab_start;            /* first embedding / lm_head row held */
+    int vocab_n;                /* rows held */
+    int leaves;                 /* matmul_split leaves of this rank's row-parallel columns */
+    int experts_lo, experts_hi; /* MoE experts held: one node of moe_block's expert tree */
+    int moe_split;              /* TP --moe split: each expert's columns are split */
     /* KV parallelism: this rank holds global positions [kvp_lo, kvp_lo + kvp_held). */
     int kvp, kvp_lo, kvp_held;
 
@@ -57,11 +60,17 @@ struct reference_model {
     float *moe_x;        /* [rows, H] gathered inputs of one expert */
     float *moe_y;        /* [rows, H] */
     int *moe_row;        /* [rows] */
-    float *moe_w;        /* [rows] */
-    float *logit_part;   /* TP: [rows, vocab_n] this rank's logits, then [tp, rows, vocab_n] */
+    float *moe_slot;     /* [rows, top_k, H] each (row, choice)'s weighted expert output */
+    float *tp_part;      /* TP: [tp, n] an all-gather of partials (tp_reduce, --moe split) */
+    size_t cap_tp_part;
+    float *logit_part; /* TP: [rows, vocab_n] this rank's logits, then [tp, rows, vocab_n] */
     size_t cap_logit_part;
-    float *kvp_part; /* KVP: [kvp + 1][rows][nh][D + 2] gathered partials, then this rank's */
+    float *kvp_part; /* KVP: [kvp + 1][rows][nh][D + 2] gathered partials, then this rank's;
+                        then kvp_max: [kvp + 1][rows][nh] gathered maxima, then the group's */
+    float *kvp_max;
     size_t cap_kvp_part;
+    float *kvp_scores; /* KVP: [rows][nh][kvp_held] this rank's scores between the steps */
+    size_t cap_kvp_scores;
 };
 
 int ref_load_weights(struct reference_model *m, const struct safetensors *st);

@@ -157,12 +157,81 @@ static void attention_scores(float *scores, const float *q, const float *keys, i
     }
 }
 
+/* The aligned binary tree over a run of units (blocks of OPS_ATTN_BLOCK positions, or KVP
+ * ranks each holding one subtree), kept as a binary counter: units are pushed in ascending
+ * order, each written into the next free entry; an entry completing two equal-sized
+ * neighbours merges into the left one (left + right); tree_finish then folds what is left
+ * right to left (a complete left subtree + the partial rest). That is the recursive tree
+ * over the present prefix with empty nodes skipped: a run covering one aligned subtree
+ * gives that subtree's value, whoever computes it. Entries hold w = D + 1 floats (o, l). */
+#define TREE_DEPTH 32 /* 2^32 units */
+
+struct tree_acc {
+    int top, w;
+    int64_t size[TREE_DEPTH]; /* units in each entry */
+    float *vec;               /* [TREE_DEPTH][w] */
+};
+
+static float *tree_slot(struct tree_acc *a) {
+    return a->vec + (size_t)a->top * (size_t)a->w;
+}
+
+static void tree_push(struct tree_acc *a) {
+    a->size[a->top++] = 1;
+    while (a->top >= 2 && a->size[a->top - 2] == a->size[a->top - 1]) {
+        float *left = a->vec + (size_t)(a->top - 2) * (size_t)a->w, *right = left + a->w;
+        for (int d = 0; d < a->w; ++d)
+            left[d] += right[d];
+        a->size[a->top - 2] *= 2;
+        a->top--;
+    }
+}
+
+/* The tree's value in vec[0..w) (top >= 1). */
+static void tree_finish(struct tree_acc *a) {
+    for (int i = a->top - 1; i >= 1; --i) {
+        float *left = a->vec + (size_t)(i - 1) * (size_t)a->w, *right = left + a->w;
+        for (int d = 0; d < a->w; ++d)
+            left[d] += right[d];
+    }
+    a->top = a->top ? 1 : 0;
+}
+
+/* Pushes the blocks of keys [0, seen) (block-aligned at 0): per block l = Σ e_j into o[D] and
+ * o[d] = Σ e_j v_j[d], ascending j, with e_j = exp(scores[j] - max). */
+static void tree_blocks(struct tree_acc *a, const float *scores, float max, const float *values,
+                        int seen, int d_len) {
+    for (int b0 = 0; b0 < seen; b0 += OPS_ATTN_BLOCK) {
+        const int b1 = b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen;
+        float *o = tree_slot(a);
+        for (int d = 0; d <= d_len; ++d)
+            o[d] = 0.0f;
+        for (int j = b0; j < b1; ++j) {
+            const float p = expf(scores[j] - max);
+            const float *vj = values + (size_t)j * (size_t)d_len;
+            o[d_len] += p;
+            for (int d = 0; d < d_len; ++d)
+                o[d] += p * vj[d];
+        }
+        tree_push(a);
+    }
+}
+
+static float max_of(const float *x, int n) {
+    float m = x[0];
+    for (int i = 1; i < n; ++i)
+        if (x[i] > m) m = x[i];
+    return m;
+}
+
 /* Task = one (query token, query head) pair. */
 static void attention_task(void *ctx, int begin, int end, int worker) {
     const struct attention_job *job = ctx;
     int d_len = job->head_dim, group = job->nh / job->nkv;
     float scale = 1.0f / sqrtf((float)d_len);
     float *scores = job->scratch + (size_t)worker * (size_t)(job->pos + job->n);
+    float stack[TREE_DEPTH * (OPS_ATTN_MAX_HEAD_DIM + 1)];
+    struct tree_acc acc = {.w = d_len + 1, .vec = stack};
     for (int task = begin; task < end; ++task) {
         int i = task / job->nh, h = task % job->nh;
         int ctx_len = job->pos + i + 1;
@@ -170,16 +239,13 @@ static void attention_task(void *ctx, int begin, int end, int worker) {
         const float *keys = job->k_cache + (size_t)(h / group) * job->kv_head_stride;
         const float *values = job->v_cache + (size_t)(h / group) * job->kv_head_stride;
         attention_scores(scores, q, keys, ctx_len, d_len, scale);
-        softmax(scores, ctx_len);
+        acc.top = 0;
+        tree_blocks(&acc, scores, max_of(scores, ctx_len), values, ctx_len, d_len);
+        tree_finish(&acc);
         float *o = job->out + ((size_t)i * (size_t)job->nh + (size_t)h) * (size_t)d_len;
+        const float inv = 1.0f / stack[d_len];
         for (int d = 0; d < d_len; ++d)
-            o[d] = 0.0f;
-        for (int j = 0; j < ctx_len; ++j) {
-            const float *vj = values + (size_t)j * (size_t)d_len;
-            float p = scores[j];
-            for (int d = 0; d < d_len; ++d)
-                o[d] += p * vj[d];
-        }
+            o[d] = stack[d] * inv;
     }
 }
 
@@ -193,78 +259,118 @@ void attention(float *out, const float *q, const float *k_cache, const float *v_
 
 /* KV parallelism: one (query token, query head) pair over the keys this rank holds. */
 struct partial_job {
-    float *part;
-    const float *q, *k_cache, *v_cache;
+    float *out;      /* step 1: max [n*nh]; step 2: part [n*nh][D+2] */
+    float *scores;   /* [n*nh][held] */
+    const float *q;  /* step 1 */
+    const float *m;  /* step 2: the group's max [n*nh] */
+    const float *kv; /* step 1: k_cache, step 2: v_cache */
     size_t kv_head_stride;
-    float *scratch;
     int pos, n, lo, held, nh, nkv, head_dim;
 };
 
-static void partial_task(void *ctx, int begin, int end, int worker) {
+/* Keys [lo, pos + i] held here, as a count from local index 0. */
+static int keys_seen(const struct partial_job *job, int i) {
+    int seen = job->pos + i + 1 - job->lo;
+    return seen > job->held ? job->held : seen;
+}
+
+static void partial_max_task(void *ctx, int begin, int end, int worker) {
+    (void)worker;
     const struct partial_job *job = ctx;
     const int d_len = job->head_dim, group = job->nh / job->nkv;
     const float scale = 1.0f / sqrtf((float)d_len);
-    float *scores = job->scratch + (size_t)worker * (size_t)job->held;
     for (int task = begin; task < end; ++task) {
-        const int i = task / job->nh, h = task % job->nh;
-        int seen = job->pos + i + 1 - job->lo; /* keys [lo, pos + i] held here */
-        if (seen > job->held) seen = job->held;
-        float *o = job->part + (size_t)task * (size_t)(d_len + 2);
-        for (int d = 0; d < d_len + 2; ++d)
-            o[d] = 0.0f;
+        const int i = task / job->nh, h = task % job->nh, seen = keys_seen(job, i);
+        float *scores = job->scores + (size_t)task * (size_t)job->held;
         if (seen <= 0) {
-            o[d_len] = -INFINITY;
+            job->out[task] = -INFINITY;
             continue;
         }
-        const float *q = job->q + (size_t)task * (size_t)d_len;
-        const float *keys = job->k_cache + (size_t)(h / group) * job->kv_head_stride;
-        const float *values = job->v_cache + (size_t)(h / group) * job->kv_head_stride;
-        attention_scores(scores, q, keys, seen, d_len, scale);
-        float max = scores[0], sum = 0.0f;
-        for (int j = 1; j < seen; ++j)
-            if (scores[j] > max) max = scores[j];
-        for (int j = 0; j < seen; ++j) {
-            const float p = expf(scores[j] - max);
-            const float *vj = values + (size_t)j * (size_t)d_len;
-            sum += p;
-            for (int d = 0; d < d_len; ++d)
-                o[d] += p * vj[d];
-        }
-        o[d_len] = max;
-        o[d_len + 1] = sum;
+        const float *keys = job->kv + (size_t)(h / group) * job->kv_head_stride;
+        attention_scores(scores, job->q + (size_t)task * (size_t)d_len, keys, seen, d_len, scale);
+        job->out[task] = max_of(scores, seen);
     }
 }
 
-void attention_partial(float *part, const float *q, const float *k_cache, const float *v_cache,
-                       size_t kv_head_stride, float *scratch, int pos, int n, int lo, int held,
-                       int nh, int nkv, int head_dim, struct thread_pool *pool) {
-    struct partial_job job = {part, q,    k_cache, v_cache, kv_head_stride, scratch, pos, n,
-                              lo,   held, nh,      nkv,     head_dim};
+void attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
+                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                           int head_dim, struct thread_pool *pool) {
+    struct partial_job job = {.out = max,
+                              .scores = scores,
+                              .q = q,
+                              .kv = k_cache,
+                              .kv_head_stride = kv_head_stride,
+                              .pos = pos,
+                              .n = n,
+                              .lo = lo,
+                              .held = held,
+                              .nh = nh,
+                              .nkv = nkv,
+                              .head_dim = head_dim};
+    thread_pool_run(pool, partial_max_task, &job, n * nh);
+}
+
+static void partial_task(void *ctx, int begin, int end, int worker) {
+    (void)worker;
+    const struct partial_job *job = ctx;
+    const int d_len = job->head_dim, group = job->nh / job->nkv;
+    float stack[TREE_DEPTH * (OPS_ATTN_MAX_HEAD_DIM + 1)];
+    struct tree_acc acc = {.w = d_len + 1, .vec = stack};
+    for (int task = begin; task < end; ++task) {
+        const int i = task / job->nh, h = task % job->nh, seen = keys_seen(job, i);
+        float *o = job->out + (size_t)task * (size_t)(d_len + 2);
+        for (int d = 0; d < d_len + 2; ++d)
+            o[d] = 0.0f;
+        if (seen <= 0) continue;
+        const float *values = job->kv + (size_t)(h / group) * job->kv_head_stride;
+        acc.top = 0;
+        tree_blocks(&acc, job->scores + (size_t)task * (size_t)job->held, job->m[task], values,
+                    seen, d_len);
+        tree_finish(&acc);
+        memcpy(o, stack, (size_t)(d_len + 1) * sizeof(float));
+        o[d_len + 1] = 1.0f;
+    }
+}
+
+void attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
+                       size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                       int head_dim, struct thread_pool *pool) {
+    struct partial_job job = {.out = part,
+                              .scores = (float *)scores,
+                              .m = m,
+                              .kv = v_cache,
+                              .kv_head_stride = kv_head_stride,
+                              .pos = pos,
+                              .n = n,
+                              .lo = lo,
+                              .held = held,
+                              .nh = nh,
+                              .nkv = nkv,
+                              .head_dim = head_dim};
     thread_pool_run(pool, partial_task, &job, n * nh);
 }
 
 void attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim) {
     const size_t w = (size_t)head_dim + 2, per_rank = (size_t)n * (size_t)nh * w;
+    float stack[TREE_DEPTH * (OPS_ATTN_MAX_HEAD_DIM + 1)];
+    struct tree_acc acc = {.w = head_dim + 1, .vec = stack};
     for (size_t t = 0; t < (size_t)n * (size_t)nh; ++t) {
-        float m = -INFINITY, l = 0.0f;
-        for (int k = 0; k < ranks; ++k) {
-            const float mk = parts[(size_t)k * per_rank + t * w + (size_t)head_dim];
-            if (mk > m) m = mk;
-        }
-        float *o = out + t * (size_t)head_dim;
-        for (int d = 0; d < head_dim; ++d)
-            o[d] = 0.0f;
+        acc.top = 0;
         for (int k = 0; k < ranks; ++k) {
             const float *p = parts + (size_t)k * per_rank + t * w;
-            if (p[head_dim + 1] == 0.0f) continue; /* no keys on rank k */
-            const float c = expf(p[head_dim] - m);
-            l += p[head_dim + 1] * c;
-            for (int d = 0; d < head_dim; ++d)
-                o[d] += p[d] * c;
+            if (p[head_dim + 1] == 0.0f) continue; /* the query sees no key on rank k */
+            memcpy(tree_slot(&acc), p, (size_t)(head_dim + 1) * sizeof(float));
+            tree_push(&acc);
         }
-        const float inv = 1.0f / l;
+        float *o = out + t * (size_t)head_dim;
+        if (!acc.top) { /* no key at all: cannot happen for a causal query (it sees itself) */
+            memset(o, 0, (size_t)head_dim * sizeof(float));
+            continue;
+        }
+        tree_finish(&acc);
+        const float inv = 1.0f / stack[head_dim];
         for (int d = 0; d < head_dim; ++d)
-            o[d] *= inv;
+            o[d] = stack[d] * inv;
     }
 }
 

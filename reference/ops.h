@@ -17,8 +17,21 @@
  * pipeline (no instruction-set check is needed in the Hello). A faster path that changed the
  * bits (e.g. vdpbf16ps, which rounds activations to bf16) would need one.
  *
- * Other reductions (RMSNorm's sum of squares, softmax sums, attention q·k and P·V) run
- * sequentially in ascending index order. */
+ * Split-invariant sums (tensor and KV parallelism, issue 16): a sum that TP or KVP cuts into
+ * per-rank parts is defined as a fixed tree whose subtrees are exactly the ranks' parts, so
+ * computing it on one rank or on 2, 4, 8 gives the same bits:
+ *   - matmul_split (the row-parallel o_proj / down / expert down): each dot product is
+ *     OPS_SPLIT_LEAVES contiguous leaves, each leaf in the order above, combined by the
+ *     balanced binary tree; a rank holding 1/T of K computes the subtree of its leaves and
+ *     the ranks' partials are combined by the top of the same tree (ops_tree_sum).
+ *   - attention: softmax with the max over every key seen (exact in any order), then the sum
+ *     of exponentials and of weighted values per aligned block of OPS_ATTN_BLOCK positions
+ *     (sequential in ascending position), the blocks combined by the aligned binary tree over
+ *     block indices (empty blocks skipped). A KVP rank holding an aligned power-of-two
+ *     number of blocks computes one subtree; attention_merge combines the subtrees.
+ *
+ * Other reductions (RMSNorm's sum of squares, softmax's sum, attention q·k) run sequentially
+ * in ascending index order. */
 #ifndef STRATA_REFERENCE_OPS_H
 #define STRATA_REFERENCE_OPS_H
 
@@ -75,34 +88,67 @@ void rope_apply(float *x, const float *cos_t, const float *sin_t, int n_heads, i
 void matmul(float *out, const float *x, const struct ops_weight *w, int n,
             struct thread_pool *pool);
 
+/* Leaves of a split-invariant dot product (matmul_split): TP degrees must divide it. */
+#define OPS_SPLIT_LEAVES 8
+
+/* matmul with each dot product over K computed as `leaves` contiguous leaves (leaf j covers
+ * columns [j·K/leaves, (j+1)·K/leaves), rounded down), each in the dot-product order above,
+ * combined by the balanced binary tree. leaves is a power of two <= OPS_SPLIT_LEAVES. A TP
+ * rank holding columns [t·K/T, (t+1)·K/T) passes OPS_SPLIT_LEAVES / T and gets exactly the
+ * subtree of the whole product's tree (T | K and T | OPS_SPLIT_LEAVES). leaves == 1 is
+ * matmul. OPS_Q8 weights ignore `leaves` (their dot products are q8 blocks: not split). */
+void matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
+                  struct thread_pool *pool);
+
+/* out [n] = the balanced binary tree sum over parts [count][n] (count a power of two <=
+ * OPS_SPLIT_LEAVES): the top of matmul_split's tree, combining TP ranks' partials in the
+ * order one rank adds its leaves. out may equal parts. */
+void ops_tree_sum(float *out, const float *parts, int count, size_t n);
+
 /* matmul computed entirely on the calling thread, for ops that split work at a coarser grain
  * themselves (e.g. one task per attention head): the same bits as matmul. */
 void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n);
+
+/* Positions per block of attention's split-invariant sums (see the top of this file). */
+#define OPS_ATTN_BLOCK 16
+/* attention()'s largest head_dim (its block tree's partial sums live on the stack). */
+#define OPS_ATTN_MAX_HEAD_DIM 256
 
 /* Causal GQA attention of one request over its cache.
  * out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i
  * and sees positions 0..pos+i. k_cache/v_cache point at kv head 0 of the layer:
  * kv head g's keys are k_cache + g*kv_head_stride, [max_seq][D]. Query head h uses kv head
- * h / (nh/nkv). Scores are (q·k) * D^-0.5, softmax in fp32, out = P·V.
- * scratch [pool size][pos + n] floats. */
+ * h / (nh/nkv). Scores s_j = (q·k_j) * D^-0.5 (sequential over d), M = max_j s_j,
+ * e_j = exp(s_j - M); per block b of OPS_ATTN_BLOCK positions l_b = Σ e_j and
+ * o_b = Σ e_j v_j (ascending j); (l, o) = the aligned tree over the blocks; out = o * (1/l).
+ * scratch [pool size][pos + n] floats. D <= OPS_ATTN_MAX_HEAD_DIM. */
 void attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv, int head_dim,
                struct thread_pool *pool);
 
-/* KV parallelism (Medha): the partial attention of one KVP rank over the keys it holds,
- * global positions [lo, lo + held) at cache indices 0 .. held-1 (same cache layout and GQA
- * mapping as attention()). Query i sits at global position pos+i and sees the held keys up
- * to it. part [n, nh, D+2]: per (query, head) the unnormalised o[D] = Σ_j exp(s_j - m) v_j,
- * then m = max_j s_j (-inf when no key is seen here) and l = Σ_j exp(s_j - m), sums in
- * ascending j. scratch [pool size][held] floats. */
-void attention_partial(float *part, const float *q, const float *k_cache, const float *v_cache,
-                       size_t kv_head_stride, float *scratch, int pos, int n, int lo, int held,
-                       int nh, int nkv, int head_dim, struct thread_pool *pool);
+/* KV parallelism (Medha), in two steps around the group's all-gathers so the ranks give
+ * attention()'s bits. A KVP rank holds global positions [lo, lo + held) at cache indices
+ * 0 .. held-1 (same cache layout and GQA mapping as attention()); lo is a multiple of
+ * OPS_ATTN_BLOCK · 2^p and every rank holds the same power-of-two number of blocks (the last
+ * may be cut short), so its keys are one subtree of attention()'s block tree. Query i sits
+ * at global position pos+i and sees the held keys up to it.
+ *
+ * Step 1: scores [n*nh][held] = the query's scores over the keys it sees here (kept for
+ * step 2), max [n*nh] = their max (-inf when it sees none). The group's max of max (exact)
+ * is attention()'s M. */
+void attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
+                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                           int head_dim, struct thread_pool *pool);
 
-/* Merges the partials of `ranks` KVP ranks, [ranks][n][nh][D+2], in rank order (so every
- * rank merging the same gathered partials gets the same bits): M = max_k m_k,
- * out [n, nh*D] = Σ_k e^(m_k - M) o_k / Σ_k e^(m_k - M) l_k. Equals attention() up to
- * rounding (the exponentials are taken per rank, then rescaled). */
+/* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree with
+ * exponentials e_j = exp(s_j - M[query, head]), then 1 if the query sees a key here, else
+ * 0 (and o = l = 0). M [n*nh] is the group's max; scores from step 1. */
+void attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
+                       size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                       int head_dim, struct thread_pool *pool);
+
+/* Merges the partials of `ranks` KVP ranks, [ranks][n][nh][D+2], by the top of the aligned
+ * tree (ranks that see no key skipped): out [n, nh*D] = o * (1/l), attention()'s bits. */
 void attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim);
 
 /* out [n] = silu(gate [n]) * up [n], silu(z) = z / (1 + exp(-z)). out may equal gate. */

@@ -150,9 +150,9 @@ DEFINE_AVX2_KERNELS(f32, float, load8_f32, WIDEN_F32)
 /* The 4-row decode tile (f32 weights; bf16 has its own below). */
 #define DEFINE_AVX2_ROWS4(SUF, WT, LOAD, WIDEN)                                                    \
     AVX2_TARGET static void avx2_rows4_##SUF(float out[4], const WT *w, size_t ldw,                \
-                                             const float *x, int k_len) {                          \
+                                             const float *x, int k_len, const char **pfp) {        \
         const WT *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;                     \
-        const char *pf = (const char *)(w + 4 * ldw);                                              \
+        const char *pf = *pfp;                                                                     \
         __m256 a00 = _mm256_setzero_ps(), a01 = a00, a10 = a00, a11 = a00;                         \
         __m256 a20 = a00, a21 = a00, a30 = a00, a31 = a00;                                         \
         int k = 0;                                                                                 \
@@ -178,6 +178,7 @@ DEFINE_AVX2_KERNELS(f32, float, load8_f32, WIDEN_F32)
             out[2] = fmaf(WIDEN(w2[k]), x[k], out[2]);                                             \
             out[3] = fmaf(WIDEN(w3[k]), x[k], out[3]);                                             \
         }                                                                                          \
+        *pfp = pf;                                                                                 \
     }
 
 DEFINE_AVX2_ROWS4(f32, float, load8_f32, WIDEN_F32)
@@ -204,9 +205,9 @@ AVX2_TARGET static inline float fold_avx_split(__m256 lo, __m256 hi) {
     } while (0)
 
 AVX2_TARGET static void avx2_rows4_bf16(float out[4], const uint16_t *w, size_t ldw, const float *x,
-                                        int k_len) {
+                                        int k_len, const char **pfp) {
     const uint16_t *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;
-    const char *pf = (const char *)(w + 4 * ldw);
+    const char *pf = *pfp;
     const __m256i zero = _mm256_setzero_si256();
     __m256 lo0 = _mm256_setzero_ps(), hi0 = lo0, lo1 = lo0, hi1 = lo0;
     __m256 lo2 = lo0, hi2 = lo0, lo3 = lo0, hi3 = lo0;
@@ -231,6 +232,7 @@ AVX2_TARGET static void avx2_rows4_bf16(float out[4], const uint16_t *w, size_t 
         out[2] = fmaf(bf16_to_f32(w2[k]), x[k], out[2]);
         out[3] = fmaf(bf16_to_f32(w3[k]), x[k], out[3]);
     }
+    *pfp = pf;
 }
 
 /* ---------------------------------------------------------------- AVX-512F kernels */
@@ -267,9 +269,9 @@ AVX512_TARGET static inline float fold_avx512(__m512 a) {
         return r;                                                                                  \
     }                                                                                              \
     AVX512_TARGET static void avx512_rows4_##SUF(float out[4], const WT *w, size_t ldw,            \
-                                                 const float *x, int k_len) {                      \
+                                                 const float *x, int k_len, const char **pfp) {    \
         const WT *w0 = w, *w1 = w + ldw, *w2 = w + 2 * ldw, *w3 = w + 3 * ldw;                     \
-        const char *pf = (const char *)(w + 4 * ldw);                                              \
+        const char *pf = *pfp;                                                                     \
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
         int k = 0;                                                                                 \
         for (; k + 16 <= k_len; k += 16) {                                                         \
@@ -290,6 +292,7 @@ AVX512_TARGET static inline float fold_avx512(__m512 a) {
             out[2] = fmaf(WIDEN(w2[k]), x[k], out[2]);                                             \
             out[3] = fmaf(WIDEN(w3[k]), x[k], out[3]);                                             \
         }                                                                                          \
+        *pfp = pf;                                                                                 \
     }                                                                                              \
     AVX512_TARGET static void avx512_tok4_##SUF(float out[4], const WT *w, const float *x,         \
                                                 size_t ldx, int k_len) {                           \
@@ -386,51 +389,105 @@ struct matmul_job {
     const float *x;
     const struct ops_weight *w;
     int n;
+    int leaves; /* 1: plain dot products; else matmul_split's leaf tree */
     enum ops_path path;
 };
 
 #define MATMUL_ROWS_PER_TASK 16
 
+/* Leaf j of `leaves` over K columns: [leaf_start(j), leaf_start(j + 1)). */
+static int leaf_start(int j, int leaves, int k_len) {
+    return (int)((int64_t)j * k_len / leaves);
+}
+
+/* The balanced binary tree over v[0..count) (count a power of two), pairs of neighbours
+ * first: ((v0 + v1) + (v2 + v3)) + ... Overwrites v. */
+static float tree_sum(float *v, int count) {
+    for (; count > 1; count /= 2)
+        for (int i = 0; i < count / 2; ++i)
+            v[i] = v[2 * i] + v[2 * i + 1];
+    return v[0];
+}
+
 static void matmul_rows_portable(const struct matmul_job *job, int r0, int r1) {
     const struct ops_weight *w = job->w;
     size_t esz = w->dtype == OPS_BF16 ? 2 : 4;
+    float leaf[OPS_SPLIT_LEAVES];
     for (int r = r0; r < r1; ++r) {
         const char *row = (const char *)w->data + (size_t)r * (size_t)w->cols * esz;
-        for (int t = 0; t < job->n; ++t)
-            job->out[(size_t)t * (size_t)w->rows + (size_t)r] =
-                portable_dot(row, w->dtype, job->x + (size_t)t * (size_t)w->cols, w->cols);
+        for (int t = 0; t < job->n; ++t) {
+            const float *x = job->x + (size_t)t * (size_t)w->cols;
+            for (int j = 0; j < job->leaves; ++j) {
+                const int k0 = leaf_start(j, job->leaves, w->cols);
+                leaf[j] = portable_dot(row + (size_t)k0 * esz, w->dtype, x + k0,
+                                       leaf_start(j + 1, job->leaves, w->cols) - k0);
+            }
+            job->out[(size_t)t * (size_t)w->rows + (size_t)r] = tree_sum(leaf, job->leaves);
+        }
     }
 }
 
 #if OPS_HAVE_X86
-/* Rows [r0, r1) of one SIMD path: 4-row tiles for one token, 4-token tiles otherwise. */
+/* Rows [r0, r1) of one SIMD path: 4-row tiles for one token, 4-token tiles otherwise. With
+ * leaves > 1 each tile runs once per leaf (the decode tile's prefetch stream continues
+ * across the leaves, so it still reads the next tile ahead linearly) and the leaf results
+ * are combined by tree_sum. */
 #define DEFINE_SIMD_ROWS(ISA, SUF, WT)                                                             \
     static void matmul_rows_##ISA##_##SUF(const struct matmul_job *job, int r0, int r1) {          \
         const struct ops_weight *w = job->w;                                                       \
         const WT *base = w->data;                                                                  \
-        size_t ld = (size_t)w->cols, rows = (size_t)w->rows;                                       \
-        float tile[4];                                                                             \
+        const int L = job->leaves, K = w->cols;                                                    \
+        size_t ld = (size_t)K, rows = (size_t)w->rows;                                             \
+        float tile[4], leaf[4][OPS_SPLIT_LEAVES];                                                  \
+        int kb[OPS_SPLIT_LEAVES + 1];                                                              \
+        for (int j = 0; j <= L; ++j)                                                               \
+            kb[j] = leaf_start(j, L, K);                                                           \
         if (job->n == 1) {                                                                         \
             int r = r0;                                                                            \
             for (; r + 4 <= r1; r += 4) {                                                          \
-                ISA##_rows4_##SUF(tile, base + (size_t)r * ld, ld, job->x, w->cols);               \
-                memcpy(job->out + r, tile, sizeof tile);                                           \
+                const WT *wr = base + (size_t)r * ld;                                              \
+                const char *pf = (const char *)(wr + 4 * ld);                                      \
+                if (L == 1) {                                                                      \
+                    ISA##_rows4_##SUF(tile, wr, ld, job->x, K, &pf);                               \
+                    memcpy(job->out + r, tile, sizeof tile);                                       \
+                    continue;                                                                      \
+                }                                                                                  \
+                for (int j = 0; j < L; ++j) {                                                      \
+                    ISA##_rows4_##SUF(tile, wr + kb[j], ld, job->x + kb[j], kb[j + 1] - kb[j],     \
+                                      &pf);                                                        \
+                    for (int i = 0; i < 4; ++i)                                                    \
+                        leaf[i][j] = tile[i];                                                      \
+                }                                                                                  \
+                for (int i = 0; i < 4; ++i)                                                        \
+                    job->out[r + i] = tree_sum(leaf[i], L);                                        \
             }                                                                                      \
-            for (; r < r1; ++r)                                                                    \
-                job->out[r] = ISA##_dot1_##SUF(base + (size_t)r * ld, job->x, w->cols);            \
+            for (; r < r1; ++r) {                                                                  \
+                const WT *wr = base + (size_t)r * ld;                                              \
+                for (int j = 0; j < L; ++j)                                                        \
+                    leaf[0][j] = ISA##_dot1_##SUF(wr + kb[j], job->x + kb[j], kb[j + 1] - kb[j]);  \
+                job->out[r] = tree_sum(leaf[0], L);                                                \
+            }                                                                                      \
             return;                                                                                \
         }                                                                                          \
         for (int r = r0; r < r1; ++r) {                                                            \
             const WT *row = base + (size_t)r * ld;                                                 \
             int t = 0;                                                                             \
             for (; t + 4 <= job->n; t += 4) {                                                      \
-                ISA##_tok4_##SUF(tile, row, job->x + (size_t)t * ld, ld, w->cols);                 \
+                const float *x = job->x + (size_t)t * ld;                                          \
+                for (int j = 0; j < L; ++j) {                                                      \
+                    ISA##_tok4_##SUF(tile, row + kb[j], x + kb[j], ld, kb[j + 1] - kb[j]);         \
+                    for (int i = 0; i < 4; ++i)                                                    \
+                        leaf[i][j] = tile[i];                                                      \
+                }                                                                                  \
                 for (int i = 0; i < 4; ++i)                                                        \
-                    job->out[(size_t)(t + i) * rows + (size_t)r] = tile[i];                        \
+                    job->out[(size_t)(t + i) * rows + (size_t)r] = tree_sum(leaf[i], L);           \
             }                                                                                      \
-            for (; t < job->n; ++t)                                                                \
-                job->out[(size_t)t * rows + (size_t)r] =                                           \
-                    ISA##_dot1_##SUF(row, job->x + (size_t)t * ld, w->cols);                       \
+            for (; t < job->n; ++t) {                                                              \
+                const float *x = job->x + (size_t)t * ld;                                          \
+                for (int j = 0; j < L; ++j)                                                        \
+                    leaf[0][j] = ISA##_dot1_##SUF(row + kb[j], x + kb[j], kb[j + 1] - kb[j]);      \
+                job->out[(size_t)t * rows + (size_t)r] = tree_sum(leaf[0], L);                     \
+            }                                                                                      \
         }                                                                                          \
     }
 DEFINE_SIMD_ROWS(avx2, bf16, uint16_t)
@@ -468,11 +525,16 @@ static void matmul_task(void *ctx, int begin, int end, int worker) {
 
 void matmul(float *out, const float *x, const struct ops_weight *w, int n,
             struct thread_pool *pool) {
+    matmul_split(out, x, w, n, 1, pool);
+}
+
+void matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
+                  struct thread_pool *pool) {
     if (w->dtype == OPS_Q8) {
         ops_q8_matmul(out, x, w, n, pool);
         return;
     }
-    struct matmul_job job = {out, x, w, n, ops_matmul_path()};
+    struct matmul_job job = {out, x, w, n, leaves, ops_matmul_path()};
     int tasks = (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
     thread_pool_run(pool, matmul_task, &job, tasks);
 }
@@ -482,6 +544,15 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
         ops_q8_matmul(out, x, w, n, NULL);
         return;
     }
-    struct matmul_job job = {out, x, w, n, ops_matmul_path()};
+    struct matmul_job job = {out, x, w, n, 1, ops_matmul_path()};
     matmul_task(&job, 0, (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK, 0);
+}
+
+void ops_tree_sum(float *out, const float *parts, int count, size_t n) {
+    float v[OPS_SPLIT_LEAVES];
+    for (size_t i = 0; i < n; ++i) {
+        for (int k = 0; k < count; ++k)
+            v[k] = parts[(size_t)k * n + i];
+        out[i] = tree_sum(v, count);
+    }
 }

@@ -29,6 +29,12 @@ int tp_check(const struct model_config *cfg, int tp, enum tp_moe_mode moe) {
         return strata_set_error(STRATA_ERANGE, "TP degree %d is outside [1, %d]", tp,
                                 GRID_MAX_DEGREE);
     const int nh = cfg->num_heads, nkv = cfg->num_kv_heads;
+    if ((tp & (tp - 1)) != 0 || GRID_SPLIT_LEAVES % tp != 0)
+        return strata_set_error(STRATA_ERANGE,
+                                "TP %d is not a power of two dividing %d: o_proj / down dot "
+                                "products are a fixed tree of %d leaves, and each rank's columns "
+                                "must be one subtree of it for TP to change no bit",
+                                tp, GRID_SPLIT_LEAVES, GRID_SPLIT_LEAVES);
     if (nh % tp != 0)
         return strata_set_error(STRATA_ERANGE,
                                 "TP %d does not divide the %d attention heads (each rank owns "
@@ -110,7 +116,21 @@ int grid_config_check(struct grid_config *grid, const struct model_config *cfg, 
     if (max_seq < 1) return strata_set_error(STRATA_EINVAL, "max_seq %d < 1", max_seq);
     if (grid->kvp_tokens < 0)
         return strata_set_error(STRATA_ERANGE, "KV tokens per KVP group %d < 0", grid->kvp_tokens);
-    if (grid->kvp_tokens == 0) grid->kvp_tokens = (max_seq + grid->kvp - 1) / grid->kvp;
+    if (grid->kvp_tokens == 0) {
+        grid->kvp_tokens = (max_seq + grid->kvp - 1) / grid->kvp;
+        if (grid->kvp > 1) {
+            int aligned = GRID_KV_BLOCK;
+            while (aligned < grid->kvp_tokens)
+                aligned *= 2;
+            grid->kvp_tokens = aligned;
+        }
+    } else if (grid->kvp > 1 && !kvp_tokens_aligned(grid->kvp_tokens)) {
+        return strata_set_error(STRATA_ERANGE,
+                                "%d KV tokens per KVP group is not %d x a power of two (16, 32, "
+                                "64, ...): each group's tokens must be one aligned subtree of "
+                                "attention's %d-token blocks for KVP to change no bit",
+                                grid->kvp_tokens, GRID_KV_BLOCK, GRID_KV_BLOCK);
+    }
     const int64_t held = (int64_t)grid->kvp_tokens * grid->kvp;
     if (held < max_seq)
         return strata_set_error(STRATA_ERANGE,
@@ -126,6 +146,12 @@ int grid_config_check(struct grid_config *grid, const struct model_config *cfg, 
                                 grid->kvp - 1, grid->kvp, grid->kvp_tokens, max_seq);
     grid->world = grid->pp * grid->tp * grid->kvp;
     return STRATA_OK;
+}
+
+int kvp_tokens_aligned(int tokens) {
+    if (tokens < GRID_KV_BLOCK || tokens % GRID_KV_BLOCK) return 0;
+    const int blocks = tokens / GRID_KV_BLOCK;
+    return (blocks & (blocks - 1)) == 0;
 }
 
 int grid_rank(const struct grid_config *grid, const struct grid_coords *c) {

@@ -22,7 +22,15 @@
  *
  * KV parallelism: KVP rank k holds the tokens [k·N, min((k+1)·N, max_seq)) of every sequence,
  * N = kvp_tokens (seed 004's max_num_tokens_per_kvp_group); the groups together must hold
- * max_seq tokens and each must hold at least one. */
+ * max_seq tokens and each must hold at least one.
+ *
+ * No bit changes (issue 16): the sums TP and KVP cut into per-rank parts are fixed trees on
+ * one rank too (reference/ops.h), and a rank's part must be one subtree of them:
+ *   - TP degrees are powers of two dividing GRID_SPLIT_LEAVES (the leaves of every
+ *     row-parallel dot product: o_proj, down, expert down; under --moe expert the experts
+ *     are a halving tree and T | E makes each rank's experts one node of it);
+ *   - KVP tokens per rank are GRID_KV_BLOCK x a power of two (attention's aligned blocks).
+ * Then TP and KVP change no bit of the logits compared with one rank. */
 #ifndef STRATA_RUNTIME_MODEL_TP_SHARD_H
 #define STRATA_RUNTIME_MODEL_TP_SHARD_H
 
@@ -32,6 +40,8 @@
 #include "runtime/model/stage_tensors.h"
 
 #define GRID_MAX_DEGREE 256 /* per dimension */
+#define GRID_SPLIT_LEAVES 8 /* = OPS_SPLIT_LEAVES (reference/ops.h): TP degrees divide it */
+#define GRID_KV_BLOCK 16    /* = OPS_ATTN_BLOCK: KVP tokens per rank are it x 2^p */
 
 enum tp_moe_mode {
     TP_MOE_EXPERT_PARALLEL = 0, /* experts partitioned over the TP ranks */
@@ -70,17 +80,23 @@ struct tp_shard {
 };
 
 /* Checks that `cfg` can be split over `tp` ranks in `moe` mode; STRATA_ERANGE naming the
- * first shape that does not divide (heads, KV heads, intermediate size, experts or expert
- * intermediate size, vocabulary) otherwise. */
+ * reason otherwise: tp not a power of two dividing GRID_SPLIT_LEAVES, or the first shape it
+ * does not divide (heads, KV heads, intermediate size, experts or expert intermediate size,
+ * vocabulary). */
 int tp_check(const struct model_config *cfg, int tp, enum tp_moe_mode moe);
 
 /* Fills the shard of TP rank `tp_rank` (checks like tp_check first). */
 int tp_shard_init(struct tp_shard *shard, const struct model_config *cfg, int tp, int tp_rank,
                   enum tp_moe_mode moe);
 
+/* 1 if `tokens` (KV positions per KVP rank) is GRID_KV_BLOCK x a power of two. */
+int kvp_tokens_aligned(int tokens);
+
 /* Checks the degrees, fills grid->world and, when grid->kvp_tokens is 0, sets it to
- * ceil(max_seq / kvp). Refuses: any degree < 1 or > GRID_MAX_DEGREE, pp > layers, a TP
- * degree tp_check refuses, kvp_tokens × kvp < max_seq, and a KVP group left without tokens. */
+ * ceil(max_seq / kvp) rounded up to GRID_KV_BLOCK x a power of two when kvp > 1 (max_seq
+ * when kvp == 1). Refuses: any degree < 1 or > GRID_MAX_DEGREE, pp > layers, a TP degree
+ * tp_check refuses, with kvp > 1 kvp_tokens that kvp_tokens_aligned refuses, kvp_tokens ×
+ * kvp < max_seq, and a KVP group left without tokens. */
 int grid_config_check(struct grid_config *grid, const struct model_config *cfg, int max_seq);
 
 /* Global rank <-> coordinates (grid order above). */

@@ -2,9 +2,11 @@
  * pipeline stage, each its own process, joined by one collective group (wire/collective.h)
  * of tp x kvp ranks in grid order (group rank = kvp_rank * tp + tp_rank). A TP rank holds
  * its slice of the stage's layers (runtime/model/tp_shard.h); a KVP rank holds its token
- * range of every request's KV cache (attention partials merged in rank order). The CPU
- * backend runs the TP all-reduces and the KVP all-gathers on sub-groups of the group
- * (backend_cpu.c).
+ * range of every request's KV cache (attention partials merged by the top of attention's
+ * block tree). The CPU backend runs the TP all-reduces / all-gathers and the KVP all-gathers
+ * on sub-groups of the group (backend_cpu.c). Numerics: every split sum is a fixed tree whose
+ * subtrees are the ranks' parts (reference/ops.h), so any grid gives one rank's logits to the
+ * bit (tests/runtime/stage:stage_tp_test compares them, VL included).
  *
  * Leader and followers. Group rank 0 (the leader) is the stage as the pipeline knows it:
  * it listens for the previous stage, connects to the next, runs the stage core and its
@@ -15,8 +17,8 @@
  * command, run the same call on their part, and so take part in the same collectives (the
  * o_proj / down all-reduces, the embedding all-reduce, the all-gathered logits, the KVP
  * attention partials) in the same order. Nothing a follower does depends on timing, so
- * every rank sees the same sequence of calls, and the rank-order reductions make every
- * rank's hidden rows (and logits) bit-identical.
+ * every rank sees the same sequence of calls, and the fixed-order reductions make every
+ * rank's hidden rows (and logits) bit-identical, and equal to one rank's.
  *
  *      stage s-1 leader                 stage s                      stage s+1 leader
  *            |            +----------------------------------+             ^

@@ -9,6 +9,8 @@
 #   - PP 2 x TP 2 x KVP 2 (8 processes) gives the golden ids, byte-identical on a rerun, and
 #     PP 2 x KVP 4 with 16 KV positions per rank decodes a 64-token context (no rank holds
 #     it) with the golden ids;
+#   - every grid's --out file is byte-identical to plain PP 2 stages' (one rank each): TP
+#     and KVP change no bit of the logits (reference/ops.h, split-invariant sums);
 #   - a leader stopped by SIGTERM stops its followers (all exit 0);
 #   - a TP rank killed (kill -9) fails the next request with a clear error, no hang (over
 #     shared memory and over TCP); a killed leader's follower exits 1 within 5 s;
@@ -103,16 +105,40 @@ same_bytes() {
         pl_fail "$1 and $2: tokens/logits differ"
 }
 
+# run_one TAG CASE [options...]: the same request on two plain stages (no TP, no KVP): the
+# one-rank bytes every grid must reproduce.
+run_one() {
+    local tag=$1 case=$2 model r steps
+    shift 2
+    model=$(pl_golden "$case")
+    steps=$(pl_golden_steps "$case")
+    for ((r = 0; r < 2; r++)); do
+        pl_start_stage "$tag" 2 "$r" "$model" --max-seq 256 --max-batch 4 --chunk-size 8 \
+            --out "$PL_WORK/$tag.safetensors" "$@"
+    done
+    pl_wait_ready "$tag" 2
+    pl_client "$tag" --prompt "$(pl_golden_prompt "$case")" --max-tokens "$steps" \
+        >"$PL_WORK/$tag.client" || pl_fail "$tag: client failed: $(cat "$PL_WORK/$tag.client")"
+    pl_wait_file "$PL_WORK/$tag.safetensors" 5 || pl_fail "$tag: no --out file"
+    pl_stop_pipeline "$tag" 2
+}
+
+for case in qwen3_gqa_tied qwen3_moe qwen3_long_prompt; do
+    run_one "${case}_one" "$case"
+done
+
 for case in qwen3_gqa_tied qwen3_moe; do
     run_case "${case}_a" "$case" 2 2
     run_case "${case}_b" "$case" 2 2 --tp-tcp
     same_bytes "${case}_a" "${case}_b"
     run_case "${case}_p1" "$case" 1 2
     same_bytes "${case}_a" "${case}_p1"
-    echo "$case: PP 2 x TP 2 golden ids; two runs (shm, tcp) and PP 1 x TP 2 byte-identical"
+    same_bytes "${case}_a" "${case}_one"
+    echo "$case: PP 2 x TP 2 golden ids; two runs (shm, tcp), PP 1 x TP 2 and one rank per stage byte-identical"
 done
 run_case moe_split qwen3_moe 2 2 --moe split
-echo "qwen3_moe: PP 2 x TP 2 with --moe split: golden ids"
+same_bytes moe_split qwen3_moe_one
+echo "qwen3_moe: PP 2 x TP 2 with --moe split: golden ids, byte-identical to one rank per stage"
 
 # KV parallelism: each KVP rank holds a token range of every request's KV.
 K=2
@@ -120,13 +146,15 @@ for case in qwen3_gqa_tied qwen3_moe; do
     run_case "${case}_kvp_a" "$case" 2 2 --max-seq 64
     run_case "${case}_kvp_b" "$case" 2 2 --max-seq 64
     same_bytes "${case}_kvp_a" "${case}_kvp_b"
-    echo "$case: PP 2 x TP 2 x KVP 2 (8 processes, 32 KV positions per rank): golden ids, rerun byte-identical"
+    same_bytes "${case}_kvp_a" "${case}_one"
+    echo "$case: PP 2 x TP 2 x KVP 2 (8 processes, 32 KV positions per rank): golden ids, rerun and one rank per stage byte-identical"
 done
 K=4
 run_case long_kvp4 qwen3_long_prompt 2 1 --max-seq 64 --kvp-tokens 16
 grep -q "KV positions \[48, 64) of 64" "$PL_WORK/long_kvp4.1.tp3.out" ||
     pl_fail "long_kvp4: the last KVP rank does not report its token range"
-echo "qwen3_long_prompt: PP 2 x KVP 4, 16 KV positions per rank, 64-token context: golden ids"
+same_bytes long_kvp4 qwen3_long_prompt_one
+echo "qwen3_long_prompt: PP 2 x KVP 4, 16 KV positions per rank, 64-token context: golden ids, byte-identical to one rank per stage"
 K=1
 
 # A killed TP rank: the next request fails clearly and promptly.

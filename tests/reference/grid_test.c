@@ -3,13 +3,16 @@
  * each rank a thread loading only its slice (TP) or holding only its token range of the KV
  * cache (KVP), the ranks joined by in-process collectives with the same rank-order sum as
  * wire/collective.h (one group per TP group and one per KVP group). Checks, per case and
- * grid (KVP: the same, its partial softmax merge rounding like TP's sums):
- *   - greedy ids equal transformers' and max |Δlogit| vs the golden <= 1e-3 (printed, with
- *     the max |Δlogit| vs TP = 1: a TP sum p0 + p1 rounds differently from one dot product,
- *     so TP = N is close to, not bit-identical with, TP = 1);
+ * grid:
+ *   - the logits bit-identical to one rank's (memcmp): the row-parallel sums and attention
+ *     are fixed trees whose subtrees are the ranks' parts (reference/ops.h), so TP and KVP
+ *     change no bit;
+ *   - greedy ids equal transformers' and max |Δlogit| vs the golden <= 1e-3 (printed);
  *   - every rank's logits bit-identical (the all-gathered head), two runs bit-identical, and
  *     a two-stage pipeline split at every layer bit-identical to one stage at the same TP.
  * Each rank loads fewer weight bytes than the whole model (its slice, never the whole).
+ * A 1,800-token context over 4 KVP ranks of 512 positions (and TP 2 x KVP 4) gives one
+ * rank's logits bit for bit.
  * Text cases only: the VL cases' text stacks take the same path (their vision inputs travel
  * with the forward items, which TP does not touch). */
 #include <math.h>
@@ -81,7 +84,7 @@ static int ar_gather(void *ctx, float *out, const float *in, size_t n) {
 struct job {
     const struct golden_case *gc;
     const int *bounds;
-    int n_stages, tp, rank, kvp, kvp_rank, kvp_tokens;
+    int n_stages, tp, rank, kvp, kvp_rank, kvp_tokens, max_seq;
     enum tp_moe_mode moe;
     struct rank_ctx coll, kvp_coll;
     int kv_positions; /* the KV cache's positions per slot on this rank */
@@ -120,7 +123,7 @@ static void *rank_main(void *arg) {
     struct reference_model *stage[8] = {0};
     struct kv_cache kv[8];
     struct tp_shard shard;
-    const int max_seq = gc->n_prompt + gc->n_steps;
+    const int max_seq = j->max_seq;
     int rc = tp_shard_init(&shard, c, j->tp, j->rank, j->moe);
     memset(kv, 0, sizeof kv);
     j->logits = calloc((size_t)gc->n_steps * (size_t)c->vocab_size, sizeof(float));
@@ -159,7 +162,8 @@ static void *rank_main(void *arg) {
     return NULL;
 }
 
-/* The grid of one run: TP degree, KVP degree and tokens per KVP rank (0 = an even split). */
+/* The grid of one run: TP degree, KVP degree and tokens per KVP rank (0 = the smallest
+ * 16 x 2^p whose K groups hold the sequence; the cache then holds K x that many positions). */
 struct grid {
     int tp, kvp, kvp_tokens;
     enum tp_moe_mode moe;
@@ -170,7 +174,12 @@ struct grid {
  * positions per slot. */
 static float *run_grid(const struct golden_case *gc, const struct grid *gr, const int *bounds,
                        int n_stages, size_t *bytes, int *positions) {
-    const int T = gr->tp, K = gr->kvp, W = T * K, max_seq = gc->n_prompt + gc->n_steps;
+    const int T = gr->tp, K = gr->kvp, W = T * K, total = gc->n_prompt + gc->n_steps;
+    int tokens = gr->kvp_tokens, max_seq = total;
+    if (K > 1 && !tokens)
+        for (tokens = GRID_KV_BLOCK; tokens * K < total; tokens *= 2) {
+        }
+    if (K > 1) max_seq = tokens * K;
     struct group tp_groups[MAX_RANKS], kvp_groups[MAX_RANKS];
     struct job jobs[MAX_RANKS];
     pthread_t th[MAX_RANKS];
@@ -186,18 +195,18 @@ static float *run_grid(const struct golden_case *gc, const struct grid *gr, cons
     }
     for (int r = 0; r < W; ++r) {
         const int t = r % T, k = r / T; /* grid order: TP fastest */
-        jobs[r] =
-            (struct job){.gc = gc,
-                         .bounds = bounds,
-                         .n_stages = n_stages,
-                         .tp = T,
-                         .rank = t,
-                         .kvp = K,
-                         .kvp_rank = k,
-                         .kvp_tokens = gr->kvp_tokens ? gr->kvp_tokens : (max_seq + K - 1) / K,
-                         .moe = gr->moe,
-                         .coll = {.g = &tp_groups[k], .rank = t},
-                         .kvp_coll = {.g = &kvp_groups[t], .rank = k}};
+        jobs[r] = (struct job){.gc = gc,
+                               .bounds = bounds,
+                               .n_stages = n_stages,
+                               .tp = T,
+                               .rank = t,
+                               .kvp = K,
+                               .kvp_rank = k,
+                               .kvp_tokens = tokens,
+                               .max_seq = max_seq,
+                               .moe = gr->moe,
+                               .coll = {.g = &tp_groups[k], .rank = t},
+                               .kvp_coll = {.g = &kvp_groups[t], .rank = k}};
         assert_int_equal(pthread_create(&th[r], NULL, rank_main, &jobs[r]), 0);
     }
     for (int r = 0; r < W; ++r)
@@ -253,11 +262,15 @@ static void check_case(const char *name, int tp, enum tp_moe_mode moe, int *ran)
     for (int s = 0; s < gc.n_steps; ++s)
         if (argmax(got + (size_t)s * V, V) != gc.generated[s]) mismatches++;
     const double dg = max_delta(got, gc.logits, n), d1 = max_delta(got, one, n);
-    printf("%-18s TP %d%s: ids %s, max |dlogit| vs golden %.3g, vs TP 1 %.3g; weights %zu of "
-           "%zu bytes per rank\n",
+    printf("%-18s TP %d%s: ids %s, max |dlogit| vs golden %.3g, vs TP 1 %.3g (%s); weights "
+           "%zu of %zu bytes per rank\n",
            name, tp,
            gc.cfg.num_experts > 0 ? (moe == TP_MOE_SPLIT ? " (moe split)" : " (moe expert)") : "",
-           mismatches ? "DIFFER" : "equal", dg, d1, bytes, bytes1);
+           mismatches ? "DIFFER" : "equal", dg, d1,
+           memcmp(got, one, n * sizeof(float)) ? "NOT bit-identical" : "bit-identical", bytes,
+           bytes1);
+    if (memcmp(got, one, n * sizeof(float)))
+        fail_msg("%s TP %d: logits differ from TP 1's (max |dlogit| %.3g)", name, tp, d1);
     assert_int_equal(mismatches, 0);
     assert_true(dg <= LOGIT_TOLERANCE);
     assert_true(bytes < bytes1);
@@ -305,15 +318,19 @@ static void check_kvp(const char *name, const struct grid *gr, int *ran) {
         return;
     }
     int held = 0, mismatches = 0;
-    float *one = run_grid(&gc, &(struct grid){gr->tp, 1, 0, gr->moe}, whole, 1, NULL, NULL);
+    float *one = run_grid(&gc, &(struct grid){1, 1, 0, gr->moe}, whole, 1, NULL, NULL);
     float *got = run_grid(&gc, gr, whole, 1, NULL, &held);
     float *again = run_grid(&gc, gr, whole, 1, NULL, NULL);
     for (int s = 0; s < gc.n_steps; ++s)
         if (argmax(got + (size_t)s * V, V) != gc.generated[s]) mismatches++;
     const double dg = max_delta(got, gc.logits, n), d1 = max_delta(got, one, n);
     printf("%-18s TP %d x KVP %d: %d-token sequence, %d positions per rank; ids %s, max |dlogit| "
-           "vs golden %.3g, vs KVP 1 %.3g\n",
-           name, gr->tp, gr->kvp, total, held, mismatches ? "DIFFER" : "equal", dg, d1);
+           "vs golden %.3g, vs one rank %.3g (%s)\n",
+           name, gr->tp, gr->kvp, total, held, mismatches ? "DIFFER" : "equal", dg, d1,
+           memcmp(got, one, n * sizeof(float)) ? "NOT bit-identical" : "bit-identical");
+    if (memcmp(got, one, n * sizeof(float)))
+        fail_msg("%s TP %d x KVP %d: logits differ from one rank's (max |dlogit| %.3g)", name,
+                 gr->tp, gr->kvp, d1);
     assert_int_equal(mismatches, 0);
     assert_true(dg <= LOGIT_TOLERANCE);
     assert_true(held < total);
@@ -345,10 +362,54 @@ static void test_kvp_cases(void **state) {
     assert_true(ran >= 15);
 }
 
+/* Medha's goal at the model level: a 1,800-token prompt (prefilled in one call, which KVP
+ * attends in tiles of 512 rows to bound the kept scores) and 8 decode steps on a tiny model,
+ * one rank with a 1,808-position cache vs 4 KVP ranks of 512 positions each (none holds the
+ * context) and TP 2 x KVP 4 (tiles of 1,024 rows): the logits are bit-identical. */
+static void test_long_context(void **state) {
+    (void)state;
+    struct golden_case gc;
+    if (golden_case_open(&gc, "qwen3_gqa_tied")) fail_msg("%s", strata_last_error());
+    enum { PROMPT = 1800, STEPS = 8 };
+    struct golden_case lc = gc;
+    int32_t *ids = malloc((PROMPT + STEPS) * sizeof(int32_t));
+    assert_non_null(ids);
+    for (int i = 0; i < PROMPT + STEPS; ++i)
+        ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)gc.cfg.vocab_size);
+    lc.prompt = ids;
+    lc.n_prompt = PROMPT;
+    lc.generated = ids + PROMPT; /* teacher-forced decode ids */
+    lc.n_steps = STEPS;
+    const int L = gc.cfg.num_layers, whole[2] = {0, L};
+    const size_t n = (size_t)STEPS * (size_t)gc.cfg.vocab_size;
+    int held = 0;
+    float *one =
+        run_grid(&lc, &(struct grid){1, 1, 0, TP_MOE_EXPERT_PARALLEL}, whole, 1, NULL, NULL);
+    float *kvp4 =
+        run_grid(&lc, &(struct grid){1, 4, 512, TP_MOE_EXPERT_PARALLEL}, whole, 1, NULL, &held);
+    float *grid8 =
+        run_grid(&lc, &(struct grid){2, 4, 512, TP_MOE_EXPERT_PARALLEL}, whole, 1, NULL, NULL);
+    printf("qwen3_gqa_tied 1,800-token prompt + %d steps: KVP 4 x %d positions and TP 2 x KVP 4 "
+           "%s one rank's logits\n",
+           STEPS, held,
+           memcmp(kvp4, one, n * sizeof(float)) || memcmp(grid8, one, n * sizeof(float))
+               ? "DIFFER from"
+               : "bit-identical to");
+    assert_int_equal(held, 512);
+    assert_memory_equal(kvp4, one, n * sizeof(float));
+    assert_memory_equal(grid8, one, n * sizeof(float));
+    free(one);
+    free(kvp4);
+    free(grid8);
+    free(ids);
+    golden_case_close(&gc);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_text_cases),
         cmocka_unit_test(test_kvp_cases),
+        cmocka_unit_test(test_long_context),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -350,14 +350,28 @@ static void test_attention(void **state) {
     }
 }
 
+/* The aligned tree of ops.h over blocks [0, nb) of ob [nb][w], written plainly (recursively:
+ * the largest power of two below nb on the left): the sum lands in ob[0]. */
+static void plain_tree(float *ob, int nb, int w) {
+    if (nb <= 1) return;
+    int left = 1;
+    while (2 * left < nb)
+        left *= 2;
+    plain_tree(ob, left, w);
+    plain_tree(ob + (size_t)left * (size_t)w, nb - left, w);
+    for (int d = 0; d < w; ++d)
+        ob[d] += ob[(size_t)left * (size_t)w + (size_t)d];
+}
+
 /* attention's documented fp32 order, written plainly: the kernel must give these exact bits
- * (its key interleaving only overlaps independent chains). Context lengths cover 4-key
- * groups and leftovers. */
+ * (its key interleaving only overlaps independent chains, its binary counter is this tree).
+ * Context lengths cover 4-key groups, leftovers and 1 to 6 blocks of OPS_ATTN_BLOCK. */
 static void test_attention_exact_order(void **state) {
     (void)state;
-    enum { NH = 4, NKV = 2, D = 24, MAX_SEQ = 16, POS = 6, N = 5 };
+    enum { NH = 4, NKV = 2, D = 24, MAX_SEQ = 90, POS = 6, N = 84 };
+    enum { NB = (MAX_SEQ + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK };
     static float q[N * NH * D], k[NKV * MAX_SEQ * D], v[NKV * MAX_SEQ * D], out[N * NH * D];
-    static float scratch[2 * MAX_SEQ];
+    static float scratch[2 * MAX_SEQ], ob[NB * (D + 1)];
     fill(q, sizeof q / sizeof *q);
     fill(k, sizeof k / sizeof *k);
     fill(v, sizeof v / sizeof *v);
@@ -370,20 +384,30 @@ static void test_attention_exact_order(void **state) {
         for (int h = 0; h < NH; ++h) {
             const float *qi = q + (i * NH + h) * D;
             const float *kh = k + (h / 2) * MAX_SEQ * D, *vh = v + (h / 2) * MAX_SEQ * D;
-            int ctx = POS + i + 1;
-            float s[MAX_SEQ], o[D];
+            int ctx = POS + i + 1, nb = (ctx + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK;
+            float s[MAX_SEQ], o[D], max = -INFINITY;
             for (int j = 0; j < ctx; ++j) {
                 float dot = 0.0f;
                 for (int d = 0; d < D; ++d)
                     dot += qi[d] * kh[j * D + d];
                 s[j] = dot * scale;
+                max = s[j] > max ? s[j] : max;
             }
-            softmax(s, ctx);
+            for (int b = 0; b < nb; ++b) { /* per block: o then l, ascending j */
+                float *o_b = ob + b * (D + 1);
+                for (int d = 0; d <= D; ++d)
+                    o_b[d] = 0.0f;
+                for (int j = b * OPS_ATTN_BLOCK; j < ctx && j < (b + 1) * OPS_ATTN_BLOCK; ++j) {
+                    float p = expf(s[j] - max);
+                    o_b[D] += p;
+                    for (int d = 0; d < D; ++d)
+                        o_b[d] += p * vh[j * D + d];
+                }
+            }
+            plain_tree(ob, nb, D + 1);
+            float inv = 1.0f / ob[D];
             for (int d = 0; d < D; ++d)
-                o[d] = 0.0f;
-            for (int j = 0; j < ctx; ++j)
-                for (int d = 0; d < D; ++d)
-                    o[d] += s[j] * vh[j * D + d];
+                o[d] = ob[d] * inv;
             assert_memory_equal(out + (i * NH + h) * D, o, sizeof o);
         }
 }

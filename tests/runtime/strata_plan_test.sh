@@ -50,10 +50,12 @@ check grid-table 0 "PP 2 x KVP 2 x TP 2 = 8 processes" --model "$model" --stages
 check grid-last-rank 0 "7     1     1    1   [2,4)     [1,2)     [0,1)x2    [16,32)     -            [64,128)     [512,1024)" \
     --model "$model" --stages 2 --tp 2 --kvp 2 --max-seq 1024
 check grid-kv-replicated 0 "1 of 1 KV heads (replicated" --model "$model" --stages 1 --tp 2
-check grid-kvp-only 0 "[300,400)" --model "$model" --stages 1 --kvp 4 --kvp-tokens 100 --max-seq 400
+check grid-kvp-only 0 "[384,400)" --model "$model" --stages 1 --kvp 4 --kvp-tokens 128 --max-seq 400
+check grid-kvp-aligned 2 "100 KV tokens per KVP group is not 16 x a power of two" --model "$model" --stages 1 --kvp 4 --kvp-tokens 100 --max-seq 400
+check grid-tp-pow2 2 "TP 3 is not a power of two dividing 8" --model "$model" --stages 1 --tp 3
 check grid-heads 2 "TP 4 does not divide the 2 attention heads" --model "$model" --stages 2 --tp 4
-check grid-kvp-short 2 "hold 200 tokens, fewer than max-seq 1024" --model "$model" --stages 2 --kvp 2 --kvp-tokens 100 --max-seq 1024
-check grid-kvp-empty 2 "KVP rank 3 would hold no tokens" --model "$model" --stages 2 --kvp 4 --kvp-tokens 400 --max-seq 1024
+check grid-kvp-short 2 "hold 256 tokens, fewer than max-seq 1024" --model "$model" --stages 2 --kvp 2 --kvp-tokens 128 --max-seq 1024
+check grid-kvp-empty 2 "KVP rank 3 would hold no tokens" --model "$model" --stages 2 --kvp 4 --kvp-tokens 512 --max-seq 1024
 check grid-tp-zero 2 "--tp" --model "$model" --stages 2 --tp 0
 check grid-moe-flag 2 "--moe must be expert or split" --model "$model" --stages 2 --tp 2 --moe rows
 check grid-mem 2 "--mem plans whole stages" --model "$model" --stages 2 --tp 2 --mem 1G,1G

@@ -43,6 +43,7 @@ static void check_partition(const struct tp_range *ranges, int T, int n, int tim
 /* The degree's expected verdict, from the rules of tp_shard.h written out again. */
 static const char *expected_refusal(const struct model_config *c, int T, enum tp_moe_mode moe,
                                     int has_dense, int has_moe) {
+    if ((T & (T - 1)) || GRID_SPLIT_LEAVES % T) return "not a power of two dividing 8";
     if (c->num_heads % T) return "attention heads";
     if (c->num_kv_heads >= T ? c->num_kv_heads % T : T % c->num_kv_heads) return "KV heads";
     if (has_dense && c->intermediate_size % T) return "MLP intermediate size";
@@ -138,11 +139,11 @@ static void check_shards(const struct model_config *cfg, const struct tp_shard *
 /* Per-rank prices of a PP 2 × KVP 2 × TP T grid add up to the one-rank stage prices. */
 static void check_prices(const struct model_config *cfg, const struct safetensors *st, int T,
                          enum tp_moe_mode moe) {
-    const int max_seq = 96;
+    const int max_seq = 100; /* KVP 2: 50 tokens rounded up to 16 x 2^2 */
     struct grid_config g = {2, T, 2, 0, 0, moe};
     assert_int_equal(grid_config_check(&g, cfg, max_seq), 0);
     assert_int_equal(g.world, 4 * T);
-    assert_int_equal(g.kvp_tokens, 48);
+    assert_int_equal(g.kvp_tokens, 64);
     struct stage_memory_options opt = {4, max_seq, 1, 16, 1};
     struct stage_memory_model mm;
     assert_int_equal(stage_memory_model_build(&mm, cfg, st, &opt), 0);
@@ -158,8 +159,8 @@ static void check_prices(const struct model_config *cfg, const struct safetensor
                 struct grid_plan_entry e;
                 assert_int_equal(
                     grid_plan_price_rank(&e, cfg, st, &g, ranges, &opt, grid_rank(&g, &c)), 0);
-                assert_int_equal(e.kv_tokens.start, 48 * k);
-                assert_int_equal(e.kv_tokens.end, 48 * (k + 1));
+                assert_int_equal(e.kv_tokens.start, 64 * k);
+                assert_int_equal(e.kv_tokens.end, k ? max_seq : 64);
                 kv += e.kv_bytes;
                 if (T == 1) assert_true(e.weight_bytes == plan.stages[s].weight_bytes);
                 assert_true(e.weight_bytes <= plan.stages[s].weight_bytes);
@@ -398,10 +399,22 @@ static void test_refusals(void **state) {
     load_golden(&cfg, "qwen3_long_prompt"); /* nh 6, nkv 2, F 128, V 1000 */
     assert_int_equal(tp_check(&cfg, 4, TP_MOE_EXPERT_PARALLEL), STRATA_ERANGE);
     assert_non_null(strstr(strata_last_error(), "6 attention heads"));
+    /* 3 and 6 divide the heads but not the row-parallel dot products' 8-leaf tree */
     assert_int_equal(tp_check(&cfg, 3, TP_MOE_EXPERT_PARALLEL), STRATA_ERANGE);
-    assert_non_null(strstr(strata_last_error(), "2 KV heads"));
+    assert_non_null(strstr(strata_last_error(), "TP 3 is not a power of two dividing 8"));
     assert_int_equal(tp_check(&cfg, 6, TP_MOE_EXPERT_PARALLEL), STRATA_ERANGE);
-    assert_non_null(strstr(strata_last_error(), "intermediate size 128"));
+    assert_non_null(strstr(strata_last_error(), "subtree"));
+    cfg.num_heads = 16;
+    cfg.intermediate_size = 96;
+    assert_int_equal(tp_check(&cfg, 16, TP_MOE_EXPERT_PARALLEL), STRATA_ERANGE);
+    assert_non_null(strstr(strata_last_error(), "TP 16 is not a power of two dividing 8"));
+    load_golden(&cfg, "qwen3_long_prompt");
+    cfg.num_heads = 8;
+    cfg.num_kv_heads = 8;
+    cfg.intermediate_size = 100;
+    assert_int_equal(tp_check(&cfg, 8, TP_MOE_EXPERT_PARALLEL), STRATA_ERANGE);
+    assert_non_null(strstr(strata_last_error(), "intermediate size 100"));
+    load_golden(&cfg, "qwen3_long_prompt");
     cfg.vocab_size = 1001;
     assert_int_equal(tp_check(&cfg, 2, TP_MOE_EXPERT_PARALLEL), STRATA_ERANGE);
     assert_non_null(strstr(strata_last_error(), "vocabulary of 1001"));
@@ -412,19 +425,33 @@ static void test_refusals(void **state) {
     assert_int_equal(tp_check(&cfg, 4, TP_MOE_SPLIT), 0);
 
     load_golden(&cfg, "qwen3_gqa_tied"); /* L 4 */
-    struct grid_config g = {2, 2, 4, 100, 0, TP_MOE_EXPERT_PARALLEL};
+    struct grid_config g = {2, 2, 4, 64, 0, TP_MOE_EXPERT_PARALLEL};
     assert_int_equal(grid_config_check(&g, &cfg, 512), STRATA_ERANGE);
     assert_non_null(strstr(strata_last_error(), "fewer than max-seq 512"));
     assert_non_null(strstr(strata_last_error(), "--kvp-tokens to 128"));
-    g.kvp_tokens = 200; /* 3 groups already hold 600 >= 512 */
+    g.kvp_tokens = 256; /* 2 groups already hold 512 */
     assert_int_equal(grid_config_check(&g, &cfg, 512), STRATA_ERANGE);
     assert_non_null(strstr(strata_last_error(), "KVP rank 3 would hold no tokens"));
-    g.kvp_tokens = 130;
-    assert_int_equal(grid_config_check(&g, &cfg, 512), 0);
+    g.kvp_tokens = 130; /* not an aligned subtree of attention's 16-token blocks */
+    assert_int_equal(grid_config_check(&g, &cfg, 512), STRATA_ERANGE);
+    assert_non_null(strstr(strata_last_error(), "not 16 x a power of two"));
+    g.kvp_tokens = 48;
+    assert_int_equal(grid_config_check(&g, &cfg, 512), STRATA_ERANGE);
+    assert_non_null(strstr(strata_last_error(), "48 KV tokens"));
+    assert_true(kvp_tokens_aligned(16) && kvp_tokens_aligned(512) && !kvp_tokens_aligned(8) &&
+                !kvp_tokens_aligned(96) && !kvp_tokens_aligned(0));
+    g.kvp_tokens = 0; /* default: 128 per group */
+    assert_int_equal(grid_config_check(&g, &cfg, 500), 0);
+    assert_int_equal(g.kvp_tokens, 128);
+    g.kvp_tokens = 0; /* 10 rounds up to 16: group 3 would be empty */
+    assert_int_equal(grid_config_check(&g, &cfg, 40), STRATA_ERANGE);
+    assert_non_null(strstr(strata_last_error(), "KVP rank 3 would hold no tokens"));
+    g.kvp_tokens = 128;
+    assert_int_equal(grid_config_check(&g, &cfg, 500), 0);
     assert_int_equal(g.world, 16);
-    struct tp_range last = kvp_token_range(&g, 3, 512);
-    assert_int_equal(last.start, 390);
-    assert_int_equal(last.end, 512);
+    struct tp_range last = kvp_token_range(&g, 3, 500);
+    assert_int_equal(last.start, 384);
+    assert_int_equal(last.end, 500);
     g.pp = 5;
     assert_int_equal(grid_config_check(&g, &cfg, 512), STRATA_ERANGE);
     assert_non_null(strstr(strata_last_error(), "every stage needs a layer"));
@@ -438,15 +465,26 @@ static void test_grid_order(void **state) {
     (void)state;
     struct model_config cfg;
     load_golden(&cfg, "qwen3_deep8");
+    int accepted = 0;
     for (int kvp = 1; kvp <= 5; ++kvp)
-        for (int seq = kvp; seq <= 70; seq += 7) {
+        for (int seq = kvp; seq <= 700; seq += 23) {
             struct grid_config g = {4, 2, kvp, 0, 0, TP_MOE_EXPERT_PARALLEL};
+            /* the default: ceil(seq / kvp), rounded up to 16 x 2^p under KVP */
+            int tokens = (seq + kvp - 1) / kvp;
+            if (kvp > 1) {
+                int aligned = GRID_KV_BLOCK;
+                while (aligned < tokens)
+                    aligned *= 2;
+                tokens = aligned;
+            }
             if (grid_config_check(&g, &cfg, seq) != 0) {
-                /* e.g. 12 tokens over 5 groups: 3 each leaves the last empty, 2 is too few */
+                /* e.g. 100 tokens over 5 groups: 32 each leaves the last empty */
                 assert_non_null(strstr(strata_last_error(), "would hold no tokens"));
-                assert_true((int64_t)((seq + kvp - 1) / kvp) * (kvp - 1) >= seq);
+                assert_true((int64_t)tokens * (kvp - 1) >= seq);
                 continue;
             }
+            assert_int_equal(g.kvp_tokens, tokens);
+            ++accepted;
             struct tp_range r[8];
             for (int k = 0; k < kvp; ++k) {
                 r[k] = kvp_token_range(&g, k, seq);
@@ -461,6 +499,7 @@ static void test_grid_order(void **state) {
                 assert_true(c.stage < 4 && c.kvp_rank < kvp);
             }
         }
+    assert_true(accepted >= 60);
 }
 
 int main(void) {

@@ -4,7 +4,8 @@
  * case, text and VL (M-RoPE positions, DeepStack features and the visual mask travel in the
  * forward command), is prefilled and decoded through the leader: the greedy ids equal
  * transformers', the logits stay within 1e-3 of the golden and are bit-identical over TCP
- * and shared memory; the same through KVP 2 (each rank caching half the positions);
+ * and shared memory; the same through KVP 2 (each rank caching half the positions); TP 2
+ * and KVP 2 are bit-identical to one rank's plain CPU backend (text and VL);
  * freeing the leader stops the follower (status 0). KV handoff is
  * refused under TP, and malformed peer lists are refused before anything is opened. */
 #include <math.h>
@@ -49,13 +50,15 @@ static int open_rank(struct rank *r) {
                                .timeout_ms = 10000};
     int rc = stage_tp_connect(&r->coll, &net);
     if (rc) return rc;
-    const int max_seq = r->gc->n_prompt + r->gc->n_steps;
+    /* KVP: 16 x 2^p positions per rank (attention's aligned blocks), the smallest that
+     * holds the sequence on two ranks */
+    int max_seq = r->gc->n_prompt + r->gc->n_steps, tokens = GRID_KV_BLOCK;
+    while (r->kvp && 2 * tokens < max_seq)
+        tokens *= 2;
+    if (r->kvp) max_seq = 2 * tokens;
     if (r->kvp)
-        r->tp = (struct stage_tp_config){.tp = 1,
-                                         .kvp = 2,
-                                         .kvp_rank = r->rank,
-                                         .kvp_tokens = (max_seq + 1) / 2,
-                                         .coll = r->coll};
+        r->tp = (struct stage_tp_config){
+            .tp = 1, .kvp = 2, .kvp_rank = r->rank, .kvp_tokens = tokens, .coll = r->coll};
     else
         r->tp = (struct stage_tp_config){.tp = 2, .tp_rank = r->rank, .coll = r->coll};
     struct stage_backend_options bo = {.cfg = c,
@@ -145,6 +148,21 @@ static int argmax(const float *x, int n) {
     return best;
 }
 
+/* The same run on one rank (the plain CPU backend, no group). */
+static float *run_one(const struct golden_case *gc) {
+    struct stage_backend *be = NULL;
+    struct stage_backend_options bo = {.cfg = &gc->cfg,
+                                       .weights = gc->st,
+                                       .role = {0, gc->cfg.num_layers, 1, 1, 0},
+                                       .num_threads = 1,
+                                       .max_seq = gc->n_prompt + gc->n_steps,
+                                       .num_slots = 2};
+    if (stage_backend_open(&be, &bo)) fail_msg("one rank: %s", strata_last_error());
+    float *logits = decode(be, gc);
+    stage_backend_free(be);
+    return logits;
+}
+
 /* One TP 2 run of `gc` over a fresh group; returns rank 0's logits. */
 static float *run_group(const struct golden_case *gc, int tcp_only, int kvp, const char *dir,
                         int round) {
@@ -186,6 +204,13 @@ static void test_golden_cases(void **state) {
         float *tcp = run_group(&gc, 1, 0, dir, (int)i * 3);
         float *shm = run_group(&gc, 0, 0, dir, (int)i * 3 + 1);
         float *kvp = run_group(&gc, 0, 1, dir, (int)i * 3 + 2);
+        float *one = run_one(&gc);
+        if (memcmp(kvp, one, n * sizeof(float)) || memcmp(tcp, one, n * sizeof(float)))
+            fail_msg("%s: TP 2 (%s) or KVP 2 (%s) logits differ from one rank's", cases[i],
+                     memcmp(tcp, one, n * sizeof(float)) ? "differs" : "equal",
+                     memcmp(kvp, one, n * sizeof(float)) ? "differs" : "equal");
+        printf("%-16s TP 2 and KVP 2 bit-identical to one rank\n", cases[i]);
+        free(one);
         double dkvp = 0.0;
         for (size_t k = 0; k < n; ++k)
             dkvp = fmax(dkvp, fabs((double)kvp[k] - (double)gc.logits[k]));
