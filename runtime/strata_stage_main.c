@@ -806,6 +806,7 @@ static int serve(struct run *r, const struct args *a) {
     so.peer_timeout_ms = a->peer_timeout_ms;
     so.drain_timeout_ms = a->drain_timeout_ms;
     so.standby = a->standby;
+    so.group = r->coll; /* NULL without TP / KVP; only the leader serves */
     memcpy(so.fingerprint, r->fingerprint, sizeof so.fingerprint);
     if (a->out && !last)
         strata_log(STRATA_LOG_WARN, "--out is written by the last stage only; ignored here");
