@@ -75,13 +75,8 @@ N=${BENCH_TOKENS:-32}
 short=${BENCH_SHORT:-4}
 plen=${BENCH_PROMPT:-8}
 model=${PEERS_DIR:-$HOME/.cache/strata/peers-model}
-if ! [ -f "$model/model.safetensors" ]; then
-    mkdir -p "$model"
-    echo "bench tp: writing the Qwen3-0.6B-shaped checkpoint to $model" >&2
-    kept=$(TMPDIR="$model" "$STRATA_BIN_DIR/reference/tools/strata-bench-decode" --keep --threads 1 \
-        --steps 1 --repeat 1 | sed -n 's/^checkpoint kept at //p')
-    mv "$kept/config.json" "$kept/model.safetensors" "$model/" && rmdir "$kept"
-fi
+. tools/bench_model.sh
+bench_model "$model" "$STRATA_BIN_DIR" || pl_fail "cannot write the benchmark checkpoint to $model"
 prompt=$(awk -v n="$plen" 'BEGIN { for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", (i * 7919 + 13) % 151936 }')
 opts=(--threads 1 --max-seq 256 --max-batch 1 --insecure)
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reference/sampler.h"
 #include "runtime/base/status.h"
 
 /* "cuda" or "cuda:N" with N a small non-negative integer. */
@@ -78,6 +79,17 @@ int stage_backend_logits(struct stage_backend *be, float *logits, const float *h
     if (!be->role.with_head)
         return strata_set_error(STRATA_EINVAL, "this stage does not hold the lm_head");
     return be->iface->logits(be, logits, hidden, n);
+}
+
+int stage_backend_argmax(struct stage_backend *be, int32_t *ids, float *logits, const float *hidden,
+                         int n) {
+    if (!be->role.with_head)
+        return strata_set_error(STRATA_EINVAL, "this stage does not hold the lm_head");
+    if (be->iface->argmax) return be->iface->argmax(be, ids, hidden, n);
+    int rc = be->iface->logits(be, logits, hidden, n);
+    for (int i = 0; i < n && rc == 0; ++i)
+        ids[i] = argmax(logits + (size_t)i * (size_t)be->cfg->vocab_size, be->cfg->vocab_size);
+    return rc;
 }
 
 int stage_backend_kv_acquire(struct stage_backend *be, int *slot) {

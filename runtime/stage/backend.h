@@ -46,7 +46,7 @@ static inline int stage_tp_is_split(const struct stage_tp_config *c) {
     return c && (c->tp > 1 || c->kvp > 1);
 }
 
-/* The operations a backend provides. All are required. */
+/* The operations a backend provides. All are required but `argmax`. */
 struct stage_backend_i {
     /* hidden [n, H] = embedding rows of tokens [n]; STRATA_ERANGE for an id outside
      * [0, V). Only called on a backend with the embedding. */
@@ -59,6 +59,11 @@ struct stage_backend_i {
                    int n_items);
     /* logits [n, V] = lm_head(final_norm(hidden [n, H])); only with the head. */
     int (*logits)(struct stage_backend *be, float *logits, const float *hidden, int n);
+    /* Optional (NULL: stage_backend_argmax computes the logits and takes argmax itself):
+     * ids [n] = argmax of each row of those logits, exactly reference/sampler.h's argmax()
+     * (first maximal id), for greedy rows whose logits are not kept. A vocab-parallel head
+     * (TP) picks them without assembling the logits. */
+    int (*argmax)(struct stage_backend *be, int32_t *ids, const float *hidden, int n);
     /* Claims a free KV slot (0 positions); STRATA_EBUSY when all are in use. */
     int (*kv_acquire)(struct stage_backend *be, int *slot);
     /* Frees a slot and forgets its positions. */
@@ -124,6 +129,10 @@ int stage_backend_embed(struct stage_backend *be, float *hidden, const int32_t *
 int stage_backend_forward(struct stage_backend *be, float *hidden, const struct forward_item *items,
                           int n_items);
 int stage_backend_logits(struct stage_backend *be, float *logits, const float *hidden, int n);
+/* Greedy ids [n] of hidden [n, H]: the backend's argmax, or (without one) its logits into
+ * `logits` [n, V] (scratch) and argmax() of each row. */
+int stage_backend_argmax(struct stage_backend *be, int32_t *ids, float *logits, const float *hidden,
+                         int n);
 int stage_backend_kv_acquire(struct stage_backend *be, int *slot);
 void stage_backend_kv_release(struct stage_backend *be, int slot);
 size_t stage_backend_kv_bytes(const struct stage_backend *be);

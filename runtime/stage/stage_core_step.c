@@ -173,8 +173,9 @@ int stage_keep_logits_row(struct stage_req *req, uint64_t step, const float *row
 
 /* Last stage: logits for the rows that end a prefill or are a decode step, then sampling. */
 static void sample_rows(struct stage_core *core, int n, const int *row_off) {
-    int H = core->hidden_size, V = core->vocab, k = 0, rc;
+    int H = core->hidden_size, V = core->vocab, k = 0, rc, greedy = !core->opt.keep_logits;
     int which[n > 0 ? n : 1];
+    int32_t ids[n > 0 ? n : 1];
     if (core->opt.keep_logits) stage_recovery_replay_logits(core, n, row_off);
     for (int i = 0; i < n; i++) {
         struct stage_item *it = core->picked[i];
@@ -185,9 +186,18 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
         memcpy(core->last_rows + (size_t)k * H,
                core->hidden + (size_t)(row_off[i] + it->n_tokens - 1) * H, sizeof(float) * H);
         which[k++] = i;
+        if (req->sampler.params.temperature > 0.0f) greedy = 0;
     }
     if (k == 0) return;
-    rc = stage_backend_logits(core->be, core->logits, core->last_rows, k);
+    /* Every row greedy and no logits kept (no --out): the backend picks the ids without
+     * assembling the logits (under TP only each rank's best pair travels). A row sampled at
+     * temperature > 0 needs the whole distribution (top-k / top-p rank every id, the softmax
+     * sums over all of them), so such a batch gathers the logits. Greedy ids are the same
+     * either way: sampler_sample's greedy rule is argmax(), and it draws no random number. */
+    if (greedy)
+        rc = stage_backend_argmax(core->be, ids, core->logits, core->last_rows, k);
+    else
+        rc = stage_backend_logits(core->be, core->logits, core->last_rows, k);
     for (int j = 0; j < k; j++) {
         struct stage_item *it = core->picked[which[j]];
         struct stage_req *req = stage_find(core, it->nonce);
@@ -201,7 +211,7 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
                        strata_last_error());
             continue;
         }
-        token = sampler_sample(&req->sampler, row, V, core->sampler_scratch);
+        token = greedy ? ids[j] : sampler_sample(&req->sampler, row, V, core->sampler_scratch);
         if (token < 0 || token >= V) {
             stage_fail(core, req, STRATA_EINVAL, 1, 1, "stage %d: sampling failed: %s",
                        core->opt.stage_index, strata_last_error());
