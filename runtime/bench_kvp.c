@@ -96,7 +96,7 @@ static int parse_list(int *out, const char *text, long lo, long hi) {
     return *p ? -1 : n;
 }
 
-/* 0 to run, else the exit code. */
+/* -1 to run, else the exit code (--help: 0). */
 static int parse_args(struct args *a, int argc, char **argv) {
     static const struct option opts[] = {
         {"model", 1, 0, 'm'},     {"contexts", 1, 0, 'c'}, {"kvp", 1, 0, 'k'},
@@ -124,7 +124,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
             bad = strcmp(optarg, "shm") != 0 && strcmp(optarg, "tcp") != 0;
             a->tcp = strcmp(optarg, "tcp") == 0;
             break;
-        case 'h': usage(stdout); return STRATA_EXIT_OK + 100;
+        case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
         if (bad) {
@@ -136,7 +136,7 @@ static int parse_args(struct args *a, int argc, char **argv) {
         usage(stderr);
         return STRATA_EXIT_USAGE;
     }
-    return 0;
+    return -1;
 }
 
 /* One run: context C over K ranks of `layers` layers. */
@@ -340,7 +340,7 @@ int main(int argc, char **argv) {
     struct args a;
     struct model_config cfg;
     int rc = parse_args(&a, argc, argv);
-    if (rc) return rc == STRATA_EXIT_OK + 100 ? STRATA_EXIT_OK : rc;
+    if (rc >= 0) return rc;
     if (model_config_load(&cfg, a.model) < 0) {
         fprintf(stderr, PROG ": %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
