@@ -16,7 +16,10 @@
  * same), sets the slot's length to C, and then decodes --steps tokens greedily at positions C,
  * C + 1, ... (embedding, the layers, the LM head and the argmax: a whole decode step). The
  * latency is rank 0's wall time per step (every rank is in lock step: each layer all-gathers);
- * one warm-up step is not counted; the median is printed.
+ * one warm-up step is not counted; the median is printed. Beside it, the CPU time per step of
+ * the slowest rank (CLOCK_PROCESS_CPUTIME_ID; waiting in a collective sleeps): the critical
+ * path's compute, which a host shared with other work inflates far less than the wall time,
+ * and which the wall time approaches when every rank has a core of its own.
  *
  * Memory: the fp32 KV of a context is layers x kv_heads x head_dim x 2 x 4 bytes per token
  * (229,376 bytes for Qwen3-0.6B: 7.0 GiB at 32k), split over the ranks. A context whose KV
@@ -31,6 +34,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "reference/kv_cache.h"
@@ -180,7 +184,29 @@ static int coll_gather_hook(void *ctx, float *out, const float *in, size_t n) {
     return coll_allgather(ctx, out, in, n);
 }
 
-/* Rank k's part of the run; rank 0 writes the step times (seconds) to `fd`. */
+/* Median of v[n] (sorts it; a handful of values). */
+static double median_of(double *v, int n) {
+    for (int i = 1; i < n; ++i)
+        for (int j = i; j > 0 && v[j] < v[j - 1]; --j) {
+            double t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static double cpu_sec(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* What a rank reports (one pipe write, well under PIPE_BUF: never interleaved). */
+struct rank_report {
+    double rank, wall, cpu; /* medians per step, seconds */
+};
+
+/* Rank k's part of the run; writes its struct rank_report to `fd`. */
 static int rank_main(const struct run *r, int k, int fd) {
     const struct model_config *c = r->cfg;
     const int K = r->kvp, C = r->context, max_seq = C + r->steps + 2;
@@ -189,7 +215,7 @@ static int rank_main(const struct run *r, int k, int fd) {
     struct reference_model *m = NULL;
     struct kv_cache kv;
     float *hidden = NULL, *logits = NULL;
-    double times[MAX_STEPS + 1];
+    double times[MAX_STEPS + 1], cpu[MAX_STEPS + 1];
     int rc = 0, slot = 0;
     memset(&kv, 0, sizeof kv);
     if (K > 1) {
@@ -235,20 +261,20 @@ static int rank_main(const struct run *r, int k, int fd) {
     if (!rc && coll) rc = coll_allreduce_sum(coll, &one, 1);
     int32_t token = 13;
     for (int s = 0; s <= r->steps && !rc; ++s) {
-        double t0 = cli_now_sec();
+        const double t0 = cli_now_sec(), c0 = cpu_sec();
         struct forward_item item = {.slot = slot, .pos = C + s, .n_tokens = 1};
         if (!(rc = reference_embed(m, hidden, &token, 1)) &&
             !(rc = reference_forward(m, &kv, hidden, &item, 1)) &&
             !(rc = reference_logits(m, logits, hidden, 1)))
             token = (int32_t)argmax(logits, c->vocab_size);
         times[s] = cli_now_sec() - t0;
+        cpu[s] = cpu_sec() - c0;
     }
     if (rc)
         fprintf(stderr, PROG ": KVP rank %d of %d, context %d: %s\n", k, K, C, strata_last_error());
-    if (!rc && k == 0 &&
-        write(fd, times + 1, (size_t)r->steps * sizeof(double)) !=
-            (ssize_t)(r->steps * sizeof(double)))
-        rc = STRATA_EIO;
+    struct rank_report rep = {k, rc ? 0.0 : median_of(times + 1, r->steps),
+                              rc ? 0.0 : median_of(cpu + 1, r->steps)};
+    if (!rc && write(fd, &rep, sizeof rep) != (ssize_t)sizeof rep) rc = STRATA_EIO;
     free(hidden);
     free(logits);
     kv_cache_free(&kv);
@@ -258,22 +284,23 @@ static int rank_main(const struct run *r, int k, int fd) {
     return rc;
 }
 
-/* Forks the K ranks of one run and returns rank 0's median step time (seconds), or -1. */
-static double run_once(struct run *r) {
+/* Forks the K ranks of one run: *wall = rank 0's median step time, *cpu = the largest of the
+ * ranks' median CPU time per step (seconds). 0, or -1 when the run failed. */
+static int run_once(struct run *r, double *wall, double *cpu) {
     int fds[2];
     pid_t pids[MAX_KVP];
-    double times[MAX_STEPS];
+    struct rank_report reps[MAX_KVP];
     static int counter;
     snprintf(r->group, sizeof r->group, "bench-kvp.%d.%d", r->context, r->kvp);
     snprintf(r->shm_name, sizeof r->shm_name, "/strata-bench-kvp-%d-%d", (int)getpid(), counter++);
     for (int k = 0; k < r->kvp && r->tcp; ++k) {
         if (wire_listen(&r->listeners[k], NULL, 0)) {
             fprintf(stderr, PROG ": %s\n", strata_last_error());
-            return -1.0;
+            return -1;
         }
         r->ports[k] = r->listeners[k].port;
     }
-    if (pipe(fds) != 0) return -1.0;
+    if (pipe(fds) != 0) return -1;
     fflush(stdout);
     for (int k = 0; k < r->kvp; ++k) {
         pids[k] = fork();
@@ -287,9 +314,9 @@ static double run_once(struct run *r) {
     close(fds[1]);
     for (int k = 0; k < r->kvp && r->tcp; ++k)
         wire_listener_close(&r->listeners[k]);
-    size_t want = (size_t)r->steps * sizeof(double), got = 0;
+    size_t want = (size_t)r->kvp * sizeof *reps, got = 0;
     while (got < want) {
-        ssize_t n = read(fds[0], (char *)times + got, want - got);
+        ssize_t n = read(fds[0], (char *)reps + got, want - got);
         if (n <= 0) break;
         got += (size_t)n;
     }
@@ -301,15 +328,13 @@ static double run_once(struct run *r) {
             WEXITSTATUS(status) != 0)
             failed = 1;
     }
-    if (failed) return -1.0;
-    for (int i = 1; i < r->steps; ++i) /* insertion sort: a handful of values */
-        for (int j = i; j > 0 && times[j] < times[j - 1]; --j) {
-            double t = times[j];
-            times[j] = times[j - 1];
-            times[j - 1] = t;
-        }
-    return r->steps % 2 ? times[r->steps / 2]
-                        : 0.5 * (times[r->steps / 2 - 1] + times[r->steps / 2]);
+    if (failed) return -1;
+    *wall = *cpu = 0.0;
+    for (int k = 0; k < r->kvp; ++k) {
+        if (reps[k].rank == 0) *wall = reps[k].wall;
+        if (reps[k].cpu > *cpu) *cpu = reps[k].cpu;
+    }
+    return 0;
 }
 
 /* MemAvailable from /proc/meminfo in bytes (0 when unknown). */
@@ -357,13 +382,13 @@ int main(int argc, char **argv) {
     printf(
         "context filled with random K/V (no prefill); median of %d decode steps after 1 warm-up\n",
         a.steps);
-    printf("%-8s %-7s %-4s %-15s %-14s %-10s\n", "context", "layers", "KVP", "KV MiB per rank",
-           "ms per token", "vs KVP 1");
+    printf("%-8s %-7s %-4s %-15s %-14s %-10s %-22s %-10s\n", "context", "layers", "KVP",
+           "KV MiB per rank", "ms per token", "vs KVP 1", "CPU ms/token (slowest)", "vs KVP 1");
     double last_ratio = -1.0;
     int last_context = 0, last_kvp = 0;
     for (int i = 0; i < a.n_contexts; ++i) {
         const int C = a.contexts[i], L = layers_for(&a, &cfg, C, budget);
-        double base = 0.0;
+        double base = 0.0, cpu_base = 0.0;
         if (L < cfg.num_layers && !a.layers)
             printf("context %d: the KV of %d layers (%.1f GiB) passes the budget: runs the first "
                    "%d layers of the same shape\n",
@@ -380,13 +405,14 @@ int main(int argc, char **argv) {
                             .steps = a.steps,
                             .tcp = a.tcp};
             const int per_rank = (C + a.steps + 2 + r.kvp - 1) / r.kvp;
-            double t = run_once(&r);
-            if (t < 0) {
+            double t, cpu;
+            if (run_once(&r, &t, &cpu)) {
                 fprintf(stderr, PROG ": context %d, KVP %d failed\n", C, r.kvp);
                 return STRATA_EXIT_FAILURE;
             }
-            if (r.kvp == 1) base = t;
-            char ratio[32] = "-";
+            if (r.kvp == 1) base = t, cpu_base = cpu;
+            char ratio[32] = "-", cpu_ratio[32] = "-";
+            if (cpu_base > 0) snprintf(cpu_ratio, sizeof cpu_ratio, "%.2fx", cpu / cpu_base);
             if (base > 0) {
                 snprintf(ratio, sizeof ratio, "%.2fx", t / base);
                 if (r.kvp > 1) {
@@ -395,8 +421,9 @@ int main(int argc, char **argv) {
                     last_kvp = r.kvp;
                 }
             }
-            printf("%-8d %-7d %-4d %-15.0f %-14.1f %-10s\n", C, L, r.kvp,
-                   (double)kv_bytes_per_token(&cfg, L) * per_rank / 1048576.0, t * 1e3, ratio);
+            printf("%-8d %-7d %-4d %-15.0f %-14.1f %-10s %-22.1f %-10s\n", C, L, r.kvp,
+                   (double)kv_bytes_per_token(&cfg, L) * per_rank / 1048576.0, t * 1e3, ratio,
+                   cpu * 1e3, cpu_ratio);
             fflush(stdout);
         }
     }

@@ -87,15 +87,19 @@ tp_rank_start() {
     "$PL_STAGE" --model "$model" --tp "$T" --tp-rank "$r" --tp-peers "$peers" "$@" \
         >>"$PL_WORK/$tag.0.tp$r.out" 2>>"$PL_WORK/$tag.0.tp$r.log" &
     PL_PIDS="$PL_PIDS $!"
+    ranks[$tag]="${ranks[$tag]} $!"
 }
 
 configs="tp1 tp2_shm tp2_tcp"
+declare -A ranks # the pids of each configuration's ranks, leader first
 pl_start_stage tp1 1 0 "$model" "${opts[@]}"
+ranks[tp1]=$(pl_pid tp1 0)
 for tag in tp2_shm tp2_tcp; do
     extra=()
     [ "$tag" = tp2_tcp ] && extra=(--tp-tcp)
     peers="127.0.0.1:@$PL_WORK/$tag.g0.port,127.0.0.1:@$PL_WORK/$tag.g1.port"
     pl_start_stage "$tag" 1 0 "$model" "${opts[@]}" "${extra[@]}" --tp 2 --tp-rank 0 --tp-peers "$peers"
+    ranks[$tag]=$(pl_pid "$tag" 0)
     tp_rank_start "$tag" 2 1 "$peers" "${opts[@]}" "${extra[@]}"
 done
 for tag in tp1 tp2_shm tp2_tcp; do
@@ -112,9 +116,11 @@ if [ -z "$hosts_note" ]; then
         "${opts[@]}" --tp 2 --tp-rank 0 --tp-peers "$peers" --tp-tcp \
         >>"$PL_WORK/tp2_hosts.0.out" 2>>"$PL_WORK/tp2_hosts.0.log" &
     PL_PIDS="$PL_PIDS $!"
+    ranks[tp2_hosts]=$! # `ip netns exec` execs the command: this is strata-stage's pid
     ip netns exec "$(nl_host_ns 1)" "$PL_STAGE" --model "$model" "${opts[@]}" --tp 2 --tp-rank 1 \
         --tp-peers "$peers" --tp-tcp >>"$PL_WORK/tp2_hosts.0.tp1.out" 2>>"$PL_WORK/tp2_hosts.0.tp1.log" &
     PL_PIDS="$PL_PIDS $!"
+    ranks[tp2_hosts]="${ranks[tp2_hosts]} $!"
     pl_wait_log "$PL_WORK/tp2_hosts.0.log" "listening on" 1 300 || pl_fail "tp2_hosts did not start"
     nl_established 0 "$(nl_addr 1):7100" || nl_established 1 "$(nl_addr 0):7100" ||
         pl_fail "tp2_hosts: no TCP connection between the two hosts' addresses"
@@ -137,6 +143,15 @@ counters() {
 count_lines() { grep -c "group collectives:" "$PL_WORK/$1.0.log"; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 
+# cpu_ms TAG: each rank's CPU time so far (user + system, /proc/PID/stat), in ms.
+tick_ms=$((1000 / $(getconf CLK_TCK)))
+cpu_ms() {
+    local pid
+    for pid in ${ranks[$1]}; do
+        awk -v t="$tick_ms" '{ sub(/^.*\) /, ""); print ($12 + $13) * t }' "/proc/$pid/stat"
+    done | tr '\n' ' '
+}
+
 # per I: counter I per extra token, (after - mid) - (mid - before) over N tokens.
 per() {
     awk -v a="${after[$1]}" -v m="${mid[$1]}" -v b="${before[$1]}" -v n="$N" \
@@ -145,7 +160,7 @@ per() {
 for tag in $configs; do
     client "$tag" 4 "$PL_WORK/warm" || pl_fail "$tag: warm-up failed: $(cat "$PL_WORK/warm")"
 done
-declare -A rate arc arms agc bcc loads
+declare -A rate arc arms agc bcc loads cpu0 cpu1
 for ((rep = 0; rep < repeat; rep++)); do
     for tag in $configs; do
         loads[$tag]="${loads[$tag]:-} $(cut -d' ' -f1 /proc/loadavg)"
@@ -153,13 +168,20 @@ for ((rep = 0; rep < repeat; rep++)); do
         mid=()
         after=()
         [ "$tag" = tp1 ] || { n0=$(count_lines "$tag"); read -ra before <<<"$(counters "$tag")"; }
+        read -ra cb <<<"$(cpu_ms "$tag")"
         client "$tag" "$short" "$PL_WORK/one" || pl_fail "$tag: request failed: $(cat "$PL_WORK/one")"
+        read -ra cm <<<"$(cpu_ms "$tag")"
         if [ "$tag" != tp1 ]; then
             pl_wait_log "$PL_WORK/$tag.0.log" "group collectives:" $((n0 + 1)) 10 || pl_fail "$tag: no counters"
             read -ra mid <<<"$(counters "$tag")"
         fi
         client "$tag" $((short + N)) "$PL_WORK/one" || pl_fail "$tag: request failed: $(cat "$PL_WORK/one")"
         rate[$tag]="${rate[$tag]:-} $(sed -n 's/^request 0: .* \([0-9.]*\) tokens\/s$/\1/p' "$PL_WORK/one")"
+        read -ra ca <<<"$(cpu_ms "$tag")"
+        cpu_per() { awk -v a="${ca[$1]}" -v m="${cm[$1]}" -v b="${cb[$1]}" -v n="$N" \
+            'BEGIN { printf "%.1f", ((a - m) - (m - b)) / n }'; }
+        cpu0[$tag]="${cpu0[$tag]:-} $(cpu_per 0)"
+        [ "$tag" = tp1 ] || cpu1[$tag]="${cpu1[$tag]:-} $(cpu_per 1)"
         [ "$tag" = tp1 ] && continue
         pl_wait_log "$PL_WORK/$tag.0.log" "group collectives:" $((n0 + 2)) 10 || pl_fail "$tag: no counters"
         read -ra after <<<"$(counters "$tag")"
@@ -175,25 +197,31 @@ cfg=$(tr -d '\n ' <"$model/config.json" | sed 's/.*"hidden_size":\([0-9]*\).*"nu
 echo "TP benchmark: Qwen3-0.6B-shaped random bf16 checkpoint ($cfg, vocab 151936, tied) at $model;"
 echo "$plen prompt ids, $N decoded tokens per measured request, 1 thread per rank, $(nproc) cores" \
     "(shared: median 1-min load $(echo "${loads[tp1]}" | median)), median of $repeat rounds"
-printf "%-10s %-8s %-13s %-11s %-17s %-20s %-13s %-11s\n" config ranks "decode tok/s" "vs TP 1" \
-    "all-reduce/token" "all-reduce ms/token" "us/all-reduce" "gathers+bcasts/token"
+fmt="%-10s %-6s %-13s %-8s %-17s %-20s %-14s %-13s %-19s %-9s\n"
+printf "$fmt" config ranks "decode tok/s" "vs TP 1" "all-reduce/token" "all-reduce ms/token" \
+    "us/all-reduce" "gathers+bcasts" "CPU ms/token/rank" "CPU ratio"
 base=$(echo "${rate[tp1]}" | median)
+cpu_base=$(echo "${cpu0[tp1]}" | median)
 for tag in $configs; do
     r=$(echo "${rate[$tag]}" | median)
     ratio=$(awk -v a="$r" -v b="$base" 'BEGIN { printf "%.2fx", a / b }')
     if [ "$tag" = tp1 ]; then
-        printf "%-10s %-8s %-13s %-11s %-17s %-20s %-13s %-11s\n" tp1 1 "$r" 1.00x - - - -
+        printf "$fmt" tp1 1 "$r" 1.00x - - - - "$cpu_base" 1.00x
     else
         c=$(echo "${arc[$tag]}" | median)
         ms=$(echo "${arms[$tag]}" | median)
-        printf "%-10s %-8s %-13s %-11s %-17s %-20s %-13s %-11s\n" "$tag" 2 "$r" "$ratio" "$c" \
-            "$(awk -v m="$ms" 'BEGIN { printf "%.3f", m }')" \
+        c0=$(echo "${cpu0[$tag]}" | median)
+        c1=$(echo "${cpu1[$tag]}" | median)
+        printf "$fmt" "$tag" 2 "$r" "$ratio" "$c" "$(awk -v m="$ms" 'BEGIN { printf "%.3f", m }')" \
             "$(awk -v m="$ms" -v c="$c" 'BEGIN { printf "%.1f", (c > 0 ? m * 1000 / c : 0) }')" \
-            "$(awk -v g="$(echo "${agc[$tag]}" | median)" -v b="$(echo "${bcc[$tag]}" | median)" 'BEGIN { printf "%.1f + %.1f", g, b }')"
+            "$(awk -v g="$(echo "${agc[$tag]}" | median)" -v b="$(echo "${bcc[$tag]}" | median)" 'BEGIN { printf "%.1f + %.1f", g, b }')" \
+            "$c0 / $c1" "$(awk -v a="$cpu_base" -v x="$c0" -v y="$c1" 'BEGIN { printf "%.2fx", a / (x > y ? x : y) }')"
     fi
 done
 [ -n "$hosts_note" ] && echo "tp2_hosts: skipped: $hosts_note"
 echo "TP 2 / TP 1 anchor: distributed-llama 1.46x at 2 nodes (1.90x at 4, 7B model); goal >= 1.7x at TP 2."
-echo "Each rank's share of the compute halves at TP 2; the all-reduce time (leader, in the call:"
-echo "transfer + waiting for the other rank) is what TP adds. With $(nproc) cores shared by other work,"
-echo "TP 1 uses one core and TP 2 two, so the ratio is bounded by what the second core gives."
+echo "vs TP 1 is the wall-clock ratio. The all-reduce time is the leader's, inside the call: the"
+echo "transfer plus waiting for the other rank to arrive. CPU ms/token/rank is each rank's own CPU time"
+echo "per decoded token (leader / follower; a rank waiting in a collective sleeps), and CPU ratio = TP 1's"
+echo "over the busier TP 2 rank's: the split of the compute, which a host shared with other work"
+echo "distorts far less than the wall clock (on $(nproc) shared cores, TP 1 runs on one, TP 2 on two)."
