@@ -21,6 +21,11 @@
 # BENCH_TOKENS extra tokens, so the prompt's prefill cancels. The all-reduce time is the
 # leader's wall time inside coll_allreduce_sum: the transfer plus waiting for the other rank
 # to arrive (their load imbalance), i.e. what TP adds to a token beyond the split compute.
+# Each rank's CPU time per decoded token (/proc/PID/stat, the same difference of the two
+# requests) is printed beside the wall clock: on a host shared with other work (this one has
+# 2 cores and often a load of 10+) the wall-clock ratio says more about the scheduler than
+# about TP, while TP 1's CPU time over the busier TP 2 rank's shows how evenly the compute
+# was split and what the collectives cost in CPU.
 #
 # The checkpoint is strata-bench-decode's (hidden 1024, 28 layers, 16 q / 8 kv heads, head_dim
 # 128, intermediate 3072, vocab 151936, tied), written once to $PEERS_DIR (default
