@@ -384,7 +384,7 @@ int main(int argc, char **argv) {
         a.steps);
     printf("%-8s %-7s %-4s %-15s %-14s %-10s %-22s %-10s\n", "context", "layers", "KVP",
            "KV MiB per rank", "ms per token", "vs KVP 1", "CPU ms/token (slowest)", "vs KVP 1");
-    double last_ratio = -1.0;
+    double last_ratio = -1.0, last_cpu_ratio = -1.0;
     int last_context = 0, last_kvp = 0;
     for (int i = 0; i < a.n_contexts; ++i) {
         const int C = a.contexts[i], L = layers_for(&a, &cfg, C, budget);
@@ -417,6 +417,7 @@ int main(int argc, char **argv) {
                 snprintf(ratio, sizeof ratio, "%.2fx", t / base);
                 if (r.kvp > 1) {
                     last_ratio = t / base;
+                    last_cpu_ratio = cpu / cpu_base;
                     last_context = C;
                     last_kvp = r.kvp;
                 }
@@ -428,7 +429,8 @@ int main(int argc, char **argv) {
         }
     }
     if (last_ratio >= 0)
-        printf("KVP %d / KVP 1 at context %d: %.2fx (goal at 32k with KVP 4: <= 0.4x)\n", last_kvp,
-               last_context, last_ratio);
+        printf("KVP %d / KVP 1 at context %d: %.2fx wall clock, %.2fx CPU time of the slowest rank "
+               "(goal at 32k with KVP 4: <= 0.4x)\n",
+               last_kvp, last_context, last_ratio, last_cpu_ratio);
     return STRATA_EXIT_OK;
 }
