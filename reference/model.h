@@ -130,4 +130,10 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
  * every rank; each logit is one whole dot product, so they equal TP = 1's bit for bit. */
 int reference_logits(struct reference_model *m, float *logits, const float *hidden, int n);
 
+/* ids [n] = the greedy ids of the same logits, argmax() of each row exactly (sampler.h), without
+ * assembling them: under TP each rank reduces its vocabulary rows to (largest value, lowest
+ * id) per row and only those pairs are all-gathered (allgather of 2 floats per row; every rank
+ * gets the same ids). For greedy requests whose logits are not kept (model_head.c). */
+int reference_logits_argmax(struct reference_model *m, int32_t *ids, const float *hidden, int n);
+
 #endif

@@ -20,6 +20,26 @@ int argmax(const float *x, int n) {
     return best;
 }
 
+struct argmax_candidate argmax_part(const float *x, int n, int start) {
+    if (start == 0) {
+        const int i = argmax(x, n);
+        return (struct argmax_candidate){x[i], i};
+    }
+    int best = -1;
+    for (int i = 0; i < n; ++i)
+        if (!isnan(x[i]) && (best < 0 || x[i] > x[best])) best = i;
+    return best < 0 ? (struct argmax_candidate){0.0f, -1}
+                    : (struct argmax_candidate){x[best], start + best};
+}
+
+int argmax_merge(const struct argmax_candidate *c, int parts) {
+    if (isnan(c[0].value)) return c[0].index; /* argmax() of a row starting with NaN: id 0 */
+    int best = 0;
+    for (int p = 1; p < parts; ++p)
+        if (c[p].index >= 0 && c[p].value > c[best].value) best = p;
+    return c[best].index;
+}
+
 static uint64_t splitmix64(uint64_t *state) {
     uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;

@@ -102,7 +102,8 @@ static void usage(FILE *out) {
             "Tensor parallelism (each TP rank is its own strata-stage with the same stage flags):\n"
             "  --tp T                 TP degree of this stage: 1, 2, 4 or 8 (default 1)\n"
             "  --tp-rank R            this process's TP rank (0 .. T-1); rank 0 serves the stage\n"
-            "                         and leads, the others follow it (no --listen / --next-*)\n"
+            "                         and leads, the others follow it (no --listen / --next-*;\n"
+            "                         they ignore SIGTERM/SIGINT and exit with their leader)\n"
             "  --kvp K --kvp-rank R   KV parallelism: this rank holds KV positions\n"
             "                         [R*N, (R+1)*N) of every request (Medha; N = --kvp-tokens,\n"
             "                         default ceil(max-seq / K) rounded up to 16 x 2^p); the\n"
@@ -797,10 +798,15 @@ static int wait_group_loaded(struct run *r) {
     return STRATA_EXIT_OK;
 }
 
-/* A TP follower: runs rank 0's calls until it stops (exit 0) or the group fails (exit 1). */
+/* A TP follower: runs rank 0's calls until it stops (exit 0) or the group fails (exit 1).
+ * SIGTERM / SIGINT are ignored: a scheduler stopping a whole job or pod set (scancel
+ * --signal=TERM, a StatefulSet scaled down) signals every rank at once, and the leader must
+ * be able to drain its requests through its followers first; its STOP then ends them. */
 static int follow(struct run *r, const struct args *a) {
     uint64_t calls = 0;
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, SIG_IGN);
+    signal(SIGINT, SIG_IGN);
     int rc = stage_tp_follow(r->follower, r->coll, &calls);
     if (rc < 0) {
         fprintf(stderr,
@@ -834,6 +840,7 @@ static int serve(struct run *r, const struct args *a) {
     so.peer_timeout_ms = a->peer_timeout_ms;
     so.drain_timeout_ms = a->drain_timeout_ms;
     so.standby = a->standby;
+    so.group = r->coll; /* NULL without TP / KVP; only the leader serves */
     memcpy(so.fingerprint, r->fingerprint, sizeof so.fingerprint);
     if (a->out && !last)
         strata_log(STRATA_LOG_WARN, "--out is written by the last stage only; ignored here");

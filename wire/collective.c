@@ -25,6 +25,19 @@ int64_t coll_now_ms(void) {
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+uint64_t coll_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* Adds one completed operation to its counters (coll_stats). */
+static void count_op(struct coll_op_stats *s, size_t n, uint64_t start_ns) {
+    ++s->calls;
+    s->floats += n;
+    s->ns += coll_now_ns() - start_ns;
+}
+
 /* Sets the error "<prefix>: <the current error>" (the current message is copied first:
  * formatting a thread's error buffer into itself would garble it). */
 static int wrap_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -275,9 +288,11 @@ int coll_allreduce_sum(struct coll *c, float *data, size_t n) {
     int rc = check_ready(c, "all-reduce", n);
     if (rc || c->size == 1 || n == 0) return rc;
     if (!data) return strata_set_error(STRATA_EINVAL, "all-reduce: null data");
+    const uint64_t start = coll_now_ns();
     rc = c->transport == COLL_SHM ? coll_shm_allreduce(c, data, n)
                                   : tcp_allreduce(c, data, n, coll_now_ms() + c->timeout_ms);
     ++c->seq;
+    count_op(&c->stats.allreduce, n, start);
     return rc ? coll_fail(c, rc, "all-reduce") : STRATA_OK;
 }
 
@@ -289,9 +304,11 @@ int coll_allgather(struct coll *c, float *out, const float *in, size_t n) {
         if (out != in) memmove(out, in, n * sizeof(float));
         return STRATA_OK;
     }
+    const uint64_t start = coll_now_ns();
     rc = c->transport == COLL_SHM ? coll_shm_allgather(c, out, in, n)
                                   : tcp_allgather(c, out, in, n, coll_now_ms() + c->timeout_ms);
     ++c->seq;
+    count_op(&c->stats.allgather, n, start);
     return rc ? coll_fail(c, rc, "all-gather") : STRATA_OK;
 }
 
@@ -303,9 +320,11 @@ int coll_broadcast(struct coll *c, float *data, size_t n, int root) {
                                 c->size);
     if (c->size == 1 || n == 0) return STRATA_OK;
     if (!data) return strata_set_error(STRATA_EINVAL, "broadcast: null data");
+    const uint64_t start = coll_now_ns();
     rc = c->transport == COLL_SHM ? coll_shm_broadcast(c, data, n, root)
                                   : tcp_broadcast(c, data, n, root, coll_now_ms() + c->timeout_ms);
     ++c->seq;
+    count_op(&c->stats.broadcast, n, start);
     return rc ? coll_fail(c, rc, "broadcast") : STRATA_OK;
 }
 
@@ -316,6 +335,13 @@ int coll_set_timeout(struct coll *c, int timeout_ms) {
     c->timeout_ms = timeout_ms;
     pthread_mutex_unlock(&c->mu);
     return STRATA_OK;
+}
+
+void coll_stats_get(const struct coll *c, struct coll_stats *out) {
+    if (c)
+        *out = c->stats;
+    else
+        memset(out, 0, sizeof *out);
 }
 
 int coll_timeout(const struct coll *c) {
@@ -566,6 +592,7 @@ done:
         *out = NULL;
         return strata_set_error(rc, "%s", msg);
     }
+    memset(&c->stats, 0, sizeof c->stats); /* choosing the transport is not the group's work */
     return STRATA_OK;
 }
 

@@ -114,4 +114,16 @@ int coll_allgather(struct coll *c, float *out, const float *in, size_t n);
 /* data[n] <- root's data[n] on every rank. */
 int coll_broadcast(struct coll *c, float *data, size_t n, int root);
 
+/* What this rank's operations have cost so far (benchmarks and the stage's log: issue 16
+ * asks for the all-reduce time per token): per kind, the calls made, the floats they
+ * carried (n of each call) and the wall time spent inside them, which is the transfer plus
+ * the wait for the slowest rank to arrive. Zero-length and size-1 calls are not counted. */
+struct coll_op_stats {
+    uint64_t calls, floats, ns;
+};
+struct coll_stats {
+    struct coll_op_stats allreduce, allgather, broadcast;
+};
+void coll_stats_get(const struct coll *c, struct coll_stats *out);
+
 #endif

@@ -28,6 +28,7 @@ struct coll {
     int broken;      /* an operation failed: only the error is reported again */
     char error[512]; /* that error */
     int error_code;
+    struct coll_stats stats; /* coll_stats_get */
 
     /* TCP ring */
     struct wire_listener listener;
@@ -56,7 +57,8 @@ int coll_shm_allreduce(struct coll *c, float *data, size_t n);
 int coll_shm_allgather(struct coll *c, float *out, const float *in, size_t n);
 int coll_shm_broadcast(struct coll *c, float *data, size_t n, int root);
 
-/* Monotonic milliseconds. */
+/* Monotonic milliseconds, and nanoseconds (the operations' counters). */
 int64_t coll_now_ms(void);
+uint64_t coll_now_ns(void);
 
 #endif

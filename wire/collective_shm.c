@@ -241,7 +241,11 @@ static int shm_barrier(struct coll *c, int64_t deadline) {
     int64_t next_check = coll_now_ms() + 100;
     for (;;) {
         uint32_t who = atomic_load(&h->aborted);
-        if (who) return strata_set_error(STRATA_EPEER, "rank %u gave up on the group", who - 1);
+        if (who) { /* name the cause when it is a rank that has exited, not who noticed it */
+            int rc = barrier_failure(c, 0);
+            return rc ? rc
+                      : strata_set_error(STRATA_EPEER, "rank %u gave up on the group", who - 1);
+        }
         if (atomic_load_explicit(&h->gen, memory_order_acquire) != g) return STRATA_OK;
         int64_t now = coll_now_ms();
         if (now >= deadline) return barrier_failure(c, 1);

@@ -62,7 +62,8 @@ struct stage_backend_i {
     /* Optional (NULL: stage_backend_argmax takes the logits and reference/sampler.h's argmax
      * on the host). ids [n] = argmax (reference/sampler.h: the first maximal index) of each
      * row of logits(hidden [n, H]), equal to argmax of what `logits` returns; a device
-     * computes it where the logits are and sends back n ids instead of n x V floats. */
+     * computes it where the logits are and sends back n ids instead of n x V floats; a
+     * vocab-parallel head (TP) picks them without assembling the logits. */
     int (*argmax)(struct stage_backend *be, int32_t *ids, const float *hidden, int n);
     /* Claims a free KV slot (0 positions); STRATA_EBUSY when all are in use. */
     int (*kv_acquire)(struct stage_backend *be, int *slot);

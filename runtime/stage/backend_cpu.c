@@ -87,6 +87,10 @@ static int cpu_logits(struct stage_backend *be, float *logits, const float *hidd
     return reference_logits(ctx(be)->model, logits, hidden, n);
 }
 
+static int cpu_argmax(struct stage_backend *be, int32_t *ids, const float *hidden, int n) {
+    return reference_logits_argmax(ctx(be)->model, ids, hidden, n);
+}
+
 static int cpu_kv_acquire(struct stage_backend *be, int *slot) {
     return kv_cache_acquire(&ctx(be)->kv, slot);
 }
@@ -138,6 +142,7 @@ static const struct stage_backend_i cpu_iface = {
     .embed = cpu_embed,
     .forward = cpu_forward,
     .logits = cpu_logits,
+    .argmax = cpu_argmax,
     .kv_acquire = cpu_kv_acquire,
     .kv_release = cpu_kv_release,
     .kv_bytes = cpu_kv_bytes,

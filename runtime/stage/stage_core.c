@@ -329,12 +329,17 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
                  core->max_seq);
         return STRATA_ERANGE;
     }
-    if (stage_backend_kv_acquire(core->be, &slot) < 0) {
-        snprintf(why, why_cap,
-                 "stage %d: request refused: all %d KV slots are in use (--max-batch %d)",
-                 core->opt.stage_index, core->max_batch, core->max_batch);
+    int rc = stage_backend_kv_acquire(core->be, &slot);
+    if (rc < 0) {
+        if (rc == STRATA_EBUSY)
+            snprintf(why, why_cap,
+                     "stage %d: request refused: all %d KV slots are in use (--max-batch %d)",
+                     core->opt.stage_index, core->max_batch, core->max_batch);
+        else /* e.g. a TP / KVP group that has failed: its own message */
+            snprintf(why, why_cap, "stage %d: request refused: %s", core->opt.stage_index,
+                     strata_last_error());
         core->stats.refused++;
-        return STRATA_EBUSY;
+        return rc;
     }
     req = &core->reqs[slot];
     memset(req, 0, sizeof *req);

@@ -200,6 +200,9 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
         which[k++] = i;
     }
     if (k == 0) return;
+    /* A row sampled at temperature > 0 needs the whole distribution (top-k / top-p rank
+     * every id, the softmax sums over all of them), so such a batch gathers the logits;
+     * under TP an all-greedy batch moves only each rank's best (value, id) pair. */
     greedy = all_greedy(core, which, k);
     if (greedy)
         rc = stage_backend_argmax(core->be, ids, core->last_rows, k, core->logits);

@@ -26,6 +26,7 @@
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_accept.h"
 #include "runtime/stage/stage_server_vision.h"
+#include "wire/collective.h"
 #include "wire/transport.h"
 
 #define MAX_CLIENTS 64
@@ -358,6 +359,20 @@ static void flush(struct server *s) {
     }
 }
 
+/* A TP / KVP leader's collective counters so far (stage_server_options.group). */
+static void log_group_stats(const struct coll *group) {
+    struct coll_stats st;
+    coll_stats_get(group, &st);
+    strata_log(STRATA_LOG_INFO,
+               "group collectives: all-reduce %llu calls %llu floats %.3f ms, all-gather %llu "
+               "calls %llu floats %.3f ms, broadcast %llu calls %llu floats %.3f ms",
+               (unsigned long long)st.allreduce.calls, (unsigned long long)st.allreduce.floats,
+               (double)st.allreduce.ns / 1e6, (unsigned long long)st.allgather.calls,
+               (unsigned long long)st.allgather.floats, (double)st.allgather.ns / 1e6,
+               (unsigned long long)st.broadcast.calls, (unsigned long long)st.broadcast.floats,
+               (double)st.broadcast.ns / 1e6);
+}
+
 static void drain_results(struct server *s) {
     struct stage_result r;
     while (stage_core_pop_result(s->core, &r)) {
@@ -371,6 +386,7 @@ static void drain_results(struct server *s) {
             strata_log(STRATA_LOG_INFO, "request %llu finished (%s): prompt %d, %d tokens",
                        (unsigned long long)r.nonce,
                        r.finish == STAGE_FINISH_STOP ? "stop" : "length", r.prompt_len, r.n_tokens);
+            if (s->opt->group) log_group_stats(s->opt->group);
             if (s->opt->out_path && r.logits) {
                 if (stage_write_out(s->opt->out_path, &r) < 0)
                     strata_log(STRATA_LOG_ERROR, "--out: %s", strata_last_error());

@@ -29,6 +29,8 @@
 #include "wire/auth.h"
 #include "wire/tls.h"
 
+struct coll; /* wire/collective.h */
+
 /* The stage's names for the logger's levels (runtime/base/log.h), as --log-level sets them. */
 enum stage_log_level {
     STAGE_LOG_ERROR = STRATA_LOG_ERROR,
@@ -60,6 +62,10 @@ struct stage_server_options {
      * and takes the port over the moment it is free, so the ring re-forms without a cold
      * start. Needs a fixed listen_port. */
     int standby;
+    /* A TP / KVP leader's group (stage_tp.h), or NULL: after each finished request its
+     * collective counters so far are logged ("group collectives: all-reduce N calls ...",
+     * wire/collective.h coll_stats), which `./strata bench tp` reads per token. */
+    const struct coll *group;
 };
 
 /* Runs until *stop becomes non-zero (signal handler), then drains: stops accepting,

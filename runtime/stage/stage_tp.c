@@ -20,7 +20,8 @@ enum tp_op {
     TP_OP_LOGITS,
     TP_OP_ACQUIRE,
     TP_OP_RELEASE,
-    TP_OP_STOP
+    TP_OP_STOP,
+    TP_OP_ARGMAX /* greedy ids without assembled logits (backend.h argmax) */
 };
 
 #define TP_HDR 6            /* op, a, b, n_ints, n_floats, magic */
@@ -74,6 +75,13 @@ static struct tp_leader *leader(const struct stage_backend *be) {
     return be->context;
 }
 
+/* A failure of the group is this stage's own, not a lost pipeline link: STRATA_EPEER ("a
+ * rank gave up on the group") would read as one and make stage 0 hold the request and
+ * replay it (stage_recovery.c) into a group that stays broken; it is reported as EIO. */
+static int group_status(int rc) {
+    return rc == STRATA_EPEER ? STRATA_EIO : rc;
+}
+
 /* Sends header + the buffer's ints and floats. */
 static int send_cmd(struct tp_leader *l, int op, int a, int b) {
     int32_t hdr[TP_HDR] = {op, a, b, (int32_t)l->buf.n_ints, (int32_t)l->buf.n_floats, TP_MAGIC};
@@ -83,7 +91,7 @@ static int send_cmd(struct tp_leader *l, int op, int a, int b) {
     if (rc) { /* copied first: formatting the error buffer into itself would garble it */
         char why[600];
         snprintf(why, sizeof why, "%s", strata_last_error());
-        return strata_set_error(rc, "tensor-parallel %s", why);
+        return strata_set_error(group_status(rc), "tensor-parallel %s", why);
     }
     return STRATA_OK;
 }
@@ -96,7 +104,7 @@ static int lead_embed(struct stage_backend *be, float *hidden, const int32_t *to
     l->buf.n_ints = (size_t)n;
     l->buf.n_floats = 0;
     if ((rc = send_cmd(l, TP_OP_EMBED, n, 0))) return rc;
-    return l->inner->iface->embed(l->inner, hidden, tokens, n);
+    return group_status(l->inner->iface->embed(l->inner, hidden, tokens, n));
 }
 
 /* Items -> ints (TP_ITEM_INTS each, then each item's M-RoPE rows and visual mask) and
@@ -156,7 +164,7 @@ static int lead_forward(struct stage_backend *be, float *hidden, const struct fo
     int rc = pack_forward(&l->buf, hidden, items, n_items, be->cfg->hidden_size);
     if (!rc) rc = send_cmd(l, TP_OP_FORWARD, n_items, 0);
     if (rc) return rc;
-    return l->inner->iface->forward(l->inner, hidden, items, n_items);
+    return group_status(l->inner->iface->forward(l->inner, hidden, items, n_items));
 }
 
 static int lead_logits(struct stage_backend *be, float *logits, const float *hidden, int n) {
@@ -168,7 +176,21 @@ static int lead_logits(struct stage_backend *be, float *logits, const float *hid
     l->buf.n_ints = 0;
     l->buf.n_floats = count;
     if ((rc = send_cmd(l, TP_OP_LOGITS, n, 0))) return rc;
-    return l->inner->iface->logits(l->inner, logits, hidden, n);
+    return group_status(l->inner->iface->logits(l->inner, logits, hidden, n));
+}
+
+/* The greedy shortcut: the followers take part in the vocab-parallel argmax (its pairs'
+ * all-gather) exactly as in lead_logits. */
+static int lead_argmax(struct stage_backend *be, int32_t *ids, const float *hidden, int n) {
+    struct tp_leader *l = leader(be);
+    const size_t count = (size_t)n * (size_t)be->cfg->hidden_size;
+    int rc = buf_reserve(&l->buf, 0, count);
+    if (rc) return rc;
+    memcpy(l->buf.floats, hidden, count * sizeof(float));
+    l->buf.n_ints = 0;
+    l->buf.n_floats = count;
+    if ((rc = send_cmd(l, TP_OP_ARGMAX, n, 0))) return rc;
+    return group_status(l->inner->iface->argmax(l->inner, ids, hidden, n));
 }
 
 static int lead_kv_acquire(struct stage_backend *be, int *slot) {
@@ -233,6 +255,20 @@ static const struct stage_backend_i leader_iface = {
     .embed = lead_embed,
     .forward = lead_forward,
     .logits = lead_logits,
+    .argmax = lead_argmax,
+    .kv_acquire = lead_kv_acquire,
+    .kv_release = lead_kv_release,
+    .kv_bytes = lead_kv_bytes,
+    .kv_pack = lead_kv_pack,
+    .kv_restore = lead_kv_restore,
+    .describe = lead_describe,
+    .free = lead_free,
+};
+
+static const struct stage_backend_i leader_iface_no_argmax = {
+    .embed = lead_embed,
+    .forward = lead_forward,
+    .logits = lead_logits,
     .kv_acquire = lead_kv_acquire,
     .kv_release = lead_kv_release,
     .kv_bytes = lead_kv_bytes,
@@ -265,7 +301,9 @@ int stage_tp_open(struct stage_backend **out, const struct stage_backend_options
     l->inner = inner;
     l->coll = bo->tp->coll;
     *be = *inner;
-    be->iface = &leader_iface;
+    /* A shard without its own argmax (none today) gets the generic one: logits, then argmax
+     * on every rank alike (stage_backend_argmax); so does the leader. */
+    be->iface = inner->iface->argmax ? &leader_iface : &leader_iface_no_argmax;
     be->context = l;
     *out = be;
     return STRATA_OK;
@@ -371,6 +409,12 @@ static int follow_one(struct stage_backend *be, struct tp_follow_scratch *s, con
                        sizeof(float))))
             return rc;
         return be->iface->logits(be, s->out, b->floats, hdr[1]);
+    case TP_OP_ARGMAX:
+        if (hdr[1] < 0 || (size_t)hdr[1] * (size_t)H != b->n_floats || !be->iface->argmax)
+            return strata_set_error(STRATA_EFORMAT, "TP: argmax of %d rows", hdr[1]);
+        if ((rc = grow((void **)&s->out, &s->cap_out, (size_t)hdr[1] + 1, sizeof(float))))
+            return rc;
+        return be->iface->argmax(be, (int32_t *)(void *)s->out, b->floats, hdr[1]);
     case TP_OP_ACQUIRE:
         if ((rc = be->iface->kv_acquire(be, &slot))) return rc;
         if (slot != hdr[1])

@@ -74,8 +74,9 @@ def k8s_check(path):
 
     c = stage_container(sts)
     env = {e["name"]: e.get("value") for e in c.get("env", [])}
-    if int(env.get("STRATA_NUM_STAGES", "-1")) != spec["replicas"]:
-        fail("STRATA_NUM_STAGES must equal replicas (one pod per stage)")
+    grid = [int(env.get(k) or "-1") for k in ("STRATA_NUM_STAGES", "STRATA_TP", "STRATA_KVP")]
+    if min(grid) < 1 or grid[0] * grid[1] * grid[2] != spec["replicas"]:
+        fail("replicas must equal STRATA_NUM_STAGES x STRATA_TP x STRATA_KVP (one pod per rank)")
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     for s in services.values():
         for p in s["spec"]["ports"]:
@@ -86,6 +87,11 @@ def k8s_check(path):
         fail("the stage does not listen on its container port")
     if f".{spec['serviceName']}." not in script:
         fail("the next hop is not the headless Service's per-pod DNS name")
+    if f".{spec['serviceName']}.$POD_NAMESPACE.svc.cluster.local:{ports.get('group')}" not in script:
+        fail("--tp-peers must name the stage's pods by their DNS names at the group port")
+    for flag in ("--tp-rank", "--kvp-rank", "--kvp-tokens", "--tp ", "--kvp "):
+        if flag not in script:
+            fail(f"the stage command does not pass {flag.strip()}")
 
     volumes = {v["name"]: v for v in spec["template"]["spec"]["volumes"]}
     mounts = {m["name"]: m["mountPath"] for m in c["volumeMounts"]}
@@ -103,7 +109,8 @@ def k8s_check(path):
     model = next((v for v in volumes.values() if "persistentVolumeClaim" in v), None)
     if model is None or not re.search(rf"--model {re.escape(mounts[model['name']])}\b", script):
         fail("--model must be the model volume's mount path")
-    print(f"k8s: {', '.join(sorted(kinds))}: {spec['replicas']} stages, headless Service "
+    print(f"k8s: {', '.join(sorted(kinds))}: {spec['replicas']} pods = PP {grid[0]} x TP "
+          f"{grid[1]} x KVP {grid[2]}, headless Service "
           f"{spec['serviceName']}, client Service to {name}-0, TLS from Secret "
           f"{secret['secret']['secretName']} at {tls_dir}, model at {mounts[model['name']]}")
 
@@ -117,8 +124,8 @@ def k8s_pod(path, outdir):
         f.write(c["command"][2])
     with open(os.path.join(outdir, "pod.env"), "w", encoding="utf-8") as f:
         for e in c.get("env", []):
-            if "value" in e:
-                f.write(f"{e['name']}={shlex.quote(e['value'])}\n")
+            if "value" in e:  # one NAME=VALUE per line, as `env` takes it (no shell quoting)
+                f.write(f"{e['name']}={e['value']}\n")
     probe = c["readinessProbe"]["exec"]["command"]
     with open(os.path.join(outdir, "probe.sh"), "w", encoding="utf-8") as f:
         f.write(shlex.join(probe) + "\n")

@@ -4,12 +4,16 @@
 # manager), then each one's stage command run for real as a 4-stage ring across 4 hosts
 # (network namespaces, tests/pipeline/netns_lib.sh) with TLS certificates:
 #   - deploy/k8s/strata-statefulset.yaml parses (PyYAML) and holds together (headless
-#     Service with unready addresses, stage-0 Service, selectors, ports, replicas = stages,
-#     the Secret and model volumes where the command reads them); then each "pod" R runs the
-#     container's own /bin/sh script with POD_NAME=strata-R and the manifest's env, the volume
-#     mount paths mapped to the test's model and certificates, the ring's per-pod DNS names
-#     (strata-R.strata.NAMESPACE.svc.cluster.local) resolving to the hosts; the readiness probe
-#     passes in every pod and a client at strata-client.NAMESPACE.svc gets the golden tokens.
+#     Service with unready addresses, stage-0 Service, selectors, ports, replicas = PP x TP x
+#     KVP, the grid flags, the Secret and model volumes where the command reads them); then
+#     each "pod" R runs the container's own /bin/sh script with POD_NAME=strata-R, its own
+#     host name and the manifest's env, the volume mount paths mapped to the test's model and
+#     certificates, the per-pod DNS names (strata-R.strata.NAMESPACE.svc.cluster.local)
+#     resolving to the hosts: as written (PP 2 x TP 2), with the env set to PP 1 x TP 2 x
+#     KVP 2 (--kvp-tokens 32: the 48-token sequence spans both KVP ranks) and to PP 4; every
+#     pod sits at its grid place, the readiness probe passes in every pod, a client at
+#     strata-client.NAMESPACE.svc gets the golden tokens, and SIGTERM to every pod at once
+#     stops them all with status 0.
 #   - deploy/systemd/strata-stage@.service passes `systemd-analyze verify` (ExecStart pointed
 #     at the built binary), and its ExecStart, expanded with deploy/systemd/strata.env.example
 #     (per host: stage index, next host, model) as systemd would, forms a ring that gives the
@@ -60,7 +64,7 @@ check_ring() {
 python3 "$TOOL" k8s-check "$YAML" || pl_fail "the StatefulSet manifest does not hold together"
 python3 "$TOOL" k8s-pod "$YAML" "$PL_WORK" || pl_fail "cannot read the stage container"
 read -r sts svc replicas <"$PL_WORK/names"
-[ "$replicas" = 4 ] || pl_fail "the test runs the manifest's 4 stages; it has $replicas"
+[ "$replicas" = 4 ] || pl_fail "the test runs the manifest's 4 pods; it has $replicas"
 ns_k8s=strata-test
 dns=()
 for r in 0 1 2 3; do dns+=("$(nl_addr "$r") $sts-$r.$svc.$ns_k8s.svc.cluster.local"); done
@@ -77,23 +81,74 @@ while read -r vol path; do
 done <"$PL_WORK/mounts"
 script=${script//\/usr\/local\/bin\/strata-stage/"$PL_STAGE"}
 mapfile -t pod_env <"$PL_WORK/pod.env"
-for r in 0 1 2 3; do
-    ip netns exec "$(nl_host_ns "$r")" env -i PATH=/usr/bin:/bin "POD_NAME=$sts-$r" \
-        "POD_NAMESPACE=$ns_k8s" "${pod_env[@]}" /bin/sh -c "$script" \
-        >"$PL_WORK/k8s.$r.out" 2>"$PL_WORK/k8s.$r.log" &
-    PL_PIDS="$PL_PIDS $!"
-    eval "PL_PID_k8s_$r=$!"
-done
-check_ring k8s "strata-client.$ns_k8s.svc.cluster.local"
 probe=$(cat "$PL_WORK/probe.sh")
-for r in 0 1 2 3; do
-    ip netns exec "$(nl_host_ns "$r")" /bin/sh -c "$probe" || pl_fail "pod $r: readiness probe fails"
-    grep -q "connected to next stage $(((r + 1) % 4)) at $sts-$(((r + 1) % 4)).$svc.$ns_k8s.svc.cluster.local" \
-        "$PL_WORK/k8s.$r.log" || pl_fail "pod $r did not reach its next pod by its DNS name"
-done
-pl_stop_pipeline k8s 4
-echo "k8s: 4 pods ran the StatefulSet's script: ring over per-pod DNS names, certificate TLS," \
-    "readiness probes pass, golden tokens through strata-client.$ns_k8s.svc"
+
+# k8s_run TAG [NAME=VALUE...]: the 4 pods, pod R on host R with the manifest's env (then the
+# given overrides, as an edited manifest would set them) and its own host name (a UTS
+# namespace, as every pod has: so the ranks of a group see different hosts and use TCP, as
+# pods do). Checks the grid the env describes: each stage's leader pod listens, is ready,
+# reaches the next stage's leader by its DNS name over certificate TLS; every rank joins its
+# group over TCP and is ready; a client at strata-client.NAMESPACE.svc gets the golden
+# tokens. Then SIGTERM to all 4 pods at once (as Kubernetes stops a StatefulSet): every
+# pod exits 0 within 5 s (followers ignore it and stop with their leader).
+k8s_run() {
+    local tag=$1 r s pp w tp next pid i
+    shift
+    local env=("POD_NAMESPACE=$ns_k8s" "${pod_env[@]}" "$@")
+    pp=$(env "${env[@]}" sh -c 'echo $STRATA_NUM_STAGES')
+    w=$(env "${env[@]}" sh -c 'echo $((STRATA_TP * STRATA_KVP))')
+    tp=$(env "${env[@]}" sh -c 'echo $STRATA_TP')
+    [ $((pp * w)) = 4 ] || pl_fail "$tag: the test runs 4 pods, the env gives $pp x $w"
+    for r in 0 1 2 3; do
+        ip netns exec "$(nl_host_ns "$r")" unshare --uts env -i PATH=/usr/bin:/bin:/usr/sbin:/sbin \
+            "POD_NAME=$sts-$r" "${env[@]}" /bin/sh -c 'hostname "$POD_NAME" && exec /bin/sh -c "$0"' \
+            "$script" >"$PL_WORK/$tag.$r.out" 2>"$PL_WORK/$tag.$r.log" &
+        PL_PIDS="$PL_PIDS $!"
+        eval "PL_PID_${tag}_$r=$!"
+    done
+    for ((s = 0; s < pp; s++)); do
+        r=$((s * w)) next=$((((s + 1) % pp) * w))
+        pl_wait_log "$PL_WORK/$tag.$r.log" "listening on" 1 20 || pl_fail "$tag: leader pod $r did not start"
+        grep -q "links: TLS 1.3 with certificates" "$PL_WORK/$tag.$r.log" ||
+            pl_fail "$tag: pod $r is not on certificate TLS"
+        [ "$pp" = 1 ] && continue
+        pl_wait_log "$PL_WORK/$tag.$r.log" "connected to next stage $(((s + 1) % pp)) at $sts-$next.$svc.$ns_k8s.svc.cluster.local" 1 20 ||
+            pl_fail "$tag: pod $r did not reach the next stage's leader pod $next by its DNS name"
+        pl_wait_log "$PL_WORK/$tag.$r.log" "upstream stage .* connected" 1 20 || pl_fail "$tag: pod $r has no upstream"
+    done
+    for r in 0 1 2 3; do
+        if [ "$w" -gt 1 ]; then
+            s=$((r / w))
+            pl_wait_log "$PL_WORK/$tag.$r.log" "rank $((r % w)) of $w connected over tcp" 1 20 ||
+                pl_fail "$tag: pod $r did not join stage $s's group as rank $((r % w)) over TCP"
+            grep -q "^grid: stage $s of $pp, tp rank $((r % w % tp)) of $tp, kvp rank $((r % w / tp)) of $((w / tp))" \
+                "$PL_WORK/$tag.$r.out" || pl_fail "$tag: pod $r is not at its grid place"
+        fi
+        ip netns exec "$(nl_host_ns "$r")" env -i PATH=/usr/bin:/bin "POD_NAME=$sts-$r" "${env[@]}" \
+            /bin/sh -c "$probe" || pl_fail "$tag: pod $r: readiness probe fails"
+    done
+    ip netns exec "$NL_CLIENT" "$PL_CLIENT" --host "strata-client.$ns_k8s.svc.cluster.local" --port 7000 \
+        "${client_tls[@]}" --timeout-ms 20000 --prompt "$prompt" --max-tokens "$steps" >"$PL_WORK/$tag.client" ||
+        pl_fail "$tag: client failed: $(cat "$PL_WORK/$tag.client")"
+    [ "$(pl_tokens_of "$PL_WORK/$tag.client" 0)" = "$want" ] || pl_fail "$tag: tokens are not golden"
+    for r in 0 1 2 3; do kill -TERM "$(pl_pid "$tag" "$r")"; done
+    for r in 0 1 2 3; do
+        pid=$(pl_pid "$tag" "$r")
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -0 "$pid" 2>/dev/null && pl_fail "$tag: pod $r still runs 5 s after SIGTERM"
+        wait "$pid" || pl_fail "$tag: pod $r exited $? after SIGTERM"
+    done
+    echo "k8s $tag: 4 pods = PP $pp x $w ranks per stage (${*:-as written}): leaders ring over" \
+        "per-pod DNS names with certificate TLS, $([ "$w" -gt 1 ] && echo "groups over TCP, ")readiness" \
+        "probes pass, golden tokens through" \
+        "strata-client.$ns_k8s.svc, all pods exit 0 on SIGTERM"
+}
+k8s_run k8s # the manifest as written: PP 2 x TP 2
+k8s_run k8s_kvp STRATA_NUM_STAGES=1 STRATA_TP=2 STRATA_KVP=2 STRATA_KVP_TOKENS=32 STRATA_MAX_SEQ=64
+k8s_run k8s_pp STRATA_NUM_STAGES=4 STRATA_TP=1 STRATA_KVP=1
 
 # ---- systemd
 if command -v systemd-analyze >/dev/null 2>&1; then

@@ -12,6 +12,11 @@
 #   - every grid's --out file is byte-identical to plain PP 2 stages' (one rank each): TP
 #     and KVP change no bit of the logits (reference/ops.h, split-invariant sums);
 #   - a leader stopped by SIGTERM stops its followers (all exit 0);
+#   - greedy without --out: golden ids, and the last stage all-gathers one (value, id) pair per
+#     row instead of the logits (the vocab-parallel argmax);
+#   - a TP rank or a KVP rank killed (kill -9) mid-request (PP 2 x TP 2 x KVP 2) fails that
+#     request with a clear error within seconds, the dead rank's group-mates exit 1, the
+#     other stage's followers exit 0 with their leader (nothing left waiting);
 #   - a TP rank killed (kill -9) fails the next request with a clear error, no hang (over
 #     shared memory and over TCP); a killed leader's follower exits 1 within 5 s;
 #   - ranks that disagree on the grid (here the MoE mode) or the model are refused at the
@@ -155,6 +160,74 @@ grep -q "KV positions \[48, 64) of 64" "$PL_WORK/long_kvp4.1.tp3.out" ||
     pl_fail "long_kvp4: the last KVP rank does not report its token range"
 same_bytes long_kvp4 qwen3_long_prompt_one
 echo "qwen3_long_prompt: PP 2 x KVP 4, 16 KV positions per rank, 64-token context: golden ids, byte-identical to one rank per stage"
+K=1
+
+# Greedy without --out: the last stage's ranks pick the ids without assembling the logits
+# (reference_logits_argmax): each all-gather of its leader carries one (value, id) pair per
+# row, 2 floats, instead of V / T logits; the ids are still the golden's.
+tp_start greedy 2 2 "$(pl_golden qwen3_gqa_tied)" --max-seq 256 --max-batch 4 --chunk-size 8
+pl_client greedy --prompt "$(pl_golden_prompt qwen3_gqa_tied)" \
+    --max-tokens "$(pl_golden_steps qwen3_gqa_tied)" >"$PL_WORK/greedy.client" ||
+    pl_fail "greedy: client failed: $(cat "$PL_WORK/greedy.client")"
+[ "$(pl_tokens_of "$PL_WORK/greedy.client" 0)" = "$(pl_golden_generated qwen3_gqa_tied)" ] ||
+    pl_fail "greedy: tokens differ from the golden"
+pl_wait_log "$PL_WORK/greedy.1.log" "group collectives:" 1 5 || pl_fail "greedy: no collective counters"
+read -r ag_calls ag_floats <<<"$(grep "group collectives:" "$PL_WORK/greedy.1.log" | tail -1 |
+    sed 's/.*all-gather \([0-9]*\) calls \([0-9]*\) floats.*/\1 \2/')"
+[ "$ag_calls" -gt 0 ] && [ "$ag_floats" -eq $((2 * ag_calls)) ] ||
+    pl_fail "greedy: the last stage all-gathered $ag_floats floats in $ag_calls calls (want 2 per call)"
+tp_stop greedy 2 2
+echo "PP 2 x TP 2 greedy without --out: golden ids, $ag_calls argmax all-gathers of 2 floats (no logits gathered)"
+
+# A TP or KVP rank killed mid-request (PP 2 x TP 2 x KVP 2, 8 processes; each microbatch
+# delayed 20 ms so the request runs for seconds): the request fails with the group's error,
+# promptly; the dead rank's group-mates exit 1 on their own (no process left waiting), the
+# other stage's followers stop with their leader, and the leaders still stop on SIGTERM.
+K=2
+for victim in 1 2; do # group rank 1: TP rank 1 of KVP rank 0; 2: TP rank 0 of KVP rank 1
+    tag="mid$victim"
+    what=$([ "$victim" = 1 ] && echo "TP rank 1" || echo "KVP rank 1")
+    tp_start "$tag" 2 2 "$(pl_golden qwen3_gqa_tied)" --max-seq 512 --step-delay-ms 20
+    start=$(date +%s.%N)
+    timeout 60 "$PL_CLIENT" --port-file "$PL_WORK/$tag.0.port" --timeout-ms 20000 --insecure \
+        --prompt 38 --max-tokens 400 >"$PL_WORK/$tag.client" 2>&1 &
+    client=$!
+    PL_PIDS="$PL_PIDS $client"
+    sleep 1
+    kill -0 "$client" 2>/dev/null || pl_fail "$tag: the request ended before the kill: $(cat "$PL_WORK/$tag.client")"
+    kill -9 "$(eval "echo \$PL_PID_${tag}_1_tp$victim")"
+    killed=$(date +%s.%N)
+    if wait "$client"; then pl_fail "$tag: the request succeeded with $what of stage 1 dead"; fi
+    secs=$(pl_secs_between "$killed" "$(date +%s.%N)")
+    grep -q "error.*collective group .*rank" "$PL_WORK/$tag.client" ||
+        pl_fail "$tag: unclear error: $(cat "$PL_WORK/$tag.client")"
+    awk -v s="$secs" 'BEGIN { exit !(s < 15) }' || pl_fail "$tag: the request failed only after $secs s"
+    for ((g = 1; g < 4; g++)); do # stage 1's surviving followers: exit 1 within 5 s
+        [ "$g" = "$victim" ] && continue
+        pid=$(eval "echo \$PL_PID_${tag}_1_tp$g")
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -0 "$pid" 2>/dev/null && pl_fail "$tag: group rank $g of stage 1 still runs 5 s after the kill"
+        wait "$pid"
+        rc=$?
+        [ "$rc" -eq 1 ] || pl_fail "$tag: group rank $g of stage 1 exited $rc, want 1"
+    done
+    pl_stop_pipeline "$tag" 2 # both leaders exit 0 on SIGTERM
+    for ((g = 1; g < 4; g++)); do # stage 0's followers: STOP from their leader, exit 0
+        pid=$(eval "echo \$PL_PID_${tag}_0_tp$g")
+        for ((i = 0; i < 100; i++)); do
+            kill -0 "$pid" 2>/dev/null || break
+            sleep 0.05
+        done
+        kill -0 "$pid" 2>/dev/null && pl_fail "$tag: group rank $g of stage 0 outlived its leader"
+        wait "$pid" || pl_fail "$tag: group rank $g of stage 0 exited $?"
+    done
+    echo "$what of stage 1 killed mid-request: client error ${secs}s after the kill" \
+        "($(grep -m1 -o 'collective group.*' "$PL_WORK/$tag.client" | cut -c1-120)); its group-mates exited 1"
+    pl_cleanup
+done
 K=1
 
 # A killed TP rank: the next request fails clearly and promptly.

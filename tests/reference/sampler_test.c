@@ -21,6 +21,62 @@ static void test_greedy_first_max(void **state) {
     assert_int_equal(sampler_sample(&s, logits, 5, NULL), 1);
 }
 
+/* The vocab-parallel argmax (argmax_part per part, argmax_merge in part order) against
+ * argmax() of the whole row, for every way of cutting it into 1 to 4 contiguous parts. */
+static int split_argmax(const float *x, const int *cuts, int parts) {
+    struct argmax_candidate c[4];
+    for (int p = 0; p < parts; ++p)
+        c[p] = argmax_part(x + cuts[p], cuts[p + 1] - cuts[p], cuts[p]);
+    return argmax_merge(c, parts);
+}
+
+static void check_every_split(const float *x, int n) {
+    const int want = argmax(x, n);
+    for (unsigned mask = 0; mask < 1u << (n - 1); ++mask) { /* bit i: a cut after id i */
+        int cuts[5] = {0}, parts = 0;
+        for (int i = 0; i < n - 1 && parts < 4; ++i)
+            if (mask >> i & 1) cuts[++parts] = i + 1;
+        if (__builtin_popcount(mask) > 3) continue; /* at most 4 parts */
+        cuts[++parts] = n;
+        const int got = split_argmax(x, cuts, parts);
+        if (got != want) fail_msg("%d parts (cuts 0x%x): id %d, argmax %d", parts, mask, got, want);
+    }
+}
+
+static void test_split_argmax_ties(void **state) {
+    (void)state;
+    const float inf = INFINITY, nan = NAN;
+    /* ties inside a part, across parts (the lower id must win), +-0, -inf only, and NaN
+     * anywhere (argmax() skips a NaN unless it is at id 0) */
+    const float rows[][8] = {
+        {1, 3, 3, 2, 3, 0, 3, 1},
+        {3, 3, 3, 3, 3, 3, 3, 3},
+        {0, 1, 2, 3, 4, 5, 6, 7},
+        {7, 6, 5, 4, 3, 2, 1, 0},
+        {-0.0f, 0.0f, -0.0f, 0, 0, 0, 0, 0},
+        {-inf, -inf, -inf, -inf, -inf, -inf, -inf, -inf},
+        {nan, 1, 2, 9, 9, 3, 2, 1},
+        {1, nan, 2, nan, 5, nan, 5, 2},
+        {1, 2, 3, 4, nan, 9, 9, nan},
+        {nan, nan, nan, nan, nan, nan, nan, nan},
+        {-inf, nan, nan, -inf, nan, -inf, nan, nan},
+        {2, 1, nan, nan, nan, nan, nan, 2},
+        {inf, 1, inf, 2, nan, inf, 3, 4},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; ++r)
+        check_every_split(rows[r], 8);
+    /* random rows with few distinct values (many ties) */
+    uint64_t z = 42;
+    for (int t = 0; t < 200; ++t) {
+        float x[11];
+        for (int i = 0; i < 11; ++i) {
+            z = z * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((z >> 60) % 4);
+        }
+        check_every_split(x, 11);
+    }
+}
+
 static void test_seed_replays(void **state) {
     (void)state;
     enum { V = 50 };
@@ -122,7 +178,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_first_max),     cmocka_unit_test(test_seed_replays),
         cmocka_unit_test(test_skip_equals_sampling), cmocka_unit_test(test_cuts_collapse_to_greedy),
-        cmocka_unit_test(test_distribution),
+        cmocka_unit_test(test_distribution),         cmocka_unit_test(test_split_argmax_ties),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

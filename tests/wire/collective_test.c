@@ -141,6 +141,23 @@ static int run_ops(struct coll *c, struct rank_arg *a) {
                 bad = a->status = 1;
             }
     }
+    /* The counters (coll_stats_get): one call of each kind per size, its floats summed. */
+    struct coll_stats st;
+    size_t floats = 0;
+    coll_stats_get(c, &st);
+    for (size_t s = 0; s < num_sizes; ++s)
+        floats += SIZES[s];
+    if (!bad &&
+        (st.allreduce.calls != num_sizes || st.allgather.calls != num_sizes ||
+         st.broadcast.calls != num_sizes || st.allreduce.floats != floats ||
+         st.allgather.floats != floats || st.broadcast.floats != floats || st.allreduce.ns == 0)) {
+        snprintf(a->error, sizeof a->error,
+                 "rank %d: stats %llu/%llu/%llu calls, %llu all-reduce floats (want %zu, %zu)", r,
+                 (unsigned long long)st.allreduce.calls, (unsigned long long)st.allgather.calls,
+                 (unsigned long long)st.broadcast.calls, (unsigned long long)st.allreduce.floats,
+                 num_sizes, floats);
+        bad = a->status = 1;
+    }
     free(buf);
     return bad;
 }

@@ -6,6 +6,7 @@
  * transformers', the logits stay within 1e-3 of the golden and are bit-identical over TCP
  * and shared memory; the same through KVP 2 (each rank caching half the positions); TP 2
  * and KVP 2 are bit-identical to one rank's plain CPU backend (text and VL);
+ * the greedy shortcut (stage_backend_argmax) picks argmax of the same logits at every step;
  * freeing the leader stops the follower (status 0). KV handoff is
  * refused under TP, and malformed peer lists are refused before anything is opened. */
 #include <math.h>
@@ -81,18 +82,27 @@ static void *follower_main(void *arg) {
     return NULL;
 }
 
+static int argmax(const float *x, int n) {
+    int best = 0;
+    for (int i = 1; i < n; ++i)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
 /* Prefill (image rows replaced by the merger outputs, DeepStack on them, HF's M-RoPE ids
  * for a VL case) and greedy decode through `be`; returns logits [n_steps, V]. */
 static float *decode(struct stage_backend *be, const struct golden_case *gc) {
     const int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
     float *hidden = calloc((size_t)S * H, sizeof(float));
     float *logits = calloc((size_t)gc->n_steps * V, sizeof(float));
+    float *scratch = calloc((size_t)V, sizeof(float));
     float *deepstack = NULL;
     uint8_t *visual = NULL;
     int slot, dummy;
     int32_t mrope[3];
     assert_non_null(hidden);
     assert_non_null(logits);
+    assert_non_null(scratch);
     /* a second slot taken and given back: acquire / release replay on the follower */
     assert_int_equal(stage_backend_kv_acquire(be, &dummy), 0);
     assert_int_equal(stage_backend_kv_acquire(be, &slot), 0);
@@ -133,19 +143,18 @@ static float *decode(struct stage_backend *be, const struct golden_case *gc) {
         assert_int_equal(stage_backend_logits(be, logits + (size_t)step * V,
                                               hidden + (size_t)(item.n_tokens - 1) * H, 1),
                          0);
+        /* the greedy shortcut (TP_OP_ARGMAX on the follower): argmax of the same logits */
+        int32_t id = -1;
+        assert_int_equal(
+            stage_backend_argmax(be, &id, hidden + (size_t)(item.n_tokens - 1) * H, 1, scratch), 0);
+        assert_int_equal(id, argmax(logits + (size_t)step * V, V));
     }
+    free(scratch);
     stage_backend_kv_release(be, slot);
     free(hidden);
     free(deepstack);
     free(visual);
     return logits;
-}
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; ++i)
-        if (x[i] > x[best]) best = i;
-    return best;
 }
 
 /* The same run on one rank (the plain CPU backend, no group). */
@@ -187,7 +196,7 @@ static float *run_group(const struct golden_case *gc, int tcp_only, int kvp, con
     pthread_join(th, NULL);
     coll_close(r[0].coll);
     if (r[1].rc) fail_msg("follower: %s", r[1].error);
-    assert_true(r[1].calls > (uint64_t)gc->n_steps * 3);
+    assert_true(r[1].calls > (uint64_t)gc->n_steps * 4);
     return logits;
 }
 
