@@ -96,8 +96,8 @@ static int add_text_chunk(struct stream_ctx *s, const char *text, size_t len, in
 }
 
 /* Produces the next SSE events: the role chunk first, then waits for tokens; at the end the
- * finish chunk, the usage chunk when asked for, and [DONE]. A pipeline failure becomes an
- * error event (the 200 status is already sent). */
+ * finish chunk (with usage), the usage-only chunk when asked for, and [DONE]. A pipeline
+ * failure becomes an error event (the 200 status is already sent). */
 static int stream_fill(struct stream_ctx *s) {
     struct serve_gen *g = &s->gen;
     struct serve_error err;
@@ -118,8 +118,8 @@ static int stream_fill(struct stream_ctx *s) {
     serve_text_take(&g->text, g->finished, &text, &len);
     rc = len ? add_text_chunk(s, text, len, 0, NULL) : 0;
     if (rc < 0 || !g->finished) return rc;
-    rc = serve_sse_event(&s->out, serve_json_chunk(&g->info, 0, NULL, g->finish, NULL));
     struct serve_usage usage = serve_gen_usage(g);
+    rc = serve_sse_event(&s->out, serve_json_chunk(&g->info, 0, NULL, g->finish, &usage));
     if (rc == 0 && g->params.include_usage)
         rc = serve_sse_event(&s->out, serve_json_chunk(&g->info, 0, NULL, NULL, &usage));
     if (rc == 0) rc = serve_sse_done(&s->out);

@@ -87,7 +87,8 @@ char *serve_json_chunk(const struct serve_reply_info *info, int with_role, const
     int chat = info->kind == SERVE_CHAT;
     root = reply_root(info, chat ? "chat.completion.chunk" : "text_completion", &choices);
     if (!root) return NULL;
-    if (usage) return finish_json(root, cJSON_AddItemToObject(root, "usage", usage_object(usage)));
+    if (usage && !finish)
+        return finish_json(root, cJSON_AddItemToObject(root, "usage", usage_object(usage)));
     int ok = (c = choice_object(choices)) != NULL;
     if (ok && chat) {
         ok = (delta = cJSON_AddObjectToObject(c, "delta")) != NULL;
@@ -96,7 +97,9 @@ char *serve_json_chunk(const struct serve_reply_info *info, int with_role, const
     } else if (ok) {
         ok = cJSON_AddStringToObject(c, "text", text ? text : "") != NULL;
     }
-    return finish_json(root, ok && add_finish(c, finish));
+    ok = ok && add_finish(c, finish);
+    if (ok && usage) ok = cJSON_AddItemToObject(root, "usage", usage_object(usage));
+    return finish_json(root, ok);
 }
 
 char *serve_json_models(const char *model_id, long created) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Integration, optional: the official `openai` Python client against strata-serve before a
 # 2-stage pipeline on the tiny random real-vocabulary checkpoint: chat completion whole and
-# streamed (the same text), a completion, models.list, and an APIError for a bad request.
+# streamed (the same text, the usage in the final chunk, the usage-only chunk with
+# include_usage), a completion whole and streamed, models.list, and an APIError for a bad request.
 # Runs only when a Python with `openai` exists ($STRATA_OPENAI_PYTHON, else the venv at
 # ${STRATA_VENV:-$HOME/.cache/strata/venv}); otherwise prints "skipped: <reason>" and passes.
 # Never installs anything.
@@ -36,16 +37,31 @@ assert [m.id for m in c.models.list()] == ["model"]
 msgs = [{"role": "user", "content": "Hello"}]
 whole = c.chat.completions.create(model="model", messages=msgs, max_tokens=16, seed=3)
 text = whole.choices[0].message.content
-parts = c.chat.completions.create(model="model", messages=msgs, max_tokens=16, seed=3, stream=True)
+parts = list(c.chat.completions.create(model="model", messages=msgs, max_tokens=16, seed=3,
+                                       stream=True))
 streamed = "".join(ch.choices[0].delta.content or "" for ch in parts if ch.choices)
 assert text == streamed, (text, streamed)
 assert whole.usage.total_tokens == whole.usage.prompt_tokens + whole.usage.completion_tokens
-comp = c.completions.create(model="model", prompt="Once upon", max_tokens=4)
+# The final chunk (the one with finish_reason) carries the usage, parsed by the client.
+assert parts[-1].choices[0].finish_reason == whole.choices[0].finish_reason, parts[-1]
+assert parts[-1].usage == whole.usage and all(p.usage is None for p in parts[:-1]), parts
+# include_usage: OpenAI's usage-only chunk (no choices) comes after it.
+parts = list(c.chat.completions.create(model="model", messages=msgs, max_tokens=16, seed=3,
+                                       stream=True, stream_options={"include_usage": True}))
+assert parts[-1].choices == [] and parts[-1].usage == whole.usage, parts[-1]
+assert parts[-2].choices[0].finish_reason and parts[-2].usage == whole.usage, parts[-2]
+comp = c.completions.create(model="model", prompt="Once upon", max_tokens=4, seed=5)
 assert comp.choices[0].finish_reason in ("stop", "length")
+parts = list(c.completions.create(model="model", prompt="Once upon", max_tokens=4, seed=5,
+                                  stream=True))
+assert "".join(p.choices[0].text for p in parts) == comp.choices[0].text, parts
+assert parts[-1].choices[0].finish_reason == comp.choices[0].finish_reason, parts[-1]
+assert parts[-1].usage == comp.usage, (parts[-1].usage, comp.usage)
 try:
     c.chat.completions.create(model="model", messages=msgs, temperature=5)
     raise SystemExit("temperature 5 was accepted")
 except openai.BadRequestError as e:
     assert e.status_code == 400
-print("openai client: models, chat whole == streamed, completion, 400 error: ok")
+print("openai client: models, chat whole == streamed, usage in the final chunk, completion,"
+      " 400 error: ok")
 PY

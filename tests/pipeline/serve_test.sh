@@ -47,6 +47,26 @@ for line in sys.stdin.read().split("\n\n"):
 sys.stdout.write("".join(out))'
 }
 jq_py() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)"; }
+# "P C T": a whole answer's usage (on stdin).
+usage_of() { jq_py '"%(prompt_tokens)d %(completion_tokens)d %(total_tokens)d" % d["usage"]'; }
+# The usage of an SSE stream on stdin: "final P C T" from the one chunk with a finish_reason
+# (the last with choices), then "only P C T" when a usage-only chunk (empty choices) follows.
+usages() {
+    python3 -c '
+import json, sys
+ev = [json.loads(l[6:]) for l in sys.stdin.read().split("\n\n") if l.startswith("data: {")]
+fin = [i for i, c in enumerate(ev) if any(ch.get("finish_reason") for ch in c.get("choices", []))]
+assert len(fin) == 1 and all(c["choices"] for c in ev[:fin[0] + 1]), ev
+assert all("usage" not in c for c in ev[:fin[0]]), "usage before the final chunk"
+def u(c):
+    u = c["usage"]
+    assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"], u
+    return "%d %d %d" % (u["prompt_tokens"], u["completion_tokens"], u["total_tokens"])
+print("final", u(ev[fin[0]]))
+for c in ev[fin[0] + 1:]:
+    assert c["choices"] == [], c
+    print("only", u(c))'
+}
 
 # 1. Whole == streamed == strata-client --chat (sampled, seeded).
 params='"max_tokens": 24, "temperature": 1.0, "top_p": 1.0, "seed": 777'
@@ -61,7 +81,11 @@ post /v1/chat/completions "{$msg, $params, \"stream\": true, \"stream_options\":
 streamed=$(deltas <"$PL_WORK/stream.sse")
 tail -c 14 "$PL_WORK/stream.sse" | grep -q 'data: \[DONE\]' || pl_fail "no [DONE]"
 grep -q '"delta":{"role":"assistant"' "$PL_WORK/stream.sse" || pl_fail "no role delta"
-grep -q '"usage":{"prompt_tokens"' "$PL_WORK/stream.sse" || pl_fail "no usage chunk"
+# The final chunk carries the usage, and include_usage adds the usage-only chunk: both the
+# whole answer's numbers.
+wusage=$(usage_of <"$PL_WORK/whole.json")
+[ "$(usages <"$PL_WORK/stream.sse" | paste -sd';' -)" = "final $wusage;only $wusage" ] ||
+    pl_fail "streamed usage '$(usages <"$PL_WORK/stream.sse" | paste -sd';' -)', whole's $wusage"
 pl_client s --model "$model" --chat Hello --max-tokens 24 --temperature 1.0 --top-k 0 --seed 777 \
     >"$PL_WORK/cli.out" 2>"$PL_WORK/cli.err" || pl_fail "strata-client --chat failed"
 cli=$(cat "$PL_WORK/cli.out")
@@ -73,9 +97,13 @@ echo "chat: whole == streamed == strata-client (${#whole} chars)"
 post /v1/completions '{"prompt": "Once upon", "max_tokens": 16, "seed": 5}' >"$PL_WORK/c.json"
 [ "$(cat "$PL_WORK/status")" = 200 ] || pl_fail "completion: $(cat "$PL_WORK/c.json")"
 ctext=$(jq_py 'd["choices"][0]["text"]' <"$PL_WORK/c.json")
-post /v1/completions '{"prompt": "Once upon", "max_tokens": 16, "seed": 5, "stream": true}' |
-    deltas >"$PL_WORK/c.stream"
-[ "$ctext" = "$(cat "$PL_WORK/c.stream")" ] || pl_fail "completion whole != streamed"
+post /v1/completions '{"prompt": "Once upon", "max_tokens": 16, "seed": 5, "stream": true}' \
+    >"$PL_WORK/c.sse"
+[ "$ctext" = "$(deltas <"$PL_WORK/c.sse")" ] || pl_fail "completion whole != streamed"
+# Without include_usage: the usage in the final chunk only, equal to the whole answer's.
+cusage=$(usage_of <"$PL_WORK/c.json")
+[ "$(usages <"$PL_WORK/c.sse" | paste -sd';' -)" = "final $cusage" ] ||
+    pl_fail "completion streamed usage '$(usages <"$PL_WORK/c.sse" | paste -sd';' -)', whole's $cusage"
 stop=${whole:3:2}
 if [ -n "$stop" ]; then
     post /v1/chat/completions "{$msg, $params, \"stop\": [$(printf '%s' "$stop" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')]}" >"$PL_WORK/stop.json"

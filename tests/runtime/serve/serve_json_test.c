@@ -64,6 +64,17 @@ static void chunks_and_sse(void **state) {
     snprintf(want, sizeof want, "%s[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}",
              head);
     check(serve_json_chunk(&CHAT, 0, NULL, "length", NULL), want);
+    /* The final chunk carries the usage next to its finish_reason (issue 13). */
+    snprintf(want, sizeof want,
+             "%s[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{"
+             "\"prompt_tokens\":2,\"completion_tokens\":1,\"total_tokens\":3}}",
+             head);
+    check(serve_json_chunk(&CHAT, 0, NULL, "stop", &u), want);
+    check(serve_json_chunk(&COMPLETION, 0, NULL, "length", &u),
+          "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,"
+          "\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":"
+          "\"length\"}],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1,"
+          "\"total_tokens\":3}}");
     snprintf(want, sizeof want,
              "%s[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1,"
              "\"total_tokens\":3}}",
