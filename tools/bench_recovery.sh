@@ -120,8 +120,8 @@ for S in 2 4; do
 done
 echo "KV copies (--send-kv on every stage, 2 prompts of $P_KV ids, $N tokens each; standby" \
     "takes over; rebuild = stage 0's --kv-recovery):"
-printf "%-8s %-8s %22s %28s %10s\n" stages rebuild "kill -> ring re-formed" \
-    "kill -> first token after" restored
+printf "%-8s %-8s %22s %28s  %s\n" stages rebuild "kill -> ring re-formed" \
+    "kill -> first token after" "restored (per round)"
 for S in 2 4; do
     for kv in restore replay; do
         reforms="" firsts="" kvs=""
@@ -131,7 +131,7 @@ for S in 2 4; do
             firsts="$firsts $R_FIRST"
             kvs="$kvs $R_KV"
         done
-        printf "%-8s %-8s %20.3f s %26.3f s %10s\n" "$S" "$kv" \
+        printf "%-8s %-8s %20.3f s %26.3f s  %s\n" "$S" "$kv" \
             "$(echo "$reforms" | median)" "$(echo "$firsts" | median)" "$(echo $kvs | tr ' ' ,)"
     done
 done

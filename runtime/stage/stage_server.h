@@ -17,7 +17,9 @@
  * client; new requests are served again once the neighbour is back.
  * The acceptor and connector threads only handshake; every core call happens on the
  * loop's thread, which never waits on one peer: reads are non-blocking with a partial
- * frame kept per connection, and frames to clients are queued (wire_send_frame_nb). */
+ * frame kept per connection, and frames to clients are queued (wire_send_frame_nb), as are
+ * the last stage's frames to stage 0 (one link of the ring that never waits, so stages
+ * sending large frames - KV blocks - round the ring cannot all wait on each other). */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_SERVER_H
 #define STRATA_RUNTIME_STAGE_STAGE_SERVER_H
 
