@@ -276,6 +276,28 @@ static void test_bad_options(void **state) {
     struct nccl_group *g = NULL;
     assert_int_equal(nccl_group_open(&g, NULL), STRATA_EINVAL);
     assert_null(g);
+    char shm[64];
+    snprintf(shm, sizeof shm, "/strata-nccl-test-%d-bad", (int)getpid());
+    struct coll_options o = {.rank = 0, .size = 1, .group = "nccl.bad", .shm_name = shm};
+    struct coll *coll = NULL;
+    assert_int_equal(coll_open_shm(&coll, &o), 0);
+    struct nccl_group_options too_big = {coll, 0, 1, 2, "s0.tp", NULL, 0};
+    assert_int_equal(nccl_group_open(&g, &too_big), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "do not fit a group of 1"));
+    struct nccl_group_options outside = {coll, 0, 1, 1, "s0.tp", NULL, 0};
+    outside.first = 1; /* members 1.., this rank is 0 */
+    assert_int_equal(nccl_group_open(&g, &outside), STRATA_EINVAL);
+    assert_null(g);
+    struct nccl_group_options solo = {coll, 0, 1, 1, "s0.tp", NULL, 0};
+    assert_int_equal(nccl_group_open(&g, &solo), 0); /* a group of one: no NCCL at all */
+    assert_int_equal(nccl_group_size(g), 1);
+    float x[3] = {1, 2, 3};
+    assert_int_equal(nccl_group_reduce(g, x, NULL, 3), 0);
+    assert_int_equal(nccl_group_allgather(g, x, x, 3), 0);
+    assert_int_equal(nccl_group_wait(g), 0);
+    assert_true(x[0] == 1 && x[1] == 2 && x[2] == 3);
+    nccl_group_close(g);
+    coll_close(coll);
 }
 
 /* The NCCL layer's own refusals and join timeout (no wire group needed). */
