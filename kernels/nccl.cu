@@ -20,7 +20,8 @@ static_assert(sizeof(ncclUniqueId) == CUDA_NCCL_ID_BYTES, "ncclUniqueId size");
 struct cuda_nccl_comm {
     ncclComm_t comm; /* NULL once aborted */
     int rank, size;
-    int failed; /* 1 after an abort: every later call fails at once */
+    int failed;     /* 1 after an abort: every later call fails at once */
+    int timeout_ms; /* init's: also bounds an enqueue and finalize */
     char label[64];
 };
 
@@ -113,6 +114,7 @@ extern "C" int cuda_nccl_comm_init(struct cuda_nccl_comm **out,
     if (!c) return strata_set_error(STRATA_ENOMEM, "cuda_nccl_comm_init: out of memory");
     c->rank = rank;
     c->size = size;
+    c->timeout_ms = timeout_ms;
     snprintf(c->label, sizeof c->label, "%s", label ? label : "");
     ncclUniqueId u;
     memcpy(&u, id, sizeof u);
@@ -148,7 +150,7 @@ extern "C" void cuda_nccl_comm_destroy(struct cuda_nccl_comm *c) {
          * so it is bounded like everything else and then aborted. */
         ncclResult_t r = ncclCommFinalize(c->comm);
         if ((r == ncclSuccess || r == ncclInProgress) &&
-            poll_ready(c, now_ms() + 10000.0, "finalize") == STRATA_OK) {
+            poll_ready(c, now_ms() + c->timeout_ms, "finalize") == STRATA_OK) {
             ncclCommDestroy(c->comm);
             c->comm = NULL;
         }
@@ -169,7 +171,7 @@ extern "C" int cuda_nccl_size(const struct cuda_nccl_comm *c) {
  * queued once the communicator is ready again. */
 static int enqueued(struct cuda_nccl_comm *c, ncclResult_t r, const char *what) {
     if (r == ncclSuccess) return STRATA_OK;
-    if (r == ncclInProgress) return poll_ready(c, now_ms() + 60000.0, what);
+    if (r == ncclInProgress) return poll_ready(c, now_ms() + c->timeout_ms, what);
     int rc = nccl_fail(c, STRATA_EDEVICE, what, r);
     abort_comm(c);
     return rc;

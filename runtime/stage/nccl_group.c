@@ -133,9 +133,10 @@ static int usable(const struct nccl_group *g, const char *fn) {
     return STRATA_OK;
 }
 
-/* A failed NCCL call has aborted its communicator (kernels/nccl.h): so is the group. */
+/* A failed NCCL call (other than a refused argument) has aborted its communicator
+ * (kernels/nccl.h): so is the group. */
 static int mark(struct nccl_group *g, int rc) {
-    if (rc) {
+    if (rc && rc != STRATA_EINVAL) {
         cuda_nccl_comm_abort(g->comm);
         g->comm = NULL;
         g->failed = 1;
