@@ -6,7 +6,7 @@
 #   tools/cuda_first_run.sh [--out DIR] [PART...]
 # PARTs, run in this order (default: build kernels golden bench):
 #   build    bazel build of the GPU tests and the bench (minutes on a fresh machine)
-#   kernels  tests/kernels/* and the op harness against the reference (seconds each)
+#   kernels  tests/kernels/*, the op harness against the reference, the NCCL group (seconds)
 #   golden   every golden case through the CUDA stage backend, decode graphs on, then off
 #   bench    the Qwen3-0.6B shape, graphs on and off (STRATA_CUDA_GRAPHS=0)
 #   full     ./strata bench gpu (writes ~31 GB of checkpoints under /tmp; 10+ minutes)
@@ -54,13 +54,16 @@ bin=bazel-bin
 step nvidia-smi 30 nvidia-smi
 if has build; then
     step build 1200 bazel build //tests/kernels/... //tests/backend_ops/... \
-        //runtime:strata-bench-backend
+        //tests/runtime/stage:nccl_group_cuda_test //runtime:strata-bench-backend
 fi
 if has kernels; then
     for t in cuda_graph_test argmax_test kv_store_test matmul_test rmsnorm_test \
-        rope_cos_sin_test vision_ops_test; do
+        rope_cos_sin_test vision_ops_test tree_sum_test; do
         step "kernels/$t" 300 "$bin/tests/kernels/$t"
     done
+    # NCCL sub-groups (TP 2 x KVP 2, TP 4, TP 8, a stalled rank): one GPU per rank, so on a
+    # one-GPU machine only the one-rank cases run and the rest print "skipped:" with why.
+    step nccl_group_cuda 300 "$bin/tests/runtime/stage/nccl_group_cuda_test"
     step backend_ops_cuda 600 "$bin/tests/backend_ops/backend_ops_cuda_test" --backend=cuda
 fi
 if has golden; then
