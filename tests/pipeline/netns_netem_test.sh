@@ -74,7 +74,7 @@ elif nl_tun_available; then
     seed=${STRATA_TUN_LINK_SEED:-$((RANDOM * 32768 + RANDOM))}
     echo "mechanism: tun_link (no netem qdisc in this kernel: $(head -c 200 "$PL_WORK/netem.err"));" \
         "userspace delay 2 ms +- 0.5 ms and 1% loss between tun0 devices on hosts $hosts," \
-        "seed $seed (STRATA_TUN_LINK_SEED=$seed repeats its draws)"
+        "seed $seed (STRATA_TUN_LINK_SEED sets it)"
     # shellcheck disable=SC2086
     nl_tun_link_start 2000 500 1 "$seed" $hosts
 else
@@ -106,16 +106,19 @@ else
     fwd=$(nl_tun_link_stat forwarded)
     drop=$(nl_tun_link_stat dropped)
     over=$(nl_tun_link_stat overflow)
+    unr=$(nl_tun_link_stat unroutable)
     dmin=$(nl_tun_link_stat delay_min_ms)
     dmean=$(nl_tun_link_stat delay_mean_ms)
     dmax=$(nl_tun_link_stat delay_max_ms)
     echo "tun_link: forwarded $fwd packets ($(nl_tun_link_stat forwarded_bytes) bytes)," \
         "dropped $drop ($(awk -v d="$drop" -v f="$fwd" 'BEGIN { printf "%.2f", 100 * d / (d + f) }')%)," \
-        "overflow $over, unroutable $(nl_tun_link_stat unroutable) (IPv6 link chatter);" \
+        "overflow $over, unroutable $unr, not IPv4 $(nl_tun_link_stat not_ipv4) (the kernel's IPv6" \
+        "chatter on tun0, dropped);" \
         "applied delay min $dmin / mean $dmean / max $dmax ms"
     [ "${fwd:-0}" -gt 1000 ] || pl_fail "tun_link forwarded only ${fwd:-no} packets"
     [ "${drop:-0}" -gt 0 ] || pl_fail "tun_link dropped no packet at 1% loss"
     [ "$over" = 0 ] || pl_fail "tun_link's queue overflowed ($over packets)"
+    [ "$unr" = 0 ] || pl_fail "tun_link got $unr packets for addresses of no host"
     awk -v a="$dmin" -v m="$dmean" 'BEGIN { exit !(a >= 1.5 && m >= 1.5 && m <= 3.5) }' ||
         pl_fail "tun_link delays min $dmin / mean $dmean ms, want min >= 1.5 and mean in [1.5, 3.5]"
 fi
