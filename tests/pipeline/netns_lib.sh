@@ -230,7 +230,7 @@ nl_tun_available() {
 nl_tun_link_start() {
     local delay=$1 jitter=$2 loss=$3 seed=$4 h o ns args=()
     shift 4
-    NL_TUN_LINK="$PL_ROOT/tests/pipeline/tun_link"
+    NL_TUN_LINK="$(dirname "$PL_BIN")/tests/pipeline/tun_link" # runfiles or bazel-bin
     [ -x "$NL_TUN_LINK" ] || pl_fail "tun_link not found at $NL_TUN_LINK (build //tests/pipeline:tun_link)"
     for h in "$@"; do
         ns=$(nl_host_ns_of "$h")
