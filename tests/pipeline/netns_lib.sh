@@ -13,7 +13,9 @@
 # 10.77.0.0/24 addresses exist only inside these namespaces and cannot clash with the
 # machine's network or with another run of these tests (each run has its own namespaces).
 # Impairments go on the host's end of its link (one netem per packet: a hop is exactly one
-# link delay), and "link down" is `ip link set eth0 down` inside the host.
+# link delay), or, where the kernel has no netem, on a userspace emulator between TUN
+# devices in the hosts (tun_link, below); "link down" is `ip link set eth0 down` inside the
+# host.
 #
 # Built on pipeline_lib.sh: the same work directory, log names ($PL_WORK/TAG.R.log), pids
 # (PL_PIDS, pl_pid) and waits (pl_wait_ready, pl_stop_pipeline), so only the start of a
@@ -190,6 +192,90 @@ nl_netem() {
     shift
     ip netns exec "$ns" tc qdisc replace dev eth0 root netem "$@" ||
         pl_fail "tc qdisc netem $* on $ns failed"
+}
+
+# --- tun_link: netem without a qdisc ------------------------------------------------------
+# Where the kernel has no netem (CONFIG_NET_SCH_NETEM unset) the impaired links are emulated
+# in userspace by tests/pipeline/tun_link.c: every impaired host gets a TUN device tun0 and a
+# /32 route through it, with its own address as the source, for every other impaired host's
+# address. Those routes beat the /24 on eth0, so host-to-host IP traffic leaves through tun0,
+# where tun_link reads it, holds it 2 ms +- 0.5 ms (or drops it) and writes it, unmodified,
+# into the destination host's tun0, whose kernel takes it as arriving from the wire (the
+# destination address is its own; the reverse route also points at tun0, so rp_filter
+# agrees). One packet crosses one emulated link: a hop is one delay, as with one netem per
+# host egress. The bridge still carries ARP and anything addressed elsewhere.
+
+# nl_host_ns_of R|c: the namespace of stage host R, or of the client ("c").
+nl_host_ns_of() {
+    if [ "$1" = c ]; then echo "$NL_CLIENT"; else nl_host_ns "$1"; fi
+}
+nl_host_addr_of() {
+    if [ "$1" = c ]; then echo "$NL_CLIENT_ADDR"; else nl_addr "$1"; fi
+}
+
+# nl_tun_available: /dev/net/tun exists and a tun device can be made in a namespace; the
+# reason is left in $PL_WORK/tun.err otherwise.
+nl_tun_available() {
+    [ -c /dev/net/tun ] || {
+        echo "no /dev/net/tun" >"$PL_WORK/tun.err"
+        return 1
+    }
+    ip -n "$NL_SWITCH" tuntap add dev tprobe0 mode tun 2>"$PL_WORK/tun.err" || return 1
+    ip -n "$NL_SWITCH" tuntap del dev tprobe0 mode tun
+}
+
+# nl_tun_link_start DELAY_US JITTER_US LOSS_PCT SEED HOST...: tun0 and the routes above on
+# each HOST (R or c), then tun_link between them; returns once every tun is attached. Its
+# stdout (the counters, at exit) goes to $PL_WORK/tun_link.out.
+nl_tun_link_start() {
+    local delay=$1 jitter=$2 loss=$3 seed=$4 h o ns args=()
+    shift 4
+    NL_TUN_LINK="$(dirname "$PL_BIN")/tests/pipeline/tun_link" # runfiles or bazel-bin
+    [ -x "$NL_TUN_LINK" ] || pl_fail "tun_link not found at $NL_TUN_LINK (build //tests/pipeline:tun_link)"
+    for h in "$@"; do
+        ns=$(nl_host_ns_of "$h")
+        ip -n "$ns" tuntap add dev tun0 mode tun || pl_fail "cannot make tun0 on host $h"
+        ip -n "$ns" link set tun0 up || pl_fail "cannot bring tun0 up on host $h"
+        for o in "$@"; do
+            [ "$o" = "$h" ] && continue
+            ip -n "$ns" route add "$(nl_host_addr_of "$o")/32" dev tun0 \
+                src "$(nl_host_addr_of "$h")" || pl_fail "cannot route host $h to $o via tun0"
+        done
+        args+=(--host "$ns=$(nl_host_addr_of "$h")")
+    done
+    rm -f "$PL_WORK/tun_link.ready"
+    "$NL_TUN_LINK" "${args[@]}" --delay-us "$delay" --jitter-us "$jitter" --loss-pct "$loss" \
+        --seed "$seed" --ready-file "$PL_WORK/tun_link.ready" >"$PL_WORK/tun_link.out" \
+        2>"$PL_WORK/tun_link.log" &
+    NL_TUN_LINK_PID=$!
+    PL_PIDS="$PL_PIDS $NL_TUN_LINK_PID"
+    pl_wait_file "$PL_WORK/tun_link.ready" 5 ||
+        pl_fail "tun_link did not attach its devices: $(cat "$PL_WORK/tun_link.log")"
+}
+
+# nl_tun_link_stop: SIGTERM to tun_link, which prints its counters and exits 0.
+nl_tun_link_stop() {
+    kill -TERM "$NL_TUN_LINK_PID" 2>/dev/null
+    wait "$NL_TUN_LINK_PID" || pl_fail "tun_link exited $?: $(cat "$PL_WORK/tun_link.log")"
+}
+
+# nl_tun_link_stat KEY: a counter from the stopped tun_link's output.
+nl_tun_link_stat() {
+    sed -n "s/^$1 //p" "$PL_WORK/tun_link.out"
+}
+
+# nl_rtt_ms NS ADDR N: the median of N round trips, in ms, from NS to ADDR: each a bash
+# /dev/tcp connect to the closed port 9 (SYN out, RST back), timed in the shell itself so no
+# process start is counted. The median ignores the rare round trip whose SYN was lost.
+nl_rtt_ms() {
+    # shellcheck disable=SC2016 # the inner script's own variables
+    ip netns exec "$1" bash -c '
+        for ((i = 0; i < $2; i++)); do
+            s=${EPOCHREALTIME/./}
+            : 2>/dev/null 3<>"/dev/tcp/$1/9"
+            e=${EPOCHREALTIME/./}
+            echo $((e - s))
+        done' rtt "$2" "$3" | sort -n | awk '{ v[NR] = $1 } END { printf "%.3f", v[int((NR + 1) / 2)] / 1000 }'
 }
 
 # nl_nft_loss R PERCENT: drops PERCENT % of the frames host R sends, chosen at random by
