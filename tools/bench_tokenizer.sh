@@ -7,7 +7,7 @@
 # whitespace runs, special tokens inline), each encoded on its own, BENCH_ROUNDS rounds (20).
 # The Python side runs from a small venv holding only `tokenizers`
 # (STRATA_TOKENIZERS_VENV, default ~/.cache/strata/tokenizers-venv). The ids are compared text by
-# text; the one known difference is the U+07FD NFC case (tests/runtime/text, runtime/text README).
+# text; none may differ (NFC as HF computes it: runtime/text/nfc.h, tests/runtime/text).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeat=${BENCH_REPEAT:-3}

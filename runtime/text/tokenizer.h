@@ -4,7 +4,7 @@
  *
  * Encode follows HF's order (tokenizers/src/tokenizer/added_vocabulary.rs,
  * extract_and_normalize): added tokens with normalized=false are split out of the raw text
- * first (leftmost-longest match), every other piece is NFC-normalised (utf8proc), then
+ * first (leftmost-longest match), every other piece is NFC-normalised (HF's NFC, nfc.h), then
  * added tokens with normalized=true are split out, and the remaining text is split by the
  * pre-tokenizer's regex (PCRE2, behaviour "Isolated"), mapped byte by byte to GPT-2's
  * byte-to-unicode alphabet and merged by BPE rank.

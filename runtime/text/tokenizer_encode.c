@@ -2,9 +2,9 @@
  * then pre_tokenizers/split.rs, pre_tokenizers/byte_level.rs, models/bpe/word.rs). */
 #include <stdlib.h>
 #include <string.h>
-#include <utf8proc.h>
 
 #include "runtime/base/status.h"
+#include "runtime/text/nfc.h"
 #include "runtime/text/tokenizer_internal.h"
 
 struct bpe_entry {
@@ -209,17 +209,16 @@ static int split_added(struct encode_ctx *c, int normalized, const char *s, size
     return pos < n ? fn(c, s + pos, n - pos) : 0;
 }
 
-/* A piece between non-normalized added tokens: NFC (normalizers/unicode.rs, NFC), then
- * added tokens that match normalized text, then the pre-tokenizer and BPE. */
+/* A piece between non-normalized added tokens: NFC as HF computes it (normalizers/unicode.rs,
+ * NFC; runtime/text/nfc.h), then added tokens that match normalized text, then the
+ * pre-tokenizer and BPE. */
 static int normalize_piece(struct encode_ctx *c, const char *s, size_t n) {
     if (!c->tok->nfc) return split_added(c, 1, s, n, split_and_bpe);
-    utf8proc_uint8_t *nfc = NULL;
-    utf8proc_ssize_t m = utf8proc_map((const utf8proc_uint8_t *)s, (utf8proc_ssize_t)n, &nfc,
-                                      UTF8PROC_STABLE | UTF8PROC_COMPOSE);
-    if (m < 0)
-        return strata_set_error(m == UTF8PROC_ERROR_NOMEM ? STRATA_ENOMEM : STRATA_EINVAL,
-                                "tokenizer: NFC failed: %s", utf8proc_errmsg(m));
-    int st = split_added(c, 1, (const char *)nfc, (size_t)m, split_and_bpe);
+    char *nfc;
+    size_t m;
+    int st = nfc_hf(&nfc, &m, s, n); /* s is valid UTF-8: only ENOMEM can fail here */
+    if (st != 0) return st;
+    st = split_added(c, 1, nfc, m, split_and_bpe);
     free(nfc);
     return st;
 }
