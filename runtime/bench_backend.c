@@ -64,6 +64,17 @@ static const struct shape SHAPES[] = {
      " \"num_key_value_heads\": 4, \"head_dim\": 128, \"rms_norm_eps\": 1e-06,"
      " \"rope_theta\": 1000000, \"tie_word_embeddings\": false, \"attention_bias\": false,"
      " \"max_position_embeddings\": 40960, \"eos_token_id\": 151645}"},
+    /* Small enough for a 2-core CPU host running three copies (`./strata bench tp --moe`):
+     * Qwen3-MoE's routing (top-8, normalised) on Qwen3-0.6B's attention, ~2.9 GB. */
+    {"qwen3-moe-small",
+     "Qwen3-MoE-shaped small: H 1024, 16 layers, 16/8 heads, 64 experts top-8 of 384",
+     "{\"model_type\": \"qwen3_moe\", \"vocab_size\": 151936, \"hidden_size\": 1024,"
+     " \"intermediate_size\": 3072, \"moe_intermediate_size\": 384, \"num_experts\": 64,"
+     " \"num_experts_per_tok\": 8, \"norm_topk_prob\": true, \"decoder_sparse_step\": 1,"
+     " \"mlp_only_layers\": [], \"num_hidden_layers\": 16, \"num_attention_heads\": 16,"
+     " \"num_key_value_heads\": 8, \"head_dim\": 128, \"rms_norm_eps\": 1e-06,"
+     " \"rope_theta\": 1000000, \"tie_word_embeddings\": true, \"attention_bias\": false,"
+     " \"max_position_embeddings\": 40960, \"eos_token_id\": 151645}"},
 };
 #define NUM_SHAPES ((int)(sizeof SHAPES / sizeof SHAPES[0]))
 
@@ -82,7 +93,7 @@ static void usage(FILE *f) {
            "the whole model, next to the bandwidth roofline, on random bf16 checkpoints.\n"
            "\n"
            "  --device D       cpu (default) or cuda:N\n"
-           "  --shapes LIST    qwen3-0.6b,qwen3-8b,qwen3-moe (default qwen3-0.6b)\n"
+           "  --shapes LIST    qwen3-0.6b,qwen3-8b,qwen3-moe,qwen3-moe-small (default qwen3-0.6b)\n"
            "  --batch LIST     decode batch sizes (default 1,8,32)\n"
            "  --steps N        timed decode steps per batch size (default 16)\n"
            "  --context N      tokens each sequence holds before decoding (default 128)\n"

@@ -33,24 +33,35 @@
 # Anchor: distributed-llama reports 1.46x at 2 nodes (7B); the issue's goal is >= 1.7x at TP 2.
 # Env: BENCH_REPEAT (3), BENCH_TOKENS (32), BENCH_SHORT (4), BENCH_PROMPT (8 prompt ids),
 # PEERS_DIR, BENCH_NETNS (1; 0 skips the two-host configuration), STRATA_BAZEL_FLAGS.
+#
+# --moe: the MoE question instead (expert parallel or each expert split): strata-bench-backend's
+# qwen3-moe-small checkpoint (Qwen3-MoE routing, 64 experts top-8, moe_intermediate 384, on
+# hidden 1024, 16 layers, 16 q / 8 kv heads, vocab 151936, tied; ~2.9 GB in $MOE_DIR, default
+# ~/.cache/strata/qwen3-moe-small) at tp1, tp2_expert (--moe expert) and tp2_split (--moe split),
+# both TP 2 ones on shared memory, printing per decoded token the wall ms, each rank's CPU ms
+# (under expert parallel a rank computes only the experts its tokens routed to, so the ranks'
+# CPU times differ) and every collective's calls, KB and ms.
 set -u
 usage() {
     sed -n '2,/^set -u$/p' "$0" | sed '$d; s/^# \{0,1\}//'
 }
 case "${1:-}" in
 -h | --help)
-    echo "usage: ./strata bench tp   (tools/bench_tp.sh; options via the environment)"
+    echo "usage: ./strata bench tp [--moe]   (tools/bench_tp.sh; other options via the environment)"
     usage
     exit 0
     ;;
 "") ;;
+--moe) moe=1 ;;
 *)
     echo "bench tp: unexpected argument '$1' (see --help)" >&2
     exit 2
     ;;
 esac
+moe=${moe:-0}
 cd "$(dirname "$0")/.."
 targets=(//runtime:strata-stage //runtime:strata-client //reference/tools:strata-bench-decode)
+[ "$moe" = 1 ] && targets=(//runtime:strata-stage //runtime:strata-client //runtime:strata-bench-backend)
 bazel build ${STRATA_BAZEL_FLAGS:-} "${targets[@]}" >/dev/null 2>&1 ||
     { bazel build ${STRATA_BAZEL_FLAGS:-} "${targets[@]}"; exit 1; }
 STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
@@ -59,7 +70,9 @@ export STRATA_BIN_DIR
 # Two hosts need root and network namespaces: probe first (nl_init's own skip would end the
 # whole benchmark), then nl_init makes the work directory and the hosts, or pl_init only.
 hosts_note=""
-if [ "${BENCH_NETNS:-1}" != 1 ]; then
+if [ "$moe" = 1 ]; then
+    hosts_note="--moe compares the MoE modes on one host"
+elif [ "${BENCH_NETNS:-1}" != 1 ]; then
     hosts_note="BENCH_NETNS=0"
 elif [ "$(id -u)" != 0 ]; then
     hosts_note="needs root for network namespaces (uid $(id -u))"
@@ -81,7 +94,12 @@ short=${BENCH_SHORT:-4}
 plen=${BENCH_PROMPT:-8}
 model=${PEERS_DIR:-$HOME/.cache/strata/peers-model}
 . tools/bench_model.sh
-bench_model "$model" "$STRATA_BIN_DIR" || pl_fail "cannot write the benchmark checkpoint to $model"
+if [ "$moe" = 1 ]; then
+    model=${MOE_DIR:-$HOME/.cache/strata/qwen3-moe-small}
+    bench_moe_model "$model" "$STRATA_BIN_DIR" || pl_fail "cannot write the MoE checkpoint to $model"
+else
+    bench_model "$model" "$STRATA_BIN_DIR" || pl_fail "cannot write the benchmark checkpoint to $model"
+fi
 prompt=$(awk -v n="$plen" 'BEGIN { for (i = 0; i < n; i++) printf "%s%d", i ? "," : "", (i * 7919 + 13) % 151936 }')
 opts=(--threads 1 --max-seq 256 --max-batch 1 --insecure)
 
@@ -96,22 +114,29 @@ tp_rank_start() {
 }
 
 configs="tp1 tp2_shm tp2_tcp"
+[ "$moe" = 1 ] && configs="tp1 tp2_expert tp2_split"
 declare -A ranks # the pids of each configuration's ranks, leader first
 pl_start_stage tp1 1 0 "$model" "${opts[@]}"
 ranks[tp1]=$(pl_pid tp1 0)
-for tag in tp2_shm tp2_tcp; do
+for tag in ${configs#tp1 }; do
     extra=()
     [ "$tag" = tp2_tcp ] && extra=(--tp-tcp)
+    [ "$tag" = tp2_expert ] && extra=(--moe expert)
+    [ "$tag" = tp2_split ] && extra=(--moe split)
     peers="127.0.0.1:@$PL_WORK/$tag.g0.port,127.0.0.1:@$PL_WORK/$tag.g1.port"
     pl_start_stage "$tag" 1 0 "$model" "${opts[@]}" "${extra[@]}" --tp 2 --tp-rank 0 --tp-peers "$peers"
     ranks[$tag]=$(pl_pid "$tag" 0)
     tp_rank_start "$tag" 2 1 "$peers" "${opts[@]}" "${extra[@]}"
 done
-for tag in tp1 tp2_shm tp2_tcp; do
+for tag in $configs; do
     pl_wait_log "$PL_WORK/$tag.0.log" "listening on" 1 300 || pl_fail "$tag did not start"
 done
-grep -q "connected over shared memory" "$PL_WORK/tp2_shm.0.log" || pl_fail "tp2_shm is not on shared memory"
-grep -q "connected over tcp" "$PL_WORK/tp2_tcp.0.log" || pl_fail "tp2_tcp is not on TCP"
+for tag in $configs; do
+    case $tag in
+    tp2_tcp) grep -q "connected over tcp" "$PL_WORK/$tag.0.log" || pl_fail "$tag is not on TCP" ;;
+    tp2_*) grep -q "connected over shared memory" "$PL_WORK/$tag.0.log" || pl_fail "$tag is not on shared memory" ;;
+    esac
+done
 
 # The two-host configuration: one rank per host (TCP: the namespaces share this machine's
 # /dev/shm, so --tp-tcp keeps the group's data on the veth links).
@@ -140,10 +165,11 @@ client() {
         pl_client "$1" --insecure --prompt "$prompt" --max-tokens "$2" --quiet >"$3" 2>&1
     fi
 }
-# The leader's latest "group collectives" line -> "AR_CALLS AR_MS AG_CALLS AG_MS BC_CALLS BC_MS".
+# The leader's latest "group collectives" line -> "AR_CALLS AR_MS AG_CALLS AG_MS BC_CALLS BC_MS
+# AR_FLOATS AG_FLOATS BC_FLOATS".
 counters() {
     grep "group collectives:" "$PL_WORK/$1.0.log" | tail -1 |
-        sed 's/.*all-reduce \([0-9]*\) calls [0-9]* floats \([0-9.]*\) ms, all-gather \([0-9]*\) calls [0-9]* floats \([0-9.]*\) ms, broadcast \([0-9]*\) calls [0-9]* floats \([0-9.]*\) ms.*/\1 \2 \3 \4 \5 \6/'
+        sed 's/.*all-reduce \([0-9]*\) calls \([0-9]*\) floats \([0-9.]*\) ms, all-gather \([0-9]*\) calls \([0-9]*\) floats \([0-9.]*\) ms, broadcast \([0-9]*\) calls \([0-9]*\) floats \([0-9.]*\) ms.*/\1 \3 \4 \6 \7 \9 \2 \5 \8/'
 }
 count_lines() { grep -c "group collectives:" "$PL_WORK/$1.0.log"; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
@@ -165,7 +191,7 @@ per() {
 for tag in $configs; do
     client "$tag" 4 "$PL_WORK/warm" || pl_fail "$tag: warm-up failed: $(cat "$PL_WORK/warm")"
 done
-declare -A rate arc arms agc bcc loads cpu0 cpu1
+declare -A rate arc arms agc bcc loads cpu0 cpu1 agms arf agf bcf
 for ((rep = 0; rep < repeat; rep++)); do
     for tag in $configs; do
         loads[$tag]="${loads[$tag]:-} $(cut -d' ' -f1 /proc/loadavg)"
@@ -194,9 +220,50 @@ for ((rep = 0; rep < repeat; rep++)); do
         arms[$tag]="${arms[$tag]:-} $(per 1)"
         agc[$tag]="${agc[$tag]:-} $(per 2)"
         bcc[$tag]="${bcc[$tag]:-} $(per 4)"
+        agms[$tag]="${agms[$tag]:-} $(per 3)"
+        arf[$tag]="${arf[$tag]:-} $(per 6)"
+        agf[$tag]="${agf[$tag]:-} $(per 7)"
+        bcf[$tag]="${bcf[$tag]:-} $(per 8)"
     done
     echo "bench tp: round $((rep + 1))/$repeat done" >&2
 done
+
+# --moe: per decoded token, wall ms, each rank's CPU ms, and every collective's calls / KB / ms.
+moe_report() {
+    local fmt="%-11s %-8s %-19s %-10s %-30s %-30s %-14s\n" tag w c0 c1
+    echo "TP MoE benchmark: $(tr -d '\n' <"$model/config.json" | sed 's/.*"hidden_size": \([0-9]*\).*"moe_intermediate_size": \([0-9]*\), "num_experts": \([0-9]*\), "num_experts_per_tok": \([0-9]*\).*"num_hidden_layers": \([0-9]*\).*/hidden \1, \5 layers, \3 experts top-\4 of \2/'), vocab 151936, tied"
+    echo "random bf16 checkpoint at $model; $plen prompt ids, $N decoded tokens per measured request,"
+    echo "1 thread per rank, TP 2 on shared memory, $(nproc) cores (shared: 1-min load per round$(echo "${loads[tp1]}")), median of $repeat rounds"
+    printf "$fmt" config "wall ms" "CPU ms/rank (0 / 1)" imbalance "all-reduce calls/KB/ms" \
+        "all-gather calls/KB/ms" "broadcasts"
+    kb() { awk -v f="$1" 'BEGIN { printf "%.1f", f * 4 / 1024 }'; }
+    for tag in $configs; do
+        w=$(awk -v r="$(echo "${rate[$tag]}" | median)" 'BEGIN { printf "%.1f", 1000 / r }')
+        c0=$(echo "${cpu0[$tag]}" | median)
+        if [ "$tag" = tp1 ]; then
+            printf "$fmt" tp1 "$w" "$c0" - - - -
+            continue
+        fi
+        c1=$(echo "${cpu1[$tag]}" | median)
+        printf "$fmt" "$tag" "$w" "$c0 / $c1" \
+            "$(awk -v x="$c0" -v y="$c1" 'BEGIN { printf "%.2f", (x > y ? x / y : y / x) }')" \
+            "$(echo "${arc[$tag]}" | median) / $(kb "$(echo "${arf[$tag]}" | median)") / $(echo "${arms[$tag]}" | median)" \
+            "$(echo "${agc[$tag]}" | median) / $(kb "$(echo "${agf[$tag]}" | median)") / $(echo "${agms[$tag]}" | median)" \
+            "$(echo "${bcc[$tag]}" | median)"
+    done
+    echo "Per decoded token (the long request minus the short one, over the $N extra tokens). imbalance ="
+    echo "the busier rank's CPU over the other's; KB are the leader's floats x 4 bytes; ms are the leader's"
+    echo "wall time inside the calls (transfer plus waiting for the other rank). Each round's wall ms, then"
+    echo "CPU ms of rank 0 (rank 1):"
+    for tag in $configs; do
+        echo "  $tag:$(for r in ${rate[$tag]}; do awk -v r="$r" 'BEGIN { printf " %.1f", 1000 / r }'; done);" \
+            "CPU${cpu0[$tag]}${cpu1[$tag]:+ (${cpu1[$tag]# })}"
+    done
+}
+if [ "$moe" = 1 ]; then
+    moe_report
+    exit 0
+fi
 
 cfg=$(tr -d '\n ' <"$model/config.json" | sed 's/.*"hidden_size":\([0-9]*\).*"num_hidden_layers":\([0-9]*\).*/hidden \1, \2 layers/')
 echo "TP benchmark: Qwen3-0.6B-shaped random bf16 checkpoint ($cfg, vocab 151936, tied) at $model;"
