@@ -17,7 +17,9 @@ for i in 0 1 2 3 4 5 6 7; do
     p=$(echo "$base" | tr ' ' '\n' | sed -n "$((i + 1)),$((i + 5 + i))p" | paste -sd, -)
     prompts+=("$p")
 done
-pl_start_pipeline p4 4 "$model" --max-seq 128 --max-batch 8 --chunk-size 4
+# 2 ms per step: the admission check below needs the 8 admitted requests still running when
+# the 9th arrives; on a loaded host an unslowed 20-token request could finish first.
+pl_start_pipeline p4 4 "$model" --max-seq 128 --max-batch 8 --chunk-size 4 --step-delay-ms 2
 
 # Alone, one after another.
 for i in 0 1 2 3 4 5 6 7; do
