@@ -88,6 +88,12 @@ int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, v
     return unavailable(__func__);
 }
 
+int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
+                      void *stream) {
+    (void)out, (void)x, (void)w, (void)n, (void)leaves, (void)stream;
+    return unavailable(__func__);
+}
+
 int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                    size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
                    int head_dim, void *stream) {

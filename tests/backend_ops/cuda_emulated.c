@@ -208,6 +208,17 @@ int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, v
     return 0;
 }
 
+int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
+                      void *stream) {
+    ON_STREAM(stream);
+    if (n > 0 && (const void *)out == (const void *)x)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_split: out aliases x");
+    if (leaves < 1 || leaves > OPS_SPLIT_LEAVES || (leaves & (leaves - 1)))
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_split: leaves %d", leaves);
+    matmul_split(out, x, w, n, leaves, pool());
+    return 0;
+}
+
 int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                    size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
                    int head_dim, void *stream) {
