@@ -165,8 +165,8 @@ __global__ static void chunk_kernel(Args a) {
 #pragma unroll
             for (int jj = 0; jj < OPS_ATTN_BLOCK; ++jj)
                 if (jb + jj < j1)
-                    acc = __fadd_rn(acc, __fmul_rn(e[jb + jj - j0],
-                                                   values[(size_t)(jb + jj) * (size_t)D + d]));
+                    acc = __fadd_rn(
+                        acc, __fmul_rn(e[jb + jj - j0], values[(size_t)(jb + jj) * (size_t)D + d]));
             v[b] = acc;
         }
         part[d] = chunk_tree(v, nb);

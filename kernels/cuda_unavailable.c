@@ -290,6 +290,13 @@ int cuda_vision_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_fr
     return unavailable(__func__);
 }
 
+int cuda_vision_attention(float *out, const float *qkv, float *scratch, const int *cu_seqlens,
+                          int n_segments, int n, int nh, int head_dim, void *stream) {
+    (void)out, (void)qkv, (void)scratch, (void)cu_seqlens, (void)n_segments, (void)n, (void)nh;
+    (void)head_dim, (void)stream;
+    return unavailable(__func__);
+}
+
 int cuda_event_create(void **event) {
     if (event) *event = NULL;
     return unavailable(__func__);

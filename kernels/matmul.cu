@@ -112,13 +112,12 @@ static void launch_leaves(float *out, const float *x, const WT *w, int n, int ro
 static int launch(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
                   void *stream, const char *name) {
     if (!w || n < 0 || w->rows <= 0 || w->cols <= 0 ||
-        (w->dtype != OPS_BF16 && w->dtype != OPS_F32) || leaves < 1 ||
-        leaves > OPS_SPLIT_LEAVES || (leaves & (leaves - 1)) ||
+        (w->dtype != OPS_BF16 && w->dtype != OPS_F32) || leaves < 1 || leaves > OPS_SPLIT_LEAVES ||
+        (leaves & (leaves - 1)) ||
         (n > 0 && (!out || !x || !w->data || (const void *)out == (const void *)x)))
-        return strata_set_error(STRATA_EINVAL,
-                                "%s: bad arguments (n %d, weight [%d, %d], dtype %d, leaves %d)",
-                                name, n, w ? w->rows : 0, w ? w->cols : 0, w ? (int)w->dtype : -1,
-                                leaves);
+        return strata_set_error(
+            STRATA_EINVAL, "%s: bad arguments (n %d, weight [%d, %d], dtype %d, leaves %d)", name,
+            n, w ? w->rows : 0, w ? w->cols : 0, w ? (int)w->dtype : -1, leaves);
     if (n == 0) return STRATA_OK;
     if ((n + kTok - 1) / kTok > 65535)
         return strata_set_error(STRATA_EINVAL, "%s: %d rows in one call (at most %d)", name, n,

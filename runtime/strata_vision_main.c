@@ -48,6 +48,9 @@ static void usage(FILE *out) {
             "  --next-port P          stage 0's port\n"
             "  --next-port-file F     read stage 0's port from F (re-read on reconnect)\n"
             "  --threads T            vision encoder threads (default 1)\n"
+            "  --device cpu           where the tower runs: cpu only for now (cuda[:N] is\n"
+            "                         refused: its ops have CUDA twins, kernels/ops_vision.h,\n"
+            "                         but no CUDA vision encoder drives them yet)\n"
             "  --vision-block-tokens N  image tokens per transfer block (default %d)\n"
             "  --max-image-bytes N    largest image file (default %zu)\n"
             "  --max-request-bytes N  largest client request frame (default %zu)\n"
@@ -89,6 +92,23 @@ static int parse_level(const char *text, enum strata_log_level *out) {
     return -1;
 }
 
+/* --device: the vision tower runs on the CPU encoder (reference/vision_encoder.h) only. The
+ * CUDA twins of its ops exist (kernels/ops_vision.h, cuda_vision_attention included) and
+ * are tested against the reference ops, but no CUDA encoder runs the tower with them, so a
+ * GPU device is refused here instead of silently running on the CPU. */
+static int vdevice(const char *v) {
+    if (!strcmp(v, "cpu")) return 0;
+    if (!strncmp(v, "cuda", 4))
+        fprintf(stderr,
+                "strata-stage: --role vision --device %s: the vision tower runs on the CPU only "
+                "for now (its ops have CUDA twins, kernels/ops_vision.h, but no CUDA vision "
+                "encoder uses them yet); use --device cpu (the default) with --threads\n",
+                v);
+    else
+        fprintf(stderr, "strata-stage: --role vision --device is cpu (got '%s')\n", v);
+    return -1;
+}
+
 static int vparse_one(struct vargs *a, int c, const char *v) {
     int px = 0;
     switch (c) {
@@ -100,6 +120,7 @@ static int vparse_one(struct vargs *a, int c, const char *v) {
     case 'n': return vflag("--next-port", v, 1, 65535, &a->next_port);
     case 'f': a->next_port_file = v; return 0;
     case 't': return vflag("--threads", v, 1, 1024, &a->threads);
+    case 'D': return vdevice(v);
     case 'b': return vflag("--vision-block-tokens", v, 1, 1 << 24, &a->block_tokens);
     case 'i': return vflag("--max-image-bytes", v, 1, 1 << 30, &a->max_image);
     case 'q': return vflag("--max-request-bytes", v, 1024, 1 << 30, &a->max_request);
@@ -128,6 +149,7 @@ static int vparse(struct vargs *a, int argc, char **argv) {
                                          {"next-port", 1, 0, 'n'},
                                          {"next-port-file", 1, 0, 'f'},
                                          {"threads", 1, 0, 't'},
+                                         {"device", 1, 0, 'D'},
                                          {"vision-block-tokens", 1, 0, 'b'},
                                          {"max-image-bytes", 1, 0, 'i'},
                                          {"max-request-bytes", 1, 0, 'q'},

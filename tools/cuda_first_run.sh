@@ -9,6 +9,7 @@
 #   kernels  tests/kernels/* and the op harness against the reference (seconds each)
 #   golden   every golden case through the CUDA stage backend, decode graphs on, then off
 #   bench    the Qwen3-0.6B shape, graphs on and off (STRATA_CUDA_GRAPHS=0)
+#   longctx  decode at 16k context on the 0.6B shape (split-K attention; KV in the roofline)
 #   full     ./strata bench gpu (writes ~31 GB of checkpoints under /tmp; 10+ minutes)
 # Where a command may run at most ~10 minutes, run the parts one call at a time.
 # --out DIR (default /tmp/strata-cuda-first-run) receives one log per step and summary.txt
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
     --out) out=$2; shift ;;
     -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
-    build | kernels | golden | bench | full) parts="$parts $1" ;;
+    build | kernels | golden | bench | longctx | full) parts="$parts $1" ;;
     *) echo "cuda_first_run.sh: unknown part '$1' (--help)" >&2; exit 2 ;;
     esac
     shift
@@ -57,8 +58,8 @@ if has build; then
         //runtime:strata-bench-backend
 fi
 if has kernels; then
-    for t in cuda_graph_test argmax_test kv_store_test matmul_test rmsnorm_test \
-        rope_cos_sin_test vision_ops_test; do
+    for t in cuda_graph_test argmax_test kv_store_test matmul_test attention_test \
+        rmsnorm_test rope_cos_sin_test vision_ops_test; do
         step "kernels/$t" 300 "$bin/tests/kernels/$t"
     done
     step backend_ops_cuda 600 "$bin/tests/backend_ops/backend_ops_cuda_test" --backend=cuda
@@ -74,6 +75,10 @@ if has bench; then
         --shapes qwen3-0.6b --batch 1,8,32 --prefill 2048 --dir /tmp --keep
     step bench_0.6b_nographs 600 env STRATA_CUDA_GRAPHS=0 "$bin/runtime/strata-bench-backend" \
         --device cuda:0 --shapes qwen3-0.6b --batch 1,8,32 --prefill 0 --dir /tmp --keep
+fi
+if has longctx; then
+    step bench_0.6b_ctx16k 600 "$bin/runtime/strata-bench-backend" --device cuda:0 \
+        --shapes qwen3-0.6b --batch 1,4 --context 16384 --steps 8 --prefill 0 --dir /tmp --keep
 fi
 if has full; then step bench_gpu 3600 ./strata bench gpu; fi
 echo "logs in $out"
