@@ -7,7 +7,9 @@
 # PARTs, run in this order (default: build kernels golden bench):
 #   build    bazel build of the GPU tests and the bench (minutes on a fresh machine)
 #   kernels  tests/kernels/* and the op harness against the reference (seconds each)
-#   golden   every golden case through the CUDA stage backend, decode graphs on, then off
+#   golden   every golden case through the CUDA stage backend, decode graphs on, then off;
+#            the vision tower on the GPU (vision_cuda_test, and the VL pipeline with
+#            strata-stage --role vision --device cuda:0 against HF's ids)
 #   bench    the Qwen3-0.6B shape, graphs on and off (STRATA_CUDA_GRAPHS=0)
 #   longctx  decode at 16k context on the 0.6B shape (split-K attention; KV in the roofline)
 #   full     ./strata bench gpu (writes ~31 GB of checkpoints under /tmp; 10+ minutes)
@@ -23,7 +25,7 @@ parts=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --out) out=$2; shift ;;
-    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
     build | kernels | golden | bench | longctx | full) parts="$parts $1" ;;
     *) echo "cuda_first_run.sh: unknown part '$1' (--help)" >&2; exit 2 ;;
     esac
@@ -55,7 +57,7 @@ bin=bazel-bin
 step nvidia-smi 30 nvidia-smi
 if has build; then
     step build 1200 bazel build //tests/kernels/... //tests/backend_ops/... \
-        //runtime:strata-bench-backend
+        //tests/runtime/stage:vision_cuda_test //runtime:strata-bench-backend
 fi
 if has kernels; then
     for t in cuda_graph_test argmax_test kv_store_test matmul_test attention_test \
@@ -69,6 +71,9 @@ if has golden; then
         --test_output=all
     step golden_cuda_nographs 600 bazel test \
         //tests/backend_ops:golden_backends_cuda_nographs_test --test_output=all
+    step vision_cuda 300 "$bin/tests/runtime/stage/vision_cuda_test"
+    step pipeline_vision_cuda 600 bazel test //tests/pipeline:pipeline_vision_test \
+        --test_env=STRATA_TEST_VISION_DEVICE=cuda:0 --test_output=all
 fi
 if has bench; then
     step bench_0.6b_graphs 600 "$bin/runtime/strata-bench-backend" --device cuda:0 \

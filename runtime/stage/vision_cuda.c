@@ -97,6 +97,10 @@ static int upload_block(struct vision_cuda *g, struct vision_block *d,
 int vision_cuda_open(struct vision_cuda **out, const struct vision_encoder *enc, int device) {
     if (!out || !enc) return strata_set_error(STRATA_EINVAL, "vision_cuda_open: null argument");
     *out = NULL;
+    char why[256];
+    if (device < 0 || !cuda_device_available(why, sizeof why))
+        return strata_set_error(STRATA_EDEVICE, "device 'cuda:%d' is not available: %s", device,
+                                device < 0 ? "negative index" : why);
     struct vision_cuda *g = calloc(1, sizeof *g);
     if (!g) return strata_set_error(STRATA_ENOMEM, "vision cuda: out of host memory");
     g->enc = enc;
