@@ -129,6 +129,14 @@ static int check_case(const char *name) {
         bad =
             compare(cpu, gpu, name, gc.pixel_values, gc.n_patches, gc.image_grid_thw, gc.n_images);
         bad |= check_e2e(cpu, gpu, name);
+        /* A patch count the grids contradict, and a missing output, are refused. */
+        float one = 0.0f;
+        int refused = vision_cuda_forward(gpu, &one, &one, gc.pixel_values, gc.n_patches + 1,
+                                          gc.image_grid_thw, gc.n_images) == STRATA_EINVAL &&
+                      vision_cuda_forward(gpu, NULL, &one, gc.pixel_values, gc.n_patches,
+                                          gc.image_grid_thw, gc.n_images) == STRATA_EINVAL;
+        printf("%s %s: bad arguments refused\n", refused ? "ok  " : "FAIL", name);
+        bad |= !refused;
     }
     vision_cuda_free(gpu);
     vision_encoder_free(cpu);
