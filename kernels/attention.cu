@@ -1,10 +1,22 @@
-/* CUDA causal GQA attention: one block per (query i, head h), 128 threads. Scores are
- * computed one key per thread (sequential dot over d), the max by a block reduction
- * (exact in any order), the exps in parallel; then the reference's split-invariant order
- * (reference/ops.h): per aligned block of OPS_ATTN_BLOCK positions the sum of exps (thread
- * 0) and of e_j v_j[d] (thread d), sequential in ascending j, the blocks combined by the
- * aligned binary tree, kept per thread as the reference's binary counter (tree_acc in
- * reference/ops.c). The scores of block b live in scratch row b. */
+/* CUDA causal GQA attention, split-K over the keys (flash-decoding's grid) in the reference's
+ * split-invariant order (reference/ops.h): softmax with the max over every key seen, the sum
+ * of exps and of e_j v_j[d] per aligned block of OPS_ATTN_BLOCK positions (ascending j), the
+ * blocks combined by the aligned binary tree with empty blocks skipped.
+ *
+ * The keys of one (query i, head h) are cut into chunks of CUDA_ATTN_CHUNK positions, an
+ * aligned power-of-two number of blocks, so a chunk is exactly one subtree of that tree and
+ * the chunks' values combine by the top of the same tree (reference attention_merge's
+ * argument for KVP ranks). Three launches, each a grid over (query x head, chunk):
+ *   1. scores_kernel: s_j = (q . k_j) * D^-0.5 (sequential in ascending d) into scratch,
+ *      and the chunk's max;
+ *   2. chunk_kernel: M = max of the chunk maxes (exact in any order), e_j = expf(s_j - M),
+ *      per block the sums of e_j and of e_j v_j[d], the chunk's subtree over its blocks ->
+ *      part [D + 1] (o, l);
+ *   3. merge_kernel: the aligned tree over the chunks' parts (a binary counter per thread,
+ *      reference/ops.c tree_acc), then out = o * (1 / l).
+ * Flash-decoding's running max would rescale partial sums and so change the bits; the global
+ * max costs the second launch instead. A long context thus spreads over ~ctx / 256 blocks per
+ * head instead of one; nothing depends on the chunk count but the time. */
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
@@ -15,111 +27,237 @@ extern "C" {
 }
 
 static const int kThreads = 128;
-static const int kTreeDepth = 32; /* 2^32 blocks */
+static const int kChunkBlocks = CUDA_ATTN_CHUNK / OPS_ATTN_BLOCK;
+static const int kTreeDepth = 32; /* 2^32 chunks */
 
-/* One thread's binary counter over blocks: push a block's sum; equal-sized neighbours merge
- * (left + right); finish folds the rest right to left. reference/ops.c's tree_acc, scalar. */
+static_assert(CUDA_ATTN_CHUNK % OPS_ATTN_BLOCK == 0 &&
+                  ((CUDA_ATTN_CHUNK / OPS_ATTN_BLOCK) & (CUDA_ATTN_CHUNK / OPS_ATTN_BLOCK - 1)) ==
+                      0,
+              "a chunk must be an aligned power-of-two number of blocks (one subtree)");
+
+/* The layout of one (query, head) row of scratch (attention.h). */
+struct Row {
+    float *scores; /* [ctx] */
+    float *maxes;  /* [chunks] */
+    float *parts;  /* [chunks][D + 1] */
+};
+
+struct Args {
+    const float *q, *k_cache, *v_cache;
+    size_t kv_head_stride;
+    float *scratch;
+    size_t row_floats; /* scratch floats per (query, head) row */
+    float *out;
+    int pos, n, nh, group, d_len, ctx, chunks;
+    float scale;
+};
+
+__device__ static inline Row row_of(const Args &a, int t) {
+    Row r;
+    r.scores = a.scratch + (size_t)t * a.row_floats;
+    r.maxes = r.scores + a.ctx;
+    r.parts = r.maxes + a.chunks;
+    return r;
+}
+
+/* Bottom-up aligned tree over v[0, nb) (nb <= kChunkBlocks): node [i, i + 2s) = left + right
+ * when the right half holds a block, else left. The same nesting as the reference's binary
+ * counter finished right to left, with compile-time indices so v stays in registers. */
+__device__ static inline float chunk_tree(float (&v)[kChunkBlocks], int nb) {
+#pragma unroll
+    for (int s = 1; s < kChunkBlocks; s *= 2)
+#pragma unroll
+        for (int i = 0; i + s < kChunkBlocks; i += 2 * s)
+            if (i + s < nb) v[i] = __fadd_rn(v[i], v[i + s]);
+    return v[0];
+}
+
+__device__ static float block_max(float v, float *shared) {
+    v = cuda_warp_max(v);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads(); /* shared may still be read by a previous call */
+    if (lane == 0) shared[warp] = v;
+    __syncthreads();
+    float m = shared[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
+        m = fmaxf(m, shared[w]);
+    return m;
+}
+
+__global__ static void scores_kernel(Args a) {
+    __shared__ float qs[OPS_ATTN_MAX_HEAD_DIM];
+    __shared__ float shared[32];
+    const int t = blockIdx.x, i = t / a.nh, h = t % a.nh, c = blockIdx.y;
+    const int ctx_len = a.pos + i + 1, j0 = c * CUDA_ATTN_CHUNK;
+    if (j0 >= ctx_len) return; /* past this query's causal end: no chunk */
+    const int j1 = min(j0 + CUDA_ATTN_CHUNK, ctx_len), D = a.d_len;
+    const Row r = row_of(a, t);
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        qs[d] = a.q[(size_t)t * (size_t)D + d];
+    __syncthreads();
+    const float *keys = a.k_cache + (size_t)(h / a.group) * a.kv_head_stride;
+    float local_max = -INFINITY;
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
+        const float *kj = keys + (size_t)j * (size_t)D;
+        float dot = 0.0f;
+        if (((D & 3) | ((uintptr_t)kj & 15)) == 0) { /* 16-byte loads; adds still in order */
+            const float4 *k4 = reinterpret_cast<const float4 *>(kj);
+            for (int d4 = 0; d4 < D / 4; ++d4) {
+                const float4 kv = k4[d4];
+                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4], kv.x));
+                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 1], kv.y));
+                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 2], kv.z));
+                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 3], kv.w));
+            }
+        } else {
+            for (int d = 0; d < D; ++d)
+                dot = __fadd_rn(dot, __fmul_rn(qs[d], kj[d]));
+        }
+        const float s = __fmul_rn(dot, a.scale);
+        r.scores[j] = s;
+        local_max = fmaxf(local_max, s);
+    }
+    const float m = block_max(local_max, shared);
+    if (threadIdx.x == 0) r.maxes[c] = m;
+}
+
+__global__ static void chunk_kernel(Args a) {
+    __shared__ float e[CUDA_ATTN_CHUNK];
+    __shared__ float lsum[kChunkBlocks];
+    __shared__ float shared[32];
+    const int t = blockIdx.x, i = t / a.nh, h = t % a.nh, c = blockIdx.y;
+    const int ctx_len = a.pos + i + 1, j0 = c * CUDA_ATTN_CHUNK;
+    if (j0 >= ctx_len) return;
+    const int j1 = min(j0 + CUDA_ATTN_CHUNK, ctx_len), D = a.d_len;
+    const int nb = (j1 - j0 + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK;
+    const int my_chunks = (ctx_len + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
+    const Row r = row_of(a, t);
+    float m = -INFINITY;
+    for (int k = threadIdx.x; k < my_chunks; k += blockDim.x)
+        m = fmaxf(m, r.maxes[k]);
+    const float max = block_max(m, shared);
+    for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x)
+        e[j - j0] = expf(__fsub_rn(r.scores[j], max));
+    __syncthreads();
+    if (threadIdx.x < nb) { /* block b's sum of exps, ascending j */
+        const int b0 = threadIdx.x * OPS_ATTN_BLOCK, b1 = min(b0 + OPS_ATTN_BLOCK, j1 - j0);
+        float acc = 0.0f;
+        for (int j = b0; j < b1; ++j)
+            acc = __fadd_rn(acc, e[j]);
+        lsum[threadIdx.x] = acc;
+    }
+    __syncthreads();
+    float *part = r.parts + (size_t)c * (size_t)(D + 1);
+    if (threadIdx.x == 0) {
+        float v[kChunkBlocks];
+#pragma unroll
+        for (int b = 0; b < kChunkBlocks; ++b)
+            v[b] = b < nb ? lsum[b] : 0.0f;
+        part[D] = chunk_tree(v, nb);
+    }
+    const float *values = a.v_cache + (size_t)(h / a.group) * a.kv_head_stride;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        float v[kChunkBlocks];
+#pragma unroll
+        for (int b = 0; b < kChunkBlocks; ++b) {
+            float acc = 0.0f;
+            const int jb = j0 + b * OPS_ATTN_BLOCK;
+#pragma unroll
+            for (int jj = 0; jj < OPS_ATTN_BLOCK; ++jj)
+                if (jb + jj < j1)
+                    acc = __fadd_rn(
+                        acc, __fmul_rn(e[jb + jj - j0], values[(size_t)(jb + jj) * (size_t)D + d]));
+            v[b] = acc;
+        }
+        part[d] = chunk_tree(v, nb);
+    }
+}
+
+/* One thread's binary counter over chunks: push a chunk's value; equal-sized neighbours
+ * merge (left + right); finish folds the rest right to left. reference/ops.c's tree_acc. */
 struct TreeAcc {
     float v[kTreeDepth];
     int level[kTreeDepth];
     int top;
 };
 
-__device__ static inline void tree_push(TreeAcc &a, float x) {
-    a.v[a.top] = x;
-    a.level[a.top++] = 0;
-    while (a.top >= 2 && a.level[a.top - 2] == a.level[a.top - 1]) {
-        a.v[a.top - 2] = __fadd_rn(a.v[a.top - 2], a.v[a.top - 1]);
-        a.level[a.top - 2]++;
-        a.top--;
+__device__ static inline void tree_push(TreeAcc &acc, float x) {
+    acc.v[acc.top] = x;
+    acc.level[acc.top++] = 0;
+    while (acc.top >= 2 && acc.level[acc.top - 2] == acc.level[acc.top - 1]) {
+        acc.v[acc.top - 2] = __fadd_rn(acc.v[acc.top - 2], acc.v[acc.top - 1]);
+        acc.level[acc.top - 2]++;
+        acc.top--;
     }
 }
 
-__device__ static inline float tree_finish(TreeAcc &a) {
-    for (int i = a.top - 1; i >= 1; --i)
-        a.v[i - 1] = __fadd_rn(a.v[i - 1], a.v[i]);
-    return a.v[0];
+__device__ static inline float tree_finish(TreeAcc &acc) {
+    for (int k = acc.top - 1; k >= 1; --k)
+        acc.v[k - 1] = __fadd_rn(acc.v[k - 1], acc.v[k]);
+    return acc.v[0];
 }
 
-/* The aligned tree over the blocks of exps[0, ctx_len) (times values[j * d_len + d] when
- * values is not NULL), each block summed in ascending j from 0. */
-__device__ static float block_tree(const float *exps, const float *values, int ctx_len,
-                                   int d_len, int d) {
-    TreeAcc a;
-    a.top = 0;
-    for (int b0 = 0; b0 < ctx_len; b0 += OPS_ATTN_BLOCK) {
-        const int b1 = min(b0 + OPS_ATTN_BLOCK, ctx_len);
-        float acc = 0.0f;
-        for (int j = b0; j < b1; ++j)
-            acc = __fadd_rn(acc, values ? __fmul_rn(exps[j], values[(size_t)j * (size_t)d_len + d])
-                                        : exps[j]);
-        tree_push(a, acc);
-    }
-    return tree_finish(a);
-}
-
-__global__ static void attention_kernel(float *out, const float *q, const float *k_cache,
-                                        const float *v_cache, size_t kv_head_stride,
-                                        float *scratch, int pos, int n, int nh, int group,
-                                        int d_len, float scale) {
-    __shared__ float shared[32];
-    __shared__ float row_max, row_inv;
-    const int i = blockIdx.x / nh, h = blockIdx.x % nh;
-    const int ctx_len = pos + i + 1;
-    float *scores = scratch + (size_t)blockIdx.x * (size_t)(pos + n);
-    const float *qv = q + ((size_t)i * (size_t)nh + (size_t)h) * (size_t)d_len;
-    const float *keys = k_cache + (size_t)(h / group) * kv_head_stride;
-    const float *values = v_cache + (size_t)(h / group) * kv_head_stride;
-
-    float local_max = -INFINITY;
-    for (int j = threadIdx.x; j < ctx_len; j += blockDim.x) {
-        const float *kj = keys + (size_t)j * (size_t)d_len;
-        float dot = 0.0f;
-        for (int d = 0; d < d_len; ++d)
-            dot = __fadd_rn(dot, __fmul_rn(qv[d], kj[d]));
-        const float s = __fmul_rn(dot, scale);
-        scores[j] = s;
-        local_max = fmaxf(local_max, s);
-    }
-    local_max = cuda_warp_max(local_max);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) shared[warp] = local_max;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        float m = shared[0];
-        for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
-            m = fmaxf(m, shared[w]);
-        row_max = m;
+__global__ static void merge_kernel(Args a) {
+    __shared__ float o[OPS_ATTN_MAX_HEAD_DIM + 1];
+    const int t = blockIdx.x, i = t / a.nh, D = a.d_len;
+    const int my_chunks = (a.pos + i + 1 + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
+    const Row r = row_of(a, t);
+    for (int col = threadIdx.x; col <= D; col += blockDim.x) {
+        TreeAcc acc;
+        acc.top = 0;
+        for (int k = 0; k < my_chunks; ++k)
+            tree_push(acc, r.parts[(size_t)k * (size_t)(D + 1) + col]);
+        o[col] = tree_finish(acc);
     }
     __syncthreads();
-    const float max = row_max;
-    for (int j = threadIdx.x; j < ctx_len; j += blockDim.x)
-        scores[j] = expf(__fsub_rn(scores[j], max));
-    __syncthreads();
-    if (threadIdx.x == 0) row_inv = __fdiv_rn(1.0f, block_tree(scores, NULL, ctx_len, d_len, 0));
-    __syncthreads();
-    const float inv = row_inv;
-    float *o = out + ((size_t)i * (size_t)nh + (size_t)h) * (size_t)d_len;
-    for (int d = threadIdx.x; d < d_len; d += blockDim.x)
-        o[d] = __fmul_rn(block_tree(scores, values, ctx_len, d_len, d), inv);
+    const float inv = __fdiv_rn(1.0f, o[D]);
+    float *out = a.out + (size_t)t * (size_t)D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        out[d] = __fmul_rn(o[d], inv);
 }
 
 extern "C" int cuda_attention(float *out, const float *q, const float *k_cache,
                               const float *v_cache, size_t kv_head_stride, float *scratch, int pos,
                               int n, int nh, int nkv, int head_dim, void *stream) {
     if (n < 0 || pos < 0 || nh <= 0 || nkv <= 0 || nh % nkv || head_dim <= 0 ||
+        head_dim > OPS_ATTN_MAX_HEAD_DIM ||
         (n > 0 && (!out || !q || !k_cache || !v_cache || !scratch)))
         return strata_set_error(STRATA_EINVAL,
                                 "cuda_attention: bad arguments (n %d, pos %d, nh %d, nkv %d, "
-                                "head_dim %d)",
-                                n, pos, nh, nkv, head_dim);
+                                "head_dim %d; head_dim at most %d)",
+                                n, pos, nh, nkv, head_dim, OPS_ATTN_MAX_HEAD_DIM);
     if (n == 0) return STRATA_OK;
-    if ((long long)n * nh > 2147483647LL)
-        return strata_set_error(STRATA_EINVAL, "cuda_attention: %d x %d blocks", n, nh);
+    const long long ctx = (long long)pos + n;
+    const long long chunks = (ctx + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
+    if ((long long)n * nh > 2147483647LL || chunks > 65535 || ctx > 2147483647LL)
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda_attention: %d x %d queries over %lld positions is too large "
+                                "for one launch",
+                                n, nh, ctx);
+    Args a;
+    a.q = q;
+    a.k_cache = k_cache;
+    a.v_cache = v_cache;
+    a.kv_head_stride = kv_head_stride;
+    a.scratch = scratch;
+    a.row_floats = cuda_attention_row_floats(pos, n, head_dim);
+    a.out = out;
+    a.pos = pos;
+    a.n = n;
+    a.nh = nh;
+    a.group = nh / nkv;
+    a.d_len = head_dim;
+    a.ctx = (int)ctx;
+    a.chunks = (int)chunks;
     /* As the reference: 1 / sqrtf(D), on the host so the bits are glibc's. */
-    const float scale = 1.0f / sqrtf((float)head_dim);
-    attention_kernel<<<(unsigned)(n * nh), kThreads, 0, (cudaStream_t)stream>>>(
-        out, q, k_cache, v_cache, kv_head_stride, scratch, pos, n, nh, nh / nkv, head_dim, scale);
+    a.scale = 1.0f / sqrtf((float)head_dim);
+    cudaStream_t s = (cudaStream_t)stream;
+    const dim3 grid((unsigned)(n * nh), (unsigned)chunks);
+    scores_kernel<<<grid, kThreads, 0, s>>>(a);
+    CUDA_CHECK_LAUNCH();
+    chunk_kernel<<<grid, kThreads, 0, s>>>(a);
+    CUDA_CHECK_LAUNCH();
+    merge_kernel<<<(unsigned)(n * nh), kThreads, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
 }

@@ -5,23 +5,41 @@
 
 #include <stddef.h>
 
+/* Positions per split-K chunk: an aligned power-of-two number of the reference's
+ * OPS_ATTN_BLOCK blocks, so a chunk is one subtree of its block tree (checked in the .cu). */
+#define CUDA_ATTN_CHUNK 256
+
+/* Scratch floats of one (query, head) pair of a call at cache position pos with n queries:
+ * scores [pos + n], chunk maxes [chunks], chunk parts [chunks][head_dim + 1]. */
+static inline size_t cuda_attention_row_floats(int pos, int n, int head_dim) {
+    size_t ctx = (size_t)pos + (size_t)n, chunks = (ctx + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
+    return ctx + chunks * ((size_t)head_dim + 2);
+}
+
+/* Scratch floats cuda_attention needs for n queries of nh heads at cache position pos. */
+static inline size_t cuda_attention_scratch_floats(int pos, int n, int nh, int head_dim) {
+    return (size_t)n * (size_t)nh * cuda_attention_row_floats(pos, n, head_dim);
+}
+
 /* out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i
  * and sees positions 0..pos+i. k_cache/v_cache point at kv head 0 of the layer: kv head
  * g's keys are k_cache + g*kv_head_stride, [max_seq][D] (reference/kv_cache.h's layout).
  * Query head h uses kv head h / (nh/nkv). All pointers are device pointers.
  *
  * Differences from the reference's argument list: the thread pool is replaced by
- * `stream`, and `scratch` holds [n * nh][pos + n] device floats (one score row per
- * (query, head) pair, instead of one per CPU thread).
+ * `stream`, and `scratch` holds cuda_attention_scratch_floats(pos, n, nh, head_dim) device
+ * floats: per (query, head) pair its scores, its chunks' maxes and its chunks' partial sums.
  *
- * Numerics: one block per (query, head); each score is the reference's sequential q·k in
- * ascending d times D^-0.5; the softmax takes the exact max and expf (CUDA's, within 2 ulp
- * of glibc's); the sum of exps and each output element's sum of e_j v_j[d] follow the
- * reference's split-invariant order (per aligned block of OPS_ATTN_BLOCK positions in
- * ascending j, the blocks combined by the aligned binary tree), then times the reciprocal of
- * the sum. Everything but expf is the reference's operation sequence (nvcc --fmad=false),
- * and nothing depends on n, on other requests or on the launch geometry. Asynchronous on
- * `stream`; 0 or STRATA_EINVAL / STRATA_EDEVICE. */
+ * Numerics: split-K over chunks of CUDA_ATTN_CHUNK positions (kernels/attention.cu); each
+ * score is the reference's sequential q·k in ascending d times D^-0.5; the softmax takes the
+ * exact max over all keys seen and expf (CUDA's, within 2 ulp of glibc's); the sum of exps
+ * and each output element's sum of e_j v_j[d] follow the reference's split-invariant order
+ * (per aligned block of OPS_ATTN_BLOCK positions in ascending j, the blocks combined by the
+ * aligned binary tree; a chunk is one subtree of it), then times the reciprocal of the sum.
+ * Everything but expf is the reference's operation sequence (nvcc --fmad=false), and nothing
+ * depends on n, on other requests, on the chunk count or on the launch geometry. head_dim at
+ * most OPS_ATTN_MAX_HEAD_DIM (256). Asynchronous on `stream` (three launches); 0 or
+ * STRATA_EINVAL / STRATA_EDEVICE. */
 int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                    size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
                    int head_dim, void *stream);

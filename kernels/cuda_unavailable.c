@@ -88,6 +88,12 @@ int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, v
     return unavailable(__func__);
 }
 
+int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
+                      void *stream) {
+    (void)out, (void)x, (void)w, (void)n, (void)leaves, (void)stream;
+    return unavailable(__func__);
+}
+
 int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                    size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
                    int head_dim, void *stream) {
@@ -281,6 +287,13 @@ int cuda_vision_pos_embed(float *out, const float *table, int grid, int t, int h
 int cuda_vision_rope_cos_sin(float *cos_out, float *sin_out, const float *inv_freq, int row,
                              int col, int quarter, void *stream) {
     (void)cos_out, (void)sin_out, (void)inv_freq, (void)row, (void)col, (void)quarter, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_vision_attention(float *out, const float *qkv, float *scratch, const int *cu_seqlens,
+                          int n_segments, int n, int nh, int head_dim, void *stream) {
+    (void)out, (void)qkv, (void)scratch, (void)cu_seqlens, (void)n_segments, (void)n, (void)nh;
+    (void)head_dim, (void)stream;
     return unavailable(__func__);
 }
 

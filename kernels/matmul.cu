@@ -4,7 +4,9 @@
  * k0 + l of every 16-element block: lanes 0..7 are the reference's a0[0..7], lanes 8..15
  * its a1[0..7]. Shuffles then fold exactly as the reference does (s = a0 + a1,
  * t[i] = s[i] + s[i + 4], (t0 + t2) + (t1 + t3)) and lane 0 runs the K % 16 tail. Tiling
- * over tokens only shares the weight loads; it never changes one element's arithmetic. */
+ * over tokens only shares the weight loads; it never changes one element's arithmetic.
+ * cuda_matmul_split runs the same half-warp dot once per leaf (over the leaf's columns, as
+ * the reference's matmul_split) and lane 0 combines the leaves by the balanced tree. */
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
@@ -24,7 +26,53 @@ __device__ static inline float widen(float v) {
     return v;
 }
 
+/* Half-warp lanes' accumulators over columns [k0, k1) of one weight row (16-element blocks
+ * from k0, as the reference's dot over that range), folded into lane 0 with the K % 16 tail:
+ * v[t] in lane 0 is the reference's dot of token t over the range. Every lane of the
+ * half-warp must call it (the shuffles). */
 template <typename WT>
+__device__ static inline void dot_range(float (&v)[kTok], const WT *wr, const float *xt, int cols,
+                                        int k0, int k1, int nt, int lane) {
+    const int k16 = k0 + ((k1 - k0) & ~15);
+#pragma unroll
+    for (int t = 0; t < kTok; ++t)
+        v[t] = 0.0f;
+    for (int k = k0 + lane; k < k16; k += 16) {
+        const float wk = widen(wr[k]);
+#pragma unroll
+        for (int t = 0; t < kTok; ++t)
+            if (t < nt) v[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + k], v[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+        float a = v[t];
+        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 8, 16)); /* s[l] = a0[l] + a1[l] */
+        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 4, 16)); /* t[i] = s[i] + s[i+4] */
+        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 2, 16)); /* t0 + t2, t1 + t3 */
+        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 1, 16)); /* (t0+t2) + (t1+t3) */
+        if (lane == 0 && t < nt) {
+            const float *xr = xt + (size_t)t * (size_t)cols;
+            for (int k = k16; k < k1; ++k)
+                a = __fmaf_rn(widen(wr[k]), xr[k], a);
+        }
+        v[t] = a;
+    }
+}
+
+/* The balanced binary tree over v[0, L) (L a power of two), pairs of neighbours first, in
+ * place: reference/ops_matmul.c tree_sum. Compile-time indices: v stays in registers. */
+template <int L> __device__ static inline float leaf_tree(float (&v)[L]) {
+#pragma unroll
+    for (int count = L; count > 1; count /= 2)
+#pragma unroll
+        for (int i = 0; i < count / 2; ++i)
+            v[i] = __fadd_rn(v[2 * i], v[2 * i + 1]);
+    return v[0];
+}
+
+/* L == 1 is the plain dot product (cuda_matmul); else matmul_split's L leaves + tree. A
+ * template parameter so the plain kernel keeps its registers. */
+template <typename WT, int L>
 __global__ static void matmul_kernel(float *out, const float *x, const WT *w, int n, int rows,
                                      int cols) {
     const int lane = threadIdx.x & 15;
@@ -34,53 +82,62 @@ __global__ static void matmul_kernel(float *out, const float *x, const WT *w, in
     /* Every lane takes part in the shuffles; rows past the end read the last row. */
     const WT *wr = w + (size_t)min(r, rows - 1) * (size_t)cols;
     const float *xt = x + (size_t)t0 * (size_t)cols;
-    const int k16 = cols & ~15;
-    float acc[kTok];
+    float leaf[kTok][L];
 #pragma unroll
-    for (int t = 0; t < kTok; ++t)
-        acc[t] = 0.0f;
-    for (int k = lane; k < k16; k += 16) {
-        const float wk = widen(wr[k]);
+    for (int j = 0; j < L; ++j) { /* leaf j: columns [j K / L, (j + 1) K / L) */
+        float v[kTok];
+        dot_range(v, wr, xt, cols, (int)((long long)j * cols / L),
+                  (int)((long long)(j + 1) * cols / L), nt, lane);
 #pragma unroll
         for (int t = 0; t < kTok; ++t)
-            if (t < nt) acc[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + k], acc[t]);
+            leaf[t][j] = v[t];
     }
+    if (lane != 0 || r >= rows) return;
 #pragma unroll
-    for (int t = 0; t < kTok; ++t) {
-        float v = acc[t];
-        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 8, 16)); /* s[l] = a0[l] + a1[l] */
-        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 4, 16)); /* t[i] = s[i] + s[i+4] */
-        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 2, 16)); /* t0 + t2, t1 + t3 */
-        v = __fadd_rn(v, __shfl_down_sync(0xffffffffu, v, 1, 16)); /* (t0+t2) + (t1+t3) */
-        if (lane == 0 && r < rows && t < nt) {
-            const float *xr = xt + (size_t)t * (size_t)cols;
-            for (int k = k16; k < cols; ++k)
-                v = __fmaf_rn(widen(wr[k]), xr[k], v);
-            out[(size_t)(t0 + t) * (size_t)rows + (size_t)r] = v;
-        }
+    for (int t = 0; t < kTok; ++t)
+        if (t < nt) out[(size_t)(t0 + t) * (size_t)rows + (size_t)r] = leaf_tree<L>(leaf[t]);
+}
+
+template <typename WT>
+static void launch_leaves(float *out, const float *x, const WT *w, int n, int rows, int cols,
+                          int leaves, dim3 grid, cudaStream_t s) {
+    switch (leaves) {
+    case 1: matmul_kernel<WT, 1><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
+    case 2: matmul_kernel<WT, 2><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
+    case 4: matmul_kernel<WT, 4><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
+    default: matmul_kernel<WT, 8><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
     }
 }
 
-extern "C" int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n,
-                           void *stream) {
+static int launch(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
+                  void *stream, const char *name) {
     if (!w || n < 0 || w->rows <= 0 || w->cols <= 0 ||
-        (w->dtype != OPS_BF16 && w->dtype != OPS_F32) ||
+        (w->dtype != OPS_BF16 && w->dtype != OPS_F32) || leaves < 1 || leaves > OPS_SPLIT_LEAVES ||
+        (leaves & (leaves - 1)) ||
         (n > 0 && (!out || !x || !w->data || (const void *)out == (const void *)x)))
-        return strata_set_error(STRATA_EINVAL,
-                                "cuda_matmul: bad arguments (n %d, weight [%d, %d], dtype %d)", n,
-                                w ? w->rows : 0, w ? w->cols : 0, w ? (int)w->dtype : -1);
+        return strata_set_error(
+            STRATA_EINVAL, "%s: bad arguments (n %d, weight [%d, %d], dtype %d, leaves %d)", name,
+            n, w ? w->rows : 0, w ? w->cols : 0, w ? (int)w->dtype : -1, leaves);
     if (n == 0) return STRATA_OK;
     if ((n + kTok - 1) / kTok > 65535)
-        return strata_set_error(STRATA_EINVAL, "cuda_matmul: %d rows in one call (at most %d)", n,
+        return strata_set_error(STRATA_EINVAL, "%s: %d rows in one call (at most %d)", name, n,
                                 65535 * kTok);
     dim3 grid(cuda_blocks_for(w->rows, kRowsPerBlock), (unsigned)((n + kTok - 1) / kTok));
     cudaStream_t s = (cudaStream_t)stream;
     if (w->dtype == OPS_BF16)
-        matmul_kernel<uint16_t><<<grid, kThreads, 0, s>>>(out, x, (const uint16_t *)w->data, n,
-                                                          w->rows, w->cols);
+        launch_leaves(out, x, (const uint16_t *)w->data, n, w->rows, w->cols, leaves, grid, s);
     else
-        matmul_kernel<float><<<grid, kThreads, 0, s>>>(out, x, (const float *)w->data, n, w->rows,
-                                                       w->cols);
+        launch_leaves(out, x, (const float *)w->data, n, w->rows, w->cols, leaves, grid, s);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
+}
+
+extern "C" int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n,
+                           void *stream) {
+    return launch(out, x, w, n, 1, stream, "cuda_matmul");
+}
+
+extern "C" int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n,
+                                 int leaves, void *stream) {
+    return launch(out, x, w, n, leaves, stream, "cuda_matmul_split");
 }

@@ -18,4 +18,14 @@ struct ops_weight; /* reference/ops.h */
  * Asynchronous on `stream`; 0 or STRATA_EINVAL / STRATA_EDEVICE. */
 int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, void *stream);
 
+/* Twin of reference/ops.h matmul_split: each dot product over K is `leaves` contiguous
+ * leaves (leaf j covers columns [j K / leaves, (j + 1) K / leaves)), each in the dot order
+ * above, combined by the balanced binary tree (pairs of neighbours first). leaves is a power
+ * of two <= OPS_SPLIT_LEAVES (8); leaves == 1 is cuda_matmul. The reference model runs its
+ * o_proj / down / expert down so (the row-parallel projections: TP ranks' partials are
+ * subtrees of one tree), and so does the CUDA backend: bitwise the reference's order.
+ * Same arguments, numerics and checks as cuda_matmul; STRATA_EINVAL for another leaves. */
+int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
+                      void *stream);
+
 #endif

@@ -204,3 +204,126 @@ extern "C" int cuda_vision_rope_cos_sin(float *cos_out, float *sin_out, const fl
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
 }
+
+/* ---------------------------------------------------------------- vision_attention */
+
+/* The reference's dot-product order (reference/ops.h: two 8-lane accumulators over
+ * 16-element blocks, s = a0 + a1, t[i] = s[i] + s[i+4], (t0 + t2) + (t1 + t3), the fma tail
+ * in ascending k), in one thread: w[k * w_stride] against x[k], k < K. */
+__device__ static float dot_ordered(const float *w, size_t w_stride, const float *x, int K) {
+    float a[16];
+#pragma unroll
+    for (int l = 0; l < 16; ++l)
+        a[l] = 0.0f;
+    const int k16 = K & ~15;
+    for (int k0 = 0; k0 < k16; k0 += 16)
+#pragma unroll
+        for (int l = 0; l < 16; ++l)
+            a[l] = __fmaf_rn(w[(size_t)(k0 + l) * w_stride], x[k0 + l], a[l]);
+    float s[8], t[4];
+#pragma unroll
+    for (int l = 0; l < 8; ++l)
+        s[l] = __fadd_rn(a[l], a[l + 8]);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        t[i] = __fadd_rn(s[i], s[i + 4]);
+    float r = __fadd_rn(__fadd_rn(t[0], t[2]), __fadd_rn(t[1], t[3]));
+    for (int k = k16; k < K; ++k)
+        r = __fmaf_rn(w[(size_t)k * w_stride], x[k], r);
+    return r;
+}
+
+static const int kAttnThreads = 128;
+static const int kMaxHeadDim = 256;
+
+/* One block per (query row r0 + blockIdx.x of the segment [start, start + len), head
+ * blockIdx.y): the reference's attend_rows for that row: scores in matmul's dot order times
+ * the scale, softmax (exact max, expf, the sum sequential in ascending j, times 1 / sum),
+ * then each output element the matmul-ordered dot of the probabilities with v. */
+__global__ static void vision_attention_kernel(float *out, const float *qkv, float *scores,
+                                               int start, int len, int r0, int nh, int D,
+                                               float scale) {
+    __shared__ float qs[kMaxHeadDim];
+    __shared__ float shared[32];
+    __shared__ float row_inv;
+    const int i = start + r0 + blockIdx.x, h = blockIdx.y;
+    const size_t HD = (size_t)nh * (size_t)D, ld = 3 * HD;
+    float *sc = scores + ((size_t)blockIdx.x * (size_t)nh + (size_t)h) * (size_t)len;
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        qs[d] = qkv[(size_t)i * ld + (size_t)h * D + d];
+    __syncthreads();
+    const float *keys = qkv + (size_t)start * ld + HD + (size_t)h * D;
+    float local_max = -INFINITY;
+    for (int j = threadIdx.x; j < len; j += blockDim.x) {
+        const float s = __fmul_rn(dot_ordered(keys + (size_t)j * ld, 1, qs, D), scale);
+        sc[j] = s;
+        local_max = fmaxf(local_max, s);
+    }
+    local_max = cuda_warp_max(local_max);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) shared[warp] = local_max;
+    __syncthreads();
+    float max = shared[0];
+    for (int w = 1; w < (int)(blockDim.x >> 5); ++w)
+        max = fmaxf(max, shared[w]);
+    for (int j = threadIdx.x; j < len; j += blockDim.x)
+        sc[j] = expf(__fsub_rn(sc[j], max));
+    __syncthreads();
+    if (threadIdx.x == 0) { /* the reference's sequential sum */
+        float sum = 0.0f;
+        for (int j = 0; j < len; ++j)
+            sum = __fadd_rn(sum, sc[j]);
+        row_inv = __fdiv_rn(1.0f, sum);
+    }
+    __syncthreads();
+    const float inv = row_inv;
+    for (int j = threadIdx.x; j < len; j += blockDim.x)
+        sc[j] = __fmul_rn(sc[j], inv);
+    __syncthreads();
+    const float *values = qkv + (size_t)start * ld + 2 * HD + (size_t)h * D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x)
+        out[(size_t)i * HD + (size_t)h * D + d] = dot_ordered(values + d, ld, sc, len);
+}
+
+extern "C" int cuda_vision_attention(float *out, const float *qkv, float *scratch,
+                                     const int *cu_seqlens, int n_segments, int n, int nh,
+                                     int head_dim, void *stream) {
+    if (!cu_seqlens || n_segments < 1 || n < 0 || nh <= 0 || nh > 65535 || head_dim <= 0 ||
+        head_dim > kMaxHeadDim || (n > 0 && (!out || !qkv || !scratch)))
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda_vision_attention: bad arguments (n %d, segments %d, nh %d, "
+                                "head_dim %d; head_dim at most %d)",
+                                n, n_segments, nh, head_dim, kMaxHeadDim);
+    int longest = 0;
+    for (int s = 0; s < n_segments; ++s) {
+        const int len = cu_seqlens[s + 1] - cu_seqlens[s];
+        if (len < 0 || (s == 0 && cu_seqlens[0] != 0))
+            return strata_set_error(STRATA_EINVAL,
+                                    "cuda_vision_attention: cu_seqlens not ascending from 0 "
+                                    "(segment %d)",
+                                    s);
+        if (len > longest) longest = len;
+    }
+    if (cu_seqlens[n_segments] != n)
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda_vision_attention: cu_seqlens ends at %d, not n = %d",
+                                cu_seqlens[n_segments], n);
+    const size_t cap = cuda_vision_attention_scratch(longest, nh);
+    /* Python's head_dim ** -0.5, on the host as the reference computes it. */
+    const float scale = (float)(1.0 / sqrt((double)head_dim));
+    cudaStream_t st = (cudaStream_t)stream;
+    for (int s = 0; s < n_segments; ++s) {
+        const int start = cu_seqlens[s], len = cu_seqlens[s + 1] - start;
+        const size_t per_row = (size_t)nh * (size_t)len;
+        if (!len) continue;
+        size_t tile = cap / per_row; /* query rows whose scores fit the scratch (>= 1) */
+        if (tile > (size_t)len) tile = (size_t)len;
+        for (int r0 = 0; r0 < len; r0 += (int)tile) {
+            const int rows = len - r0 < (int)tile ? len - r0 : (int)tile;
+            vision_attention_kernel<<<dim3((unsigned)rows, (unsigned)nh), kAttnThreads, 0, st>>>(
+                out, qkv, scratch, start, len, r0, nh, head_dim, scale);
+            CUDA_CHECK_LAUNCH();
+        }
+    }
+    return STRATA_OK;
+}

@@ -15,6 +15,7 @@
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/stage/vision_cuda.h"
 #include "runtime/stage/vision_stage.h"
 #include "wire/auth.h"
 #include "wire/tls.h"
@@ -48,6 +49,8 @@ static void usage(FILE *out) {
             "  --next-port P          stage 0's port\n"
             "  --next-port-file F     read stage 0's port from F (re-read on reconnect)\n"
             "  --threads T            vision encoder threads (default 1)\n"
+            "  --device cpu|cuda:N    where the tower runs: the CPU encoder (default) or GPU N\n"
+            "                         (runtime/stage/vision_cuda.h; weights uploaded once)\n"
             "  --vision-block-tokens N  image tokens per transfer block (default %d)\n"
             "  --max-image-bytes N    largest image file (default %zu)\n"
             "  --max-request-bytes N  largest client request frame (default %zu)\n"
@@ -68,6 +71,7 @@ static void usage(FILE *out) {
 struct vargs {
     const char *model, *listen, *port_file, *next_host, *next_port_file, *auth, *cert, *key, *ca;
     int next_port, threads, block_tokens, insecure, drop_after, max_image, max_request;
+    int device; /* -1: CPU encoder; else the CUDA device index */
     long long max_pixels;
     enum strata_log_level log_level;
 };
@@ -89,6 +93,21 @@ static int parse_level(const char *text, enum strata_log_level *out) {
     return -1;
 }
 
+/* --device cpu | cuda | cuda:N into *device (-1 = the CPU encoder). */
+static int vdevice(const char *v, int *device) {
+    if (!strcmp(v, "cpu")) {
+        *device = -1;
+        return 0;
+    }
+    if (!strcmp(v, "cuda")) {
+        *device = 0;
+        return 0;
+    }
+    if (!strncmp(v, "cuda:", 5) && cli_parse_int(v + 5, 0, 999, device) == 0) return 0;
+    fprintf(stderr, "strata-stage: --device is cpu, cuda or cuda:N (got '%s')\n", v);
+    return -1;
+}
+
 static int vparse_one(struct vargs *a, int c, const char *v) {
     int px = 0;
     switch (c) {
@@ -100,6 +119,7 @@ static int vparse_one(struct vargs *a, int c, const char *v) {
     case 'n': return vflag("--next-port", v, 1, 65535, &a->next_port);
     case 'f': a->next_port_file = v; return 0;
     case 't': return vflag("--threads", v, 1, 1024, &a->threads);
+    case 'D': return vdevice(v, &a->device);
     case 'b': return vflag("--vision-block-tokens", v, 1, 1 << 24, &a->block_tokens);
     case 'i': return vflag("--max-image-bytes", v, 1, 1 << 30, &a->max_image);
     case 'q': return vflag("--max-request-bytes", v, 1024, 1 << 30, &a->max_request);
@@ -128,6 +148,7 @@ static int vparse(struct vargs *a, int argc, char **argv) {
                                          {"next-port", 1, 0, 'n'},
                                          {"next-port-file", 1, 0, 'f'},
                                          {"threads", 1, 0, 't'},
+                                         {"device", 1, 0, 'D'},
                                          {"vision-block-tokens", 1, 0, 'b'},
                                          {"max-image-bytes", 1, 0, 'i'},
                                          {"max-request-bytes", 1, 0, 'q'},
@@ -145,6 +166,7 @@ static int vparse(struct vargs *a, int argc, char **argv) {
     memset(a, 0, sizeof *a);
     a->threads = 1;
     a->drop_after = -1;
+    a->device = -1;
     a->log_level = STRATA_LOG_INFO;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'H') return 1;
@@ -171,12 +193,14 @@ struct vrun {
     size_t config_len;
     struct safetensors *st;
     struct vision_encoder *enc;
+    struct vision_cuda *gpu; /* --device cuda[:N] */
     struct vision_frontend fe;
     struct wire_auth_key key;
     struct wire_security security;
 };
 
 static void vrun_close(struct vrun *r) {
+    vision_cuda_free(r->gpu);
     vision_encoder_free(r->enc);
     safetensors_close(r->st);
     wire_security_free(&r->security);
@@ -207,7 +231,13 @@ static int vopen(struct vrun *r, const struct vargs *a) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return rc == STRATA_ENOMEM ? STRATA_EXIT_FAILURE : STRATA_EXIT_INPUT;
     }
+    /* The GPU tower uploads the CPU encoder's weights (which it keeps for the checks). */
+    if (a->device >= 0 && vision_cuda_open(&r->gpu, r->enc, a->device) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
     r->fe.enc = r->enc;
+    r->fe.gpu = r->gpu;
     r->fe.decode = image_decode_defaults();
     if (a->max_pixels) r->fe.decode.max_pixels = a->max_pixels;
     r->fe.max_image_bytes = a->max_image ? (size_t)a->max_image : VISION_DEFAULT_MAX_IMAGE_BYTES;
@@ -226,6 +256,11 @@ static void vsummary(const struct vrun *r, const struct vargs *a) {
            v->depth, v->hidden_size, v->num_heads, v->patch_size, v->spatial_merge_size,
            v->temporal_patch_size, v->out_hidden_size, v->num_deepstack,
            vision_encoder_weight_bytes(r->enc), vision_encoder_num_threads(r->enc));
+    if (r->gpu)
+        printf("device: cuda:%d, %zu weight bytes uploaded\n", a->device,
+               vision_cuda_weight_bytes(r->gpu));
+    else
+        printf("device: cpu\n");
     printf("preprocessor: %lld..%lld pixels, patch %d, merge %d\n", (long long)pp->min_pixels,
            (long long)pp->max_pixels, pp->patch_size, pp->merge_size);
     printf("transfer: blocks of %d image tokens; limits: %zu bytes per image, %zu per request, "

@@ -7,8 +7,11 @@
 # PARTs, run in this order (default: build kernels golden bench):
 #   build    bazel build of the GPU tests and the bench (minutes on a fresh machine)
 #   kernels  tests/kernels/*, the op harness against the reference, the NCCL group (seconds)
-#   golden   every golden case through the CUDA stage backend, decode graphs on, then off
+#   golden   every golden case through the CUDA stage backend, decode graphs on, then off;
+#            the vision tower on the GPU (vision_cuda_test, and the VL pipeline with
+#            strata-stage --role vision --device cuda:0 against HF's ids)
 #   bench    the Qwen3-0.6B shape, graphs on and off (STRATA_CUDA_GRAPHS=0)
+#   longctx  decode at 16k context on the 0.6B shape (split-K attention; KV in the roofline)
 #   full     ./strata bench gpu (writes ~31 GB of checkpoints under /tmp; 10+ minutes)
 # Where a command may run at most ~10 minutes, run the parts one call at a time.
 # --out DIR (default /tmp/strata-cuda-first-run) receives one log per step and summary.txt
@@ -22,8 +25,8 @@ parts=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --out) out=$2; shift ;;
-    -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
-    build | kernels | golden | bench | full) parts="$parts $1" ;;
+    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    build | kernels | golden | bench | longctx | full) parts="$parts $1" ;;
     *) echo "cuda_first_run.sh: unknown part '$1' (--help)" >&2; exit 2 ;;
     esac
     shift
@@ -54,11 +57,12 @@ bin=bazel-bin
 step nvidia-smi 30 nvidia-smi
 if has build; then
     step build 1200 bazel build //tests/kernels/... //tests/backend_ops/... \
-        //tests/runtime/stage:nccl_group_cuda_test //runtime:strata-bench-backend
+        //tests/runtime/stage:nccl_group_cuda_test //tests/runtime/stage:vision_cuda_test \
+        //runtime:strata-bench-backend
 fi
 if has kernels; then
-    for t in cuda_graph_test argmax_test kv_store_test matmul_test rmsnorm_test \
-        rope_cos_sin_test vision_ops_test tree_sum_test; do
+    for t in cuda_graph_test argmax_test kv_store_test matmul_test attention_test \
+        rmsnorm_test rope_cos_sin_test vision_ops_test tree_sum_test; do
         step "kernels/$t" 300 "$bin/tests/kernels/$t"
     done
     # NCCL sub-groups (TP 2 x KVP 2, TP 4, TP 8, a stalled rank): one GPU per rank, so on a
@@ -71,12 +75,19 @@ if has golden; then
         --test_output=all
     step golden_cuda_nographs 600 bazel test \
         //tests/backend_ops:golden_backends_cuda_nographs_test --test_output=all
+    step vision_cuda 300 "$bin/tests/runtime/stage/vision_cuda_test"
+    step pipeline_vision_cuda 600 bazel test //tests/pipeline:pipeline_vision_test \
+        --test_env=STRATA_TEST_VISION_DEVICE=cuda:0 --test_output=all
 fi
 if has bench; then
     step bench_0.6b_graphs 600 "$bin/runtime/strata-bench-backend" --device cuda:0 \
         --shapes qwen3-0.6b --batch 1,8,32 --prefill 2048 --dir /tmp --keep
     step bench_0.6b_nographs 600 env STRATA_CUDA_GRAPHS=0 "$bin/runtime/strata-bench-backend" \
         --device cuda:0 --shapes qwen3-0.6b --batch 1,8,32 --prefill 0 --dir /tmp --keep
+fi
+if has longctx; then
+    step bench_0.6b_ctx16k 600 "$bin/runtime/strata-bench-backend" --device cuda:0 \
+        --shapes qwen3-0.6b --batch 1,4 --context 16384 --steps 8 --prefill 0 --dir /tmp --keep
 fi
 if has full; then step bench_gpu 3600 ./strata bench gpu; fi
 echo "logs in $out"

@@ -29,6 +29,10 @@
  *     step of each b runs eagerly. Off for roles with a MoE layer (the routing synchronises
  *     mid-step) and with STRATA_CUDA_GRAPHS=0.
  *
+ * The row-parallel projections (o_proj, down, expert down) run as cuda_matmul_split with
+ * OPS_SPLIT_LEAVES leaves, as reference/model.c does on one rank, so every projection has
+ * the reference's reduction order (only CUDA's expf / erff / tanhf differ by ulps).
+ *
  * Determinism: every kernel computes each output element in one fixed order that depends
  * on neither the batch nor the neighbouring rows (kernels/README.md), all launches go to
  * one stream in the reference's order, and the MoE sum runs expert by expert in ascending
@@ -237,7 +241,7 @@ static int run_experts(struct cuda_context *c, const struct layer_weights *L, co
             (rc = cuda_matmul(eu, ex, &L->expert_up[e], count, es)) ||
             (rc = cuda_swiglu(eg, eg, eu, count * I, es)))
             break;
-        rc = cuda_matmul(ey, eg, &L->expert_down[e], count, es);
+        rc = cuda_matmul_split(ey, eg, &L->expert_down[e], count, OPS_SPLIT_LEAVES, es);
     }
     for (int k = 0; k < MOE_STREAMS && k < active && !rc; ++k)
         if (!(rc = cuda_event_record(c->moe_join[k], c->moe_stream[k])))
@@ -300,8 +304,10 @@ static int attend_items(struct cuda_context *c, const struct layer_weights *L, i
     for (int it = 0; it < n_items && !rc; ++it) {
         const struct forward_item *item = &items[it];
         float *kc = k_slot(c, item->slot, L->index, 0), *vc = v_slot(c, item->slot, L->index, 0);
-        int ctx_len = item->pos + item->n_tokens;
-        int chunk = (int)(c->score_floats / ((size_t)nh * (size_t)ctx_len)); /* >= 1 */
+        /* Queries per launch: each (query, head) row needs at most the item's last row's
+         * floats; one query always fits (score_floats covers max_seq, cuda_open). */
+        size_t per_query = cuda_attention_row_floats(item->pos, item->n_tokens, D);
+        int chunk = (int)(c->score_floats / ((size_t)nh * per_query)); /* >= 1 */
         for (int i0 = 0; i0 < item->n_tokens && !rc; i0 += chunk) {
             int n = item->n_tokens - i0 < chunk ? item->n_tokens - i0 : chunk;
             size_t off = (size_t)(row + i0) * qd;
@@ -368,7 +374,7 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L, 
         (rc = cuda_rope_apply_rows(c->q, c->rope_cos, c->rope_sin, N, (int)qd, nh, D, s)) ||
         (rc = cuda_rope_apply_rows(c->k, c->rope_cos, c->rope_sin, N, (int)kvd, nkv, D, s)) ||
         (rc = attend_items(c, L, max_seq, items, n_items, N)) ||
-        (rc = cuda_matmul(c->proj, c->attn, &L->o, N, s)) ||
+        (rc = cuda_matmul_split(c->proj, c->attn, &L->o, N, OPS_SPLIT_LEAVES, s)) ||
         (rc = add_bias(c, c->proj, L->o_bias, N, H)) ||
         (rc = cuda_vec_add(c->hidden, c->proj, N * H, s)) ||
         (rc = cuda_rmsnorm(c->norm, c->hidden, L->post_norm, eps, N, H, s)))
@@ -380,7 +386,7 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L, 
         if (!(rc = cuda_matmul(c->ffn_gate, c->norm, &L->gate, N, s)) &&
             !(rc = cuda_matmul(c->ffn_up, c->norm, &L->up, N, s)) &&
             !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, s)))
-            rc = cuda_matmul(c->proj, c->ffn_gate, &L->down, N, s);
+            rc = cuda_matmul_split(c->proj, c->ffn_gate, &L->down, N, OPS_SPLIT_LEAVES, s);
     }
     if (!rc) rc = cuda_vec_add(c->hidden, c->proj, N * H, s);
     if (!rc) rc = add_deepstack(c, L, items, n_items);
@@ -689,7 +695,8 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     if ((rc = open_moe_streams(c))) return rc;
     c->head_floats = (size_t)opt->max_seq * (size_t)cfg->head_dim;
     c->slot_floats = (size_t)c->n_layers * (size_t)cfg->num_kv_heads * c->head_floats;
-    c->score_floats = (size_t)cfg->num_heads * (size_t)opt->max_seq;
+    c->score_floats =
+        cuda_attention_scratch_floats(opt->max_seq - 1, 1, cfg->num_heads, cfg->head_dim);
     if (c->score_floats < ATTN_SCRATCH_FLOATS) c->score_floats = ATTN_SCRATCH_FLOATS;
     size_t bytes = c->slot_floats * (size_t)opt->num_slots * sizeof(float);
     /* Zeroed like the reference's calloc'd cache (never read past a slot's length). */

@@ -13,8 +13,8 @@
 #include "runtime/model/safetensors.h"
 #include "runtime/stage/backend.h"
 
-/* Attention scores: at least this many floats (queries are chunked to fit them), and
- * always room for one query's nh x max_seq scores. */
+/* Attention scratch (scores and split-K partials, kernels/attention.h): at least this many
+ * floats (queries are chunked to fit them), and always room for one query at max_seq. */
 #define ATTN_SCRATCH_FLOATS ((size_t)1 << 24)
 /* Gathers and combines launch one grid row per token: at most this many per launch. */
 #define MAX_GRID_ROWS 65535

@@ -76,8 +76,12 @@ static int encode(struct vision_frontend *fe, struct vision_output *out, const f
         return strata_set_error(STRATA_ENOMEM, "out of memory for %lld image tokens",
                                 (long long)n_tokens);
     double t0 = cli_now_sec();
-    rc = vision_encoder_forward(fe->enc, out->embeds, out->deepstack, values, patches, &grid[0][0],
-                                out->num_images);
+    if (fe->gpu)
+        rc = vision_cuda_forward(fe->gpu, out->embeds, out->deepstack, values, patches, &grid[0][0],
+                                 out->num_images);
+    else
+        rc = vision_encoder_forward(fe->enc, out->embeds, out->deepstack, values, patches,
+                                    &grid[0][0], out->num_images);
     out->seconds_encode = cli_now_sec() - t0;
     out->pixel_bytes = (size_t)patches * (size_t)row_len * sizeof(float);
     return rc;

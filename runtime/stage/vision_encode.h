@@ -3,7 +3,8 @@
  * one prompt: each file is decoded (PNG/JPEG, alpha onto white, a pixel limit before
  * decoding; runtime/vision/image.h) and preprocessed on its own exactly as HF's default
  * processor (runtime/vision/preprocess.h), then every image is encoded in one call, patches
- * concatenated in prompt order (reference/vision_encoder.h, on the encoder's thread pool). */
+ * concatenated in prompt order (reference/vision_encoder.h, on the encoder's thread pool, or
+ * runtime/stage/vision_cuda.h on a GPU). */
 #ifndef STRATA_RUNTIME_STAGE_VISION_ENCODE_H
 #define STRATA_RUNTIME_STAGE_VISION_ENCODE_H
 
@@ -11,6 +12,7 @@
 #include <stdint.h>
 
 #include "reference/vision_encoder.h"
+#include "runtime/stage/vision_cuda.h"
 #include "runtime/model/vl_prompt.h"
 #include "runtime/vision/image.h"
 #include "runtime/vision/preprocess.h"
@@ -20,6 +22,7 @@
 
 struct vision_frontend {
     struct vision_encoder *enc; /* borrowed */
+    struct vision_cuda *gpu;    /* borrowed; when set the tower runs there (vision_cuda.h) */
     struct vision_preproc_config pp;
     struct image_decode_options decode;
     size_t max_image_bytes; /* a larger file is refused before decoding; 0 = the default */

@@ -41,12 +41,20 @@ static int run_matmul(const struct bo_call *c, void *stream) {
     return cuda_matmul(c->buf[0], c->buf[1], &w, c->s->n, stream);
 }
 
-/* The twin's scratch is [n * heads][pos + n] device floats (kernels/attention.h). */
+/* leaves = pos (op_cases.c). */
+static int run_matmul_split(const struct bo_call *c, void *stream) {
+    struct ops_weight w = {c->buf[2], c->s->wtype, c->s->rows, c->s->dim};
+    return cuda_matmul_split(c->buf[0], c->buf[1], &w, c->s->n, c->s->pos, stream);
+}
+
+/* The twin's scratch: cuda_attention_scratch_floats device floats (kernels/attention.h). */
 static int run_attention(const struct bo_call *c, void *stream) {
     const struct bo_shape *s = c->s;
     size_t ctx = (size_t)(s->pos + s->n);
     float *scratch = NULL;
-    int rc = cuda_malloc((void **)&scratch, (size_t)s->n * (size_t)s->heads * ctx * sizeof(float));
+    int rc =
+        cuda_malloc((void **)&scratch,
+                    cuda_attention_scratch_floats(s->pos, s->n, s->heads, s->dim) * sizeof(float));
     if (!rc)
         rc = cuda_attention(c->buf[0], c->buf[1], c->buf[2], c->buf[3], ctx * (size_t)s->dim,
                             scratch, s->pos, s->n, s->heads, s->kv_heads, s->dim, stream);
@@ -65,15 +73,11 @@ static int run_ops_weight_row(const struct bo_call *c, void *stream) {
 }
 
 static const struct bo_backend_op cuda_ops[] = {
-    {"rmsnorm", run_rmsnorm},
-    {"swiglu", run_swiglu},
-    {"softmax", run_softmax},
-    {"vec_add", run_vec_add},
-    {"rope_apply", run_rope_apply},
-    {"matmul", run_matmul},
-    {"attention", run_attention},
-    {"moe_route", run_moe_route},
-    {"ops_weight_row", run_ops_weight_row},
+    {"rmsnorm", run_rmsnorm},           {"swiglu", run_swiglu},
+    {"softmax", run_softmax},           {"vec_add", run_vec_add},
+    {"rope_apply", run_rope_apply},     {"matmul", run_matmul},
+    {"matmul_split", run_matmul_split}, {"attention", run_attention},
+    {"moe_route", run_moe_route},       {"ops_weight_row", run_ops_weight_row},
 };
 
 const struct bo_backend bo_backend_cuda = {

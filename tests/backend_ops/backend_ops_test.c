@@ -105,7 +105,8 @@ static void case_label(char *out, size_t cap, const struct bo_case *c) {
             len += snprintf(out + len, cap - (size_t)len, "%s%s=%d", sep, f[i].name, f[i].v);
             sep = ",";
         }
-    if (!strcmp(c->op, "matmul") || !strcmp(c->op, "ops_weight_row"))
+    if (!strcmp(c->op, "matmul") || !strcmp(c->op, "matmul_split") ||
+        !strcmp(c->op, "ops_weight_row"))
         len +=
             snprintf(out + len, cap - (size_t)len, ",w=%s", s->wtype == OPS_BF16 ? "bf16" : "f32");
     if (s->scale != 0.0f && s->scale != 1.0f)
@@ -222,10 +223,10 @@ static int backend_case(const struct bo_backend *be, const struct bo_backend_op 
     for (int i = 0; !rc && i < want.count; ++i)
         if (is_output(&want.desc[i])) {
             /* Integer outputs (expert ids) must be equal: any difference is an infinite error. */
-            double e = want.desc[i].elem == BO_I32
-                           ? (memcmp(got.data[i], want.data[i], buf_bytes(&want.desc[i])) ? INFINITY
-                                                                                          : 0.0)
-                           : nmse(got.data[i], want.data[i], want.desc[i].count);
+            double e =
+                want.desc[i].elem == BO_I32
+                    ? (memcmp(got.data[i], want.data[i], buf_bytes(&want.desc[i])) ? INFINITY : 0.0)
+                    : nmse(got.data[i], want.data[i], want.desc[i].count);
             worst = isnan(e) || e > worst ? e : worst;
         }
     free_bufs(&want);

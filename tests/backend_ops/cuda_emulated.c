@@ -36,6 +36,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
 #include "reference/ops.h"
+#include "reference/ops_vision.h"
 #include "reference/sampler.h"
 #include "reference/thread_pool.h"
 #include "runtime/base/status.h"
@@ -208,6 +209,17 @@ int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, v
     return 0;
 }
 
+int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
+                      void *stream) {
+    ON_STREAM(stream);
+    if (n > 0 && (const void *)out == (const void *)x)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_split: out aliases x");
+    if (leaves < 1 || leaves > OPS_SPLIT_LEAVES || (leaves & (leaves - 1)))
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_split: leaves %d", leaves);
+    matmul_split(out, x, w, n, leaves, pool());
+    return 0;
+}
+
 int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                    size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
                    int head_dim, void *stream) {
@@ -272,12 +284,46 @@ int cuda_ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *
     return 0;
 }
 
-/* Only the bias add of kernels/ops_vision.h (the backend uses it); the reference's loop. */
+/* kernels/ops_vision.h: the reference ops (the CUDA vision tower, runtime/stage/
+ * vision_cuda.c, and the stage backend's bias add). */
 int cuda_add_bias(float *x, const float *bias, int n, int dim, void *stream) {
     ON_STREAM(stream);
-    for (int t = 0; t < n; ++t)
-        for (int i = 0; i < dim; ++i)
-            x[(size_t)t * (size_t)dim + (size_t)i] += bias[i];
+    add_bias(x, bias, n, dim);
+    return 0;
+}
+
+int cuda_layernorm(float *out, const float *x, const float *weight, const float *bias, float eps,
+                   int n, int dim, void *stream) {
+    ON_STREAM(stream);
+    layernorm(out, x, weight, bias, eps, n, dim);
+    return 0;
+}
+
+int cuda_gelu_tanh(float *out, const float *x, int n, void *stream) {
+    ON_STREAM(stream);
+    gelu_tanh(out, x, n);
+    return 0;
+}
+
+int cuda_gelu_erf(float *out, const float *x, int n, void *stream) {
+    ON_STREAM(stream);
+    gelu_erf(out, x, n);
+    return 0;
+}
+
+/* The reference needs its own scratch (packed q / k / v), not the twin's scores. */
+int cuda_vision_attention(float *out, const float *qkv, float *scratch, const int *cu_seqlens,
+                          int n_segments, int n, int nh, int head_dim, void *stream) {
+    ON_STREAM(stream);
+    (void)scratch;
+    int longest = 0;
+    for (int s = 0; s < n_segments; ++s)
+        if (cu_seqlens[s + 1] - cu_seqlens[s] > longest)
+            longest = cu_seqlens[s + 1] - cu_seqlens[s];
+    float *work = malloc(vision_attention_scratch(n, longest, nh, head_dim, 1) * sizeof(float));
+    if (!work) return strata_set_error(STRATA_ENOMEM, "emulated cuda_vision_attention");
+    vision_attention(out, qkv, work, cu_seqlens, n_segments, n, nh, head_dim, pool());
+    free(work);
     return 0;
 }
 

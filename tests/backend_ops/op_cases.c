@@ -97,6 +97,13 @@ static int matmul_ref(const struct bo_call *c, struct thread_pool *pool) {
     return 0;
 }
 
+/* matmul_split: matmul's layout, leaves = pos. */
+static int matmul_split_ref(const struct bo_call *c, struct thread_pool *pool) {
+    struct ops_weight w = {c->buf[2], c->s->wtype, c->s->rows, c->s->dim};
+    matmul_split(c->buf[0], c->buf[1], &w, c->s->n, c->s->pos, pool);
+    return 0;
+}
+
 /* The cache holds exactly pos + n positions per kv head: kv_head_stride = (pos + n) * D. */
 static int attention_layout(const struct bo_shape *s, struct bo_buf *b) {
     size_t q = sz(s->n, s->heads * s->dim), cache = sz(s->kv_heads, (s->pos + s->n) * s->dim);
@@ -159,6 +166,7 @@ const struct bo_op bo_ops[] = {
     {"vec_add", 1e-7, vec_add_layout, vec_add_ref},
     {"rope_apply", 1e-7, rope_apply_layout, rope_apply_ref},
     {"matmul", 1e-7, matmul_layout, matmul_ref},
+    {"matmul_split", 1e-7, matmul_layout, matmul_split_ref},
     {"attention", 1e-7, attention_layout, attention_ref},
     {"moe_route", 1e-7, moe_route_layout, moe_route_ref},
     {"ops_weight_row", 1e-7, weight_row_layout, weight_row_ref},
@@ -187,6 +195,12 @@ const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
     {                                                                                              \
         "matmul", {                                                                                \
             .n = n_, .dim = dim_, .rows = rows_, .wtype = wt_                                      \
+        }                                                                                          \
+    }
+#define MATMUL_SPLIT(n_, dim_, rows_, wt_, leaves_)                                                \
+    {                                                                                              \
+        "matmul_split", {                                                                          \
+            .n = n_, .dim = dim_, .rows = rows_, .wtype = wt_, .pos = leaves_                      \
         }                                                                                          \
     }
 #define ATTN(n_, pos_, h_, kv_, d_)                                                                \
@@ -245,12 +259,22 @@ const struct bo_case bo_cases[] = {
     MATMUL(4, 1024, 257, OPS_BF16),
     MATMUL(1, 2560, 64, OPS_BF16),
 
+    /* leaves of 16-multiples, of 125 columns (a tail each), shorter than 16 */
+    MATMUL_SPLIT(1, 1024, 64, OPS_BF16, 8),
+    MATMUL_SPLIT(5, 1000, 33, OPS_F32, 8),
+    MATMUL_SPLIT(4, 3072, 257, OPS_BF16, 4),
+    MATMUL_SPLIT(9, 100, 50, OPS_F32, 2),
+    MATMUL_SPLIT(3, 40, 7, OPS_BF16, 8),
+    MATMUL_SPLIT(2, 2048, 300, OPS_BF16, 1),
+
     ATTN(1, 0, 1, 1, 8),
     ATTN(3, 5, 4, 2, 64),
     ATTN(7, 0, 6, 2, 32),
     ATTN(1, 40, 8, 1, 128),
     ATTN(17, 0, 4, 4, 128),
     ATTN(2, 300, 16, 8, 64),
+    ATTN(1, 4999, 8, 2, 128), /* decode at a long context: 20 split-K chunks */
+    ATTN(40, 600, 4, 2, 64),  /* a prefill across chunk boundaries */
 
     MATMUL(9, 100, 50, OPS_F32),
     MATMUL(6, 2048, 300, OPS_BF16),

@@ -164,13 +164,16 @@ pl_client() {
 # pl_start_vision TAG MODEL_DIR [options...]: a vision stage (strata-stage --role vision) in
 # front of TAG's stage 0 (port file TAG.v.port; security as pl_start_stage); waits until it
 # listens. pl_stop_vision: SIGTERM, status 0 expected. pl_vclient TAG [options]: its client.
+# STRATA_TEST_VISION_DEVICE=cuda:N (bazel test --test_env=...) runs the tower on that GPU
+# (tools/cuda_first_run.sh does, on a device machine).
 pl_start_vision() {
     local tag=$1 model=$2
     shift 2
     rm -f "$PL_WORK/$tag.v.port" "$PL_WORK/$tag.v.log"
     # shellcheck disable=SC2046
     "$PL_STAGE" --role vision --model "$model" --port-file "$PL_WORK/$tag.v.port" \
-        --next-port-file "$PL_WORK/$tag.0.port" $(pl_security_default "$@") "$@" \
+        --next-port-file "$PL_WORK/$tag.0.port" $(pl_security_default "$@") \
+        ${STRATA_TEST_VISION_DEVICE:+--device "$STRATA_TEST_VISION_DEVICE"} "$@" \
         >>"$PL_WORK/$tag.v.out" 2>>"$PL_WORK/$tag.v.log" &
     PL_VISION_PID=$!
     PL_PIDS="$PL_PIDS $PL_VISION_PID"

@@ -24,6 +24,9 @@ e2e_files() { sed -n 's/.*"file": *"\([^"]*\)".*/\1/p' "$1"; }
 "$PL_STAGE" --help | grep -q -- "--role language|vision" || pl_fail "strata-stage --help does not name --role"
 "$PL_STAGE" --role vision --insecure >/dev/null 2>&1
 [ $? -eq 2 ] || pl_fail "--role vision without --model is not a usage error (exit 2)"
+"$PL_STAGE" --role vision --device tpu:0 --model x --next-port 9 >/dev/null 2>"$PL_WORK/vdev.err"
+[ $? -eq 2 ] || pl_fail "--role vision --device tpu:0 is not a usage error (exit 2)"
+grep -q "cpu, cuda or cuda:N" "$PL_WORK/vdev.err" || pl_fail "unclear refusal: $(cat "$PL_WORK/vdev.err")"
 "$PL_STAGE" --role sideways --model x >/dev/null 2>&1
 [ $? -eq 2 ] || pl_fail "--role sideways is not a usage error (exit 2)"
 "$PL_STAGE" --role vision --model "$(pl_golden qwen3_moe)" --next-port 9 --insecure >/dev/null 2>"$PL_WORK/novision.err"

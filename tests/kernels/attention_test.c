@@ -1,0 +1,187 @@
+/* cuda_attention (split-K over chunks of CUDA_ATTN_CHUNK positions) against the reference
+ * attention of reference/ops.h, at context lengths around the block (16) and chunk (256)
+ * boundaries and at long contexts:
+ *   - q = 0 makes every score 0 and every exp exactly 1 on both sides, so the output is the
+ *     block tree of the values over the tree of ones: bitwise equality there checks that
+ *     the chunks and their merge follow the reference's tree exactly;
+ *   - random q: NMSE < 1e-7 (the only difference is CUDA's expf, within 2 ulp of glibc's);
+ *   - a prefill of n queries equals each query run alone, bit for bit (nothing depends on
+ *     n or the chunk grid);
+ *   - bad arguments are refused before any launch.
+ * Without a usable device (or a build without the CUDA toolkit) it prints "skipped:". */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/attention.h"
+#include "kernels/cuda_device.h"
+#include "reference/ops.h"
+#include "reference/thread_pool.h"
+#include "runtime/base/status.h"
+#include "tests/test_util.h"
+
+enum { NH = 4, NKV = 2, D = 128 };
+
+static int check(int ok, const char *what) {
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": ",
+           ok ? "" : strata_last_error());
+    return ok ? 0 : 1;
+}
+
+static float frand(unsigned *state) {
+    *state = *state * 1664525u + 1013904223u;
+    return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+struct problem {
+    int pos, n, max_seq;
+    float *q, *k, *v; /* host: q [n, NH*D]; k, v [NKV][max_seq][D] */
+};
+
+static int make(struct problem *p, int pos, int n, int zero_q, unsigned seed) {
+    p->pos = pos;
+    p->n = n;
+    p->max_seq = pos + n;
+    size_t qn = (size_t)n * NH * D, kvn = (size_t)NKV * (size_t)p->max_seq * D;
+    p->q = malloc(qn * sizeof(float));
+    p->k = malloc(kvn * sizeof(float));
+    p->v = malloc(kvn * sizeof(float));
+    if (!p->q || !p->k || !p->v) return -1;
+    for (size_t i = 0; i < qn; ++i)
+        p->q[i] = zero_q ? 0.0f : frand(&seed);
+    for (size_t i = 0; i < kvn; ++i) {
+        p->k[i] = frand(&seed);
+        p->v[i] = frand(&seed);
+    }
+    return 0;
+}
+
+static void release(struct problem *p) {
+    free(p->q);
+    free(p->k);
+    free(p->v);
+}
+
+/* out [n, NH*D] by the reference (one thread: scratch [1][pos + n]). */
+static int run_reference(float *out, const struct problem *p, struct thread_pool *pool) {
+    float *scratch = malloc((size_t)(p->pos + p->n) * sizeof(float));
+    if (!scratch) return -1;
+    attention(out, p->q, p->k, p->v, (size_t)p->max_seq * D, scratch, p->pos, p->n, NH, NKV, D,
+              pool);
+    free(scratch);
+    return 0;
+}
+
+/* Queries [i0, i0 + n) of the problem on the device, as one call at pos + i0. */
+static int run_device(float *out, const struct problem *p, int i0, int n) {
+    size_t kvn = (size_t)NKV * (size_t)p->max_seq * D, qn = (size_t)n * NH * D;
+    size_t scratch_n = cuda_attention_scratch_floats(p->pos + i0, n, NH, D);
+    float *d_q = NULL, *d_k = NULL, *d_v = NULL, *d_out = NULL, *d_scratch = NULL;
+    int rc = cuda_malloc((void **)&d_q, qn * sizeof(float));
+    if (!rc) rc = cuda_malloc((void **)&d_k, kvn * sizeof(float));
+    if (!rc) rc = cuda_malloc((void **)&d_v, kvn * sizeof(float));
+    if (!rc) rc = cuda_malloc((void **)&d_out, qn * sizeof(float));
+    if (!rc) rc = cuda_malloc((void **)&d_scratch, scratch_n * sizeof(float));
+    if (!rc) rc = cuda_memcpy_to_device(d_q, p->q + (size_t)i0 * NH * D, qn * sizeof(float));
+    if (!rc) rc = cuda_memcpy_to_device(d_k, p->k, kvn * sizeof(float));
+    if (!rc) rc = cuda_memcpy_to_device(d_v, p->v, kvn * sizeof(float));
+    if (!rc)
+        rc = cuda_attention(d_out, d_q, d_k, d_v, (size_t)p->max_seq * D, d_scratch, p->pos + i0, n,
+                            NH, NKV, D, NULL);
+    if (!rc) rc = cuda_synchronize();
+    if (!rc) rc = cuda_memcpy_to_host(out, d_out, qn * sizeof(float));
+    cuda_free(d_q);
+    cuda_free(d_k);
+    cuda_free(d_v);
+    cuda_free(d_out);
+    cuda_free(d_scratch);
+    return rc;
+}
+
+/* One problem: reference vs device over all n queries; bitwise when q = 0, else NMSE. */
+static int check_problem(int pos, int n, int zero_q, struct thread_pool *pool) {
+    struct problem p = {0};
+    size_t qn = (size_t)n * NH * D;
+    float *want = malloc(qn * sizeof(float)), *got = malloc(qn * sizeof(float));
+    char what[160];
+    snprintf(what, sizeof what, "pos %d n %d %s", pos, n, zero_q ? "q=0 bitwise" : "nmse < 1e-7");
+    int rc = !want || !got || make(&p, pos, n, zero_q, 1234u + (unsigned)pos) ? -1 : 0;
+    if (!rc) rc = run_reference(want, &p, pool);
+    if (!rc) rc = run_device(got, &p, 0, n);
+    int ok = !rc;
+    if (ok && zero_q) {
+        ok = !memcmp(want, got, qn * sizeof(float));
+    } else if (ok) {
+        double err = 0, ref = 0;
+        for (size_t i = 0; i < qn; ++i) {
+            err += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
+            ref += (double)want[i] * want[i];
+        }
+        printf("  %s: nmse=%.3e\n", what, ref > 0 ? err / ref : err);
+        ok = ref > 0 ? err / ref < 1e-7 : err == 0;
+    }
+    release(&p);
+    free(want);
+    free(got);
+    return check(ok, what);
+}
+
+/* A prefill of n queries equals each query alone, bit for bit. */
+static int check_batch_invariance(int pos, int n) {
+    struct problem p = {0};
+    size_t row = (size_t)NH * D;
+    float *all = malloc((size_t)n * row * sizeof(float)), *one = malloc(row * sizeof(float));
+    int rc = !all || !one || make(&p, pos, n, 0, 99u) ? -1 : 0;
+    if (!rc) rc = run_device(all, &p, 0, n);
+    int same = !rc;
+    for (int i = 0; i < n && same; ++i) {
+        rc = run_device(one, &p, i, 1);
+        same = !rc && !memcmp(one, all + (size_t)i * row, row * sizeof(float));
+    }
+    release(&p);
+    free(all);
+    free(one);
+    char what[96];
+    snprintf(what, sizeof what, "pos %d: %d queries in one call == each alone", pos, n);
+    return check(same, what);
+}
+
+int main(void) {
+    char reason[256];
+    if (!cuda_device_available(reason, sizeof reason)) {
+        test_skip_all(reason);
+        return 0;
+    }
+    printf("device: %s\n", reason);
+    struct thread_pool *pool = NULL;
+    if (thread_pool_init(&pool, 1)) {
+        printf("FAIL thread pool: %s\n", strata_last_error());
+        return 1;
+    }
+    int failures = 0;
+    float *d = NULL;
+    failures += check(cuda_malloc((void **)&d, 64 * sizeof(float)) == 0, "cuda_malloc");
+    failures += check(cuda_attention(d, d, d, d, 4, d, 0, 1, 3, 2, 4, NULL) == STRATA_EINVAL,
+                      "nh % nkv refused");
+    failures += check(cuda_attention(d, d, d, d, 4, d, 0, 1, 2, 2, OPS_ATTN_MAX_HEAD_DIM + 1,
+                                     NULL) == STRATA_EINVAL,
+                      "head_dim over the maximum refused");
+    failures += check(cuda_attention(NULL, d, d, d, 4, d, 0, 1, 2, 2, 4, NULL) == STRATA_EINVAL,
+                      "NULL refused");
+    failures += check(cuda_attention(NULL, NULL, NULL, NULL, 4, NULL, 0, 0, 2, 2, 4, NULL) == 0,
+                      "n 0 is a no-op");
+    failures += check(cuda_synchronize() == 0, "no fault after refused calls");
+    cuda_free(d);
+    /* Context lengths around the block (16) and chunk (256) boundaries, and long ones. */
+    static const int ctx[] = {1, 15, 16, 17, 255, 256, 257, 511, 513, 1000, 4097, 40000};
+    for (size_t i = 0; i < sizeof ctx / sizeof ctx[0]; ++i) {
+        failures += check_problem(ctx[i] - 1, 1, 1, pool);
+        failures += check_problem(ctx[i] - 1, 1, 0, pool);
+    }
+    failures += check_problem(200, 100, 1, pool); /* prefill across chunk boundaries */
+    failures += check_problem(200, 100, 0, pool);
+    failures += check_batch_invariance(200, 100);
+    thread_pool_free(pool);
+    printf("%d failure(s)\n", failures);
+    return failures ? 1 : 0;
+}
