@@ -539,6 +539,45 @@ void matmul_split(float *out, const float *x, const struct ops_weight *w, int n,
     thread_pool_run(pool, matmul_task, &job, tasks);
 }
 
+/* matmul_multi's job: the matrices' row tasks laid end to end, first[i] the first task of
+ * matrix i (first[count] = all tasks). */
+struct matmul_multi_job {
+    struct matmul_job jobs[OPS_MULTI_MAX];
+    int first[OPS_MULTI_MAX + 1];
+    int count;
+};
+
+/* Tasks [begin, end) of the concatenation: each matrix's part is the row range matmul_task
+ * would give it, so every output element has matmul's bits. */
+static void matmul_multi_task(void *ctx, int begin, int end, int worker) {
+    const struct matmul_multi_job *mj = ctx;
+    for (int i = 0; i < mj->count && begin < end; ++i) {
+        const int lo = mj->first[i], hi = mj->first[i + 1];
+        const int b = begin > lo ? begin : lo, e = end < hi ? end : hi;
+        if (b < e) matmul_task((void *)&mj->jobs[i], b - lo, e - lo, worker);
+    }
+}
+
+void matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count, const float *x,
+                  int n, struct thread_pool *pool) {
+    int q8 = count > OPS_MULTI_MAX;
+    for (int i = 0; i < count && !q8; ++i)
+        q8 = ws[i]->dtype == OPS_Q8;
+    if (q8) { /* q8 has its own tiles and dispatch; > OPS_MULTI_MAX: one call each */
+        for (int i = 0; i < count; ++i)
+            matmul(outs[i], x, ws[i], n, pool);
+        return;
+    }
+    struct matmul_multi_job mj = {.count = count};
+    const enum ops_path path = ops_matmul_path();
+    for (int i = 0; i < count; ++i) {
+        mj.jobs[i] = (struct matmul_job){outs[i], x, ws[i], n, 1, path};
+        mj.first[i + 1] =
+            mj.first[i] + (ws[i]->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
+    }
+    thread_pool_run(pool, matmul_multi_task, &mj, mj.first[count]);
+}
+
 void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n) {
     if (w->dtype == OPS_Q8) {
         ops_q8_matmul(out, x, w, n, NULL);
