@@ -428,6 +428,14 @@ static void matmul_rows_portable(const struct matmul_job *job, int r0, int r1) {
 }
 
 #if OPS_HAVE_X86
+/* Prefill (n > 1) walks the weight rows in blocks of PREFILL_ROW_BLOCK rows and, inside a
+ * block, every 4-token group over every row of the block: the block's rows (32 KiB of bf16 at
+ * K = 1024) stay in L2 while the token groups pass, and one group's inputs (16 KiB at K = 1024)
+ * stay in L1 across the block's rows. Row-outer order re-read every token's input per weight
+ * row: n * K * 4 bytes from L2 or, on a long prompt, from DRAM, per 2 KiB of weights. The
+ * order of outputs changes, not how any output is computed. */
+#define PREFILL_ROW_BLOCK 32
+
 /* Rows [r0, r1) of one SIMD path: 4-row tiles for one token, 4-token tiles otherwise. With
  * leaves > 1 each tile runs once per leaf (the decode tile's prefetch stream continues
  * across the leaves, so it still reads the next tile ahead linearly) and the leaf results
@@ -469,24 +477,30 @@ static void matmul_rows_portable(const struct matmul_job *job, int r0, int r1) {
             }                                                                                      \
             return;                                                                                \
         }                                                                                          \
-        for (int r = r0; r < r1; ++r) {                                                            \
-            const WT *row = base + (size_t)r * ld;                                                 \
+        for (int rb = r0; rb < r1; rb += PREFILL_ROW_BLOCK) {                                      \
+            const int re = r1 - rb < PREFILL_ROW_BLOCK ? r1 : rb + PREFILL_ROW_BLOCK;              \
             int t = 0;                                                                             \
             for (; t + 4 <= job->n; t += 4) {                                                      \
                 const float *x = job->x + (size_t)t * ld;                                          \
-                for (int j = 0; j < L; ++j) {                                                      \
-                    ISA##_tok4_##SUF(tile, row + kb[j], x + kb[j], ld, kb[j + 1] - kb[j]);         \
+                for (int r = rb; r < re; ++r) {                                                    \
+                    const WT *row = base + (size_t)r * ld;                                         \
+                    for (int j = 0; j < L; ++j) {                                                  \
+                        ISA##_tok4_##SUF(tile, row + kb[j], x + kb[j], ld, kb[j + 1] - kb[j]);     \
+                        for (int i = 0; i < 4; ++i)                                                \
+                            leaf[i][j] = tile[i];                                                  \
+                    }                                                                              \
                     for (int i = 0; i < 4; ++i)                                                    \
-                        leaf[i][j] = tile[i];                                                      \
+                        job->out[(size_t)(t + i) * rows + (size_t)r] = tree_sum(leaf[i], L);       \
                 }                                                                                  \
-                for (int i = 0; i < 4; ++i)                                                        \
-                    job->out[(size_t)(t + i) * rows + (size_t)r] = tree_sum(leaf[i], L);           \
             }                                                                                      \
             for (; t < job->n; ++t) {                                                              \
                 const float *x = job->x + (size_t)t * ld;                                          \
-                for (int j = 0; j < L; ++j)                                                        \
-                    leaf[0][j] = ISA##_dot1_##SUF(row + kb[j], x + kb[j], kb[j + 1] - kb[j]);      \
-                job->out[(size_t)t * rows + (size_t)r] = tree_sum(leaf[0], L);                     \
+                for (int r = rb; r < re; ++r) {                                                    \
+                    const WT *row = base + (size_t)r * ld;                                         \
+                    for (int j = 0; j < L; ++j)                                                    \
+                        leaf[0][j] = ISA##_dot1_##SUF(row + kb[j], x + kb[j], kb[j + 1] - kb[j]);  \
+                    job->out[(size_t)t * rows + (size_t)r] = tree_sum(leaf[0], L);                 \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
