@@ -552,9 +552,9 @@ static int layer_forward(struct reference_model *m, const struct layer_weights *
 
     /* Attention block: a = RMSNorm_in(h); q/k/v; per-head q/k norm; RoPE; cache; attend. */
     rmsnorm(m->norm, hidden, L->input_norm, eps, N, H);
-    matmul(m->q, m->norm, &L->q, N, m->pool);
-    matmul(m->k, m->norm, &L->k, N, m->pool);
-    matmul(m->v, m->norm, &L->v, N, m->pool);
+    float *const qkv_out[3] = {m->q, m->k, m->v};
+    const struct ops_weight *const qkv_w[3] = {&L->q, &L->k, &L->v};
+    matmul_multi(qkv_out, qkv_w, 3, m->norm, N, m->pool);
     add_bias(m->q, L->q_bias, N, (int)qd);
     add_bias(m->k, L->k_bias, N, (int)kvd);
     add_bias(m->v, L->v_bias, N, (int)kvd);
@@ -579,8 +579,9 @@ static int layer_forward(struct reference_model *m, const struct layer_weights *
         if ((rc = moe_block(m, L, m->proj, m->norm, N, &reduced))) return rc;
     } else {
         int F = m->ffn;
-        matmul(m->ffn_gate, m->norm, &L->gate, N, m->pool);
-        matmul(m->ffn_up, m->norm, &L->up, N, m->pool);
+        float *const gu_out[2] = {m->ffn_gate, m->ffn_up};
+        const struct ops_weight *const gu_w[2] = {&L->gate, &L->up};
+        matmul_multi(gu_out, gu_w, 2, m->norm, N, m->pool);
         swiglu(m->ffn_gate, m->ffn_gate, m->ffn_up, N * F);
         matmul_split(m->proj, m->ffn_gate, &L->down, N, m->leaves, m->pool);
     }

@@ -428,6 +428,14 @@ static void matmul_rows_portable(const struct matmul_job *job, int r0, int r1) {
 }
 
 #if OPS_HAVE_X86
+/* Prefill (n > 1) walks the weight rows in blocks of PREFILL_ROW_BLOCK rows and, inside a
+ * block, every 4-token group over every row of the block: the block's rows (32 KiB of bf16 at
+ * K = 1024) stay in L2 while the token groups pass, and one group's inputs (16 KiB at K = 1024)
+ * stay in L1 across the block's rows. Row-outer order re-read every token's input per weight
+ * row: n * K * 4 bytes from L2 or, on a long prompt, from DRAM, per 2 KiB of weights. The
+ * order of outputs changes, not how any output is computed. */
+#define PREFILL_ROW_BLOCK 32
+
 /* Rows [r0, r1) of one SIMD path: 4-row tiles for one token, 4-token tiles otherwise. With
  * leaves > 1 each tile runs once per leaf (the decode tile's prefetch stream continues
  * across the leaves, so it still reads the next tile ahead linearly) and the leaf results
@@ -469,24 +477,30 @@ static void matmul_rows_portable(const struct matmul_job *job, int r0, int r1) {
             }                                                                                      \
             return;                                                                                \
         }                                                                                          \
-        for (int r = r0; r < r1; ++r) {                                                            \
-            const WT *row = base + (size_t)r * ld;                                                 \
+        for (int rb = r0; rb < r1; rb += PREFILL_ROW_BLOCK) {                                      \
+            const int re = r1 - rb < PREFILL_ROW_BLOCK ? r1 : rb + PREFILL_ROW_BLOCK;              \
             int t = 0;                                                                             \
             for (; t + 4 <= job->n; t += 4) {                                                      \
                 const float *x = job->x + (size_t)t * ld;                                          \
-                for (int j = 0; j < L; ++j) {                                                      \
-                    ISA##_tok4_##SUF(tile, row + kb[j], x + kb[j], ld, kb[j + 1] - kb[j]);         \
+                for (int r = rb; r < re; ++r) {                                                    \
+                    const WT *row = base + (size_t)r * ld;                                         \
+                    for (int j = 0; j < L; ++j) {                                                  \
+                        ISA##_tok4_##SUF(tile, row + kb[j], x + kb[j], ld, kb[j + 1] - kb[j]);     \
+                        for (int i = 0; i < 4; ++i)                                                \
+                            leaf[i][j] = tile[i];                                                  \
+                    }                                                                              \
                     for (int i = 0; i < 4; ++i)                                                    \
-                        leaf[i][j] = tile[i];                                                      \
+                        job->out[(size_t)(t + i) * rows + (size_t)r] = tree_sum(leaf[i], L);       \
                 }                                                                                  \
-                for (int i = 0; i < 4; ++i)                                                        \
-                    job->out[(size_t)(t + i) * rows + (size_t)r] = tree_sum(leaf[i], L);           \
             }                                                                                      \
             for (; t < job->n; ++t) {                                                              \
                 const float *x = job->x + (size_t)t * ld;                                          \
-                for (int j = 0; j < L; ++j)                                                        \
-                    leaf[0][j] = ISA##_dot1_##SUF(row + kb[j], x + kb[j], kb[j + 1] - kb[j]);      \
-                job->out[(size_t)t * rows + (size_t)r] = tree_sum(leaf[0], L);                     \
+                for (int r = rb; r < re; ++r) {                                                    \
+                    const WT *row = base + (size_t)r * ld;                                         \
+                    for (int j = 0; j < L; ++j)                                                    \
+                        leaf[0][j] = ISA##_dot1_##SUF(row + kb[j], x + kb[j], kb[j + 1] - kb[j]);  \
+                    job->out[(size_t)t * rows + (size_t)r] = tree_sum(leaf[0], L);                 \
+                }                                                                                  \
             }                                                                                      \
         }                                                                                          \
     }
@@ -537,6 +551,45 @@ void matmul_split(float *out, const float *x, const struct ops_weight *w, int n,
     struct matmul_job job = {out, x, w, n, leaves, ops_matmul_path()};
     int tasks = (w->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
     thread_pool_run(pool, matmul_task, &job, tasks);
+}
+
+/* matmul_multi's job: the matrices' row tasks laid end to end, first[i] the first task of
+ * matrix i (first[count] = all tasks). */
+struct matmul_multi_job {
+    struct matmul_job jobs[OPS_MULTI_MAX];
+    int first[OPS_MULTI_MAX + 1];
+    int count;
+};
+
+/* Tasks [begin, end) of the concatenation: each matrix's part is the row range matmul_task
+ * would give it, so every output element has matmul's bits. */
+static void matmul_multi_task(void *ctx, int begin, int end, int worker) {
+    const struct matmul_multi_job *mj = ctx;
+    for (int i = 0; i < mj->count && begin < end; ++i) {
+        const int lo = mj->first[i], hi = mj->first[i + 1];
+        const int b = begin > lo ? begin : lo, e = end < hi ? end : hi;
+        if (b < e) matmul_task((void *)&mj->jobs[i], b - lo, e - lo, worker);
+    }
+}
+
+void matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count, const float *x,
+                  int n, struct thread_pool *pool) {
+    int q8 = count > OPS_MULTI_MAX;
+    for (int i = 0; i < count && !q8; ++i)
+        q8 = ws[i]->dtype == OPS_Q8;
+    if (q8) { /* q8 has its own tiles and dispatch; > OPS_MULTI_MAX: one call each */
+        for (int i = 0; i < count; ++i)
+            matmul(outs[i], x, ws[i], n, pool);
+        return;
+    }
+    struct matmul_multi_job mj = {.count = count};
+    const enum ops_path path = ops_matmul_path();
+    for (int i = 0; i < count; ++i) {
+        mj.jobs[i] = (struct matmul_job){outs[i], x, ws[i], n, 1, path};
+        mj.first[i + 1] =
+            mj.first[i] + (ws[i]->rows + MATMUL_ROWS_PER_TASK - 1) / MATMUL_ROWS_PER_TASK;
+    }
+    thread_pool_run(pool, matmul_multi_task, &mj, mj.first[count]);
 }
 
 void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n) {

@@ -1,22 +1,43 @@
-/* Thread pool with a short spin before sleeping; see thread_pool.h.
+/* Thread pool with a spin before sleeping whose length follows the host's load; see
+ * thread_pool.h.
  *
  * A job is published by writing fn/ctx/n and then bumping an atomic generation counter
- * (release); workers spin briefly on the counter (acquire) and fall back to a condition
- * variable, so back-to-back matmuls in a decode step pay ~1 µs per dispatch instead of a
- * futex wake-up. Completion is an atomic count of workers still running, with the same
- * spin-then-sleep wait on the caller's side. Every check that precedes a sleep happens under
+ * (release); workers spin on the counter (acquire) and fall back to a condition variable,
+ * so back-to-back matmuls in a decode step pay ~1 µs per dispatch instead of a futex
+ * wake-up. Completion is an atomic count of workers still running, with the same
+ * spin-then-sleep wait on the caller's side.
+ *
+ * How long to spin depends on the host. On a quiet host the gaps between a decode step's
+ * dispatches (norms, RoPE, the KV copy, one side finishing its share late) often last
+ * 5-50 µs, longer than SPIN_LIMIT pauses, and a thread that fell asleep costs a futex
+ * wake-up (30-100 µs on a VM) per dispatch: a long spin gave +26% decode tok/s at 2 threads.
+ * On a busy host (more runnable threads than cores) the same spin made decode 2-4x slower:
+ * a spinning thread burns the time slice the thread with real work needs, and it loses the
+ * scheduler's sleeper credit. So the caller samples its own involuntary context switches
+ * (getrusage RUSAGE_THREAD) every SPIN_WINDOW_NS: a window without one allows the long,
+ * time-bounded spin (SPIN_LONG_NS, yielding every SPIN_YIELD_EVERY pauses); any preemption
+ * falls back to SPIN_LIMIT pauses. Every check that precedes a sleep happens under
  * the mutex that the waker takes before signalling, so no wake-up is lost. Ranges depend
  * only on (n, size), never on timing. */
 #include "reference/thread_pool.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <time.h>
 
 #include "runtime/base/status.h"
 
-/* Spin iterations before sleeping (each a pause instruction, ~10-40 ns). */
+/* Spin iterations before sleeping (each a pause instruction, ~10-40 ns) on a busy host. */
 #define SPIN_LIMIT 256
+/* On a quiet host: how long a waiting thread spins before it sleeps, and how often (in
+ * pauses) it checks the clock and yields the core meanwhile. */
+#define SPIN_LONG_NS 200000L
+#define SPIN_YIELD_EVERY 128
+/* How often the caller looks at its involuntary context switches. */
+#define SPIN_WINDOW_NS 20000000L
 
 struct worker_arg {
     struct thread_pool *pool;
@@ -35,6 +56,9 @@ struct thread_pool {
     atomic_ulong generation;
     atomic_int pending; /* workers 1..size-1 still running the current job */
     atomic_int quit;
+    atomic_long spin_ns; /* the long spin's budget now: SPIN_LONG_NS or 0 (busy host) */
+    long window_start;   /* caller only: the current sampling window, and the */
+    long window_nivcsw;  /* caller's involuntary context switches at its start */
     thread_pool_fn fn;
     void *ctx;
     int n;
@@ -53,13 +77,51 @@ static void run_share(struct thread_pool *pool, thread_pool_fn fn, void *ctx, in
     if (begin < end) fn(ctx, begin, end, w);
 }
 
+static long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long)ts.tv_sec * 1000000000L + ts.tv_nsec;
+}
+
+/* One step of a wait's spin: a pause; past SPIN_LIMIT pauses, while the pool allows the
+ * long spin, a clock check and a yield every SPIN_YIELD_EVERY pauses. Returns 0 when the
+ * thread should sleep instead. */
+static int spin_step(struct thread_pool *pool, int *spin, long *start) {
+    cpu_relax();
+    if (++*spin < SPIN_LIMIT || *spin % SPIN_YIELD_EVERY) return 1;
+    long budget = atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
+    if (budget <= 0) return 0;
+    long t = now_ns();
+    if (*start == 0) *start = t;
+    if (t - *start >= budget) return 0;
+    sched_yield();
+    return 1;
+}
+
+/* Caller only: once per SPIN_WINDOW_NS, allows the long spin if the caller was not preempted
+ * during the window that ended, and forbids it otherwise. */
+static void sample_load(struct thread_pool *pool) {
+    long t = now_ns();
+    if (t - pool->window_start < SPIN_WINDOW_NS) return;
+    struct rusage ru;
+    if (getrusage(RUSAGE_THREAD, &ru) != 0) {
+        atomic_store_explicit(&pool->spin_ns, 0, memory_order_relaxed);
+        return;
+    }
+    int quiet = pool->window_start != 0 && ru.ru_nivcsw == pool->window_nivcsw;
+    atomic_store_explicit(&pool->spin_ns, quiet ? SPIN_LONG_NS : 0, memory_order_relaxed);
+    pool->window_start = t;
+    pool->window_nivcsw = ru.ru_nivcsw;
+}
+
 /* Waits until the generation differs from `seen` (returns it) or the pool quits (returns seen). */
 static unsigned long wait_for_job(struct thread_pool *pool, unsigned long seen) {
-    for (int spin = 0; spin < SPIN_LIMIT; ++spin) {
+    int spin = 0;
+    long start = 0;
+    do {
         unsigned long g = atomic_load_explicit(&pool->generation, memory_order_acquire);
         if (g != seen || atomic_load_explicit(&pool->quit, memory_order_acquire)) return g;
-        cpu_relax();
-    }
+    } while (spin_step(pool, &spin, &start));
     pthread_mutex_lock(&pool->mutex);
     unsigned long g;
     while ((g = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
@@ -97,6 +159,7 @@ int thread_pool_init(struct thread_pool **out, int num_threads) {
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->pending, 0);
     atomic_init(&pool->quit, 0);
+    atomic_init(&pool->spin_ns, 0); /* short until a quiet window has been seen */
     if (num_threads == 1) {
         *out = pool;
         return STRATA_OK;
@@ -162,6 +225,7 @@ void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx, int
         fn(ctx, 0, n, 0);
         return;
     }
+    sample_load(pool);
     pool->fn = fn;
     pool->ctx = ctx;
     pool->n = n;
@@ -173,10 +237,11 @@ void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx, int
 
     run_share(pool, fn, ctx, n, 0);
 
-    for (int spin = 0; spin < SPIN_LIMIT; ++spin) {
+    int spin = 0;
+    long start = 0;
+    do {
         if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return;
-        cpu_relax();
-    }
+    } while (spin_step(pool, &spin, &start));
     pthread_mutex_lock(&pool->mutex);
     while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
         pthread_cond_wait(&pool->done, &pool->mutex);

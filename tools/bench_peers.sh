@@ -71,7 +71,7 @@ for r in $(seq "$repeat"); do
             [ "$wd" = q8 ] && engine=strata-q8
             load=$(cut -d' ' -f1 /proc/loadavg)
             line=$("$bin/strata-bench-decode" --model "$dir" --threads "$t" --steps "$steps" \
-                --prompt "$prompt" --repeat 1 --weights-dtype "$wd" | awk -v t="$t" '$1 == t && NF == 8')
+                --prompt "$prompt" --repeat 1 --weights-dtype "$wd" | awk -v t="$t" '$1 == t && NF >= 8')
             set -- $line
             printf '{"engine":"%s","threads":%s,"tok_s":%s,"mb_per_token":%s,"read_gbs":%s,"load":%s}\n' \
                 "$engine" "$t" "$2" "$3" "$7" "$load" >>"$results"

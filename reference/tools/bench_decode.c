@@ -42,25 +42,27 @@ enum {
 
 static void usage(FILE *f) {
     fprintf(
-        f, "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--repeat R]\n"
-           "                           [--model DIR] [--keep] [--path NAME] [--weights-dtype D]\n"
-           "\n"
-           "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
-           "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
-           "\n"
-           "  --threads LIST   thread counts to measure (default 1,2)\n"
-           "  --steps N        decode steps per measurement (default 32)\n"
-           "  --prompt N       prompt length prefilled first (default 16)\n"
-           "  --repeat R       runs per thread count, interleaved; medians are printed "
-           "(default 3)\n"
-           "  --path NAME      matmul path: auto (default: the fastest this CPU has), portable,\n"
-           "                   avx2, avx512 (all give identical bits)\n"
-           "  --weights-dtype D  bf16 (default: as stored) or q8 (8-bit blocks quantised at load;\n"
-           "                   weight MB/token then counts the q8 copies)\n"
-           "  --model DIR      reuse a checkpoint directory instead of writing one\n"
-           "  --keep           keep the written checkpoint (its path is printed)\n"
-           "  -h, --help       this text\n"
-           "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n");
+        f,
+        "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--repeat R]\n"
+        "                           [--model DIR] [--keep] [--path NAME] [--weights-dtype D]\n"
+        "\n"
+        "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
+        "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
+        "\n"
+        "  --threads LIST   thread counts to measure (default 1,2)\n"
+        "  --steps N        decode steps per measurement (default 32)\n"
+        "  --prompt N       prompt length prefilled first (default 16; its tokens/s is the last\n"
+        "                   column: embed + forward + the last row's logits, one call)\n"
+        "  --repeat R       runs per thread count, interleaved; medians are printed "
+        "(default 3)\n"
+        "  --path NAME      matmul path: auto (default: the fastest this CPU has), portable,\n"
+        "                   avx2, avx512 (all give identical bits)\n"
+        "  --weights-dtype D  bf16 (default: as stored) or q8 (8-bit blocks quantised at load;\n"
+        "                   weight MB/token then counts the q8 copies)\n"
+        "  --model DIR      reuse a checkpoint directory instead of writing one\n"
+        "  --keep           keep the written checkpoint (its path is printed)\n"
+        "  -h, --help       this text\n"
+        "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n");
 }
 
 /* ---------------------------------------------------------------- checkpoint writer */
@@ -100,10 +102,11 @@ static int write_checkpoint(const char *dir) {
 
 /* ---------------------------------------------------------------- decode */
 
-/* Greedy-decodes `steps` tokens after a `prompt`-token prefill; returns decode tokens/s. */
-static int measure(double *tok_s, size_t *bytes_per_token, const struct model_config *cfg,
-                   const struct safetensors *st, int threads, int prompt, int steps,
-                   enum reference_weights_dtype dtype) {
+/* Greedy-decodes `steps` tokens after a `prompt`-token prefill; returns decode tokens/s and
+ * prefill tokens/s (the prompt's embed + forward + last row's logits, one call). */
+static int measure(double *tok_s, double *prefill_s, size_t *bytes_per_token,
+                   const struct model_config *cfg, const struct safetensors *st, int threads,
+                   int prompt, int steps, enum reference_weights_dtype dtype) {
     struct reference_load_options opt = {.layer_start = 0,
                                          .layer_end = cfg->num_layers,
                                          .with_embed = 1,
@@ -131,12 +134,14 @@ static int measure(double *tok_s, size_t *bytes_per_token, const struct model_co
     for (int i = 0; i < prompt; ++i)
         ids[i] = (int32_t)((i * 7919 + 13) % cfg->vocab_size);
     struct forward_item item = {.slot = slot, .pos = 0, .n_tokens = prompt};
+    double tp = cli_now_sec();
     if ((rc = reference_embed(m, hidden, ids, prompt)) ||
         (rc = reference_forward(m, &kv, hidden, &item, 1)) ||
         (rc = reference_logits(m, logits, hidden + (size_t)(prompt - 1) * (size_t)cfg->hidden_size,
                                1)))
         goto done;
     double t0 = cli_now_sec();
+    *prefill_s = prompt / (t0 - tp);
     for (int s = 0; s < steps; ++s) {
         int32_t token = (int32_t)argmax(logits, cfg->vocab_size);
         item = (struct forward_item){.slot = slot, .pos = prompt + s, .n_tokens = 1};
@@ -292,21 +297,24 @@ static double median(double *v, int n) {
 /* One table row: medians of `repeat` interleaved decode, memcpy and read runs at `threads`. */
 static int bench_row(const struct model_config *cfg, const struct safetensors *st, int threads,
                      const struct bench_args *a) {
-    double tok[64], copy[64], read[64], warm = 0.0;
+    double tok[64], pre[64], copy[64], read[64], warm = 0.0, warm_pre = 0.0;
     size_t bytes = 0;
     int n = a->repeat < 64 ? a->repeat : 64;
     /* Warm the page cache once (the checkpoint is mmapped). */
-    if (measure(&warm, &bytes, cfg, st, threads, a->prompt, 2, a->dtype)) return -1;
+    if (measure(&warm, &warm_pre, &bytes, cfg, st, threads, a->prompt, 2, a->dtype)) return -1;
     for (int r = 0; r < n; ++r) {
         copy[r] = host_memcpy_bandwidth((size_t)256 << 20, threads);
-        if (measure(&tok[r], &bytes, cfg, st, threads, a->prompt, a->steps, a->dtype)) return -1;
+        if (measure(&tok[r], &pre[r], &bytes, cfg, st, threads, a->prompt, a->steps, a->dtype))
+            return -1;
         read[r] = host_read_bandwidth((size_t)1 << 30, threads);
     }
-    double tok_s = median(tok, n), bw = median(copy, n), rd = median(read, n);
+    double tok_s = median(tok, n), pre_s = median(pre, n), bw = median(copy, n),
+           rd = median(read, n);
     double roof = bw / (double)bytes;
     double read_roof = rd / (double)bytes;
-    printf("%7d %12.2f %15.1f %12.2f %15.2f %8.1f%% %10.2f %13.1f%%\n", threads, tok_s, bytes / 1e6,
-           bw / 1e9, roof, 100.0 * tok_s / roof, rd / 1e9, 100.0 * tok_s / read_roof);
+    printf("%7d %12.2f %15.1f %12.2f %15.2f %8.1f%% %10.2f %13.1f%% %13.1f\n", threads, tok_s,
+           bytes / 1e6, bw / 1e9, roof, 100.0 * tok_s / roof, rd / 1e9, 100.0 * tok_s / read_roof,
+           pre_s);
     fflush(stdout);
     return 0;
 }
@@ -328,8 +336,9 @@ static int run(const char *dir, const struct bench_args *a) {
     printf("cpu: %ld online cores; matmul path %s (all paths give identical bits); weights %s\n",
            sysconf(_SC_NPROCESSORS_ONLN), ops_path_name(ops_matmul_path()),
            reference_weights_dtype_name(a->dtype));
-    printf("%7s %12s %15s %12s %15s %9s %10s %14s\n", "threads", "decode tok/s", "weight MB/token",
-           "memcpy GB/s", "roofline tok/s", "ratio", "read GB/s", "ratio vs read");
+    printf("%7s %12s %15s %12s %15s %9s %10s %14s %13s\n", "threads", "decode tok/s",
+           "weight MB/token", "memcpy GB/s", "roofline tok/s", "ratio", "read GB/s",
+           "ratio vs read", "prefill tok/s");
     for (int i = 0; i < a->n_threads; ++i) {
         if (bench_row(&cfg, st, a->thread_list[i], a)) {
             fprintf(stderr, "strata-bench-decode: %s\n", strata_last_error());

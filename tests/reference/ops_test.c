@@ -109,6 +109,46 @@ static void test_matmul_matches_double(void **state) {
     thread_pool_free(pool);
 }
 
+/* matmul_multi (one dispatch for q/k/v or gate/up) gives each matrix exactly matmul's bits,
+ * at every thread count, for decode (n = 1) and prefill, row counts that are not multiples
+ * of a task's 16 rows. */
+static void test_matmul_multi(void **state) {
+    (void)state;
+    const int rows[3] = {203, 37, 64}, cols = 333;
+    for (int dt = 0; dt < 2; ++dt) {
+        struct ops_weight w[3];
+        float *dense[3], *base[3], *out[3];
+        void *data[3];
+        float *x = malloc((size_t)6 * (size_t)cols * sizeof(float));
+        fill(x, (size_t)6 * (size_t)cols);
+        for (int i = 0; i < 3; ++i) {
+            data[i] = make_weight(&w[i], &dense[i], (enum ops_dtype)dt, rows[i], cols);
+            base[i] = malloc((size_t)6 * (size_t)rows[i] * sizeof(float));
+            out[i] = malloc((size_t)6 * (size_t)rows[i] * sizeof(float));
+        }
+        const struct ops_weight *ws[3] = {&w[0], &w[1], &w[2]};
+        for (int n = 1; n <= 6; n += 5)
+            for (int threads = 1; threads <= 3; ++threads) {
+                struct thread_pool *pool;
+                assert_int_equal(thread_pool_init(&pool, threads), 0);
+                for (int i = 0; i < 3; ++i)
+                    matmul(base[i], x, &w[i], n, pool);
+                matmul_multi(out, ws, 3, x, n, pool);
+                for (int i = 0; i < 3; ++i)
+                    assert_memory_equal(out[i], base[i],
+                                        (size_t)n * (size_t)rows[i] * sizeof(float));
+                thread_pool_free(pool);
+            }
+        for (int i = 0; i < 3; ++i) {
+            free(data[i]);
+            free(dense[i]);
+            free(base[i]);
+            free(out[i]);
+        }
+        free(x);
+    }
+}
+
 /* Same weights and inputs: every thread count and both code paths give identical bits. */
 static void test_matmul_bit_identical(void **state) {
     (void)state;
@@ -417,6 +457,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_conversion),
         cmocka_unit_test(test_matmul_matches_double),
         cmocka_unit_test(test_matmul_bit_identical),
+        cmocka_unit_test(test_matmul_multi),
         cmocka_unit_test(test_matmul_paths_bit_identical),
         cmocka_unit_test(test_rmsnorm),
         cmocka_unit_test(test_rope),
