@@ -118,8 +118,8 @@ printf "$fmt" 2 "2 (loopback)" "$r2" "$(awk -v r="$r2" 'BEGIN { printf "%.3f", 1
     "$(awk -v a="$r1" -v b="$r2" 'BEGIN { printf "%.3f", 1000 / b - 1000 / a }')" \
     "$(awk -v a="$r1" -v b="$r2" 'BEGIN { printf "%.2fx", b / a }')"
 echo "hop ms/token = 2-stage ms/token - 1-stage ms/token: the two ring hops a token crosses"
-echo "($(awk -v a="$r1" -v b="$r2" 'BEGIN { printf "%.1f", (1000 / b - 1000 / a) * 1000 / 2 }') us per hop)," \
-    "device <-> host copies and loopback TCP included (strata-client prints tok/s to 0.1, so"
-echo "at CPU rates the difference is within that rounding). Each round's tok/s:"
+echo "($(awk -v a="$r1" -v b="$r2" 'BEGIN { printf "%.1f", (1000 / b - 1000 / a) * 1000 / 2 }') us per hop), device <-> host copies and loopback TCP included."
+echo "strata-client prints tok/s to 0.1, and on a shared CPU host the rounds' spread (below) can"
+echo "exceed a hop: compare the difference with it. Each round's tok/s:"
 echo "  1 stage:${rate[1]}"
 echo "  2 stages:${rate[2]}"
