@@ -10,7 +10,8 @@
 #   golden   every golden case through the CUDA stage backend, decode graphs on, then off;
 #            the vision tower on the GPU (vision_cuda_test, and the VL pipeline with
 #            strata-stage --role vision --device cuda:0 against HF's ids)
-#   bench    the Qwen3-0.6B shape, graphs on and off (STRATA_CUDA_GRAPHS=0)
+#   bench    the Qwen3-0.6B shape, graphs on and off (STRATA_CUDA_GRAPHS=0); 1 vs 2
+#            strata-stage processes on the GPU (tools/bench_gpu_hop.sh: the hop's cost)
 #   longctx  decode at 16k context on the 0.6B shape (split-K attention; KV in the roofline)
 #   full     ./strata bench gpu (writes ~31 GB of checkpoints under /tmp; 10+ minutes)
 # Where a command may run at most ~10 minutes, run the parts one call at a time.
@@ -25,7 +26,7 @@ parts=""
 while [ $# -gt 0 ]; do
     case "$1" in
     --out) out=$2; shift ;;
-    -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0"; exit 0 ;;
     build | kernels | golden | bench | longctx | full) parts="$parts $1" ;;
     *) echo "cuda_first_run.sh: unknown part '$1' (--help)" >&2; exit 2 ;;
     esac
@@ -58,7 +59,8 @@ step nvidia-smi 30 nvidia-smi
 if has build; then
     step build 1200 bazel build //tests/kernels/... //tests/backend_ops/... \
         //tests/runtime/stage:nccl_group_cuda_test //tests/runtime/stage:vision_cuda_test \
-        //runtime:strata-bench-backend
+        //runtime:strata-bench-backend //runtime:strata-stage //runtime:strata-client \
+        //reference/tools:strata-bench-decode
 fi
 if has kernels; then
     for t in cuda_graph_test argmax_test kv_store_test matmul_test attention_test \
@@ -84,6 +86,7 @@ if has bench; then
         --shapes qwen3-0.6b --batch 1,8,32 --prefill 2048 --dir /tmp --keep
     step bench_0.6b_nographs 600 env STRATA_CUDA_GRAPHS=0 "$bin/runtime/strata-bench-backend" \
         --device cuda:0 --shapes qwen3-0.6b --batch 1,8,32 --prefill 0 --dir /tmp --keep
+    step bench_gpu_hop 600 tools/bench_gpu_hop.sh --device cuda:0
 fi
 if has longctx; then
     step bench_0.6b_ctx16k 600 "$bin/runtime/strata-bench-backend" --device cuda:0 \
