@@ -31,62 +31,18 @@
 #include "runtime/base/status.h"
 #include "runtime/model/tp_shard.h"
 #include "tests/reference/golden_case.h"
+#include "tests/reference/test_group.h"
 
 #define LOGIT_TOLERANCE 1e-3
 #define MAX_TP 4
 #define MAX_RANKS 8
-
-/* In-process group: ranks publish a pointer, meet at a barrier, read each other's. */
-struct group {
-    int size;
-    pthread_barrier_t barrier;
-    const float *slot[MAX_TP];
-};
-
-struct rank_ctx {
-    struct group *g;
-    int rank;
-    float *tmp;
-    size_t cap;
-};
-
-static int ar_sum(void *ctx, float *data, size_t n) {
-    struct rank_ctx *r = ctx;
-    if (n > r->cap) {
-        free(r->tmp);
-        r->tmp = malloc(n * sizeof(float));
-        r->cap = n;
-        if (!r->tmp) return STRATA_ENOMEM; /* the test fails on the mismatch that follows */
-    }
-    r->g->slot[r->rank] = data;
-    pthread_barrier_wait(&r->g->barrier);
-    for (size_t i = 0; i < n; ++i) {
-        float s = r->g->slot[0][i];
-        for (int k = 1; k < r->g->size; ++k)
-            s += r->g->slot[k][i];
-        r->tmp[i] = s;
-    }
-    pthread_barrier_wait(&r->g->barrier);
-    memcpy(data, r->tmp, n * sizeof(float));
-    return 0;
-}
-
-static int ar_gather(void *ctx, float *out, const float *in, size_t n) {
-    struct rank_ctx *r = ctx;
-    r->g->slot[r->rank] = in;
-    pthread_barrier_wait(&r->g->barrier);
-    for (int k = 0; k < r->g->size; ++k)
-        memcpy(out + (size_t)k * n, r->g->slot[k], n * sizeof(float));
-    pthread_barrier_wait(&r->g->barrier);
-    return 0;
-}
 
 struct job {
     const struct golden_case *gc;
     const int *bounds;
     int n_stages, tp, rank, kvp, kvp_rank, kvp_tokens, max_seq;
     enum tp_moe_mode moe;
-    struct rank_ctx coll, kvp_coll;
+    struct test_rank coll, kvp_coll;
     int kv_positions; /* the KV cache's positions per slot on this rank */
     float *logits;    /* [n_steps, V] out */
     size_t weight_bytes;
@@ -135,12 +91,14 @@ static void *rank_main(void *arg) {
             .with_head = s == j->n_stages - 1,
             .num_threads = 1,
             .tp = &shard,
-            .coll = {.ctx = &j->coll, .allreduce_sum = ar_sum, .allgather = ar_gather},
+            .coll = {.ctx = &j->coll,
+                     .allreduce_sum = test_group_sum,
+                     .allgather = test_group_gather},
             .kvp = {.kvp = j->kvp,
                     .rank = j->kvp_rank,
                     .tokens = j->kvp_tokens,
                     .max_seq = max_seq,
-                    .coll = {.ctx = &j->kvp_coll, .allgather = ar_gather}}};
+                    .coll = {.ctx = &j->kvp_coll, .allgather = test_group_gather}}};
         int slot;
         rc = reference_model_load(&stage[s], c, gc->st, &o);
         if (!rc) {
@@ -180,17 +138,17 @@ static float *run_grid(const struct golden_case *gc, const struct grid *gr, cons
         for (tokens = GRID_KV_BLOCK; tokens * K < total; tokens *= 2) {
         }
     if (K > 1) max_seq = tokens * K;
-    struct group tp_groups[MAX_RANKS], kvp_groups[MAX_RANKS];
+    struct test_group tp_groups[MAX_RANKS], kvp_groups[MAX_RANKS];
     struct job jobs[MAX_RANKS];
     pthread_t th[MAX_RANKS];
     const size_t n = (size_t)gc->n_steps * (size_t)gc->cfg.vocab_size;
     assert_true(W <= MAX_RANKS);
     for (int k = 0; k < K; ++k) {
-        tp_groups[k] = (struct group){.size = T};
+        tp_groups[k] = (struct test_group){.size = T};
         pthread_barrier_init(&tp_groups[k].barrier, NULL, (unsigned)T);
     }
     for (int t = 0; t < T; ++t) {
-        kvp_groups[t] = (struct group){.size = K};
+        kvp_groups[t] = (struct test_group){.size = K};
         pthread_barrier_init(&kvp_groups[t].barrier, NULL, (unsigned)K);
     }
     for (int r = 0; r < W; ++r) {

@@ -20,59 +20,14 @@
 #include "runtime/base/status.h"
 #include "runtime/model/tp_shard.h"
 #include "tests/reference/golden_case.h"
+#include "tests/reference/test_group.h"
 
 #define MAX_TP 4
-
-/* In-process group (as tests/reference/grid_test.c): ranks publish a pointer, meet at a
- * barrier, read each other's; sums in rank order. */
-struct group {
-    int size;
-    pthread_barrier_t barrier;
-    const float *slot[MAX_TP];
-};
-
-struct rank_ctx {
-    struct group *g;
-    int rank;
-    float *tmp;
-    size_t cap;
-};
-
-static int ar_sum(void *ctx, float *data, size_t n) {
-    struct rank_ctx *r = ctx;
-    if (n > r->cap) {
-        free(r->tmp);
-        r->tmp = malloc(n * sizeof(float));
-        r->cap = r->tmp ? n : 0;
-    }
-    r->g->slot[r->rank] = data;
-    pthread_barrier_wait(&r->g->barrier);
-    for (size_t i = 0; i < n && r->tmp; ++i) {
-        float s = r->g->slot[0][i];
-        for (int k = 1; k < r->g->size; ++k)
-            s += r->g->slot[k][i];
-        r->tmp[i] = s;
-    }
-    pthread_barrier_wait(&r->g->barrier);
-    if (!r->tmp) return strata_set_error(STRATA_ENOMEM, "test all-reduce: out of memory");
-    memcpy(data, r->tmp, n * sizeof(float));
-    return 0;
-}
-
-static int ar_gather(void *ctx, float *out, const float *in, size_t n) {
-    struct rank_ctx *r = ctx;
-    r->g->slot[r->rank] = in;
-    pthread_barrier_wait(&r->g->barrier);
-    for (int k = 0; k < r->g->size; ++k)
-        memcpy(out + (size_t)k * n, r->g->slot[k], n * sizeof(float));
-    pthread_barrier_wait(&r->g->barrier);
-    return 0;
-}
 
 struct job {
     const struct golden_case *gc;
     int tp, rank;
-    struct rank_ctx coll;
+    struct test_rank coll;
     int32_t *ids; /* [n_steps] the shortcut's ids, fed back */
     int mismatch; /* steps or prompt rows where the shortcut and the full argmax differ */
     char error[256];
@@ -128,7 +83,7 @@ static void *rank_main(void *arg) {
         .with_head = 1,
         .num_threads = 1,
         .tp = j->tp > 1 ? &shard : NULL,
-        .coll = {.ctx = &j->coll, .allreduce_sum = ar_sum, .allgather = ar_gather}};
+        .coll = {.ctx = &j->coll, .allreduce_sum = test_group_sum, .allgather = test_group_gather}};
     if (!rc) rc = reference_model_load(&m, &gc->cfg, gc->st, &o);
     if (!rc)
         rc = kv_cache_init(&kv, 0, gc->cfg.num_layers, reference_model_kv_heads(m),
@@ -150,7 +105,7 @@ static void check_case(const char *name, int tp, int *ran) {
         golden_case_close(&gc);
         return;
     }
-    struct group g = {.size = tp};
+    struct test_group g = {.size = tp};
     struct job jobs[MAX_TP];
     pthread_t th[MAX_TP];
     pthread_barrier_init(&g.barrier, NULL, (unsigned)tp);
