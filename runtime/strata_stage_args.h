@@ -1,0 +1,40 @@
+/* strata-stage's command line (runtime/strata_stage_main.c): the flags, their defaults and
+ * the checks between them, apart from what the process does with them. */
+#ifndef STRATA_RUNTIME_STRATA_STAGE_ARGS_H
+#define STRATA_RUNTIME_STRATA_STAGE_ARGS_H
+
+#include <stdio.h>
+
+#include "runtime/model/tp_shard.h"
+#include "runtime/stage/stage_server.h"
+
+struct args {
+    const char *model_dir, *hf_config, *weights;
+    int num_stages, stage_idx, layer_start, layer_end;
+    const char *listen, *port_file, *next_host, *next_port_file;
+    int next_port;
+    const char *device, *weights_dtype;
+    int threads, max_seq, max_batch, chunk_size;
+    int kv_recovery, kv_keep_mb;
+    int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
+    int standby;
+    const char *kv_out, *kv_restore, *out, *auth_key_file;
+    const char *tls_cert, *tls_key, *tls_ca;
+    int insecure;
+    enum stage_log_level log_level;
+    int tp, tp_rank, tp_tcp, tp_timeout_ms, kvp, kvp_rank, kvp_tokens;
+    const char *tp_peers;
+    enum tp_moe_mode moe;
+};
+
+/* A flag's integer value in [lo, hi] (runtime/base/cli.h), or -1 after naming the flag and
+ * the range on stderr. */
+int strata_stage_flag_int(const char *flag, const char *text, int lo, int hi, int *out);
+
+/* The --help text. */
+void strata_stage_usage(FILE *out);
+
+/* Fills `a` from argv: 0 ok, 1 for --help, -1 after printing what is wrong. */
+int strata_stage_parse_args(struct args *a, int argc, char **argv);
+
+#endif
