@@ -48,6 +48,7 @@ void reference_model_free(struct reference_model *m) {
     for (int i = 0; i < m->n_owned; ++i)
         free(m->owned[i]);
     free(m->owned);
+    weight_arena_free(&m->arena);
     if (m->layers)
         for (int l = 0; l < m->n_layers; ++l) {
             free(m->layers[l].expert_gate);
@@ -190,6 +191,11 @@ fail:
 
 size_t reference_model_weight_bytes(const struct reference_model *m) {
     return m->weight_bytes;
+}
+
+size_t reference_model_copied_bytes(const struct reference_model *m, size_t *huge) {
+    if (huge) *huge = weight_arena_huge_bytes(&m->arena);
+    return m->copied_bytes;
 }
 
 size_t reference_model_extra_bytes(const struct reference_model *m) {

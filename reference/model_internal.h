@@ -7,6 +7,7 @@
 #include "reference/model.h"
 #include "reference/ops.h"
 #include "reference/thread_pool.h"
+#include "reference/weight_arena.h"
 
 struct reference_model {
     struct model_config cfg;
@@ -39,6 +40,8 @@ struct reference_model {
     int n_owned, cap_owned;
     size_t weight_bytes, extra_bytes;
     size_t q8_bytes, q8_replaced_bytes; /* REFERENCE_WEIGHTS_Q8: copies, stored bytes replaced */
+    struct weight_arena arena; /* the streamed matrices' copies (bf16/f32 or q8), model_memory.c */
+    size_t copied_bytes;       /* bf16/f32 bytes moved from the mapping into the arena */
     int num_tensors;
 
     /* Activation scratch, grown on demand (rows = tokens in one forward call). */
@@ -75,7 +78,20 @@ struct reference_model {
 
 int ref_load_weights(struct reference_model *m, const struct safetensors *st);
 
-/* REFERENCE_WEIGHTS_Q8: replaces the loaded matrices by q8 copies (model_q8.c). */
+/* REFERENCE_WEIGHTS_Q8: replaces the loaded matrices by q8 copies in m->arena (model_q8.c). */
 int ref_quantize_weights(struct reference_model *m);
+
+/* Calls fn on every placed matrix the forward pass streams, in its order: each layer's
+ * q, k, v, o, (router when with_router), gate, up, down, experts' gate / up / down, then
+ * the LM head (model_memory.c). Stops at the first nonzero return. */
+typedef int (*ref_matrix_fn)(struct reference_model *m, struct ops_weight *w, const char *what,
+                             int layer, void *ctx);
+int ref_for_each_matrix(struct reference_model *m, int with_router, ref_matrix_fn fn, void *ctx);
+size_t ref_matrix_bytes(const struct ops_weight *w); /* bf16 / f32 [rows, cols] */
+int ref_weight_is_owned(const struct reference_model *m, const void *data);
+
+/* Moves the matrices that are views of the checkpoint's mapping into m->arena (huge-page
+ * advised anonymous memory) and drops their file pages (model_memory.c). */
+int ref_copy_weights(struct reference_model *m);
 
 #endif

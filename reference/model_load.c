@@ -5,7 +5,8 @@
  * checks the checkpoint against it and then places each manifest entry by its slot, layer
  * and expert; it never builds a tensor name.
  *
- * Matrices stay as stored when they are bf16 or f32 (pointers into the mmapped file); f16
+ * Matrices stay as stored when they are bf16 or f32 (pointers into the mmapped file, then
+ * moved into a huge-page arena by model_memory.c unless weights_in_file); f16
  * matrices and every norm / bias vector are widened to f32 copies once, and input-major
  * fused experts ([E, H, 2I] / [E, I, H]) are transposed once into per-expert row-major
  * copies. Those copies are counted in reference_model_extra_bytes(). */
@@ -246,7 +247,10 @@ int ref_load_weights(struct reference_model *m, const struct safetensors *st) {
         m->head_is_embed = list.head_is_embed;
         if (list.head_is_embed && o->with_embed) m->lm_head = m->embed;
     }
-    if (!rc && o->weights_dtype == REFERENCE_WEIGHTS_Q8) rc = ref_quantize_weights(m);
+    if (!rc && o->weights_dtype == REFERENCE_WEIGHTS_Q8)
+        rc = ref_quantize_weights(m);
+    else if (!rc && !o->weights_in_file)
+        rc = ref_copy_weights(m);
     stage_tensor_list_free(&list);
     return rc;
 }

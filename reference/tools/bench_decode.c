@@ -45,6 +45,7 @@ static void usage(FILE *f) {
         f,
         "usage: strata-bench-decode [--threads LIST] [--steps N] [--prompt N] [--repeat R]\n"
         "                           [--model DIR] [--keep] [--path NAME] [--weights-dtype D]\n"
+        "                           [--weights-in-file]\n"
         "\n"
         "Decode tokens/s of the CPU reference decoder on a Qwen3-0.6B-shaped random bf16\n"
         "checkpoint, next to the DRAM roofline (weight bytes per token / memcpy bandwidth).\n"
@@ -59,6 +60,8 @@ static void usage(FILE *f) {
         "                   avx2, avx512 (all give identical bits)\n"
         "  --weights-dtype D  bf16 (default: as stored) or q8 (8-bit blocks quantised at load;\n"
         "                   weight MB/token then counts the q8 copies)\n"
+        "  --weights-in-file  matmuls read the mmapped checkpoint in place (default: bf16\n"
+        "                   matrices are copied at load into huge-page-advised memory)\n"
         "  --model DIR      reuse a checkpoint directory instead of writing one\n"
         "  --keep           keep the written checkpoint (its path is printed)\n"
         "  -h, --help       this text\n"
@@ -106,13 +109,14 @@ static int write_checkpoint(const char *dir) {
  * prefill tokens/s (the prompt's embed + forward + last row's logits, one call). */
 static int measure(double *tok_s, double *prefill_s, size_t *bytes_per_token,
                    const struct model_config *cfg, const struct safetensors *st, int threads,
-                   int prompt, int steps, enum reference_weights_dtype dtype) {
+                   int prompt, int steps, enum reference_weights_dtype dtype, int in_file) {
     struct reference_load_options opt = {.layer_start = 0,
                                          .layer_end = cfg->num_layers,
                                          .with_embed = 1,
                                          .with_head = 1,
                                          .num_threads = threads,
-                                         .weights_dtype = dtype};
+                                         .weights_dtype = dtype,
+                                         .weights_in_file = in_file};
     struct reference_model *m = NULL;
     struct kv_cache kv = {0};
     float *hidden = NULL, *logits = NULL;
@@ -165,7 +169,7 @@ done:
 }
 
 struct bench_args {
-    int thread_list[16], n_threads, steps, prompt, repeat, keep;
+    int thread_list[16], n_threads, steps, prompt, repeat, keep, in_file;
     const char *model;
     enum ops_path path;
     enum reference_weights_dtype dtype;
@@ -214,11 +218,12 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
         {"repeat", required_argument, 0, 'r'},
         {"path", required_argument, 0, 'P'},
         {"weights-dtype", required_argument, 0, 'W'},
+        {"weights-in-file", no_argument, 0, 'F'},
         {0, 0, 0, 0},
     };
     int c;
-    *a =
-        (struct bench_args){{1, 2}, 2, 32, 16, 3, 0, NULL, OPS_PATH_AUTO, REFERENCE_WEIGHTS_STORED};
+    *a = (struct bench_args){
+        {1, 2}, 2, 32, 16, 3, 0, 0, NULL, OPS_PATH_AUTO, REFERENCE_WEIGHTS_STORED};
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 't':
@@ -239,6 +244,7 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
         }
         case 'm': a->model = optarg; break;
         case 'k': a->keep = 1; break;
+        case 'F': a->in_file = 1; break;
         case 'P':
             if (parse_path(&a->path, optarg)) return STRATA_EXIT_USAGE;
             break;
@@ -301,10 +307,12 @@ static int bench_row(const struct model_config *cfg, const struct safetensors *s
     size_t bytes = 0;
     int n = a->repeat < 64 ? a->repeat : 64;
     /* Warm the page cache once (the checkpoint is mmapped). */
-    if (measure(&warm, &warm_pre, &bytes, cfg, st, threads, a->prompt, 2, a->dtype)) return -1;
+    if (measure(&warm, &warm_pre, &bytes, cfg, st, threads, a->prompt, 2, a->dtype, a->in_file))
+        return -1;
     for (int r = 0; r < n; ++r) {
         copy[r] = host_memcpy_bandwidth((size_t)256 << 20, threads);
-        if (measure(&tok[r], &pre[r], &bytes, cfg, st, threads, a->prompt, a->steps, a->dtype))
+        if (measure(&tok[r], &pre[r], &bytes, cfg, st, threads, a->prompt, a->steps, a->dtype,
+                    a->in_file))
             return -1;
         read[r] = host_read_bandwidth((size_t)1 << 30, threads);
     }

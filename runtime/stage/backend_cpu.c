@@ -123,8 +123,15 @@ static void cpu_describe(const struct stage_backend *be, char *buf, size_t cap) 
         used += snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d",
                          c->tp_rank, c->tp, c->kvp_rank, c->kvp);
     if (c->weights_dtype == REFERENCE_WEIGHTS_Q8 && used > 0 && (size_t)used < cap)
+        used += snprintf(buf + used, cap - (size_t)used,
+                         "; q8: %zu bytes of 8-bit copies replace %zu bytes", q8, replaced);
+    /* reference/weight_arena.h: why the matrices are moved out of the file's mapping. */
+    size_t huge, copied = reference_model_copied_bytes(c->model, &huge);
+    if (used > 0 && (size_t)used < cap)
         snprintf(buf + used, cap - (size_t)used,
-                 "; q8: %zu bytes of 8-bit copies replace %zu bytes", q8, replaced);
+                 "; %zu bytes moved from the file into anonymous memory, %zu bytes of the "
+                 "streamed weights in transparent huge pages",
+                 copied, huge);
 }
 
 static void cpu_free(struct stage_backend *be) {

@@ -1,0 +1,86 @@
+/* Where the loaded matrices live (reference/weight_arena.h says why it matters).
+ *
+ * After the loader has placed every manifest entry, the bf16 / f32 matrices that are still
+ * views of the mmapped checkpoint are copied, in the forward pass's order, into one
+ * huge-page-advised anonymous arena and their file pages are dropped from the process: the
+ * resident set stays the same size, the bits the matmuls read are the same, only the memory
+ * they stream from changes. Copies the loader already made (f32 widenings, transposed
+ * experts, TP column slices) stay where they are. */
+#include <string.h>
+
+#include "reference/model_internal.h"
+#include "runtime/base/status.h"
+
+int ref_for_each_matrix(struct reference_model *m, int with_router, ref_matrix_fn fn, void *ctx) {
+    int rc = STRATA_OK;
+    for (int l = 0; l < m->n_layers && !rc; ++l) {
+        struct layer_weights *L = &m->layers[l];
+        struct {
+            struct ops_weight *w;
+            const char *what;
+        } mats[] = {{&L->q, "q_proj"},   {&L->k, "k_proj"},      {&L->v, "v_proj"},
+                    {&L->o, "o_proj"},   {&L->router, "router"}, {&L->gate, "gate_proj"},
+                    {&L->up, "up_proj"}, {&L->down, "down_proj"}};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0] && !rc; ++i)
+            if (mats[i].w->data && (with_router || mats[i].w != &L->router))
+                rc = fn(m, mats[i].w, mats[i].what, L->index, ctx);
+        for (int e = 0; L->is_moe && e < m->cfg.num_experts && !rc; ++e) {
+            if (L->expert_gate[e].data)
+                rc = fn(m, &L->expert_gate[e], "an expert's gate_proj", L->index, ctx);
+            if (!rc && L->expert_up[e].data)
+                rc = fn(m, &L->expert_up[e], "an expert's up_proj", L->index, ctx);
+            if (!rc && L->expert_down[e].data)
+                rc = fn(m, &L->expert_down[e], "an expert's down_proj", L->index, ctx);
+        }
+    }
+    /* A tied head is a copy of the embedding's struct: only the head is visited (the
+     * embedding is gathered a row per token, never streamed). */
+    if (!rc && m->opt.with_head && m->lm_head.data) rc = fn(m, &m->lm_head, "lm_head", -1, ctx);
+    return rc;
+}
+
+size_t ref_matrix_bytes(const struct ops_weight *w) {
+    const size_t esz = w->dtype == OPS_BF16 ? 2u : sizeof(float);
+    return (size_t)w->rows * (size_t)w->cols * esz;
+}
+
+/* A loader copy (listed in m->owned) rather than a view of the checkpoint's mapping. */
+int ref_weight_is_owned(const struct reference_model *m, const void *data) {
+    for (int i = 0; i < m->n_owned; ++i)
+        if (m->owned[i] == data) return 1;
+    return 0;
+}
+
+static int is_mapped_view(const struct reference_model *m, const struct ops_weight *w) {
+    return (w->dtype == OPS_BF16 || w->dtype == OPS_F32) && !ref_weight_is_owned(m, w->data);
+}
+
+static int count_view(struct reference_model *m, struct ops_weight *w, const char *what, int layer,
+                      void *ctx) {
+    (void)what, (void)layer;
+    if (is_mapped_view(m, w)) *(size_t *)ctx += weight_arena_round(ref_matrix_bytes(w));
+    return STRATA_OK;
+}
+
+static int copy_view(struct reference_model *m, struct ops_weight *w, const char *what, int layer,
+                     void *ctx) {
+    (void)what, (void)layer, (void)ctx;
+    if (!is_mapped_view(m, w)) return STRATA_OK;
+    const size_t bytes = ref_matrix_bytes(w);
+    void *dst = weight_arena_alloc(&m->arena, bytes);
+    if (!dst)
+        return strata_set_error(STRATA_ENOMEM, "weights: the copy arena is too small (a bug)");
+    memcpy(dst, w->data, bytes);
+    weight_arena_drop_mapped(w->data, bytes);
+    w->data = dst;
+    m->copied_bytes += bytes;
+    return STRATA_OK;
+}
+
+int ref_copy_weights(struct reference_model *m) {
+    size_t total = 0;
+    ref_for_each_matrix(m, 1, count_view, &total);
+    int rc = weight_arena_init(&m->arena, total);
+    if (!rc) rc = ref_for_each_matrix(m, 1, copy_view, NULL);
+    return rc;
+}
