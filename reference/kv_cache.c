@@ -1,14 +1,30 @@
 /* Per-request KV cache slots; see kv_cache.h for the layout. */
 #include "reference/kv_cache.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "runtime/base/status.h"
 
 static size_t slot_floats(const struct kv_cache *kv) {
     return (size_t)(kv->layer_end - kv->layer_start) * (size_t)kv->num_kv_heads *
            (size_t)kv->max_seq * (size_t)kv->head_dim;
+}
+
+/* Long-context decode streams a slot's keys and values once per token, as it does the
+ * weights: the same advice (reference/weight_arena.h) for the whole 2 MiB pages inside a
+ * large calloc, which the allocator maps fresh and the kernel fills on first touch. */
+static void advise_huge(void *p, size_t bytes) {
+#ifdef MADV_HUGEPAGE
+    const uintptr_t huge = (uintptr_t)2 << 20;
+    uintptr_t first = ((uintptr_t)p + huge - 1) & ~(huge - 1);
+    uintptr_t last = ((uintptr_t)p + bytes) & ~(huge - 1);
+    if (last > first) madvise((void *)first, last - first, MADV_HUGEPAGE); /* advisory */
+#else
+    (void)p, (void)bytes;
+#endif
 }
 
 int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_kv_heads,
@@ -37,6 +53,8 @@ int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_k
         kv_cache_free(kv);
         return strata_set_error(STRATA_ENOMEM, "kv_cache: cannot allocate %zu bytes", bytes);
     }
+    advise_huge(kv->k, n * sizeof(float));
+    advise_huge(kv->v, n * sizeof(float));
     return STRATA_OK;
 }
 
