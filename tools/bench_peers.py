@@ -130,7 +130,14 @@ def cmd_llama(path, threads, prompt, steps):
     vocab = llm.n_vocab()
     # The same prompt ids strata-bench-decode uses.
     ids = [(i * 7919 + 13) % vocab for i in range(prompt)]
+    # Prefill: once untimed (first touch of the mmapped GGUF), then timed from an empty
+    # cache (eval drops the KV past n_tokens): the prompt in one batch and the last row's
+    # logits, what strata-bench-decode's prefill column times.
     llm.eval(ids)
+    llm.reset()
+    t0 = time.perf_counter()
+    llm.eval(ids)
+    prefill_s = time.perf_counter() - t0
     vocab_logits = lambda: np.ctypeslib.as_array(  # noqa: E731  (the last position's logits)
         llama_cpp.llama_get_logits_ith(llm.ctx, -1), shape=(vocab,))
     out = []
@@ -140,7 +147,7 @@ def cmd_llama(path, threads, prompt, steps):
         out.append(tok)
         llm.eval([tok])
     dt = time.perf_counter() - t0
-    print(json.dumps({"tok_s": steps / dt, "ids": out}))
+    print(json.dumps({"tok_s": steps / dt, "prefill_tok_s": prompt / prefill_s, "ids": out}))
 
 
 def cmd_table(path):
@@ -177,6 +184,20 @@ def cmd_table(path):
             pct = "%.0f%%" % (100 * v / roof) if roof else "-"
             print("%7d %-16s %9.2f %14s %10.2f %15.2f %10s %6.1f" % (
                 t, k[1], v, ratio, read or 0, roof or 0, pct, load[k]))
+    pre = {k: statistics.median(r["prefill_tok_s"] for r in rows
+                                if (r["threads"], r["engine"]) == k and "prefill_tok_s" in r)
+           for k in keys if any("prefill_tok_s" in r for r in rows
+                                if (r["threads"], r["engine"]) == k)}
+    if pre:
+        n = next((r["prompt"] for r in rows if "prompt" in r), 0)
+        print("prefill tokens/s (a %d-token prompt in one call, with the last row's logits), "
+              "medians of the same runs" % n)
+        print("%7s %-16s %9s %14s" % ("threads", "engine", "tok/s", "strata/this"))
+        for k in sorted(pre):
+            ours = "strata-q8" if "q8" in k[1] else "strata"
+            s = pre.get((k[0], ours))
+            ratio = "%.2fx" % (s / pre[k]) if s and not k[1].startswith("strata") else "-"
+            print("%7d %-16s %9.2f %14s" % (k[0], k[1], pre[k], ratio))
 
 
 def main(argv):

@@ -17,13 +17,13 @@
 #   Strata's q8 bytes, f32 scales, ~6% more than Q8_0's f16 scales).
 # - Greedy-token agreement: strata-generate bf16 / q8 and llama.cpp BF16 / Q8_0 from the same
 #   prompt ids.
-# Env: BENCH_REPEAT, BENCH_STEPS (64), BENCH_PROMPT (16), BENCH_THREADS ("1 2"), PEERS_DIR,
+# Env: BENCH_REPEAT, BENCH_STEPS (64), BENCH_PROMPT (64: its prefill is timed too), BENCH_THREADS ("1 2"), PEERS_DIR,
 # STRATA_PEERS_VENV, STRATA_TOKENIZER_DIR, STRATA_BAZEL_FLAGS, CMAKE_ARGS (llama.cpp build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repeat=${BENCH_REPEAT:-3}
 steps=${BENCH_STEPS:-64}
-prompt=${BENCH_PROMPT:-16}
+prompt=${BENCH_PROMPT:-64}
 threads=${BENCH_THREADS:-1 2}
 dir=${PEERS_DIR:-$HOME/.cache/strata/peers-model}
 venv=${STRATA_PEERS_VENV:-$HOME/.cache/strata/peers-venv}
@@ -73,13 +73,13 @@ for r in $(seq "$repeat"); do
             line=$("$bin/strata-bench-decode" --model "$dir" --threads "$t" --steps "$steps" \
                 --prompt "$prompt" --repeat 1 --weights-dtype "$wd" | awk -v t="$t" '$1 == t && NF >= 8')
             set -- $line
-            printf '{"engine":"%s","threads":%s,"tok_s":%s,"mb_per_token":%s,"read_gbs":%s,"load":%s}\n' \
-                "$engine" "$t" "$2" "$3" "$7" "$load" >>"$results"
+            printf '{"engine":"%s","threads":%s,"tok_s":%s,"mb_per_token":%s,"read_gbs":%s,"prefill_tok_s":%s,"prompt":%s,"load":%s}\n' \
+                "$engine" "$t" "$2" "$3" "$7" "$9" "$prompt" "$load" >>"$results"
         done
         for kind in bf16 q8_0; do
             load=$(cut -d' ' -f1 /proc/loadavg)
             "$py" tools/bench_peers.py llama "$dir/model-$kind.gguf" "$t" "$prompt" "$steps" |
-                "$py" -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"engine":"llama.cpp-'$kind'","threads":'$t',"tok_s":d["tok_s"],"load":'$load'}))' \
+                "$py" -c 'import json,sys; d=json.load(sys.stdin); print(json.dumps({"engine":"llama.cpp-'$kind'","threads":'$t',"tok_s":d["tok_s"],"prefill_tok_s":d["prefill_tok_s"],"load":'$load'}))' \
                 >>"$results"
         done
         log "round $r/$repeat, $t thread(s) done"

@@ -138,6 +138,8 @@ static void test_matmul_split(void **state) {
         for (int dt = 0; dt < 2; ++dt) {
             check_split(dt ? OPS_BF16 : OPS_F32, 37, ks[i], 1, pools);
             check_split(dt ? OPS_BF16 : OPS_F32, 21, ks[i], 6, pools);
+            /* >= 32 tokens: AVX2's 2 x 3 prefill tile over widened row blocks. */
+            check_split(dt ? OPS_BF16 : OPS_F32, 9, ks[i], 35, pools);
         }
     thread_pool_free(pools[0]);
     thread_pool_free(pools[1]);

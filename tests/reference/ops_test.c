@@ -191,7 +191,9 @@ static void test_matmul_bit_identical(void **state) {
 
 /* Every matmul path this CPU has gives the portable path's bits: random shapes with odd K
  * (every tail length 0..15), row counts off the 4-row and 16-row tiles, bf16 and f32 weights,
- * 1 token (decode tiles) and 2..9 tokens (prefill tiles plus leftovers), 1 and 2 threads. */
+ * 1 token (decode tiles), 2..9 tokens (1 x 4 prefill tiles plus leftovers) and 32..40
+ * tokens (AVX2's 2 x 3 tiles over widened row blocks, odd rows and tokens left over), 1 and 2
+ * threads. */
 static void test_matmul_paths_bit_identical(void **state) {
     (void)state;
     static const enum ops_path paths[] = {OPS_PATH_AVX2, OPS_PATH_AVX512};
@@ -203,7 +205,7 @@ static void test_matmul_paths_bit_identical(void **state) {
         enum ops_dtype dt = (enum ops_dtype)(trial % 2);
         int cols = 1 + (int)((frand() + 1.0f) * 200.0f) + trial % 16;
         int rows = 1 + (int)((frand() + 1.0f) * 40.0f);
-        int n = trial % 3 == 0 ? 1 : 2 + trial % 8;
+        int n = trial % 3 == 0 ? 1 : trial % 3 == 1 ? 2 + trial % 8 : 32 + trial % 9;
         struct ops_weight w;
         float *dense;
         void *data = make_weight(&w, &dense, dt, rows, cols);
