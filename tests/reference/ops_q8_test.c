@@ -183,7 +183,7 @@ static void test_paths_threads_batching(void **state) {
     assert_int_equal(thread_pool_init(&pools[0], 1), 0);
     assert_int_equal(thread_pool_init(&pools[1], 2), 0);
     for (int trial = 0; trial < 40; ++trial) {
-        /* Mostly small shapes; two wide ones make the stack buffer hold few tokens per chunk. */
+        /* Mostly small shapes; the widest makes the stack buffer hold few tokens per chunk. */
         int cols = trial == 0   ? OPS_Q8_MAX_COLS
                    : trial == 1 ? 4096
                    : trial % 2  ? 32 * (1 + trial % 12)
