@@ -84,10 +84,11 @@ struct reference_load_options {
     struct reference_collective coll;
     struct reference_kvp kvp;                   /* KV parallelism (see struct reference_kvp) */
     enum reference_weights_dtype weights_dtype; /* default (0): as stored */
-    /* Default (0): bf16 / f32 matrices read from the checkpoint are copied once into
+    /* Default (0): the bf16 / f32 matrices the forward pass streams are moved once into
      * huge-page-advised anonymous memory (reference/weight_arena.h: it streams 20-35% faster
-     * than the file's page cache here) and their file pages are dropped, so the resident set
-     * does not grow. 1: the matmuls read the mmapped file in place (for A/B benchmarks). */
+     * than the file's page cache here); file pages are dropped and loader copies freed, so
+     * the resident set does not grow. 1: they stay where the loader put them (mostly the
+     * mmapped file), for A/B benchmarks. */
     int weights_in_file;
 };
 
@@ -110,9 +111,9 @@ int reference_model_num_tensors(const struct reference_model *m);
  * matrices they replace (no longer read after load); 0 and 0 otherwise. */
 size_t reference_model_q8_bytes(const struct reference_model *m, size_t *replaced);
 const struct model_config *reference_model_config(const struct reference_model *m);
-/* Bytes of bf16 / f32 matrices copied out of the checkpoint's mapping at load (0 with
- * weights_in_file or q8), and (*huge) the bytes of the copies' arena (q8's too) that the
- * kernel backs with transparent huge pages now. */
+/* Bytes of bf16 / f32 matrices moved into the huge-page arena at load (0 with weights_in_file
+ * or q8), and (*huge) the bytes of the arena (q8's too) that the kernel backs with transparent
+ * huge pages now. */
 size_t reference_model_copied_bytes(const struct reference_model *m, size_t *huge);
 
 /* Bytes of activation scratch currently held (grown on demand by forward/logits), and the

@@ -41,7 +41,7 @@ struct reference_model {
     size_t weight_bytes, extra_bytes;
     size_t q8_bytes, q8_replaced_bytes; /* REFERENCE_WEIGHTS_Q8: copies, stored bytes replaced */
     struct weight_arena arena; /* the streamed matrices' copies (bf16/f32 or q8), model_memory.c */
-    size_t copied_bytes;       /* bf16/f32 bytes moved from the mapping into the arena */
+    size_t copied_bytes;       /* bf16/f32 matrix bytes moved into the arena */
     int num_tensors;
 
     /* Activation scratch, grown on demand (rows = tokens in one forward call). */
@@ -88,10 +88,9 @@ typedef int (*ref_matrix_fn)(struct reference_model *m, struct ops_weight *w, co
                              int layer, void *ctx);
 int ref_for_each_matrix(struct reference_model *m, int with_router, ref_matrix_fn fn, void *ctx);
 size_t ref_matrix_bytes(const struct ops_weight *w); /* bf16 / f32 [rows, cols] */
-int ref_weight_is_owned(const struct reference_model *m, const void *data);
 
-/* Moves the matrices that are views of the checkpoint's mapping into m->arena (huge-page
- * advised anonymous memory) and drops their file pages (model_memory.c). */
+/* Moves every streamed bf16 / f32 matrix into m->arena (huge-page advised anonymous memory),
+ * dropping a view's file pages or freeing a loader copy (model_memory.c). */
 int ref_copy_weights(struct reference_model *m);
 
 #endif

@@ -1,11 +1,12 @@
 /* Where the loaded matrices live (reference/weight_arena.h says why it matters).
  *
- * After the loader has placed every manifest entry, the bf16 / f32 matrices that are still
- * views of the mmapped checkpoint are copied, in the forward pass's order, into one
- * huge-page-advised anonymous arena and their file pages are dropped from the process: the
+ * After the loader has placed every manifest entry, every bf16 / f32 matrix the forward pass
+ * streams is moved, in the forward pass's order, into one huge-page-advised anonymous arena:
+ * views of the mmapped checkpoint have their file pages dropped from the process, the
+ * loader's own copies (f16 widened, experts transposed, TP column slices) are freed. The
  * resident set stays the same size, the bits the matmuls read are the same, only the memory
- * they stream from changes. Copies the loader already made (f32 widenings, transposed
- * experts, TP column slices) stay where they are. */
+ * they stream from changes. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "reference/model_internal.h"
@@ -44,34 +45,43 @@ size_t ref_matrix_bytes(const struct ops_weight *w) {
     return (size_t)w->rows * (size_t)w->cols * esz;
 }
 
-/* A loader copy (listed in m->owned) rather than a view of the checkpoint's mapping. */
-int ref_weight_is_owned(const struct reference_model *m, const void *data) {
+/* Index of `data` in m->owned (a loader copy), or -1 (a view of the checkpoint's mapping). */
+static int owned_index(const struct reference_model *m, const void *data) {
     for (int i = 0; i < m->n_owned; ++i)
-        if (m->owned[i] == data) return 1;
-    return 0;
+        if (m->owned[i] == data) return i;
+    return -1;
 }
 
-static int is_mapped_view(const struct reference_model *m, const struct ops_weight *w) {
-    return (w->dtype == OPS_BF16 || w->dtype == OPS_F32) && !ref_weight_is_owned(m, w->data);
+static int movable(const struct ops_weight *w) {
+    return w->dtype == OPS_BF16 || w->dtype == OPS_F32;
 }
 
-static int count_view(struct reference_model *m, struct ops_weight *w, const char *what, int layer,
-                      void *ctx) {
-    (void)what, (void)layer;
-    if (is_mapped_view(m, w)) *(size_t *)ctx += weight_arena_round(ref_matrix_bytes(w));
+static int count_movable(struct reference_model *m, struct ops_weight *w, const char *what,
+                         int layer, void *ctx) {
+    (void)m, (void)what, (void)layer;
+    if (movable(w)) *(size_t *)ctx += weight_arena_round(ref_matrix_bytes(w));
     return STRATA_OK;
 }
 
-static int copy_view(struct reference_model *m, struct ops_weight *w, const char *what, int layer,
-                     void *ctx) {
+/* Moves one matrix into the arena. Its old memory: a view's file pages are dropped; a
+ * loader copy (f16 widened, experts transposed, a TP column slice) is freed, unless it is
+ * also the embedding's (a tied head of a first-and-last stage: still gathered). */
+static int move_matrix(struct reference_model *m, struct ops_weight *w, const char *what, int layer,
+                       void *ctx) {
     (void)what, (void)layer, (void)ctx;
-    if (!is_mapped_view(m, w)) return STRATA_OK;
+    if (!movable(w)) return STRATA_OK;
     const size_t bytes = ref_matrix_bytes(w);
     void *dst = weight_arena_alloc(&m->arena, bytes);
     if (!dst)
         return strata_set_error(STRATA_ENOMEM, "weights: the copy arena is too small (a bug)");
     memcpy(dst, w->data, bytes);
-    weight_arena_drop_mapped(w->data, bytes);
+    const int i = owned_index(m, w->data);
+    if (i < 0) {
+        weight_arena_drop_mapped(w->data, bytes);
+    } else if (w->data != m->embed.data) {
+        free(m->owned[i]);
+        m->owned[i] = NULL;
+    }
     w->data = dst;
     m->copied_bytes += bytes;
     return STRATA_OK;
@@ -79,8 +89,8 @@ static int copy_view(struct reference_model *m, struct ops_weight *w, const char
 
 int ref_copy_weights(struct reference_model *m) {
     size_t total = 0;
-    ref_for_each_matrix(m, 1, count_view, &total);
+    ref_for_each_matrix(m, 1, count_movable, &total);
     int rc = weight_arena_init(&m->arena, total);
-    if (!rc) rc = ref_for_each_matrix(m, 1, copy_view, NULL);
+    if (!rc) rc = ref_for_each_matrix(m, 1, move_matrix, NULL);
     return rc;
 }

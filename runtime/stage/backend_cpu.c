@@ -129,8 +129,8 @@ static void cpu_describe(const struct stage_backend *be, char *buf, size_t cap) 
     size_t huge, copied = reference_model_copied_bytes(c->model, &huge);
     if (used > 0 && (size_t)used < cap)
         snprintf(buf + used, cap - (size_t)used,
-                 "; %zu bytes moved from the file into anonymous memory, %zu bytes of the "
-                 "streamed weights in transparent huge pages",
+                 "; %zu bytes of streamed matrices moved into anonymous memory, %zu bytes of "
+                 "it in transparent huge pages",
                  copied, huge);
 }
 
