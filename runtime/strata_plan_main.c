@@ -34,6 +34,10 @@ static void usage(FILE *out) {
                  "  --stages S         number of pipeline stages (1 <= S <= layers)\n"
                  "  --ranges LIST      explicit split, e.g. 0-10,10-28: must be non-empty,\n"
                  "                     non-overlapping and cover every layer\n"
+                 "  --split decode     plan the layers so that every stage streams about as\n"
+                 "                     many weight bytes per decoded token (the last stage's\n"
+                 "                     lm_head counted): strata-stage --split decode takes the\n"
+                 "                     same ranges (default even: the same layer count)\n"
                  "  --mem LIST         free memory per node in stage order, e.g. 24G,16G\n"
                  "                     (K/M/G/T = powers of 1024); plans layers in proportion\n"
                  "                     (with --ranges: only reports each node's use)\n"
@@ -124,10 +128,13 @@ static int has_weights(const char *dir) {
     return stat(path, &sb) == 0;
 }
 
-static void print_plan(const struct stage_plan *plan, int with_memory) {
-    char w[32], kv[32], ws[32], total[32], mem[32];
-    printf("%-6s %-12s %6s  %11s %11s %11s %11s", "stage", "layers", "count", "weights", "kv",
-           "workspace", "total");
+/* The plan's table; "streamed" is the weight bytes the stage reads per decoded token
+ * (stage_plan_streamed_bytes): the slowest stage's sets a full pipeline's pace. */
+static void print_plan(const struct stage_plan *plan, const struct stage_memory_model *mm,
+                       int with_memory) {
+    char w[32], kv[32], ws[32], total[32], mem[32], streamed[32];
+    printf("%-6s %-12s %6s  %11s %11s %11s %11s %11s", "stage", "layers", "count", "weights", "kv",
+           "workspace", "total", "streamed");
     if (with_memory) printf(" %11s %6s", "memory", "used");
     printf("\n");
     for (int s = 0; s < plan->num_stages; ++s) {
@@ -138,8 +145,11 @@ static void print_plan(const struct stage_plan *plan, int with_memory) {
         stage_plan_format_size(kv, sizeof kv, e->kv_bytes);
         stage_plan_format_size(ws, sizeof ws, e->workspace_bytes);
         stage_plan_format_size(total, sizeof total, e->total_bytes);
-        printf("%-6d %-12s %6d  %11s %11s %11s %11s", s, range,
-               e->range.layer_end - e->range.layer_start, w, kv, ws, total);
+        stage_plan_format_size(streamed, sizeof streamed,
+                               stage_plan_streamed_bytes(mm, s, plan->num_stages,
+                                                         e->range.layer_start, e->range.layer_end));
+        printf("%-6d %-12s %6d  %11s %11s %11s %11s %11s", s, range,
+               e->range.layer_end - e->range.layer_start, w, kv, ws, total, streamed);
         if (with_memory) {
             stage_plan_format_size(mem, sizeof mem, e->memory_bytes);
             printf(" %11s %5.1f%%", mem, 100.0 * (double)e->total_bytes / (double)e->memory_bytes);
@@ -163,6 +173,7 @@ static int parse_moe(const char *text, enum tp_moe_mode *out) {
 struct plan_args {
     const char *model, *mem_text, *ranges_text;
     int stages, kv_bytes, no_vision;
+    int split_decode; /* --split decode */
     int grid_asked;   /* --tp, --kvp or --kvp-tokens given */
     int tensors_rank; /* --tensors R: list rank R's slice of every tensor, -1 = no */
     struct grid_config grid;
@@ -174,14 +185,23 @@ struct plan_args {
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
 static int parse_options(struct plan_args *a, int argc, char **argv) {
     static const struct option longopts[] = {
-        {"model", required_argument, 0, 'm'},  {"stages", required_argument, 0, 's'},
-        {"mem", required_argument, 0, 'M'},    {"max-seq", required_argument, 0, 'q'},
-        {"batch", required_argument, 0, 'b'},  {"kv-bytes", required_argument, 0, 'k'},
-        {"chunk", required_argument, 0, 'c'},  {"no-vision", no_argument, 0, 'V'},
-        {"ranges", required_argument, 0, 'r'}, {"tp", required_argument, 0, 't'},
-        {"kvp", required_argument, 0, 'K'},    {"kvp-tokens", required_argument, 0, 'T'},
-        {"moe", required_argument, 0, 'E'},    {"tensors", required_argument, 0, 'R'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0},
+        {"model", required_argument, 0, 'm'},
+        {"stages", required_argument, 0, 's'},
+        {"mem", required_argument, 0, 'M'},
+        {"max-seq", required_argument, 0, 'q'},
+        {"batch", required_argument, 0, 'b'},
+        {"kv-bytes", required_argument, 0, 'k'},
+        {"chunk", required_argument, 0, 'c'},
+        {"no-vision", no_argument, 0, 'V'},
+        {"ranges", required_argument, 0, 'r'},
+        {"tp", required_argument, 0, 't'},
+        {"kvp", required_argument, 0, 'K'},
+        {"kvp-tokens", required_argument, 0, 'T'},
+        {"moe", required_argument, 0, 'E'},
+        {"tensors", required_argument, 0, 'R'},
+        {"split", required_argument, 0, 'S'},
+        {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0},
     };
     int c;
     while ((c = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
@@ -201,6 +221,11 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
         case 'T': bad = flag_int("--kvp-tokens", optarg, 1, 1 << 30, &a->grid.kvp_tokens); break;
         case 'E': bad = parse_moe(optarg, &a->grid.moe); break;
         case 'R': bad = flag_int("--tensors", optarg, 0, 1 << 20, &a->tensors_rank); break;
+        case 'S':
+            bad = strcmp(optarg, "even") && strcmp(optarg, "decode");
+            if (bad) fprintf(stderr, "strata-plan: --split wants even or decode\n");
+            a->split_decode = !strcmp(optarg, "decode");
+            break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -233,6 +258,11 @@ static int parse_args(struct plan_args *a, int argc, char **argv) {
     if (!a->model || a->stages == 0) {
         fprintf(stderr, "strata-plan: --model and --stages (or --ranges) are required\n");
         usage(stderr);
+        return STRATA_EXIT_USAGE;
+    }
+    if (a->split_decode && (a->mem_text || a->ranges_text)) {
+        fprintf(stderr, "strata-plan: --split decode chooses the ranges itself: not with --mem "
+                        "or --ranges\n");
         return STRATA_EXIT_USAGE;
     }
     if (a->mem_text && (a->grid.tp > 1 || a->grid.kvp > 1)) {
@@ -317,6 +347,11 @@ static int make_plan(struct plan_model *m, struct plan_args *a, const char **how
     } else if (a->mem_text) {
         *how = "memory-proportional split";
         if (stage_plan_balanced(m->plan, m->mm, a->mem, stages) != 0) goto fail;
+    } else if (a->split_decode) {
+        *how = "decode-balanced split (the streamed bytes per token)";
+        if (stage_plan_decode(a->ranges, m->mm, stages) != 0 ||
+            stage_plan_price(m->plan, m->mm, a->ranges, stages) != 0)
+            goto fail;
     } else if (stage_plan_even(a->ranges, m->cfg->num_layers, stages) != 0 ||
                stage_plan_price(m->plan, m->mm, a->ranges, stages) != 0) {
         goto fail;
@@ -344,7 +379,7 @@ static int print_report(const struct plan_model *m, const struct plan_args *a, c
     printf("kv        %d B/element, max-seq %d, batch %d; workspace for %d-token steps\n",
            a->kv_bytes, a->opt.max_seq, a->opt.batch, a->opt.chunk_tokens);
     printf("plan      %s of %d layers over %d stages\n\n", how, m->cfg->num_layers, a->stages);
-    print_plan(m->plan, a->mem_text != NULL);
+    print_plan(m->plan, m->mm, a->mem_text != NULL);
     int exit_code = STRATA_EXIT_OK;
     for (int s = 0; s < a->stages && a->mem_text; ++s) {
         if (m->plan->stages[s].total_bytes > m->plan->stages[s].memory_bytes) {

@@ -33,6 +33,10 @@ void strata_stage_usage(FILE *out) {
             "  --num-stages S         pipeline length (>= 1)\n"
             "  --stage-idx R          this stage (0 .. S-1); layers default to the even split\n"
             "  --layer-start A --layer-end B  explicit layer range [A, B)\n"
+            "  --split even|decode    the default range: even (the same layer count per stage)\n"
+            "                         or decode (every stage streams about as many weight bytes\n"
+            "                         per decoded token, the last stage's lm_head counted; give\n"
+            "                         it to every stage; strata-plan --split decode shows it)\n"
             "  --listen [ADDR:]PORT   listen address (default 127.0.0.1:0 = any free port)\n"
             "  --port-file F          write the bound port to F\n"
             "  --next-host H          next stage host (default 127.0.0.1)\n"
@@ -126,6 +130,7 @@ enum option_id {
     O_STAGE_IDX,
     O_LAYER_START,
     O_LAYER_END,
+    O_SPLIT,
     O_LISTEN,
     O_PORT_FILE,
     O_NEXT_HOST,
@@ -175,6 +180,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"stage-idx", 1, 0, O_STAGE_IDX},
                                              {"layer-start", 1, 0, O_LAYER_START},
                                              {"layer-end", 1, 0, O_LAYER_END},
+                                             {"split", 1, 0, O_SPLIT},
                                              {"listen", 1, 0, O_LISTEN},
                                              {"port-file", 1, 0, O_PORT_FILE},
                                              {"next-host", 1, 0, O_NEXT_HOST},
@@ -247,6 +253,13 @@ static int parse_option(struct args *a, int c, const char *value) {
         break;
     case O_LAYER_END:
         rc = strata_stage_flag_int("--layer-end", value, 0, MODEL_CONFIG_MAX_LAYERS, &a->layer_end);
+        break;
+    case O_SPLIT:
+        if (strcmp(value, "even") && strcmp(value, "decode")) {
+            fprintf(stderr, "strata-stage: --split wants even or decode\n");
+            rc = -1;
+        }
+        a->split_decode = !strcmp(value, "decode");
         break;
     case O_LISTEN: a->listen = value; break;
     case O_PORT_FILE: a->port_file = value; break;
@@ -404,6 +417,10 @@ static int check_args(struct args *a, int argc, char **argv) {
     }
     if (rc == 0 && (a->layer_start < 0) != (a->layer_end < 0)) {
         fprintf(stderr, "strata-stage: give both --layer-start and --layer-end\n");
+        rc = -1;
+    }
+    if (rc == 0 && a->split_decode && a->layer_start >= 0) {
+        fprintf(stderr, "strata-stage: --split decode chooses the range: not with --layer-start\n");
         rc = -1;
     }
     return rc == 0 ? check_tp_args(a) : rc;

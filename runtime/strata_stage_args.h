@@ -11,6 +11,7 @@
 struct args {
     const char *model_dir, *hf_config, *weights;
     int num_stages, stage_idx, layer_start, layer_end;
+    int split_decode; /* --split decode: the layers from stage_plan_decode, not the even split */
     const char *listen, *port_file, *next_host, *next_port_file;
     int next_port;
     const char *device, *weights_dtype;

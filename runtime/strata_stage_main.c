@@ -16,6 +16,7 @@
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/stage_plan.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
 #include "runtime/stage/stage_core.h"
@@ -110,6 +111,25 @@ static int open_config(struct run *r, const struct args *a) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
+    return STRATA_EXIT_OK;
+}
+
+/* --split decode: this stage's range from stage_plan_decode over the config's shapes (every
+ * stage computes the same split from the same config.json). Returns an exit code. */
+static int resolve_split(struct run *r, struct args *a) {
+    struct stage_memory_model mm;
+    struct stage_memory_options mo = {
+        .kv_dtype_bytes = 4, .max_seq = 1, .batch = 1, .chunk_tokens = 1};
+    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+    if (!a->split_decode) return STRATA_EXIT_OK;
+    if (a->num_stages > STAGE_PLAN_MAX_STAGES ||
+        stage_memory_model_build(&mm, &r->cfg, NULL, &mo) < 0 ||
+        stage_plan_decode(ranges, &mm, a->num_stages) < 0) {
+        fprintf(stderr, "strata-stage: --split decode: %s\n", strata_last_error());
+        return STRATA_EXIT_USAGE;
+    }
+    a->layer_start = ranges[a->stage_idx].layer_start;
+    a->layer_end = ranges[a->stage_idx].layer_end;
     return STRATA_EXIT_OK;
 }
 
@@ -454,6 +474,7 @@ int main(int argc, char **argv) {
         return STRATA_EXIT_USAGE;
     }
     code = open_config(&r, &a);
+    if (code == STRATA_EXIT_OK) code = resolve_split(&r, &a);
     /* Without TP the links are set up after the weights load (a bad shard or checkpoint is
      * reported first); a TP group needs them before, to connect its ranks. */
     if (code == STRATA_EXIT_OK && a.tp * a.kvp > 1) code = setup_links(&r, &a);

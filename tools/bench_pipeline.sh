@@ -19,7 +19,11 @@
 # comparison for concurrent requests.
 # The three pipelines run side by side and the measurements are interleaved; each figure is
 # the median of BENCH_REPEAT (default 5) rounds, as the host may be shared.
+# Layers: --split decode (BENCH_SPLIT, default decode; even for the same layer count): each
+# stage streams about as many weight bytes per token, the last stage's lm_head counted, so no
+# stage sets a slower pace than the others (strata-plan --split decode prints the ranges).
 # Env: BENCH_MODEL, BENCH_THREADS, BENCH_TOKENS (default 48), BENCH_SPLIT_THREADS, BENCH_REPEAT,
+# BENCH_SPLIT,
 # STRATA_BAZEL_FLAGS (extra flags for bazel build, e.g. --define=strata_cuda=0).
 set -u
 cd "$(dirname "$0")/.."
@@ -46,7 +50,7 @@ decode_rate() { sed -n 's/^request 0: .* \([0-9.]*\) tokens\/s$/\1/p' "$1"; }
 aggregate_rate() { sed -n 's/^total: .* = \([0-9.]*\) tokens\/s$/\1/p' "$1"; }
 
 echo "pipeline benchmark: $(grep -o '"num_hidden_layers": *[0-9]*' "$model/config.json" | tr -d '"'), hidden $hidden," \
-    "$N tokens per request, $(nproc) cores, threads per stage: $([ "${BENCH_SPLIT_THREADS:-0}" = 1 ] && echo "T/S of $T" || echo "$T")"
+    "$N tokens per request, $(nproc) cores, threads per stage: $([ "${BENCH_SPLIT_THREADS:-0}" = 1 ] && echo "T/S of $T" || echo "$T"), --split ${BENCH_SPLIT:-decode}"
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 threads_for() {
     if [ "${BENCH_SPLIT_THREADS:-0}" = 1 ]; then
@@ -66,13 +70,14 @@ many_args() { # many_args K: K different prompts
 # configuration alike; each figure is the median over BENCH_REPEAT rounds.
 head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$PL_WORK/key"
 tls=(--auth-key-file "$PL_WORK/key") # TLS 1.3, external PSK
+split=${BENCH_SPLIT:-decode}
 for S in 1 2 4; do
     pl_start_pipeline "b$S" "$S" "$model" --threads "$(threads_for "$S")" --max-seq 512 --max-batch 8 \
-        --insecure
+        --split "$split" --insecure
     pl_client "b$S" --prompt "${prompts[0]}" --max-tokens 4 --quiet --insecure >/dev/null 2>&1 ||
         pl_fail "warm-up on $S stages failed"
 done
-pl_start_pipeline b4t 4 "$model" --threads "$(threads_for 4)" --max-seq 512 --max-batch 8 "${tls[@]}"
+pl_start_pipeline b4t 4 "$model" --threads "$(threads_for 4)" --max-seq 512 --max-batch 8 --split "$split" "${tls[@]}"
 pl_client b4t --prompt "${prompts[0]}" --max-tokens 4 --quiet "${tls[@]}" >/dev/null ||
     pl_fail "warm-up on 4 stages with TLS failed"
 declare -A one agg

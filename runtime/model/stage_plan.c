@@ -185,6 +185,68 @@ int stage_plan_price(struct stage_plan *plan, const struct stage_memory_model *m
     return STRATA_OK;
 }
 
+/* The exact dynamic program over contiguous splits of L layers into S stages that
+ * minimises the largest cost(s, [i, j)) over the stages; starts[S] receives each stage's
+ * first layer (stage s ends where s + 1 starts, the last at L). Ties keep the first optimum
+ * found (the shortest earlier stages), so a plan is deterministic. Returns the minimum. */
+typedef double (*range_cost_fn)(const void *ctx, int s, int start, int end);
+
+static int plan_min_max(int *starts, double *worst, int L, int S, range_cost_fn cost,
+                        const void *ctx) {
+    /* best[s][j]: smallest achievable max when stages 0..s own [0, j);
+     * from[s][j]: where stage s starts in that optimum. */
+    double *best = malloc((size_t)S * (size_t)(L + 1) * sizeof *best);
+    int *from = malloc((size_t)S * (size_t)(L + 1) * sizeof *from);
+    if (!best || !from) {
+        free(best);
+        free(from);
+        return strata_set_error(STRATA_ENOMEM, "planner: out of memory");
+    }
+#define BEST(s, j) best[(size_t)(s) * (size_t)(L + 1) + (size_t)(j)]
+#define FROM(s, j) from[(size_t)(s) * (size_t)(L + 1) + (size_t)(j)]
+    for (int s = 0; s < S; ++s) {
+        for (int j = 0; j <= L; ++j)
+            BEST(s, j) = INFINITY;
+        /* Stage s ends at j: stages before it need >= s layers, after it >= S-1-s. */
+        for (int j = s + 1; j <= L - (S - 1 - s); ++j) {
+            int i_lo = s == 0 ? 0 : s, i_hi = s == 0 ? 0 : j - 1;
+            for (int i = i_lo; i <= i_hi; ++i) {
+                double before = s == 0 ? 0.0 : BEST(s - 1, i);
+                if (before >= BEST(s, j)) continue;
+                double here = cost(ctx, s, i, j);
+                double val = before > here ? before : here;
+                if (val < BEST(s, j)) {
+                    BEST(s, j) = val;
+                    FROM(s, j) = i;
+                }
+            }
+        }
+    }
+    int end = L;
+    for (int s = S - 1; s >= 0; --s)
+        end = starts[s] = FROM(s, end);
+    *worst = BEST(S - 1, L);
+#undef BEST
+#undef FROM
+    free(best);
+    free(from);
+    return STRATA_OK;
+}
+
+struct memory_cost {
+    const struct stage_memory_model *mm;
+    const uint64_t *prefix, *free_bytes;
+    int num_stages;
+};
+
+/* A stage's total bytes as a fraction of its node's free memory. */
+static double memory_fraction(const void *ctx, int s, int start, int end) {
+    const struct memory_cost *c = ctx;
+    struct stage_plan_entry e;
+    price_stage(&e, c->mm, c->prefix, s, c->num_stages, start, end);
+    return (double)e.total_bytes / (double)c->free_bytes[s];
+}
+
 int stage_plan_balanced(struct stage_plan *plan, const struct stage_memory_model *mm,
                         const uint64_t *free_bytes, int num_stages) {
     if (!plan || !mm || !free_bytes)
@@ -197,52 +259,18 @@ int stage_plan_balanced(struct stage_plan *plan, const struct stage_memory_model
             return strata_set_error(STRATA_EINVAL, "node %d has no free memory", s);
     uint64_t prefix[MODEL_CONFIG_MAX_LAYERS + 1];
     layer_prefix(prefix, mm);
-    /* best[s][j]: smallest achievable max fraction when stages 0..s own [0, j);
-     * from[s][j]: where stage s starts in that optimum. */
-    double *best = malloc((size_t)S * (size_t)(L + 1) * sizeof *best);
-    int *from = malloc((size_t)S * (size_t)(L + 1) * sizeof *from);
-    if (!best || !from) {
-        free(best);
-        free(from);
-        return strata_set_error(STRATA_ENOMEM, "planner: out of memory");
-    }
-#define BEST(s, j) best[(size_t)(s) * (size_t)(L + 1) + (size_t)(j)]
-#define FROM(s, j) from[(size_t)(s) * (size_t)(L + 1) + (size_t)(j)]
-    struct stage_plan_entry e;
-    for (int s = 0; s < S; ++s) {
-        for (int j = 0; j <= L; ++j)
-            BEST(s, j) = INFINITY;
-        /* Stage s ends at j: stages before it need >= s layers, after it >= S-1-s. */
-        for (int j = s + 1; j <= L - (S - 1 - s); ++j) {
-            int i_lo = s == 0 ? 0 : s, i_hi = s == 0 ? 0 : j - 1;
-            for (int i = i_lo; i <= i_hi; ++i) {
-                double before = s == 0 ? 0.0 : BEST(s - 1, i);
-                if (before >= BEST(s, j)) continue;
-                price_stage(&e, mm, prefix, s, S, i, j);
-                double frac = (double)e.total_bytes / (double)free_bytes[s];
-                double val = before > frac ? before : frac;
-                if (val < BEST(s, j)) {
-                    BEST(s, j) = val;
-                    FROM(s, j) = i;
-                }
-            }
-        }
-    }
+    int starts[STAGE_PLAN_MAX_STAGES];
+    double worst;
+    const struct memory_cost cost = {mm, prefix, free_bytes, S};
+    int rc = plan_min_max(starts, &worst, L, S, memory_fraction, &cost);
+    if (rc) return rc;
     memset(plan, 0, sizeof *plan);
     plan->num_layers = L;
     plan->num_stages = S;
-    int end = L;
-    for (int s = S - 1; s >= 0; --s) {
-        int start = FROM(s, end);
-        price_stage(&plan->stages[s], mm, prefix, s, S, start, end);
+    for (int s = 0; s < S; ++s) {
+        price_stage(&plan->stages[s], mm, prefix, s, S, starts[s], s + 1 < S ? starts[s + 1] : L);
         plan->stages[s].memory_bytes = free_bytes[s];
-        end = start;
     }
-    double worst = BEST(S - 1, L);
-    free(best);
-    free(from);
-#undef BEST
-#undef FROM
     if (worst <= 1.0) return STRATA_OK;
     int tight = 0;
     uint64_t need = 0, have = 0;
@@ -266,6 +294,36 @@ int stage_plan_balanced(struct stage_plan *plan, const struct stage_memory_model
                             need_s, tight, plan->stages[tight].range.layer_start,
                             plan->stages[tight].range.layer_end, have_s, worst * 100.0, all_need,
                             all_have);
+}
+
+uint64_t stage_plan_streamed_bytes(const struct stage_memory_model *mm, int s, int num_stages,
+                                   int layer_start, int layer_end) {
+    uint64_t bytes = 0;
+    for (int l = layer_start; l < layer_end; ++l)
+        bytes += mm->layer_weight_bytes[l];
+    /* The embedding is gathered (a row per token), the head is streamed whole. */
+    if (s == num_stages - 1) bytes += mm->norm_bytes + mm->head_bytes;
+    return bytes;
+}
+
+static double streamed_cost(const void *ctx, int s, int start, int end) {
+    const struct memory_cost *c = ctx;
+    return (double)stage_plan_streamed_bytes(c->mm, s, c->num_stages, start, end);
+}
+
+int stage_plan_decode(struct stage_range *out, const struct stage_memory_model *mm,
+                      int num_stages) {
+    if (!out || !mm) return strata_set_error(STRATA_EINVAL, "stage_plan_decode: null argument");
+    const int L = mm->num_layers, S = num_stages;
+    if (S < 1 || S > L || S > STAGE_PLAN_MAX_STAGES)
+        return strata_set_error(STRATA_ERANGE, "cannot split %d layers into %d stages", L, S);
+    int starts[STAGE_PLAN_MAX_STAGES];
+    double worst;
+    const struct memory_cost cost = {mm, NULL, NULL, S};
+    int rc = plan_min_max(starts, &worst, L, S, streamed_cost, &cost);
+    for (int s = 0; s < S && !rc; ++s)
+        out[s] = (struct stage_range){starts[s], s + 1 < S ? starts[s + 1] : L};
+    return rc;
 }
 
 int grid_plan_price_rank(struct grid_plan_entry *e, const struct model_config *cfg,

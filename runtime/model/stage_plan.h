@@ -1,8 +1,14 @@
 /* Shard planning: which contiguous decoder-layer range each pipeline stage owns, and how
  * much memory each stage needs.
  *
- * Three ways to get a plan:
+ * Four ways to get a plan:
  *   - even split: base = L / S, rem = L % S, stages 0 .. rem-1 take base + 1 layers;
+ *   - decode-balanced: the contiguous split that minimises the largest weight bytes a stage
+ *     streams per decoded token (its layers, plus the final norm and lm_head on the last
+ *     stage; the embedding is only gathered). A decode step reads every weight once, so
+ *     these bytes are the stage's time per step, and the slowest stage sets a full
+ *     pipeline's pace: with Qwen3-0.6B's 151936-row head (10 layers' worth of bytes) the
+ *     even 2-stage split gives stage 1 751 MB a step to stage 0's 441 MB;
  *   - an explicit range (--layer-start / --layer-end) checked by stage_plan_check_range,
  *     and a whole set of ranges checked by stage_plan_check_ranges;
  *   - memory-proportional: given each node's free memory (node s runs stage s), the exact
@@ -107,6 +113,13 @@ int stage_plan_price(struct stage_plan *plan, const struct stage_memory_model *m
  * STRATA_ERANGE and a message naming the tightest node when the model does not fit. */
 int stage_plan_balanced(struct stage_plan *plan, const struct stage_memory_model *mm,
                         const uint64_t *free_bytes, int num_stages);
+
+/* Decode-balanced split (see the top of this file) of mm's layers over S stages: out[S]. */
+int stage_plan_decode(struct stage_range *out, const struct stage_memory_model *mm, int num_stages);
+
+/* Weight bytes stage s of S streams per decoded token when it owns [layer_start, layer_end). */
+uint64_t stage_plan_streamed_bytes(const struct stage_memory_model *mm, int s, int num_stages,
+                                   int layer_start, int layer_end);
 
 /* One process of the PP × KVP × TP grid (runtime/model/tp_shard.h) and what it holds. */
 struct grid_plan_entry {

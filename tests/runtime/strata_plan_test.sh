@@ -28,6 +28,10 @@ check even-first 0 "[0, 2)" --model "$model" --stages 2
 check weights 0 "47 tensors checked" --model "$model" --stages 2
 check three-stages 0 "[3, 4)" --model "$model" --stages 3
 check mem 0 "used" --model "$model" --stages 2 --mem 64M,32M --max-seq 1024
+check split-decode 0 "decode-balanced split" --model "$model" --stages 2 --split decode
+check split-decode-streamed 0 "streamed" --model "$model" --stages 2 --split decode
+check split-bad 2 "--split wants even or decode" --model "$model" --stages 2 --split fast
+check split-with-mem 2 "not with --mem" --model "$model" --stages 2 --split decode --mem 1G,1G
 check help 0 "usage: strata-plan" --help
 check no-args 2 "required" 
 check bad-stages 2 "--stages" --model "$model" --stages zero

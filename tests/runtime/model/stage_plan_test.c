@@ -144,6 +144,64 @@ static void test_balanced_matches_brute_force(void **state) {
     free(plan);
 }
 
+/* The largest streamed bytes over the stages of the best split of [first, L) into the
+ * stages s .. S-1 (exhaustive). */
+static uint64_t decode_brute(const struct stage_memory_model *mm, int first, int s, int S) {
+    const int L = mm->num_layers;
+    if (s == S - 1) return stage_plan_streamed_bytes(mm, s, S, first, L);
+    uint64_t best = UINT64_MAX;
+    for (int end = first + 1; end <= L - (S - 1 - s); ++end) {
+        uint64_t here = stage_plan_streamed_bytes(mm, s, S, first, end);
+        uint64_t rest = decode_brute(mm, end, s + 1, S);
+        uint64_t worst = here > rest ? here : rest;
+        if (worst < best) best = worst;
+    }
+    return best;
+}
+
+/* stage_plan_decode: an optimum of the exhaustive search on random layer and head sizes,
+ * the head counted on the last stage only, the embedding never (it is gathered). */
+static void test_decode_split_matches_brute_force(void **state) {
+    (void)state;
+    uint64_t rng = 7;
+    struct stage_memory_model *mm = calloc(1, sizeof *mm);
+    for (int trial = 0; trial < 300; ++trial) {
+        memset(mm, 0, sizeof *mm);
+        int L = 1 + (int)(rng_next(&rng) % 12);
+        int S = 1 + (int)(rng_next(&rng) % (L < 6 ? L : 6));
+        mm->num_layers = L;
+        for (int l = 0; l < L; ++l)
+            mm->layer_weight_bytes[l] = 100 + rng_next(&rng) % 900;
+        mm->embed_bytes = rng_next(&rng) % 5000;
+        mm->norm_bytes = 10;
+        mm->head_bytes = rng_next(&rng) % 5000;
+        struct stage_range r[8];
+        assert_int_equal(stage_plan_decode(r, mm, S), 0);
+        assert_int_equal(stage_plan_check_ranges(r, S, L, 1), 0);
+        uint64_t got = 0;
+        for (int s = 0; s < S; ++s) {
+            uint64_t b = stage_plan_streamed_bytes(mm, s, S, r[s].layer_start, r[s].layer_end);
+            if (b > got) got = b;
+        }
+        uint64_t want = decode_brute(mm, 0, 0, S);
+        if (got != want)
+            fail_msg("trial %d L=%d S=%d: planner %llu, optimum %llu", trial, L, S,
+                     (unsigned long long)got, (unsigned long long)want);
+    }
+    /* A head worth 3.5 layers: 8 layers of 10 over 2 stages -> [0, 6) (60) and [6, 8) + 35. */
+    memset(mm, 0, sizeof *mm);
+    mm->num_layers = 8;
+    for (int l = 0; l < 8; ++l)
+        mm->layer_weight_bytes[l] = 10;
+    mm->head_bytes = 35;
+    struct stage_range r[2];
+    assert_int_equal(stage_plan_decode(r, mm, 2), 0);
+    assert_int_equal(r[0].layer_end, 6);
+    assert_int_equal(stage_plan_streamed_bytes(mm, 1, 2, 6, 8), 55);
+    assert_int_equal(stage_plan_decode(r, mm, 9), STRATA_ERANGE);
+    free(mm);
+}
+
 static void test_balanced_proportional(void **state) {
     (void)state;
     struct stage_memory_model *mm = calloc(1, sizeof *mm);
@@ -258,6 +316,7 @@ int main(void) {
         cmocka_unit_test(test_explicit_ranges),
         cmocka_unit_test(test_balanced_matches_brute_force),
         cmocka_unit_test(test_balanced_proportional),
+        cmocka_unit_test(test_decode_split_matches_brute_force),
         cmocka_unit_test(test_memory_model_from_checkpoint),
         cmocka_unit_test(test_sizes),
     };
