@@ -1,6 +1,7 @@
 /* Reference ops; contracts and the fixed dot-product order are in ops.h. matmul lives in
  * ops_matmul.c (one file per kernel family keeps each under the size limit). */
 #include "reference/ops.h"
+#include "reference/ops_attention_simd.h"
 #include "reference/ops_q8.h"
 
 #include <math.h>
@@ -134,6 +135,10 @@ static void attention_scores(float *scores, const float *q, const float *keys, i
                              int d_len, float scale) {
     size_t ld = (size_t)d_len;
     int j = 0;
+    if (attn_simd_enabled()) { /* the same bits, 8 keys per vector (ops_attention_simd.c) */
+        j = ctx_len & ~7;
+        attn_scores_avx2(scores, q, keys, ld, j, d_len, scale);
+    }
     for (; j + 4 <= ctx_len; j += 4) {
         const float *k0 = keys + (size_t)j * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
         float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
@@ -201,17 +206,24 @@ static void tree_finish(struct tree_acc *a) {
  * o[d] = Σ e_j v_j[d], ascending j, with e_j = exp(scores[j] - max). */
 static void tree_blocks(struct tree_acc *a, const float *scores, float max, const float *values,
                         int seen, int d_len) {
+    const int simd = attn_simd_enabled();
     for (int b0 = 0; b0 < seen; b0 += OPS_ATTN_BLOCK) {
         const int b1 = b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen;
-        float *o = tree_slot(a);
-        for (int d = 0; d <= d_len; ++d)
-            o[d] = 0.0f;
+        float *o = tree_slot(a), p[OPS_ATTN_BLOCK], l = 0.0f;
         for (int j = b0; j < b1; ++j) {
-            const float p = expf(scores[j] - max);
-            const float *vj = values + (size_t)j * (size_t)d_len;
-            o[d_len] += p;
+            p[j - b0] = expf(scores[j] - max);
+            l += p[j - b0];
+        }
+        o[d_len] = l;
+        const float *vb = values + (size_t)b0 * (size_t)d_len;
+        if (simd) { /* the same sums, d's side by side (ops_attention_simd.c) */
+            attn_weighted_sum_avx2(o, p, vb, b1 - b0, d_len);
+        } else {
             for (int d = 0; d < d_len; ++d)
-                o[d] += p * vj[d];
+                o[d] = 0.0f;
+            for (int j = 0; j < b1 - b0; ++j)
+                for (int d = 0; d < d_len; ++d)
+                    o[d] += p[j] * vb[(size_t)j * (size_t)d_len + (size_t)d];
         }
         tree_push(a);
     }

@@ -407,19 +407,26 @@ static void plain_tree(float *ob, int nb, int w) {
 
 /* attention's documented fp32 order, written plainly: the kernel must give these exact bits
  * (its key interleaving only overlaps independent chains, its binary counter is this tree).
- * Context lengths cover 4-key groups, leftovers and 1 to 6 blocks of OPS_ATTN_BLOCK. */
-static void test_attention_exact_order(void **state) {
-    (void)state;
-    enum { NH = 4, NKV = 2, D = 24, MAX_SEQ = 90, POS = 6, N = 84 };
+ * Context lengths cover 4-, 8- and 16-key groups, leftovers and 1 to 6 blocks of
+ * OPS_ATTN_BLOCK; head_dim 24 (3 transposed columns of 8) and 130 (the 64-wide weighted
+ * sums, an 8-wide one and a scalar tail); every matmul path this CPU has (attention's AVX2
+ * loops follow it). */
+static void check_exact_order(int D) {
+    enum { NH = 4, NKV = 2, MAX_SEQ = 90, POS = 6, N = 84 };
     enum { NB = (MAX_SEQ + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK };
-    static float q[N * NH * D], k[NKV * MAX_SEQ * D], v[NKV * MAX_SEQ * D], out[N * NH * D];
-    static float scratch[2 * MAX_SEQ], ob[NB * (D + 1)];
-    fill(q, sizeof q / sizeof *q);
-    fill(k, sizeof k / sizeof *k);
-    fill(v, sizeof v / sizeof *v);
+    float *q = malloc(sizeof(float) * N * NH * (size_t)D);
+    float *k = malloc(sizeof(float) * NKV * MAX_SEQ * (size_t)D);
+    float *v = malloc(sizeof(float) * NKV * MAX_SEQ * (size_t)D);
+    float *out = malloc(sizeof(float) * N * NH * (size_t)D);
+    float *ob = malloc(sizeof(float) * NB * (size_t)(D + 1)),
+          *o = malloc(sizeof(float) * (size_t)D);
+    float scratch[2 * MAX_SEQ], s[MAX_SEQ];
+    fill(q, (size_t)N * NH * (size_t)D);
+    fill(k, (size_t)NKV * MAX_SEQ * (size_t)D);
+    fill(v, (size_t)NKV * MAX_SEQ * (size_t)D);
     struct thread_pool *pool;
     assert_int_equal(thread_pool_init(&pool, 2), 0);
-    attention(out, q, k, v, MAX_SEQ * D, scratch, POS, N, NH, NKV, D, pool);
+    attention(out, q, k, v, (size_t)MAX_SEQ * (size_t)D, scratch, POS, N, NH, NKV, D, pool);
     thread_pool_free(pool);
     float scale = 1.0f / sqrtf((float)D);
     for (int i = 0; i < N; ++i)
@@ -427,7 +434,7 @@ static void test_attention_exact_order(void **state) {
             const float *qi = q + (i * NH + h) * D;
             const float *kh = k + (h / 2) * MAX_SEQ * D, *vh = v + (h / 2) * MAX_SEQ * D;
             int ctx = POS + i + 1, nb = (ctx + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK;
-            float s[MAX_SEQ], o[D], max = -INFINITY;
+            float max = -INFINITY;
             for (int j = 0; j < ctx; ++j) {
                 float dot = 0.0f;
                 for (int d = 0; d < D; ++d)
@@ -450,8 +457,25 @@ static void test_attention_exact_order(void **state) {
             float inv = 1.0f / ob[D];
             for (int d = 0; d < D; ++d)
                 o[d] = ob[d] * inv;
-            assert_memory_equal(out + (i * NH + h) * D, o, sizeof o);
+            if (memcmp(out + (i * NH + h) * D, o, sizeof(float) * (size_t)D))
+                fail_msg("attention %s path, head_dim %d: query %d head %d differs from the "
+                         "documented order",
+                         ops_path_name(ops_matmul_path()), D, i, h);
         }
+    free(q), free(k), free(v), free(out), free(ob), free(o);
+}
+
+static void test_attention_exact_order(void **state) {
+    (void)state;
+    static const enum ops_path paths[] = {OPS_PATH_PORTABLE, OPS_PATH_AVX2, OPS_PATH_AVX512};
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
+        if (!ops_force_path(paths[p])) continue;
+        check_exact_order(24);
+        check_exact_order(130);
+        printf("attention: %s path gives the documented order's bits (head_dim 24, 130)\n",
+               ops_path_name(paths[p]));
+    }
+    ops_force_path(OPS_PATH_AUTO);
 }
 
 int main(void) {

@@ -1,0 +1,148 @@
+/* ops_attention_simd.h: attention's scores and weighted sums on AVX2, bit for bit the
+ * portable loops of reference/ops.c.
+ *
+ * Scores: a score is a sequential sum over d, so the vector runs across keys instead: 8 keys'
+ * rows are transposed 8 columns at a time (lane i of column t = key i's element d + t) and
+ * each lane adds q[d] * k[d] in ascending d, exactly the scalar chain of its key. Two groups
+ * of 8 keys interleave so that their add chains overlap (one chain is add-latency bound).
+ * Weighted sums: independent per d, so lanes are d's and the loop over j keeps its order.
+ * Multiplies and adds are separate intrinsics: nothing is contracted into an FMA (the
+ * portable code is built without contraction too, -std=c11). */
+#include "reference/ops_attention_simd.h"
+
+#include "reference/ops.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+
+#define AVX2_TARGET __attribute__((target("avx2")))
+
+int attn_simd_enabled(void) {
+    const enum ops_path p = ops_matmul_path();
+    return p == OPS_PATH_AVX2 || p == OPS_PATH_AVX512;
+}
+
+/* c[t] lane i = r[i] lane t. */
+AVX2_TARGET static inline void transpose8(__m256 c[8], const __m256 r[8]) {
+    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xee);
+    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xee);
+    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xee);
+    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xee);
+    c[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
+    c[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
+    c[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
+    c[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
+    c[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
+    c[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
+    c[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
+    c[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
+}
+
+/* s += q[d + t] * c[t] for t = 0 .. 7, in order. */
+AVX2_TARGET static inline __m256 add_columns(__m256 s, const float *q, const __m256 c[8]) {
+    for (int t = 0; t < 8; ++t)
+        s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(q[t]), c[t]));
+    return s;
+}
+
+AVX2_TARGET static inline void load_rows(__m256 r[8], const float *k, size_t ld, int d) {
+    for (int i = 0; i < 8; ++i)
+        r[i] = _mm256_loadu_ps(k + (size_t)i * ld + (size_t)d);
+}
+
+/* Key i's element d for i = 0 .. 7 (the d_len % 8 tail). */
+AVX2_TARGET static inline __m256 column(const float *k, size_t ld, int d) {
+    return _mm256_set_ps(k[7 * ld + (size_t)d], k[6 * ld + (size_t)d], k[5 * ld + (size_t)d],
+                         k[4 * ld + (size_t)d], k[3 * ld + (size_t)d], k[2 * ld + (size_t)d],
+                         k[ld + (size_t)d], k[(size_t)d]);
+}
+
+AVX2_TARGET void attn_scores_avx2(float *scores, const float *q, const float *keys, size_t ld,
+                                  int count, int d_len, float scale) {
+    const __m256 vscale = _mm256_set1_ps(scale);
+    __m256 r[8], c[8];
+    int j = 0;
+    for (; j + 16 <= count; j += 16) {
+        const float *ka = keys + (size_t)j * ld, *kb = ka + 8 * ld;
+        __m256 sa = _mm256_setzero_ps(), sb = _mm256_setzero_ps();
+        int d = 0;
+        for (; d + 8 <= d_len; d += 8) {
+            load_rows(r, ka, ld, d);
+            transpose8(c, r);
+            sa = add_columns(sa, q + d, c);
+            load_rows(r, kb, ld, d);
+            transpose8(c, r);
+            sb = add_columns(sb, q + d, c);
+        }
+        for (; d < d_len; ++d) {
+            const __m256 qd = _mm256_set1_ps(q[d]);
+            sa = _mm256_add_ps(sa, _mm256_mul_ps(qd, column(ka, ld, d)));
+            sb = _mm256_add_ps(sb, _mm256_mul_ps(qd, column(kb, ld, d)));
+        }
+        _mm256_storeu_ps(scores + j, _mm256_mul_ps(sa, vscale));
+        _mm256_storeu_ps(scores + j + 8, _mm256_mul_ps(sb, vscale));
+    }
+    for (; j + 8 <= count; j += 8) {
+        const float *ka = keys + (size_t)j * ld;
+        __m256 sa = _mm256_setzero_ps();
+        int d = 0;
+        for (; d + 8 <= d_len; d += 8) {
+            load_rows(r, ka, ld, d);
+            transpose8(c, r);
+            sa = add_columns(sa, q + d, c);
+        }
+        for (; d < d_len; ++d)
+            sa = _mm256_add_ps(sa, _mm256_mul_ps(_mm256_set1_ps(q[d]), column(ka, ld, d)));
+        _mm256_storeu_ps(scores + j, _mm256_mul_ps(sa, vscale));
+    }
+}
+
+/* Eight accumulators (64 d's) per pass over the j's: eight add chains hide the add latency. */
+AVX2_TARGET void attn_weighted_sum_avx2(float *o, const float *p, const float *values, int count,
+                                        int d_len) {
+    int d = 0;
+    for (; d + 64 <= d_len; d += 64) {
+        __m256 a[8];
+        for (int i = 0; i < 8; ++i)
+            a[i] = _mm256_setzero_ps();
+        for (int j = 0; j < count; ++j) {
+            const float *v = values + (size_t)j * (size_t)d_len + (size_t)d;
+            const __m256 pj = _mm256_set1_ps(p[j]);
+            for (int i = 0; i < 8; ++i)
+                a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(pj, _mm256_loadu_ps(v + 8 * i)));
+        }
+        for (int i = 0; i < 8; ++i)
+            _mm256_storeu_ps(o + d + 8 * i, a[i]);
+    }
+    for (; d + 8 <= d_len; d += 8) {
+        __m256 a = _mm256_setzero_ps();
+        for (int j = 0; j < count; ++j)
+            a = _mm256_add_ps(
+                a, _mm256_mul_ps(_mm256_set1_ps(p[j]),
+                                 _mm256_loadu_ps(values + (size_t)j * (size_t)d_len + (size_t)d)));
+        _mm256_storeu_ps(o + d, a);
+    }
+    for (; d < d_len; ++d) {
+        float a = 0.0f;
+        for (int j = 0; j < count; ++j)
+            a += p[j] * values[(size_t)j * (size_t)d_len + (size_t)d];
+        o[d] = a;
+    }
+}
+
+#else
+int attn_simd_enabled(void) {
+    return 0;
+}
+void attn_scores_avx2(float *scores, const float *q, const float *keys, size_t ld, int count,
+                      int d_len, float scale) {
+    (void)scores, (void)q, (void)keys, (void)ld, (void)count, (void)d_len, (void)scale;
+}
+void attn_weighted_sum_avx2(float *o, const float *p, const float *values, int count, int d_len) {
+    (void)o, (void)p, (void)values, (void)count, (void)d_len;
+}
+#endif
