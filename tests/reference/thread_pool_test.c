@@ -1,6 +1,7 @@
-/* thread_pool: every index in [0, n) is visited exactly once, by the worker the documented
- * split assigns it to, for many sizes and thread counts and across many rapid jobs; bad
- * thread counts are refused. */
+/* thread_pool: every index in [0, n) is visited exactly once, in non-empty chunks of the
+ * documented size (about 4 per thread) run by valid workers, for many sizes and thread counts
+ * and across many rapid jobs; bad thread counts are refused. */
+#include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,10 +15,15 @@
 struct visit {
     int count[1000];
     int owner[1000];
+    atomic_int calls, bad; /* bad: an empty range or one off the chunk grid */
+    int chunk, n;
 };
 
 static void mark(void *ctx, int begin, int end, int worker) {
     struct visit *v = ctx;
+    atomic_fetch_add(&v->calls, 1);
+    if (begin >= end || begin % v->chunk || (end - begin != v->chunk && end != v->n))
+        atomic_fetch_add(&v->bad, 1);
     for (int i = begin; i < end; ++i) {
         v->count[i]++;
         v->owner[i] = worker;
@@ -33,12 +39,16 @@ static void test_ranges_cover_once(void **state) {
         for (int n = 0; n <= 1000; n += (n < 20 ? 1 : 97)) {
             static struct visit v;
             memset(&v, 0, sizeof v);
+            const int chunk = n ? (n + 4 * threads - 1) / (4 * threads) : 1;
+            v.chunk = threads == 1 || n == 1 ? (n ? n : 1) : chunk; /* one call over all */
+            v.n = n;
             thread_pool_run(pool, mark, &v, n);
-            int chunk = n ? (n + threads - 1) / threads : 1;
             for (int i = 0; i < n; ++i) {
                 assert_int_equal(v.count[i], 1);
-                if (n > 1) assert_int_equal(v.owner[i], i / chunk);
+                assert_true(v.owner[i] >= 0 && v.owner[i] < threads);
             }
+            assert_int_equal(atomic_load(&v.bad), 0);
+            if (n > 0) assert_int_equal(atomic_load(&v.calls), (n + v.chunk - 1) / v.chunk);
         }
         thread_pool_free(pool);
     }
