@@ -34,7 +34,11 @@ pl_start_pipeline one 1 "$model" "${opts[@]}" --out "$PL_WORK/one.safetensors"
 pl_client one "${greedy[@]}" >"$PL_WORK/one.greedy" || pl_fail "reference: $(cat "$PL_WORK/one.greedy")"
 pl_client one "${sampled[@]}" >"$PL_WORK/one.sampled" || pl_fail "reference: $(cat "$PL_WORK/one.sampled")"
 pl_client one --prompt "$p0" --max-tokens 150 >"$PL_WORK/one.single" || pl_fail "reference single"
-pl_wait_file "$PL_WORK/one.safetensors" 5 || pl_fail "single stage: no --out file"
+# --out holds the last finished request, and the stage writes it after the client has its
+# last token: wait for the 5th request's write (the file exists from the first), or the copy
+# may be the previous request's --out (120 tokens) and case c would compare against that.
+pl_wait_log "$PL_WORK/one.0.log" "wrote $PL_WORK/one.safetensors" 5 5 ||
+    pl_fail "single stage: the 5th request's --out was not written"
 cp "$PL_WORK/one.safetensors" "$PL_WORK/ref.safetensors"
 pl_stop_pipeline one 1
 
