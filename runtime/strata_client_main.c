@@ -112,26 +112,6 @@ static int compare_double(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* Parses "1,2,3" into ids [cap]; returns the count or -1. */
-static int parse_ids(int32_t *ids, int cap, const char *text) {
-    int n = 0;
-    const char *p = text;
-    while (*p) {
-        char *end;
-        long v;
-        errno = 0;
-        v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v > INT32_MAX || n >= cap) return -1;
-        ids[n++] = (int32_t)v;
-        p = end;
-        if (*p == ',')
-            p++;
-        else if (*p)
-            return -1;
-    }
-    return n;
-}
-
 struct client_args {
     const char *host, *port_file, *key_file, *prompts[MAX_REQUESTS];
     int num_prompts, port, copies, max_tokens, cancel_after, timeout_ms, quiet, latency, insecure;
@@ -221,7 +201,8 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'c': a->copies = atoi(optarg); break;
         case 'n': a->max_tokens = atoi(optarg); break;
         case 's':
-            base->num_stop_ids = parse_ids(base->stop_ids, REQUEST_MAX_STOP_IDS, optarg);
+            base->num_stop_ids =
+                cli_parse_ids(base->stop_ids, REQUEST_MAX_STOP_IDS, optarg, 0, INT32_MAX);
             if (base->num_stop_ids < 0) {
                 fprintf(stderr, "strata-client: bad --stop list '%s'\n", optarg);
                 return STRATA_EXIT_USAGE;
@@ -250,7 +231,8 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'X': a->describe = 1; break;
         case 'G': {
             int32_t thw[4];
-            if (a->num_images >= VL_MAX_IMAGES || parse_ids(thw, 4, optarg) != 3) {
+            if (a->num_images >= VL_MAX_IMAGES ||
+                cli_parse_ids(thw, 4, optarg, 0, INT32_MAX) != 3) {
                 fprintf(stderr, "strata-client: bad --grid '%s' (T,H,W; at most %d)\n", optarg,
                         VL_MAX_IMAGES);
                 return STRATA_EXIT_USAGE;
@@ -491,7 +473,7 @@ static int make_jobs(struct job *jobs, int *num_jobs, const struct client_args *
             j->prompt_len = (int)g_text.prompt.n;
             prompt = "(text)";
         } else {
-            j->prompt_len = parse_ids(j->prompt, MAX_PROMPT, prompt);
+            j->prompt_len = cli_parse_ids(j->prompt, MAX_PROMPT, prompt, 0, INT32_MAX);
         }
         if (j->prompt_len < 1) {
             fprintf(stderr, "strata-client: bad --prompt '%s'\n", prompt);

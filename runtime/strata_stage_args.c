@@ -122,6 +122,19 @@ int strata_stage_flag_int(const char *flag, const char *text, int lo, int hi, in
     return -1;
 }
 
+int strata_stage_parse_listen(const char *text, char *host, size_t cap, int *port) {
+    const char *colon = text ? strrchr(text, ':') : NULL;
+    snprintf(host, cap, "127.0.0.1");
+    *port = 0;
+    if (!text) return 0;
+    if (colon) {
+        if (colon > text) /* ":PORT" keeps the default address */
+            snprintf(host, cap, "%.*s", (int)(colon - text), text);
+        text = colon + 1;
+    }
+    return strata_stage_flag_int("--listen", text, 0, 65535, port);
+}
+
 enum option_id {
     O_MODEL = 1000,
     O_HF_CONFIG,
@@ -223,7 +236,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"help", 0, 0, O_HELP},
                                              {0, 0, 0, 0}};
 
-static int parse_log_level(const char *text, enum stage_log_level *out) {
+int strata_stage_parse_log_level(const char *text, enum stage_log_level *out) {
     static const char *const names[] = {"error", "warn", "info", "debug"};
     for (int i = 0; i < 4; i++)
         if (!strcmp(text, names[i])) {
@@ -321,7 +334,7 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_DELAY:
         rc = strata_stage_flag_int("--step-delay-ms", value, 0, 60000, &a->step_delay_ms);
         break;
-    case O_LOG: rc = parse_log_level(value, &a->log_level); break;
+    case O_LOG: rc = strata_stage_parse_log_level(value, &a->log_level); break;
     case O_TP: rc = strata_stage_flag_int("--tp", value, 1, COLL_MAX_RANKS, &a->tp); break;
     case O_TP_RANK:
         rc = strata_stage_flag_int("--tp-rank", value, 0, COLL_MAX_RANKS - 1, &a->tp_rank);

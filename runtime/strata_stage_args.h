@@ -1,5 +1,6 @@
 /* strata-stage's command line (runtime/strata_stage_main.c): the flags, their defaults and
- * the checks between them, apart from what the process does with them. */
+ * the checks between them, apart from what the process does with them; its flag parsers
+ * also serve --role vision (runtime/strata_vision_main.c). */
 #ifndef STRATA_RUNTIME_STRATA_STAGE_ARGS_H
 #define STRATA_RUNTIME_STRATA_STAGE_ARGS_H
 
@@ -31,6 +32,13 @@ struct args {
 /* A flag's integer value in [lo, hi] (runtime/base/cli.h), or -1 after naming the flag and
  * the range on stderr. */
 int strata_stage_flag_int(const char *flag, const char *text, int lo, int hi, int *out);
+
+/* --listen "ADDR:PORT", ":PORT" or "PORT" (NULL: 127.0.0.1 and port 0, any free one) into
+ * host [cap] and *port: 0, or -1 after printing what is wrong. */
+int strata_stage_parse_listen(const char *text, char *host, size_t cap, int *port);
+
+/* --log-level error|warn|info|debug: 0, or -1 after printing what is wrong. */
+int strata_stage_parse_log_level(const char *text, enum stage_log_level *out);
 
 /* The --help text. */
 void strata_stage_usage(FILE *out);

@@ -45,20 +45,6 @@ static void on_signal(int sig) {
     if (stop_flag < 2) stop_flag = stop_flag + 1;
 }
 
-/* Splits "ADDR:PORT" or "PORT". */
-static int parse_listen(const char *text, char *host, size_t cap, int *port) {
-    const char *colon = text ? strrchr(text, ':') : NULL;
-    snprintf(host, cap, "127.0.0.1");
-    *port = 0;
-    if (!text) return 0;
-    if (colon) {
-        if (colon > text) /* ":PORT" keeps the default address */
-            snprintf(host, cap, "%.*s", (int)(colon - text), text);
-        text = colon + 1;
-    }
-    return strata_stage_flag_int("--listen", text, 0, 65535, port);
-}
-
 /* STRATA_E* of a failed open -> the documented exit code. */
 static int open_exit_code(int rc) {
     switch (rc) {
@@ -467,7 +453,8 @@ int main(int argc, char **argv) {
         return STRATA_EXIT_USAGE;
     }
     stage_log_setup(a.stage_idx, a.log_level);
-    if (parse_listen(a.listen, r.listen_host, sizeof r.listen_host, &r.listen_port) < 0)
+    if (strata_stage_parse_listen(a.listen, r.listen_host, sizeof r.listen_host, &r.listen_port) <
+        0)
         return STRATA_EXIT_USAGE;
     if (a.standby && r.listen_port == 0) {
         fprintf(stderr, "strata-stage: --standby needs a fixed --listen port (the primary's)\n");

@@ -17,6 +17,7 @@
 #include "runtime/model/safetensors.h"
 #include "runtime/stage/vision_cuda.h"
 #include "runtime/stage/vision_stage.h"
+#include "runtime/strata_stage_args.h"
 #include "wire/auth.h"
 #include "wire/tls.h"
 
@@ -73,25 +74,8 @@ struct vargs {
     int next_port, threads, block_tokens, insecure, drop_after, max_image, max_request;
     int device; /* -1: CPU encoder; else the CUDA device index */
     long long max_pixels;
-    enum strata_log_level log_level;
+    enum stage_log_level log_level;
 };
-
-static int vflag(const char *flag, const char *text, long lo, long hi, int *out) {
-    if (cli_parse_int(text, lo, hi, out) == 0) return 0;
-    fprintf(stderr, "strata-stage: %s %s\n", flag, strata_last_error());
-    return -1;
-}
-
-static int parse_level(const char *text, enum strata_log_level *out) {
-    static const char *const names[] = {"error", "warn", "info", "debug"};
-    for (int i = 0; i < 4; i++)
-        if (!strcmp(text, names[i])) {
-            *out = (enum strata_log_level)i;
-            return 0;
-        }
-    fprintf(stderr, "strata-stage: --log-level is error|warn|info|debug\n");
-    return -1;
-}
 
 /* --device cpu | cuda | cuda:N into *device (-1 = the CPU encoder). */
 static int vdevice(const char *v, int *device) {
@@ -116,15 +100,17 @@ static int vparse_one(struct vargs *a, int c, const char *v) {
     case 'l': a->listen = v; return 0;
     case 'p': a->port_file = v; return 0;
     case 'h': a->next_host = v; return 0;
-    case 'n': return vflag("--next-port", v, 1, 65535, &a->next_port);
+    case 'n': return strata_stage_flag_int("--next-port", v, 1, 65535, &a->next_port);
     case 'f': a->next_port_file = v; return 0;
-    case 't': return vflag("--threads", v, 1, 1024, &a->threads);
+    case 't': return strata_stage_flag_int("--threads", v, 1, 1024, &a->threads);
     case 'D': return vdevice(v, &a->device);
-    case 'b': return vflag("--vision-block-tokens", v, 1, 1 << 24, &a->block_tokens);
-    case 'i': return vflag("--max-image-bytes", v, 1, 1 << 30, &a->max_image);
-    case 'q': return vflag("--max-request-bytes", v, 1024, 1 << 30, &a->max_request);
+    case 'b':
+        return strata_stage_flag_int("--vision-block-tokens", v, 1, 1 << 24, &a->block_tokens);
+    case 'i': return strata_stage_flag_int("--max-image-bytes", v, 1, 1 << 30, &a->max_image);
+    case 'q':
+        return strata_stage_flag_int("--max-request-bytes", v, 1024, 1 << 30, &a->max_request);
     case 'x':
-        if (vflag("--max-pixels", v, 1, 2000000000, &px) < 0) return -1;
+        if (strata_stage_flag_int("--max-pixels", v, 1, 2000000000, &px) < 0) return -1;
         a->max_pixels = px;
         return 0;
     case 'a': a->auth = v; return 0;
@@ -132,8 +118,9 @@ static int vparse_one(struct vargs *a, int c, const char *v) {
     case 'K': a->key = v; return 0;
     case 'A': a->ca = v; return 0;
     case 'I': a->insecure = 1; return 0;
-    case 'd': return vflag("--test-drop-after-block", v, 0, 1 << 24, &a->drop_after);
-    case 'L': return parse_level(v, &a->log_level);
+    case 'd':
+        return strata_stage_flag_int("--test-drop-after-block", v, 0, 1 << 24, &a->drop_after);
+    case 'L': return strata_stage_parse_log_level(v, &a->log_level);
     default: return -1;
     }
 }
@@ -167,7 +154,7 @@ static int vparse(struct vargs *a, int argc, char **argv) {
     a->threads = 1;
     a->drop_after = -1;
     a->device = -1;
-    a->log_level = STRATA_LOG_INFO;
+    a->log_level = STAGE_LOG_INFO;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'H') return 1;
         if (vparse_one(a, c, optarg) < 0) {
@@ -276,15 +263,8 @@ static int vserve(struct vrun *r, const struct vargs *a) {
     char host[256];
     int port = 0;
     memset(&so, 0, sizeof so);
-    snprintf(host, sizeof host, "127.0.0.1");
-    if (a->listen) {
-        const char *colon = strrchr(a->listen, ':'), *p = a->listen;
-        if (colon) {
-            if (colon > a->listen) snprintf(host, sizeof host, "%.*s", (int)(colon - p), p);
-            p = colon + 1;
-        }
-        if (vflag("--listen", p, 0, 65535, &port) < 0) return STRATA_EXIT_USAGE;
-    }
+    if (strata_stage_parse_listen(a->listen, host, sizeof host, &port) < 0)
+        return STRATA_EXIT_USAGE;
     if (wire_auth_key_load(&r->key, a->auth, NULL) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_USAGE;
@@ -335,7 +315,7 @@ int strata_vision_main(int argc, char **argv) {
                         "(strata-stage --role vision --help lists every flag)\n");
         return STRATA_EXIT_USAGE;
     }
-    strata_log_setup("vision", a.log_level);
+    strata_log_setup("vision", (enum strata_log_level)a.log_level);
     memset(&r, 0, sizeof r);
     code = vopen(&r, &a);
     if (code == STRATA_EXIT_OK) {

@@ -414,24 +414,6 @@ done:
     return rc;
 }
 
-static int parse_prompt(int32_t *out, const char *text, int vocab) {
-    int n = 0;
-    const char *p = text;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || v < 0 || v >= vocab || n >= MAX_PROMPT) return -1;
-        out[n++] = (int32_t)v;
-        p = end;
-        if (*p == ',')
-            p++;
-        else if (*p)
-            return -1;
-    }
-    return n;
-}
-
 /* One table row: runs `split` and compares it with the baseline (NULL: it is the baseline). */
 static int run_split(struct sim_report *report, struct cli *cli, const struct sim_split *split,
                      const struct sim_report *baseline, int *any_failure) {
@@ -565,7 +547,8 @@ static int open_inputs(struct session *ss, const struct cli *cli) {
         return STRATA_EXIT_INPUT;
     }
     if (cli->prompt_text) {
-        ss->prompt_len = parse_prompt(ss->base_prompt, cli->prompt_text, ss->cfg.vocab_size);
+        ss->prompt_len =
+            cli_parse_ids(ss->base_prompt, MAX_PROMPT, cli->prompt_text, 0, ss->cfg.vocab_size - 1);
         if (ss->prompt_len < 1) {
             fprintf(stderr, "strata-sim: --prompt needs comma-separated ids in [0, %d)\n",
                     ss->cfg.vocab_size);

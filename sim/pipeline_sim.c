@@ -5,7 +5,10 @@
  * Node numbering: stages 0 .. S-1, the client is node S (so it sorts last on ties).
  * Link numbering: connection c (stage c to stage (c+1) mod S, S > 1) has forward link 2c
  * and backward link 2c+1; the client connection has links 2S (client -> stage 0) and
- * 2S+1 (stage 0 -> client). */
+ * 2S+1 (stage 0 -> client).
+ * This file is the run itself (the event loop and what each event does); checking the
+ * options, building and tearing down the stages and summarising the report are
+ * sim_setup.c, and the state both share is pipeline_sim_internal.h. */
 #include "sim/pipeline_sim.h"
 
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include "runtime/stage/request.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_open.h"
+#include "sim/pipeline_sim_internal.h"
 #include "sim/sim_grid.h"
 #include "sim/stage_thread.h"
 #include "sim/virtual_clock.h"
@@ -30,78 +34,7 @@ enum sim_event_kind {
 
 #define SIM_MAX_EVENTS 50000000ull
 
-struct inbox_item {
-    int is_link_down;
-    enum stage_link link;
-    uint8_t *data; /* frame, or the reason text */
-    size_t len;
-    struct inbox_item *next;
-};
-
-struct sim_stage {
-    struct stage_thread thread;
-    struct stage stage;      /* backend + core (runtime/stage/stage_open.h) */
-    struct stage_core *core; /* stage.core */
-    struct stage_open_options open;
-    struct sim_grid_options grid_opt; /* tp x kvp > 1: the stage's group (sim_grid.h) */
-    struct sim_grid *grid;
-    int dead;
-    int busy;
-    int link_down[3];         /* per stage_link (PREV, NEXT, CLIENT): connection gone */
-    int link_down_pending[3]; /* an EV_LINK_DOWN is queued */
-    struct inbox_item *inbox_head, *inbox_tail;
-    int step_result; /* stage_core_step() of the last step */
-    int64_t step_wall_ns, step_cpu_ns;
-};
-
-struct client_request {
-    int done;
-    int got_first;
-};
-
-struct sim {
-    const struct sim_options *opt;
-    struct sim_report *report;
-    int num_stages;
-    struct virtual_clock clock;
-    struct sim_stage *stages;      /* [S] */
-    struct sim_link *links;        /* [2S + 2] */
-    struct client_request *client; /* [R] */
-    int client_link_down;
-    int requests_left;
-    int32_t **last_tokens; /* [R] tokens the last stage reported, for a cross-check */
-    int *last_n_tokens;    /* [R], -1 when none */
-};
-
-void sim_options_default(struct sim_options *opt) {
-    memset(opt, 0, sizeof *opt);
-    sim_link_params_default(&opt->link);
-    opt->seed = 1;
-    opt->num_requests = 1;
-    opt->num_threads = 1;
-    opt->compute = SIM_COMPUTE_WALL;
-    opt->row_layer_cost_ns = 1000;
-    opt->kill_stage = -1;
-    opt->partition_stage = -1;
-    opt->peer_timeout_ns = 2000000000ll;
-    opt->request_timeout_ns = 60000000000ll;
-    opt->keep_logits = 1;
-    opt->tp = opt->kvp = 1;
-}
-
-void sim_report_free(struct sim_report *report) {
-    if (!report) return;
-    if (report->requests)
-        for (int i = 0; i < report->num_requests; i++) {
-            free(report->requests[i].tokens);
-            free(report->requests[i].logits);
-        }
-    free(report->requests);
-    free(report->stages);
-    memset(report, 0, sizeof *report);
-}
-
-static void record_protocol_error(struct sim *sim, const char *what) {
+void sim_record_protocol_error(struct sim *sim, const char *what) {
     if (sim->report->protocol_errors++ == 0)
         snprintf(sim->report->first_protocol_error, sizeof sim->report->first_protocol_error, "%s",
                  what);
@@ -128,18 +61,18 @@ static void client_finish(struct sim *sim, int index, int status, const char *me
 static void client_on_frame(struct sim *sim, const uint8_t *frame, size_t len) {
     struct request_event ev;
     if (request_event_decode(&ev, frame, len) < 0) {
-        record_protocol_error(sim, strata_last_error());
+        sim_record_protocol_error(sim, strata_last_error());
         return;
     }
     if (ev.kind == REQUEST_EVENT_CONNECTION_ERROR) { /* nonce 0: about the connection */
         char what[512];
         snprintf(what, sizeof what, "stage 0 reported a connection error: %.400s", ev.message);
-        record_protocol_error(sim, what);
+        sim_record_protocol_error(sim, what);
         return;
     }
     struct sim_request_outcome *o = outcome_for(sim, ev.nonce);
     if (!o) {
-        record_protocol_error(sim, "client received an event for an unknown request nonce");
+        sim_record_protocol_error(sim, "client received an event for an unknown request nonce");
         return;
     }
     int index = (int)(ev.nonce - 1);
@@ -152,13 +85,13 @@ static void client_on_frame(struct sim *sim, const uint8_t *frame, size_t len) {
         char what[160];
         snprintf(what, sizeof what, "request %llu: token for step %llu arrived, expected %d",
                  (unsigned long long)ev.nonce, (unsigned long long)ev.step, o->n_tokens);
-        record_protocol_error(sim, what);
+        sim_record_protocol_error(sim, what);
         client_finish(sim, index, STRATA_EFORMAT, what);
         return;
     }
     int cap = sim->opt->requests[index].max_tokens;
     if (o->n_tokens >= cap) {
-        record_protocol_error(sim, "client received more tokens than max_tokens");
+        sim_record_protocol_error(sim, "client received more tokens than max_tokens");
         client_finish(sim, index, STRATA_EFORMAT, "more tokens than max_tokens");
         return;
     }
@@ -218,12 +151,12 @@ static int stage_send(struct sim *sim, int r, enum stage_link link, uint8_t *dat
     }
     if (link != STAGE_LINK_CLIENT && S == 1) {
         free(data);
-        record_protocol_error(sim, "a single-stage core sent a frame to another stage");
+        sim_record_protocol_error(sim, "a single-stage core sent a frame to another stage");
         return 0;
     }
     if (link == STAGE_LINK_CLIENT && r != 0) {
         free(data);
-        record_protocol_error(sim, "a stage other than 0 sent a frame to the client");
+        sim_record_protocol_error(sim, "a stage other than 0 sent a frame to the client");
         return 0;
     }
     if (st->link_down[link]) {
@@ -263,17 +196,6 @@ static int stage_send(struct sim *sim, int r, enum stage_link link, uint8_t *dat
 }
 
 /* ---- stages ------------------------------------------------------------------------ */
-
-/* Runs on the stage's thread: loads its layer range and builds its core. */
-static int stage_load(void *arg) {
-    struct sim_stage *st = arg;
-    int rc = st->grid_opt.tp * st->grid_opt.kvp > 1
-                 ? sim_grid_start(&st->grid, &st->open.tp, &st->grid_opt, &st->open)
-                 : 0;
-    if (rc == 0) rc = stage_open(&st->stage, &st->open, NULL);
-    st->core = st->stage.core;
-    return rc;
-}
 
 /* Sends every frame the core has queued and collects its finished-request records. */
 static int stage_flush(struct sim *sim, int r) {
@@ -327,7 +249,7 @@ static int stage_maybe_step(struct sim *sim, int r) {
     if (st->step_result < 0) {
         char what[400];
         snprintf(what, sizeof what, "stage %d step failed: %s", r, strata_last_error());
-        record_protocol_error(sim, what);
+        sim_record_protocol_error(sim, what);
     }
     struct sim_stage_stats *stats = &sim->report->stages[r];
     uint64_t rows = after.rows - before.rows;
@@ -365,7 +287,7 @@ static int stage_deliver(struct sim *sim, int r, int is_link_down, enum stage_li
         if (stage_core_on_frame(st->core, link, 0, data, len) < 0) {
             char what[400];
             snprintf(what, sizeof what, "stage %d refused a frame: %s", r, strata_last_error());
-            record_protocol_error(sim, what);
+            sim_record_protocol_error(sim, what);
             st->link_down[link] = 1;
             stage_core_on_link_down(st->core, link, 0, what);
         }
@@ -393,7 +315,7 @@ static int stage_enqueue(struct sim_stage *st, int is_link_down, enum stage_link
     return 0;
 }
 
-static void stage_clear_inbox(struct sim_stage *st) {
+void sim_stage_clear_inbox(struct sim_stage *st) {
     while (st->inbox_head) {
         struct inbox_item *item = st->inbox_head;
         st->inbox_head = item->next;
@@ -428,7 +350,7 @@ static int on_kill(struct sim *sim, int r) {
              (double)now / 1e6);
     st->dead = 1;
     st->busy = 0;
-    stage_clear_inbox(st);
+    sim_stage_clear_inbox(st);
     vclock_cancel(&sim->clock, r, -1);
     int rc = 0;
     if (S > 1) {
@@ -574,208 +496,12 @@ static int client_send_requests(struct sim *sim) {
     return rc;
 }
 
-static int check_options(const struct sim_options *opt) {
-    if (!opt->cfg || !opt->weights || !opt->requests)
-        return strata_set_error(STRATA_EINVAL, "simulator: model, weights and requests needed");
-    int rc = sim_split_check(&opt->split);
-    if (rc < 0) return rc;
-    if (opt->split.num_layers != opt->cfg->num_layers)
-        return strata_set_error(STRATA_EINVAL, "simulator: split is for %d layers, model has %d",
-                                opt->split.num_layers, opt->cfg->num_layers);
-    if (opt->num_requests < 1 || opt->num_requests > 4096)
-        return strata_set_error(STRATA_EINVAL, "simulator: %d requests (need 1 .. 4096)",
-                                opt->num_requests);
-    for (int i = 0; i < opt->num_requests; i++)
-        if (opt->requests[i].prompt_len < 1 || opt->requests[i].max_tokens < 1)
-            return strata_set_error(STRATA_EINVAL,
-                                    "simulator: request %d needs a prompt and max_tokens >= 1", i);
-    if (opt->num_threads < 1)
-        return strata_set_error(STRATA_EINVAL, "simulator: threads must be >= 1");
-    int S = opt->split.num_stages;
-    if (opt->kill_stage >= S || opt->partition_stage >= S)
-        return strata_set_error(STRATA_ERANGE,
-                                "simulator: fault on stage %d but the split has %d stages",
-                                opt->kill_stage >= S ? opt->kill_stage : opt->partition_stage, S);
-    if ((opt->kill_stage >= 0 && opt->kill_at_ns < 0) ||
-        (opt->partition_stage >= 0 && opt->partition_at_ns < 0))
-        return strata_set_error(STRATA_EINVAL, "simulator: fault time must be >= 0");
-    if (opt->peer_timeout_ns <= 0 || opt->request_timeout_ns <= 0)
-        return strata_set_error(STRATA_EINVAL, "simulator: timeouts must be > 0");
-    if (opt->compute == SIM_COMPUTE_FIXED && opt->row_layer_cost_ns < 0)
-        return strata_set_error(STRATA_EINVAL, "simulator: row cost must be >= 0");
-    for (int c = 0; c < opt->num_conn_link; c++)
-        if (opt->conn_link_set[c] && (rc = sim_link_params_check(&opt->conn_link[c])) < 0)
-            return rc;
-    return sim_link_params_check(&opt->link);
-}
-
-/* Loads every stage's model and core, each on its own thread, all at once. */
-static int build_stages(struct sim *sim) {
-    const struct sim_options *opt = sim->opt;
-    int S = sim->num_stages, max_seq = 1, rc = 0;
-    for (int i = 0; i < opt->num_requests; i++) {
-        int need = opt->requests[i].prompt_len + opt->requests[i].max_tokens;
-        if (need > max_seq) max_seq = need;
-    }
-    struct grid_config grid = {
-        .pp = S, .tp = opt->tp, .kvp = opt->kvp, .kvp_tokens = opt->kvp_tokens, .moe = opt->moe};
-    if (opt->tp * opt->kvp > 1 && (rc = grid_config_check(&grid, opt->cfg, max_seq))) return rc;
-    for (int r = 0; r < S; r++) {
-        struct sim_stage *st = &sim->stages[r];
-        rc = stage_thread_start(&st->thread);
-        if (rc < 0) return rc;
-        st->open = (struct stage_open_options){.cfg = opt->cfg,
-                                               .weights = opt->weights,
-                                               .stage_index = r,
-                                               .num_stages = S,
-                                               .layer_start = opt->split.bounds[r],
-                                               .layer_end = opt->split.bounds[r + 1],
-                                               .device = opt->device,
-                                               .num_threads = opt->num_threads,
-                                               .weights_dtype = opt->weights_dtype,
-                                               .max_seq = max_seq,
-                                               .max_batch = opt->num_requests,
-                                               .chunk_size = opt->chunk_size,
-                                               .keep_logits = opt->keep_logits && r == S - 1};
-        st->grid_opt = (struct sim_grid_options){.cfg = opt->cfg,
-                                                 .weights = opt->weights,
-                                                 .stage_index = r,
-                                                 .tp = opt->tp,
-                                                 .kvp = opt->kvp,
-                                                 .kvp_tokens = grid.kvp_tokens,
-                                                 .moe = opt->moe,
-                                                 .max_seq = max_seq,
-                                                 .num_slots = opt->num_requests,
-                                                 .num_threads = opt->num_threads};
-        sim->report->stages[r].first_step_ns = -1;
-        sim->report->stages[r].layer_start = st->open.layer_start;
-        sim->report->stages[r].layer_end = st->open.layer_end;
-    }
-    for (int r = 0; r < S; r++) {
-        int submitted = stage_thread_submit(&sim->stages[r].thread, stage_load, &sim->stages[r]);
-        if (submitted < 0) return submitted;
-    }
-    char first_error[512] = "";
-    for (int r = 0; r < S; r++) {
-        int result = stage_thread_wait(&sim->stages[r].thread);
-        if (result < 0 && rc == 0) {
-            rc = result;
-            snprintf(first_error, sizeof first_error, "stage %d (layers %d-%d): %s", r,
-                     opt->split.bounds[r], opt->split.bounds[r + 1], strata_last_error());
-        }
-    }
-    if (rc < 0) return strata_set_error(rc, "%s", first_error);
-    return 0;
-}
-
-static int setup(struct sim *sim, struct sim_report *report, const struct sim_options *opt) {
-    int S = opt->split.num_stages, R = opt->num_requests;
-    memset(sim, 0, sizeof *sim);
-    memset(report, 0, sizeof *report);
-    sim->opt = opt;
-    sim->report = report;
-    sim->num_stages = S;
-    sim->requests_left = R;
-    report->num_stages = S;
-    report->num_requests = R;
-    int rc = vclock_init(&sim->clock);
-    if (rc < 0) return rc;
-    sim->stages = calloc((size_t)S, sizeof *sim->stages);
-    sim->links = calloc((size_t)(2 * S + 2), sizeof *sim->links);
-    sim->client = calloc((size_t)R, sizeof *sim->client);
-    sim->last_tokens = calloc((size_t)R, sizeof *sim->last_tokens);
-    sim->last_n_tokens = calloc((size_t)R, sizeof *sim->last_n_tokens);
-    report->requests = calloc((size_t)R, sizeof *report->requests);
-    report->stages = calloc((size_t)S, sizeof *report->stages);
-    if (!sim->stages || !sim->links || !sim->client || !sim->last_tokens || !sim->last_n_tokens ||
-        !report->requests || !report->stages)
-        return strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
-    for (int i = 0; i < R; i++) {
-        report->requests[i].nonce = (uint64_t)i + 1;
-        report->requests[i].tokens = calloc((size_t)opt->requests[i].max_tokens, sizeof(int32_t));
-        if (!report->requests[i].tokens)
-            return strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
-        sim->last_n_tokens[i] = -1;
-    }
-    /* Each link direction gets its own PRNG stream derived from the seed. */
-    for (int l = 0; l < 2 * S + 2; l++) {
-        const struct sim_link_params *params = &opt->link;
-        int conn = l / 2;
-        if (S > 1 && conn < S && conn < opt->num_conn_link && opt->conn_link_set[conn])
-            params = &opt->conn_link[conn];
-        rc = sim_link_init(&sim->links[l], params,
-                           opt->seed * 0x9E3779B97F4A7C15ull + (uint64_t)l * 0xD1B54A32D192ED03ull);
-        if (rc < 0) return rc;
-    }
-    return build_stages(sim);
-}
-
-static void teardown(struct sim *sim) {
-    if (sim->stages)
-        for (int r = 0; r < sim->num_stages; r++) {
-            struct sim_stage *st = &sim->stages[r];
-            stage_thread_stop(&st->thread);
-            stage_close(&st->stage); /* a grid's leader sends its followers STOP */
-            sim_grid_stop(st->grid); /* a follower's failure already failed requests */
-            st->grid = NULL;
-            st->core = NULL;
-            stage_clear_inbox(st);
-        }
-    if (sim->last_tokens)
-        for (int i = 0; i < sim->opt->num_requests; i++)
-            free(sim->last_tokens[i]);
-    free(sim->last_tokens);
-    free(sim->last_n_tokens);
-    free(sim->stages);
-    free(sim->links);
-    free(sim->client);
-    vclock_free(&sim->clock);
-}
-
-/* Fills the report's summary numbers and checks the client's tokens against the last
- * stage's record of the same request. */
-static void summarise(struct sim *sim) {
-    struct sim_report *report = sim->report;
-    const struct sim_options *opt = sim->opt;
-    int S = sim->num_stages, ok = 0;
-    uint64_t total_tokens = 0;
-    double ttft_sum = 0.0;
-    for (int i = 0; i < opt->num_requests; i++) {
-        struct sim_request_outcome *o = &report->requests[i];
-        if (o->done_ns > report->makespan_ns) report->makespan_ns = o->done_ns;
-        if (o->status != 0) {
-            report->failed_requests++;
-            continue;
-        }
-        ok++;
-        total_tokens += (uint64_t)o->n_tokens;
-        ttft_sum += (double)o->ttft_ns;
-        if (sim->last_n_tokens[i] != o->n_tokens ||
-            memcmp(sim->last_tokens[i], o->tokens, sizeof(int32_t) * (size_t)o->n_tokens) != 0)
-            record_protocol_error(sim, "client tokens differ from the last stage's record");
-        if (opt->keep_logits && !o->logits)
-            record_protocol_error(sim, "the last stage reported no logits for a request");
-    }
-    report->mean_ttft_ns = ok ? ttft_sum / ok : 0.0;
-    report->tokens_per_s =
-        report->makespan_ns > 0 ? (double)total_tokens * 1e9 / (double)report->makespan_ns : 0.0;
-    int64_t busy = 0;
-    for (int r = 0; r < S; r++)
-        busy += report->stages[r].busy_ns;
-    report->utilisation =
-        report->makespan_ns > 0 ? (double)busy / ((double)S * (double)report->makespan_ns) : 0.0;
-    if (report->utilisation > 1.0) report->utilisation = 1.0;
-    report->bubble_fraction = 1.0 - report->utilisation;
-    for (int l = 0; l < 2 * S + 2; l++)
-        report->retransmits += sim->links[l].retransmits;
-}
-
 int sim_run(struct sim_report *report, const struct sim_options *opt) {
     struct sim sim;
     memset(report, 0, sizeof *report);
-    int rc = check_options(opt);
+    int rc = sim_check_options(opt);
     if (rc < 0) return rc;
-    rc = setup(&sim, report, opt);
+    rc = sim_setup(&sim, report, opt);
     if (rc == 0 && opt->kill_stage >= 0)
         rc = vclock_schedule(&sim.clock, opt->kill_at_ns, opt->kill_stage, EV_KILL, 0, NULL, 0,
                              NULL);
@@ -806,8 +532,8 @@ int sim_run(struct sim_report *report, const struct sim_options *opt) {
         }
         rc = on_event(&sim, &ev);
     }
-    if (rc == 0) summarise(&sim);
-    teardown(&sim);
+    if (rc == 0) sim_summarise(&sim);
+    sim_teardown(&sim);
     if (rc < 0) sim_report_free(report);
     return rc;
 }

@@ -85,6 +85,18 @@ static struct shm_mapping *registry_find(const char *name) {
     return NULL;
 }
 
+/* Enters a new mapping of segment `name` (under registry_mu); *out = m. */
+static int registry_add(struct shm_mapping **out, struct shm_mapping *m, const char *name,
+                        void *addr, size_t bytes) {
+    snprintf(m->name, sizeof m->name, "%s", name);
+    m->addr = addr;
+    m->bytes = bytes;
+    m->next = registry;
+    registry = m;
+    *out = m;
+    return STRATA_OK;
+}
+
 static void registry_release(void *addr) {
     pthread_mutex_lock(&registry_mu);
     for (struct shm_mapping **p = &registry; *p; p = &(*p)->next) {
@@ -100,14 +112,17 @@ static void registry_release(void *addr) {
     pthread_mutex_unlock(&registry_mu);
 }
 
+/* The header's bytes, rounded up so the float slots after it start SHM_ALIGN-aligned. */
+static size_t segment_head_bytes(void) {
+    return (sizeof(struct shm_header) + SHM_ALIGN - 1) / SHM_ALIGN * SHM_ALIGN;
+}
+
 static size_t segment_bytes(int size, size_t slot) {
-    size_t head = (sizeof(struct shm_header) + SHM_ALIGN - 1) / SHM_ALIGN * SHM_ALIGN;
-    return head + 2 * ((size_t)size + 1) * slot * sizeof(float);
+    return segment_head_bytes() + 2 * ((size_t)size + 1) * slot * sizeof(float);
 }
 
 static float *segment_data(struct shm_header *h) {
-    size_t head = (sizeof(struct shm_header) + SHM_ALIGN - 1) / SHM_ALIGN * SHM_ALIGN;
-    return (float *)((char *)h + head);
+    return (float *)((char *)h + segment_head_bytes());
 }
 
 /* Rank 0: a fresh segment, initialised and registered (under registry_mu). */
@@ -136,13 +151,7 @@ static int create_segment(struct shm_mapping **out, const struct coll_options *o
     snprintf(h->group, sizeof h->group, "%s", o->group);
     atomic_store(&h->creator_pid, (int32_t)getpid());
     atomic_store_explicit(&h->magic, SHM_MAGIC, memory_order_release);
-    snprintf(m->name, sizeof m->name, "%s", o->shm_name);
-    m->addr = addr;
-    m->bytes = bytes;
-    m->next = registry;
-    registry = m;
-    *out = m;
-    return STRATA_OK;
+    return registry_add(out, m, o->shm_name, addr, bytes);
 }
 
 /* Other ranks: the creator's segment once it is ready; 1 = not there yet (retry). */
@@ -183,13 +192,7 @@ static int open_segment(struct shm_mapping **out, const struct coll_options *o) 
         munmap(addr, bytes);
         return strata_set_error(STRATA_ENOMEM, "collective: out of memory");
     }
-    snprintf(m->name, sizeof m->name, "%s", o->shm_name);
-    m->addr = addr;
-    m->bytes = bytes;
-    m->next = registry;
-    registry = m;
-    *out = m;
-    return STRATA_OK;
+    return registry_add(out, m, o->shm_name, addr, bytes);
 }
 
 static void futex_wait(_Atomic uint32_t *word, uint32_t val, int64_t ms) {

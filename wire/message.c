@@ -1,7 +1,9 @@
 /* Strata messages on top of our FlatBuffers core: the schema of wire/strata.fbs written
  * down as field-id tables, message builders, and readers that add the semantic checks
  * (known enums, tensor byte length == numel x value size, KV shapes) to the structural
- * verification. wire_verify runs the same parse as the readers, into a scratch struct. */
+ * verification. wire_verify runs the same parse as the readers, into a scratch struct.
+ * The Request message is message_request.c, the vision stage's message_vision.c, Control
+ * Describe's stage list message_describe.c (shared helpers: message_internal.h). */
 #include "wire/message.h"
 
 #include <inttypes.h>
@@ -13,16 +15,7 @@
 #include "wire/flatbuf.h"
 #include "wire/message_internal.h"
 
-/* ---- schema (field ids = declaration order in strata.fbs) ---- */
-
-#define SCALAR(n)                                                                                  \
-    { FB_SCALAR, n, n, NULL, NULL, 0 }
-#define VECTOR(n, a)                                                                               \
-    { FB_VECTOR, n, a, NULL, NULL, 0 }
-#define STRING                                                                                     \
-    { FB_STRING, 0, 0, NULL, NULL, 0 }
-#define TABLE(t)                                                                                   \
-    { FB_TABLE, 0, 0, &t, NULL, 0 }
+/* ---- schema (field ids = declaration order in strata.fbs; Request: message_request.c) ---- */
 
 enum {
     TENSOR_DEFINED,
@@ -114,43 +107,6 @@ static const struct fb_field_desc control_fields[] = {
     SCALAR(1), SCALAR(8), SCALAR(8), {FB_TABLE_VECTOR, 4, 4, &wmsg_stage_info_desc, NULL, 0}};
 static const struct fb_table_desc control_desc = {"Control", 4, control_fields};
 
-enum {
-    REQUEST_NONCE,
-    REQUEST_PROMPT,
-    REQUEST_MAX_TOKENS,
-    REQUEST_TEMPERATURE,
-    REQUEST_TOP_K,
-    REQUEST_TOP_P,
-    REQUEST_SEED,
-    REQUEST_STOP_IDS,
-    REQUEST_IMAGE_GRIDS,
-    REQUEST_VISION_EMBEDS,
-    REQUEST_DEEPSTACK,
-    REQUEST_IMAGE_FILES,
-    REQUEST_IMAGE_FILE_SIZES,
-    REQUEST_IMAGE_FORMATS,
-    REQUEST_RESUME_TOKENS
-};
-static const struct fb_field_desc request_fields[] = {
-    SCALAR(8),
-    VECTOR(4, 4),
-    SCALAR(4),
-    SCALAR(4),
-    SCALAR(4),
-    SCALAR(4),
-    SCALAR(8),
-    VECTOR(4, 4),
-    VECTOR(4, 4),
-    TABLE(wmsg_tensor_desc),
-    TABLE(wmsg_tensor_desc),
-    VECTOR(1, 1),
-    VECTOR(4, 4),
-    VECTOR(1, 1),
-    VECTOR(4, 4),
-};
-static const struct fb_table_desc request_desc = {"Request", 15, request_fields};
-#define REQUEST_TOP_P_DEFAULT 0x3f800000u /* 1.0f: the schema default */
-
 static const struct fb_table_desc *const message_members[] = {
     NULL,
     &hello_desc,
@@ -159,7 +115,7 @@ static const struct fb_table_desc *const message_members[] = {
     &token_desc,
     &error_desc,
     &control_desc,
-    &request_desc,
+    &wmsg_request_desc,
     &wmsg_vision_block_desc,
     &wmsg_vision_ack_desc,
 };
@@ -401,114 +357,7 @@ int wire_build_control(struct wire_arena *a, const struct wire_control *m) {
     return wmsg_finish_frame(a, WIRE_KIND_CONTROL, fb_table_end(a));
 }
 
-static uint32_t float_bits(float value) {
-    uint32_t bits;
-    memcpy(&bits, &value, sizeof bits);
-    return bits;
-}
-
-static float bits_float(uint32_t bits) {
-    float value;
-    memcpy(&value, &bits, sizeof value);
-    return value;
-}
-
-/* A Request's image files (1.1): sizes add up to the bytes, formats are known. */
-static int check_request_images(const struct wire_request *m, int code) {
-    uint64_t total = 0;
-    if (m->num_image_files && !m->image_file_sizes)
-        return strata_set_error(code, "wire: Request: %zu image files but no sizes",
-                                m->num_image_files);
-    for (size_t i = 0; i < m->num_image_files; ++i) {
-        if (m->image_file_sizes[i] == 0)
-            return strata_set_error(code, "wire: Request: image file %zu is empty", i);
-        total += m->image_file_sizes[i];
-    }
-    if (total != m->image_files_len || (m->image_files_len && !m->image_files))
-        return strata_set_error(code,
-                                "wire: Request: image file sizes add up to %llu bytes, "
-                                "image_files holds %zu",
-                                (unsigned long long)total, m->image_files_len);
-    for (size_t i = 0; m->image_formats && i < m->num_image_files; ++i)
-        if (m->image_formats[i] > WIRE_IMAGE_JPEG)
-            return strata_set_error(STRATA_EVERSION, "wire: Request: image format %d unknown",
-                                    (int)m->image_formats[i]);
-    return 0;
-}
-
-/* Semantic checks of a Request shared by builder and reader (see message.h). */
-static int check_request(const struct wire_request *m, int code) {
-    if (m->nonce == 0)
-        return strata_set_error(code, "wire: Request.nonce 0 is reserved (connection errors)");
-    if (m->prompt_len < 1 || !m->prompt)
-        return strata_set_error(code, "wire: Request has no prompt token ids");
-    if (m->max_tokens < 1)
-        return strata_set_error(code, "wire: Request.max_tokens %d is invalid (need >= 1)",
-                                (int)m->max_tokens);
-    if (m->temperature != m->temperature || m->top_p != m->top_p)
-        return strata_set_error(code, "wire: Request.temperature or top_p is NaN");
-    if (m->num_stop_ids && !m->stop_ids)
-        return strata_set_error(code, "wire: Request: %zu stop ids but no array", m->num_stop_ids);
-    if (m->num_images && !m->image_grids)
-        return strata_set_error(code, "wire: Request: %zu image grids but no array", m->num_images);
-    if (m->num_resume_tokens &&
-        (!m->resume_tokens || m->num_resume_tokens >= (size_t)m->max_tokens))
-        return strata_set_error(code,
-                                "wire: Request resumes after %zu tokens, which must be fewer than "
-                                "max_tokens %d",
-                                m->num_resume_tokens, (int)m->max_tokens);
-    int rc = wmsg_check_tensor(&m->vision_embeds, "Request", "vision_embeds");
-    if (!rc) rc = wmsg_check_tensor(&m->deepstack, "Request", "deepstack");
-    return rc ? rc : check_request_images(m, code);
-}
-
-int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
-    int rc = check_request(m, STRATA_EINVAL);
-    if (rc) return rc;
-    fb_begin(
-        a, 1024 + 4 * (m->prompt_len + m->num_stop_ids + 3 * m->num_images + m->num_resume_tokens) +
-               wmsg_tensor_bytes_estimate(&m->vision_embeds) +
-               wmsg_tensor_bytes_estimate(&m->deepstack) + m->image_files_len +
-               5 * m->num_image_files + 128);
-    uint32_t files = m->num_image_files
-                         ? fb_vector(a, m->image_files, m->image_files_len, 1, WIRE_PAYLOAD_ALIGN)
-                         : 0;
-    uint32_t sizes =
-        m->num_image_files ? fb_vector(a, m->image_file_sizes, m->num_image_files, 4, 4) : 0;
-    uint32_t formats = m->num_image_files && m->image_formats
-                           ? fb_vector(a, m->image_formats, m->num_image_files, 1, 1)
-                           : 0;
-    uint32_t embeds = wmsg_build_tensor(a, &m->vision_embeds);
-    uint32_t deepstack = wmsg_build_tensor(a, &m->deepstack);
-    uint32_t prompt = fb_vector(a, m->prompt, m->prompt_len, 4, 4);
-    uint32_t stop_ids = m->num_stop_ids ? fb_vector(a, m->stop_ids, m->num_stop_ids, 4, 4) : 0;
-    uint32_t grids = m->num_images ? fb_vector(a, m->image_grids, 3 * m->num_images, 4, 4) : 0;
-    uint32_t resume =
-        m->num_resume_tokens ? fb_vector(a, m->resume_tokens, m->num_resume_tokens, 4, 4) : 0;
-    fb_table_start(a);
-    fb_add_offset(a, REQUEST_RESUME_TOKENS, resume);
-    fb_add_offset(a, REQUEST_IMAGE_GRIDS, grids);
-    fb_add_offset(a, REQUEST_VISION_EMBEDS, embeds);
-    fb_add_offset(a, REQUEST_DEEPSTACK, deepstack);
-    fb_add_offset(a, REQUEST_IMAGE_FILES, files);
-    fb_add_offset(a, REQUEST_IMAGE_FILE_SIZES, sizes);
-    fb_add_offset(a, REQUEST_IMAGE_FORMATS, formats);
-    fb_add_u64(a, REQUEST_NONCE, m->nonce, 0);
-    fb_add_u64(a, REQUEST_SEED, m->seed, 0);
-    fb_add_offset(a, REQUEST_PROMPT, prompt);
-    fb_add_offset(a, REQUEST_STOP_IDS, stop_ids);
-    fb_add_u32(a, REQUEST_MAX_TOKENS, (uint32_t)m->max_tokens, 0);
-    fb_add_u32(a, REQUEST_TEMPERATURE, float_bits(m->temperature), 0);
-    fb_add_u32(a, REQUEST_TOP_K, (uint32_t)m->top_k, 0);
-    fb_add_u32(a, REQUEST_TOP_P, float_bits(m->top_p), REQUEST_TOP_P_DEFAULT);
-    return wmsg_finish_frame(a, WIRE_KIND_REQUEST, fb_table_end(a));
-}
-
 /* ---- readers ---- */
-
-static int32_t get_i32(const struct fb_table *t, int id, int32_t def) {
-    return (int32_t)(uint32_t)fb_get_scalar(t, id, 4, (uint32_t)def);
-}
 
 int wmsg_read_tensor(struct wire_tensor *out, const struct fb_table *parent, int id,
                      const char *msg, const char *name) {
@@ -560,9 +409,9 @@ static int parse_hello(struct wire_hello *out, const struct fb_table *t) {
     read_fixed_bytes(out->fingerprint, &out->has_fingerprint, t, HELLO_FINGERPRINT);
     read_fixed_bytes(out->challenge, &out->has_challenge, t, HELLO_CHALLENGE);
     read_fixed_bytes(out->proof, &out->has_proof, t, HELLO_PROOF);
-    out->stage_index = get_i32(t, HELLO_STAGE, -1);
-    out->layer_start = get_i32(t, HELLO_LAYER_START, 0);
-    out->layer_end = get_i32(t, HELLO_LAYER_END, 0);
+    out->stage_index = wmsg_get_i32(t, HELLO_STAGE, -1);
+    out->layer_start = wmsg_get_i32(t, HELLO_LAYER_START, 0);
+    out->layer_end = wmsg_get_i32(t, HELLO_LAYER_END, 0);
     out->role = (enum wire_role)fb_get_scalar(t, HELLO_ROLE, 1, 0);
     if (out->role > WIRE_ROLE_VISION)
         return strata_set_error(STRATA_EVERSION, "wire: Hello.role %d unknown", (int)out->role);
@@ -579,8 +428,8 @@ static int parse_activation(struct wire_activation *out, const struct fb_table *
     struct wire_tensor *tensors[] = {&out->hidden, &out->attention_mask, &out->position_ids,
                                      &out->visual_mask, &out->deepstack};
     memset(out, 0, sizeof *out);
-    out->stage_from = get_i32(t, ACT_FROM, 0);
-    out->stage_to = get_i32(t, ACT_TO, 0);
+    out->stage_from = wmsg_get_i32(t, ACT_FROM, 0);
+    out->stage_to = wmsg_get_i32(t, ACT_TO, 0);
     out->step = fb_get_scalar(t, ACT_STEP, 8, 0);
     out->pos = fb_get_scalar(t, ACT_POS, 8, 0);
     out->nonce = fb_get_scalar(t, ACT_NONCE, 8, 0);
@@ -620,12 +469,12 @@ static int check_kv_tensor(const struct wire_tensor *t, const struct wire_kv_blo
 
 static int parse_kv_block(struct wire_kv_block *out, const struct fb_table *t) {
     memset(out, 0, sizeof *out);
-    out->stage_from = get_i32(t, KV_FROM, 0);
-    out->stage_to = get_i32(t, KV_TO, 0);
+    out->stage_from = wmsg_get_i32(t, KV_FROM, 0);
+    out->stage_to = wmsg_get_i32(t, KV_TO, 0);
     out->step = fb_get_scalar(t, KV_STEP, 8, 0);
     out->nonce = fb_get_scalar(t, KV_NONCE, 8, 0);
-    out->layer_start = get_i32(t, KV_LAYER_START, 0);
-    out->layer_end = get_i32(t, KV_LAYER_END, 0);
+    out->layer_start = wmsg_get_i32(t, KV_LAYER_START, 0);
+    out->layer_end = wmsg_get_i32(t, KV_LAYER_END, 0);
     if (out->layer_end < out->layer_start || out->layer_start < 0)
         return strata_set_error(STRATA_EFORMAT, "wire: KvBlock: bad layer range [%d, %d)",
                                 (int)out->layer_start, (int)out->layer_end);
@@ -661,7 +510,7 @@ static int parse_token_result(struct wire_token_result *out, const struct fb_tab
 static int parse_error(struct wire_error *out, const struct fb_table *t) {
     size_t len;
     memset(out, 0, sizeof *out);
-    out->code = get_i32(t, ERROR_CODE, 0);
+    out->code = wmsg_get_i32(t, ERROR_CODE, 0);
     out->nonce = fb_get_scalar(t, ERROR_NONCE, 8, 0);
     out->message = (const char *)fb_get_vector(t, ERROR_MESSAGE, &len);
     if (!out->message) out->message = "";
@@ -676,41 +525,6 @@ static int parse_control(struct wire_control *out, const struct fb_table *t) {
     if (out->kind > WIRE_CONTROL_DESCRIBE)
         return strata_set_error(STRATA_EVERSION, "wire: Control.kind %d unknown", (int)out->kind);
     return wmsg_parse_control_stages(out, t, CONTROL_STAGES);
-}
-
-static int parse_request(struct wire_request *out, const struct fb_table *t) {
-    memset(out, 0, sizeof *out);
-    out->nonce = fb_get_scalar(t, REQUEST_NONCE, 8, 0);
-    out->prompt = (const int32_t *)fb_get_vector(t, REQUEST_PROMPT, &out->prompt_len);
-    out->max_tokens = get_i32(t, REQUEST_MAX_TOKENS, 0);
-    out->temperature = bits_float((uint32_t)fb_get_scalar(t, REQUEST_TEMPERATURE, 4, 0));
-    out->top_k = get_i32(t, REQUEST_TOP_K, 0);
-    out->top_p = bits_float((uint32_t)fb_get_scalar(t, REQUEST_TOP_P, 4, REQUEST_TOP_P_DEFAULT));
-    out->seed = fb_get_scalar(t, REQUEST_SEED, 8, 0);
-    out->stop_ids = (const int32_t *)fb_get_vector(t, REQUEST_STOP_IDS, &out->num_stop_ids);
-    size_t grid_values;
-    out->image_grids = (const int32_t *)fb_get_vector(t, REQUEST_IMAGE_GRIDS, &grid_values);
-    if (grid_values % 3)
-        return strata_set_error(STRATA_EFORMAT,
-                                "wire: Request.image_grids has %zu values, not (t, h, w) triples",
-                                grid_values);
-    out->num_images = grid_values / 3;
-    int rc =
-        wmsg_read_tensor(&out->vision_embeds, t, REQUEST_VISION_EMBEDS, "Request", "vision_embeds");
-    if (!rc) rc = wmsg_read_tensor(&out->deepstack, t, REQUEST_DEEPSTACK, "Request", "deepstack");
-    if (rc) return rc;
-    out->resume_tokens =
-        (const int32_t *)fb_get_vector(t, REQUEST_RESUME_TOKENS, &out->num_resume_tokens);
-    size_t n_formats;
-    out->image_files = fb_get_vector(t, REQUEST_IMAGE_FILES, &out->image_files_len);
-    out->image_file_sizes =
-        (const uint32_t *)fb_get_vector(t, REQUEST_IMAGE_FILE_SIZES, &out->num_image_files);
-    out->image_formats = fb_get_vector(t, REQUEST_IMAGE_FORMATS, &n_formats);
-    if (out->image_formats && n_formats != out->num_image_files)
-        return strata_set_error(STRATA_EFORMAT,
-                                "wire: Request: %zu image formats for %zu image files", n_formats,
-                                out->num_image_files);
-    return check_request(out, STRATA_EFORMAT);
 }
 
 /* Structural verification plus the version and union checks; returns the body table. */
@@ -777,7 +591,7 @@ int wire_verify(enum wire_kind *kind, uint16_t *version_minor, const void *frame
     case WIRE_KIND_TOKEN_RESULT: return parse_token_result(&scratch.token, &body);
     case WIRE_KIND_ERROR: return parse_error(&scratch.error, &body);
     case WIRE_KIND_CONTROL: return parse_control(&scratch.control, &body);
-    case WIRE_KIND_REQUEST: return parse_request(&scratch.request, &body);
+    case WIRE_KIND_REQUEST: return wmsg_parse_request(&scratch.request, &body);
     case WIRE_KIND_VISION_BLOCK: return wmsg_parse_vision_block(&scratch.block, &body);
     case WIRE_KIND_VISION_ACK: return wmsg_parse_vision_ack(&scratch.ack, &body);
     default: return strata_set_error(STRATA_EFORMAT, "wire: no message body");
@@ -798,4 +612,4 @@ DEFINE_READER(wire_read_kv_block, wire_kv_block, WIRE_KIND_KV_BLOCK, parse_kv_bl
 DEFINE_READER(wire_read_token_result, wire_token_result, WIRE_KIND_TOKEN_RESULT, parse_token_result)
 DEFINE_READER(wire_read_error, wire_error, WIRE_KIND_ERROR, parse_error)
 DEFINE_READER(wire_read_control, wire_control, WIRE_KIND_CONTROL, parse_control)
-DEFINE_READER(wire_read_request, wire_request, WIRE_KIND_REQUEST, parse_request)
+DEFINE_READER(wire_read_request, wire_request, WIRE_KIND_REQUEST, wmsg_parse_request)

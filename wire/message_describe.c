@@ -30,12 +30,9 @@ enum {
     INFO_KV_IN_USE,
     INFO_QUEUE_DEPTH
 };
-#define S4                                                                                         \
-    { FB_SCALAR, 4, 4, NULL, NULL, 0 }
-#define S1                                                                                         \
-    { FB_SCALAR, 1, 1, NULL, NULL, 0 }
-#define STR                                                                                        \
-    { FB_STRING, 0, 0, NULL, NULL, 0 }
+#define S4 SCALAR(4)
+#define S1 SCALAR(1)
+#define STR STRING
 static const struct fb_field_desc info_fields[] = {S4, S4, S4,  S4,  S1, S1, S1, STR, S4,
                                                    S4, S4, STR, STR, S4, S4, S4, S4};
 const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 17, info_fields};
@@ -106,28 +103,24 @@ static const char *get_string(const struct fb_table *t, int id) {
     return s ? s : "";
 }
 
-static int32_t get_i32(const struct fb_table *t, int id, int32_t def) {
-    return (int32_t)(uint32_t)fb_get_scalar(t, id, 4, (uint32_t)def);
-}
-
 static struct wire_stage_info parse_info(const struct fb_table *e) {
-    return (struct wire_stage_info){.stage_index = get_i32(e, INFO_STAGE, 0),
-                                    .num_stages = get_i32(e, INFO_NUM_STAGES, 0),
-                                    .layer_start = get_i32(e, INFO_LAYER_START, 0),
-                                    .layer_end = get_i32(e, INFO_LAYER_END, 0),
+    return (struct wire_stage_info){.stage_index = wmsg_get_i32(e, INFO_STAGE, 0),
+                                    .num_stages = wmsg_get_i32(e, INFO_NUM_STAGES, 0),
+                                    .layer_start = wmsg_get_i32(e, INFO_LAYER_START, 0),
+                                    .layer_end = wmsg_get_i32(e, INFO_LAYER_END, 0),
                                     .embed = fb_get_scalar(e, INFO_EMBED, 1, 0) != 0,
                                     .head = fb_get_scalar(e, INFO_HEAD, 1, 0) != 0,
                                     .vision = fb_get_scalar(e, INFO_VISION, 1, 0) != 0,
                                     .device = get_string(e, INFO_DEVICE),
-                                    .tp = get_i32(e, INFO_TP, 1),
-                                    .kvp = get_i32(e, INFO_KVP, 1),
-                                    .threads = get_i32(e, INFO_THREADS, 0),
+                                    .tp = wmsg_get_i32(e, INFO_TP, 1),
+                                    .kvp = wmsg_get_i32(e, INFO_KVP, 1),
+                                    .threads = wmsg_get_i32(e, INFO_THREADS, 0),
                                     .weights_dtype = get_string(e, INFO_WEIGHTS_DTYPE),
                                     .version = get_string(e, INFO_VERSION),
-                                    .max_seq = get_i32(e, INFO_MAX_SEQ, 0),
-                                    .max_batch = get_i32(e, INFO_MAX_BATCH, 0),
-                                    .kv_slots_in_use = get_i32(e, INFO_KV_IN_USE, 0),
-                                    .queue_depth = get_i32(e, INFO_QUEUE_DEPTH, 0)};
+                                    .max_seq = wmsg_get_i32(e, INFO_MAX_SEQ, 0),
+                                    .max_batch = wmsg_get_i32(e, INFO_MAX_BATCH, 0),
+                                    .kv_slots_in_use = wmsg_get_i32(e, INFO_KV_IN_USE, 0),
+                                    .queue_depth = wmsg_get_i32(e, INFO_QUEUE_DEPTH, 0)};
 }
 
 int wmsg_parse_control_stages(struct wire_control *out, const struct fb_table *t, int id) {

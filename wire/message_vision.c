@@ -7,11 +7,6 @@
 #include "runtime/base/status.h"
 #include "wire/message_internal.h"
 
-#define SCALAR(n)                                                                                  \
-    { FB_SCALAR, n, n, NULL, NULL, 0 }
-#define TABLE(t)                                                                                   \
-    { FB_TABLE, 0, 0, &t, NULL, 0 }
-
 enum {
     VB_NONCE,
     VB_INDEX,

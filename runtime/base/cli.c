@@ -23,6 +23,29 @@ int cli_parse_int(const char *text, long lo, long hi, int *out) {
     return 0;
 }
 
+int cli_parse_ids(int32_t *out, int cap, const char *text, long lo, long hi) {
+    int n = 0;
+    const char *p = text;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < lo || v > hi || v < INT32_MIN || v > INT32_MAX || n >= cap)
+            return strata_set_error(STRATA_EINVAL,
+                                    "needs comma-separated integers in [%ld, %ld] (at most %d), "
+                                    "got \"%s\"",
+                                    lo, hi, cap, text);
+        out[n++] = (int32_t)v;
+        p = end;
+        if (*p == ',')
+            p++;
+        else if (*p)
+            return strata_set_error(STRATA_EINVAL, "needs comma-separated integers, got \"%s\"",
+                                    text);
+    }
+    return n;
+}
+
 int cli_read_file(char **out, size_t *len, const char *path) {
     FILE *f = fopen(path, "rb");
     long size;

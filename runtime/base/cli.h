@@ -1,4 +1,4 @@
-/* Small helpers the binaries (and their tests) share: checked integer parsing, whole-file
+/* Small helpers the binaries (and their tests) share: checked integer (list) parsing, whole-file
  * reads, port files and a monotonic clock. They follow the one error idiom: a negative
  * STRATA_E* status with a strata_set_error() message; the caller's main() prints it. */
 #ifndef STRATA_RUNTIME_BASE_CLI_H
@@ -12,6 +12,11 @@
  * the message `needs an integer in [lo, hi], got "text"`, so a main prints
  * "prog: --flag <message>". */
 int cli_parse_int(const char *text, long lo, long hi, int *out);
+
+/* Parses comma-separated base-10 integers in [lo, hi] ("1,2,3"; a trailing comma is
+ * allowed, empty text is no ids) into out [cap]: the count, or STRATA_EINVAL for a bad or
+ * out-of-range value or more than cap of them (token id lists: --prompt, --stop, --grid). */
+int cli_parse_ids(int32_t *out, int cap, const char *text, long lo, long hi);
 
 /* Reads the whole file at `path` into a malloc'ed buffer with a terminating NUL (not
  * counted in *len), so text files can be parsed as strings. Missing or unopenable file:

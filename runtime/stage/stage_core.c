@@ -1,9 +1,9 @@
 /* Stage core, message side: request admission, frame checks, the token loop on stage 0,
- * error / cancel propagation and the output queues. The microbatch itself is in
- * stage_core_step.c. Design and message rules: stage_core.h. */
+ * error / cancel propagation. Ending requests (outgoing frames, result records, release,
+ * stage_fail) is stage_core_results.c; the microbatch itself is in stage_core_step.c.
+ * Design and message rules: stage_core.h. */
 #include "runtime/stage/stage_core.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -107,14 +107,6 @@ fail:
     return rc;
 }
 
-static void free_req_buffers(struct stage_core *core, struct stage_req *req) {
-    stage_recovery_kv_drop(core, req);
-    stage_vl_free(req->vl);
-    free(req->tokens);
-    free(req->logits);
-    memset(req, 0, sizeof *req);
-}
-
 void stage_core_free(struct stage_core *core) {
     if (!core) return;
     stage_pool_free(core);
@@ -129,7 +121,7 @@ void stage_core_free(struct stage_core *core) {
     }
     if (core->reqs)
         for (int i = 0; i < core->max_batch; i++)
-            free_req_buffers(core, &core->reqs[i]);
+            stage_free_req_buffers(core, &core->reqs[i]);
     free(core->reqs);
     free(core->hidden);
     free(core->items);
@@ -153,133 +145,6 @@ static int recently_ended(const struct stage_core *core, uint64_t nonce) {
     for (int i = 0; i < STAGE_RECENT_DEAD; i++)
         if (core->recent_dead[i] == nonce && nonce != 0) return 1;
     return 0;
-}
-
-/* Queues a copy of the arena's frame for `link`. */
-int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t client_id) {
-    return stage_emit_raw(core, link, client_id, wire_arena_frame(&core->arena),
-                          wire_arena_frame_len(&core->arena));
-}
-
-/* A frame or result the core could not queue (out of memory) is never dropped silently:
- * it is counted and described, and stage_core_pop_result reports the loss. */
-static void note_lost(struct stage_core *core, const char *what, uint64_t nonce) {
-    if (core->lost++ == 0)
-        snprintf(core->lost_first, sizeof core->lost_first, "%s for request %llu: %s", what,
-                 (unsigned long long)nonce, strata_last_error());
-    core->stats.lost++;
-}
-
-static void emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
-                       uint64_t nonce, const char *message) {
-    struct wire_error msg = {.code = code, .message = message, .nonce = nonce};
-    if (wire_build_error(&core->arena, &msg) < 0 || stage_emit_arena(core, link, client_id) < 0)
-        note_lost(core, "an Error frame", nonce);
-}
-
-static void emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
-                       uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish) {
-    struct wire_token_result msg;
-    memset(&msg, 0, sizeof msg);
-    msg.nonce = nonce;
-    msg.step = step;
-    msg.tokens = &token;
-    msg.num_tokens = 1;
-    msg.finish = finish;
-    if (wire_build_token_result(&core->arena, &msg) < 0 ||
-        stage_emit_arena(core, link, client_id) < 0)
-        note_lost(core, "a TokenResult frame", nonce);
-}
-
-static void emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
-                         enum wire_control_kind kind, uint64_t nonce, uint64_t seq) {
-    struct wire_control msg = {.kind = kind, .nonce = nonce, .seq = seq};
-    if (wire_build_control(&core->arena, &msg) < 0 || stage_emit_arena(core, link, client_id) < 0)
-        note_lost(core, "a Control frame", nonce);
-}
-
-/* A cleared result record: from the pool filled at init (stage_pool.c), so ending a
- * request needs no allocation while results are drained; NULL (loss noted) only when the
- * pool is empty and memory is out. */
-static struct stage_result_node *result_node(struct stage_core *core, uint64_t nonce) {
-    struct stage_result_node *node = core->free_results;
-    if (node)
-        core->free_results = node->next;
-    else
-        node = malloc(sizeof *node);
-    if (!node) {
-        strata_set_error(STRATA_ENOMEM, "out of memory for a result record");
-        note_lost(core, "a result", nonce);
-        return NULL;
-    }
-    memset(node, 0, sizeof *node);
-    return node;
-}
-
-static void push_result(struct stage_core *core, struct stage_result_node *node) {
-    if (core->res_tail)
-        core->res_tail->next = node;
-    else
-        core->res_head = node;
-    core->res_tail = node;
-}
-
-/* A request that never got a slot here (refused): a result for the driver's log. */
-static void push_refusal(struct stage_core *core, uint64_t nonce, int code, const char *msg) {
-    struct stage_result_node *node = result_node(core, nonce);
-    if (!node) return;
-    node->result.nonce = nonce;
-    node->result.finish = STAGE_FINISH_ERROR;
-    node->result.status = code;
-    node->result.vocab = core->vocab;
-    snprintf(node->result.message, sizeof node->result.message, "%s", msg);
-    push_result(core, node);
-}
-
-/* Ends a request here: result (taking its tokens and logits), queued items dropped, KV
- * slot freed, nonce remembered so late frames for it are dropped quietly. */
-static void release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
-                    int status, const char *message) {
-    struct stage_result_node *node = result_node(core, req->nonce);
-    stage_drop_items(core, req->nonce);
-    if (node) {
-        struct stage_result *r = &node->result;
-        r->nonce = req->nonce;
-        r->finish = finish;
-        r->status = status;
-        snprintf(r->message, sizeof r->message, "%s", message ? message : "");
-        r->prompt_len = req->params.prompt_len;
-        r->vocab = core->vocab;
-        if (core->is_first || core->is_last) {
-            r->n_tokens = req->n_generated;
-            r->tokens = req->tokens;
-            req->tokens = NULL;
-        }
-        if (req->logits) {
-            r->logits = req->logits;
-            req->logits = NULL;
-        }
-        push_result(core, node);
-    }
-    core->recent_dead[core->recent_dead_next] = req->nonce;
-    core->recent_dead_next = (core->recent_dead_next + 1) % STAGE_RECENT_DEAD;
-    stage_backend_kv_release(core->be, req->slot);
-    free_req_buffers(core, req);
-}
-
-void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up, int down,
-                const char *fmt, ...) {
-    char message[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(message, sizeof message, fmt, ap);
-    va_end(ap);
-    if (core->is_first)
-        emit_error(core, STAGE_LINK_CLIENT, req->client_id, code, req->nonce, message);
-    if (up && !core->is_first) emit_error(core, STAGE_LINK_PREV, 0, code, req->nonce, message);
-    if (down && core->opt.num_stages > 1)
-        emit_error(core, STAGE_LINK_NEXT, 0, code, req->nonce, message);
-    release(core, req, STAGE_FINISH_ERROR, code, message);
 }
 
 /* Queues one unit of work: stage 0 passes token ids (`tokens` or the single `token`),
@@ -350,7 +215,7 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
     req->tokens = calloc((size_t)params->max_tokens, sizeof *req->tokens);
     if (!req->tokens) {
         stage_backend_kv_release(core->be, slot);
-        free_req_buffers(core, req);
+        stage_free_req_buffers(core, req);
         snprintf(why, why_cap, "stage %d: out of memory for a request of %d tokens",
                  core->opt.stage_index, params->max_tokens);
         return STRATA_ENOMEM;
@@ -405,8 +270,8 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
     }
     if (rc < 0) {
         stage_vl_free(vl);
-        emit_error(core, STAGE_LINK_CLIENT, client_id, rc, msg->nonce, why);
-        push_refusal(core, msg->nonce, rc, why);
+        stage_emit_error(core, STAGE_LINK_CLIENT, client_id, rc, msg->nonce, why);
+        stage_push_refusal(core, msg->nonce, rc, why);
         return 0;
     }
     req->client_id = client_id;
@@ -469,8 +334,8 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
     else
         rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
     if (rc < 0) {
-        emit_error(core, STAGE_LINK_PREV, 0, rc, msg->nonce, why);
-        push_refusal(core, msg->nonce, rc, why);
+        stage_emit_error(core, STAGE_LINK_PREV, 0, rc, msg->nonce, why);
+        stage_push_refusal(core, msg->nonce, rc, why);
         return 0;
     }
     if (params.resume_len > 0 && stage_recovery_admit_resumed(core, req, msg) < 0) return 0;
@@ -494,7 +359,7 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
                  "stage %d: activation for unknown request nonce %llu (step %llu, pos %llu)", r,
                  (unsigned long long)msg->nonce, (unsigned long long)msg->step,
                  (unsigned long long)msg->pos);
-        emit_error(core, STAGE_LINK_PREV, 0, STRATA_EFORMAT, msg->nonce, why);
+        stage_emit_error(core, STAGE_LINK_PREV, 0, STRATA_EFORMAT, msg->nonce, why);
         return 0;
     }
     if (req->restored) {
@@ -573,12 +438,13 @@ void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t ste
         if (token == req->params.stop_ids[i]) finish = WIRE_FINISH_STOP;
     if (finish == WIRE_FINISH_NONE && req->n_generated >= req->params.max_tokens)
         finish = WIRE_FINISH_LENGTH;
-    emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish);
+    stage_emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish);
     if (finish != WIRE_FINISH_NONE) {
         if (core->opt.num_stages > 1)
-            emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish);
-        release(core, req, finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
-                NULL);
+            stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish);
+        stage_release(core, req,
+                      finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
+                      NULL);
         return;
     }
     if (enqueue(core, req->nonce, (uint64_t)req->n_generated,
@@ -602,10 +468,11 @@ static int on_token_result(struct stage_core *core, const struct wire_token_resu
     }
     if (msg->finish == WIRE_FINISH_STOP || msg->finish == WIRE_FINISH_LENGTH) {
         if (!core->is_last)
-            emit_token(core, STAGE_LINK_NEXT, 0, msg->nonce, msg->step, msg->tokens[0],
-                       msg->finish);
-        release(core, req,
-                msg->finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0, NULL);
+            stage_emit_token(core, STAGE_LINK_NEXT, 0, msg->nonce, msg->step, msg->tokens[0],
+                             msg->finish);
+        stage_release(core, req,
+                      msg->finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
+                      NULL);
         return 0;
     }
     stage_fail(core, req, STRATA_EFORMAT, 1, 1,
@@ -615,10 +482,12 @@ static int on_token_result(struct stage_core *core, const struct wire_token_resu
 }
 
 static void cancel_request(struct stage_core *core, struct stage_req *req, const char *why) {
-    if (!core->is_last) emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_CANCEL, req->nonce, 0);
+    if (!core->is_last)
+        stage_emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_CANCEL, req->nonce, 0);
     if (core->is_first)
-        emit_error(core, STAGE_LINK_CLIENT, req->client_id, STRATA_ECANCELED, req->nonce, why);
-    release(core, req, STAGE_FINISH_CANCELLED, STRATA_ECANCELED, why);
+        stage_emit_error(core, STAGE_LINK_CLIENT, req->client_id, STRATA_ECANCELED, req->nonce,
+                         why);
+    stage_release(core, req, STAGE_FINISH_CANCELLED, STRATA_ECANCELED, why);
 }
 
 int stage_core_cancel(struct stage_core *core, uint64_t nonce) {
@@ -657,7 +526,7 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
         rc = wire_read_control(&msg, frame, len);
         if (rc < 0) return rc;
         if (msg.kind == WIRE_CONTROL_PING)
-            emit_control(core, from, client_id, WIRE_CONTROL_PONG, msg.nonce, msg.seq);
+            stage_emit_control(core, from, client_id, WIRE_CONTROL_PONG, msg.nonce, msg.seq);
         else if (msg.kind == WIRE_CONTROL_RESET && from == STAGE_LINK_PREV)
             stage_recovery_on_reset(core, from, msg.seq);
         else if (msg.kind == WIRE_CONTROL_DESCRIBE)
@@ -740,38 +609,6 @@ int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint3
     return 0;
 }
 
-int stage_core_pop_result(struct stage_core *core, struct stage_result *out) {
-    struct stage_result_node *node = core->res_head;
-    memset(out, 0, sizeof *out);
-    if (!node) {
-        if (core->lost == 0) return 0;
-        /* What could not be queued, reported once all real records are out. */
-        out->finish = STAGE_FINISH_ERROR;
-        out->status = STRATA_ENOMEM;
-        out->vocab = core->vocab;
-        snprintf(out->message, sizeof out->message,
-                 "stage %d: %llu frame(s) or result(s) could not be queued (out of memory); "
-                 "the first: %.140s",
-                 core->opt.stage_index, (unsigned long long)core->lost, core->lost_first);
-        core->lost = 0;
-        return 1;
-    }
-    core->res_head = node->next;
-    if (!core->res_head) core->res_tail = NULL;
-    *out = node->result;
-    node->next = core->free_results;
-    core->free_results = node;
-    return 1;
-}
-
-void stage_result_free(struct stage_result *result) {
-    if (!result) return;
-    free(result->tokens);
-    free(result->logits);
-    result->tokens = NULL;
-    result->logits = NULL;
-}
-
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out) {
     *out = core->stats;
     out->active_requests = 0;
@@ -797,26 +634,7 @@ void stage_core_get_info(const struct stage_core *core, struct stage_core_info *
                                     .device_kind = core->be->device_kind};
 }
 
-/* Wrappers of the static helpers above for stage_recovery.c. */
-void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
-                      uint64_t nonce, const char *message) {
-    emit_error(core, link, client_id, code, nonce, message);
-}
-
-void stage_note_lost(struct stage_core *core, const char *what, uint64_t nonce) {
-    note_lost(core, what, nonce);
-}
-
-void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
-                        enum wire_control_kind kind, uint64_t nonce, uint64_t seq) {
-    emit_control(core, link, client_id, kind, nonce, seq);
-}
-
-void stage_release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
-                   int status, const char *message) {
-    release(core, req, finish, status, message);
-}
-
+/* Wrappers of static helpers above for stage_recovery.c. */
 int stage_enqueue_ids(struct stage_core *core, uint64_t nonce, int pos, int n_tokens,
                       const int32_t *tokens) {
     return enqueue(core, nonce, 0, pos, n_tokens, tokens, 0, NULL);

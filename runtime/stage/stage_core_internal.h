@@ -1,5 +1,6 @@
-/* Private state of the stage core, shared by stage_core.c (messages, requests, results)
- * and stage_core_step.c (the microbatch). Not for other modules: use stage_core.h. */
+/* Private state of the stage core, shared by stage_core.c (messages, requests),
+ * stage_core_results.c (outgoing frames, results, ending requests), stage_core_step.c (the
+ * microbatch) and the files named below. Not for other modules: use stage_core.h. */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_CORE_INTERNAL_H
 #define STRATA_RUNTIME_STAGE_STAGE_CORE_INTERNAL_H
 
@@ -185,17 +186,36 @@ int stage_describe_on_control(struct stage_core *core, enum stage_link from, uin
 void stage_describe_on_link_down(struct stage_core *core, enum stage_link link, uint32_t client_id,
                                  const char *reason);
 
-/* stage_core.c helpers used by the step. */
+/* stage_core.c helpers used by the step and recovery. */
 struct stage_req *stage_find(struct stage_core *core, uint64_t nonce);
+/* Stage 0: a token for `req` at `step` (from the ring, or local when S = 1). */
+void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token);
+int stage_enqueue_ids(struct stage_core *core, uint64_t nonce, int pos, int n_tokens,
+                      const int32_t *tokens);
+int stage_prefill_chunk(const struct stage_core *core, int rows);
+
+/* stage_core_results.c: outgoing frames, result records, ending a request. */
+/* Queues a copy of the arena's frame for `link`. */
 int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t client_id);
-int stage_emit_raw(struct stage_core *core, enum stage_link link, uint32_t client_id,
-                   const uint8_t *frame, size_t len);
+void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
+                      uint64_t nonce, const char *message);
+void stage_emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                      uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish);
+void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                        enum wire_control_kind kind, uint64_t nonce, uint64_t seq);
+/* Counts a frame or result that could not be queued (stage_core_pop_result reports it). */
+void stage_note_lost(struct stage_core *core, const char *what, uint64_t nonce);
+/* A request that never got a slot here (refused): a result for the driver's log. */
+void stage_push_refusal(struct stage_core *core, uint64_t nonce, int code, const char *msg);
+/* Ends a request here without error frames (its result says why). */
+void stage_release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
+                   int status, const char *message);
 /* Fails a request: Error frames upstream (up), downstream (down) and to its client on
  * stage 0, a result, and the slot freed. */
 void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up, int down,
                 const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-/* Stage 0: a token for `req` at `step` (from the ring, or local when S = 1). */
-void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token);
+/* Frees a request's buffers (KV copies, vision inputs, tokens, logits) and clears it. */
+void stage_free_req_buffers(struct stage_core *core, struct stage_req *req);
 
 /* stage_core_vl.c: Qwen3-VL inputs through the pipeline (design in that file). */
 int stage_vl_init(struct stage_core *core);
@@ -219,20 +239,6 @@ void stage_vl_attach(const struct stage_core *core, const struct forward_item *f
 
 /* stage_core_step.c: stores logits row `step` [V] of a request (--out). */
 int stage_keep_logits_row(struct stage_req *req, uint64_t step, const float *row, int V);
-
-/* stage_core.c wrappers for stage_recovery.c. */
-void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
-                      uint64_t nonce, const char *message);
-/* Counts a frame or result that could not be queued (stage_core_pop_result reports it). */
-void stage_note_lost(struct stage_core *core, const char *what, uint64_t nonce);
-void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
-                        enum wire_control_kind kind, uint64_t nonce, uint64_t seq);
-/* Ends a request here without error frames (its result says why). */
-void stage_release(struct stage_core *core, struct stage_req *req, enum stage_finish finish,
-                   int status, const char *message);
-int stage_enqueue_ids(struct stage_core *core, uint64_t nonce, int pos, int n_tokens,
-                      const int32_t *tokens);
-int stage_prefill_chunk(const struct stage_core *core, int rows);
 
 /* stage_recovery.c: in-flight recovery (design in that file). */
 /* Drops a request's queued work items (it keeps its slot; release() uses it too). */
@@ -284,5 +290,8 @@ void stage_pool_free(struct stage_core *core); /* queued and free items, frame q
 struct stage_item *stage_item_get(struct stage_core *core, int hidden_rows);
 /* Returns an item to the free list (accepts NULL). */
 void stage_item_put(struct stage_core *core, struct stage_item *item);
+/* Queues a copy of frame [len] for `link` in the outgoing frame queue. */
+int stage_emit_raw(struct stage_core *core, enum stage_link link, uint32_t client_id,
+                   const uint8_t *frame, size_t len);
 
 #endif

@@ -7,7 +7,10 @@
  * to the loop, which never waits on a handshake. The loop reads every connection without
  * blocking (wire_recv_frame_nb): a peer that stops mid-frame keeps its partial frame in
  * its own buffer and holds no one else up, and is dropped when the frame is not complete
- * within io_timeout_ms. See stage_server.h for the connection model and the drain. */
+ * within io_timeout_ms. See stage_server.h for the connection model and the drain.
+ * This file owns the loop's thread: polling, frames in and out, results, keepalive and
+ * recovery ticks, the drain. Making, checking and adopting links (the two threads' side)
+ * is stage_server_link.c; the state both share is stage_server_internal.h. */
 #include "runtime/stage/stage_server.h"
 
 #include <errno.h>
@@ -24,275 +27,22 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
-#include "runtime/stage/stage_accept.h"
+#include "runtime/stage/stage_server_internal.h"
 #include "runtime/stage/stage_server_vision.h"
 #include "wire/collective.h"
 #include "wire/transport.h"
 
-#define MAX_CLIENTS 64
-#define MAX_HANDOFF 64
-#define HANDSHAKE_TIMEOUT_MS 3000
 #define CLIENT_MAX_QUEUED ((size_t)1 << 20) /* ~10,000 token frames a client has not read */
 /* The last stage's link to stage 0 is queued, never waited on: with blocking sends all round
  * the ring, stages that each wait for the next to read (KV blocks of MBs going both to
  * stage 0 and down from it) wait forever. One link that never blocks breaks every cycle.
  * Room for a largest frame (a KV block) and the tokens behind it. */
 #define RING_MAX_QUEUED (2 * WIRE_DEFAULT_MAX_FRAME)
-#define CONNECT_TIMEOUT_MS 1000
-#define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 500 /* a restarted neighbour is found within 0.5 s (issue 15: 1 s) */
-#define CLIENT_MAX_FRAME ((size_t)64 << 20) /* a request: prompt ids + parameters */
 
 void stage_log_setup(int stage_index, enum stage_log_level level) {
     char prefix[32];
     snprintf(prefix, sizeof prefix, "stage %d", stage_index);
     strata_log_setup(prefix, (enum strata_log_level)level);
-}
-
-static int64_t now_ms(void) {
-    return cli_now_ns() / 1000000;
-}
-
-struct handoff {
-    struct wire_conn conn;
-    struct wire_hello peer;
-    int is_next; /* made by the connector: the link to the next stage */
-};
-
-struct server {
-    struct stage_core_info info; /* stage index, layer range, roles: the core's backend */
-    struct stage_core *core;
-    const struct stage_server_options *opt;
-    volatile sig_atomic_t *stop;
-    struct wire_listener listener;
-    struct wire_hello self;
-    pthread_t acceptor;
-    int acceptor_started;
-    atomic_int acceptor_stop; /* set by the loop when it ends (the signal flag is not shared) */
-    atomic_int accept_close;  /* set by the loop when it drains: accept nothing new */
-    int draining;
-    int wake[2]; /* acceptor -> loop */
-    pthread_mutex_t lock;
-    struct handoff pending[MAX_HANDOFF];
-    int num_pending;
-    /* Loop-owned connections (fd -1 when absent). */
-    struct wire_conn prev, next;
-    struct wire_conn clients[MAX_CLIENTS];
-    uint32_t client_ids[MAX_CLIENTS];
-    uint8_t client_vision[MAX_CLIENTS]; /* the client is a vision stage (Hello role Vision) */
-    struct vision_rx *vision_rx;        /* stage 0: vision transfers in progress */
-    uint32_t next_client_id;
-    /* The connector thread's (see connector_main); the loop only sets these flags. */
-    pthread_t connector;
-    int connector_started;
-    atomic_int want_next; /* the loop has no next link: make one */
-    atomic_int next_lost; /* the next link just dropped: retry soon (backoff from the start) */
-    int connecting_fd;    /* under lock: the socket of a connect in progress (-1: none) */
-    int64_t prev_rx_ms, next_rx_ms; /* last frame received on each stage link */
-    int64_t last_ping_ms;
-    uint64_t ping_seq;
-    int next_failures;
-    char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
-    /* Recovery (stage 0; stage_recovery.c): what was last logged. */
-    int held_seen;
-    uint64_t replayed_seen, recovered_seen, kv_restored_seen, kv_rows_seen;
-    /* Measured for stage 0's restore-or-replay rule (stage_recovery_kv.c): ns per row of
-     * microbatches >= 8 rows (moving average) and bytes/s of sends >= 64 KiB on the next
-     * link (the fastest recent one); 0 until measured. */
-    double row_ns, link_bps;
-    int kv_drop_warned;
-};
-
-static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,
-                      int is_next);
-
-/* The acceptor thread hands each handshaken connection to the loop. */
-static void deliver(void *ctx, struct wire_conn *conn, const struct wire_hello *peer) {
-    hand_over(ctx, conn, peer, 0);
-}
-
-static void *acceptor_main(void *arg) {
-    struct server *s = arg;
-    struct stage_accept_options o = {.listener = &s->listener,
-                                     .tls = s->opt->tls,
-                                     .key = s->opt->key,
-                                     .self = s->self,
-                                     .handshake_timeout_ms = HANDSHAKE_TIMEOUT_MS};
-    if (stage_accept_run(&o, deliver, s, &s->acceptor_stop, &s->accept_close) < 0)
-        strata_log(STRATA_LOG_ERROR, "acceptor: %s", strata_last_error());
-    return NULL;
-}
-
-static const char *link_name(enum stage_link link) {
-    switch (link) {
-    case STAGE_LINK_PREV: return "upstream";
-    case STAGE_LINK_NEXT: return "downstream";
-    case STAGE_LINK_CLIENT: return "client";
-    default: return "local";
-    }
-}
-
-static void link_down(struct server *s, enum stage_link link, uint32_t client_id,
-                      struct wire_conn *conn, const char *reason) {
-    strata_log(link == STAGE_LINK_CLIENT ? STRATA_LOG_INFO : STRATA_LOG_WARN, "%s link %s lost: %s",
-               link_name(link), conn->peer, reason);
-    wire_close(conn);
-    conn->fd = -1;
-    stage_core_on_link_down(s->core, link, client_id, reason);
-    if (link == STAGE_LINK_NEXT) {
-        atomic_store(&s->next_lost, 1);
-        atomic_store(&s->want_next, 1);
-    }
-}
-
-/* Adopts a handshaken connection as upstream or client, or refuses it. */
-static void adopt(struct server *s, struct handoff *h) {
-    int want = (s->info.stage_index - 1 + s->info.num_stages) % s->info.num_stages;
-    if (h->peer.role == WIRE_ROLE_CLIENT || h->peer.role == WIRE_ROLE_VISION) {
-        int vision = h->peer.role == WIRE_ROLE_VISION;
-        if (s->info.stage_index != 0) {
-            wire_send_error(&h->conn, STRATA_EINVAL, 0, "clients connect to stage 0 only");
-            wire_close(&h->conn);
-            return;
-        }
-        for (int i = 0; i < MAX_CLIENTS; i++) {
-            if (s->clients[i].fd < 0) {
-                s->clients[i] = h->conn;
-                /* A vision stage's VisionBlock 0 carries a whole request's DeepStack. */
-                s->clients[i].max_frame = vision ? STAGE_VISION_MAX_FRAME : CLIENT_MAX_FRAME;
-                s->client_ids[i] = ++s->next_client_id;
-                s->client_vision[i] = (uint8_t)vision;
-                strata_log(STRATA_LOG_DEBUG, "%s %u connected from %s",
-                           vision ? "vision stage" : "client", s->client_ids[i], h->conn.peer);
-                return;
-            }
-        }
-        wire_send_error(&h->conn, STRATA_EBUSY, 0, "too many clients");
-        wire_close(&h->conn);
-        return;
-    }
-    if (s->info.num_stages < 2 || h->peer.stage_index != want ||
-        h->peer.layer_end !=
-            (s->info.stage_index == 0 ? s->info.num_layers : s->info.role.layer_start)) {
-        char why[256];
-        snprintf(why, sizeof why,
-                 "stage %d expects upstream stage %d ending at layer %d, got stage %d with layers "
-                 "[%d, %d)",
-                 s->info.stage_index, want,
-                 s->info.stage_index == 0 ? s->info.num_layers : s->info.role.layer_start,
-                 h->peer.stage_index, h->peer.layer_start, h->peer.layer_end);
-        strata_log(STRATA_LOG_WARN, "refused %s: %s", h->conn.peer, why);
-        wire_send_error(&h->conn, STRATA_EINVAL, 0, why);
-        wire_close(&h->conn);
-        return;
-    }
-    if (s->prev.fd >= 0)
-        link_down(s, STAGE_LINK_PREV, 0, &s->prev, "replaced by a new upstream connection");
-    char security[160];
-    wire_tls_peer_describe(&h->conn, security, sizeof security);
-    s->prev = h->conn;
-    s->prev.max_frame = WIRE_DEFAULT_MAX_FRAME; /* authenticated: activations and KV blocks */
-    s->prev_rx_ms = now_ms();
-    strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s (%s)", h->peer.stage_index,
-               h->conn.peer, security);
-}
-
-/* One attempt at the next stage: connect, TLS, Hello, and the check that it is the stage
- * and layer range that must follow. 0 with *conn and *peer, or a status (logged, quietly
- * when it repeats). The socket is published in connecting_fd while the handshakes wait,
- * so a stopping loop can cut them short. */
-static int connect_next(struct server *s, struct wire_conn *conn, struct wire_hello *peer) {
-    const struct stage_server_options *o = s->opt;
-    int port = o->next_port, want = (s->info.stage_index + 1) % s->info.num_stages, rc;
-    memset(conn, 0, sizeof *conn); /* closed, for the failure path below */
-    conn->fd = -1;
-    if (o->next_port_file && cli_read_port_file(o->next_port_file, &port) < 0) port = -1;
-    if (port <= 0) {
-        rc = strata_set_error(STRATA_ENOTFOUND, "next stage port not known yet");
-    } else {
-        rc = wire_connect(conn, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
-        pthread_mutex_lock(&s->lock);
-        s->connecting_fd = rc == 0 ? conn->fd : -1;
-        pthread_mutex_unlock(&s->lock);
-        if (rc == 0 && o->tls) rc = wire_tls_connect(conn, o->tls, HANDSHAKE_TIMEOUT_MS);
-        if (rc == 0) rc = wire_handshake_client(peer, conn, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
-        if (rc == 0 && (peer->stage_index != want ||
-                        peer->layer_start != (want == 0 ? 0 : s->info.role.layer_end)))
-            rc = strata_set_error(STRATA_EINVAL,
-                                  "next hop is stage %d with layers [%d, %d), expected stage %d "
-                                  "starting at layer %d",
-                                  peer->stage_index, peer->layer_start, peer->layer_end, want,
-                                  want == 0 ? 0 : s->info.role.layer_end);
-        pthread_mutex_lock(&s->lock);
-        s->connecting_fd = -1;
-        pthread_mutex_unlock(&s->lock);
-    }
-    if (rc < 0) {
-        wire_close(conn);
-        s->next_failures++;
-        int changed = strncmp(s->next_error, strata_last_error(), sizeof s->next_error - 1) != 0;
-        snprintf(s->next_error, sizeof s->next_error, "%s", strata_last_error());
-        strata_log(
-            changed || s->next_failures == 1 || s->next_failures % 50 == 0 ? STRATA_LOG_INFO
-                                                                           : STRATA_LOG_DEBUG,
-            "connecting to the next stage (attempt %d): %s", s->next_failures, s->next_error);
-        return rc;
-    }
-    s->next_failures = 0;
-    s->next_error[0] = '\0';
-    return 0;
-}
-
-/* Queues a connection for the loop and wakes it; closes it when the queue is full. */
-static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,
-                      int is_next) {
-    int taken = 0;
-    pthread_mutex_lock(&s->lock);
-    if (s->num_pending < MAX_HANDOFF) {
-        s->pending[s->num_pending].conn = *conn;
-        s->pending[s->num_pending].peer = *peer;
-        s->pending[s->num_pending++].is_next = is_next;
-        taken = 1;
-    }
-    pthread_mutex_unlock(&s->lock);
-    if (!taken) {
-        strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", conn->peer);
-        wire_close(conn);
-    } else if (write(s->wake[1], "x", 1) < 0) {
-        strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
-    }
-}
-
-/* The connector thread (re)makes the link to the next stage whenever the loop has none,
- * with exponential backoff (50 ms .. 0.5 s, from the start again when a link drops), and
- * hands it to the loop like an accepted one. Why a thread: connect, TLS and Hello wait on
- * the next stage (up to 1 + 3 + 3 s when it is hung or its port is flooded); on the loop's
- * thread that wait froze every client of stage 0. */
-static void *connector_main(void *arg) {
-    struct server *s = arg;
-    int backoff = BACKOFF_MIN_MS;
-    int64_t retry = 0;
-    while (!atomic_load(&s->acceptor_stop)) {
-        struct wire_conn conn;
-        struct wire_hello peer;
-        if (atomic_exchange(&s->next_lost, 0)) {
-            backoff = BACKOFF_MIN_MS;
-            retry = now_ms() + backoff;
-        }
-        if (!atomic_load(&s->want_next) || now_ms() < retry) {
-            usleep(5000);
-            continue;
-        }
-        if (connect_next(s, &conn, &peer) == 0) {
-            atomic_store(&s->want_next, 0);
-            hand_over(s, &conn, &peer, 1);
-            backoff = BACKOFF_MIN_MS;
-        } else {
-            retry = now_ms() + backoff;
-            backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
-        }
-    }
-    return NULL;
 }
 
 /* Whether frames to `link` are queued (wire_send_frame_nb) rather than waited for. */
@@ -351,7 +101,7 @@ static void flush(struct server *s) {
             if (src < 0) {
                 char why[1024];
                 snprintf(why, sizeof why, "send failed: %s", strata_last_error());
-                link_down(s, f.link, cid, conn, why);
+                stage_srv_link_down(s, f.link, cid, conn, why);
             }
         } else if (f.link == STAGE_LINK_NEXT) {
             stage_core_on_link_down(s->core, STAGE_LINK_NEXT, 0, "next stage is not connected");
@@ -468,7 +218,7 @@ static int feed(struct server *s, struct wire_conn *conn, enum stage_link link, 
         snprintf(why, sizeof why, "bad frame: %s", strata_last_error());
         reply_error(conn, link, rc, 0, why);
         if (link == STAGE_LINK_CLIENT) wire_flush_nb(conn); /* one more try before the close */
-        link_down(s, link, cid, conn, why);
+        stage_srv_link_down(s, link, cid, conn, why);
         return -1;
     }
     return 0;
@@ -490,7 +240,7 @@ static void serve_ready(struct server *s, struct wire_conn *conn, enum stage_lin
                      rc == STRATA_ECLOSED && !wire_conn_partial_since(conn)
                          ? "peer closed the connection"
                          : strata_last_error());
-            link_down(s, link, cid, conn, why);
+            stage_srv_link_down(s, link, cid, conn, why);
             return;
         }
         if (feed(s, conn, link, cid, frame, len) < 0 || conn->fd < 0) return;
@@ -511,9 +261,9 @@ static void drop_stalled(struct server *s) {
             snprintf(why, sizeof why, "not reading: %zu bytes queued for %lld ms",
                      wire_conn_tx_pending(c), (long long)(now - unread));
             if (i < 2)
-                link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
+                stage_srv_link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
             else
-                link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+                stage_srv_link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
             continue;
         }
         if (!since || now - since <= limit) continue;
@@ -522,36 +272,10 @@ static void drop_stalled(struct server *s) {
                  c->rx_need ? c->rx_need : (size_t)WIRE_FRAME_PREFIX_BYTES,
                  (long long)(now - since));
         if (i < 2)
-            link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
+            stage_srv_link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
         else
-            link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+            stage_srv_link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
     }
-}
-
-/* Takes the connector's link to the next stage. */
-static void adopt_next(struct server *s, struct handoff *h) {
-    char security[160];
-    if (s->next.fd >= 0) wire_close(&s->next); /* not expected: the connector waits for want */
-    wire_tls_peer_describe(&h->conn, security, sizeof security);
-    s->next = h->conn;
-    s->next_rx_ms = now_ms();
-    strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", h->peer.stage_index,
-               s->next.peer, security);
-}
-
-static void take_handoffs(struct server *s) {
-    char buf[64];
-    while (read(s->wake[0], buf, sizeof buf) > 0) {
-    }
-    pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->num_pending; i++) {
-        if (s->pending[i].is_next)
-            adopt_next(s, &s->pending[i]);
-        else
-            adopt(s, &s->pending[i]);
-    }
-    s->num_pending = 0;
-    pthread_mutex_unlock(&s->lock);
 }
 
 /* Dead-peer detection for peers that stop answering without closing (hung process, lost
@@ -568,12 +292,12 @@ static void keepalive(struct server *s) {
     if (s->prev.fd >= 0 && now - s->prev_rx_ms > timeout) {
         snprintf(why, sizeof why, "no frame for %lld ms (peer hung or unreachable)",
                  (long long)(now - s->prev_rx_ms));
-        link_down(s, STAGE_LINK_PREV, 0, &s->prev, why);
+        stage_srv_link_down(s, STAGE_LINK_PREV, 0, &s->prev, why);
     }
     if (s->next.fd >= 0 && now - s->next_rx_ms > timeout) {
         snprintf(why, sizeof why, "no frame for %lld ms (peer hung or unreachable)",
                  (long long)(now - s->next_rx_ms));
-        link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
+        stage_srv_link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
     }
     if (now - s->last_ping_ms < timeout / 4 || wire_arena_init(&arena, 256) < 0) return;
     s->last_ping_ms = now;
@@ -581,14 +305,14 @@ static void keepalive(struct server *s) {
     if (wire_build_control(&arena, &ping) == 0) {
         if (s->prev.fd >= 0 && wire_send_frame(&s->prev, wire_arena_frame(&arena),
                                                wire_arena_frame_len(&arena), 1000) < 0)
-            link_down(s, STAGE_LINK_PREV, 0, &s->prev, "ping failed");
+            stage_srv_link_down(s, STAGE_LINK_PREV, 0, &s->prev, "ping failed");
         if (s->next.fd >= 0 &&
             (queued_link(s, STAGE_LINK_NEXT)
                  ? wire_send_frame_nb(&s->next, wire_arena_frame(&arena),
                                       wire_arena_frame_len(&arena), RING_MAX_QUEUED)
                  : wire_send_frame(&s->next, wire_arena_frame(&arena), wire_arena_frame_len(&arena),
                                    1000)) < 0)
-            link_down(s, STAGE_LINK_NEXT, 0, &s->next, "ping failed");
+            stage_srv_link_down(s, STAGE_LINK_NEXT, 0, &s->next, "ping failed");
     }
     wire_arena_free(&arena);
 }
@@ -680,17 +404,18 @@ static void loop_once(struct server *s) {
             wire_flush_nb(&s->clients[who[i]]) < 0) {
             char why[1024];
             snprintf(why, sizeof why, "send failed: %s", strata_last_error());
-            link_down(s, STAGE_LINK_CLIENT, s->client_ids[who[i]], &s->clients[who[i]], why);
+            stage_srv_link_down(s, STAGE_LINK_CLIENT, s->client_ids[who[i]], &s->clients[who[i]],
+                                why);
         }
         if (who[i] == -2 && (fds[i].revents & POLLOUT) && s->next.fd == fds[i].fd &&
             wire_flush_nb(&s->next) < 0) {
             char why[1024];
             snprintf(why, sizeof why, "send failed: %s", strata_last_error());
-            link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
+            stage_srv_link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
         }
         if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
         if (who[i] == -3)
-            take_handoffs(s);
+            stage_srv_take_handoffs(s);
         else if (who[i] == -1 && s->prev.fd == fds[i].fd)
             serve_ready(s, &s->prev, STAGE_LINK_PREV, 0);
         else if (who[i] == -2 && s->next.fd == fds[i].fd)
@@ -813,13 +538,13 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
         rc = strata_set_error(STRATA_EIO, "pipe2: %s", strerror(errno));
         goto done;
     }
-    if (pthread_create(&s->acceptor, NULL, acceptor_main, s) != 0) {
+    if (pthread_create(&s->acceptor, NULL, stage_srv_acceptor_main, s) != 0) {
         rc = strata_set_error(STRATA_EIO, "cannot start the acceptor thread");
         goto done;
     }
     s->acceptor_started = 1;
     if (s->info.num_stages > 1) {
-        if (pthread_create(&s->connector, NULL, connector_main, s) != 0) {
+        if (pthread_create(&s->connector, NULL, stage_srv_connector_main, s) != 0) {
             rc = strata_set_error(STRATA_EIO, "cannot start the connector thread");
             goto done;
         }

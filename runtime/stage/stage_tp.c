@@ -167,15 +167,22 @@ static int lead_forward(struct stage_backend *be, float *hidden, const struct fo
     return group_status(l->inner->iface->forward(l->inner, hidden, items, n_items));
 }
 
-static int lead_logits(struct stage_backend *be, float *logits, const float *hidden, int n) {
-    struct tp_leader *l = leader(be);
+/* Sends the followers command `op` on n hidden rows [n, H] (the LM head's input). */
+static int send_rows(struct stage_backend *be, struct tp_leader *l, int op, const float *hidden,
+                     int n) {
     const size_t count = (size_t)n * (size_t)be->cfg->hidden_size;
     int rc = buf_reserve(&l->buf, 0, count);
     if (rc) return rc;
     memcpy(l->buf.floats, hidden, count * sizeof(float));
     l->buf.n_ints = 0;
     l->buf.n_floats = count;
-    if ((rc = send_cmd(l, TP_OP_LOGITS, n, 0))) return rc;
+    return send_cmd(l, op, n, 0);
+}
+
+static int lead_logits(struct stage_backend *be, float *logits, const float *hidden, int n) {
+    struct tp_leader *l = leader(be);
+    int rc = send_rows(be, l, TP_OP_LOGITS, hidden, n);
+    if (rc) return rc;
     return group_status(l->inner->iface->logits(l->inner, logits, hidden, n));
 }
 
@@ -183,13 +190,8 @@ static int lead_logits(struct stage_backend *be, float *logits, const float *hid
  * all-gather) exactly as in lead_logits. */
 static int lead_argmax(struct stage_backend *be, int32_t *ids, const float *hidden, int n) {
     struct tp_leader *l = leader(be);
-    const size_t count = (size_t)n * (size_t)be->cfg->hidden_size;
-    int rc = buf_reserve(&l->buf, 0, count);
+    int rc = send_rows(be, l, TP_OP_ARGMAX, hidden, n);
     if (rc) return rc;
-    memcpy(l->buf.floats, hidden, count * sizeof(float));
-    l->buf.n_ints = 0;
-    l->buf.n_floats = count;
-    if ((rc = send_cmd(l, TP_OP_ARGMAX, n, 0))) return rc;
     return group_status(l->inner->iface->argmax(l->inner, ids, hidden, n));
 }
 

@@ -33,8 +33,7 @@ client=$!
 PL_PIDS="$PL_PIDS $client"
 sleep 1
 kill -0 "$client" 2>/dev/null || pl_fail "the request ended before the kill: $(cat "$PL_WORK/r.client")"
-kill -9 "$(pl_pid r 2)"
-{ wait "$(pl_pid r 2)"; } 2>/dev/null
+pl_kill_stage r 2
 killed_at=$(date +%s.%N)
 nl_start_stage r 4 2 "$model" "${opts[@]}" --step-delay-ms 25 --out "$PL_WORK/r.safetensors"
 wait "$client" || pl_fail "the request did not survive stage 2's restart: $(cat "$PL_WORK/r.client")"

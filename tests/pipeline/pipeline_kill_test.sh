@@ -29,8 +29,7 @@ PL_PIDS="$PL_PIDS $client"
 sleep 1
 kill -0 "$client" 2>/dev/null || pl_fail "the request ended before the kill: $(cat "$PL_WORK/victim")"
 killed_at=$(date +%s.%N)
-kill -9 "$(pl_pid k 2)" 2>/dev/null
-{ wait "$(pl_pid k 2)"; } 2>/dev/null
+pl_kill_stage k 2
 
 # The client must end (with an error) within 2 s.
 for i in $(seq 1 40); do

@@ -39,21 +39,6 @@ pl_wait_log "$PL_WORK/one.0.log" "wrote $PL_WORK/one.safetensors" 5 5 ||
 cp "$PL_WORK/one.safetensors" "$PL_WORK/ref.safetensors"
 pl_stop_pipeline one 1
 
-# check_same TAG: both clients' tokens equal the reference run's.
-check_same() {
-    local which k
-    for which in greedy sampled; do
-        for k in 0 1; do
-            local want got
-            want=$(pl_tokens_of "$PL_WORK/one.$which" $k)
-            got=$(pl_tokens_of "$PL_WORK/$1.$which" $k)
-            [ -n "$want" ] && [ "$got" = "$want" ] ||
-                pl_fail "$1: $which request $k: tokens $got, undisturbed $want"
-        done
-    done
-    echo "$1: all 4 requests (2 greedy, 2 sampled) completed with the undisturbed tokens"
-}
-
 # start TAG S STAGE0_OPTS...: a pipeline with --send-kv everywhere, extra options on stage 0.
 start() {
     local tag=$1 S=$2 r
@@ -68,16 +53,8 @@ start() {
 
 # kill_and_restart TAG S R: kills stage R once the clients are mid-request and restarts it.
 kill_and_restart() {
-    local tag=$1 S=$2 r=$3 killed_at at
-    sleep 1.5
-    killed_at=$(date +%s.%N) # before the kill: never under-reports
-    kill -9 "$(pl_pid "$tag" "$r")"
-    { wait "$(pl_pid "$tag" "$r")"; } 2>/dev/null
-    pl_start_stage "$tag" "$S" "$r" "$model" "${opts[@]}" --send-kv --step-delay-ms 10 \
-        --out "$PL_WORK/$tag.safetensors"
-    pl_wait_log "$PL_WORK/$tag.0.log" "recovered: " 1 20 || pl_fail "$tag: no recovery logged"
-    at=$(grep -m1 "recovered: " "$PL_WORK/$tag.0.log" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p')
-    echo "$tag: stage $r killed and restarted; first token after the replay $(pl_secs_between "$killed_at" "$at") s after the kill"
+    pl_kill_and_restart "$1" "$2" "$3" "$model" 1.5 "${opts[@]}" --send-kv --step-delay-ms 10 \
+        --out "$PL_WORK/$1.safetensors"
 }
 
 # 1. Three stages, stage 1 killed, restore forced: every request restored from its copies.
@@ -98,7 +75,7 @@ grep -q "restored [1-9][0-9]* request(s) from their KV copies" "$PL_WORK/a.1.log
     pl_fail "a: the new stage 1 restored no KV copy"
 grep -q "restored [1-9][0-9]* request(s) from their KV copies" "$PL_WORK/a.2.log" ||
     pl_fail "a: the surviving stage 2 restored no KV copy"
-check_same a
+pl_check_same a
 echo "a: ${line#*\] }"
 pl_stop_pipeline a 3
 
@@ -132,6 +109,6 @@ grep -q "ring re-formed: replaying [1-9][0-9]* request(s), 0 from KV copies" "$P
     pl_fail "c: the forced full replay restored copies: $(grep "re-formed" "$PL_WORK/c.0.log")"
 grep -q "from their KV copies" "$PL_WORK/c.1.log" "$PL_WORK/c.2.log" &&
     pl_fail "c: a stage restored a KV copy under --kv-recovery replay"
-check_same c
+pl_check_same c
 pl_stop_pipeline c 3
 echo "PASS"

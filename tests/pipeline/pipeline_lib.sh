@@ -91,6 +91,51 @@ pl_start_stage() {
 
 pl_pid() { eval "echo \$PL_PID_$1_$2"; }
 
+# pl_kill_stage TAG R: SIGKILL to stage R of TAG (a crash, as its supervisor would see it),
+# reaped quietly.
+pl_kill_stage() {
+    kill -9 "$(pl_pid "$1" "$2")" 2>/dev/null
+    { wait "$(pl_pid "$1" "$2")"; } 2>/dev/null
+}
+
+# pl_log_secs FILE PATTERN: the time stamp ("[stage r SECS.MS]", seconds) of FILE's first
+# line matching PATTERN; empty when there is none.
+pl_log_secs() {
+    grep -m1 -- "$2" "$1" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p'
+}
+
+# pl_kill_and_restart TAG S R MODEL_DIR DELAY_S [strata-stage options...]: after DELAY_S
+# (the clients mid-request), kills stage R of TAG and starts it again with the options (as
+# its supervisor would), waits for stage 0 to log a recovered request, and prints the
+# seconds from the kill to stage 0's first token after the replay (the recovery tests).
+pl_kill_and_restart() {
+    local tag=$1 S=$2 r=$3 model=$4 delay=$5 killed_at at
+    shift 5
+    sleep "$delay"
+    killed_at=$(date +%s.%N) # before the kill: never under-reports
+    pl_kill_stage "$tag" "$r"
+    pl_start_stage "$tag" "$S" "$r" "$model" "$@"
+    pl_wait_log "$PL_WORK/$tag.0.log" "recovered: " 1 20 || pl_fail "$tag: no recovery logged"
+    at=$(pl_log_secs "$PL_WORK/$tag.0.log" "recovered: ")
+    echo "$tag: stage $r killed and restarted; first token after the replay $(pl_secs_between "$killed_at" "$at") s after the kill"
+}
+
+# pl_check_same TAG: the tokens of TAG's two clients ($PL_WORK/TAG.greedy and TAG.sampled,
+# two requests each) equal those of the undisturbed run ($PL_WORK/one.greedy, one.sampled).
+pl_check_same() {
+    local which k want got
+    for which in greedy sampled; do
+        for k in 0 1; do
+            want=$(pl_tokens_of "$PL_WORK/one.$which" $k)
+            got=$(pl_tokens_of "$PL_WORK/$1.$which" $k)
+            if [ -z "$want" ] || [ "$got" != "$want" ]; then
+                pl_fail "$1: $which request $k: tokens $got, undisturbed $want"
+            fi
+        done
+    done
+    echo "$1: all 4 requests (2 greedy, 2 sampled) completed with the undisturbed tokens"
+}
+
 # pl_wait_log FILE PATTERN COUNT TIMEOUT_S: waits for COUNT lines matching PATTERN.
 pl_wait_log() {
     local file=$1 pattern=$2 count=$3 timeout=$4 i=0

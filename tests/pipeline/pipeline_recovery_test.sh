@@ -34,39 +34,13 @@ pl_start_pipeline one 1 "$model" "${opts[@]}" --out "$PL_WORK/one.safetensors"
 pl_client one "${greedy[@]}" >"$PL_WORK/one.greedy" || pl_fail "reference: $(cat "$PL_WORK/one.greedy")"
 pl_client one "${sampled[@]}" >"$PL_WORK/one.sampled" || pl_fail "reference: $(cat "$PL_WORK/one.sampled")"
 pl_client one --prompt "$p0" --max-tokens 150 >"$PL_WORK/one.single" || pl_fail "reference single"
-pl_wait_file "$PL_WORK/one.safetensors" 5 || pl_fail "single stage: no --out file"
+# --out holds the last finished request, and the stage writes it after the client has its
+# last token: wait for the 5th request's write (the file exists from the first), or the copy
+# may be the previous request's --out (120 tokens) and case c would compare against that.
+pl_wait_log "$PL_WORK/one.0.log" "wrote $PL_WORK/one.safetensors" 5 5 ||
+    pl_fail "single stage: the 5th request's --out was not written"
 cp "$PL_WORK/one.safetensors" "$PL_WORK/ref.safetensors"
 pl_stop_pipeline one 1
-
-# check_same TAG: both clients' tokens equal the reference run's.
-check_same() {
-    local which k
-    for which in greedy sampled; do
-        for k in 0 1; do
-            local want got
-            want=$(pl_tokens_of "$PL_WORK/one.$which" $k)
-            got=$(pl_tokens_of "$PL_WORK/$1.$which" $k)
-            [ -n "$want" ] && [ "$got" = "$want" ] ||
-                pl_fail "$1: $which request $k: tokens $got, undisturbed $want"
-        done
-    done
-    echo "$1: all 4 requests (2 greedy, 2 sampled) completed with the undisturbed tokens"
-}
-
-# kill_and_restart TAG S R [stage options]: kills stage R once every client is mid-request,
-# restarts it, and prints the seconds from the kill to stage 0's first token after the replay.
-kill_and_restart() {
-    local tag=$1 S=$2 r=$3 killed_at at
-    shift 3
-    sleep 1
-    killed_at=$(date +%s.%N) # before the kill: never under-reports
-    kill -9 "$(pl_pid "$tag" "$r")"
-    { wait "$(pl_pid "$tag" "$r")"; } 2>/dev/null
-    pl_start_stage "$tag" "$S" "$r" "$model" "$@"
-    pl_wait_log "$PL_WORK/$tag.0.log" "recovered: " 1 20 || pl_fail "$tag: no recovery logged"
-    at=$(grep -m1 "recovered: " "$PL_WORK/$tag.0.log" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p')
-    echo "$tag: stage $r killed and restarted; first token after the replay $(pl_secs_between "$killed_at" "$at") s after the kill"
-}
 
 # 1. Three stages, stage 1 killed, --out on the last stage.
 pl_start_pipeline a 3 "$model" "${opts[@]}" --step-delay-ms 10 --out "$PL_WORK/a.safetensors"
@@ -75,11 +49,11 @@ ca=$!
 pl_client a "${sampled[@]}" >"$PL_WORK/a.sampled" 2>&1 &
 cb=$!
 PL_PIDS="$PL_PIDS $ca $cb"
-kill_and_restart a 3 1 "${opts[@]}" --step-delay-ms 10 --out "$PL_WORK/a.safetensors"
+pl_kill_and_restart a 3 1 "$model" 1 "${opts[@]}" --step-delay-ms 10 --out "$PL_WORK/a.safetensors"
 wait $ca || pl_fail "a: greedy client failed: $(cat "$PL_WORK/a.greedy")"
 wait $cb || pl_fail "a: sampled client failed: $(cat "$PL_WORK/a.sampled")"
 grep -q "ring re-formed: replaying" "$PL_WORK/a.0.log" || pl_fail "a: stage 0 did not replay"
-check_same a
+pl_check_same a
 pl_stop_pipeline a 3
 
 # 2. Four stages, stage 2 killed (no --out: the sampler is fast-forwarded), then the last
@@ -90,17 +64,17 @@ ca=$!
 pl_client b "${sampled[@]}" >"$PL_WORK/b.sampled" 2>&1 &
 cb=$!
 PL_PIDS="$PL_PIDS $ca $cb"
-kill_and_restart b 4 2 "${opts[@]}" --step-delay-ms 10
+pl_kill_and_restart b 4 2 "$model" 1 "${opts[@]}" --step-delay-ms 10
 wait $ca || pl_fail "b: greedy client failed: $(cat "$PL_WORK/b.greedy")"
 wait $cb || pl_fail "b: sampled client failed: $(cat "$PL_WORK/b.sampled")"
-check_same b
+pl_check_same b
 pl_stop_pipeline b 4
 
 pl_start_pipeline c 4 "$model" "${opts[@]}" --step-delay-ms 10 --out "$PL_WORK/c.safetensors"
 pl_client c --prompt "$p0" --max-tokens 150 >"$PL_WORK/c.single" 2>&1 &
 ca=$!
 PL_PIDS="$PL_PIDS $ca"
-kill_and_restart c 4 3 "${opts[@]}" --step-delay-ms 10 --out "$PL_WORK/c.safetensors"
+pl_kill_and_restart c 4 3 "$model" 1 "${opts[@]}" --step-delay-ms 10 --out "$PL_WORK/c.safetensors"
 wait $ca || pl_fail "c: client failed: $(cat "$PL_WORK/c.single")"
 [ "$(pl_tokens_of "$PL_WORK/c.single" 0)" = "$(pl_tokens_of "$PL_WORK/one.single" 0)" ] ||
     pl_fail "c: tokens after the last stage's restart differ"
@@ -120,17 +94,16 @@ cb=$!
 PL_PIDS="$PL_PIDS $ca $cb"
 sleep 1
 killed_at=$(date +%s.%N) # before the kill: never under-reports
-kill -9 "$(pl_pid e 0)"
-{ wait "$(pl_pid e 0)"; } 2>/dev/null
+pl_kill_stage e 0
 : >"$PL_WORK/e.0.log"
 pl_start_stage e 3 0 "$model" "${opts[@]}" --step-delay-ms 10
 wait $ca || pl_fail "e: greedy client failed: $(cat "$PL_WORK/e.greedy" "$PL_WORK/e.greedy.err")"
 wait $cb || pl_fail "e: sampled client failed: $(cat "$PL_WORK/e.sampled" "$PL_WORK/e.sampled.err")"
 grep -q "resubmitted after [1-9][0-9]* tokens" "$PL_WORK/e.greedy.err" ||
     pl_fail "e: the greedy client did not resubmit mid-request: $(cat "$PL_WORK/e.greedy.err")"
-at=$(grep -m1 "recovered: " "$PL_WORK/e.0.log" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p')
+at=$(pl_log_secs "$PL_WORK/e.0.log" "recovered: ")
 [ -n "$at" ] || pl_fail "e: the new stage 0 logged no recovered request"
-check_same e
+pl_check_same e
 echo "e: stage 0 killed and restarted; the clients resubmitted ($(grep -m1 resubmitted "$PL_WORK/e.greedy.err" | cut -d: -f2-)); first token $(pl_secs_between "$killed_at" "$at") s after the kill"
 pl_stop_pipeline e 3
 
@@ -151,14 +124,13 @@ cb=$!
 PL_PIDS="$PL_PIDS $ca $cb"
 sleep 1
 killed_at=$(date +%s.%N) # before the kill: never under-reports
-kill -9 "$(pl_pid f 1)"
-{ wait "$(pl_pid f 1)"; } 2>/dev/null
+pl_kill_stage f 1
 pl_wait_log "$PL_WORK/f.0.log" "recovered: " 1 20 || pl_fail "f: no recovery logged"
-at=$(grep -m1 "recovered: " "$PL_WORK/f.0.log" | sed -n 's/^\[stage [0-9]* \([0-9.]*\)\].*/\1/p')
+at=$(pl_log_secs "$PL_WORK/f.0.log" "recovered: ")
 wait $ca || pl_fail "f: greedy client failed: $(cat "$PL_WORK/f.greedy")"
 wait $cb || pl_fail "f: sampled client failed: $(cat "$PL_WORK/f.sampled")"
 grep -q "standby: took over port $port1" "$PL_WORK/f.standby.log" || pl_fail "f: the standby did not take over"
-check_same f
+pl_check_same f
 echo "f: stage 1's standby took over; first token after the replay $(pl_secs_between "$killed_at" "$at") s after the kill"
 
 # 3. No replacement within --recovery-timeout-ms: a clear error, no hang.
@@ -168,8 +140,7 @@ ca=$!
 PL_PIDS="$PL_PIDS $ca"
 sleep 1
 killed_at=$(date +%s.%N) # before the kill: never under-reports
-kill -9 "$(pl_pid d 1)"
-{ wait "$(pl_pid d 1)"; } 2>/dev/null
+pl_kill_stage d 1
 for i in $(seq 1 60); do
     kill -0 "$ca" 2>/dev/null || break
     sleep 0.05

@@ -181,12 +181,8 @@ void golden_case_close(struct golden_case *gc) {
 
 int golden_model(struct reference_model **out, const struct golden_case *gc, int start, int end,
                  int with_embed, int with_head, int threads) {
-    struct reference_load_options opt = {.layer_start = start,
-                                         .layer_end = end,
-                                         .with_embed = with_embed,
-                                         .with_head = with_head,
-                                         .num_threads = threads};
-    return reference_model_load(out, &gc->cfg, gc->st, &opt);
+    return golden_model_dtype(out, gc, start, end, with_embed, with_head, threads,
+                              REFERENCE_WEIGHTS_STORED);
 }
 
 int golden_sequence(const struct golden_case *gc, int32_t *out, int n) {

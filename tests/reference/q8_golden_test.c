@@ -1,7 +1,8 @@
 /* The measured error of `--weights-dtype q8` (reference/ops_q8.h) on every golden case
- * (tests/golden): the golden token stream is teacher-forced (prompt, then each recorded id),
- * so one early divergence does not cascade, and per case the test prints the max |Δlogit|
- * against transformers' logits and how many greedy ids (argmax per step) agree.
+ * (tests/golden): the golden token stream is teacher-forced (golden_run.h, the same run as
+ * golden_test's), so one early divergence does not cascade, and per case the test prints
+ * the max |Δlogit| against transformers' logits and how many greedy ids (argmax per step)
+ * agree.
  *
  * q8 rounds weights and activations to 8 bits, so ids may differ from transformers; the
  * bounds below are loose (2x the worst max |Δlogit| measured when this test was written)
@@ -18,10 +19,11 @@
 
 #include <cmocka.h>
 
-#include "reference/kv_cache.h"
 #include "reference/model.h"
+#include "reference/sampler.h"
 #include "runtime/base/status.h"
 #include "tests/reference/golden_case.h"
+#include "tests/reference/golden_run.h"
 
 /* Measured on the eight cases when written (2 threads, AVX2 = portable bits): max |Δlogit|
  * 0.51 .. 1.01 (logits up to |22|), mean |Δlogit| 0.076 .. 0.146, greedy agreement 88% .. 100%.
@@ -36,89 +38,6 @@
 #define Q8_MAX_MEAN_DLOGIT 0.5
 #define Q8_MIN_AGREEMENT 0.80     /* dense cases */
 #define Q8_MIN_AGREEMENT_MOE 0.60 /* MoE cases */
-#define MAX_STAGES 2
-
-static int argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; ++i)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
-/* Teacher-forced logits [n_steps, V] of the golden stream through stages [bounds[i],
- * bounds[i+1]) with q8 weights (the same replay of HF's vision inputs as golden_test). */
-static float *run_q8(const struct golden_case *gc, const int *bounds, int n_stages, int threads) {
-    const struct model_config *c = &gc->cfg;
-    int V = c->vocab_size, H = c->hidden_size, S = gc->n_prompt;
-    struct reference_model *stage[MAX_STAGES] = {0};
-    struct kv_cache kv[MAX_STAGES];
-    memset(kv, 0, sizeof kv);
-    for (int s = 0; s < n_stages; ++s) {
-        int slot;
-        if (golden_model_dtype(&stage[s], gc, bounds[s], bounds[s + 1], s == 0, s == n_stages - 1,
-                               threads, REFERENCE_WEIGHTS_Q8))
-            fail_msg("%s: %s", gc->name, strata_last_error());
-        assert_int_equal(kv_cache_init(&kv[s], bounds[s], bounds[s + 1], c->num_kv_heads,
-                                       c->head_dim, S + gc->n_steps, 1),
-                         0);
-        assert_int_equal(kv_cache_acquire(&kv[s], &slot), 0);
-    }
-    float *hidden = calloc((size_t)S * (size_t)H, sizeof(float));
-    float *logits = calloc((size_t)gc->n_steps * (size_t)V, sizeof(float));
-    float *deepstack = NULL;
-    uint8_t *visual = NULL;
-    assert_non_null(hidden);
-    assert_non_null(logits);
-    if (reference_embed(stage[0], hidden, gc->prompt, S)) fail_msg("%s", strata_last_error());
-    struct forward_item item = {.slot = 0, .pos = 0, .n_tokens = S};
-    if (gc->has_vision) {
-        deepstack = calloc((size_t)gc->num_deepstack * (size_t)S * (size_t)H, sizeof(float));
-        visual = calloc((size_t)S, 1);
-        assert_non_null(deepstack);
-        assert_non_null(visual);
-        for (int i = 0, v = 0; i < S; ++i) {
-            if (gc->prompt[i] != gc->image_token_id) continue;
-            visual[i] = 1;
-            memcpy(hidden + (size_t)i * H, gc->vision_embeds + (size_t)v * H,
-                   (size_t)H * sizeof(float));
-            for (int k = 0; k < gc->num_deepstack; ++k)
-                memcpy(deepstack + ((size_t)k * S + i) * H,
-                       gc->deepstack + ((size_t)k * gc->n_visual + v) * H,
-                       (size_t)H * sizeof(float));
-            v++;
-        }
-        item.mrope_positions = gc->position_ids;
-        item.deepstack = deepstack;
-        item.visual_mask = visual;
-        item.num_deepstack = gc->num_deepstack;
-    }
-    int32_t mrope[3];
-    for (int step = 0; step < gc->n_steps; ++step) {
-        if (step) {
-            int32_t token = gc->generated[step - 1]; /* teacher forcing */
-            if (reference_embed(stage[0], hidden, &token, 1)) fail_msg("%s", strata_last_error());
-            item = (struct forward_item){.slot = 0, .pos = S + step - 1, .n_tokens = 1};
-            if (gc->has_vision) {
-                mrope[0] = mrope[1] = mrope[2] = item.pos + gc->rope_delta;
-                item.mrope_positions = mrope;
-            }
-        }
-        for (int s = 0; s < n_stages; ++s)
-            if (reference_forward(stage[s], &kv[s], hidden, &item, 1))
-                fail_msg("%s step %d: %s", gc->name, step, strata_last_error());
-        if (reference_logits(stage[n_stages - 1], logits + (size_t)step * V,
-                             hidden + (size_t)(item.n_tokens - 1) * H, 1))
-            fail_msg("%s", strata_last_error());
-    }
-    for (int s = 0; s < n_stages; ++s) {
-        reference_model_free(stage[s]);
-        kv_cache_free(&kv[s]);
-    }
-    free(hidden);
-    free(deepstack);
-    free(visual);
-    return logits;
-}
 
 static void test_every_golden(void **state) {
     (void)state;
@@ -128,7 +47,7 @@ static void test_every_golden(void **state) {
         const char *name = golden_case_names[i];
         if (golden_case_open(&gc, name)) fail_msg("%s: %s", name, strata_last_error());
         int V = gc.cfg.vocab_size, whole[2] = {0, gc.cfg.num_layers};
-        float *logits = run_q8(&gc, whole, 1, 2);
+        float *logits = golden_run(&gc, whole, 1, 2, REFERENCE_WEIGHTS_Q8);
         double max_delta = 0.0, max_ref = 0.0, sum_delta = 0.0;
         int agree = 0, moe = gc.cfg.num_experts > 0;
         for (int step = 0; step < gc.n_steps; ++step) {
@@ -174,8 +93,9 @@ static void test_q8_deterministic(void **state) {
         if (golden_case_open(&gc, cases[i])) fail_msg("%s: %s", cases[i], strata_last_error());
         int L = gc.cfg.num_layers, whole[2] = {0, L}, split[3] = {0, L / 2, L};
         size_t bytes = (size_t)gc.n_steps * (size_t)gc.cfg.vocab_size * sizeof(float);
-        float *two = run_q8(&gc, whole, 1, 2), *one = run_q8(&gc, whole, 1, 1);
-        float *parts = run_q8(&gc, split, 2, 2);
+        float *two = golden_run(&gc, whole, 1, 2, REFERENCE_WEIGHTS_Q8),
+              *one = golden_run(&gc, whole, 1, 1, REFERENCE_WEIGHTS_Q8);
+        float *parts = golden_run(&gc, split, 2, 2, REFERENCE_WEIGHTS_Q8);
         if (memcmp(one, two, bytes)) fail_msg("%s: q8 1 thread differs from 2", cases[i]);
         if (memcmp(parts, two, bytes)) fail_msg("%s: q8 split at %d differs", cases[i], L / 2);
         printf("%-18s q8: 1 = 2 threads and split [0,%d)+[%d,%d) = whole, bit for bit\n", cases[i],

@@ -1,5 +1,5 @@
-/* cli helpers: integers are all-or-nothing and range-checked with a message naming the
- * range and the text; files read whole or fail with ENOTFOUND; port files round-trip;
+/* cli helpers: integers (and id lists) are all-or-nothing and range-checked with a message
+ * naming the range and the text; files read whole or fail with ENOTFOUND; port files round-trip;
  * the clock never goes back. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -46,6 +46,30 @@ static void bad_ints_are_refused_with_a_message(void **state) {
 static void tmp_path(char *out, size_t cap, const char *name) {
     const char *tmp = getenv("TEST_TMPDIR");
     snprintf(out, cap, "%s/cli_test.%d.%s", tmp ? tmp : "/tmp", (int)getpid(), name);
+}
+
+/* Id lists: comma-separated, each in range, at most cap; a trailing comma is allowed (as the
+ * clients have always taken it), empty text is no ids, anything else is EINVAL. */
+static void id_lists_parse_or_are_refused(void **state) {
+    int32_t ids[4] = {-1, -1, -1, -1};
+    (void)state;
+    assert_int_equal(cli_parse_ids(ids, 4, "1,22,333", 0, 1000), 3);
+    assert_int_equal(ids[0], 1);
+    assert_int_equal(ids[1], 22);
+    assert_int_equal(ids[2], 333);
+    assert_int_equal(cli_parse_ids(ids, 4, "7,", 0, 1000), 1);
+    assert_int_equal(ids[0], 7);
+    assert_int_equal(cli_parse_ids(ids, 4, "", 0, 1000), 0);
+    assert_int_equal(cli_parse_ids(ids, 4, "2147483647", 0, INT32_MAX), 1);
+    assert_int_equal(ids[0], INT32_MAX);
+    static const char *bad[] = {
+        "1,,2", "1;2", "x", "1,x", "-1", "1001", ",", "1,2,3,4,5", "99999999999999999999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(cli_parse_ids(ids, 4, bad[i], 0, 1000), STRATA_EINVAL);
+    assert_int_equal(cli_parse_ids(ids, 4, "5,1001", 0, 1000), STRATA_EINVAL);
+    assert_non_null(strstr(strata_last_error(), "[0, 1000]"));
+    assert_non_null(strstr(strata_last_error(), "\"5,1001\""));
+    assert_int_equal(cli_parse_ids(ids, 4, "2147483648", 0, 4294967296L), STRATA_EINVAL);
 }
 
 static void read_file_missing_and_real(void **state) {
@@ -115,6 +139,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(good_ints_parse),
         cmocka_unit_test(bad_ints_are_refused_with_a_message),
+        cmocka_unit_test(id_lists_parse_or_are_refused),
         cmocka_unit_test(read_file_missing_and_real),
         cmocka_unit_test(port_file_round_trip),
         cmocka_unit_test(clock_is_monotonic),

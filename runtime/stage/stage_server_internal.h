@@ -1,0 +1,86 @@
+/* Private to strata-stage's server: the state the poll loop (stage_server.c) and the link
+ * management (stage_server_link.c: the acceptor's and connector's threads, the checks of
+ * who a peer is, taking a link down) share. Split so that each file stays readable; not for
+ * other modules (use stage_server.h). */
+#ifndef STRATA_RUNTIME_STAGE_STAGE_SERVER_INTERNAL_H
+#define STRATA_RUNTIME_STAGE_STAGE_SERVER_INTERNAL_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "runtime/base/cli.h"
+#include "runtime/stage/stage_core.h"
+#include "runtime/stage/stage_server.h"
+#include "runtime/stage/vision_xfer.h"
+#include "wire/transport.h"
+
+#define MAX_CLIENTS 64
+#define MAX_HANDOFF 64
+
+static inline int64_t now_ms(void) {
+    return cli_now_ns() / 1000000;
+}
+
+struct handoff {
+    struct wire_conn conn;
+    struct wire_hello peer;
+    int is_next; /* made by the connector: the link to the next stage */
+};
+
+struct server {
+    struct stage_core_info info; /* stage index, layer range, roles: the core's backend */
+    struct stage_core *core;
+    const struct stage_server_options *opt;
+    volatile sig_atomic_t *stop;
+    struct wire_listener listener;
+    struct wire_hello self;
+    pthread_t acceptor;
+    int acceptor_started;
+    atomic_int acceptor_stop; /* set by the loop when it ends (the signal flag is not shared) */
+    atomic_int accept_close;  /* set by the loop when it drains: accept nothing new */
+    int draining;
+    int wake[2]; /* acceptor -> loop */
+    pthread_mutex_t lock;
+    struct handoff pending[MAX_HANDOFF];
+    int num_pending;
+    /* Loop-owned connections (fd -1 when absent). */
+    struct wire_conn prev, next;
+    struct wire_conn clients[MAX_CLIENTS];
+    uint32_t client_ids[MAX_CLIENTS];
+    uint8_t client_vision[MAX_CLIENTS]; /* the client is a vision stage (Hello role Vision) */
+    struct vision_rx *vision_rx;        /* stage 0: vision transfers in progress */
+    uint32_t next_client_id;
+    /* The connector thread's (stage_server_link.c); the loop only sets these flags. */
+    pthread_t connector;
+    int connector_started;
+    atomic_int want_next; /* the loop has no next link: make one */
+    atomic_int next_lost; /* the next link just dropped: retry soon (backoff from the start) */
+    int connecting_fd;    /* under lock: the socket of a connect in progress (-1: none) */
+    int64_t prev_rx_ms, next_rx_ms; /* last frame received on each stage link */
+    int64_t last_ping_ms;
+    uint64_t ping_seq;
+    int next_failures;
+    char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
+    /* Recovery (stage 0; stage_recovery.c): what was last logged. */
+    int held_seen;
+    uint64_t replayed_seen, recovered_seen, kv_restored_seen, kv_rows_seen;
+    /* Measured for stage 0's restore-or-replay rule (stage_recovery_kv.c): ns per row of
+     * microbatches >= 8 rows (moving average) and bytes/s of sends >= 64 KiB on the next
+     * link (the fastest recent one); 0 until measured. */
+    double row_ns, link_bps;
+    int kv_drop_warned;
+};
+
+/* stage_server_link.c, run on their own threads (arg: the server). */
+void *stage_srv_acceptor_main(void *arg);
+void *stage_srv_connector_main(void *arg);
+/* The loop's side: adopts the connections the threads handed over (after a wake). */
+void stage_srv_take_handoffs(struct server *s);
+/* Closes a link, tells the core (which fails what it carried) and, for the next link,
+ * asks the connector for a new one. */
+void stage_srv_link_down(struct server *s, enum stage_link link, uint32_t client_id,
+                         struct wire_conn *conn, const char *reason);
+
+#endif
