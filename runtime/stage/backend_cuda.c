@@ -7,7 +7,8 @@
  *     (runtime/model/stage_tensors.h) as reference/model_load.c does: bf16 / f32 matrices
  *     as stored, f16 matrices widened to f32, norms and biases as f32, fused experts used
  *     in place (out-major) or transposed once on the host (in-major);
- *   - KV cache: [slot][layer][kv_head][max_seq][head_dim] f32 on the device, the layout of
+ *   - KV cache: [slot][layer][kv_head][max_seq][head_dim] f32 on the device (under KVP
+ *     [kvp_held] positions, plus a spare slot: backend_cuda_tp.c), the layout of
  *     reference/kv_cache.h, so a pack / restore is one strided copy per (layer, slot)
  *     (backend_cuda_kv.c); lengths and in-use flags stay on the host;
  *   - activation scratch: device buffers sized like the reference's, grown on demand to
@@ -32,6 +33,14 @@
  * The row-parallel projections (o_proj, down, expert down) run as cuda_matmul_split with
  * OPS_SPLIT_LEAVES leaves, as reference/model.c does on one rank, so every projection has
  * the reference's reduction order (only CUDA's expf / erff / tanhf differ by ulps).
+ *
+ * Tensor and KV parallelism (--tp / --kvp, backend_cuda_tp.c): a rank holds its shard
+ * (c->nh, c->nkv, c->ffn, vocabulary rows; OPS_SPLIT_LEAVES / T leaves) and, under KVP, its
+ * positions of every sequence; the layer loop adds one TP reduce after o_proj and one after
+ * down, the embedding and head are vocab-parallel, attention under KVP is the reference's two
+ * steps around the group's all-gathers, all on NCCL with the CPU backend's order, so every
+ * rank's logits are one rank's bits. Waits go through backend_cuda_sync (nccl_group_wait,
+ * bounded, under a split). Decode graphs are off under a split.
  *
  * Determinism: every kernel computes each output element in one fixed order that depends
  * on neither the batch nor the neighbouring rows (kernels/README.md), all launches go to
@@ -105,11 +114,11 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     free_scratch(c);
     const struct model_config *m = c->cfg;
     size_t r = (size_t)rows, H = (size_t)m->hidden_size, D = (size_t)m->head_dim;
-    size_t qd = (size_t)m->num_heads * D, kvd = (size_t)m->num_kv_heads * D;
+    size_t qd = (size_t)c->nh * D, kvd = (size_t)c->nkv * D;
     size_t E = m->num_experts > 0 ? (size_t)m->num_experts : 1;
     size_t K = m->num_experts_per_tok > 0 ? (size_t)m->num_experts_per_tok : 1;
     /* FFN rows: r of the dense MLP, or r * K expert rows side by side (moe_block). */
-    size_t ffn = (size_t)m->intermediate_size, moe_rows = m->num_experts > 0 ? K : 0;
+    size_t ffn = (size_t)c->ffn, moe_rows = m->num_experts > 0 ? K : 0;
     if (moe_rows * (size_t)m->moe_intermediate_size > ffn)
         ffn = moe_rows * (size_t)m->moe_intermediate_size;
     struct alloc_req dev[] = {
@@ -151,6 +160,7 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     c->h_expert_count = malloc(E * sizeof(int));
     if (!rc && (!c->h_route_w || !c->h_route_e || !c->h_expert_count))
         rc = strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+    if (!rc) rc = backend_cuda_grid_scratch(c, rows);
     if (rc) {
         free_scratch(c);
         return rc;
@@ -169,6 +179,7 @@ static int ensure_logits(struct cuda_context *c, int rows) {
     c->cap_logit_rows = 0;
     int rc = cuda_malloc((void **)&c->logits, bytes);
     if (!rc) rc = cuda_host_alloc((void **)&c->h_logits, bytes);
+    if (!rc) rc = backend_cuda_grid_logit_scratch(c, rows);
     if (!rc) c->cap_logit_rows = rows;
     return rc;
 }
@@ -188,7 +199,7 @@ static int moe_route_on_host(struct cuda_context *c, int N, int *total) {
     int E = m->num_experts, K = m->num_experts_per_tok, rc;
     if ((rc = cuda_memcpy_async(c->h_router, c->router, (size_t)N * E * sizeof(float),
                                 CUDA_COPY_TO_HOST, c->stream)) ||
-        (rc = cuda_stream_synchronize(c->stream)))
+        (rc = backend_cuda_sync(c)))
         return rc;
     for (int i = 0; i < N; ++i)
         moe_route(c->h_route_e + (size_t)i * K, c->h_route_w + (size_t)i * K,
@@ -276,14 +287,20 @@ static int moe_block(struct cuda_context *c, const struct layer_weights *L, floa
 }
 
 /* Each row's KV offset in floats from its layer's kv head 0 of slot 0 (slot and position;
- * the layer is added to the base pointer): host_rows [N], for cuda_kv_store_rows. */
-static void kv_row_offsets(const struct cuda_context *c, int64_t *host_rows,
+ * the layer is added to the base pointer): host_rows [N], for cuda_kv_store_rows. Under KVP
+ * a position is stored at its local index when this rank holds it, and rows another rank
+ * holds go to the spare slot past the last one (written, never read), so the store stays
+ * one launch of N rows (reference/model.c store_kv skips them). */
+static void kv_row_offsets(const struct cuda_context *c, int num_slots, int64_t *host_rows,
                            const struct forward_item *items, int n_items) {
     int row = 0, D = c->cfg->head_dim;
     for (int it = 0; it < n_items; ++it)
-        for (int i = 0; i < items[it].n_tokens; ++i)
-            host_rows[row++] = (int64_t)((size_t)items[it].slot * c->slot_floats +
-                                         ((size_t)items[it].pos + (size_t)i) * (size_t)D);
+        for (int i = 0; i < items[it].n_tokens; ++i) {
+            int local = items[it].pos + i - c->kvp_lo;
+            size_t slot = (size_t)items[it].slot;
+            if (local < 0 || local >= c->kvp_held) slot = (size_t)num_slots, local = 0;
+            host_rows[row++] = (int64_t)(slot * c->slot_floats + (size_t)local * (size_t)D);
+        }
 }
 
 /* Attention of every item's rows over its slot: the keys and values of all rows appended to
@@ -291,15 +308,15 @@ static void kv_row_offsets(const struct cuda_context *c, int64_t *host_rows,
  * kv_row_offsets, sent with the rows), then each item's queries in chunks so the score rows
  * fit the scratch; query i of a chunk starting at i0 sits at pos + i0 + i, exactly as in
  * one call. */
-static int attend_items(struct cuda_context *c, const struct layer_weights *L, int max_seq,
+static int attend_items(struct cuda_context *c, const struct layer_weights *L,
                         const struct forward_item *items, int n_items, int N) {
-    const struct model_config *m = c->cfg;
-    int D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc = 0;
+    int D = c->cfg->head_dim, nh = c->nh, nkv = c->nkv, rc = 0;
     size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
-    size_t head_stride = (size_t)max_seq * (size_t)D;
+    size_t head_stride = c->head_floats;
     size_t layer = (size_t)(L->index - c->role.layer_start) * (size_t)nkv * c->head_floats;
     rc = cuda_kv_store_rows(c->k_cache + layer, c->v_cache + layer, c->k, c->v, c->row_dst,
                             head_stride, (int)kvd, N, nkv, D, c->stream);
+    if (!rc && c->kvp > 1) return backend_cuda_kvp_attend(c, L, items, n_items, N);
     int row = 0;
     for (int it = 0; it < n_items && !rc; ++it) {
         const struct forward_item *item = &items[it];
@@ -332,7 +349,7 @@ static int add_deepstack(struct cuda_context *c, const struct layer_weights *L,
         if (item->deepstack && L->index < item->num_deepstack) {
             const float *feat =
                 item->deepstack + (size_t)L->index * (size_t)item->n_tokens * (size_t)H;
-            if (!(rc = cuda_stream_synchronize(c->stream)))
+            if (!(rc = backend_cuda_sync(c)))
                 rc = cuda_memcpy_to_device(c->deepstack, feat,
                                            (size_t)item->n_tokens * (size_t)H * sizeof(float));
             for (int i = 0; i < item->n_tokens && !rc;) {
@@ -354,10 +371,10 @@ static int add_deepstack(struct cuda_context *c, const struct layer_weights *L,
 }
 
 /* One decoder layer over c->hidden [N, H] in place (reference/model.c layer_forward). */
-static int layer_forward(struct cuda_context *c, const struct layer_weights *L, int max_seq,
+static int layer_forward(struct cuda_context *c, const struct layer_weights *L,
                          const struct forward_item *items, int n_items, int N) {
     const struct model_config *m = c->cfg;
-    int H = m->hidden_size, D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc;
+    int H = m->hidden_size, D = m->head_dim, nh = c->nh, nkv = c->nkv, rc;
     float eps = m->rms_norm_eps;
     size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
     void *s = c->stream;
@@ -373,8 +390,9 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L, 
         (rc = cuda_rmsnorm(c->k, c->k, L->k_norm, eps, N * nkv, D, s)) ||
         (rc = cuda_rope_apply_rows(c->q, c->rope_cos, c->rope_sin, N, (int)qd, nh, D, s)) ||
         (rc = cuda_rope_apply_rows(c->k, c->rope_cos, c->rope_sin, N, (int)kvd, nkv, D, s)) ||
-        (rc = attend_items(c, L, max_seq, items, n_items, N)) ||
-        (rc = cuda_matmul_split(c->proj, c->attn, &L->o, N, OPS_SPLIT_LEAVES, s)) ||
+        (rc = attend_items(c, L, items, n_items, N)) ||
+        (rc = cuda_matmul_split(c->proj, c->attn, &L->o, N, c->leaves, s)) ||
+        (rc = backend_cuda_tp_reduce(c, c->proj, (size_t)N * (size_t)H)) ||
         (rc = add_bias(c, c->proj, L->o_bias, N, H)) ||
         (rc = cuda_vec_add(c->hidden, c->proj, N * H, s)) ||
         (rc = cuda_rmsnorm(c->norm, c->hidden, L->post_norm, eps, N, H, s)))
@@ -382,11 +400,12 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L, 
     if (L->is_moe) {
         rc = moe_block(c, L, c->proj, c->norm, N);
     } else {
-        int F = m->intermediate_size;
+        int F = c->ffn;
         if (!(rc = cuda_matmul(c->ffn_gate, c->norm, &L->gate, N, s)) &&
             !(rc = cuda_matmul(c->ffn_up, c->norm, &L->up, N, s)) &&
-            !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, s)))
-            rc = cuda_matmul_split(c->proj, c->ffn_gate, &L->down, N, OPS_SPLIT_LEAVES, s);
+            !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, s)) &&
+            !(rc = cuda_matmul_split(c->proj, c->ffn_gate, &L->down, N, c->leaves, s)))
+            rc = backend_cuda_tp_reduce(c, c->proj, (size_t)N * (size_t)H); /* MoE: TP 1 */
     }
     if (!rc) rc = cuda_vec_add(c->hidden, c->proj, N * H, s);
     if (!rc) rc = add_deepstack(c, L, items, n_items);
@@ -404,8 +423,8 @@ static int check_items(const struct stage_backend *be, const struct forward_item
 
 /* Queues one forward on the stream: the staged rows and RoPE tables in, the layers, the
  * rows back into staging. Nothing here synchronises on a dense role (a graph can hold it). */
-static int enqueue_forward(struct cuda_context *c, int max_seq, const struct forward_item *items,
-                           int n_items, int N) {
+static int enqueue_forward(struct cuda_context *c, const struct forward_item *items, int n_items,
+                           int N) {
     int H = c->cfg->hidden_size, rc;
     size_t table = (size_t)N * (size_t)(c->cfg->head_dim / 2) * sizeof(float);
     size_t rows = (size_t)N * (size_t)H * sizeof(float);
@@ -416,7 +435,7 @@ static int enqueue_forward(struct cuda_context *c, int max_seq, const struct for
         (rc = cuda_memcpy_async(c->hidden, c->h_hidden, rows, CUDA_COPY_TO_DEVICE, c->stream)))
         return rc;
     for (int l = 0; l < c->n_layers && !rc; ++l)
-        rc = layer_forward(c, &c->layers[l], max_seq, items, n_items, N);
+        rc = layer_forward(c, &c->layers[l], items, n_items, N);
     if (!rc) rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream);
     return rc;
 }
@@ -434,11 +453,11 @@ static int graph_batch(const struct stage_backend *be, const struct forward_item
 
 /* Captures this step into graph b (updating the one kept from the last step of b items
  * when its topology is unchanged) and launches it. */
-static int run_graph(struct cuda_context *c, int b, int max_seq, const struct forward_item *items,
-                     int n_items, int N) {
+static int run_graph(struct cuda_context *c, int b, const struct forward_item *items, int n_items,
+                     int N) {
     int instantiated = 0, rc;
     if ((rc = cuda_graph_capture_begin(c->stream))) return rc;
-    if ((rc = enqueue_forward(c, max_seq, items, n_items, N))) {
+    if ((rc = enqueue_forward(c, items, n_items, N))) {
         cuda_graph_capture_abort(c->stream);
         return rc;
     }
@@ -460,16 +479,16 @@ static int cuda_forward(struct stage_backend *be, float *hidden, const struct fo
     /* RoPE tables on the host by the reference op (bitwise the CPU backend's). */
     rope_tables(c->h_cos, c->h_sin, c->inv_freq, items, n_items,
                 m->has_mrope ? m->mrope_section : NULL, m->head_dim / 2);
-    kv_row_offsets(c, c->h_row_dst, items, n_items);
+    kv_row_offsets(c, be->num_slots, c->h_row_dst, items, n_items);
     memcpy(c->h_hidden, hidden, (size_t)N * H * sizeof(float));
     int b = graph_batch(be, items, n_items);
     if (b && c->graph_warm[b]) {
-        rc = run_graph(c, b, be->max_seq, items, n_items, N);
+        rc = run_graph(c, b, items, n_items, N);
     } else {
-        rc = enqueue_forward(c, be->max_seq, items, n_items, N);
+        rc = enqueue_forward(c, items, n_items, N);
         if (!rc && b) c->graph_warm[b] = 1;
     }
-    if (!rc) rc = cuda_stream_synchronize(c->stream);
+    if (!rc) rc = backend_cuda_sync(c);
     if (rc) return rc;
     memcpy(hidden, c->h_hidden, (size_t)N * H * sizeof(float));
     for (int it = 0; it < n_items; ++it)
@@ -496,12 +515,17 @@ static int cuda_embed(struct stage_backend *be, float *hidden, const int32_t *to
         int k = n - i0 < MAX_GRID_ROWS ? n - i0 : MAX_GRID_ROWS;
         size_t rows = (size_t)k * (size_t)H * sizeof(float);
         if ((rc = ensure_scratch(c, k))) break;
-        memcpy(c->h_tokens, tokens + i0, (size_t)k * sizeof(int32_t));
-        if ((rc = cuda_memcpy_async(c->tokens, c->h_tokens, (size_t)k * sizeof(int32_t),
-                                    CUDA_COPY_TO_DEVICE, c->stream)) ||
-            (rc = cuda_ops_weight_rows(c->hidden, &c->embed, c->tokens, k, c->stream)) ||
+        if (c->tp > 1) {
+            rc = backend_cuda_tp_embed(c, tokens + i0, k);
+        } else {
+            memcpy(c->h_tokens, tokens + i0, (size_t)k * sizeof(int32_t));
+            if (!(rc = cuda_memcpy_async(c->tokens, c->h_tokens, (size_t)k * sizeof(int32_t),
+                                         CUDA_COPY_TO_DEVICE, c->stream)))
+                rc = cuda_ops_weight_rows(c->hidden, &c->embed, c->tokens, k, c->stream);
+        }
+        if (rc ||
             (rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream)) ||
-            (rc = cuda_stream_synchronize(c->stream)))
+            (rc = backend_cuda_sync(c)))
             break;
         memcpy(hidden + (size_t)i0 * H, c->h_hidden, rows);
     }
@@ -517,6 +541,7 @@ static int enqueue_head(struct cuda_context *c, const float *hidden, int n) {
         (rc = cuda_rmsnorm(c->norm, c->hidden, c->final_norm, c->cfg->rms_norm_eps, n, H,
                            c->stream)))
         return rc;
+    if (c->tp > 1) return backend_cuda_tp_head(c, n);
     return cuda_matmul(c->logits, c->norm, &c->lm_head, n, c->stream);
 }
 
@@ -542,7 +567,7 @@ static int cuda_logits(struct stage_backend *be, float *logits, const float *hid
     if (rc) return rc < 0 ? rc : 0;
     if ((rc = enqueue_head(c, hidden, n)) ||
         (rc = cuda_memcpy_async(c->h_logits, c->logits, bytes, CUDA_COPY_TO_HOST, c->stream)) ||
-        (rc = cuda_stream_synchronize(c->stream)))
+        (rc = backend_cuda_sync(c)))
         return rc;
     memcpy(logits, c->h_logits, bytes);
     return 0;
@@ -559,7 +584,7 @@ static int cuda_argmax_ids(struct stage_backend *be, int32_t *ids, const float *
         (rc = cuda_argmax_rows(c->ids, c->logits, n, c->cfg->vocab_size, c->stream)) ||
         (rc = cuda_memcpy_async(c->h_tokens, c->ids, (size_t)n * sizeof(int32_t), CUDA_COPY_TO_HOST,
                                 c->stream)) ||
-        (rc = cuda_stream_synchronize(c->stream)))
+        (rc = backend_cuda_sync(c)))
         return rc;
     memcpy(ids, c->h_tokens, (size_t)n * sizeof(int32_t));
     return 0;
@@ -599,18 +624,22 @@ static void cuda_describe(const struct stage_backend *be, char *buf, size_t cap)
                  c->graph_launches, c->graph_instantiations);
     else
         snprintf(graphs, sizeof graphs, "decode graphs off");
-    snprintf(buf, cap,
-             "device: cuda:%d, %s, %s\nweights: %d tensors, %zu bytes (%zu bytes on the "
-             "device), KV %zu bytes on the device",
-             c->device, mem, graphs, c->num_tensors, c->weight_bytes, c->device_weight_bytes,
-             backend_cuda_kv_bytes(be));
+    int used = snprintf(buf, cap,
+                        "device: cuda:%d, %s, %s\nweights: %d tensors, %zu bytes (%zu bytes on "
+                        "the device), KV %zu bytes on the device",
+                        c->device, mem, graphs, c->num_tensors, c->weight_bytes,
+                        c->device_weight_bytes, backend_cuda_kv_bytes(be));
+    if (c->grid && used > 0 && (size_t)used < cap) /* the CPU backend's words */
+        snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d (NCCL)",
+                 c->tp_rank, c->tp, c->kvp_rank, c->kvp);
 }
 
 static void cuda_free_backend(struct stage_backend *be) {
     struct cuda_context *c = ctx(be);
     if (!c) return;
     cuda_set_device(c->device);
-    if (c->stream) cuda_stream_synchronize(c->stream);
+    if (c->stream) backend_cuda_sync(c);
+    backend_cuda_grid_close(c);
     close_moe_streams(c);
     free_scratch(c);
     cuda_free(c->logits);
@@ -662,7 +691,7 @@ static int device_index(const char *device) {
 /* Graphs unless STRATA_CUDA_GRAPHS=0 or a layer is MoE (its routing synchronises). */
 static int graphs_wanted(const struct cuda_context *c) {
     const char *env = getenv("STRATA_CUDA_GRAPHS");
-    if (env && strcmp(env, "0") == 0) return 0;
+    if ((env && strcmp(env, "0") == 0) || c->grid) return 0; /* TP / KVP: eager at first */
     for (int l = 0; l < c->n_layers; ++l)
         if (c->layers[l].is_moe) return 0;
     return 1;
@@ -679,7 +708,9 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
         (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts))
         return strata_set_error(STRATA_EINVAL, "cuda backend: top-k %d with %d experts",
                                 cfg->num_experts_per_tok, cfg->num_experts);
-    if ((rc = cuda_set_device(c->device)) || (rc = cuda_stream_create(&c->stream))) return rc;
+    if ((rc = cuda_set_device(c->device)) || (rc = cuda_stream_create(&c->stream)) ||
+        (rc = backend_cuda_grid_open(c, opt)))
+        return rc;
     c->n_layers = opt->role.layer_end - opt->role.layer_start;
     c->layers = calloc((size_t)(c->n_layers ? c->n_layers : 1), sizeof *c->layers);
     c->inv_freq = malloc((size_t)(half ? half : 1) * sizeof *c->inv_freq);
@@ -693,12 +724,13 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     if ((rc = backend_cuda_load_weights(c, opt->weights))) return rc;
     c->use_graphs = graphs_wanted(c);
     if ((rc = open_moe_streams(c))) return rc;
-    c->head_floats = (size_t)opt->max_seq * (size_t)cfg->head_dim;
-    c->slot_floats = (size_t)c->n_layers * (size_t)cfg->num_kv_heads * c->head_floats;
-    c->score_floats =
-        cuda_attention_scratch_floats(opt->max_seq - 1, 1, cfg->num_heads, cfg->head_dim);
+    c->head_floats = (size_t)c->kvp_held * (size_t)cfg->head_dim;
+    c->slot_floats = (size_t)c->n_layers * (size_t)c->nkv * c->head_floats;
+    c->score_floats = cuda_attention_scratch_floats(opt->max_seq - 1, 1, c->nh, cfg->head_dim);
     if (c->score_floats < ATTN_SCRATCH_FLOATS) c->score_floats = ATTN_SCRATCH_FLOATS;
-    size_t bytes = c->slot_floats * (size_t)opt->num_slots * sizeof(float);
+    /* KVP: one spare slot takes the rows of positions other ranks hold (kv_row_offsets). */
+    size_t slots = (size_t)opt->num_slots + (c->kvp > 1 ? 1 : 0);
+    size_t bytes = c->slot_floats * slots * sizeof(float);
     /* Zeroed like the reference's calloc'd cache (never read past a slot's length). */
     if ((rc = cuda_malloc((void **)&c->k_cache, bytes)) ||
         (rc = cuda_malloc((void **)&c->v_cache, bytes)) ||

@@ -1,5 +1,9 @@
 /* The CUDA backend's weights: uploaded once at open by walking the role's manifest
- * (runtime/model/stage_tensors.h), as reference/model_load.c does; see backend_cuda.c. */
+ * (runtime/model/stage_tensors.h), as reference/model_load.c does; see backend_cuda.c.
+ * Under TP a rank uploads only its slice of each tensor (runtime/model/tp_shard.h's
+ * tp_tensor_slice, the CPU loader's slicing): a row slice straight from the mapping, a
+ * column slice copied row by row from it into a host buffer first, so only the slice's
+ * bytes of the checkpoint are read. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,10 +119,37 @@ static int upload_fused(struct cuda_context *c, struct layer_weights *L,
     return rc;
 }
 
-static int place(struct cuda_context *c, const struct stage_tensor *want,
-                 const struct st_tensor *t) {
-    c->weight_bytes += t->nbytes;
-    c->num_tensors++;
+/* *view = the part of `t` the slice names (one part along dim 0 or 1): rows are a view into
+ * the mapping, columns a heap copy (*copy, the caller frees it). */
+static int slice_view(struct st_tensor *view, void **copy, const struct st_tensor *t,
+                      const struct tp_slice *sl) {
+    *view = *t;
+    *copy = NULL;
+    if (sl->kind != TP_SLICE_SPLIT) return 0;
+    if (sl->parts != 1 || sl->dim > 1 || (sl->dim == 1 && t->ndim != 2))
+        return strata_set_error(STRATA_EINVAL, "cuda backend: cannot slice %s under TP", t->name);
+    const size_t esz = st_dtype_size(t->dtype), rows = (size_t)t->shape[0];
+    const size_t per_row = rows ? (size_t)t->numel / rows : 0, n = (size_t)sl->count;
+    if (sl->dim == 0) {
+        view->shape[0] = (int64_t)n;
+        view->numel = (int64_t)(n * per_row);
+        view->data = (const char *)t->data + (size_t)sl->start * per_row * esz;
+    } else {
+        char *dst = malloc(rows * n * esz + 1);
+        if (!dst) return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+        for (size_t r = 0; r < rows; ++r)
+            memcpy(dst + r * n * esz,
+                   (const char *)t->data + (r * per_row + (size_t)sl->start) * esz, n * esz);
+        view->shape[1] = (int64_t)n;
+        view->numel = (int64_t)(rows * n);
+        view->data = *copy = dst;
+    }
+    view->nbytes = (size_t)view->numel * esz;
+    return 0;
+}
+
+static int place_whole(struct cuda_context *c, const struct stage_tensor *want,
+                       const struct st_tensor *t) {
     switch (want->slot) {
     case STAGE_SLOT_EMBED: /* a last stage without the embedding reads it as the tied head */
         return upload_matrix(c, c->role.with_embed ? &c->embed : &c->lm_head, t);
@@ -133,6 +164,22 @@ static int place(struct cuda_context *c, const struct stage_tensor *want,
     struct ops_weight *mat = layer_weights_matrix(L, want);
     if (mat) return upload_matrix(c, mat, t);
     return upload_fused(c, L, want, t);
+}
+
+/* Places one manifest entry: this rank's slice of it under TP, else the whole tensor. */
+static int place(struct cuda_context *c, const struct stage_tensor *want,
+                 const struct st_tensor *t) {
+    struct tp_slice sl = {.kind = TP_SLICE_REPLICATED};
+    int rc =
+        c->tp > 1 ? tp_tensor_slice(&sl, &c->shard, want, stage_tensor_stored_layout(want, t)) : 0;
+    if (rc || sl.kind == TP_SLICE_ABSENT) return rc; /* an expert another rank holds */
+    c->weight_bytes += tp_slice_bytes(&sl, t->nbytes);
+    c->num_tensors++;
+    struct st_tensor part;
+    void *copy = NULL;
+    if (!(rc = slice_view(&part, &copy, t, &sl))) rc = place_whole(c, want, &part);
+    free(copy);
+    return rc;
 }
 
 int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st) {
