@@ -84,9 +84,6 @@ static int open_on(struct stage_backend **be, const char *dev, const struct gold
                                       .max_seq = max_seq,
                                       .num_slots = 2,
                                       .tp = rank_tp};
-    /* Until backend.c lets CUDA take a split (the last step of issue 16's CUDA part), the
-     * grid's CUDA ranks open the backend directly. */
-    if (rank_tp && strncmp(o.device, "cuda", 4) == 0) return backend_cuda_open(be, &o);
     return stage_backend_open(be, &o);
 }
 
