@@ -50,7 +50,7 @@ int stage_backend_open(struct stage_backend **out, const struct stage_backend_op
     /* CUDA (backend_cuda.c): STRATA_EDEVICE "device '...' is not available: <reason>" in a
      * build without the toolkit or on a machine without that device, never a silent
      * fallback to the CPU. Under TP / KVP its collectives run on NCCL (backend_cuda_tp.c;
-     * MoE layers are not split over TP ranks there yet: refused at open with the reason). */
+     * MoE layers by whole experts only: --moe split is refused at open with the reason). */
     return backend_cuda_open(out, opt);
 }
 

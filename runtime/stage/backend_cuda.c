@@ -44,8 +44,8 @@
  *
  * Determinism: every kernel computes each output element in one fixed order that depends
  * on neither the batch nor the neighbouring rows (kernels/README.md), all launches go to
- * one stream in the reference's order, and the MoE sum runs expert by expert in ascending
- * order; so splits, batching, graphs and KV handovers give identical bits. */
+ * one stream in the reference's order, and the MoE sum is the reference's expert tree
+ * (backend_cuda_moe.c); so splits, batching, graphs and KV handovers give identical bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +56,6 @@
 #include "kernels/cuda_device.h"
 #include "kernels/kv_store.h"
 #include "kernels/matmul.h"
-#include "kernels/moe_combine.h"
 #include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
@@ -71,14 +70,15 @@
 /* ---------------------------------------------------------------- scratch */
 
 static void free_scratch(struct cuda_context *c) {
-    float **dev[] = {&c->hidden, &c->norm,     &c->proj,   &c->q,        &c->k,        &c->v,
-                     &c->attn,   &c->ffn_gate, &c->ffn_up, &c->rope_cos, &c->rope_sin, &c->router,
-                     &c->moe_x,  &c->moe_y,    &c->moe_w,  &c->scores,   &c->deepstack};
+    float **dev[] = {&c->hidden,   &c->norm,      &c->proj,     &c->q,      &c->k,
+                     &c->v,        &c->attn,      &c->ffn_gate, &c->ffn_up, &c->rope_cos,
+                     &c->rope_sin, &c->router,    &c->moe_x,    &c->moe_y,  &c->moe_w,
+                     &c->scores,   &c->deepstack, &c->moe_one};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) {
         cuda_free(*dev[i]);
         *dev[i] = NULL;
     }
-    int32_t **ids[] = {&c->moe_row, &c->tokens, &c->ids};
+    int32_t **ids[] = {&c->moe_row, &c->tokens, &c->ids, &c->moe_slot, &c->moe_plan};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i) {
         cuda_free(*ids[i]);
         *ids[i] = NULL;
@@ -86,9 +86,10 @@ static void free_scratch(struct cuda_context *c) {
     cuda_free(c->row_dst);
     cuda_host_free(c->h_row_dst);
     c->row_dst = c->h_row_dst = NULL;
-    void **pinned[] = {(void **)&c->h_hidden, (void **)&c->h_tokens, (void **)&c->h_cos,
-                       (void **)&c->h_sin,    (void **)&c->h_router, (void **)&c->h_moe_w,
-                       (void **)&c->h_moe_row};
+    void **pinned[] = {(void **)&c->h_hidden,  (void **)&c->h_tokens,   (void **)&c->h_cos,
+                       (void **)&c->h_sin,     (void **)&c->h_router,   (void **)&c->h_moe_w,
+                       (void **)&c->h_moe_row, (void **)&c->h_moe_slot, (void **)&c->h_moe_plan,
+                       (void **)&c->h_moe_one};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; ++i) {
         cuda_host_free(*pinned[i]);
         *pinned[i] = NULL;
@@ -96,6 +97,9 @@ static void free_scratch(struct cuda_context *c) {
     free(c->h_route_w);
     free(c->h_route_e);
     free(c->h_expert_count);
+    free(c->h_pair_level);
+    free(c->h_pair_tmp);
+    c->h_pair_level = c->h_pair_tmp = NULL;
     c->h_route_w = NULL;
     c->h_route_e = NULL;
     c->h_expert_count = NULL;
@@ -138,6 +142,9 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->moe_y, r * K * H * 4},
         {(void **)&c->moe_w, r * K * 4},
         {(void **)&c->moe_row, r * K * 4},
+        {(void **)&c->moe_slot, r * K * 4},
+        {(void **)&c->moe_plan, 4 * r * K * 4},
+        {(void **)&c->moe_one, r * K * 4},
         {(void **)&c->tokens, r * 4},
         {(void **)&c->ids, r * 4},
         {(void **)&c->row_dst, r * 8},
@@ -145,10 +152,12 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->scores, c->score_floats * 4},
     };
     struct alloc_req pinned[] = {
-        {(void **)&c->h_hidden, r * H * 4},  {(void **)&c->h_tokens, r * 4},
-        {(void **)&c->h_cos, r * D / 2 * 4}, {(void **)&c->h_sin, r * D / 2 * 4},
-        {(void **)&c->h_router, r * E * 4},  {(void **)&c->h_moe_w, r * K * 4},
-        {(void **)&c->h_moe_row, r * K * 4}, {(void **)&c->h_row_dst, r * 8},
+        {(void **)&c->h_hidden, r * H * 4},   {(void **)&c->h_tokens, r * 4},
+        {(void **)&c->h_cos, r * D / 2 * 4},  {(void **)&c->h_sin, r * D / 2 * 4},
+        {(void **)&c->h_router, r * E * 4},   {(void **)&c->h_moe_w, r * K * 4},
+        {(void **)&c->h_moe_row, r * K * 4},  {(void **)&c->h_row_dst, r * 8},
+        {(void **)&c->h_moe_slot, r * K * 4}, {(void **)&c->h_moe_plan, 4 * r * K * 4},
+        {(void **)&c->h_moe_one, r * K * 4},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof dev / sizeof dev[0] && !rc; ++i)
@@ -158,8 +167,13 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     c->h_route_w = malloc(r * K * sizeof(float));
     c->h_route_e = malloc(r * K * sizeof(int));
     c->h_expert_count = malloc(E * sizeof(int));
-    if (!rc && (!c->h_route_w || !c->h_route_e || !c->h_expert_count))
+    c->h_pair_level = malloc(r * K * sizeof(int));
+    c->h_pair_tmp = malloc(2 * r * K * sizeof(int));
+    if (!rc && (!c->h_route_w || !c->h_route_e || !c->h_expert_count || !c->h_pair_level ||
+                !c->h_pair_tmp))
         rc = strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+    for (size_t i = 0; !rc && i < r * K; ++i) /* the MoE sum's scatter-add weight */
+        c->h_moe_one[i] = 1.0f;
     if (!rc) rc = backend_cuda_grid_scratch(c, rows);
     if (rc) {
         free_scratch(c);
@@ -189,101 +203,6 @@ static int ensure_logits(struct cuda_context *c, int rows) {
 /* x [n, dim] += bias [dim] on every row (the reference's add_bias), when there is one. */
 static int add_bias(struct cuda_context *c, float *x, const float *bias, int n, int dim) {
     return bias ? cuda_add_bias(x, bias, n, dim, c->stream) : 0;
-}
-
-/* Routes N tokens on the host with the reference's moe_route (the router logits come back
- * once: the one synchronisation of a MoE layer) and sends each expert's token list,
- * concatenated in expert order, with one copy each of rows and weights. *total = rows. */
-static int moe_route_on_host(struct cuda_context *c, int N, int *total) {
-    const struct model_config *m = c->cfg;
-    int E = m->num_experts, K = m->num_experts_per_tok, rc;
-    if ((rc = cuda_memcpy_async(c->h_router, c->router, (size_t)N * E * sizeof(float),
-                                CUDA_COPY_TO_HOST, c->stream)) ||
-        (rc = backend_cuda_sync(c)))
-        return rc;
-    for (int i = 0; i < N; ++i)
-        moe_route(c->h_route_e + (size_t)i * K, c->h_route_w + (size_t)i * K,
-                  c->h_router + (size_t)i * E, m->norm_topk_prob, E, K);
-    /* The stream is idle here, so the previous layer's copies of h_moe_row / h_moe_w are
-     * done and the buffers may be refilled. */
-    int n = 0;
-    for (int e = 0; e < E; ++e) {
-        c->h_expert_count[e] = 0;
-        for (int i = 0; i < N; ++i)
-            for (int t = 0; t < K; ++t)
-                if (c->h_route_e[(size_t)i * K + t] == e) {
-                    c->h_moe_row[n] = i;
-                    c->h_moe_w[n] = c->h_route_w[(size_t)i * K + t];
-                    n++;
-                    c->h_expert_count[e]++;
-                }
-    }
-    *total = n;
-    if ((rc = cuda_memcpy_async(c->moe_row, c->h_moe_row, (size_t)n * sizeof(int32_t),
-                                CUDA_COPY_TO_DEVICE, c->stream)))
-        return rc;
-    return cuda_memcpy_async(c->moe_w, c->h_moe_w, (size_t)n * sizeof(float), CUDA_COPY_TO_DEVICE,
-                             c->stream);
-}
-
-/* Runs every active expert's SwiGLU MLP on its own rows: expert e's tokens [first, first +
- * count) of the concatenated lists are gathered into moe_x rows [first, ...), and its
- * outputs land in moe_y rows [first, ...), so no two experts share a buffer row. The experts
- * are spread over the MoE streams, forked from the backend stream after the routing and
- * joined back into it before returning. */
-static int run_experts(struct cuda_context *c, const struct layer_weights *L, const float *x,
-                       int N) {
-    const struct model_config *m = c->cfg;
-    int H = m->hidden_size, E = m->num_experts, I = m->moe_intermediate_size, active = 0, rc;
-    const struct ops_weight xs = {x, OPS_F32, N, H};
-    if ((rc = cuda_event_record(c->moe_fork, c->stream))) return rc;
-    for (int k = 0; k < MOE_STREAMS && !rc; ++k)
-        rc = cuda_stream_wait_event(c->moe_stream[k], c->moe_fork);
-    for (int e = 0, first = 0; e < E && !rc; first += c->h_expert_count[e], ++e) {
-        int count = c->h_expert_count[e];
-        if (!count) continue;
-        if (count > MAX_GRID_ROWS)
-            return strata_set_error(STRATA_EINVAL, "cuda backend: %d tokens for one expert", count);
-        void *es = c->moe_stream[active++ % MOE_STREAMS];
-        float *ex = c->moe_x + (size_t)first * H, *ey = c->moe_y + (size_t)first * H;
-        float *eg = c->ffn_gate + (size_t)first * I, *eu = c->ffn_up + (size_t)first * I;
-        if ((rc = cuda_ops_weight_rows(ex, &xs, c->moe_row + first, count, es)) ||
-            (rc = cuda_matmul(eg, ex, &L->expert_gate[e], count, es)) ||
-            (rc = cuda_matmul(eu, ex, &L->expert_up[e], count, es)) ||
-            (rc = cuda_swiglu(eg, eg, eu, count * I, es)))
-            break;
-        rc = cuda_matmul_split(ey, eg, &L->expert_down[e], count, OPS_SPLIT_LEAVES, es);
-    }
-    for (int k = 0; k < MOE_STREAMS && k < active && !rc; ++k)
-        if (!(rc = cuda_event_record(c->moe_join[k], c->moe_stream[k])))
-            rc = cuda_stream_wait_event(c->stream, c->moe_join[k]);
-    return rc;
-}
-
-/* out [N, H] = the MoE block of x [N, H] (reference/model.c moe_block), grouped by expert:
- * each active expert's tokens are gathered into one matrix and its SwiGLU MLP runs as one
- * matmul per weight over all of them (run_experts, experts side by side on the MoE
- * streams); then, on the backend stream, the experts' outputs are added into their rows in
- * ascending expert order, the order of the reference's loop. Each expert's rows are
- * computed exactly as the reference computes them and each row's sum runs over its experts
- * in the same order: bitwise the reference, however the experts overlap in time. */
-static int moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
-                     const float *x, int N) {
-    const struct model_config *m = c->cfg;
-    int H = m->hidden_size, E = m->num_experts, total = 0, rc;
-    void *s = c->stream;
-    if ((rc = cuda_matmul(c->router, x, &L->router, N, s)) ||
-        (rc = moe_route_on_host(c, N, &total)) ||
-        (rc = cuda_memset_async(out, 0, (size_t)N * H * sizeof(float), s)) ||
-        (rc = run_experts(c, L, x, N)))
-        return rc;
-    for (int e = 0, first = 0; e < E && !rc; first += c->h_expert_count[e], ++e) {
-        int count = c->h_expert_count[e];
-        if (count)
-            rc = cuda_moe_combine(out, c->moe_y + (size_t)first * H, c->moe_row + first,
-                                  c->moe_w + first, count, H, s);
-    }
-    return rc;
 }
 
 /* Each row's KV offset in floats from its layer's kv head 0 of slot 0 (slot and position;
@@ -398,15 +317,16 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L,
         (rc = cuda_rmsnorm(c->norm, c->hidden, L->post_norm, eps, N, H, s)))
         return rc;
     if (L->is_moe) {
-        rc = moe_block(c, L, c->proj, c->norm, N);
+        rc = backend_cuda_moe_block(c, L, c->proj, c->norm, N);
     } else {
         int F = c->ffn;
         if (!(rc = cuda_matmul(c->ffn_gate, c->norm, &L->gate, N, s)) &&
             !(rc = cuda_matmul(c->ffn_up, c->norm, &L->up, N, s)) &&
-            !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, s)) &&
-            !(rc = cuda_matmul_split(c->proj, c->ffn_gate, &L->down, N, c->leaves, s)))
-            rc = backend_cuda_tp_reduce(c, c->proj, (size_t)N * (size_t)H); /* MoE: TP 1 */
+            !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, s)))
+            rc = cuda_matmul_split(c->proj, c->ffn_gate, &L->down, N, c->leaves, s);
     }
+    /* TP: the ranks' down partials (dense) or expert-tree nodes (MoE) added by the top. */
+    if (!rc) rc = backend_cuda_tp_reduce(c, c->proj, (size_t)N * (size_t)H);
     if (!rc) rc = cuda_vec_add(c->hidden, c->proj, N * H, s);
     if (!rc) rc = add_deepstack(c, L, items, n_items);
     return rc;
@@ -705,7 +625,8 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
                                 "cuda backend: unsupported heads (nh %d, nkv %d, head_dim %d)",
                                 cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     if (cfg->num_experts > 0 &&
-        (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts))
+        (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts ||
+         cfg->num_experts_per_tok > MOE_MAX_TOP_K))
         return strata_set_error(STRATA_EINVAL, "cuda backend: top-k %d with %d experts",
                                 cfg->num_experts_per_tok, cfg->num_experts);
     if ((rc = cuda_set_device(c->device)) || (rc = cuda_stream_create(&c->stream)) ||

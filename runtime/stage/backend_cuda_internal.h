@@ -22,6 +22,8 @@
 /* Streams a MoE layer's experts are spread over (expert i of the active ones on stream
  * i % MOE_STREAMS), so that small experts (a decode step's few rows each) run side by side. */
 #define MOE_STREAMS 8
+/* Most experts per token (the MoE sum's per-row plan lives on the stack; the reference's). */
+#define MOE_MAX_TOP_K 64
 
 struct cuda_grid; /* TP / KVP state (backend_cuda_tp.c) */
 
@@ -36,6 +38,7 @@ struct cuda_context {
      * leaves of its row-parallel dot products (matmul_split), and under KVP the global
      * positions [kvp_lo, kvp_lo + kvp_held) its cache holds. */
     int tp, tp_rank, nh, nkv, ffn, leaves, vocab_start, vocab_n;
+    int experts_lo, experts_hi; /* MoE experts held: one node of the expert tree */
     int kvp, kvp_rank, kvp_lo, kvp_held;
     struct tp_shard shard;  /* valid when tp > 1 */
     struct cuda_grid *grid; /* NULL without TP / KVP */
@@ -73,18 +76,24 @@ struct cuda_context {
     float *hidden, *norm, *proj, *q, *k, *v, *attn, *ffn_gate, *ffn_up, *rope_cos, *rope_sin;
     float *router, *moe_x, *moe_y, *moe_w, *scores, *logits, *deepstack;
     int32_t *moe_row, *tokens, *ids;
-    int64_t *row_dst; /* [cap_rows] each row's KV offset (cuda_kv_store_rows) */
+    int32_t *moe_slot; /* [cap_rows * top_k] each grouped expert row's slot (row·K + choice) */
+    int32_t *moe_plan; /* [4][cap_rows * top_k] the MoE sum's plan (backend_cuda_moe.c) */
+    float *moe_one;    /* [cap_rows * top_k] 1.0f: the scatter-adds' weight */
+    int64_t *row_dst;  /* [cap_rows] each row's KV offset (cuda_kv_store_rows) */
     /* Pinned host staging (cuda_host_alloc): everything copied asynchronously. */
     float *h_hidden;   /* [cap_rows, H] rows in and out */
     float *h_logits;   /* [cap_logit_rows, V] */
     int32_t *h_tokens; /* [cap_rows] ids in (embed), argmax ids out */
     float *h_cos, *h_sin, *h_router, *h_moe_w;
-    int32_t *h_moe_row;
+    int32_t *h_moe_row, *h_moe_slot, *h_moe_plan;
+    float *h_moe_one;
     int64_t *h_row_dst;
     /* Host-only scratch. */
     float *h_route_w;
     int *h_route_e;
     int *h_expert_count;
+    int *h_pair_level, *h_pair_tmp; /* [cap_rows * top_k], [2][cap_rows * top_k] */
+    int h_level_first[MOE_MAX_TOP_K + 2];
 
     /* Decode graphs (kernels/cuda_device.h): exec[b] is the graph of a decode step of b
      * one-token items, captured again each step and updated in place; warm[b] says a step
@@ -144,6 +153,10 @@ int backend_cuda_tp_head(struct cuda_context *c, int n);
  * aligned blocks, an all-gather and the merge (reference/model.c attend_items). */
 int backend_cuda_kvp_attend(struct cuda_context *c, const struct layer_weights *L,
                             const struct forward_item *items, int n_items, int N);
+
+/* out [N, H] = the MoE block of x [N, H] over the held experts (backend_cuda_moe.c). */
+int backend_cuda_moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
+                           const float *x, int N);
 
 /* Uploads the role's weights (the manifest's tensors) into `c` (backend_cuda_weights.c). */
 int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st);

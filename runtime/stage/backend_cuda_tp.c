@@ -17,10 +17,9 @@
  *     two all-gathers per row tile (scores and maxima, the group's max, the partials over
  *     this rank's aligned blocks, the merge), with kernels/attention_kvp.h's twins;
  *   - every wait is nccl_group_wait, bounded by the group's timeout.
- * MoE layers are not split over TP ranks on this backend yet (refused at open; KVP runs
- * them whole): its MoE sum is ascending expert order, not reference/model.c's expert tree,
- * so the ranks' expert nodes would not add up to one rank's bits. Decode graphs are off
- * under a split (graphs_wanted). */
+ *   - MoE under TP: whole experts per rank (--moe expert; --moe split is refused), one node
+ *     of the MoE sum's expert tree (backend_cuda_moe.c), completed by the layer's reduce.
+ * Decode graphs are off under a split (graphs_wanted). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,13 +59,12 @@ static int grid_tile_rows(const struct cuda_context *c) {
 /* This rank's TP part of the model (the shard's dimensions). */
 static int init_tp(struct cuda_context *c, const struct stage_tp_config *g) {
     const struct model_config *m = c->cfg;
-    for (int l = c->role.layer_start; l < c->role.layer_end; ++l)
+    for (int l = c->role.layer_start; l < c->role.layer_end && g->moe == TP_MOE_SPLIT; ++l)
         if (model_config_layer_is_moe(m, l))
             return strata_set_error(STRATA_EINVAL,
-                                    "cuda backend: MoE layer %d under --tp %d: the CUDA backend "
-                                    "does not split MoE layers yet (its expert sum is not the "
-                                    "expert tree the ranks' parts add up to); use --kvp, or the "
-                                    "cpu device",
+                                    "cuda backend: MoE layer %d under --tp %d --moe split: the "
+                                    "CUDA backend splits MoE layers by whole experts only (--moe "
+                                    "expert, the default)",
                                     l, g->tp);
     int rc = tp_shard_init(&c->shard, m, g->tp, g->tp_rank, g->moe);
     if (rc) return rc;
@@ -81,6 +79,8 @@ static int init_tp(struct cuda_context *c, const struct stage_tp_config *g) {
     c->ffn = sh->ffn.end - sh->ffn.start;
     c->vocab_start = sh->vocab.start;
     c->vocab_n = sh->vocab.end - sh->vocab.start;
+    c->experts_lo = sh->experts.start;
+    c->experts_hi = sh->experts.end;
     c->leaves = OPS_SPLIT_LEAVES / g->tp;
     return STRATA_OK;
 }
@@ -119,6 +119,8 @@ int backend_cuda_grid_open(struct cuda_context *c, const struct stage_backend_op
     c->leaves = OPS_SPLIT_LEAVES;
     c->vocab_start = 0;
     c->vocab_n = m->vocab_size;
+    c->experts_lo = 0;
+    c->experts_hi = m->num_experts;
     c->kvp_lo = 0;
     c->kvp_held = opt->max_seq;
     if (!stage_tp_is_split(g)) return STRATA_OK;

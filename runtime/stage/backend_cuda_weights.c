@@ -87,21 +87,25 @@ static int upload_transposed(struct cuda_context *c, struct ops_weight *w, const
 }
 
 /* One fused expert tensor -> per-expert device matrices (reference/model_load.c's
- * place_fused): out-major uploaded once and pointed into, in-major transposed once. */
+ * place_fused): out-major uploaded once and pointed into, in-major transposed once. `t`
+ * holds experts [c->experts_lo, c->experts_hi) (all of them, or a TP rank's), stored in
+ * `layout` (told from the whole tensor's shape: a rank's slice has fewer experts). */
 static int upload_fused(struct cuda_context *c, struct layer_weights *L,
-                        const struct stage_tensor *want, const struct st_tensor *t) {
+                        const struct stage_tensor *want, const struct st_tensor *t,
+                        enum stage_tensor_layout layout) {
     const size_t H = (size_t)c->cfg->hidden_size, I = (size_t)c->cfg->moe_intermediate_size;
     const size_t esz = t->dtype == ST_BF16 ? 2 : 4;
     const enum ops_dtype dt = t->dtype == ST_BF16 ? OPS_BF16 : OPS_F32;
-    const int in_major = stage_tensor_stored_layout(want, t) == STAGE_LAYOUT_IN_MAJOR;
+    const int in_major = layout == STAGE_LAYOUT_IN_MAJOR;
     const int gate_up = want->slot == STAGE_SLOT_EXPERTS_GATE_UP;
     const size_t block = (gate_up ? 2 * I : I) * H * esz;
     const char *dev = NULL;
     int rc = 0;
     if (!in_major && (rc = dev_upload(c, (const void **)&dev, t->data, t->nbytes))) return rc;
-    for (int e = 0; e < c->cfg->num_experts && !rc; ++e) {
-        const char *host = (const char *)t->data + (size_t)e * block;
-        const char *base = in_major ? NULL : dev + (size_t)e * block;
+    for (int e = c->experts_lo; e < c->experts_hi && !rc; ++e) {
+        const size_t at = (size_t)(e - c->experts_lo) * block;
+        const char *host = (const char *)t->data + at;
+        const char *base = in_major ? NULL : dev + at;
         if (gate_up && in_major) {
             rc = upload_transposed(c, &L->expert_gate[e], host, 2 * I, 0, (int)I, (int)H, esz, dt);
             if (!rc)
@@ -125,7 +129,7 @@ static int slice_view(struct st_tensor *view, void **copy, const struct st_tenso
                       const struct tp_slice *sl) {
     *view = *t;
     *copy = NULL;
-    if (sl->kind != TP_SLICE_SPLIT) return 0;
+    if (sl->kind != TP_SLICE_SPLIT || (sl->start == 0 && sl->count == sl->extent)) return 0;
     if (sl->parts != 1 || sl->dim > 1 || (sl->dim == 1 && t->ndim != 2))
         return strata_set_error(STRATA_EINVAL, "cuda backend: cannot slice %s under TP", t->name);
     const size_t esz = st_dtype_size(t->dtype), rows = (size_t)t->shape[0];
@@ -149,7 +153,7 @@ static int slice_view(struct st_tensor *view, void **copy, const struct st_tenso
 }
 
 static int place_whole(struct cuda_context *c, const struct stage_tensor *want,
-                       const struct st_tensor *t) {
+                       const struct st_tensor *t, enum stage_tensor_layout layout) {
     switch (want->slot) {
     case STAGE_SLOT_EMBED: /* a last stage without the embedding reads it as the tied head */
         return upload_matrix(c, c->role.with_embed ? &c->embed : &c->lm_head, t);
@@ -163,21 +167,21 @@ static int place_whole(struct cuda_context *c, const struct stage_tensor *want,
     if (vec) return upload_vector(c, vec, t);
     struct ops_weight *mat = layer_weights_matrix(L, want);
     if (mat) return upload_matrix(c, mat, t);
-    return upload_fused(c, L, want, t);
+    return upload_fused(c, L, want, t, layout);
 }
 
 /* Places one manifest entry: this rank's slice of it under TP, else the whole tensor. */
 static int place(struct cuda_context *c, const struct stage_tensor *want,
                  const struct st_tensor *t) {
     struct tp_slice sl = {.kind = TP_SLICE_REPLICATED};
-    int rc =
-        c->tp > 1 ? tp_tensor_slice(&sl, &c->shard, want, stage_tensor_stored_layout(want, t)) : 0;
+    const enum stage_tensor_layout layout = stage_tensor_stored_layout(want, t);
+    int rc = c->tp > 1 ? tp_tensor_slice(&sl, &c->shard, want, layout) : 0;
     if (rc || sl.kind == TP_SLICE_ABSENT) return rc; /* an expert another rank holds */
     c->weight_bytes += tp_slice_bytes(&sl, t->nbytes);
     c->num_tensors++;
     struct st_tensor part;
     void *copy = NULL;
-    if (!(rc = slice_view(&part, &copy, t, &sl))) rc = place_whole(c, want, &part);
+    if (!(rc = slice_view(&part, &copy, t, &sl))) rc = place_whole(c, want, &part, layout);
     free(copy);
     return rc;
 }
