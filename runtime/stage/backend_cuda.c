@@ -557,8 +557,12 @@ static void cuda_describe(const struct stage_backend *be, char *buf, size_t cap)
 static void cuda_free_backend(struct stage_backend *be) {
     struct cuda_context *c = ctx(be);
     if (!c) return;
+    /* Freeing after a failed call keeps that call's message (a failed group's wait would
+     * replace it with "failed earlier"). */
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", strata_last_error());
     cuda_set_device(c->device);
-    if (c->stream) backend_cuda_sync(c);
+    if (c->stream && backend_cuda_sync(c)) strata_set_error(STRATA_EDEVICE, "%s", saved);
     backend_cuda_grid_close(c);
     close_moe_streams(c);
     free_scratch(c);

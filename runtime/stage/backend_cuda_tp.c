@@ -16,7 +16,7 @@
  *     ranks' positions go to a spare slot); attention is the reference's two steps around
  *     two all-gathers per row tile (scores and maxima, the group's max, the partials over
  *     this rank's aligned blocks, the merge), with kernels/attention_kvp.h's twins;
- *   - every wait is nccl_group_wait, bounded by the group's timeout.
+ *   - every wait is nccl_group_wait, bounded by the group's timeout;
  *   - MoE under TP: whole experts per rank (--moe expert; --moe split is refused), one node
  *     of the MoE sum's expert tree (backend_cuda_moe.c), completed by the layer's reduce.
  * Decode graphs are off under a split (graphs_wanted). */
