@@ -6,6 +6,7 @@
 
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
+#include "kernels/attention_kvp.h"
 #include "kernels/cuda_device.h"
 #include "kernels/kv_store.h"
 #include "kernels/matmul.h"
@@ -99,6 +100,33 @@ int cuda_attention(float *out, const float *q, const float *k_cache, const float
                    int head_dim, void *stream) {
     (void)out, (void)q, (void)k_cache, (void)v_cache, (void)kv_head_stride, (void)scratch;
     (void)pos, (void)n, (void)nh, (void)nkv, (void)head_dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
+                               size_t kv_head_stride, int pos, int n, int lo, int held, int nh,
+                               int nkv, int head_dim, void *stream) {
+    (void)max, (void)scores, (void)q, (void)k_cache, (void)kv_head_stride, (void)pos, (void)n;
+    (void)lo, (void)held, (void)nh, (void)nkv, (void)head_dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_attention_group_max(float *max, const float *all, int ranks, size_t n, void *stream) {
+    (void)max, (void)all, (void)ranks, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
+                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                           int head_dim, void *stream) {
+    (void)part, (void)scores, (void)m, (void)v_cache, (void)kv_head_stride, (void)pos, (void)n;
+    (void)lo, (void)held, (void)nh, (void)nkv, (void)head_dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim,
+                         void *stream) {
+    (void)out, (void)parts, (void)ranks, (void)n, (void)nh, (void)head_dim, (void)stream;
     return unavailable(__func__);
 }
 

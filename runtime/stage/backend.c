@@ -47,14 +47,10 @@ int stage_backend_open(struct stage_backend **out, const struct stage_backend_op
         return strata_set_error(STRATA_EINVAL,
                                 "weights dtype q8 runs on the cpu device only, not '%s'", device);
     if (strcmp(device, "cpu") == 0) return backend_cpu_open(out, opt);
-    if (stage_tp_is_split(opt->tp))
-        return strata_set_error(STRATA_EDEVICE,
-                                "tensor parallelism runs on the CPU backend only: device '%s' "
-                                "has no TP path yet (NCCL is not wired)",
-                                device);
     /* CUDA (backend_cuda.c): STRATA_EDEVICE "device '...' is not available: <reason>" in a
      * build without the toolkit or on a machine without that device, never a silent
-     * fallback to the CPU. */
+     * fallback to the CPU. Under TP / KVP its collectives run on NCCL (backend_cuda_tp.c;
+     * MoE layers by whole experts only: --moe split is refused at open with the reason). */
     return backend_cuda_open(out, opt);
 }
 

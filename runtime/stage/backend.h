@@ -105,7 +105,8 @@ struct stage_backend_options {
     int max_seq;        /* KV positions per slot (>= 1) */
     int num_slots;      /* KV slots (>= 1) */
     /* NULL or tp 1: the whole role. Else only this rank's shard of it is loaded and the
-     * layers all-reduce over tp->coll (the CPU backend; CUDA refuses with the reason). */
+     * layers all-reduce over tp->coll (the CPU backend) or over NCCL sub-groups set up
+     * through it (CUDA: one device per rank; --moe split refused with the reason). */
     const struct stage_tp_config *tp;
     /* Weights as computed: NULL or "bf16" (as stored), "q8" (8-bit blocks quantised at load,
      * reference/ops_q8.h; the cpu device only). Anything else is STRATA_EINVAL. */

@@ -7,7 +7,8 @@
  *     (runtime/model/stage_tensors.h) as reference/model_load.c does: bf16 / f32 matrices
  *     as stored, f16 matrices widened to f32, norms and biases as f32, fused experts used
  *     in place (out-major) or transposed once on the host (in-major);
- *   - KV cache: [slot][layer][kv_head][max_seq][head_dim] f32 on the device, the layout of
+ *   - KV cache: [slot][layer][kv_head][max_seq][head_dim] f32 on the device (under KVP
+ *     [kvp_held] positions, plus a spare slot: backend_cuda_tp.c), the layout of
  *     reference/kv_cache.h, so a pack / restore is one strided copy per (layer, slot)
  *     (backend_cuda_kv.c); lengths and in-use flags stay on the host;
  *   - activation scratch: device buffers sized like the reference's, grown on demand to
@@ -33,10 +34,18 @@
  * OPS_SPLIT_LEAVES leaves, as reference/model.c does on one rank, so every projection has
  * the reference's reduction order (only CUDA's expf / erff / tanhf differ by ulps).
  *
+ * Tensor and KV parallelism (--tp / --kvp, backend_cuda_tp.c): a rank holds its shard
+ * (c->nh, c->nkv, c->ffn, vocabulary rows; OPS_SPLIT_LEAVES / T leaves) and, under KVP, its
+ * positions of every sequence; the layer loop adds one TP reduce after o_proj and one after
+ * down, the embedding and head are vocab-parallel, attention under KVP is the reference's two
+ * steps around the group's all-gathers, all on NCCL with the CPU backend's order, so every
+ * rank's logits are one rank's bits. Waits go through backend_cuda_sync (nccl_group_wait,
+ * bounded, under a split). Decode graphs are off under a split.
+ *
  * Determinism: every kernel computes each output element in one fixed order that depends
  * on neither the batch nor the neighbouring rows (kernels/README.md), all launches go to
- * one stream in the reference's order, and the MoE sum runs expert by expert in ascending
- * order; so splits, batching, graphs and KV handovers give identical bits. */
+ * one stream in the reference's order, and the MoE sum is the reference's expert tree
+ * (backend_cuda_moe.c); so splits, batching, graphs and KV handovers give identical bits. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,7 +56,6 @@
 #include "kernels/cuda_device.h"
 #include "kernels/kv_store.h"
 #include "kernels/matmul.h"
-#include "kernels/moe_combine.h"
 #include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
@@ -62,14 +70,15 @@
 /* ---------------------------------------------------------------- scratch */
 
 static void free_scratch(struct cuda_context *c) {
-    float **dev[] = {&c->hidden, &c->norm,     &c->proj,   &c->q,        &c->k,        &c->v,
-                     &c->attn,   &c->ffn_gate, &c->ffn_up, &c->rope_cos, &c->rope_sin, &c->router,
-                     &c->moe_x,  &c->moe_y,    &c->moe_w,  &c->scores,   &c->deepstack};
+    float **dev[] = {&c->hidden,   &c->norm,      &c->proj,     &c->q,      &c->k,
+                     &c->v,        &c->attn,      &c->ffn_gate, &c->ffn_up, &c->rope_cos,
+                     &c->rope_sin, &c->router,    &c->moe_x,    &c->moe_y,  &c->moe_w,
+                     &c->scores,   &c->deepstack, &c->moe_one};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) {
         cuda_free(*dev[i]);
         *dev[i] = NULL;
     }
-    int32_t **ids[] = {&c->moe_row, &c->tokens, &c->ids};
+    int32_t **ids[] = {&c->moe_row, &c->tokens, &c->ids, &c->moe_slot, &c->moe_plan};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i) {
         cuda_free(*ids[i]);
         *ids[i] = NULL;
@@ -77,9 +86,10 @@ static void free_scratch(struct cuda_context *c) {
     cuda_free(c->row_dst);
     cuda_host_free(c->h_row_dst);
     c->row_dst = c->h_row_dst = NULL;
-    void **pinned[] = {(void **)&c->h_hidden, (void **)&c->h_tokens, (void **)&c->h_cos,
-                       (void **)&c->h_sin,    (void **)&c->h_router, (void **)&c->h_moe_w,
-                       (void **)&c->h_moe_row};
+    void **pinned[] = {(void **)&c->h_hidden,  (void **)&c->h_tokens,   (void **)&c->h_cos,
+                       (void **)&c->h_sin,     (void **)&c->h_router,   (void **)&c->h_moe_w,
+                       (void **)&c->h_moe_row, (void **)&c->h_moe_slot, (void **)&c->h_moe_plan,
+                       (void **)&c->h_moe_one};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; ++i) {
         cuda_host_free(*pinned[i]);
         *pinned[i] = NULL;
@@ -87,6 +97,9 @@ static void free_scratch(struct cuda_context *c) {
     free(c->h_route_w);
     free(c->h_route_e);
     free(c->h_expert_count);
+    free(c->h_pair_level);
+    free(c->h_pair_tmp);
+    c->h_pair_level = c->h_pair_tmp = NULL;
     c->h_route_w = NULL;
     c->h_route_e = NULL;
     c->h_expert_count = NULL;
@@ -105,11 +118,11 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     free_scratch(c);
     const struct model_config *m = c->cfg;
     size_t r = (size_t)rows, H = (size_t)m->hidden_size, D = (size_t)m->head_dim;
-    size_t qd = (size_t)m->num_heads * D, kvd = (size_t)m->num_kv_heads * D;
+    size_t qd = (size_t)c->nh * D, kvd = (size_t)c->nkv * D;
     size_t E = m->num_experts > 0 ? (size_t)m->num_experts : 1;
     size_t K = m->num_experts_per_tok > 0 ? (size_t)m->num_experts_per_tok : 1;
     /* FFN rows: r of the dense MLP, or r * K expert rows side by side (moe_block). */
-    size_t ffn = (size_t)m->intermediate_size, moe_rows = m->num_experts > 0 ? K : 0;
+    size_t ffn = (size_t)c->ffn, moe_rows = m->num_experts > 0 ? K : 0;
     if (moe_rows * (size_t)m->moe_intermediate_size > ffn)
         ffn = moe_rows * (size_t)m->moe_intermediate_size;
     struct alloc_req dev[] = {
@@ -129,6 +142,9 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->moe_y, r * K * H * 4},
         {(void **)&c->moe_w, r * K * 4},
         {(void **)&c->moe_row, r * K * 4},
+        {(void **)&c->moe_slot, r * K * 4},
+        {(void **)&c->moe_plan, 4 * r * K * 4},
+        {(void **)&c->moe_one, r * K * 4},
         {(void **)&c->tokens, r * 4},
         {(void **)&c->ids, r * 4},
         {(void **)&c->row_dst, r * 8},
@@ -136,10 +152,12 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->scores, c->score_floats * 4},
     };
     struct alloc_req pinned[] = {
-        {(void **)&c->h_hidden, r * H * 4},  {(void **)&c->h_tokens, r * 4},
-        {(void **)&c->h_cos, r * D / 2 * 4}, {(void **)&c->h_sin, r * D / 2 * 4},
-        {(void **)&c->h_router, r * E * 4},  {(void **)&c->h_moe_w, r * K * 4},
-        {(void **)&c->h_moe_row, r * K * 4}, {(void **)&c->h_row_dst, r * 8},
+        {(void **)&c->h_hidden, r * H * 4},   {(void **)&c->h_tokens, r * 4},
+        {(void **)&c->h_cos, r * D / 2 * 4},  {(void **)&c->h_sin, r * D / 2 * 4},
+        {(void **)&c->h_router, r * E * 4},   {(void **)&c->h_moe_w, r * K * 4},
+        {(void **)&c->h_moe_row, r * K * 4},  {(void **)&c->h_row_dst, r * 8},
+        {(void **)&c->h_moe_slot, r * K * 4}, {(void **)&c->h_moe_plan, 4 * r * K * 4},
+        {(void **)&c->h_moe_one, r * K * 4},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof dev / sizeof dev[0] && !rc; ++i)
@@ -149,8 +167,14 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     c->h_route_w = malloc(r * K * sizeof(float));
     c->h_route_e = malloc(r * K * sizeof(int));
     c->h_expert_count = malloc(E * sizeof(int));
-    if (!rc && (!c->h_route_w || !c->h_route_e || !c->h_expert_count))
+    c->h_pair_level = malloc(r * K * sizeof(int));
+    c->h_pair_tmp = malloc(2 * r * K * sizeof(int));
+    if (!rc && (!c->h_route_w || !c->h_route_e || !c->h_expert_count || !c->h_pair_level ||
+                !c->h_pair_tmp))
         rc = strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+    for (size_t i = 0; !rc && i < r * K; ++i) /* the MoE sum's scatter-add weight */
+        c->h_moe_one[i] = 1.0f;
+    if (!rc) rc = backend_cuda_grid_scratch(c, rows);
     if (rc) {
         free_scratch(c);
         return rc;
@@ -169,6 +193,7 @@ static int ensure_logits(struct cuda_context *c, int rows) {
     c->cap_logit_rows = 0;
     int rc = cuda_malloc((void **)&c->logits, bytes);
     if (!rc) rc = cuda_host_alloc((void **)&c->h_logits, bytes);
+    if (!rc) rc = backend_cuda_grid_logit_scratch(c, rows);
     if (!rc) c->cap_logit_rows = rows;
     return rc;
 }
@@ -180,110 +205,21 @@ static int add_bias(struct cuda_context *c, float *x, const float *bias, int n, 
     return bias ? cuda_add_bias(x, bias, n, dim, c->stream) : 0;
 }
 
-/* Routes N tokens on the host with the reference's moe_route (the router logits come back
- * once: the one synchronisation of a MoE layer) and sends each expert's token list,
- * concatenated in expert order, with one copy each of rows and weights. *total = rows. */
-static int moe_route_on_host(struct cuda_context *c, int N, int *total) {
-    const struct model_config *m = c->cfg;
-    int E = m->num_experts, K = m->num_experts_per_tok, rc;
-    if ((rc = cuda_memcpy_async(c->h_router, c->router, (size_t)N * E * sizeof(float),
-                                CUDA_COPY_TO_HOST, c->stream)) ||
-        (rc = cuda_stream_synchronize(c->stream)))
-        return rc;
-    for (int i = 0; i < N; ++i)
-        moe_route(c->h_route_e + (size_t)i * K, c->h_route_w + (size_t)i * K,
-                  c->h_router + (size_t)i * E, m->norm_topk_prob, E, K);
-    /* The stream is idle here, so the previous layer's copies of h_moe_row / h_moe_w are
-     * done and the buffers may be refilled. */
-    int n = 0;
-    for (int e = 0; e < E; ++e) {
-        c->h_expert_count[e] = 0;
-        for (int i = 0; i < N; ++i)
-            for (int t = 0; t < K; ++t)
-                if (c->h_route_e[(size_t)i * K + t] == e) {
-                    c->h_moe_row[n] = i;
-                    c->h_moe_w[n] = c->h_route_w[(size_t)i * K + t];
-                    n++;
-                    c->h_expert_count[e]++;
-                }
-    }
-    *total = n;
-    if ((rc = cuda_memcpy_async(c->moe_row, c->h_moe_row, (size_t)n * sizeof(int32_t),
-                                CUDA_COPY_TO_DEVICE, c->stream)))
-        return rc;
-    return cuda_memcpy_async(c->moe_w, c->h_moe_w, (size_t)n * sizeof(float), CUDA_COPY_TO_DEVICE,
-                             c->stream);
-}
-
-/* Runs every active expert's SwiGLU MLP on its own rows: expert e's tokens [first, first +
- * count) of the concatenated lists are gathered into moe_x rows [first, ...), and its
- * outputs land in moe_y rows [first, ...), so no two experts share a buffer row. The experts
- * are spread over the MoE streams, forked from the backend stream after the routing and
- * joined back into it before returning. */
-static int run_experts(struct cuda_context *c, const struct layer_weights *L, const float *x,
-                       int N) {
-    const struct model_config *m = c->cfg;
-    int H = m->hidden_size, E = m->num_experts, I = m->moe_intermediate_size, active = 0, rc;
-    const struct ops_weight xs = {x, OPS_F32, N, H};
-    if ((rc = cuda_event_record(c->moe_fork, c->stream))) return rc;
-    for (int k = 0; k < MOE_STREAMS && !rc; ++k)
-        rc = cuda_stream_wait_event(c->moe_stream[k], c->moe_fork);
-    for (int e = 0, first = 0; e < E && !rc; first += c->h_expert_count[e], ++e) {
-        int count = c->h_expert_count[e];
-        if (!count) continue;
-        if (count > MAX_GRID_ROWS)
-            return strata_set_error(STRATA_EINVAL, "cuda backend: %d tokens for one expert", count);
-        void *es = c->moe_stream[active++ % MOE_STREAMS];
-        float *ex = c->moe_x + (size_t)first * H, *ey = c->moe_y + (size_t)first * H;
-        float *eg = c->ffn_gate + (size_t)first * I, *eu = c->ffn_up + (size_t)first * I;
-        if ((rc = cuda_ops_weight_rows(ex, &xs, c->moe_row + first, count, es)) ||
-            (rc = cuda_matmul(eg, ex, &L->expert_gate[e], count, es)) ||
-            (rc = cuda_matmul(eu, ex, &L->expert_up[e], count, es)) ||
-            (rc = cuda_swiglu(eg, eg, eu, count * I, es)))
-            break;
-        rc = cuda_matmul_split(ey, eg, &L->expert_down[e], count, OPS_SPLIT_LEAVES, es);
-    }
-    for (int k = 0; k < MOE_STREAMS && k < active && !rc; ++k)
-        if (!(rc = cuda_event_record(c->moe_join[k], c->moe_stream[k])))
-            rc = cuda_stream_wait_event(c->stream, c->moe_join[k]);
-    return rc;
-}
-
-/* out [N, H] = the MoE block of x [N, H] (reference/model.c moe_block), grouped by expert:
- * each active expert's tokens are gathered into one matrix and its SwiGLU MLP runs as one
- * matmul per weight over all of them (run_experts, experts side by side on the MoE
- * streams); then, on the backend stream, the experts' outputs are added into their rows in
- * ascending expert order, the order of the reference's loop. Each expert's rows are
- * computed exactly as the reference computes them and each row's sum runs over its experts
- * in the same order: bitwise the reference, however the experts overlap in time. */
-static int moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
-                     const float *x, int N) {
-    const struct model_config *m = c->cfg;
-    int H = m->hidden_size, E = m->num_experts, total = 0, rc;
-    void *s = c->stream;
-    if ((rc = cuda_matmul(c->router, x, &L->router, N, s)) ||
-        (rc = moe_route_on_host(c, N, &total)) ||
-        (rc = cuda_memset_async(out, 0, (size_t)N * H * sizeof(float), s)) ||
-        (rc = run_experts(c, L, x, N)))
-        return rc;
-    for (int e = 0, first = 0; e < E && !rc; first += c->h_expert_count[e], ++e) {
-        int count = c->h_expert_count[e];
-        if (count)
-            rc = cuda_moe_combine(out, c->moe_y + (size_t)first * H, c->moe_row + first,
-                                  c->moe_w + first, count, H, s);
-    }
-    return rc;
-}
-
 /* Each row's KV offset in floats from its layer's kv head 0 of slot 0 (slot and position;
- * the layer is added to the base pointer): host_rows [N], for cuda_kv_store_rows. */
-static void kv_row_offsets(const struct cuda_context *c, int64_t *host_rows,
+ * the layer is added to the base pointer): host_rows [N], for cuda_kv_store_rows. Under KVP
+ * a position is stored at its local index when this rank holds it, and rows another rank
+ * holds go to the spare slot past the last one (written, never read), so the store stays
+ * one launch of N rows (reference/model.c store_kv skips them). */
+static void kv_row_offsets(const struct cuda_context *c, int num_slots, int64_t *host_rows,
                            const struct forward_item *items, int n_items) {
     int row = 0, D = c->cfg->head_dim;
     for (int it = 0; it < n_items; ++it)
-        for (int i = 0; i < items[it].n_tokens; ++i)
-            host_rows[row++] = (int64_t)((size_t)items[it].slot * c->slot_floats +
-                                         ((size_t)items[it].pos + (size_t)i) * (size_t)D);
+        for (int i = 0; i < items[it].n_tokens; ++i) {
+            int local = items[it].pos + i - c->kvp_lo;
+            size_t slot = (size_t)items[it].slot;
+            if (local < 0 || local >= c->kvp_held) slot = (size_t)num_slots, local = 0;
+            host_rows[row++] = (int64_t)(slot * c->slot_floats + (size_t)local * (size_t)D);
+        }
 }
 
 /* Attention of every item's rows over its slot: the keys and values of all rows appended to
@@ -291,15 +227,15 @@ static void kv_row_offsets(const struct cuda_context *c, int64_t *host_rows,
  * kv_row_offsets, sent with the rows), then each item's queries in chunks so the score rows
  * fit the scratch; query i of a chunk starting at i0 sits at pos + i0 + i, exactly as in
  * one call. */
-static int attend_items(struct cuda_context *c, const struct layer_weights *L, int max_seq,
+static int attend_items(struct cuda_context *c, const struct layer_weights *L,
                         const struct forward_item *items, int n_items, int N) {
-    const struct model_config *m = c->cfg;
-    int D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc = 0;
+    int D = c->cfg->head_dim, nh = c->nh, nkv = c->nkv, rc = 0;
     size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
-    size_t head_stride = (size_t)max_seq * (size_t)D;
+    size_t head_stride = c->head_floats;
     size_t layer = (size_t)(L->index - c->role.layer_start) * (size_t)nkv * c->head_floats;
     rc = cuda_kv_store_rows(c->k_cache + layer, c->v_cache + layer, c->k, c->v, c->row_dst,
                             head_stride, (int)kvd, N, nkv, D, c->stream);
+    if (!rc && c->kvp > 1) return backend_cuda_kvp_attend(c, L, items, n_items, N);
     int row = 0;
     for (int it = 0; it < n_items && !rc; ++it) {
         const struct forward_item *item = &items[it];
@@ -332,7 +268,7 @@ static int add_deepstack(struct cuda_context *c, const struct layer_weights *L,
         if (item->deepstack && L->index < item->num_deepstack) {
             const float *feat =
                 item->deepstack + (size_t)L->index * (size_t)item->n_tokens * (size_t)H;
-            if (!(rc = cuda_stream_synchronize(c->stream)))
+            if (!(rc = backend_cuda_sync(c)))
                 rc = cuda_memcpy_to_device(c->deepstack, feat,
                                            (size_t)item->n_tokens * (size_t)H * sizeof(float));
             for (int i = 0; i < item->n_tokens && !rc;) {
@@ -354,10 +290,10 @@ static int add_deepstack(struct cuda_context *c, const struct layer_weights *L,
 }
 
 /* One decoder layer over c->hidden [N, H] in place (reference/model.c layer_forward). */
-static int layer_forward(struct cuda_context *c, const struct layer_weights *L, int max_seq,
+static int layer_forward(struct cuda_context *c, const struct layer_weights *L,
                          const struct forward_item *items, int n_items, int N) {
     const struct model_config *m = c->cfg;
-    int H = m->hidden_size, D = m->head_dim, nh = m->num_heads, nkv = m->num_kv_heads, rc;
+    int H = m->hidden_size, D = m->head_dim, nh = c->nh, nkv = c->nkv, rc;
     float eps = m->rms_norm_eps;
     size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
     void *s = c->stream;
@@ -373,21 +309,24 @@ static int layer_forward(struct cuda_context *c, const struct layer_weights *L, 
         (rc = cuda_rmsnorm(c->k, c->k, L->k_norm, eps, N * nkv, D, s)) ||
         (rc = cuda_rope_apply_rows(c->q, c->rope_cos, c->rope_sin, N, (int)qd, nh, D, s)) ||
         (rc = cuda_rope_apply_rows(c->k, c->rope_cos, c->rope_sin, N, (int)kvd, nkv, D, s)) ||
-        (rc = attend_items(c, L, max_seq, items, n_items, N)) ||
-        (rc = cuda_matmul_split(c->proj, c->attn, &L->o, N, OPS_SPLIT_LEAVES, s)) ||
+        (rc = attend_items(c, L, items, n_items, N)) ||
+        (rc = cuda_matmul_split(c->proj, c->attn, &L->o, N, c->leaves, s)) ||
+        (rc = backend_cuda_tp_reduce(c, c->proj, (size_t)N * (size_t)H)) ||
         (rc = add_bias(c, c->proj, L->o_bias, N, H)) ||
         (rc = cuda_vec_add(c->hidden, c->proj, N * H, s)) ||
         (rc = cuda_rmsnorm(c->norm, c->hidden, L->post_norm, eps, N, H, s)))
         return rc;
     if (L->is_moe) {
-        rc = moe_block(c, L, c->proj, c->norm, N);
+        rc = backend_cuda_moe_block(c, L, c->proj, c->norm, N);
     } else {
-        int F = m->intermediate_size;
+        int F = c->ffn;
         if (!(rc = cuda_matmul(c->ffn_gate, c->norm, &L->gate, N, s)) &&
             !(rc = cuda_matmul(c->ffn_up, c->norm, &L->up, N, s)) &&
             !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, s)))
-            rc = cuda_matmul_split(c->proj, c->ffn_gate, &L->down, N, OPS_SPLIT_LEAVES, s);
+            rc = cuda_matmul_split(c->proj, c->ffn_gate, &L->down, N, c->leaves, s);
     }
+    /* TP: the ranks' down partials (dense) or expert-tree nodes (MoE) added by the top. */
+    if (!rc) rc = backend_cuda_tp_reduce(c, c->proj, (size_t)N * (size_t)H);
     if (!rc) rc = cuda_vec_add(c->hidden, c->proj, N * H, s);
     if (!rc) rc = add_deepstack(c, L, items, n_items);
     return rc;
@@ -404,8 +343,8 @@ static int check_items(const struct stage_backend *be, const struct forward_item
 
 /* Queues one forward on the stream: the staged rows and RoPE tables in, the layers, the
  * rows back into staging. Nothing here synchronises on a dense role (a graph can hold it). */
-static int enqueue_forward(struct cuda_context *c, int max_seq, const struct forward_item *items,
-                           int n_items, int N) {
+static int enqueue_forward(struct cuda_context *c, const struct forward_item *items, int n_items,
+                           int N) {
     int H = c->cfg->hidden_size, rc;
     size_t table = (size_t)N * (size_t)(c->cfg->head_dim / 2) * sizeof(float);
     size_t rows = (size_t)N * (size_t)H * sizeof(float);
@@ -416,7 +355,7 @@ static int enqueue_forward(struct cuda_context *c, int max_seq, const struct for
         (rc = cuda_memcpy_async(c->hidden, c->h_hidden, rows, CUDA_COPY_TO_DEVICE, c->stream)))
         return rc;
     for (int l = 0; l < c->n_layers && !rc; ++l)
-        rc = layer_forward(c, &c->layers[l], max_seq, items, n_items, N);
+        rc = layer_forward(c, &c->layers[l], items, n_items, N);
     if (!rc) rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream);
     return rc;
 }
@@ -434,11 +373,11 @@ static int graph_batch(const struct stage_backend *be, const struct forward_item
 
 /* Captures this step into graph b (updating the one kept from the last step of b items
  * when its topology is unchanged) and launches it. */
-static int run_graph(struct cuda_context *c, int b, int max_seq, const struct forward_item *items,
-                     int n_items, int N) {
+static int run_graph(struct cuda_context *c, int b, const struct forward_item *items, int n_items,
+                     int N) {
     int instantiated = 0, rc;
     if ((rc = cuda_graph_capture_begin(c->stream))) return rc;
-    if ((rc = enqueue_forward(c, max_seq, items, n_items, N))) {
+    if ((rc = enqueue_forward(c, items, n_items, N))) {
         cuda_graph_capture_abort(c->stream);
         return rc;
     }
@@ -460,16 +399,16 @@ static int cuda_forward(struct stage_backend *be, float *hidden, const struct fo
     /* RoPE tables on the host by the reference op (bitwise the CPU backend's). */
     rope_tables(c->h_cos, c->h_sin, c->inv_freq, items, n_items,
                 m->has_mrope ? m->mrope_section : NULL, m->head_dim / 2);
-    kv_row_offsets(c, c->h_row_dst, items, n_items);
+    kv_row_offsets(c, be->num_slots, c->h_row_dst, items, n_items);
     memcpy(c->h_hidden, hidden, (size_t)N * H * sizeof(float));
     int b = graph_batch(be, items, n_items);
     if (b && c->graph_warm[b]) {
-        rc = run_graph(c, b, be->max_seq, items, n_items, N);
+        rc = run_graph(c, b, items, n_items, N);
     } else {
-        rc = enqueue_forward(c, be->max_seq, items, n_items, N);
+        rc = enqueue_forward(c, items, n_items, N);
         if (!rc && b) c->graph_warm[b] = 1;
     }
-    if (!rc) rc = cuda_stream_synchronize(c->stream);
+    if (!rc) rc = backend_cuda_sync(c);
     if (rc) return rc;
     memcpy(hidden, c->h_hidden, (size_t)N * H * sizeof(float));
     for (int it = 0; it < n_items; ++it)
@@ -496,12 +435,17 @@ static int cuda_embed(struct stage_backend *be, float *hidden, const int32_t *to
         int k = n - i0 < MAX_GRID_ROWS ? n - i0 : MAX_GRID_ROWS;
         size_t rows = (size_t)k * (size_t)H * sizeof(float);
         if ((rc = ensure_scratch(c, k))) break;
-        memcpy(c->h_tokens, tokens + i0, (size_t)k * sizeof(int32_t));
-        if ((rc = cuda_memcpy_async(c->tokens, c->h_tokens, (size_t)k * sizeof(int32_t),
-                                    CUDA_COPY_TO_DEVICE, c->stream)) ||
-            (rc = cuda_ops_weight_rows(c->hidden, &c->embed, c->tokens, k, c->stream)) ||
+        if (c->tp > 1) {
+            rc = backend_cuda_tp_embed(c, tokens + i0, k);
+        } else {
+            memcpy(c->h_tokens, tokens + i0, (size_t)k * sizeof(int32_t));
+            if (!(rc = cuda_memcpy_async(c->tokens, c->h_tokens, (size_t)k * sizeof(int32_t),
+                                         CUDA_COPY_TO_DEVICE, c->stream)))
+                rc = cuda_ops_weight_rows(c->hidden, &c->embed, c->tokens, k, c->stream);
+        }
+        if (rc ||
             (rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream)) ||
-            (rc = cuda_stream_synchronize(c->stream)))
+            (rc = backend_cuda_sync(c)))
             break;
         memcpy(hidden + (size_t)i0 * H, c->h_hidden, rows);
     }
@@ -517,6 +461,7 @@ static int enqueue_head(struct cuda_context *c, const float *hidden, int n) {
         (rc = cuda_rmsnorm(c->norm, c->hidden, c->final_norm, c->cfg->rms_norm_eps, n, H,
                            c->stream)))
         return rc;
+    if (c->tp > 1) return backend_cuda_tp_head(c, n);
     return cuda_matmul(c->logits, c->norm, &c->lm_head, n, c->stream);
 }
 
@@ -542,7 +487,7 @@ static int cuda_logits(struct stage_backend *be, float *logits, const float *hid
     if (rc) return rc < 0 ? rc : 0;
     if ((rc = enqueue_head(c, hidden, n)) ||
         (rc = cuda_memcpy_async(c->h_logits, c->logits, bytes, CUDA_COPY_TO_HOST, c->stream)) ||
-        (rc = cuda_stream_synchronize(c->stream)))
+        (rc = backend_cuda_sync(c)))
         return rc;
     memcpy(logits, c->h_logits, bytes);
     return 0;
@@ -559,7 +504,7 @@ static int cuda_argmax_ids(struct stage_backend *be, int32_t *ids, const float *
         (rc = cuda_argmax_rows(c->ids, c->logits, n, c->cfg->vocab_size, c->stream)) ||
         (rc = cuda_memcpy_async(c->h_tokens, c->ids, (size_t)n * sizeof(int32_t), CUDA_COPY_TO_HOST,
                                 c->stream)) ||
-        (rc = cuda_stream_synchronize(c->stream)))
+        (rc = backend_cuda_sync(c)))
         return rc;
     memcpy(ids, c->h_tokens, (size_t)n * sizeof(int32_t));
     return 0;
@@ -599,18 +544,26 @@ static void cuda_describe(const struct stage_backend *be, char *buf, size_t cap)
                  c->graph_launches, c->graph_instantiations);
     else
         snprintf(graphs, sizeof graphs, "decode graphs off");
-    snprintf(buf, cap,
-             "device: cuda:%d, %s, %s\nweights: %d tensors, %zu bytes (%zu bytes on the "
-             "device), KV %zu bytes on the device",
-             c->device, mem, graphs, c->num_tensors, c->weight_bytes, c->device_weight_bytes,
-             backend_cuda_kv_bytes(be));
+    int used = snprintf(buf, cap,
+                        "device: cuda:%d, %s, %s\nweights: %d tensors, %zu bytes (%zu bytes on "
+                        "the device), KV %zu bytes on the device",
+                        c->device, mem, graphs, c->num_tensors, c->weight_bytes,
+                        c->device_weight_bytes, backend_cuda_kv_bytes(be));
+    if (c->grid && used > 0 && (size_t)used < cap) /* the CPU backend's words */
+        snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d (NCCL)",
+                 c->tp_rank, c->tp, c->kvp_rank, c->kvp);
 }
 
 static void cuda_free_backend(struct stage_backend *be) {
     struct cuda_context *c = ctx(be);
     if (!c) return;
+    /* Freeing after a failed call keeps that call's message (a failed group's wait would
+     * replace it with "failed earlier"). */
+    char saved[512];
+    snprintf(saved, sizeof saved, "%s", strata_last_error());
     cuda_set_device(c->device);
-    if (c->stream) cuda_stream_synchronize(c->stream);
+    if (c->stream && backend_cuda_sync(c)) strata_set_error(STRATA_EDEVICE, "%s", saved);
+    backend_cuda_grid_close(c);
     close_moe_streams(c);
     free_scratch(c);
     cuda_free(c->logits);
@@ -662,7 +615,7 @@ static int device_index(const char *device) {
 /* Graphs unless STRATA_CUDA_GRAPHS=0 or a layer is MoE (its routing synchronises). */
 static int graphs_wanted(const struct cuda_context *c) {
     const char *env = getenv("STRATA_CUDA_GRAPHS");
-    if (env && strcmp(env, "0") == 0) return 0;
+    if ((env && strcmp(env, "0") == 0) || c->grid) return 0; /* TP / KVP: eager at first */
     for (int l = 0; l < c->n_layers; ++l)
         if (c->layers[l].is_moe) return 0;
     return 1;
@@ -676,10 +629,13 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
                                 "cuda backend: unsupported heads (nh %d, nkv %d, head_dim %d)",
                                 cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
     if (cfg->num_experts > 0 &&
-        (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts))
+        (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts ||
+         cfg->num_experts_per_tok > MOE_MAX_TOP_K))
         return strata_set_error(STRATA_EINVAL, "cuda backend: top-k %d with %d experts",
                                 cfg->num_experts_per_tok, cfg->num_experts);
-    if ((rc = cuda_set_device(c->device)) || (rc = cuda_stream_create(&c->stream))) return rc;
+    if ((rc = cuda_set_device(c->device)) || (rc = cuda_stream_create(&c->stream)) ||
+        (rc = backend_cuda_grid_open(c, opt)))
+        return rc;
     c->n_layers = opt->role.layer_end - opt->role.layer_start;
     c->layers = calloc((size_t)(c->n_layers ? c->n_layers : 1), sizeof *c->layers);
     c->inv_freq = malloc((size_t)(half ? half : 1) * sizeof *c->inv_freq);
@@ -693,12 +649,13 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     if ((rc = backend_cuda_load_weights(c, opt->weights))) return rc;
     c->use_graphs = graphs_wanted(c);
     if ((rc = open_moe_streams(c))) return rc;
-    c->head_floats = (size_t)opt->max_seq * (size_t)cfg->head_dim;
-    c->slot_floats = (size_t)c->n_layers * (size_t)cfg->num_kv_heads * c->head_floats;
-    c->score_floats =
-        cuda_attention_scratch_floats(opt->max_seq - 1, 1, cfg->num_heads, cfg->head_dim);
+    c->head_floats = (size_t)c->kvp_held * (size_t)cfg->head_dim;
+    c->slot_floats = (size_t)c->n_layers * (size_t)c->nkv * c->head_floats;
+    c->score_floats = cuda_attention_scratch_floats(opt->max_seq - 1, 1, c->nh, cfg->head_dim);
     if (c->score_floats < ATTN_SCRATCH_FLOATS) c->score_floats = ATTN_SCRATCH_FLOATS;
-    size_t bytes = c->slot_floats * (size_t)opt->num_slots * sizeof(float);
+    /* KVP: one spare slot takes the rows of positions other ranks hold (kv_row_offsets). */
+    size_t slots = (size_t)opt->num_slots + (c->kvp > 1 ? 1 : 0);
+    size_t bytes = c->slot_floats * slots * sizeof(float);
     /* Zeroed like the reference's calloc'd cache (never read past a slot's length). */
     if ((rc = cuda_malloc((void **)&c->k_cache, bytes)) ||
         (rc = cuda_malloc((void **)&c->v_cache, bytes)) ||

@@ -11,6 +11,7 @@
 #include "reference/ops.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/model/tp_shard.h"
 #include "runtime/stage/backend.h"
 
 /* Attention scratch (scores and split-K partials, kernels/attention.h): at least this many
@@ -21,12 +22,26 @@
 /* Streams a MoE layer's experts are spread over (expert i of the active ones on stream
  * i % MOE_STREAMS), so that small experts (a decode step's few rows each) run side by side. */
 #define MOE_STREAMS 8
+/* Most experts per token (the MoE sum's per-row plan lives on the stack; the reference's). */
+#define MOE_MAX_TOP_K 64
+
+struct cuda_grid; /* TP / KVP state (backend_cuda_tp.c) */
 
 struct cuda_context {
     int device;
     char device_name[160];
     const struct model_config *cfg;
     struct stage_role role;
+
+    /* This rank's part of every layer (tp_shard.h; the whole model without TP): query and
+     * KV heads, dense MLP columns, embedding / lm_head rows [vocab_start, + vocab_n), the
+     * leaves of its row-parallel dot products (matmul_split), and under KVP the global
+     * positions [kvp_lo, kvp_lo + kvp_held) its cache holds. */
+    int tp, tp_rank, nh, nkv, ffn, leaves, vocab_start, vocab_n;
+    int experts_lo, experts_hi; /* MoE experts held: one node of the expert tree */
+    int kvp, kvp_rank, kvp_lo, kvp_held;
+    struct tp_shard shard;  /* valid when tp > 1 */
+    struct cuda_grid *grid; /* NULL without TP / KVP */
 
     /* Weights (device). */
     struct ops_weight embed, lm_head;
@@ -43,8 +58,9 @@ struct cuda_context {
     float *k_cache, *v_cache;
     int *len;
     unsigned char *in_use;
-    size_t slot_floats; /* per slot: layers x kv_heads x max_seq x head_dim */
-    size_t head_floats; /* per (slot, layer, kv head): max_seq x head_dim */
+    size_t slot_floats; /* per slot: layers x kv_heads x positions x head_dim */
+    size_t head_floats; /* per (slot, layer, kv head): positions x head_dim (positions:
+                           max_seq, or kvp_held under KVP) */
     size_t score_floats;
 
     /* Every launch and copy of this backend goes to `stream` (a cudaStream_t); a call
@@ -60,18 +76,24 @@ struct cuda_context {
     float *hidden, *norm, *proj, *q, *k, *v, *attn, *ffn_gate, *ffn_up, *rope_cos, *rope_sin;
     float *router, *moe_x, *moe_y, *moe_w, *scores, *logits, *deepstack;
     int32_t *moe_row, *tokens, *ids;
-    int64_t *row_dst; /* [cap_rows] each row's KV offset (cuda_kv_store_rows) */
+    int32_t *moe_slot; /* [cap_rows * top_k] each grouped expert row's slot (row·K + choice) */
+    int32_t *moe_plan; /* [4][cap_rows * top_k] the MoE sum's plan (backend_cuda_moe.c) */
+    float *moe_one;    /* [cap_rows * top_k] 1.0f: the scatter-adds' weight */
+    int64_t *row_dst;  /* [cap_rows] each row's KV offset (cuda_kv_store_rows) */
     /* Pinned host staging (cuda_host_alloc): everything copied asynchronously. */
     float *h_hidden;   /* [cap_rows, H] rows in and out */
     float *h_logits;   /* [cap_logit_rows, V] */
     int32_t *h_tokens; /* [cap_rows] ids in (embed), argmax ids out */
     float *h_cos, *h_sin, *h_router, *h_moe_w;
-    int32_t *h_moe_row;
+    int32_t *h_moe_row, *h_moe_slot, *h_moe_plan;
+    float *h_moe_one;
     int64_t *h_row_dst;
     /* Host-only scratch. */
     float *h_route_w;
     int *h_route_e;
     int *h_expert_count;
+    int *h_pair_level, *h_pair_tmp; /* [cap_rows * top_k], [2][cap_rows * top_k] */
+    int h_level_first[MOE_MAX_TOP_K + 2];
 
     /* Decode graphs (kernels/cuda_device.h): exec[b] is the graph of a decode step of b
      * one-token items, captured again each step and updated in place; warm[b] says a step
@@ -89,8 +111,7 @@ static inline struct cuda_context *ctx(const struct stage_backend *be) {
 /* [max_seq][head_dim] keys of one slot, absolute layer and kv head (kv_cache_k's layout). */
 static inline float *k_slot(const struct cuda_context *c, int slot, int layer, int kv_head) {
     return c->k_cache + (size_t)slot * c->slot_floats +
-           ((size_t)(layer - c->role.layer_start) * (size_t)c->cfg->num_kv_heads +
-            (size_t)kv_head) *
+           ((size_t)(layer - c->role.layer_start) * (size_t)c->nkv + (size_t)kv_head) *
                c->head_floats;
 }
 
@@ -105,6 +126,37 @@ size_t backend_cuda_kv_bytes(const struct stage_backend *be);
 int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
 int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
                             const struct kv_handoff *in);
+
+/* TP / KVP (backend_cuda_tp.c). grid_open fills this rank's part (the whole model without
+ * a split) and, when opt->tp splits the stage, opens the NCCL sub-groups on c->stream; every
+ * rank of the stage's group calls it at the same point. */
+int backend_cuda_grid_open(struct cuda_context *c, const struct stage_backend_options *opt);
+void backend_cuda_grid_close(struct cuda_context *c);
+/* Device scratch of the collectives for `rows` rows (called by ensure_scratch, between
+ * calls) and for the head's gathered logits of `rows` rows. */
+int backend_cuda_grid_scratch(struct cuda_context *c, int rows);
+int backend_cuda_grid_logit_scratch(struct cuda_context *c, int rows);
+/* Waits for everything queued on c->stream: nccl_group_wait (bounded by the group's timeout,
+ * so a dead peer fails the call instead of hanging it) under a split, else the stream's
+ * synchronisation. */
+int backend_cuda_sync(struct cuda_context *c);
+/* x [n] <- the TP group's sum of its ranks' partials in tp_reduce's order (no-op at TP 1). */
+int backend_cuda_tp_reduce(struct cuda_context *c, float *x, size_t n);
+/* c->hidden [k, H] <- the embedding rows of tokens [k] (host), vocab-parallel: this rank's
+ * rows, zeros for the others', all-reduced (exact). Queued; k <= cap_rows. */
+int backend_cuda_tp_embed(struct cuda_context *c, const int32_t *tokens, int k);
+/* c->logits [n, V] <- lm_head(c->norm [n, H]) vocab-parallel: this rank's [n, V/T] logits,
+ * all-gathered, reordered on the device. Queued. */
+int backend_cuda_tp_head(struct cuda_context *c, int n);
+/* KVP attention of every item's rows (c->q -> c->attn), the keys already stored: per row
+ * tile the local scores and maxima, the group's max, the local partials over this rank's
+ * aligned blocks, an all-gather and the merge (reference/model.c attend_items). */
+int backend_cuda_kvp_attend(struct cuda_context *c, const struct layer_weights *L,
+                            const struct forward_item *items, int n_items, int N);
+
+/* out [N, H] = the MoE block of x [N, H] over the held experts (backend_cuda_moe.c). */
+int backend_cuda_moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
+                           const float *x, int N);
 
 /* Uploads the role's weights (the manifest's tensors) into `c` (backend_cuda_weights.c). */
 int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st);

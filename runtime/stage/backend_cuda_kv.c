@@ -35,6 +35,15 @@ size_t backend_cuda_kv_bytes(const struct stage_backend *be) {
     return 2 * ctx(be)->slot_floats * (size_t)be->num_slots * sizeof(float);
 }
 
+/* A KVP rank holds some positions of each slot: its cache is not a handoff of the slot. */
+static int check_kvp(const struct cuda_context *c, const char *what) {
+    if (c->kvp <= 1) return 0;
+    return strata_set_error(STRATA_EINVAL,
+                            "%s: a KVP rank holds only positions [%d, %d) of each sequence (no KV "
+                            "handoff under KVP)",
+                            what, c->kvp_lo, c->kvp_lo + c->kvp_held);
+}
+
 static int check_slots(const struct stage_backend *be, const int *slots, int n, const char *what) {
     if (n <= 0 || !slots) return strata_set_error(STRATA_EINVAL, "%s: no slots given", what);
     for (int b = 0; b < n; ++b)
@@ -50,10 +59,10 @@ static int check_slots(const struct stage_backend *be, const int *slots, int n, 
 int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots,
                          int n) {
     struct cuda_context *c = ctx(be);
-    int seq = 0, nkv = c->cfg->num_kv_heads, D = c->cfg->head_dim, rc;
+    int seq = 0, nkv = c->nkv, D = c->cfg->head_dim, rc;
     memset(out, 0, sizeof *out);
-    if ((rc = check_slots(be, slots, n, "cuda kv pack")) || (rc = cuda_set_device(c->device)) ||
-        (rc = cuda_stream_synchronize(c->stream)))
+    if ((rc = check_kvp(c, "cuda kv pack")) || (rc = check_slots(be, slots, n, "cuda kv pack")) ||
+        (rc = cuda_set_device(c->device)) || (rc = backend_cuda_sync(c)))
         return rc;
     for (int b = 0; b < n; ++b)
         if (c->len[slots[b]] > seq) seq = c->len[slots[b]];
@@ -70,7 +79,7 @@ int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const
                                 2 * numel);
     float *v = k + numel;
     int32_t *lengths = (int32_t *)(v + numel);
-    size_t row = (size_t)seq * D, cache_row = (size_t)be->max_seq * D;
+    size_t row = (size_t)seq * D, cache_row = c->head_floats;
     for (int l = 0; l < c->n_layers && !rc; ++l)
         for (int b = 0; b < n && !rc; ++b) {
             size_t dst = ((size_t)l * n + b) * nkv * row;
@@ -99,7 +108,8 @@ int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const
 int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
                             const struct kv_handoff *in) {
     struct cuda_context *c = ctx(be);
-    int nkv = c->cfg->num_kv_heads, D = c->cfg->head_dim, rc;
+    int nkv = c->nkv, D = c->cfg->head_dim, rc;
+    if ((rc = check_kvp(c, "kv restore"))) return rc;
     if (in->layer_start != c->role.layer_start || in->layer_end != c->role.layer_end)
         return strata_set_error(
             STRATA_ERANGE, "kv restore: block holds layers [%d, %d) but the cache holds [%d, %d)",
@@ -119,10 +129,10 @@ int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
                                     "kv restore: row %d holds %d positions, cache capacity %d", b,
                                     (int)in->lengths[b], be->max_seq);
     if ((rc = check_slots(be, slots, n, "kv restore")) || (rc = cuda_set_device(c->device)) ||
-        (rc = cuda_stream_synchronize(c->stream)))
+        (rc = backend_cuda_sync(c)))
         return rc;
     const uint8_t *k = in->k, *v = in->v;
-    size_t row = (size_t)in->seq * D, cache_row = (size_t)be->max_seq * D;
+    size_t row = (size_t)in->seq * D, cache_row = c->head_floats;
     for (int l = 0; l < c->n_layers && !rc; ++l)
         for (int b = 0; b < n && !rc; ++b) {
             size_t src = ((size_t)l * n + b) * nkv * row * sizeof(float);

@@ -1,5 +1,9 @@
 /* The CUDA backend's weights: uploaded once at open by walking the role's manifest
- * (runtime/model/stage_tensors.h), as reference/model_load.c does; see backend_cuda.c. */
+ * (runtime/model/stage_tensors.h), as reference/model_load.c does; see backend_cuda.c.
+ * Under TP a rank uploads only its slice of each tensor (runtime/model/tp_shard.h's
+ * tp_tensor_slice, the CPU loader's slicing): a row slice straight from the mapping, a
+ * column slice copied row by row from it into a host buffer first, so only the slice's
+ * bytes of the checkpoint are read. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -83,21 +87,25 @@ static int upload_transposed(struct cuda_context *c, struct ops_weight *w, const
 }
 
 /* One fused expert tensor -> per-expert device matrices (reference/model_load.c's
- * place_fused): out-major uploaded once and pointed into, in-major transposed once. */
+ * place_fused): out-major uploaded once and pointed into, in-major transposed once. `t`
+ * holds experts [c->experts_lo, c->experts_hi) (all of them, or a TP rank's), stored in
+ * `layout` (told from the whole tensor's shape: a rank's slice has fewer experts). */
 static int upload_fused(struct cuda_context *c, struct layer_weights *L,
-                        const struct stage_tensor *want, const struct st_tensor *t) {
+                        const struct stage_tensor *want, const struct st_tensor *t,
+                        enum stage_tensor_layout layout) {
     const size_t H = (size_t)c->cfg->hidden_size, I = (size_t)c->cfg->moe_intermediate_size;
     const size_t esz = t->dtype == ST_BF16 ? 2 : 4;
     const enum ops_dtype dt = t->dtype == ST_BF16 ? OPS_BF16 : OPS_F32;
-    const int in_major = stage_tensor_stored_layout(want, t) == STAGE_LAYOUT_IN_MAJOR;
+    const int in_major = layout == STAGE_LAYOUT_IN_MAJOR;
     const int gate_up = want->slot == STAGE_SLOT_EXPERTS_GATE_UP;
     const size_t block = (gate_up ? 2 * I : I) * H * esz;
     const char *dev = NULL;
     int rc = 0;
     if (!in_major && (rc = dev_upload(c, (const void **)&dev, t->data, t->nbytes))) return rc;
-    for (int e = 0; e < c->cfg->num_experts && !rc; ++e) {
-        const char *host = (const char *)t->data + (size_t)e * block;
-        const char *base = in_major ? NULL : dev + (size_t)e * block;
+    for (int e = c->experts_lo; e < c->experts_hi && !rc; ++e) {
+        const size_t at = (size_t)(e - c->experts_lo) * block;
+        const char *host = (const char *)t->data + at;
+        const char *base = in_major ? NULL : dev + at;
         if (gate_up && in_major) {
             rc = upload_transposed(c, &L->expert_gate[e], host, 2 * I, 0, (int)I, (int)H, esz, dt);
             if (!rc)
@@ -115,10 +123,37 @@ static int upload_fused(struct cuda_context *c, struct layer_weights *L,
     return rc;
 }
 
-static int place(struct cuda_context *c, const struct stage_tensor *want,
-                 const struct st_tensor *t) {
-    c->weight_bytes += t->nbytes;
-    c->num_tensors++;
+/* *view = the part of `t` the slice names (one part along dim 0 or 1): rows are a view into
+ * the mapping, columns a heap copy (*copy, the caller frees it). */
+static int slice_view(struct st_tensor *view, void **copy, const struct st_tensor *t,
+                      const struct tp_slice *sl) {
+    *view = *t;
+    *copy = NULL;
+    if (sl->kind != TP_SLICE_SPLIT || (sl->start == 0 && sl->count == sl->extent)) return 0;
+    if (sl->parts != 1 || sl->dim > 1 || (sl->dim == 1 && t->ndim != 2))
+        return strata_set_error(STRATA_EINVAL, "cuda backend: cannot slice %s under TP", t->name);
+    const size_t esz = st_dtype_size(t->dtype), rows = (size_t)t->shape[0];
+    const size_t per_row = rows ? (size_t)t->numel / rows : 0, n = (size_t)sl->count;
+    if (sl->dim == 0) {
+        view->shape[0] = (int64_t)n;
+        view->numel = (int64_t)(n * per_row);
+        view->data = (const char *)t->data + (size_t)sl->start * per_row * esz;
+    } else {
+        char *dst = malloc(rows * n * esz + 1);
+        if (!dst) return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+        for (size_t r = 0; r < rows; ++r)
+            memcpy(dst + r * n * esz,
+                   (const char *)t->data + (r * per_row + (size_t)sl->start) * esz, n * esz);
+        view->shape[1] = (int64_t)n;
+        view->numel = (int64_t)(rows * n);
+        view->data = *copy = dst;
+    }
+    view->nbytes = (size_t)view->numel * esz;
+    return 0;
+}
+
+static int place_whole(struct cuda_context *c, const struct stage_tensor *want,
+                       const struct st_tensor *t, enum stage_tensor_layout layout) {
     switch (want->slot) {
     case STAGE_SLOT_EMBED: /* a last stage without the embedding reads it as the tied head */
         return upload_matrix(c, c->role.with_embed ? &c->embed : &c->lm_head, t);
@@ -132,7 +167,23 @@ static int place(struct cuda_context *c, const struct stage_tensor *want,
     if (vec) return upload_vector(c, vec, t);
     struct ops_weight *mat = layer_weights_matrix(L, want);
     if (mat) return upload_matrix(c, mat, t);
-    return upload_fused(c, L, want, t);
+    return upload_fused(c, L, want, t, layout);
+}
+
+/* Places one manifest entry: this rank's slice of it under TP, else the whole tensor. */
+static int place(struct cuda_context *c, const struct stage_tensor *want,
+                 const struct st_tensor *t) {
+    struct tp_slice sl = {.kind = TP_SLICE_REPLICATED};
+    const enum stage_tensor_layout layout = stage_tensor_stored_layout(want, t);
+    int rc = c->tp > 1 ? tp_tensor_slice(&sl, &c->shard, want, layout) : 0;
+    if (rc || sl.kind == TP_SLICE_ABSENT) return rc; /* an expert another rank holds */
+    c->weight_bytes += tp_slice_bytes(&sl, t->nbytes);
+    c->num_tensors++;
+    struct st_tensor part;
+    void *copy = NULL;
+    if (!(rc = slice_view(&part, &copy, t, &sl))) rc = place_whole(c, want, &part, layout);
+    free(copy);
+    return rc;
 }
 
 int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st) {

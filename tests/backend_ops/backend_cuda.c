@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 #include "kernels/attention.h"
+#include "kernels/attention_kvp.h"
 #include "kernels/cuda_device.h"
 #include "kernels/matmul.h"
 #include "kernels/moe_route.h"
@@ -63,6 +64,45 @@ static int run_attention(const struct bo_call *c, void *stream) {
     return rc;
 }
 
+/* The KVP group run rank after rank on one device: rank k's keys are cache positions
+ * [k·tokens, k·tokens + held) (a pointer into the same cache, same head stride), its scores,
+ * maxima and partials its own; the "all-gathers" are the ranks' buffers side by side. */
+static int run_attention_kvp(const struct bo_call *c, void *stream) {
+    const struct bo_shape *s = c->s;
+    const int K = s->rows, tokens = bo_kvp_tokens(s), D = s->dim, ctx = s->pos + s->n;
+    const size_t rows_nh = (size_t)s->n * (size_t)s->heads, stride = (size_t)ctx * (size_t)D;
+    const size_t part = rows_nh * (size_t)(D + 2), per_scores = rows_nh * (size_t)tokens;
+    const float *q = c->buf[1], *k_cache = c->buf[2], *v_cache = c->buf[3];
+    float *scores = NULL, *max = NULL, *max_all = NULL, *parts = NULL;
+    int rc = cuda_malloc((void **)&scores, (size_t)K * per_scores * sizeof(float));
+    if (!rc) rc = cuda_malloc((void **)&max, rows_nh * sizeof(float));
+    if (!rc) rc = cuda_malloc((void **)&max_all, (size_t)K * rows_nh * sizeof(float));
+    if (!rc) rc = cuda_malloc((void **)&parts, (size_t)K * part * sizeof(float));
+    for (int k = 0; k < K && !rc; ++k) { /* step 1 */
+        const int lo = k * tokens, held = ctx - lo < tokens ? ctx - lo : tokens;
+        rc = cuda_attention_partial_max(max_all + (size_t)k * rows_nh,
+                                        scores + (size_t)k * per_scores, q,
+                                        k_cache + (size_t)lo * D, stride, s->pos, s->n, lo, held,
+                                        s->heads, s->kv_heads, D, stream);
+    }
+    for (int k = 0; k < K && !rc; ++k) { /* rank k: the group's max from its own, step 2 */
+        const int lo = k * tokens, held = ctx - lo < tokens ? ctx - lo : tokens;
+        if (!(rc = cuda_memcpy_async(max, max_all + (size_t)k * rows_nh, rows_nh * sizeof(float),
+                                     CUDA_COPY_ON_DEVICE, stream)) &&
+            !(rc = cuda_attention_group_max(max, max_all, K, rows_nh, stream)))
+            rc = cuda_attention_partial(parts + (size_t)k * part, scores + (size_t)k * per_scores,
+                                        max, v_cache + (size_t)lo * D, stride, s->pos, s->n, lo,
+                                        held, s->heads, s->kv_heads, D, stream);
+    }
+    if (!rc) rc = cuda_attention_merge(c->buf[0], parts, K, s->n, s->heads, D, stream);
+    if (!rc) rc = cuda_synchronize();
+    cuda_free(scores);
+    cuda_free(max);
+    cuda_free(max_all);
+    cuda_free(parts);
+    return rc;
+}
+
 static int run_moe_route(const struct bo_call *c, void *stream) {
     return cuda_moe_route(c->buf[0], c->buf[1], c->buf[2], c->s->pos, c->s->n, c->s->rows, stream);
 }
@@ -73,11 +113,17 @@ static int run_ops_weight_row(const struct bo_call *c, void *stream) {
 }
 
 static const struct bo_backend_op cuda_ops[] = {
-    {"rmsnorm", run_rmsnorm},           {"swiglu", run_swiglu},
-    {"softmax", run_softmax},           {"vec_add", run_vec_add},
-    {"rope_apply", run_rope_apply},     {"matmul", run_matmul},
-    {"matmul_split", run_matmul_split}, {"attention", run_attention},
-    {"moe_route", run_moe_route},       {"ops_weight_row", run_ops_weight_row},
+    {"rmsnorm", run_rmsnorm},
+    {"swiglu", run_swiglu},
+    {"softmax", run_softmax},
+    {"vec_add", run_vec_add},
+    {"rope_apply", run_rope_apply},
+    {"matmul", run_matmul},
+    {"matmul_split", run_matmul_split},
+    {"attention", run_attention},
+    {"attention_kvp", run_attention_kvp},
+    {"moe_route", run_moe_route},
+    {"ops_weight_row", run_ops_weight_row},
 };
 
 const struct bo_backend bo_backend_cuda = {

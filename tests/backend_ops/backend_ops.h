@@ -71,6 +71,9 @@ struct bo_case {
     struct bo_shape shape;
 };
 
+/* attention_kvp cases: KV positions per rank (16 x 2^p, `rows` ranks covering pos + n). */
+int bo_kvp_tokens(const struct bo_shape *s);
+
 extern const struct bo_op bo_ops[];
 extern const size_t bo_n_ops;
 extern const struct bo_case bo_cases[];

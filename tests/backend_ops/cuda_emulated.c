@@ -16,12 +16,14 @@
  * Captured work runs at once (the graph's later launch does nothing): the results are
  * those of a launch right after capture, which is how the backend uses graphs. A graph
  * "updates" when its node count matches the previous capture, else it "instantiates". */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
+#include "kernels/attention_kvp.h"
 #include "kernels/cuda_device.h"
 #include "kernels/kv_store.h"
 #include "kernels/matmul.h"
@@ -41,10 +43,18 @@
 #include "reference/thread_pool.h"
 #include "runtime/base/status.h"
 
+/* One pool of one thread: it runs every task on the caller, so backends on several threads
+ * (TP / KVP ranks, tests/backend_ops/golden_backends_test.c) may share it. */
+static struct thread_pool *the_pool;
+static pthread_once_t pool_once = PTHREAD_ONCE_INIT;
+
+static void pool_init(void) {
+    if (thread_pool_init(&the_pool, 1)) abort();
+}
+
 static struct thread_pool *pool(void) {
-    static struct thread_pool *p;
-    if (!p && thread_pool_init(&p, 1)) abort();
-    return p;
+    pthread_once(&pool_once, pool_init);
+    return the_pool;
 }
 
 /* ---------------------------------------------------------------- the rules checked */
@@ -56,16 +66,22 @@ static struct {
     size_t bytes;
 } pinned[MAX_PINNED];
 static int live_streams;
+/* Guards pinned[] and live_streams (ranks of a TP / KVP group run as threads). Captures are
+ * per process: graphs are off under TP / KVP, so a capture never overlaps another rank. */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static void *capturing;     /* the stream being captured, or NULL */
 static int capture_spoiled; /* a call failed during the capture */
 static int captured_ops;    /* launches and copies recorded by the capture */
 
 static int is_pinned(const void *p, size_t bytes) {
-    for (int i = 0; i < MAX_PINNED; ++i)
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < MAX_PINNED && !found; ++i)
         if (pinned[i].base && (const char *)p >= pinned[i].base &&
             (const char *)p + bytes <= pinned[i].base + pinned[i].bytes)
-            return 1;
-    return 0;
+            found = 1;
+    pthread_mutex_unlock(&lock);
+    return found;
 }
 
 static int spoil(int rc) {
@@ -82,7 +98,10 @@ static int sync_call(const char *fn) {
 
 /* An asynchronous call (launch or async copy) on `stream`. */
 static int on_stream(const char *fn, void *stream) {
-    if (!stream && live_streams > 0)
+    pthread_mutex_lock(&lock);
+    int streams = live_streams;
+    pthread_mutex_unlock(&lock);
+    if (!stream && streams > 0)
         return spoil(strata_set_error(STRATA_EDEVICE,
                                       "emulated %s: launched on the default stream while a "
                                       "backend stream exists",
@@ -148,10 +167,15 @@ int cuda_synchronize(void) {
     return 0;
 }
 
+/* Eight devices sharing the host's memory, so TP / KVP ranks can each name their own
+ * (NCCL takes one rank per device). */
+#define EMULATED_DEVICES 8
+
 int cuda_set_device(int index) {
-    return index == 0
+    return index >= 0 && index < EMULATED_DEVICES
                ? 0
-               : strata_set_error(STRATA_EDEVICE, "no CUDA device %d (emulation has 1)", index);
+               : strata_set_error(STRATA_EDEVICE, "no CUDA device %d (emulation has %d)", index,
+                                  EMULATED_DEVICES);
 }
 
 int cuda_device_describe(int index, char *buf, size_t cap) {
@@ -225,6 +249,39 @@ int cuda_attention(float *out, const float *q, const float *k_cache, const float
                    int head_dim, void *stream) {
     ON_STREAM(stream);
     attention(out, q, k_cache, v_cache, kv_head_stride, scratch, pos, n, nh, nkv, head_dim, pool());
+    return 0;
+}
+
+int cuda_attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
+                               size_t kv_head_stride, int pos, int n, int lo, int held, int nh,
+                               int nkv, int head_dim, void *stream) {
+    ON_STREAM(stream);
+    attention_partial_max(max, scores, q, k_cache, kv_head_stride, pos, n, lo, held, nh, nkv,
+                          head_dim, pool());
+    return 0;
+}
+
+int cuda_attention_group_max(float *max, const float *all, int ranks, size_t n, void *stream) {
+    ON_STREAM(stream);
+    for (size_t t = 0; t < n; ++t) /* reference/model.c attend_items */
+        for (int k = 0; k < ranks; ++k)
+            if (all[(size_t)k * n + t] > max[t]) max[t] = all[(size_t)k * n + t];
+    return 0;
+}
+
+int cuda_attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
+                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                           int head_dim, void *stream) {
+    ON_STREAM(stream);
+    attention_partial(part, scores, m, v_cache, kv_head_stride, pos, n, lo, held, nh, nkv, head_dim,
+                      pool());
+    return 0;
+}
+
+int cuda_attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim,
+                         void *stream) {
+    ON_STREAM(stream);
+    attention_merge(out, parts, ranks, n, nh, head_dim);
     return 0;
 }
 
@@ -376,14 +433,18 @@ int cuda_stream_create(void **stream) {
     SYNC_CALL();
     *stream = malloc(1);
     if (!*stream) return strata_set_error(STRATA_ENOMEM, "emulated cuda_stream_create");
+    pthread_mutex_lock(&lock);
     live_streams++;
+    pthread_mutex_unlock(&lock);
     return 0;
 }
 
 void cuda_stream_destroy(void *stream) {
     if (!stream) return;
     free(stream);
+    pthread_mutex_lock(&lock);
     live_streams--;
+    pthread_mutex_unlock(&lock);
 }
 
 int cuda_stream_synchronize(void *stream) {
@@ -425,24 +486,29 @@ int cuda_stream_wait_event(void *stream, void *event) {
 int cuda_host_alloc(void **ptr, size_t bytes) {
     *ptr = NULL;
     SYNC_CALL();
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) return strata_set_error(STRATA_ENOMEM, "emulated cuda_host_alloc %zu", bytes);
+    memset(p, 0xff, bytes);
+    pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_PINNED; ++i)
         if (!pinned[i].base) {
-            *ptr = malloc(bytes ? bytes : 1);
-            if (!*ptr)
-                return strata_set_error(STRATA_ENOMEM, "emulated cuda_host_alloc %zu", bytes);
-            memset(*ptr, 0xff, bytes);
-            pinned[i].base = *ptr;
+            pinned[i].base = *ptr = p;
             pinned[i].bytes = bytes;
+            pthread_mutex_unlock(&lock);
             return 0;
         }
+    pthread_mutex_unlock(&lock);
+    free(p);
     return strata_set_error(STRATA_ENOMEM, "emulated cuda_host_alloc: more than %d blocks",
                             MAX_PINNED);
 }
 
 void cuda_host_free(void *ptr) {
     if (!ptr) return;
+    pthread_mutex_lock(&lock);
     for (int i = 0; i < MAX_PINNED; ++i)
         if (pinned[i].base == ptr) pinned[i].base = NULL;
+    pthread_mutex_unlock(&lock);
     free(ptr);
 }
 

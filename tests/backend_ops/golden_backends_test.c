@@ -20,17 +20,29 @@
  * A CUDA backend runs decode steps as CUDA graphs unless STRATA_CUDA_GRAPHS=0 (a second
  * argument --no-graphs sets it): with graphs on, the run must have launched some (its
  * describe line counts them), with them off none.
- * A device this build or machine cannot open prints "skipped: <device>: <reason>". */
+ * A device this build or machine cannot open prints "skipped: <device>: <reason>".
+ *
+ * `--grid T,K` (repeatable) instead runs every case on one stage [0, L) split over T TP x
+ * K KVP ranks, each rank a thread with its own backend (rank r on device "cuda:r" for a CUDA
+ * device, NCCL taking one rank per device) in one wire group (wire/collective over shared
+ * memory), and checks that every rank's logits and greedy ids equal one rank's on the same
+ * device bit for bit (issue 16: TP and KVP change no bit); MoE layers split by whole experts
+ * (--moe expert). A degree a case's shapes cannot take is skipped with tp_check's reason. */
 #include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "reference/sampler.h"
 #include "runtime/base/status.h"
+#include "runtime/model/tp_shard.h"
 #include "runtime/stage/backend.h"
 #include "tests/reference/golden_case.h"
 #include "tests/test_util.h"
+#include "wire/collective.h"
 
 #define LOGIT_TOLERANCE 1e-3
 #define MAX_STAGES 3
@@ -38,7 +50,10 @@
 static const char *device;
 static long graph_launches;   /* summed over the backends' describe lines */
 static long graph_reinstants; /* instantiations beyond one per backend (each decodes one b) */
-static int argmax_mismatches; /* stage_backend_argmax != argmax(logits) */
+static atomic_int argmax_mismatches; /* stage_backend_argmax != argmax(logits) */
+/* --grid: this thread's place in the stage's group (NULL: one rank) and its device. */
+static _Thread_local const struct stage_tp_config *rank_tp;
+static _Thread_local const char *rank_device;
 
 /* Adds the graph launches a backend's describe line reports ("decode graphs on (N
  * launched, M instantiated)"). Every backend here decodes at one batch size only, so its
@@ -64,16 +79,12 @@ static int open_on(struct stage_backend **be, const char *dev, const struct gold
                                                .layer_end = end,
                                                .with_embed = start == 0,
                                                .with_head = end == gc->cfg.num_layers},
-                                      .device = dev,
+                                      .device = rank_device ? rank_device : dev,
                                       .num_threads = 2,
                                       .max_seq = max_seq,
-                                      .num_slots = 2};
+                                      .num_slots = 2,
+                                      .tp = rank_tp};
     return stage_backend_open(be, &o);
-}
-
-static int open_backend(struct stage_backend **be, const struct golden_case *gc, int start, int end,
-                        int max_seq) {
-    return open_on(be, device, gc, start, end, max_seq);
 }
 
 /* The prompt's forward item and hidden rows, VL inputs merged as HF's model does. */
@@ -145,7 +156,7 @@ static int step_through(struct stage_backend **be, int n_stages, float *hidden,
         rc = stage_backend_forward(be[s], hidden, item, 1);
     if (rc == 0) rc = stage_backend_logits(be[n_stages - 1], logits, last, 1);
     if (rc == 0) rc = stage_backend_argmax(be[n_stages - 1], &id, last, 1, scratch);
-    if (rc == 0 && id != argmax(logits, V)) argmax_mismatches++;
+    if (rc == 0 && id != argmax(logits, V)) atomic_fetch_add(&argmax_mismatches, 1);
     return rc;
 }
 
@@ -287,6 +298,123 @@ static int check_mixed(const struct golden_case *gc, const char *name) {
     return 0;
 }
 
+/* ---- --grid T,K: one stage over T x K ranks (threads) against one rank ---------------- */
+
+#define MAX_RANKS 8
+
+struct grid_rank {
+    const struct golden_case *gc;
+    struct stage_tp_config tp;
+    const char *shm_name;
+    char device[16];
+    float *logits; /* [n_steps, V] or NULL */
+    char error[600];
+};
+
+static void *grid_rank_main(void *arg) {
+    struct grid_rank *r = arg;
+    int size = (r->tp.tp > 1 ? r->tp.tp : 1) * (r->tp.kvp > 1 ? r->tp.kvp : 1);
+    struct coll_options o = {.rank = r->tp.kvp_rank * (r->tp.tp > 1 ? r->tp.tp : 1) + r->tp.tp_rank,
+                             .size = size,
+                             .group = "golden.grid",
+                             .timeout_ms = 120000,
+                             .shm_name = r->shm_name};
+    int whole[2] = {0, r->gc->cfg.num_layers};
+    const char *const devices[MAX_STAGES] = {device, device, device};
+    if (coll_open_shm(&r->tp.coll, &o)) {
+        snprintf(r->error, sizeof r->error, "coll_open_shm: %s", strata_last_error());
+        return NULL;
+    }
+    rank_tp = &r->tp;
+    rank_device = strncmp(device, "cuda", 4) == 0 ? r->device : NULL;
+    r->logits = run_case(r->gc, whole, devices, 1, 0);
+    if (!r->logits) snprintf(r->error, sizeof r->error, "%s", strata_last_error());
+    coll_close(r->tp.coll);
+    return NULL;
+}
+
+/* KV positions per KVP rank: ceil(max_seq / K) rounded up to 16 x a power of two. */
+static int kvp_tokens_for(int max_seq, int K) {
+    int want = (max_seq + K - 1) / K, tokens = 16;
+    while (tokens < want)
+        tokens *= 2;
+    return tokens;
+}
+
+/* 0 when every rank of the T x K grid gives `solo` bit for bit; one line either way. */
+static int check_grid(const struct golden_case *gc, const char *name, const float *solo, int T,
+                      int K) {
+    static int counter;
+    int size = T * K, bad = 0, max_seq = gc->n_prompt + gc->n_steps;
+    size_t bytes = sizeof(float) * (size_t)gc->n_steps * gc->cfg.vocab_size;
+    char shm[64];
+    snprintf(shm, sizeof shm, "/strata-golden-grid-%d-%d", (int)getpid(), counter++);
+    pthread_t th[MAX_RANKS];
+    struct grid_rank r[MAX_RANKS];
+    for (int g = 0; g < size; ++g) {
+        r[g] = (struct grid_rank){.gc = gc, .shm_name = shm};
+        r[g].tp = (struct stage_tp_config){.tp = T,
+                                           .tp_rank = g % T,
+                                           .kvp = K,
+                                           .kvp_rank = g / T,
+                                           .kvp_tokens = K > 1 ? kvp_tokens_for(max_seq, K) : 0};
+        snprintf(r[g].device, sizeof r[g].device, "cuda:%d", g);
+        if (pthread_create(&th[g], NULL, grid_rank_main, &r[g])) {
+            printf("FAIL %s: cannot start rank %d\n", name, g);
+            for (int k = 0; k < g; ++k)
+                pthread_join(th[k], NULL);
+            return 1;
+        }
+    }
+    for (int g = 0; g < size; ++g)
+        pthread_join(th[g], NULL);
+    for (int g = 0; g < size; ++g) {
+        if (!r[g].logits)
+            printf("  %s: TP %d x KVP %d rank %d: %s\n", name, T, K, g, r[g].error);
+        else if (memcmp(r[g].logits, solo, bytes)) {
+            double worst = 0.0;
+            for (size_t v = 0; v < bytes / sizeof(float); ++v)
+                worst = fmax(worst, fabs((double)r[g].logits[v] - (double)solo[v]));
+            printf("  %s: TP %d x KVP %d rank %d: logits differ from one rank's (max |d| %.3g)\n",
+                   name, T, K, g, worst);
+        }
+        bad += !r[g].logits || memcmp(r[g].logits, solo, bytes);
+        free(r[g].logits);
+    }
+    printf("%s %-18s on %s: TP %d x KVP %d (%s): logits %s one rank's\n", bad ? "FAIL" : "ok  ",
+           name, device, T, K, K > 1 ? "KV split" : "whole KV",
+           bad ? "differ from" : "bit-identical to");
+    return bad != 0;
+}
+
+/* The case on one rank, then on every grid of `grids` [n][2]. */
+static int check_case_grids(const char *name, const int (*grids)[2], int n_grids) {
+    struct golden_case gc;
+    if (golden_case_open(&gc, name)) {
+        printf("FAIL %s: %s\n", name, strata_last_error());
+        return 1;
+    }
+    int whole[2] = {0, gc.cfg.num_layers}, failures = 0;
+    const char *const same[MAX_STAGES] = {device, device, device};
+    float *solo = run_case(&gc, whole, same, 1, 0);
+    if (!solo) {
+        printf("FAIL %s on %s: %s\n", name, device, strata_last_error());
+        golden_case_close(&gc);
+        return 1;
+    }
+    for (int i = 0; i < n_grids; ++i) {
+        if (grids[i][0] > 1 && tp_check(&gc.cfg, grids[i][0], TP_MOE_EXPERT_PARALLEL)) {
+            printf("skip %-18s on %s: TP %d x KVP %d: %s\n", name, device, grids[i][0], grids[i][1],
+                   strata_last_error());
+            continue;
+        }
+        failures += check_grid(&gc, name, solo, grids[i][0], grids[i][1]);
+    }
+    free(solo);
+    golden_case_close(&gc);
+    return failures;
+}
+
 /* 0 when the case holds on this backend; prints one line either way. */
 static int check_case(const char *name) {
     struct golden_case gc;
@@ -334,28 +462,54 @@ static int check_case(const char *name) {
 int main(int argc, char **argv) {
     struct golden_case probe;
     struct stage_backend *be = NULL;
-    int failed = 0;
+    int failed = 0, grids[MAX_RANKS][2], n_grids = 0, ranks = 1;
     device = argc > 1 ? argv[1] : "cpu";
     int no_graphs = argc > 2 && strcmp(argv[2], "--no-graphs") == 0;
     if (no_graphs) setenv("STRATA_CUDA_GRAPHS", "0", 1);
+    for (int i = 2; i + 1 < argc && n_grids < MAX_RANKS; ++i)
+        if (strcmp(argv[i], "--grid") == 0) {
+            int T = 0, K = 0;
+            if (sscanf(argv[++i], "%d,%d", &T, &K) != 2 || T < 1 || K < 1 || T * K > MAX_RANKS) {
+                printf("usage: %s DEVICE [--no-graphs] [--grid T,K ...] (T x K <= %d)\n", argv[0],
+                       MAX_RANKS);
+                return 2;
+            }
+            grids[n_grids][0] = T;
+            grids[n_grids++][1] = K;
+            if (T * K > ranks) ranks = T * K;
+        }
     if (golden_case_open(&probe, golden_case_names[0])) {
         printf("FAIL: %s\n", strata_last_error());
         return 1;
     }
-    if (open_backend(&be, &probe, 0, probe.cfg.num_layers, 8) == STRATA_EDEVICE) {
+    char last[16];
+    snprintf(last, sizeof last, "cuda:%d", ranks - 1); /* a grid's CUDA ranks: one device each */
+    const char *probe_device = n_grids && strncmp(device, "cuda", 4) == 0 ? last : device;
+    if (open_on(&be, probe_device, &probe, 0, probe.cfg.num_layers, 8) == STRATA_EDEVICE) {
         char reason[600];
-        snprintf(reason, sizeof reason, "%s: %s", device, strata_last_error());
+        snprintf(reason, sizeof reason, "%s: %s%s", probe_device, strata_last_error(),
+                 n_grids ? " (a TP / KVP grid needs one CUDA device per rank)" : "");
         golden_case_close(&probe);
         test_skip_all(reason);
         return 0;
     }
     stage_backend_free(be);
     golden_case_close(&probe);
+    if (n_grids) {
+        for (int i = 0; golden_case_names[i]; ++i)
+            failed += check_case_grids(golden_case_names[i], (const int(*)[2])grids, n_grids);
+        if (argmax_mismatches)
+            printf("FAIL: stage_backend_argmax differs from argmax of the logits %d time(s)\n",
+                   (int)argmax_mismatches);
+        failed += argmax_mismatches != 0;
+        printf("%s grids: %d golden case(s) failed\n", device, failed);
+        return failed ? 1 : 0;
+    }
     for (int i = 0; golden_case_names[i]; ++i)
         failed += check_case(golden_case_names[i]);
     if (argmax_mismatches) {
         printf("FAIL: stage_backend_argmax differs from argmax of the logits %d time(s)\n",
-               argmax_mismatches);
+               (int)argmax_mismatches);
         failed++;
     }
     if (strncmp(device, "cuda", 4) == 0) {

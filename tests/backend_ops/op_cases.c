@@ -125,6 +125,16 @@ static int attention_ref(const struct bo_call *c, struct thread_pool *pool) {
     return 0;
 }
 
+/* attention_kvp: the KV-parallel steps (kernels/attention_kvp.h) over `rows` ranks of
+ * bo_kvp_tokens() positions each, run one after another by a backend, judged against one
+ * rank's attention(): the KVP group must give its result (bitwise but for expf). */
+int bo_kvp_tokens(const struct bo_shape *s) {
+    int ctx = s->pos + s->n, want = (ctx + s->rows - 1) / s->rows, tokens = OPS_ATTN_BLOCK;
+    while (tokens < want)
+        tokens *= 2;
+    return tokens;
+}
+
 /* ---------------------------------------------------------------- moe_route, weight rows */
 
 /* n experts, rows = top_k, pos = renormalize. */
@@ -168,6 +178,7 @@ const struct bo_op bo_ops[] = {
     {"matmul", 1e-7, matmul_layout, matmul_ref},
     {"matmul_split", 1e-7, matmul_layout, matmul_split_ref},
     {"attention", 1e-7, attention_layout, attention_ref},
+    {"attention_kvp", 1e-7, attention_layout, attention_ref},
     {"moe_route", 1e-7, moe_route_layout, moe_route_ref},
     {"ops_weight_row", 1e-7, weight_row_layout, weight_row_ref},
 };
@@ -207,6 +218,12 @@ const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
     {                                                                                              \
         "attention", {                                                                             \
             .n = n_, .pos = pos_, .heads = h_, .kv_heads = kv_, .dim = d_                          \
+        }                                                                                          \
+    }
+#define ATTN_KVP(n_, pos_, h_, kv_, d_, ranks_)                                                    \
+    {                                                                                              \
+        "attention_kvp", {                                                                         \
+            .n = n_, .pos = pos_, .heads = h_, .kv_heads = kv_, .dim = d_, .rows = ranks_          \
         }                                                                                          \
     }
 
@@ -275,6 +292,15 @@ const struct bo_case bo_cases[] = {
     ATTN(2, 300, 16, 8, 64),
     ATTN(1, 4999, 8, 2, 128), /* decode at a long context: 20 split-K chunks */
     ATTN(40, 600, 4, 2, 64),  /* a prefill across chunk boundaries */
+
+    /* KVP ranks of 16 x 2^p positions; the last rank short, early queries seeing no key on
+     * the later ranks */
+    ATTN_KVP(1, 40, 8, 1, 128, 2),   /* decode: ranks [0, 32), [32, 41) */
+    ATTN_KVP(3, 29, 4, 2, 64, 2),    /* two full ranks of 16 */
+    ATTN_KVP(20, 20, 4, 2, 64, 2),   /* queries 20..31 see no key on rank 1 */
+    ATTN_KVP(60, 4, 4, 2, 32, 4),    /* a prefill over four ranks of 16 */
+    ATTN_KVP(1, 4999, 8, 2, 128, 2), /* ranks of 4096: split-K against one partial */
+    ATTN_KVP(40, 960, 4, 2, 64, 8),  /* eight ranks of 128, the last one short */
 
     MATMUL(9, 100, 50, OPS_F32),
     MATMUL(6, 2048, 300, OPS_BF16),

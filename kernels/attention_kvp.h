@@ -1,0 +1,43 @@
+/* CUDA twins of reference/ops.h's KV-parallel attention (attention_partial_max,
+ * attention_partial, attention_merge; naming convention: kernels/README.md) and of the
+ * group max between them (reference/model.c attend_items' loop over the gathered maxima).
+ * Plain C header: no CUDA types. All pointers are device pointers; every call is
+ * asynchronous on `stream` and returns 0 or STRATA_EINVAL / STRATA_EDEVICE.
+ *
+ * Numerics: the reference's operation sequence (nvcc --fmad=false, __fadd_rn / __fmul_rn):
+ * each score is the sequential q·k in ascending d times D^-0.5 (the same code as
+ * cuda_attention's scores), the max exact, e_j = expf(s_j - M) (CUDA's expf, within 2 ulp of
+ * glibc's: the only difference from the reference), per aligned block of OPS_ATTN_BLOCK
+ * positions the sums of e_j and e_j v_j[d] in ascending j, the blocks and then the ranks'
+ * parts combined by the reference's binary counter (reference/ops.c tree_acc). So a KVP
+ * group's merge has the bits of one rank's cuda_attention (whose chunks are subtrees of the
+ * same tree) up to expf. */
+#ifndef STRATA_KERNELS_ATTENTION_KVP_H
+#define STRATA_KERNELS_ATTENTION_KVP_H
+
+#include <stddef.h>
+
+/* Step 1: scores [n*nh][held] = each (query, head)'s scores over the keys it sees here
+ * (global positions [lo, min(lo + held, pos + i + 1)) at cache indices 0..), max [n*nh]
+ * their max (-inf when it sees none). The reference's argument list, the pool replaced by
+ * `stream`. */
+int cuda_attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
+                               size_t kv_head_stride, int pos, int n, int lo, int held, int nh,
+                               int nkv, int head_dim, void *stream);
+
+/* max [n] <- the group's max: starting from max[t] (this rank's), every all[k][t] (k <
+ * ranks) greater than it replaces it, in ascending k (reference/model.c attend_items). */
+int cuda_attention_group_max(float *max, const float *all, int ranks, size_t n, void *stream);
+
+/* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree with
+ * e_j = exp(s_j - m[query, head]), then 1 if the query sees a key here, else 0 (o = l = 0). */
+int cuda_attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
+                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
+                           int head_dim, void *stream);
+
+/* out [n, nh*D] = the ranks' parts [ranks][n][nh][D+2] merged by the top of the aligned
+ * tree (ranks whose flag is 0 skipped), times 1/l; zeros where no rank saw a key. */
+int cuda_attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim,
+                         void *stream);
+
+#endif
