@@ -90,12 +90,15 @@ done
 # Greedy agreement on the same prompt ids (random weights: near-ties make early divergence
 # between two correct fp32-accumulating engines possible; llama.cpp rounds activations to bf16,
 # and its Q8_0 has f16 scales where Strata's q8 has f32 ones).
-ids=$("$py" -c "print(','.join(str((i*7919+13)%151936) for i in range($prompt)))")
+# A 16-token prompt (BENCH_AGREE_PROMPT), whatever the timed prompt's length: the agreement
+# line stays comparable between runs (with 64 ids this random model's first token is a near-tie).
+agree=${BENCH_AGREE_PROMPT:-16}
+ids=$("$py" -c "print(','.join(str((i*7919+13)%151936) for i in range($agree)))")
 agreement() { # agreement STRATA_WEIGHTS_DTYPE GGUF_KIND
     local s_ids l_ids
     s_ids=$("$bin/strata-generate" --model "$dir" --prompt-ids "$ids" --max-tokens "$steps" \
         --ignore-eos --threads 2 --weights-dtype "$1" 2>/dev/null | head -1)
-    l_ids=$("$py" tools/bench_peers.py llama "$dir/model-$2.gguf" 2 "$prompt" "$steps" |
+    l_ids=$("$py" tools/bench_peers.py llama "$dir/model-$2.gguf" 2 "$agree" "$steps" |
         "$py" -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["ids"])))')
     "$py" - "$s_ids" "$l_ids" "$1" "$2" <<'PYEOF'
 import re, sys
