@@ -6,15 +6,16 @@
  * by a wire/collective.h group (shared memory, as a stage's ranks on one host choose; or the
  * TCP ring with --transport tcp). Each rank loads the model (KVP replicates the weights) and
  * holds the KV positions of its token range (runtime/model/tp_shard.h kvp_token_range,
- * tokens per rank = ceil(max_seq / K)), so at context C a decode step's attention reads C / K
- * positions per rank, and the partials are all-gathered and merged once per layer
+ * tokens per rank = max_seq / K, 16 x a power of two), so at context C a decode step's attention
+ * reads C / K positions per rank, and the partials are all-gathered and merged once per layer
  * (reference/model.h struct reference_kvp).
  *
  * The context is not prefilled: a 32k-token prefill of this model takes hours on two cores.
- * Each rank fills its held positions [0, C) of the slot with random keys and values directly
- * (the attention reads every held position whatever their values; a decode step costs the
- * same), sets the slot's length to C, and then decodes --steps tokens greedily at positions C,
- * C + 1, ... (embedding, the layers, the LM head and the argmax: a whole decode step). The
+ * The slot holds C positions; each rank fills its held positions of [0, C - steps - 2) with
+ * random keys and values directly (the attention reads every held position whatever their
+ * values; a decode step costs the same), sets the slot's length, and then decodes 1 + --steps
+ * tokens greedily up to position C - 1 (embedding, the layers, the LM head and the argmax: a
+ * whole decode step). The
  * latency is rank 0's wall time per step (every rank is in lock step: each layer all-gathers);
  * one warm-up step is not counted; the median is printed. Beside it, the CPU time per step of
  * the slowest rank (CLOCK_PROCESS_CPUTIME_ID; waiting in a collective sleeps): the critical
@@ -71,7 +72,9 @@ static void usage(FILE *f) {
             "the context filled with random values (no prefill). A benchmark, not a test.\n"
             "\n"
             "  --model DIR         checkpoint (config.json + model.safetensors)\n"
-            "  --contexts LIST     context lengths (default 2048,8192,32768)\n"
+            "  --contexts LIST     context lengths: the slot's positions, the last steps + 1\n"
+            "                      of them decoded (default 2048,8192,32768; >= %d; 2^n\n"
+            "                      tokens split evenly over the KVP ranks)\n"
             "  --kvp LIST          KVP degrees (default 1,2,4; at most %d)\n"
             "  --steps N           timed decode steps per run, after one warm-up (default 4)\n"
             "  --layers L          run the first L layers only (default: all, or fewer when\n"
@@ -80,7 +83,7 @@ static void usage(FILE *f) {
             "  --transport T       the ranks' group: shm (default) or tcp (loopback ring)\n"
             "\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n",
-            MAX_KVP);
+            2 * MAX_STEPS + 2, MAX_KVP);
 }
 
 /* "2048,8192" -> values in [lo, hi]; the count, or -1. */
@@ -116,7 +119,9 @@ static int parse_args(struct args *a, int argc, char **argv) {
         int bad = 0;
         switch (c) {
         case 'm': a->model = optarg; break;
-        case 'c': bad = (a->n_contexts = parse_list(a->contexts, optarg, 1, 1 << 24)) < 1; break;
+        case 'c':
+            bad = (a->n_contexts = parse_list(a->contexts, optarg, 2 * MAX_STEPS + 2, 1 << 24)) < 1;
+            break;
         case 'k': bad = (a->n_degrees = parse_list(a->degrees, optarg, 1, MAX_KVP)) < 1; break;
         case 's': bad = cli_parse_int(optarg, 1, MAX_STEPS, &a->steps) != 0; break;
         case 'l': bad = cli_parse_int(optarg, 1, 4096, &a->layers) != 0; break;
@@ -209,7 +214,11 @@ struct rank_report {
 /* Rank k's part of the run; writes its struct rank_report to `fd`. */
 static int rank_main(const struct run *r, int k, int fd) {
     const struct model_config *c = r->cfg;
-    const int K = r->kvp, C = r->context, max_seq = C + r->steps + 2;
+    /* The slot holds exactly the context's positions: C - steps - 2 filled, then the decode
+     * steps (1 warm-up + steps). So KVP K's ranks each hold context / K positions, which the
+     * block tree needs to be 16 x a power of two (tp_shard.h kvp_tokens_aligned): contexts of
+     * 2^n tokens split evenly; grid_config_check rounds any other up. */
+    const int K = r->kvp, max_seq = r->context, C = max_seq - r->steps - 2;
     struct coll *coll = NULL;
     struct safetensors *st = NULL;
     struct reference_model *m = NULL;
@@ -228,8 +237,8 @@ static int rank_main(const struct run *r, int k, int fd) {
                                  .shm_name = r->shm_name};
         rc = r->tcp ? coll_open_tcp(&coll, &o) : coll_open_shm(&coll, &o);
     }
-    const struct grid_config grid = {
-        .pp = 1, .tp = 1, .kvp = K, .kvp_tokens = (max_seq + K - 1) / K};
+    struct grid_config grid = {.pp = 1, .tp = 1, .kvp = K};
+    if (!rc) rc = grid_config_check(&grid, c, max_seq);
     struct reference_load_options lo = {.layer_start = 0,
                                         .layer_end = r->layers,
                                         .with_embed = 1,
@@ -355,7 +364,7 @@ static int layers_for(const struct args *a, const struct model_config *c, int co
     int L = a->layers ? a->layers : c->num_layers;
     if (L > c->num_layers) L = c->num_layers;
     if (a->layers) return L;
-    const double per_layer = (double)kv_bytes_per_token(c, 1) * (context + a->steps + 2);
+    const double per_layer = (double)kv_bytes_per_token(c, 1) * context;
     while (L > 1 && per_layer * L > budget)
         --L;
     return L;
@@ -393,9 +402,7 @@ int main(int argc, char **argv) {
             printf("context %d: the KV of %d layers (%.1f GiB) passes the budget: runs the first "
                    "%d layers of the same shape\n",
                    C, cfg.num_layers,
-                   (double)kv_bytes_per_token(&cfg, cfg.num_layers) * (C + a.steps + 2) /
-                       1073741824.0,
-                   L);
+                   (double)kv_bytes_per_token(&cfg, cfg.num_layers) * C / 1073741824.0, L);
         for (int d = 0; d < a.n_degrees; ++d) {
             struct run r = {.cfg = &cfg,
                             .model = a.model,
@@ -404,7 +411,7 @@ int main(int argc, char **argv) {
                             .layers = L,
                             .steps = a.steps,
                             .tcp = a.tcp};
-            const int per_rank = (C + a.steps + 2 + r.kvp - 1) / r.kvp;
+            const int per_rank = (C + r.kvp - 1) / r.kvp;
             double t, cpu;
             if (run_once(&r, &t, &cpu)) {
                 fprintf(stderr, PROG ": context %d, KVP %d failed\n", C, r.kvp);
