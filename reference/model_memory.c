@@ -45,8 +45,7 @@ size_t ref_matrix_bytes(const struct ops_weight *w) {
     return (size_t)w->rows * (size_t)w->cols * esz;
 }
 
-/* Index of `data` in m->owned (a loader copy), or -1 (a view of the checkpoint's mapping). */
-static int owned_index(const struct reference_model *m, const void *data) {
+int ref_owned_index(const struct reference_model *m, const void *data) {
     for (int i = 0; i < m->n_owned; ++i)
         if (m->owned[i] == data) return i;
     return -1;
@@ -75,9 +74,10 @@ static int move_matrix(struct reference_model *m, struct ops_weight *w, const ch
     if (!dst)
         return strata_set_error(STRATA_ENOMEM, "weights: the copy arena is too small (a bug)");
     memcpy(dst, w->data, bytes);
-    const int i = owned_index(m, w->data);
-    if (i < 0) {
+    const int i = ref_owned_index(m, w->data);
+    if (i < 0) { /* a view: its tensor's bytes are read (paged in) just now */
         weight_arena_drop_mapped(w->data, bytes);
+        ref_progress(m, bytes, "copying to huge pages");
     } else if (w->data != m->embed.data) {
         free(m->owned[i]);
         m->owned[i] = NULL;
