@@ -39,9 +39,13 @@ static void amount(char *buf, size_t cap, uint64_t done, uint64_t total) {
 
 void progress_printer_report(void *ctx, uint64_t done_bytes, uint64_t total_bytes,
                              const char *phase) {
-    struct progress_printer *p = ctx;
+    progress_printer_step(ctx, cli_now_sec(), done_bytes, total_bytes, phase);
+}
+
+void progress_printer_step(struct progress_printer *p, double now, uint64_t done_bytes,
+                           uint64_t total_bytes, const char *phase) {
     if (!p->out || p->finished || p->mode == PROGRESS_NEVER) return;
-    const double now = cli_now_sec(), elapsed = now - p->t_start;
+    const double elapsed = now - p->t_start;
     const int last = done_bytes >= total_bytes;
     const int on = p->mode == PROGRESS_ALWAYS || p->is_tty || elapsed * 1000.0 > AUTO_AFTER_MS;
     if (!on) {

@@ -40,6 +40,10 @@ void progress_printer_init(struct progress_printer *p, FILE *out, const char *wh
 void progress_printer_report(void *ctx, uint64_t done_bytes, uint64_t total_bytes,
                              const char *phase);
 
+/* progress_printer_report at time `now` (cli_now_sec() seconds; tests pass their own). */
+void progress_printer_step(struct progress_printer *p, double now, uint64_t done_bytes,
+                           uint64_t total_bytes, const char *phase);
+
 /* {progress_printer_report, p}: what a main puts in the load options. */
 struct strata_progress progress_printer_callback(struct progress_printer *p);
 
