@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "reference/kv_cache.h"
+#include "runtime/base/progress.h"
 #include "runtime/model/decoder_io.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -90,6 +91,14 @@ struct reference_load_options {
      * the resident set does not grow. 1: they stay where the loader put them (mostly the
      * mmapped file), for A/B benchmarks. */
     int weights_in_file;
+    /* fn NULL: no reports. Else called from the loading thread at tensor granularity
+     * (runtime/base/progress.h's contract): total = the stored bytes of the tensors this
+     * model holds (its TP slices); a tensor counts as done once its bytes have been read:
+     * at placement when it is widened, transposed or sliced into a copy (or stays in the
+     * file: weights_in_file), else when it is copied into the huge-page arena or quantised
+     * (where a mmapped checkpoint is paged in). Phases: "reading tensors", "copying to huge
+     * pages", "quantising to q8". */
+    struct strata_progress progress;
 };
 
 /* KV heads this model's cache must hold (num_kv_heads, or the shard's part under TP), and

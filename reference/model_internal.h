@@ -43,6 +43,7 @@ struct reference_model {
     struct weight_arena arena; /* the streamed matrices' copies (bf16/f32 or q8), model_memory.c */
     size_t copied_bytes;       /* bf16/f32 matrix bytes moved into the arena */
     int num_tensors;
+    uint64_t progress_done, progress_total; /* opt.progress's counts (model_load.c) */
 
     /* Activation scratch, grown on demand (rows = tokens in one forward call). */
     int cap_rows, cap_ctx;
@@ -77,6 +78,14 @@ struct reference_model {
 };
 
 int ref_load_weights(struct reference_model *m, const struct safetensors *st);
+
+/* Adds `bytes` to the load's progress (capped at the total) and reports it to opt.progress;
+ * ref_progress_done reports the total once if it was not reached (model_load.c). */
+void ref_progress(struct reference_model *m, uint64_t bytes, const char *phase);
+void ref_progress_done(struct reference_model *m, const char *phase);
+
+/* Index of `data` in m->owned (a loader copy), or -1 (a view of the checkpoint's mapping). */
+int ref_owned_index(const struct reference_model *m, const void *data);
 
 /* REFERENCE_WEIGHTS_Q8: replaces the loaded matrices by q8 copies in m->arena (model_q8.c). */
 int ref_quantize_weights(struct reference_model *m);

@@ -205,6 +205,36 @@ static void place(struct loader *ld, const struct stage_tensor *want, const stru
         place_fused(ld, L, want, t, sl);
 }
 
+void ref_progress(struct reference_model *m, uint64_t bytes, const char *phase) {
+    if (!m->opt.progress.fn) return;
+    const uint64_t left = m->progress_total - m->progress_done;
+    m->progress_done += bytes < left ? bytes : left;
+    strata_progress_report(&m->opt.progress, m->progress_done, m->progress_total, phase);
+}
+
+void ref_progress_done(struct reference_model *m, const char *phase) {
+    if (m->progress_done < m->progress_total || m->progress_total == 0)
+        ref_progress(m, m->progress_total - m->progress_done, phase);
+}
+
+/* The progress total: the stored bytes of this rank's part of every listed tensor (what
+ * place() adds to weight_bytes), known before any is read. */
+static int progress_total(struct reference_model *m, const struct stage_tensor_list *list,
+                          const struct safetensors *st) {
+    m->progress_total = m->progress_done = 0;
+    for (int i = 0; i < list->count; ++i) {
+        const struct stage_tensor *want = &list->items[i];
+        const struct st_tensor *t = safetensors_find(st, want->name);
+        struct tp_slice sl = {.kind = TP_SLICE_REPLICATED};
+        int rc = m->tp > 1
+                     ? tp_tensor_slice(&sl, &m->shard, want, stage_tensor_stored_layout(want, t))
+                     : 0;
+        if (rc) return rc;
+        if (sl.kind != TP_SLICE_ABSENT) m->progress_total += tp_slice_bytes(&sl, t->nbytes);
+    }
+    return STRATA_OK;
+}
+
 /* Per-layer bookkeeping the manifest does not carry: index, MoE flag, expert tables. */
 static int init_layers(struct reference_model *m) {
     const struct model_config *c = &m->cfg;
@@ -233,13 +263,20 @@ int ref_load_weights(struct reference_model *m, const struct safetensors *st) {
     if (rc) return rc;
     if (!(rc = stage_tensor_list_check(&list, st, source)) && !(rc = init_layers(m))) {
         struct loader ld = {.m = m};
+        /* Views of the mapping are read later (arena copy, q8), copies now. */
+        const int later = o->weights_dtype == REFERENCE_WEIGHTS_Q8 || !o->weights_in_file;
+        if (o->progress.fn && !(rc = progress_total(m, &list, st)))
+            strata_progress_report(&o->progress, 0, m->progress_total, "reading tensors");
         for (int i = 0; i < list.count && !ld.nomem && !rc; ++i) {
             const struct stage_tensor *want = &list.items[i];
             const struct st_tensor *t = safetensors_find(st, want->name);
             struct tp_slice sl = {.kind = TP_SLICE_REPLICATED};
             if (m->tp > 1)
                 rc = tp_tensor_slice(&sl, &m->shard, want, stage_tensor_stored_layout(want, t));
+            const int owned = m->n_owned;
             if (!rc) place(&ld, want, t, &sl);
+            if (!rc && sl.kind != TP_SLICE_ABSENT && (!later || m->n_owned != owned))
+                ref_progress(m, tp_slice_bytes(&sl, t->nbytes), "reading tensors");
         }
         if (ld.nomem) rc = strata_set_error(STRATA_ENOMEM, "reference_model: out of memory");
     }
@@ -247,10 +284,17 @@ int ref_load_weights(struct reference_model *m, const struct safetensors *st) {
         m->head_is_embed = list.head_is_embed;
         if (list.head_is_embed && o->with_embed) m->lm_head = m->embed;
     }
-    if (!rc && o->weights_dtype == REFERENCE_WEIGHTS_Q8)
+    const char *phase = "reading tensors";
+    if (!rc && o->weights_dtype == REFERENCE_WEIGHTS_Q8) {
         rc = ref_quantize_weights(m);
-    else if (!rc && !o->weights_in_file)
+        phase = "quantising to q8";
+    } else if (!rc && !o->weights_in_file) {
         rc = ref_copy_weights(m);
+        phase = "copying to huge pages";
+    }
+    /* What no phase read (an untied embedding: gathered a row at a time; q8's routers) is
+     * placed all the same: the load is done. */
+    if (!rc) ref_progress_done(m, phase);
     stage_tensor_list_free(&list);
     return rc;
 }

@@ -12,6 +12,8 @@
 #include "reference/model_internal.h"
 #include "runtime/base/status.h"
 
+enum { COPY_CHUNK = 64 << 20 }; /* bytes copied between two progress reports, at most */
+
 int ref_for_each_matrix(struct reference_model *m, int with_router, ref_matrix_fn fn, void *ctx) {
     int rc = STRATA_OK;
     for (int l = 0; l < m->n_layers && !rc; ++l) {
@@ -45,8 +47,7 @@ size_t ref_matrix_bytes(const struct ops_weight *w) {
     return (size_t)w->rows * (size_t)w->cols * esz;
 }
 
-/* Index of `data` in m->owned (a loader copy), or -1 (a view of the checkpoint's mapping). */
-static int owned_index(const struct reference_model *m, const void *data) {
+int ref_owned_index(const struct reference_model *m, const void *data) {
     for (int i = 0; i < m->n_owned; ++i)
         if (m->owned[i] == data) return i;
     return -1;
@@ -74,8 +75,14 @@ static int move_matrix(struct reference_model *m, struct ops_weight *w, const ch
     void *dst = weight_arena_alloc(&m->arena, bytes);
     if (!dst)
         return strata_set_error(STRATA_ENOMEM, "weights: the copy arena is too small (a bug)");
-    memcpy(dst, w->data, bytes);
-    const int i = owned_index(m, w->data);
+    const int i = ref_owned_index(m, w->data);
+    /* A view's bytes are read (paged in) now: reported by the chunk, as one matrix can be a
+     * large part of the load (Qwen3-8B's lm_head: 1.2 GB of 16). */
+    for (size_t at = 0; at < bytes; at += COPY_CHUNK) {
+        const size_t n = bytes - at < COPY_CHUNK ? bytes - at : COPY_CHUNK;
+        memcpy((char *)dst + at, (const char *)w->data + at, n);
+        if (i < 0) ref_progress(m, n, "copying to huge pages");
+    }
     if (i < 0) {
         weight_arena_drop_mapped(w->data, bytes);
     } else if (w->data != m->embed.data) {

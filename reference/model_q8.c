@@ -74,10 +74,13 @@ static int quantize(struct reference_model *m, struct ops_weight *w, const char 
     if (!buf) return strata_set_error(STRATA_ENOMEM, "weights dtype q8: the arena is too small");
     size_t stored = ref_matrix_bytes(w);
     struct ops_weight src = *w;
+    /* A loader copy was counted when it was made; a view is paged in now. */
+    const int view = m->opt.progress.fn && ref_owned_index(m, w->data) < 0;
     m->q8_replaced_bytes += stored;
     m->q8_bytes += bytes;
     ops_q8_quantize_weight(w, buf, &src, m->pool);
     release_stored(m, &src, stored);
+    if (view) ref_progress(m, stored, "quantising to q8");
     return STRATA_OK;
 }
 

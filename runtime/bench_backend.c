@@ -26,6 +26,7 @@
 #include "reference/tools/bandwidth.h"
 #include "reference/tools/random_checkpoint.h"
 #include "runtime/base/cli.h"
+#include "runtime/base/progress_printer.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -352,6 +353,10 @@ static int open_run(struct run *r, const struct model_config *cfg, const struct 
         .max_seq =
             (a->context + a->steps + 2 > a->prefill ? a->context + a->steps + 2 : a->prefill),
         .num_slots = B};
+    struct progress_printer progress; /* stderr, when the load is long (progress_printer.h) */
+    progress_printer_init(&progress, stderr, "loading weights",
+                          progress_mode_from_env("STRATA_PROGRESS"));
+    o.progress = progress_printer_callback(&progress);
     memset(r, 0, sizeof *r);
     r->cfg = cfg;
     int rc = stage_backend_open(&r->be, &o);

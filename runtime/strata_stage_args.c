@@ -110,6 +110,8 @@ void strata_stage_usage(FILE *out) {
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
             "  --help                 this text\n"
+            "Loading progress goes to stderr when it is a terminal or the load takes over 2 s;\n"
+            "STRATA_PROGRESS=1 always shows it, STRATA_PROGRESS=0 never.\n"
             "Exit codes: 0 ok (stopped by SIGINT/SIGTERM, after the drain), 1 runtime failure "
             "(listen, device),\n"
             "2 bad command line or shard, 3 bad model, config or weights.\n");

@@ -14,6 +14,7 @@
 #include "runtime/base/cli.h"
 #include "runtime/strata_stage_args.h"
 #include "runtime/base/log.h"
+#include "runtime/base/progress_printer.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/stage_plan.h"
@@ -120,7 +121,8 @@ static int resolve_split(struct run *r, struct args *a) {
 }
 
 /* A TP follower's backend: its shard of the stage's layers (no core, no listener). */
-static int open_follower(struct run *r, const struct args *a, const struct stage_role *role) {
+static int open_follower(struct run *r, const struct args *a, const struct stage_role *role,
+                         struct strata_progress progress) {
     int rc = stage_tp_open(&r->follower, &(struct stage_backend_options){.cfg = &r->cfg,
                                                                          .weights = r->st,
                                                                          .role = *role,
@@ -128,7 +130,8 @@ static int open_follower(struct run *r, const struct args *a, const struct stage
                                                                          .num_threads = a->threads,
                                                                          .max_seq = a->max_seq,
                                                                          .num_slots = a->max_batch,
-                                                                         .tp = &r->tp});
+                                                                         .tp = &r->tp,
+                                                                         .progress = progress});
     if (rc < 0) {
         fprintf(stderr, "strata-stage: TP rank %d / KVP rank %d: %s\n", a->tp_rank, a->kvp_rank,
                 strata_last_error());
@@ -142,6 +145,7 @@ static int open_stage(struct run *r, const struct args *a) {
     struct stage_tensor_list report;
     struct stage_role role;
     const char *source = a->model_dir ? a->model_dir : a->weights;
+    struct progress_printer progress; /* stderr: stdout's summary is what tests parse */
     int rc;
     /* The shard first: a bad range is a command-line error whatever the weights hold. */
     rc = stage_role_for(&role, &r->cfg, a->stage_idx, a->num_stages, a->layer_start, a->layer_end);
@@ -153,8 +157,10 @@ static int open_stage(struct run *r, const struct args *a) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
+    progress_printer_init(&progress, stderr, "loading weights",
+                          progress_mode_from_env("STRATA_PROGRESS"));
     if (a->tp * a->kvp > 1 && (a->tp_rank > 0 || a->kvp_rank > 0))
-        return open_follower(r, a, &role);
+        return open_follower(r, a, &role, progress_printer_callback(&progress));
     rc = stage_open(&r->stage,
                     &(struct stage_open_options){.cfg = &r->cfg,
                                                  .weights = r->st,
@@ -171,7 +177,8 @@ static int open_stage(struct run *r, const struct args *a) {
                                                  .chunk_size = a->chunk_size,
                                                  .keep_logits = role.with_head && a->out,
                                                  .send_kv = a->send_kv,
-                                                 .tp = a->tp * a->kvp > 1 ? &r->tp : NULL},
+                                                 .tp = a->tp * a->kvp > 1 ? &r->tp : NULL,
+                                                 .progress = progress_printer_callback(&progress)},
                     &report);
     if (rc < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());

@@ -25,6 +25,7 @@
 #include "reference/tools/bandwidth.h"
 #include "reference/tools/random_checkpoint.h"
 #include "runtime/base/cli.h"
+#include "runtime/base/progress_printer.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -117,6 +118,10 @@ static int measure(double *tok_s, double *prefill_s, size_t *bytes_per_token,
                                          .num_threads = threads,
                                          .weights_dtype = dtype,
                                          .weights_in_file = in_file};
+    struct progress_printer progress; /* stderr, when the load is long (progress_printer.h) */
+    progress_printer_init(&progress, stderr, "loading weights",
+                          progress_mode_from_env("STRATA_PROGRESS"));
+    opt.progress = progress_printer_callback(&progress);
     struct reference_model *m = NULL;
     struct kv_cache kv = {0};
     float *hidden = NULL, *logits = NULL;

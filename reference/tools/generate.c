@@ -18,6 +18,7 @@
 #include "reference/sampler.h"
 #include "reference/tools/generate_vision.h"
 #include "runtime/base/cli.h"
+#include "runtime/base/progress_printer.h"
 #include "runtime/base/status.h"
 #include "runtime/model/generation_file.h"
 #include "runtime/model/model_config.h"
@@ -58,6 +59,8 @@ static void usage(FILE *f) {
                "  -h, --help           this text\n"
                "\n"
                "Output (stdout): the generated ids on one line, then prefill and decode speed.\n"
+               "Loading progress goes to stderr when it is a terminal or the load takes over 2 s;\n"
+               "STRATA_PROGRESS=1 always shows it, STRATA_PROGRESS=0 never.\n"
                "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model or input.\n");
 }
 
@@ -286,6 +289,10 @@ static int open_weights(struct gen *g, const struct args *a) {
                                          .with_head = 1,
                                          .num_threads = (int)a->threads,
                                          .weights_dtype = a->weights_dtype};
+    struct progress_printer progress;
+    progress_printer_init(&progress, stderr, "loading weights",
+                          progress_mode_from_env("STRATA_PROGRESS"));
+    opt.progress = progress_printer_callback(&progress);
     double t0 = cli_now_sec();
     if ((rc = reference_model_load(&g->m, &g->cfg, g->st, &opt))) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());

@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/base/progress.h"
 #include "runtime/model/decoder_io.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
@@ -111,6 +112,10 @@ struct stage_backend_options {
     /* Weights as computed: NULL or "bf16" (as stored), "q8" (8-bit blocks quantised at load,
      * reference/ops_q8.h; the cpu device only). Anything else is STRATA_EINVAL. */
     const char *weights_dtype;
+    /* Load progress (runtime/base/progress.h; fn NULL: none), over the stored bytes of the
+     * role's tensors (this rank's slices under TP). cpu: reference_load_options.progress's
+     * phases; cuda: "uploading to the device", a report per tensor uploaded. */
+    struct strata_progress progress;
 };
 
 /* Opens the backend the device names. The role must lie within the model

@@ -646,7 +646,7 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     if (!c->layers || !c->inv_freq || !c->len || !c->in_use || !c->graph_exec || !c->graph_warm)
         return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
     rope_inv_freq(c->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
-    if ((rc = backend_cuda_load_weights(c, opt->weights))) return rc;
+    if ((rc = backend_cuda_load_weights(c, opt->weights, &opt->progress))) return rc;
     c->use_graphs = graphs_wanted(c);
     if ((rc = open_moe_streams(c))) return rc;
     c->head_floats = (size_t)c->kvp_held * (size_t)cfg->head_dim;

@@ -158,7 +158,9 @@ int backend_cuda_kvp_attend(struct cuda_context *c, const struct layer_weights *
 int backend_cuda_moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
                            const float *x, int N);
 
-/* Uploads the role's weights (the manifest's tensors) into `c` (backend_cuda_weights.c). */
-int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st);
+/* Uploads the role's weights (the manifest's tensors) into `c` (backend_cuda_weights.c),
+ * reporting each tensor's stored bytes (this rank's slice) to `progress` once uploaded. */
+int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st,
+                              const struct strata_progress *progress);
 
 #endif

@@ -170,14 +170,26 @@ static int place_whole(struct cuda_context *c, const struct stage_tensor *want,
     return upload_fused(c, L, want, t, layout);
 }
 
+/* Bytes of this rank's part of one manifest entry (0: an expert another rank holds). */
+static int entry_bytes(uint64_t *out, struct cuda_context *c, const struct stage_tensor *want,
+                       const struct st_tensor *t, struct tp_slice *sl) {
+    *sl = (struct tp_slice){.kind = TP_SLICE_REPLICATED};
+    *out = 0;
+    int rc =
+        c->tp > 1 ? tp_tensor_slice(sl, &c->shard, want, stage_tensor_stored_layout(want, t)) : 0;
+    if (!rc && sl->kind != TP_SLICE_ABSENT) *out = tp_slice_bytes(sl, t->nbytes);
+    return rc;
+}
+
 /* Places one manifest entry: this rank's slice of it under TP, else the whole tensor. */
 static int place(struct cuda_context *c, const struct stage_tensor *want,
                  const struct st_tensor *t) {
-    struct tp_slice sl = {.kind = TP_SLICE_REPLICATED};
+    struct tp_slice sl;
+    uint64_t bytes;
     const enum stage_tensor_layout layout = stage_tensor_stored_layout(want, t);
-    int rc = c->tp > 1 ? tp_tensor_slice(&sl, &c->shard, want, layout) : 0;
+    int rc = entry_bytes(&bytes, c, want, t, &sl);
     if (rc || sl.kind == TP_SLICE_ABSENT) return rc; /* an expert another rank holds */
-    c->weight_bytes += tp_slice_bytes(&sl, t->nbytes);
+    c->weight_bytes += bytes;
     c->num_tensors++;
     struct st_tensor part;
     void *copy = NULL;
@@ -186,7 +198,40 @@ static int place(struct cuda_context *c, const struct stage_tensor *want,
     return rc;
 }
 
-int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st) {
+/* The stored bytes of this rank's part of every listed tensor: the progress total, known
+ * before the first upload (the same sum place() makes of weight_bytes). */
+static int list_bytes(uint64_t *total, struct cuda_context *c, const struct stage_tensor_list *list,
+                      const struct safetensors *st) {
+    *total = 0;
+    for (int i = 0; i < list->count; ++i) {
+        struct tp_slice sl;
+        uint64_t bytes;
+        int rc =
+            entry_bytes(&bytes, c, &list->items[i], safetensors_find(st, list->items[i].name), &sl);
+        if (rc) return rc;
+        *total += bytes;
+    }
+    return 0;
+}
+
+/* Places every listed tensor, reporting the bytes uploaded so far after each. */
+static int place_all(struct cuda_context *c, const struct stage_tensor_list *list,
+                     const struct safetensors *st, const struct strata_progress *progress) {
+    static const char phase[] = "uploading to the device";
+    uint64_t total = 0;
+    int rc = progress && progress->fn ? list_bytes(&total, c, list, st) : 0;
+    if (!rc) strata_progress_report(progress, 0, total, phase);
+    for (int i = 0; i < list->count && !rc; ++i) {
+        rc = place(c, &list->items[i], safetensors_find(st, list->items[i].name));
+        /* weight_bytes is the running sum of the same per-tensor bytes as the total */
+        if (!rc && progress && progress->fn)
+            strata_progress_report(progress, c->weight_bytes, total, phase);
+    }
+    return rc;
+}
+
+int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *st,
+                              const struct strata_progress *progress) {
     const struct model_config *cfg = c->cfg;
     for (int l = 0; l < c->n_layers; ++l) {
         struct layer_weights *L = &c->layers[l];
@@ -207,9 +252,7 @@ int backend_cuda_load_weights(struct cuda_context *c, const struct safetensors *
              role.layer_end, role.with_embed ? " +embed" : "", role.with_head ? " +head" : "");
     int rc = stage_tensor_list_build(&list, cfg, &role, st);
     if (rc) return rc;
-    if (!(rc = stage_tensor_list_check(&list, st, source)))
-        for (int i = 0; i < list.count && !rc; ++i)
-            rc = place(c, &list.items[i], safetensors_find(st, list.items[i].name));
+    if (!(rc = stage_tensor_list_check(&list, st, source))) rc = place_all(c, &list, st, progress);
     if (!rc && role.with_head && list.head_is_embed && role.with_embed) c->lm_head = c->embed;
     stage_tensor_list_free(&list);
     return rc;

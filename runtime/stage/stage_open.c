@@ -71,7 +71,8 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                         .weights_dtype = opt->weights_dtype,
                                         .max_seq = opt->max_seq,
                                         .num_slots = opt->max_batch,
-                                        .tp = opt->tp};
+                                        .tp = opt->tp,
+                                        .progress = opt->progress};
     if (stage_tp_is_split(opt->tp) && (opt->tp->tp_rank != 0 || opt->tp->kvp_rank != 0))
         return strata_set_error(STRATA_EINVAL,
                                 "TP rank %d / KVP rank %d follows its leader (stage_tp_follow); "

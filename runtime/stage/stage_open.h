@@ -31,6 +31,7 @@ struct stage_open_options {
     /* NULL or tp 1: the whole stage. Else rank 0 of the stage's TP group (stage_tp.h):
      * its shard, leading the other ranks (which run stage_tp_follow, not a stage). */
     const struct stage_tp_config *tp;
+    struct strata_progress progress; /* weight load progress: stage_backend_options */
 };
 
 struct stage {

@@ -14,6 +14,7 @@
  *     the backends' exp / rsqrt differ in the last bits);
  *   - at every step, the last stage's greedy ids (stage_backend_argmax: on the device
  *     where the backend has one) equal argmax of its logits;
+ *   - every open reports its load progress monotonically up to the total (progress.h);
  *   - batched: the golden request prefilled and decoded together with a second request in
  *     one backend (two items per forward: a decode graph of 2 on a CUDA backend) gives its
  *     solo logits bit for bit.
@@ -71,8 +72,25 @@ static void count_graphs(const struct stage_backend *be) {
     if (instantiated > 1) graph_reinstants += instantiated - 1;
 }
 
+/* Every open reports its load progress (runtime/base/progress.h): one total, done bytes
+ * that never go back or past it, the last report at the total. */
+struct progress_seen {
+    int calls, broken;
+    uint64_t total, last;
+};
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total, const char *phase) {
+    struct progress_seen *s = ctx;
+    if ((s->calls > 0 && (total != s->total || done < s->last)) || done > total || !phase)
+        s->broken++;
+    s->total = total;
+    s->last = done;
+    s->calls++;
+}
+
 static int open_on(struct stage_backend **be, const char *dev, const struct golden_case *gc,
                    int start, int end, int max_seq) {
+    struct progress_seen seen = {0};
     struct stage_backend_options o = {.cfg = &gc->cfg,
                                       .weights = gc->st,
                                       .role = {.layer_start = start,
@@ -83,8 +101,16 @@ static int open_on(struct stage_backend **be, const char *dev, const struct gold
                                       .num_threads = 2,
                                       .max_seq = max_seq,
                                       .num_slots = 2,
-                                      .tp = rank_tp};
-    return stage_backend_open(be, &o);
+                                      .tp = rank_tp,
+                                      .progress = {on_progress, &seen}};
+    int rc = stage_backend_open(be, &o);
+    if (rc == 0 && (seen.calls < 2 || seen.broken || seen.last != seen.total || !seen.total))
+        rc = strata_set_error(STRATA_EINVAL,
+                              "load progress on %s [%d, %d): %d reports (%d broken), ended at "
+                              "%llu of %llu bytes",
+                              dev, start, end, seen.calls, seen.broken,
+                              (unsigned long long)seen.last, (unsigned long long)seen.total);
+    return rc;
 }
 
 /* The prompt's forward item and hidden rows, VL inputs merged as HF's model does. */

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # strata-generate end to end: greedy ids equal transformers' golden ids (at 1 and 2 threads),
 # bad input exits with the documented codes (2 usage, 3 bad input/model), and --weights-dtype q8
-# reports its bytes and keeps ids independent of the thread count.
+# reports its bytes and keeps ids independent of the thread count; load progress goes to stderr
+# (STRATA_PROGRESS=1), never stdout, and not at all for a quick load by default.
 set -euo pipefail
 gen="$1"
 root="${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/golden"
@@ -64,3 +65,31 @@ grep -q "^weights: q8, .* of 8-bit copies in place of" "$TEST_TMPDIR/q8.err" || 
 [ "$(head -1 "$TEST_TMPDIR/q8.1")" = "$(head -1 "$TEST_TMPDIR/q8.2")" ] || fail "q8 ids depend on threads"
 [ "$(head -1 "$TEST_TMPDIR/q8.1" | wc -w)" = 12 ] || fail "q8: expected 12 ids"
 echo "ok: --weights-dtype q8 ($(head -1 "$TEST_TMPDIR/q8.1"))"
+
+# Load progress (stderr only): STRATA_PROGRESS=1 prints it and leaves stdout as it was; by
+# default a load of milliseconds with stderr not a terminal (a test, a log) prints none; =0 none.
+run_progress() {
+    local mode=$1; shift
+    env ${mode:+STRATA_PROGRESS=$mode} "$gen" --model "$dir" --prompt-ids "$prompt" --max-tokens 4 \
+        --ignore-eos "$@" >"$TEST_TMPDIR/p.out" 2>"$TEST_TMPDIR/p.err" || fail "run failed: $(cat "$TEST_TMPDIR/p.err")"
+    head -1 "$TEST_TMPDIR/p.out" # the ids (speeds differ between runs)
+}
+plain=$(run_progress "")
+grep -q "^loading weights" "$TEST_TMPDIR/p.err" && fail "progress printed on a quick load: $(cat "$TEST_TMPDIR/p.err")"
+for dtype in bf16 q8; do
+    forced=$(run_progress 1 --weights-dtype "$dtype")
+    [ "$dtype" = q8 ] || [ "$forced" = "$plain" ] || fail "STRATA_PROGRESS=1 changed stdout: '$forced' vs '$plain'"
+    grep -q "loading" "$TEST_TMPDIR/p.out" && fail "progress on stdout: $(cat "$TEST_TMPDIR/p.out")"
+    [ "$(wc -l < "$TEST_TMPDIR/p.out")" = 4 ] || fail "stdout is not 4 lines: $(cat "$TEST_TMPDIR/p.out")"
+    phase=$([ "$dtype" = q8 ] && echo "quantising to q8" || echo "copying to huge pages")
+    grep -q "^loading weights: 0% (0.0 / 0.5 MB) 0.0 s, reading tensors$" "$TEST_TMPDIR/p.err" \
+        || fail "$dtype: no first progress line: $(cat "$TEST_TMPDIR/p.err")"
+    grep -q "^loading weights: 100% (0.5 / 0.5 MB) [0-9.]* s, $phase$" "$TEST_TMPDIR/p.err" \
+        || fail "$dtype: no 100% line: $(cat "$TEST_TMPDIR/p.err")"
+    grep -q "^loading weights: done, 0.5 MB in [0-9.]* s ([0-9.]* GB/s)$" "$TEST_TMPDIR/p.err" \
+        || fail "$dtype: no final line: $(cat "$TEST_TMPDIR/p.err")"
+done
+run_progress 0 >/dev/null
+grep -q "^loading weights" "$TEST_TMPDIR/p.err" && fail "STRATA_PROGRESS=0 printed progress"
+"$gen" --help | grep -q "STRATA_PROGRESS=1" || fail "--help does not name STRATA_PROGRESS"
+echo "ok: load progress on stderr with STRATA_PROGRESS=1, none on stdout, none by default"

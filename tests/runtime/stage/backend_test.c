@@ -203,6 +203,54 @@ static void test_weights_dtype(void **state) {
     expect_error(stage_open(&stage, &o, NULL), STRATA_EINVAL, "cpu device only");
 }
 
+struct progress_seen {
+    int calls, backwards, phases_copy;
+    uint64_t total, last;
+};
+
+static void on_progress(void *ctx, uint64_t done, uint64_t total, const char *phase) {
+    struct progress_seen *s = ctx;
+    assert_true(s->calls == 0 || total == s->total);
+    assert_true(done <= total);
+    if (s->calls > 0 && done < s->last) s->backwards++;
+    if (strcmp(phase, "copying to huge pages") == 0) s->phases_copy++;
+    s->total = total;
+    s->last = done;
+    s->calls++;
+}
+
+/* stage_open hands its progress callback to the CPU backend's loader: every stage of a
+ * three-stage ring reports done bytes that never go back and end at its total, the bytes of
+ * its own tensors (stage 0's embedding is not stage 2's head: the totals differ), the views
+ * read while they are copied to huge pages. */
+static void test_stage_open_reports_progress(void **state) {
+    struct stage stage;
+    uint64_t totals[3] = {0};
+    (void)state;
+    for (int r = 0; r < 3; ++r) {
+        struct progress_seen seen = {0};
+        struct stage_open_options o = {.cfg = &golden.cfg,
+                                       .weights = golden.st,
+                                       .stage_index = r,
+                                       .num_stages = 3,
+                                       .layer_start = -1,
+                                       .layer_end = -1,
+                                       .num_threads = 1,
+                                       .max_seq = 16,
+                                       .max_batch = 1,
+                                       .progress = {on_progress, &seen}};
+        assert_int_equal(stage_open(&stage, &o, NULL), 0);
+        assert_true(seen.calls >= 2);
+        assert_int_equal(seen.backwards, 0);
+        assert_true(seen.total > 0);
+        assert_int_equal(seen.last, seen.total);
+        assert_true(seen.phases_copy > 0);
+        totals[r] = seen.total;
+        stage_close(&stage);
+    }
+    assert_true(totals[0] != totals[1] && totals[1] != totals[2]);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_devices),
@@ -210,6 +258,7 @@ int main(void) {
         cmocka_unit_test(test_core_takes_its_range_from_the_backend),
         cmocka_unit_test(test_stage_open_resolves_the_role),
         cmocka_unit_test(test_weights_dtype),
+        cmocka_unit_test(test_stage_open_reports_progress),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
