@@ -16,6 +16,7 @@ struct args {
     const char *listen, *port_file, *next_host, *next_port_file;
     int next_port;
     const char *device, *weights_dtype;
+    int weights_in_file; /* --weights-in-file */
     int threads, max_seq, max_batch, chunk_size;
     int kv_recovery, kv_keep_mb;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;

@@ -123,15 +123,18 @@ static int resolve_split(struct run *r, struct args *a) {
 /* A TP follower's backend: its shard of the stage's layers (no core, no listener). */
 static int open_follower(struct run *r, const struct args *a, const struct stage_role *role,
                          struct strata_progress progress) {
-    int rc = stage_tp_open(&r->follower, &(struct stage_backend_options){.cfg = &r->cfg,
-                                                                         .weights = r->st,
-                                                                         .role = *role,
-                                                                         .device = a->device,
-                                                                         .num_threads = a->threads,
-                                                                         .max_seq = a->max_seq,
-                                                                         .num_slots = a->max_batch,
-                                                                         .tp = &r->tp,
-                                                                         .progress = progress});
+    int rc = stage_tp_open(&r->follower,
+                           &(struct stage_backend_options){.cfg = &r->cfg,
+                                                           .weights = r->st,
+                                                           .role = *role,
+                                                           .device = a->device,
+                                                           .num_threads = a->threads,
+                                                           .weights_dtype = a->weights_dtype,
+                                                           .weights_in_file = a->weights_in_file,
+                                                           .max_seq = a->max_seq,
+                                                           .num_slots = a->max_batch,
+                                                           .tp = &r->tp,
+                                                           .progress = progress});
     if (rc < 0) {
         fprintf(stderr, "strata-stage: TP rank %d / KVP rank %d: %s\n", a->tp_rank, a->kvp_rank,
                 strata_last_error());
@@ -172,6 +175,7 @@ static int open_stage(struct run *r, const struct args *a) {
                                                  .device = a->device,
                                                  .num_threads = a->threads,
                                                  .weights_dtype = a->weights_dtype,
+                                                 .weights_in_file = a->weights_in_file,
                                                  .max_seq = a->max_seq,
                                                  .max_batch = a->max_batch,
                                                  .chunk_size = a->chunk_size,

@@ -112,6 +112,10 @@ struct stage_backend_options {
     /* Weights as computed: NULL or "bf16" (as stored), "q8" (8-bit blocks quantised at load,
      * reference/ops_q8.h; the cpu device only). Anything else is STRATA_EINVAL. */
     const char *weights_dtype;
+    /* cpu: 1 keeps the bf16 / f32 matrices in the checkpoint's mapping (page cache, which the
+     * kernel can reclaim under memory pressure) instead of moving them into huge-page memory
+     * (reference_load_options.weights_in_file: ~25% slower decode here). cuda: ignored. */
+    int weights_in_file;
     /* Load progress (runtime/base/progress.h; fn NULL: none), over the stored bytes of the
      * role's tensors (this rank's slices under TP). cpu: reference_load_options.progress's
      * phases; cuda: "uploading to the device", a report per tensor uploaded. */

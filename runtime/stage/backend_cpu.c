@@ -222,6 +222,7 @@ int backend_cpu_open(struct stage_backend **out, const struct stage_backend_opti
                                         .with_head = role->with_head,
                                         .num_threads = opt->num_threads,
                                         .weights_dtype = c->weights_dtype,
+                                        .weights_in_file = opt->weights_in_file,
                                         .progress = opt->progress};
     struct tp_shard shard;
     if (rc == 0 && stage_tp_is_split(opt->tp)) rc = grid_hooks(c, &lo, &shard, opt);

@@ -25,6 +25,7 @@ struct stage_open_options {
     const char *device;         /* "cpu" (NULL), "cuda", "cuda:N": runtime/stage/backend.h */
     int num_threads;
     const char *weights_dtype;        /* NULL / "bf16" or "q8": stage_backend_options */
+    int weights_in_file;              /* stage_backend_options */
     int max_seq, max_batch;           /* KV positions per slot, KV slots */
     int chunk_size, max_batch_tokens; /* stage_core_options */
     int keep_logits, send_kv;         /* stage_core_options */

@@ -179,6 +179,22 @@ read -r ag_calls ag_floats <<<"$(grep "group collectives:" "$PL_WORK/greedy.1.lo
 tp_stop greedy 2 2
 echo "PP 2 x TP 2 greedy without --out: golden ids, $ag_calls argmax all-gathers of 2 floats (no logits gathered)"
 
+# Weight options reach every rank, not only the leader: with --weights-dtype q8 each follower
+# holds q8 copies, and with --weights-in-file none moves its matrices (its startup summary).
+tp_start wopt 1 2 "$(pl_golden qwen3_gqa_tied)" --weights-dtype q8
+grep -q "q8: .* bytes of 8-bit copies" "$PL_WORK/wopt.0.tp1.out" ||
+    pl_fail "q8 under TP: the follower did not quantise: $(cat "$PL_WORK/wopt.0.tp1.out")"
+pl_client wopt --prompt "$(pl_golden_prompt qwen3_gqa_tied)" --max-tokens 4 >/dev/null ||
+    pl_fail "q8 under TP: client failed"
+tp_stop wopt 1 2
+tp_start wfile 1 2 "$(pl_golden qwen3_gqa_tied)" --weights-in-file
+for f in "$PL_WORK/wfile.0.out" "$PL_WORK/wfile.0.tp1.out"; do
+    grep -q "; 0 bytes of streamed matrices moved" "$f" ||
+        pl_fail "--weights-in-file under TP: $(basename "$f") moved its matrices: $(cat "$f")"
+done
+tp_stop wfile 1 2
+echo "TP 2: --weights-dtype q8 and --weights-in-file reach the follower"
+
 # A TP or KVP rank killed mid-request (PP 2 x TP 2 x KVP 2, 8 processes; each microbatch
 # delayed 20 ms so the request runs for seconds): the request fails with the group's error,
 # promptly; the dead rank's group-mates exit 1 on their own (no process left waiting), the
