@@ -5,6 +5,7 @@
 #include "reference/ops_q8.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "runtime/model/decoder_io.h"
@@ -202,31 +203,36 @@ static void tree_finish(struct tree_acc *a) {
     a->top = a->top ? 1 : 0;
 }
 
-/* Pushes the blocks of keys [0, seen) (block-aligned at 0): per block l = Σ e_j into o[D] and
- * o[d] = Σ e_j v_j[d], ascending j, with e_j = exp(scores[j] - max). */
+/* Pushes block [b0, b1) of keys (b0 block-aligned): l = Σ e_j into o[D] and o[d] = Σ e_j
+ * v_j[d], ascending j, with e_j = exp(scores[j] - max). */
+static void tree_block(struct tree_acc *a, const float *scores, float max, const float *values,
+                       int b0, int b1, int d_len, int simd) {
+    float *o = tree_slot(a), p[OPS_ATTN_BLOCK], l = 0.0f;
+    for (int j = b0; j < b1; ++j) {
+        p[j - b0] = expf(scores[j] - max);
+        l += p[j - b0];
+    }
+    o[d_len] = l;
+    const float *vb = values + (size_t)b0 * (size_t)d_len;
+    if (simd) { /* the same sums, d's side by side (ops_attention_simd.c) */
+        attn_weighted_sum_avx2(o, p, vb, b1 - b0, d_len);
+    } else {
+        for (int d = 0; d < d_len; ++d)
+            o[d] = 0.0f;
+        for (int j = 0; j < b1 - b0; ++j)
+            for (int d = 0; d < d_len; ++d)
+                o[d] += p[j] * vb[(size_t)j * (size_t)d_len + (size_t)d];
+    }
+    tree_push(a);
+}
+
+/* Pushes the blocks of keys [0, seen) (block-aligned at 0). */
 static void tree_blocks(struct tree_acc *a, const float *scores, float max, const float *values,
                         int seen, int d_len) {
     const int simd = attn_simd_enabled();
-    for (int b0 = 0; b0 < seen; b0 += OPS_ATTN_BLOCK) {
-        const int b1 = b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen;
-        float *o = tree_slot(a), p[OPS_ATTN_BLOCK], l = 0.0f;
-        for (int j = b0; j < b1; ++j) {
-            p[j - b0] = expf(scores[j] - max);
-            l += p[j - b0];
-        }
-        o[d_len] = l;
-        const float *vb = values + (size_t)b0 * (size_t)d_len;
-        if (simd) { /* the same sums, d's side by side (ops_attention_simd.c) */
-            attn_weighted_sum_avx2(o, p, vb, b1 - b0, d_len);
-        } else {
-            for (int d = 0; d < d_len; ++d)
-                o[d] = 0.0f;
-            for (int j = 0; j < b1 - b0; ++j)
-                for (int d = 0; d < d_len; ++d)
-                    o[d] += p[j] * vb[(size_t)j * (size_t)d_len + (size_t)d];
-        }
-        tree_push(a);
-    }
+    for (int b0 = 0; b0 < seen; b0 += OPS_ATTN_BLOCK)
+        tree_block(a, scores, max, values, b0,
+                   b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen, d_len, simd);
 }
 
 static float max_of(const float *x, int n) {
@@ -261,11 +267,77 @@ static void attention_task(void *ctx, int begin, int end, int worker) {
     }
 }
 
+/* GQA: task = one (query token, KV head) pair, its `group` query heads interleaved chunk by
+ * chunk (ATTN_GROUP_KEYS keys, then each 16-position block of values), so that a long
+ * context's keys and values stream from memory once per KV head, not once per query head:
+ * the other heads find the chunk in L1 / L2. Every head's scores, block sums and tree are
+ * attention_task's, operation for operation. Scratch per worker (job->scratch is this
+ * call's own buffer here): [group][pos + n] scores, then [group] tree stacks. */
+#define ATTN_GROUP_KEYS 32
+
+static size_t group_floats(const struct attention_job *job) {
+    const size_t group = (size_t)(job->nh / job->nkv), ctx = (size_t)(job->pos + job->n);
+    return group * (ctx + (size_t)TREE_DEPTH * (size_t)(job->head_dim + 1));
+}
+
+static void attention_group_task(void *ctx, int begin, int end, int worker) {
+    const struct attention_job *job = ctx;
+    const int d_len = job->head_dim, group = job->nh / job->nkv, simd = attn_simd_enabled();
+    const size_t cap = (size_t)(job->pos + job->n);
+    const float scale = 1.0f / sqrtf((float)d_len);
+    float *sc = job->scratch + (size_t)worker * group_floats(job);
+    float *stacks = sc + (size_t)group * cap, maxes[OPS_ATTN_MAX_GROUP];
+    struct tree_acc acc[OPS_ATTN_MAX_GROUP];
+    for (int task = begin; task < end; ++task) {
+        const int i = task / job->nkv, g = task % job->nkv, ctx_len = job->pos + i + 1;
+        const float *q =
+            job->q + ((size_t)i * (size_t)job->nh + (size_t)g * (size_t)group) * (size_t)d_len;
+        const float *keys = job->k_cache + (size_t)g * job->kv_head_stride;
+        const float *values = job->v_cache + (size_t)g * job->kv_head_stride;
+        for (int j0 = 0; j0 < ctx_len; j0 += ATTN_GROUP_KEYS) {
+            const int m = ctx_len - j0 < ATTN_GROUP_KEYS ? ctx_len - j0 : ATTN_GROUP_KEYS;
+            for (int r = 0; r < group; ++r)
+                attention_scores(sc + (size_t)r * cap + (size_t)j0, q + (size_t)r * (size_t)d_len,
+                                 keys + (size_t)j0 * (size_t)d_len, m, d_len, scale);
+        }
+        for (int r = 0; r < group; ++r) {
+            maxes[r] = max_of(sc + (size_t)r * cap, ctx_len);
+            acc[r] = (struct tree_acc){
+                .w = d_len + 1, .vec = stacks + (size_t)r * TREE_DEPTH * (size_t)(d_len + 1)};
+        }
+        for (int b0 = 0; b0 < ctx_len; b0 += OPS_ATTN_BLOCK) {
+            const int b1 = b0 + OPS_ATTN_BLOCK < ctx_len ? b0 + OPS_ATTN_BLOCK : ctx_len;
+            for (int r = 0; r < group; ++r)
+                tree_block(&acc[r], sc + (size_t)r * cap, maxes[r], values, b0, b1, d_len, simd);
+        }
+        for (int r = 0; r < group; ++r) {
+            tree_finish(&acc[r]);
+            float *o =
+                job->out + ((size_t)i * (size_t)job->nh + (size_t)(g * group + r)) * (size_t)d_len;
+            const float inv = 1.0f / acc[r].vec[d_len];
+            for (int d = 0; d < d_len; ++d)
+                o[d] = acc[r].vec[d] * inv;
+        }
+    }
+}
+
 void attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv, int head_dim,
                struct thread_pool *pool) {
     struct attention_job job = {out, q, k_cache, v_cache, kv_head_stride, scratch,
                                 pos, n, nh,      nkv,     head_dim};
+    const int group = nh / nkv;
+    if (group > 1 && group <= OPS_ATTN_MAX_GROUP) {
+        /* The grouped tasks need their own scratch; without it, the per-head tasks (the same
+         * bits) run instead. */
+        job.scratch = malloc(group_floats(&job) * (size_t)thread_pool_size(pool) * sizeof(float));
+        if (job.scratch) {
+            thread_pool_run(pool, attention_group_task, &job, n * nkv);
+            free(job.scratch);
+            return;
+        }
+        job.scratch = scratch;
+    }
     thread_pool_run(pool, attention_task, &job, n * nh);
 }
 

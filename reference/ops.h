@@ -121,6 +121,9 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
 
 /* Positions per block of attention's split-invariant sums (see the top of this file). */
 #define OPS_ATTN_BLOCK 16
+/* attention()'s largest query heads per KV head run together (GQA groups beyond it run one
+ * head per task: the same bits). */
+#define OPS_ATTN_MAX_GROUP 16
 /* attention()'s largest head_dim (its block tree's partial sums live on the stack). */
 #define OPS_ATTN_MAX_HEAD_DIM 256
 
