@@ -715,7 +715,14 @@ void matmul_multi(float *const *outs, const struct ops_weight *const *ws, int co
     int q8 = count > OPS_MULTI_MAX;
     for (int i = 0; i < count && !q8; ++i)
         q8 = ws[i]->dtype == OPS_Q8;
-    if (q8) { /* q8 has its own tiles and dispatch; > OPS_MULTI_MAX: one call each */
+    if (q8) { /* q8 has its own tiles and dispatch; mixed or > OPS_MULTI_MAX: one call each */
+        int all_q8 = count <= OPS_MULTI_MAX;
+        for (int i = 0; i < count && all_q8; ++i)
+            all_q8 = ws[i]->dtype == OPS_Q8;
+        if (all_q8) {
+            ops_q8_matmul_multi(outs, ws, count, x, n, pool);
+            return;
+        }
         for (int i = 0; i < count; ++i)
             matmul(outs[i], x, ws[i], n, pool);
         return;

@@ -367,3 +367,55 @@ void ops_q8_matmul(float *out, const float *x, const struct ops_weight *w, int n
             q8_task(&job, 0, tasks, 0);
     }
 }
+
+/* ops_q8_matmul_multi: the tokens quantised once for all the matrices, and one pool run over
+ * their row tasks laid end to end (as matmul_multi does for bf16), so q / k / v and gate / up
+ * cost one quantisation and one barrier each, not one per matrix. Each output element is
+ * ops_q8_matmul's: the same quantised row, the same tile. */
+struct q8_multi_job {
+    struct q8_job jobs[OPS_MULTI_MAX];
+    int first[OPS_MULTI_MAX + 1];
+    int count;
+};
+
+static void q8_multi_task(void *ctx, int begin, int end, int worker) {
+    const struct q8_multi_job *mj = ctx;
+    for (int i = 0; i < mj->count && begin < end; ++i) {
+        const int lo = mj->first[i], hi = mj->first[i + 1];
+        const int b = begin > lo ? begin : lo, e = end < hi ? end : hi;
+        if (b < e) q8_task((void *)&mj->jobs[i], b - lo, e - lo, worker);
+    }
+}
+
+void ops_q8_matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count,
+                         const float *x, int n, struct thread_pool *pool) {
+    int same = count >= 1 && count <= OPS_MULTI_MAX && pool;
+    for (int i = 1; i < count && same; ++i)
+        same = ws[i]->cols == ws[0]->cols;
+    if (!same) {
+        for (int i = 0; i < count; ++i)
+            ops_q8_matmul(outs[i], x, ws[i], n, pool);
+        return;
+    }
+    _Alignas(64) unsigned char buf[Q8_ACT_STACK_BYTES];
+    const int K = ws[0]->cols;
+    const size_t cols = ops_q8_ld(K), nb = cols / OPS_Q8_BLOCK;
+    const int per_chunk = (int)(sizeof buf / (cols + nb * sizeof(float)));
+    const enum ops_path path = ops_matmul_path();
+    const int simd = path == OPS_PATH_AVX2 || path == OPS_PATH_AVX512;
+    for (int t0 = 0; t0 < n; t0 += per_chunk) {
+        const int c = n - t0 < per_chunk ? n - t0 : per_chunk;
+        int8_t *qx = (int8_t *)buf;
+        float *dx = (float *)(buf + (size_t)c * cols); /* ld % 32 == 0: aligned */
+        for (int t = 0; t < c; ++t)
+            ops_q8_quantize_row(qx + (size_t)t * cols, dx + (size_t)t * nb,
+                                x + (size_t)(t0 + t) * (size_t)K, K);
+        struct q8_multi_job mj = {.count = count};
+        for (int i = 0; i < count; ++i) {
+            mj.jobs[i] =
+                (struct q8_job){outs[i] + (size_t)t0 * (size_t)ws[i]->rows, qx, dx, ws[i], c, simd};
+            mj.first[i + 1] = mj.first[i] + (ws[i]->rows + Q8_ROWS_PER_TASK - 1) / Q8_ROWS_PER_TASK;
+        }
+        thread_pool_run(pool, q8_multi_task, &mj, mj.first[count]);
+    }
+}

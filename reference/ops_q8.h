@@ -4,11 +4,11 @@
  * Format. Each weight row [cols] is cut into blocks of OPS_Q8_BLOCK = 32 consecutive values;
  * a block keeps one f32 scale d = max|x| / 127 and 32 int8 values q = round(x / d)
  * (f32 division; round to nearest, ties to even; q in [-127, 127]; an all-zero block has
- * d = 0, q = 0), so x ~ q * d with |x - q d| <= d / 2 up to f32 rounding. A row whose length is not a multiple of 32 ends with a
- * partial block, padded with q = 0 (which adds exactly 0 to every sum below; the goldens'
- * MoE experts have 48 columns). An ops_weight of dtype OPS_Q8 has data = int8 [rows][ld]
- * (ld = cols rounded up to 32) immediately followed by the f32 scales [rows][ld / 32] (one
- * buffer, so struct ops_weight needs no new field): 1.125 bytes per weight (bf16: 2).
+ * d = 0, q = 0), so x ~ q * d with |x - q d| <= d / 2 up to f32 rounding. A row whose length is not
+ * a multiple of 32 ends with a partial block, padded with q = 0 (which adds exactly 0 to every sum
+ * below; the goldens' MoE experts have 48 columns). An ops_weight of dtype OPS_Q8 has data = int8
+ * [rows][ld] (ld = cols rounded up to 32) immediately followed by the f32 scales [rows][ld / 32]
+ * (one buffer, so struct ops_weight needs no new field): 1.125 bytes per weight (bf16: 2).
  *
  * Why an f32 scale and not llama.cpp's f16: the bound |x - q d| <= d / 2 then holds for every
  * block (an f16 scale is rounded after q is chosen, adds up to 127 * 2^-11 d, and loses
@@ -83,5 +83,11 @@ void ops_q8_dequantize_row(float *out, const struct ops_weight *w, int row);
  * above; pool NULL runs on the calling thread. Called by matmul / matmul_serial. */
 void ops_q8_matmul(float *out, const float *x, const struct ops_weight *w, int n,
                    struct thread_pool *pool);
+
+/* matmul_multi for q8 matrices of one column count (ops.h): outs[i] [n, ws[i]->rows], each
+ * element ops_q8_matmul's bits; the tokens are quantised once and the matrices' rows shared
+ * out in one pool run. Other column counts (or no pool) run one ops_q8_matmul each. */
+void ops_q8_matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count,
+                         const float *x, int n, struct thread_pool *pool);
 
 #endif

@@ -307,6 +307,49 @@ static void test_quantize_paths(void **state) {
     }
 }
 
+/* matmul_multi over q8 matrices (ops_q8_matmul_multi: the tokens quantised once, one pool
+ * run) gives each matrix ops_q8_matmul's bits: 1 token and 5, 1 and 2 threads, 2 and 3
+ * matrices of different row counts, and a K that needs a partial block. */
+static void test_matmul_multi_q8(void **state) {
+    (void)state;
+    const int rows[3] = {37, 16, 21}, Ks[2] = {96, 70};
+    for (int ki = 0; ki < 2; ++ki)
+        for (int threads = 1; threads <= 2; ++threads)
+            for (int n = 1; n <= 5; n += 4)
+                for (int count = 2; count <= 3; ++count) {
+                    const int K = Ks[ki];
+                    struct thread_pool *pool;
+                    assert_int_equal(thread_pool_init(&pool, threads), 0);
+                    void *bufs[3];
+                    struct ops_weight w[3];
+                    const struct ops_weight *ws[3];
+                    float *outs[3], *want[3];
+                    float *x = malloc((size_t)n * (size_t)K * sizeof(float));
+                    assert_non_null(x);
+                    fill_mixed(x, (size_t)n * (size_t)K);
+                    for (int i = 0; i < count; ++i) {
+                        w[i] = make_q8(&bufs[i], rows[i], K, pool);
+                        ws[i] = &w[i];
+                        outs[i] = malloc((size_t)n * (size_t)rows[i] * sizeof(float));
+                        want[i] = malloc((size_t)n * (size_t)rows[i] * sizeof(float));
+                        assert_non_null(outs[i]);
+                        assert_non_null(want[i]);
+                        matmul(want[i], x, &w[i], n, pool);
+                    }
+                    matmul_multi(outs, ws, count, x, n, pool);
+                    for (int i = 0; i < count; ++i) {
+                        if (memcmp(outs[i], want[i], (size_t)n * (size_t)rows[i] * sizeof(float)))
+                            fail_msg("q8 matmul_multi K %d n %d threads %d: matrix %d differs", K,
+                                     n, threads, i);
+                        free(outs[i]);
+                        free(want[i]);
+                        free(bufs[i]);
+                    }
+                    free(x);
+                    thread_pool_free(pool);
+                }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_supported_and_bytes),
@@ -315,6 +358,7 @@ int main(void) {
         cmocka_unit_test(test_paths_threads_batching),
         cmocka_unit_test(test_quantize_weight_sources),
         cmocka_unit_test(test_quantize_paths),
+        cmocka_unit_test(test_matmul_multi_q8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
