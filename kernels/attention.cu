@@ -28,7 +28,6 @@ extern "C" {
 
 static const int kThreads = 128;
 static const int kChunkBlocks = CUDA_ATTN_CHUNK / OPS_ATTN_BLOCK;
-static const int kTreeDepth = 32; /* 2^32 chunks */
 
 static_assert(CUDA_ATTN_CHUNK % OPS_ATTN_BLOCK == 0 &&
                   ((CUDA_ATTN_CHUNK / OPS_ATTN_BLOCK) & (CUDA_ATTN_CHUNK / OPS_ATTN_BLOCK - 1)) ==
@@ -171,30 +170,6 @@ __global__ static void chunk_kernel(Args a) {
         }
         part[d] = chunk_tree(v, nb);
     }
-}
-
-/* One thread's binary counter over chunks: push a chunk's value; equal-sized neighbours
- * merge (left + right); finish folds the rest right to left. reference/ops.c's tree_acc. */
-struct TreeAcc {
-    float v[kTreeDepth];
-    int level[kTreeDepth];
-    int top;
-};
-
-__device__ static inline void tree_push(TreeAcc &acc, float x) {
-    acc.v[acc.top] = x;
-    acc.level[acc.top++] = 0;
-    while (acc.top >= 2 && acc.level[acc.top - 2] == acc.level[acc.top - 1]) {
-        acc.v[acc.top - 2] = __fadd_rn(acc.v[acc.top - 2], acc.v[acc.top - 1]);
-        acc.level[acc.top - 2]++;
-        acc.top--;
-    }
-}
-
-__device__ static inline float tree_finish(TreeAcc &acc) {
-    for (int k = acc.top - 1; k >= 1; --k)
-        acc.v[k - 1] = __fadd_rn(acc.v[k - 1], acc.v[k]);
-    return acc.v[0];
 }
 
 __global__ static void merge_kernel(Args a) {

@@ -22,31 +22,8 @@ extern "C" {
 
 static const int kThreads = 128;
 static const int kChunk = 256;
-static const int kTreeDepth = 32;
 
 static_assert(kChunk % OPS_ATTN_BLOCK == 0, "a chunk holds whole blocks");
-
-struct TreeAcc {
-    float v[kTreeDepth];
-    int level[kTreeDepth];
-    int top;
-};
-
-__device__ static inline void tree_push(TreeAcc &acc, float x) {
-    acc.v[acc.top] = x;
-    acc.level[acc.top++] = 0;
-    while (acc.top >= 2 && acc.level[acc.top - 2] == acc.level[acc.top - 1]) {
-        acc.v[acc.top - 2] = __fadd_rn(acc.v[acc.top - 2], acc.v[acc.top - 1]);
-        acc.level[acc.top - 2]++;
-        acc.top--;
-    }
-}
-
-__device__ static inline float tree_finish(TreeAcc &acc) {
-    for (int k = acc.top - 1; k >= 1; --k)
-        acc.v[k - 1] = __fadd_rn(acc.v[k - 1], acc.v[k]);
-    return acc.v[0];
-}
 
 struct Args {
     float *out;              /* max [n*nh] or part [n*nh][D+2] */

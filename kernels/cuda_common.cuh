@@ -39,4 +39,30 @@ __device__ static inline float cuda_warp_max(float v) {
     return v;
 }
 
+/* One thread's binary counter over chunks (attention.cu, attention_kvp.cu): push a chunk's
+ * value; equal-sized neighbours merge (left + right); finish folds the rest right to left.
+ * reference/ops.c's tree_acc, so a run covering one aligned subtree gives that subtree's
+ * value whoever computes it. Up to 2^32 chunks. */
+struct TreeAcc {
+    float v[32];
+    int level[32];
+    int top;
+};
+
+__device__ static inline void tree_push(TreeAcc &acc, float x) {
+    acc.v[acc.top] = x;
+    acc.level[acc.top++] = 0;
+    while (acc.top >= 2 && acc.level[acc.top - 2] == acc.level[acc.top - 1]) {
+        acc.v[acc.top - 2] = __fadd_rn(acc.v[acc.top - 2], acc.v[acc.top - 1]);
+        acc.level[acc.top - 2]++;
+        acc.top--;
+    }
+}
+
+__device__ static inline float tree_finish(TreeAcc &acc) {
+    for (int k = acc.top - 1; k >= 1; --k)
+        acc.v[k - 1] = __fadd_rn(acc.v[k - 1], acc.v[k]);
+    return acc.v[0];
+}
+
 #endif

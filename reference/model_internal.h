@@ -102,4 +102,11 @@ size_t ref_matrix_bytes(const struct ops_weight *w); /* bf16 / f32 [rows, cols] 
  * dropping a view's file pages or freeing a loader copy (model_memory.c). */
 int ref_copy_weights(struct reference_model *m);
 
+/* A matrix's stored memory is no longer read (it was moved or quantised): a view of the
+ * mmapped checkpoint (PROT_READ, MAP_PRIVATE: never written) has its whole pages dropped
+ * from this process, so the new copy replaces it in the resident set (a later read, e.g.
+ * the embedding's row gather of a tied head, faults them back in); a loader copy is freed
+ * unless it is also the embedding's. Returns 1 when it freed a loader copy. */
+int ref_release_matrix(struct reference_model *m, const void *data, size_t bytes);
+
 #endif

@@ -64,6 +64,18 @@ static int count_movable(struct reference_model *m, struct ops_weight *w, const 
     return STRATA_OK;
 }
 
+int ref_release_matrix(struct reference_model *m, const void *data, size_t bytes) {
+    const int i = ref_owned_index(m, data);
+    if (i < 0) {
+        weight_arena_drop_mapped(data, bytes);
+        return 0;
+    }
+    if (data == m->embed.data) return 0; /* a tied head's copy: still gathered */
+    free(m->owned[i]);
+    m->owned[i] = NULL;
+    return 1;
+}
+
 /* Moves one matrix into the arena. Its old memory: a view's file pages are dropped; a
  * loader copy (f16 widened, experts transposed, a TP column slice) is freed, unless it is
  * also the embedding's (a tied head of a first-and-last stage: still gathered). */
@@ -83,12 +95,7 @@ static int move_matrix(struct reference_model *m, struct ops_weight *w, const ch
         memcpy((char *)dst + at, (const char *)w->data + at, n);
         if (i < 0) ref_progress(m, n, "copying to huge pages");
     }
-    if (i < 0) {
-        weight_arena_drop_mapped(w->data, bytes);
-    } else if (w->data != m->embed.data) {
-        free(m->owned[i]);
-        m->owned[i] = NULL;
-    }
+    ref_release_matrix(m, w->data, bytes);
     w->data = dst;
     m->copied_bytes += bytes;
     return STRATA_OK;

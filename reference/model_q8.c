@@ -2,7 +2,7 @@
  * forward pass multiplies is replaced by a q8 copy (reference/ops_q8.h), quantised on the
  * model's pool. Which matrices: reference/model.h (reference_weights_dtype). The stored
  * matrices are mmapped views (or the loader's own widened copies) and are not read again:
- * release_stored gives their memory back. */
+ * ref_release_matrix (model_memory.c) gives their memory back. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,22 +34,6 @@ size_t reference_model_q8_bytes(const struct reference_model *m, size_t *replace
     return m->q8_bytes;
 }
 
-/* The stored matrix `w` is no longer read: a copy made at load is freed; a view of the
- * mmapped checkpoint (PROT_READ, MAP_PRIVATE: never written) has its whole pages dropped
- * from this process, so the q8 copy replaces it in the resident set too (a later read,
- * e.g. the embedding's row gather of a tied head, faults them back in from the file). */
-static void release_stored(struct reference_model *m, const struct ops_weight *w, size_t bytes) {
-    for (int i = 0; i < m->n_owned; ++i)
-        if (m->owned[i] == w->data) {
-            if (w->data == m->embed.data) return; /* a tied head's f32 copy: still gathered */
-            free(m->owned[i]);
-            m->owned[i] = NULL;
-            m->extra_bytes -= bytes;
-            return;
-        }
-    weight_arena_drop_mapped(w->data, bytes);
-}
-
 static int check_q8(struct reference_model *m, struct ops_weight *w, const char *what, int layer,
                     void *ctx) {
     (void)m;
@@ -79,7 +63,7 @@ static int quantize(struct reference_model *m, struct ops_weight *w, const char 
     m->q8_replaced_bytes += stored;
     m->q8_bytes += bytes;
     ops_q8_quantize_weight(w, buf, &src, m->pool);
-    release_stored(m, &src, stored);
+    if (ref_release_matrix(m, src.data, stored)) m->extra_bytes -= stored;
     if (view) ref_progress(m, stored, "quantising to q8");
     return STRATA_OK;
 }

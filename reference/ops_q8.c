@@ -342,32 +342,6 @@ static void q8_task(void *ctx, int begin, int end, int worker) {
     q8_rows_portable(job, r0, r1);
 }
 
-/* Tokens are quantised into a stack buffer in chunks that fit it (at least one token, by
- * OPS_Q8_MAX_COLS), so the forward pass allocates nothing; each chunk is one pool run. The
- * chunking cannot change a result: each output element depends on its row and token only. */
-void ops_q8_matmul(float *out, const float *x, const struct ops_weight *w, int n,
-                   struct thread_pool *pool) {
-    _Alignas(64) unsigned char buf[Q8_ACT_STACK_BYTES];
-    size_t cols = ops_q8_ld(w->cols), nb = cols / OPS_Q8_BLOCK;
-    int per_chunk = (int)(sizeof buf / (cols + nb * sizeof(float)));
-    enum ops_path path = ops_matmul_path();
-    int simd = path == OPS_PATH_AVX2 || path == OPS_PATH_AVX512;
-    int tasks = (w->rows + Q8_ROWS_PER_TASK - 1) / Q8_ROWS_PER_TASK;
-    for (int t0 = 0; t0 < n; t0 += per_chunk) {
-        int c = n - t0 < per_chunk ? n - t0 : per_chunk;
-        int8_t *qx = (int8_t *)buf;
-        float *dx = (float *)(buf + (size_t)c * cols); /* ld % 32 == 0: aligned */
-        for (int t = 0; t < c; ++t)
-            ops_q8_quantize_row(qx + (size_t)t * cols, dx + (size_t)t * nb,
-                                x + (size_t)(t0 + t) * (size_t)w->cols, w->cols);
-        struct q8_job job = {out + (size_t)t0 * (size_t)w->rows, qx, dx, w, c, simd};
-        if (pool)
-            thread_pool_run(pool, q8_task, &job, tasks);
-        else
-            q8_task(&job, 0, tasks, 0);
-    }
-}
-
 /* ops_q8_matmul_multi: the tokens quantised once for all the matrices, and one pool run over
  * their row tasks laid end to end (as matmul_multi does for bf16), so q / k / v and gate / up
  * cost one quantisation and one barrier each, not one per matrix. Each output element is
@@ -387,14 +361,18 @@ static void q8_multi_task(void *ctx, int begin, int end, int worker) {
     }
 }
 
+/* Tokens are quantised into a stack buffer in chunks that fit it (at least one token, by
+ * OPS_Q8_MAX_COLS), so the forward pass allocates nothing; each chunk is one pool run (or,
+ * without a pool, runs on the calling thread). The chunking cannot change a result: each
+ * output element depends on its row and token only. */
 void ops_q8_matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count,
                          const float *x, int n, struct thread_pool *pool) {
-    int same = count >= 1 && count <= OPS_MULTI_MAX && pool;
+    int same = count >= 1 && count <= OPS_MULTI_MAX;
     for (int i = 1; i < count && same; ++i)
         same = ws[i]->cols == ws[0]->cols;
     if (!same) {
         for (int i = 0; i < count; ++i)
-            ops_q8_matmul(outs[i], x, ws[i], n, pool);
+            ops_q8_matmul_multi(&outs[i], &ws[i], 1, x, n, pool);
         return;
     }
     _Alignas(64) unsigned char buf[Q8_ACT_STACK_BYTES];
@@ -416,6 +394,14 @@ void ops_q8_matmul_multi(float *const *outs, const struct ops_weight *const *ws,
                 (struct q8_job){outs[i] + (size_t)t0 * (size_t)ws[i]->rows, qx, dx, ws[i], c, simd};
             mj.first[i + 1] = mj.first[i] + (ws[i]->rows + Q8_ROWS_PER_TASK - 1) / Q8_ROWS_PER_TASK;
         }
-        thread_pool_run(pool, q8_multi_task, &mj, mj.first[count]);
+        if (pool)
+            thread_pool_run(pool, q8_multi_task, &mj, mj.first[count]);
+        else
+            q8_multi_task(&mj, 0, mj.first[count], 0);
     }
+}
+
+void ops_q8_matmul(float *out, const float *x, const struct ops_weight *w, int n,
+                   struct thread_pool *pool) {
+    ops_q8_matmul_multi(&out, &w, 1, x, n, pool);
 }

@@ -86,7 +86,8 @@ void ops_q8_matmul(float *out, const float *x, const struct ops_weight *w, int n
 
 /* matmul_multi for q8 matrices of one column count (ops.h): outs[i] [n, ws[i]->rows], each
  * element ops_q8_matmul's bits; the tokens are quantised once and the matrices' rows shared
- * out in one pool run. Other column counts (or no pool) run one ops_q8_matmul each. */
+ * out in one pool run (pool NULL: the calling thread). Other column counts run one
+ * ops_q8_matmul each. */
 void ops_q8_matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count,
                          const float *x, int n, struct thread_pool *pool);
 
