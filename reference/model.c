@@ -246,7 +246,7 @@ static int ensure_scratch(struct reference_model *m, int rows, int ctx) {
         {&m->ffn_up, r * ffn},
         {&m->rope_cos, r * D / 2},
         {&m->rope_sin, r * D / 2},
-        {&m->scores, threads * (size_t)ctx},
+        {&m->scores, threads * attention_scratch_floats(ctx, m->nh, m->nkv, c->head_dim)},
         {&m->router, r * E},
         {&m->route_weight, r * K},
         {&m->moe_x, r * H},

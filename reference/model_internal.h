@@ -57,7 +57,7 @@ struct reference_model {
     float *ffn_up;       /* [rows, max(F, I)] */
     float *rope_cos;     /* [rows, D/2] */
     float *rope_sin;     /* [rows, D/2] */
-    float *scores;       /* [threads, ctx] */
+    float *scores;       /* attention(): [threads][attention_scratch_floats(ctx, ...)] */
     float *router;       /* [rows, E] */
     int *route_expert;   /* [rows, top_k] */
     float *route_weight; /* [rows, top_k] */

@@ -271,13 +271,21 @@ static void attention_task(void *ctx, int begin, int end, int worker) {
  * chunk (ATTN_GROUP_KEYS keys, then each 16-position block of values), so that a long
  * context's keys and values stream from memory once per KV head, not once per query head:
  * the other heads find the chunk in L1 / L2. Every head's scores, block sums and tree are
- * attention_task's, operation for operation. Scratch per worker (job->scratch is this
- * call's own buffer here): [group][pos + n] scores, then [group] tree stacks. */
+ * attention_task's, operation for operation. Scratch per worker (the caller's, sized by
+ * attention_scratch_floats): [group][pos + n] scores, then [group] tree stacks (too big for
+ * a worker's stack at 16 heads of D 256). */
 #define ATTN_GROUP_KEYS 32
 
-static size_t group_floats(const struct attention_job *job) {
-    const size_t group = (size_t)(job->nh / job->nkv), ctx = (size_t)(job->pos + job->n);
-    return group * (ctx + (size_t)TREE_DEPTH * (size_t)(job->head_dim + 1));
+/* 1 when attention() runs the grouped tasks (else one task per query head: the same bits). */
+static int grouped(int nh, int nkv) {
+    return nkv > 0 && nh / nkv > 1 && nh / nkv <= OPS_ATTN_MAX_GROUP;
+}
+
+size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim) {
+    const size_t c = ctx > 0 ? (size_t)ctx : 0;
+    if (!grouped(nh, nkv)) return c; /* attention_task: one head's scores */
+    const size_t group = (size_t)(nh / nkv), d = head_dim > 0 ? (size_t)head_dim : 0;
+    return group * (c + (size_t)TREE_DEPTH * (d + 1));
 }
 
 static void attention_group_task(void *ctx, int begin, int end, int worker) {
@@ -285,7 +293,8 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
     const int d_len = job->head_dim, group = job->nh / job->nkv, simd = attn_simd_enabled();
     const size_t cap = (size_t)(job->pos + job->n);
     const float scale = 1.0f / sqrtf((float)d_len);
-    float *sc = job->scratch + (size_t)worker * group_floats(job);
+    const size_t per_worker = attention_scratch_floats(job->pos + job->n, job->nh, job->nkv, d_len);
+    float *sc = job->scratch + (size_t)worker * per_worker;
     float *stacks = sc + (size_t)group * cap, maxes[OPS_ATTN_MAX_GROUP];
     struct tree_acc acc[OPS_ATTN_MAX_GROUP];
     for (int task = begin; task < end; ++task) {
@@ -326,17 +335,9 @@ void attention(float *out, const float *q, const float *k_cache, const float *v_
                struct thread_pool *pool) {
     struct attention_job job = {out, q, k_cache, v_cache, kv_head_stride, scratch,
                                 pos, n, nh,      nkv,     head_dim};
-    const int group = nh / nkv;
-    if (group > 1 && group <= OPS_ATTN_MAX_GROUP) {
-        /* The grouped tasks need their own scratch; without it, the per-head tasks (the same
-         * bits) run instead. */
-        job.scratch = malloc(group_floats(&job) * (size_t)thread_pool_size(pool) * sizeof(float));
-        if (job.scratch) {
-            thread_pool_run(pool, attention_group_task, &job, n * nkv);
-            free(job.scratch);
-            return;
-        }
-        job.scratch = scratch;
+    if (grouped(nh, nkv)) {
+        thread_pool_run(pool, attention_group_task, &job, n * nkv);
+        return;
     }
     thread_pool_run(pool, attention_task, &job, n * nh);
 }

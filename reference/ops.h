@@ -127,6 +127,13 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
 /* attention()'s largest head_dim (its block tree's partial sums live on the stack). */
 #define OPS_ATTN_MAX_HEAD_DIM 256
 
+/* Floats of attention()'s scratch per pool thread for a call over ctx = pos + n positions:
+ * ctx scores when it runs one task per query head (nh == nkv, or groups above
+ * OPS_ATTN_MAX_GROUP); with GQA groups of nh / nkv heads run together, the group's scores
+ * [group][ctx] and its block trees' stacks [group][32][head_dim + 1]. Never decreases as ctx
+ * grows, so a buffer sized for the longest context serves every shorter call. */
+size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim);
+
 /* Causal GQA attention of one request over its cache.
  * out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i
  * and sees positions 0..pos+i. k_cache/v_cache point at kv head 0 of the layer:
@@ -134,7 +141,9 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
  * h / (nh/nkv). Scores s_j = (q·k_j) * D^-0.5 (sequential over d), M = max_j s_j,
  * e_j = exp(s_j - M); per block b of OPS_ATTN_BLOCK positions l_b = Σ e_j and
  * o_b = Σ e_j v_j (ascending j); (l, o) = the aligned tree over the blocks; out = o * (1/l).
- * scratch [pool size][pos + n] floats. D <= OPS_ATTN_MAX_HEAD_DIM. */
+ * scratch [thread_pool_size(pool)][attention_scratch_floats(pos + n, nh, nkv, head_dim)]
+ * floats, the caller's (attention allocates nothing: it runs per layer in decode); each pool
+ * thread uses its own row. D <= OPS_ATTN_MAX_HEAD_DIM. */
 void attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv, int head_dim,
                struct thread_pool *pool);

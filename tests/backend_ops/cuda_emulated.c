@@ -244,11 +244,18 @@ int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, in
     return 0;
 }
 
+/* The reference's scratch (attention_scratch_floats per thread of the one-thread pool) is
+ * not the twin's (scores and chunk parts per (query, head)): it gets its own. */
 int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
                    size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
                    int head_dim, void *stream) {
     ON_STREAM(stream);
-    attention(out, q, k_cache, v_cache, kv_head_stride, scratch, pos, n, nh, nkv, head_dim, pool());
+    (void)scratch;
+    float *work = malloc((size_t)thread_pool_size(pool()) *
+                         attention_scratch_floats(pos + n, nh, nkv, head_dim) * sizeof(float));
+    if (!work) return strata_set_error(STRATA_ENOMEM, "emulated cuda_attention");
+    attention(out, q, k_cache, v_cache, kv_head_stride, work, pos, n, nh, nkv, head_dim, pool());
+    free(work);
     return 0;
 }
 

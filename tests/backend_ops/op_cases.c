@@ -117,7 +117,8 @@ static int attention_layout(const struct bo_shape *s, struct bo_buf *b) {
 static int attention_ref(const struct bo_call *c, struct thread_pool *pool) {
     const struct bo_shape *s = c->s;
     size_t ctx = (size_t)(s->pos + s->n);
-    float *scratch = malloc(sz(thread_pool_size(pool), (int)ctx) * sizeof *scratch);
+    const size_t per_thread = attention_scratch_floats((int)ctx, s->heads, s->kv_heads, s->dim);
+    float *scratch = malloc((size_t)thread_pool_size(pool) * per_thread * sizeof *scratch);
     if (!scratch) return strata_set_error(STRATA_ENOMEM, "attention scratch");
     attention(c->buf[0], c->buf[1], c->buf[2], c->buf[3], ctx * (size_t)s->dim, scratch, s->pos,
               s->n, s->heads, s->kv_heads, s->dim, pool);

@@ -62,9 +62,10 @@ static void release(struct problem *p) {
     free(p->v);
 }
 
-/* out [n, NH*D] by the reference (one thread: scratch [1][pos + n]). */
+/* out [n, NH*D] by the reference (scratch per pool thread). */
 static int run_reference(float *out, const struct problem *p, struct thread_pool *pool) {
-    float *scratch = malloc((size_t)(p->pos + p->n) * sizeof(float));
+    float *scratch = malloc((size_t)thread_pool_size(pool) *
+                            attention_scratch_floats(p->pos + p->n, NH, NKV, D) * sizeof(float));
     if (!scratch) return -1;
     attention(out, p->q, p->k, p->v, (size_t)p->max_seq * D, scratch, p->pos, p->n, NH, NKV, D,
               pool);

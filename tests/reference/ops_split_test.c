@@ -157,7 +157,8 @@ static void check_kvp(const float *k_all, const float *v_all, int ctx, int token
     float *q = rand_floats((size_t)n * qd, 2.0f);
     float *one = malloc((size_t)n * qd * sizeof(float)),
           *got = malloc((size_t)n * qd * sizeof(float));
-    float *scratch = malloc((size_t)thread_pool_size(pool) * (size_t)ctx * sizeof(float));
+    float *scratch = malloc((size_t)thread_pool_size(pool) *
+                            attention_scratch_floats(ctx, NH, NKV, D) * sizeof(float));
     const size_t part_n = (size_t)n * NH * (D + 2);
     float *parts = malloc((size_t)ranks * part_n * sizeof(float));
     float *maxes = malloc((size_t)(ranks + 1) * (size_t)n * NH * sizeof(float));

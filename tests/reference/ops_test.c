@@ -353,43 +353,70 @@ static void test_moe_route(void **state) {
     assert_true(fabs(w[0] + w[1] + w[2] - 1.0) < 1e-6);
 }
 
-/* Causal GQA over a cache with 2 earlier positions and 3 new queries, against double math. */
+/* attention() with scratch of exactly the documented size (on the heap: ASan sees an
+ * overrun), on `threads` threads. */
+static void run_attention(float *out, const float *q, const float *k, const float *v,
+                          size_t kv_head_stride, int pos, int n, int nh, int nkv, int d,
+                          int threads) {
+    struct thread_pool *pool;
+    assert_int_equal(thread_pool_init(&pool, threads), 0);
+    float *scratch =
+        malloc((size_t)threads * attention_scratch_floats(pos + n, nh, nkv, d) * sizeof(float));
+    assert_non_null(scratch);
+    attention(out, q, k, v, kv_head_stride, scratch, pos, n, nh, nkv, d, pool);
+    free(scratch);
+    thread_pool_free(pool);
+}
+
+/* Causal GQA over a cache with 2 earlier positions and 3 new queries, against double math:
+ * groups of 2 and 16 heads (run together), 1 and 18 (one task per head). */
 static void test_attention(void **state) {
     (void)state;
-    enum { NH = 4, NKV = 2, D = 8, MAX_SEQ = 8, POS = 2, N = 3 };
-    float q[N * NH * D], k[NKV * MAX_SEQ * D], v[NKV * MAX_SEQ * D], out[N * NH * D];
-    float scratch[3 * MAX_SEQ];
+    enum { D = 8, MAX_SEQ = 8, POS = 2, N = 3, MAX_NH = 36 };
+    static const int heads[][2] = {{4, 2}, {32, 2}, {4, 4}, {36, 2}}; /* nh, nkv */
+    float q[N * MAX_NH * D], k[4 * MAX_SEQ * D], v[4 * MAX_SEQ * D], out[N * MAX_NH * D];
     fill(q, sizeof q / sizeof *q);
     fill(k, sizeof k / sizeof *k);
     fill(v, sizeof v / sizeof *v);
-    for (int threads = 1; threads <= 3; ++threads) {
-        struct thread_pool *pool;
-        assert_int_equal(thread_pool_init(&pool, threads), 0);
-        attention(out, q, k, v, MAX_SEQ * D, scratch, POS, N, NH, NKV, D, pool);
-        thread_pool_free(pool);
-        for (int i = 0; i < N; ++i)
-            for (int h = 0; h < NH; ++h) {
-                const float *qi = q + (i * NH + h) * D;
-                const float *kh = k + (h / 2) * MAX_SEQ * D, *vh = v + (h / 2) * MAX_SEQ * D;
-                int ctx = POS + i + 1;
-                double s[MAX_SEQ], max = -1e30, z = 0.0;
-                for (int j = 0; j < ctx; ++j) {
-                    s[j] = 0.0;
-                    for (int d = 0; d < D; ++d)
-                        s[j] += (double)qi[d] * kh[j * D + d];
-                    s[j] /= sqrt((double)D);
-                    if (s[j] > max) max = s[j];
-                }
-                for (int j = 0; j < ctx; ++j)
-                    z += exp(s[j] - max);
-                for (int d = 0; d < D; ++d) {
-                    double o = 0.0;
+    for (size_t c = 0; c < sizeof heads / sizeof heads[0]; ++c) {
+        const int NH = heads[c][0], NKV = heads[c][1], group = NH / NKV;
+        for (int threads = 1; threads <= 3; ++threads) {
+            run_attention(out, q, k, v, MAX_SEQ * D, POS, N, NH, NKV, D, threads);
+            for (int i = 0; i < N; ++i)
+                for (int h = 0; h < NH; ++h) {
+                    const float *qi = q + (i * NH + h) * D;
+                    const float *kh = k + (h / group) * MAX_SEQ * D,
+                                *vh = v + (h / group) * MAX_SEQ * D;
+                    int ctx = POS + i + 1;
+                    double s[MAX_SEQ], max = -1e30, z = 0.0;
+                    for (int j = 0; j < ctx; ++j) {
+                        s[j] = 0.0;
+                        for (int d = 0; d < D; ++d)
+                            s[j] += (double)qi[d] * kh[j * D + d];
+                        s[j] /= sqrt((double)D);
+                        if (s[j] > max) max = s[j];
+                    }
                     for (int j = 0; j < ctx; ++j)
-                        o += exp(s[j] - max) / z * vh[j * D + d];
-                    assert_true(fabs(out[(i * NH + h) * D + d] - o) < 1e-5);
+                        z += exp(s[j] - max);
+                    for (int d = 0; d < D; ++d) {
+                        double o = 0.0;
+                        for (int j = 0; j < ctx; ++j)
+                            o += exp(s[j] - max) / z * vh[j * D + d];
+                        assert_true(fabs(out[(i * NH + h) * D + d] - o) < 1e-5);
+                    }
                 }
-            }
+        }
     }
+}
+
+/* The per-thread scratch: one head's scores without grouping, the group's scores and block
+ * trees with it. */
+static void test_attention_scratch_floats(void **state) {
+    (void)state;
+    assert_int_equal(attention_scratch_floats(100, 8, 8, 64), 100);
+    assert_int_equal(attention_scratch_floats(100, 36, 2, 64), 100);
+    assert_true(attention_scratch_floats(100, 8, 2, 64) >= 4 * (100 + 65));
+    assert_true(attention_scratch_floats(101, 8, 2, 64) > attention_scratch_floats(100, 8, 2, 64));
 }
 
 /* The aligned tree of ops.h over blocks [0, nb) of ob [nb][w], written plainly (recursively:
@@ -411,8 +438,8 @@ static void plain_tree(float *ob, int nb, int w) {
  * OPS_ATTN_BLOCK; head_dim 24 (3 transposed columns of 8) and 130 (the 64-wide weighted
  * sums, an 8-wide one and a scalar tail); every matmul path this CPU has (attention's AVX2
  * loops follow it). */
-static void check_exact_order(int D) {
-    enum { NH = 4, NKV = 2, MAX_SEQ = 90, POS = 6, N = 84 };
+static void check_exact_order(int D, int NKV) {
+    enum { NH = 4, MAX_SEQ = 90, POS = 6, N = 84 };
     enum { NB = (MAX_SEQ + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK };
     float *q = malloc(sizeof(float) * N * NH * (size_t)D);
     float *k = malloc(sizeof(float) * NKV * MAX_SEQ * (size_t)D);
@@ -420,19 +447,17 @@ static void check_exact_order(int D) {
     float *out = malloc(sizeof(float) * N * NH * (size_t)D);
     float *ob = malloc(sizeof(float) * NB * (size_t)(D + 1)),
           *o = malloc(sizeof(float) * (size_t)D);
-    float scratch[2 * MAX_SEQ], s[MAX_SEQ];
+    float s[MAX_SEQ];
     fill(q, (size_t)N * NH * (size_t)D);
     fill(k, (size_t)NKV * MAX_SEQ * (size_t)D);
     fill(v, (size_t)NKV * MAX_SEQ * (size_t)D);
-    struct thread_pool *pool;
-    assert_int_equal(thread_pool_init(&pool, 2), 0);
-    attention(out, q, k, v, (size_t)MAX_SEQ * (size_t)D, scratch, POS, N, NH, NKV, D, pool);
-    thread_pool_free(pool);
+    run_attention(out, q, k, v, (size_t)MAX_SEQ * (size_t)D, POS, N, NH, NKV, D, 2);
     float scale = 1.0f / sqrtf((float)D);
     for (int i = 0; i < N; ++i)
         for (int h = 0; h < NH; ++h) {
             const float *qi = q + (i * NH + h) * D;
-            const float *kh = k + (h / 2) * MAX_SEQ * D, *vh = v + (h / 2) * MAX_SEQ * D;
+            const float *kh = k + (h / (NH / NKV)) * MAX_SEQ * D,
+                        *vh = v + (h / (NH / NKV)) * MAX_SEQ * D;
             int ctx = POS + i + 1, nb = (ctx + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK;
             float max = -INFINITY;
             for (int j = 0; j < ctx; ++j) {
@@ -458,9 +483,9 @@ static void check_exact_order(int D) {
             for (int d = 0; d < D; ++d)
                 o[d] = ob[d] * inv;
             if (memcmp(out + (i * NH + h) * D, o, sizeof(float) * (size_t)D))
-                fail_msg("attention %s path, head_dim %d: query %d head %d differs from the "
-                         "documented order",
-                         ops_path_name(ops_matmul_path()), D, i, h);
+                fail_msg("attention %s path, head_dim %d, %d kv heads: query %d head %d differs "
+                         "from the documented order",
+                         ops_path_name(ops_matmul_path()), D, NKV, i, h);
         }
     free(q), free(k), free(v), free(out), free(ob), free(o);
 }
@@ -470,9 +495,12 @@ static void test_attention_exact_order(void **state) {
     static const enum ops_path paths[] = {OPS_PATH_PORTABLE, OPS_PATH_AVX2, OPS_PATH_AVX512};
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
         if (!ops_force_path(paths[p])) continue;
-        check_exact_order(24);
-        check_exact_order(130);
-        printf("attention: %s path gives the documented order's bits (head_dim 24, 130)\n",
+        for (int nkv = 2; nkv <= 4; nkv += 2) { /* GQA groups of 2 heads, then one per head */
+            check_exact_order(24, nkv);
+            check_exact_order(130, nkv);
+        }
+        printf("attention: %s path gives the documented order's bits (head_dim 24, 130; "
+               "groups of 2 and 1)\n",
                ops_path_name(paths[p]));
     }
     ops_force_path(OPS_PATH_AUTO);
@@ -491,6 +519,7 @@ int main(void) {
         cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_scratch_floats),
         cmocka_unit_test(test_attention_exact_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
