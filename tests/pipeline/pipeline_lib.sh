@@ -136,6 +136,32 @@ pl_check_same() {
     echo "$1: all 4 requests (2 greedy, 2 sampled) completed with the undisturbed tokens"
 }
 
+# pl_reference_run MODEL_DIR PROMPT GREEDY SAMPLED [strata-stage options...]: the recovery
+# tests' undisturbed run on one stage (tag "one"). GREEDY and SAMPLED name the caller's
+# arrays of strata-client options (two requests each): their output goes to
+# $PL_WORK/one.greedy and one.sampled (what pl_check_same compares against); then one request
+# of PROMPT for 150 tokens into $PL_WORK/one.single, whose --out (tokens + every logit) is
+# copied to $PL_WORK/ref.safetensors. The stage stops at the end.
+pl_reference_run() {
+    local model=$1 prompt=$2
+    local -n pl_ref_greedy=$3 pl_ref_sampled=$4
+    shift 4
+    pl_start_pipeline one 1 "$model" "$@" --out "$PL_WORK/one.safetensors"
+    pl_client one "${pl_ref_greedy[@]}" >"$PL_WORK/one.greedy" ||
+        pl_fail "reference: $(cat "$PL_WORK/one.greedy")"
+    pl_client one "${pl_ref_sampled[@]}" >"$PL_WORK/one.sampled" ||
+        pl_fail "reference: $(cat "$PL_WORK/one.sampled")"
+    pl_client one --prompt "$prompt" --max-tokens 150 >"$PL_WORK/one.single" ||
+        pl_fail "reference single: $(cat "$PL_WORK/one.single")"
+    # --out holds the last finished request, and the stage writes it after the client has its
+    # last token: wait for the 5th request's write (the file exists from the first), or the
+    # copy may be the previous request's --out and a comparison with it fails.
+    pl_wait_log "$PL_WORK/one.0.log" "wrote $PL_WORK/one.safetensors" 5 5 ||
+        pl_fail "single stage: the 5th request's --out was not written"
+    cp "$PL_WORK/one.safetensors" "$PL_WORK/ref.safetensors"
+    pl_stop_pipeline one 1
+}
+
 # pl_wait_log FILE PATTERN COUNT TIMEOUT_S: waits for COUNT lines matching PATTERN.
 pl_wait_log() {
     local file=$1 pattern=$2 count=$3 timeout=$4 i=0

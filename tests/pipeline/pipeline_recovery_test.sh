@@ -29,18 +29,8 @@ export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
 greedy=(--prompt "$p0" --prompt "$p1" --max-tokens 120)
 sampled=(--prompt "$p1" --prompt "$p0" --max-tokens 120 --temperature 0.8 --top-k 40 --seed 7)
 
-# The undisturbed reference: one stage.
-pl_start_pipeline one 1 "$model" "${opts[@]}" --out "$PL_WORK/one.safetensors"
-pl_client one "${greedy[@]}" >"$PL_WORK/one.greedy" || pl_fail "reference: $(cat "$PL_WORK/one.greedy")"
-pl_client one "${sampled[@]}" >"$PL_WORK/one.sampled" || pl_fail "reference: $(cat "$PL_WORK/one.sampled")"
-pl_client one --prompt "$p0" --max-tokens 150 >"$PL_WORK/one.single" || pl_fail "reference single"
-# --out holds the last finished request, and the stage writes it after the client has its
-# last token: wait for the 5th request's write (the file exists from the first), or the copy
-# may be the previous request's --out (120 tokens) and case c would compare against that.
-pl_wait_log "$PL_WORK/one.0.log" "wrote $PL_WORK/one.safetensors" 5 5 ||
-    pl_fail "single stage: the 5th request's --out was not written"
-cp "$PL_WORK/one.safetensors" "$PL_WORK/ref.safetensors"
-pl_stop_pipeline one 1
+# The undisturbed reference: one stage (one.greedy, one.sampled, one.single, ref.safetensors).
+pl_reference_run "$model" "$p0" greedy sampled "${opts[@]}"
 
 # 1. Three stages, stage 1 killed, --out on the last stage.
 pl_start_pipeline a 3 "$model" "${opts[@]}" --step-delay-ms 10 --out "$PL_WORK/a.safetensors"
