@@ -22,10 +22,29 @@
 # Layers: --split decode (BENCH_SPLIT, default decode; even for the same layer count): each
 # stage streams about as many weight bytes per token, the last stage's lm_head counted, so no
 # stage sets a slower pace than the others (strata-plan --split decode prints the ranges).
+# BENCH_LOAD=prefill (default decode: all of the above) measures a prefill-heavy load
+# instead: S concurrent requests of BENCH_PROMPT_TOKENS (default 256) distinct prompt ids and
+# 1 generated token each, on S = 2 and 4 stages and on one process serving the same S
+# requests, every stage and the single process on 1 thread. Decode is memory-bound, so one
+# process batches S decoding requests nearly for free and no pipeline on one host reaches S x
+# there; a prefill's cost grows with its rows, so this is where the issue's goal (S stages
+# with S requests in flight >= 0.9 x S x one process) can be measured. It prints aggregate
+# prompt tokens/s (S x prompt tokens / the last request's first-token time, from
+# strata-client's "first token ... ms" lines: the time until every prompt is prefilled and
+# its token sampled), the single process's figure and "% of S x single process"; medians of
+# BENCH_REPEAT interleaved rounds; --split even unless BENCH_SPLIT says otherwise (prefill
+# computes layers: the lm_head runs on one row per request).
 # Env: BENCH_MODEL, BENCH_THREADS, BENCH_TOKENS (default 48), BENCH_SPLIT_THREADS, BENCH_REPEAT,
-# BENCH_SPLIT,
+# BENCH_SPLIT, BENCH_LOAD (decode or prefill), BENCH_PROMPT_TOKENS (prefill, default 256),
 # STRATA_BAZEL_FLAGS (extra flags for bazel build, e.g. --define=strata_cuda=0).
 set -u
+case "${BENCH_LOAD:-decode}" in
+    decode | prefill) ;;
+    *)
+        echo "bench_pipeline: BENCH_LOAD is decode or prefill, not '${BENCH_LOAD}'" >&2
+        exit 2
+        ;;
+esac
 cd "$(dirname "$0")/.."
 bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
     >/dev/null 2>&1 ||
@@ -48,9 +67,13 @@ prompts=(1,2,3,4,5,6,7,8 9,10,11,12,13,14,15,16 17,18,19,20,21,22,23,24 25,26,27
 
 decode_rate() { sed -n 's/^request 0: .* \([0-9.]*\) tokens\/s$/\1/p' "$1"; }
 aggregate_rate() { sed -n 's/^total: .* = \([0-9.]*\) tokens\/s$/\1/p' "$1"; }
+# prefill_rate FILE TOKENS: TOKENS / the latest "first token ... ms" of FILE's requests.
+prefill_rate() {
+    sed -n 's/^request [0-9]*: .*, first token \([0-9.]*\) ms, .*/\1/p' "$1" | sort -g | tail -n 1 |
+        awk -v t="$2" '{ printf "%.1f", t / ($1 / 1000) }'
+}
 
-echo "pipeline benchmark: $(grep -o '"num_hidden_layers": *[0-9]*' "$model/config.json" | tr -d '"'), hidden $hidden," \
-    "$N tokens per request, $(nproc) cores, threads per stage: $([ "${BENCH_SPLIT_THREADS:-0}" = 1 ] && echo "T/S of $T" || echo "$T"), --split ${BENCH_SPLIT:-decode}"
+layers=$(grep -o '"num_hidden_layers": *[0-9]*' "$model/config.json" | tr -d '"')
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
 threads_for() {
     if [ "${BENCH_SPLIT_THREADS:-0}" = 1 ]; then
@@ -64,6 +87,61 @@ many_args() { # many_args K: K different prompts
     local i
     for ((i = 0; i < $1; i++)); do printf -- "--prompt %s " "${prompts[$i]}"; done
 }
+
+# BENCH_LOAD=prefill (see the top): S requests of P prompt ids, 1 generated token, 1 thread.
+bench_prefill() {
+    local P=${BENCH_PROMPT_TOKENS:-256} split=${BENCH_SPLIT:-even} S K rep r a b of vocab max_seq
+    [[ "$P" =~ ^[1-9][0-9]*$ ]] || pl_fail "BENCH_PROMPT_TOKENS must be a positive count, not '$P'"
+    vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$model/config.json")
+    max_seq=$((P + 16 > 512 ? P + 16 : 512))
+    echo "pipeline benchmark, prefill load: $layers, hidden $hidden, S requests of $P prompt" \
+        "tokens and 1 generated token each, $(nproc) cores, 1 thread per stage and 1 thread for" \
+        "the single process, --split $split"
+    local reqs=() # reqs[r]: request r's prompt, distinct ids (r * P ...) below the vocabulary
+    for ((r = 0; r < 4; r++)); do
+        reqs[r]=$(seq $((r * P)) $((r * P + P - 1)) |
+            awk -v v="$vocab" '{ printf "%s%d", (NR > 1 ? "," : ""), $1 % (v - 1) + 1 }')
+    done
+    for S in 1 2 4; do
+        pl_start_pipeline "p$S" "$S" "$model" --threads 1 --max-seq "$max_seq" --max-batch 8 \
+            --split "$split" --insecure
+        pl_client "p$S" --prompt "${reqs[0]}" --max-tokens 1 --quiet --insecure >/dev/null 2>&1 ||
+            pl_fail "warm-up on $S stages failed"
+    done
+    declare -A pre
+    for ((rep = 0; rep < ${BENCH_REPEAT:-5}; rep++)); do
+        for K in 2 4; do
+            for S in 1 "$K"; do
+                local args=()
+                for ((r = 0; r < K; r++)); do args+=(--prompt "${reqs[r]}"); done
+                pl_client "p$S" "${args[@]}" --max-tokens 1 --quiet --insecure >"$PL_WORK/pre" 2>&1 ||
+                    pl_fail "$K prefills on $S stages failed: $(cat "$PL_WORK/pre")"
+                pre[$S.$K]="${pre[$S.$K]:-} $(prefill_rate "$PL_WORK/pre" $((K * P)))"
+            done
+        done
+    done
+    for S in 1 2 4; do
+        pl_stop_pipeline "p$S" "$S"
+    done
+    printf "%-7s %-9s %-24s %-25s %-14s\n" stages requests "prompt tok/s, S stages" \
+        "prompt tok/s, 1 process" "of S x 1 process"
+    for S in 2 4; do
+        a=$(echo "${pre[$S.$S]}" | median)
+        b=$(echo "${pre[1.$S]}" | median)
+        of=$(awk -v a="$a" -v b="$b" -v s="$S" 'BEGIN { printf "%.0f%%", 100 * a / (s * b) }')
+        [ "$S" -le "$(nproc)" ] || of="$of (*)"
+        printf "%-7s %-9s %-24s %-25s %-14s\n" "$S" "$S" "$a" "$b" "$of"
+    done
+    echo "goal: >= 90% of S x the single process with S requests in flight" \
+        "((*): more stages than the $(nproc) cores here, so stages share cores: not a measure of S x)"
+}
+
+if [ "${BENCH_LOAD:-decode}" = prefill ]; then
+    bench_prefill
+    exit 0
+fi
+echo "pipeline benchmark: $layers, hidden $hidden," \
+    "$N tokens per request, $(nproc) cores, threads per stage: $([ "${BENCH_SPLIT_THREADS:-0}" = 1 ] && echo "T/S of $T" || echo "$T"), --split ${BENCH_SPLIT:-decode}"
 
 # All three pipelines run side by side (idle stages only wait in poll) and the measurements
 # are interleaved round by round, so drifting load on a shared host hits every
