@@ -22,7 +22,8 @@
  *     host groups tokens by expert to size each expert's matmul), so a MoE layer adds one
  *     synchronisation;
  *   - greedy decoding: `argmax` runs the head and cuda_argmax on the device and copies back
- *     one id per row instead of V logits;
+ *     one id per row instead of V logits (under TP: one (value, id) pair per row and rank,
+ *     merged on the host, the logits never assembled: backend_cuda_tp.c);
  *   - decode graphs: a decode step of b one-token items is captured into a CUDA graph and
  *     launched as one (kernels/cuda_device.h); the graph of b items is kept and updated in
  *     place at each step (new positions are new kernel arguments, the KV rows' offsets are
@@ -452,8 +453,9 @@ static int cuda_embed(struct stage_backend *be, float *hidden, const int32_t *to
     return rc;
 }
 
-/* Queues the head over hidden [n, H] into c->logits [n, V]. */
-static int enqueue_head(struct cuda_context *c, const float *hidden, int n) {
+/* Queues the head over hidden [n, H] into c->logits: [n, V] when `whole`, else (under TP)
+ * this rank's [n, V/T] vocabulary columns only. */
+static int enqueue_head(struct cuda_context *c, const float *hidden, int n, int whole) {
     int H = c->cfg->hidden_size, rc;
     size_t rows = (size_t)n * (size_t)H * sizeof(float);
     memcpy(c->h_hidden, hidden, rows);
@@ -461,7 +463,7 @@ static int enqueue_head(struct cuda_context *c, const float *hidden, int n) {
         (rc = cuda_rmsnorm(c->norm, c->hidden, c->final_norm, c->cfg->rms_norm_eps, n, H,
                            c->stream)))
         return rc;
-    if (c->tp > 1) return backend_cuda_tp_head(c, n);
+    if (c->tp > 1 && whole) return backend_cuda_tp_head(c, n);
     return cuda_matmul(c->logits, c->norm, &c->lm_head, n, c->stream);
 }
 
@@ -485,7 +487,7 @@ static int cuda_logits(struct stage_backend *be, float *logits, const float *hid
     size_t bytes = (size_t)n * (size_t)c->cfg->vocab_size * sizeof(float);
     int rc = head_call(c, logits, hidden, n, "logits");
     if (rc) return rc < 0 ? rc : 0;
-    if ((rc = enqueue_head(c, hidden, n)) ||
+    if ((rc = enqueue_head(c, hidden, n, 1)) ||
         (rc = cuda_memcpy_async(c->h_logits, c->logits, bytes, CUDA_COPY_TO_HOST, c->stream)) ||
         (rc = backend_cuda_sync(c)))
         return rc;
@@ -495,12 +497,18 @@ static int cuda_logits(struct stage_backend *be, float *logits, const float *hid
 
 /* ids [n] = argmax of each row of the logits, on the device: one int per row comes back
  * instead of V floats. cuda_argmax is the reference's argmax exactly (kernels/argmax.h),
- * so the ids are those of sampler_sample at temperature 0 on this backend's logits. */
+ * so the ids are those of sampler_sample at temperature 0 on this backend's logits. Under
+ * TP the rows are never assembled: each rank's shard is reduced to (value, id) pairs that
+ * are all-gathered and merged (backend_cuda_tp_argmax), the same ids. */
 static int cuda_argmax_ids(struct stage_backend *be, int32_t *ids, const float *hidden, int n) {
     struct cuda_context *c = ctx(be);
     int rc = head_call(c, ids, hidden, n, "argmax");
     if (rc) return rc < 0 ? rc : 0;
-    if ((rc = enqueue_head(c, hidden, n)) ||
+    if (c->tp > 1) {
+        if ((rc = enqueue_head(c, hidden, n, 0))) return rc;
+        return backend_cuda_tp_argmax(c, ids, c->logits, n);
+    }
+    if ((rc = enqueue_head(c, hidden, n, 1)) ||
         (rc = cuda_argmax_rows(c->ids, c->logits, n, c->cfg->vocab_size, c->stream)) ||
         (rc = cuda_memcpy_async(c->h_tokens, c->ids, (size_t)n * sizeof(int32_t), CUDA_COPY_TO_HOST,
                                 c->stream)) ||

@@ -397,6 +397,17 @@ int cuda_argmax_rows(int32_t *out, const float *x, int n_rows, int n, void *stre
     return 0;
 }
 
+int cuda_argmax_part_rows(float *pairs, const float *x, int n_rows, int n, int start,
+                          void *stream) {
+    ON_STREAM(stream);
+    for (int r = 0; r < n_rows; ++r) {
+        struct argmax_candidate c = argmax_part(x + (size_t)r * (size_t)n, n, start);
+        pairs[2 * r] = c.value;
+        pairs[2 * r + 1] = (float)c.index;
+    }
+    return 0;
+}
+
 int cuda_kv_store(float *k_cache, float *v_cache, const float *k, const float *v,
                   size_t kv_head_stride, int row_stride, int pos, int n_tokens, int nkv,
                   int head_dim, void *stream) {

@@ -55,6 +55,8 @@ static atomic_int argmax_mismatches; /* stage_backend_argmax != argmax(logits) *
 /* --grid: this thread's place in the stage's group (NULL: one rank) and its device. */
 static _Thread_local const struct stage_tp_config *rank_tp;
 static _Thread_local const char *rank_device;
+/* When set, run_case records each step's greedy id (stage_backend_argmax) here [n_steps]. */
+static _Thread_local int32_t *rank_ids;
 
 /* Adds the graph launches a backend's describe line reports ("decode graphs on (N
  * launched, M instantiated)"). Every backend here decodes at one batch size only, so its
@@ -172,9 +174,11 @@ static int hand_over_kv(struct stage_backend **be, const char *const *devices, i
 }
 
 /* Decodes one step (teacher-forced) through every stage; logits of the last row, and its
- * greedy id from stage_backend_argmax checked against them (`scratch` [V]). */
+ * greedy id from stage_backend_argmax checked against them (`scratch` [V]) and stored in
+ * *id_out when given. */
 static int step_through(struct stage_backend **be, int n_stages, float *hidden,
-                        const struct forward_item *item, float *logits, float *scratch, int H) {
+                        const struct forward_item *item, float *logits, float *scratch, int H,
+                        int32_t *id_out) {
     int rc = 0, V = be[0]->cfg->vocab_size;
     int32_t id = -1;
     const float *last = hidden + (size_t)(item->n_tokens - 1) * H;
@@ -183,6 +187,7 @@ static int step_through(struct stage_backend **be, int n_stages, float *hidden,
     if (rc == 0) rc = stage_backend_logits(be[n_stages - 1], logits, last, 1);
     if (rc == 0) rc = stage_backend_argmax(be[n_stages - 1], &id, last, 1, scratch);
     if (rc == 0 && id != argmax(logits, V)) atomic_fetch_add(&argmax_mismatches, 1);
+    if (id_out) *id_out = id;
     return rc;
 }
 
@@ -216,7 +221,8 @@ static float *run_case(const struct golden_case *gc, const int *bounds, const ch
             rc = stage_backend_embed(be[0], p.hidden, &token, 1);
         }
         if (rc == 0)
-            rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, scratch, H);
+            rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, scratch, H,
+                              rank_ids ? &rank_ids[step] : NULL);
         if (rc == 0 && step == 0 && handover) rc = hand_over_kv(be, devices, n_stages, gc, max_seq);
     }
     for (int s = 0; s < n_stages; ++s) {
@@ -334,6 +340,7 @@ struct grid_rank {
     const char *shm_name;
     char device[16];
     float *logits; /* [n_steps, V] or NULL */
+    int32_t *ids;  /* [n_steps] greedy ids (stage_backend_argmax) */
     char error[600];
 };
 
@@ -353,6 +360,7 @@ static void *grid_rank_main(void *arg) {
     }
     rank_tp = &r->tp;
     rank_device = strncmp(device, "cuda", 4) == 0 ? r->device : NULL;
+    rank_ids = r->ids;
     r->logits = run_case(r->gc, whole, devices, 1, 0);
     if (!r->logits) snprintf(r->error, sizeof r->error, "%s", strata_last_error());
     coll_close(r->tp.coll);
@@ -367,9 +375,11 @@ static int kvp_tokens_for(int max_seq, int K) {
     return tokens;
 }
 
-/* 0 when every rank of the T x K grid gives `solo` bit for bit; one line either way. */
-static int check_grid(const struct golden_case *gc, const char *name, const float *solo, int T,
-                      int K) {
+/* 0 when every rank of the T x K grid gives `solo` bit for bit and the greedy ids `solo_ids`
+ * (under TP from the vocab-parallel argmax, the logits never assembled); one line either
+ * way. */
+static int check_grid(const struct golden_case *gc, const char *name, const float *solo,
+                      const int32_t *solo_ids, int T, int K) {
     static int counter;
     int size = T * K, bad = 0, max_seq = gc->n_prompt + gc->n_steps;
     size_t bytes = sizeof(float) * (size_t)gc->n_steps * gc->cfg.vocab_size;
@@ -379,6 +389,7 @@ static int check_grid(const struct golden_case *gc, const char *name, const floa
     struct grid_rank r[MAX_RANKS];
     for (int g = 0; g < size; ++g) {
         r[g] = (struct grid_rank){.gc = gc, .shm_name = shm};
+        r[g].ids = calloc((size_t)gc->n_steps, sizeof(int32_t));
         r[g].tp = (struct stage_tp_config){.tp = T,
                                            .tp_rank = g % T,
                                            .kvp = K,
@@ -395,8 +406,13 @@ static int check_grid(const struct golden_case *gc, const char *name, const floa
     for (int g = 0; g < size; ++g)
         pthread_join(th[g], NULL);
     for (int g = 0; g < size; ++g) {
+        int ids_differ =
+            r[g].logits && (!r[g].ids || memcmp(r[g].ids, solo_ids, sizeof(int32_t) * gc->n_steps));
         if (!r[g].logits)
             printf("  %s: TP %d x KVP %d rank %d: %s\n", name, T, K, g, r[g].error);
+        else if (ids_differ)
+            printf("  %s: TP %d x KVP %d rank %d: greedy ids differ from one rank's\n", name, T, K,
+                   g);
         else if (memcmp(r[g].logits, solo, bytes)) {
             double worst = 0.0;
             for (size_t v = 0; v < bytes / sizeof(float); ++v)
@@ -404,11 +420,12 @@ static int check_grid(const struct golden_case *gc, const char *name, const floa
             printf("  %s: TP %d x KVP %d rank %d: logits differ from one rank's (max |d| %.3g)\n",
                    name, T, K, g, worst);
         }
-        bad += !r[g].logits || memcmp(r[g].logits, solo, bytes);
+        bad += !r[g].logits || memcmp(r[g].logits, solo, bytes) || ids_differ;
         free(r[g].logits);
+        free(r[g].ids);
     }
-    printf("%s %-18s on %s: TP %d x KVP %d (%s): logits %s one rank's\n", bad ? "FAIL" : "ok  ",
-           name, device, T, K, K > 1 ? "KV split" : "whole KV",
+    printf("%s %-18s on %s: TP %d x KVP %d (%s): logits and greedy ids %s one rank's\n",
+           bad ? "FAIL" : "ok  ", name, device, T, K, K > 1 ? "KV split" : "whole KV",
            bad ? "differ from" : "bit-identical to");
     return bad != 0;
 }
@@ -422,8 +439,12 @@ static int check_case_grids(const char *name, const int (*grids)[2], int n_grids
     }
     int whole[2] = {0, gc.cfg.num_layers}, failures = 0;
     const char *const same[MAX_STAGES] = {device, device, device};
-    float *solo = run_case(&gc, whole, same, 1, 0);
+    int32_t *solo_ids = calloc((size_t)gc.n_steps, sizeof(int32_t));
+    rank_ids = solo_ids;
+    float *solo = solo_ids ? run_case(&gc, whole, same, 1, 0) : NULL;
+    rank_ids = NULL;
     if (!solo) {
+        free(solo_ids);
         printf("FAIL %s on %s: %s\n", name, device, strata_last_error());
         golden_case_close(&gc);
         return 1;
@@ -434,9 +455,10 @@ static int check_case_grids(const char *name, const int (*grids)[2], int n_grids
                    strata_last_error());
             continue;
         }
-        failures += check_grid(&gc, name, solo, grids[i][0], grids[i][1]);
+        failures += check_grid(&gc, name, solo, solo_ids, grids[i][0], grids[i][1]);
     }
     free(solo);
+    free(solo_ids);
     golden_case_close(&gc);
     return failures;
 }
