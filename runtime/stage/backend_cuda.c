@@ -41,7 +41,9 @@
  * down, the embedding and head are vocab-parallel, attention under KVP is the reference's two
  * steps around the group's all-gathers, all on NCCL with the CPU backend's order, so every
  * rank's logits are one rank's bits. Waits go through backend_cuda_sync (nccl_group_wait,
- * bounded, under a split). Decode graphs are off under a split.
+ * bounded, under a split, and never inside a captured step). Decode graphs are on under a
+ * split as without one: the step's collectives are captured with its kernels (verified in
+ * emulation only).
  *
  * Determinism: every kernel computes each output element in one fixed order that depends
  * on neither the batch nor the neighbouring rows (kernels/README.md), all launches go to
@@ -620,10 +622,14 @@ static int device_index(const char *device) {
     return device[4] == ':' ? atoi(device + 5) : 0;
 }
 
-/* Graphs unless STRATA_CUDA_GRAPHS=0 or a layer is MoE (its routing synchronises). */
+/* Graphs unless STRATA_CUDA_GRAPHS=0 or a layer is MoE (its routing synchronises). Under
+ * TP / KVP too: a decode step's collectives (the TP reduces, KVP's two all-gathers per
+ * tile, whose sizes depend only on the batch) are queued on the backend's stream with no
+ * host wait inside the step, and NCCL (>= 2.9) captures them into the graph; the waits are
+ * backend_cuda_sync's, after the launch. */
 static int graphs_wanted(const struct cuda_context *c) {
     const char *env = getenv("STRATA_CUDA_GRAPHS");
-    if ((env && strcmp(env, "0") == 0) || c->grid) return 0; /* TP / KVP: eager at first */
+    if (env && strcmp(env, "0") == 0) return 0;
     for (int l = 0; l < c->n_layers; ++l)
         if (c->layers[l].is_moe) return 0;
     return 1;

@@ -24,7 +24,13 @@
  *   - every wait is nccl_group_wait, bounded by the group's timeout;
  *   - MoE under TP: whole experts per rank (--moe expert; --moe split is refused), one node
  *     of the MoE sum's expert tree (backend_cuda_moe.c), completed by the layer's reduce.
- * Decode graphs are off under a split (graphs_wanted). */
+ * Decode graphs stay on under a split (graphs_wanted): every collective of a decode step is
+ * queued on c->stream (nccl_group_open's stream) and nothing here waits on the host inside
+ * a step, so NCCL captures them into the step's graph; the KVP tile and every collective's
+ * size depend only on the row count (a decode batch's b), positions are kernel arguments,
+ * so the graph of b items is updated in place from step to step. Emulated only (the NCCL
+ * emulation holds collectives to the capture rules: tests/backend_ops/emulated_capture.h);
+ * on GPUs the captured NCCL kernels and their updates (cudaGraphExecUpdate) have not run. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

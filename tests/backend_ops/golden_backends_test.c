@@ -27,8 +27,11 @@
  * K KVP ranks, each rank a thread with its own backend (rank r on device "cuda:r" for a CUDA
  * device, NCCL taking one rank per device) in one wire group (wire/collective over shared
  * memory), and checks that every rank's logits and greedy ids equal one rank's on the same
- * device bit for bit (issue 16: TP and KVP change no bit); MoE layers split by whole experts
- * (--moe expert). A degree a case's shapes cannot take is skipped with tp_check's reason. */
+ * device bit for bit (issue 16: TP and KVP change no bit; the greedy ids under TP from the
+ * vocab-parallel argmax), and on a CUDA device that every rank launched as many decode graphs
+ * as the one rank (its collectives captured in them; none with --no-graphs), each graph
+ * instantiated once; MoE layers split by whole experts (--moe expert). A degree a case's
+ * shapes cannot take is skipped with tp_check's reason. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -49,9 +52,11 @@
 #define MAX_STAGES 3
 
 static const char *device;
-static long graph_launches;   /* summed over the backends' describe lines */
-static long graph_reinstants; /* instantiations beyond one per backend (each decodes one b) */
-static atomic_int argmax_mismatches; /* stage_backend_argmax != argmax(logits) */
+static int no_graphs; /* --no-graphs: STRATA_CUDA_GRAPHS=0 */
+/* Per thread (a --grid rank is a thread): summed over its backends' describe lines. */
+static _Thread_local long graph_launches;
+static _Thread_local long graph_reinstants; /* instantiations beyond one per backend */
+static atomic_int argmax_mismatches;        /* stage_backend_argmax != argmax(logits) */
 /* --grid: this thread's place in the stage's group (NULL: one rank) and its device. */
 static _Thread_local const struct stage_tp_config *rank_tp;
 static _Thread_local const char *rank_device;
@@ -336,6 +341,7 @@ static int check_mixed(const struct golden_case *gc, const char *name) {
 
 struct grid_rank {
     const struct golden_case *gc;
+    long graph_launches, graph_reinstants;
     struct stage_tp_config tp;
     const char *shm_name;
     char device[16];
@@ -363,6 +369,8 @@ static void *grid_rank_main(void *arg) {
     rank_ids = r->ids;
     r->logits = run_case(r->gc, whole, devices, 1, 0);
     if (!r->logits) snprintf(r->error, sizeof r->error, "%s", strata_last_error());
+    r->graph_launches = graph_launches;
+    r->graph_reinstants = graph_reinstants;
     coll_close(r->tp.coll);
     return NULL;
 }
@@ -376,10 +384,12 @@ static int kvp_tokens_for(int max_seq, int K) {
 }
 
 /* 0 when every rank of the T x K grid gives `solo` bit for bit and the greedy ids `solo_ids`
- * (under TP from the vocab-parallel argmax, the logits never assembled); one line either
+ * (under TP from the vocab-parallel argmax, the logits never assembled) and, on a CUDA
+ * device, launched as many decode graphs as the one rank did (`solo_graphs`: captured with
+ * the step's collectives; none with --no-graphs), each instantiated once; one line either
  * way. */
 static int check_grid(const struct golden_case *gc, const char *name, const float *solo,
-                      const int32_t *solo_ids, int T, int K) {
+                      const int32_t *solo_ids, long solo_graphs, int T, int K) {
     static int counter;
     int size = T * K, bad = 0, max_seq = gc->n_prompt + gc->n_steps;
     size_t bytes = sizeof(float) * (size_t)gc->n_steps * gc->cfg.vocab_size;
@@ -420,13 +430,20 @@ static int check_grid(const struct golden_case *gc, const char *name, const floa
             printf("  %s: TP %d x KVP %d rank %d: logits differ from one rank's (max |d| %.3g)\n",
                    name, T, K, g, worst);
         }
-        bad += !r[g].logits || memcmp(r[g].logits, solo, bytes) || ids_differ;
+        int graphs_differ =
+            r[g].logits && (r[g].graph_launches != solo_graphs || r[g].graph_reinstants != 0);
+        if (graphs_differ)
+            printf("  %s: TP %d x KVP %d rank %d: %ld decode graphs launched (one rank: %ld), %ld "
+                   "instantiated again\n",
+                   name, T, K, g, r[g].graph_launches, solo_graphs, r[g].graph_reinstants);
+        bad += !r[g].logits || memcmp(r[g].logits, solo, bytes) || ids_differ || graphs_differ;
         free(r[g].logits);
         free(r[g].ids);
     }
-    printf("%s %-18s on %s: TP %d x KVP %d (%s): logits and greedy ids %s one rank's\n",
+    printf("%s %-18s on %s: TP %d x KVP %d (%s): logits and greedy ids %s one rank's, %ld "
+           "decode graphs per rank\n",
            bad ? "FAIL" : "ok  ", name, device, T, K, K > 1 ? "KV split" : "whole KV",
-           bad ? "differ from" : "bit-identical to");
+           bad ? "differ from" : "bit-identical to", solo_graphs);
     return bad != 0;
 }
 
@@ -440,9 +457,11 @@ static int check_case_grids(const char *name, const int (*grids)[2], int n_grids
     int whole[2] = {0, gc.cfg.num_layers}, failures = 0;
     const char *const same[MAX_STAGES] = {device, device, device};
     int32_t *solo_ids = calloc((size_t)gc.n_steps, sizeof(int32_t));
+    const long launches_before = graph_launches;
     rank_ids = solo_ids;
     float *solo = solo_ids ? run_case(&gc, whole, same, 1, 0) : NULL;
     rank_ids = NULL;
+    const long solo_graphs = graph_launches - launches_before;
     if (!solo) {
         free(solo_ids);
         printf("FAIL %s on %s: %s\n", name, device, strata_last_error());
@@ -455,7 +474,7 @@ static int check_case_grids(const char *name, const int (*grids)[2], int n_grids
                    strata_last_error());
             continue;
         }
-        failures += check_grid(&gc, name, solo, solo_ids, grids[i][0], grids[i][1]);
+        failures += check_grid(&gc, name, solo, solo_ids, solo_graphs, grids[i][0], grids[i][1]);
     }
     free(solo);
     free(solo_ids);
@@ -512,7 +531,7 @@ int main(int argc, char **argv) {
     struct stage_backend *be = NULL;
     int failed = 0, grids[MAX_RANKS][2], n_grids = 0, ranks = 1;
     device = argc > 1 ? argv[1] : "cpu";
-    int no_graphs = argc > 2 && strcmp(argv[2], "--no-graphs") == 0;
+    no_graphs = argc > 2 && strcmp(argv[2], "--no-graphs") == 0;
     if (no_graphs) setenv("STRATA_CUDA_GRAPHS", "0", 1);
     for (int i = 2; i + 1 < argc && n_grids < MAX_RANKS; ++i)
         if (strcmp(argv[i], "--grid") == 0) {
@@ -550,6 +569,14 @@ int main(int argc, char **argv) {
             printf("FAIL: stage_backend_argmax differs from argmax of the logits %d time(s)\n",
                    (int)argmax_mismatches);
         failed += argmax_mismatches != 0;
+        if (strncmp(device, "cuda", 4) == 0) { /* the one-rank runs, on this thread */
+            int bad = no_graphs ? graph_launches != 0 : graph_launches == 0 || graph_reinstants;
+            printf("%s decode graphs %s: %ld launched by the one-rank runs, %ld instantiated "
+                   "again\n",
+                   bad ? "FAIL" : "ok  ", no_graphs ? "off" : "on", graph_launches,
+                   graph_reinstants);
+            failed += bad;
+        }
         printf("%s grids: %d golden case(s) failed\n", device, failed);
         return failed ? 1 : 0;
     }
