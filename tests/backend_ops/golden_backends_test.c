@@ -531,7 +531,10 @@ int main(int argc, char **argv) {
     struct stage_backend *be = NULL;
     int failed = 0, grids[MAX_RANKS][2], n_grids = 0, ranks = 1;
     device = argc > 1 ? argv[1] : "cpu";
-    no_graphs = argc > 2 && strcmp(argv[2], "--no-graphs") == 0;
+    /* STRATA_CUDA_GRAPHS=0 set by hand (a device session's workaround) is --no-graphs. */
+    const char *graphs_env = getenv("STRATA_CUDA_GRAPHS");
+    no_graphs = (argc > 2 && strcmp(argv[2], "--no-graphs") == 0) ||
+                (graphs_env && strcmp(graphs_env, "0") == 0);
     if (no_graphs) setenv("STRATA_CUDA_GRAPHS", "0", 1);
     for (int i = 2; i + 1 < argc && n_grids < MAX_RANKS; ++i)
         if (strcmp(argv[i], "--grid") == 0) {
