@@ -21,12 +21,13 @@ __device__ static inline void better(float &va, int &ia, float vb, int ib) {
     }
 }
 
-__global__ static void argmax_kernel(int32_t *out, const float *x, int n) {
+/* The block's first largest non-NaN element of `row` [n]: (v, idx), idx -1 when none; valid
+ * in thread 0. */
+__device__ static void block_best(const float *row, int n, float &v, int &idx) {
     __shared__ float sv[kThreads];
     __shared__ int si[kThreads];
-    const float *row = x + (size_t)blockIdx.x * (size_t)n;
-    float v = 0.0f;
-    int idx = -1;
+    v = 0.0f;
+    idx = -1;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const float xi = row[i];
         if (xi == xi) better(v, idx, xi, i); /* NaN never wins */
@@ -42,9 +43,36 @@ __global__ static void argmax_kernel(int32_t *out, const float *x, int n) {
         }
         __syncthreads();
     }
+}
+
+__global__ static void argmax_kernel(int32_t *out, const float *x, int n) {
+    const float *row = x + (size_t)blockIdx.x * (size_t)n;
+    float v;
+    int idx;
+    block_best(row, n, v, idx);
     if (threadIdx.x == 0) {
         const float x0 = row[0];
         out[blockIdx.x] = (x0 != x0 || idx < 0) ? 0 : idx;
+    }
+}
+
+/* argmax_part: the part holding id 0 reports argmax()'s pick (x[0] when it is NaN), a later
+ * part its first largest non-NaN value or (0, -1). */
+__global__ static void argmax_part_kernel(float *pairs, const float *x, int n, int start) {
+    const float *row = x + (size_t)blockIdx.x * (size_t)n;
+    float v;
+    int idx;
+    block_best(row, n, v, idx);
+    if (threadIdx.x != 0) return;
+    float *out = pairs + 2 * (size_t)blockIdx.x;
+    if (start == 0) {
+        const float x0 = row[0];
+        if (x0 != x0 || idx < 0) idx = 0, v = x0;
+        out[0] = v;
+        out[1] = (float)idx;
+    } else {
+        out[0] = idx < 0 ? 0.0f : v;
+        out[1] = idx < 0 ? -1.0f : (float)(start + idx);
     }
 }
 
@@ -54,6 +82,19 @@ extern "C" int cuda_argmax_rows(int32_t *out, const float *x, int n_rows, int n,
                                 n);
     if (n_rows == 0) return STRATA_OK;
     argmax_kernel<<<(unsigned)n_rows, kThreads, 0, (cudaStream_t)stream>>>(out, x, n);
+    CUDA_CHECK_LAUNCH();
+    return STRATA_OK;
+}
+
+extern "C" int cuda_argmax_part_rows(float *pairs, const float *x, int n_rows, int n, int start,
+                                     void *stream) {
+    if (n_rows < 0 || n <= 0 || start < 0 || start > (1 << 24) - n ||
+        (n_rows > 0 && (!pairs || !x)))
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda_argmax_part_rows: bad arguments (rows %d, n %d, start %d)",
+                                n_rows, n, start);
+    if (n_rows == 0) return STRATA_OK;
+    argmax_part_kernel<<<(unsigned)n_rows, kThreads, 0, (cudaStream_t)stream>>>(pairs, x, n, start);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
 }

@@ -205,6 +205,12 @@ int cuda_argmax_rows(int32_t *out, const float *x, int n_rows, int n, void *stre
     return unavailable(__func__);
 }
 
+int cuda_argmax_part_rows(float *pairs, const float *x, int n_rows, int n, int start,
+                          void *stream) {
+    (void)pairs, (void)x, (void)n_rows, (void)n, (void)start, (void)stream;
+    return unavailable(__func__);
+}
+
 int cuda_kv_store(float *k_cache, float *v_cache, const float *k, const float *v,
                   size_t kv_head_stride, int row_stride, int pos, int n_tokens, int nkv,
                   int head_dim, void *stream) {

@@ -18,6 +18,7 @@
 #include "runtime/model/safetensors.h"
 #include "sim/compare.h"
 #include "sim/pipeline_sim.h"
+#include "sim/sim_grid.h"
 #include "sim/sim_vision.h"
 #include "sim/split.h"
 
@@ -69,7 +70,8 @@ static const char usage_text[] =
     "  --weights-dtype D     every stage's weights: bf16 (default, as stored) or q8 (8-bit\n"
     "                        blocks quantised at load, cpu only)\n"
     "  --device cpu|cuda:N   every stage's backend: cpu (default) or GPU N (refused with the\n"
-    "                        reason where the build or machine has no CUDA)\n"
+    "                        reason where the build or machine has no CUDA; not with --tp /\n"
+    "                        --kvp: CUDA ranks need a GPU each, run strata-stage per rank)\n"
     "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic,\n"
     "                        and where its idle time lies (filling, starved, drained)\n"
     "  --chunk N             prefill chunk rows (default: stage core's)\n"
@@ -326,6 +328,9 @@ static int finish_args(struct cli *cli) {
     cli->sim.num_conn_link = SIM_MAX_STAGES;
     if (cli->sim.kill_stage >= 0 && cli->sim.partition_stage >= 0)
         return usage_error("%s", "use one fault at a time (--kill-stage or --partition-stage)");
+    if (cli->sim.tp * cli->sim.kvp > 1 && cli->sim.device &&
+        strncmp(cli->sim.device, "cuda", 4) == 0)
+        return usage_error("%s", SIM_GRID_CUDA_REFUSED);
     return 0;
 }
 

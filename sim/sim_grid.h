@@ -13,6 +13,19 @@
 #include "runtime/stage/backend.h"
 #include "runtime/stage/stage_open.h"
 
+/* Why --tp / --kvp are refused with a CUDA device: the ranks here are threads of one
+ * process given one --device (the followers would not even take it: they open the CPU
+ * backend, so a CUDA leader's collectives would meet CPU peers), while the CUDA backend's TP
+ * / KVP ranks take one GPU each (NCCL refuses two ranks of a communicator on one device). A
+ * simulated stage would need a device per rank (rank r on cuda:N+r), which nothing has run
+ * yet (the backend's grid is verified in emulation only: tests/backend_ops). strata-stage
+ * processes, one per rank with its own --device, are the way. */
+#define SIM_GRID_CUDA_REFUSED                                                                      \
+    "--tp / --kvp with a CUDA device: the simulator runs a stage's ranks as threads "              \
+    "of one process on one --device, and CUDA TP / KVP ranks need one GPU each (NCCL takes one "   \
+    "rank per device); run one strata-stage process per rank with its own --device cuda:N, or "    \
+    "simulate the grid with --device cpu"
+
 struct sim_grid; /* one stage's group */
 
 struct sim_grid_options {

@@ -61,6 +61,8 @@ int sim_check_options(const struct sim_options *opt) {
                                     "simulator: request %d needs a prompt and max_tokens >= 1", i);
     if (opt->num_threads < 1)
         return strata_set_error(STRATA_EINVAL, "simulator: threads must be >= 1");
+    if (opt->tp * opt->kvp > 1 && opt->device && strncmp(opt->device, "cuda", 4) == 0)
+        return strata_set_error(STRATA_EINVAL, "simulator: %s", SIM_GRID_CUDA_REFUSED);
     int S = opt->split.num_stages;
     if (opt->kill_stage >= S || opt->partition_stage >= S)
         return strata_set_error(STRATA_ERANGE,

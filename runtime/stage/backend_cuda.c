@@ -22,7 +22,8 @@
  *     host groups tokens by expert to size each expert's matmul), so a MoE layer adds one
  *     synchronisation;
  *   - greedy decoding: `argmax` runs the head and cuda_argmax on the device and copies back
- *     one id per row instead of V logits;
+ *     one id per row instead of V logits (under TP: one (value, id) pair per row and rank,
+ *     merged on the host, the logits never assembled: backend_cuda_tp.c);
  *   - decode graphs: a decode step of b one-token items is captured into a CUDA graph and
  *     launched as one (kernels/cuda_device.h); the graph of b items is kept and updated in
  *     place at each step (new positions are new kernel arguments, the KV rows' offsets are
@@ -40,7 +41,9 @@
  * down, the embedding and head are vocab-parallel, attention under KVP is the reference's two
  * steps around the group's all-gathers, all on NCCL with the CPU backend's order, so every
  * rank's logits are one rank's bits. Waits go through backend_cuda_sync (nccl_group_wait,
- * bounded, under a split). Decode graphs are off under a split.
+ * bounded, under a split, and never inside a captured step). Decode graphs are on under a
+ * split as without one: the step's collectives are captured with its kernels (verified in
+ * emulation only).
  *
  * Determinism: every kernel computes each output element in one fixed order that depends
  * on neither the batch nor the neighbouring rows (kernels/README.md), all launches go to
@@ -452,8 +455,9 @@ static int cuda_embed(struct stage_backend *be, float *hidden, const int32_t *to
     return rc;
 }
 
-/* Queues the head over hidden [n, H] into c->logits [n, V]. */
-static int enqueue_head(struct cuda_context *c, const float *hidden, int n) {
+/* Queues the head over hidden [n, H] into c->logits: [n, V] when `whole`, else (under TP)
+ * this rank's [n, V/T] vocabulary columns only. */
+static int enqueue_head(struct cuda_context *c, const float *hidden, int n, int whole) {
     int H = c->cfg->hidden_size, rc;
     size_t rows = (size_t)n * (size_t)H * sizeof(float);
     memcpy(c->h_hidden, hidden, rows);
@@ -461,7 +465,7 @@ static int enqueue_head(struct cuda_context *c, const float *hidden, int n) {
         (rc = cuda_rmsnorm(c->norm, c->hidden, c->final_norm, c->cfg->rms_norm_eps, n, H,
                            c->stream)))
         return rc;
-    if (c->tp > 1) return backend_cuda_tp_head(c, n);
+    if (c->tp > 1 && whole) return backend_cuda_tp_head(c, n);
     return cuda_matmul(c->logits, c->norm, &c->lm_head, n, c->stream);
 }
 
@@ -485,7 +489,7 @@ static int cuda_logits(struct stage_backend *be, float *logits, const float *hid
     size_t bytes = (size_t)n * (size_t)c->cfg->vocab_size * sizeof(float);
     int rc = head_call(c, logits, hidden, n, "logits");
     if (rc) return rc < 0 ? rc : 0;
-    if ((rc = enqueue_head(c, hidden, n)) ||
+    if ((rc = enqueue_head(c, hidden, n, 1)) ||
         (rc = cuda_memcpy_async(c->h_logits, c->logits, bytes, CUDA_COPY_TO_HOST, c->stream)) ||
         (rc = backend_cuda_sync(c)))
         return rc;
@@ -495,12 +499,18 @@ static int cuda_logits(struct stage_backend *be, float *logits, const float *hid
 
 /* ids [n] = argmax of each row of the logits, on the device: one int per row comes back
  * instead of V floats. cuda_argmax is the reference's argmax exactly (kernels/argmax.h),
- * so the ids are those of sampler_sample at temperature 0 on this backend's logits. */
+ * so the ids are those of sampler_sample at temperature 0 on this backend's logits. Under
+ * TP the rows are never assembled: each rank's shard is reduced to (value, id) pairs that
+ * are all-gathered and merged (backend_cuda_tp_argmax), the same ids. */
 static int cuda_argmax_ids(struct stage_backend *be, int32_t *ids, const float *hidden, int n) {
     struct cuda_context *c = ctx(be);
     int rc = head_call(c, ids, hidden, n, "argmax");
     if (rc) return rc < 0 ? rc : 0;
-    if ((rc = enqueue_head(c, hidden, n)) ||
+    if (c->tp > 1) {
+        if ((rc = enqueue_head(c, hidden, n, 0))) return rc;
+        return backend_cuda_tp_argmax(c, ids, c->logits, n);
+    }
+    if ((rc = enqueue_head(c, hidden, n, 1)) ||
         (rc = cuda_argmax_rows(c->ids, c->logits, n, c->cfg->vocab_size, c->stream)) ||
         (rc = cuda_memcpy_async(c->h_tokens, c->ids, (size_t)n * sizeof(int32_t), CUDA_COPY_TO_HOST,
                                 c->stream)) ||
@@ -612,10 +622,14 @@ static int device_index(const char *device) {
     return device[4] == ':' ? atoi(device + 5) : 0;
 }
 
-/* Graphs unless STRATA_CUDA_GRAPHS=0 or a layer is MoE (its routing synchronises). */
+/* Graphs unless STRATA_CUDA_GRAPHS=0 or a layer is MoE (its routing synchronises). Under
+ * TP / KVP too: a decode step's collectives (the TP reduces, KVP's two all-gathers per
+ * tile, whose sizes depend only on the batch) are queued on the backend's stream with no
+ * host wait inside the step, and NCCL (>= 2.9) captures them into the graph; the waits are
+ * backend_cuda_sync's, after the launch. */
 static int graphs_wanted(const struct cuda_context *c) {
     const char *env = getenv("STRATA_CUDA_GRAPHS");
-    if ((env && strcmp(env, "0") == 0) || c->grid) return 0; /* TP / KVP: eager at first */
+    if (env && strcmp(env, "0") == 0) return 0;
     for (int l = 0; l < c->n_layers; ++l)
         if (c->layers[l].is_moe) return 0;
     return 1;

@@ -148,6 +148,11 @@ int backend_cuda_tp_embed(struct cuda_context *c, const int32_t *tokens, int k);
 /* c->logits [n, V] <- lm_head(c->norm [n, H]) vocab-parallel: this rank's [n, V/T] logits,
  * all-gathered, reordered on the device. Queued. */
 int backend_cuda_tp_head(struct cuda_context *c, int n);
+/* ids [n] (host) <- argmax() of each whole row of the logits, vocab-parallel: this rank's
+ * logits `local` [n, V/T] (device) reduced to one (value, id) pair per row, the pairs
+ * all-gathered and merged in rank order (reference/sampler.h argmax_part / argmax_merge).
+ * Synchronises the stream; n <= cap_logit_rows. */
+int backend_cuda_tp_argmax(struct cuda_context *c, int32_t *ids, const float *local, int n);
 /* KVP attention of every item's rows (c->q -> c->attn), the keys already stored: per row
  * tile the local scores and maxima, the group's max, the local partials over this rank's
  * aligned blocks, an all-gather and the merge (reference/model.c attend_items). */

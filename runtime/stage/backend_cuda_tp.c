@@ -9,9 +9,14 @@
  *     of one rank's dot product and nccl_group_reduce adds the subtrees by the tree's top;
  *   - the embedding: this rank's rows gathered, scattered into zeroed rows
  *     (cuda_moe_combine with weight 1: 0 + y·1 = y) and all-reduced: exact;
- *   - the head: this rank's [n, V/T] logits all-gathered into [T][n][V/T] and reordered to
- *     [n, V] by T strided device copies (each logit one whole dot product: exact); the
- *     device argmax then runs on the assembled rows;
+ *   - the head (`logits`): this rank's [n, V/T] logits all-gathered into [T][n][V/T] and
+ *     reordered to [n, V] by T strided device copies (each logit one whole dot product:
+ *     exact);
+ *   - greedy ids (`argmax`) without assembling the logits, as reference/model_head.c does:
+ *     each rank reduces its [n, V/T] logits to one (value, id) pair per row on the device
+ *     (cuda_argmax_part_rows, the twin of argmax_part), the pairs are all-gathered (2 floats
+ *     per row and rank instead of V/T) and argmax_merge picks each row's id on the host in
+ *     rank (= id) order: exactly argmax() of the whole row, ties and NaN included;
  *   - KVP (Medha): a rank caches positions [kvp_lo, kvp_lo + kvp_held) (the rows of other
  *     ranks' positions go to a spare slot); attention is the reference's two steps around
  *     two all-gathers per row tile (scores and maxima, the group's max, the partials over
@@ -19,17 +24,25 @@
  *   - every wait is nccl_group_wait, bounded by the group's timeout;
  *   - MoE under TP: whole experts per rank (--moe expert; --moe split is refused), one node
  *     of the MoE sum's expert tree (backend_cuda_moe.c), completed by the layer's reduce.
- * Decode graphs are off under a split (graphs_wanted). */
+ * Decode graphs stay on under a split (graphs_wanted): every collective of a decode step is
+ * queued on c->stream (nccl_group_open's stream) and nothing here waits on the host inside
+ * a step, so NCCL captures them into the step's graph; the KVP tile and every collective's
+ * size depend only on the row count (a decode batch's b), positions are kernel arguments,
+ * so the graph of b items is updated in place from step to step. Emulated only (the NCCL
+ * emulation holds collectives to the capture rules: tests/backend_ops/emulated_capture.h);
+ * on GPUs the captured NCCL kernels and their updates (cudaGraphExecUpdate) have not run. */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/argmax.h"
 #include "kernels/attention_kvp.h"
 #include "kernels/cuda_device.h"
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
 #include "kernels/ops_weight_row.h"
+#include "reference/sampler.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend_cuda_internal.h"
 #include "runtime/stage/nccl_group.h"
@@ -39,12 +52,16 @@
  * reference's KVP_SCORE_FLOATS: the tile then depends only on nh and the tokens per rank,
  * the same on every rank of the KVP group, so all make the same collective calls). */
 #define KVP_SCORE_FLOATS ((size_t)1 << 20)
+/* Ids travel as floats in the argmax pairs' all-gather: exact below 2^24 (model_head.c's). */
+#define ARGMAX_MAX_VOCAB (1 << 24)
 
 struct cuda_grid {
     struct nccl_group *tp, *kvp;
     int kvp_tokens;
     float *parts;                 /* TP > 2: [tp][cap_rows * H] gathered partials of a reduce */
     float *logit_all;             /* TP: [tp][cap_logit_rows][V/T] gathered logits */
+    float *pairs;                 /* TP: [tp][cap_logit_rows][2] gathered argmax candidates */
+    float *h_pairs;               /* the same, pinned host staging */
     float *kvp_scores;            /* KVP: [tile][nh][held] */
     float *kvp_max, *kvp_max_all; /* [tile][nh], [kvp][tile][nh] */
     float *kvp_mine, *kvp_parts;  /* [tile][nh][D+2], [kvp][tile][nh][D+2] */
@@ -164,6 +181,8 @@ void backend_cuda_grid_close(struct cuda_context *c) {
     nccl_group_close(g->kvp);
     cuda_free(g->parts);
     cuda_free(g->logit_all);
+    cuda_free(g->pairs);
+    cuda_host_free(g->h_pairs);
     free_kvp_scratch(g);
     free(g);
     c->grid = NULL;
@@ -195,9 +214,14 @@ int backend_cuda_grid_logit_scratch(struct cuda_context *c, int rows) {
     struct cuda_grid *g = c->grid;
     if (!g || c->tp <= 1) return STRATA_OK;
     cuda_free(g->logit_all);
-    g->logit_all = NULL;
-    return cuda_malloc((void **)&g->logit_all,
-                       (size_t)c->tp * (size_t)rows * (size_t)c->vocab_n * sizeof(float));
+    cuda_free(g->pairs);
+    cuda_host_free(g->h_pairs);
+    g->logit_all = g->pairs = g->h_pairs = NULL;
+    const size_t T = (size_t)c->tp, pair_bytes = T * (size_t)rows * 2 * sizeof(float);
+    int rc = cuda_malloc((void **)&g->logit_all, T * (size_t)rows * (size_t)c->vocab_n * 4);
+    if (!rc) rc = cuda_malloc((void **)&g->pairs, pair_bytes);
+    if (!rc) rc = cuda_host_alloc((void **)&g->h_pairs, pair_bytes);
+    return rc;
 }
 
 int backend_cuda_sync(struct cuda_context *c) {
@@ -249,6 +273,31 @@ int backend_cuda_tp_head(struct cuda_context *c, int n) {
                                   all + (size_t)t * rows * Vt, Vt * sizeof(float),
                                   Vt * sizeof(float), rows, CUDA_COPY_ON_DEVICE, c->stream);
     return rc;
+}
+
+int backend_cuda_tp_argmax(struct cuda_context *c, int32_t *ids, const float *local, int n) {
+    const int T = c->tp;
+    const size_t rows = (size_t)n, bytes = (size_t)T * rows * 2 * sizeof(float);
+    struct cuda_grid *g = c->grid;
+    float *mine = g->pairs + (size_t)nccl_group_rank(g->tp) * rows * 2;
+    int rc;
+    if (c->cfg->vocab_size >= ARGMAX_MAX_VOCAB)
+        return strata_set_error(STRATA_EINVAL, "cuda argmax: a vocabulary of %d ids under TP",
+                                c->cfg->vocab_size);
+    if ((rc = cuda_argmax_part_rows(mine, local, n, c->vocab_n, c->vocab_start, c->stream)) ||
+        (rc = nccl_group_allgather(g->tp, g->pairs, mine, rows * 2)) ||
+        (rc = cuda_memcpy_async(g->h_pairs, g->pairs, bytes, CUDA_COPY_TO_HOST, c->stream)) ||
+        (rc = backend_cuda_sync(c)))
+        return rc;
+    for (size_t i = 0; i < rows; ++i) {
+        struct argmax_candidate cand[GRID_MAX_DEGREE];
+        for (int t = 0; t < T; ++t) { /* rank t's pair of row i; ranks hold the ids in order */
+            const float *p = g->h_pairs + ((size_t)t * rows + i) * 2;
+            cand[t] = (struct argmax_candidate){p[0], (int)p[1]};
+        }
+        ids[i] = argmax_merge(cand, T);
+    }
+    return STRATA_OK;
 }
 
 /* One KVP step over rows [r0, r1) of the call: 1 = scores and local maxima, 2 = partials

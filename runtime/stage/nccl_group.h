@@ -17,11 +17,12 @@
  * the KVP all-gathers (maxima, then partials) and the vocabulary-parallel head's.
  *
  * Asynchrony and failure: operations are queued on the backend's stream (no host
- * synchronisation); nccl_group_wait replaces the stream synchronisation of a call that
- * queued any and is bounded by the group's timeout. A rank that dies leaves its peers'
- * NCCL kernels waiting: the wait times out, aborts the communicator (ncclCommAbort ends
- * those kernels) and fails naming the group and rank; when the wire group fails first,
- * nccl_group_abort does the same. After a failure every call fails at once. */
+ * synchronisation), so a decode step's collectives can be captured into its CUDA graph;
+ * nccl_group_wait replaces the stream synchronisation of a call that queued any, is bounded
+ * by the group's timeout, and is never called inside a capture (it fails there). A rank that dies
+ * leaves its peers' NCCL kernels waiting: the wait times out, aborts the communicator
+ * (ncclCommAbort ends those kernels) and fails naming the group and rank; when the wire group fails
+ * first, nccl_group_abort does the same. After a failure every call fails at once. */
 #ifndef STRATA_RUNTIME_STAGE_NCCL_GROUP_H
 #define STRATA_RUNTIME_STAGE_NCCL_GROUP_H
 

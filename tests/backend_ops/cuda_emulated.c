@@ -10,12 +10,17 @@
  * backend's design relies on, so breaking them fails here rather than on the first GPU:
  *   - an asynchronous copy's host side must be pinned (cuda_host_alloc);
  *   - once a stream exists, nothing runs on the legacy default stream (NULL);
- *   - while a stream is capturing: every launch and copy goes to that stream, and a
- *     synchronous call (copy, memset, malloc, synchronize) fails and spoils the capture, as
- *     CUDA's thread-local capture mode makes it (cudaErrorStreamCaptureUnsupported).
+ *   - while a thread captures a stream: every launch and copy it queues goes to that
+ *     stream, and a synchronous call (copy, memset, malloc, synchronize) fails and spoils
+ *     the capture, as CUDA's thread-local capture mode makes it
+ *     (cudaErrorStreamCaptureUnsupported). The capture state is per thread and shared with
+ *     the NCCL emulation (emulated_capture.h), so the collectives of a TP / KVP decode step
+ *     are captured under the same rules, each rank's thread capturing its own stream.
  * Captured work runs at once (the graph's later launch does nothing): the results are
- * those of a launch right after capture, which is how the backend uses graphs. A graph
- * "updates" when its node count matches the previous capture, else it "instantiates". */
+ * those of a launch right after capture, which is how the backend uses graphs (the ranks
+ * of a group capture the same step together, so their collectives meet as they would when
+ * the graphs are launched). A graph "updates" when its node count matches the previous
+ * capture, else it "instantiates". */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +47,7 @@
 #include "reference/sampler.h"
 #include "reference/thread_pool.h"
 #include "runtime/base/status.h"
+#include "tests/backend_ops/emulated_capture.h"
 
 /* One pool of one thread: it runs every task on the caller, so backends on several threads
  * (TP / KVP ranks, tests/backend_ops/golden_backends_test.c) may share it. */
@@ -67,11 +73,8 @@ static struct {
 } pinned[MAX_PINNED];
 static int live_streams;
 /* Guards pinned[] and live_streams (ranks of a TP / KVP group run as threads). Captures are
- * per process: graphs are off under TP / KVP, so a capture never overlaps another rank. */
+ * per thread (emulated_capture.h). */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-static void *capturing;     /* the stream being captured, or NULL */
-static int capture_spoiled; /* a call failed during the capture */
-static int captured_ops;    /* launches and copies recorded by the capture */
 
 static int is_pinned(const void *p, size_t bytes) {
     int found = 0;
@@ -85,15 +88,12 @@ static int is_pinned(const void *p, size_t bytes) {
 }
 
 static int spoil(int rc) {
-    if (capturing) capture_spoiled = 1;
-    return rc;
+    return emulated_capture_spoil(rc);
 }
 
 /* A synchronous call: refused while capturing. */
 static int sync_call(const char *fn) {
-    if (!capturing) return 0;
-    return spoil(strata_set_error(
-        STRATA_EDEVICE, "emulated %s: operation not permitted when stream is capturing", fn));
+    return emulated_capture_sync(fn);
 }
 
 /* An asynchronous call (launch or async copy) on `stream`. */
@@ -106,11 +106,7 @@ static int on_stream(const char *fn, void *stream) {
                                       "emulated %s: launched on the default stream while a "
                                       "backend stream exists",
                                       fn));
-    if (capturing && stream != capturing)
-        return spoil(strata_set_error(
-            STRATA_EDEVICE, "emulated %s: stream %p is not the capturing stream", fn, stream));
-    if (capturing) captured_ops++;
-    return 0;
+    return emulated_capture_enqueue(fn, stream);
 }
 
 #define ON_STREAM(stream)                                                                          \
@@ -404,6 +400,17 @@ int cuda_argmax_rows(int32_t *out, const float *x, int n_rows, int n, void *stre
     return 0;
 }
 
+int cuda_argmax_part_rows(float *pairs, const float *x, int n_rows, int n, int start,
+                          void *stream) {
+    ON_STREAM(stream);
+    for (int r = 0; r < n_rows; ++r) {
+        struct argmax_candidate c = argmax_part(x + (size_t)r * (size_t)n, n, start);
+        pairs[2 * r] = c.value;
+        pairs[2 * r + 1] = (float)c.index;
+    }
+    return 0;
+}
+
 int cuda_kv_store(float *k_cache, float *v_cache, const float *k, const float *v,
                   size_t kv_head_stride, int row_stride, int pos, int n_tokens, int nkv,
                   int head_dim, void *stream) {
@@ -565,27 +572,18 @@ struct emulated_graph {
 };
 
 int cuda_graph_capture_begin(void *stream) {
-    if (!stream)
-        return strata_set_error(STRATA_EINVAL, "emulated cuda_graph_capture_begin: NULL stream");
-    if (capturing)
-        return strata_set_error(STRATA_EDEVICE, "emulated capture_begin: already capturing");
-    capturing = stream;
-    capture_spoiled = 0;
-    captured_ops = 0;
-    return 0;
+    return emulated_capture_begin(stream);
 }
 
 void cuda_graph_capture_abort(void *stream) {
-    if (capturing == stream) capturing = NULL;
+    emulated_capture_abort(stream);
 }
 
 int cuda_graph_capture_end(void *stream, void **exec, int *instantiated) {
+    int captured_ops = 0;
     *instantiated = 0;
-    if (capturing != stream)
-        return strata_set_error(STRATA_EDEVICE, "emulated capture_end: stream is not capturing");
-    capturing = NULL;
-    if (capture_spoiled)
-        return strata_set_error(STRATA_EDEVICE, "emulated capture_end: capture invalidated");
+    int rc = emulated_capture_end(stream, &captured_ops);
+    if (rc) return rc;
     struct emulated_graph *g = *exec;
     if (g && g->nodes == captured_ops) return 0; /* updated in place */
     free(g);

@@ -27,8 +27,11 @@
  * K KVP ranks, each rank a thread with its own backend (rank r on device "cuda:r" for a CUDA
  * device, NCCL taking one rank per device) in one wire group (wire/collective over shared
  * memory), and checks that every rank's logits and greedy ids equal one rank's on the same
- * device bit for bit (issue 16: TP and KVP change no bit); MoE layers split by whole experts
- * (--moe expert). A degree a case's shapes cannot take is skipped with tp_check's reason. */
+ * device bit for bit (issue 16: TP and KVP change no bit; the greedy ids under TP from the
+ * vocab-parallel argmax), and on a CUDA device that every rank launched as many decode graphs
+ * as the one rank (its collectives captured in them; none with --no-graphs), each graph
+ * instantiated once; MoE layers split by whole experts (--moe expert). A degree a case's
+ * shapes cannot take is skipped with tp_check's reason. */
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -49,12 +52,16 @@
 #define MAX_STAGES 3
 
 static const char *device;
-static long graph_launches;   /* summed over the backends' describe lines */
-static long graph_reinstants; /* instantiations beyond one per backend (each decodes one b) */
-static atomic_int argmax_mismatches; /* stage_backend_argmax != argmax(logits) */
+static int no_graphs; /* --no-graphs: STRATA_CUDA_GRAPHS=0 */
+/* Per thread (a --grid rank is a thread): summed over its backends' describe lines. */
+static _Thread_local long graph_launches;
+static _Thread_local long graph_reinstants; /* instantiations beyond one per backend */
+static atomic_int argmax_mismatches;        /* stage_backend_argmax != argmax(logits) */
 /* --grid: this thread's place in the stage's group (NULL: one rank) and its device. */
 static _Thread_local const struct stage_tp_config *rank_tp;
 static _Thread_local const char *rank_device;
+/* When set, run_case records each step's greedy id (stage_backend_argmax) here [n_steps]. */
+static _Thread_local int32_t *rank_ids;
 
 /* Adds the graph launches a backend's describe line reports ("decode graphs on (N
  * launched, M instantiated)"). Every backend here decodes at one batch size only, so its
@@ -172,9 +179,11 @@ static int hand_over_kv(struct stage_backend **be, const char *const *devices, i
 }
 
 /* Decodes one step (teacher-forced) through every stage; logits of the last row, and its
- * greedy id from stage_backend_argmax checked against them (`scratch` [V]). */
+ * greedy id from stage_backend_argmax checked against them (`scratch` [V]) and stored in
+ * *id_out when given. */
 static int step_through(struct stage_backend **be, int n_stages, float *hidden,
-                        const struct forward_item *item, float *logits, float *scratch, int H) {
+                        const struct forward_item *item, float *logits, float *scratch, int H,
+                        int32_t *id_out) {
     int rc = 0, V = be[0]->cfg->vocab_size;
     int32_t id = -1;
     const float *last = hidden + (size_t)(item->n_tokens - 1) * H;
@@ -183,6 +192,7 @@ static int step_through(struct stage_backend **be, int n_stages, float *hidden,
     if (rc == 0) rc = stage_backend_logits(be[n_stages - 1], logits, last, 1);
     if (rc == 0) rc = stage_backend_argmax(be[n_stages - 1], &id, last, 1, scratch);
     if (rc == 0 && id != argmax(logits, V)) atomic_fetch_add(&argmax_mismatches, 1);
+    if (id_out) *id_out = id;
     return rc;
 }
 
@@ -216,7 +226,8 @@ static float *run_case(const struct golden_case *gc, const int *bounds, const ch
             rc = stage_backend_embed(be[0], p.hidden, &token, 1);
         }
         if (rc == 0)
-            rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, scratch, H);
+            rc = step_through(be, n_stages, p.hidden, &item, logits + (size_t)step * V, scratch, H,
+                              rank_ids ? &rank_ids[step] : NULL);
         if (rc == 0 && step == 0 && handover) rc = hand_over_kv(be, devices, n_stages, gc, max_seq);
     }
     for (int s = 0; s < n_stages; ++s) {
@@ -330,10 +341,12 @@ static int check_mixed(const struct golden_case *gc, const char *name) {
 
 struct grid_rank {
     const struct golden_case *gc;
+    long graph_launches, graph_reinstants;
     struct stage_tp_config tp;
     const char *shm_name;
     char device[16];
     float *logits; /* [n_steps, V] or NULL */
+    int32_t *ids;  /* [n_steps] greedy ids (stage_backend_argmax) */
     char error[600];
 };
 
@@ -353,8 +366,11 @@ static void *grid_rank_main(void *arg) {
     }
     rank_tp = &r->tp;
     rank_device = strncmp(device, "cuda", 4) == 0 ? r->device : NULL;
+    rank_ids = r->ids;
     r->logits = run_case(r->gc, whole, devices, 1, 0);
     if (!r->logits) snprintf(r->error, sizeof r->error, "%s", strata_last_error());
+    r->graph_launches = graph_launches;
+    r->graph_reinstants = graph_reinstants;
     coll_close(r->tp.coll);
     return NULL;
 }
@@ -367,9 +383,13 @@ static int kvp_tokens_for(int max_seq, int K) {
     return tokens;
 }
 
-/* 0 when every rank of the T x K grid gives `solo` bit for bit; one line either way. */
-static int check_grid(const struct golden_case *gc, const char *name, const float *solo, int T,
-                      int K) {
+/* 0 when every rank of the T x K grid gives `solo` bit for bit and the greedy ids `solo_ids`
+ * (under TP from the vocab-parallel argmax, the logits never assembled) and, on a CUDA
+ * device, launched as many decode graphs as the one rank did (`solo_graphs`: captured with
+ * the step's collectives; none with --no-graphs), each instantiated once; one line either
+ * way. */
+static int check_grid(const struct golden_case *gc, const char *name, const float *solo,
+                      const int32_t *solo_ids, long solo_graphs, int T, int K) {
     static int counter;
     int size = T * K, bad = 0, max_seq = gc->n_prompt + gc->n_steps;
     size_t bytes = sizeof(float) * (size_t)gc->n_steps * gc->cfg.vocab_size;
@@ -379,6 +399,7 @@ static int check_grid(const struct golden_case *gc, const char *name, const floa
     struct grid_rank r[MAX_RANKS];
     for (int g = 0; g < size; ++g) {
         r[g] = (struct grid_rank){.gc = gc, .shm_name = shm};
+        r[g].ids = calloc((size_t)gc->n_steps, sizeof(int32_t));
         r[g].tp = (struct stage_tp_config){.tp = T,
                                            .tp_rank = g % T,
                                            .kvp = K,
@@ -395,8 +416,13 @@ static int check_grid(const struct golden_case *gc, const char *name, const floa
     for (int g = 0; g < size; ++g)
         pthread_join(th[g], NULL);
     for (int g = 0; g < size; ++g) {
+        int ids_differ =
+            r[g].logits && (!r[g].ids || memcmp(r[g].ids, solo_ids, sizeof(int32_t) * gc->n_steps));
         if (!r[g].logits)
             printf("  %s: TP %d x KVP %d rank %d: %s\n", name, T, K, g, r[g].error);
+        else if (ids_differ)
+            printf("  %s: TP %d x KVP %d rank %d: greedy ids differ from one rank's\n", name, T, K,
+                   g);
         else if (memcmp(r[g].logits, solo, bytes)) {
             double worst = 0.0;
             for (size_t v = 0; v < bytes / sizeof(float); ++v)
@@ -404,12 +430,20 @@ static int check_grid(const struct golden_case *gc, const char *name, const floa
             printf("  %s: TP %d x KVP %d rank %d: logits differ from one rank's (max |d| %.3g)\n",
                    name, T, K, g, worst);
         }
-        bad += !r[g].logits || memcmp(r[g].logits, solo, bytes);
+        int graphs_differ =
+            r[g].logits && (r[g].graph_launches != solo_graphs || r[g].graph_reinstants != 0);
+        if (graphs_differ)
+            printf("  %s: TP %d x KVP %d rank %d: %ld decode graphs launched (one rank: %ld), %ld "
+                   "instantiated again\n",
+                   name, T, K, g, r[g].graph_launches, solo_graphs, r[g].graph_reinstants);
+        bad += !r[g].logits || memcmp(r[g].logits, solo, bytes) || ids_differ || graphs_differ;
         free(r[g].logits);
+        free(r[g].ids);
     }
-    printf("%s %-18s on %s: TP %d x KVP %d (%s): logits %s one rank's\n", bad ? "FAIL" : "ok  ",
-           name, device, T, K, K > 1 ? "KV split" : "whole KV",
-           bad ? "differ from" : "bit-identical to");
+    printf("%s %-18s on %s: TP %d x KVP %d (%s): logits and greedy ids %s one rank's, %ld "
+           "decode graphs per rank\n",
+           bad ? "FAIL" : "ok  ", name, device, T, K, K > 1 ? "KV split" : "whole KV",
+           bad ? "differ from" : "bit-identical to", solo_graphs);
     return bad != 0;
 }
 
@@ -422,8 +456,14 @@ static int check_case_grids(const char *name, const int (*grids)[2], int n_grids
     }
     int whole[2] = {0, gc.cfg.num_layers}, failures = 0;
     const char *const same[MAX_STAGES] = {device, device, device};
-    float *solo = run_case(&gc, whole, same, 1, 0);
+    int32_t *solo_ids = calloc((size_t)gc.n_steps, sizeof(int32_t));
+    const long launches_before = graph_launches;
+    rank_ids = solo_ids;
+    float *solo = solo_ids ? run_case(&gc, whole, same, 1, 0) : NULL;
+    rank_ids = NULL;
+    const long solo_graphs = graph_launches - launches_before;
     if (!solo) {
+        free(solo_ids);
         printf("FAIL %s on %s: %s\n", name, device, strata_last_error());
         golden_case_close(&gc);
         return 1;
@@ -434,9 +474,10 @@ static int check_case_grids(const char *name, const int (*grids)[2], int n_grids
                    strata_last_error());
             continue;
         }
-        failures += check_grid(&gc, name, solo, grids[i][0], grids[i][1]);
+        failures += check_grid(&gc, name, solo, solo_ids, solo_graphs, grids[i][0], grids[i][1]);
     }
     free(solo);
+    free(solo_ids);
     golden_case_close(&gc);
     return failures;
 }
@@ -490,7 +531,10 @@ int main(int argc, char **argv) {
     struct stage_backend *be = NULL;
     int failed = 0, grids[MAX_RANKS][2], n_grids = 0, ranks = 1;
     device = argc > 1 ? argv[1] : "cpu";
-    int no_graphs = argc > 2 && strcmp(argv[2], "--no-graphs") == 0;
+    /* STRATA_CUDA_GRAPHS=0 set by hand (a device session's workaround) is --no-graphs. */
+    const char *graphs_env = getenv("STRATA_CUDA_GRAPHS");
+    no_graphs = (argc > 2 && strcmp(argv[2], "--no-graphs") == 0) ||
+                (graphs_env && strcmp(graphs_env, "0") == 0);
     if (no_graphs) setenv("STRATA_CUDA_GRAPHS", "0", 1);
     for (int i = 2; i + 1 < argc && n_grids < MAX_RANKS; ++i)
         if (strcmp(argv[i], "--grid") == 0) {
@@ -528,6 +572,14 @@ int main(int argc, char **argv) {
             printf("FAIL: stage_backend_argmax differs from argmax of the logits %d time(s)\n",
                    (int)argmax_mismatches);
         failed += argmax_mismatches != 0;
+        if (strncmp(device, "cuda", 4) == 0) { /* the one-rank runs, on this thread */
+            int bad = no_graphs ? graph_launches != 0 : graph_launches == 0 || graph_reinstants;
+            printf("%s decode graphs %s: %ld launched by the one-rank runs, %ld instantiated "
+                   "again\n",
+                   bad ? "FAIL" : "ok  ", no_graphs ? "off" : "on", graph_launches,
+                   graph_reinstants);
+            failed += bad;
+        }
         printf("%s grids: %d golden case(s) failed\n", device, failed);
         return failed ? 1 : 0;
     }

@@ -7,7 +7,15 @@
  * arrive within the communicator's timeout fails the waiting ranks with STRATA_ETIMEOUT
  * naming them, an abort ends every pending and later operation of the communicator, and
  * allreduce_sum2 refuses more than two ranks. cuda_ops_tree_sum is the reference's
- * ops_tree_sum itself: the device kernel's order is checked on a GPU (tests/kernels). */
+ * ops_tree_sum itself: the device kernel's order is checked on a GPU (tests/kernels).
+ *
+ * Stream capture (a decode step of a TP / KVP group captured into a CUDA graph; NCCL >= 2.9
+ * captures collectives): this thread's capture state is cuda_emulated.c's
+ * (emulated_capture.h). A collective or tree sum queued while the thread captures must go
+ * to the captured stream and is one node of the graph; it runs at once, like a captured
+ * kernel here, and the ranks, capturing the same step together, meet in it as their graphs'
+ * launches would. A host wait (cuda_nccl_stream_wait) or a communicator's set-up inside a
+ * capture fails and spoils it, as a device would refuse them. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -18,6 +26,7 @@
 #include "kernels/nccl.h"
 #include "reference/ops.h"
 #include "runtime/base/status.h"
+#include "tests/backend_ops/emulated_capture.h"
 
 #define EMU_MAX_RANKS 64
 
@@ -82,6 +91,8 @@ int cuda_nccl_unique_id(uint8_t id[CUDA_NCCL_ID_BYTES]) {
 int cuda_nccl_comm_init(struct cuda_nccl_comm **out, const uint8_t id[CUDA_NCCL_ID_BYTES], int size,
                         int rank, int timeout_ms, const char *label) {
     *out = NULL;
+    int sync = emulated_capture_sync(__func__);
+    if (sync) return sync;
     if (size < 1 || size > EMU_MAX_RANKS || rank < 0 || rank >= size || timeout_ms < 1)
         return strata_set_error(STRATA_EINVAL, "cuda_nccl_comm_init: rank %d of %d, timeout %d",
                                 rank, size, timeout_ms);
@@ -252,8 +263,8 @@ static void copy_gather(struct cuda_nccl_comm *c, void *arg, size_t n) {
 
 int cuda_nccl_allgather(struct cuda_nccl_comm *c, float *out, const float *in, size_t n,
                         void *stream) {
-    (void)stream;
-    int rc = usable(c, __func__);
+    int rc = emulated_capture_enqueue(__func__, stream);
+    if (!rc) rc = usable(c, __func__);
     if (rc || n == 0) return rc;
     if (!out || !in) return strata_set_error(STRATA_EINVAL, "cuda_nccl_allgather: NULL buffer");
     return exchange(c, in, n, "ncclAllGather", copy_gather, out);
@@ -270,8 +281,8 @@ static void copy_sum2(struct cuda_nccl_comm *c, void *arg, size_t n) {
 }
 
 int cuda_nccl_allreduce_sum2(struct cuda_nccl_comm *c, float *data, size_t n, void *stream) {
-    (void)stream;
-    int rc = usable(c, __func__);
+    int rc = emulated_capture_enqueue(__func__, stream);
+    if (!rc) rc = usable(c, __func__);
     if (rc) return rc;
     if (c->size != 2)
         return strata_set_error(STRATA_EINVAL,
@@ -289,11 +300,13 @@ int cuda_nccl_allreduce_sum2(struct cuda_nccl_comm *c, float *data, size_t n, vo
 
 int cuda_nccl_stream_wait(struct cuda_nccl_comm *c, void *stream, int timeout_ms) {
     (void)stream, (void)timeout_ms;
-    return usable(c, __func__); /* operations ran when queued */
+    int rc = emulated_capture_sync(__func__); /* a host wait: never inside a capture */
+    return rc ? rc : usable(c, __func__);     /* operations ran when queued */
 }
 
 int cuda_ops_tree_sum(float *out, const float *parts, int count, size_t n, void *stream) {
-    (void)stream;
+    int rc = emulated_capture_enqueue(__func__, stream);
+    if (rc) return rc;
     if (count < 1 || count > OPS_SPLIT_LEAVES || (count & (count - 1)))
         return strata_set_error(STRATA_EINVAL,
                                 "cuda_ops_tree_sum: count %d is not a power of two <= %d", count,

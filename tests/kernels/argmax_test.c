@@ -1,5 +1,8 @@
 /* cuda_argmax (kernels/argmax.h) against reference/sampler.h's argmax: the ids must be
- * equal, always (a comparison-only reduction; an NMSE bound means nothing for an index).
+ * equal, always (a comparison-only reduction; an NMSE bound means nothing for an index);
+ * and cuda_argmax_part_rows against argmax_part on every part of rows split in 2 and 4 (the
+ * vocab-parallel head's shards): the pairs bit for bit, and argmax_merge of them equal to
+ * the whole row's argmax.
  * Rows of the vocabulary's length and of awkward small lengths, random values, exact ties
  * at random places (the first index must win), NaN at index 0 (the reference answers 0)
  * and elsewhere (passed over), -0 before +0, all -inf, +inf; and each row's id alone
@@ -88,6 +91,53 @@ static int check_length(int n, unsigned seed) {
     return rc || bad;
 }
 
+/* 0 when cuda_argmax_part_rows gives argmax_part's pairs on each of `parts` column slices of
+ * ROWS rows of length n (n % parts == 0), and their merge is the whole row's argmax. */
+static int check_parts(int n, int parts, unsigned seed) {
+    const int w = n / parts;
+    float *x = malloc(sizeof(float) * ROWS * (size_t)n), *slice = malloc(sizeof(float) * ROWS * w);
+    float got[ROWS * 2], *d_x = NULL, *d_pairs = NULL;
+    struct argmax_candidate cand[ROWS][4];
+    int rc = x && slice ? 0 : STRATA_ENOMEM, bad = 0;
+    for (int r = 0; !rc && r < ROWS; ++r)
+        fill_row(x + (size_t)r * n, n, r, &seed);
+    if (!rc) rc = cuda_malloc((void **)&d_x, sizeof(float) * ROWS * (size_t)w);
+    if (!rc) rc = cuda_malloc((void **)&d_pairs, sizeof got);
+    for (int p = 0; !rc && p < parts; ++p) {
+        for (int r = 0; r < ROWS; ++r)
+            memcpy(slice + (size_t)r * w, x + (size_t)r * n + (size_t)p * w, sizeof(float) * w);
+        rc = cuda_memcpy_to_device(d_x, slice, sizeof(float) * ROWS * (size_t)w);
+        if (!rc) rc = cuda_argmax_part_rows(d_pairs, d_x, ROWS, w, p * w, NULL);
+        if (!rc) rc = cuda_synchronize();
+        if (!rc) rc = cuda_memcpy_to_host(got, d_pairs, sizeof got);
+        for (int r = 0; !rc && r < ROWS; ++r) {
+            struct argmax_candidate want = argmax_part(slice + (size_t)r * w, w, p * w);
+            cand[r][p] = (struct argmax_candidate){got[2 * r], (int)got[2 * r + 1]};
+            if (memcmp(&got[2 * r], &want.value, sizeof(float)) || cand[r][p].index != want.index) {
+                printf("FAIL n %d / %d part %d row %d: reference (%g, %d), device (%g, %d)\n", n,
+                       parts, p, r, want.value, want.index, got[2 * r], cand[r][p].index);
+                bad++;
+            }
+        }
+    }
+    for (int r = 0; !rc && r < ROWS; ++r)
+        if (argmax_merge(cand[r], parts) != argmax(x + (size_t)r * n, n)) {
+            printf("FAIL n %d / %d row %d: merged %d, argmax %d\n", n, parts, r,
+                   argmax_merge(cand[r], parts), argmax(x + (size_t)r * n, n));
+            bad++;
+        }
+    if (rc)
+        printf("FAIL n %d / %d: %s\n", n, parts, strata_last_error());
+    else if (!bad)
+        printf("ok   n %d in %d parts: pairs equal to argmax_part, merged ids to argmax\n", n,
+               parts);
+    cuda_free(d_x);
+    cuda_free(d_pairs);
+    free(x);
+    free(slice);
+    return rc || bad;
+}
+
 int main(void) {
     char reason[256];
     if (!cuda_device_available(reason, sizeof reason)) {
@@ -99,10 +149,16 @@ int main(void) {
     int failures = 0;
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; ++i)
         failures += check_length(lengths[i], 1234u + (unsigned)i);
+    static const int split[] = {4, 8, 2048, 151936};
+    for (size_t i = 0; i < sizeof split / sizeof split[0]; ++i)
+        for (int parts = 2; parts <= 4; parts *= 2)
+            failures += check_parts(split[i], parts, 77u + (unsigned)i);
     int32_t *d = NULL;
     if (!cuda_malloc((void **)&d, 16)) {
-        int refused = cuda_argmax(d, (const float *)d, 0, NULL) == STRATA_EINVAL &&
-                      cuda_argmax_rows(d, NULL, 1, 4, NULL) == STRATA_EINVAL;
+        int refused =
+            cuda_argmax(d, (const float *)d, 0, NULL) == STRATA_EINVAL &&
+            cuda_argmax_rows(d, NULL, 1, 4, NULL) == STRATA_EINVAL &&
+            cuda_argmax_part_rows((float *)d, (const float *)d, 1, 4, -1, NULL) == STRATA_EINVAL;
         printf("%s bad arguments refused\n", refused ? "ok  " : "FAIL");
         failures += !refused;
         cuda_free(d);

@@ -39,6 +39,10 @@ expect 3 "strata-sim: " --model /nonexistent/model --stages 2
 # device this build cannot run is refused by name before anything runs.
 expect 2 "bad value for --device" --model "$model" --stages 2 --device tpu
 expect 1 "device 'cuda:0' is not available" --model "$model" --stages 2 --device cuda:0
+# A stage's TP / KVP ranks are threads here; on CUDA they would need a GPU each: refused
+# before anything runs, with the reason and the way (strata-stage per rank).
+expect 2 "CUDA TP / KVP ranks need one GPU each" --model "$model" --stages 2 --tp 2 --device cuda:0
+expect 2 "one strata-stage process per rank" --model "$model" --stages 1 --kvp 2 --device cuda
 # Faults: a killed stage and a partitioned stage end every request with a clear error.
 expect 1 "stage 1 was killed" --model "$model" --stages 3 --max-tokens 8 --compute fixed \
     --row-cost-us 20 --kill-stage 1@0.3

@@ -277,6 +277,15 @@ static void bad_options_are_refused(void **state) {
     options_for(&opt, f, 2, 1);
     opt.split.num_layers = 3;
     assert_int_not_equal(sim_run(&report, &opt), 0);
+    /* A TP / KVP grid on a CUDA device: refused with the reason before anything opens. */
+    for (int kvp = 1; kvp <= 2; ++kvp) {
+        options_for(&opt, f, 2, 1);
+        opt.tp = 3 - kvp;
+        opt.kvp = kvp;
+        opt.device = "cuda:0";
+        assert_int_equal(sim_run(&report, &opt), STRATA_EINVAL);
+        assert_non_null(strstr(strata_last_error(), "CUDA TP / KVP ranks need one GPU each"));
+    }
 }
 
 int main(void) {

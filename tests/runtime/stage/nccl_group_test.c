@@ -9,7 +9,11 @@
  * bit for bit on every rank (and the inputs are such that the rank-order sum differs, so
  * the order is really tested), all-gathers are exact, a stalled rank fails its peer within
  * the timeout naming the group and rank (and later calls fail at once), an abort ends the
- * group, and a rank outside its declared sub-group is refused. */
+ * group, and a rank outside its declared sub-group is refused. Emulated build only: the
+ * stream-capture rules (tests/backend_ops/emulated_capture.h) on the group's collectives, as
+ * a CUDA backend's decode graph under TP / KVP captures them: queued on the captured stream
+ * they are graph nodes and their results hold after the capture; a host wait inside the
+ * capture, or a collective on another stream, fails and spoils it. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -28,6 +32,9 @@
 #include "runtime/base/status.h"
 #include "runtime/stage/nccl_group.h"
 #include "wire/collective.h"
+#ifndef NCCL_GROUP_TEST_DEVICE
+#include "tests/backend_ops/emulated_capture.h"
+#endif
 
 #define MAX_N 8
 #define N_FLOATS 1000
@@ -324,8 +331,111 @@ static void test_comm_refusals(void **state) {
     cuda_nccl_comm_abort(c);
 }
 
+#ifndef NCCL_GROUP_TEST_DEVICE
+/* ---- stream capture (emulated): a decode graph's collectives ---------------------------- */
+
+struct capture_arg {
+    const char *shm;
+    int rank, size, status;
+    char error[800];
+};
+
+static int capture_fail(struct capture_arg *a, const char *what) {
+    snprintf(a->error, sizeof a->error, "rank %d of %d: %s (%s)", a->rank, a->size, what,
+             strata_last_error());
+    return a->status = 1;
+}
+
+/* Rank `a->rank`'s side: a reduce and an all-gather captured, then a host wait and a
+ * collective on the wrong stream inside captures (each on a group of its own: a failed call
+ * ends its group). */
+static int capture_checks(struct capture_arg *a, struct nccl_group *const g[3], void *stream,
+                          void *other) {
+    float parts[MAX_N * N_FLOATS], want[N_FLOATS], data[N_FLOATS], got[MAX_N * N_FLOATS];
+    int nodes = -1;
+    for (int k = 0; k < a->size; ++k)
+        for (size_t i = 0; i < N_FLOATS; ++i)
+            parts[(size_t)k * N_FLOATS + i] = input(k, i);
+    ops_tree_sum(want, parts, a->size, N_FLOATS);
+    memcpy(data, parts + (size_t)a->rank * N_FLOATS, sizeof data);
+    if (emulated_capture_begin(stream) || nccl_group_reduce(g[0], data, got, N_FLOATS) ||
+        nccl_group_allgather(g[0], got, parts + (size_t)a->rank * N_FLOATS, N_FLOATS) ||
+        emulated_capture_end(stream, &nodes))
+        return capture_fail(a, "a reduce and an all-gather captured");
+    const int want_nodes = (a->size == 2 ? 1 : 2) + 1; /* reduce: allreduce or gather + tree */
+    if (nodes != want_nodes || nccl_group_wait(g[0]) || memcmp(data, want, sizeof data) ||
+        memcmp(got, parts, sizeof(float) * (size_t)a->size * N_FLOATS))
+        return capture_fail(a, "captured collectives: nodes or results wrong");
+    if (emulated_capture_begin(stream) || nccl_group_reduce(g[1], data, got, N_FLOATS) ||
+        nccl_group_wait(g[1]) != STRATA_EDEVICE ||
+        !strstr(strata_last_error(), "not permitted when stream is capturing") ||
+        emulated_capture_end(stream, &nodes) != STRATA_EDEVICE)
+        return capture_fail(a, "a host wait inside a capture must fail and spoil it");
+    if (emulated_capture_begin(other) ||
+        nccl_group_allgather(g[2], got, parts + (size_t)a->rank * N_FLOATS, N_FLOATS) !=
+            STRATA_EDEVICE ||
+        emulated_capture_end(other, &nodes) != STRATA_EDEVICE)
+        return capture_fail(a, "a collective off the captured stream must fail and spoil it");
+    return 0;
+}
+
+static void *capture_rank(void *arg) {
+    struct capture_arg *a = arg;
+    struct coll_options o = {.rank = a->rank,
+                             .size = a->size,
+                             .group = "nccl.capture",
+                             .timeout_ms = 20000,
+                             .shm_name = a->shm};
+    struct coll *coll = NULL;
+    struct nccl_group *g[3] = {NULL, NULL, NULL};
+    int stream_token = 0, other_token = 0; /* two distinct "streams" */
+    static const char *const labels[3] = {"c.ok", "c.wait", "c.stream"};
+    if (coll_open_shm(&coll, &o)) return capture_fail(a, "coll_open_shm"), NULL;
+    int rc = 0;
+    for (int i = 0; i < 3 && !rc; ++i) {
+        struct nccl_group_options go = {coll, 0, 1, a->size, labels[i], &stream_token, 0};
+        rc = nccl_group_open(&g[i], &go);
+    }
+    if (rc)
+        capture_fail(a, "open");
+    else
+        capture_checks(a, g, &stream_token, &other_token);
+    emulated_capture_abort(&stream_token);
+    emulated_capture_abort(&other_token);
+    for (int i = 0; i < 3; ++i)
+        nccl_group_close(g[i]);
+    coll_close(coll);
+    return NULL;
+}
+
+static void run_capture(int size) {
+    static int counter;
+    char shm[64];
+    snprintf(shm, sizeof shm, "/strata-nccl-capture-%d-%d", (int)getpid(), counter++);
+    pthread_t th[MAX_N];
+    struct capture_arg a[MAX_N];
+    for (int r = 0; r < size; ++r) {
+        a[r] = (struct capture_arg){.shm = shm, .rank = r, .size = size};
+        assert_int_equal(pthread_create(&th[r], NULL, capture_rank, &a[r]), 0);
+    }
+    for (int r = 0; r < size; ++r)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < size; ++r)
+        if (a[r].status) fail_msg("%s", a[r].error);
+}
+
+static void test_capture(void **state) {
+    (void)state;
+    run_capture(2);
+    run_capture(4);
+}
+#endif
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+#ifndef NCCL_GROUP_TEST_DEVICE
+        cmocka_unit_test(test_capture),
+#endif
         cmocka_unit_test(test_bad_options), cmocka_unit_test(test_comm_refusals),
         cmocka_unit_test(test_tp2_kvp2),    cmocka_unit_test(test_tp4),
         cmocka_unit_test(test_tp8),         cmocka_unit_test(test_stalled_peer_times_out),
