@@ -16,7 +16,8 @@ extern "C" {
 
 static const int kThreads = 256; /* 16 half-warps = 16 weight rows per block */
 static const int kRowsPerBlock = kThreads / 16;
-static const int kTok = 4; /* tokens per half-warp */
+static const int kTok = 4;          /* tokens per half-warp */
+static const int kMaxGroups = 8192; /* cuda_matmul_grouped's offsets in shared memory */
 
 __device__ static inline float widen(uint16_t v) {
     return __uint_as_float((unsigned)v << 16);
@@ -106,18 +107,23 @@ __global__ static void matmul_kernel(float *out, const float *x, const WT *w, in
 }
 
 /* Grouped: block row blockIdx.y is the y-th token tile of the groups in order (each group's
- * rows cut into tiles of kTok from its first row), found by thread 0 from the device
- * offsets; blocks past the last tile return. Each tile runs matmul_tile against its
- * group's weight, so every element is cuda_matmul's (or _split's) arithmetic. */
+ * rows cut into tiles of kTok from its first row), found by thread 0 from the offsets (read
+ * into shared memory by the whole block first); blocks past the last tile return. Each tile
+ * runs matmul_tile against its group's weight, so every element is cuda_matmul's (or
+ * _split's) arithmetic. */
 template <typename WT, int L>
 __global__ static void matmul_grouped_kernel(float *out, const float *x, const void *const *ptrs,
                                              const int32_t *offsets, int n_groups, int cap,
                                              int rows, int cols) {
+    extern __shared__ int group_offsets[]; /* [n_groups + 1] */
     __shared__ int tile_group, tile_t0, tile_nt;
+    for (int k = threadIdx.x; k <= n_groups; k += blockDim.x)
+        group_offsets[k] = offsets[k];
+    __syncthreads();
     if (threadIdx.x == 0) {
         int y = (int)blockIdx.y, g = -1, t0 = 0, nt = 0;
         for (int k = 0; k < n_groups; ++k) {
-            const int lo = max(offsets[k], 0), hi = min(offsets[k + 1], cap);
+            const int lo = max(group_offsets[k], 0), hi = min(group_offsets[k + 1], cap);
             const int tiles = hi > lo ? (hi - lo + kTok - 1) / kTok : 0;
             if (y < tiles) {
                 g = k;
@@ -154,9 +160,10 @@ template <typename WT>
 static void launch_grouped(float *out, const float *x, const void *const *ptrs,
                            const int32_t *offsets, int n_groups, int cap, int rows, int cols,
                            int leaves, dim3 grid, cudaStream_t s) {
+    const size_t smem = ((size_t)n_groups + 1) * sizeof(int);
 #define STRATA_GROUPED(L)                                                                          \
     matmul_grouped_kernel<WT, L>                                                                   \
-        <<<grid, kThreads, 0, s>>>(out, x, ptrs, offsets, n_groups, cap, rows, cols)
+        <<<grid, kThreads, smem, s>>>(out, x, ptrs, offsets, n_groups, cap, rows, cols)
     switch (leaves) {
     case 1: STRATA_GROUPED(1); break;
     case 2: STRATA_GROUPED(2); break;
@@ -203,8 +210,8 @@ extern "C" int cuda_matmul_grouped(float *out, const float *x, const struct ops_
                                    const void *const *ptrs, const int32_t *offsets, int n_groups,
                                    int cap, int leaves, void *stream) {
     if (!w || w->rows <= 0 || w->cols <= 0 || (w->dtype != OPS_BF16 && w->dtype != OPS_F32) ||
-        n_groups < 1 || cap < 0 || leaves < 1 || leaves > OPS_SPLIT_LEAVES ||
-        (leaves & (leaves - 1)) ||
+        n_groups < 1 || n_groups > kMaxGroups || cap < 0 || leaves < 1 ||
+        leaves > OPS_SPLIT_LEAVES || (leaves & (leaves - 1)) ||
         (cap > 0 && (!out || !x || !ptrs || !offsets || (const void *)out == (const void *)x)))
         return strata_set_error(STRATA_EINVAL,
                                 "cuda_matmul_grouped: bad arguments (cap %d, %d groups, weight "

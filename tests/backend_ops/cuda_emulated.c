@@ -372,8 +372,10 @@ int cuda_matmul_grouped(float *out, const float *x, const struct ops_weight *w,
     ON_STREAM(stream);
     if (cap > 0 && (const void *)out == (const void *)x)
         return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_grouped: out aliases x");
-    if (leaves < 1 || leaves > OPS_SPLIT_LEAVES || (leaves & (leaves - 1)) || n_groups < 1)
-        return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_grouped: leaves %d", leaves);
+    if (leaves < 1 || leaves > OPS_SPLIT_LEAVES || (leaves & (leaves - 1)) || n_groups < 1 ||
+        n_groups > 8192) /* kernels/matmul.h */
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_grouped: leaves %d, %d groups",
+                                leaves, n_groups);
     for (int g = 0; g < n_groups; ++g) {
         const int lo = offsets[g], hi = offsets[g + 1] < cap ? offsets[g + 1] : cap;
         if (hi <= lo) continue;
