@@ -21,6 +21,9 @@
 #define MAX_GRID_ROWS 65535
 /* Most experts per token (the MoE sum's per-row list: reference/ops.h moe_sum_rows). */
 #define MOE_MAX_TOP_K OPS_MOE_MAX_TOP_K
+/* Most experts per MoE layer (cuda_matmul_grouped stages one offset per expert in shared
+ * memory: kernels/matmul.h). */
+#define MOE_MAX_EXPERTS 8192
 
 struct cuda_grid; /* TP / KVP state (backend_cuda_tp.c) */
 

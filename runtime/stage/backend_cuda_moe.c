@@ -22,8 +22,8 @@
  * already was; the summation order is the reference's. Never run on a GPU: the emulation
  * (tests/backend_ops/cuda_emulated.c) and tests/kernels:moe_group_test (skipped here) are
  * all that checked it. */
+#include <limits.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "kernels/cuda_device.h"
 #include "kernels/matmul.h"
@@ -57,9 +57,10 @@ int backend_cuda_moe_open(struct cuda_context *c) {
     for (int l = 0; l < c->n_layers; ++l)
         moe_layers += c->layers[l].is_moe;
     if (!moe_layers) return 0;
-    if (lo < 0 || hi > E || lo >= hi)
-        return strata_set_error(STRATA_EINVAL, "cuda backend: held experts [%d, %d) of %d", lo, hi,
-                                E);
+    if (lo < 0 || hi > E || lo >= hi || E > MOE_MAX_EXPERTS)
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda backend: held experts [%d, %d) of %d (at most %d experts)",
+                                lo, hi, E, MOE_MAX_EXPERTS);
     c->moe = calloc((size_t)c->n_layers, sizeof *c->moe);
     const void **host = calloc((size_t)moe_layers * 3 * (size_t)E, sizeof *host);
     const size_t bytes = (size_t)moe_layers * 3 * (size_t)E * sizeof *host;
@@ -128,9 +129,12 @@ static int moe_rows(struct cuda_context *c, const struct layer_weights *L, float
 int backend_cuda_moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
                            const float *x, int N) {
     const int H = c->cfg->hidden_size, K = c->cfg->num_experts_per_tok;
-    /* A grouped launch covers at most 65535 tiles of 4 rows, cap + 3·E rows' worth
-     * (kernels/matmul.h): chunks of rows (a row's result never depends on its call). */
-    const int chunk = (4 * 65535 - 3 * c->cfg->num_experts) / K;
+    const int I = c->moe[L->index - c->role.layer_start].gate.rows;
+    /* Chunks of rows (a row's result never depends on its call): a grouped launch covers at
+     * most 65535 tiles of 4 rows, cap + 3·E rows' worth (kernels/matmul.h), and the
+     * SwiGLU's cap·I elements are an int. At least 2 rows (E <= MOE_MAX_EXPERTS). */
+    int chunk = (4 * 65535 - 3 * c->cfg->num_experts) / K;
+    if (I > 0 && chunk > INT_MAX / K / I) chunk = INT_MAX / K / I;
     int rc = 0;
     for (int i0 = 0; i0 < N && !rc; i0 += chunk) {
         const int n = N - i0 < chunk ? N - i0 : chunk;
