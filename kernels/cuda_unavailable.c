@@ -11,6 +11,7 @@
 #include "kernels/kv_store.h"
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
+#include "kernels/moe_group.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
@@ -160,6 +161,36 @@ int cuda_moe_route(int *experts, float *weights, const float *router_logits, int
 int cuda_moe_combine(float *out, const float *y, const int32_t *rows, const float *weights,
                      int count, int dim, void *stream) {
     (void)out, (void)y, (void)rows, (void)weights, (void)count, (void)dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_moe_route_rows(int *experts, float *weights, const float *router_logits, int renormalize,
+                        int num_experts, int top_k, int n, void *stream) {
+    (void)experts, (void)weights, (void)router_logits, (void)renormalize, (void)num_experts;
+    (void)top_k, (void)n, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_moe_group(int32_t *offsets, int32_t *rows, int32_t *slot_pos, const int *experts, int n,
+                   int top_k, int num_experts, int experts_lo, int experts_hi, void *stream) {
+    (void)offsets, (void)rows, (void)slot_pos, (void)experts, (void)n, (void)top_k;
+    (void)num_experts, (void)experts_lo, (void)experts_hi, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_moe_expert_sum(float *out, const float *y, const int32_t *slot_pos, const int *experts,
+                        const float *weights, int n, int top_k, int experts_lo, int experts_hi,
+                        int dim, void *stream) {
+    (void)out, (void)y, (void)slot_pos, (void)experts, (void)weights, (void)n, (void)top_k;
+    (void)experts_lo, (void)experts_hi, (void)dim, (void)stream;
+    return unavailable(__func__);
+}
+
+int cuda_matmul_grouped(float *out, const float *x, const struct ops_weight *w,
+                        const void *const *ptrs, const int32_t *offsets, int n_groups, int cap,
+                        int leaves, void *stream) {
+    (void)out, (void)x, (void)w, (void)ptrs, (void)offsets, (void)n_groups, (void)cap;
+    (void)leaves, (void)stream;
     return unavailable(__func__);
 }
 

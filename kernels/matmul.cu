@@ -16,7 +16,8 @@ extern "C" {
 
 static const int kThreads = 256; /* 16 half-warps = 16 weight rows per block */
 static const int kRowsPerBlock = kThreads / 16;
-static const int kTok = 4; /* tokens per half-warp */
+static const int kTok = 4;          /* tokens per half-warp */
+static const int kMaxGroups = 8192; /* cuda_matmul_grouped's offsets in shared memory */
 
 __device__ static inline float widen(uint16_t v) {
     return __uint_as_float((unsigned)v << 16);
@@ -70,18 +71,17 @@ template <int L> __device__ static inline float leaf_tree(float (&v)[L]) {
     return v[0];
 }
 
-/* L == 1 is the plain dot product (cuda_matmul); else matmul_split's L leaves + tree. A
- * template parameter so the plain kernel keeps its registers. */
+/* One block's tile: weight rows blockIdx.x * 16 + [0, 16) of w against tokens [0, nt) of
+ * xt, into out's rows [0, nt). L == 1 is the plain dot product (cuda_matmul); else
+ * matmul_split's L leaves + tree. A template parameter so the plain kernel keeps its
+ * registers. */
 template <typename WT, int L>
-__global__ static void matmul_kernel(float *out, const float *x, const WT *w, int n, int rows,
-                                     int cols) {
+__device__ static inline void matmul_tile(float *out, const float *xt, const WT *w, int nt,
+                                          int rows, int cols) {
     const int lane = threadIdx.x & 15;
     const int r = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 4);
-    const int t0 = blockIdx.y * kTok;
-    const int nt = min(kTok, n - t0);
     /* Every lane takes part in the shuffles; rows past the end read the last row. */
     const WT *wr = w + (size_t)min(r, rows - 1) * (size_t)cols;
-    const float *xt = x + (size_t)t0 * (size_t)cols;
     float leaf[kTok][L];
 #pragma unroll
     for (int j = 0; j < L; ++j) { /* leaf j: columns [j K / L, (j + 1) K / L) */
@@ -95,9 +95,56 @@ __global__ static void matmul_kernel(float *out, const float *x, const WT *w, in
     if (lane != 0 || r >= rows) return;
 #pragma unroll
     for (int t = 0; t < kTok; ++t)
-        if (t < nt) out[(size_t)(t0 + t) * (size_t)rows + (size_t)r] = leaf_tree<L>(leaf[t]);
+        if (t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = leaf_tree<L>(leaf[t]);
 }
 
+template <typename WT, int L>
+__global__ static void matmul_kernel(float *out, const float *x, const WT *w, int n, int rows,
+                                     int cols) {
+    const int t0 = blockIdx.y * kTok;
+    matmul_tile<WT, L>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols, w,
+                       min(kTok, n - t0), rows, cols);
+}
+
+/* Grouped: block row blockIdx.y is the y-th token tile of the groups in order (each group's
+ * rows cut into tiles of kTok from its first row), found by thread 0 from the offsets (read
+ * into shared memory by the whole block first); blocks past the last tile return. Each tile
+ * runs matmul_tile against its group's weight, so every element is cuda_matmul's (or
+ * _split's) arithmetic. */
+template <typename WT, int L>
+__global__ static void matmul_grouped_kernel(float *out, const float *x, const void *const *ptrs,
+                                             const int32_t *offsets, int n_groups, int cap,
+                                             int rows, int cols) {
+    extern __shared__ int group_offsets[]; /* [n_groups + 1] */
+    __shared__ int tile_group, tile_t0, tile_nt;
+    for (int k = threadIdx.x; k <= n_groups; k += blockDim.x)
+        group_offsets[k] = offsets[k];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        int y = (int)blockIdx.y, g = -1, t0 = 0, nt = 0;
+        for (int k = 0; k < n_groups; ++k) {
+            const int lo = max(group_offsets[k], 0), hi = min(group_offsets[k + 1], cap);
+            const int tiles = hi > lo ? (hi - lo + kTok - 1) / kTok : 0;
+            if (y < tiles) {
+                g = k;
+                t0 = lo + y * kTok;
+                nt = min(kTok, hi - t0);
+                break;
+            }
+            y -= tiles;
+        }
+        tile_group = g;
+        tile_t0 = t0;
+        tile_nt = nt;
+    }
+    __syncthreads();
+    const int g = tile_group, t0 = tile_t0;
+    if (g < 0) return; /* the whole block: no shuffle is left waiting */
+    matmul_tile<WT, L>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols,
+                       (const WT *)ptrs[g], tile_nt, rows, cols);
+}
+
+/* The kernel for `leaves` (1, 2, 4, else 8), plain or grouped. */
 template <typename WT>
 static void launch_leaves(float *out, const float *x, const WT *w, int n, int rows, int cols,
                           int leaves, dim3 grid, cudaStream_t s) {
@@ -107,6 +154,23 @@ static void launch_leaves(float *out, const float *x, const WT *w, int n, int ro
     case 4: matmul_kernel<WT, 4><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
     default: matmul_kernel<WT, 8><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
     }
+}
+
+template <typename WT>
+static void launch_grouped(float *out, const float *x, const void *const *ptrs,
+                           const int32_t *offsets, int n_groups, int cap, int rows, int cols,
+                           int leaves, dim3 grid, cudaStream_t s) {
+    const size_t smem = ((size_t)n_groups + 1) * sizeof(int);
+#define STRATA_GROUPED(L)                                                                          \
+    matmul_grouped_kernel<WT, L>                                                                   \
+        <<<grid, kThreads, smem, s>>>(out, x, ptrs, offsets, n_groups, cap, rows, cols)
+    switch (leaves) {
+    case 1: STRATA_GROUPED(1); break;
+    case 2: STRATA_GROUPED(2); break;
+    case 4: STRATA_GROUPED(4); break;
+    default: STRATA_GROUPED(8); break;
+    }
+#undef STRATA_GROUPED
 }
 
 static int launch(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
@@ -140,4 +204,38 @@ extern "C" int cuda_matmul(float *out, const float *x, const struct ops_weight *
 extern "C" int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n,
                                  int leaves, void *stream) {
     return launch(out, x, w, n, leaves, stream, "cuda_matmul_split");
+}
+
+extern "C" int cuda_matmul_grouped(float *out, const float *x, const struct ops_weight *w,
+                                   const void *const *ptrs, const int32_t *offsets, int n_groups,
+                                   int cap, int leaves, void *stream) {
+    if (!w || w->rows <= 0 || w->cols <= 0 || (w->dtype != OPS_BF16 && w->dtype != OPS_F32) ||
+        n_groups < 1 || n_groups > kMaxGroups || cap < 0 || leaves < 1 ||
+        leaves > OPS_SPLIT_LEAVES || (leaves & (leaves - 1)) ||
+        (cap > 0 && (!out || !x || !ptrs || !offsets || (const void *)out == (const void *)x)))
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda_matmul_grouped: bad arguments (cap %d, %d groups, weight "
+                                "[%d, %d], leaves %d)",
+                                cap, n_groups, w ? w->rows : 0, w ? w->cols : 0, leaves);
+    if (cap == 0) return STRATA_OK;
+    /* Tiles: each group's ceil(count / kTok) <= (count + kTok - 1) / kTok over at most
+     * min(n_groups, cap) non-empty groups, and never more than one per row. */
+    const long long nonempty = n_groups < cap ? n_groups : cap;
+    long long tiles = ((long long)cap + (kTok - 1) * nonempty) / kTok;
+    if (tiles > cap) tiles = cap;
+    if (tiles > 65535)
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda_matmul_grouped: %d rows in %d groups in one "
+                                "call (at most 65535 tiles)",
+                                cap, n_groups);
+    dim3 grid(cuda_blocks_for(w->rows, kRowsPerBlock), (unsigned)tiles);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (w->dtype == OPS_BF16)
+        launch_grouped<uint16_t>(out, x, ptrs, offsets, n_groups, cap, w->rows, w->cols, leaves,
+                                 grid, s);
+    else
+        launch_grouped<float>(out, x, ptrs, offsets, n_groups, cap, w->rows, w->cols, leaves, grid,
+                              s);
+    CUDA_CHECK_LAUNCH();
+    return STRATA_OK;
 }

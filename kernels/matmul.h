@@ -4,6 +4,8 @@
 #ifndef STRATA_KERNELS_MATMUL_H
 #define STRATA_KERNELS_MATMUL_H
 
+#include <stdint.h>
+
 struct ops_weight; /* reference/ops.h */
 
 /* out [n, w->rows] = x [n, w->cols] @ w^T. `w` is a host struct whose `data` is a device
@@ -27,5 +29,21 @@ int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, v
  * Same arguments, numerics and checks as cuda_matmul; STRATA_EINVAL for another leaves. */
 int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
                       void *stream);
+
+/* Not a reference op: one launch of many matmuls whose row counts are device data (a MoE
+ * layer's experts, each on its own tokens; kernels/moe_group.h). For group g < n_groups,
+ * rows [offsets[g], offsets[g + 1]) of out [cap, w->rows] = those rows of x [cap, w->cols]
+ * against W_g = {ptrs[g], w->dtype, w->rows, w->cols}, with `leaves` leaves as
+ * cuda_matmul_split (1: cuda_matmul). `w` gives the groups' common shape and dtype (its
+ * `data` is not read); ptrs [n_groups] (device pointers to the weights) and offsets
+ * [n_groups + 1] (ascending, offsets[n_groups] <= cap) are device arrays; rows outside
+ * every group are not written; n_groups <= 8192 (the offsets are staged in shared memory).
+ * The launch covers `cap` rows whatever the offsets hold, so a CUDA graph can capture it
+ * once per cap. Each element is computed exactly as cuda_matmul / _split computes it (the
+ * same half-warp tile): bitwise the reference, batch-invariant.
+ * Asynchronous on `stream`; 0 or STRATA_EINVAL / STRATA_EDEVICE. */
+int cuda_matmul_grouped(float *out, const float *x, const struct ops_weight *w,
+                        const void *const *ptrs, const int32_t *offsets, int n_groups, int cap,
+                        int leaves, void *stream);
 
 #endif

@@ -1,4 +1,4 @@
-/* CUDA MoE routing of one token: a single thread, the reference's code. */
+/* CUDA MoE routing: one thread per token, the reference's code. */
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
@@ -6,7 +6,12 @@ extern "C" {
 }
 
 __global__ static void moe_route_kernel(int *experts, float *weights, const float *router_logits,
-                                        int renormalize, int num_experts, int top_k) {
+                                        int renormalize, int num_experts, int top_k, int n) {
+    const int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= n) return;
+    experts += (size_t)row * (size_t)top_k;
+    weights += (size_t)row * (size_t)top_k;
+    router_logits += (size_t)row * (size_t)num_experts;
     float max = router_logits[0];
     for (int e = 1; e < num_experts; ++e)
         if (router_logits[e] > max) max = router_logits[e];
@@ -40,14 +45,28 @@ __global__ static void moe_route_kernel(int *experts, float *weights, const floa
     }
 }
 
-extern "C" int cuda_moe_route(int *experts, float *weights, const float *router_logits,
-                              int renormalize, int num_experts, int top_k, void *stream) {
-    if (num_experts <= 0 || top_k <= 0 || top_k > num_experts || !experts || !weights ||
-        !router_logits)
-        return strata_set_error(STRATA_EINVAL, "cuda_moe_route: bad arguments (E %d, top-k %d)",
-                                num_experts, top_k);
-    moe_route_kernel<<<1, 1, 0, (cudaStream_t)stream>>>(experts, weights, router_logits,
-                                                        renormalize, num_experts, top_k);
+static const int kThreads = 64;
+
+extern "C" int cuda_moe_route_rows(int *experts, float *weights, const float *router_logits,
+                                   int renormalize, int num_experts, int top_k, int n,
+                                   void *stream) {
+    if (num_experts <= 0 || top_k <= 0 || top_k > num_experts || n < 0 ||
+        (n > 0 && (!experts || !weights || !router_logits)))
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda_moe_route: bad arguments (E %d, top-k %d, %d rows)",
+                                num_experts, top_k, n);
+    if (n == 0) return STRATA_OK;
+    moe_route_kernel<<<cuda_blocks_for(n, kThreads), kThreads, 0, (cudaStream_t)stream>>>(
+        experts, weights, router_logits, renormalize, num_experts, top_k, n);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
+}
+
+extern "C" int cuda_moe_route(int *experts, float *weights, const float *router_logits,
+                              int renormalize, int num_experts, int top_k, void *stream) {
+    if (!experts || !weights || !router_logits)
+        return strata_set_error(STRATA_EINVAL, "cuda_moe_route: bad arguments (E %d, top-k %d)",
+                                num_experts, top_k);
+    return cuda_moe_route_rows(experts, weights, router_logits, renormalize, num_experts, top_k, 1,
+                               stream);
 }

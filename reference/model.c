@@ -11,7 +11,7 @@
 #include "reference/model_internal.h"
 #include "runtime/base/status.h"
 
-#define MOE_MAX_TOP_K 64 /* moe_combine_rows' per-row list */
+#define MOE_MAX_TOP_K OPS_MOE_MAX_TOP_K /* moe_sum_rows' per-row list */
 
 /* The plan's refusals (runtime/model/tp_shard.h) and the ops' trees must agree. */
 _Static_assert(GRID_SPLIT_LEAVES == OPS_SPLIT_LEAVES, "TP leaves: tp_shard.h vs ops.h");
@@ -333,59 +333,8 @@ static void add_bias(float *x, const float *bias, int n, int dim) {
         vec_add(x + (size_t)i * (size_t)dim, bias, dim);
 }
 
-/* Adds slots ids[0..c) [H] (their experts ex[0..c) ascending, all in [a, b)) by the halving
- * tree over expert indices: node [a, b) = [a, mid) + [mid, b), mid = a + (b - a) / 2, empty
- * nodes skipped. The sum lands in slot ids[0]. */
-static void expert_tree(float *slots, const int *ids, const int *ex, int c, int a, int b, int H) {
-    while (c > 1) {
-        const int mid = a + (b - a) / 2;
-        int s = 0;
-        while (s < c && ex[s] < mid)
-            ++s;
-        if (s == 0 || s == c) { /* one half is empty: descend into the other */
-            if (s == 0)
-                a = mid;
-            else
-                b = mid;
-            continue;
-        }
-        expert_tree(slots, ids, ex, s, a, mid, H);
-        expert_tree(slots, ids + s, ex + s, c - s, mid, b, H);
-        vec_add(slots + (size_t)ids[0] * (size_t)H, slots + (size_t)ids[s] * (size_t)H, H);
-        return;
-    }
-}
-
-/* out [N, H] row i = the expert tree over row i's held top-k slots (m->moe_slot [N*K][H],
- * each weight × expert output), zeros when it holds none. */
-static void moe_combine_rows(struct reference_model *m, float *out, int N) {
-    const int H = m->cfg.hidden_size, K = m->cfg.num_experts_per_tok;
-    int ids[MOE_MAX_TOP_K], ex[MOE_MAX_TOP_K];
-    for (int i = 0; i < N; ++i) {
-        int c = 0;
-        for (int t = 0; t < K; ++t) {
-            const int e = m->route_expert[(size_t)i * (size_t)K + (size_t)t];
-            if (e < m->experts_lo || e >= m->experts_hi) continue; /* another rank's */
-            int at = c++;
-            for (; at > 0 && ex[at - 1] > e; --at) { /* ascending expert index */
-                ex[at] = ex[at - 1];
-                ids[at] = ids[at - 1];
-            }
-            ex[at] = e;
-            ids[at] = i * K + t;
-        }
-        float *o = out + (size_t)i * (size_t)H;
-        if (!c) {
-            memset(o, 0, (size_t)H * sizeof(float));
-            continue;
-        }
-        expert_tree(m->moe_slot, ids, ex, c, m->experts_lo, m->experts_hi, H);
-        memcpy(o, m->moe_slot + (size_t)ids[0] * (size_t)H, (size_t)H * sizeof(float));
-    }
-}
-
 /* out [N, H] = Σ over each row's top-k experts of weight × expert(x), added by the halving
- * tree over expert indices (expert_tree; HF adds in ascending expert index, which rounds
+ * tree over expert indices (moe_sum_rows; HF adds in ascending expert index, which rounds
  * within the golden tolerance). Tokens routed to one expert run as one batch; each expert's
  * down projection is a matmul_split. Under TP:
  *   - --moe expert: the rank holds the experts of one node of that tree ([t·E/T, (t+1)·E/T),
@@ -441,7 +390,7 @@ static int moe_block(struct reference_model *m, const struct layer_weights *L, f
         for (int d = 0; d < H; ++d)
             y[d] *= w;
     }
-    moe_combine_rows(m, out, N);
+    moe_sum_rows(out, m->moe_slot, m->route_expert, N, K, m->experts_lo, m->experts_hi, H);
     return rc;
 }
 

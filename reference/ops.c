@@ -459,6 +459,56 @@ void attention_merge(float *out, const float *parts, int ranks, int n, int nh, i
     }
 }
 
+/* ---------------------------------------------------------------- MoE sum */
+
+/* Adds slots ids[0..c) [dim] (their experts ex[0..c) ascending, all in [a, b)) by the
+ * halving tree over expert indices (moe_sum_rows). The sum lands in slot ids[0]. */
+static void expert_tree(float *slots, const int *ids, const int *ex, int c, int a, int b, int dim) {
+    while (c > 1) {
+        const int mid = a + (b - a) / 2;
+        int s = 0;
+        while (s < c && ex[s] < mid)
+            ++s;
+        if (s == 0 || s == c) { /* one half is empty: descend into the other */
+            if (s == 0)
+                a = mid;
+            else
+                b = mid;
+            continue;
+        }
+        expert_tree(slots, ids, ex, s, a, mid, dim);
+        expert_tree(slots, ids + s, ex + s, c - s, mid, b, dim);
+        vec_add(slots + (size_t)ids[0] * (size_t)dim, slots + (size_t)ids[s] * (size_t)dim, dim);
+        return;
+    }
+}
+
+void moe_sum_rows(float *out, float *slots, const int *experts, int n, int top_k, int experts_lo,
+                  int experts_hi, int dim) {
+    int ids[OPS_MOE_MAX_TOP_K], ex[OPS_MOE_MAX_TOP_K];
+    for (int i = 0; i < n; ++i) {
+        int c = 0;
+        for (int t = 0; t < top_k; ++t) {
+            const int e = experts[(size_t)i * (size_t)top_k + (size_t)t];
+            if (e < experts_lo || e >= experts_hi) continue; /* another rank's */
+            int at = c++;
+            for (; at > 0 && ex[at - 1] > e; --at) { /* ascending expert index */
+                ex[at] = ex[at - 1];
+                ids[at] = ids[at - 1];
+            }
+            ex[at] = e;
+            ids[at] = i * top_k + t;
+        }
+        float *o = out + (size_t)i * (size_t)dim;
+        if (!c) {
+            memset(o, 0, (size_t)dim * sizeof(float));
+            continue;
+        }
+        expert_tree(slots, ids, ex, c, experts_lo, experts_hi, dim);
+        memcpy(o, slots + (size_t)ids[0] * (size_t)dim, (size_t)dim * sizeof(float));
+    }
+}
+
 /* ---------------------------------------------------------------- MoE routing */
 
 void moe_route(int *experts, float *weights, const float *router_logits, int renormalize,

@@ -185,6 +185,19 @@ void softmax(float *x, int n);
 void moe_route(int *experts, float *weights, const float *router_logits, int renormalize,
                int num_experts, int top_k);
 
+/* Most experts per token moe_sum_rows takes (its per-row list lives on the stack). */
+#define OPS_MOE_MAX_TOP_K 64
+
+/* The MoE block's sum (reference/model.c moe_block): out [n, dim] row i = the held slots of
+ * row i added by the halving tree over expert indices [experts_lo, experts_hi): node [a, b)
+ * = [a, mid) + [mid, b), mid = a + (b - a) / 2, empty nodes skipped, the row's slots in
+ * ascending expert order; zeros for a row holding none. Slot i*top_k + t of slots
+ * [n*top_k, dim] is choice t's weight × expert output; it is held when experts
+ * [n*top_k]'s entry lies in [experts_lo, experts_hi) (all of them, or a TP rank's node of
+ * the tree). `slots` is the tree's scratch (overwritten). top_k <= OPS_MOE_MAX_TOP_K. */
+void moe_sum_rows(float *out, float *slots, const int *experts, int n, int top_k, int experts_lo,
+                  int experts_hi, int dim);
+
 /* x [n] += y [n]. */
 void vec_add(float *x, const float *y, int n);
 

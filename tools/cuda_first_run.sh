@@ -63,7 +63,7 @@ if has build; then
         //reference/tools:strata-bench-decode
 fi
 if has kernels; then
-    for t in cuda_graph_test argmax_test kv_store_test matmul_test attention_test \
+    for t in cuda_graph_test argmax_test kv_store_test matmul_test moe_group_test attention_test \
         rmsnorm_test rope_cos_sin_test vision_ops_test tree_sum_test; do
         step "kernels/$t" 300 "$bin/tests/kernels/$t"
     done

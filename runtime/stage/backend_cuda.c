@@ -17,10 +17,10 @@
  *     copied into pinned staging, sent with one asynchronous copy, the layers run, the
  *     result comes back with one asynchronous copy, and the call synchronises the stream
  *     once at its end. RoPE tables are built on the host by the reference's rope_tables
- *     (bitwise the CPU's) into pinned memory and sent the same way. MoE routing needs the
- *     router logits on the host (the reference's moe_route picks the expert ids, and the
- *     host groups tokens by expert to size each expert's matmul), so a MoE layer adds one
- *     synchronisation;
+ *     (bitwise the CPU's) into pinned memory and sent the same way. MoE layers run on the
+ *     device end to end (backend_cuda_moe.c: routing, grouping by expert, grouped expert
+ *     matmuls whose row counts are device data, the reference's expert-tree sum), so they
+ *     add no synchronisation;
  *   - greedy decoding: `argmax` runs the head and cuda_argmax on the device and copies back
  *     one id per row instead of V logits (under TP: one (value, id) pair per row and rank,
  *     merged on the host, the logits never assembled: backend_cuda_tp.c);
@@ -28,8 +28,9 @@
  *     launched as one (kernels/cuda_device.h); the graph of b items is kept and updated in
  *     place at each step (new positions are new kernel arguments, the KV rows' offsets are
  *     data sent with the rows), re-instantiated only when its topology changes. The first
- *     step of each b runs eagerly. Off for roles with a MoE layer (the routing synchronises
- *     mid-step) and with STRATA_CUDA_GRAPHS=0.
+ *     step of each b runs eagerly. MoE layers are captured like the rest (their launch
+ *     shapes depend only on b; issue 17). Off with STRATA_CUDA_GRAPHS=0. Never run on a
+ *     GPU: only the host emulation (tests/backend_ops/cuda_emulated.c) has checked it.
  *
  * The row-parallel projections (o_proj, down, expert down) run as cuda_matmul_split with
  * OPS_SPLIT_LEAVES leaves, as reference/model.c does on one rank, so every projection has
@@ -73,39 +74,29 @@
 /* ---------------------------------------------------------------- scratch */
 
 static void free_scratch(struct cuda_context *c) {
-    float **dev[] = {&c->hidden,   &c->norm,      &c->proj,     &c->q,      &c->k,
-                     &c->v,        &c->attn,      &c->ffn_gate, &c->ffn_up, &c->rope_cos,
-                     &c->rope_sin, &c->router,    &c->moe_x,    &c->moe_y,  &c->moe_w,
-                     &c->scores,   &c->deepstack, &c->moe_one};
+    float **dev[] = {&c->hidden, &c->norm,     &c->proj,   &c->q,        &c->k,        &c->v,
+                     &c->attn,   &c->ffn_gate, &c->ffn_up, &c->rope_cos, &c->rope_sin, &c->router,
+                     &c->moe_x,  &c->moe_y,    &c->moe_w,  &c->scores,   &c->deepstack};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) {
         cuda_free(*dev[i]);
         *dev[i] = NULL;
     }
-    int32_t **ids[] = {&c->moe_row, &c->tokens, &c->ids, &c->moe_slot, &c->moe_plan};
+    int32_t **ids[] = {&c->moe_row, &c->tokens, &c->ids, &c->moe_slot, &c->moe_offsets};
     for (size_t i = 0; i < sizeof ids / sizeof ids[0]; ++i) {
         cuda_free(*ids[i]);
         *ids[i] = NULL;
     }
+    cuda_free(c->moe_expert);
     cuda_free(c->row_dst);
     cuda_host_free(c->h_row_dst);
+    c->moe_expert = NULL;
     c->row_dst = c->h_row_dst = NULL;
-    void **pinned[] = {(void **)&c->h_hidden,  (void **)&c->h_tokens,   (void **)&c->h_cos,
-                       (void **)&c->h_sin,     (void **)&c->h_router,   (void **)&c->h_moe_w,
-                       (void **)&c->h_moe_row, (void **)&c->h_moe_slot, (void **)&c->h_moe_plan,
-                       (void **)&c->h_moe_one};
+    void **pinned[] = {(void **)&c->h_hidden, (void **)&c->h_tokens, (void **)&c->h_cos,
+                       (void **)&c->h_sin,    (void **)&c->h_moe_w,  (void **)&c->h_moe_row};
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0]; ++i) {
         cuda_host_free(*pinned[i]);
         *pinned[i] = NULL;
     }
-    free(c->h_route_w);
-    free(c->h_route_e);
-    free(c->h_expert_count);
-    free(c->h_pair_level);
-    free(c->h_pair_tmp);
-    c->h_pair_level = c->h_pair_tmp = NULL;
-    c->h_route_w = NULL;
-    c->h_route_e = NULL;
-    c->h_expert_count = NULL;
     c->cap_rows = 0;
 }
 
@@ -146,8 +137,8 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->moe_w, r * K * 4},
         {(void **)&c->moe_row, r * K * 4},
         {(void **)&c->moe_slot, r * K * 4},
-        {(void **)&c->moe_plan, 4 * r * K * 4},
-        {(void **)&c->moe_one, r * K * 4},
+        {(void **)&c->moe_expert, r * K * 4},
+        {(void **)&c->moe_offsets, (E + 1) * 4},
         {(void **)&c->tokens, r * 4},
         {(void **)&c->ids, r * 4},
         {(void **)&c->row_dst, r * 8},
@@ -155,28 +146,16 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->scores, c->score_floats * 4},
     };
     struct alloc_req pinned[] = {
-        {(void **)&c->h_hidden, r * H * 4},   {(void **)&c->h_tokens, r * 4},
-        {(void **)&c->h_cos, r * D / 2 * 4},  {(void **)&c->h_sin, r * D / 2 * 4},
-        {(void **)&c->h_router, r * E * 4},   {(void **)&c->h_moe_w, r * K * 4},
-        {(void **)&c->h_moe_row, r * K * 4},  {(void **)&c->h_row_dst, r * 8},
-        {(void **)&c->h_moe_slot, r * K * 4}, {(void **)&c->h_moe_plan, 4 * r * K * 4},
-        {(void **)&c->h_moe_one, r * K * 4},
+        {(void **)&c->h_hidden, r * H * 4},  {(void **)&c->h_tokens, r * 4},
+        {(void **)&c->h_cos, r * D / 2 * 4}, {(void **)&c->h_sin, r * D / 2 * 4},
+        {(void **)&c->h_moe_w, r * K * 4},   {(void **)&c->h_moe_row, r * K * 4},
+        {(void **)&c->h_row_dst, r * 8},
     };
     int rc = 0;
     for (size_t i = 0; i < sizeof dev / sizeof dev[0] && !rc; ++i)
         rc = cuda_malloc(dev[i].p, dev[i].bytes);
     for (size_t i = 0; i < sizeof pinned / sizeof pinned[0] && !rc; ++i)
         rc = cuda_host_alloc(pinned[i].p, pinned[i].bytes);
-    c->h_route_w = malloc(r * K * sizeof(float));
-    c->h_route_e = malloc(r * K * sizeof(int));
-    c->h_expert_count = malloc(E * sizeof(int));
-    c->h_pair_level = malloc(r * K * sizeof(int));
-    c->h_pair_tmp = malloc(2 * r * K * sizeof(int));
-    if (!rc && (!c->h_route_w || !c->h_route_e || !c->h_expert_count || !c->h_pair_level ||
-                !c->h_pair_tmp))
-        rc = strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
-    for (size_t i = 0; !rc && i < r * K; ++i) /* the MoE sum's scatter-add weight */
-        c->h_moe_one[i] = 1.0f;
     if (!rc) rc = backend_cuda_grid_scratch(c, rows);
     if (rc) {
         free_scratch(c);
@@ -345,7 +324,7 @@ static int check_items(const struct stage_backend *be, const struct forward_item
 }
 
 /* Queues one forward on the stream: the staged rows and RoPE tables in, the layers, the
- * rows back into staging. Nothing here synchronises on a dense role (a graph can hold it). */
+ * rows back into staging. Nothing here synchronises (a graph can hold it; MoE layers too). */
 static int enqueue_forward(struct cuda_context *c, const struct forward_item *items, int n_items,
                            int N) {
     int H = c->cfg->hidden_size, rc;
@@ -522,29 +501,6 @@ static int cuda_argmax_ids(struct stage_backend *be, int32_t *ids, const float *
 
 /* ---------------------------------------------------------------- describe, free, open */
 
-/* The MoE streams and events, for a role with a MoE layer. */
-static int open_moe_streams(struct cuda_context *c) {
-    int moe = 0, rc = 0;
-    for (int l = 0; l < c->n_layers; ++l)
-        moe |= c->layers[l].is_moe;
-    if (!moe) return 0;
-    if ((rc = cuda_event_create(&c->moe_fork))) return rc;
-    for (int k = 0; k < MOE_STREAMS && !rc; ++k)
-        if (!(rc = cuda_stream_create(&c->moe_stream[k]))) rc = cuda_event_create(&c->moe_join[k]);
-    return rc;
-}
-
-static void close_moe_streams(struct cuda_context *c) {
-    for (int k = 0; k < MOE_STREAMS; ++k) {
-        if (c->moe_stream[k]) cuda_stream_synchronize(c->moe_stream[k]);
-        cuda_stream_destroy(c->moe_stream[k]);
-        cuda_event_destroy(c->moe_join[k]);
-        c->moe_stream[k] = c->moe_join[k] = NULL;
-    }
-    cuda_event_destroy(c->moe_fork);
-    c->moe_fork = NULL;
-}
-
 static void cuda_describe(const struct stage_backend *be, char *buf, size_t cap) {
     const struct cuda_context *c = ctx(be);
     char mem[200], graphs[120];
@@ -574,7 +530,7 @@ static void cuda_free_backend(struct stage_backend *be) {
     cuda_set_device(c->device);
     if (c->stream && backend_cuda_sync(c)) strata_set_error(STRATA_EDEVICE, "%s", saved);
     backend_cuda_grid_close(c);
-    close_moe_streams(c);
+    backend_cuda_moe_close(c);
     free_scratch(c);
     cuda_free(c->logits);
     cuda_host_free(c->h_logits);
@@ -622,18 +578,17 @@ static int device_index(const char *device) {
     return device[4] == ':' ? atoi(device + 5) : 0;
 }
 
-/* Graphs unless STRATA_CUDA_GRAPHS=0 or a layer is MoE (its routing synchronises). Under
- * TP / KVP too: a decode step's collectives (the TP reduces, KVP's two all-gathers per
- * tile, whose sizes depend only on the batch) are queued on the backend's stream with no
- * host wait inside the step, and NCCL (>= 2.9) captures them into the graph; the waits are
- * backend_cuda_sync's, after the launch. */
+/* Graphs unless STRATA_CUDA_GRAPHS=0. MoE layers route on the device (backend_cuda_moe.c),
+ * so graphs hold them. Under TP / KVP too: a decode step's collectives (the TP reduces,
+ * KVP's two all-gathers per tile, whose sizes depend only on the batch) are queued on the
+ * backend's stream with no host wait inside the step, and NCCL (>= 2.9) captures them into
+ * the graph; the waits are backend_cuda_sync's, after the launch. */
 static int graphs_wanted(const struct cuda_context *c) {
+    (void)c;
     const char *env = getenv("STRATA_CUDA_GRAPHS");
-    if (env && strcmp(env, "0") == 0) return 0;
-    for (int l = 0; l < c->n_layers; ++l)
-        if (c->layers[l].is_moe) return 0;
-    return 1;
+    return !(env && strcmp(env, "0") == 0);
 }
+
 static int open_context(struct cuda_context *c, const struct stage_backend_options *opt) {
     const struct model_config *cfg = opt->cfg;
     int rc, half = cfg->head_dim / 2;
@@ -662,7 +617,7 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     rope_inv_freq(c->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
     if ((rc = backend_cuda_load_weights(c, opt->weights, &opt->progress))) return rc;
     c->use_graphs = graphs_wanted(c);
-    if ((rc = open_moe_streams(c))) return rc;
+    if ((rc = backend_cuda_moe_open(c))) return rc;
     c->head_floats = (size_t)c->kvp_held * (size_t)cfg->head_dim;
     c->slot_floats = (size_t)c->n_layers * (size_t)c->nkv * c->head_floats;
     c->score_floats = cuda_attention_scratch_floats(opt->max_seq - 1, 1, c->nh, cfg->head_dim);

@@ -19,13 +19,21 @@
 #define ATTN_SCRATCH_FLOATS ((size_t)1 << 24)
 /* Gathers and combines launch one grid row per token: at most this many per launch. */
 #define MAX_GRID_ROWS 65535
-/* Streams a MoE layer's experts are spread over (expert i of the active ones on stream
- * i % MOE_STREAMS), so that small experts (a decode step's few rows each) run side by side. */
-#define MOE_STREAMS 8
-/* Most experts per token (the MoE sum's per-row plan lives on the stack; the reference's). */
-#define MOE_MAX_TOP_K 64
+/* Most experts per token (the MoE sum's per-row list: reference/ops.h moe_sum_rows). */
+#define MOE_MAX_TOP_K OPS_MOE_MAX_TOP_K
+/* Most experts per MoE layer (cuda_matmul_grouped stages one offset per expert in shared
+ * memory: kernels/matmul.h). */
+#define MOE_MAX_EXPERTS 8192
 
 struct cuda_grid; /* TP / KVP state (backend_cuda_tp.c) */
+
+/* A MoE layer's experts for the grouped matmuls (backend_cuda_moe.c): per weight, the held
+ * experts' common dtype and shape (data NULL) and a device array [num_experts] of their
+ * device pointers (NULL for another TP rank's experts). */
+struct cuda_moe_layer {
+    struct ops_weight gate, up, down;
+    const void *const *gate_ptrs, *const *up_ptrs, *const *down_ptrs;
+};
 
 struct cuda_context {
     int device;
@@ -64,41 +72,38 @@ struct cuda_context {
     size_t score_floats;
 
     /* Every launch and copy of this backend goes to `stream` (a cudaStream_t); a call
-     * synchronises it once, at its end (and once per MoE layer, whose routing runs on the
-     * host). */
+     * synchronises it once, at its end (MoE layers included: they route on the device). */
     void *stream;
-    /* MoE roles only: the expert streams, the event they wait for (routing done) and the
-     * events the backend stream waits for before the combine (experts done). */
-    void *moe_stream[MOE_STREAMS], *moe_fork, *moe_join[MOE_STREAMS];
+    /* MoE roles only: [n_layers] (MoE layers' entries filled) and the device pointer
+     * tables they point into (backend_cuda_moe_open). */
+    struct cuda_moe_layer *moe;
+    const void **moe_ptrs;
 
     /* Device scratch for `cap_rows` rows. */
     int cap_rows, cap_logit_rows;
     float *hidden, *norm, *proj, *q, *k, *v, *attn, *ffn_gate, *ffn_up, *rope_cos, *rope_sin;
     float *router, *moe_x, *moe_y, *moe_w, *scores, *logits, *deepstack;
     int32_t *moe_row, *tokens, *ids;
-    int32_t *moe_slot; /* [cap_rows * top_k] each grouped expert row's slot (row·K + choice) */
-    int32_t *moe_plan; /* [4][cap_rows * top_k] the MoE sum's plan (backend_cuda_moe.c) */
-    float *moe_one;    /* [cap_rows * top_k] 1.0f: the scatter-adds' weight */
-    int64_t *row_dst;  /* [cap_rows] each row's KV offset (cuda_kv_store_rows) */
+    /* MoE (backend_cuda_moe.c): moe_expert / moe_w [cap_rows * top_k] each slot's routed
+     * expert and weight, moe_row [cap_rows * top_k] each grouped position's token row,
+     * moe_slot [cap_rows * top_k] each slot's grouped position (-1: not held), moe_offsets
+     * [num_experts + 1] each expert's grouped rows. (moe_row / moe_w also carry a TP
+     * rank's embedding rows: backend_cuda_tp.c.) */
+    int *moe_expert;
+    int32_t *moe_slot, *moe_offsets;
+    int64_t *row_dst; /* [cap_rows] each row's KV offset (cuda_kv_store_rows) */
     /* Pinned host staging (cuda_host_alloc): everything copied asynchronously. */
-    float *h_hidden;   /* [cap_rows, H] rows in and out */
-    float *h_logits;   /* [cap_logit_rows, V] */
-    int32_t *h_tokens; /* [cap_rows] ids in (embed), argmax ids out */
-    float *h_cos, *h_sin, *h_router, *h_moe_w;
-    int32_t *h_moe_row, *h_moe_slot, *h_moe_plan;
-    float *h_moe_one;
+    float *h_hidden;                /* [cap_rows, H] rows in and out */
+    float *h_logits;                /* [cap_logit_rows, V] */
+    int32_t *h_tokens;              /* [cap_rows] ids in (embed), argmax ids out */
+    float *h_cos, *h_sin, *h_moe_w; /* h_moe_w, h_moe_row: a TP rank's embedding rows */
+    int32_t *h_moe_row;
     int64_t *h_row_dst;
-    /* Host-only scratch. */
-    float *h_route_w;
-    int *h_route_e;
-    int *h_expert_count;
-    int *h_pair_level, *h_pair_tmp; /* [cap_rows * top_k], [2][cap_rows * top_k] */
-    int h_level_first[MOE_MAX_TOP_K + 2];
 
     /* Decode graphs (kernels/cuda_device.h): exec[b] is the graph of a decode step of b
      * one-token items, captured again each step and updated in place; warm[b] says a step
      * of b items has run eagerly once (every kernel loaded before any capture). */
-    int use_graphs; /* 0 with STRATA_CUDA_GRAPHS=0 or a MoE layer in the role */
+    int use_graphs; /* 0 with STRATA_CUDA_GRAPHS=0 or under a TP / KVP split */
     void **graph_exec;
     unsigned char *graph_warm;
     long graph_launches, graph_instantiations;
@@ -159,9 +164,14 @@ int backend_cuda_tp_argmax(struct cuda_context *c, int32_t *ids, const float *lo
 int backend_cuda_kvp_attend(struct cuda_context *c, const struct layer_weights *L,
                             const struct forward_item *items, int n_items, int N);
 
-/* out [N, H] = the MoE block of x [N, H] over the held experts (backend_cuda_moe.c). */
+/* out [N, H] = the MoE block of x [N, H] over the held experts (backend_cuda_moe.c):
+ * queued, no synchronisation (a decode graph holds it). */
 int backend_cuda_moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
                            const float *x, int N);
+/* After the weights are loaded: each MoE layer's grouped-matmul tables (c->moe, device
+ * pointer arrays). _close frees them (a half-built state too). */
+int backend_cuda_moe_open(struct cuda_context *c);
+void backend_cuda_moe_close(struct cuda_context *c);
 
 /* Uploads the role's weights (the manifest's tensors) into `c` (backend_cuda_weights.c),
  * reporting each tensor's stored bytes (this rank's slice) to `progress` once uploaded. */

@@ -107,6 +107,12 @@ static int run_moe_route(const struct bo_call *c, void *stream) {
     return cuda_moe_route(c->buf[0], c->buf[1], c->buf[2], c->s->pos, c->s->n, c->s->rows, stream);
 }
 
+/* tokens = heads (op_cases.c). */
+static int run_moe_route_rows(const struct bo_call *c, void *stream) {
+    return cuda_moe_route_rows(c->buf[0], c->buf[1], c->buf[2], c->s->pos, c->s->n, c->s->rows,
+                               c->s->heads, stream);
+}
+
 static int run_ops_weight_row(const struct bo_call *c, void *stream) {
     struct ops_weight w = {c->buf[1], c->s->wtype, c->s->rows, c->s->dim};
     return cuda_ops_weight_row(c->buf[0], &w, c->s->pos, stream);
@@ -123,6 +129,7 @@ static const struct bo_backend_op cuda_ops[] = {
     {"attention", run_attention},
     {"attention_kvp", run_attention_kvp},
     {"moe_route", run_moe_route},
+    {"moe_route_rows", run_moe_route_rows},
     {"ops_weight_row", run_ops_weight_row},
 };
 

@@ -33,6 +33,7 @@
 #include "kernels/kv_store.h"
 #include "kernels/matmul.h"
 #include "kernels/moe_combine.h"
+#include "kernels/moe_group.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
@@ -327,6 +328,95 @@ int cuda_moe_combine(float *out, const float *y, const int32_t *rows, const floa
         for (int d = 0; d < dim; ++d)
             o[d] += y[(size_t)j * (size_t)dim + d] * weights[j];
     }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- MoE on the device */
+
+int cuda_moe_route_rows(int *experts, float *weights, const float *router_logits, int renormalize,
+                        int num_experts, int top_k, int n, void *stream) {
+    ON_STREAM(stream);
+    for (int i = 0; i < n; ++i)
+        moe_route(experts + (size_t)i * (size_t)top_k, weights + (size_t)i * (size_t)top_k,
+                  router_logits + (size_t)i * (size_t)num_experts, renormalize, num_experts, top_k);
+    return 0;
+}
+
+/* reference/model.c moe_block's grouping: expert by expert, rows then choices. */
+int cuda_moe_group(int32_t *offsets, int32_t *rows, int32_t *slot_pos, const int *experts, int n,
+                   int top_k, int num_experts, int experts_lo, int experts_hi, void *stream) {
+    ON_STREAM(stream);
+    if (experts_lo < 0 || experts_hi > num_experts || experts_lo > experts_hi)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_moe_group: experts [%d, %d)",
+                                experts_lo, experts_hi);
+    const int slots = n * top_k;
+    int at = 0;
+    for (int s = 0; s < slots; ++s)
+        slot_pos[s] = -1;
+    for (int e = 0; e < num_experts; ++e) {
+        offsets[e] = at;
+        if (e < experts_lo || e >= experts_hi) continue;
+        for (int s = 0; s < slots; ++s)
+            if (experts[s] == e) {
+                rows[at] = s / top_k;
+                slot_pos[s] = at++;
+            }
+    }
+    offsets[num_experts] = at;
+    for (int j = at; j < slots; ++j)
+        rows[j] = 0;
+    return 0;
+}
+
+/* One matmul (or matmul_split) per group, on the rows the device offsets give. */
+int cuda_matmul_grouped(float *out, const float *x, const struct ops_weight *w,
+                        const void *const *ptrs, const int32_t *offsets, int n_groups, int cap,
+                        int leaves, void *stream) {
+    ON_STREAM(stream);
+    if (cap > 0 && (const void *)out == (const void *)x)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_grouped: out aliases x");
+    if (leaves < 1 || leaves > OPS_SPLIT_LEAVES || (leaves & (leaves - 1)) || n_groups < 1 ||
+        n_groups > 8192) /* kernels/matmul.h */
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_matmul_grouped: leaves %d, %d groups",
+                                leaves, n_groups);
+    for (int g = 0; g < n_groups; ++g) {
+        const int lo = offsets[g], hi = offsets[g + 1] < cap ? offsets[g + 1] : cap;
+        if (hi <= lo) continue;
+        if (!ptrs[g])
+            return strata_set_error(STRATA_EINVAL,
+                                    "emulated cuda_matmul_grouped: group %d has "
+                                    "rows and no weight",
+                                    g);
+        const struct ops_weight wg = {ptrs[g], w->dtype, w->rows, w->cols};
+        float *o = out + (size_t)lo * (size_t)w->rows;
+        const float *xg = x + (size_t)lo * (size_t)w->cols;
+        if (leaves == 1)
+            matmul(o, xg, &wg, hi - lo, pool());
+        else
+            matmul_split(o, xg, &wg, hi - lo, leaves, pool());
+    }
+    return 0;
+}
+
+/* The reference's weighting (y *= w) into slot order, then its tree (moe_sum_rows). */
+int cuda_moe_expert_sum(float *out, const float *y, const int32_t *slot_pos, const int *experts,
+                        const float *weights, int n, int top_k, int experts_lo, int experts_hi,
+                        int dim, void *stream) {
+    ON_STREAM(stream);
+    if (top_k < 1 || top_k > OPS_MOE_MAX_TOP_K)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_moe_expert_sum: top-k %d", top_k);
+    const size_t slots = (size_t)n * (size_t)top_k;
+    float *scratch = malloc((slots ? slots : 1) * (size_t)dim * sizeof(float));
+    if (!scratch) return strata_set_error(STRATA_ENOMEM, "emulated cuda_moe_expert_sum");
+    for (size_t s = 0; s < slots; ++s) {
+        if (experts[s] < experts_lo || experts[s] >= experts_hi) continue;
+        const float *src = y + (size_t)slot_pos[s] * (size_t)dim;
+        float *dst = scratch + s * (size_t)dim;
+        for (int d = 0; d < dim; ++d)
+            dst[d] = src[d] * weights[s];
+    }
+    moe_sum_rows(out, scratch, experts, n, top_k, experts_lo, experts_hi, dim);
+    free(scratch);
     return 0;
 }
 

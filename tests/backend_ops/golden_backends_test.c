@@ -19,8 +19,13 @@
  *     one backend (two items per forward: a decode graph of 2 on a CUDA backend) gives its
  *     solo logits bit for bit.
  * A CUDA backend runs decode steps as CUDA graphs unless STRATA_CUDA_GRAPHS=0 (a second
- * argument --no-graphs sets it): with graphs on, the run must have launched some (its
- * describe line counts them), with them off none.
+ * argument --no-graphs sets it): with graphs on, every case must have launched some (its
+ * backends' describe lines count them; MoE cases included, issue 17: a role that fell back
+ * to eager steps fails), with them off none.
+ * `--bitwise-cpu` (the emulated CUDA targets, whose kernels are the reference ops) also
+ * requires the device's logits to equal the CPU backend's bit for bit: the backend's own
+ * logic (MoE routing, grouping and expert-tree order, chunking, graphs) keeps the
+ * reference's order exactly.
  * A device this build or machine cannot open prints "skipped: <device>: <reason>".
  *
  * `--grid T,K` (repeatable) instead runs every case on one stage [0, L) split over T TP x
@@ -42,6 +47,7 @@
 
 #include "reference/sampler.h"
 #include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
 #include "runtime/model/tp_shard.h"
 #include "runtime/stage/backend.h"
 #include "tests/reference/golden_case.h"
@@ -52,11 +58,14 @@
 #define MAX_STAGES 3
 
 static const char *device;
-static int no_graphs; /* --no-graphs: STRATA_CUDA_GRAPHS=0 */
+static int no_graphs;       /* --no-graphs: STRATA_CUDA_GRAPHS=0 */
+static int graphs_expected; /* a CUDA device with graphs on: every case must launch some */
+static int bitwise_cpu;     /* --bitwise-cpu: logits must equal the CPU backend's */
 /* Per thread (a --grid rank is a thread): summed over its backends' describe lines. */
 static _Thread_local long graph_launches;
-static _Thread_local long graph_reinstants; /* instantiations beyond one per backend */
-static atomic_int argmax_mismatches;        /* stage_backend_argmax != argmax(logits) */
+static _Thread_local long moe_graph_launches; /* those of backends holding a MoE layer */
+static _Thread_local long graph_reinstants;   /* instantiations beyond one per backend */
+static atomic_int argmax_mismatches;          /* stage_backend_argmax != argmax(logits) */
 /* --grid: this thread's place in the stage's group (NULL: one rank) and its device. */
 static _Thread_local const struct stage_tp_config *rank_tp;
 static _Thread_local const char *rank_device;
@@ -76,6 +85,11 @@ static void count_graphs(const struct stage_backend *be) {
     long launched = strtol(on + strlen("decode graphs on ("), &end, 10);
     long instantiated = end ? strtol(end + strlen(" launched, "), NULL, 10) : 0;
     graph_launches += launched;
+    for (int l = be->role.layer_start; l < be->role.layer_end; ++l)
+        if (model_config_layer_is_moe(be->cfg, l)) {
+            moe_graph_launches += launched;
+            break;
+        }
     if (instantiated > 1) graph_reinstants += instantiated - 1;
 }
 
@@ -492,6 +506,7 @@ static int check_case(const char *name) {
     int V = gc.cfg.vocab_size, L = gc.cfg.num_layers, whole[2] = {0, L}, failures = 0;
     size_t bytes = sizeof(float) * (size_t)gc.n_steps * V;
     double max_delta = 0.0;
+    const long launches_before = graph_launches, moe_before = moe_graph_launches;
     const char *const same[MAX_STAGES] = {device, device, device};
     float *logits = run_case(&gc, whole, same, 1, 0);
     if (!logits) {
@@ -518,9 +533,29 @@ static int check_case(const char *name) {
     }
     failures += check_batched(&gc, name, logits);
     if (strcmp(device, "cpu") != 0 && L >= 3) failures += check_mixed(&gc, name);
-    printf("%s %-18s on %s: %d steps, max |dlogit| = %.3g, ids %s, splits k=1..%d %s\n",
+    if (bitwise_cpu) {
+        const char *const cpu[MAX_STAGES] = {"cpu", "cpu", "cpu"};
+        float *want = run_case(&gc, whole, cpu, 1, 0);
+        if (!want || memcmp(want, logits, bytes)) {
+            printf("  %s: logits differ from the CPU backend's: %s\n", name,
+                   want ? "not bit-identical" : strata_last_error());
+            failures++;
+        }
+        free(want);
+    }
+    if (graphs_expected && graph_launches == launches_before) {
+        printf("  %s: no decode graph launched (every step ran eagerly)\n", name);
+        failures++;
+    }
+    if (graphs_expected && gc.cfg.num_experts > 0 && moe_graph_launches == moe_before) {
+        printf("  %s: no decode graph launched by a backend holding a MoE layer\n", name);
+        failures++;
+    }
+    printf("%s %-18s on %s: %d steps, max |dlogit| = %.3g, ids %s, splits k=1..%d %s, %ld "
+           "decode graph launches (%ld with a MoE layer)\n",
            failures ? "FAIL" : "ok  ", name, device, gc.n_steps, max_delta,
-           failures ? "checked" : "identical", L - 1, failures ? "checked" : "bit-identical");
+           failures ? "checked" : "identical", L - 1, failures ? "checked" : "bit-identical",
+           graph_launches - launches_before, moe_graph_launches - moe_before);
     free(logits);
     golden_case_close(&gc);
     return failures != 0;
@@ -536,6 +571,9 @@ int main(int argc, char **argv) {
     no_graphs = (argc > 2 && strcmp(argv[2], "--no-graphs") == 0) ||
                 (graphs_env && strcmp(graphs_env, "0") == 0);
     if (no_graphs) setenv("STRATA_CUDA_GRAPHS", "0", 1);
+    graphs_expected = !no_graphs && strncmp(device, "cuda", 4) == 0;
+    for (int i = 2; i < argc; ++i)
+        bitwise_cpu |= strcmp(argv[i], "--bitwise-cpu") == 0;
     for (int i = 2; i + 1 < argc && n_grids < MAX_RANKS; ++i)
         if (strcmp(argv[i], "--grid") == 0) {
             int T = 0, K = 0;

@@ -152,6 +152,22 @@ static int moe_route_ref(const struct bo_call *c, struct thread_pool *pool) {
     return 0;
 }
 
+/* moe_route of `heads` tokens, one after another (the CUDA backend's rows form). */
+static int moe_route_rows_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = (struct bo_buf){"experts", BO_OUT, BO_I32, sz(s->heads, s->rows), BO_GEN_ACT};
+    b[1] = BUF("weights", BO_OUT, sz(s->heads, s->rows), BO_GEN_ACT);
+    b[2] = BUF("router_logits", BO_IN, sz(s->heads, s->n), BO_GEN_ACT);
+    return 3;
+}
+
+static int moe_route_rows_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    for (int i = 0; i < c->s->heads; ++i)
+        moe_route((int *)c->buf[0] + sz(i, c->s->rows), (float *)c->buf[1] + sz(i, c->s->rows),
+                  (const float *)c->buf[2] + sz(i, c->s->n), c->s->pos, c->s->n, c->s->rows);
+    return 0;
+}
+
 /* w [rows, dim] (wtype), row = pos. */
 static int weight_row_layout(const struct bo_shape *s, struct bo_buf *b) {
     b[0] = BUF("out", BO_OUT, (size_t)s->dim, BO_GEN_ACT);
@@ -181,6 +197,7 @@ const struct bo_op bo_ops[] = {
     {"attention", 1e-7, attention_layout, attention_ref},
     {"attention_kvp", 1e-7, attention_layout, attention_ref},
     {"moe_route", 1e-7, moe_route_layout, moe_route_ref},
+    {"moe_route_rows", 1e-7, moe_route_rows_layout, moe_route_rows_ref},
     {"ops_weight_row", 1e-7, weight_row_layout, weight_row_ref},
 };
 const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
@@ -232,6 +249,12 @@ const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
     {                                                                                              \
         "moe_route", {                                                                             \
             .n = e_, .rows = k_, .pos = renorm_, .scale = scale_                                   \
+        }                                                                                          \
+    }
+#define ROUTE_ROWS(e_, k_, renorm_, tokens_, scale_)                                               \
+    {                                                                                              \
+        "moe_route_rows", {                                                                        \
+            .n = e_, .rows = k_, .pos = renorm_, .heads = tokens_, .scale = scale_                 \
         }                                                                                          \
     }
 #define WROW(rows_, dim_, row_, wt_)                                                               \
@@ -310,6 +333,9 @@ const struct bo_case bo_cases[] = {
     ROUTE(8, 2, 1, 3.0f),
     ROUTE(128, 8, 1, 4.0f),
     ROUTE(60, 4, 0, 2.0f),
+    ROUTE_ROWS(8, 2, 1, 1, 3.0f),
+    ROUTE_ROWS(6, 3, 0, 7, 2.0f),
+    ROUTE_ROWS(128, 8, 1, 65, 4.0f),
 
     WROW(1, 1, 0, OPS_F32),
     WROW(7, 33, 6, OPS_BF16),

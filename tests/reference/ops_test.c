@@ -368,6 +368,27 @@ static void run_attention(float *out, const float *q, const float *k, const floa
     thread_pool_free(pool);
 }
 
+/* moe_sum_rows adds a row's held slots by the halving tree over expert indices, not in
+ * choice order: experts {5, 1, 2} of [0, 8) are ((s1 + s2) + s5). With s5 = 1, s1 = 1e8,
+ * s2 = -1e8 the tree gives 1 where choice order gives 0. A TP node [4, 8) holds only
+ * expert 5; a row holding none is zeros. */
+static void test_moe_sum_rows(void **state) {
+    (void)state;
+    const int experts[6] = {5, 1, 2, 0, 3, 1}; /* row 0, row 1 (K = 3) */
+    const float values[6] = {1.0f, 1e8f, -1e8f, 2.0f, 3.0f, 4.0f};
+    float slots[6 * 2], out[2 * 2];
+    for (int s = 0; s < 6; ++s)
+        slots[2 * s] = slots[2 * s + 1] = values[s];
+    moe_sum_rows(out, slots, experts, 2, 3, 0, 8, 2);
+    assert_true(out[0] == 1.0f && out[1] == 1.0f);
+    assert_true(out[2] == (2.0f + 4.0f) + 3.0f); /* {0, 1} in [0, 2), then 3 */
+    for (int s = 0; s < 6; ++s)
+        slots[2 * s] = slots[2 * s + 1] = values[s];
+    moe_sum_rows(out, slots, experts, 2, 3, 4, 8, 2);
+    assert_true(out[0] == 1.0f && out[1] == 1.0f);
+    assert_true(out[2] == 0.0f && out[3] == 0.0f && !signbit(out[2]));
+}
+
 /* Causal GQA over a cache with 2 earlier positions and 3 new queries, against double math:
  * groups of 2 and 16 heads (run together), 1 and 18 (one task per head). */
 static void test_attention(void **state) {
@@ -518,6 +539,7 @@ int main(void) {
         cmocka_unit_test(test_mrope_sections),
         cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_moe_route),
+        cmocka_unit_test(test_moe_sum_rows),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_scratch_floats),
         cmocka_unit_test(test_attention_exact_order),
