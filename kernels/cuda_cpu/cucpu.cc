@@ -3,8 +3,7 @@
  * every live thread of its scope (the warp for a shuffle, the block for __syncthreads) waits
  * at one; a thread that returned no longer counts (CUDA's rule for exited threads). When no
  * fiber can run and no barrier can open, the block has deadlocked (a barrier under divergent
- * control flow): the launch stops and cudaGetLastError reports it. Each host thread has its
- * own scheduler (a launch runs on the thread that makes it).
+ * control flow): the launch stops and cudaGetLastError reports it.
  *
  * The switch between fibers: on x86-64 a few instructions that save the callee-saved
  * registers and the floating-point control words and swap stacks; ucontext's swapcontext
@@ -12,6 +11,7 @@
  * golden model's decode ten times slower). */
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
 #include <vector>
 
 #include "cuda_runtime.h"
@@ -94,8 +94,8 @@ static inline void context_switch(Context &from, Context &to) {
 }
 #endif
 
-thread_local uint3 cucpu_thread_idx, cucpu_block_idx;
-thread_local dim3 cucpu_block_dim, cucpu_grid_dim;
+uint3 cucpu_thread_idx, cucpu_block_idx;
+dim3 cucpu_block_dim, cucpu_grid_dim;
 
 namespace {
 
@@ -108,7 +108,8 @@ struct Fiber {
     uint3 tid;
     int linear = 0;
     Wait wait = kRunnable;
-    uint64_t slot = 0; /* this lane's shuffle value */
+    uint64_t slot[2] = {0, 0}; /* this lane's shuffle values, alternate shuffles */
+    int parity = 0;            /* which slot the next shuffle uses */
 };
 
 struct Block {
@@ -117,12 +118,17 @@ struct Block {
     Fiber *current = nullptr;
     const std::function<void()> *body = nullptr;
     int n = 0;
+    std::vector<double> dynamic_shared; /* doubles: aligned for any element type */
 };
 
-/* Per host thread, like a CUDA context's current stream and last error: the backend's TP
- * ranks are threads of one process, each launching its own kernels. */
-thread_local Block g_block;
-thread_local cudaError_t g_error = cudaSuccess;
+/* One block runs at a time in the whole process: the backend's TP ranks are host threads
+ * that launch concurrently, and their launches take turns (g_run, held for a whole launch;
+ * a kernel never waits for another thread). Plain globals, not thread_local: the scheduler
+ * and threadIdx are read at every step, and TLS in a shared library costs a call per read.
+ * The last error is per host thread, as CUDA's is. */
+Block g_block;
+std::mutex g_run;
+thread_local cudaError_t g_error;
 
 void fiber_entry() {
     (*g_block.body)();
@@ -140,41 +146,44 @@ void wait_at(Wait w) {
 
 /* Opens every barrier whose scope's live threads all wait; returns how many threads it let go. */
 int open_barriers() {
-    int released = 0, n = g_block.n;
+    Block &b = g_block;
+    int released = 0, n = b.n;
     for (int w0 = 0; w0 < n; w0 += kWarp) {
         const int w1 = w0 + kWarp < n ? w0 + kWarp : n;
         int live = 0, waiting = 0;
         for (int i = w0; i < w1; ++i) {
-            live += g_block.fibers[i].wait != kDone;
-            waiting += g_block.fibers[i].wait == kWarpBarrier;
+            live += b.fibers[i].wait != kDone;
+            waiting += b.fibers[i].wait == kWarpBarrier;
         }
         if (waiting && waiting == live)
             for (int i = w0; i < w1; ++i)
-                if (g_block.fibers[i].wait == kWarpBarrier) g_block.fibers[i].wait = kRunnable, ++released;
+                if (b.fibers[i].wait == kWarpBarrier) b.fibers[i].wait = kRunnable, ++released;
     }
     int live = 0, waiting = 0;
     for (int i = 0; i < n; ++i) {
-        live += g_block.fibers[i].wait != kDone;
-        waiting += g_block.fibers[i].wait == kBlockBarrier;
+        live += b.fibers[i].wait != kDone;
+        waiting += b.fibers[i].wait == kBlockBarrier;
     }
     if (waiting && waiting == live)
         for (int i = 0; i < n; ++i)
-            if (g_block.fibers[i].wait == kBlockBarrier) g_block.fibers[i].wait = kRunnable, ++released;
+            if (b.fibers[i].wait == kBlockBarrier) b.fibers[i].wait = kRunnable, ++released;
     return released;
 }
 
 /* Runs one block to completion; false on a deadlock. */
 bool run_block() {
+    Block &b = g_block;
+    uint3 &thread_idx = cucpu_thread_idx;
     for (;;) {
         int ran = 0, live = 0;
-        for (int i = 0; i < g_block.n; ++i) {
-            Fiber &f = g_block.fibers[i];
+        for (int i = 0; i < b.n; ++i) {
+            Fiber &f = b.fibers[i];
             if (f.wait == kDone) continue;
             ++live;
             if (f.wait != kRunnable) continue;
-            g_block.current = &f;
-            cucpu_thread_idx = f.tid;
-            context_switch(g_block.scheduler, f.ctx);
+            b.current = &f;
+            thread_idx = f.tid;
+            context_switch(b.scheduler, f.ctx);
             ++ran;
         }
         if (!live) return true;
@@ -186,6 +195,15 @@ bool run_block() {
 } // namespace
 
 void cucpu_launch(cucpu_config cfg, const std::function<void()> &body) {
+    const int recorded = cucpu_capture_record(cfg.stream, body.target_type().name(),
+                                              [cfg, body]() { cucpu_run_launch(cfg, body); });
+    if (recorded < 0) g_error = cudaErrorStreamCaptureIsolation;
+    if (recorded) return;
+    cucpu_run_launch(cfg, body);
+}
+
+void cucpu_run_launch(cucpu_config cfg, const std::function<void()> &body) {
+    std::lock_guard<std::mutex> hold(g_run);
     const unsigned long threads = (unsigned long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (!threads || threads > kMaxThreads || !cfg.grid.x || !cfg.grid.y || !cfg.grid.z ||
         cfg.grid.y > 65535 || cfg.grid.z > 65535 || cfg.block.z > 64) {
@@ -196,6 +214,11 @@ void cucpu_launch(cucpu_config cfg, const std::function<void()> &body) {
     cucpu_grid_dim = cfg.grid;
     g_block.n = (int)threads;
     g_block.body = &body;
+    if (cfg.shared_bytes > 48 * 1024) { /* the default limit without an opt-in attribute */
+        g_error = cudaErrorInvalidConfiguration;
+        return;
+    }
+    g_block.dynamic_shared.assign((cfg.shared_bytes + sizeof(double) - 1) / sizeof(double), 0.0);
     if (g_block.fibers.size() < threads) g_block.fibers.resize(threads);
     for (unsigned bz = 0; bz < cfg.grid.z; ++bz)
         for (unsigned by = 0; by < cfg.grid.y; ++by)
@@ -208,6 +231,7 @@ void cucpu_launch(cucpu_config cfg, const std::function<void()> &body) {
                     f.tid = uint3(i % cfg.block.x, i / cfg.block.x % cfg.block.y,
                                   i / (cfg.block.x * cfg.block.y));
                     f.wait = kRunnable;
+                    f.parity = 0;
                     context_init(f.ctx, f.stack.data(), f.stack.size(), fiber_entry);
                 }
                 if (!run_block()) {
@@ -215,6 +239,10 @@ void cucpu_launch(cucpu_config cfg, const std::function<void()> &body) {
                     return; /* the deadlocked fibers' stacks are reused by the next launch */
                 }
             }
+}
+
+void *cucpu_dynamic_shared(void) {
+    return g_block.dynamic_shared.data();
 }
 
 void __syncthreads(void) {
@@ -225,14 +253,17 @@ int cucpu_lane(void) {
     return g_block.current->linear % kWarp;
 }
 
+/* One barrier per shuffle: shuffles alternate between two slots, and a lane can only
+ * store into a slot again after the next shuffle's barrier, which every lane reaches only
+ * once it has read this one. */
 uint64_t cucpu_warp_exchange(uint64_t v, int src) {
     Fiber *f = g_block.current;
-    f->slot = v;
+    const int p = f->parity;
+    f->parity ^= 1;
+    f->slot[p] = v;
     wait_at(kWarpBarrier); /* every lane has stored */
     const int base = f->linear - f->linear % kWarp;
-    const uint64_t out = src < 0 || base + src >= g_block.n ? v : g_block.fibers[base + src].slot;
-    wait_at(kWarpBarrier); /* every lane has read before anyone stores again */
-    return out;
+    return src < 0 || base + src >= g_block.n ? v : g_block.fibers[base + src].slot[p];
 }
 
 cudaError_t cudaGetLastError(void) {
@@ -246,6 +277,8 @@ const char *cudaGetErrorString(cudaError_t err) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidConfiguration: return "invalid launch configuration (cuda_cpu)";
     case cudaErrorLaunchFailure: return "a barrier deadlocked under divergent control flow (cuda_cpu)";
+    case cudaErrorStreamCaptureIsolation:
+        return "a launch on another stream while capturing a graph (cuda_cpu)";
     }
     return "unknown error (cuda_cpu)";
 }

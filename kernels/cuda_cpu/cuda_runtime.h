@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <tuple>
 
 #define __global__
 #define __device__
@@ -44,8 +45,8 @@ inline float4 make_float4(float x, float y, float z, float w) { return float4{x,
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 
 /* The running fiber's indices (set by the scheduler whenever a fiber resumes). */
-extern thread_local uint3 cucpu_thread_idx, cucpu_block_idx;
-extern thread_local dim3 cucpu_block_dim, cucpu_grid_dim;
+extern uint3 cucpu_thread_idx, cucpu_block_idx;
+extern dim3 cucpu_block_dim, cucpu_grid_dim;
 #define threadIdx cucpu_thread_idx
 #define blockIdx cucpu_block_idx
 #define blockDim cucpu_block_dim
@@ -53,7 +54,12 @@ extern thread_local dim3 cucpu_block_dim, cucpu_grid_dim;
 static const int warpSize = 32;
 
 typedef void *cudaStream_t;
-enum cudaError { cudaSuccess = 0, cudaErrorInvalidConfiguration = 9, cudaErrorLaunchFailure = 4 };
+enum cudaError {
+    cudaSuccess = 0,
+    cudaErrorLaunchFailure = 4,
+    cudaErrorInvalidConfiguration = 9,
+    cudaErrorStreamCaptureIsolation = 905,
+};
 typedef enum cudaError cudaError_t;
 cudaError_t cudaGetLastError(void);
 const char *cudaGetErrorString(cudaError_t err);
@@ -61,12 +67,23 @@ const char *cudaGetErrorString(cudaError_t err);
 /* ---------------------------------------------------------------- launches */
 struct cucpu_config {
     dim3 grid, block;
+    size_t shared_bytes;  /* dynamic shared memory (extern __shared__) */
+    cudaStream_t stream; /* work runs in call order whatever the stream; graphs record by it */
 };
 inline cucpu_config CUCPU_CFG(dim3 grid, dim3 block, size_t shared_bytes = 0,
                               cudaStream_t stream = nullptr) {
-    (void)shared_bytes, (void)stream; /* one host stream: launches run in call order */
-    return cucpu_config{grid, block};
+    return cucpu_config{grid, block, shared_bytes, stream};
 }
+/* Graph capture (device_cpu.cc): while this thread captures, work queued on the capturing
+ * stream is appended to the recording instead of running (1: recorded); work on another
+ * stream spoils the capture, as on a device (-1: the caller reports the error). `site`
+ * names the node (a launch's lambda type: one per launch site, or a copy's kind); a graph's
+ * topology is its sequence of sites. */
+int cucpu_capture_record(cudaStream_t stream, const char *site, const std::function<void()> &op);
+/* Runs a launch now (a graph's replay). */
+void cucpu_run_launch(cucpu_config cfg, const std::function<void()> &body);
+/* The running block's dynamic shared memory (to_host.pl's rewrite of extern __shared__). */
+void *cucpu_dynamic_shared(void);
 /* Runs body once per thread of every block (blocks in order, threads as fibers); a bad
  * geometry or a deadlocked barrier becomes cudaGetLastError's error. */
 void cucpu_launch(cucpu_config cfg, const std::function<void()> &body);

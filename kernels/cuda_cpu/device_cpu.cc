@@ -1,17 +1,58 @@
 /* kernels/cuda_device.h on the host, for the kernels' own sources run by the cuda_cpu
  * fiber scheduler (cuda_runtime.h): "device" memory is host memory, every launch and copy
  * completes before its call returns (one in-order stream), so the synchronising calls only
- * report what a launch left in cudaGetLastError. Graphs are not simulated: capture_begin
- * fails with the reason (the emulated backend tests cover graph capture). */
+ * report what a launch left in cudaGetLastError. Graphs are recordings: between
+ * capture_begin and capture_end this thread's launches and asynchronous copies on the
+ * capturing stream are kept (with their arguments) instead of run, a synchronous call fails
+ * and spoils the capture, an update keeps the executable when the sequence of launch sites
+ * is the same (cudaGraphExecUpdate), and a launch replays the recording. */
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "cuda_runtime.h"
 
 extern "C" {
 #include "kernels/cuda_device.h"
 #include "runtime/base/status.h"
+}
+
+/* A recorded graph: its nodes in order, and their sites (the topology). */
+struct Graph {
+    std::vector<std::function<void()>> ops;
+    std::vector<std::string> sites;
+};
+
+/* This thread's capture (CUDA's capture mode is per thread here: the backend's TP ranks are
+ * threads). */
+struct Capture {
+    bool active = false, spoiled = false;
+    void *stream = nullptr;
+    std::string why;
+    Graph graph;
+};
+static thread_local Capture g_capture;
+
+int cucpu_capture_record(cudaStream_t stream, const char *site, const std::function<void()> &op) {
+    if (!g_capture.active) return 0;
+    if (stream != g_capture.stream) {
+        g_capture.spoiled = true;
+        g_capture.why = "work queued on another stream";
+        return -1;
+    }
+    g_capture.graph.ops.push_back(op);
+    g_capture.graph.sites.push_back(site);
+    return 1;
+}
+
+/* A synchronous call while capturing fails and invalidates the capture (cuda_device.h). */
+static int spoil(const char *what) {
+    g_capture.spoiled = true;
+    g_capture.why = std::string(what) + " while capturing";
+    return strata_set_error(STRATA_EDEVICE, "%s: operation not permitted when stream is capturing",
+                            what);
 }
 
 /* A launch's failure (bad geometry, a deadlocked barrier) surfaces at the next call, as a
@@ -30,6 +71,7 @@ int cuda_device_available(char *reason, size_t cap) {
 }
 
 int cuda_malloc(void **ptr, size_t bytes) {
+    if (g_capture.active) return spoil("cuda_malloc");
     if (!ptr) return strata_set_error(STRATA_EINVAL, "cuda_malloc: NULL ptr");
     *ptr = calloc(1, bytes ? bytes : 1);
     return *ptr ? STRATA_OK : strata_set_error(STRATA_ENOMEM, "cuda_malloc: %zu bytes", bytes);
@@ -40,6 +82,7 @@ void cuda_free(void *ptr) {
 }
 
 static int copy(void *dst, const void *src, size_t bytes, const char *what) {
+    if (g_capture.active) return spoil(what);
     if (bytes && (!dst || !src)) return strata_set_error(STRATA_EINVAL, "%s: NULL pointer", what);
     if (bytes) memmove(dst, src, bytes);
     return check_launches(what);
@@ -58,6 +101,7 @@ int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes) {
 }
 
 int cuda_synchronize(void) {
+    if (g_capture.active) return spoil("cuda_synchronize");
     return check_launches("cuda_synchronize");
 }
 
@@ -75,6 +119,7 @@ int cuda_device_describe(int index, char *buf, size_t cap) {
 int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                    size_t height, enum cuda_copy_kind kind) {
     (void)kind;
+    if (g_capture.active) return spoil("cuda_memcpy_2d");
     if (width > dpitch || width > spitch)
         return strata_set_error(STRATA_EINVAL, "cuda_memcpy_2d: width %zu > pitch", width);
     for (size_t r = 0; r < height; ++r)
@@ -83,6 +128,7 @@ int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, siz
 }
 
 int cuda_memset(void *dst, int value, size_t bytes) {
+    if (g_capture.active) return spoil("cuda_memset");
     if (bytes && !dst) return strata_set_error(STRATA_EINVAL, "cuda_memset: NULL pointer");
     if (bytes) memset(dst, value, bytes);
     return check_launches("cuda_memset");
@@ -99,6 +145,7 @@ void cuda_stream_destroy(void *stream) {
 
 int cuda_stream_synchronize(void *stream) {
     (void)stream;
+    if (g_capture.active) return spoil("cuda_stream_synchronize");
     return check_launches("cuda_stream_synchronize");
 }
 
@@ -128,44 +175,83 @@ void cuda_host_free(void *ptr) {
     free(ptr);
 }
 
+/* Asynchronous work: recorded while this thread captures on `stream`, else done now. */
+static int queue(void *stream, const char *site, const std::function<void()> &op) {
+    const int recorded = cucpu_capture_record(stream, site, op);
+    if (recorded < 0)
+        return strata_set_error(STRATA_EDEVICE, "%s: the stream is not the capturing one", site);
+    if (!recorded) op();
+    return check_launches(site);
+}
+
 int cuda_memcpy_async(void *dst, const void *src, size_t bytes, enum cuda_copy_kind kind,
                       void *stream) {
-    (void)kind, (void)stream;
-    return copy(dst, src, bytes, "cuda_memcpy_async");
+    (void)kind;
+    if (bytes && (!dst || !src))
+        return strata_set_error(STRATA_EINVAL, "cuda_memcpy_async: NULL pointer");
+    return queue(stream, "memcpy", [=]() { if (bytes) memmove(dst, src, bytes); });
 }
 
 int cuda_memcpy_2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                          size_t height, enum cuda_copy_kind kind, void *stream) {
-    (void)stream;
-    return cuda_memcpy_2d(dst, dpitch, src, spitch, width, height, kind);
+    (void)kind;
+    if (width > dpitch || width > spitch)
+        return strata_set_error(STRATA_EINVAL, "cuda_memcpy_2d_async: width %zu > pitch", width);
+    return queue(stream, "memcpy2d", [=]() {
+        for (size_t r = 0; r < height; ++r)
+            memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
+    });
 }
 
 int cuda_memset_async(void *dst, int value, size_t bytes, void *stream) {
-    (void)stream;
-    return cuda_memset(dst, value, bytes);
+    if (bytes && !dst) return strata_set_error(STRATA_EINVAL, "cuda_memset_async: NULL pointer");
+    return queue(stream, "memset", [=]() { if (bytes) memset(dst, value, bytes); });
 }
 
 int cuda_graph_capture_begin(void *stream) {
-    (void)stream;
-    return strata_set_error(STRATA_EDEVICE, "cuda_cpu does not simulate CUDA graphs");
+    if (g_capture.active)
+        return strata_set_error(STRATA_EDEVICE, "cuda_graph_capture_begin: already capturing");
+    g_capture = Capture{};
+    g_capture.active = true;
+    g_capture.stream = stream;
+    return STRATA_OK;
 }
 
 int cuda_graph_capture_end(void *stream, void **exec, int *instantiated) {
-    (void)stream, (void)exec, (void)instantiated;
-    return strata_set_error(STRATA_EDEVICE, "cuda_cpu does not simulate CUDA graphs");
+    if (!g_capture.active || g_capture.stream != stream)
+        return strata_set_error(STRATA_EDEVICE, "cuda_graph_capture_end: the stream is not capturing");
+    Capture done = std::move(g_capture);
+    g_capture = Capture{};
+    if (done.spoiled)
+        return strata_set_error(STRATA_EDEVICE, "cuda_graph_capture_end: capture invalidated (%s)",
+                                done.why.c_str());
+    Graph *old = (Graph *)*exec;
+    if (old && old->sites == done.graph.sites) { /* cudaGraphExecUpdate: same topology */
+        old->ops = std::move(done.graph.ops);
+        if (instantiated) *instantiated = 0;
+        return STRATA_OK;
+    }
+    delete old;
+    *exec = new Graph(std::move(done.graph));
+    if (instantiated) *instantiated = 1;
+    return STRATA_OK;
 }
 
 void cuda_graph_capture_abort(void *stream) {
-    (void)stream;
+    if (g_capture.active && g_capture.stream == stream) g_capture = Capture{};
 }
 
 int cuda_graph_launch(void *exec, void *stream) {
-    (void)exec, (void)stream;
-    return strata_set_error(STRATA_EDEVICE, "cuda_cpu does not simulate CUDA graphs");
+    (void)stream;
+    if (!exec) return strata_set_error(STRATA_EINVAL, "cuda_graph_launch: no graph");
+    if (g_capture.active) return spoil("cuda_graph_launch");
+    for (const auto &op : ((Graph *)exec)->ops)
+        op();
+    return check_launches("cuda_graph_launch");
 }
 
 void cuda_graph_exec_destroy(void *exec) {
-    (void)exec;
+    delete (Graph *)exec;
 }
 
 } // extern "C"
