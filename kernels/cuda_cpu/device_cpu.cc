@@ -105,15 +105,20 @@ int cuda_synchronize(void) {
     return check_launches("cuda_synchronize");
 }
 
+/* Eight "devices", all host memory: a TP / KVP grid puts rank r on cuda:r. */
+enum { kDevices = 8 };
+
 int cuda_set_device(int index) {
-    return index == 0 ? STRATA_OK
-                      : strata_set_error(STRATA_EDEVICE, "no CUDA device %d (cuda_cpu has one)", index);
+    return index >= 0 && index < kDevices
+               ? STRATA_OK
+               : strata_set_error(STRATA_EDEVICE, "no CUDA device %d (cuda_cpu has %d)", index,
+                                  (int)kDevices);
 }
 
 int cuda_device_describe(int index, char *buf, size_t cap) {
-    if (index != 0) return cuda_set_device(index);
-    snprintf(buf, cap, "cuda_cpu (host fibers)");
-    return STRATA_OK;
+    int rc = cuda_set_device(index);
+    if (!rc) snprintf(buf, cap, "cuda_cpu device %d (kernels run on host fibers)", index);
+    return rc;
 }
 
 int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
