@@ -17,6 +17,7 @@
 #include "kernels/cuda_device.h"
 #include "reference/sampler.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 enum { ROWS = 12 };
@@ -139,12 +140,7 @@ static int check_parts(int n, int parts, unsigned seed) {
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     static const int lengths[] = {1, 2, 31, 1023, 1024, 1025, 4097, 151936};
     int failures = 0;
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; ++i)

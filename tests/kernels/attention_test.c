@@ -18,6 +18,7 @@
 #include "reference/ops.h"
 #include "reference/thread_pool.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 enum { NH = 4, NKV = 2, D = 128 };
@@ -148,12 +149,7 @@ static int check_batch_invariance(int pos, int n) {
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     struct thread_pool *pool = NULL;
     if (thread_pool_init(&pool, 1)) {
         printf("FAIL thread pool: %s\n", strata_last_error());

@@ -14,6 +14,7 @@
 #include "kernels/cuda_device.h"
 #include "kernels/vec_add.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 enum { N = 1000 };
@@ -60,12 +61,7 @@ static int graph_step(void **exec, int *instantiated, float *d_x, const float *d
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     void *stream = NULL, *exec = NULL;
     float *h_in = NULL, *h_out = NULL, *h_out2 = NULL, *d_x = NULL, *d_y1 = NULL, *d_y2 = NULL;
     float ones[N], twos[N];

@@ -11,6 +11,7 @@
 #include "kernels/cuda_device.h"
 #include "kernels/kv_store.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 /* 0 when one (pos, n, nkv, D, row stride) case matches the host copy bit for bit. */
@@ -110,12 +111,7 @@ static int check_rows(int slots, int max_seq, int nkv, int D, int stride) {
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     int failures = 0;
     failures += check_case(64, 0, 17, 2, 128, 256); /* prefill, row = the kv heads */
     failures += check_case(64, 40, 1, 8, 64, 512);  /* decode */

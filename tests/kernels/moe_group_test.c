@@ -22,6 +22,7 @@
 #include "reference/thread_pool.h"
 #include "runtime/base/dtype.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 struct shape {
@@ -273,12 +274,7 @@ static int check_shape(const struct shape *s, struct thread_pool *pool) {
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     struct thread_pool *pool = NULL;
     if (thread_pool_init(&pool, 2)) {
         printf("FAIL: %s\n", strata_last_error());

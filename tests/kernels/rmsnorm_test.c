@@ -10,6 +10,7 @@
 #include "kernels/rmsnorm.h"
 #include "reference/ops.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 enum { N = 3, DIM = 777 };
@@ -49,12 +50,7 @@ static int check_in_place(void) {
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     int failures = 0;
     float *d = NULL;
     failures += check(cuda_malloc((void **)&d, 16 * sizeof(float)) == 0, "cuda_malloc");

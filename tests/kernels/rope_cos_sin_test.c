@@ -9,6 +9,7 @@
 #include "kernels/rope_cos_sin.h"
 #include "reference/ops.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 enum { HALF = 64 };
@@ -52,12 +53,7 @@ static int check(int pos_t, int pos_h, int pos_w, const int *section) {
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     static const int section[3] = {24, 20, 20};
     int failures = check(0, 0, 0, NULL) + check(17, 17, 17, NULL) + check(4000, 4000, 4000, NULL) +
                    check(5, 3, 9, section) + check(1234, 40, 77, section);

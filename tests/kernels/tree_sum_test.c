@@ -12,6 +12,7 @@
 #include "kernels/nccl.h"
 #include "reference/ops.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 #define N 100003 /* not a multiple of the block: the grid's tail */
@@ -75,18 +76,14 @@ static int check_solo_comm(void) {
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     int failures = 0;
     for (int count = 1; count <= OPS_SPLIT_LEAVES; count *= 2) {
         failures += check_count(count, 0);
         failures += check_count(count, 1);
     }
     failures += cuda_ops_tree_sum(NULL, NULL, 3, 1, NULL) != STRATA_EINVAL;
+    char reason[256];
     if (!cuda_nccl_available(reason, sizeof reason)) {
         printf("skipped: one-rank NCCL communicator: %s\n", reason);
     } else {

@@ -18,6 +18,7 @@
 #include "reference/ops_vision.h"
 #include "reference/thread_pool.h"
 #include "runtime/base/status.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 #define NMSE_FP32 1e-7
@@ -206,12 +207,7 @@ static int check_vision_attention(const int *lens, int n_segments, int nh, int D
 }
 
 int main(void) {
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     int failures = 0;
     failures += check_layernorm(1, 7, 0);
     failures += check_layernorm(37, 1152, 0);

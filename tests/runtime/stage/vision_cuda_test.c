@@ -19,6 +19,7 @@
 #include "runtime/base/status.h"
 #include "runtime/stage/vision_cuda.h"
 #include "tests/reference/golden_case.h"
+#include "tests/kernels/kernel_test.h"
 #include "tests/test_util.h"
 
 #define TOLERANCE 1e-4
@@ -146,12 +147,7 @@ static int check_case(const char *name) {
 
 int main(int argc, char **argv) {
     emulated = argc > 1 && !strcmp(argv[1], "emulated");
-    char reason[256];
-    if (!cuda_device_available(reason, sizeof reason)) {
-        test_skip_all(reason);
-        return 0;
-    }
-    printf("device: %s\n", reason);
+    if (!kernel_test_device()) return 0;
     int failures = check_case("qwen3_vl") + check_case("qwen3_vl_moe");
     printf("%d failure(s)\n", failures);
     return failures ? 1 : 0;
