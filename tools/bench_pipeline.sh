@@ -23,9 +23,12 @@
 # stage streams about as many weight bytes per token, the last stage's lm_head counted, so no
 # stage sets a slower pace than the others (strata-plan --split decode prints the ranges).
 # BENCH_LOAD=prefill (default decode: all of the above) measures a prefill-heavy load
-# instead: S concurrent requests of BENCH_PROMPT_TOKENS (default 256) distinct prompt ids and
-# 1 generated token each, on S = 2 and 4 stages and on one process serving the same S
-# requests, every stage and the single process on 1 thread. Decode is memory-bound, so one
+# instead: W x S concurrent requests (W = BENCH_PREFILL_WAVES, default 4: at least S stay in
+# flight while the pipeline fills and drains, which S one-shot prompts would dominate: S
+# single-chunk prompts through S stages can reach only S^2 / (2S - 1) x) of
+# BENCH_PROMPT_TOKENS (default 256) distinct prompt ids and 1 generated token each, on S = 2
+# and 4 stages and on one process serving the same requests, every stage and the single
+# process on 1 thread. Decode is memory-bound, so one
 # process batches S decoding requests nearly for free and no pipeline on one host reaches S x
 # there; a prefill's cost grows with its rows, so this is where the issue's goal (S stages
 # with S requests in flight >= 0.9 x S x one process) can be measured. It prints aggregate
@@ -36,6 +39,7 @@
 # computes layers: the lm_head runs on one row per request).
 # Env: BENCH_MODEL, BENCH_THREADS, BENCH_TOKENS (default 48), BENCH_SPLIT_THREADS, BENCH_REPEAT,
 # BENCH_SPLIT, BENCH_LOAD (decode or prefill), BENCH_PROMPT_TOKENS (prefill, default 256),
+# BENCH_PREFILL_WAVES (prefill, 1 to 4, default 4),
 # STRATA_BAZEL_FLAGS (extra flags for bazel build, e.g. --define=strata_cuda=0).
 set -u
 case "${BENCH_LOAD:-decode}" in
@@ -90,20 +94,22 @@ many_args() { # many_args K: K different prompts
 
 # BENCH_LOAD=prefill (see the top): S requests of P prompt ids, 1 generated token, 1 thread.
 bench_prefill() {
-    local P=${BENCH_PROMPT_TOKENS:-256} split=${BENCH_SPLIT:-even} S K rep r a b of vocab max_seq
+    local P=${BENCH_PROMPT_TOKENS:-256} W=${BENCH_PREFILL_WAVES:-4} split=${BENCH_SPLIT:-even}
+    local S K rep r a b of vocab max_seq
     [[ "$P" =~ ^[1-9][0-9]*$ ]] || pl_fail "BENCH_PROMPT_TOKENS must be a positive count, not '$P'"
+    [[ "$W" =~ ^[1-4]$ ]] || pl_fail "BENCH_PREFILL_WAVES must be 1 to 4, not '$W'"
     vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$model/config.json")
     max_seq=$((P + 16 > 512 ? P + 16 : 512))
-    echo "pipeline benchmark, prefill load: $layers, hidden $hidden, S requests of $P prompt" \
-        "tokens and 1 generated token each, $(nproc) cores, 1 thread per stage and 1 thread for" \
-        "the single process, --split $split"
+    echo "pipeline benchmark, prefill load: $layers, hidden $hidden, $W x S requests of $P prompt" \
+        "tokens and 1 generated token each, sent at once, $(nproc) cores, 1 thread per stage and" \
+        "1 thread for the single process, --split $split"
     local reqs=() # reqs[r]: request r's prompt, distinct ids (r * P ...) below the vocabulary
-    for ((r = 0; r < 4; r++)); do
+    for ((r = 0; r < 4 * W; r++)); do
         reqs[r]=$(seq $((r * P)) $((r * P + P - 1)) |
             awk -v v="$vocab" '{ printf "%s%d", (NR > 1 ? "," : ""), $1 % (v - 1) + 1 }')
     done
     for S in 1 2 4; do
-        pl_start_pipeline "p$S" "$S" "$model" --threads 1 --max-seq "$max_seq" --max-batch 8 \
+        pl_start_pipeline "p$S" "$S" "$model" --threads 1 --max-seq "$max_seq" --max-batch $((4 * W)) \
             --split "$split" --insecure
         pl_client "p$S" --prompt "${reqs[0]}" --max-tokens 1 --quiet --insecure >/dev/null 2>&1 ||
             pl_fail "warm-up on $S stages failed"
@@ -113,10 +119,10 @@ bench_prefill() {
         for K in 2 4; do
             for S in 1 "$K"; do
                 local args=()
-                for ((r = 0; r < K; r++)); do args+=(--prompt "${reqs[r]}"); done
+                for ((r = 0; r < K * W; r++)); do args+=(--prompt "${reqs[r]}"); done
                 pl_client "p$S" "${args[@]}" --max-tokens 1 --quiet --insecure >"$PL_WORK/pre" 2>&1 ||
-                    pl_fail "$K prefills on $S stages failed: $(cat "$PL_WORK/pre")"
-                pre[$S.$K]="${pre[$S.$K]:-} $(prefill_rate "$PL_WORK/pre" $((K * P)))"
+                    pl_fail "$((K * W)) prefills on $S stages failed: $(cat "$PL_WORK/pre")"
+                pre[$S.$K]="${pre[$S.$K]:-} $(prefill_rate "$PL_WORK/pre" $((K * W * P)))"
             done
         done
     done
@@ -130,7 +136,7 @@ bench_prefill() {
         b=$(echo "${pre[1.$S]}" | median)
         of=$(awk -v a="$a" -v b="$b" -v s="$S" 'BEGIN { printf "%.0f%%", 100 * a / (s * b) }')
         [ "$S" -le "$(nproc)" ] || of="$of (*)"
-        printf "%-7s %-9s %-24s %-25s %-14s\n" "$S" "$S" "$a" "$b" "$of"
+        printf "%-7s %-9s %-24s %-25s %-14s\n" "$S" "$((S * W))" "$a" "$b" "$of"
     done
     echo "goal: >= 90% of S x the single process with S requests in flight" \
         "((*): more stages than the $(nproc) cores here, so stages share cores: not a measure of S x)"
