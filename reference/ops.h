@@ -207,6 +207,10 @@ enum ops_path { OPS_PATH_AUTO = 0, OPS_PATH_PORTABLE, OPS_PATH_AVX2, OPS_PATH_AV
 /* 1 if this CPU can run `path` (OPS_PATH_AUTO and OPS_PATH_PORTABLE always can). */
 int ops_path_available(enum ops_path path);
 
+/* 1 if this CPU also has AVX-512BW, VL and VNNI: the avx512 path then runs q8 matmuls with
+ * 512-bit integer dot products (ops_q8.h; the same bits as AVX2). */
+int ops_avx512_vnni_available(void);
+
 /* For tests and benchmarks: makes matmul use `path` (OPS_PATH_AUTO restores the CPU-detected
  * choice, the fastest available). Returns 1 if set, 0 if this CPU lacks the path (the
  * choice is left unchanged). Process-wide; not to be called while a matmul runs. */

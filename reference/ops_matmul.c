@@ -71,13 +71,17 @@ static float portable_dot(const void *w_row, enum ops_dtype dtype, const float *
 #define WIDEN_BF16(v) bf16_to_f32(v)
 #define WIDEN_F32(v) (v)
 
-/* Prefetches the `bytes` the next tile will read at this step (pf advances by `bytes`). */
-#define PREFETCH_STEP(pf, bytes)                                                                   \
+/* Prefetches the `bytes` the next tile will read at this step (pf advances by `bytes`), with
+ * hint T0 (AVX2, measured on Zen 3) or NTA (AVX-512: on Zen 5 the decode pass over Qwen3-0.6B's
+ * matrices streamed 41-42 GB/s with T0 and 43 with NTA at 1 thread, 50 and 52 at 2; a weight
+ * is read once per token, so keeping it out of the outer caches costs nothing). */
+#define PREFETCH_STEP_HINT(pf, bytes, hint)                                                        \
     do {                                                                                           \
         for (int pb_ = 0; pb_ < (bytes); pb_ += 64)                                                \
-            _mm_prefetch((pf) + pb_, _MM_HINT_T0);                                                 \
+            _mm_prefetch((pf) + pb_, hint);                                                        \
         (pf) += (bytes);                                                                           \
     } while (0)
+#define PREFETCH_STEP(pf, bytes) PREFETCH_STEP_HINT(pf, bytes, _MM_HINT_T0)
 
 /* ---------------------------------------------------------------- AVX2 + FMA kernels */
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
@@ -261,10 +265,10 @@ AVX2_TARGET static void avx2_rows4_bf16(float out[4], const uint16_t *w, size_t 
         a12##H = _mm256_fmadd_ps(wb, xv, a12##H);                                                  \
     } while (0)
 
-/* out[t * 2 + r] for rows w0, w1 and tokens x, x + ldx, x + 2 * ldx over k_len columns. */
-AVX2_TARGET static void avx2_r2t3_f32(float out[6], const float *w0, const float *w1,
-                                      const float *x, size_t ldx, int k_len) {
-    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx;
+/* out[t * 2 + r] for rows w, w + ldw and tokens x, x + ldx, x + 2 * ldx over k_len columns. */
+AVX2_TARGET static void avx2_r2t3_f32(float *out, const float *w, size_t ldw, const float *x,
+                                      size_t ldx, int k_len) {
+    const float *w0 = w, *w1 = w + ldw, *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx;
     __m256 a00l = _mm256_setzero_ps(), a00h = a00l, a01l = a00l, a01h = a00l, a02l = a00l;
     __m256 a02h = a00l, a10l = a00l, a10h = a00l, a11l = a00l, a11h = a00l, a12l = a00l;
     __m256 a12h = a00l;
@@ -329,7 +333,7 @@ AVX512_TARGET static inline float fold_avx512(__m512 a) {
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
         int k = 0;                                                                                 \
         for (; k + 16 <= k_len; k += 16) {                                                         \
-            PREFETCH_STEP(pf, 4 * 16 * (int)sizeof(WT));                                           \
+            PREFETCH_STEP_HINT(pf, 4 * 16 * (int)sizeof(WT), _MM_HINT_NTA);                       \
             __m512 xv = _mm512_loadu_ps(x + k);                                                    \
             a0 = _mm512_fmadd_ps(LOAD(w0 + k), xv, a0);                                            \
             a1 = _mm512_fmadd_ps(LOAD(w1 + k), xv, a1);                                            \
@@ -375,18 +379,78 @@ AVX512_TARGET static inline float fold_avx512(__m512 a) {
 
 DEFINE_AVX512_KERNELS(bf16, uint16_t, load16_bf16, WIDEN_BF16)
 DEFINE_AVX512_KERNELS(f32, float, load16_f32, WIDEN_F32)
+
+/* The AVX-512 prefill register tile: 4 weight rows x 6 tokens of f32 (widened) weights. Each
+ * output keeps one zmm accumulator whose low / high halves are ops.h's a0 / a1, as in
+ * avx512_dot1; 24 accumulators + 4 weight registers + 1 input register of the 32 zmm. Per 16
+ * columns 4 weight and 6 input loads feed 24 FMAs (the 1 x 4 tile: 5 loads and 4 widenings
+ * per 4 FMAs). Every output runs its own FMAs in column order, the same fold and the same
+ * scalar tail, so the bits are ops.h's. PIN keeps each input load in a register (see the
+ * AVX2 tile): folded into the four FMAs' memory operands it would be loaded four times. */
+#define PIN512(v) __asm__("" : "+v"(v))
+#define R4T6_FMA(T)                                                                                \
+    do {                                                                                           \
+        __m512 xv = _mm512_loadu_ps(x##T + k);                                                     \
+        PIN512(xv);                                                                                \
+        a##T##0 = _mm512_fmadd_ps(wa, xv, a##T##0);                                                \
+        a##T##1 = _mm512_fmadd_ps(wb, xv, a##T##1);                                                \
+        a##T##2 = _mm512_fmadd_ps(wc, xv, a##T##2);                                                \
+        a##T##3 = _mm512_fmadd_ps(wd, xv, a##T##3);                                                \
+    } while (0)
+#define R4T6_FOLD(T)                                                                               \
+    do {                                                                                           \
+        out[4 * (T)] = fold_avx512(a##T##0);                                                       \
+        out[4 * (T) + 1] = fold_avx512(a##T##1);                                                   \
+        out[4 * (T) + 2] = fold_avx512(a##T##2);                                                   \
+        out[4 * (T) + 3] = fold_avx512(a##T##3);                                                   \
+    } while (0)
+
+/* out[t * 4 + r] for rows w + r * ldw (r < 4) and tokens x + t * ldx (t < 6) over k_len. */
+AVX512_TARGET static void avx512_r4t6_f32(float *out, const float *w, size_t ldw, const float *x,
+                                          size_t ldx, int k_len) {
+    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
+    const float *x4 = x + 4 * ldx, *x5 = x + 5 * ldx;
+    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00;
+    __m512 a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00;
+    __m512 a31 = a00, a32 = a00, a33 = a00, a40 = a00, a41 = a00, a42 = a00, a43 = a00;
+    __m512 a50 = a00, a51 = a00, a52 = a00, a53 = a00;
+    int k = 0;
+    for (; k + 16 <= k_len; k += 16) {
+        __m512 wa = _mm512_loadu_ps(w + k), wb = _mm512_loadu_ps(w + ldw + k);
+        __m512 wc = _mm512_loadu_ps(w + 2 * ldw + k), wd = _mm512_loadu_ps(w + 3 * ldw + k);
+        R4T6_FMA(0);
+        R4T6_FMA(1);
+        R4T6_FMA(2);
+        R4T6_FMA(3);
+        R4T6_FMA(4);
+        R4T6_FMA(5);
+    }
+    R4T6_FOLD(0);
+    R4T6_FOLD(1);
+    R4T6_FOLD(2);
+    R4T6_FOLD(3);
+    R4T6_FOLD(4);
+    R4T6_FOLD(5);
+    for (; k < k_len; ++k)
+        for (int t = 0; t < 6; ++t)
+            for (int r = 0; r < 4; ++r)
+                out[4 * t + r] = fmaf(w[(size_t)r * ldw + k], x[(size_t)t * ldx + k], out[4 * t + r]);
+}
 #endif
 
 /* ---------------------------------------------------------------- path selection */
 
 #if OPS_HAVE_X86
-static int cached_avx2, cached_avx512;
+static int cached_avx2, cached_avx512, cached_avx512_vnni;
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void detect_cpu(void) {
     __builtin_cpu_init();
     cached_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     cached_avx512 = cached_avx2 && __builtin_cpu_supports("avx512f");
+    cached_avx512_vnni = cached_avx512 && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vl") &&
+                         __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
@@ -399,6 +463,15 @@ static int cpu_has(enum ops_path path) {
     if (path == OPS_PATH_AVX512) return cached_avx512;
 #endif
     return path == OPS_PATH_PORTABLE;
+}
+
+int ops_avx512_vnni_available(void) {
+#if OPS_HAVE_X86
+    pthread_once(&cpu_once, detect_cpu);
+    return cached_avx512_vnni;
+#else
+    return 0;
+#endif
 }
 
 static enum ops_path forced_path = OPS_PATH_AUTO;
@@ -565,33 +638,55 @@ DEFINE_SIMD_ROWS(avx512, f32, float)
 #endif
 
 #if OPS_HAVE_X86
-/* Prefill with >= PREFILL_TILED_MIN tokens on the AVX2 path (below it the 1 x 4 tiles win:
- * widening a block costs about as much as its MACs when few tokens share it): the task's rows in
- * blocks that fit PREFILL_WIDE_FLOATS once widened to f32 (bf16 -> f32 is exact; f32 rows are used
- * in place), then every 3-token group over every row pair of the block with avx2_r2t3_f32; the odd
- * row and the last 1-2 tokens take avx2_dot1_f32. Each output's arithmetic is ops.h's (the same
- * FMAs in the same order as the portable and 1 x 4 paths): only the tiling changes, which the paths
- * test checks bit for bit. The widened block lives on the stack (128 KiB: L2-resident next to one
- * token group's inputs). */
+/* Prefill with >= PREFILL_TILED_MIN tokens (below it the 1 x 4 tiles win: widening a block costs
+ * about as much as its MACs when few tokens share it): the task's rows in blocks that fit
+ * PREFILL_WIDE_FLOATS once widened to f32 (bf16 -> f32 is exact; f32 rows are used in place),
+ * then every token group over every row group of the block with the path's register tile
+ * (AVX2: 2 rows x 3 tokens, AVX-512: 4 x 6); the last rows and tokens take a tile overlapping the
+ * one before (rows: dot1 where a task has fewer rows than a tile). Each output's arithmetic is ops.h's (the same FMAs in the same order as the portable and
+ * 1 x 4 paths): only the tiling changes, which the paths test checks bit for bit. The widened
+ * block lives on the stack (192 KiB: L2-resident next to one token group's inputs; 4 rows of
+ * Qwen3-8B's down_proj, K = 12288). */
 #define PREFILL_TILED_MIN 32
-#define PREFILL_WIDE_FLOATS 32768
+#define PREFILL_WIDE_FLOATS 49152
+#define PREFILL_TILE_MAX 24
 
-static void prefill_leaves(float *out, const float *w0, const float *w1, const float *x, size_t ld,
-                           const int *kb, int leaves) {
-    float tile[6], leaf[6][OPS_SPLIT_LEAVES];
+struct prefill_tile {
+    int rows, toks; /* out[t * rows + r] */
+    void (*tile)(float *out, const float *w, size_t ldw, const float *x, size_t ldx, int k_len);
+    float (*dot1)(const float *w, const float *x, int k_len);
+};
+
+static const struct prefill_tile prefill_avx2 = {2, 3, avx2_r2t3_f32, avx2_dot1_f32};
+static const struct prefill_tile prefill_avx512 = {4, 6, avx512_r4t6_f32, avx512_dot1_f32};
+
+/* 1 if the tiled prefill takes this job (a block must hold a whole row group). */
+static int prefill_tiled_fits(const struct matmul_job *job, const struct prefill_tile *pt) {
+    return job->n >= PREFILL_TILED_MIN && pt->rows * job->w->cols <= PREFILL_WIDE_FLOATS;
+}
+
+static void tile_leaves(const struct prefill_tile *pt, float *out, const float *w, const float *x,
+                        size_t ld, const int *kb, int leaves) {
+    const int m = pt->rows * pt->toks;
+    float tile[PREFILL_TILE_MAX], leaf[PREFILL_TILE_MAX][OPS_SPLIT_LEAVES];
+    if (leaves == 1) {
+        pt->tile(out, w, ld, x, ld, kb[1]);
+        return;
+    }
     for (int j = 0; j < leaves; ++j) {
-        avx2_r2t3_f32(tile, w0 + kb[j], w1 + kb[j], x + kb[j], ld, kb[j + 1] - kb[j]);
-        for (int i = 0; i < 6; ++i)
+        pt->tile(tile, w + kb[j], ld, x + kb[j], ld, kb[j + 1] - kb[j]);
+        for (int i = 0; i < m; ++i)
             leaf[i][j] = tile[i];
     }
-    for (int i = 0; i < 6; ++i)
+    for (int i = 0; i < m; ++i)
         out[i] = tree_sum(leaf[i], leaves);
 }
 
-static float dot_leaves(const float *w, const float *x, const int *kb, int leaves) {
+static float dot_leaves(const struct prefill_tile *pt, const float *w, const float *x,
+                        const int *kb, int leaves) {
     float leaf[OPS_SPLIT_LEAVES];
     for (int j = 0; j < leaves; ++j)
-        leaf[j] = avx2_dot1_f32(w + kb[j], x + kb[j], kb[j + 1] - kb[j]);
+        leaf[j] = pt->dot1(w + kb[j], x + kb[j], kb[j + 1] - kb[j]);
     return tree_sum(leaf, leaves);
 }
 
@@ -604,15 +699,37 @@ AVX2_TARGET static void widen_bf16_avx2(float *dst, const uint16_t *src, size_t 
         dst[i] = bf16_to_f32(src[i]);
 }
 
-static void matmul_prefill_avx2(const struct matmul_job *job, int r0, int r1) {
+/* Token group [t, t + T) over the rows [rb, re) of a widened block wb. */
+static void prefill_group(const struct matmul_job *job, const struct prefill_tile *pt,
+                          const float *wb, int rb, int re, int t, const int *kb) {
+    const int R = pt->rows, T = pt->toks, L = job->leaves;
+    const size_t ld = (size_t)job->w->cols, rows = (size_t)job->w->rows;
+    const float *x = job->x + (size_t)t * ld;
+    float tile[PREFILL_TILE_MAX];
+    int r = rb;
+    for (; r < re && re - rb >= R; r += R) {
+        if (r + R > re) r = re - R; /* the last rows: a tile overlapping the one before */
+        tile_leaves(pt, tile, wb + (size_t)(r - rb) * ld, x, ld, kb, L);
+        for (int i = 0; i < T; ++i)
+            for (int q = 0; q < R; ++q)
+                job->out[(size_t)(t + i) * rows + (size_t)(r + q)] = tile[i * R + q];
+    }
+    for (; r < re; ++r)
+        for (int i = 0; i < T; ++i)
+            job->out[(size_t)(t + i) * rows + (size_t)r] =
+                dot_leaves(pt, wb + (size_t)(r - rb) * ld, x + (size_t)i * ld, kb, L);
+}
+
+static void matmul_prefill_tiled(const struct matmul_job *job, int r0, int r1,
+                                 const struct prefill_tile *pt) {
     const struct ops_weight *w = job->w;
     const int K = w->cols, L = job->leaves, n = job->n;
-    const size_t ld = (size_t)K, rows = (size_t)w->rows;
-    float wide[PREFILL_WIDE_FLOATS], tile[6];
+    const size_t ld = (size_t)K;
+    float wide[PREFILL_WIDE_FLOATS];
     int kb[OPS_SPLIT_LEAVES + 1];
     for (int j = 0; j <= L; ++j)
         kb[j] = leaf_start(j, L, K);
-    const int block = (PREFILL_WIDE_FLOATS / K) & ~1;
+    const int block = PREFILL_WIDE_FLOATS / K / pt->rows * pt->rows;
     for (int rb = r0; rb < r1; rb += block) {
         const int re = r1 - rb < block ? r1 : rb + block;
         const float *wb = (const float *)w->data + (size_t)rb * ld;
@@ -621,27 +738,12 @@ static void matmul_prefill_avx2(const struct matmul_job *job, int r0, int r1) {
                             (size_t)(re - rb) * ld);
             wb = wide;
         }
-        int t = 0;
-        for (; t + 3 <= n; t += 3) {
-            const float *x = job->x + (size_t)t * ld;
-            int r = rb;
-            for (; r + 2 <= re; r += 2) {
-                prefill_leaves(tile, wb + (size_t)(r - rb) * ld, wb + (size_t)(r + 1 - rb) * ld, x,
-                               ld, kb, L);
-                for (int i = 0; i < 3; ++i) {
-                    job->out[(size_t)(t + i) * rows + (size_t)r] = tile[2 * i];
-                    job->out[(size_t)(t + i) * rows + (size_t)r + 1] = tile[2 * i + 1];
-                }
-            }
-            for (; r < re; ++r)
-                for (int i = 0; i < 3; ++i)
-                    job->out[(size_t)(t + i) * rows + (size_t)r] =
-                        dot_leaves(wb + (size_t)(r - rb) * ld, x + (size_t)i * ld, kb, L);
-        }
-        for (; t < n; ++t)
-            for (int r = rb; r < re; ++r)
-                job->out[(size_t)t * rows + (size_t)r] =
-                    dot_leaves(wb + (size_t)(r - rb) * ld, job->x + (size_t)t * ld, kb, L);
+        /* The last tokens: a group overlapping the one before (n >= PREFILL_TILED_MIN >=
+         * toks). Its outputs for tokens already done are recomputed with the same arithmetic,
+         * so rewritten with the same bits, at tile speed (dot1 for the 1-5 tokens left over was
+         * a fifth of a 64-token prefill's matmul time). */
+        for (int t = 0; t < n; t += pt->toks)
+            prefill_group(job, pt, wb, rb, re, t + pt->toks <= n ? t : n - pt->toks, kb);
     }
 }
 #endif
@@ -655,15 +757,17 @@ static void matmul_task(void *ctx, int begin, int end, int worker) {
     if (r1 > job->w->rows) r1 = job->w->rows;
 #if OPS_HAVE_X86
     if (job->path == OPS_PATH_AVX512) {
-        if (bf16)
+        if (prefill_tiled_fits(job, &prefill_avx512))
+            matmul_prefill_tiled(job, r0, r1, &prefill_avx512);
+        else if (bf16)
             matmul_rows_avx512_bf16(job, r0, r1);
         else
             matmul_rows_avx512_f32(job, r0, r1);
         return;
     }
     if (job->path == OPS_PATH_AVX2) {
-        if (job->n >= PREFILL_TILED_MIN && 2 * job->w->cols <= PREFILL_WIDE_FLOATS)
-            matmul_prefill_avx2(job, r0, r1);
+        if (prefill_tiled_fits(job, &prefill_avx2))
+            matmul_prefill_tiled(job, r0, r1, &prefill_avx2);
         else if (bf16)
             matmul_rows_avx2_bf16(job, r0, r1);
         else

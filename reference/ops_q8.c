@@ -1,7 +1,7 @@
 /* q8 weights: the quantiser and the matmul kernels (format and arithmetic: ops_q8.h).
  *
- * Two implementations of one arithmetic, chosen with the bf16 matmul's path (ops_matmul_path):
- * portable C, and AVX2 (also run by the avx512 path). Tiles as in ops_matmul.c: 4 weight rows
+ * Three implementations of one arithmetic, chosen with the bf16 matmul's path (ops_matmul_path):
+ * portable C, AVX2, and AVX-512 VNNI (the avx512 path where the CPU has it, else AVX2). Tiles as in ops_matmul.c: 4 weight rows
  * x 1 token for decode (with a linear prefetch one tile ahead), 1 row x 4 tokens for prefill;
  * tiles only interleave independent output elements. */
 #include <math.h>
@@ -262,9 +262,135 @@ AVX2_TARGET static void q8_tok4_avx2(float out[4], const int8_t *q, const float 
     out[2] = fold8_avx2(a2);
     out[3] = fold8_avx2(a3);
 }
+
+/* ---------------------------------------------------------------- AVX-512 VNNI kernels */
+
+/* Two blocks per zmm: lanes 0..7 hold block b's p_l and lanes 8..15 block b + 1's, each the
+ * exact int32 sum over bytes 4l..4l+3 that vpdpbusd (unsigned x signed, groups of 4 bytes)
+ * forms, so the integers are the AVX2 kernel's. The sign moves onto the other operand as
+ * there: |a| x (b negated where a < 0), with AVX-512BW masks instead of vpsignb (no zmm form).
+ * The f32 steps stay per block and in block order, acc = fma(d_b, p_b, acc) on the low half
+ * and then fma(d_{b+1}, p_{b+1}, acc) on the high half, so every path keeps ops_q8.h's bits;
+ * an odd last block takes the AVX2 block. */
+#define VNNI_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
+
+VNNI_TARGET static inline __m512i load64(const int8_t *p) {
+    return _mm512_loadu_si512((const void *)p);
+}
+
+/* p (two blocks' p_l) as f32, applied to acc with block b's scale, then block b + 1's. */
+VNNI_TARGET static inline __m256 q8_fma_pair(__m256 acc, __m512i p, float d0, float d1) {
+    __m512 f = _mm512_cvtepi32_ps(p);
+    acc = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm512_castps512_ps256(f), acc);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(f), 1));
+    return _mm256_fmadd_ps(_mm256_set1_ps(d1), hi, acc);
+}
+
+/* |a| as unsigned bytes and b negated where a < 0: |a| * b' = a * b byte for byte. */
+#define VNNI_DOT(ua, neg, b)                                                                       \
+    _mm512_dpbusd_epi32(_mm512_setzero_si512(), (ua),                                              \
+                        _mm512_mask_sub_epi8((b), (neg), _mm512_setzero_si512(), (b)))
+
+VNNI_TARGET static float q8_dot1_vnni(const int8_t *q, const float *dw, const int8_t *qx,
+                                      const float *dx, int nb) {
+    __m256 acc = _mm256_setzero_ps();
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m512i xv = load64(qx + 32 * b);
+        __m512i p = VNNI_DOT(_mm512_abs_epi8(xv), _mm512_movepi8_mask(xv), load64(q + 32 * b));
+        acc = q8_fma_pair(acc, p, dw[b] * dx[b], dw[b + 1] * dx[b + 1]);
+    }
+    if (b < nb) {
+        __m256 p = q8_block_avx2(load32(q + 32 * b), load32(qx + 32 * b));
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(dw[b] * dx[b]), p, acc);
+    }
+    return fold8_avx2(acc);
+}
+
+#define VNNI_ROW(R)                                                                                \
+    a##R = q8_fma_pair(a##R, VNNI_DOT(ux, neg, load64(q##R + 32 * b)), d##R[b] * e0,             \
+                       d##R[b + 1] * e1)
+#define AVX2_ROW(R)                                                                                \
+    a##R = _mm256_fmadd_ps(_mm256_set1_ps(d##R[b] * e0), q8_block_avx2(load32(q##R + 32 * b), xs), \
+                           a##R)
+
+/* q8_rows4_avx2 with two blocks per step. */
+VNNI_TARGET static void q8_rows4_vnni(float out[4], const int8_t *q, size_t ld, const float *dw,
+                                      size_t ldd, const int8_t *qx, const float *dx, int nb) {
+    const int8_t *q0 = q, *q1 = q + ld, *q2 = q + 2 * ld, *q3 = q + 3 * ld;
+    const float *d0 = dw, *d1 = dw + ldd, *d2 = dw + 2 * ldd, *d3 = dw + 3 * ldd;
+    const char *pf = (const char *)(q + 4 * ld);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        for (int i = 0; i < 4; ++i)
+            _mm_prefetch(pf + 64 * i, _MM_HINT_T0);
+        pf += 8 * OPS_Q8_BLOCK;
+        __m512i xv = load64(qx + 32 * b), ux = _mm512_abs_epi8(xv);
+        __mmask64 neg = _mm512_movepi8_mask(xv);
+        const float e0 = dx[b], e1 = dx[b + 1];
+        VNNI_ROW(0);
+        VNNI_ROW(1);
+        VNNI_ROW(2);
+        VNNI_ROW(3);
+    }
+    if (b < nb) {
+        __m256i xs = load32(qx + 32 * b);
+        const float e0 = dx[b];
+        AVX2_ROW(0);
+        AVX2_ROW(1);
+        AVX2_ROW(2);
+        AVX2_ROW(3);
+    }
+    out[0] = fold8_avx2(a0);
+    out[1] = fold8_avx2(a1);
+    out[2] = fold8_avx2(a2);
+    out[3] = fold8_avx2(a3);
+}
+
+/* q8_tok4_avx2 with two blocks per step (the sign moves onto the tokens: |w| is shared). */
+VNNI_TARGET static void q8_tok4_vnni(float out[4], const int8_t *q, const float *dw,
+                                     const int8_t *qx, size_t ldx, const float *dx, size_t ldd,
+                                     int nb) {
+    __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                     _mm256_setzero_ps()};
+    int b = 0;
+    for (; b + 2 <= nb; b += 2) {
+        __m512i wv = load64(q + 32 * b), uw = _mm512_abs_epi8(wv);
+        __mmask64 neg = _mm512_movepi8_mask(wv);
+        for (int t = 0; t < 4; ++t) {
+            __m512i p = VNNI_DOT(uw, neg, load64(qx + (size_t)t * ldx + 32 * b));
+            acc[t] = q8_fma_pair(acc[t], p, dw[b] * dx[(size_t)t * ldd + b],
+                                 dw[b + 1] * dx[(size_t)t * ldd + b + 1]);
+        }
+    }
+    if (b < nb) {
+        __m256i wv = load32(q + 32 * b);
+        for (int t = 0; t < 4; ++t) {
+            __m256 p = q8_block_avx2(wv, load32(qx + (size_t)t * ldx + 32 * b));
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dw[b] * dx[(size_t)t * ldd + b]), p, acc[t]);
+        }
+    }
+    for (int t = 0; t < 4; ++t)
+        out[t] = fold8_avx2(acc[t]);
+}
 #endif
 
 /* ---------------------------------------------------------------- matmul */
+
+/* One SIMD path's kernels (AVX2, AVX-512 VNNI); they give identical bits. */
+struct q8_kernels {
+    float (*dot1)(const int8_t *q, const float *dw, const int8_t *qx, const float *dx, int nb);
+    void (*rows4)(float out[4], const int8_t *q, size_t ld, const float *dw, size_t ldd,
+                  const int8_t *qx, const float *dx, int nb);
+    void (*tok4)(float out[4], const int8_t *q, const float *dw, const int8_t *qx, size_t ldx,
+                 const float *dx, size_t ldd, int nb);
+};
+
+#if Q8_HAVE_X86
+static const struct q8_kernels q8_avx2 = {q8_dot1_avx2, q8_rows4_avx2, q8_tok4_avx2};
+static const struct q8_kernels q8_vnni = {q8_dot1_vnni, q8_rows4_vnni, q8_tok4_vnni};
+#endif
 
 struct q8_job {
     float *out;       /* [n, rows] */
@@ -272,7 +398,7 @@ struct q8_job {
     const float *dx;  /* [n, ld / 32] */
     const struct ops_weight *w;
     int n;
-    int simd; /* 1: AVX2 kernels */
+    const struct q8_kernels *simd; /* NULL: portable */
 };
 
 static void q8_rows_portable(const struct q8_job *job, int r0, int r1) {
@@ -288,7 +414,8 @@ static void q8_rows_portable(const struct q8_job *job, int r0, int r1) {
 }
 
 #if Q8_HAVE_X86
-static void q8_rows_avx2(const struct q8_job *job, int r0, int r1) {
+static void q8_rows_simd(const struct q8_job *job, int r0, int r1) {
+    const struct q8_kernels *kn = job->simd;
     const struct ops_weight *w = job->w;
     const int8_t *base = w->data;
     size_t cols = ops_q8_ld(w->cols), nb = cols / OPS_Q8_BLOCK, rows = (size_t)w->rows;
@@ -296,12 +423,12 @@ static void q8_rows_avx2(const struct q8_job *job, int r0, int r1) {
     if (job->n == 1) {
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
-            q8_rows4_avx2(tile, base + (size_t)r * cols, cols, ops_q8_scales(w) + (size_t)r * nb,
+            kn->rows4(tile, base + (size_t)r * cols, cols, ops_q8_scales(w) + (size_t)r * nb,
                           nb, job->qx, job->dx, (int)nb);
             memcpy(job->out + r, tile, sizeof tile);
         }
         for (; r < r1; ++r)
-            job->out[r] = q8_dot1_avx2(base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
+            job->out[r] = kn->dot1(base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
                                        job->qx, job->dx, (int)nb);
         return;
     }
@@ -313,7 +440,7 @@ static void q8_rows_avx2(const struct q8_job *job, int r0, int r1) {
         int t = 0;
         for (; t + 4 <= job->n; t += 4)
             for (int r = rb; r < re; ++r) {
-                q8_tok4_avx2(tile, base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
+                kn->tok4(tile, base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
                              job->qx + (size_t)t * cols, cols, job->dx + (size_t)t * nb, nb,
                              (int)nb);
                 for (int i = 0; i < 4; ++i)
@@ -322,7 +449,7 @@ static void q8_rows_avx2(const struct q8_job *job, int r0, int r1) {
         for (; t < job->n; ++t)
             for (int r = rb; r < re; ++r)
                 job->out[(size_t)t * rows + (size_t)r] =
-                    q8_dot1_avx2(base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
+                    kn->dot1(base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
                                  job->qx + (size_t)t * cols, job->dx + (size_t)t * nb, (int)nb);
     }
 }
@@ -335,7 +462,7 @@ static void q8_task(void *ctx, int begin, int end, int worker) {
     if (r1 > job->w->rows) r1 = job->w->rows;
 #if Q8_HAVE_X86
     if (job->simd) {
-        q8_rows_avx2(job, r0, r1);
+        q8_rows_simd(job, r0, r1);
         return;
     }
 #endif
@@ -380,7 +507,11 @@ void ops_q8_matmul_multi(float *const *outs, const struct ops_weight *const *ws,
     const size_t cols = ops_q8_ld(K), nb = cols / OPS_Q8_BLOCK;
     const int per_chunk = (int)(sizeof buf / (cols + nb * sizeof(float)));
     const enum ops_path path = ops_matmul_path();
-    const int simd = path == OPS_PATH_AVX2 || path == OPS_PATH_AVX512;
+    const struct q8_kernels *simd = NULL;
+#if Q8_HAVE_X86
+    if (path == OPS_PATH_AVX2 || path == OPS_PATH_AVX512)
+        simd = path == OPS_PATH_AVX512 && ops_avx512_vnni_available() ? &q8_vnni : &q8_avx2;
+#endif
     for (int t0 = 0; t0 < n; t0 += per_chunk) {
         const int c = n - t0 < per_chunk ? n - t0 : per_chunk;
         int8_t *qx = (int8_t *)buf;

@@ -35,8 +35,10 @@
  * measured numbers are in reference/README.md. The cost is a second rounding (of the
  * activations), included in the measured error on the goldens (tests/reference/q8_golden_test).
  *
- * AVX-512: the avx512 path runs the AVX2 q8 kernels (a 512-bit kernel would need AVX-512BW and
- * two rows per register to keep the lane order; not written yet). */
+ * AVX-512: where the CPU has AVX-512BW, VL and VNNI (ops_avx512_vnni_available), the avx512 path
+ * forms two blocks' p_l per instruction with vpdpbusd (its int32 lane l sums bytes 4l..4l+3,
+ * the same exact integers) and keeps the f32 steps per block in block order; otherwise it runs
+ * the AVX2 kernels. */
 #ifndef STRATA_REFERENCE_OPS_Q8_H
 #define STRATA_REFERENCE_OPS_Q8_H
 

@@ -13,10 +13,18 @@ void sampler_init(struct sampler *s, const struct sampler_params *p) {
     s->rng_state = p->seed;
 }
 
+/* The best value stays in a register: comparing with x[best] re-read the array through the
+ * index every step (a load on the loop-carried chain, ~7 cycles an element: 0.5 ms per token
+ * over a 151936-entry vocabulary). Same result, NaN included: nothing compares greater than
+ * a NaN x[0], and a later NaN never compares greater. */
 int argmax(const float *x, int n) {
     int best = 0;
+    float bv = x[0];
     for (int i = 1; i < n; ++i)
-        if (x[i] > x[best]) best = i;
+        if (x[i] > bv) {
+            bv = x[i];
+            best = i;
+        }
     return best;
 }
 
