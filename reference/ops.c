@@ -136,9 +136,14 @@ static void attention_scores(float *scores, const float *q, const float *keys, i
                              int d_len, float scale) {
     size_t ld = (size_t)d_len;
     int j = 0;
-    if (attn_simd_enabled()) { /* the same bits, 8 keys per vector (ops_attention_simd.c) */
+    if (attn_avx512_enabled()) { /* the same bits, 16 keys per vector (ops_attention_simd.c) */
+        j = ctx_len & ~15;
+        attn_scores_avx512(&scores, &q, 1, keys, ld, j, d_len, scale);
+    }
+    if (attn_simd_enabled() && (ctx_len & ~7) > j) { /* 8 keys per vector */
+        attn_scores_avx2(scores + j, q, keys + (size_t)j * ld, ld, (ctx_len & ~7) - j, d_len,
+                         scale);
         j = ctx_len & ~7;
-        attn_scores_avx2(scores, q, keys, ld, j, d_len, scale);
     }
     for (; j + 4 <= ctx_len; j += 4) {
         const float *k0 = keys + (size_t)j * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
@@ -161,6 +166,32 @@ static void attention_scores(float *scores, const float *q, const float *keys, i
             dot += q[d] * kj[d];
         scores[j] = dot * scale;
     }
+}
+
+/* attention_scores for `heads` query heads (q + r * d_len, scores + r * ld_scores) over the
+ * same keys; on the AVX-512 path their 16-key blocks share one transpose. The same bits. */
+static void attention_scores_heads(float *scores, size_t ld_scores, const float *q, int heads,
+                                   const float *keys, int count, int d_len, float scale) {
+    int j = 0;
+    if (attn_avx512_enabled() && count >= 16) {
+        float *s[OPS_ATTN_MAX_GROUP];
+        const float *qs[OPS_ATTN_MAX_GROUP];
+        for (int r = 0; r < heads; ++r) {
+            s[r] = scores + (size_t)r * ld_scores;
+            qs[r] = q + (size_t)r * (size_t)d_len;
+        }
+        j = count & ~15;
+        attn_scores_avx512(s, qs, heads, keys, (size_t)d_len, j, d_len, scale);
+    }
+    if (j < count)
+        for (int r = 0; r < heads; ++r)
+            attention_scores(scores + (size_t)r * ld_scores + j, q + (size_t)r * (size_t)d_len,
+                             keys + (size_t)j * (size_t)d_len, count - j, d_len, scale);
+}
+
+/* 2: AVX-512 loops, 1: AVX2, 0: portable. */
+static int attn_simd_level(void) {
+    return attn_avx512_enabled() ? 2 : attn_simd_enabled();
 }
 
 /* The aligned binary tree over a run of units (blocks of OPS_ATTN_BLOCK positions, or KVP
@@ -214,7 +245,9 @@ static void tree_block(struct tree_acc *a, const float *scores, float max, const
     }
     o[d_len] = l;
     const float *vb = values + (size_t)b0 * (size_t)d_len;
-    if (simd) { /* the same sums, d's side by side (ops_attention_simd.c) */
+    if (simd == 2) { /* the same sums, d's side by side (ops_attention_simd.c) */
+        attn_weighted_sum_avx512(o, p, vb, b1 - b0, d_len);
+    } else if (simd) {
         attn_weighted_sum_avx2(o, p, vb, b1 - b0, d_len);
     } else {
         for (int d = 0; d < d_len; ++d)
@@ -229,7 +262,7 @@ static void tree_block(struct tree_acc *a, const float *scores, float max, const
 /* Pushes the blocks of keys [0, seen) (block-aligned at 0). */
 static void tree_blocks(struct tree_acc *a, const float *scores, float max, const float *values,
                         int seen, int d_len) {
-    const int simd = attn_simd_enabled();
+    const int simd = attn_simd_level();
     for (int b0 = 0; b0 < seen; b0 += OPS_ATTN_BLOCK)
         tree_block(a, scores, max, values, b0,
                    b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen, d_len, simd);
@@ -290,7 +323,7 @@ size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim) {
 
 static void attention_group_task(void *ctx, int begin, int end, int worker) {
     const struct attention_job *job = ctx;
-    const int d_len = job->head_dim, group = job->nh / job->nkv, simd = attn_simd_enabled();
+    const int d_len = job->head_dim, group = job->nh / job->nkv, simd = attn_simd_level();
     const size_t cap = (size_t)(job->pos + job->n);
     const float scale = 1.0f / sqrtf((float)d_len);
     const size_t per_worker = attention_scratch_floats(job->pos + job->n, job->nh, job->nkv, d_len);
@@ -305,9 +338,8 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
         const float *values = job->v_cache + (size_t)g * job->kv_head_stride;
         for (int j0 = 0; j0 < ctx_len; j0 += ATTN_GROUP_KEYS) {
             const int m = ctx_len - j0 < ATTN_GROUP_KEYS ? ctx_len - j0 : ATTN_GROUP_KEYS;
-            for (int r = 0; r < group; ++r)
-                attention_scores(sc + (size_t)r * cap + (size_t)j0, q + (size_t)r * (size_t)d_len,
-                                 keys + (size_t)j0 * (size_t)d_len, m, d_len, scale);
+            attention_scores_heads(sc + j0, cap, q, group, keys + (size_t)j0 * (size_t)d_len, m,
+                                   d_len, scale);
         }
         for (int r = 0; r < group; ++r) {
             maxes[r] = max_of(sc + (size_t)r * cap, ctx_len);

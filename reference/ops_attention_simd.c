@@ -71,6 +71,10 @@ AVX2_TARGET void attn_scores_avx2(float *scores, const float *q, const float *ke
         __m256 sa = _mm256_setzero_ps(), sb = _mm256_setzero_ps();
         int d = 0;
         for (; d + 8 <= d_len; d += 8) {
+            if (d % 16 == 0) /* the next 16 keys' line at d: see scores16 below */
+                for (int i = 0; i < 16; ++i)
+                    _mm_prefetch((const char *)(ka + (size_t)(16 + i) * ld + (size_t)d),
+                                 _MM_HINT_T0);
             load_rows(r, ka, ld, d);
             transpose8(c, r);
             sa = add_columns(sa, q + d, c);
@@ -101,16 +105,17 @@ AVX2_TARGET void attn_scores_avx2(float *scores, const float *q, const float *ke
     }
 }
 
-/* Eight accumulators (64 d's) per pass over the j's: eight add chains hide the add latency. */
-AVX2_TARGET void attn_weighted_sum_avx2(float *o, const float *p, const float *values, int count,
-                                        int d_len) {
+/* Eight accumulators (64 d's) per pass over the j's: eight add chains hide the add latency.
+ * Values j at values + j * ld (d_len <= ld: the AVX-512 version hands its last d's over). */
+AVX2_TARGET static void weighted_sum_avx2(float *o, const float *p, const float *values, int count,
+                                          int d_len, size_t ld) {
     int d = 0;
     for (; d + 64 <= d_len; d += 64) {
         __m256 a[8];
         for (int i = 0; i < 8; ++i)
             a[i] = _mm256_setzero_ps();
         for (int j = 0; j < count; ++j) {
-            const float *v = values + (size_t)j * (size_t)d_len + (size_t)d;
+            const float *v = values + (size_t)j * ld + (size_t)d;
             const __m256 pj = _mm256_set1_ps(p[j]);
             for (int i = 0; i < 8; ++i)
                 a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(pj, _mm256_loadu_ps(v + 8 * i)));
@@ -123,18 +128,141 @@ AVX2_TARGET void attn_weighted_sum_avx2(float *o, const float *p, const float *v
         for (int j = 0; j < count; ++j)
             a = _mm256_add_ps(
                 a, _mm256_mul_ps(_mm256_set1_ps(p[j]),
-                                 _mm256_loadu_ps(values + (size_t)j * (size_t)d_len + (size_t)d)));
+                                 _mm256_loadu_ps(values + (size_t)j * ld + (size_t)d)));
         _mm256_storeu_ps(o + d, a);
     }
     for (; d < d_len; ++d) {
         float a = 0.0f;
         for (int j = 0; j < count; ++j)
-            a += p[j] * values[(size_t)j * (size_t)d_len + (size_t)d];
+            a += p[j] * values[(size_t)j * ld + (size_t)d];
         o[d] = a;
     }
 }
 
+AVX2_TARGET void attn_weighted_sum_avx2(float *o, const float *p, const float *values, int count,
+                                        int d_len) {
+    weighted_sum_avx2(o, p, values, count, d_len, (size_t)d_len);
+}
+
+/* ---------------------------------------------------------------- AVX-512F */
+/* The same loops 16 wide: 16 keys per vector for the scores (16 x 16 transposes), and 16 d's
+ * per vector for the weighted sums. One transpose serves every query head of a GQA group
+ * (up to ATTN512_HEADS at a time): each head's scores are its own chains, in ascending d. */
+#define AVX512_TARGET __attribute__((target("avx512f,avx2")))
+#define ATTN512_HEADS 8
+
+int attn_avx512_enabled(void) {
+    return ops_matmul_path() == OPS_PATH_AVX512;
+}
+
+/* c[t] lane i = r[i] lane t, for 16 x 16. */
+AVX512_TARGET static inline void transpose16(__m512 c[16], const __m512 r[16]) {
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) { /* lanes per 128-bit part: rows i..i+3, one column each */
+        u[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xee);
+        u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xee);
+    }
+    /* u[4g + m], 128-bit part p: rows 4g..4g+3 of column 4p + m. Gather the parts. */
+    for (int m = 0; m < 4; ++m) {
+        __m512 a = _mm512_shuffle_f32x4(u[m], u[4 + m], 0x88); /* parts 0, 2 of g = 0, 1 */
+        __m512 b = _mm512_shuffle_f32x4(u[m], u[4 + m], 0xdd); /* parts 1, 3 */
+        __m512 e = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0x88);
+        __m512 f = _mm512_shuffle_f32x4(u[8 + m], u[12 + m], 0xdd);
+        c[m] = _mm512_shuffle_f32x4(a, e, 0x88);      /* column m: part 0 of g = 0..3 */
+        c[8 + m] = _mm512_shuffle_f32x4(a, e, 0xdd);  /* column 8 + m */
+        c[4 + m] = _mm512_shuffle_f32x4(b, f, 0x88);  /* column 4 + m */
+        c[12 + m] = _mm512_shuffle_f32x4(b, f, 0xdd); /* column 12 + m */
+    }
+}
+
+/* Key i's element d for i = 0 .. 15 (the d_len % 16 tail). */
+AVX512_TARGET static inline __m512 column16(const float *k, size_t ld, int d) {
+    float v[16];
+    for (int i = 0; i < 16; ++i)
+        v[i] = k[(size_t)i * ld + (size_t)d];
+    return _mm512_loadu_ps(v);
+}
+
+AVX512_TARGET static void scores16(float *const *scores, const float *const *q, int heads,
+                                   const float *k, size_t ld, int j, int d_len, __m512 vscale) {
+    __m512 s[ATTN512_HEADS], r[16], c[16];
+    for (int h = 0; h < heads; ++h)
+        s[h] = _mm512_setzero_ps();
+    int d = 0;
+    for (; d + 16 <= d_len; d += 16) {
+        for (int i = 0; i < 16; ++i) {
+            /* The next 16 keys' line at this d (past the keys asked for too: a prefetch never
+             * faults). The KV cache comes from DRAM (a layer's weights evict it), and 16
+             * strided rows defeat the hardware prefetcher: without this, two thirds of the
+             * scores' time was the wait on these loads. */
+            _mm_prefetch((const char *)(k + (size_t)(16 + i) * ld + (size_t)d), _MM_HINT_T0);
+            r[i] = _mm512_loadu_ps(k + (size_t)i * ld + (size_t)d);
+        }
+        transpose16(c, r);
+        for (int h = 0; h < heads; ++h)
+            for (int t = 0; t < 16; ++t)
+                s[h] = _mm512_add_ps(s[h], _mm512_mul_ps(_mm512_set1_ps(q[h][d + t]), c[t]));
+    }
+    for (; d < d_len; ++d) {
+        const __m512 col = column16(k, ld, d);
+        for (int h = 0; h < heads; ++h)
+            s[h] = _mm512_add_ps(s[h], _mm512_mul_ps(_mm512_set1_ps(q[h][d]), col));
+    }
+    for (int h = 0; h < heads; ++h)
+        _mm512_storeu_ps(scores[h] + j, _mm512_mul_ps(s[h], vscale));
+}
+
+AVX512_TARGET void attn_scores_avx512(float *const *scores, const float *const *q, int heads,
+                                      const float *keys, size_t ld, int count, int d_len,
+                                      float scale) {
+    const __m512 vscale = _mm512_set1_ps(scale);
+    for (int h0 = 0; h0 < heads; h0 += ATTN512_HEADS) {
+        const int hn = heads - h0 < ATTN512_HEADS ? heads - h0 : ATTN512_HEADS;
+        for (int j = 0; j + 16 <= count; j += 16)
+            scores16(scores + h0, q + h0, hn, keys + (size_t)j * ld, ld, j, d_len, vscale);
+    }
+}
+
+/* Eight accumulators (128 d's) per pass over the j's, as attn_weighted_sum_avx2's eight. */
+AVX512_TARGET void attn_weighted_sum_avx512(float *o, const float *p, const float *values,
+                                            int count, int d_len) {
+    int d = 0;
+    for (; d + 128 <= d_len; d += 128) {
+        __m512 a[8];
+        for (int i = 0; i < 8; ++i)
+            a[i] = _mm512_setzero_ps();
+        for (int j = 0; j < count; ++j) {
+            const float *v = values + (size_t)j * (size_t)d_len + (size_t)d;
+            const __m512 pj = _mm512_set1_ps(p[j]);
+            for (int i = 0; i < 8; ++i)
+                a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(pj, _mm512_loadu_ps(v + 16 * i)));
+        }
+        for (int i = 0; i < 8; ++i)
+            _mm512_storeu_ps(o + d + 16 * i, a[i]);
+    }
+    if (d < d_len) /* the rest: the AVX2 loops, the same per-d chains */
+        weighted_sum_avx2(o + d, p, values + d, count, d_len - d, (size_t)d_len);
+}
+
 #else
+int attn_avx512_enabled(void) {
+    return 0;
+}
+void attn_scores_avx512(float *const *scores, const float *const *q, int heads, const float *keys,
+                        size_t ld, int count, int d_len, float scale) {
+    (void)scores, (void)q, (void)heads, (void)keys, (void)ld, (void)count, (void)d_len,
+        (void)scale;
+}
+void attn_weighted_sum_avx512(float *o, const float *p, const float *values, int count,
+                              int d_len) {
+    (void)o, (void)p, (void)values, (void)count, (void)d_len;
+}
 int attn_simd_enabled(void) {
     return 0;
 }

@@ -1,5 +1,5 @@
-/* AVX2 versions of attention's two inner loops (reference/ops.c), chosen with matmul's path
- * (ops_matmul_path: avx2 and avx512 run them). Each gives the portable loop's bits: the same
+/* AVX2 and AVX-512 versions of attention's two inner loops (reference/ops.c), chosen with
+ * matmul's path (ops_matmul_path: avx2 runs the AVX2 ones, avx512 both, the 16-wide first). Each gives the portable loop's bits: the same
  * fp32 multiplies and adds (never fused) in the same order per output, only computed for
  * several outputs at once. Private to reference/ops.c. */
 #ifndef STRATA_REFERENCE_OPS_ATTENTION_SIMD_H
@@ -18,5 +18,17 @@ void attn_scores_avx2(float *scores, const float *q, const float *keys, size_t l
 /* o[d] = Σ_j p[j] * values[j][d] over j = 0 .. count-1 in ascending order, from 0 (values j
  * at values + j * d_len). */
 void attn_weighted_sum_avx2(float *o, const float *p, const float *values, int count, int d_len);
+
+/* 1 when the AVX-512 versions run (the avx512 matmul path). */
+int attn_avx512_enabled(void);
+
+/* attn_scores_avx2 16 keys per vector, for `heads` query heads over the same keys (one
+ * transpose serves them all): scores[h][j] = (Σ_d q[h][d] * keys[j][d], ascending d) * scale
+ * for j < count, count a multiple of 16. */
+void attn_scores_avx512(float *const *scores, const float *const *q, int heads, const float *keys,
+                        size_t ld, int count, int d_len, float scale);
+
+/* attn_weighted_sum_avx2, 16 d's per vector. */
+void attn_weighted_sum_avx512(float *o, const float *p, const float *values, int count, int d_len);
 
 #endif

@@ -457,9 +457,11 @@ static void plain_tree(float *ob, int nb, int w) {
 /* attention's documented fp32 order, written plainly: the kernel must give these exact bits
  * (its key interleaving only overlaps independent chains, its binary counter is this tree).
  * Context lengths cover 4-, 8- and 16-key groups, leftovers and 1 to 6 blocks of
- * OPS_ATTN_BLOCK; head_dim 24 (3 transposed columns of 8) and 130 (the 64-wide weighted
- * sums, an 8-wide one and a scalar tail); every matmul path this CPU has (attention's AVX2
- * loops follow it). */
+ * OPS_ATTN_BLOCK; head_dim 24 (3 transposed columns of 8; AVX-512: one 16 x 16 transpose and
+ * an 8-column tail), 128 (Qwen3's: whole 16-wide transposes and 128-wide weighted sums) and 130
+ * (the 64- or 128-wide weighted sums, an 8-wide one and a scalar tail); GQA groups of 4, 2 and 1
+ * (the AVX-512 scores share one transpose across a group's heads); every matmul path this CPU
+ * has (attention's AVX2 and AVX-512 loops follow it). */
 static void check_exact_order(int D, int NKV) {
     enum { NH = 4, MAX_SEQ = 90, POS = 6, N = 84 };
     enum { NB = (MAX_SEQ + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK };
@@ -517,12 +519,13 @@ static void test_attention_exact_order(void **state) {
     static const enum ops_path paths[] = {OPS_PATH_PORTABLE, OPS_PATH_AVX2, OPS_PATH_AVX512};
     for (size_t p = 0; p < sizeof paths / sizeof paths[0]; ++p) {
         if (!ops_force_path(paths[p])) continue;
-        for (int nkv = 2; nkv <= 4; nkv += 2) { /* GQA groups of 2 heads, then one per head */
+        for (int nkv = 1; nkv <= 4; nkv *= 2) { /* GQA groups of 4 and 2 heads, one per head */
             check_exact_order(24, nkv);
+            check_exact_order(128, nkv);
             check_exact_order(130, nkv);
         }
-        printf("attention: %s path gives the documented order's bits (head_dim 24, 130; "
-               "groups of 2 and 1)\n",
+        printf("attention: %s path gives the documented order's bits (head_dim 24, 128, 130; "
+               "groups of 4, 2 and 1)\n",
                ops_path_name(paths[p]));
     }
     ops_force_path(OPS_PATH_AUTO);
