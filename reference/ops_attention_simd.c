@@ -126,9 +126,9 @@ AVX2_TARGET static void weighted_sum_avx2(float *o, const float *p, const float 
     for (; d + 8 <= d_len; d += 8) {
         __m256 a = _mm256_setzero_ps();
         for (int j = 0; j < count; ++j)
-            a = _mm256_add_ps(
-                a, _mm256_mul_ps(_mm256_set1_ps(p[j]),
-                                 _mm256_loadu_ps(values + (size_t)j * ld + (size_t)d)));
+            a = _mm256_add_ps(a,
+                              _mm256_mul_ps(_mm256_set1_ps(p[j]),
+                                            _mm256_loadu_ps(values + (size_t)j * ld + (size_t)d)));
         _mm256_storeu_ps(o + d, a);
     }
     for (; d < d_len; ++d) {
@@ -256,11 +256,9 @@ int attn_avx512_enabled(void) {
 }
 void attn_scores_avx512(float *const *scores, const float *const *q, int heads, const float *keys,
                         size_t ld, int count, int d_len, float scale) {
-    (void)scores, (void)q, (void)heads, (void)keys, (void)ld, (void)count, (void)d_len,
-        (void)scale;
+    (void)scores, (void)q, (void)heads, (void)keys, (void)ld, (void)count, (void)d_len, (void)scale;
 }
-void attn_weighted_sum_avx512(float *o, const float *p, const float *values, int count,
-                              int d_len) {
+void attn_weighted_sum_avx512(float *o, const float *p, const float *values, int count, int d_len) {
     (void)o, (void)p, (void)values, (void)count, (void)d_len;
 }
 int attn_simd_enabled(void) {

@@ -21,14 +21,8 @@
 #include <string.h>
 
 #include "reference/ops.h"
+#include "reference/ops_matmul_internal.h"
 #include "reference/ops_q8.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define OPS_HAVE_X86 1
-#else
-#define OPS_HAVE_X86 0
-#endif
 
 /* ---------------------------------------------------------------- portable dot product */
 
@@ -68,8 +62,6 @@ static float portable_dot(const void *w_row, enum ops_dtype dtype, const float *
 }
 
 #if OPS_HAVE_X86
-#define WIDEN_BF16(v) bf16_to_f32(v)
-#define WIDEN_F32(v) (v)
 
 /* Prefetches the `bytes` the next tile will read at this step (pf advances by `bytes`), with
  * hint T0 (AVX2, measured on Zen 3) or NTA (AVX-512: on Zen 5 the decode pass over Qwen3-0.6B's
@@ -84,29 +76,11 @@ static float portable_dot(const void *w_row, enum ops_dtype dtype, const float *
 #define PREFETCH_STEP(pf, bytes) PREFETCH_STEP_HINT(pf, bytes, _MM_HINT_T0)
 
 /* ---------------------------------------------------------------- AVX2 + FMA kernels */
-#define AVX2_TARGET __attribute__((target("avx2,fma")))
-
-AVX2_TARGET static inline __m256 load8_bf16(const uint16_t *p) {
-    __m128i h = _mm_loadu_si128((const __m128i *)p);
-    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-}
-
-AVX2_TARGET static inline __m256 load8_f32(const float *p) {
-    return _mm256_loadu_ps(p);
-}
-
-/* s = a0 + a1; t[i] = s[i] + s[i+4]; r = (t0 + t2) + (t1 + t3). */
-AVX2_TARGET static inline float fold_avx(__m256 a0, __m256 a1) {
-    __m256 s = _mm256_add_ps(a0, a1);
-    __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t)); /* [t0+t2, t1+t3, ..] */
-    return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
-}
 
 /* Generates, for one weight element type, two kernels with the ops.h order:
  * dot1 (1 row x 1 token) and tok4 (1 row x 4 tokens). */
 #define DEFINE_AVX2_KERNELS(SUF, WT, LOAD, WIDEN)                                                  \
-    AVX2_TARGET static float avx2_dot1_##SUF(const WT *w, const float *x, int k_len) {             \
+    AVX2_TARGET float avx2_dot1_##SUF(const WT *w, const float *x, int k_len) {                    \
         __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();                                 \
         int k = 0;                                                                                 \
         for (; k + 16 <= k_len; k += 16) {                                                         \
@@ -239,84 +213,10 @@ AVX2_TARGET static void avx2_rows4_bf16(float out[4], const uint16_t *w, size_t 
     *pfp = pf;
 }
 
-/* The prefill register tile: 2 weight rows x 3 tokens, f32 weights (bf16 rows are widened
- * into a block first, exactly). 12 accumulators (each output's a0 / a1 of ops.h) + 2 weight
- * registers + 1 input register: 15 of the 16 ymm. Per 16 columns 4 weight and 6 input loads
- * feed 12 FMAs, against 10 loads (and the widening) per 8 FMAs in the 1 x 4 tile. Every output
- * still runs its own a0 / a1 FMAs in column order, the same fold and the same scalar tail. */
-/* Keeps the loaded input in a register: left alone, GCC folds each input load into both of
- * its FMAs' memory operands (16 loads per 12 FMAs instead of 10), and the tile then ran no
- * faster than the 1 x 4 one (3072 x 1024 x 64 tokens, 1 thread: 20 -> 30 GMAC/s with it). */
-#define PIN(v) __asm__("" : "+x"(v))
-#define R2T3_FMA(H, OFF)                                                                           \
-    do {                                                                                           \
-        __m256 wa = _mm256_loadu_ps(w0 + k + (OFF)), wb = _mm256_loadu_ps(w1 + k + (OFF));         \
-        __m256 xv = _mm256_loadu_ps(x0 + k + (OFF));                                               \
-        PIN(xv);                                                                                   \
-        a00##H = _mm256_fmadd_ps(wa, xv, a00##H);                                                  \
-        a10##H = _mm256_fmadd_ps(wb, xv, a10##H);                                                  \
-        xv = _mm256_loadu_ps(x1 + k + (OFF));                                                      \
-        PIN(xv);                                                                                   \
-        a01##H = _mm256_fmadd_ps(wa, xv, a01##H);                                                  \
-        a11##H = _mm256_fmadd_ps(wb, xv, a11##H);                                                  \
-        xv = _mm256_loadu_ps(x2 + k + (OFF));                                                      \
-        PIN(xv);                                                                                   \
-        a02##H = _mm256_fmadd_ps(wa, xv, a02##H);                                                  \
-        a12##H = _mm256_fmadd_ps(wb, xv, a12##H);                                                  \
-    } while (0)
-
-/* out[t * 2 + r] for rows w, w + ldw and tokens x, x + ldx, x + 2 * ldx over k_len columns. */
-AVX2_TARGET static void avx2_r2t3_f32(float *out, const float *w, size_t ldw, const float *x,
-                                      size_t ldx, int k_len) {
-    const float *w0 = w, *w1 = w + ldw, *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx;
-    __m256 a00l = _mm256_setzero_ps(), a00h = a00l, a01l = a00l, a01h = a00l, a02l = a00l;
-    __m256 a02h = a00l, a10l = a00l, a10h = a00l, a11l = a00l, a11h = a00l, a12l = a00l;
-    __m256 a12h = a00l;
-    int k = 0;
-    for (; k + 16 <= k_len; k += 16) {
-        R2T3_FMA(l, 0);
-        R2T3_FMA(h, 8);
-    }
-    out[0] = fold_avx(a00l, a00h);
-    out[1] = fold_avx(a10l, a10h);
-    out[2] = fold_avx(a01l, a01h);
-    out[3] = fold_avx(a11l, a11h);
-    out[4] = fold_avx(a02l, a02h);
-    out[5] = fold_avx(a12l, a12h);
-    for (; k < k_len; ++k) {
-        out[0] = fmaf(w0[k], x0[k], out[0]);
-        out[1] = fmaf(w1[k], x0[k], out[1]);
-        out[2] = fmaf(w0[k], x1[k], out[2]);
-        out[3] = fmaf(w1[k], x1[k], out[3]);
-        out[4] = fmaf(w0[k], x2[k], out[4]);
-        out[5] = fmaf(w1[k], x2[k], out[5]);
-    }
-}
-
 /* ---------------------------------------------------------------- AVX-512F kernels */
-#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma")))
-
-AVX512_TARGET static inline __m512 load16_bf16(const uint16_t *p) {
-    __m256i h = _mm256_loadu_si256((const __m256i *)p);
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
-AVX512_TARGET static inline __m512 load16_f32(const float *p) {
-    return _mm512_loadu_ps(p);
-}
-
-/* The low half is a0, the high half a1: the same adds as fold_avx(a0, a1). */
-AVX512_TARGET static inline float fold_avx512(__m512 a) {
-    __m256 a0 = _mm512_castps512_ps256(a);
-    __m256 a1 = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
-    __m256 s = _mm256_add_ps(a0, a1);
-    __m128 t = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-    __m128 u = _mm_add_ps(t, _mm_movehl_ps(t, t));
-    return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
-}
 
 #define DEFINE_AVX512_KERNELS(SUF, WT, LOAD, WIDEN)                                                \
-    AVX512_TARGET static float avx512_dot1_##SUF(const WT *w, const float *x, int k_len) {         \
+    AVX512_TARGET float avx512_dot1_##SUF(const WT *w, const float *x, int k_len) {                \
         __m512 a = _mm512_setzero_ps();                                                            \
         int k = 0;                                                                                 \
         for (; k + 16 <= k_len; k += 16)                                                           \
@@ -333,7 +233,7 @@ AVX512_TARGET static inline float fold_avx512(__m512 a) {
         __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;                                \
         int k = 0;                                                                                 \
         for (; k + 16 <= k_len; k += 16) {                                                         \
-            PREFETCH_STEP_HINT(pf, 4 * 16 * (int)sizeof(WT), _MM_HINT_NTA);                       \
+            PREFETCH_STEP_HINT(pf, 4 * 16 * (int)sizeof(WT), _MM_HINT_NTA);                        \
             __m512 xv = _mm512_loadu_ps(x + k);                                                    \
             a0 = _mm512_fmadd_ps(LOAD(w0 + k), xv, a0);                                            \
             a1 = _mm512_fmadd_ps(LOAD(w1 + k), xv, a1);                                            \
@@ -380,62 +280,6 @@ AVX512_TARGET static inline float fold_avx512(__m512 a) {
 DEFINE_AVX512_KERNELS(bf16, uint16_t, load16_bf16, WIDEN_BF16)
 DEFINE_AVX512_KERNELS(f32, float, load16_f32, WIDEN_F32)
 
-/* The AVX-512 prefill register tile: 4 weight rows x 6 tokens of f32 (widened) weights. Each
- * output keeps one zmm accumulator whose low / high halves are ops.h's a0 / a1, as in
- * avx512_dot1; 24 accumulators + 4 weight registers + 1 input register of the 32 zmm. Per 16
- * columns 4 weight and 6 input loads feed 24 FMAs (the 1 x 4 tile: 5 loads and 4 widenings
- * per 4 FMAs). Every output runs its own FMAs in column order, the same fold and the same
- * scalar tail, so the bits are ops.h's. PIN keeps each input load in a register (see the
- * AVX2 tile): folded into the four FMAs' memory operands it would be loaded four times. */
-#define PIN512(v) __asm__("" : "+v"(v))
-#define R4T6_FMA(T)                                                                                \
-    do {                                                                                           \
-        __m512 xv = _mm512_loadu_ps(x##T + k);                                                     \
-        PIN512(xv);                                                                                \
-        a##T##0 = _mm512_fmadd_ps(wa, xv, a##T##0);                                                \
-        a##T##1 = _mm512_fmadd_ps(wb, xv, a##T##1);                                                \
-        a##T##2 = _mm512_fmadd_ps(wc, xv, a##T##2);                                                \
-        a##T##3 = _mm512_fmadd_ps(wd, xv, a##T##3);                                                \
-    } while (0)
-#define R4T6_FOLD(T)                                                                               \
-    do {                                                                                           \
-        out[4 * (T)] = fold_avx512(a##T##0);                                                       \
-        out[4 * (T) + 1] = fold_avx512(a##T##1);                                                   \
-        out[4 * (T) + 2] = fold_avx512(a##T##2);                                                   \
-        out[4 * (T) + 3] = fold_avx512(a##T##3);                                                   \
-    } while (0)
-
-/* out[t * 4 + r] for rows w + r * ldw (r < 4) and tokens x + t * ldx (t < 6) over k_len. */
-AVX512_TARGET static void avx512_r4t6_f32(float *out, const float *w, size_t ldw, const float *x,
-                                          size_t ldx, int k_len) {
-    const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;
-    const float *x4 = x + 4 * ldx, *x5 = x + 5 * ldx;
-    __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00;
-    __m512 a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00;
-    __m512 a31 = a00, a32 = a00, a33 = a00, a40 = a00, a41 = a00, a42 = a00, a43 = a00;
-    __m512 a50 = a00, a51 = a00, a52 = a00, a53 = a00;
-    int k = 0;
-    for (; k + 16 <= k_len; k += 16) {
-        __m512 wa = _mm512_loadu_ps(w + k), wb = _mm512_loadu_ps(w + ldw + k);
-        __m512 wc = _mm512_loadu_ps(w + 2 * ldw + k), wd = _mm512_loadu_ps(w + 3 * ldw + k);
-        R4T6_FMA(0);
-        R4T6_FMA(1);
-        R4T6_FMA(2);
-        R4T6_FMA(3);
-        R4T6_FMA(4);
-        R4T6_FMA(5);
-    }
-    R4T6_FOLD(0);
-    R4T6_FOLD(1);
-    R4T6_FOLD(2);
-    R4T6_FOLD(3);
-    R4T6_FOLD(4);
-    R4T6_FOLD(5);
-    for (; k < k_len; ++k)
-        for (int t = 0; t < 6; ++t)
-            for (int r = 0; r < 4; ++r)
-                out[4 * t + r] = fmaf(w[(size_t)r * ldw + k], x[(size_t)t * ldx + k], out[4 * t + r]);
-}
 #endif
 
 /* ---------------------------------------------------------------- path selection */
@@ -449,8 +293,7 @@ static void detect_cpu(void) {
     cached_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     cached_avx512 = cached_avx2 && __builtin_cpu_supports("avx512f");
     cached_avx512_vnni = cached_avx512 && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vl") &&
-                         __builtin_cpu_supports("avx512vnni");
+                         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
@@ -511,30 +354,7 @@ int ops_force_portable(int force) {
 
 /* ---------------------------------------------------------------- matmul */
 
-struct matmul_job {
-    float *out;
-    const float *x;
-    const struct ops_weight *w;
-    int n;
-    int leaves; /* 1: plain dot products; else matmul_split's leaf tree */
-    enum ops_path path;
-};
-
 #define MATMUL_ROWS_PER_TASK 16
-
-/* Leaf j of `leaves` over K columns: [leaf_start(j), leaf_start(j + 1)). */
-static int leaf_start(int j, int leaves, int k_len) {
-    return (int)((int64_t)j * k_len / leaves);
-}
-
-/* The balanced binary tree over v[0..count) (count a power of two), pairs of neighbours
- * first: ((v0 + v1) + (v2 + v3)) + ... Overwrites v. */
-static float tree_sum(float *v, int count) {
-    for (; count > 1; count /= 2)
-        for (int i = 0; i < count / 2; ++i)
-            v[i] = v[2 * i] + v[2 * i + 1];
-    return v[0];
-}
 
 static void matmul_rows_portable(const struct matmul_job *job, int r0, int r1) {
     const struct ops_weight *w = job->w;
@@ -637,117 +457,6 @@ DEFINE_SIMD_ROWS(avx512, bf16, uint16_t)
 DEFINE_SIMD_ROWS(avx512, f32, float)
 #endif
 
-#if OPS_HAVE_X86
-/* Prefill with >= PREFILL_TILED_MIN tokens (below it the 1 x 4 tiles win: widening a block costs
- * about as much as its MACs when few tokens share it): the task's rows in blocks that fit
- * PREFILL_WIDE_FLOATS once widened to f32 (bf16 -> f32 is exact; f32 rows are used in place),
- * then every token group over every row group of the block with the path's register tile
- * (AVX2: 2 rows x 3 tokens, AVX-512: 4 x 6); the last rows and tokens take a tile overlapping the
- * one before (rows: dot1 where a task has fewer rows than a tile). Each output's arithmetic is ops.h's (the same FMAs in the same order as the portable and
- * 1 x 4 paths): only the tiling changes, which the paths test checks bit for bit. The widened
- * block lives on the stack (192 KiB: L2-resident next to one token group's inputs; 4 rows of
- * Qwen3-8B's down_proj, K = 12288). */
-#define PREFILL_TILED_MIN 32
-#define PREFILL_WIDE_FLOATS 49152
-#define PREFILL_TILE_MAX 24
-
-struct prefill_tile {
-    int rows, toks; /* out[t * rows + r] */
-    void (*tile)(float *out, const float *w, size_t ldw, const float *x, size_t ldx, int k_len);
-    float (*dot1)(const float *w, const float *x, int k_len);
-};
-
-static const struct prefill_tile prefill_avx2 = {2, 3, avx2_r2t3_f32, avx2_dot1_f32};
-static const struct prefill_tile prefill_avx512 = {4, 6, avx512_r4t6_f32, avx512_dot1_f32};
-
-/* 1 if the tiled prefill takes this job (a block must hold a whole row group). */
-static int prefill_tiled_fits(const struct matmul_job *job, const struct prefill_tile *pt) {
-    return job->n >= PREFILL_TILED_MIN && pt->rows * job->w->cols <= PREFILL_WIDE_FLOATS;
-}
-
-static void tile_leaves(const struct prefill_tile *pt, float *out, const float *w, const float *x,
-                        size_t ld, const int *kb, int leaves) {
-    const int m = pt->rows * pt->toks;
-    float tile[PREFILL_TILE_MAX], leaf[PREFILL_TILE_MAX][OPS_SPLIT_LEAVES];
-    if (leaves == 1) {
-        pt->tile(out, w, ld, x, ld, kb[1]);
-        return;
-    }
-    for (int j = 0; j < leaves; ++j) {
-        pt->tile(tile, w + kb[j], ld, x + kb[j], ld, kb[j + 1] - kb[j]);
-        for (int i = 0; i < m; ++i)
-            leaf[i][j] = tile[i];
-    }
-    for (int i = 0; i < m; ++i)
-        out[i] = tree_sum(leaf[i], leaves);
-}
-
-static float dot_leaves(const struct prefill_tile *pt, const float *w, const float *x,
-                        const int *kb, int leaves) {
-    float leaf[OPS_SPLIT_LEAVES];
-    for (int j = 0; j < leaves; ++j)
-        leaf[j] = pt->dot1(w + kb[j], x + kb[j], kb[j + 1] - kb[j]);
-    return tree_sum(leaf, leaves);
-}
-
-/* dst[i] = src[i] widened, 8 at a time (exact: the bf16 bits become the high half). */
-AVX2_TARGET static void widen_bf16_avx2(float *dst, const uint16_t *src, size_t count) {
-    size_t i = 0;
-    for (; i + 8 <= count; i += 8)
-        _mm256_storeu_ps(dst + i, load8_bf16(src + i));
-    for (; i < count; ++i)
-        dst[i] = bf16_to_f32(src[i]);
-}
-
-/* Token group [t, t + T) over the rows [rb, re) of a widened block wb. */
-static void prefill_group(const struct matmul_job *job, const struct prefill_tile *pt,
-                          const float *wb, int rb, int re, int t, const int *kb) {
-    const int R = pt->rows, T = pt->toks, L = job->leaves;
-    const size_t ld = (size_t)job->w->cols, rows = (size_t)job->w->rows;
-    const float *x = job->x + (size_t)t * ld;
-    float tile[PREFILL_TILE_MAX];
-    int r = rb;
-    for (; r < re && re - rb >= R; r += R) {
-        if (r + R > re) r = re - R; /* the last rows: a tile overlapping the one before */
-        tile_leaves(pt, tile, wb + (size_t)(r - rb) * ld, x, ld, kb, L);
-        for (int i = 0; i < T; ++i)
-            for (int q = 0; q < R; ++q)
-                job->out[(size_t)(t + i) * rows + (size_t)(r + q)] = tile[i * R + q];
-    }
-    for (; r < re; ++r)
-        for (int i = 0; i < T; ++i)
-            job->out[(size_t)(t + i) * rows + (size_t)r] =
-                dot_leaves(pt, wb + (size_t)(r - rb) * ld, x + (size_t)i * ld, kb, L);
-}
-
-static void matmul_prefill_tiled(const struct matmul_job *job, int r0, int r1,
-                                 const struct prefill_tile *pt) {
-    const struct ops_weight *w = job->w;
-    const int K = w->cols, L = job->leaves, n = job->n;
-    const size_t ld = (size_t)K;
-    float wide[PREFILL_WIDE_FLOATS];
-    int kb[OPS_SPLIT_LEAVES + 1];
-    for (int j = 0; j <= L; ++j)
-        kb[j] = leaf_start(j, L, K);
-    const int block = PREFILL_WIDE_FLOATS / K / pt->rows * pt->rows;
-    for (int rb = r0; rb < r1; rb += block) {
-        const int re = r1 - rb < block ? r1 : rb + block;
-        const float *wb = (const float *)w->data + (size_t)rb * ld;
-        if (w->dtype == OPS_BF16) {
-            widen_bf16_avx2(wide, (const uint16_t *)w->data + (size_t)rb * ld,
-                            (size_t)(re - rb) * ld);
-            wb = wide;
-        }
-        /* The last tokens: a group overlapping the one before (n >= PREFILL_TILED_MIN >=
-         * toks). Its outputs for tokens already done are recomputed with the same arithmetic,
-         * so rewritten with the same bits, at tile speed (dot1 for the 1-5 tokens left over was
-         * a fifth of a 64-token prefill's matmul time). */
-        for (int t = 0; t < n; t += pt->toks)
-            prefill_group(job, pt, wb, rb, re, t + pt->toks <= n ? t : n - pt->toks, kb);
-    }
-}
-#endif
-
 static void matmul_task(void *ctx, int begin, int end, int worker) {
     (void)worker;
     const struct matmul_job *job = ctx;
@@ -756,19 +465,16 @@ static void matmul_task(void *ctx, int begin, int end, int worker) {
     int bf16 = job->w->dtype == OPS_BF16;
     if (r1 > job->w->rows) r1 = job->w->rows;
 #if OPS_HAVE_X86
+    if (matmul_prefill_tiled(job, r0, r1)) return;
     if (job->path == OPS_PATH_AVX512) {
-        if (prefill_tiled_fits(job, &prefill_avx512))
-            matmul_prefill_tiled(job, r0, r1, &prefill_avx512);
-        else if (bf16)
+        if (bf16)
             matmul_rows_avx512_bf16(job, r0, r1);
         else
             matmul_rows_avx512_f32(job, r0, r1);
         return;
     }
     if (job->path == OPS_PATH_AVX2) {
-        if (prefill_tiled_fits(job, &prefill_avx2))
-            matmul_prefill_tiled(job, r0, r1, &prefill_avx2);
-        else if (bf16)
+        if (bf16)
             matmul_rows_avx2_bf16(job, r0, r1);
         else
             matmul_rows_avx2_f32(job, r0, r1);

@@ -1,9 +1,9 @@
 /* q8 weights: the quantiser and the matmul kernels (format and arithmetic: ops_q8.h).
  *
  * Three implementations of one arithmetic, chosen with the bf16 matmul's path (ops_matmul_path):
- * portable C, AVX2, and AVX-512 VNNI (the avx512 path where the CPU has it, else AVX2). Tiles as in ops_matmul.c: 4 weight rows
- * x 1 token for decode (with a linear prefetch one tile ahead), 1 row x 4 tokens for prefill;
- * tiles only interleave independent output elements. */
+ * portable C, AVX2, and AVX-512 VNNI (the avx512 path where the CPU has it, else AVX2). Tiles as in
+ * ops_matmul.c: 4 weight rows x 1 token for decode (with a linear prefetch one tile ahead), 1 row x
+ * 4 tokens for prefill; tiles only interleave independent output elements. */
 #include <math.h>
 #include <string.h>
 
@@ -308,7 +308,7 @@ VNNI_TARGET static float q8_dot1_vnni(const int8_t *q, const float *dw, const in
 }
 
 #define VNNI_ROW(R)                                                                                \
-    a##R = q8_fma_pair(a##R, VNNI_DOT(ux, neg, load64(q##R + 32 * b)), d##R[b] * e0,             \
+    a##R = q8_fma_pair(a##R, VNNI_DOT(ux, neg, load64(q##R + 32 * b)), d##R[b] * e0,               \
                        d##R[b + 1] * e1)
 #define AVX2_ROW(R)                                                                                \
     a##R = _mm256_fmadd_ps(_mm256_set1_ps(d##R[b] * e0), q8_block_avx2(load32(q##R + 32 * b), xs), \
@@ -423,13 +423,13 @@ static void q8_rows_simd(const struct q8_job *job, int r0, int r1) {
     if (job->n == 1) {
         int r = r0;
         for (; r + 4 <= r1; r += 4) {
-            kn->rows4(tile, base + (size_t)r * cols, cols, ops_q8_scales(w) + (size_t)r * nb,
-                          nb, job->qx, job->dx, (int)nb);
+            kn->rows4(tile, base + (size_t)r * cols, cols, ops_q8_scales(w) + (size_t)r * nb, nb,
+                      job->qx, job->dx, (int)nb);
             memcpy(job->out + r, tile, sizeof tile);
         }
         for (; r < r1; ++r)
             job->out[r] = kn->dot1(base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
-                                       job->qx, job->dx, (int)nb);
+                                   job->qx, job->dx, (int)nb);
         return;
     }
     /* Prefill: rows in blocks of Q8_PREFILL_ROW_BLOCK (32 KiB of q8 at K = 1024, in L2), and
@@ -441,8 +441,7 @@ static void q8_rows_simd(const struct q8_job *job, int r0, int r1) {
         for (; t + 4 <= job->n; t += 4)
             for (int r = rb; r < re; ++r) {
                 kn->tok4(tile, base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
-                             job->qx + (size_t)t * cols, cols, job->dx + (size_t)t * nb, nb,
-                             (int)nb);
+                         job->qx + (size_t)t * cols, cols, job->dx + (size_t)t * nb, nb, (int)nb);
                 for (int i = 0; i < 4; ++i)
                     job->out[(size_t)(t + i) * rows + (size_t)r] = tile[i];
             }
@@ -450,7 +449,7 @@ static void q8_rows_simd(const struct q8_job *job, int r0, int r1) {
             for (int r = rb; r < re; ++r)
                 job->out[(size_t)t * rows + (size_t)r] =
                     kn->dot1(base + (size_t)r * cols, ops_q8_scales(w) + (size_t)r * nb,
-                                 job->qx + (size_t)t * cols, job->dx + (size_t)t * nb, (int)nb);
+                             job->qx + (size_t)t * cols, job->dx + (size_t)t * nb, (int)nb);
     }
 }
 #endif

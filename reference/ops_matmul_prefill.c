@@ -1,0 +1,283 @@
+/* matmul's prefill register tiles (ops.h's arithmetic; see ops_matmul.c for the decode tiles and
+ * the path selection): AVX2 2 rows x 3 tokens over row blocks widened to f32, AVX-512 4 rows x 6
+ * tokens over the rows as stored. */
+#include <math.h>
+#include <string.h>
+
+#include "reference/ops_matmul_internal.h"
+
+#if OPS_HAVE_X86
+/* The prefill register tile: 2 weight rows x 3 tokens, f32 weights (bf16 rows are widened
+ * into a block first, exactly). 12 accumulators (each output's a0 / a1 of ops.h) + 2 weight
+ * registers + 1 input register: 15 of the 16 ymm. Per 16 columns 4 weight and 6 input loads
+ * feed 12 FMAs, against 10 loads (and the widening) per 8 FMAs in the 1 x 4 tile. Every output
+ * still runs its own a0 / a1 FMAs in column order, the same fold and the same scalar tail. */
+/* Keeps the loaded input in a register: left alone, GCC folds each input load into both of
+ * its FMAs' memory operands (16 loads per 12 FMAs instead of 10), and the tile then ran no
+ * faster than the 1 x 4 one (3072 x 1024 x 64 tokens, 1 thread: 20 -> 30 GMAC/s with it). */
+#define PIN(v) __asm__("" : "+x"(v))
+#define R2T3_FMA(H, OFF)                                                                           \
+    do {                                                                                           \
+        __m256 wa = _mm256_loadu_ps(w0 + k + (OFF)), wb = _mm256_loadu_ps(w1 + k + (OFF));         \
+        __m256 xv = _mm256_loadu_ps(x0 + k + (OFF));                                               \
+        PIN(xv);                                                                                   \
+        a00##H = _mm256_fmadd_ps(wa, xv, a00##H);                                                  \
+        a10##H = _mm256_fmadd_ps(wb, xv, a10##H);                                                  \
+        xv = _mm256_loadu_ps(x1 + k + (OFF));                                                      \
+        PIN(xv);                                                                                   \
+        a01##H = _mm256_fmadd_ps(wa, xv, a01##H);                                                  \
+        a11##H = _mm256_fmadd_ps(wb, xv, a11##H);                                                  \
+        xv = _mm256_loadu_ps(x2 + k + (OFF));                                                      \
+        PIN(xv);                                                                                   \
+        a02##H = _mm256_fmadd_ps(wa, xv, a02##H);                                                  \
+        a12##H = _mm256_fmadd_ps(wb, xv, a12##H);                                                  \
+    } while (0)
+
+/* out[t * 2 + r] for rows w, w + ldw and tokens x, x + ldx, x + 2 * ldx over k_len columns. */
+AVX2_TARGET static void avx2_r2t3_f32(float *out, const void *w, size_t ldw, const float *x,
+                                      size_t ldx, int k_len) {
+    const float *w0 = w, *w1 = w0 + ldw, *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx;
+    __m256 a00l = _mm256_setzero_ps(), a00h = a00l, a01l = a00l, a01h = a00l, a02l = a00l;
+    __m256 a02h = a00l, a10l = a00l, a10h = a00l, a11l = a00l, a11h = a00l, a12l = a00l;
+    __m256 a12h = a00l;
+    int k = 0;
+    for (; k + 16 <= k_len; k += 16) {
+        R2T3_FMA(l, 0);
+        R2T3_FMA(h, 8);
+    }
+    out[0] = fold_avx(a00l, a00h);
+    out[1] = fold_avx(a10l, a10h);
+    out[2] = fold_avx(a01l, a01h);
+    out[3] = fold_avx(a11l, a11h);
+    out[4] = fold_avx(a02l, a02h);
+    out[5] = fold_avx(a12l, a12h);
+    for (; k < k_len; ++k) {
+        out[0] = fmaf(w0[k], x0[k], out[0]);
+        out[1] = fmaf(w1[k], x0[k], out[1]);
+        out[2] = fmaf(w0[k], x1[k], out[2]);
+        out[3] = fmaf(w1[k], x1[k], out[3]);
+        out[4] = fmaf(w0[k], x2[k], out[4]);
+        out[5] = fmaf(w1[k], x2[k], out[5]);
+    }
+}
+
+/* The AVX-512 prefill register tile: 4 weight rows x 6 tokens of f32 (widened) weights. Each
+ * output keeps one zmm accumulator whose low / high halves are ops.h's a0 / a1, as in
+ * avx512_dot1; 24 accumulators + 4 weight registers + 1 input register of the 32 zmm. Per 16
+ * columns 4 weight and 6 input loads feed 24 FMAs (the 1 x 4 tile: 5 loads and 4 widenings
+ * per 4 FMAs). Every output runs its own FMAs in column order, the same fold and the same
+ * scalar tail, so the bits are ops.h's. PIN keeps each input load in a register (see the
+ * AVX2 tile): folded into the four FMAs' memory operands it would be loaded four times. */
+#define PIN512(v) __asm__("" : "+v"(v))
+#define R4T6_FMA(T)                                                                                \
+    do {                                                                                           \
+        __m512 xv = _mm512_loadu_ps(x##T + k);                                                     \
+        PIN512(xv);                                                                                \
+        a##T##0 = _mm512_fmadd_ps(wa, xv, a##T##0);                                                \
+        a##T##1 = _mm512_fmadd_ps(wb, xv, a##T##1);                                                \
+        a##T##2 = _mm512_fmadd_ps(wc, xv, a##T##2);                                                \
+        a##T##3 = _mm512_fmadd_ps(wd, xv, a##T##3);                                                \
+    } while (0)
+#define R4T6_FOLD(T)                                                                               \
+    do {                                                                                           \
+        out[4 * (T)] = fold_avx512(a##T##0);                                                       \
+        out[4 * (T) + 1] = fold_avx512(a##T##1);                                                   \
+        out[4 * (T) + 2] = fold_avx512(a##T##2);                                                   \
+        out[4 * (T) + 3] = fold_avx512(a##T##3);                                                   \
+    } while (0)
+
+/* out[t * 4 + r] for rows w + r * ldw (r < 4) and tokens x + t * ldx (t < 6) over k_len; w points
+ * to WT (f32 rows, or bf16 rows widened in registers: on Zen 5 the 4 widenings per 24 FMAs
+ * ran faster than widening the block into memory first, 108 vs 91-98 GMAC/s on a 3072 x 1024
+ * matrix and 64 tokens, 99 vs 79 streaming Qwen3-0.6B's lm_head from DRAM). */
+#define DEFINE_AVX512_R4T6(SUF, WT, LOAD, WIDEN)                                                   \
+    AVX512_TARGET static void avx512_r4t6_##SUF(float *out, const void *wv, size_t ldw,            \
+                                                const float *x, size_t ldx, int k_len) {           \
+        const WT *w = wv;                                                                          \
+        const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;                  \
+        const float *x4 = x + 4 * ldx, *x5 = x + 5 * ldx;                                          \
+        __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00;   \
+        __m512 a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00;        \
+        __m512 a31 = a00, a32 = a00, a33 = a00, a40 = a00, a41 = a00, a42 = a00, a43 = a00;        \
+        __m512 a50 = a00, a51 = a00, a52 = a00, a53 = a00;                                         \
+        int k = 0;                                                                                 \
+        for (; k + 16 <= k_len; k += 16) {                                                         \
+            __m512 wa = LOAD(w + k), wb = LOAD(w + ldw + k);                                       \
+            __m512 wc = LOAD(w + 2 * ldw + k), wd = LOAD(w + 3 * ldw + k);                         \
+            R4T6_FMA(0);                                                                           \
+            R4T6_FMA(1);                                                                           \
+            R4T6_FMA(2);                                                                           \
+            R4T6_FMA(3);                                                                           \
+            R4T6_FMA(4);                                                                           \
+            R4T6_FMA(5);                                                                           \
+        }                                                                                          \
+        R4T6_FOLD(0);                                                                              \
+        R4T6_FOLD(1);                                                                              \
+        R4T6_FOLD(2);                                                                              \
+        R4T6_FOLD(3);                                                                              \
+        R4T6_FOLD(4);                                                                              \
+        R4T6_FOLD(5);                                                                              \
+        for (; k < k_len; ++k)                                                                     \
+            for (int t = 0; t < 6; ++t)                                                            \
+                for (int r = 0; r < 4; ++r)                                                        \
+                    out[4 * t + r] = fmaf(WIDEN(w[(size_t)r * ldw + k]), x[(size_t)t * ldx + k],   \
+                                          out[4 * t + r]);                                         \
+    }
+DEFINE_AVX512_R4T6(f32, float, load16_f32, WIDEN_F32)
+DEFINE_AVX512_R4T6(bf16, uint16_t, load16_bf16, WIDEN_BF16)
+
+/* Prefill with enough tokens (AVX2: PREFILL_TILED_MIN; below it the 1 x 4 tiles win, widening a
+ * block costs about as much as its MACs when few tokens share it): the task's rows in blocks of
+ * PREFILL_BLOCK_FLOATS elements, then every token group over every row group of the block with
+ * the path's register tile (AVX2: 2 rows x 3 tokens over the block widened to f32 on the stack,
+ * bf16 -> f32 being exact; AVX-512: 4 x 6 on the rows as stored, bf16 widened in registers). The
+ * last rows and tokens take a tile overlapping the one before (rows: dot1 where a task has fewer
+ * rows than a tile). Each output's arithmetic is ops.h's (the same FMAs in the same order as the
+ * portable and 1 x 4 paths): only the tiling changes, which the paths test checks bit for bit. A
+ * block (192 KiB widened: 4 rows of Qwen3-8B's down_proj, K = 12288) stays in L2 while the
+ * token groups pass. */
+#define PREFILL_TILED_MIN 32
+#define PREFILL_BLOCK_FLOATS 49152
+#define PREFILL_TILE_MAX 24
+
+typedef void prefill_tile_fn(float *out, const void *w, size_t ldw, const float *x, size_t ldx,
+                             int k_len);
+typedef float prefill_dot1_fn(const void *w, const float *x, int k_len);
+
+struct prefill_tile {
+    int rows, toks;                    /* out[t * rows + r] */
+    int min_tokens;                    /* fewer take the 1 x 4 tiles */
+    prefill_tile_fn *tile, *tile_bf16; /* tile_bf16 NULL: bf16 blocks are widened first */
+    prefill_dot1_fn *dot1, *dot1_bf16;
+};
+
+static float avx2_dot1_f32_v(const void *w, const float *x, int k_len) {
+    return avx2_dot1_f32(w, x, k_len);
+}
+static float avx512_dot1_f32_v(const void *w, const float *x, int k_len) {
+    return avx512_dot1_f32(w, x, k_len);
+}
+static float avx512_dot1_bf16_v(const void *w, const float *x, int k_len) {
+    return avx512_dot1_bf16(w, x, k_len);
+}
+
+/* AVX-512 from one token group: with nothing to widen in memory, the 4 x 6 tile beat the
+ * 1 x 4 tiles at every n >= 6 (3072 x 1024, 1 thread: 110 vs 36 GMAC/s at 6 tokens, 74 vs
+ * 50 at 8, 109 vs 50 at 24). */
+static const struct prefill_tile prefill_avx2 = {
+    2, 3, PREFILL_TILED_MIN, avx2_r2t3_f32, NULL, avx2_dot1_f32_v, NULL};
+static const struct prefill_tile prefill_avx512 = {
+    4, 6, 6, avx512_r4t6_f32, avx512_r4t6_bf16, avx512_dot1_f32_v, avx512_dot1_bf16_v};
+
+/* 1 if the tiled prefill takes this job (a block must hold a whole row group). */
+static int prefill_tiled_fits(const struct matmul_job *job, const struct prefill_tile *pt) {
+    return job->n >= pt->min_tokens && pt->rows * job->w->cols <= PREFILL_BLOCK_FLOATS;
+}
+
+/* One block's rows as the tiles read them: f32 (widened or stored) or bf16 (stored). */
+struct prefill_rows {
+    const char *base; /* row 0 of the block */
+    size_t esz;       /* bytes per element */
+    prefill_tile_fn *tile;
+    prefill_dot1_fn *dot1;
+};
+
+static const void *row_at(const struct prefill_rows *b, size_t r, size_t ld, int k) {
+    return b->base + (r * ld + (size_t)k) * b->esz;
+}
+
+static void tile_leaves(const struct prefill_tile *pt, const struct prefill_rows *b, float *out,
+                        size_t r, const float *x, size_t ld, const int *kb, int leaves) {
+    const int m = pt->rows * pt->toks;
+    float tile[PREFILL_TILE_MAX], leaf[PREFILL_TILE_MAX][OPS_SPLIT_LEAVES];
+    if (leaves == 1) {
+        b->tile(out, row_at(b, r, ld, 0), ld, x, ld, kb[1]);
+        return;
+    }
+    for (int j = 0; j < leaves; ++j) {
+        b->tile(tile, row_at(b, r, ld, kb[j]), ld, x + kb[j], ld, kb[j + 1] - kb[j]);
+        for (int i = 0; i < m; ++i)
+            leaf[i][j] = tile[i];
+    }
+    for (int i = 0; i < m; ++i)
+        out[i] = tree_sum(leaf[i], leaves);
+}
+
+static float dot_leaves(const struct prefill_rows *b, size_t r, const float *x, size_t ld,
+                        const int *kb, int leaves) {
+    float leaf[OPS_SPLIT_LEAVES];
+    for (int j = 0; j < leaves; ++j)
+        leaf[j] = b->dot1(row_at(b, r, ld, kb[j]), x + kb[j], kb[j + 1] - kb[j]);
+    return tree_sum(leaf, leaves);
+}
+
+/* dst[i] = src[i] widened, 8 at a time (exact: the bf16 bits become the high half). */
+AVX2_TARGET static void widen_bf16_avx2(float *dst, const uint16_t *src, size_t count) {
+    size_t i = 0;
+    for (; i + 8 <= count; i += 8)
+        _mm256_storeu_ps(dst + i, load8_bf16(src + i));
+    for (; i < count; ++i)
+        dst[i] = bf16_to_f32(src[i]);
+}
+
+/* Token group [t, t + T) over the rows [rb, re) of block b (its row 0 is row rb). */
+static void prefill_group(const struct matmul_job *job, const struct prefill_tile *pt,
+                          const struct prefill_rows *b, int rb, int re, int t, const int *kb) {
+    const int R = pt->rows, T = pt->toks, L = job->leaves;
+    const size_t ld = (size_t)job->w->cols, rows = (size_t)job->w->rows;
+    const float *x = job->x + (size_t)t * ld;
+    float tile[PREFILL_TILE_MAX];
+    int r = rb;
+    for (; r < re && re - rb >= R; r += R) {
+        if (r + R > re) r = re - R; /* the last rows: a tile overlapping the one before */
+        tile_leaves(pt, b, tile, (size_t)(r - rb), x, ld, kb, L);
+        for (int i = 0; i < T; ++i)
+            for (int q = 0; q < R; ++q)
+                job->out[(size_t)(t + i) * rows + (size_t)(r + q)] = tile[i * R + q];
+    }
+    for (; r < re; ++r)
+        for (int i = 0; i < T; ++i)
+            job->out[(size_t)(t + i) * rows + (size_t)r] =
+                dot_leaves(b, (size_t)(r - rb), x + (size_t)i * ld, ld, kb, L);
+}
+
+static void prefill_tiled(const struct matmul_job *job, int r0, int r1,
+                          const struct prefill_tile *pt) {
+    const struct ops_weight *w = job->w;
+    const int K = w->cols, L = job->leaves, n = job->n;
+    const size_t ld = (size_t)K;
+    const int widen = w->dtype == OPS_BF16 && !pt->tile_bf16;
+    float wide[PREFILL_BLOCK_FLOATS];
+    int kb[OPS_SPLIT_LEAVES + 1];
+    for (int j = 0; j <= L; ++j)
+        kb[j] = leaf_start(j, L, K);
+    const int block = PREFILL_BLOCK_FLOATS / K / pt->rows * pt->rows;
+    for (int rb = r0; rb < r1; rb += block) {
+        const int re = r1 - rb < block ? r1 : rb + block;
+        struct prefill_rows b = {(const char *)w->data + (size_t)rb * ld * 4, 4, pt->tile,
+                                 pt->dot1};
+        if (widen) {
+            widen_bf16_avx2(wide, (const uint16_t *)w->data + (size_t)rb * ld,
+                            (size_t)(re - rb) * ld);
+            b.base = (const char *)wide;
+        } else if (w->dtype == OPS_BF16) {
+            b = (struct prefill_rows){(const char *)w->data + (size_t)rb * ld * 2, 2, pt->tile_bf16,
+                                      pt->dot1_bf16};
+        }
+        /* The last tokens: a group overlapping the one before (n >= min_tokens >= toks). Its
+         * outputs for tokens already done are recomputed with the same arithmetic, so rewritten
+         * with the same bits, at tile speed (dot1 for the 1-5 tokens left over was a fifth of a
+         * 64-token prefill's matmul time). */
+        for (int t = 0; t < n; t += pt->toks)
+            prefill_group(job, pt, &b, rb, re, t + pt->toks <= n ? t : n - pt->toks, kb);
+    }
+}
+int matmul_prefill_tiled(const struct matmul_job *job, int r0, int r1) {
+    const struct prefill_tile *pt = job->path == OPS_PATH_AVX512 ? &prefill_avx512
+                                    : job->path == OPS_PATH_AVX2 ? &prefill_avx2
+                                                                 : NULL;
+    if (!pt || !prefill_tiled_fits(job, pt)) return 0;
+    prefill_tiled(job, r0, r1, pt);
+    return 1;
+}
+#endif
