@@ -4,6 +4,10 @@ Subcommands (tools/bench_peers.sh drives them; a benchmark, not a test):
   gguf SRC OUT.gguf {bf16,q8_0} TOKENIZER_DIR  convert a Strata Qwen3 checkpoint to GGUF
   llama GGUF THREADS PROMPT STEPS               one llama.cpp greedy decode; prints JSON
   table RESULTS.jsonl                           medians, ratios and the read roofline
+  forced GGUF STRATA_OUT PROMPT_IDS              teacher-forced agreement: llama.cpp reads the
+                                                prompt and Strata's generated ids (strata-generate
+                                                --out) in one batch; per position, does its argmax
+                                                equal Strata's id, and how far apart are the logits
 
 The GGUF writer uses the `gguf` package directly (Qwen3 needs no tensor permutation; the
 vocabulary is padded with unused tokens up to the checkpoint's vocab_size the way llama.cpp's
@@ -200,6 +204,33 @@ def cmd_table(path):
             print("%7d %-16s %9.2f %14s" % (k[0], k[1], pre[k], ratio))
 
 
+def read_strata_out(path):
+    """tokens I32 [n] and logits F32 [n, V] from strata-generate --out (plain safetensors)."""
+    out = {}
+    for name, dtype, shape, raw in read_safetensors(path):
+        out[name] = np.frombuffer(raw, dtype={"I32": np.int32, "F32": np.float32}[dtype]).reshape(shape)
+    return out["tokens"], out["logits"]
+
+
+def cmd_forced(path, strata_out, prompt_ids):
+    """Greedy ids diverge for good at the first near-tie (random weights have many), so the
+    free-running agreement says little once they do. Here both engines see the same ids at
+    every position: llama.cpp's argmax is compared with Strata's id position by position."""
+    from llama_cpp import Llama
+
+    tokens, logits = read_strata_out(strata_out)
+    prompt = [int(v) for v in prompt_ids.split(",")]
+    seq = prompt + [int(t) for t in tokens[:-1]]
+    llm = Llama(model_path=path, n_threads=2, n_ctx=len(seq) + 8, n_batch=len(seq) + 8,
+                logits_all=True, verbose=False)
+    llm.eval(seq)
+    theirs = np.asarray(llm.scores[len(prompt) - 1:len(seq)], dtype=np.float32)[:, :logits.shape[1]]
+    same = int(np.sum(np.argmax(theirs, axis=1) == tokens))
+    diff = np.abs(theirs - logits)
+    print("teacher-forced: %d/%d positions with llama.cpp's argmax = Strata's id; "
+          "max |dlogit| %.3f, mean %.4f" % (same, len(tokens), diff.max(), diff.mean()))
+
+
 def main(argv):
     if len(argv) >= 5 and argv[0] == "gguf":
         cmd_gguf(argv[1], argv[2], argv[3], argv[4])
@@ -207,6 +238,8 @@ def main(argv):
         cmd_llama(argv[1], int(argv[2]), int(argv[3]), int(argv[4]))
     elif len(argv) == 2 and argv[0] == "table":
         cmd_table(argv[1])
+    elif len(argv) == 4 and argv[0] == "forced":
+        cmd_forced(argv[1], argv[2], argv[3])
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -16,7 +16,9 @@
 #   bandwidth) divided by the weight bytes read per token (bf16 rows: the bf16 bytes; q8 rows:
 #   Strata's q8 bytes, f32 scales, ~6% more than Q8_0's f16 scales).
 # - Greedy-token agreement: strata-generate bf16 / q8 and llama.cpp BF16 / Q8_0 from the same
-#   prompt ids.
+#   prompt ids, free-running and teacher-forced (llama.cpp reads Strata's ids; its argmax and
+#   logits are compared position by position: a random model's near-ties end the free run's
+#   agreement at the first one).
 # Env: BENCH_REPEAT, BENCH_STEPS (64), BENCH_PROMPT (64: its prefill is timed too), BENCH_THREADS ("1 2"), PEERS_DIR,
 # STRATA_PEERS_VENV, STRATA_TOKENIZER_DIR, STRATA_BAZEL_FLAGS, CMAKE_ARGS (llama.cpp build).
 set -euo pipefail
@@ -94,10 +96,12 @@ done
 # line stays comparable between runs (with 64 ids this random model's first token is a near-tie).
 agree=${BENCH_AGREE_PROMPT:-16}
 ids=$("$py" -c "print(','.join(str((i*7919+13)%151936) for i in range($agree)))")
+forced_out=$(mktemp)
+trap 'rm -f "$results" "$forced_out"' EXIT
 agreement() { # agreement STRATA_WEIGHTS_DTYPE GGUF_KIND
     local s_ids l_ids
     s_ids=$("$bin/strata-generate" --model "$dir" --prompt-ids "$ids" --max-tokens "$steps" \
-        --ignore-eos --threads 2 --weights-dtype "$1" 2>/dev/null | head -1)
+        --ignore-eos --threads 2 --weights-dtype "$1" --out "$forced_out" 2>/dev/null | head -1)
     l_ids=$("$py" tools/bench_peers.py llama "$dir/model-$2.gguf" 2 "$agree" "$steps" |
         "$py" -c 'import json,sys; print(",".join(map(str, json.load(sys.stdin)["ids"])))')
     "$py" - "$s_ids" "$l_ids" "$1" "$2" <<'PYEOF'
@@ -110,6 +114,8 @@ same = sum(1 for i in range(n) if a[i] == b[i])
 print("greedy agreement strata %s vs llama.cpp %s: first %d of %d ids identical (%d/%d positions equal)"
       % (sys.argv[3], sys.argv[4], prefix, n, same, n))
 PYEOF
+    printf '  '
+    "$py" tools/bench_peers.py forced "$dir/model-$2.gguf" "$forced_out" "$ids"
 }
 agreement bf16 bf16
 agreement q8 q8_0
