@@ -18,15 +18,20 @@
  *
  * Arithmetic (the same on every path, so every path gives identical bits). Activations are
  * quantised the same way, per token and block (llama.cpp's vec_dot_q8_0_q8_0): x ~ qx * dx.
- * For one weight row and one token, eight f32 lanes acc[0..7] start at 0; for each block b in
- * ascending order, with d = dw[b] * dx[b] (one f32 product) and p_l the exact int32 sum of
- * q[32b + 4l + j] * qx[32b + 4l + j] over j = 0..3:
- *     acc[l] = fma(d, (float)p_l, acc[l])        for l = 0..7
- * and the result is ((acc0 + acc4) + (acc2 + acc6)) + ((acc1 + acc5) + (acc3 + acc7)), the lane
- * tree of ops.h. |p_l| <= 4 * 127^2 is exact in f32. The AVX2 kernel computes p_l with
- * vpmaddubsw (|q| times sign-moved qx: at most 2 * 127^2, no int16 saturation) and vpmaddwd,
- * whose lane l is exactly bytes 4l..4l+3 of the block. The activation quantiser is one C
- * function shared by all paths. Each output element is one row x one token computed whole:
+ * For one weight row and one token, sixteen f32 lanes acc[0..15] start at 0; for each block b
+ * in ascending order, with d = dw[b] * dx[b] (one f32 product), p_l the exact int32 sum of
+ * q[32b + 4l + j] * qx[32b + 4l + j] over j = 0..3, and g = 8 (b mod 2) (even blocks in the low
+ * eight lanes, odd ones in the high eight):
+ *     acc[g + l] = fma(d, (float)p_l, acc[g + l])        for l = 0..7
+ * then s_l = acc[l] + acc[8 + l] and the result is ((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 +
+ * s7)), the lane tree of ops.h (as bf16's two 8-lane accumulators). |p_l| <= 4 * 127^2 is exact
+ * in f32. Why 16 lanes (session 24; the first version had 8): a pair of blocks is then one
+ * 512-bit conversion and one FMA, where 8 lanes needed two dependent 256-bit FMAs and an
+ * extract per pair; the AVX-512 prefill ran 107 GMAC/s instead of 59 (3072 x 1024, 64 tokens,
+ * one Zen 5 core). AVX2 keeps two 8-lane accumulators, so its cost is unchanged. The AVX2 kernel
+ * computes p_l with vpmaddubsw (|q| times sign-moved qx: at most 2 * 127^2, no int16 saturation)
+ * and vpmaddwd, whose lane l is exactly bytes 4l..4l+3 of the block. The activation quantiser is
+ * one C function shared by all paths. Each output element is one row x one token computed whole:
  * results do not depend on the thread count, on batching, or on how tokens are chunked.
  *
  * Why quantised activations rather than f32 activations times widened weights: on AVX2 the
@@ -36,9 +41,9 @@
  * activations), included in the measured error on the goldens (tests/reference/q8_golden_test).
  *
  * AVX-512: where the CPU has AVX-512BW, VL and VNNI (ops_avx512_vnni_available), the avx512 path
- * forms two blocks' p_l per instruction with vpdpbusd (its int32 lane l sums bytes 4l..4l+3,
- * the same exact integers) and keeps the f32 steps per block in block order; otherwise it runs
- * the AVX2 kernels. */
+ * forms a block pair's p_l with one vpdpbusd (its int32 lane l of each 256-bit half sums bytes
+ * 4l..4l+3 of its block: the same exact integers) and applies both blocks' scales in one FMA
+ * over the 16 lanes; otherwise it runs the AVX2 kernels. */
 #ifndef STRATA_REFERENCE_OPS_Q8_H
 #define STRATA_REFERENCE_OPS_Q8_H
 

@@ -319,9 +319,10 @@ static int setup_links(struct run *r, const struct args *a) {
         strata_log(STRATA_LOG_INFO, "links: %s", wire_tls_describe(r->security.tls));
     /* q8 weights give other logits: stages (and TP ranks) must agree on them as on the
      * model, so the weights dtype joins the compute dtype in the fingerprint (bf16 keeps
-     * "float32"). */
+     * "float32"). v2: the 16-lane accumulation of reference/ops_q8.h (session 24), whose
+     * logits differ in the last bits from the first version's 8 lanes. */
     const char *dtype =
-        a->weights_dtype && !strcmp(a->weights_dtype, "q8") ? "float32+q8-weights" : "float32";
+        a->weights_dtype && !strcmp(a->weights_dtype, "q8") ? "float32+q8v2-weights" : "float32";
     if (wire_model_fingerprint(r->fingerprint, r->config_json, r->config_len, dtype) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
