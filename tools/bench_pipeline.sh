@@ -39,7 +39,8 @@
 # computes layers: the lm_head runs on one row per request).
 # Env: BENCH_MODEL, BENCH_THREADS, BENCH_TOKENS (default 48), BENCH_SPLIT_THREADS, BENCH_REPEAT,
 # BENCH_SPLIT, BENCH_LOAD (decode or prefill), BENCH_PROMPT_TOKENS (prefill, default 256),
-# BENCH_PREFILL_WAVES (prefill, 1 to 4, default 4),
+# BENCH_PREFILL_WAVES (prefill, 1 to 4, default 4), BENCH_PREFILL_STAGES (prefill: the S to
+# measure, of 2 4 8, default "2 4"; "2 4 8" on a host with 8 or more cores),
 # STRATA_BAZEL_FLAGS (extra flags for bazel build, e.g. --define=strata_cuda=0).
 set -u
 case "${BENCH_LOAD:-decode}" in
@@ -95,28 +96,35 @@ many_args() { # many_args K: K different prompts
 # BENCH_LOAD=prefill (see the top): S requests of P prompt ids, 1 generated token, 1 thread.
 bench_prefill() {
     local P=${BENCH_PROMPT_TOKENS:-256} W=${BENCH_PREFILL_WAVES:-4} split=${BENCH_SPLIT:-even}
-    local S K rep r a b of vocab max_seq
+    local stages=${BENCH_PREFILL_STAGES:-2 4}
+    local S K rep r a b of vocab max_seq kmax=0
     [[ "$P" =~ ^[1-9][0-9]*$ ]] || pl_fail "BENCH_PROMPT_TOKENS must be a positive count, not '$P'"
     [[ "$W" =~ ^[1-4]$ ]] || pl_fail "BENCH_PREFILL_WAVES must be 1 to 4, not '$W'"
+    for S in $stages; do
+        [[ "$S" =~ ^(2|4|8)$ ]] || pl_fail "BENCH_PREFILL_STAGES lists 2, 4 or 8, not '$S'"
+        [ "$S" -le "$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$model/config.json")" ] ||
+            pl_fail "$S stages need at least $S layers in $model"
+        [ "$S" -gt "$kmax" ] && kmax=$S
+    done
     vocab=$(sed -n 's/.*"vocab_size": *\([0-9]*\).*/\1/p' "$model/config.json")
     max_seq=$((P + 16 > 512 ? P + 16 : 512))
     echo "pipeline benchmark, prefill load: $layers, hidden $hidden, $W x S requests of $P prompt" \
         "tokens and 1 generated token each, sent at once, $(nproc) cores, 1 thread per stage and" \
         "1 thread for the single process, --split $split"
     local reqs=() # reqs[r]: request r's prompt, distinct ids (r * P ...) below the vocabulary
-    for ((r = 0; r < 4 * W; r++)); do
+    for ((r = 0; r < kmax * W; r++)); do
         reqs[r]=$(seq $((r * P)) $((r * P + P - 1)) |
             awk -v v="$vocab" '{ printf "%s%d", (NR > 1 ? "," : ""), $1 % (v - 1) + 1 }')
     done
-    for S in 1 2 4; do
-        pl_start_pipeline "p$S" "$S" "$model" --threads 1 --max-seq "$max_seq" --max-batch $((4 * W)) \
+    for S in 1 $stages; do
+        pl_start_pipeline "p$S" "$S" "$model" --threads 1 --max-seq "$max_seq" --max-batch $((kmax * W)) \
             --split "$split" --insecure
         pl_client "p$S" --prompt "${reqs[0]}" --max-tokens 1 --quiet --insecure >/dev/null 2>&1 ||
             pl_fail "warm-up on $S stages failed"
     done
     declare -A pre
     for ((rep = 0; rep < ${BENCH_REPEAT:-5}; rep++)); do
-        for K in 2 4; do
+        for K in $stages; do
             for S in 1 "$K"; do
                 local args=()
                 for ((r = 0; r < K * W; r++)); do args+=(--prompt "${reqs[r]}"); done
@@ -126,12 +134,12 @@ bench_prefill() {
             done
         done
     done
-    for S in 1 2 4; do
+    for S in 1 $stages; do
         pl_stop_pipeline "p$S" "$S"
     done
     printf "%-7s %-9s %-24s %-25s %-14s\n" stages requests "prompt tok/s, S stages" \
         "prompt tok/s, 1 process" "of S x 1 process"
-    for S in 2 4; do
+    for S in $stages; do
         a=$(echo "${pre[$S.$S]}" | median)
         b=$(echo "${pre[1.$S]}" | median)
         of=$(awk -v a="$a" -v b="$b" -v s="$S" 'BEGIN { printf "%.0f%%", 100 * a / (s * b) }')
