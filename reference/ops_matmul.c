@@ -63,18 +63,6 @@ static float portable_dot(const void *w_row, enum ops_dtype dtype, const float *
 
 #if OPS_HAVE_X86
 
-/* Prefetches the `bytes` the next tile will read at this step (pf advances by `bytes`), with
- * hint T0 (AVX2, measured on Zen 3) or NTA (AVX-512: on Zen 5 the decode pass over Qwen3-0.6B's
- * matrices streamed 41-42 GB/s with T0 and 43 with NTA at 1 thread, 50 and 52 at 2; a weight
- * is read once per token, so keeping it out of the outer caches costs nothing). */
-#define PREFETCH_STEP_HINT(pf, bytes, hint)                                                        \
-    do {                                                                                           \
-        for (int pb_ = 0; pb_ < (bytes); pb_ += 64)                                                \
-            _mm_prefetch((pf) + pb_, hint);                                                        \
-        (pf) += (bytes);                                                                           \
-    } while (0)
-#define PREFETCH_STEP(pf, bytes) PREFETCH_STEP_HINT(pf, bytes, _MM_HINT_T0)
-
 /* ---------------------------------------------------------------- AVX2 + FMA kernels */
 
 /* Generates, for one weight element type, two kernels with the ops.h order:

@@ -69,62 +69,56 @@ AVX2_TARGET static void avx2_r2t3_f32(float *out, const void *w, size_t ldw, con
  * scalar tail, so the bits are ops.h's. PIN keeps each input load in a register (see the
  * AVX2 tile): folded into the four FMAs' memory operands it would be loaded four times. */
 #define PIN512(v) __asm__("" : "+v"(v))
-#define R4T6_FMA(T)                                                                                \
-    do {                                                                                           \
-        __m512 xv = _mm512_loadu_ps(x##T + k);                                                     \
-        PIN512(xv);                                                                                \
-        a##T##0 = _mm512_fmadd_ps(wa, xv, a##T##0);                                                \
-        a##T##1 = _mm512_fmadd_ps(wb, xv, a##T##1);                                                \
-        a##T##2 = _mm512_fmadd_ps(wc, xv, a##T##2);                                                \
-        a##T##3 = _mm512_fmadd_ps(wd, xv, a##T##3);                                                \
-    } while (0)
-#define R4T6_FOLD(T)                                                                               \
-    do {                                                                                           \
-        out[4 * (T)] = fold_avx512(a##T##0);                                                       \
-        out[4 * (T) + 1] = fold_avx512(a##T##1);                                                   \
-        out[4 * (T) + 2] = fold_avx512(a##T##2);                                                   \
-        out[4 * (T) + 3] = fold_avx512(a##T##3);                                                   \
-    } while (0)
 
-/* out[t * 4 + r] for rows w + r * ldw (r < 4) and tokens x + t * ldx (t < 6) over k_len; w points
+/* out[t * 4 + r] for rows w + r * ldw (r < 4) and tokens x + t * ldx (t < T) over k_len; w points
  * to WT (f32 rows, or bf16 rows widened in registers: on Zen 5 the 4 widenings per 24 FMAs
  * ran faster than widening the block into memory first, 108 vs 91-98 GMAC/s on a 3072 x 1024
- * matrix and 64 tokens, 99 vs 79 streaming Qwen3-0.6B's lm_head from DRAM). */
-#define DEFINE_AVX512_R4T6(SUF, WT, LOAD, WIDEN)                                                   \
-    AVX512_TARGET static void avx512_r4t6_##SUF(float *out, const void *wv, size_t ldw,            \
-                                                const float *x, size_t ldx, int k_len) {           \
+ * matrix and 64 tokens, 99 vs 79 streaming Qwen3-0.6B's lm_head from DRAM). T = 6 for prefill;
+ * T = 2..5 for a decode step of 2-5 requests, which streams the weights from DRAM once for all
+ * of them: those prefetch the next 4 rows linearly, as the decode tile does (n = 2 through the
+ * 1 x 4 tiles took 2.2x the time of n = 1 on the lm_head; now about the same). So does the 4 x 6
+ * tile for the first token group of a row block, which streams the block from DRAM; the later
+ * groups find it in L2 (prefetching there cost 7% on 1024 x 3072 x 240 tokens; the first group's
+ * prefetch: the lm_head with 6 tokens 17.4 -> 9.8 ms, with 64 tokens 104 -> 97 ms). The loops over
+ * t and r unroll completely (T and 4 are constants), so every accumulator stays a register. */
+#define DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, NAME, T, PF)                                      \
+    AVX512_TARGET static void avx512_r4##NAME##_##SUF(float *out, const void *wv, size_t ldw,      \
+                                                      const float *x, size_t ldx, int k_len) {     \
         const WT *w = wv;                                                                          \
-        const float *x0 = x, *x1 = x + ldx, *x2 = x + 2 * ldx, *x3 = x + 3 * ldx;                  \
-        const float *x4 = x + 4 * ldx, *x5 = x + 5 * ldx;                                          \
-        __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00, a11 = a00;   \
-        __m512 a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00, a30 = a00;        \
-        __m512 a31 = a00, a32 = a00, a33 = a00, a40 = a00, a41 = a00, a42 = a00, a43 = a00;        \
-        __m512 a50 = a00, a51 = a00, a52 = a00, a53 = a00;                                         \
+        const char *pf = (const char *)(w + 4 * ldw);                                              \
+        __m512 acc[T][4];                                                                          \
+        _Pragma("GCC unroll 24") for (int i = 0; i < (T)*4; ++i) acc[i / 4][i % 4] =               \
+            _mm512_setzero_ps();                                                                   \
         int k = 0;                                                                                 \
         for (; k + 16 <= k_len; k += 16) {                                                         \
-            __m512 wa = LOAD(w + k), wb = LOAD(w + ldw + k);                                       \
-            __m512 wc = LOAD(w + 2 * ldw + k), wd = LOAD(w + 3 * ldw + k);                         \
-            R4T6_FMA(0);                                                                           \
-            R4T6_FMA(1);                                                                           \
-            R4T6_FMA(2);                                                                           \
-            R4T6_FMA(3);                                                                           \
-            R4T6_FMA(4);                                                                           \
-            R4T6_FMA(5);                                                                           \
+            if (PF) PREFETCH_STEP_HINT(pf, 4 * 16 * (int)sizeof(WT), _MM_HINT_NTA);                \
+            __m512 wr[4];                                                                          \
+            _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r) wr[r] =                            \
+                LOAD(w + (size_t)r * ldw + k);                                                     \
+            _Pragma("GCC unroll 6") for (int t = 0; t < (T); ++t) {                                \
+                __m512 xv = _mm512_loadu_ps(x + (size_t)t * ldx + k);                              \
+                PIN512(xv);                                                                        \
+                _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r) acc[t][r] =                    \
+                    _mm512_fmadd_ps(wr[r], xv, acc[t][r]);                                         \
+            }                                                                                      \
         }                                                                                          \
-        R4T6_FOLD(0);                                                                              \
-        R4T6_FOLD(1);                                                                              \
-        R4T6_FOLD(2);                                                                              \
-        R4T6_FOLD(3);                                                                              \
-        R4T6_FOLD(4);                                                                              \
-        R4T6_FOLD(5);                                                                              \
+        _Pragma("GCC unroll 24") for (int i = 0; i < (T)*4; ++i) out[i] =                          \
+            fold_avx512(acc[i / 4][i % 4]);                                                        \
         for (; k < k_len; ++k)                                                                     \
-            for (int t = 0; t < 6; ++t)                                                            \
+            for (int t = 0; t < (T); ++t)                                                          \
                 for (int r = 0; r < 4; ++r)                                                        \
                     out[4 * t + r] = fmaf(WIDEN(w[(size_t)r * ldw + k]), x[(size_t)t * ldx + k],   \
                                           out[4 * t + r]);                                         \
     }
-DEFINE_AVX512_R4T6(f32, float, load16_f32, WIDEN_F32)
-DEFINE_AVX512_R4T6(bf16, uint16_t, load16_bf16, WIDEN_BF16)
+#define DEFINE_AVX512_R4T(SUF, WT, LOAD, WIDEN)                                                    \
+    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t2, 2, 1)                                             \
+    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t3, 3, 1)                                             \
+    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t4, 4, 1)                                             \
+    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t5, 5, 1)                                             \
+    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t6, 6, 0)                                             \
+    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t6_prefetch, 6, 1)
+DEFINE_AVX512_R4T(f32, float, load16_f32, WIDEN_F32)
+DEFINE_AVX512_R4T(bf16, uint16_t, load16_bf16, WIDEN_BF16)
 
 /* Prefill with enough tokens (AVX2: PREFILL_TILED_MIN; below it the 1 x 4 tiles win, widening a
  * block costs about as much as its MACs when few tokens share it): the task's rows in blocks of
@@ -145,10 +139,14 @@ typedef void prefill_tile_fn(float *out, const void *w, size_t ldw, const float 
 typedef float prefill_dot1_fn(const void *w, const float *x, int k_len);
 
 struct prefill_tile {
-    int rows, toks;                    /* out[t * rows + r] */
-    int min_tokens;                    /* fewer take the 1 x 4 tiles */
-    prefill_tile_fn *tile, *tile_bf16; /* tile_bf16 NULL: bf16 blocks are widened first */
+    int rows, toks;                      /* out[t * rows + r] */
+    int min_tokens;                      /* fewer take the 1 x 4 tiles */
+    prefill_tile_fn *tile, *tile_bf16;   /* tile_bf16 NULL: bf16 blocks are widened first */
+    prefill_tile_fn *first, *first_bf16; /* the first token group of a row block (NULL: tile) */
     prefill_dot1_fn *dot1, *dot1_bf16;
+    /* [n]: the tile for exactly n tokens, min_tokens <= n < toks (NULL where min_tokens >=
+     * toks): a decode step of a few requests */
+    prefill_tile_fn *const *few, *const *few_bf16;
 };
 
 static float avx2_dot1_f32_v(const void *w, const float *x, int k_len) {
@@ -161,13 +159,26 @@ static float avx512_dot1_bf16_v(const void *w, const float *x, int k_len) {
     return avx512_dot1_bf16(w, x, k_len);
 }
 
-/* AVX-512 from one token group: with nothing to widen in memory, the 4 x 6 tile beat the
- * 1 x 4 tiles at every n >= 6 (3072 x 1024, 1 thread: 110 vs 36 GMAC/s at 6 tokens, 74 vs
- * 50 at 8, 109 vs 50 at 24). */
+/* AVX-512 from 2 tokens: with nothing to widen in memory, the 4 x 6 tile beat the 1 x 4 tiles
+ * at every n >= 6 (3072 x 1024, 1 thread: 110 vs 36 GMAC/s at 6 tokens, 74 vs 50 at 8, 109 vs
+ * 50 at 24), and 2-5 tokens take a 4 x n tile (see DEFINE_AVX512_R4TN). */
+static prefill_tile_fn *const few_avx512_f32[6] = {
+    NULL, NULL, avx512_r4t2_f32, avx512_r4t3_f32, avx512_r4t4_f32, avx512_r4t5_f32};
+static prefill_tile_fn *const few_avx512_bf16[6] = {
+    NULL, NULL, avx512_r4t2_bf16, avx512_r4t3_bf16, avx512_r4t4_bf16, avx512_r4t5_bf16};
 static const struct prefill_tile prefill_avx2 = {
-    2, 3, PREFILL_TILED_MIN, avx2_r2t3_f32, NULL, avx2_dot1_f32_v, NULL};
-static const struct prefill_tile prefill_avx512 = {
-    4, 6, 6, avx512_r4t6_f32, avx512_r4t6_bf16, avx512_dot1_f32_v, avx512_dot1_bf16_v};
+    2, 3, PREFILL_TILED_MIN, avx2_r2t3_f32, NULL, NULL, NULL, avx2_dot1_f32_v, NULL, NULL, NULL};
+static const struct prefill_tile prefill_avx512 = {.rows = 4,
+                                                   .toks = 6,
+                                                   .min_tokens = 2,
+                                                   .tile = avx512_r4t6_f32,
+                                                   .tile_bf16 = avx512_r4t6_bf16,
+                                                   .first = avx512_r4t6_prefetch_f32,
+                                                   .first_bf16 = avx512_r4t6_prefetch_bf16,
+                                                   .dot1 = avx512_dot1_f32_v,
+                                                   .dot1_bf16 = avx512_dot1_bf16_v,
+                                                   .few = few_avx512_f32,
+                                                   .few_bf16 = few_avx512_bf16};
 
 /* 1 if the tiled prefill takes this job (a block must hold a whole row group). */
 static int prefill_tiled_fits(const struct matmul_job *job, const struct prefill_tile *pt) {
@@ -180,6 +191,7 @@ struct prefill_rows {
     size_t esz;       /* bytes per element */
     prefill_tile_fn *tile;
     prefill_dot1_fn *dot1;
+    int toks; /* the tile's tokens */
 };
 
 static const void *row_at(const struct prefill_rows *b, size_t r, size_t ld, int k) {
@@ -188,7 +200,7 @@ static const void *row_at(const struct prefill_rows *b, size_t r, size_t ld, int
 
 static void tile_leaves(const struct prefill_tile *pt, const struct prefill_rows *b, float *out,
                         size_t r, const float *x, size_t ld, const int *kb, int leaves) {
-    const int m = pt->rows * pt->toks;
+    const int m = pt->rows * b->toks;
     float tile[PREFILL_TILE_MAX], leaf[PREFILL_TILE_MAX][OPS_SPLIT_LEAVES];
     if (leaves == 1) {
         b->tile(out, row_at(b, r, ld, 0), ld, x, ld, kb[1]);
@@ -223,7 +235,7 @@ AVX2_TARGET static void widen_bf16_avx2(float *dst, const uint16_t *src, size_t 
 /* Token group [t, t + T) over the rows [rb, re) of block b (its row 0 is row rb). */
 static void prefill_group(const struct matmul_job *job, const struct prefill_tile *pt,
                           const struct prefill_rows *b, int rb, int re, int t, const int *kb) {
-    const int R = pt->rows, T = pt->toks, L = job->leaves;
+    const int R = pt->rows, T = b->toks, L = job->leaves;
     const size_t ld = (size_t)job->w->cols, rows = (size_t)job->w->rows;
     const float *x = job->x + (size_t)t * ld;
     float tile[PREFILL_TILE_MAX];
@@ -252,24 +264,34 @@ static void prefill_tiled(const struct matmul_job *job, int r0, int r1,
     for (int j = 0; j <= L; ++j)
         kb[j] = leaf_start(j, L, K);
     const int block = PREFILL_BLOCK_FLOATS / K / pt->rows * pt->rows;
+    /* Token groups of equal size, at most toks: 8 tokens are 4 + 4, not 6 + 6 overlapping by 4.
+     * Without a few[] table, toks (the last group overlaps the one before). */
+    const int groups = (n + pt->toks - 1) / pt->toks;
+    const int T = pt->few ? (n + groups - 1) / groups : pt->toks;
+    const int bf16 = w->dtype == OPS_BF16 && !widen;
+    prefill_tile_fn *tile =
+        T < pt->toks ? (bf16 ? pt->few_bf16 : pt->few)[T] : (bf16 ? pt->tile_bf16 : pt->tile);
+    prefill_tile_fn *first = T < pt->toks ? tile : (bf16 ? pt->first_bf16 : pt->first);
+    if (!first) first = tile;
     for (int rb = r0; rb < r1; rb += block) {
         const int re = r1 - rb < block ? r1 : rb + block;
-        struct prefill_rows b = {(const char *)w->data + (size_t)rb * ld * 4, 4, pt->tile,
-                                 pt->dot1};
+        struct prefill_rows b = {(const char *)w->data + (size_t)rb * ld * 4, 4, tile, pt->dot1, T};
         if (widen) {
             widen_bf16_avx2(wide, (const uint16_t *)w->data + (size_t)rb * ld,
                             (size_t)(re - rb) * ld);
             b.base = (const char *)wide;
-        } else if (w->dtype == OPS_BF16) {
-            b = (struct prefill_rows){(const char *)w->data + (size_t)rb * ld * 2, 2, pt->tile_bf16,
-                                      pt->dot1_bf16};
+        } else if (bf16) {
+            b = (struct prefill_rows){(const char *)w->data + (size_t)rb * ld * 2, 2, tile,
+                                      pt->dot1_bf16, T};
         }
-        /* The last tokens: a group overlapping the one before (n >= min_tokens >= toks). Its
-         * outputs for tokens already done are recomputed with the same arithmetic, so rewritten
-         * with the same bits, at tile speed (dot1 for the 1-5 tokens left over was a fifth of a
-         * 64-token prefill's matmul time). */
-        for (int t = 0; t < n; t += pt->toks)
-            prefill_group(job, pt, &b, rb, re, t + pt->toks <= n ? t : n - pt->toks, kb);
+        /* The last tokens: a group overlapping the one before (n >= T). Its outputs for tokens
+         * already done are recomputed with the same arithmetic, so rewritten with the same
+         * bits, at tile speed (dot1 for the 1-5 tokens left over was a fifth of a 64-token
+         * prefill's matmul time). */
+        for (int t = 0; t < n; t += T) {
+            b.tile = t ? tile : first;
+            prefill_group(job, pt, &b, rb, re, t + T <= n ? t : n - T, kb);
+        }
     }
 }
 int matmul_prefill_tiled(const struct matmul_job *job, int r0, int r1) {
