@@ -6,6 +6,7 @@
 
 #include "reference/kv_cache.h"
 #include "reference/model.h"
+#include "reference/ops.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
 #include "wire/collective.h"
@@ -115,10 +116,20 @@ static int cpu_kv_restore(struct stage_backend *be, const int *slots, int n,
 static void cpu_describe(const struct stage_backend *be, char *buf, size_t cap) {
     const struct cpu_context *c = ctx(be);
     size_t replaced, q8 = reference_model_q8_bytes(c->model, &replaced);
+    /* The kernels cpuid picked (every path gives the same bits, so this is about speed: an
+     * operator comparing two boxes' tokens/s wants to know which ran). */
+    const enum ops_path path = ops_matmul_path();
     int used = snprintf(
-        buf, cap, "device: cpu, %d thread%s\nweights: %d tensors, %zu bytes (+%zu bytes widened)",
-        c->num_threads, c->num_threads == 1 ? "" : "s", reference_model_num_tensors(c->model),
-        reference_model_weight_bytes(c->model), reference_model_extra_bytes(c->model));
+        buf, cap,
+        "device: cpu, %d thread%s\nkernels: %s%s (every path gives the same bits)\nweights: %d "
+        "tensors, %zu bytes (+%zu bytes widened)",
+        c->num_threads, c->num_threads == 1 ? "" : "s", ops_path_name(path),
+        c->weights_dtype == REFERENCE_WEIGHTS_Q8 && path == OPS_PATH_AVX512 &&
+                ops_avx512_vnni_available()
+            ? " (q8 on VNNI)"
+            : "",
+        reference_model_num_tensors(c->model), reference_model_weight_bytes(c->model),
+        reference_model_extra_bytes(c->model));
     if ((c->tp > 1 || c->kvp > 1) && used > 0 && (size_t)used < cap)
         used += snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d",
                          c->tp_rank, c->tp, c->kvp_rank, c->kvp);

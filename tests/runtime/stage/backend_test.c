@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "reference/ops.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
 #include "runtime/stage/stage_core.h"
@@ -195,6 +196,10 @@ static void test_weights_dtype(void **state) {
     assert_int_equal(stage_open(&stage, &o, NULL), 0);
     stage_backend_describe(stage.backend, desc, sizeof desc);
     assert_null(strstr(desc, "q8"));
+    /* The summary names the kernels cpuid picked. */
+    char kernels[64];
+    snprintf(kernels, sizeof kernels, "\nkernels: %s ", ops_path_name(ops_matmul_path()));
+    assert_non_null(strstr(desc, kernels));
     stage_close(&stage);
     o.weights_dtype = "q4";
     expect_error(stage_open(&stage, &o, NULL), STRATA_EINVAL, "bf16 or q8");
