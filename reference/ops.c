@@ -132,18 +132,13 @@ struct attention_job {
  * Four keys run side by side only so their independent add chains overlap (a single chain
  * is add-latency bound); every score still sees exactly the same operations in the same
  * order, so the bits do not change. */
-static void attention_scores(float *scores, const float *q, const float *keys, int ctx_len,
-                             int d_len, float scale) {
+static void scores_narrow(float *scores, const float *q, const float *keys, int ctx_len, int d_len,
+                          float scale) {
     size_t ld = (size_t)d_len;
     int j = 0;
-    if (attn_avx512_enabled()) { /* the same bits, 16 keys per vector (ops_attention_simd.c) */
-        j = ctx_len & ~15;
-        attn_scores_avx512(&scores, &q, 1, keys, ld, j, d_len, scale);
-    }
-    if (attn_simd_enabled() && (ctx_len & ~7) > j) { /* 8 keys per vector */
-        attn_scores_avx2(scores + j, q, keys + (size_t)j * ld, ld, (ctx_len & ~7) - j, d_len,
-                         scale);
+    if (attn_simd_enabled()) { /* the same bits, 8 keys per vector (ops_attention_simd.c) */
         j = ctx_len & ~7;
+        attn_scores_avx2(scores, q, keys, ld, j, d_len, scale);
     }
     for (; j + 4 <= ctx_len; j += 4) {
         const float *k0 = keys + (size_t)j * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
@@ -168,8 +163,9 @@ static void attention_scores(float *scores, const float *q, const float *keys, i
     }
 }
 
-/* attention_scores for `heads` query heads (q + r * d_len, scores + r * ld_scores) over the
- * same keys; on the AVX-512 path their 16-key blocks share one transpose. The same bits. */
+/* The scores of `heads` query heads (q + r * d_len, scores + r * ld_scores) over the same keys:
+ * on the AVX-512 path, 16 keys per vector with one transpose for all the heads; the keys left
+ * (and every key on other paths) through scores_narrow. The same bits either way. */
 static void attention_scores_heads(float *scores, size_t ld_scores, const float *q, int heads,
                                    const float *keys, int count, int d_len, float scale) {
     int j = 0;
@@ -185,8 +181,14 @@ static void attention_scores_heads(float *scores, size_t ld_scores, const float 
     }
     if (j < count)
         for (int r = 0; r < heads; ++r)
-            attention_scores(scores + (size_t)r * ld_scores + j, q + (size_t)r * (size_t)d_len,
-                             keys + (size_t)j * (size_t)d_len, count - j, d_len, scale);
+            scores_narrow(scores + (size_t)r * ld_scores + j, q + (size_t)r * (size_t)d_len,
+                          keys + (size_t)j * (size_t)d_len, count - j, d_len, scale);
+}
+
+/* scores [ctx_len] of one query head. */
+static void attention_scores(float *scores, const float *q, const float *keys, int ctx_len,
+                             int d_len, float scale) {
+    attention_scores_heads(scores, 0, q, 1, keys, ctx_len, d_len, scale);
 }
 
 /* 2: AVX-512 loops, 1: AVX2, 0: portable. */

@@ -61,13 +61,13 @@ AVX2_TARGET static void avx2_r2t3_f32(float *out, const void *w, size_t ldw, con
     }
 }
 
-/* The AVX-512 prefill register tile: 4 weight rows x 6 tokens of f32 (widened) weights. Each
- * output keeps one zmm accumulator whose low / high halves are ops.h's a0 / a1, as in
- * avx512_dot1; 24 accumulators + 4 weight registers + 1 input register of the 32 zmm. Per 16
- * columns 4 weight and 6 input loads feed 24 FMAs (the 1 x 4 tile: 5 loads and 4 widenings
- * per 4 FMAs). Every output runs its own FMAs in column order, the same fold and the same
- * scalar tail, so the bits are ops.h's. PIN keeps each input load in a register (see the
- * AVX2 tile): folded into the four FMAs' memory operands it would be loaded four times. */
+/* The AVX-512 register tiles: 4 weight rows x T tokens (T <= 6). Each output keeps one zmm
+ * accumulator whose low / high halves are ops.h's a0 / a1, as in avx512_dot1; at T = 6, 24
+ * accumulators + 4 weight registers + 1 input register of the 32 zmm, and per 16 columns 4
+ * weight and 6 input loads feed 24 FMAs. Every output runs its own FMAs in column order, the
+ * same fold and the same scalar tail, so the bits are ops.h's. PIN512 keeps each input load in a
+ * register (see the AVX2 tile): folded into the four FMAs' memory operands it would be loaded
+ * four times. */
 #define PIN512(v) __asm__("" : "+v"(v))
 
 /* out[t * 4 + r] for rows w + r * ldw (r < 4) and tokens x + t * ldx (t < T) over k_len; w points
@@ -294,6 +294,7 @@ static void prefill_tiled(const struct matmul_job *job, int r0, int r1,
         }
     }
 }
+
 int matmul_prefill_tiled(const struct matmul_job *job, int r0, int r1) {
     const struct prefill_tile *pt = job->path == OPS_PATH_AVX512 ? &prefill_avx512
                                     : job->path == OPS_PATH_AVX2 ? &prefill_avx2

@@ -363,59 +363,14 @@ VNNI_TARGET static float q8_dot1_vnni(const int8_t *q, const float *dw, const in
     return fold16_avx512(acc);
 }
 
-/* Four rows x one token (the token's |x| and sign mask shared); prefetches the next tile. */
-VNNI_TARGET static void q8_rows4_vnni(float out[4], const int8_t *q, size_t ld, const float *dw,
-                                      size_t ldd, const int8_t *qx, const float *dx, int nb) {
-    const char *pf = (const char *)(q + 4 * ld);
-    __m512 acc[4], sc[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r)
-        acc[r] = _mm512_setzero_ps();
-    for (int c0 = 0; c0 < nb; c0 += Q8_CHUNK) {
-        const int cn = nb - c0 < Q8_CHUNK ? nb - c0 : Q8_CHUNK;
-#pragma GCC unroll 4
-        for (int r = 0; r < 4; ++r) {
-            /* The next tile's scales too: they are a stream of their own (after all the int8
-             * rows), which the weights' prefetch does not cover. Without this the chunk's first
-             * permute waited on DRAM: 27.8 GB/s instead of 36 over Qwen3-0.6B's matrices. */
-            _mm_prefetch((const char *)(dw + (size_t)(r + 4) * ldd + c0), _MM_HINT_T0);
-            sc[r] = chunk_scales(dw + (size_t)r * ldd + c0, dx + c0, cn);
-        }
-        int i = 0;
-        for (; i + 2 <= cn; i += 2) {
-            const size_t o = (size_t)(c0 + i) * OPS_Q8_BLOCK;
-#pragma GCC unroll 4
-            for (int k = 0; k < 4; ++k)
-                _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
-            pf += 8 * OPS_Q8_BLOCK;
-            __m512i xv = load64(qx + o), ux = _mm512_abs_epi8(xv);
-            __mmask64 neg = _mm512_movepi8_mask(xv);
-            const __m512i idx = pair_index(i);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; ++r)
-                acc[r] = q8_pair_fma(acc[r], sc[r], idx, VNNI_DOT(ux, neg, load64(q + r * ld + o)));
-        }
-        if (i < cn) {
-            const size_t o = (size_t)(c0 + i) * OPS_Q8_BLOCK;
-            __m512i xv = load_last(qx + o), ux = _mm512_abs_epi8(xv);
-            __mmask64 neg = _mm512_movepi8_mask(xv);
-#pragma GCC unroll 4
-            for (int r = 0; r < 4; ++r)
-                acc[r] =
-                    q8_last_fma(acc[r], sc[r], i, VNNI_DOT(ux, neg, load_last(q + r * ld + o)));
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; ++r)
-        out[r] = fold16_avx512(acc[r]);
-}
-
-/* Four rows x T tokens (T = 2..4: a decode step of a few requests, and prefill's groups; it
- * replaced a 1 x 4 tile whose rows did not stream: lm_head with 2 tokens 9.8 -> 4.4 ms, 1 token
- * 4.5; 3072 x 1024 x 64 tokens 109 -> 121 GMAC/s): each
- * token's |x| and sign mask shared by the four rows, each row's scales by the tokens; the next
- * four rows (and their scales) prefetched as in q8_rows4_vnni, so the weights stream from DRAM
- * once for all the tokens. out[t * 4 + r]. */
+/* Four rows x T tokens: T = 1 is the decode tile, T = 2..4 a decode step of a few requests and
+ * prefill's token groups (they replaced a 1 x 4 tile whose rows did not stream: lm_head with 2
+ * tokens 9.8 -> 4.4 ms, 1 token 4.5; 3072 x 1024 x 64 tokens 109 -> 121 GMAC/s). Each token's
+ * |x| and sign mask are shared by the four rows, each row's scales by the tokens; the next four
+ * rows are prefetched one tile ahead, and their scales too: the scales are a stream of their own
+ * (after all the int8 rows), which the weights' prefetch does not cover (without it the chunk's
+ * first permute waited on DRAM: 27.8 GB/s instead of 36 over Qwen3-0.6B's matrices). So the
+ * weights stream from DRAM once for all the tokens. out[t * 4 + r]. */
 #define DEFINE_Q8_R4TN_VNNI(T)                                                                     \
     VNNI_TARGET static void q8_r4t##T##_vnni(float *out, const int8_t *q, size_t ld,               \
                                              const float *dw, size_t ldd, const int8_t *qx,        \
@@ -461,9 +416,16 @@ VNNI_TARGET static void q8_rows4_vnni(float out[4], const int8_t *q, size_t ld, 
         _Pragma("GCC unroll 16") for (int i = 0; i < (T)*4; ++i) out[i] =                          \
             fold16_avx512(acc[i / 4][i % 4]);                                                      \
     }
+DEFINE_Q8_R4TN_VNNI(1)
 DEFINE_Q8_R4TN_VNNI(2)
 DEFINE_Q8_R4TN_VNNI(3)
 DEFINE_Q8_R4TN_VNNI(4)
+
+/* The decode tile (the rows4 slot of struct q8_kernels): 4 x 1. */
+VNNI_TARGET static void q8_rows4_vnni(float out[4], const int8_t *q, size_t ld, const float *dw,
+                                      size_t ldd, const int8_t *qx, const float *dx, int nb) {
+    q8_r4t1_vnni(out, q, ld, dw, ldd, qx, 0, dx, 0, nb);
+}
 
 #endif
 
