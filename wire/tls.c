@@ -27,7 +27,10 @@
 struct wire_tls {
     SSL_CTX *ctx;
     enum wire_tls_mode mode;
-    SSL_SESSION *psk_session; /* PSK mode: the external PSK as a TLS 1.3 session */
+    /* PSK mode: the derived key and its cipher, made into a session per handshake (below) */
+    uint8_t psk[32];
+    unsigned int psk_len;
+    const SSL_CIPHER *psk_cipher;
     BIO_METHOD *bio_method;
 };
 
@@ -64,15 +67,31 @@ static BIO_METHOD *socket_method_nosignal(void) {
     return m;
 }
 
+/* The external PSK as a TLS 1.3 session, made anew for each handshake. Why not one session
+ * made at start-up and shared: OpenSSL treats an SSL_SESSION as a resumable session with a
+ * lifetime (SSL_SESSION_new stamps it with time() and the default 304 s timeout), and the
+ * server checks that lifetime when it takes the PSK (ssl_get_prev_session); a session made
+ * at start-up "expired" 304 s later and every new handshake then fell back to a certificate
+ * the PSK side does not have. An external PSK has no age, so each handshake gets a session
+ * stamped now. NULL when OpenSSL is out of memory (the handshake then fails cleanly). */
+static SSL_SESSION *psk_session_now(const struct wire_tls *tls) {
+    SSL_SESSION *s = SSL_SESSION_new();
+    if (s && SSL_SESSION_set1_master_key(s, tls->psk, tls->psk_len) &&
+        SSL_SESSION_set_cipher(s, tls->psk_cipher) &&
+        SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION))
+        return s;
+    SSL_SESSION_free(s);
+    return NULL;
+}
+
 /* Client: offer the external PSK (only for a hash it matches, as RFC 8446 requires). */
 static int psk_use(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t *id_len,
                    SSL_SESSION **session) {
     struct wire_tls *tls = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
     *session = NULL;
-    if (md && md != SSL_CIPHER_get_handshake_digest(SSL_SESSION_get0_cipher(tls->psk_session)))
-        return 1;
-    SSL_SESSION_up_ref(tls->psk_session);
-    *session = tls->psk_session;
+    if (md && md != SSL_CIPHER_get_handshake_digest(tls->psk_cipher)) return 1;
+    *session = psk_session_now(tls);
+    if (!*session) return 0;
     *id = (const unsigned char *)PSK_IDENTITY;
     *id_len = strlen(PSK_IDENTITY);
     return 1;
@@ -83,15 +102,12 @@ static int psk_find(SSL *ssl, const unsigned char *id, size_t id_len, SSL_SESSIO
     struct wire_tls *tls = SSL_CTX_get_app_data(SSL_get_SSL_CTX(ssl));
     *session = NULL;
     if (id_len != strlen(PSK_IDENTITY) || memcmp(id, PSK_IDENTITY, id_len) != 0) return 1;
-    SSL_SESSION_up_ref(tls->psk_session);
-    *session = tls->psk_session;
-    return 1;
+    *session = psk_session_now(tls);
+    return *session != NULL;
 }
 
 static int setup_psk(struct wire_tls *tls, const struct wire_auth_key *key) {
     static const unsigned char aes128gcm_sha256[2] = {0x13, 0x01};
-    uint8_t psk[32];
-    unsigned int psk_len = 0;
     char why[256];
     if (!key || key->len < WIRE_AUTH_KEY_MIN)
         return strata_set_error(STRATA_EINVAL,
@@ -99,18 +115,14 @@ static int setup_psk(struct wire_tls *tls, const struct wire_auth_key *key) {
                                 "needed (--auth-key-file)",
                                 WIRE_AUTH_KEY_MIN);
     if (!HMAC(EVP_sha256(), key->bytes, (int)key->len, (const uint8_t *)PSK_LABEL,
-              strlen(PSK_LABEL), psk, &psk_len))
+              strlen(PSK_LABEL), tls->psk, &tls->psk_len))
         return strata_set_error(STRATA_EIO, "tls: PSK derivation failed");
     SSL *probe = SSL_new(tls->ctx); /* SSL_CIPHER_find needs an SSL */
-    const SSL_CIPHER *cipher = probe ? SSL_CIPHER_find(probe, aes128gcm_sha256) : NULL;
-    tls->psk_session = SSL_SESSION_new();
-    int ok = cipher && tls->psk_session &&
-             SSL_SESSION_set1_master_key(tls->psk_session, psk, psk_len) &&
-             SSL_SESSION_set_cipher(tls->psk_session, cipher) &&
-             SSL_SESSION_set_protocol_version(tls->psk_session, TLS1_3_VERSION) &&
-             SSL_CTX_set_ciphersuites(tls->ctx, "TLS_AES_128_GCM_SHA256");
+    tls->psk_cipher = probe ? SSL_CIPHER_find(probe, aes128gcm_sha256) : NULL;
+    SSL_SESSION *check = tls->psk_cipher ? psk_session_now(tls) : NULL;
+    int ok = check && SSL_CTX_set_ciphersuites(tls->ctx, "TLS_AES_128_GCM_SHA256");
+    SSL_SESSION_free(check);
     SSL_free(probe);
-    OPENSSL_cleanse(psk, sizeof psk);
     if (!ok) return strata_set_error(STRATA_EIO, "tls: PSK setup: %s", ssl_reason(why, sizeof why));
     SSL_CTX_set_psk_use_session_callback(tls->ctx, psk_use);
     SSL_CTX_set_psk_find_session_callback(tls->ctx, psk_find);
@@ -170,7 +182,7 @@ int wire_tls_new(struct wire_tls **out, const struct wire_tls_options *o) {
 
 void wire_tls_free(struct wire_tls *tls) {
     if (!tls) return;
-    SSL_SESSION_free(tls->psk_session);
+    OPENSSL_cleanse(tls->psk, sizeof tls->psk);
     SSL_CTX_free(tls->ctx);
     BIO_meth_free(tls->bio_method);
     free(tls);

@@ -23,7 +23,7 @@ static int make_cert(struct entity *out, const char *cn, const struct entity *is
     X509_set_version(out->cert, 2);
     ASN1_INTEGER_set(X509_get_serialNumber(out->cert), serial++);
     X509_gmtime_adj(X509_getm_notBefore(out->cert), -60);
-    X509_gmtime_adj(X509_getm_notAfter(out->cert), 3600);
+    X509_gmtime_adj(X509_getm_notAfter(out->cert), 2 * 86400);
     X509_set_pubkey(out->cert, out->key);
     X509_NAME *name = X509_get_subject_name(out->cert);
     X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_ASC, (const unsigned char *)cn, -1, -1, 0);
