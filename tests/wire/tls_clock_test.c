@@ -134,8 +134,7 @@ static int one_connection(struct wire_tls *server_tls, struct wire_tls *client_t
 }
 
 /* Contexts made at t = 0 serve new handshakes at each later time. */
-static void run_aged(struct wire_tls *server, struct wire_tls *client, const time_t *ages,
-                     int n) {
+static void run_aged(struct wire_tls *server, struct wire_tls *client, const time_t *ages, int n) {
     int reads = __atomic_load_n(&clock_reads, __ATOMIC_RELAXED);
     for (int i = 0; i < n; i++) {
         advance_clock(ages[i]);
