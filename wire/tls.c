@@ -284,6 +284,17 @@ int wire_tls_step(struct wire_conn *conn, struct wire_tls *tls, short *events) {
     }
 }
 
+enum wire_tls_progress wire_tls_progress(const struct wire_conn *conn) {
+    if (!conn->ssl) return WIRE_TLS_NOTHING;
+    if (SSL_is_init_finished(conn->ssl)) return WIRE_TLS_DONE;
+    /* Past reading the ClientHello the server has taken a whole one (a peer that sends it in
+     * pieces, or a record at a time, stays below). */
+    OSSL_HANDSHAKE_STATE st = SSL_get_state(conn->ssl);
+    if (st != TLS_ST_BEFORE && st != TLS_ST_SR_CLNT_HELLO) return WIRE_TLS_ANSWERING;
+    BIO *rbio = SSL_get_rbio(conn->ssl);
+    return rbio && BIO_number_read(rbio) > 0 ? WIRE_TLS_BYTES : WIRE_TLS_NOTHING;
+}
+
 static int handshake(struct wire_conn *conn, struct wire_tls *tls, int server, int timeout_ms) {
     int64_t deadline = wire_deadline_after(timeout_ms);
     int rc = wire_tls_start(conn, tls, server);

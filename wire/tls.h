@@ -73,6 +73,18 @@ int wire_tls_connect(struct wire_conn *conn, struct wire_tls *tls, int timeout_m
 int wire_tls_start(struct wire_conn *conn, struct wire_tls *tls, int server);
 int wire_tls_step(struct wire_conn *conn, struct wire_tls *tls, short *events);
 
+/* How far a handshake under way has come, for an acceptor choosing which pending handshake
+ * to drop: WIRE_TLS_NOTHING (no byte received), WIRE_TLS_BYTES (bytes, but no complete first
+ * message), WIRE_TLS_ANSWERING (the peer's first flight was taken and it is answering; with a
+ * PSK that flight carried a valid binder), WIRE_TLS_DONE (the handshake finished). */
+enum wire_tls_progress {
+    WIRE_TLS_NOTHING = 0,
+    WIRE_TLS_BYTES = 1,
+    WIRE_TLS_ANSWERING = 2,
+    WIRE_TLS_DONE = 3
+};
+enum wire_tls_progress wire_tls_progress(const struct wire_conn *conn);
+
 /* The link security of a process from its flags (strata-stage, strata-client):
  *   - --tls-cert/--tls-key/--tls-ca: WIRE_TLS_CERT. A pre-shared key, if one is also
  *     given, still runs the HMAC Hello inside TLS (a second factor besides the CA).

@@ -3,10 +3,13 @@
 #include "runtime/stage/stage_accept.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "runtime/base/cli.h"
 #include "runtime/base/log.h"
@@ -15,6 +18,10 @@
 #define SUMMARY_EVERY_MS 10000
 #define HANDSHAKE_SEND_TIMEOUT_MS 500 /* a Hello into a fresh socket's empty send buffer */
 #define ACCEPTS_PER_WAKE 128
+#define DEFER_ACCEPT_S 1 /* how long the kernel holds a silent TLS connection (see below) */
+/* A pending handshake's time to finish before a newcomer with less progress may take its
+ * place (see may_replace). */
+#define GRACE_MS 250
 
 static int64_t now_ms(void) {
     return cli_now_ns() / 1000000;
@@ -101,6 +108,7 @@ struct pending {
     struct wire_conn conn;
     struct wire_handshake hs;
     int64_t started_ms, deadline_ms;
+    uint64_t order; /* admission order: "oldest" without the ties of a millisecond clock */
     struct stage_addr_entry *addr;
 };
 
@@ -113,8 +121,9 @@ struct acceptor {
     int *who;
     stage_accept_deliver deliver;
     void *ctx;
-    atomic_int *closing;          /* close_listener: a draining stage completes no new handshake */
-    uint64_t timed_out, replaced; /* since the last summary */
+    atomic_int *closing; /* close_listener: a draining stage completes no new handshake */
+    uint64_t timed_out, replaced, turned_away; /* since the last summary */
+    uint64_t admitted;                         /* connections admitted so far */
     int64_t summary_ms;
 };
 
@@ -186,14 +195,32 @@ static void advance(struct acceptor *a, struct pending *p, int64_t now) {
     }
 }
 
-/* The oldest pending handshake, of one address or of all (addr NULL). */
-static struct pending *oldest(struct acceptor *a, const struct stage_addr_entry *addr) {
+/* How far a pending handshake has come (wire_tls_progress's scale; the Hello after TLS
+ * counts as done with TLS). A plaintext Hello is one frame: some of it, or nothing. */
+static int progress(const struct acceptor *a, const struct pending *p) {
+    if (p->state == HS_HELLO && a->o.tls) return WIRE_TLS_DONE;
+    if (p->state == HS_HELLO)
+        return p->conn.rx_prefix_have || p->conn.rx_have ? WIRE_TLS_BYTES : WIRE_TLS_NOTHING;
+    return (int)wire_tls_progress(&p->conn);
+}
+
+/* The pending handshake to drop for a newcomer, of one address or of all (addr NULL): the
+ * one that has come least far, the oldest of those. Why progress first: a reconnect flood
+ * holds sockets that never send a byte, while a real peer's ClientHello is usually in the
+ * socket by the time it is accepted, and the peer answers within a round trip; dropping by
+ * age alone evicted real peers mid-handshake whenever a flood outpaced them. Within a level
+ * the oldest is the one most likely stalling (a real peer finishes in milliseconds). */
+static struct pending *victim(struct acceptor *a, const struct stage_addr_entry *addr) {
     struct pending *best = NULL;
+    int best_level = 0;
     for (int i = 0; i < a->o.max_handshakes; i++) {
         struct pending *p = &a->slots[i];
-        if (p->state != HS_FREE && (!addr || p->addr == addr) &&
-            (!best || p->started_ms < best->started_ms))
+        if (p->state == HS_FREE || (addr && p->addr != addr)) continue;
+        int level = progress(a, p);
+        if (!best || level < best_level || (level == best_level && p->order < best->order)) {
             best = p;
+            best_level = level;
+        }
     }
     return best;
 }
@@ -208,6 +235,32 @@ static void summarize_drops(struct stage_addr_entry *e, int64_t now) {
     e->summary_ms = now;
 }
 
+/* How far a fresh connection has come before any work on it, on progress()'s scale, from
+ * the bytes waiting on its socket: nothing, some, or (TLS) a whole first record, which a
+ * real peer's ClientHello is: it sends it as soon as it is connected. */
+static int arrival_level(const struct acceptor *a, const struct wire_conn *conn) {
+    uint8_t head[5];
+    ssize_t n = recv(conn->fd, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+    if (n <= 0) return WIRE_TLS_NOTHING;
+    if (!a->o.tls || n < (ssize_t)sizeof head || head[0] != 0x16) return WIRE_TLS_BYTES;
+    size_t record = sizeof head + ((size_t)head[3] << 8 | head[4]);
+    uint8_t *all = malloc(record);
+    ssize_t have = all ? recv(conn->fd, all, record, MSG_PEEK | MSG_DONTWAIT) : 0;
+    free(all);
+    return have == (ssize_t)record ? WIRE_TLS_ANSWERING : WIRE_TLS_BYTES;
+}
+
+/* Whether a newcomer at `level` may take the place of pending handshake p (the least far
+ * along, the oldest of those): one that has come no further than the newcomer, or one
+ * further along that has had its grace. Why the grace: without it a silent newcomer could
+ * take the place of a real peer mid-handshake; a peer further along that has not finished
+ * after GRACE_MS is more likely stalling than slow. A plaintext newcomer cannot have sent
+ * anything yet (the server's Hello comes first), so there nothing tells it from a flood and
+ * the least far along goes. */
+static int may_replace(const struct acceptor *a, const struct pending *p, int level, int64_t now) {
+    return !a->o.tls || progress(a, p) <= level || now - p->started_ms >= GRACE_MS;
+}
+
 /* Takes one accepted connection into the table (or refuses it by the limits). */
 static void admit(struct acceptor *a, struct wire_conn *conn, int64_t now) {
     struct stage_addr_entry *e = stage_addr_lookup(&a->table, conn->peer, now);
@@ -218,8 +271,14 @@ static void admit(struct acceptor *a, struct wire_conn *conn, int64_t now) {
         wire_close(conn);
         return;
     }
-    if (e && e->handshaking >= a->o.max_per_address) p = oldest(a, e);
-    if (!p && a->active >= a->o.max_handshakes) p = oldest(a, NULL);
+    int level = arrival_level(a, conn);
+    if (e && e->handshaking >= a->o.max_per_address) p = victim(a, e);
+    if (!p && a->active >= a->o.max_handshakes) p = victim(a, NULL);
+    if (p && !may_replace(a, p, level, now)) {
+        a->turned_away++;
+        wire_close(conn);
+        return;
+    }
     if (p) {
         a->replaced++;
         release(a, p, 1);
@@ -236,6 +295,7 @@ static void admit(struct acceptor *a, struct wire_conn *conn, int64_t now) {
     e->handshaking++;
     a->active++;
     p->started_ms = now;
+    p->order = ++a->admitted;
     p->deadline_ms = now + a->o.handshake_timeout_ms;
     int rc = a->o.tls ? wire_tls_start(&p->conn, a->o.tls, 1)
                       : wire_handshake_server_start(&p->hs, &p->conn, &a->o.self, a->o.key,
@@ -269,13 +329,16 @@ static void expire(struct acceptor *a, int64_t now) {
         a->timed_out++;
         release(a, p, 1);
     }
-    if ((a->timed_out || a->replaced) && now - a->summary_ms >= SUMMARY_EVERY_MS) {
+    if ((a->timed_out || a->replaced || a->turned_away) &&
+        now - a->summary_ms >= SUMMARY_EVERY_MS) {
         strata_log(STRATA_LOG_INFO,
-                   "handshakes dropped: %llu past their %d ms deadline, %llu replaced by newer "
-                   "connections (at most %d at once, %d per address)",
+                   "handshakes dropped: %llu past their %d ms deadline, %llu replaced by "
+                   "newer connections as far along, or further, or after %d ms; %llu new "
+                   "connections turned away (at most %d at once, %d per address)",
                    (unsigned long long)a->timed_out, a->o.handshake_timeout_ms,
-                   (unsigned long long)a->replaced, a->o.max_handshakes, a->o.max_per_address);
-        a->timed_out = a->replaced = 0;
+                   (unsigned long long)a->replaced, GRACE_MS, (unsigned long long)a->turned_away,
+                   a->o.max_handshakes, a->o.max_per_address);
+        a->timed_out = a->replaced = a->turned_away = 0;
         a->summary_ms = now;
     }
 }
@@ -299,15 +362,19 @@ static void poll_once(struct acceptor *a) {
     if (poll(a->fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
         strata_log(STRATA_LOG_WARN, "accept poll: %s", strerror(errno));
     now = now_ms();
+    /* Handshakes first, the listener last: the bytes a pending peer sent move it up (see
+     * victim) before a batch of newcomers is admitted against it. */
+    int listener_ready = 0;
     for (int i = 0; i < n; i++) {
         if (!a->fds[i].revents) continue;
         if (a->who[i] < 0) {
-            accept_ready(a, now);
+            listener_ready = 1;
             continue;
         }
         struct pending *p = &a->slots[a->who[i]];
         if (p->state != HS_FREE && p->conn.fd == a->fds[i].fd) advance(a, p, now);
     }
+    if (listener_ready) accept_ready(a, now);
     expire(a, now);
 }
 
@@ -328,6 +395,19 @@ static int acceptor_init(struct acceptor *a, const struct stage_accept_options *
         return strata_set_error(STRATA_ENOMEM, "accept: out of memory");
     for (int i = 0; i < a->o.max_handshakes; i++)
         a->slots[i].conn.fd = -1;
+    /* TLS: the client speaks first, so the kernel may hold a connection until its first
+     * bytes arrive (TCP_DEFER_ACCEPT): a reconnect flood of silent connections then reaches
+     * the table only after a second of silence, and a real peer, whose ClientHello is
+     * waiting when it is accepted, takes the place of such a one (may_replace). Only a
+     * second: a peer without TLS waits silently for a Hello too, and should still hear the
+     * close of the handshake deadline within its own timeout. A plaintext Hello starts
+     * with the server's, so plaintext listeners accept at once. */
+    int defer_s = DEFER_ACCEPT_S;
+    if (a->o.tls && a->o.listener->fd >= 0 &&
+        setsockopt(a->o.listener->fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_s, sizeof defer_s) < 0)
+        strata_log(STRATA_LOG_WARN,
+                   "accept: TCP_DEFER_ACCEPT: %s (silent connections reach the handshake table)",
+                   strerror(errno));
     return 0;
 }
 

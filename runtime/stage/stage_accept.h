@@ -3,7 +3,7 @@
  *
  * Why one poll()-driven thread rather than a pool of handshake threads: a handshake is
  * almost all waiting (on the peer's next bytes), so a thread per handshake would need as
- * many threads as an attacker opens connections (issue 15: >= 1,000 idle ones) to keep a
+ * many threads as an attacker opens connections (1,000 idle ones, say) to keep a
  * real peer's handshake from queueing behind them. One thread that polls every pending
  * handshake advances each the moment its bytes arrive, costs a slot (a few KiB) per
  * connection, and bounds everything with plain counters. The TLS handshake runs
@@ -15,11 +15,17 @@
  * Limits (each counted, logged and tested in tests/runtime/stage):
  *   - a deadline per handshake (handshake_timeout_ms, from the accept): a silent or
  *     trickling peer is dropped when it passes, whatever it sends;
- *   - at most max_handshakes at once; a new connection beyond that replaces the oldest
- *     pending one (a real peer finishes in milliseconds, so the oldest is the one most
- *     likely stalling);
- *   - at most max_per_address at once from one source address; beyond that the oldest
- *     of that address is replaced, so one host cannot fill the table for the others;
+ *   - at most max_handshakes at once, and at most max_per_address from one source address
+ *     (so one host cannot fill the table for the others). A newcomer beyond a cap takes the
+ *     place of the pending handshake that has come least far (nothing received < some
+ *     bytes < a whole first flight taken, the peer answering < TLS done), the oldest of
+ *     those, unless that one is further along than the newcomer (judged by the bytes
+ *     already waiting on its socket) and younger than a grace of 250 ms: then the newcomer
+ *     is turned away. On a TLS listener the kernel holds a connection until its first bytes
+ *     arrive (TCP_DEFER_ACCEPT, 1 s), so a flood of silent connections, reconnecting as
+ *     fast as they are dropped, reaches the table late and below any real peer, whose
+ *     ClientHello is waiting when it is accepted. (A plaintext Hello starts with the
+ *     server's, so there a newcomer is never turned away: the least far along goes);
  *   - failed handshakes (TLS refused, wrong key, bad Hello: not timeouts, not replaced
  *     ones, not peers that only closed) are rate-limited per address with a token bucket
  * (fail_burst, refilled at fail_per_s): an address without tokens has its connections closed at

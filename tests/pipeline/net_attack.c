@@ -1,9 +1,14 @@
-/* net_attack: the outsider of issue 15's attack table, as a test tool. Each mode does one
+/* net_attack: the outsider of the stages' attack table, as a test tool. Each mode does one
  * thing an attacker does to a stage's port and prints what it saw as `key value` lines
  * for tests/pipeline/pipeline_attack_test.sh to judge:
  *
  *   idle     --count N [--hold-s S]   opens N TCP connections and sends nothing
  *   trickle  --count N [--hold-s S]   N connections sending 1 byte per second
+ *   reconnect --count N [--addresses A] [--hold-s S]
+ *                                     N connections sending nothing, each reopened the moment
+ *                                     the stage drops it, spread over A source addresses
+ *                                     (127.0.1.1 .. 127.0.1.A; without --addresses all from
+ *                                     --src or 127.0.0.1): "reconnects" when it ends
  *   bigframe                          announces a 1 GiB frame before any handshake, then
  *                                     waits: "closed_after_ms" when the stage hangs up
  *   partial                           handshakes as a client, sends 5 bytes of a frame and
@@ -43,30 +48,38 @@
 
 struct opts {
     const char *mode, *src, *key_file;
-    int port, count, hold_s, seconds, insecure;
+    int port, count, hold_s, seconds, insecure, addresses;
 };
 
 static int64_t now_ms(void) {
     return cli_now_ns() / 1000000;
 }
 
-static int tcp_open(const struct opts *o) {
+/* A TCP connection to the stage from `src` (NULL: the default address); non-blocking ones
+ * return while the connect is still under way. */
+static int tcp_open_from(const struct opts *o, const char *src, int nonblocking) {
     struct sockaddr_in to = {0}, from = {0};
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int fd = socket(AF_INET, SOCK_STREAM | (nonblocking ? SOCK_NONBLOCK : 0), 0);
     if (fd < 0) return -1;
-    if (o->src) {
+    if (src) {
         from.sin_family = AF_INET;
-        inet_pton(AF_INET, o->src, &from.sin_addr);
+        inet_pton(AF_INET, src, &from.sin_addr);
         if (bind(fd, (struct sockaddr *)&from, sizeof from) < 0) goto fail;
     }
     to.sin_family = AF_INET;
     to.sin_port = htons((uint16_t)o->port);
     to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&to, sizeof to) < 0) goto fail;
+    if (connect(fd, (struct sockaddr *)&to, sizeof to) < 0 &&
+        !(nonblocking && errno == EINPROGRESS))
+        goto fail;
     return fd;
 fail:
     close(fd);
     return -1;
+}
+
+static int tcp_open(const struct opts *o) {
+    return tcp_open_from(o, o->src, 0);
 }
 
 /* idle / trickle: N sockets, optionally one byte per second each. */
@@ -91,6 +104,60 @@ static int run_hold(const struct opts *o, int trickle) {
     for (int i = 0; i < o->count; i++)
         if (fds[i] >= 0) close(fds[i]);
     free(fds);
+    return 0;
+}
+
+static volatile sig_atomic_t stop_now; /* SIGTERM / SIGINT: end the mode and report */
+
+static void on_stop(int sig) {
+    (void)sig;
+    stop_now = 1;
+}
+
+/* reconnect: N silent connections, each reopened as soon as the stage closes it (what a
+ * flood of reconnecting clients, or a buggy client in a loop, looks like to the acceptor). */
+static int run_reconnect(const struct opts *o) {
+    int n = o->count;
+    int *fds = calloc((size_t)n, sizeof *fds);
+    struct pollfd *p = calloc((size_t)n, sizeof *p);
+    char(*src)[32] = calloc((size_t)n, sizeof *src);
+    long long reconnects = 0;
+    if (!fds || !p || !src) return 1;
+    for (int i = 0; i < n; i++) {
+        if (o->addresses > 0)
+            snprintf(src[i], sizeof src[i], "127.0.1.%d", 1 + i % o->addresses);
+        else
+            snprintf(src[i], sizeof src[i], "%s", o->src ? o->src : "127.0.0.1");
+        fds[i] = tcp_open_from(o, src[i], 1);
+    }
+    printf("holding %d\n", n);
+    fflush(stdout);
+    int64_t end = now_ms() + (int64_t)o->hold_s * 1000;
+    signal(SIGTERM, on_stop);
+    signal(SIGINT, on_stop);
+    while (now_ms() < end && !stop_now) {
+        for (int i = 0; i < n; i++)
+            p[i] = (struct pollfd){fds[i], POLLIN, 0};
+        if (poll(p, (nfds_t)n, 100) < 0 && errno != EINTR) break;
+        for (int i = 0; i < n; i++) {
+            char buf[4096];
+            int dead = fds[i] < 0;
+            if (!dead && (p[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+                ssize_t r = recv(fds[i], buf, sizeof buf, 0);
+                dead = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
+            }
+            if (!dead) continue;
+            if (fds[i] >= 0) close(fds[i]);
+            fds[i] = tcp_open_from(o, src[i], 1);
+            reconnects++;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    printf("reconnects %lld\n", reconnects);
+    free(fds);
+    free(p);
+    free(src);
     return 0;
 }
 
@@ -286,10 +353,11 @@ static int run_wrongkey(const struct opts *o) {
 }
 
 int main(int argc, char **argv) {
-    static const struct option longs[] = {
-        {"port", 1, 0, 'p'},     {"count", 1, 0, 'n'}, {"hold-s", 1, 0, 'h'},
-        {"seconds", 1, 0, 's'},  {"src", 1, 0, 'S'},   {"key-file", 1, 0, 'k'},
-        {"insecure", 0, 0, 'i'}, {"help", 0, 0, 'H'},  {0, 0, 0, 0}};
+    static const struct option longs[] = {{"port", 1, 0, 'p'},      {"count", 1, 0, 'n'},
+                                          {"hold-s", 1, 0, 'h'},    {"seconds", 1, 0, 's'},
+                                          {"src", 1, 0, 'S'},       {"key-file", 1, 0, 'k'},
+                                          {"insecure", 0, 0, 'i'},  {"help", 0, 0, 'H'},
+                                          {"addresses", 1, 0, 'a'}, {0, 0, 0, 0}};
     struct opts o = {.count = 1, .hold_s = 10, .seconds = 3};
     struct rlimit rl;
     int c;
@@ -302,10 +370,11 @@ int main(int argc, char **argv) {
         case 'S': o.src = optarg; break;
         case 'k': o.key_file = optarg; break;
         case 'i': o.insecure = 1; break;
+        case 'a': o.addresses = atoi(optarg); break;
         case 'H':
             printf("usage: net_attack MODE --port P [--count N] [--hold-s S] [--seconds S] "
-                   "[--src ADDR] [--key-file F | --insecure]\n"
-                   "modes: idle trickle bigframe partial wrongkey control describe\n");
+                   "[--src ADDR] [--addresses A] [--key-file F | --insecure]\n"
+                   "modes: idle trickle reconnect bigframe partial wrongkey control describe\n");
             return 0;
         default: return 2;
         }
@@ -322,6 +391,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(o.mode, "idle")) return run_hold(&o, 0);
     if (!strcmp(o.mode, "trickle")) return run_hold(&o, 1);
+    if (!strcmp(o.mode, "reconnect")) return run_reconnect(&o);
     if (!strcmp(o.mode, "bigframe")) return run_bigframe(&o);
     if (!strcmp(o.mode, "partial")) return run_partial(&o);
     if (!strcmp(o.mode, "wrongkey")) return run_wrongkey(&o);
