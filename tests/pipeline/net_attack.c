@@ -9,6 +9,10 @@
  *                                     the stage drops it, spread over A source addresses
  *                                     (127.0.1.1 .. 127.0.1.A; without --addresses all from
  *                                     --src or 127.0.0.1): "reconnects" when it ends
+ *   authidle --count N [--hold-s S]   N clients that complete the handshake (--key-file) and
+ *                                     then send nothing: "holding" those the stage kept,
+ *                                     "refused" those it turned away (an Error or a close
+ *                                     within 0.1 s: the client cap)
  *   bigframe                          announces a 1 GiB frame before any handshake, then
  *                                     waits: "closed_after_ms" when the stage hangs up
  *   partial                           handshakes as a client, sends 5 bytes of a frame and
@@ -223,6 +227,45 @@ static int run_partial(const struct opts *o) {
     return 0;
 }
 
+static int run_authidle(const struct opts *o) {
+    struct strata_client *c = calloc((size_t)o->count, sizeof *c);
+    struct wire_tls **tls = calloc((size_t)o->count, sizeof *tls);
+    struct wire_auth_key key;
+    int held = 0, refused = 0, failed = 0;
+    if (!c || !tls) return 1;
+    for (int i = 0; i < o->count; i++) {
+        c[i].conn.fd = -1;
+        if (client_open(&c[i], o, &tls[i], &key) < 0) {
+            failed++;
+            client_close(&c[i]);
+            c[i].conn.fd = -1;
+            continue;
+        }
+        /* Turned away after the handshake: an Error frame, then the close. */
+        struct pollfd p = {c[i].conn.fd, POLLIN, 0};
+        if (poll(&p, 1, 100) > 0) {
+            refused++;
+            client_close(&c[i]);
+            c[i].conn.fd = -1;
+        } else {
+            held++;
+        }
+    }
+    printf("refused %d\nfailed %d\nholding %d\n", refused, failed, held);
+    fflush(stdout);
+    int64_t end = now_ms() + (int64_t)o->hold_s * 1000;
+    signal(SIGTERM, on_stop);
+    while (now_ms() < end && !stop_now)
+        usleep(100000);
+    for (int i = 0; i < o->count; i++) {
+        if (c[i].conn.fd >= 0) client_close(&c[i]);
+        wire_tls_free(tls[i]);
+    }
+    free(c);
+    free(tls);
+    return 0;
+}
+
 static int run_control(const struct opts *o) {
     struct strata_client c;
     struct wire_tls *tls = NULL;
@@ -374,7 +417,8 @@ int main(int argc, char **argv) {
         case 'H':
             printf("usage: net_attack MODE --port P [--count N] [--hold-s S] [--seconds S] "
                    "[--src ADDR] [--addresses A] [--key-file F | --insecure]\n"
-                   "modes: idle trickle reconnect bigframe partial wrongkey control describe\n");
+                   "modes: idle trickle reconnect authidle bigframe partial wrongkey control "
+                   "describe\n");
             return 0;
         default: return 2;
         }
@@ -392,6 +436,7 @@ int main(int argc, char **argv) {
     if (!strcmp(o.mode, "idle")) return run_hold(&o, 0);
     if (!strcmp(o.mode, "trickle")) return run_hold(&o, 1);
     if (!strcmp(o.mode, "reconnect")) return run_reconnect(&o);
+    if (!strcmp(o.mode, "authidle")) return run_authidle(&o);
     if (!strcmp(o.mode, "bigframe")) return run_bigframe(&o);
     if (!strcmp(o.mode, "partial")) return run_partial(&o);
     if (!strcmp(o.mode, "wrongkey")) return run_wrongkey(&o);

@@ -5,7 +5,10 @@
 #   - a ring describe before the handshake      -> no answer, the connection closed
 #   - a 1 GiB frame announced before the handshake -> the connection closed at once
 #   - wrong keys from one address (3 s)         -> at most a burst + 2/s handshakes run, logged
-#   - 1,000 idle, then 1,000 trickling connections on stage 0 -> a real request still < 1 s
+#   - 1,000 idle, then 2, 10 and 1,000 trickling (slow-loris) connections on stage 0 -> a
+#     real request still < 1 s
+#   - 70 authenticated idle clients on stage 0 -> 64 held (the cap), the rest and a real
+#     client turned away with "too many clients"; served again once they leave
 #   - connections that reconnect the moment they are dropped: 100 from the client's own
 #     address, then 1,000 from 100 addresses -> 20 of 20 real requests succeed beside each
 #   - authenticated clients stalled mid-record  -> a long request not slower by 3 s (was 12.5)
@@ -103,16 +106,40 @@ echo "wrong keys: $attempts attempts in 3 s, $ran handshakes run and refused ($l
     "the rest closed unanswered"
 golden_request "after wrong keys from another address"
 
-# 1,000 idle, then 1,000 trickling connections on stage 0.
-for mode in idle trickle; do
-    hold "$mode" "$p0" 1000 "$PL_WORK/$mode"
+# Idle and slow-loris (1 byte per second) connections on stage 0: 1,000 idle, then 2, 10 and
+# 1,000 trickling.
+for hold_case in "idle 1000" "trickle 2" "trickle 10" "trickle 1000"; do
+    set -- $hold_case
+    hold "$1" "$p0" "$2" "$PL_WORK/$1"
     sleep 1.5
-    golden_request "with 1000 $mode connections"
-    under "$took" 1.0 || pl_fail "request with $(value holding "$PL_WORK/$mode") $mode connections took $took s"
-    echo "request with $(value holding "$PL_WORK/$mode") $mode connections held on stage 0: $took s"
+    golden_request "with $2 $1 connections"
+    under "$took" 1.0 || pl_fail "request with $(value holding "$PL_WORK/$1") $1 connections took $took s"
+    echo "request with $(value holding "$PL_WORK/$1") $1 connections held on stage 0: $took s"
     kill "$holder"
     wait "$holder" 2>/dev/null
 done
+
+# More authenticated idle clients than stage 0's client cap (64): the rest are turned away
+# with an Error, and so is a real client while they hold every place (a limit: they hold
+# the key); once they go, requests are served again.
+"$ATK" authidle --port "$p0" --key-file "$PL_WORK/key" --count 70 --hold-s 60 >"$PL_WORK/authidle" 2>&1 &
+holder=$!
+PL_PIDS="$PL_PIDS $holder"
+pl_wait_log "$PL_WORK/authidle" "holding" 1 60 || pl_fail "net_attack authidle did not start"
+held=$(value holding "$PL_WORK/authidle")
+refused=$(value refused "$PL_WORK/authidle")
+[ "$held" -le 64 ] && [ "$refused" -ge 6 ] ||
+    pl_fail "70 authenticated idle clients: $held held, $refused refused (cap 64)"
+if pl_client a --prompt "$prompt" --max-tokens "$steps" >"$PL_WORK/busy.out" 2>&1; then
+    pl_fail "a request was served beyond the client cap"
+fi
+grep -q "too many clients" "$PL_WORK/busy.out" || pl_fail "beyond the cap: $(tail -n 1 "$PL_WORK/busy.out")"
+kill "$holder"
+wait "$holder" 2>/dev/null
+sleep 0.5
+golden_request "after the authenticated idle clients left"
+echo "70 authenticated idle clients: $held held, $refused turned away; a real client meanwhile:" \
+    "$(grep -o 'too many clients' "$PL_WORK/busy.out" | head -n 1); after they left: $took s"
 
 # Reconnect floods: silent connections reopened the moment stage 0 drops them, beyond its
 # caps (32 handshakes per address, 256 in all), so that every admission drops a pending
