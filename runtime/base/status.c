@@ -3,14 +3,38 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
-static _Thread_local char last_error[1024];
+#define ERROR_CAP 1024
 
+static _Thread_local char last_error[ERROR_CAP];
+
+/* Formats into a buffer of its own first: an argument may be strata_last_error() itself,
+ * and vsnprintf into the buffer it reads is undefined (in practice a garbled message). */
 int strata_set_error(int code, const char *fmt, ...) {
+    char msg[ERROR_CAP];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(last_error, sizeof last_error, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    memcpy(last_error, msg, sizeof msg);
+    return code;
+}
+
+int strata_wrap_error(int code, const char *fmt, ...) {
+    char msg[ERROR_CAP];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof msg ? (size_t)n : sizeof msg - 1;
+    /* ": " and the message before, as far as they fit. */
+    const char *parts[2] = {last_error[0] ? ": " : "", last_error};
+    for (int p = 0; p < 2; p++)
+        for (const char *c = parts[p]; *c && len + 1 < sizeof msg; c++)
+            msg[len++] = *c;
+    msg[len] = 0;
+    memcpy(last_error, msg, sizeof msg);
     return code;
 }
 

@@ -30,6 +30,13 @@ enum {
  * failure reads `return strata_set_error(STRATA_EINVAL, "bad %s", name);`. */
 int strata_set_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
+/* Adds context in front of this thread's current message: the message becomes
+ * "<formatted>: <message before>" and `code` is returned, so a caller passing a callee's
+ * failure on reads `return strata_wrap_error(rc, "loading %s", path);`. Why not
+ * strata_set_error(rc, "loading %s: %s", path, strata_last_error()): that formats into the
+ * buffer it reads (strata_set_error copes, but the wrapping belongs in one place). */
+int strata_wrap_error(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
 /* The message recorded by the last failing call on this thread ("" if none). */
 const char *strata_last_error(void);
 

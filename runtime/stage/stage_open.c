@@ -18,9 +18,9 @@ int stage_role_for(struct stage_role *role, const struct model_config *cfg, int 
     if (layer_start < 0 && layer_end < 0) {
         struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
         if (num_stages > STAGE_PLAN_MAX_STAGES || stage_plan_even(ranges, L, num_stages) < 0)
-            return strata_set_error(STRATA_ERANGE,
-                                    "stage %d of %d: the shard is empty or out of range: %s",
-                                    stage_index, num_stages, strata_last_error());
+            return strata_wrap_error(STRATA_ERANGE,
+                                     "stage %d of %d: the shard is empty or out of range",
+                                     stage_index, num_stages);
         layer_start = ranges[stage_index].layer_start;
         layer_end = ranges[stage_index].layer_end;
     }

@@ -513,8 +513,7 @@ static int parse_peer(const char *entry, size_t len, char *host, size_t host_cap
     snprintf(num, sizeof num, "%.*s", (int)(rest_len < 15 ? rest_len : 15), rest);
     return cli_parse_int(num, 1, 65535, port) == 0
                ? STRATA_OK
-               : strata_set_error(STRATA_EINVAL, "--tp-peers entry '%.*s': port %s", (int)len,
-                                  entry, strata_last_error());
+               : strata_wrap_error(STRATA_EINVAL, "--tp-peers entry '%.*s': port", (int)len, entry);
 }
 
 #define TP_HOST_CAP 256

@@ -341,8 +341,7 @@ static int parse(struct link *l, uint64_t *seed, const char **ready, int argc, c
         case 'd':
         case 'j':
             if ((rc = cli_parse_int(optarg, 0, 10000000, &v)) < 0)
-                return strata_set_error(rc, "--%s %s", c == 'd' ? "delay-us" : "jitter-us",
-                                        strata_last_error());
+                return strata_wrap_error(rc, "--%s", c == 'd' ? "delay-us" : "jitter-us");
             *(c == 'd' ? &l->delay_ns : &l->jitter_ns) = (int64_t)v * 1000;
             break;
         case 'l':
@@ -364,7 +363,7 @@ static int parse(struct link *l, uint64_t *seed, const char **ready, int argc, c
             break;
         case 'q':
             if ((rc = cli_parse_int(optarg, 1, 1 << 20, &l->heap_cap)) < 0)
-                return strata_set_error(rc, "--max-queue %s", strata_last_error());
+                return strata_wrap_error(rc, "--max-queue");
             break;
         case 'r': *ready = optarg; break;
         case 'H': return 1;
