@@ -30,12 +30,8 @@
 #define ERROR_SEND_TIMEOUT_MS 1000
 #define TLS_RECORD_BYTES 16384 /* TLS's largest record payload */
 
-static int64_t now_ms(void) {
-    return cli_now_ns() / 1000000;
-}
-
 int64_t wire_deadline_after(int timeout_ms) {
-    return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    return timeout_ms < 0 ? -1 : cli_now_ms() + timeout_ms;
 }
 
 /* Waits for `events` on fd until the deadline: 0 ready, STRATA_ETIMEOUT, STRATA_EIO. */
@@ -43,7 +39,7 @@ int wire_wait_fd(int fd, short events, int64_t deadline, const char *what, const
     for (;;) {
         int wait = -1;
         if (deadline >= 0) {
-            int64_t left = deadline - now_ms();
+            int64_t left = deadline - cli_now_ms();
             if (left <= 0)
                 return strata_set_error(STRATA_ETIMEOUT, "wire: %s %s timed out", what, peer);
             wait = left > 1000000 ? 1000000 : (int)left;
@@ -325,7 +321,7 @@ int wire_flush_nb(struct wire_conn *conn) {
         conn->tx_off = conn->tx_len = 0;
         conn->tx_waiting_ms = 0;
     } else if (!conn->tx_waiting_ms || conn->tx_off != before) {
-        conn->tx_waiting_ms = now_ms();
+        conn->tx_waiting_ms = cli_now_ms();
     }
     return 0;
 }
@@ -482,7 +478,7 @@ static int recv_step(struct wire_conn *conn, short *events) {
         return (int)r;
     }
     if (r == 0) return *events ? WIRE_RECV_PENDING : 0;
-    if (!conn->rx_started_ms) conn->rx_started_ms = now_ms();
+    if (!conn->rx_started_ms) conn->rx_started_ms = cli_now_ms();
     if (conn->rx_need == 0) {
         conn->rx_prefix_have += (size_t)r;
         if (conn->rx_prefix_have == WIRE_FRAME_PREFIX_BYTES) return check_prefix(conn);

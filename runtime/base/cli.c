@@ -122,6 +122,10 @@ int64_t cli_now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int64_t cli_now_ms(void) {
+    return cli_now_ns() / 1000000;
+}
+
 double cli_now_sec(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

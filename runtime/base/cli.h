@@ -37,6 +37,7 @@ int cli_read_port_file(const char *path, int *port);
 
 /* CLOCK_MONOTONIC: for intervals and deadlines, never wall time. */
 int64_t cli_now_ns(void);
+int64_t cli_now_ms(void);
 double cli_now_sec(void);
 
 #endif

@@ -23,10 +23,6 @@
  * place (see may_replace). */
 #define GRACE_MS 250
 
-static int64_t now_ms(void) {
-    return cli_now_ns() / 1000000;
-}
-
 /* ---- per-address accounting ---- */
 
 int stage_addr_table_init(struct stage_addr_table *t, int capacity, int fail_burst,
@@ -346,7 +342,7 @@ static void expire(struct acceptor *a, int64_t now) {
 /* One poll over the listener and every pending handshake, then the work it found. */
 static void poll_once(struct acceptor *a) {
     int n = 0, timeout = 100;
-    int64_t now = now_ms();
+    int64_t now = cli_now_ms();
     if (a->o.listener->fd >= 0) {
         a->fds[n] = (struct pollfd){.fd = a->o.listener->fd, .events = POLLIN};
         a->who[n++] = -1;
@@ -361,7 +357,7 @@ static void poll_once(struct acceptor *a) {
     if (timeout < 0) timeout = 0;
     if (poll(a->fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
         strata_log(STRATA_LOG_WARN, "accept poll: %s", strerror(errno));
-    now = now_ms();
+    now = cli_now_ms();
     /* Handshakes first, the listener last: the bytes a pending peer sent move it up (see
      * victim) before a batch of newcomers is admitted against it. */
     int listener_ready = 0;

@@ -203,9 +203,9 @@ static int intercept(struct server *s, struct wire_conn *conn, enum stage_link l
 static int feed(struct server *s, struct wire_conn *conn, enum stage_link link, uint32_t cid,
                 const uint8_t *frame, size_t len) {
     if (link == STAGE_LINK_PREV)
-        s->prev_rx_ms = now_ms();
+        s->prev_rx_ms = cli_now_ms();
     else if (link == STAGE_LINK_NEXT)
-        s->next_rx_ms = now_ms();
+        s->next_rx_ms = cli_now_ms();
     if (intercept(s, conn, link, frame, len)) return 0;
     int rc;
     /* A vision stage's link (a client link: its conn is an element of s->clients). */
@@ -250,7 +250,7 @@ static void serve_ready(struct server *s, struct wire_conn *conn, enum stage_lin
 /* A peer that started a frame and has not completed it within io_timeout_ms is dropped
  * (its partial frame never held anyone else up; this frees its buffer and slot). */
 static void drop_stalled(struct server *s) {
-    int64_t now = now_ms(), limit = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
+    int64_t now = cli_now_ms(), limit = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
     char why[160];
     struct wire_conn *links[2] = {&s->prev, &s->next};
     for (int i = 0; i < 2 + MAX_CLIENTS; i++) {
@@ -284,7 +284,7 @@ static void drop_stalled(struct server *s) {
  * down, which fails its requests like a closed connection. The timeout must exceed the
  * longest microbatch, since a computing stage answers only between microbatches. */
 static void keepalive(struct server *s) {
-    int64_t now = now_ms(), timeout = s->opt->peer_timeout_ms;
+    int64_t now = cli_now_ms(), timeout = s->opt->peer_timeout_ms;
     struct wire_control ping = {.kind = WIRE_CONTROL_PING};
     struct wire_arena arena;
     char why[128];
@@ -332,7 +332,7 @@ static void recovery_tick(struct server *s) {
         return;
     }
     if (s->info.num_stages < 2) return;
-    held = stage_core_recovery_tick(s->core, now_ms(), s->prev.fd >= 0 && s->next.fd >= 0);
+    held = stage_core_recovery_tick(s->core, cli_now_ms(), s->prev.fd >= 0 && s->next.fd >= 0);
     stage_core_get_stats(s->core, &st);
     if (held > 0 && s->held_seen == 0)
         strata_log(STRATA_LOG_WARN,
@@ -445,12 +445,12 @@ static void loop_once(struct server *s) {
     recovery_tick(s);
     /* Ring describe (stage_describe.c): bounded by the dead-peer timeout, twice over, since
      * it crosses every stage, each answering between microbatches. */
-    stage_core_describe_tick(s->core, now_ms(), s->prev.fd < 0,
+    stage_core_describe_tick(s->core, cli_now_ms(), s->prev.fd < 0,
                              s->next.fd<0, s->opt->peer_timeout_ms> 0 ? 2 * s->opt->peer_timeout_ms
                                                                       : 10000);
     flush(s);
     drain_results(s);
-    if (s->vision_rx && vision_rx_expire(s->vision_rx, now_ms()) > 0)
+    if (s->vision_rx && vision_rx_expire(s->vision_rx, cli_now_ms()) > 0)
         strata_log(STRATA_LOG_WARN, "dropped idle vision transfers (no block for %d s)",
                    VISION_RX_DEFAULT_IDLE_MS / 1000);
 }
@@ -461,7 +461,7 @@ static void loop_once(struct server *s) {
  * What is still in flight at the deadline fails like a closed link. */
 static void drain(struct server *s) {
     struct stage_core_stats st;
-    int64_t start = now_ms(), deadline = start + s->opt->drain_timeout_ms;
+    int64_t start = cli_now_ms(), deadline = start + s->opt->drain_timeout_ms;
     stage_core_get_stats(s->core, &st);
     atomic_store(&s->accept_close, 1);
     if (st.active_requests == 0 || s->opt->drain_timeout_ms <= 0) return;
@@ -470,7 +470,7 @@ static void drain(struct server *s) {
                "draining: %d requests in flight (up to %d ms; a second signal "
                "stops at once)",
                st.active_requests, s->opt->drain_timeout_ms);
-    while (*s->stop < 2 && st.active_requests > 0 && now_ms() < deadline) {
+    while (*s->stop < 2 && st.active_requests > 0 && cli_now_ms() < deadline) {
         loop_once(s);
         stage_core_get_stats(s->core, &st);
     }
@@ -485,7 +485,7 @@ static void drain(struct server *s) {
         flush(s);
         drain_results(s);
     } else {
-        strata_log(STRATA_LOG_INFO, "drained in %lld ms", (long long)(now_ms() - start));
+        strata_log(STRATA_LOG_INFO, "drained in %lld ms", (long long)(cli_now_ms() - start));
     }
 }
 

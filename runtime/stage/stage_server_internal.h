@@ -19,10 +19,6 @@
 #define MAX_CLIENTS 64
 #define MAX_HANDOFF 64
 
-static inline int64_t now_ms(void) {
-    return cli_now_ns() / 1000000;
-}
-
 struct handoff {
     struct wire_conn conn;
     struct wire_hello peer;

@@ -116,7 +116,7 @@ static void adopt(struct server *s, struct handoff *h) {
     wire_tls_peer_describe(&h->conn, security, sizeof security);
     s->prev = h->conn;
     s->prev.max_frame = WIRE_DEFAULT_MAX_FRAME; /* authenticated: activations and KV blocks */
-    s->prev_rx_ms = now_ms();
+    s->prev_rx_ms = cli_now_ms();
     strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s (%s)", h->peer.stage_index,
                h->conn.peer, security);
 }
@@ -201,9 +201,9 @@ void *stage_srv_connector_main(void *arg) {
         struct wire_hello peer;
         if (atomic_exchange(&s->next_lost, 0)) {
             backoff = BACKOFF_MIN_MS;
-            retry = now_ms() + backoff;
+            retry = cli_now_ms() + backoff;
         }
-        if (!atomic_load(&s->want_next) || now_ms() < retry) {
+        if (!atomic_load(&s->want_next) || cli_now_ms() < retry) {
             usleep(5000);
             continue;
         }
@@ -212,7 +212,7 @@ void *stage_srv_connector_main(void *arg) {
             hand_over(s, &conn, &peer, 1);
             backoff = BACKOFF_MIN_MS;
         } else {
-            retry = now_ms() + backoff;
+            retry = cli_now_ms() + backoff;
             backoff = backoff * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : backoff * 2;
         }
     }
@@ -225,7 +225,7 @@ static void adopt_next(struct server *s, struct handoff *h) {
     if (s->next.fd >= 0) wire_close(&s->next); /* not expected: the connector waits for want */
     wire_tls_peer_describe(&h->conn, security, sizeof security);
     s->next = h->conn;
-    s->next_rx_ms = now_ms();
+    s->next_rx_ms = cli_now_ms();
     strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", h->peer.stage_index,
                s->next.peer, security);
 }

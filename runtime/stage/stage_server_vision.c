@@ -35,7 +35,7 @@ static int on_block(struct vision_rx *rx, struct wire_conn *conn, const uint8_t 
     struct wire_arena arena;
     int rc = wire_read_vision_block(&b, frame, len);
     if (rc < 0) return rc;
-    rc = vision_rx_on_block(rx, &ack, &b, cli_now_ns() / 1000000);
+    rc = vision_rx_on_block(rx, &ack, &b, cli_now_ms());
     if (rc < 0) {
         char why[600];
         snprintf(why, sizeof why, "stage 0: vision transfer refused: %s", strata_last_error());

@@ -93,10 +93,6 @@ struct vstage {
     uint64_t next_seq;
 };
 
-static int64_t now_ms(void) {
-    return cli_now_ns() / 1000000;
-}
-
 static int io_timeout(const struct vstage *v) {
     return v->opt->io_timeout_ms ? v->opt->io_timeout_ms : 5000;
 }
@@ -257,7 +253,7 @@ static void up_down(struct vstage *v, struct session *s, const char *reason) {
     s->num_live = 0;
     for (int i = 0; i < MAX_JOBS; i++)
         if (s->jobs[i].nonce) vision_tx_rewind(&s->jobs[i].tx);
-    s->retry_ms = now_ms() + s->backoff_ms;
+    s->retry_ms = cli_now_ms() + s->backoff_ms;
 }
 
 static int has_jobs(const struct session *s) {
@@ -268,7 +264,7 @@ static int has_jobs(const struct session *s) {
 
 /* Reconnects a session whose transfers wait; gives them up after VISION_STAGE_RECONNECTS. */
 static void reconnect(struct vstage *v, struct session *s) {
-    if (s->up.fd >= 0 || !has_jobs(s) || now_ms() < s->retry_ms) return;
+    if (s->up.fd >= 0 || !has_jobs(s) || cli_now_ms() < s->retry_ms) return;
     if (connect_up(v, s) == 0) {
         strata_log(STRATA_LOG_INFO, "client %u: reconnected to stage 0; resuming transfers", s->id);
         s->reconnects = 0;
@@ -289,7 +285,7 @@ static void reconnect(struct vstage *v, struct session *s) {
         return;
     }
     s->backoff_ms = s->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : s->backoff_ms * 2;
-    s->retry_ms = now_ms() + s->backoff_ms;
+    s->retry_ms = cli_now_ms() + s->backoff_ms;
 }
 
 /* The Request stage 0 gets for an encoded image request: the client's, image files
@@ -592,8 +588,8 @@ static void refuse_client(struct vstage *v, struct session *s, int rc) {
         s->client.ssl)
         return;
     shutdown(s->client.fd, SHUT_WR);
-    int64_t deadline = now_ms() + 1000;
-    while (now_ms() < deadline) {
+    int64_t deadline = cli_now_ms() + 1000;
+    while (cli_now_ms() < deadline) {
         struct pollfd p = {.fd = s->client.fd, .events = POLLIN};
         if (poll(&p, 1, 100) == 1 && read(s->client.fd, sink, sizeof sink) <= 0) break;
     }
@@ -642,7 +638,7 @@ static void service(struct vstage *v, int i, int up, short revents) {
         session_close(v, i);
         return;
     }
-    int64_t now = now_ms(), partial = wire_conn_partial_since(&s->client),
+    int64_t now = cli_now_ms(), partial = wire_conn_partial_since(&s->client),
             unread = wire_conn_tx_waiting_since(&s->client);
     if ((partial && now - partial > io_timeout(v)) || (unread && now - unread > io_timeout(v))) {
         strata_log(STRATA_LOG_INFO, "client %u dropped: %s for %d ms", s->id,
@@ -654,7 +650,7 @@ static void service(struct vstage *v, int i, int up, short revents) {
 static void loop_once(struct vstage *v) {
     struct pollfd fds[1 + 2 * MAX_SESSIONS];
     int who[1 + 2 * MAX_SESSIONS], n = 0, timeout = 100;
-    int64_t now = now_ms();
+    int64_t now = cli_now_ms();
     fds[n] = (struct pollfd){.fd = v->wake[0], .events = POLLIN};
     who[n++] = -1;
     for (int i = 0; i < MAX_SESSIONS; i++) {

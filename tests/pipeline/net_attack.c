@@ -55,10 +55,6 @@ struct opts {
     int port, count, hold_s, seconds, insecure, addresses;
 };
 
-static int64_t now_ms(void) {
-    return cli_now_ns() / 1000000;
-}
-
 /* A TCP connection to the stage from `src` (NULL: the default address); non-blocking ones
  * return while the connect is still under way. */
 static int tcp_open_from(const struct opts *o, const char *src, int nonblocking) {
@@ -96,8 +92,8 @@ static int run_hold(const struct opts *o, int trickle) {
     }
     printf("holding %d\n", open_n);
     fflush(stdout);
-    int64_t end = now_ms() + (int64_t)o->hold_s * 1000;
-    while (now_ms() < end) {
+    int64_t end = cli_now_ms() + (int64_t)o->hold_s * 1000;
+    while (cli_now_ms() < end) {
         sleep(1);
         for (int i = 0; trickle && i < o->count; i++)
             if (fds[i] >= 0 && send(fds[i], "\x16", 1, MSG_NOSIGNAL) != 1) {
@@ -136,10 +132,10 @@ static int run_reconnect(const struct opts *o) {
     }
     printf("holding %d\n", n);
     fflush(stdout);
-    int64_t end = now_ms() + (int64_t)o->hold_s * 1000;
+    int64_t end = cli_now_ms() + (int64_t)o->hold_s * 1000;
     signal(SIGTERM, on_stop);
     signal(SIGINT, on_stop);
-    while (now_ms() < end && !stop_now) {
+    while (cli_now_ms() < end && !stop_now) {
         for (int i = 0; i < n; i++)
             p[i] = (struct pollfd){fds[i], POLLIN, 0};
         if (poll(p, (nfds_t)n, 100) < 0 && errno != EINTR) break;
@@ -167,13 +163,13 @@ static int run_reconnect(const struct opts *o) {
 
 /* Waits up to ms for the peer to close; returns the ms it took or -1. */
 static int64_t wait_close(int fd, int ms) {
-    int64_t start = now_ms();
+    int64_t start = cli_now_ms();
     char buf[4096];
-    while (now_ms() - start < ms) {
+    while (cli_now_ms() - start < ms) {
         struct pollfd p = {fd, POLLIN, 0};
         if (poll(&p, 1, 100) > 0) {
             ssize_t r = recv(fd, buf, sizeof buf, 0);
-            if (r <= 0) return now_ms() - start;
+            if (r <= 0) return cli_now_ms() - start;
         }
     }
     return -1;
@@ -253,9 +249,9 @@ static int run_authidle(const struct opts *o) {
     }
     printf("refused %d\nfailed %d\nholding %d\n", refused, failed, held);
     fflush(stdout);
-    int64_t end = now_ms() + (int64_t)o->hold_s * 1000;
+    int64_t end = cli_now_ms() + (int64_t)o->hold_s * 1000;
     signal(SIGTERM, on_stop);
-    while (now_ms() < end && !stop_now)
+    while (cli_now_ms() < end && !stop_now)
         usleep(100000);
     for (int i = 0; i < o->count; i++) {
         if (c[i].conn.fd >= 0) client_close(&c[i]);
@@ -278,7 +274,7 @@ static int run_control(const struct opts *o) {
     enum wire_control_kind kinds[2] = {WIRE_CONTROL_DRAIN, WIRE_CONTROL_PING};
     for (int i = 0; i < 2; i++) {
         struct wire_control msg = {.kind = kinds[i], .nonce = 0, .seq = 7};
-        int64_t start = now_ms();
+        int64_t start = cli_now_ms();
         if (wire_build_control(&arena, &msg) < 0 ||
             wire_send_frame(&c.conn, wire_arena_frame(&arena), wire_arena_frame_len(&arena), 1000) <
                 0) {
@@ -291,7 +287,7 @@ static int run_control(const struct opts *o) {
             break;
         }
         wire_verify(&kind, NULL, frame, len);
-        printf("reply_ms %lld\nreply_kind %s\n", (long long)(now_ms() - start),
+        printf("reply_ms %lld\nreply_kind %s\n", (long long)(cli_now_ms() - start),
                wire_kind_name(kind));
         if (kind == WIRE_KIND_ERROR) {
             struct wire_error err;
@@ -316,15 +312,15 @@ static int run_describe(const struct opts *o) {
     uint32_t n = (uint32_t)wire_arena_frame_len(&arena);
     for (int i = 0; i < 4; i++)
         prefix[i] = (uint8_t)(n >> (8 * i));
-    int64_t start = now_ms(), closed = -1;
+    int64_t start = cli_now_ms(), closed = -1;
     if (send(fd, prefix, 4, MSG_NOSIGNAL) == 4) send(fd, wire_arena_frame(&arena), n, MSG_NOSIGNAL);
     wire_arena_free(&arena);
-    while (now_ms() - start < (int64_t)o->hold_s * 1000) {
+    while (cli_now_ms() - start < (int64_t)o->hold_s * 1000) {
         struct pollfd p = {fd, POLLIN, 0};
         if (poll(&p, 1, 100) <= 0) continue;
         ssize_t r = recv(fd, buf, sizeof buf, 0);
         if (r <= 0) {
-            closed = now_ms() - start;
+            closed = cli_now_ms() - start;
             break;
         }
         /* A Describe answer would be a length-prefixed Control frame naming the stages. */
@@ -356,8 +352,8 @@ static int run_wrongkey(const struct opts *o) {
         fprintf(stderr, "net_attack: %s\n", strata_last_error());
         return 1;
     }
-    int64_t end = now_ms() + (int64_t)o->seconds * 1000;
-    while (now_ms() < end) {
+    int64_t end = cli_now_ms() + (int64_t)o->seconds * 1000;
+    while (cli_now_ms() < end) {
         struct wire_conn conn;
         memset(&conn, 0, sizeof conn);
         int fd = tcp_open(o);

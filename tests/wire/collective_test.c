@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "wire/collective.h"
 #include "wire/tls.h"
@@ -162,20 +163,14 @@ static int run_ops(struct coll *c, struct rank_arg *a) {
     return bad;
 }
 
-static int64_t now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* A rank whose group loses a member: the all-reduce must fail within the timeout. */
 static int run_expect_failure(struct coll *c, struct rank_arg *a) {
     float v[1000];
     for (int i = 0; i < 1000; ++i)
         v[i] = (float)i;
-    int64_t t0 = now_ms();
+    int64_t t0 = cli_now_ms();
     int rc = coll_allreduce_sum(c, v, 1000);
-    int64_t took = now_ms() - t0;
+    int64_t took = cli_now_ms() - t0;
     if (rc == 0) {
         snprintf(a->error, sizeof a->error, "rank %d: all-reduce succeeded without a peer",
                  a->rank);

@@ -25,10 +25,6 @@
 
 static char dir[512];
 
-static int64_t now_ms(void) {
-    return cli_now_ns() / 1000000;
-}
-
 /* Makes the throwaway PKI of test_pki.h in a fresh directory. */
 static int make_pki(void **state) {
     (void)state;
@@ -198,7 +194,7 @@ static void expect_refused(struct wire_tls *server_tls, struct wire_tls *client_
     struct server s;
     struct wire_conn conn;
     start_server(&s, server_tls, 0);
-    int64_t start = now_ms();
+    int64_t start = cli_now_ms();
     int rc = client_open(&conn, &s, client_tls);
     /* TLS 1.3: a client may finish before the server verified it; its first read (the
      * server's Hello in Strata) fails. */
@@ -214,7 +210,7 @@ static void expect_refused(struct wire_tls *server_tls, struct wire_tls *client_
         fail_msg("client error: %s", msg);
     wire_close(&conn);
     stop_server(&s);
-    assert_true(now_ms() - start < 3000);
+    assert_true(cli_now_ms() - start < 3000);
     assert_true(s.handshake < 0);
     assert_int_equal(s.frames, 0);
     print_message("server: %s\n", s.error);
@@ -293,11 +289,11 @@ static void handshake_deadline_and_io_timeouts(void **state) {
     struct server s;
     struct wire_conn conn, silent;
     start_server(&s, psk, 0);
-    int64_t start = now_ms();
+    int64_t start = cli_now_ms();
     assert_int_equal(wire_connect(&silent, "127.0.0.1", s.listener.port, 0, TIMEOUT_MS), 0);
     pthread_join(s.thread, NULL);
     assert_int_equal(s.handshake, STRATA_ETIMEOUT);
-    assert_true(now_ms() - start >= 1900 && now_ms() - start < 4000);
+    assert_true(cli_now_ms() - start >= 1900 && cli_now_ms() - start < 4000);
     assert_non_null(strstr(s.error, "TLS handshake"));
     wire_close(&silent);
     wire_listener_close(&s.listener);
@@ -313,9 +309,9 @@ static void handshake_deadline_and_io_timeouts(void **state) {
     assert_int_equal(side.rc, 0);
     const uint8_t *frame;
     size_t len;
-    start = now_ms();
+    start = cli_now_ms();
     assert_int_equal(wire_recv_frame(&side.conn, &frame, &len, 150), STRATA_ETIMEOUT);
-    assert_true(now_ms() - start >= 140 && now_ms() - start < 2000);
+    assert_true(cli_now_ms() - start >= 140 && cli_now_ms() - start < 2000);
     assert_false(side.conn.broken);
     assert_int_equal(wire_send_frame(&conn, "ok", 2, TIMEOUT_MS), 0);
     assert_int_equal(wire_recv_frame(&side.conn, &frame, &len, TIMEOUT_MS), 0);
@@ -323,9 +319,9 @@ static void handshake_deadline_and_io_timeouts(void **state) {
     size_t size = 64u << 20; /* the receiver never reads */
     uint8_t *payload = calloc(size, 1);
     assert_non_null(payload);
-    start = now_ms();
+    start = cli_now_ms();
     assert_int_equal(wire_send_frame(&conn, payload, size, 300), STRATA_ETIMEOUT);
-    assert_true(now_ms() - start >= 290 && now_ms() - start < 5000);
+    assert_true(cli_now_ms() - start >= 290 && cli_now_ms() - start < 5000);
     assert_true(conn.broken);
     free(payload);
     wire_close(&conn);

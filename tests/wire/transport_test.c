@@ -28,10 +28,6 @@
 
 #define TIMEOUT_MS 5000
 
-static int64_t now_ms(void) {
-    return cli_now_ns() / 1000000;
-}
-
 /* A plain blocking socket connected to 127.0.0.1:port, for sending hand-made bytes. */
 static int raw_connect(int port) {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -176,9 +172,9 @@ static void read_timeout_then_recovery(void **state) {
     assert_int_equal(wire_accept(&conn, &listener, 0, TIMEOUT_MS), 0);
     const uint8_t *frame;
     size_t len;
-    int64_t start = now_ms();
+    int64_t start = cli_now_ms();
     assert_int_equal(wire_recv_frame(&conn, &frame, &len, 150), STRATA_ETIMEOUT);
-    int64_t waited = now_ms() - start;
+    int64_t waited = cli_now_ms() - start;
     assert_true(waited >= 140 && waited < 2000);
     assert_false(conn.broken); /* nothing was read: the connection is still usable */
     const uint8_t bytes[6] = {2, 0, 0, 0, 'o', 'k'};
@@ -204,9 +200,9 @@ static void write_timeout_when_peer_stops_reading(void **state) {
     size_t size = 64u << 20; /* far beyond loopback socket buffers; the receiver never reads */
     uint8_t *payload = calloc(size, 1);
     assert_non_null(payload);
-    int64_t start = now_ms();
+    int64_t start = cli_now_ms();
     assert_int_equal(wire_send_frame(&sender, payload, size, 300), STRATA_ETIMEOUT);
-    int64_t waited = now_ms() - start;
+    int64_t waited = cli_now_ms() - start;
     assert_true(waited >= 290 && waited < 5000);
     assert_true(sender.broken); /* part of a frame went out: the stream cannot be resumed */
     free(payload);
@@ -267,10 +263,10 @@ static void connect_refused_and_timeout(void **state) {
     struct wire_conn queued[8];
     int timed_out = -1;
     for (int i = 0; i < 8 && timed_out < 0; ++i) {
-        int64_t start = now_ms();
+        int64_t start = cli_now_ms();
         int rc = wire_connect(&queued[i], NULL, ntohs(addr.sin_port), 0, 200);
         if (rc == STRATA_ETIMEOUT) {
-            int64_t waited = now_ms() - start;
+            int64_t waited = cli_now_ms() - start;
             assert_true(waited >= 190 && waited < 3000);
             timed_out = i;
         } else {
@@ -427,9 +423,9 @@ static void nonblocking_receive_keeps_partial_frames(void **state) {
     assert_int_equal(wire_listen(&listener, NULL, 0), 0);
     int fd = raw_connect(listener.port);
     assert_int_equal(wire_accept(&conn, &listener, 0, TIMEOUT_MS), 0);
-    int64_t start = now_ms();
+    int64_t start = cli_now_ms();
     assert_int_equal(wire_recv_frame_nb(&conn, &frame, &len), WIRE_RECV_PENDING);
-    assert_true(now_ms() - start < 100); /* nothing there: returns at once */
+    assert_true(cli_now_ms() - start < 100); /* nothing there: returns at once */
     assert_int_equal(wire_conn_partial_since(&conn), 0);
     uint8_t bytes[4 + 100] = {100, 0, 0, 0};
     for (int i = 0; i < 100; ++i)
@@ -537,12 +533,12 @@ static void queued_sends_never_wait(void **state) {
     assert_int_equal(wire_accept(&receiver, &listener, 0, TIMEOUT_MS), 0);
     setsockopt(sender.fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof small);
     setsockopt(receiver.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
-    int64_t start = now_ms();
+    int64_t start = cli_now_ms();
     for (int i = 0; i < 40; i++) {
         memset(frame, i, sizeof frame);
         assert_int_equal(wire_send_frame_nb(&sender, frame, sizeof frame, 4u << 20), 0);
     }
-    assert_true(now_ms() - start < 500);
+    assert_true(cli_now_ms() - start < 500);
     assert_true(wire_conn_tx_pending(&sender) > 0); /* 1.25 MiB cannot all be in flight */
     assert_true(wire_conn_tx_waiting_since(&sender) > 0);
     struct reader r = {&receiver, 0, 0};

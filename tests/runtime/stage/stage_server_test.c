@@ -262,10 +262,6 @@ static void test_tls_refuses_wrong_key_and_plaintext(void **state) {
     test_requests_over_tls(state);
 }
 
-static int64_t ms_now(void) {
-    return cli_now_ns() / 1000000;
-}
-
 /* A plain TCP socket to the server from local address `src` (NULL = any), blocking. */
 static int raw_connect_from(const char *src) {
     struct sockaddr_in to = {0}, from = {0};
@@ -288,14 +284,14 @@ static int64_t timed_request(uint64_t nonce) {
     struct strata_client client;
     struct stage_request req;
     int32_t tokens[64];
-    int64_t start = ms_now();
+    int64_t start = cli_now_ms();
     assert_int_equal(client_connect(&client, "127.0.0.1", port, &no_key, 2000), 0);
     tp_request(&req, nonce, golden.prompt, golden.prompt_len, golden.n_steps);
     assert_int_equal(client_submit(&client, &req), 0);
     assert_int_equal(collect(&client, nonce, tokens, 64), golden.n_steps);
     assert_memory_equal(tokens, golden.generated, sizeof(int32_t) * (size_t)golden.n_steps);
     client_close(&client);
-    return ms_now() - start;
+    return cli_now_ms() - start;
 }
 
 /* Before issue 15 two idle connections made every client time out (one acceptor thread
@@ -332,14 +328,14 @@ static void test_stalled_and_oversized_frames_hold_no_one(void **state) {
     for (int i = 0; i < 3; i++)
         assert_true(timed_request(200 + (uint64_t)i) < 1000);
     int fd = raw_connect_from(NULL);
-    int64_t start = ms_now();
+    int64_t start = cli_now_ms();
     assert_int_equal(send(fd, gib, 4, MSG_NOSIGNAL), 4);
     struct pollfd p = {fd, POLLIN, 0};
     ssize_t r = 1;
-    while (r > 0 && ms_now() - start < 2000 && poll(&p, 1, 2000) == 1)
+    while (r > 0 && cli_now_ms() - start < 2000 && poll(&p, 1, 2000) == 1)
         r = recv(fd, buf, sizeof buf, 0); /* the Hello, an Error, then the close */
     assert_true(r <= 0);
-    assert_true(ms_now() - start < 1000);
+    assert_true(cli_now_ms() - start < 1000);
     close(fd);
     client_close(&staller);
 }
@@ -358,13 +354,13 @@ static void test_control_frames_from_clients_get_an_error(void **state) {
     assert_int_equal(wire_arena_init(&arena, 256), 0);
     for (int i = 0; i < 3; i++) {
         struct wire_control msg = {.kind = kinds[i], .nonce = 40 + (uint64_t)i, .seq = 1};
-        int64_t start = ms_now();
+        int64_t start = cli_now_ms();
         assert_int_equal(wire_build_control(&arena, &msg), 0);
         assert_int_equal(wire_send_frame(&client.conn, wire_arena_frame(&arena),
                                          wire_arena_frame_len(&arena), 1000),
                          0);
         assert_int_equal(wire_recv_frame(&client.conn, &frame, &len, 1000), 0);
-        assert_true(ms_now() - start < 500);
+        assert_true(cli_now_ms() - start < 500);
         assert_int_equal(wire_read_error(&err, frame, len), 0);
         assert_int_equal(err.code, STRATA_EINVAL);
         assert_true(err.nonce == 40 + (uint64_t)i);
@@ -381,7 +377,7 @@ static void test_control_frames_from_clients_get_an_error(void **state) {
 static void test_failed_handshakes_are_rate_limited(void **state) {
     struct wire_tls *wrong = psk_tls("another-key-that-does-not-match!");
     int refused = 0, dropped = 0;
-    int64_t start = ms_now();
+    int64_t start = cli_now_ms();
     (void)state;
     assert_non_null(wrong);
     for (int i = 0; i < 40; i++) {
@@ -423,8 +419,9 @@ static void test_failed_handshakes_are_rate_limited(void **state) {
     print_message("wrong-key handshakes: %d refused by TLS, %d closed unanswered\n", refused,
                   dropped);
     /* The stage's bucket: a burst of 10, then 2 per second (stage_accept.h's defaults). */
-    int64_t allowed = 10 + 2 * (ms_now() - start) / 1000 + 1;
-    print_message("(allowed %lld in %lld ms)\n", (long long)allowed, (long long)(ms_now() - start));
+    int64_t allowed = 10 + 2 * (cli_now_ms() - start) / 1000 + 1;
+    print_message("(allowed %lld in %lld ms)\n", (long long)allowed,
+                  (long long)(cli_now_ms() - start));
     assert_true(refused >= 5 && refused <= allowed);
     assert_true(dropped >= 25);
     wire_tls_free(wrong);
