@@ -244,7 +244,7 @@ static double step_kv_bytes(const struct model_config *cfg, int batch, int ctx) 
 
 /* Bytes per second the roofline divides by (see the file comment). */
 static int device_bandwidth(double *bw, const char *what, size_t cap, const struct bench_args *a) {
-    if (!strncmp(a->device, "cuda", 4)) {
+    if (cli_device_is_cuda(a->device)) {
         size_t bytes = (size_t)1 << 30;
         void *src = NULL, *dst = NULL;
         int rc = cuda_malloc(&src, bytes);
@@ -433,7 +433,7 @@ int main(int argc, char **argv) {
     static struct bench_args a;
     int rc = parse_args(&a, argc, argv);
     if (rc >= 0) return rc;
-    if (!strncmp(a.device, "cuda", 4)) {
+    if (cli_device_is_cuda(a.device)) {
         char reason[256];
         if (!cuda_device_available(reason, sizeof reason)) {
             printf("skipped: %s\n", reason);

@@ -79,17 +79,13 @@ struct vargs {
 
 /* --device cpu | cuda | cuda:N into *device (-1 = the CPU encoder). */
 static int vdevice(const char *v, int *device) {
-    if (!strcmp(v, "cpu")) {
-        *device = -1;
-        return 0;
+    struct cli_device d;
+    if (cli_parse_device(v, &d) < 0) {
+        fprintf(stderr, "strata-stage: --device: %s\n", strata_last_error());
+        return -1;
     }
-    if (!strcmp(v, "cuda")) {
-        *device = 0;
-        return 0;
-    }
-    if (!strncmp(v, "cuda:", 5) && cli_parse_int(v + 5, 0, 999, device) == 0) return 0;
-    fprintf(stderr, "strata-stage: --device is cpu, cuda or cuda:N (got '%s')\n", v);
-    return -1;
+    *device = d.kind == CLI_DEVICE_CUDA ? d.index : -1;
+    return 0;
 }
 
 static int vparse_one(struct vargs *a, int c, const char *v) {

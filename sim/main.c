@@ -260,8 +260,9 @@ static int parse_compute_option(struct cli *cli, const char *name, const char *v
         cli->sim.weights_dtype = v;
         bad = strcmp(v, "bf16") != 0 && strcmp(v, "q8") != 0;
     } else if (!strcmp(name, "--device")) {
-        cli->sim.device = v; /* cuda[:N] is checked by the backend (exit 1 if absent) */
-        bad = strcmp(v, "cpu") != 0 && strncmp(v, "cuda", 4) != 0;
+        struct cli_device d;
+        cli->sim.device = v; /* whether cuda[:N] is present is the backend's (exit 1) */
+        bad = cli_parse_device(v, &d) < 0;
     } else if (!strcmp(name, "--chunk"))
         bad = cli_parse_int(v, 1, 1 << 20, &cli->sim.chunk_size) < 0;
     else
@@ -328,8 +329,7 @@ static int finish_args(struct cli *cli) {
     cli->sim.num_conn_link = SIM_MAX_STAGES;
     if (cli->sim.kill_stage >= 0 && cli->sim.partition_stage >= 0)
         return usage_error("%s", "use one fault at a time (--kill-stage or --partition-stage)");
-    if (cli->sim.tp * cli->sim.kvp > 1 && cli->sim.device &&
-        strncmp(cli->sim.device, "cuda", 4) == 0)
+    if (cli->sim.tp * cli->sim.kvp > 1 && cli_device_is_cuda(cli->sim.device))
         return usage_error("%s", SIM_GRID_CUDA_REFUSED);
     return 0;
 }

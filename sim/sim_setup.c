@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_open.h"
@@ -61,7 +62,7 @@ int sim_check_options(const struct sim_options *opt) {
                                     "simulator: request %d needs a prompt and max_tokens >= 1", i);
     if (opt->num_threads < 1)
         return strata_set_error(STRATA_EINVAL, "simulator: threads must be >= 1");
-    if (opt->tp * opt->kvp > 1 && opt->device && strncmp(opt->device, "cuda", 4) == 0)
+    if (opt->tp * opt->kvp > 1 && cli_device_is_cuda(opt->device))
         return strata_set_error(STRATA_EINVAL, "simulator: %s", SIM_GRID_CUDA_REFUSED);
     int S = opt->split.num_stages;
     if (opt->kill_stage >= S || opt->partition_stage >= S)

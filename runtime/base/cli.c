@@ -116,6 +116,30 @@ int cli_read_port_file(const char *path, int *port) {
     return 0;
 }
 
+int cli_parse_device(const char *text, struct cli_device *out) {
+    out->kind = CLI_DEVICE_CPU;
+    out->index = 0;
+    if (!text || strcmp(text, "cpu") == 0) return 0;
+    if (strcmp(text, "cuda") == 0) {
+        out->kind = CLI_DEVICE_CUDA;
+        return 0;
+    }
+    int digits = 0;
+    if (strncmp(text, "cuda:", 5) == 0)
+        for (const char *p = text + 5; *p >= '0' && *p <= '9'; p++)
+            digits++;
+    if (digits < 1 || digits > 3 || text[5 + digits] != '\0')
+        return strata_set_error(STRATA_EINVAL, "unknown device '%s' (cpu, cuda or cuda:N)", text);
+    out->kind = CLI_DEVICE_CUDA;
+    out->index = atoi(text + 5);
+    return 0;
+}
+
+int cli_device_is_cuda(const char *text) {
+    struct cli_device d;
+    return text && cli_parse_device(text, &d) == 0 && d.kind == CLI_DEVICE_CUDA;
+}
+
 int64_t cli_now_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

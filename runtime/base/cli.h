@@ -35,6 +35,19 @@ int cli_write_port_file(const char *path, int port);
  * exist yet, STRATA_EFORMAT when it holds no port in [1, 65535]. */
 int cli_read_port_file(const char *path, int *port);
 
+/* A compute device as every binary names it: "cpu", "cuda" (device 0) or "cuda:N"
+ * (0 <= N <= 999). One parser, so that every binary and the backends accept and refuse the
+ * same strings. */
+enum cli_device_kind { CLI_DEVICE_CPU = 0, CLI_DEVICE_CUDA = 1 };
+struct cli_device {
+    enum cli_device_kind kind;
+    int index; /* the CUDA ordinal; 0 for the CPU */
+};
+/* NULL is the CPU. STRATA_EINVAL naming the string otherwise. */
+int cli_parse_device(const char *text, struct cli_device *out);
+/* 1 when `text` names a CUDA device (a valid one). */
+int cli_device_is_cuda(const char *text);
+
 /* CLOCK_MONOTONIC: for intervals and deadlines, never wall time. */
 int64_t cli_now_ns(void);
 int64_t cli_now_ms(void);

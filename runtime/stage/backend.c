@@ -6,17 +6,8 @@
 #include <string.h>
 
 #include "reference/sampler.h"
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
-
-/* "cuda" or "cuda:N" with N a small non-negative integer. */
-static int is_cuda_device(const char *device) {
-    if (strncmp(device, "cuda", 4) != 0) return 0;
-    if (device[4] == '\0') return 1;
-    if (device[4] != ':' || device[5] == '\0') return 0;
-    for (const char *p = device + 5; *p; p++)
-        if (*p < '0' || *p > '9' || p - (device + 5) > 3) return 0;
-    return 1;
-}
 
 static int check_role(const struct stage_backend_options *opt) {
     const struct stage_role *r = &opt->role;
@@ -36,17 +27,17 @@ int stage_backend_open(struct stage_backend **out, const struct stage_backend_op
     *out = NULL;
     if (!opt->cfg || !opt->weights)
         return strata_set_error(STRATA_EINVAL, "stage backend needs a config and weights");
-    if (strcmp(device, "cpu") != 0 && !is_cuda_device(device))
-        return strata_set_error(STRATA_EINVAL, "unknown device '%s' (cpu, cuda or cuda:N)", device);
-    int rc = check_role(opt);
+    struct cli_device dev;
+    int rc = cli_parse_device(device, &dev);
+    if (rc == 0) rc = check_role(opt);
     if (rc < 0) return rc;
     const char *wd = opt->weights_dtype ? opt->weights_dtype : "bf16";
     if (strcmp(wd, "bf16") != 0 && strcmp(wd, "q8") != 0)
         return strata_set_error(STRATA_EINVAL, "unknown weights dtype '%s' (bf16 or q8)", wd);
-    if (strcmp(wd, "q8") == 0 && strcmp(device, "cpu") != 0)
+    if (strcmp(wd, "q8") == 0 && dev.kind != CLI_DEVICE_CPU)
         return strata_set_error(STRATA_EINVAL,
                                 "weights dtype q8 runs on the cpu device only, not '%s'", device);
-    if (strcmp(device, "cpu") == 0) return backend_cpu_open(out, opt);
+    if (dev.kind == CLI_DEVICE_CPU) return backend_cpu_open(out, opt);
     /* CUDA (backend_cuda.c): STRATA_EDEVICE "device '...' is not available: <reason>" in a
      * build without the toolkit or on a machine without that device, never a silent
      * fallback to the CPU. Under TP / KVP its collectives run on NCCL (backend_cuda_tp.c;

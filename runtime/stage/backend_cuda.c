@@ -67,6 +67,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
 #include "reference/ops.h"
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
 #include "runtime/stage/backend_cuda_internal.h"
@@ -573,11 +574,6 @@ static const struct stage_backend_i cuda_iface = {
     .free = cuda_free_backend,
 };
 
-/* The device index of "cuda" (0) or "cuda:N". */
-static int device_index(const char *device) {
-    return device[4] == ':' ? atoi(device + 5) : 0;
-}
-
 /* Graphs unless STRATA_CUDA_GRAPHS=0. MoE layers route on the device (backend_cuda_moe.c),
  * so graphs hold them. Under TP / KVP too: a decode step's collectives (the TP reduces,
  * KVP's two all-gathers per tile, whose sizes depend only on the batch) are queued on the
@@ -640,7 +636,10 @@ int backend_cuda_open(struct stage_backend **out, const struct stage_backend_opt
     *out = NULL;
     if (!cuda_device_available(reason, sizeof reason))
         return strata_set_error(STRATA_EDEVICE, "device '%s' is not available: %s", device, reason);
-    int index = device_index(device);
+    struct cli_device dev;
+    int rc = cli_parse_device(device, &dev);
+    if (rc < 0) return rc;
+    int index = dev.index;
     if (cuda_set_device(index)) {
         snprintf(reason, sizeof reason, "%s", strata_last_error());
         return strata_set_error(STRATA_EDEVICE, "device '%s' is not available: %s", device, reason);
@@ -662,7 +661,7 @@ int backend_cuda_open(struct stage_backend **out, const struct stage_backend_opt
     c->device = index;
     c->cfg = opt->cfg;
     c->role = opt->role;
-    int rc = open_context(c, opt);
+    rc = open_context(c, opt);
     if (rc < 0) {
         stage_backend_free(be);
         return rc;

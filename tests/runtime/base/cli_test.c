@@ -135,6 +135,33 @@ static void clock_is_monotonic(void **state) {
     assert_true(cli_now_ns() - prev >= 1000000); /* 2 ms slept: at least 1 ms passed */
 }
 
+/* Every binary and backend names devices through cli_parse_device. */
+static void devices_parse_or_are_refused(void **state) {
+    (void)state;
+    struct cli_device d;
+    static const struct {
+        const char *text;
+        int kind, index;
+    } good[] = {{NULL, CLI_DEVICE_CPU, 0},      {"cpu", CLI_DEVICE_CPU, 0},
+                {"cuda", CLI_DEVICE_CUDA, 0},   {"cuda:0", CLI_DEVICE_CUDA, 0},
+                {"cuda:7", CLI_DEVICE_CUDA, 7}, {"cuda:999", CLI_DEVICE_CUDA, 999}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        assert_int_equal(cli_parse_device(good[i].text, &d), 0);
+        assert_int_equal(d.kind, good[i].kind);
+        assert_int_equal(d.index, good[i].index);
+    }
+    static const char *bad[] = {"",        "gpu",     "CPU",   "cuda:", "cuda:x", "cuda:1000",
+                                "cuda:-1", "cuda:1x", "cuda0", "cudaa", "cpu:0",  "cuda: 1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(cli_parse_device(bad[i], &d), STRATA_EINVAL);
+        assert_non_null(strstr(strata_last_error(), "unknown device"));
+        assert_false(cli_device_is_cuda(bad[i]));
+    }
+    assert_true(cli_device_is_cuda("cuda:3"));
+    assert_false(cli_device_is_cuda("cpu"));
+    assert_false(cli_device_is_cuda(NULL));
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(good_ints_parse),
@@ -143,6 +170,7 @@ int main(void) {
         cmocka_unit_test(read_file_missing_and_real),
         cmocka_unit_test(port_file_round_trip),
         cmocka_unit_test(clock_is_monotonic),
+        cmocka_unit_test(devices_parse_or_are_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
