@@ -23,12 +23,6 @@
 
 enum { NH = 4, NKV = 2, D = 128 };
 
-static int check(int ok, const char *what) {
-    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": ",
-           ok ? "" : strata_last_error());
-    return ok ? 0 : 1;
-}
-
 static float frand(unsigned *state) {
     *state = *state * 1664525u + 1013904223u;
     return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;
@@ -125,7 +119,7 @@ static int check_problem(int pos, int n, int zero_q, struct thread_pool *pool) {
     release(&p);
     free(want);
     free(got);
-    return check(ok, what);
+    return kernel_test_check(ok, what);
 }
 
 /* A prefill of n queries equals each query alone, bit for bit. */
@@ -145,7 +139,7 @@ static int check_batch_invariance(int pos, int n) {
     free(one);
     char what[96];
     snprintf(what, sizeof what, "pos %d: %d queries in one call == each alone", pos, n);
-    return check(same, what);
+    return kernel_test_check(same, what);
 }
 
 int main(void) {
@@ -157,17 +151,18 @@ int main(void) {
     }
     int failures = 0;
     float *d = NULL;
-    failures += check(cuda_malloc((void **)&d, 64 * sizeof(float)) == 0, "cuda_malloc");
-    failures += check(cuda_attention(d, d, d, d, 4, d, 0, 1, 3, 2, 4, NULL) == STRATA_EINVAL,
-                      "nh % nkv refused");
-    failures += check(cuda_attention(d, d, d, d, 4, d, 0, 1, 2, 2, OPS_ATTN_MAX_HEAD_DIM + 1,
-                                     NULL) == STRATA_EINVAL,
-                      "head_dim over the maximum refused");
-    failures += check(cuda_attention(NULL, d, d, d, 4, d, 0, 1, 2, 2, 4, NULL) == STRATA_EINVAL,
-                      "NULL refused");
-    failures += check(cuda_attention(NULL, NULL, NULL, NULL, 4, NULL, 0, 0, 2, 2, 4, NULL) == 0,
-                      "n 0 is a no-op");
-    failures += check(cuda_synchronize() == 0, "no fault after refused calls");
+    failures += kernel_test_check(cuda_malloc((void **)&d, 64 * sizeof(float)) == 0, "cuda_malloc");
+    failures += kernel_test_check(
+        cuda_attention(d, d, d, d, 4, d, 0, 1, 3, 2, 4, NULL) == STRATA_EINVAL, "nh % nkv refused");
+    failures += kernel_test_check(cuda_attention(d, d, d, d, 4, d, 0, 1, 2, 2,
+                                                 OPS_ATTN_MAX_HEAD_DIM + 1, NULL) == STRATA_EINVAL,
+                                  "head_dim over the maximum refused");
+    failures += kernel_test_check(
+        cuda_attention(NULL, d, d, d, 4, d, 0, 1, 2, 2, 4, NULL) == STRATA_EINVAL, "NULL refused");
+    failures +=
+        kernel_test_check(cuda_attention(NULL, NULL, NULL, NULL, 4, NULL, 0, 0, 2, 2, 4, NULL) == 0,
+                          "n 0 is a no-op");
+    failures += kernel_test_check(cuda_synchronize() == 0, "no fault after refused calls");
     cuda_free(d);
     /* Context lengths around the block (16) and chunk (256) boundaries, and long ones. */
     static const int ctx[] = {1, 15, 16, 17, 255, 256, 257, 511, 513, 1000, 4097, 40000};

@@ -19,12 +19,6 @@
 
 enum { N = 1000 };
 
-static int check(int ok, const char *what) {
-    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": ",
-           ok ? "" : strata_last_error());
-    return ok ? 0 : 1;
-}
-
 /* Queues: x = staged input; x += y (`adds` times); staged output = x. */
 static int enqueue_step(float *d_x, const float *d_y, float *h_in, float *h_out, int adds,
                         void *stream) {
@@ -77,34 +71,37 @@ int main(void) {
         ones[i] = 1.0f, twos[i] = 2.0f;
     if (!rc) rc = cuda_memcpy_to_device(d_y1, ones, sizeof ones);
     if (!rc) rc = cuda_memcpy_to_device(d_y2, twos, sizeof twos);
-    if (failures += check(rc == 0, "stream, pinned buffers, device buffers")) return 1;
+    if (failures += kernel_test_check(rc == 0, "stream, pinned buffers, device buffers")) return 1;
     for (int i = 0; i < N; ++i)
         h_in[i] = (float)i;
 
     rc = enqueue_step(d_x, d_y1, h_in, h_out, 1, stream);
     if (!rc) rc = cuda_stream_synchronize(stream);
-    failures += check(!rc && result_is(h_in, h_out, 1, 1.0f), "eager step, async copies");
+    failures +=
+        kernel_test_check(!rc && result_is(h_in, h_out, 1, 1.0f), "eager step, async copies");
 
     rc = graph_step(&exec, &inst, d_x, d_y1, h_in, h_out, 1, stream);
-    failures += check(!rc && inst == 1 && result_is(h_in, h_out, 1, 1.0f),
-                      "first capture instantiates and computes the step");
+    failures += kernel_test_check(!rc && inst == 1 && result_is(h_in, h_out, 1, 1.0f),
+                                  "first capture instantiates and computes the step");
     for (int i = 0; i < N; ++i)
         h_in[i] = (float)(3 * i);
     rc = graph_step(&exec, &inst, d_x, d_y2, h_in, h_out2, 1, stream);
-    failures += check(!rc && inst == 0 && result_is(h_in, h_out2, 1, 2.0f),
-                      "new kernel argument and copy address: updated in place, new result");
+    failures +=
+        kernel_test_check(!rc && inst == 0 && result_is(h_in, h_out2, 1, 2.0f),
+                          "new kernel argument and copy address: updated in place, new result");
     rc = graph_step(&exec, &inst, d_x, d_y1, h_in, h_out, 3, stream);
-    failures += check(!rc && inst == 1 && result_is(h_in, h_out, 3, 1.0f),
-                      "another topology: instantiated again");
+    failures += kernel_test_check(!rc && inst == 1 && result_is(h_in, h_out, 3, 1.0f),
+                                  "another topology: instantiated again");
 
     rc = cuda_graph_capture_begin(stream);
     if (!rc) rc = cuda_vec_add(d_x, d_y1, N, stream);
     int spoiled = !rc && cuda_memcpy_to_host(ones, d_x, sizeof ones) != 0;
     cuda_graph_capture_abort(stream);
-    failures += check(spoiled, "a synchronous copy inside a capture fails");
+    failures += kernel_test_check(spoiled, "a synchronous copy inside a capture fails");
     rc = enqueue_step(d_x, d_y2, h_in, h_out, 2, stream);
     if (!rc) rc = cuda_stream_synchronize(stream);
-    failures += check(!rc && result_is(h_in, h_out, 2, 2.0f), "the stream works after the abort");
+    failures += kernel_test_check(!rc && result_is(h_in, h_out, 2, 2.0f),
+                                  "the stream works after the abort");
 
     /* Fork / join as the MoE experts do: a second stream waits for the first one's event,
      * adds, records; the first waits for that before copying out. */
@@ -124,7 +121,8 @@ int main(void) {
     int forked = 1;
     for (int i = 0; !rc && i < N; ++i)
         forked &= h_out[i] == (h_in[i] + 2.0f) + 1.0f;
-    failures += check(!rc && forked, "events order work across two streams (fork / join)");
+    failures +=
+        kernel_test_check(!rc && forked, "events order work across two streams (fork / join)");
     cuda_event_destroy(fork), cuda_event_destroy(join);
     cuda_stream_destroy(other);
 

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "kernels/cuda_device.h"
+#include "runtime/base/status.h"
 #include "tests/test_util.h"
 
 /* 1 with "device: <name>" printed (a GPU, or kernels/cuda_cpu's host runner); 0 with
@@ -19,6 +20,14 @@ static inline int kernel_test_device(void) {
     }
     printf("device: %s\n", reason);
     return 1;
+}
+
+/* One judged line, "ok   <what>" or "FAIL <what>: <the last error>"; 0 when ok, 1 when not,
+ * so a test sums failures: `failed += kernel_test_check(max_err < 1e-6f, "rmsnorm");`. */
+static inline int kernel_test_check(int ok, const char *what) {
+    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": ",
+           ok ? "" : strata_last_error());
+    return ok ? 0 : 1;
 }
 
 #endif

@@ -15,12 +15,6 @@
 
 enum { N = 3, DIM = 777 };
 
-static int check(int ok, const char *what) {
-    printf("%s %s%s%s\n", ok ? "ok  " : "FAIL", what, ok ? "" : ": ",
-           ok ? "" : strata_last_error());
-    return ok ? 0 : 1;
-}
-
 /* In place on the device vs the reference out of place; NMSE < 1e-7. */
 static int check_in_place(void) {
     static float x[N * DIM], w[DIM], want[N * DIM], got[N * DIM];
@@ -39,26 +33,30 @@ static int check_in_place(void) {
     if (!rc) rc = cuda_memcpy_to_host(got, d_x, sizeof got);
     cuda_free(d_x);
     cuda_free(d_w);
-    if (rc) return check(0, "in place");
+    if (rc) return kernel_test_check(0, "in place");
     double err = 0, ref = 0;
     for (int i = 0; i < N * DIM; ++i) {
         err += ((double)got[i] - want[i]) * ((double)got[i] - want[i]);
         ref += (double)want[i] * want[i];
     }
     printf("in place nmse=%.3e\n", err / ref);
-    return check(err / ref < 1e-7, "in place matches reference rmsnorm");
+    return kernel_test_check(err / ref < 1e-7, "in place matches reference rmsnorm");
 }
 
 int main(void) {
     if (!kernel_test_device()) return 0;
     int failures = 0;
     float *d = NULL;
-    failures += check(cuda_malloc((void **)&d, 16 * sizeof(float)) == 0, "cuda_malloc");
-    failures += check(cuda_rmsnorm(d, d, d, 1e-6f, 1, 0, NULL) == STRATA_EINVAL, "dim 0 refused");
-    failures += check(cuda_rmsnorm(d, d, d, 1e-6f, -1, 4, NULL) == STRATA_EINVAL, "n < 0 refused");
-    failures += check(cuda_rmsnorm(NULL, d, d, 1e-6f, 1, 4, NULL) == STRATA_EINVAL, "NULL refused");
-    failures += check(cuda_rmsnorm(NULL, NULL, NULL, 1e-6f, 0, 4, NULL) == 0, "n 0 is a no-op");
-    failures += check(cuda_synchronize() == 0, "no fault after refused calls");
+    failures += kernel_test_check(cuda_malloc((void **)&d, 16 * sizeof(float)) == 0, "cuda_malloc");
+    failures += kernel_test_check(cuda_rmsnorm(d, d, d, 1e-6f, 1, 0, NULL) == STRATA_EINVAL,
+                                  "dim 0 refused");
+    failures += kernel_test_check(cuda_rmsnorm(d, d, d, 1e-6f, -1, 4, NULL) == STRATA_EINVAL,
+                                  "n < 0 refused");
+    failures += kernel_test_check(cuda_rmsnorm(NULL, d, d, 1e-6f, 1, 4, NULL) == STRATA_EINVAL,
+                                  "NULL refused");
+    failures +=
+        kernel_test_check(cuda_rmsnorm(NULL, NULL, NULL, 1e-6f, 0, 4, NULL) == 0, "n 0 is a no-op");
+    failures += kernel_test_check(cuda_synchronize() == 0, "no fault after refused calls");
     cuda_free(d);
     failures += check_in_place();
     printf("%d failure(s)\n", failures);
