@@ -38,6 +38,12 @@ export STRATA_AUTH_KEY="$(cat "$PL_WORK/key")"
 # --recovery-timeout-ms 0: a cut request fails at once (recovery: pipeline_recovery_test.sh).
 opts=(--max-seq 512 --max-batch 4 --step-delay-ms 2 --recovery-timeout-ms 0)
 pl_start_pipeline a 3 "$model" "${opts[@]}"
+# ATTACK_AGE_S: run the table on a ring that old (TLS once refused every new connection
+# once a stage had been up 304 s); run by hand, not in `bazel test`.
+if [ -n "${ATTACK_AGE_S:-}" ]; then
+    echo "ring up; attacking it in $ATTACK_AGE_S s"
+    sleep "$ATTACK_AGE_S"
+fi
 p0=$(cat "$PL_WORK/a.0.port")
 p2=$(cat "$PL_WORK/a.2.port")
 
