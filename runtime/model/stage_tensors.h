@@ -31,6 +31,15 @@ struct stage_role {
     int with_vision; /* first stage of a VL model: the vision tower (model.visual.*) */
 };
 
+/* The one rule for a role's layers (stage_role.c): [layer_start, layer_end) is a non-empty
+ * range within [0, num_layers). With a place in a ring (num_stages >= 1), also: the index
+ * is within [0, num_stages), stage 0 starts at 0 and holds the embedding, the last stage
+ * ends at num_layers and holds the head, and no other stage holds either (num_stages 0:
+ * the range alone, for a backend that does not know its place). STRATA_ERANGE, or
+ * STRATA_EINVAL for the embedding / head, with the message. */
+int stage_role_check(const struct stage_role *role, int num_layers, int stage_index,
+                     int num_stages);
+
 /* How a tensor is used; lets planners group tensors without parsing names. */
 enum stage_tensor_kind {
     STAGE_TENSOR_EMBED = 0,   /* embed_tokens, also when it serves as the tied LM head */

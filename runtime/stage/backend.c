@@ -10,11 +10,8 @@
 #include "runtime/base/status.h"
 
 static int check_role(const struct stage_backend_options *opt) {
-    const struct stage_role *r = &opt->role;
-    int L = opt->cfg->num_layers;
-    if (r->layer_start < 0 || r->layer_end > L || r->layer_start >= r->layer_end)
-        return strata_set_error(STRATA_ERANGE, "layer range [%d, %d) is empty or outside [0, %d)",
-                                r->layer_start, r->layer_end, L);
+    int rc = stage_role_check(&opt->role, opt->cfg->num_layers, 0, 0);
+    if (rc < 0) return rc;
     if (opt->max_seq < 1 || opt->num_slots < 1 || opt->num_threads < 1)
         return strata_set_error(STRATA_EINVAL,
                                 "max_seq (%d), KV slots (%d) and threads (%d) must be >= 1",

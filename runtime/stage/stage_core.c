@@ -16,29 +16,7 @@
  * [0, L): stage 0 embeds from layer 0, the last stage ends at L and holds the head. */
 static int check_role(const struct stage_core_options *opt) {
     const struct stage_backend *be = opt->backend;
-    const struct stage_role *r = &be->role;
-    int L = be->cfg->num_layers, first = opt->stage_index == 0;
-    int last = opt->stage_index == opt->num_stages - 1;
-    if (opt->num_stages < 1 || opt->stage_index < 0 || opt->stage_index >= opt->num_stages)
-        return strata_set_error(STRATA_ERANGE, "stage index %d is outside [0, %d)",
-                                opt->stage_index, opt->num_stages);
-    if (r->layer_start < 0 || r->layer_end > L || r->layer_start >= r->layer_end)
-        return strata_set_error(STRATA_ERANGE, "layer range [%d, %d) is empty or outside [0, %d)",
-                                r->layer_start, r->layer_end, L);
-    if ((first && r->layer_start != 0) || (last && r->layer_end != L))
-        return strata_set_error(STRATA_ERANGE,
-                                "stage %d of %d gets layers [%d, %d) of a %d-layer model (stage 0 "
-                                "must start at 0, the last must end at %d)",
-                                opt->stage_index, opt->num_stages, r->layer_start, r->layer_end, L,
-                                L);
-    if (!r->with_embed != !first || !r->with_head != !last)
-        return strata_set_error(STRATA_EINVAL,
-                                "stage %d of %d needs a backend %s the embedding and %s the head, "
-                                "but it has%s embedding and%s head",
-                                opt->stage_index, opt->num_stages, first ? "with" : "without",
-                                last ? "with" : "without", r->with_embed ? " the" : " no",
-                                r->with_head ? " the" : " no");
-    return 0;
+    return stage_role_check(&be->role, be->cfg->num_layers, opt->stage_index, opt->num_stages);
 }
 
 int stage_core_init(struct stage_core **out, const struct stage_core_options *opt) {

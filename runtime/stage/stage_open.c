@@ -24,16 +24,11 @@ int stage_role_for(struct stage_role *role, const struct model_config *cfg, int 
         layer_start = ranges[stage_index].layer_start;
         layer_end = ranges[stage_index].layer_end;
     }
-    if (layer_start < 0 || layer_start >= layer_end || layer_end > L ||
-        (first && layer_start != 0) || (last && layer_end != L))
-        return strata_set_error(STRATA_ERANGE,
-                                "stage %d of %d gets layers [%d, %d) of a %d-layer model: the "
-                                "shard is empty or out of range (stage 0 must start at 0, the "
-                                "last must end at %d)",
-                                stage_index, num_stages, layer_start, layer_end, L, L);
-    *role = (struct stage_role){
+    struct stage_role r = {
         .layer_start = layer_start, .layer_end = layer_end, .with_embed = first, .with_head = last};
-    return 0;
+    int rc = stage_role_check(&r, L, stage_index, num_stages);
+    if (rc == 0) *role = r;
+    return rc;
 }
 
 /* Every tensor of the role present with its shape, before any is loaded. */
