@@ -157,9 +157,13 @@ int reference_model_load(struct reference_model **out, const struct model_config
                                 opt->layer_start, opt->layer_end, cfg->num_layers);
     if (cfg->head_dim <= 0 || cfg->head_dim % 2 || cfg->head_dim > OPS_ATTN_MAX_HEAD_DIM ||
         cfg->num_kv_heads <= 0 || cfg->num_heads % cfg->num_kv_heads)
-        return strata_set_error(STRATA_EINVAL,
-                                "reference_model: unsupported heads (nh %d, nkv %d, head_dim %d)",
-                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim);
+        /* The model's shape, not a caller's argument: EFORMAT (an input error), which also
+         * lets stage_open report the checkpoint's tensors when they do not match either. */
+        return strata_set_error(STRATA_EFORMAT,
+                                "reference_model: unsupported heads (nh %d, nkv %d, head_dim %d; "
+                                "head_dim must be even and at most %d)",
+                                cfg->num_heads, cfg->num_kv_heads, cfg->head_dim,
+                                OPS_ATTN_MAX_HEAD_DIM);
     if (cfg->num_experts > 0 &&
         (cfg->num_experts_per_tok < 1 || cfg->num_experts_per_tok > cfg->num_experts ||
          cfg->num_experts_per_tok > MOE_MAX_TOP_K))

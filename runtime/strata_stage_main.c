@@ -93,7 +93,7 @@ static int open_config(struct run *r, const struct args *a) {
         snprintf(config_path, sizeof config_path, "%s/config.json", a->model_dir);
     else
         snprintf(config_path, sizeof config_path, "%s", a->hf_config);
-    if (cli_read_file(&r->config_json, &r->config_len, config_path) < 0 ||
+    if (model_config_read(&r->config_json, &r->config_len, config_path) < 0 ||
         model_config_parse(&r->cfg, r->config_json, r->config_len, config_path) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;

@@ -195,7 +195,7 @@ static void vrun_close(struct vrun *r) {
 static int vopen(struct vrun *r, const struct vargs *a) {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", a->model);
-    int rc = cli_read_file(&r->config_json, &r->config_len, path);
+    int rc = model_config_read(&r->config_json, &r->config_len, path);
     if (rc == 0) rc = model_config_parse(&r->cfg, r->config_json, r->config_len, path);
     if (rc == 0 && !r->cfg.has_vision)
         rc = strata_set_error(STRATA_EFORMAT, "%s: model %s has no vision tower", path,

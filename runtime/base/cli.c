@@ -2,6 +2,9 @@
 #include "runtime/base/cli.h"
 
 #include <errno.h>
+#include <sys/stat.h>
+#include <stdint.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,32 +49,54 @@ int cli_parse_ids(int32_t *out, int cap, const char *text, long lo, long hi) {
     return n;
 }
 
-int cli_read_file(char **out, size_t *len, const char *path) {
-    FILE *f = fopen(path, "rb");
-    long size;
-    char *buf;
+int cli_read_file_max(char **out, size_t *len, const char *path, size_t max_bytes) {
+    struct stat st;
+    char *buf = NULL;
+    int rc = STRATA_OK;
     *out = NULL;
     *len = 0;
-    if (!f) return strata_set_error(STRATA_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0 || (size = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return strata_set_error(STRATA_EIO, "cannot read %s", path);
+    /* O_NONBLOCK: opening a FIFO put in place of a file would otherwise wait for a writer
+     * forever; fstat then refuses it, as it refuses a directory or a device. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0)
+        return strata_set_error(STRATA_ENOTFOUND, "cannot open %s: %s", path, strerror(errno));
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        rc = strata_set_error(STRATA_EIO, "%s: not a regular file", path);
+        goto done;
     }
-    buf = malloc((size_t)size + 1);
+    if ((uint64_t)st.st_size > max_bytes) {
+        rc = strata_set_error(STRATA_EIO, "%s: %lld bytes, more than the %zu MiB allowed", path,
+                              (long long)st.st_size, max_bytes >> 20);
+        goto done;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    buf = malloc(n + 1);
     if (!buf) {
-        fclose(f);
-        return strata_set_error(STRATA_ENOMEM, "no memory for the %ld bytes of %s", size, path);
+        rc = strata_set_error(STRATA_ENOMEM, "no memory for the %zu bytes of %s", n, path);
+        goto done;
     }
-    if (fread(buf, 1, (size_t)size, f) != (size_t)size) {
-        fclose(f);
-        free(buf);
-        return strata_set_error(STRATA_EIO, "cannot read %s", path);
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        got += (size_t)r;
     }
-    fclose(f);
-    buf[size] = '\0';
+    if (got != n) {
+        rc = strata_set_error(STRATA_EIO, "cannot read %s: short read", path);
+        goto done;
+    }
+    buf[n] = '\0';
     *out = buf;
-    *len = (size_t)size;
-    return 0;
+    *len = n;
+    buf = NULL;
+done:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+int cli_read_file(char **out, size_t *len, const char *path) {
+    return cli_read_file_max(out, len, path, SIZE_MAX);
 }
 
 int cli_write_file_atomic(const char *path, const void *data, size_t len) {

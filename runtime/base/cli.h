@@ -20,7 +20,10 @@ int cli_parse_ids(int32_t *out, int cap, const char *text, long lo, long hi);
 
 /* Reads the whole file at `path` into a malloc'ed buffer with a terminating NUL (not
  * counted in *len), so text files can be parsed as strings. Missing or unopenable file:
- * STRATA_ENOTFOUND; a failed read: STRATA_EIO; no memory: STRATA_ENOMEM. */
+ * STRATA_ENOTFOUND; anything but a regular file (a FIFO put in its place never blocks the
+ * open), more than max_bytes or a failed read: STRATA_EIO; no memory: STRATA_ENOMEM. */
+int cli_read_file_max(char **out, size_t *len, const char *path, size_t max_bytes);
+/* cli_read_file_max without a size limit. */
 int cli_read_file(char **out, size_t *len, const char *path);
 
 /* Writes `data` to `path` through a temporary file and rename(), so a reader polling the

@@ -17,6 +17,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 
 /* Where a field lives: `obj` is the JSON object, `prefix` its dotted path ("" or
@@ -415,46 +416,31 @@ fail:
     return rc;
 }
 
-int model_config_load(struct model_config *cfg, const char *path) {
-    char file[4096];
+/* `path` itself, or DIR/config.json when it is a directory. */
+static int config_file(char *file, size_t cap, const char *path) {
     struct stat st;
-    char *buf = NULL;
-    FILE *f = NULL;
-    int rc;
-    if (!cfg || !path) return strata_set_error(STRATA_EINVAL, "model_config_load: null argument");
     if (stat(path, &st) != 0)
         return strata_set_error(STRATA_ENOTFOUND, "%s: %s", path, strerror(errno));
-    if (S_ISDIR(st.st_mode)) {
-        if ((size_t)snprintf(file, sizeof file, "%s/config.json", path) >= sizeof file)
-            return strata_set_error(STRATA_EINVAL, "%s: path too long", path);
-    } else {
-        snprintf(file, sizeof file, "%s", path);
-    }
-    f = fopen(file, "rb");
-    if (!f) return strata_set_error(STRATA_ENOTFOUND, "%s: %s", file, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) {
-        rc = strata_set_error(STRATA_EIO, "%s: cannot seek: %s", file, strerror(errno));
-        goto fail;
-    }
-    long n = ftell(f);
-    if (n < 0 || n > (64L << 20)) {
-        rc = strata_set_error(STRATA_EIO, "%s: unreadable or larger than 64 MiB", file);
-        goto fail;
-    }
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    if (!buf) {
-        rc = strata_set_error(STRATA_ENOMEM, "%s: out of memory", file);
-        goto fail;
-    }
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) {
-        rc = strata_set_error(STRATA_EIO, "%s: short read", file);
-        goto fail;
-    }
-    rc = model_config_parse(cfg, buf, (size_t)n, file);
-fail:
-    free(buf);
-    if (f) fclose(f);
+    const char *fmt = S_ISDIR(st.st_mode) ? "%s/config.json" : "%s";
+    if ((size_t)snprintf(file, cap, fmt, path) >= cap)
+        return strata_set_error(STRATA_EINVAL, "%s: path too long", path);
+    return STRATA_OK;
+}
+
+int model_config_read(char **json, size_t *len, const char *path) {
+    if (!json || !len || !path)
+        return strata_set_error(STRATA_EINVAL, "model_config_read: null argument");
+    return cli_read_file_max(json, len, path, MODEL_CONFIG_MAX_BYTES);
+}
+
+int model_config_load(struct model_config *cfg, const char *path) {
+    char file[4096], *json;
+    size_t len;
+    if (!cfg || !path) return strata_set_error(STRATA_EINVAL, "model_config_load: null argument");
+    int rc = config_file(file, sizeof file, path);
+    if (rc || (rc = model_config_read(&json, &len, file))) return rc;
+    rc = model_config_parse(cfg, json, len, file);
+    free(json);
     return rc;
 }
 

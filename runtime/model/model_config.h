@@ -92,6 +92,15 @@ struct model_config {
 int model_config_parse(struct model_config *cfg, const char *json, size_t len,
                        const char *source_name);
 
+/* Largest config.json read: real ones are a few KiB; a bound keeps a huge or sparse file
+ * from being read into memory whole. */
+#define MODEL_CONFIG_MAX_BYTES (64 << 20)
+
+/* Reads the config.json file `path` into a new NUL-terminated buffer (*json, *len bytes;
+ * free it). Refuses anything but a regular file of at most MODEL_CONFIG_MAX_BYTES (a
+ * directory or FIFO is refused, not read or waited on). */
+int model_config_read(char **json, size_t *len, const char *path);
+
 /* Reads and parses a config.json file, or DIR/config.json when `path` is a directory. */
 int model_config_load(struct model_config *cfg, const char *path);
 

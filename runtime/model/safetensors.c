@@ -297,7 +297,9 @@ static int map_file(struct safetensors *st, const char *path) {
     f->path = strdup(path);
     if (!f->path) return strata_set_error(STRATA_ENOMEM, "%s: out of memory", path);
     st->num_files++;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in place of the file would otherwise block the open until a
+     * writer appears; fstat below refuses it. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0) return strata_set_error(STRATA_ENOTFOUND, "%s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
@@ -320,9 +322,20 @@ static int map_file(struct safetensors *st, const char *path) {
 }
 
 static int read_small_file(char **out, size_t *len, const char *path) {
-    FILE *f = fopen(path, "rb");
     *out = NULL;
-    if (!f) return strata_set_error(STRATA_ENOTFOUND, "%s: %s", path, strerror(errno));
+    /* Opened as in map_file (a FIFO must not block), then read through stdio. */
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return strata_set_error(STRATA_ENOTFOUND, "%s: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return strata_set_error(STRATA_EIO, "%s: not a regular file", path);
+    }
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return strata_set_error(STRATA_EIO, "%s: %s", path, strerror(errno));
+    }
     int rc = STRATA_OK;
     long n = -1;
     if (fseek(f, 0, SEEK_END) == 0) n = ftell(f);

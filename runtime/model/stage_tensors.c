@@ -71,6 +71,13 @@ static int has(const struct safetensors *st, const char *name) {
     return st && safetensors_find(st, name) != NULL;
 }
 
+/* Per-expert tensors are the one part of the list that grows as a product of config fields
+ * (num_experts x MoE layers x 3): a small hostile or mistaken config.json could ask for
+ * hundreds of millions of entries (tens of GB, minutes) before any check runs. No real
+ * checkpoint comes near this many tensors (Qwen3-235B has about 18k), and a checkpoint with
+ * more raises the limit to its own count, since a list that matches it cannot be longer. */
+#define LIST_MAX_ENTRIES (1 << 18)
+
 /* Marks the last entry as a fused expert tensor stored in `layout`. */
 static void mark_fused(struct stage_tensor_list *list, enum stage_tensor_layout layout,
                        int swap_ok) {
@@ -106,6 +113,21 @@ static int add_moe_layer(struct stage_tensor_list *list, const struct model_conf
         ADD(STAGE_SLOT_EXPERTS_DOWN, l, (E, H, I), "%slayers.%d.mlp.experts.down_proj", p, l);
         mark_fused(list, STAGE_LAYOUT_OUT_MAJOR, 1);
         return STRATA_OK;
+    }
+    const int64_t limit =
+        st && safetensors_count(st) > LIST_MAX_ENTRIES ? safetensors_count(st) : LIST_MAX_ENTRIES;
+    if (list->count + 3 * E > limit) {
+        if (st)
+            return strata_set_error(STRATA_EFORMAT,
+                                    "num_experts %d asks for more than %lld tensors (3 per expert "
+                                    "in every MoE layer, past it at layer %d) but the checkpoint "
+                                    "holds %d: the config does not describe this checkpoint",
+                                    cfg->num_experts, (long long)limit, l, safetensors_count(st));
+        return strata_set_error(
+            STRATA_EFORMAT,
+            "num_experts %d asks for more than %lld tensors (3 per expert in "
+            "every MoE layer, past it at layer %d): no checkpoint is that large",
+            cfg->num_experts, (long long)limit, l);
     }
     for (int e = 0; e < cfg->num_experts; ++e) {
         ADDX(STAGE_SLOT_EXPERT_GATE, l, e, (I, H), "%slayers.%d.mlp.experts.%d.gate_proj.weight", p,
