@@ -1,6 +1,7 @@
 /* Backend selection by device and the role-checked calls; see backend.h. */
 #include "runtime/stage/backend.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +99,70 @@ int stage_backend_kv_restore(struct stage_backend *be, const int *slots, int n,
     return be->iface->kv_restore(be, slots, n, in);
 }
 
+void stage_backend_info(const struct stage_backend *be, struct stage_backend_info *out) {
+    memset(out, 0, sizeof *out);
+    out->device_index = -1;
+    out->tp = out->kvp = 1;
+    be->iface->describe(be, out);
+}
+
+/* snprintf at *used into buf, keeping *used within cap. */
+static void append(char *buf, size_t cap, size_t *used, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void append(char *buf, size_t cap, size_t *used, const char *fmt, ...) {
+    va_list ap;
+    if (*used >= cap) return;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *used, cap - *used, fmt, ap);
+    va_end(ap);
+    if (n > 0) *used = *used + (size_t)n < cap ? *used + (size_t)n : cap - 1;
+}
+
+void stage_backend_device_words(const struct stage_backend_info *i, char *buf, size_t cap) {
+    size_t used = 0;
+    if (cap) buf[0] = 0;
+    if (strcmp(i->kind, "cpu") == 0) {
+        append(buf, cap, &used, "cpu, %d thread%s", i->threads, i->threads == 1 ? "" : "s");
+        return;
+    }
+    append(buf, cap, &used, "%s:%d, %s, ", i->kind, i->device_index,
+           i->device_name[0] ? i->device_name : "?");
+    if (i->graphs)
+        append(buf, cap, &used, "decode graphs on (%ld launched, %ld instantiated)",
+               i->graph_launches, i->graph_instantiations);
+    else
+        append(buf, cap, &used, "decode graphs off");
+}
+
 void stage_backend_describe(const struct stage_backend *be, char *buf, size_t cap) {
-    be->iface->describe(be, buf, cap);
+    struct stage_backend_info i;
+    char words[512];
+    size_t used = 0;
+    stage_backend_info(be, &i);
+    stage_backend_device_words(&i, words, sizeof words);
+    if (cap) buf[0] = 0;
+    append(buf, cap, &used, "device: %s\n", words);
+    if (i.kernels)
+        append(buf, cap, &used, "kernels: %s%s (every path gives the same bits)\n", i.kernels,
+               i.q8_on_vnni ? " (q8 on VNNI)" : "");
+    if (strcmp(i.kind, "cpu") == 0)
+        append(buf, cap, &used, "weights: %d tensors, %zu bytes (+%zu bytes widened)",
+               i.weight_tensors, i.weight_bytes, i.widened_bytes);
+    else
+        append(buf, cap, &used,
+               "weights: %d tensors, %zu bytes (%zu bytes on the device), KV %zu bytes on the "
+               "device",
+               i.weight_tensors, i.weight_bytes, i.device_weight_bytes, i.device_kv_bytes);
+    if (i.tp > 1 || i.kvp > 1)
+        append(buf, cap, &used, ", TP shard %d of %d, KVP rank %d of %d%s", i.tp_rank, i.tp,
+               i.kvp_rank, i.kvp, i.nccl ? " (NCCL)" : "");
+    if (i.q8)
+        append(buf, cap, &used, "; q8: %zu bytes of 8-bit copies replace %zu bytes", i.q8_bytes,
+               i.q8_replaced_bytes);
+    /* reference/weight_arena.h: why the matrices are moved out of the file's mapping. */
+    if (strcmp(i.kind, "cpu") == 0)
+        append(buf, cap, &used,
+               "; %zu bytes of streamed matrices moved into anonymous memory, %zu bytes of it in "
+               "transparent huge pages",
+               i.moved_bytes, i.huge_page_bytes);
 }

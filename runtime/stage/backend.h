@@ -47,6 +47,31 @@ static inline int stage_tp_is_split(const struct stage_tp_config *c) {
     return c && (c->tp > 1 || c->kvp > 1);
 }
 
+/* What a backend is and holds, as fields: the startup summary, a ring describe, tests and
+ * benchmarks read these (stage_backend_describe formats them: one formatter for every
+ * backend), never prose parsed back. */
+struct stage_backend_info {
+    const char *kind;      /* "cpu", "cuda" */
+    int device_index;      /* the CUDA ordinal; -1 for the CPU */
+    char device_name[200]; /* as the device's driver describes it (CUDA: name, compute
+                            * capability, memory); "" for the CPU */
+    int threads;           /* CPU worker threads; 0 on a device */
+    const char *kernels;   /* CPU: the matmul path cpuid picked (ops_path_name); NULL else */
+    int q8_on_vnni;        /* CPU: q8 matmuls through AVX-512 VNNI */
+    int graphs;            /* CUDA: decode steps run as CUDA graphs */
+    long graph_launches, graph_instantiations;
+    int weight_tensors;
+    size_t weight_bytes;  /* as stored in the checkpoint (this rank's slices) */
+    size_t widened_bytes; /* CPU: f32 copies made at load */
+    int q8;               /* CPU: 8-bit weights */
+    size_t q8_bytes, q8_replaced_bytes;
+    size_t moved_bytes, huge_page_bytes; /* CPU: matrices moved out of the file's mapping, and
+                                          * how much of that is in transparent huge pages */
+    size_t device_weight_bytes, device_kv_bytes; /* CUDA: held on the device */
+    int tp, tp_rank, kvp, kvp_rank;              /* this rank's place (1, 0: not split) */
+    int nccl;                                    /* collectives on NCCL */
+};
+
 /* The operations a backend provides. All are required but `argmax`. */
 struct stage_backend_i {
     /* hidden [n, H] = embedding rows of tokens [n]; STRATA_ERANGE for an id outside
@@ -78,9 +103,8 @@ struct stage_backend_i {
      * (STRATA_ERANGE), another KV shape (STRATA_EFORMAT) or too many positions. */
     int (*kv_restore)(struct stage_backend *be, const int *slots, int n,
                       const struct kv_handoff *in);
-    /* The startup summary's lines about the backend: "device: ..." (kind, threads or
-     * device id) and "weights: ..." (tensors, bytes), separated by a newline. */
-    void (*describe)(const struct stage_backend *be, char *buf, size_t cap);
+    /* Fills *out (zeroed by the caller). */
+    void (*describe)(const struct stage_backend *be, struct stage_backend_info *out);
     /* Frees the context (weights, scratch, KV); the stage_backend itself is freed by
      * stage_backend_free. */
     void (*free)(struct stage_backend *be);
@@ -151,6 +175,13 @@ int stage_backend_kv_pack(struct stage_backend *be, struct kv_handoff *out, cons
                           int n);
 int stage_backend_kv_restore(struct stage_backend *be, const int *slots, int n,
                              const struct kv_handoff *in);
+void stage_backend_info(const struct stage_backend *be, struct stage_backend_info *out);
+/* The startup summary's lines about the backend, from its info: "device: ..." (kind,
+ * threads or device), for the CPU "kernels: ...", and "weights: ..." (tensors, bytes, the
+ * rank's place), separated by newlines. */
 void stage_backend_describe(const struct stage_backend *be, char *buf, size_t cap);
+/* The "device: " line's words alone ("cpu, 4 threads", "cuda:0, <device>, decode graphs
+ * on (...)"), what a ring describe lists per stage. */
+void stage_backend_device_words(const struct stage_backend_info *info, char *buf, size_t cap);
 
 #endif

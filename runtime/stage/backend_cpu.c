@@ -113,36 +113,27 @@ static int cpu_kv_restore(struct stage_backend *be, const int *slots, int n,
     return kv_cache_restore(&ctx(be)->kv, slots, n, in);
 }
 
-static void cpu_describe(const struct stage_backend *be, char *buf, size_t cap) {
+static void cpu_describe(const struct stage_backend *be, struct stage_backend_info *out) {
     const struct cpu_context *c = ctx(be);
-    size_t replaced, q8 = reference_model_q8_bytes(c->model, &replaced);
     /* The kernels cpuid picked (every path gives the same bits, so this is about speed: an
      * operator comparing two boxes' tokens/s wants to know which ran). */
     const enum ops_path path = ops_matmul_path();
-    int used = snprintf(
-        buf, cap,
-        "device: cpu, %d thread%s\nkernels: %s%s (every path gives the same bits)\nweights: %d "
-        "tensors, %zu bytes (+%zu bytes widened)",
-        c->num_threads, c->num_threads == 1 ? "" : "s", ops_path_name(path),
-        c->weights_dtype == REFERENCE_WEIGHTS_Q8 && path == OPS_PATH_AVX512 &&
-                ops_avx512_vnni_available()
-            ? " (q8 on VNNI)"
-            : "",
-        reference_model_num_tensors(c->model), reference_model_weight_bytes(c->model),
-        reference_model_extra_bytes(c->model));
-    if ((c->tp > 1 || c->kvp > 1) && used > 0 && (size_t)used < cap)
-        used += snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d",
-                         c->tp_rank, c->tp, c->kvp_rank, c->kvp);
-    if (c->weights_dtype == REFERENCE_WEIGHTS_Q8 && used > 0 && (size_t)used < cap)
-        used += snprintf(buf + used, cap - (size_t)used,
-                         "; q8: %zu bytes of 8-bit copies replace %zu bytes", q8, replaced);
-    /* reference/weight_arena.h: why the matrices are moved out of the file's mapping. */
-    size_t huge, copied = reference_model_copied_bytes(c->model, &huge);
-    if (used > 0 && (size_t)used < cap)
-        snprintf(buf + used, cap - (size_t)used,
-                 "; %zu bytes of streamed matrices moved into anonymous memory, %zu bytes of "
-                 "it in transparent huge pages",
-                 copied, huge);
+    out->kind = "cpu";
+    out->threads = c->num_threads;
+    out->kernels = ops_path_name(path);
+    out->q8 = c->weights_dtype == REFERENCE_WEIGHTS_Q8;
+    out->q8_on_vnni = out->q8 && path == OPS_PATH_AVX512 && ops_avx512_vnni_available();
+    out->weight_tensors = reference_model_num_tensors(c->model);
+    out->weight_bytes = reference_model_weight_bytes(c->model);
+    out->widened_bytes = reference_model_extra_bytes(c->model);
+    out->q8_bytes = reference_model_q8_bytes(c->model, &out->q8_replaced_bytes);
+    out->moved_bytes = reference_model_copied_bytes(c->model, &out->huge_page_bytes);
+    if (c->tp > 1 || c->kvp > 1) {
+        out->tp = c->tp;
+        out->tp_rank = c->tp_rank;
+        out->kvp = c->kvp;
+        out->kvp_rank = c->kvp_rank;
+    }
 }
 
 static void cpu_free(struct stage_backend *be) {

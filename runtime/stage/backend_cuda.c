@@ -502,23 +502,26 @@ static int cuda_argmax_ids(struct stage_backend *be, int32_t *ids, const float *
 
 /* ---------------------------------------------------------------- describe, free, open */
 
-static void cuda_describe(const struct stage_backend *be, char *buf, size_t cap) {
+static void cuda_describe(const struct stage_backend *be, struct stage_backend_info *out) {
     const struct cuda_context *c = ctx(be);
-    char mem[200], graphs[120];
-    if (cuda_device_describe(c->device, mem, sizeof mem)) snprintf(mem, sizeof mem, "%s", "?");
-    if (c->use_graphs)
-        snprintf(graphs, sizeof graphs, "decode graphs on (%ld launched, %ld instantiated)",
-                 c->graph_launches, c->graph_instantiations);
-    else
-        snprintf(graphs, sizeof graphs, "decode graphs off");
-    int used = snprintf(buf, cap,
-                        "device: cuda:%d, %s, %s\nweights: %d tensors, %zu bytes (%zu bytes on "
-                        "the device), KV %zu bytes on the device",
-                        c->device, mem, graphs, c->num_tensors, c->weight_bytes,
-                        c->device_weight_bytes, backend_cuda_kv_bytes(be));
-    if (c->grid && used > 0 && (size_t)used < cap) /* the CPU backend's words */
-        snprintf(buf + used, cap - (size_t)used, ", TP shard %d of %d, KVP rank %d of %d (NCCL)",
-                 c->tp_rank, c->tp, c->kvp_rank, c->kvp);
+    out->kind = "cuda";
+    out->device_index = c->device;
+    if (cuda_device_describe(c->device, out->device_name, sizeof out->device_name))
+        snprintf(out->device_name, sizeof out->device_name, "%s", "?");
+    out->graphs = c->use_graphs;
+    out->graph_launches = c->graph_launches;
+    out->graph_instantiations = c->graph_instantiations;
+    out->weight_tensors = c->num_tensors;
+    out->weight_bytes = c->weight_bytes;
+    out->device_weight_bytes = c->device_weight_bytes;
+    out->device_kv_bytes = backend_cuda_kv_bytes(be);
+    if (c->grid) {
+        out->tp = c->tp;
+        out->tp_rank = c->tp_rank;
+        out->kvp = c->kvp;
+        out->kvp_rank = c->kvp_rank;
+        out->nccl = 1;
+    }
 }
 
 static void cuda_free_backend(struct stage_backend *be) {

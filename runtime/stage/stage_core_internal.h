@@ -168,7 +168,7 @@ struct stage_core {
      * describes stage 0 has in flight, and what the driver's last tick said. */
     int describe_tp, describe_kvp, describe_threads;
     char describe_dtype[16];
-    char describe_device[160]; /* the backend's "device: ..." line, filled on first use */
+    char describe_device[256]; /* the backend's device in words, filled on first use */
     struct stage_describe_pending describes[STAGE_MAX_DESCRIBES];
     uint64_t describe_seq;
     int64_t clock_ms;

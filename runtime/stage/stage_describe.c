@@ -40,14 +40,12 @@ void stage_core_set_describe(struct stage_core *core, int tp, int kvp, int num_t
              weights_dtype ? weights_dtype : "");
 }
 
-/* The backend's own first line ("device: cpu, 4 threads"), without its label. */
+/* The backend's device in words ("cpu, 4 threads"), kept from the first describe. */
 static const char *device_words(struct stage_core *core) {
     if (!core->describe_device[0]) {
-        char text[512];
-        stage_backend_describe(core->be, text, sizeof text);
-        const char *line = strncmp(text, "device: ", 8) ? text : text + 8;
-        size_t n = strcspn(line, "\n");
-        snprintf(core->describe_device, sizeof core->describe_device, "%.*s", (int)n, line);
+        struct stage_backend_info info;
+        stage_backend_info(core->be, &info);
+        stage_backend_device_words(&info, core->describe_device, sizeof core->describe_device);
     }
     return core->describe_device;
 }

@@ -238,9 +238,9 @@ static int lead_kv_restore(struct stage_backend *be, const int *slots, int n,
                                            "each TP rank holds only its KV heads");
 }
 
-static void lead_describe(const struct stage_backend *be, char *buf, size_t cap) {
+static void lead_describe(const struct stage_backend *be, struct stage_backend_info *out) {
     const struct tp_leader *l = leader(be);
-    l->inner->iface->describe(l->inner, buf, cap);
+    l->inner->iface->describe(l->inner, out);
 }
 
 static void lead_free(struct stage_backend *be) {

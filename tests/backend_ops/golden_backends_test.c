@@ -72,25 +72,20 @@ static _Thread_local const char *rank_device;
 /* When set, run_case records each step's greedy id (stage_backend_argmax) here [n_steps]. */
 static _Thread_local int32_t *rank_ids;
 
-/* Adds the graph launches a backend's describe line reports ("decode graphs on (N
- * launched, M instantiated)"). Every backend here decodes at one batch size only, so its
- * graph must be instantiated once and then updated in place at every step: more
+/* Adds the graph launches a backend reports. Every backend here decodes at one batch size
+ * only, so its graph must be instantiated once and then updated in place at every step: more
  * instantiations mean cudaGraphExecUpdate keeps failing (a slow path, counted as an error). */
 static void count_graphs(const struct stage_backend *be) {
-    char text[1024];
-    stage_backend_describe(be, text, sizeof text);
-    const char *on = strstr(text, "decode graphs on (");
-    if (!on) return;
-    char *end = NULL;
-    long launched = strtol(on + strlen("decode graphs on ("), &end, 10);
-    long instantiated = end ? strtol(end + strlen(" launched, "), NULL, 10) : 0;
-    graph_launches += launched;
+    struct stage_backend_info info;
+    stage_backend_info(be, &info);
+    if (!info.graphs) return;
+    graph_launches += info.graph_launches;
     for (int l = be->role.layer_start; l < be->role.layer_end; ++l)
         if (model_config_layer_is_moe(be->cfg, l)) {
-            moe_graph_launches += launched;
+            moe_graph_launches += info.graph_launches;
             break;
         }
-    if (instantiated > 1) graph_reinstants += instantiated - 1;
+    if (info.graph_instantiations > 1) graph_reinstants += info.graph_instantiations - 1;
 }
 
 /* Every open reports its load progress (runtime/base/progress.h): one total, done bytes
