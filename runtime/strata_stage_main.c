@@ -120,29 +120,6 @@ static int resolve_split(struct run *r, struct args *a) {
     return STRATA_EXIT_OK;
 }
 
-/* A TP follower's backend: its shard of the stage's layers (no core, no listener). */
-static int open_follower(struct run *r, const struct args *a, const struct stage_role *role,
-                         struct strata_progress progress) {
-    int rc = stage_tp_open(&r->follower,
-                           &(struct stage_backend_options){.cfg = &r->cfg,
-                                                           .weights = r->st,
-                                                           .role = *role,
-                                                           .device = a->device,
-                                                           .num_threads = a->threads,
-                                                           .weights_dtype = a->weights_dtype,
-                                                           .weights_in_file = a->weights_in_file,
-                                                           .max_seq = a->max_seq,
-                                                           .num_slots = a->max_batch,
-                                                           .tp = &r->tp,
-                                                           .progress = progress});
-    if (rc < 0) {
-        fprintf(stderr, "strata-stage: TP rank %d / KVP rank %d: %s\n", a->tp_rank, a->kvp_rank,
-                strata_last_error());
-        return open_exit_code(rc);
-    }
-    return STRATA_EXIT_OK;
-}
-
 /* Config, shard, weights, backend and core: returns an exit code (0 = opened). */
 static int open_stage(struct run *r, const struct args *a) {
     struct stage_tensor_list report;
@@ -162,28 +139,30 @@ static int open_stage(struct run *r, const struct args *a) {
     }
     progress_printer_init(&progress, stderr, "loading weights",
                           progress_mode_from_env("STRATA_PROGRESS"));
-    if (a->tp * a->kvp > 1 && (a->tp_rank > 0 || a->kvp_rank > 0))
-        return open_follower(r, a, &role, progress_printer_callback(&progress));
-    rc = stage_open(&r->stage,
-                    &(struct stage_open_options){.cfg = &r->cfg,
-                                                 .weights = r->st,
-                                                 .weights_source = source,
-                                                 .stage_index = a->stage_idx,
-                                                 .num_stages = a->num_stages,
-                                                 .layer_start = role.layer_start,
-                                                 .layer_end = role.layer_end,
-                                                 .device = a->device,
-                                                 .num_threads = a->threads,
-                                                 .weights_dtype = a->weights_dtype,
-                                                 .weights_in_file = a->weights_in_file,
-                                                 .max_seq = a->max_seq,
-                                                 .max_batch = a->max_batch,
-                                                 .chunk_size = a->chunk_size,
-                                                 .keep_logits = role.with_head && a->out,
-                                                 .send_kv = a->send_kv,
-                                                 .tp = a->tp * a->kvp > 1 ? &r->tp : NULL,
-                                                 .progress = progress_printer_callback(&progress)},
-                    &report);
+    struct stage_open_options o = {.cfg = &r->cfg,
+                                   .weights = r->st,
+                                   .weights_source = source,
+                                   .stage_index = a->stage_idx,
+                                   .num_stages = a->num_stages,
+                                   .layer_start = role.layer_start,
+                                   .layer_end = role.layer_end,
+                                   .device = a->device,
+                                   .num_threads = a->threads,
+                                   .weights_dtype = a->weights_dtype,
+                                   .weights_in_file = a->weights_in_file,
+                                   .max_seq = a->max_seq,
+                                   .max_batch = a->max_batch,
+                                   .chunk_size = a->chunk_size,
+                                   .keep_logits = role.with_head && a->out,
+                                   .send_kv = a->send_kv,
+                                   .tp = a->tp * a->kvp > 1 ? &r->tp : NULL,
+                                   .progress = progress_printer_callback(&progress)};
+    /* A TP / KVP rank other than the group's rank 0 follows it: its shard's backend only. */
+    int follower = a->tp * a->kvp > 1 && (a->tp_rank > 0 || a->kvp_rank > 0);
+    rc = follower ? stage_open_follower(&r->follower, &o, &report)
+                  : stage_open(&r->stage, &o, &report);
+    if (rc < 0 && follower)
+        strata_wrap_error(rc, "TP rank %d / KVP rank %d", a->tp_rank, a->kvp_rank);
     if (rc < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         if (report.count > 0) {
@@ -195,6 +174,7 @@ static int open_stage(struct run *r, const struct args *a) {
         stage_tensor_list_free(&report);
         return open_exit_code(rc);
     }
+    if (follower) return STRATA_EXIT_OK;
     stage_core_set_recovery_timeout(r->stage.core, a->recovery_timeout_ms);
     stage_core_set_kv_recovery(r->stage.core, (enum stage_kv_recovery)a->kv_recovery,
                                (size_t)a->kv_keep_mb << 20);

@@ -47,35 +47,41 @@ static int check_tensors(const struct stage_open_options *opt, const struct stag
     return rc;
 }
 
-int stage_open(struct stage *out, const struct stage_open_options *opt,
-               struct stage_tensor_list *report) {
-    struct stage_backend_options bo;
+/* The role, then the backend of it on the device (a TP / KVP rank's shard through
+ * stage_tp_open), with the full tensor report when the checkpoint does not fit: what a stage
+ * and a TP follower open alike. */
+static int open_backend(struct stage_backend **out, const struct stage_open_options *opt,
+                        struct stage_tensor_list *report, int follower) {
     struct stage_role role;
-    memset(out, 0, sizeof *out);
+    *out = NULL;
     if (report) memset(report, 0, sizeof *report);
     if (!opt->cfg || !opt->weights)
         return strata_set_error(STRATA_EINVAL, "a stage needs a config and weights");
     int rc = stage_role_for(&role, opt->cfg, opt->stage_index, opt->num_stages, opt->layer_start,
                             opt->layer_end);
     if (rc < 0) return rc;
-    bo = (struct stage_backend_options){.cfg = opt->cfg,
-                                        .weights = opt->weights,
-                                        .role = role,
-                                        .device = opt->device,
-                                        .num_threads = opt->num_threads,
-                                        .weights_dtype = opt->weights_dtype,
-                                        .weights_in_file = opt->weights_in_file,
-                                        .max_seq = opt->max_seq,
-                                        .num_slots = opt->max_batch,
-                                        .tp = opt->tp,
-                                        .progress = opt->progress};
-    if (stage_tp_is_split(opt->tp) && (opt->tp->tp_rank != 0 || opt->tp->kvp_rank != 0))
+    struct stage_backend_options bo = {.cfg = opt->cfg,
+                                       .weights = opt->weights,
+                                       .role = role,
+                                       .device = opt->device,
+                                       .num_threads = opt->num_threads,
+                                       .weights_dtype = opt->weights_dtype,
+                                       .weights_in_file = opt->weights_in_file,
+                                       .max_seq = opt->max_seq,
+                                       .num_slots = opt->max_batch,
+                                       .tp = opt->tp,
+                                       .progress = opt->progress};
+    int split = stage_tp_is_split(opt->tp);
+    int rank0 = !split || (opt->tp->tp_rank == 0 && opt->tp->kvp_rank == 0);
+    if (follower && rank0)
+        return strata_set_error(STRATA_EINVAL, "group rank 0 leads its stage (stage_open); only "
+                                               "the other TP / KVP ranks follow");
+    if (!follower && !rank0)
         return strata_set_error(STRATA_EINVAL,
                                 "TP rank %d / KVP rank %d follows its leader (stage_tp_follow); "
                                 "only rank 0 opens a stage",
                                 opt->tp->tp_rank, opt->tp->kvp_rank);
-    rc = stage_tp_is_split(opt->tp) ? stage_tp_open(&out->backend, &bo)
-                                    : stage_backend_open(&out->backend, &bo);
+    rc = split ? stage_tp_open(out, &bo) : stage_backend_open(out, &bo);
     /* The backend's loader checks the tensors against the manifest itself; only when that
      * fails is the list built again, for the caller's full report (no second check on the
      * way up). Its message names the checkpoint; the loader's is kept if it finds nothing. */
@@ -83,8 +89,14 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
         char why[512];
         snprintf(why, sizeof why, "%s", strata_last_error());
         if (check_tensors(opt, &role, report) == 0) strata_set_error(rc, "%s", why);
-        return rc;
     }
+    return rc;
+}
+
+int stage_open(struct stage *out, const struct stage_open_options *opt,
+               struct stage_tensor_list *report) {
+    memset(out, 0, sizeof *out);
+    int rc = open_backend(&out->backend, opt, report, 0);
     if (rc == 0)
         rc = stage_core_init(&out->core,
                              &(struct stage_core_options){.backend = out->backend,
@@ -99,6 +111,11 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                 opt->num_threads, opt->weights_dtype);
     if (rc < 0) stage_close(out);
     return rc;
+}
+
+int stage_open_follower(struct stage_backend **out, const struct stage_open_options *opt,
+                        struct stage_tensor_list *report) {
+    return open_backend(out, opt, report, 1);
 }
 
 void stage_close(struct stage *stage) {

@@ -49,4 +49,10 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                struct stage_tensor_list *report);
 void stage_close(struct stage *stage); /* accepts a zeroed or half-opened stage */
 
+/* A TP / KVP rank other than group rank 0 (opt->tp split, not rank 0): its shard's backend
+ * only (no core: it runs stage_tp_follow under its leader), resolved, checked and reported
+ * exactly as stage_open does. */
+int stage_open_follower(struct stage_backend **out, const struct stage_open_options *opt,
+                        struct stage_tensor_list *report);
+
 #endif
