@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reference/forward.h"
 #include "reference/model_internal.h"
 #include "runtime/base/status.h"
 
@@ -498,66 +499,90 @@ static int attend_items(struct reference_model *m, const struct layer_weights *L
     return STRATA_OK;
 }
 
-/* One decoder layer (spec §3) over hidden [N, H] in place. Under TP (Megatron-LM) the
- * rank holds nh / nkv heads and F columns: q/k/v and gate/up give its columns, o_proj and
- * down its partial sums, each completed by one all-reduce before the bias / residual. */
-static int layer_forward(struct reference_model *m, const struct layer_weights *L,
-                         struct kv_cache *kv, float *hidden, const struct forward_item *items,
-                         int n_items, int N) {
-    const struct model_config *c = &m->cfg;
-    int H = c->hidden_size, D = c->head_dim, nh = m->nh, nkv = m->nkv, rc;
-    float eps = c->rms_norm_eps;
-    size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D, half = (size_t)D / 2;
+/* ---- the CPU's table of forward.h ops: reference/ops on the host ---- */
 
-    /* Attention block: a = RMSNorm_in(h); q/k/v; per-head q/k norm; RoPE; cache; attend. */
-    rmsnorm(m->norm, hidden, L->input_norm, eps, N, H);
-    float *const qkv_out[3] = {m->q, m->k, m->v};
-    const struct ops_weight *const qkv_w[3] = {&L->q, &L->k, &L->v};
-    matmul_multi(qkv_out, qkv_w, 3, m->norm, N, m->pool);
-    add_bias(m->q, L->q_bias, N, (int)qd);
-    add_bias(m->k, L->k_bias, N, (int)kvd);
-    add_bias(m->v, L->v_bias, N, (int)kvd);
-    rmsnorm(m->q, m->q, L->q_norm, eps, N * nh, D);
-    rmsnorm(m->k, m->k, L->k_norm, eps, N * nkv, D);
-    for (int i = 0; i < N; ++i) {
-        rope_apply(m->q + (size_t)i * qd, m->rope_cos + (size_t)i * half,
-                   m->rope_sin + (size_t)i * half, nh, D);
-        rope_apply(m->k + (size_t)i * kvd, m->rope_cos + (size_t)i * half,
-                   m->rope_sin + (size_t)i * half, nkv, D);
-    }
-    if ((rc = attend_items(m, L, kv, items, n_items, N))) return rc;
-    matmul_split(m->proj, m->attn, &L->o, N, m->leaves, m->pool);
-    if ((rc = tp_reduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
-    add_bias(m->proj, L->o_bias, N, H);
-    vec_add(hidden, m->proj, N * H);
+/* One reference_forward call: the model, the cache it appends to and the hidden rows. */
+struct cpu_pass {
+    struct reference_model *m;
+    struct kv_cache *kv;
+    float *hidden;
+};
 
-    /* MLP block: h = h + MLP_or_MoE(RMSNorm_post(h)). */
-    rmsnorm(m->norm, hidden, L->post_norm, eps, N, H);
-    int reduced = m->tp <= 1;
-    if (L->is_moe) {
-        if ((rc = moe_block(m, L, m->proj, m->norm, N, &reduced))) return rc;
-    } else {
-        int F = m->ffn;
-        float *const gu_out[2] = {m->ffn_gate, m->ffn_up};
-        const struct ops_weight *const gu_w[2] = {&L->gate, &L->up};
-        matmul_multi(gu_out, gu_w, 2, m->norm, N, m->pool);
-        swiglu(m->ffn_gate, m->ffn_gate, m->ffn_up, N * F);
-        matmul_split(m->proj, m->ffn_gate, &L->down, N, m->leaves, m->pool);
-    }
-    if (!reduced && (rc = tp_reduce(m, m->proj, (size_t)N * (size_t)H))) return rc;
-    vec_add(hidden, m->proj, N * H);
+static int op_rmsnorm(void *ctx, float *out, const float *x, const float *w, float eps, int rows,
+                      int dim) {
+    (void)ctx;
+    rmsnorm(out, x, w, eps, rows, dim);
+    return STRATA_OK;
+}
 
-    /* DeepStack (spec §5.4): after layer k's output, add feature k on visual rows. */
+static int op_matmul_multi(void *ctx, float *const *outs, const struct ops_weight *const *ws,
+                           int count, const float *x, int rows) {
+    matmul_multi(outs, ws, count, x, rows, ((struct cpu_pass *)ctx)->m->pool);
+    return STRATA_OK;
+}
+
+static int op_matmul_split(void *ctx, float *out, const float *x, const struct ops_weight *w,
+                           int rows) {
+    const struct reference_model *m = ((struct cpu_pass *)ctx)->m;
+    matmul_split(out, x, w, rows, m->leaves, m->pool);
+    return STRATA_OK;
+}
+
+static int op_add_bias(void *ctx, float *x, const float *bias, int rows, int dim) {
+    (void)ctx;
+    add_bias(x, bias, rows, dim);
+    return STRATA_OK;
+}
+
+static int op_rope_rows(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
+                        int row_floats, int heads, int head_dim) {
+    (void)ctx;
+    const size_t half = (size_t)head_dim / 2;
+    for (int i = 0; i < rows; ++i)
+        rope_apply(x + (size_t)i * (size_t)row_floats, cos_t + (size_t)i * half,
+                   sin_t + (size_t)i * half, heads, head_dim);
+    return STRATA_OK;
+}
+
+static int op_attend(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                     int n_items, int rows) {
+    struct cpu_pass *p = ctx;
+    return attend_items(p->m, L, p->kv, items, n_items, rows);
+}
+
+static int op_tp_reduce(void *ctx, float *x, size_t n) {
+    return tp_reduce(((struct cpu_pass *)ctx)->m, x, n);
+}
+
+static int op_vec_add(void *ctx, float *x, const float *y, int n) {
+    (void)ctx;
+    vec_add(x, y, n);
+    return STRATA_OK;
+}
+
+static int op_swiglu(void *ctx, float *out, const float *gate, const float *up, int n) {
+    (void)ctx;
+    swiglu(out, gate, up, n);
+    return STRATA_OK;
+}
+
+static int op_moe(void *ctx, const struct layer_weights *L, float *out, const float *x, int rows,
+                  int *reduced) {
+    return moe_block(((struct cpu_pass *)ctx)->m, L, out, x, rows, reduced);
+}
+
+static int op_deepstack(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                        int n_items) {
+    const struct cpu_pass *p = ctx;
+    const size_t H = (size_t)p->m->cfg.hidden_size;
     int row = 0;
     for (int it = 0; it < n_items; ++it) {
         const struct forward_item *item = &items[it];
         if (item->deepstack && L->index < item->num_deepstack) {
-            const float *feat =
-                item->deepstack + (size_t)L->index * (size_t)item->n_tokens * (size_t)H;
+            const float *feat = item->deepstack + (size_t)L->index * (size_t)item->n_tokens * H;
             for (int i = 0; i < item->n_tokens; ++i)
                 if (!item->visual_mask || item->visual_mask[i])
-                    vec_add(hidden + (size_t)(row + i) * (size_t)H, feat + (size_t)i * (size_t)H,
-                            H);
+                    vec_add(p->hidden + (size_t)(row + i) * H, feat + (size_t)i * H, (int)H);
         }
         row += item->n_tokens;
     }
@@ -622,8 +647,34 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     int half = c->head_dim / 2;
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,
                 c->has_mrope ? c->mrope_section : NULL, half);
+    struct cpu_pass pass = {m, kv, hidden};
+    const struct forward_ops ops = {.ctx = &pass,
+                                    .rmsnorm = op_rmsnorm,
+                                    .matmul_multi = op_matmul_multi,
+                                    .matmul_split = op_matmul_split,
+                                    .add_bias = op_add_bias,
+                                    .rope_rows = op_rope_rows,
+                                    .attend = op_attend,
+                                    .tp_reduce = op_tp_reduce,
+                                    .vec_add = op_vec_add,
+                                    .swiglu = op_swiglu,
+                                    .moe = op_moe,
+                                    .deepstack = op_deepstack};
+    const struct forward_dims dims = {c->hidden_size, c->head_dim, m->nh,
+                                      m->nkv,         m->ffn,      c->rms_norm_eps};
+    const struct forward_buffers bufs = {.hidden = hidden,
+                                         .norm = m->norm,
+                                         .q = m->q,
+                                         .k = m->k,
+                                         .v = m->v,
+                                         .attn = m->attn,
+                                         .proj = m->proj,
+                                         .ffn_gate = m->ffn_gate,
+                                         .ffn_up = m->ffn_up,
+                                         .rope_cos = m->rope_cos,
+                                         .rope_sin = m->rope_sin};
     for (int l = 0; l < m->n_layers; ++l)
-        if ((rc = layer_forward(m, &m->layers[l], kv, hidden, items, n_items, N))) return rc;
+        if ((rc = forward_layer(&ops, &dims, &bufs, &m->layers[l], items, n_items, N))) return rc;
     for (int it = 0; it < n_items; ++it)
         kv->len[items[it].slot] += items[it].n_tokens;
     return STRATA_OK;

@@ -67,6 +67,7 @@
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
 #include "reference/ops.h"
+#include "reference/forward.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
@@ -272,47 +273,67 @@ static int add_deepstack(struct cuda_context *c, const struct layer_weights *L,
     return rc;
 }
 
-/* One decoder layer over c->hidden [N, H] in place (reference/model.c layer_forward). */
-static int layer_forward(struct cuda_context *c, const struct layer_weights *L,
-                         const struct forward_item *items, int n_items, int N) {
-    const struct model_config *m = c->cfg;
-    int H = m->hidden_size, D = m->head_dim, nh = c->nh, nkv = c->nkv, rc;
-    float eps = m->rms_norm_eps;
-    size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
-    void *s = c->stream;
+/* The owned layers over c->hidden [N, H] in place (reference/forward.h), between the
+ * uploads of the step's tables and rows and the download of the rows. */
+/* ---- the device's table of reference/forward.h ops: the kernels on the stream ---- */
 
-    if ((rc = cuda_rmsnorm(c->norm, c->hidden, L->input_norm, eps, N, H, s)) ||
-        (rc = cuda_matmul(c->q, c->norm, &L->q, N, s)) ||
-        (rc = cuda_matmul(c->k, c->norm, &L->k, N, s)) ||
-        (rc = cuda_matmul(c->v, c->norm, &L->v, N, s)) ||
-        (rc = add_bias(c, c->q, L->q_bias, N, (int)qd)) ||
-        (rc = add_bias(c, c->k, L->k_bias, N, (int)kvd)) ||
-        (rc = add_bias(c, c->v, L->v_bias, N, (int)kvd)) ||
-        (rc = cuda_rmsnorm(c->q, c->q, L->q_norm, eps, N * nh, D, s)) ||
-        (rc = cuda_rmsnorm(c->k, c->k, L->k_norm, eps, N * nkv, D, s)) ||
-        (rc = cuda_rope_apply_rows(c->q, c->rope_cos, c->rope_sin, N, (int)qd, nh, D, s)) ||
-        (rc = cuda_rope_apply_rows(c->k, c->rope_cos, c->rope_sin, N, (int)kvd, nkv, D, s)) ||
-        (rc = attend_items(c, L, items, n_items, N)) ||
-        (rc = cuda_matmul_split(c->proj, c->attn, &L->o, N, c->leaves, s)) ||
-        (rc = backend_cuda_tp_reduce(c, c->proj, (size_t)N * (size_t)H)) ||
-        (rc = add_bias(c, c->proj, L->o_bias, N, H)) ||
-        (rc = cuda_vec_add(c->hidden, c->proj, N * H, s)) ||
-        (rc = cuda_rmsnorm(c->norm, c->hidden, L->post_norm, eps, N, H, s)))
-        return rc;
-    if (L->is_moe) {
-        rc = backend_cuda_moe_block(c, L, c->proj, c->norm, N);
-    } else {
-        int F = c->ffn;
-        if (!(rc = cuda_matmul(c->ffn_gate, c->norm, &L->gate, N, s)) &&
-            !(rc = cuda_matmul(c->ffn_up, c->norm, &L->up, N, s)) &&
-            !(rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, N * F, s)))
-            rc = cuda_matmul_split(c->proj, c->ffn_gate, &L->down, N, c->leaves, s);
-    }
-    /* TP: the ranks' down partials (dense) or expert-tree nodes (MoE) added by the top. */
-    if (!rc) rc = backend_cuda_tp_reduce(c, c->proj, (size_t)N * (size_t)H);
-    if (!rc) rc = cuda_vec_add(c->hidden, c->proj, N * H, s);
-    if (!rc) rc = add_deepstack(c, L, items, n_items);
+static int op_rmsnorm(void *ctx, float *out, const float *x, const float *w, float eps, int rows,
+                      int dim) {
+    return cuda_rmsnorm(out, x, w, eps, rows, dim, ((struct cuda_context *)ctx)->stream);
+}
+
+static int op_matmul_multi(void *ctx, float *const *outs, const struct ops_weight *const *ws,
+                           int count, const float *x, int rows) {
+    int rc = 0;
+    for (int j = 0; j < count && !rc; ++j)
+        rc = cuda_matmul(outs[j], x, ws[j], rows, ((struct cuda_context *)ctx)->stream);
     return rc;
+}
+
+static int op_matmul_split(void *ctx, float *out, const float *x, const struct ops_weight *w,
+                           int rows) {
+    const struct cuda_context *c = ctx;
+    return cuda_matmul_split(out, x, w, rows, c->leaves, c->stream);
+}
+
+static int op_add_bias(void *ctx, float *x, const float *bias, int rows, int dim) {
+    return add_bias(ctx, x, bias, rows, dim);
+}
+
+static int op_rope_rows(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
+                        int row_floats, int heads, int head_dim) {
+    return cuda_rope_apply_rows(x, cos_t, sin_t, rows, row_floats, heads, head_dim,
+                                ((struct cuda_context *)ctx)->stream);
+}
+
+static int op_attend(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                     int n_items, int rows) {
+    return attend_items(ctx, L, items, n_items, rows);
+}
+
+static int op_tp_reduce(void *ctx, float *x, size_t n) {
+    return backend_cuda_tp_reduce(ctx, x, n);
+}
+
+static int op_vec_add(void *ctx, float *x, const float *y, int n) {
+    return cuda_vec_add(x, y, n, ((struct cuda_context *)ctx)->stream);
+}
+
+static int op_swiglu(void *ctx, float *out, const float *gate, const float *up, int n) {
+    return cuda_swiglu(out, gate, up, n, ((struct cuda_context *)ctx)->stream);
+}
+
+/* The ranks' expert-tree nodes are added by the layer's TP reduce (--moe split is refused
+ * at open), so the output is never complete here. */
+static int op_moe(void *ctx, const struct layer_weights *L, float *out, const float *x, int rows,
+                  int *reduced) {
+    *reduced = 0;
+    return backend_cuda_moe_block(ctx, L, out, x, rows);
+}
+
+static int op_deepstack(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                        int n_items) {
+    return add_deepstack(ctx, L, items, n_items);
 }
 
 /* reference/model.c check_items, against the host bookkeeping of the device cache. */
@@ -337,8 +358,33 @@ static int enqueue_forward(struct cuda_context *c, const struct forward_item *it
         (rc = cuda_memcpy_async(c->rope_sin, c->h_sin, table, CUDA_COPY_TO_DEVICE, c->stream)) ||
         (rc = cuda_memcpy_async(c->hidden, c->h_hidden, rows, CUDA_COPY_TO_DEVICE, c->stream)))
         return rc;
+    const struct forward_ops ops = {.ctx = c,
+                                    .rmsnorm = op_rmsnorm,
+                                    .matmul_multi = op_matmul_multi,
+                                    .matmul_split = op_matmul_split,
+                                    .add_bias = op_add_bias,
+                                    .rope_rows = op_rope_rows,
+                                    .attend = op_attend,
+                                    .tp_reduce = op_tp_reduce,
+                                    .vec_add = op_vec_add,
+                                    .swiglu = op_swiglu,
+                                    .moe = op_moe,
+                                    .deepstack = op_deepstack};
+    const struct forward_dims dims = {H,      c->cfg->head_dim, c->nh,
+                                      c->nkv, c->ffn,           c->cfg->rms_norm_eps};
+    const struct forward_buffers bufs = {.hidden = c->hidden,
+                                         .norm = c->norm,
+                                         .q = c->q,
+                                         .k = c->k,
+                                         .v = c->v,
+                                         .attn = c->attn,
+                                         .proj = c->proj,
+                                         .ffn_gate = c->ffn_gate,
+                                         .ffn_up = c->ffn_up,
+                                         .rope_cos = c->rope_cos,
+                                         .rope_sin = c->rope_sin};
     for (int l = 0; l < c->n_layers && !rc; ++l)
-        rc = layer_forward(c, &c->layers[l], items, n_items, N);
+        rc = forward_layer(&ops, &dims, &bufs, &c->layers[l], items, n_items, N);
     if (!rc) rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream);
     return rc;
 }

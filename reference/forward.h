@@ -1,0 +1,80 @@
+/* One decoder layer, written once: the math of a Qwen3 / Qwen3-MoE / Qwen3-VL text layer
+ * (spec §3-§5) read top to bottom, against the operations a backend provides. The CPU's
+ * table is reference/ops run on the host (reference/model.c), a device's is its kernels
+ * enqueued on its stream (runtime/stage/backend_cuda.c); the buffers are wherever that
+ * backend keeps them, and this file never touches their contents. So a new capability of
+ * the layer (a KV dtype, speculative verification) is written here once, and the op
+ * harness (tests/backend_ops) holds each table to the CPU's bits.
+ *
+ * Every op returns 0 or a negative STRATA_E* status with the message set; the first
+ * failure ends the layer. */
+#ifndef STRATA_REFERENCE_FORWARD_H
+#define STRATA_REFERENCE_FORWARD_H
+
+#include <stddef.h>
+
+#include "reference/layer_weights.h"
+#include "reference/ops.h"
+#include "runtime/model/decoder_io.h"
+
+struct forward_ops {
+    void *ctx; /* the backend's: passed to every op */
+    /* out [rows, dim] = RMSNorm(x) * w (out may be x). */
+    int (*rmsnorm)(void *ctx, float *out, const float *x, const float *w, float eps, int rows,
+                   int dim);
+    /* outs[j] [rows, w[j] rows] = x [rows, in] @ w[j]^T for the j < count projections that
+     * share their input (each exactly as one matmul). */
+    int (*matmul_multi)(void *ctx, float *const *outs, const struct ops_weight *const *ws,
+                        int count, const float *x, int rows);
+    /* out = x @ w^T summed by the backend's fixed leaf split (ops.h matmul_split): the
+     * row-parallel projections whose TP partials the reduce adds. */
+    int (*matmul_split)(void *ctx, float *out, const float *x, const struct ops_weight *w,
+                        int rows);
+    /* x [rows, dim] += bias per row; bias NULL: nothing. */
+    int (*add_bias)(void *ctx, float *x, const float *bias, int rows, int dim);
+    /* RoPE on each of rows rows of x (row i's heads at x + i * row_floats) with row i's
+     * cos / sin tables (head_dim / 2 each, rows of the tables in row order). */
+    int (*rope_rows)(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
+                     int row_floats, int heads, int head_dim);
+    /* Appends every item's keys and values (buffers k, v) to its slot and leaves each row's
+     * attention over its slot in buffers attn (KVP: merged across the ranks). */
+    int (*attend)(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                  int n_items, int rows);
+    /* TP: adds the ranks' partials of x [n] (a no-op without TP). */
+    int (*tp_reduce)(void *ctx, float *x, size_t n);
+    /* x [n] += y [n]. */
+    int (*vec_add)(void *ctx, float *x, const float *y, int n);
+    /* out [n] = silu(gate) * up. */
+    int (*swiglu)(void *ctx, float *out, const float *gate, const float *up, int n);
+    /* out [rows, H] = the MoE block of x [rows, H]; *reduced = 1 when out is complete on
+     * this rank (no TP reduce to follow). */
+    int (*moe)(void *ctx, const struct layer_weights *L, float *out, const float *x, int rows,
+               int *reduced);
+    /* DeepStack (spec §5.4): after layer k, adds each item's feature k on its visual rows
+     * of buffers hidden. */
+    int (*deepstack)(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                     int n_items);
+};
+
+/* The activations of one forward pass, [rows, ...] each, in the backend's memory. */
+struct forward_buffers {
+    float *hidden;                    /* [rows, H], in and out */
+    float *norm;                      /* [rows, H] */
+    float *q, *k, *v, *attn;          /* [rows, nh D], [rows, nkv D] x 2, [rows, nh D] */
+    float *proj;                      /* [rows, H] */
+    float *ffn_gate, *ffn_up;         /* [rows, F] */
+    const float *rope_cos, *rope_sin; /* [rows, D / 2] */
+};
+
+/* The layer's shapes on this rank (heads and the MLP's columns are TP shards). */
+struct forward_dims {
+    int hidden, head_dim, heads, kv_heads, ffn;
+    float eps;
+};
+
+/* One decoder layer over buffers->hidden [rows, H] in place. */
+int forward_layer(const struct forward_ops *ops, const struct forward_dims *d,
+                  const struct forward_buffers *b, const struct layer_weights *L,
+                  const struct forward_item *items, int n_items, int rows);
+
+#endif
