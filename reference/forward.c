@@ -3,10 +3,9 @@
 
 #include "runtime/base/status.h"
 
-int forward_layer(const struct forward_ops *o, const struct forward_dims *d,
+int forward_layer(const struct forward_ops *o, void *x, const struct forward_dims *d,
                   const struct forward_buffers *b, const struct layer_weights *L,
                   const struct forward_item *items, int n_items, int N) {
-    void *x = o->ctx;
     const int H = d->hidden, D = d->head_dim, nh = d->heads, nkv = d->kv_heads;
     const int qd = nh * D, kvd = nkv * D;
     int rc;

@@ -17,8 +17,8 @@
 #include "reference/ops.h"
 #include "runtime/model/decoder_io.h"
 
+/* A backend's table (a constant); `ctx`, its state for one pass, comes with each call. */
 struct forward_ops {
-    void *ctx; /* the backend's: passed to every op */
     /* out [rows, dim] = RMSNorm(x) * w (out may be x). */
     int (*rmsnorm)(void *ctx, float *out, const float *x, const float *w, float eps, int rows,
                    int dim);
@@ -72,8 +72,23 @@ struct forward_dims {
     float eps;
 };
 
-/* One decoder layer over buffers->hidden [rows, H] in place. */
-int forward_layer(const struct forward_ops *ops, const struct forward_dims *d,
+/* The buffers of a backend's context `s` whose scratch fields carry these names, with the
+ * hidden rows `h` (both backends' contexts do: one spelling of the mapping). */
+#define FORWARD_BUFFERS(s, h)                                                                      \
+    ((struct forward_buffers){.hidden = (h),                                                       \
+                              .norm = (s)->norm,                                                   \
+                              .q = (s)->q,                                                         \
+                              .k = (s)->k,                                                         \
+                              .v = (s)->v,                                                         \
+                              .attn = (s)->attn,                                                   \
+                              .proj = (s)->proj,                                                   \
+                              .ffn_gate = (s)->ffn_gate,                                           \
+                              .ffn_up = (s)->ffn_up,                                               \
+                              .rope_cos = (s)->rope_cos,                                           \
+                              .rope_sin = (s)->rope_sin})
+
+/* One decoder layer over buffers->hidden [rows, H] in place; ctx goes to every op. */
+int forward_layer(const struct forward_ops *ops, void *ctx, const struct forward_dims *d,
                   const struct forward_buffers *b, const struct layer_weights *L,
                   const struct forward_item *items, int n_items, int rows);
 

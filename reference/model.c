@@ -589,6 +589,18 @@ static int op_deepstack(void *ctx, const struct layer_weights *L, const struct f
     return STRATA_OK;
 }
 
+static const struct forward_ops cpu_ops = {.rmsnorm = op_rmsnorm,
+                                           .matmul_multi = op_matmul_multi,
+                                           .matmul_split = op_matmul_split,
+                                           .add_bias = op_add_bias,
+                                           .rope_rows = op_rope_rows,
+                                           .attend = op_attend,
+                                           .tp_reduce = op_tp_reduce,
+                                           .vec_add = op_vec_add,
+                                           .swiglu = op_swiglu,
+                                           .moe = op_moe,
+                                           .deepstack = op_deepstack};
+
 static int check_items(const struct reference_model *m, const struct kv_cache *kv,
                        const struct forward_item *items, int n_items, int *rows, int *ctx) {
     const struct model_config *c = &m->cfg;
@@ -648,33 +660,12 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,
                 c->has_mrope ? c->mrope_section : NULL, half);
     struct cpu_pass pass = {m, kv, hidden};
-    const struct forward_ops ops = {.ctx = &pass,
-                                    .rmsnorm = op_rmsnorm,
-                                    .matmul_multi = op_matmul_multi,
-                                    .matmul_split = op_matmul_split,
-                                    .add_bias = op_add_bias,
-                                    .rope_rows = op_rope_rows,
-                                    .attend = op_attend,
-                                    .tp_reduce = op_tp_reduce,
-                                    .vec_add = op_vec_add,
-                                    .swiglu = op_swiglu,
-                                    .moe = op_moe,
-                                    .deepstack = op_deepstack};
     const struct forward_dims dims = {c->hidden_size, c->head_dim, m->nh,
                                       m->nkv,         m->ffn,      c->rms_norm_eps};
-    const struct forward_buffers bufs = {.hidden = hidden,
-                                         .norm = m->norm,
-                                         .q = m->q,
-                                         .k = m->k,
-                                         .v = m->v,
-                                         .attn = m->attn,
-                                         .proj = m->proj,
-                                         .ffn_gate = m->ffn_gate,
-                                         .ffn_up = m->ffn_up,
-                                         .rope_cos = m->rope_cos,
-                                         .rope_sin = m->rope_sin};
+    const struct forward_buffers bufs = FORWARD_BUFFERS(m, hidden);
     for (int l = 0; l < m->n_layers; ++l)
-        if ((rc = forward_layer(&ops, &dims, &bufs, &m->layers[l], items, n_items, N))) return rc;
+        if ((rc = forward_layer(&cpu_ops, &pass, &dims, &bufs, &m->layers[l], items, n_items, N)))
+            return rc;
     for (int it = 0; it < n_items; ++it)
         kv->len[items[it].slot] += items[it].n_tokens;
     return STRATA_OK;

@@ -336,6 +336,18 @@ static int op_deepstack(void *ctx, const struct layer_weights *L, const struct f
     return add_deepstack(ctx, L, items, n_items);
 }
 
+static const struct forward_ops cuda_ops = {.rmsnorm = op_rmsnorm,
+                                            .matmul_multi = op_matmul_multi,
+                                            .matmul_split = op_matmul_split,
+                                            .add_bias = op_add_bias,
+                                            .rope_rows = op_rope_rows,
+                                            .attend = op_attend,
+                                            .tp_reduce = op_tp_reduce,
+                                            .vec_add = op_vec_add,
+                                            .swiglu = op_swiglu,
+                                            .moe = op_moe,
+                                            .deepstack = op_deepstack};
+
 /* reference/model.c check_items, against the host bookkeeping of the device cache. */
 static int check_items(const struct stage_backend *be, const struct forward_item *items,
                        int n_items, int *rows) {
@@ -358,33 +370,11 @@ static int enqueue_forward(struct cuda_context *c, const struct forward_item *it
         (rc = cuda_memcpy_async(c->rope_sin, c->h_sin, table, CUDA_COPY_TO_DEVICE, c->stream)) ||
         (rc = cuda_memcpy_async(c->hidden, c->h_hidden, rows, CUDA_COPY_TO_DEVICE, c->stream)))
         return rc;
-    const struct forward_ops ops = {.ctx = c,
-                                    .rmsnorm = op_rmsnorm,
-                                    .matmul_multi = op_matmul_multi,
-                                    .matmul_split = op_matmul_split,
-                                    .add_bias = op_add_bias,
-                                    .rope_rows = op_rope_rows,
-                                    .attend = op_attend,
-                                    .tp_reduce = op_tp_reduce,
-                                    .vec_add = op_vec_add,
-                                    .swiglu = op_swiglu,
-                                    .moe = op_moe,
-                                    .deepstack = op_deepstack};
     const struct forward_dims dims = {H,      c->cfg->head_dim, c->nh,
                                       c->nkv, c->ffn,           c->cfg->rms_norm_eps};
-    const struct forward_buffers bufs = {.hidden = c->hidden,
-                                         .norm = c->norm,
-                                         .q = c->q,
-                                         .k = c->k,
-                                         .v = c->v,
-                                         .attn = c->attn,
-                                         .proj = c->proj,
-                                         .ffn_gate = c->ffn_gate,
-                                         .ffn_up = c->ffn_up,
-                                         .rope_cos = c->rope_cos,
-                                         .rope_sin = c->rope_sin};
+    const struct forward_buffers bufs = FORWARD_BUFFERS(c, c->hidden);
     for (int l = 0; l < c->n_layers && !rc; ++l)
-        rc = forward_layer(&ops, &dims, &bufs, &c->layers[l], items, n_items, N);
+        rc = forward_layer(&cuda_ops, c, &dims, &bufs, &c->layers[l], items, n_items, N);
     if (!rc) rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream);
     return rc;
 }
