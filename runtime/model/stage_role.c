@@ -1,4 +1,6 @@
 /* The one rule for a role's layer range and its place in a ring; see stage_tensors.h. */
+#include <stdio.h>
+
 #include "runtime/base/status.h"
 #include "runtime/model/stage_tensors.h"
 
@@ -6,9 +8,14 @@ int stage_role_check(const struct stage_role *r, int L, int stage_index, int num
     if (num_stages > 0 && (stage_index < 0 || stage_index >= num_stages))
         return strata_set_error(STRATA_ERANGE, "stage index %d is outside [0, %d)", stage_index,
                                 num_stages);
-    if (r->layer_start < 0 || r->layer_end > L || r->layer_start >= r->layer_end)
-        return strata_set_error(STRATA_ERANGE, "layer range [%d, %d) is empty or outside [0, %d)",
-                                r->layer_start, r->layer_end, L);
+    if (r->layer_start < 0 || r->layer_end > L || r->layer_start >= r->layer_end) {
+        char where[48] = "";
+        if (num_stages > 0)
+            snprintf(where, sizeof where, "stage %d of %d: ", stage_index, num_stages);
+        return strata_set_error(STRATA_ERANGE,
+                                "%slayers [%d, %d) are empty or out of range of a %d-layer model",
+                                where, r->layer_start, r->layer_end, L);
+    }
     if (num_stages <= 0) return 0;
     int first = stage_index == 0, last = stage_index == num_stages - 1;
     if ((first && r->layer_start != 0) || (last && r->layer_end != L))
