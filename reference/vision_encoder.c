@@ -284,74 +284,129 @@ static void rows(struct vision_encoder *e, enum row_op op, float *y, float *acc,
     thread_pool_run(e->pool, row_task, &job, n);
 }
 
-/* x [N, Hv] = patch rows @ W^T + b + interpolated position embedding (spec §6.1, §6.2); also
- * the rotary tables [N, Dv/2] and cu_seqlens (one segment per frame, spec §6.3, §6.4). */
-static void embed(struct vision_encoder *e, const float *pixels, int N, const int64_t *grid_thw,
-                  int n_grids) {
+void vision_tables(const struct vision_encoder *e, const int64_t *grid_thw, int n_grids, float *pos,
+                   float *cos_t, float *sin_t, int *cu_seqlens) {
     const int Hv = e->Hv, m = e->m, half = e->Dv / 2;
-    matmul_blocked(e->x, pixels, &e->patch, N, e->pool);
-    rows(e, ROW_BIAS, e->x, NULL, NULL, NULL, e->patch_b, N, Hv);
     size_t row = 0;
     int seg = 0;
-    e->cu_seqlens[0] = 0;
+    cu_seqlens[0] = 0;
     for (int g = 0; g < n_grids; ++g) {
         const int t = (int)grid_thw[3 * g], h = (int)grid_thw[3 * g + 1];
         const int w = (int)grid_thw[3 * g + 2];
-        const size_t rows = (size_t)t * (size_t)h * (size_t)w;
-        vision_pos_embed(e->tmp, e->pos_embed, e->G, t, h, w, m, Hv);
-        vec_add(e->x + row * (size_t)Hv, e->tmp, (int)(rows * (size_t)Hv));
+        if (pos) vision_pos_embed(pos + row * (size_t)Hv, e->pos_embed, e->G, t, h, w, m, Hv);
         for (int f = 0; f < t; ++f) {
             for (int bh = 0; bh < h / m; ++bh)
                 for (int bw = 0; bw < w / m; ++bw)
                     for (int ih = 0; ih < m; ++ih)
                         for (int iw = 0; iw < m; ++iw, ++row)
-                            vision_rope_cos_sin(e->rope_cos + row * (size_t)half,
-                                                e->rope_sin + row * (size_t)half, e->inv_freq,
+                            vision_rope_cos_sin(cos_t + row * (size_t)half,
+                                                sin_t + row * (size_t)half, e->inv_freq,
                                                 bh * m + ih, bw * m + iw, half / 2);
-            e->cu_seqlens[seg + 1] = e->cu_seqlens[seg] + h * w;
+            cu_seqlens[seg + 1] = cu_seqlens[seg] + h * w;
             ++seg;
         }
     }
 }
 
-/* x [N, Hv] = block(x) (spec §6.4). */
-static void run_block(struct vision_encoder *e, const struct vision_block *b, int N, int n_seg) {
-    const int Hv = e->Hv, half = e->Dv / 2;
-    const size_t hv = (size_t)Hv;
-    rows(e, ROW_LAYERNORM, e->norm, NULL, e->x, b->norm1_w, b->norm1_b, N, Hv);
-    matmul_blocked(e->qkv, e->norm, &b->qkv, N, e->pool);
-    rows(e, ROW_BIAS, e->qkv, NULL, NULL, NULL, b->qkv_b, N, 3 * Hv);
-    for (size_t r = 0; r < (size_t)N; ++r) { /* rotate q and k (the first 2Hv of each row) */
-        float *q = e->qkv + r * 3 * hv;
-        const float *c = e->rope_cos + r * (size_t)half, *s = e->rope_sin + r * (size_t)half;
-        rope_apply(q, c, s, e->nh, e->Dv);
-        rope_apply(q + hv, c, s, e->nh, e->Dv);
-    }
-    vision_attention(e->attn, e->qkv, e->attn_scratch, e->cu_seqlens, n_seg, N, e->nh, e->Dv,
-                     e->pool);
-    matmul_blocked(e->tmp, e->attn, &b->proj, N, e->pool);
-    rows(e, ROW_BIAS_RESIDUAL, e->tmp, e->x, NULL, NULL, b->proj_b, N, Hv);
-    rows(e, ROW_LAYERNORM, e->norm, NULL, e->x, b->norm2_w, b->norm2_b, N, Hv);
-    matmul_blocked(e->mlp, e->norm, &b->fc1, N, e->pool);
-    rows(e, ROW_BIAS_GELU_TANH, e->mlp, NULL, NULL, NULL, b->fc1_b, N, e->Iv);
-    matmul_blocked(e->tmp, e->mlp, &b->fc2, N, e->pool);
-    rows(e, ROW_BIAS_RESIDUAL, e->tmp, e->x, NULL, NULL, b->fc2_b, N, Hv);
+/* x [N, Hv] = patch rows @ W^T + b + interpolated position embedding (spec §6.1, §6.2); also
+ * the rotary tables [N, Dv/2] and cu_seqlens (one segment per frame, spec §6.3, §6.4). */
+static void embed(struct vision_encoder *e, const float *pixels, int N, const int64_t *grid_thw,
+                  int n_grids) {
+    matmul_blocked(e->x, pixels, &e->patch, N, e->pool);
+    rows(e, ROW_BIAS, e->x, NULL, NULL, NULL, e->patch_b, N, e->Hv);
+    vision_tables(e, grid_thw, n_grids, e->tmp, e->rope_cos, e->rope_sin, e->cu_seqlens);
+    vec_add(e->x, e->tmp, N * e->Hv);
 }
 
-/* out [T, O] = merger(x [N, Hv]) (spec §6.5): the m^2 consecutive patch rows of a merge
- * window are one [Hm] row, normed after that view (DeepStack) or per patch before it. */
-static void run_merger(struct vision_encoder *e, float *out, const struct vision_merger *mg,
-                       int N) {
-    const int T = N / (e->m * e->m);
-    if (mg->postshuffle)
-        rows(e, ROW_LAYERNORM, e->norm, NULL, e->x, mg->norm_w, mg->norm_b, T, e->Hm);
-    else
-        rows(e, ROW_LAYERNORM, e->norm, NULL, e->x, mg->norm_w, mg->norm_b, N, e->Hv);
-    matmul_blocked(e->merged, e->norm, &mg->fc1, T, e->pool);
-    rows(e, ROW_BIAS_GELU_ERF, e->merged, NULL, NULL, NULL, mg->fc1_b, T, e->Hm);
-    matmul_blocked(out, e->merged, &mg->fc2, T, e->pool);
-    rows(e, ROW_BIAS, out, NULL, NULL, NULL, mg->fc2_b, T, e->O);
+int vision_block_forward(const struct vision_ops *o, void *c, const struct vision_encoder *e,
+                         const struct vision_buffers *b, const struct vision_block *k, int N,
+                         int segments) {
+    const int Hv = e->Hv;
+    int rc;
+    /* x = x + proj(attention(rope(qkv(LN1(x))))) within each frame */
+    if ((rc = o->layernorm(c, b->norm, b->x, k->norm1_w, k->norm1_b, N, Hv)) ||
+        (rc = o->matmul(c, b->qkv, b->norm, &k->qkv, N)) ||
+        (rc = o->add_bias(c, b->qkv, k->qkv_b, N, 3 * Hv)) ||
+        (rc = o->rope_rows(c, b->qkv, b->cos_t, b->sin_t, N, 3 * Hv, e->nh, e->Dv)) ||
+        (rc = o->rope_rows(c, b->qkv + Hv, b->cos_t, b->sin_t, N, 3 * Hv, e->nh, e->Dv)) ||
+        (rc = o->attention(c, b->attn, b->qkv, segments, N)) ||
+        (rc = o->matmul(c, b->tmp, b->attn, &k->proj, N)) ||
+        (rc = o->bias_residual(c, b->tmp, b->x, k->proj_b, N, Hv)))
+        return rc;
+    /* x = x + fc2(gelu_tanh(fc1(LN2(x)))) */
+    if ((rc = o->layernorm(c, b->norm, b->x, k->norm2_w, k->norm2_b, N, Hv)) ||
+        (rc = o->matmul(c, b->mlp, b->norm, &k->fc1, N)) ||
+        (rc = o->bias_gelu(c, b->mlp, k->fc1_b, N, e->Iv, 0)) ||
+        (rc = o->matmul(c, b->tmp, b->mlp, &k->fc2, N)))
+        return rc;
+    return o->bias_residual(c, b->tmp, b->x, k->fc2_b, N, Hv);
 }
+
+/* The m^2 consecutive patch rows of a merge window are one [Hm] row, normed after that
+ * view (DeepStack) or per patch before it. */
+int vision_merger_forward(const struct vision_ops *o, void *c, const struct vision_encoder *e,
+                          const struct vision_buffers *b, const struct vision_merger *mg,
+                          float *out, int N) {
+    const int T = N / (e->m * e->m);
+    int rc = mg->postshuffle ? o->layernorm(c, b->norm, b->x, mg->norm_w, mg->norm_b, T, e->Hm)
+                             : o->layernorm(c, b->norm, b->x, mg->norm_w, mg->norm_b, N, e->Hv);
+    if (rc || (rc = o->matmul(c, b->merged, b->norm, &mg->fc1, T)) ||
+        (rc = o->bias_gelu(c, b->merged, mg->fc1_b, T, e->Hm, 1)) ||
+        (rc = o->matmul(c, out, b->merged, &mg->fc2, T)))
+        return rc;
+    return o->add_bias(c, out, mg->fc2_b, T, e->O);
+}
+
+/* ---- the CPU's vision ops: reference/ops on the encoder's thread pool ---- */
+
+static int op_layernorm(void *c, float *out, const float *x, const float *w, const float *b, int n,
+                        int dim) {
+    rows(c, ROW_LAYERNORM, out, NULL, x, w, b, n, dim);
+    return STRATA_OK;
+}
+
+static int op_matmul(void *c, float *out, const float *x, const struct ops_weight *w, int n) {
+    matmul_blocked(out, x, w, n, ((struct vision_encoder *)c)->pool);
+    return STRATA_OK;
+}
+
+static int op_add_bias(void *c, float *y, const float *b, int n, int dim) {
+    rows(c, ROW_BIAS, y, NULL, NULL, NULL, b, n, dim);
+    return STRATA_OK;
+}
+
+static int op_bias_gelu(void *c, float *y, const float *b, int n, int dim, int erf) {
+    rows(c, erf ? ROW_BIAS_GELU_ERF : ROW_BIAS_GELU_TANH, y, NULL, NULL, NULL, b, n, dim);
+    return STRATA_OK;
+}
+
+static int op_bias_residual(void *c, float *y, float *acc, const float *b, int n, int dim) {
+    rows(c, ROW_BIAS_RESIDUAL, y, acc, NULL, NULL, b, n, dim);
+    return STRATA_OK;
+}
+
+static int op_rope_rows(void *c, float *x, const float *cos_t, const float *sin_t, int n,
+                        int row_floats, int heads, int head_dim) {
+    (void)c;
+    const size_t half = (size_t)head_dim / 2;
+    for (size_t r = 0; r < (size_t)n; ++r)
+        rope_apply(x + r * (size_t)row_floats, cos_t + r * half, sin_t + r * half, heads, head_dim);
+    return STRATA_OK;
+}
+
+static int op_attention(void *c, float *out, const float *qkv, int segments, int n) {
+    struct vision_encoder *e = c;
+    vision_attention(out, qkv, e->attn_scratch, e->cu_seqlens, segments, n, e->nh, e->Dv, e->pool);
+    return STRATA_OK;
+}
+
+static const struct vision_ops cpu_vision_ops = {.layernorm = op_layernorm,
+                                                 .matmul = op_matmul,
+                                                 .add_bias = op_add_bias,
+                                                 .bias_gelu = op_bias_gelu,
+                                                 .bias_residual = op_bias_residual,
+                                                 .rope_rows = op_rope_rows,
+                                                 .attention = op_attention};
 
 int vision_encoder_forward(struct vision_encoder *e, float *embeds, float *deepstack,
                            const float *pixel_values, int64_t n_patches, const int64_t *grid_thw,
@@ -376,12 +431,15 @@ int vision_encoder_forward(struct vision_encoder *e, float *embeds, float *deeps
     const int N = (int)n_patches;
     embed(e, pixel_values, N, grid_thw, n_grids);
     const size_t ds_stride = (size_t)tokens * (size_t)e->O;
-    for (int i = 0; i < e->cfg.depth; ++i) {
-        run_block(e, &e->blocks[i], N, segments);
-        for (int j = 0; j < e->cfg.num_deepstack; ++j)
+    const struct vision_buffers b = {e->x,   e->norm,   e->qkv,      e->attn,    e->tmp,
+                                     e->mlp, e->merged, e->rope_cos, e->rope_sin};
+    for (int i = 0; i < e->cfg.depth && !rc; ++i) {
+        rc = vision_block_forward(&cpu_vision_ops, e, e, &b, &e->blocks[i], N, segments);
+        for (int j = 0; j < e->cfg.num_deepstack && !rc; ++j)
             if (e->cfg.deepstack_visual_indexes[j] == i)
-                run_merger(e, deepstack + (size_t)j * ds_stride, &e->deepstack[j], N);
+                rc = vision_merger_forward(&cpu_vision_ops, e, e, &b, &e->deepstack[j],
+                                           deepstack + (size_t)j * ds_stride, N);
     }
-    run_merger(e, embeds, &e->merger, N);
-    return STRATA_OK;
+    if (!rc) rc = vision_merger_forward(&cpu_vision_ops, e, e, &b, &e->merger, embeds, N);
+    return rc;
 }

@@ -71,4 +71,46 @@ struct vision_encoder {
 int vision_load_weights(struct vision_encoder *e, const struct model_config *cfg,
                         const struct safetensors *st);
 
+/* The tables of a call's grids, on the host: pos [N, Hv] the interpolated position
+ * embedding (NULL: not wanted), cos / sin [N, Dv/2] the 2-D rotary tables in merge-window
+ * row order, cu_seqlens [segments + 1] (one segment per frame) (spec §6.2-§6.4). */
+void vision_tables(const struct vision_encoder *e, const int64_t *grid_thw, int n_grids, float *pos,
+                   float *cos_t, float *sin_t, int *cu_seqlens);
+
+/* The vision block and merger written once (spec §6.4, §6.5), against a backend's ops: the
+ * CPU's are reference/ops on the thread pool (vision_encoder.c), a device's its kernels
+ * (runtime/stage/vision_cuda.c). Buffers are in the backend's memory; ops return 0 or a
+ * negative STRATA_E* status. */
+struct vision_ops {
+    /* out [rows, dim] = LayerNorm(x) * w + b (eps VISION_LN_EPS). */
+    int (*layernorm)(void *ctx, float *out, const float *x, const float *w, const float *b,
+                     int rows, int dim);
+    int (*matmul)(void *ctx, float *out, const float *x, const struct ops_weight *w, int rows);
+    int (*add_bias)(void *ctx, float *y, const float *b, int rows, int dim);
+    /* y = gelu(y + b): tanh's approximation, or erf's when erf is set. */
+    int (*bias_gelu)(void *ctx, float *y, const float *b, int rows, int dim, int erf);
+    /* y += b; acc += y. */
+    int (*bias_residual)(void *ctx, float *y, float *acc, const float *b, int rows, int dim);
+    /* RoPE on each row's `heads` heads at x + row * row_floats, row i's tables. */
+    int (*rope_rows)(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
+                     int row_floats, int heads, int head_dim);
+    /* out [rows, Hv] = attention within each segment of qkv [rows, 3Hv] (the backend keeps
+     * the segments' bounds). */
+    int (*attention)(void *ctx, float *out, const float *qkv, int segments, int rows);
+};
+
+struct vision_buffers {
+    float *x, *norm, *qkv, *attn, *tmp, *mlp, *merged; /* as struct vision_encoder's */
+    const float *cos_t, *sin_t;                        /* [N, Dv/2] */
+};
+
+/* x [N, Hv] = block(x). */
+int vision_block_forward(const struct vision_ops *ops, void *ctx, const struct vision_encoder *e,
+                         const struct vision_buffers *b, const struct vision_block *k, int N,
+                         int segments);
+/* out [T, O] = merger(x [N, Hv]), out in the backend's memory. */
+int vision_merger_forward(const struct vision_ops *ops, void *ctx, const struct vision_encoder *e,
+                          const struct vision_buffers *b, const struct vision_merger *mg,
+                          float *out, int N);
+
 #endif

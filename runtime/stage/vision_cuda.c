@@ -145,6 +145,7 @@ struct vbufs {
     float *x, *norm, *qkv, *attn, *tmp, *mlp, *merged, *cos, *sin, *scores, *pixels, *out;
     float *h_pos, *h_cos, *h_sin; /* host [N, Hv], [N, Dv/2] x 2 */
     int *cu;                      /* host [segments + 1] */
+    int nh, dv;                   /* the encoder's heads and head width (attention) */
 };
 
 static void vbufs_free(struct vbufs *b) {
@@ -193,70 +194,64 @@ static int vbufs_alloc(struct vbufs *b, const struct vision_encoder *e, size_t N
 
 /* Host tables of the embed step (reference embed()): position embedding [N, Hv], rotary
  * tables [N, Dv/2], cu_seqlens (one segment per frame). */
-static void host_tables(struct vbufs *b, const struct vision_encoder *e, const int64_t *grid_thw,
-                        int n_grids) {
-    const int Hv = e->Hv, m = e->m, half = e->Dv / 2;
-    size_t row = 0;
-    int seg = 0;
-    b->cu[0] = 0;
-    for (int g = 0; g < n_grids; ++g) {
-        const int t = (int)grid_thw[3 * g], h = (int)grid_thw[3 * g + 1];
-        const int w = (int)grid_thw[3 * g + 2];
-        vision_pos_embed(b->h_pos + row * (size_t)Hv, e->pos_embed, e->G, t, h, w, m, Hv);
-        for (int f = 0; f < t; ++f) {
-            for (int bh = 0; bh < h / m; ++bh)
-                for (int bw = 0; bw < w / m; ++bw)
-                    for (int ih = 0; ih < m; ++ih)
-                        for (int iw = 0; iw < m; ++iw, ++row)
-                            vision_rope_cos_sin(b->h_cos + row * (size_t)half,
-                                                b->h_sin + row * (size_t)half, e->inv_freq,
-                                                bh * m + ih, bw * m + iw, half / 2);
-            b->cu[seg + 1] = b->cu[seg] + h * w;
-            ++seg;
-        }
-    }
+/* ---- the device's vision ops (reference/vision_encoder_internal.h): the kernels ---- */
+
+static int op_layernorm(void *ctx, float *out, const float *x, const float *w, const float *b,
+                        int n, int dim) {
+    (void)ctx;
+    return cuda_layernorm(out, x, w, b, VISION_LN_EPS, n, dim, NULL);
 }
 
-/* x [N, Hv] = block(x) (spec §6.4; reference run_block). */
-static int run_block(const struct vision_encoder *e, const struct vision_block *k, struct vbufs *b,
-                     int N, int segments) {
-    const int Hv = e->Hv;
-    int rc;
-    if ((rc = cuda_layernorm(b->norm, b->x, k->norm1_w, k->norm1_b, VISION_LN_EPS, N, Hv, NULL)) ||
-        (rc = cuda_matmul(b->qkv, b->norm, &k->qkv, N, NULL)) ||
-        (rc = cuda_add_bias(b->qkv, k->qkv_b, N, 3 * Hv, NULL)) ||
-        (rc = cuda_rope_apply_rows(b->qkv, b->cos, b->sin, N, 3 * Hv, e->nh, e->Dv, NULL)) ||
-        (rc = cuda_rope_apply_rows(b->qkv + Hv, b->cos, b->sin, N, 3 * Hv, e->nh, e->Dv, NULL)) ||
-        (rc = cuda_vision_attention(b->attn, b->qkv, b->scores, b->cu, segments, N, e->nh, e->Dv,
-                                    NULL)) ||
-        (rc = cuda_matmul(b->tmp, b->attn, &k->proj, N, NULL)) ||
-        (rc = cuda_add_bias(b->tmp, k->proj_b, N, Hv, NULL)) ||
-        (rc = cuda_vec_add(b->x, b->tmp, N * Hv, NULL)) ||
-        (rc = cuda_layernorm(b->norm, b->x, k->norm2_w, k->norm2_b, VISION_LN_EPS, N, Hv, NULL)) ||
-        (rc = cuda_matmul(b->mlp, b->norm, &k->fc1, N, NULL)) ||
-        (rc = cuda_add_bias(b->mlp, k->fc1_b, N, e->Iv, NULL)) ||
-        (rc = cuda_gelu_tanh(b->mlp, b->mlp, N * e->Iv, NULL)) ||
-        (rc = cuda_matmul(b->tmp, b->mlp, &k->fc2, N, NULL)) ||
-        (rc = cuda_add_bias(b->tmp, k->fc2_b, N, Hv, NULL)))
-        return rc;
-    return cuda_vec_add(b->x, b->tmp, N * Hv, NULL);
+static int op_matmul(void *ctx, float *out, const float *x, const struct ops_weight *w, int n) {
+    (void)ctx;
+    return cuda_matmul(out, x, w, n, NULL);
 }
 
-/* host out [T, O] = merger(x [N, Hv]) (spec §6.5; reference run_merger). */
+static int op_add_bias(void *ctx, float *y, const float *b, int n, int dim) {
+    (void)ctx;
+    return cuda_add_bias(y, b, n, dim, NULL);
+}
+
+static int op_bias_gelu(void *ctx, float *y, const float *b, int n, int dim, int erf) {
+    (void)ctx;
+    int rc = cuda_add_bias(y, b, n, dim, NULL);
+    if (rc) return rc;
+    return erf ? cuda_gelu_erf(y, y, n * dim, NULL) : cuda_gelu_tanh(y, y, n * dim, NULL);
+}
+
+static int op_bias_residual(void *ctx, float *y, float *acc, const float *b, int n, int dim) {
+    (void)ctx;
+    int rc = cuda_add_bias(y, b, n, dim, NULL);
+    return rc ? rc : cuda_vec_add(acc, y, n * dim, NULL);
+}
+
+static int op_rope_rows(void *ctx, float *x, const float *cos_t, const float *sin_t, int n,
+                        int row_floats, int heads, int head_dim) {
+    (void)ctx;
+    return cuda_rope_apply_rows(x, cos_t, sin_t, n, row_floats, heads, head_dim, NULL);
+}
+
+/* ctx: the call's buffers (the segments' bounds on the host, the scores' scratch). */
+static int op_attention(void *ctx, float *out, const float *qkv, int segments, int n) {
+    struct vbufs *b = ctx;
+    return cuda_vision_attention(out, qkv, b->scores, b->cu, segments, n, b->nh, b->dv, NULL);
+}
+
+static const struct vision_ops cuda_vision_ops = {.layernorm = op_layernorm,
+                                                  .matmul = op_matmul,
+                                                  .add_bias = op_add_bias,
+                                                  .bias_gelu = op_bias_gelu,
+                                                  .bias_residual = op_bias_residual,
+                                                  .rope_rows = op_rope_rows,
+                                                  .attention = op_attention};
+
+/* host out [T, O] = merger(x [N, Hv]): on the device into b->out, then copied back. */
 static int run_merger(const struct vision_encoder *e, const struct vision_merger *mg,
-                      struct vbufs *b, float *out, int N) {
+                      struct vbufs *b, const struct vision_buffers *vb, float *out, int N) {
     const int T = N / (e->m * e->m);
-    int rc =
-        mg->postshuffle
-            ? cuda_layernorm(b->norm, b->x, mg->norm_w, mg->norm_b, VISION_LN_EPS, T, e->Hm, NULL)
-            : cuda_layernorm(b->norm, b->x, mg->norm_w, mg->norm_b, VISION_LN_EPS, N, e->Hv, NULL);
-    if (rc || (rc = cuda_matmul(b->merged, b->norm, &mg->fc1, T, NULL)) ||
-        (rc = cuda_add_bias(b->merged, mg->fc1_b, T, e->Hm, NULL)) ||
-        (rc = cuda_gelu_erf(b->merged, b->merged, T * e->Hm, NULL)) ||
-        (rc = cuda_matmul(b->out, b->merged, &mg->fc2, T, NULL)) ||
-        (rc = cuda_add_bias(b->out, mg->fc2_b, T, e->O, NULL)) || (rc = cuda_synchronize()))
-        return rc;
-    return cuda_memcpy_to_host(out, b->out, (size_t)T * (size_t)e->O * sizeof(float));
+    int rc = vision_merger_forward(&cuda_vision_ops, b, e, vb, mg, b->out, N);
+    if (!rc) rc = cuda_synchronize();
+    return rc ? rc : cuda_memcpy_to_host(out, b->out, (size_t)T * (size_t)e->O * sizeof(float));
 }
 
 int vision_cuda_forward(struct vision_cuda *g, float *embeds, float *deepstack,
@@ -285,7 +280,9 @@ int vision_cuda_forward(struct vision_cuda *g, float *embeds, float *deepstack,
     if ((rc = cuda_set_device(g->device)) ||
         (rc = vbufs_alloc(&b, e, (size_t)N, (size_t)tokens, segments, longest)))
         goto done;
-    host_tables(&b, e, grid_thw, n_grids);
+    vision_tables(e, grid_thw, n_grids, b.h_pos, b.h_cos, b.h_sin, b.cu);
+    b.nh = e->nh;
+    b.dv = e->Dv;
     /* Embed (reference embed()): patch matmul + bias + position embedding. */
     if ((rc = cuda_memcpy_to_device(b.pixels, pixel_values,
                                     (size_t)N * (size_t)e->P * sizeof(float))) ||
@@ -297,13 +294,15 @@ int vision_cuda_forward(struct vision_cuda *g, float *embeds, float *deepstack,
         (rc = cuda_vec_add(b.x, b.tmp, (int)((size_t)N * hv), NULL)))
         goto done;
     const size_t ds_stride = (size_t)tokens * (size_t)e->O;
+    const struct vision_buffers vb = {b.x,   b.norm,   b.qkv, b.attn, b.tmp,
+                                      b.mlp, b.merged, b.cos, b.sin};
     for (int i = 0; i < e->cfg.depth && !rc; ++i) {
-        rc = run_block(e, &g->blocks[i], &b, N, segments);
+        rc = vision_block_forward(&cuda_vision_ops, &b, e, &vb, &g->blocks[i], N, segments);
         for (int j = 0; j < e->cfg.num_deepstack && !rc; ++j)
             if (e->cfg.deepstack_visual_indexes[j] == i)
-                rc = run_merger(e, &g->deepstack[j], &b, deepstack + (size_t)j * ds_stride, N);
+                rc = run_merger(e, &g->deepstack[j], &b, &vb, deepstack + (size_t)j * ds_stride, N);
     }
-    if (!rc) rc = run_merger(e, &g->merger, &b, embeds, N);
+    if (!rc) rc = run_merger(e, &g->merger, &b, &vb, embeds, N);
 done:
     vbufs_free(&b);
     return rc;
