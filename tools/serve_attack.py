@@ -7,7 +7,8 @@ that must give the same answer as before any attack (stdlib only; run by hand, n
 Rows: 100 idle + 10 slow-loris connections beside a real request; a 100 MB body; malformed
 JSON (truncated, 100k-deep nesting, huge numbers, wrong types, invalid UTF-8, NUL bytes); 64
 concurrent streams with half the clients leaving mid-stream, then every KV slot free
-(/v1/stages); garbage, an HTTP/1.1 request and an HTTP/2 preface + garbage on the gRPC port.
+(/v1/stages); garbage, an HTTP/1.1 request and an HTTP/2 preface + garbage on the gRPC port;
+100 gRPC streams that open and never send their message, beside a real gRPC request.
 The model should answer "hi" with max_tokens 8 (any small model with a tokenizer)."""
 import argparse, socket, time, json, threading, sys, http.client
 from collections import Counter
@@ -15,6 +16,8 @@ ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
 ap.add_argument("--http-port", type=int, required=True)
 ap.add_argument("--grpc-port", type=int, required=True)
 ap.add_argument("--pid", type=int, required=True, help="strata-serve's pid (its RSS is printed)")
+ap.add_argument("--grpc-client", default="bazel-bin/runtime/strata-grpc-client",
+                help="strata-grpc-client, for a real gRPC request beside stalled streams")
 args = ap.parse_args()
 HP, GP, SPID = args.http_port, args.grpc_port, args.pid
 def rss():
@@ -135,3 +138,28 @@ raw(b'PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n' + b'\xff'*64, 'preface+garbage')
 j = json.loads(d)
 print("5. KV slots in use after the streams:", [s.get("kv_slots_in_use") for s in j.get("data", [])])
 normal("gRPC garbage")
+
+# 100 gRPC streams that open (HEADERS, no END_STREAM) and never send their message.
+import struct, subprocess
+def h2frame(t, flags, sid, payload):
+    return struct.pack(">I", len(payload))[1:] + bytes([t, flags]) + struct.pack(">I", sid) + payload
+def literal(n, v):  # HPACK: a literal header field without indexing, new name
+    n, v = n.encode(), v.encode()
+    return b"\x00" + bytes([len(n)]) + n + bytes([len(v)]) + v
+headers = b"".join(literal(k, v) for k, v in [(":method", "POST"), (":scheme", "http"),
+    (":path", "/strata.v1.Strata/Generate"), (":authority", "x"),
+    ("content-type", "application/grpc"), ("te", "trailers")])
+stalled = []
+for _ in range(100):
+    s = socket.create_connection(("127.0.0.1", GP))
+    s.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + h2frame(4, 0, 0, b"") + h2frame(1, 4, 1, headers))
+    stalled.append(s)
+time.sleep(2)
+t = time.time()
+r = subprocess.run([args.grpc_client, "--addr", f"127.0.0.1:{GP}", "--prompt", "1,2,3",
+                    "--max-tokens", "4", "--deadline-ms", "20000"], capture_output=True, timeout=60)
+print(f"6. 100 stalled gRPC streams: a real gRPC request exit {r.returncode} in {time.time() - t:.2f}s:",
+      (r.stdout + r.stderr).decode(errors="replace").strip().splitlines()[-1])
+for s in stalled:
+    s.close()
+normal("stalled gRPC streams")
