@@ -201,8 +201,12 @@ int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
     /* EINVAL: stage 0 refused the request itself (e.g. a token id past the model's own
      * vocabulary, which the tokenizer's may exceed): the client's error, not the pipeline's. */
     /* EFORMAT on a request with images: the vision stage could not decode one (truncated,
-     * corrupt, a bomb); the client's error too. */
-    if (done && g->params.n_images && g->job.error_code == STRATA_EFORMAT)
+     * corrupt); ERANGE naming a bad image request: one too large (a decompression bomb's
+     * header, an extreme aspect ratio). The client's error too, not the pipeline's. */
+    int bad_image =
+        g->job.error_code == STRATA_EFORMAT ||
+        (g->job.error_code == STRATA_ERANGE && strstr(g->job.error, "bad image request"));
+    if (done && g->params.n_images && bad_image)
         return serve_error_set(err, 400, "messages", "invalid_image",
                                "the vision stage refused an image: %s", g->job.error);
     if (done && g->job.error_code == STRATA_EINVAL)

@@ -195,6 +195,18 @@ check 413 too_many_images "$png" "$png" "$png"
 # A valid-looking PNG that is not one: the vision stage refuses it; still a 400.
 head -c 100 "$e2e/image0.png" >"$PL_WORK/trunc.png"
 check 400 invalid_image "$(uri image/png "$PL_WORK/trunc.png")"
+# A decompression bomb: a real PNG header declaring 60000 x 60000 pixels (3.6 G), refused
+# from the header (no pixel buffer) in well under a second.
+python3 - "$PL_WORK/bomb.png" <<'EOF' || pl_fail "cannot write the bomb PNG"
+import struct, sys, zlib
+def chunk(t, d): return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+ihdr = chunk(b"IHDR", struct.pack(">IIBBBBB", 60000, 60000, 8, 2, 0, 0, 0))
+idat = chunk(b"IDAT", zlib.compress(b"\0" * 1024))
+open(sys.argv[1], "wb").write(b"\x89PNG\r\n\x1a\n" + ihdr + idat + chunk(b"IEND", b""))
+EOF
+bomb_start=$(date +%s.%N)
+check 400 invalid_image "$(uri image/png "$PL_WORK/bomb.png")"
+echo "  (a 60000 x 60000 PNG data URI refused in $(pl_secs_between "$bomb_start" "$(date +%s.%N)") s, the next request included)"
 { printf '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"data:image/png;base64,'
   head -c 1100000 /dev/zero | tr '\0' A; printf '"}}]}]}'; } >"$PL_WORK/huge.json"
 expect_error 413 request_too_large "$PL_WORK/huge.json"
