@@ -3,6 +3,42 @@
 
 #include "runtime/base/status.h"
 
+/* MoE block (spec §4) of x [N, H] into out [N, H]: route each row to its top-k experts,
+ * group the (row, choice) slots by held expert, run each expert's SwiGLU MLP on its rows,
+ * and add each row's weighted outputs by the expert tree. Under TP --moe expert a rank's
+ * sum is one node of that tree, which the layer's TP reduce completes; under --moe split
+ * each expert's down partials are added before the weights multiply them (weighting first
+ * would round differently), so out is complete here. A row's result never depends on the
+ * others, so the rows run in chunks of the backend's moe_chunk. */
+static int forward_moe(const struct forward_ops *o, void *x, const struct forward_dims *d,
+                       const struct forward_buffers *b, const struct layer_weights *L, float *out,
+                       const float *in, int N) {
+    const int H = d->hidden, K = d->top_k, chunk = d->moe_chunk > 0 ? d->moe_chunk : N;
+    int rc = 0;
+    for (int i0 = 0; i0 < N && !rc; i0 += chunk) {
+        const int n = N - i0 < chunk ? N - i0 : chunk, cap = n * K;
+        const float *xi = in + (size_t)i0 * (size_t)H;
+        float *const router_out[1] = {b->router};
+        const struct ops_weight *const router_w[1] = {&L->router};
+        if ((rc = o->matmul_multi(x, router_out, router_w, 1, xi, n)) ||
+            (rc = o->moe_route(x, b->moe_expert, b->moe_w, b->router, n)) ||
+            (rc = o->moe_group(x, b->moe_offsets, b->moe_row, b->moe_slot, b->moe_expert, n)) ||
+            (rc = o->gather_rows(x, b->moe_x, xi, b->moe_row, cap, H)) ||
+            (rc = o->matmul_grouped(x, b->ffn_gate, b->moe_x, L, FORWARD_EXPERT_GATE,
+                                    b->moe_offsets, cap)) ||
+            (rc = o->matmul_grouped(x, b->ffn_up, b->moe_x, L, FORWARD_EXPERT_UP, b->moe_offsets,
+                                    cap)) ||
+            (rc = o->swiglu(x, b->ffn_gate, b->ffn_gate, b->ffn_up, cap * d->moe_ffn)) ||
+            (rc = o->matmul_grouped(x, b->moe_x, b->ffn_gate, L, FORWARD_EXPERT_DOWN,
+                                    b->moe_offsets, cap)) ||
+            (d->moe_split && (rc = o->tp_reduce(x, b->moe_x, (size_t)cap * (size_t)H))))
+            return rc;
+        rc = o->moe_expert_sum(x, out + (size_t)i0 * (size_t)H, b->moe_x, b->moe_slot,
+                               b->moe_expert, b->moe_w, n);
+    }
+    return rc;
+}
+
 int forward_layer(const struct forward_ops *o, void *x, const struct forward_dims *d,
                   const struct forward_buffers *b, const struct layer_weights *L,
                   const struct forward_item *items, int n_items, int N) {
@@ -32,10 +68,10 @@ int forward_layer(const struct forward_ops *o, void *x, const struct forward_dim
 
     /* MLP block: h = h + MLP_or_MoE(RMSNorm_post(h)). Dense: down(silu(gate) * up); TP:
      * the ranks' down partials (or, MoE by experts, their nodes of the expert tree) added. */
-    int reduced = 0;
+    const int reduced = L->is_moe && d->moe_split;
     if ((rc = o->rmsnorm(x, b->norm, b->hidden, L->post_norm, d->eps, N, H))) return rc;
     if (L->is_moe) {
-        rc = o->moe(x, L, b->proj, b->norm, N, &reduced);
+        rc = forward_moe(o, x, d, b, L, b->proj, b->norm, N);
     } else {
         float *const gu_out[2] = {b->ffn_gate, b->ffn_up};
         const struct ops_weight *const gu_w[2] = {&L->gate, &L->up};

@@ -12,10 +12,14 @@
 #define STRATA_REFERENCE_FORWARD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "reference/layer_weights.h"
 #include "reference/ops.h"
 #include "runtime/model/decoder_io.h"
+
+/* An expert's matrices, for matmul_grouped. */
+enum forward_expert_matrix { FORWARD_EXPERT_GATE, FORWARD_EXPERT_UP, FORWARD_EXPERT_DOWN };
 
 /* A backend's table (a constant); `ctx`, its state for one pass, comes with each call. */
 struct forward_ops {
@@ -46,10 +50,19 @@ struct forward_ops {
     int (*vec_add)(void *ctx, float *x, const float *y, int n);
     /* out [n] = silu(gate) * up. */
     int (*swiglu)(void *ctx, float *out, const float *gate, const float *up, int n);
-    /* out [rows, H] = the MoE block of x [rows, H]; *reduced = 1 when out is complete on
-     * this rank (no TP reduce to follow). */
-    int (*moe)(void *ctx, const struct layer_weights *L, float *out, const float *x, int rows,
-               int *reduced);
+    /* The MoE block's ops (reference/ops.h has each one's contract): moe_route_rows of
+     * rows rows (dims' experts, top-k and renormalisation), moe_group over the held
+     * experts, ops_weight_rows of an f32 [*, dim] matrix, matmul_grouped of the layer's
+     * experts' gate / up / down (down: matmul_split with the leaves this rank's expert
+     * columns have), moe_expert_sum over the held experts. */
+    int (*moe_route)(void *ctx, int *experts, float *weights, const float *router_logits, int rows);
+    int (*moe_group)(void *ctx, int32_t *offsets, int32_t *grouped_rows, int32_t *slot_pos,
+                     const int *experts, int rows);
+    int (*gather_rows)(void *ctx, float *out, const float *x, const int32_t *rows, int n, int dim);
+    int (*matmul_grouped)(void *ctx, float *out, const float *x, const struct layer_weights *L,
+                          enum forward_expert_matrix which, const int32_t *offsets, int cap);
+    int (*moe_expert_sum)(void *ctx, float *out, float *y, const int32_t *slot_pos,
+                          const int *experts, const float *weights, int rows);
     /* DeepStack (spec §5.4): after layer k, adds each item's feature k on its visual rows
      * of buffers hidden. */
     int (*deepstack)(void *ctx, const struct layer_weights *L, const struct forward_item *items,
@@ -64,12 +77,23 @@ struct forward_buffers {
     float *proj;                      /* [rows, H] */
     float *ffn_gate, *ffn_up;         /* [rows, F] */
     const float *rope_cos, *rope_sin; /* [rows, D / 2] */
+    /* MoE layers, for moe_chunk rows (K = top-k): router [rows, E], moe_expert / moe_w
+     * [rows K] each slot's expert and weight, moe_row / moe_slot [rows K] moe_group's rows
+     * and slot positions, moe_offsets [E + 1], moe_x [rows K, H] the grouped inputs, then
+     * the experts' outputs; ffn_gate / ffn_up hold [rows K, I]. */
+    float *router, *moe_w, *moe_x;
+    int *moe_expert;
+    int32_t *moe_row, *moe_slot, *moe_offsets;
 };
 
 /* The layer's shapes on this rank (heads and the MLP's columns are TP shards). */
 struct forward_dims {
     int hidden, head_dim, heads, kv_heads, ffn;
     float eps;
+    /* MoE: top-k, each held expert's columns, whether those are a TP column split (--moe
+     * split) and the most rows one pass of the block takes (a backend's launch limit; 0:
+     * any). The experts held and the routing's settings are the ops' (their context). */
+    int top_k, moe_ffn, moe_split, moe_chunk;
 };
 
 /* The buffers of a backend's context `s` whose scratch fields carry these names, with the
@@ -85,7 +109,14 @@ struct forward_dims {
                               .ffn_gate = (s)->ffn_gate,                                           \
                               .ffn_up = (s)->ffn_up,                                               \
                               .rope_cos = (s)->rope_cos,                                           \
-                              .rope_sin = (s)->rope_sin})
+                              .rope_sin = (s)->rope_sin,                                           \
+                              .router = (s)->router,                                               \
+                              .moe_w = (s)->moe_w,                                                 \
+                              .moe_x = (s)->moe_x,                                                 \
+                              .moe_expert = (s)->moe_expert,                                       \
+                              .moe_row = (s)->moe_row,                                             \
+                              .moe_slot = (s)->moe_slot,                                           \
+                              .moe_offsets = (s)->moe_offsets})
 
 /* One decoder layer over buffers->hidden [rows, H] in place; ctx goes to every op. */
 int forward_layer(const struct forward_ops *ops, void *ctx, const struct forward_dims *d,

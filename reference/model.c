@@ -19,24 +19,25 @@ _Static_assert(GRID_SPLIT_LEAVES == OPS_SPLIT_LEAVES, "TP leaves: tp_shard.h vs 
 _Static_assert(GRID_KV_BLOCK == OPS_ATTN_BLOCK, "KVP block: tp_shard.h vs ops.h");
 
 static void free_scratch(struct reference_model *m) {
-    float **bufs[] = {
-        &m->norm,         &m->proj,   &m->q,        &m->k,        &m->v,      &m->attn,
-        &m->ffn_gate,     &m->ffn_up, &m->rope_cos, &m->rope_sin, &m->scores, &m->router,
-        &m->route_weight, &m->moe_x,  &m->moe_y,    &m->moe_slot};
+    float **bufs[] = {&m->norm,   &m->proj,     &m->q,      &m->k,        &m->v,
+                      &m->attn,   &m->ffn_gate, &m->ffn_up, &m->rope_cos, &m->rope_sin,
+                      &m->scores, &m->router,   &m->moe_w,  &m->moe_x};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i) {
         free(*bufs[i]);
         *bufs[i] = NULL;
     }
-    free(m->route_expert);
+    free(m->moe_expert);
     free(m->moe_row);
+    free(m->moe_slot);
+    free(m->moe_offsets);
     free(m->logit_part);
     free(m->kvp_part);
     free(m->kvp_scores);
     free(m->tp_part);
     m->kvp_part = m->kvp_scores = m->tp_part = NULL;
     m->cap_kvp_part = m->cap_kvp_scores = m->cap_tp_part = 0;
-    m->route_expert = NULL;
-    m->moe_row = NULL;
+    m->moe_expert = NULL;
+    m->moe_row = m->moe_slot = m->moe_offsets = NULL;
     m->logit_part = NULL;
     m->cap_logit_part = 0;
     m->cap_rows = m->cap_ctx = 0;
@@ -232,10 +233,11 @@ static int ensure_scratch(struct reference_model *m, int rows, int ctx) {
     const struct model_config *c = &m->cfg;
     size_t r = (size_t)rows, H = (size_t)c->hidden_size, D = (size_t)c->head_dim;
     size_t qd = (size_t)m->nh * D, kvd = (size_t)m->nkv * D;
-    size_t ffn = (size_t)m->ffn;
-    if ((size_t)m->moe_ffn > ffn) ffn = (size_t)m->moe_ffn;
     size_t E = c->num_experts > 0 ? (size_t)c->num_experts : 1;
     size_t K = c->num_experts_per_tok > 0 ? (size_t)c->num_experts_per_tok : 1;
+    /* FFN rows: r of the dense MLP, or r * K grouped expert rows (forward.c forward_moe). */
+    size_t ffn = (size_t)m->ffn;
+    if (c->num_experts > 0 && K * (size_t)m->moe_ffn > ffn) ffn = K * (size_t)m->moe_ffn;
     size_t threads = (size_t)thread_pool_size(m->pool);
     struct {
         float **p;
@@ -253,10 +255,8 @@ static int ensure_scratch(struct reference_model *m, int rows, int ctx) {
         {&m->rope_sin, r * D / 2},
         {&m->scores, threads * attention_scratch_floats(ctx, m->nh, m->nkv, c->head_dim)},
         {&m->router, r * E},
-        {&m->route_weight, r * K},
-        {&m->moe_x, r * H},
-        {&m->moe_y, r * H},
-        {&m->moe_slot, r * K * H},
+        {&m->moe_w, r * K},
+        {&m->moe_x, c->num_experts > 0 ? r * K * H : 0},
     };
     size_t bytes = 0;
     for (size_t i = 0; i < sizeof want / sizeof want[0]; ++i) {
@@ -264,12 +264,14 @@ static int ensure_scratch(struct reference_model *m, int rows, int ctx) {
         bytes += want[i].n * sizeof(float);
         if (!*want[i].p) goto nomem;
     }
-    m->route_expert = malloc(r * K * sizeof(int));
-    m->moe_row = malloc(r * sizeof(int));
-    if (!m->route_expert || !m->moe_row) goto nomem;
+    m->moe_expert = malloc(r * K * sizeof(int));
+    m->moe_row = malloc(r * K * sizeof(int32_t));
+    m->moe_slot = malloc(r * K * sizeof(int32_t));
+    m->moe_offsets = malloc((E + 1) * sizeof(int32_t));
+    if (!m->moe_expert || !m->moe_row || !m->moe_slot || !m->moe_offsets) goto nomem;
     m->cap_rows = rows;
     m->cap_ctx = ctx;
-    m->scratch_bytes = bytes + r * (K + 1) * sizeof(int);
+    m->scratch_bytes = bytes + (r * K * 3 + E + 1) * sizeof(int32_t);
     return STRATA_OK;
 nomem:
     free_scratch(m);
@@ -336,67 +338,6 @@ static void add_bias(float *x, const float *bias, int n, int dim) {
     if (!bias) return;
     for (int i = 0; i < n; ++i)
         vec_add(x + (size_t)i * (size_t)dim, bias, dim);
-}
-
-/* out [N, H] = Σ over each row's top-k experts of weight × expert(x), added by the halving
- * tree over expert indices (moe_sum_rows; HF adds in ascending expert index, which rounds
- * within the golden tolerance). Tokens routed to one expert run as one batch; each expert's
- * down projection is a matmul_split. Under TP:
- *   - --moe expert: the rank holds the experts of one node of that tree ([t·E/T, (t+1)·E/T),
- *     T a power of two dividing E); its partial is that node's sum (zeros for a row with none
- *     of them) and the caller's tp_reduce adds the nodes by the tree's top;
- *   - --moe split: the rank holds 1/T of every expert's columns. Each (row, expert) output's
- *     partials are all-gathered and tree-summed before the weight multiplies them (weighting
- *     the partials first would round differently), so out is complete here: *reduced = 1.
- *     That all-gather carries top-k times the bytes of an all-reduce. */
-static int moe_block(struct reference_model *m, const struct layer_weights *L, float *out,
-                     const float *x, int N, int *reduced) {
-    const struct model_config *c = &m->cfg;
-    int H = c->hidden_size, E = c->num_experts, K = c->num_experts_per_tok;
-    int I = m->moe_ffn, rc = STRATA_OK;
-    *reduced = m->tp <= 1 || m->moe_split;
-    matmul(m->router, x, &L->router, N, m->pool);
-    for (int i = 0; i < N; ++i)
-        moe_route(m->route_expert + (size_t)i * (size_t)K, m->route_weight + (size_t)i * (size_t)K,
-                  m->router + (size_t)i * (size_t)E, c->norm_topk_prob, E, K);
-    for (int e = 0; e < E; ++e) {
-        int count = 0;
-        if (!L->expert_gate[e].data) continue; /* held by another TP rank */
-        for (int i = 0; i < N; ++i)
-            for (int t = 0; t < K; ++t)
-                if (m->route_expert[(size_t)i * (size_t)K + (size_t)t] == e) {
-                    m->moe_row[count] = i * K + t;
-                    memcpy(m->moe_x + (size_t)count * (size_t)H, x + (size_t)i * (size_t)H,
-                           (size_t)H * sizeof(float));
-                    count++;
-                }
-        if (!count) continue;
-        matmul(m->ffn_gate, m->moe_x, &L->expert_gate[e], count, m->pool);
-        matmul(m->ffn_up, m->moe_x, &L->expert_up[e], count, m->pool);
-        swiglu(m->ffn_gate, m->ffn_gate, m->ffn_up, count * I);
-        matmul_split(m->moe_y, m->ffn_gate, &L->expert_down[e], count,
-                     m->moe_split ? m->leaves : OPS_SPLIT_LEAVES, m->pool);
-        for (int j = 0; j < count; ++j)
-            memcpy(m->moe_slot + (size_t)m->moe_row[j] * (size_t)H,
-                   m->moe_y + (size_t)j * (size_t)H, (size_t)H * sizeof(float));
-    }
-    const size_t slots = (size_t)N * (size_t)K * (size_t)H;
-    if (m->moe_split && m->tp > 1) {
-        if ((rc = ensure_tp_part(m, slots)) ||
-            (rc = m->opt.coll.allgather(m->opt.coll.ctx, m->tp_part, m->moe_slot, slots)))
-            return rc;
-        ops_tree_sum(m->moe_slot, m->tp_part, m->tp, slots);
-    }
-    for (size_t s = 0; s < (size_t)N * (size_t)K; ++s) {
-        const int e = m->route_expert[s];
-        if (e < m->experts_lo || e >= m->experts_hi) continue;
-        float *y = m->moe_slot + s * (size_t)H;
-        const float w = m->route_weight[s];
-        for (int d = 0; d < H; ++d)
-            y[d] *= w;
-    }
-    moe_sum_rows(out, m->moe_slot, m->route_expert, N, K, m->experts_lo, m->experts_hi, H);
-    return rc;
 }
 
 /* KV positions [pos, pos + n) of one item -> this rank's cache (all of them, or under KVP
@@ -566,9 +507,51 @@ static int op_swiglu(void *ctx, float *out, const float *gate, const float *up, 
     return STRATA_OK;
 }
 
-static int op_moe(void *ctx, const struct layer_weights *L, float *out, const float *x, int rows,
-                  int *reduced) {
-    return moe_block(((struct cpu_pass *)ctx)->m, L, out, x, rows, reduced);
+static int op_moe_route(void *ctx, int *experts, float *weights, const float *router_logits,
+                        int rows) {
+    const struct model_config *c = &((struct cpu_pass *)ctx)->m->cfg;
+    moe_route_rows(experts, weights, router_logits, c->norm_topk_prob, c->num_experts,
+                   c->num_experts_per_tok, rows);
+    return STRATA_OK;
+}
+
+static int op_moe_group(void *ctx, int32_t *offsets, int32_t *grouped_rows, int32_t *slot_pos,
+                        const int *experts, int rows) {
+    const struct reference_model *m = ((struct cpu_pass *)ctx)->m;
+    moe_group(offsets, grouped_rows, slot_pos, experts, rows, m->cfg.num_experts_per_tok,
+              m->cfg.num_experts, m->experts_lo, m->experts_hi);
+    return STRATA_OK;
+}
+
+static int op_gather_rows(void *ctx, float *out, const float *x, const int32_t *rows, int n,
+                          int dim) {
+    (void)ctx;
+    const struct ops_weight xs = {x, OPS_F32, INT32_MAX, dim};
+    ops_weight_rows(out, &xs, rows, n);
+    return STRATA_OK;
+}
+
+/* Down: matmul_split with the full tree's leaves for whole experts, or this rank's
+ * leaves of each expert's columns under --moe split (their partials are subtrees). */
+static int op_matmul_grouped(void *ctx, float *out, const float *x, const struct layer_weights *L,
+                             enum forward_expert_matrix which, const int32_t *offsets, int cap) {
+    const struct reference_model *m = ((struct cpu_pass *)ctx)->m;
+    const struct ops_weight *ws = which == FORWARD_EXPERT_GATE ? L->expert_gate
+                                  : which == FORWARD_EXPERT_UP ? L->expert_up
+                                                               : L->expert_down;
+    const int leaves = which != FORWARD_EXPERT_DOWN ? 1
+                       : m->moe_split               ? m->leaves
+                                                    : OPS_SPLIT_LEAVES;
+    matmul_grouped(out, x, ws, offsets, m->cfg.num_experts, cap, leaves, m->pool);
+    return STRATA_OK;
+}
+
+static int op_moe_expert_sum(void *ctx, float *out, float *y, const int32_t *slot_pos,
+                             const int *experts, const float *weights, int rows) {
+    const struct reference_model *m = ((struct cpu_pass *)ctx)->m;
+    moe_expert_sum(out, y, slot_pos, experts, weights, rows, m->cfg.num_experts_per_tok,
+                   m->experts_lo, m->experts_hi, m->cfg.hidden_size);
+    return STRATA_OK;
 }
 
 static int op_deepstack(void *ctx, const struct layer_weights *L, const struct forward_item *items,
@@ -598,7 +581,11 @@ static const struct forward_ops cpu_ops = {.rmsnorm = op_rmsnorm,
                                            .tp_reduce = op_tp_reduce,
                                            .vec_add = op_vec_add,
                                            .swiglu = op_swiglu,
-                                           .moe = op_moe,
+                                           .moe_route = op_moe_route,
+                                           .moe_group = op_moe_group,
+                                           .gather_rows = op_gather_rows,
+                                           .matmul_grouped = op_matmul_grouped,
+                                           .moe_expert_sum = op_moe_expert_sum,
                                            .deepstack = op_deepstack};
 
 static int check_items(const struct reference_model *m, const struct kv_cache *kv,
@@ -660,8 +647,15 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,
                 c->has_mrope ? c->mrope_section : NULL, half);
     struct cpu_pass pass = {m, kv, hidden};
-    const struct forward_dims dims = {c->hidden_size, c->head_dim, m->nh,
-                                      m->nkv,         m->ffn,      c->rms_norm_eps};
+    const struct forward_dims dims = {.hidden = c->hidden_size,
+                                      .head_dim = c->head_dim,
+                                      .heads = m->nh,
+                                      .kv_heads = m->nkv,
+                                      .ffn = m->ffn,
+                                      .eps = c->rms_norm_eps,
+                                      .top_k = c->num_experts_per_tok,
+                                      .moe_ffn = m->moe_ffn,
+                                      .moe_split = m->moe_split};
     const struct forward_buffers bufs = FORWARD_BUFFERS(m, hidden);
     for (int l = 0; l < m->n_layers; ++l)
         if ((rc = forward_layer(&cpu_ops, &pass, &dims, &bufs, &m->layers[l], items, n_items, N)))

@@ -48,24 +48,25 @@ struct reference_model {
     /* Activation scratch, grown on demand (rows = tokens in one forward call). */
     int cap_rows, cap_ctx;
     size_t scratch_bytes;
-    float *norm;         /* [rows, H] */
-    float *proj;         /* [rows, H] */
-    float *q;            /* [rows, nh*D] */
-    float *k, *v;        /* [rows, nkv*D] */
-    float *attn;         /* [rows, nh*D] */
-    float *ffn_gate;     /* [rows, max(F, I)] */
-    float *ffn_up;       /* [rows, max(F, I)] */
-    float *rope_cos;     /* [rows, D/2] */
-    float *rope_sin;     /* [rows, D/2] */
-    float *scores;       /* attention(): [threads][attention_scratch_floats(ctx, ...)] */
-    float *router;       /* [rows, E] */
-    int *route_expert;   /* [rows, top_k] */
-    float *route_weight; /* [rows, top_k] */
-    float *moe_x;        /* [rows, H] gathered inputs of one expert */
-    float *moe_y;        /* [rows, H] */
-    int *moe_row;        /* [rows] */
-    float *moe_slot;     /* [rows, top_k, H] each (row, choice)'s weighted expert output */
-    float *tp_part;      /* TP: [tp, n] an all-gather of partials (tp_reduce, --moe split) */
+    float *norm;     /* [rows, H] */
+    float *proj;     /* [rows, H] */
+    float *q;        /* [rows, nh*D] */
+    float *k, *v;    /* [rows, nkv*D] */
+    float *attn;     /* [rows, nh*D] */
+    float *ffn_gate; /* [rows, max(F, I)] */
+    float *ffn_up;   /* [rows, max(F, I)] */
+    float *rope_cos; /* [rows, D/2] */
+    float *rope_sin; /* [rows, D/2] */
+    float *scores;   /* attention(): [threads][attention_scratch_floats(ctx, ...)] */
+    /* MoE (reference/forward.h's buffers): */
+    float *router;        /* [rows, E] */
+    int *moe_expert;      /* [rows, top_k] each slot's routed expert */
+    float *moe_w;         /* [rows, top_k] and weight */
+    float *moe_x;         /* [rows, top_k, H] grouped inputs, then the experts' outputs */
+    int32_t *moe_row;     /* [rows, top_k] each grouped position's token row */
+    int32_t *moe_slot;    /* [rows, top_k] each slot's grouped position (-1: not held) */
+    int32_t *moe_offsets; /* [E + 1] each expert's grouped rows */
+    float *tp_part;       /* TP: [tp, n] an all-gather of partials (tp_reduce, --moe split) */
     size_t cap_tp_part;
     float *logit_part; /* TP: [rows, vocab_n] this rank's logits, then [tp, rows, vocab_n] */
     size_t cap_logit_part;

@@ -517,21 +517,30 @@ static void expert_tree(float *slots, const int *ids, const int *ex, int c, int 
     }
 }
 
-void moe_sum_rows(float *out, float *slots, const int *experts, int n, int top_k, int experts_lo,
-                  int experts_hi, int dim) {
+/* Row i of out = the tree over its held slots, slot s's value at slots row
+ * (slot_pos ? slot_pos[s] : s), first multiplied by weights[s] when weights is not NULL. */
+static void sum_rows(float *out, float *slots, const int32_t *slot_pos, const int *experts,
+                     const float *weights, int n, int top_k, int experts_lo, int experts_hi,
+                     int dim) {
     int ids[OPS_MOE_MAX_TOP_K], ex[OPS_MOE_MAX_TOP_K];
     for (int i = 0; i < n; ++i) {
         int c = 0;
         for (int t = 0; t < top_k; ++t) {
-            const int e = experts[(size_t)i * (size_t)top_k + (size_t)t];
+            const int s = i * top_k + t, e = experts[s];
             if (e < experts_lo || e >= experts_hi) continue; /* another rank's */
+            const int id = slot_pos ? slot_pos[s] : s;
+            if (weights) {
+                float *y = slots + (size_t)id * (size_t)dim;
+                for (int d = 0; d < dim; ++d)
+                    y[d] *= weights[s];
+            }
             int at = c++;
             for (; at > 0 && ex[at - 1] > e; --at) { /* ascending expert index */
                 ex[at] = ex[at - 1];
                 ids[at] = ids[at - 1];
             }
             ex[at] = e;
-            ids[at] = i * top_k + t;
+            ids[at] = id;
         }
         float *o = out + (size_t)i * (size_t)dim;
         if (!c) {
@@ -540,6 +549,58 @@ void moe_sum_rows(float *out, float *slots, const int *experts, int n, int top_k
         }
         expert_tree(slots, ids, ex, c, experts_lo, experts_hi, dim);
         memcpy(o, slots + (size_t)ids[0] * (size_t)dim, (size_t)dim * sizeof(float));
+    }
+}
+
+void moe_sum_rows(float *out, float *slots, const int *experts, int n, int top_k, int experts_lo,
+                  int experts_hi, int dim) {
+    sum_rows(out, slots, NULL, experts, NULL, n, top_k, experts_lo, experts_hi, dim);
+}
+
+void moe_expert_sum(float *out, float *y, const int32_t *slot_pos, const int *experts,
+                    const float *weights, int n, int top_k, int experts_lo, int experts_hi,
+                    int dim) {
+    sum_rows(out, y, slot_pos, experts, weights, n, top_k, experts_lo, experts_hi, dim);
+}
+
+/* ---------------------------------------------------------------- MoE grouping */
+
+void moe_group(int32_t *offsets, int32_t *rows, int32_t *slot_pos, const int *experts, int n,
+               int top_k, int num_experts, int experts_lo, int experts_hi) {
+    const int slots = n * top_k;
+    int32_t at = 0;
+    for (int s = 0; s < slots; ++s)
+        slot_pos[s] = -1;
+    for (int e = 0; e < num_experts; ++e) {
+        offsets[e] = at;
+        if (e < experts_lo || e >= experts_hi) continue;
+        for (int s = 0; s < slots; ++s)
+            if (experts[s] == e) {
+                rows[at] = s / top_k;
+                slot_pos[s] = at++;
+            }
+    }
+    offsets[num_experts] = at;
+    for (int j = at; j < slots; ++j)
+        rows[j] = 0;
+}
+
+void ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *rows, int n) {
+    for (int i = 0; i < n; ++i)
+        ops_weight_row(out + (size_t)i * (size_t)w->cols, w, rows[i]);
+}
+
+void matmul_grouped(float *out, const float *x, const struct ops_weight *ws, const int32_t *offsets,
+                    int n_groups, int cap, int leaves, struct thread_pool *pool) {
+    for (int g = 0; g < n_groups; ++g) {
+        const int lo = offsets[g], hi = offsets[g + 1] < cap ? offsets[g + 1] : cap;
+        if (hi <= lo) continue;
+        float *o = out + (size_t)lo * (size_t)ws[g].rows;
+        const float *xg = x + (size_t)lo * (size_t)ws[g].cols;
+        if (leaves == 1)
+            matmul(o, xg, &ws[g], hi - lo, pool);
+        else
+            matmul_split(o, xg, &ws[g], hi - lo, leaves, pool);
     }
 }
 
@@ -580,4 +641,11 @@ void moe_route(int *experts, float *weights, const float *router_logits, int ren
         for (int t = 0; t < top_k; ++t)
             weights[t] /= total;
     }
+}
+
+void moe_route_rows(int *experts, float *weights, const float *router_logits, int renormalize,
+                    int num_experts, int top_k, int n) {
+    for (int i = 0; i < n; ++i)
+        moe_route(experts + (size_t)i * (size_t)top_k, weights + (size_t)i * (size_t)top_k,
+                  router_logits + (size_t)i * (size_t)num_experts, renormalize, num_experts, top_k);
 }

@@ -185,6 +185,35 @@ void softmax(float *x, int n);
 void moe_route(int *experts, float *weights, const float *router_logits, int renormalize,
                int num_experts, int top_k);
 
+/* moe_route of each of n rows: experts [n, top_k], weights [n, top_k], router_logits
+ * [n, num_experts] (a row's result never depends on the others). */
+void moe_route_rows(int *experts, float *weights, const float *router_logits, int renormalize,
+                    int num_experts, int top_k, int n);
+
+/* The routed slots of n rows grouped by expert, for the held experts [experts_lo,
+ * experts_hi): expert after expert in ascending index, inside one expert the slots (i, t)
+ * in ascending row i then choice t:
+ *   offsets [num_experts + 1]: expert e's grouped rows are [offsets[e], offsets[e + 1])
+ *     (none for an expert not held); offsets[num_experts] = the held slots' count, total;
+ *   rows [n * top_k]: rows[j] = the token row of grouped position j for j < total, 0 past
+ *     it (so a gather over all n * top_k positions reads valid rows);
+ *   slot_pos [n * top_k]: slot i * top_k + t's grouped position, or -1 when not held.
+ * experts [n, top_k]: moe_route_rows' ids. 0 <= experts_lo <= experts_hi <= num_experts. */
+void moe_group(int32_t *offsets, int32_t *rows, int32_t *slot_pos, const int *experts, int n,
+               int top_k, int num_experts, int experts_lo, int experts_hi);
+
+/* out [n, cols] = rows [n] of w (ops_weight_row each): a gather, e.g. of the MoE block's
+ * grouped token rows from an f32 view of the activations. */
+void ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *rows, int n);
+
+/* Many matmuls over one activation matrix, row ranges given by offsets [n_groups + 1]
+ * (ascending; rows at or past cap ignored): rows [offsets[g], offsets[g + 1]) of out
+ * [cap, ws[g].rows] = those rows of x [cap, ws[g].cols] @ ws[g]^T, as matmul (leaves 1) or
+ * matmul_split with `leaves` leaves computes them on exactly those rows. A group with no
+ * rows may have no weight (data NULL); rows outside every group are not written. */
+void matmul_grouped(float *out, const float *x, const struct ops_weight *ws, const int32_t *offsets,
+                    int n_groups, int cap, int leaves, struct thread_pool *pool);
+
 /* Most experts per token moe_sum_rows takes (its per-row list lives on the stack). */
 #define OPS_MOE_MAX_TOP_K 64
 
@@ -197,6 +226,15 @@ void moe_route(int *experts, float *weights, const float *router_logits, int ren
  * the tree). `slots` is the tree's scratch (overwritten). top_k <= OPS_MOE_MAX_TOP_K. */
 void moe_sum_rows(float *out, float *slots, const int *experts, int n, int top_k, int experts_lo,
                   int experts_hi, int dim);
+
+/* The MoE block's weighting and sum from grouped expert outputs: out [n, dim] row i =
+ * moe_sum_rows' tree over row i's held slots s = i*top_k + t, each slot's value being
+ * y[slot_pos[s], :] * weights[s] (one rounded product). y [*, dim] holds the grouped
+ * outputs (moe_group's positions) and is the tree's scratch (overwritten); slot_pos,
+ * experts and weights are [n * top_k]. top_k <= OPS_MOE_MAX_TOP_K. */
+void moe_expert_sum(float *out, float *y, const int32_t *slot_pos, const int *experts,
+                    const float *weights, int n, int top_k, int experts_lo, int experts_hi,
+                    int dim);
 
 /* x [n] += y [n]. */
 void vec_add(float *x, const float *y, int n);

@@ -78,7 +78,7 @@
 static void free_scratch(struct cuda_context *c) {
     float **dev[] = {&c->hidden, &c->norm,     &c->proj,   &c->q,        &c->k,        &c->v,
                      &c->attn,   &c->ffn_gate, &c->ffn_up, &c->rope_cos, &c->rope_sin, &c->router,
-                     &c->moe_x,  &c->moe_y,    &c->moe_w,  &c->scores,   &c->deepstack};
+                     &c->moe_x,  &c->moe_w,    &c->scores, &c->deepstack};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; ++i) {
         cuda_free(*dev[i]);
         *dev[i] = NULL;
@@ -135,7 +135,6 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
         {(void **)&c->rope_sin, r * D / 2 * 4},
         {(void **)&c->router, r * E * 4},
         {(void **)&c->moe_x, r * K * H * 4},
-        {(void **)&c->moe_y, r * K * H * 4},
         {(void **)&c->moe_w, r * K * 4},
         {(void **)&c->moe_row, r * K * 4},
         {(void **)&c->moe_slot, r * K * 4},
@@ -323,14 +322,6 @@ static int op_swiglu(void *ctx, float *out, const float *gate, const float *up, 
     return cuda_swiglu(out, gate, up, n, ((struct cuda_context *)ctx)->stream);
 }
 
-/* The ranks' expert-tree nodes are added by the layer's TP reduce (--moe split is refused
- * at open), so the output is never complete here. */
-static int op_moe(void *ctx, const struct layer_weights *L, float *out, const float *x, int rows,
-                  int *reduced) {
-    *reduced = 0;
-    return backend_cuda_moe_block(ctx, L, out, x, rows);
-}
-
 static int op_deepstack(void *ctx, const struct layer_weights *L, const struct forward_item *items,
                         int n_items) {
     return add_deepstack(ctx, L, items, n_items);
@@ -345,7 +336,11 @@ static const struct forward_ops cuda_ops = {.rmsnorm = op_rmsnorm,
                                             .tp_reduce = op_tp_reduce,
                                             .vec_add = op_vec_add,
                                             .swiglu = op_swiglu,
-                                            .moe = op_moe,
+                                            .moe_route = backend_cuda_op_moe_route,
+                                            .moe_group = backend_cuda_op_moe_group,
+                                            .gather_rows = backend_cuda_op_gather_rows,
+                                            .matmul_grouped = backend_cuda_op_matmul_grouped,
+                                            .moe_expert_sum = backend_cuda_op_moe_expert_sum,
                                             .deepstack = op_deepstack};
 
 /* reference/model.c check_items, against the host bookkeeping of the device cache. */
@@ -370,8 +365,15 @@ static int enqueue_forward(struct cuda_context *c, const struct forward_item *it
         (rc = cuda_memcpy_async(c->rope_sin, c->h_sin, table, CUDA_COPY_TO_DEVICE, c->stream)) ||
         (rc = cuda_memcpy_async(c->hidden, c->h_hidden, rows, CUDA_COPY_TO_DEVICE, c->stream)))
         return rc;
-    const struct forward_dims dims = {H,      c->cfg->head_dim, c->nh,
-                                      c->nkv, c->ffn,           c->cfg->rms_norm_eps};
+    const struct forward_dims dims = {.hidden = H,
+                                      .head_dim = c->cfg->head_dim,
+                                      .heads = c->nh,
+                                      .kv_heads = c->nkv,
+                                      .ffn = c->ffn,
+                                      .eps = c->cfg->rms_norm_eps,
+                                      .top_k = c->cfg->num_experts_per_tok,
+                                      .moe_ffn = c->cfg->moe_intermediate_size,
+                                      .moe_chunk = backend_cuda_moe_chunk(c)};
     const struct forward_buffers bufs = FORWARD_BUFFERS(c, c->hidden);
     for (int l = 0; l < c->n_layers && !rc; ++l)
         rc = forward_layer(&cuda_ops, c, &dims, &bufs, &c->layers[l], items, n_items, N);

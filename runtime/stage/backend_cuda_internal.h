@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "reference/forward.h"
 #include "reference/layer_weights.h"
 #include "reference/ops.h"
 #include "runtime/model/model_config.h"
@@ -82,7 +83,7 @@ struct cuda_context {
     /* Device scratch for `cap_rows` rows. */
     int cap_rows, cap_logit_rows;
     float *hidden, *norm, *proj, *q, *k, *v, *attn, *ffn_gate, *ffn_up, *rope_cos, *rope_sin;
-    float *router, *moe_x, *moe_y, *moe_w, *scores, *logits, *deepstack;
+    float *router, *moe_x, *moe_w, *scores, *logits, *deepstack;
     int32_t *moe_row, *tokens, *ids;
     /* MoE (backend_cuda_moe.c): moe_expert / moe_w [cap_rows * top_k] each slot's routed
      * expert and weight, moe_row [cap_rows * top_k] each grouped position's token row,
@@ -164,10 +165,20 @@ int backend_cuda_tp_argmax(struct cuda_context *c, int32_t *ids, const float *lo
 int backend_cuda_kvp_attend(struct cuda_context *c, const struct layer_weights *L,
                             const struct forward_item *items, int n_items, int N);
 
-/* out [N, H] = the MoE block of x [N, H] over the held experts (backend_cuda_moe.c):
- * queued, no synchronisation (a decode graph holds it). */
-int backend_cuda_moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
-                           const float *x, int N);
+/* The MoE ops of the CUDA table (reference/forward.h; backend_cuda_moe.c), queued with no
+ * synchronisation (a decode graph holds them), and the most rows one pass of the block takes. */
+int backend_cuda_moe_chunk(const struct cuda_context *c);
+int backend_cuda_op_moe_route(void *ctx, int *experts, float *weights, const float *router_logits,
+                              int rows);
+int backend_cuda_op_moe_group(void *ctx, int32_t *offsets, int32_t *grouped_rows, int32_t *slot_pos,
+                              const int *experts, int rows);
+int backend_cuda_op_gather_rows(void *ctx, float *out, const float *x, const int32_t *rows, int n,
+                                int dim);
+int backend_cuda_op_matmul_grouped(void *ctx, float *out, const float *x,
+                                   const struct layer_weights *L, enum forward_expert_matrix which,
+                                   const int32_t *offsets, int cap);
+int backend_cuda_op_moe_expert_sum(void *ctx, float *out, float *y, const int32_t *slot_pos,
+                                   const int *experts, const float *weights, int rows);
 /* After the weights are loaded: each MoE layer's grouped-matmul tables (c->moe, device
  * pointer arrays). _close frees them (a half-built state too). */
 int backend_cuda_moe_open(struct cuda_context *c);

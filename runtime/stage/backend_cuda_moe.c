@@ -1,28 +1,27 @@
-/* The CUDA backend's MoE block (reference/model.c moe_block; see backend_cuda.c), all of it
- * on the device with no host round trip, so a decode step holding MoE layers is still one
- * CUDA graph (issue 17). Per layer, on the backend stream, launch shapes depending only on
- * the row count N:
- *   1. router logits (cuda_matmul) and routing, one thread per row (cuda_moe_route_rows:
- *      the reference's moe_route with CUDA's expf);
- *   2. grouping by expert (cuda_moe_group): the held experts [experts_lo, experts_hi) in
- *      ascending index, inside one the slots (row, choice) in ascending order, as the
- *      reference gathers them; per expert its rows' offsets, per slot its grouped position;
- *   3. the N·K grouped rows gathered (cuda_ops_weight_rows; positions past the held count
+/* The CUDA backend's MoE ops (reference/forward.c forward_moe is the block, written once;
+ * see backend_cuda.c), all on the device with no host round trip, so a decode step holding
+ * MoE layers is still one CUDA graph. Launch shapes depend only on the row count:
+ *   1. routing, one thread per row (cuda_moe_route_rows: the reference's moe_route with
+ *      CUDA's expf);
+ *   2. grouping by expert (cuda_moe_group, the reference's moe_group): the held experts
+ *      [experts_lo, experts_hi) in ascending index, inside one the slots (row, choice) in
+ *      ascending order; per expert its rows' offsets, per slot its grouped position;
+ *   3. the grouped rows gathered (cuda_ops_weight_rows; positions past the held count
  *      gather row 0, never read back) and every expert's SwiGLU MLP as three grouped
  *      matmuls (cuda_matmul_grouped: the experts' row counts are device data, each tile of
  *      rows runs matmul.cu's half-warp dot on its expert's weight, so every element is
  *      cuda_matmul's / cuda_matmul_split's, bitwise and batch-invariant);
- *   4. the reference's sum (cuda_moe_expert_sum): each (row, choice) slot = weight × expert
- *      output, the row's held slots added by the halving tree over expert indices
- *      [experts_lo, experts_hi) (reference/ops.h moe_sum_rows), zeros for a row holding none;
- *      under TP --moe expert a rank's rows are one node of that tree, which the layer's TP
- *      reduce completes by its top.
- * The same path runs eagerly and inside a graph. What it gives up against the former host
- * routing: the routing's expf is CUDA's (within 2 ulp of glibc's), like the experts' SwiGLU
- * already was; the summation order is the reference's. Never run on a GPU: the emulation
- * (tests/backend_ops/cuda_emulated.c) and tests/kernels:moe_group_test (skipped here) are
- * all that checked it. */
+ *   4. the reference's sum (cuda_moe_expert_sum, the reference's moe_expert_sum): each
+ *      (row, choice) slot = weight × expert output, the row's held slots added by the
+ *      halving tree over expert indices [experts_lo, experts_hi), zeros for a row holding
+ *      none; under TP --moe expert a rank's rows are one node of that tree, which the
+ *      layer's TP reduce completes by its top.
+ * What it gives up against host routing: the routing's expf is CUDA's (within 2 ulp of
+ * glibc's), like the experts' SwiGLU already was; the summation order is the reference's.
+ * Checked on the host by tests/backend_ops (the emulation and kernels/cuda_cpu) and
+ * tests/kernels:moe_group_test on a device. */
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "kernels/cuda_device.h"
@@ -34,6 +33,7 @@
 #include "kernels/swiglu.h"
 #include "reference/ops.h"
 #include "runtime/base/status.h"
+#include "reference/forward.h"
 #include "runtime/stage/backend_cuda_internal.h"
 
 /* The common dtype and shape of a layer's held experts for one weight (data NULL), or an
@@ -93,52 +93,67 @@ void backend_cuda_moe_close(struct cuda_context *c) {
     c->moe = NULL;
 }
 
-/* out [N, H] for one chunk of rows: the four steps of the header. */
-static int moe_rows(struct cuda_context *c, const struct layer_weights *L, float *out,
-                    const float *x, int N) {
-    const struct model_config *m = c->cfg;
-    const struct cuda_moe_layer *M = &c->moe[L->index - c->role.layer_start];
-    const int H = m->hidden_size, E = m->num_experts, K = m->num_experts_per_tok;
-    const int I = M->gate.rows, cap = N * K;
-    const struct ops_weight xs = {x, OPS_F32, N, H};
-    void *s = c->stream;
-    int rc;
-    if ((rc = cuda_matmul(c->router, x, &L->router, N, s)) ||
-        (rc = cuda_moe_route_rows(c->moe_expert, c->moe_w, c->router, m->norm_topk_prob, E, K, N,
-                                  s)) ||
-        (rc = cuda_moe_group(c->moe_offsets, c->moe_row, c->moe_slot, c->moe_expert, N, K, E,
-                             c->experts_lo, c->experts_hi, s)))
-        return rc;
-    for (int j0 = 0; j0 < cap && !rc; j0 += MAX_GRID_ROWS) {
-        const int k = cap - j0 < MAX_GRID_ROWS ? cap - j0 : MAX_GRID_ROWS;
-        rc = cuda_ops_weight_rows(c->moe_x + (size_t)j0 * H, &xs, c->moe_row + j0, k, s);
-    }
-    if (rc ||
-        (rc = cuda_matmul_grouped(c->ffn_gate, c->moe_x, &M->gate, M->gate_ptrs, c->moe_offsets, E,
-                                  cap, 1, s)) ||
-        (rc = cuda_matmul_grouped(c->ffn_up, c->moe_x, &M->up, M->up_ptrs, c->moe_offsets, E, cap,
-                                  1, s)) ||
-        (rc = cuda_swiglu(c->ffn_gate, c->ffn_gate, c->ffn_up, cap * I, s)) ||
-        (rc = cuda_matmul_grouped(c->moe_y, c->ffn_gate, &M->down, M->down_ptrs, c->moe_offsets, E,
-                                  cap, OPS_SPLIT_LEAVES, s)))
-        return rc;
-    return cuda_moe_expert_sum(out, c->moe_y, c->moe_slot, c->moe_expert, c->moe_w, N, K,
-                               c->experts_lo, c->experts_hi, H, s);
-}
-
-int backend_cuda_moe_block(struct cuda_context *c, const struct layer_weights *L, float *out,
-                           const float *x, int N) {
-    const int H = c->cfg->hidden_size, K = c->cfg->num_experts_per_tok;
-    const int I = c->moe[L->index - c->role.layer_start].gate.rows;
-    /* Chunks of rows (a row's result never depends on its call): a grouped launch covers at
-     * most 65535 tiles of 4 rows, cap + 3·E rows' worth (kernels/matmul.h), and the
-     * SwiGLU's cap·I elements are an int. At least 2 rows (E <= MOE_MAX_EXPERTS). */
+int backend_cuda_moe_chunk(const struct cuda_context *c) {
+    const int K = c->cfg->num_experts_per_tok, I = c->cfg->moe_intermediate_size;
+    if (c->cfg->num_experts <= 0 || K < 1) return 0; /* no MoE layer */
+    /* A grouped launch covers at most 65535 tiles of 4 rows, cap + 3·E rows' worth
+     * (kernels/matmul.h), and the SwiGLU's cap·I elements are an int. At least 2 rows
+     * (E <= MOE_MAX_EXPERTS). */
     int chunk = (4 * 65535 - 3 * c->cfg->num_experts) / K;
     if (I > 0 && chunk > INT_MAX / K / I) chunk = INT_MAX / K / I;
+    return chunk;
+}
+
+int backend_cuda_op_moe_route(void *ctx, int *experts, float *weights, const float *router_logits,
+                              int rows) {
+    const struct cuda_context *c = ctx;
+    const struct model_config *m = c->cfg;
+    return cuda_moe_route_rows(experts, weights, router_logits, m->norm_topk_prob, m->num_experts,
+                               m->num_experts_per_tok, rows, c->stream);
+}
+
+int backend_cuda_op_moe_group(void *ctx, int32_t *offsets, int32_t *grouped_rows, int32_t *slot_pos,
+                              const int *experts, int rows) {
+    const struct cuda_context *c = ctx;
+    return cuda_moe_group(offsets, grouped_rows, slot_pos, experts, rows,
+                          c->cfg->num_experts_per_tok, c->cfg->num_experts, c->experts_lo,
+                          c->experts_hi, c->stream);
+}
+
+/* One grid row per gathered row: launches of at most MAX_GRID_ROWS. */
+int backend_cuda_op_gather_rows(void *ctx, float *out, const float *x, const int32_t *rows, int n,
+                                int dim) {
+    const struct cuda_context *c = ctx;
+    const struct ops_weight xs = {x, OPS_F32, INT32_MAX, dim};
     int rc = 0;
-    for (int i0 = 0; i0 < N && !rc; i0 += chunk) {
-        const int n = N - i0 < chunk ? N - i0 : chunk;
-        rc = moe_rows(c, L, out + (size_t)i0 * H, x + (size_t)i0 * H, n);
+    for (int j0 = 0; j0 < n && !rc; j0 += MAX_GRID_ROWS) {
+        const int k = n - j0 < MAX_GRID_ROWS ? n - j0 : MAX_GRID_ROWS;
+        rc = cuda_ops_weight_rows(out + (size_t)j0 * (size_t)dim, &xs, rows + j0, k, c->stream);
     }
     return rc;
+}
+
+/* Whole experts on every rank (--moe split is refused at open), so the down projection
+ * has the full tree's leaves. */
+int backend_cuda_op_matmul_grouped(void *ctx, float *out, const float *x,
+                                   const struct layer_weights *L, enum forward_expert_matrix which,
+                                   const int32_t *offsets, int cap) {
+    const struct cuda_context *c = ctx;
+    const struct cuda_moe_layer *M = &c->moe[L->index - c->role.layer_start];
+    const struct ops_weight *shape = which == FORWARD_EXPERT_GATE ? &M->gate
+                                     : which == FORWARD_EXPERT_UP ? &M->up
+                                                                  : &M->down;
+    const void *const *ptrs = which == FORWARD_EXPERT_GATE ? M->gate_ptrs
+                              : which == FORWARD_EXPERT_UP ? M->up_ptrs
+                                                           : M->down_ptrs;
+    return cuda_matmul_grouped(out, x, shape, ptrs, offsets, c->cfg->num_experts, cap,
+                               which == FORWARD_EXPERT_DOWN ? OPS_SPLIT_LEAVES : 1, c->stream);
+}
+
+int backend_cuda_op_moe_expert_sum(void *ctx, float *out, float *y, const int32_t *slot_pos,
+                                   const int *experts, const float *weights, int rows) {
+    const struct cuda_context *c = ctx;
+    return cuda_moe_expert_sum(out, y, slot_pos, experts, weights, rows,
+                               c->cfg->num_experts_per_tok, c->experts_lo, c->experts_hi,
+                               c->cfg->hidden_size, c->stream);
 }

@@ -336,35 +336,17 @@ int cuda_moe_combine(float *out, const float *y, const int32_t *rows, const floa
 int cuda_moe_route_rows(int *experts, float *weights, const float *router_logits, int renormalize,
                         int num_experts, int top_k, int n, void *stream) {
     ON_STREAM(stream);
-    for (int i = 0; i < n; ++i)
-        moe_route(experts + (size_t)i * (size_t)top_k, weights + (size_t)i * (size_t)top_k,
-                  router_logits + (size_t)i * (size_t)num_experts, renormalize, num_experts, top_k);
+    moe_route_rows(experts, weights, router_logits, renormalize, num_experts, top_k, n);
     return 0;
 }
 
-/* reference/model.c moe_block's grouping: expert by expert, rows then choices. */
 int cuda_moe_group(int32_t *offsets, int32_t *rows, int32_t *slot_pos, const int *experts, int n,
                    int top_k, int num_experts, int experts_lo, int experts_hi, void *stream) {
     ON_STREAM(stream);
     if (experts_lo < 0 || experts_hi > num_experts || experts_lo > experts_hi)
         return strata_set_error(STRATA_EINVAL, "emulated cuda_moe_group: experts [%d, %d)",
                                 experts_lo, experts_hi);
-    const int slots = n * top_k;
-    int at = 0;
-    for (int s = 0; s < slots; ++s)
-        slot_pos[s] = -1;
-    for (int e = 0; e < num_experts; ++e) {
-        offsets[e] = at;
-        if (e < experts_lo || e >= experts_hi) continue;
-        for (int s = 0; s < slots; ++s)
-            if (experts[s] == e) {
-                rows[at] = s / top_k;
-                slot_pos[s] = at++;
-            }
-    }
-    offsets[num_experts] = at;
-    for (int j = at; j < slots; ++j)
-        rows[j] = 0;
+    moe_group(offsets, rows, slot_pos, experts, n, top_k, num_experts, experts_lo, experts_hi);
     return 0;
 }
 
@@ -398,24 +380,21 @@ int cuda_matmul_grouped(float *out, const float *x, const struct ops_weight *w,
     return 0;
 }
 
-/* The reference's weighting (y *= w) into slot order, then its tree (moe_sum_rows). */
+/* The reference's moe_expert_sum on a copy of y (its scratch; the device's y is const). */
 int cuda_moe_expert_sum(float *out, const float *y, const int32_t *slot_pos, const int *experts,
                         const float *weights, int n, int top_k, int experts_lo, int experts_hi,
                         int dim, void *stream) {
     ON_STREAM(stream);
     if (top_k < 1 || top_k > OPS_MOE_MAX_TOP_K)
         return strata_set_error(STRATA_EINVAL, "emulated cuda_moe_expert_sum: top-k %d", top_k);
-    const size_t slots = (size_t)n * (size_t)top_k;
-    float *scratch = malloc((slots ? slots : 1) * (size_t)dim * sizeof(float));
+    int rows = 0; /* y's rows read: one past the largest held slot's position */
+    for (size_t s = 0; s < (size_t)n * (size_t)top_k; ++s)
+        if (experts[s] >= experts_lo && experts[s] < experts_hi && slot_pos[s] >= rows)
+            rows = slot_pos[s] + 1;
+    float *scratch = malloc(((size_t)rows + 1) * (size_t)dim * sizeof(float));
     if (!scratch) return strata_set_error(STRATA_ENOMEM, "emulated cuda_moe_expert_sum");
-    for (size_t s = 0; s < slots; ++s) {
-        if (experts[s] < experts_lo || experts[s] >= experts_hi) continue;
-        const float *src = y + (size_t)slot_pos[s] * (size_t)dim;
-        float *dst = scratch + s * (size_t)dim;
-        for (int d = 0; d < dim; ++d)
-            dst[d] = src[d] * weights[s];
-    }
-    moe_sum_rows(out, scratch, experts, n, top_k, experts_lo, experts_hi, dim);
+    memcpy(scratch, y, (size_t)rows * (size_t)dim * sizeof(float));
+    moe_expert_sum(out, scratch, slot_pos, experts, weights, n, top_k, experts_lo, experts_hi, dim);
     free(scratch);
     return 0;
 }
@@ -429,8 +408,7 @@ int cuda_ops_weight_row(float *out, const struct ops_weight *w, int row, void *s
 int cuda_ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *rows, int n,
                          void *stream) {
     ON_STREAM(stream);
-    for (int i = 0; i < n; ++i)
-        ops_weight_row(out + (size_t)i * (size_t)w->cols, w, rows[i]);
+    ops_weight_rows(out, w, rows, n);
     return 0;
 }
 

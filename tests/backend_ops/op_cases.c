@@ -152,7 +152,7 @@ static int moe_route_ref(const struct bo_call *c, struct thread_pool *pool) {
     return 0;
 }
 
-/* moe_route of `heads` tokens, one after another (the CUDA backend's rows form). */
+/* moe_route_rows of `heads` tokens. */
 static int moe_route_rows_layout(const struct bo_shape *s, struct bo_buf *b) {
     b[0] = (struct bo_buf){"experts", BO_OUT, BO_I32, sz(s->heads, s->rows), BO_GEN_ACT};
     b[1] = BUF("weights", BO_OUT, sz(s->heads, s->rows), BO_GEN_ACT);
@@ -162,9 +162,7 @@ static int moe_route_rows_layout(const struct bo_shape *s, struct bo_buf *b) {
 
 static int moe_route_rows_ref(const struct bo_call *c, struct thread_pool *pool) {
     (void)pool;
-    for (int i = 0; i < c->s->heads; ++i)
-        moe_route((int *)c->buf[0] + sz(i, c->s->rows), (float *)c->buf[1] + sz(i, c->s->rows),
-                  (const float *)c->buf[2] + sz(i, c->s->n), c->s->pos, c->s->n, c->s->rows);
+    moe_route_rows(c->buf[0], c->buf[1], c->buf[2], c->s->pos, c->s->n, c->s->rows, c->s->heads);
     return 0;
 }
 

@@ -1,8 +1,8 @@
 /* The CUDA backend's device MoE path (runtime/stage/backend_cuda_moe.c) kernel by kernel
  * against the reference: cuda_moe_route_rows against moe_route row by row (ids equal,
- * weights within CUDA expf's ulps), cuda_moe_group against the reference's grouping loop
+ * weights within CUDA expf's ulps), cuda_moe_group against the reference's moe_group
  * (exact), cuda_matmul_grouped against matmul / matmul_split per expert (bitwise),
- * cuda_moe_expert_sum against the reference's weighting and moe_sum_rows (bitwise); then
+ * cuda_moe_expert_sum against the reference's moe_expert_sum (bitwise); then
  * the chain captured once in a CUDA graph and launched again on new router logits without
  * a new capture, equal to an eager run on them (the experts' row counts are device data).
  * A TP rank's node of experts too. Prints "skipped: <reason>" without a device. */
@@ -118,25 +118,13 @@ static int check_against_reference(const struct host *h, const struct shape *s,
             bad_w += fabsf(a - b) > 1e-6f * fabsf(a);
         }
     }
-    for (int j = 0; j < cap; ++j) { /* the reference's loop: expert, row, choice */
-        h->pos[j] = -1;
-        h->rows[j] = 0;
-    }
-    for (int e = 0; e < E; ++e) {
-        h->off[e] = at;
-        if (e < s->lo || e >= s->hi) continue;
-        for (int j = 0; j < cap; ++j)
-            if (h->dex[j] == e) {
-                h->rows[at] = j / K;
-                h->pos[j] = at++;
-            }
-    }
-    h->off[E] = at;
+    moe_group(h->off, h->rows, h->pos, h->dex, n, K, E, s->lo, s->hi);
+    at = h->off[E];
     const int bad_group = memcmp(h->off, h->doff, sizeof(int32_t) * (size_t)(E + 1)) ||
                           memcmp(h->rows, h->drows, sizeof(int32_t) * (size_t)cap) ||
                           memcmp(h->pos, h->dpos, sizeof(int32_t) * (size_t)cap);
-    for (int j = 0; j < at; ++j)
-        memcpy(h->gx + (size_t)j * H, h->x + (size_t)h->rows[j] * H, sizeof(float) * H);
+    const struct ops_weight xs = {h->x, OPS_F32, n, H};
+    ops_weight_rows(h->gx, &xs, h->rows, at);
     for (int e = s->lo; e < s->hi; ++e) {
         const int c = h->off[e + 1] - h->off[e], o = h->off[e];
         const struct ops_weight gw = {h->gate + (size_t)e * I * H, OPS_BF16, I, H};
@@ -147,11 +135,10 @@ static int check_against_reference(const struct host *h, const struct shape *s,
     }
     const int bad_gate = memcmp(h->g, h->dg, sizeof(float) * (size_t)at * I) != 0;
     const int bad_down = memcmp(h->y, h->dy, sizeof(float) * (size_t)at * H) != 0;
-    for (int j = 0; j < cap; ++j) /* the reference's y *= w, on the device's weights */
-        if (h->dpos[j] >= 0)
-            for (int d = 0; d < H; ++d)
-                h->slots[(size_t)j * H + d] = h->dy[(size_t)h->dpos[j] * H + d] * h->dw[j];
-    moe_sum_rows(h->out, h->slots, h->dex, n, K, s->lo, s->hi, H);
+    /* The reference's weighting and sum on the device's outputs and weights (its scratch
+     * a copy of them). */
+    memcpy(h->slots, h->dy, sizeof(float) * (size_t)at * H);
+    moe_expert_sum(h->out, h->slots, h->dpos, h->dex, h->dw, n, K, s->lo, s->hi, H);
     const int bad_sum = memcmp(h->out, h->dout, sizeof(float) * (size_t)n * H) != 0;
     printf("%s n=%d E=%d K=%d H=%d I=%d experts [%d, %d): ids %s, weights %s, grouping %s, "
            "gate %s, down %s, sum %s\n",
