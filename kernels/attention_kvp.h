@@ -1,6 +1,6 @@
 /* CUDA twins of reference/ops.h's KV-parallel attention (attention_partial_max,
  * attention_partial, attention_merge; naming convention: kernels/README.md) and of the
- * group max between them (reference/model.c attend_items' loop over the gathered maxima).
+ * group max between them (attention_group_max).
  * Plain C header: no CUDA types. All pointers are device pointers; every call is
  * asynchronous on `stream` and returns 0 or STRATA_EINVAL / STRATA_EDEVICE.
  *
@@ -26,7 +26,7 @@ int cuda_attention_partial_max(float *max, float *scores, const float *q, const 
                                int nkv, int head_dim, void *stream);
 
 /* max [n] <- the group's max: starting from max[t] (this rank's), every all[k][t] (k <
- * ranks) greater than it replaces it, in ascending k (reference/model.c attend_items). */
+ * ranks) greater than it replaces it, in ascending k (reference/ops.h attention_group_max). */
 int cuda_attention_group_max(float *max, const float *all, int ranks, size_t n, void *stream);
 
 /* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree with

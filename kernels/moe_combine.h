@@ -1,7 +1,6 @@
-/* The weighted sum of one expert's outputs into the MoE block's result, as the reference's
- * moe_block does it (reference/model.c): not a reference/ops.h op, the inner loop of the
- * reference's layer, so a backend adds expert after expert in the reference's order.
- * Plain C header: no CUDA types. */
+/* The MoE block's weighted sum: cuda_moe_expert_sum twins reference/ops.h moe_expert_sum
+ * (reference/forward.c forward_moe's last step); cuda_moe_combine is a weighted scatter
+ * the stage backend uses for a TP rank's embedding rows. Plain C header: no CUDA types. */
 #ifndef STRATA_KERNELS_MOE_COMBINE_H
 #define STRATA_KERNELS_MOE_COMBINE_H
 

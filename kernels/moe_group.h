@@ -1,6 +1,5 @@
-/* A MoE layer's routed tokens grouped by expert, on the device: the loop of
- * reference/model.c moe_block that collects each expert's tokens (not a reference/ops.h
- * op). With it the CUDA stage backend routes, groups and sums a MoE layer without a host
+/* CUDA twin of reference/ops.h moe_group: a MoE layer's routed tokens grouped by expert,
+ * on the device. With it the CUDA stage backend routes, groups and sums a MoE layer without a host
  * round trip, so a decode step with MoE layers can be one CUDA graph
  * (runtime/stage/backend_cuda_moe.c). Plain C header: no CUDA types. */
 #ifndef STRATA_KERNELS_MOE_GROUP_H

@@ -3,6 +3,56 @@
 
 #include "runtime/base/status.h"
 
+/* Attention of every item's rows (buffers q -> attn) over its slot, after appending the
+ * rows' keys and values. Under KVP (Medha) each rank scores the keys it holds, the group
+ * all-gathers the per-(row, head) maxima and takes their max (exact), each rank sums its
+ * exponentials against that max over its aligned blocks (one subtree of attention's block
+ * tree), and the partials are all-gathered and merged by the tree's top: two all-gathers
+ * per layer and row tile, and the bits of one rank's attention. A row's result does not
+ * depend on the tiling. */
+static int forward_attend(const struct forward_ops *o, void *x, const struct forward_dims *d,
+                          const struct forward_buffers *b, const struct layer_weights *L,
+                          const struct forward_item *items, int n_items, int N) {
+    const int nh = d->heads, D = d->head_dim;
+    const size_t qd = (size_t)nh * (size_t)D, part_row = (size_t)nh * (size_t)(D + 2);
+    int rc = o->kv_store(x, L, items, n_items, N);
+    if (d->kvp <= 1) {
+        for (int it = 0, row = 0; it < n_items && !rc; row += items[it].n_tokens, ++it)
+            rc =
+                o->attention(x, L, &items[it], b->attn + (size_t)row * qd, b->q + (size_t)row * qd);
+        return rc;
+    }
+    for (int r0 = 0; r0 < N && !rc; r0 += d->kvp_tile) {
+        const int r1 = N - r0 < d->kvp_tile ? N : r0 + d->kvp_tile;
+        const size_t rows = (size_t)(r1 - r0), rows_nh = rows * (size_t)nh;
+        for (int step = 1; step <= 2 && !rc; ++step) {
+            /* Each item's rows inside the tile; a row's offset t in the tile indexes max,
+             * part and scores. */
+            for (int it = 0, row = 0; it < n_items && !rc; row += items[it].n_tokens, ++it) {
+                const int a = row > r0 ? row : r0;
+                const int e = row + items[it].n_tokens < r1 ? row + items[it].n_tokens : r1;
+                if (a >= e) continue;
+                const size_t t = (size_t)(a - r0);
+                float *scores = b->kvp_scores + t * (size_t)nh * (size_t)d->kvp_held;
+                if (step == 1)
+                    rc = o->attention_partial_max(x, L, &items[it], a - row, e - a,
+                                                  b->kvp_max + t * (size_t)nh, scores,
+                                                  b->q + (size_t)a * qd);
+                else
+                    rc = o->attention_partial(x, L, &items[it], a - row, e - a,
+                                              b->kvp_mine + t * part_row, scores,
+                                              b->kvp_max + t * (size_t)nh);
+            }
+            if (rc) break;
+            if (step == 1 && !(rc = o->kvp_allgather(x, b->kvp_max_all, b->kvp_max, rows_nh)))
+                rc = o->attention_group_max(x, b->kvp_max, b->kvp_max_all, rows_nh);
+        }
+        if (!rc && !(rc = o->kvp_allgather(x, b->kvp_parts, b->kvp_mine, rows * part_row)))
+            rc = o->attention_merge(x, b->attn + (size_t)r0 * qd, b->kvp_parts, r1 - r0);
+    }
+    return rc;
+}
+
 /* MoE block (spec §4) of x [N, H] into out [N, H]: route each row to its top-k experts,
  * group the (row, choice) slots by held expert, run each expert's SwiGLU MLP on its rows,
  * and add each row's weighted outputs by the expert tree. Under TP --moe expert a rank's
@@ -59,7 +109,7 @@ int forward_layer(const struct forward_ops *o, void *x, const struct forward_dim
         (rc = o->rmsnorm(x, b->k, b->k, L->k_norm, d->eps, N * nkv, D)) ||
         (rc = o->rope_rows(x, b->q, b->rope_cos, b->rope_sin, N, qd, nh, D)) ||
         (rc = o->rope_rows(x, b->k, b->rope_cos, b->rope_sin, N, kvd, nkv, D)) ||
-        (rc = o->attend(x, L, items, n_items, N)) ||
+        (rc = forward_attend(o, x, d, b, L, items, n_items, N)) ||
         (rc = o->matmul_split(x, b->proj, b->attn, &L->o, N)) ||
         (rc = o->tp_reduce(x, b->proj, (size_t)N * (size_t)H)) ||
         (rc = o->add_bias(x, b->proj, L->o_bias, N, H)) ||

@@ -40,10 +40,28 @@ struct forward_ops {
      * cos / sin tables (head_dim / 2 each, rows of the tables in row order). */
     int (*rope_rows)(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
                      int row_floats, int heads, int head_dim);
-    /* Appends every item's keys and values (buffers k, v) to its slot and leaves each row's
-     * attention over its slot in buffers attn (KVP: merged across the ranks). */
-    int (*attend)(void *ctx, const struct layer_weights *L, const struct forward_item *items,
-                  int n_items, int rows);
+    /* Appends every item's keys and values (buffers k, v; rows in item order) to its
+     * slot's cache of layer L (under KVP: the positions this rank holds). */
+    int (*kv_store)(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                    int n_items, int rows);
+    /* out [n, heads D] = attention of the item's rows q [n, heads D] over its slot's cache
+     * (reference/ops.h attention; n = item->n_tokens). */
+    int (*attention)(void *ctx, const struct layer_weights *L, const struct forward_item *item,
+                     float *out, const float *q);
+    /* KVP (reference/ops.h attention_partial_max / attention_partial): rows [first, first + n)
+     * of the item, q [n, heads D] at positions item->pos + first..; scores [n, heads, held]
+     * kept between the steps; max [n, heads]; part [n, heads, D + 2]. */
+    int (*attention_partial_max)(void *ctx, const struct layer_weights *L,
+                                 const struct forward_item *item, int first, int n, float *max,
+                                 float *scores, const float *q);
+    int (*attention_partial)(void *ctx, const struct layer_weights *L,
+                             const struct forward_item *item, int first, int n, float *part,
+                             const float *scores, const float *max);
+    /* all [kvp][n] <- every KVP rank's mine [n], in rank order. */
+    int (*kvp_allgather)(void *ctx, float *all, const float *mine, size_t n);
+    /* reference/ops.h attention_group_max and attention_merge over the KVP ranks. */
+    int (*attention_group_max)(void *ctx, float *max, const float *all, size_t n);
+    int (*attention_merge)(void *ctx, float *out, const float *parts, int rows);
     /* TP: adds the ranks' partials of x [n] (a no-op without TP). */
     int (*tp_reduce)(void *ctx, float *x, size_t n);
     /* x [n] += y [n]. */
@@ -84,6 +102,10 @@ struct forward_buffers {
     float *router, *moe_w, *moe_x;
     int *moe_expert;
     int32_t *moe_row, *moe_slot, *moe_offsets;
+    /* KVP, for a tile of kvp_tile rows: kvp_scores [tile, heads, kvp_held], kvp_max
+     * [tile, heads] and kvp_max_all [kvp][tile, heads], kvp_mine [tile, heads, D + 2] and
+     * kvp_parts [kvp][tile, heads, D + 2]. */
+    float *kvp_scores, *kvp_max, *kvp_max_all, *kvp_mine, *kvp_parts;
 };
 
 /* The layer's shapes on this rank (heads and the MLP's columns are TP shards). */
@@ -94,10 +116,15 @@ struct forward_dims {
      * split) and the most rows one pass of the block takes (a backend's launch limit; 0:
      * any). The experts held and the routing's settings are the ops' (their context). */
     int top_k, moe_ffn, moe_split, moe_chunk;
+    /* KV parallelism: ranks (1: none), the positions this rank holds and the most rows one
+     * tile of the two-step attention takes (the same on every rank, so every rank makes the
+     * same collective calls). */
+    int kvp, kvp_held, kvp_tile;
 };
 
 /* The buffers of a backend's context `s` whose scratch fields carry these names, with the
- * hidden rows `h` (both backends' contexts do: one spelling of the mapping). */
+ * hidden rows `h` (both backends' contexts do: one spelling of the mapping); the KVP
+ * buffers, which only a KVP split has, are set apart. */
 #define FORWARD_BUFFERS(s, h)                                                                      \
     ((struct forward_buffers){.hidden = (h),                                                       \
                               .norm = (s)->norm,                                                   \

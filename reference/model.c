@@ -31,11 +31,12 @@ static void free_scratch(struct reference_model *m) {
     free(m->moe_slot);
     free(m->moe_offsets);
     free(m->logit_part);
-    free(m->kvp_part);
+    free(m->kvp_parts);
     free(m->kvp_scores);
     free(m->tp_part);
-    m->kvp_part = m->kvp_scores = m->tp_part = NULL;
-    m->cap_kvp_part = m->cap_kvp_scores = m->cap_tp_part = 0;
+    m->kvp_parts = m->kvp_mine = m->kvp_max_all = m->kvp_max = m->kvp_scores = m->tp_part = NULL;
+    m->cap_kvp_rows = 0;
+    m->cap_tp_part = 0;
     m->moe_expert = NULL;
     m->moe_row = m->moe_slot = m->moe_offsets = NULL;
     m->logit_part = NULL;
@@ -371,75 +372,6 @@ static int kvp_tile_rows(const struct reference_model *m) {
     return rows < 1 ? 1 : rows > INT_MAX ? INT_MAX : (int)rows;
 }
 
-/* One step of rows [r0, r1) of the call: step 1 (scores, this rank's max into `max`) or
- * step 2 (the partials into `part`, against the group's max in `max`). Rows of an item
- * outside the tile are skipped; a row's offset in the tile indexes max, part and scores. */
-static void kvp_step(struct reference_model *m, const struct layer_weights *L, struct kv_cache *kv,
-                     const struct forward_item *items, int n_items, int r0, int r1, float *max,
-                     float *part, int step) {
-    const int D = m->cfg.head_dim, nh = m->nh;
-    const size_t qd = (size_t)nh * (size_t)D, stride = (size_t)kv->max_seq * (size_t)D;
-    const size_t held = (size_t)m->kvp_held, part_row = (size_t)nh * (size_t)(D + 2);
-    for (int it = 0, row = 0; it < n_items; row += items[it].n_tokens, ++it) {
-        const struct forward_item *item = &items[it];
-        const int a = row > r0 ? row : r0;
-        const int b = row + item->n_tokens < r1 ? row + item->n_tokens : r1;
-        if (a >= b) continue;
-        const size_t t = (size_t)(a - r0);
-        float *scores = m->kvp_scores + t * (size_t)nh * held;
-        if (step == 1)
-            attention_partial_max(max + t * (size_t)nh, scores, m->q + (size_t)a * qd,
-                                  kv_cache_k(kv, item->slot, L->index, 0), stride,
-                                  item->pos + (a - row), b - a, m->kvp_lo, m->kvp_held, nh, m->nkv,
-                                  D, m->pool);
-        else
-            attention_partial(part + t * part_row, scores, max + t * (size_t)nh,
-                              kv_cache_v(kv, item->slot, L->index, 0), stride,
-                              item->pos + (a - row), b - a, m->kvp_lo, m->kvp_held, nh, m->nkv, D,
-                              m->pool);
-    }
-}
-
-/* Attention of every item's rows over its cache: m->attn [N, nh*D] from m->q. Under KVP
- * (Medha) each rank scores the keys it holds, the group all-gathers the per-(row, head)
- * maxima and takes their max (exact), each rank sums its exponentials against that max over
- * its aligned blocks (one subtree of attention()'s block tree), and the partials are
- * all-gathered and merged by the tree's top: two all-gathers per layer and row tile, and
- * the bits of one rank's attention(). */
-static int attend_items(struct reference_model *m, const struct layer_weights *L,
-                        struct kv_cache *kv, const struct forward_item *items, int n_items, int N) {
-    const int D = m->cfg.head_dim, nh = m->nh;
-    const size_t qd = (size_t)nh * (size_t)D, K = (size_t)m->kvp;
-    const size_t part_row = (size_t)nh * (size_t)(D + 2);
-    for (int it = 0, row = 0; it < n_items; row += items[it].n_tokens, ++it) {
-        store_kv(m, L, kv, &items[it], row);
-        if (m->kvp <= 1)
-            attention(m->attn + (size_t)row * qd, m->q + (size_t)row * qd,
-                      kv_cache_k(kv, items[it].slot, L->index, 0),
-                      kv_cache_v(kv, items[it].slot, L->index, 0), (size_t)kv->max_seq * (size_t)D,
-                      m->scores, items[it].pos, items[it].n_tokens, nh, m->nkv, D, m->pool);
-    }
-    if (m->kvp <= 1) return STRATA_OK;
-    const struct reference_collective *coll = &m->opt.kvp.coll;
-    const int tile = kvp_tile_rows(m);
-    for (int r0 = 0; r0 < N; r0 += tile) {
-        const int r1 = N - r0 < tile ? N : r0 + tile;
-        const size_t rows_nh = (size_t)(r1 - r0) * (size_t)nh, rows = (size_t)(r1 - r0);
-        float *max_all = m->kvp_max, *max = m->kvp_max + K * rows_nh;
-        float *mine = m->kvp_part + K * rows * part_row;
-        kvp_step(m, L, kv, items, n_items, r0, r1, max, NULL, 1);
-        int rc = coll->allgather(coll->ctx, max_all, max, rows_nh);
-        if (rc) return rc;
-        for (size_t t = 0; t < rows_nh; ++t)
-            for (size_t k = 0; k < K; ++k)
-                if (max_all[k * rows_nh + t] > max[t]) max[t] = max_all[k * rows_nh + t];
-        kvp_step(m, L, kv, items, n_items, r0, r1, max, mine, 2);
-        if ((rc = coll->allgather(coll->ctx, m->kvp_part, mine, rows * part_row))) return rc;
-        attention_merge(m->attn + (size_t)r0 * qd, m->kvp_part, m->kvp, r1 - r0, nh, D);
-    }
-    return STRATA_OK;
-}
-
 /* ---- the CPU's table of forward.h ops: reference/ops on the host ---- */
 
 /* One reference_forward call: the model, the cache it appends to and the hidden rows. */
@@ -485,10 +417,64 @@ static int op_rope_rows(void *ctx, float *x, const float *cos_t, const float *si
     return STRATA_OK;
 }
 
-static int op_attend(void *ctx, const struct layer_weights *L, const struct forward_item *items,
-                     int n_items, int rows) {
+static int op_kv_store(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                       int n_items, int rows) {
     struct cpu_pass *p = ctx;
-    return attend_items(p->m, L, p->kv, items, n_items, rows);
+    (void)rows;
+    for (int it = 0, row = 0; it < n_items; row += items[it].n_tokens, ++it)
+        store_kv(p->m, L, p->kv, &items[it], row);
+    return STRATA_OK;
+}
+
+static int op_attention(void *ctx, const struct layer_weights *L, const struct forward_item *item,
+                        float *out, const float *q) {
+    const struct cpu_pass *p = ctx;
+    const struct reference_model *m = p->m;
+    const int D = m->cfg.head_dim;
+    attention(out, q, kv_cache_k(p->kv, item->slot, L->index, 0),
+              kv_cache_v(p->kv, item->slot, L->index, 0), (size_t)p->kv->max_seq * (size_t)D,
+              m->scores, item->pos, item->n_tokens, m->nh, m->nkv, D, m->pool);
+    return STRATA_OK;
+}
+
+static int op_attention_partial_max(void *ctx, const struct layer_weights *L,
+                                    const struct forward_item *item, int first, int n, float *max,
+                                    float *scores, const float *q) {
+    const struct cpu_pass *p = ctx;
+    const struct reference_model *m = p->m;
+    const int D = m->cfg.head_dim;
+    attention_partial_max(max, scores, q, kv_cache_k(p->kv, item->slot, L->index, 0),
+                          (size_t)p->kv->max_seq * (size_t)D, item->pos + first, n, m->kvp_lo,
+                          m->kvp_held, m->nh, m->nkv, D, m->pool);
+    return STRATA_OK;
+}
+
+static int op_attention_partial(void *ctx, const struct layer_weights *L,
+                                const struct forward_item *item, int first, int n, float *part,
+                                const float *scores, const float *max) {
+    const struct cpu_pass *p = ctx;
+    const struct reference_model *m = p->m;
+    const int D = m->cfg.head_dim;
+    attention_partial(part, scores, max, kv_cache_v(p->kv, item->slot, L->index, 0),
+                      (size_t)p->kv->max_seq * (size_t)D, item->pos + first, n, m->kvp_lo,
+                      m->kvp_held, m->nh, m->nkv, D, m->pool);
+    return STRATA_OK;
+}
+
+static int op_kvp_allgather(void *ctx, float *all, const float *mine, size_t n) {
+    const struct reference_collective *coll = &((struct cpu_pass *)ctx)->m->opt.kvp.coll;
+    return coll->allgather(coll->ctx, all, mine, n);
+}
+
+static int op_attention_group_max(void *ctx, float *max, const float *all, size_t n) {
+    attention_group_max(max, all, ((struct cpu_pass *)ctx)->m->kvp, n);
+    return STRATA_OK;
+}
+
+static int op_attention_merge(void *ctx, float *out, const float *parts, int rows) {
+    const struct reference_model *m = ((struct cpu_pass *)ctx)->m;
+    attention_merge(out, parts, m->kvp, rows, m->nh, m->cfg.head_dim);
+    return STRATA_OK;
 }
 
 static int op_tp_reduce(void *ctx, float *x, size_t n) {
@@ -577,7 +563,13 @@ static const struct forward_ops cpu_ops = {.rmsnorm = op_rmsnorm,
                                            .matmul_split = op_matmul_split,
                                            .add_bias = op_add_bias,
                                            .rope_rows = op_rope_rows,
-                                           .attend = op_attend,
+                                           .kv_store = op_kv_store,
+                                           .attention = op_attention,
+                                           .attention_partial_max = op_attention_partial_max,
+                                           .attention_partial = op_attention_partial,
+                                           .kvp_allgather = op_kvp_allgather,
+                                           .attention_group_max = op_attention_group_max,
+                                           .attention_merge = op_attention_merge,
                                            .tp_reduce = op_tp_reduce,
                                            .vec_add = op_vec_add,
                                            .swiglu = op_swiglu,
@@ -607,31 +599,25 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
                                kv->num_slots, max_seq, c->num_layers, rows, ctx);
 }
 
-/* KVP: room for a tile of N rows' gathered partials and this rank's own
- * ([kvp + 1][N][nh][D + 2]), the gathered maxima and the group's max ([kvp + 1][N][nh]), and
- * the scores of this rank's keys ([N][nh][held]). */
+/* KVP: room for a tile of N rows (forward.h's kvp_ buffers). */
 static int ensure_kvp_part(struct reference_model *m, int N) {
     if (m->kvp <= 1) return STRATA_OK;
     if (N > kvp_tile_rows(m)) N = kvp_tile_rows(m);
-    const size_t rows_nh = (size_t)N * (size_t)m->nh, K1 = (size_t)m->kvp + 1;
-    const size_t part = K1 * rows_nh * (size_t)(m->cfg.head_dim + 2) + K1 * rows_nh;
-    const size_t scores = rows_nh * (size_t)m->kvp_held;
-    if (part > m->cap_kvp_part) {
-        float *grown = realloc(m->kvp_part, part * sizeof(float));
-        if (!grown) goto nomem;
-        m->kvp_part = grown;
-        m->cap_kvp_part = part;
-    }
-    if (scores > m->cap_kvp_scores) {
-        float *grown = realloc(m->kvp_scores, scores * sizeof(float));
-        if (!grown) goto nomem;
-        m->kvp_scores = grown;
-        m->cap_kvp_scores = scores;
-    }
-    m->kvp_max = m->kvp_part + K1 * rows_nh * (size_t)(m->cfg.head_dim + 2);
+    if (N <= m->cap_kvp_rows) return STRATA_OK;
+    const size_t rows_nh = (size_t)N * (size_t)m->nh, K = (size_t)m->kvp;
+    const size_t part = rows_nh * (size_t)(m->cfg.head_dim + 2);
+    float *parts = realloc(m->kvp_parts, ((K + 1) * part + (K + 1) * rows_nh) * sizeof(float));
+    if (parts) m->kvp_parts = parts;
+    float *scores =
+        parts ? realloc(m->kvp_scores, rows_nh * (size_t)m->kvp_held * sizeof(float)) : NULL;
+    if (scores) m->kvp_scores = scores;
+    if (!parts || !scores)
+        return strata_set_error(STRATA_ENOMEM, "reference_forward: no memory for KVP (%d rows)", N);
+    m->kvp_mine = m->kvp_parts + K * part;
+    m->kvp_max_all = m->kvp_mine + part;
+    m->kvp_max = m->kvp_max_all + K * rows_nh;
+    m->cap_kvp_rows = N;
     return STRATA_OK;
-nomem:
-    return strata_set_error(STRATA_ENOMEM, "reference_forward: no memory for KVP (%d rows)", N);
 }
 
 int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hidden,
@@ -655,8 +641,16 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
                                       .eps = c->rms_norm_eps,
                                       .top_k = c->num_experts_per_tok,
                                       .moe_ffn = m->moe_ffn,
-                                      .moe_split = m->moe_split};
-    const struct forward_buffers bufs = FORWARD_BUFFERS(m, hidden);
+                                      .moe_split = m->moe_split,
+                                      .kvp = m->kvp,
+                                      .kvp_held = m->kvp_held,
+                                      .kvp_tile = kvp_tile_rows(m)};
+    struct forward_buffers bufs = FORWARD_BUFFERS(m, hidden);
+    bufs.kvp_scores = m->kvp_scores;
+    bufs.kvp_max = m->kvp_max;
+    bufs.kvp_max_all = m->kvp_max_all;
+    bufs.kvp_mine = m->kvp_mine;
+    bufs.kvp_parts = m->kvp_parts;
     for (int l = 0; l < m->n_layers; ++l)
         if ((rc = forward_layer(&cpu_ops, &pass, &dims, &bufs, &m->layers[l], items, n_items, N)))
             return rc;

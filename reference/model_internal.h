@@ -23,7 +23,7 @@ struct reference_model {
     int vocab_start;            /* first embedding / lm_head row held */
     int vocab_n;                /* rows held */
     int leaves;                 /* matmul_split leaves of this rank's row-parallel columns */
-    int experts_lo, experts_hi; /* MoE experts held: one node of moe_block's expert tree */
+    int experts_lo, experts_hi; /* MoE experts held: one node of the MoE sum's expert tree */
     int moe_split;              /* TP --moe split: each expert's columns are split */
     /* KV parallelism: this rank holds global positions [kvp_lo, kvp_lo + kvp_held). */
     int kvp, kvp_lo, kvp_held;
@@ -70,12 +70,14 @@ struct reference_model {
     size_t cap_tp_part;
     float *logit_part; /* TP: [rows, vocab_n] this rank's logits, then [tp, rows, vocab_n] */
     size_t cap_logit_part;
-    float *kvp_part; /* KVP: [kvp + 1][rows][nh][D + 2] gathered partials, then this rank's;
-                        then kvp_max: [kvp + 1][rows][nh] gathered maxima, then the group's */
-    float *kvp_max;
-    size_t cap_kvp_part;
-    float *kvp_scores; /* KVP: [rows][nh][kvp_held] this rank's scores between the steps */
-    size_t cap_kvp_scores;
+    /* KVP, for a tile of cap_kvp_rows rows (reference/forward.h's buffers; kvp_parts is the
+     * allocation the next three point into): */
+    float *kvp_parts;   /* [kvp][rows][nh][D + 2] gathered partials */
+    float *kvp_mine;    /* [rows][nh][D + 2] this rank's */
+    float *kvp_max_all; /* [kvp][rows][nh] gathered maxima */
+    float *kvp_max;     /* [rows][nh] this rank's, then the group's */
+    float *kvp_scores;  /* [rows][nh][kvp_held] this rank's scores between the steps */
+    int cap_kvp_rows;
 };
 
 int ref_load_weights(struct reference_model *m, const struct safetensors *st);

@@ -493,6 +493,12 @@ void attention_merge(float *out, const float *parts, int ranks, int n, int nh, i
     }
 }
 
+void attention_group_max(float *max, const float *all, int ranks, size_t n) {
+    for (size_t t = 0; t < n; ++t)
+        for (size_t k = 0; k < (size_t)ranks; ++k)
+            if (all[k * n + t] > max[t]) max[t] = all[k * n + t];
+}
+
 /* ---------------------------------------------------------------- MoE sum */
 
 /* Adds slots ids[0..c) [dim] (their experts ex[0..c) ascending, all in [a, b)) by the

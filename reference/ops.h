@@ -162,6 +162,11 @@ void attention_partial_max(float *max, float *scores, const float *q, const floa
                            size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
                            int head_dim, struct thread_pool *pool);
 
+/* Between the steps: max [n] <- the group's max of the ranks' maxima all [ranks][n]:
+ * starting from max[t] (this rank's), every all[k][t] greater than it replaces it, in
+ * ascending k (exact in any order). */
+void attention_group_max(float *max, const float *all, int ranks, size_t n);
+
 /* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree with
  * exponentials e_j = exp(s_j - M[query, head]), then 1 if the query sees a key here, else
  * 0 (and o = l = 0). M [n*nh] is the group's max; scores from step 1. */
@@ -217,7 +222,7 @@ void matmul_grouped(float *out, const float *x, const struct ops_weight *ws, con
 /* Most experts per token moe_sum_rows takes (its per-row list lives on the stack). */
 #define OPS_MOE_MAX_TOP_K 64
 
-/* The MoE block's sum (reference/model.c moe_block): out [n, dim] row i = the held slots of
+/* The MoE block's sum (moe_expert_sum's tree, on slots in slot order): out [n, dim] row i = the held slots of
  * row i added by the halving tree over expert indices [experts_lo, experts_hi): node [a, b)
  * = [a, mid) + [mid, b), mid = a + (b - a) / 2, empty nodes skipped, the row's slots in
  * ascending expert order; zeros for a row holding none. Slot i*top_k + t of slots

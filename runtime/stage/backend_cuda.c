@@ -117,7 +117,7 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     size_t qd = (size_t)c->nh * D, kvd = (size_t)c->nkv * D;
     size_t E = m->num_experts > 0 ? (size_t)m->num_experts : 1;
     size_t K = m->num_experts_per_tok > 0 ? (size_t)m->num_experts_per_tok : 1;
-    /* FFN rows: r of the dense MLP, or r * K expert rows side by side (moe_block). */
+    /* FFN rows: r of the dense MLP, or r * K grouped expert rows (reference/forward.c forward_moe). */
     size_t ffn = (size_t)c->ffn, moe_rows = m->num_experts > 0 ? K : 0;
     if (moe_rows * (size_t)m->moe_intermediate_size > ffn)
         ffn = moe_rows * (size_t)m->moe_intermediate_size;
@@ -205,35 +205,37 @@ static void kv_row_offsets(const struct cuda_context *c, int num_slots, int64_t 
         }
 }
 
-/* Attention of every item's rows over its slot: the keys and values of all rows appended to
- * the cache in one launch (cuda_kv_store_rows, reference/model.c store_kv; offsets from
- * kv_row_offsets, sent with the rows), then each item's queries in chunks so the score rows
- * fit the scratch; query i of a chunk starting at i0 sits at pos + i0 + i, exactly as in
- * one call. */
-static int attend_items(struct cuda_context *c, const struct layer_weights *L,
-                        const struct forward_item *items, int n_items, int N) {
-    int D = c->cfg->head_dim, nh = c->nh, nkv = c->nkv, rc = 0;
-    size_t qd = (size_t)nh * (size_t)D, kvd = (size_t)nkv * (size_t)D;
-    size_t head_stride = c->head_floats;
-    size_t layer = (size_t)(L->index - c->role.layer_start) * (size_t)nkv * c->head_floats;
-    rc = cuda_kv_store_rows(c->k_cache + layer, c->v_cache + layer, c->k, c->v, c->row_dst,
-                            head_stride, (int)kvd, N, nkv, D, c->stream);
-    if (!rc && c->kvp > 1) return backend_cuda_kvp_attend(c, L, items, n_items, N);
-    int row = 0;
-    for (int it = 0; it < n_items && !rc; ++it) {
-        const struct forward_item *item = &items[it];
-        float *kc = k_slot(c, item->slot, L->index, 0), *vc = v_slot(c, item->slot, L->index, 0);
-        /* Queries per launch: each (query, head) row needs at most the item's last row's
-         * floats; one query always fits (score_floats covers max_seq, cuda_open). */
-        size_t per_query = cuda_attention_row_floats(item->pos, item->n_tokens, D);
-        int chunk = (int)(c->score_floats / ((size_t)nh * per_query)); /* >= 1 */
-        for (int i0 = 0; i0 < item->n_tokens && !rc; i0 += chunk) {
-            int n = item->n_tokens - i0 < chunk ? item->n_tokens - i0 : chunk;
-            size_t off = (size_t)(row + i0) * qd;
-            rc = cuda_attention(c->attn + off, c->q + off, kc, vc, head_stride, c->scores,
-                                item->pos + i0, n, nh, nkv, D, c->stream);
-        }
-        row += item->n_tokens;
+/* The keys and values of all rows appended to the cache in one launch (cuda_kv_store_rows,
+ * reference/model.c store_kv; offsets from kv_row_offsets, sent with the rows). */
+static int op_kv_store(void *ctx, const struct layer_weights *L, const struct forward_item *items,
+                       int n_items, int rows) {
+    const struct cuda_context *c = ctx;
+    (void)items;
+    (void)n_items;
+    const size_t layer = (size_t)(L->index - c->role.layer_start) * (size_t)c->nkv * c->head_floats;
+    return cuda_kv_store_rows(c->k_cache + layer, c->v_cache + layer, c->k, c->v, c->row_dst,
+                              c->head_floats, c->nkv * c->cfg->head_dim, rows, c->nkv,
+                              c->cfg->head_dim, c->stream);
+}
+
+/* One item's queries in chunks so the score rows fit the scratch; query i of a chunk
+ * starting at i0 sits at pos + i0 + i, exactly as in one call. */
+static int op_attention(void *ctx, const struct layer_weights *L, const struct forward_item *item,
+                        float *out, const float *q) {
+    const struct cuda_context *c = ctx;
+    const int D = c->cfg->head_dim, nh = c->nh;
+    const size_t qd = (size_t)nh * (size_t)D;
+    const float *kc = k_slot(c, item->slot, L->index, 0), *vc = v_slot(c, item->slot, L->index, 0);
+    /* Queries per launch: each (query, head) row needs at most the item's last row's
+     * floats; one query always fits (score_floats covers max_seq, cuda_open). */
+    const size_t per_query = cuda_attention_row_floats(item->pos, item->n_tokens, D);
+    const int chunk = (int)(c->score_floats / ((size_t)nh * per_query)); /* >= 1 */
+    int rc = 0;
+    for (int i0 = 0; i0 < item->n_tokens && !rc; i0 += chunk) {
+        const int n = item->n_tokens - i0 < chunk ? item->n_tokens - i0 : chunk;
+        const size_t off = (size_t)i0 * qd;
+        rc = cuda_attention(out + off, q + off, kc, vc, c->head_floats, c->scores, item->pos + i0,
+                            n, nh, c->nkv, D, c->stream);
     }
     return rc;
 }
@@ -305,11 +307,6 @@ static int op_rope_rows(void *ctx, float *x, const float *cos_t, const float *si
                                 ((struct cuda_context *)ctx)->stream);
 }
 
-static int op_attend(void *ctx, const struct layer_weights *L, const struct forward_item *items,
-                     int n_items, int rows) {
-    return attend_items(ctx, L, items, n_items, rows);
-}
-
 static int op_tp_reduce(void *ctx, float *x, size_t n) {
     return backend_cuda_tp_reduce(ctx, x, n);
 }
@@ -327,21 +324,28 @@ static int op_deepstack(void *ctx, const struct layer_weights *L, const struct f
     return add_deepstack(ctx, L, items, n_items);
 }
 
-static const struct forward_ops cuda_ops = {.rmsnorm = op_rmsnorm,
-                                            .matmul_multi = op_matmul_multi,
-                                            .matmul_split = op_matmul_split,
-                                            .add_bias = op_add_bias,
-                                            .rope_rows = op_rope_rows,
-                                            .attend = op_attend,
-                                            .tp_reduce = op_tp_reduce,
-                                            .vec_add = op_vec_add,
-                                            .swiglu = op_swiglu,
-                                            .moe_route = backend_cuda_op_moe_route,
-                                            .moe_group = backend_cuda_op_moe_group,
-                                            .gather_rows = backend_cuda_op_gather_rows,
-                                            .matmul_grouped = backend_cuda_op_matmul_grouped,
-                                            .moe_expert_sum = backend_cuda_op_moe_expert_sum,
-                                            .deepstack = op_deepstack};
+static const struct forward_ops cuda_ops = {
+    .rmsnorm = op_rmsnorm,
+    .matmul_multi = op_matmul_multi,
+    .matmul_split = op_matmul_split,
+    .add_bias = op_add_bias,
+    .rope_rows = op_rope_rows,
+    .kv_store = op_kv_store,
+    .attention = op_attention,
+    .attention_partial_max = backend_cuda_op_attention_partial_max,
+    .attention_partial = backend_cuda_op_attention_partial,
+    .kvp_allgather = backend_cuda_op_kvp_allgather,
+    .attention_group_max = backend_cuda_op_attention_group_max,
+    .attention_merge = backend_cuda_op_attention_merge,
+    .tp_reduce = op_tp_reduce,
+    .vec_add = op_vec_add,
+    .swiglu = op_swiglu,
+    .moe_route = backend_cuda_op_moe_route,
+    .moe_group = backend_cuda_op_moe_group,
+    .gather_rows = backend_cuda_op_gather_rows,
+    .matmul_grouped = backend_cuda_op_matmul_grouped,
+    .moe_expert_sum = backend_cuda_op_moe_expert_sum,
+    .deepstack = op_deepstack};
 
 /* reference/model.c check_items, against the host bookkeeping of the device cache. */
 static int check_items(const struct stage_backend *be, const struct forward_item *items,
@@ -373,8 +377,12 @@ static int enqueue_forward(struct cuda_context *c, const struct forward_item *it
                                       .eps = c->cfg->rms_norm_eps,
                                       .top_k = c->cfg->num_experts_per_tok,
                                       .moe_ffn = c->cfg->moe_intermediate_size,
-                                      .moe_chunk = backend_cuda_moe_chunk(c)};
-    const struct forward_buffers bufs = FORWARD_BUFFERS(c, c->hidden);
+                                      .moe_chunk = backend_cuda_moe_chunk(c),
+                                      .kvp = c->kvp,
+                                      .kvp_held = c->kvp_held,
+                                      .kvp_tile = backend_cuda_kvp_tile(c)};
+    struct forward_buffers bufs = FORWARD_BUFFERS(c, c->hidden);
+    backend_cuda_kvp_buffers(c, &bufs);
     for (int l = 0; l < c->n_layers && !rc; ++l)
         rc = forward_layer(&cuda_ops, c, &dims, &bufs, &c->layers[l], items, n_items, N);
     if (!rc) rc = cuda_memcpy_async(c->h_hidden, c->hidden, rows, CUDA_COPY_TO_HOST, c->stream);

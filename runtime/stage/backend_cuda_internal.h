@@ -159,11 +159,20 @@ int backend_cuda_tp_head(struct cuda_context *c, int n);
  * all-gathered and merged in rank order (reference/sampler.h argmax_part / argmax_merge).
  * Synchronises the stream; n <= cap_logit_rows. */
 int backend_cuda_tp_argmax(struct cuda_context *c, int32_t *ids, const float *local, int n);
-/* KVP attention of every item's rows (c->q -> c->attn), the keys already stored: per row
- * tile the local scores and maxima, the group's max, the local partials over this rank's
- * aligned blocks, an all-gather and the merge (reference/model.c attend_items). */
-int backend_cuda_kvp_attend(struct cuda_context *c, const struct layer_weights *L,
-                            const struct forward_item *items, int n_items, int N);
+/* KVP (backend_cuda_tp.c): the rows of one tile of the two-step attention (0 without
+ * KVP), the tile's device buffers set into b, and the KVP ops of the CUDA table
+ * (reference/forward.h), queued. */
+int backend_cuda_kvp_tile(const struct cuda_context *c);
+void backend_cuda_kvp_buffers(const struct cuda_context *c, struct forward_buffers *b);
+int backend_cuda_op_attention_partial_max(void *ctx, const struct layer_weights *L,
+                                          const struct forward_item *item, int first, int n,
+                                          float *max, float *scores, const float *q);
+int backend_cuda_op_attention_partial(void *ctx, const struct layer_weights *L,
+                                      const struct forward_item *item, int first, int n,
+                                      float *part, const float *scores, const float *max);
+int backend_cuda_op_kvp_allgather(void *ctx, float *all, const float *mine, size_t n);
+int backend_cuda_op_attention_group_max(void *ctx, float *max, const float *all, size_t n);
+int backend_cuda_op_attention_merge(void *ctx, float *out, const float *parts, int rows);
 
 /* The MoE ops of the CUDA table (reference/forward.h; backend_cuda_moe.c), queued with no
  * synchronisation (a decode graph holds them), and the most rows one pass of the block takes. */

@@ -300,54 +300,49 @@ int backend_cuda_tp_argmax(struct cuda_context *c, int32_t *ids, const float *lo
     return STRATA_OK;
 }
 
-/* One KVP step over rows [r0, r1) of the call: 1 = scores and local maxima, 2 = partials
- * against the group's max (reference/model.c kvp_step). */
-static int kvp_step(struct cuda_context *c, const struct layer_weights *L,
-                    const struct forward_item *items, int n_items, int r0, int r1, int step) {
-    const int D = c->cfg->head_dim, nh = c->nh;
-    const size_t qd = (size_t)nh * (size_t)D, held = (size_t)c->kvp_held;
-    const size_t part_row = (size_t)nh * (size_t)(D + 2);
-    struct cuda_grid *g = c->grid;
-    int rc = STRATA_OK;
-    for (int it = 0, row = 0; it < n_items && !rc; row += items[it].n_tokens, ++it) {
-        const struct forward_item *item = &items[it];
-        const int a = row > r0 ? row : r0;
-        const int b = row + item->n_tokens < r1 ? row + item->n_tokens : r1;
-        if (a >= b) continue;
-        const size_t t = (size_t)(a - r0);
-        float *scores = g->kvp_scores + t * (size_t)nh * held;
-        if (step == 1)
-            rc = cuda_attention_partial_max(
-                g->kvp_max + t * (size_t)nh, scores, c->q + (size_t)a * qd,
-                k_slot(c, item->slot, L->index, 0), c->head_floats, item->pos + (a - row), b - a,
-                c->kvp_lo, c->kvp_held, nh, c->nkv, D, c->stream);
-        else
-            rc = cuda_attention_partial(
-                g->kvp_mine + t * part_row, scores, g->kvp_max + t * (size_t)nh,
-                v_slot(c, item->slot, L->index, 0), c->head_floats, item->pos + (a - row), b - a,
-                c->kvp_lo, c->kvp_held, nh, c->nkv, D, c->stream);
-    }
-    return rc;
+int backend_cuda_kvp_tile(const struct cuda_context *c) {
+    return c->kvp > 1 ? grid_tile_rows(c) : 0;
 }
 
-int backend_cuda_kvp_attend(struct cuda_context *c, const struct layer_weights *L,
-                            const struct forward_item *items, int n_items, int N) {
-    const int D = c->cfg->head_dim, nh = c->nh, tile = grid_tile_rows(c);
-    const size_t qd = (size_t)nh * (size_t)D, part_row = (size_t)nh * (size_t)(D + 2);
-    struct cuda_grid *g = c->grid;
-    int rc = STRATA_OK;
-    for (int r0 = 0; r0 < N && !rc; r0 += tile) {
-        const int r1 = N - r0 < tile ? N : r0 + tile;
-        const size_t rows = (size_t)(r1 - r0), rows_nh = rows * (size_t)nh;
-        if ((rc = kvp_step(c, L, items, n_items, r0, r1, 1)) ||
-            (rc = nccl_group_allgather(g->kvp, g->kvp_max_all, g->kvp_max, rows_nh)) ||
-            (rc = cuda_attention_group_max(g->kvp_max, g->kvp_max_all, c->kvp, rows_nh,
-                                           c->stream)) ||
-            (rc = kvp_step(c, L, items, n_items, r0, r1, 2)) ||
-            (rc = nccl_group_allgather(g->kvp, g->kvp_parts, g->kvp_mine, rows * part_row)))
-            break;
-        rc = cuda_attention_merge(c->attn + (size_t)r0 * qd, g->kvp_parts, c->kvp, r1 - r0, nh, D,
-                                  c->stream);
-    }
-    return rc;
+void backend_cuda_kvp_buffers(const struct cuda_context *c, struct forward_buffers *b) {
+    const struct cuda_grid *g = c->grid;
+    if (c->kvp <= 1 || !g) return;
+    b->kvp_scores = g->kvp_scores;
+    b->kvp_max = g->kvp_max;
+    b->kvp_max_all = g->kvp_max_all;
+    b->kvp_mine = g->kvp_mine;
+    b->kvp_parts = g->kvp_parts;
+}
+
+int backend_cuda_op_attention_partial_max(void *ctx, const struct layer_weights *L,
+                                          const struct forward_item *item, int first, int n,
+                                          float *max, float *scores, const float *q) {
+    const struct cuda_context *c = ctx;
+    return cuda_attention_partial_max(max, scores, q, k_slot(c, item->slot, L->index, 0),
+                                      c->head_floats, item->pos + first, n, c->kvp_lo, c->kvp_held,
+                                      c->nh, c->nkv, c->cfg->head_dim, c->stream);
+}
+
+int backend_cuda_op_attention_partial(void *ctx, const struct layer_weights *L,
+                                      const struct forward_item *item, int first, int n,
+                                      float *part, const float *scores, const float *max) {
+    const struct cuda_context *c = ctx;
+    return cuda_attention_partial(part, scores, max, v_slot(c, item->slot, L->index, 0),
+                                  c->head_floats, item->pos + first, n, c->kvp_lo, c->kvp_held,
+                                  c->nh, c->nkv, c->cfg->head_dim, c->stream);
+}
+
+int backend_cuda_op_kvp_allgather(void *ctx, float *all, const float *mine, size_t n) {
+    const struct cuda_context *c = ctx;
+    return nccl_group_allgather(c->grid->kvp, all, mine, n);
+}
+
+int backend_cuda_op_attention_group_max(void *ctx, float *max, const float *all, size_t n) {
+    const struct cuda_context *c = ctx;
+    return cuda_attention_group_max(max, all, c->kvp, n, c->stream);
+}
+
+int backend_cuda_op_attention_merge(void *ctx, float *out, const float *parts, int rows) {
+    const struct cuda_context *c = ctx;
+    return cuda_attention_merge(out, parts, c->kvp, rows, c->nh, c->cfg->head_dim, c->stream);
 }

@@ -267,9 +267,7 @@ int cuda_attention_partial_max(float *max, float *scores, const float *q, const 
 
 int cuda_attention_group_max(float *max, const float *all, int ranks, size_t n, void *stream) {
     ON_STREAM(stream);
-    for (size_t t = 0; t < n; ++t) /* reference/model.c attend_items */
-        for (int k = 0; k < ranks; ++k)
-            if (all[(size_t)k * n + t] > max[t]) max[t] = all[(size_t)k * n + t];
+    attention_group_max(max, all, ranks, n);
     return 0;
 }
 
