@@ -17,13 +17,14 @@
  * Flash-decoding's running max would rescale partial sums and so change the bits; the global
  * max costs the second launch instead. A long context thus spreads over ~ctx / 256 blocks per
  * head instead of one; nothing depends on the chunk count but the time. */
+#include <stdint.h>
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
 #include "kernels/attention.h"
-#include "reference/ops.h"
+#include "runtime/base/op_contract.h"
 }
 
 static const int kThreads = 128;

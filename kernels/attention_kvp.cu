@@ -11,13 +11,14 @@
  *   - merge: thread `col` pushes the ranks' parts (flag 1) into its counter in rank order.
  * Simple rather than fast: a decode row's keys on one rank are one block's work (the
  * one-rank cuda_attention splits keys over blocks; a KVP rank holds 1/K of them). */
+#include <stdint.h>
 #include <math.h>
 
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
 #include "kernels/attention_kvp.h"
-#include "reference/ops.h"
+#include "runtime/base/op_contract.h"
 }
 
 static const int kThreads = 128;

@@ -7,11 +7,12 @@
  * over tokens only shares the weight loads; it never changes one element's arithmetic.
  * cuda_matmul_split runs the same half-warp dot once per leaf (over the leaf's columns, as
  * the reference's matmul_split) and lane 0 combines the leaves by the balanced tree. */
+#include <stdint.h>
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
 #include "kernels/matmul.h"
-#include "reference/ops.h"
+#include "runtime/base/op_contract.h"
 }
 
 static const int kThreads = 256; /* 16 half-warps = 16 weight rows per block */

@@ -4,11 +4,12 @@
  * row's halving tree over expert indices for its column with an explicit stack (post-order:
  * left subtree, right subtree, left + right), the reference's additions exactly. The tree's
  * shape is the row's, so the walk is uniform across the block. */
+#include <stdint.h>
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
 #include "kernels/moe_combine.h"
-#include "reference/ops.h"
+#include "runtime/base/op_contract.h"
 }
 
 static const int kThreads = 256;

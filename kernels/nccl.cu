@@ -2,6 +2,7 @@
  * non-blocking (ncclConfig_t.blocking = 0) so that no call can wait on a peer without a
  * limit: initialisation, a collective's enqueue and a stream wait all poll
  * ncclCommGetAsyncError against a deadline and abort the communicator when it passes. */
+#include <stdint.h>
 #include <nccl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +13,7 @@
 
 extern "C" {
 #include "kernels/nccl.h"
-#include "reference/ops.h"
+#include "runtime/base/op_contract.h"
 }
 
 static_assert(sizeof(ncclUniqueId) == CUDA_NCCL_ID_BYTES, "ncclUniqueId size");

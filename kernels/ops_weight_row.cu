@@ -1,10 +1,11 @@
 /* CUDA row gather with bf16 widening: one thread per output element, a grid row per
  * gathered row. */
+#include <stdint.h>
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
 #include "kernels/ops_weight_row.h"
-#include "reference/ops.h"
+#include "runtime/base/op_contract.h"
 }
 
 static const int kThreads = 256;

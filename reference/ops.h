@@ -40,21 +40,9 @@
 
 #include "reference/thread_pool.h"
 #include "runtime/base/dtype.h"
+#include "runtime/base/op_contract.h" /* struct ops_weight, the order constants */
 
 struct forward_item; /* runtime/model/decoder_io.h */
-
-/* OPS_Q8: 8-bit blocks quantised at load (reference/ops_q8.h); matmul runs it with its own
- * arithmetic (activations quantised too), so its results differ from bf16's. */
-enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1, OPS_Q8 = 2 };
-
-/* A row-major weight matrix [rows, cols] (nn.Linear layout: y = x @ W^T). */
-struct ops_weight {
-    const void *data; /* bf16 (uint16 bit patterns) or f32 [rows][cols]; OPS_Q8: int8
-                         [rows][cols] followed by f32 scales [rows][cols / 32] (ops_q8.h) */
-    enum ops_dtype dtype;
-    int rows;
-    int cols;
-};
 
 /* out [n] = one row of w widened (or, for OPS_Q8, dequantised) to f32; row in [0, w->rows). */
 void ops_weight_row(float *out, const struct ops_weight *w, int row);
@@ -98,8 +86,6 @@ void matmul(float *out, const float *x, const struct ops_weight *w, int n,
 void matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count, const float *x,
                   int n, struct thread_pool *pool);
 
-/* Leaves of a split-invariant dot product (matmul_split): TP degrees must divide it. */
-#define OPS_SPLIT_LEAVES 8
 
 /* matmul with each dot product over K computed as `leaves` contiguous leaves (leaf j covers
  * columns [j·K/leaves, (j+1)·K/leaves), rounded down), each in the dot-product order above,
@@ -119,13 +105,9 @@ void ops_tree_sum(float *out, const float *parts, int count, size_t n);
  * themselves (e.g. one task per attention head): the same bits as matmul. */
 void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n);
 
-/* Positions per block of attention's split-invariant sums (see the top of this file). */
-#define OPS_ATTN_BLOCK 16
 /* attention()'s largest query heads per KV head run together (GQA groups beyond it run one
  * head per task: the same bits). */
 #define OPS_ATTN_MAX_GROUP 16
-/* attention()'s largest head_dim (its block tree's partial sums live on the stack). */
-#define OPS_ATTN_MAX_HEAD_DIM 256
 
 /* Floats of attention()'s scratch per pool thread for a call over ctx = pos + n positions:
  * ctx scores when it runs one task per query head (nh == nkv, or groups above
@@ -219,8 +201,6 @@ void ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *rows
 void matmul_grouped(float *out, const float *x, const struct ops_weight *ws, const int32_t *offsets,
                     int n_groups, int cap, int leaves, struct thread_pool *pool);
 
-/* Most experts per token moe_sum_rows takes (its per-row list lives on the stack). */
-#define OPS_MOE_MAX_TOP_K 64
 
 /* The MoE block's sum (moe_expert_sum's tree, on slots in slot order): out [n, dim] row i = the held slots of
  * row i added by the halving tree over expert indices [experts_lo, experts_hi): node [a, b)

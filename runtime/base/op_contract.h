@@ -1,0 +1,36 @@
+/* The contract between the reference ops (reference/ops.h) and their device twins
+ * (kernels/): the weight view they both read and the constants that fix their reduction
+ * orders, so that a twin can give the reference's bits. It sits below both: kernels/ needs
+ * nothing of the reference's code to agree with it. What the orders are is written in
+ * reference/ops.h (the numerical truth); a forward pass's rows and items are in
+ * runtime/model/decoder_io.h. Header only. */
+#ifndef STRATA_RUNTIME_BASE_OP_CONTRACT_H
+#define STRATA_RUNTIME_BASE_OP_CONTRACT_H
+
+/* OPS_Q8: 8-bit blocks quantised at load (reference/ops_q8.h); matmul runs it with its own
+ * arithmetic (activations quantised too), so its results differ from bf16's. */
+enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1, OPS_Q8 = 2 };
+
+/* A row-major weight matrix [rows, cols] (nn.Linear layout: y = x @ W^T), in the memory of
+ * whoever reads it (the host for reference/ops, the device for kernels/). */
+struct ops_weight {
+    const void *data; /* bf16 (uint16 bit patterns) or f32 [rows][cols]; OPS_Q8: int8
+                         [rows][cols] followed by f32 scales [rows][cols / 32] (ops_q8.h) */
+    enum ops_dtype dtype;
+    int rows;
+    int cols;
+};
+
+/* Leaves of a split-invariant dot product (matmul_split): TP degrees must divide it. */
+#define OPS_SPLIT_LEAVES 8
+
+/* Positions per block of attention's split-invariant sums. */
+#define OPS_ATTN_BLOCK 16
+
+/* attention's largest head_dim (its block tree's partial sums live on the stack). */
+#define OPS_ATTN_MAX_HEAD_DIM 256
+
+/* Most experts per token the MoE sum takes (its per-row list lives on the stack). */
+#define OPS_MOE_MAX_TOP_K 64
+
+#endif
