@@ -20,6 +20,26 @@ static int check_role(const struct stage_backend_options *opt) {
     return 0;
 }
 
+enum { MAX_KINDS = 8 };
+static const struct stage_backend_kind *kinds[MAX_KINDS];
+static int n_kinds;
+
+/* Called from constructors, before main: no threads yet. */
+void stage_backend_register(const struct stage_backend_kind *kind) {
+    for (int i = 0; i < n_kinds; ++i)
+        if (strcmp(kinds[i]->name, kind->name) == 0) {
+            kinds[i] = kind;
+            return;
+        }
+    if (n_kinds < MAX_KINDS) kinds[n_kinds++] = kind;
+}
+
+const struct stage_backend_kind *stage_backend_find(const char *name) {
+    for (int i = 0; i < n_kinds; ++i)
+        if (strcmp(kinds[i]->name, name) == 0) return kinds[i];
+    return NULL;
+}
+
 int stage_backend_open(struct stage_backend **out, const struct stage_backend_options *opt) {
     const char *device = opt->device ? opt->device : "cpu";
     *out = NULL;
@@ -32,15 +52,21 @@ int stage_backend_open(struct stage_backend **out, const struct stage_backend_op
     const char *wd = opt->weights_dtype ? opt->weights_dtype : "bf16";
     if (strcmp(wd, "bf16") != 0 && strcmp(wd, "q8") != 0)
         return strata_set_error(STRATA_EINVAL, "unknown weights dtype '%s' (bf16 or q8)", wd);
-    if (strcmp(wd, "q8") == 0 && dev.kind != CLI_DEVICE_CPU)
+    /* The kind is the device string up to its ':' (cli_parse_device accepted it). */
+    char name[16];
+    const size_t len = strcspn(device, ":");
+    snprintf(name, sizeof name, "%.*s", (int)(len < sizeof name ? len : sizeof name - 1), device);
+    const struct stage_backend_kind *kind = stage_backend_find(name);
+    if (!kind)
+        return strata_set_error(STRATA_EDEVICE,
+                                "device '%s' is not available: this build has no %s backend "
+                                "(built without its toolkit)",
+                                device, name);
+    if (strcmp(wd, "q8") == 0 && !(kind->caps & STAGE_BACKEND_Q8))
         return strata_set_error(STRATA_EINVAL,
                                 "weights dtype q8 runs on the cpu device only, not '%s'", device);
-    if (dev.kind == CLI_DEVICE_CPU) return backend_cpu_open(out, opt);
-    /* CUDA (backend_cuda.c): STRATA_EDEVICE "device '...' is not available: <reason>" in a
-     * build without the toolkit or on a machine without that device, never a silent
-     * fallback to the CPU. Under TP / KVP its collectives run on NCCL (backend_cuda_tp.c;
-     * MoE layers by whole experts only: --moe split is refused at open with the reason). */
-    return backend_cuda_open(out, opt);
+    /* Never a silent fallback to another device: a kind that cannot open says why. */
+    return kind->open(out, opt);
 }
 
 void stage_backend_free(struct stage_backend *be) {
@@ -121,8 +147,8 @@ static void append(char *buf, size_t cap, size_t *used, const char *fmt, ...) {
 void stage_backend_device_words(const struct stage_backend_info *i, char *buf, size_t cap) {
     size_t used = 0;
     if (cap) buf[0] = 0;
-    if (strcmp(i->kind, "cpu") == 0) {
-        append(buf, cap, &used, "cpu, %d thread%s", i->threads, i->threads == 1 ? "" : "s");
+    if (i->device_index < 0) { /* the host */
+        append(buf, cap, &used, "%s, %d thread%s", i->kind, i->threads, i->threads == 1 ? "" : "s");
         return;
     }
     append(buf, cap, &used, "%s:%d, %s, ", i->kind, i->device_index,
@@ -145,7 +171,7 @@ void stage_backend_describe(const struct stage_backend *be, char *buf, size_t ca
     if (i.kernels)
         append(buf, cap, &used, "kernels: %s%s (every path gives the same bits)\n", i.kernels,
                i.q8_on_vnni ? " (q8 on VNNI)" : "");
-    if (strcmp(i.kind, "cpu") == 0)
+    if (i.device_index < 0)
         append(buf, cap, &used, "weights: %d tensors, %zu bytes (+%zu bytes widened)",
                i.weight_tensors, i.weight_bytes, i.widened_bytes);
     else
@@ -160,7 +186,7 @@ void stage_backend_describe(const struct stage_backend *be, char *buf, size_t ca
         append(buf, cap, &used, "; q8: %zu bytes of 8-bit copies replace %zu bytes", i.q8_bytes,
                i.q8_replaced_bytes);
     /* reference/weight_arena.h: why the matrices are moved out of the file's mapping. */
-    if (strcmp(i.kind, "cpu") == 0)
+    if (i.device_index < 0)
         append(buf, cap, &used,
                "; %zu bytes of streamed matrices moved into anonymous memory, %zu bytes of it in "
                "transparent huge pages",

@@ -153,11 +153,25 @@ struct stage_backend_options {
 int stage_backend_open(struct stage_backend **out, const struct stage_backend_options *opt);
 void stage_backend_free(struct stage_backend *be); /* accepts NULL */
 
-/* Backends by device kind (stage_backend_open dispatches to these). */
-int backend_cpu_open(struct stage_backend **out, const struct stage_backend_options *opt);
-/* "cuda" (device 0) or "cuda:N"; STRATA_EDEVICE "device 'cuda:N' is not available: <why>"
- * without the toolkit (--define=strata_cuda=0) or the device. */
-int backend_cuda_open(struct stage_backend **out, const struct stage_backend_options *opt);
+/* A kind of backend, registered by the name a device string starts with ("cpu", "cuda";
+ * runtime/base/cli.h cli_parse_device) from the backend's own Bazel target when the build
+ * links it (a constructor: the targets are alwayslink), so this module knows no device and
+ * a build without the CUDA toolkit simply has no "cuda" kind. */
+enum { STAGE_BACKEND_Q8 = 1 }; /* capabilities: runs --weights-dtype q8 */
+
+struct stage_backend_kind {
+    const char *name;
+    unsigned caps;
+    /* Opens the backend on opt->device (its kind's name, maybe with ":N"); the options are
+     * checked here first. STRATA_EDEVICE "device '...' is not available: <why>" when this
+     * machine lacks the device. */
+    int (*open)(struct stage_backend **out, const struct stage_backend_options *opt);
+};
+
+/* Adds a kind (at most 8; a second kind of one name replaces the first). */
+void stage_backend_register(const struct stage_backend_kind *kind);
+/* The kind registered under `name`, or NULL. */
+const struct stage_backend_kind *stage_backend_find(const char *name);
 
 /* The calls, checked against the role (embed needs the embedding, logits the head). */
 int stage_backend_embed(struct stage_backend *be, float *hidden, const int32_t *tokens, int n);

@@ -195,7 +195,7 @@ static int grid_hooks(struct cpu_context *c, struct reference_load_options *lo,
     return STRATA_OK;
 }
 
-int backend_cpu_open(struct stage_backend **out, const struct stage_backend_options *opt) {
+static int backend_cpu_open(struct stage_backend **out, const struct stage_backend_options *opt) {
     const struct model_config *cfg = opt->cfg;
     const struct stage_role *role = &opt->role;
     struct stage_backend *be = calloc(1, sizeof *be);
@@ -239,4 +239,12 @@ int backend_cpu_open(struct stage_backend **out, const struct stage_backend_opti
     }
     *out = be;
     return 0;
+}
+
+/* Registered when this target is linked (alwayslink): see backend.h. */
+static const struct stage_backend_kind backend_cpu_kind = {"cpu", STAGE_BACKEND_Q8,
+                                                           backend_cpu_open};
+
+__attribute__((constructor)) static void backend_cpu_register(void) {
+    stage_backend_register(&backend_cpu_kind);
 }

@@ -117,7 +117,8 @@ static int ensure_scratch(struct cuda_context *c, int rows) {
     size_t qd = (size_t)c->nh * D, kvd = (size_t)c->nkv * D;
     size_t E = m->num_experts > 0 ? (size_t)m->num_experts : 1;
     size_t K = m->num_experts_per_tok > 0 ? (size_t)m->num_experts_per_tok : 1;
-    /* FFN rows: r of the dense MLP, or r * K grouped expert rows (reference/forward.c forward_moe). */
+    /* FFN rows: r of the dense MLP, or r * K grouped expert rows (reference/forward.c forward_moe).
+     */
     size_t ffn = (size_t)c->ffn, moe_rows = m->num_experts > 0 ? K : 0;
     if (moe_rows * (size_t)m->moe_intermediate_size > ffn)
         ffn = moe_rows * (size_t)m->moe_intermediate_size;
@@ -679,7 +680,7 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     return ensure_scratch(c, opt->num_slots);
 }
 
-int backend_cuda_open(struct stage_backend **out, const struct stage_backend_options *opt) {
+static int backend_cuda_open(struct stage_backend **out, const struct stage_backend_options *opt) {
     const char *device = opt->device ? opt->device : "cuda";
     char reason[256];
     *out = NULL;
@@ -717,4 +718,11 @@ int backend_cuda_open(struct stage_backend **out, const struct stage_backend_opt
     }
     *out = be;
     return 0;
+}
+
+/* Registered when this target is linked (alwayslink): see backend.h. */
+static const struct stage_backend_kind backend_cuda_kind = {"cuda", 0, backend_cuda_open};
+
+__attribute__((constructor)) static void backend_cuda_register(void) {
+    stage_backend_register(&backend_cuda_kind);
 }
