@@ -1,6 +1,8 @@
 /* Private state of the stage core, shared by stage_core.c (messages, requests),
  * stage_core_results.c (outgoing frames, results, ending requests), stage_core_step.c (the
- * microbatch) and the files named below. Not for other modules: use stage_core.h. */
+ * microbatch) and the files named below. The ring describe and recovery own their state
+ * (stage_describe_internal.h, stage_recovery_internal.h), which the core composes. Not for
+ * other modules: use stage_core.h. */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_CORE_INTERNAL_H
 #define STRATA_RUNTIME_STAGE_STAGE_CORE_INTERNAL_H
 
@@ -10,20 +12,11 @@
 #include "runtime/stage/backend.h"
 #include "runtime/stage/request.h"
 #include "runtime/stage/stage_core.h"
+#include "runtime/stage/stage_describe_internal.h"
+#include "runtime/stage/stage_recovery_internal.h"
 #include "wire/message.h"
 
-#define STAGE_RECENT_DEAD 64   /* remembered nonces of requests that ended here */
-#define STAGE_MAX_DESCRIBES 16 /* stage 0: ring describes in flight at once */
-
-/* Stage 0: a client's Control Describe on its way round the ring (stage_describe.c). */
-struct stage_describe_pending {
-    int active;
-    uint64_t ring_seq; /* the Describe's seq on the ring: stage 0's own number for it */
-    uint64_t nonce;    /* the client's */
-    uint32_t client_id;
-    int64_t born_ms; /* the core's clock when it arrived */
-};
-
+#define STAGE_RECENT_DEAD 64 /* remembered nonces of requests that ended here */
 /* Stage 0: a Qwen3-VL request's vision inputs, checked against the model and laid out for
  * the expanded prompt (one allocation; stage_core_vl.c). */
 struct stage_vl {
@@ -160,31 +153,9 @@ struct stage_core {
     uint8_t *vl_visual;    /* [max_batch_tokens] */
     float *vl_deepstack;   /* [K * max_batch_tokens * H] */
     struct stage_core_stats stats;
-    /* Recovery (stage 0): the Reset attempt in flight (its seq) and when it was sent. */
-    uint64_t reset_epoch;
-    int64_t reset_sent_ms;
-    int reset_pending;
-    /* Ring describe (stage_describe.c): this stage's entry beyond the core's info, the
-     * describes stage 0 has in flight, and what the driver's last tick said. */
-    int describe_tp, describe_kvp, describe_threads;
-    char describe_dtype[16];
-    char describe_device[256]; /* the backend's device in words, filled on first use */
-    struct stage_describe_pending describes[STAGE_MAX_DESCRIBES];
-    uint64_t describe_seq;
-    int64_t clock_ms;
-    int prev_down, next_down; /* stage 0's ring links as of the last tick (0 = up or unknown) */
-    /* KV-restoring recovery (stage 0, stage_recovery_kv.c): bytes of KvBlock copies kept, the
-     * cap and mode (stage_core_set_kv_recovery), the driver's measured costs (0 = unknown). */
-    size_t kv_kept_bytes, kv_keep_cap;
-    enum stage_kv_recovery kv_mode;
-    double row_ns, link_bytes_per_s;
+    struct stage_recovery recovery; /* stage_recovery_internal.h */
+    struct stage_describe describe; /* stage_describe_internal.h */
 };
-
-/* Ring describe (stage_describe.c). */
-int stage_describe_on_control(struct stage_core *core, enum stage_link from, uint32_t client_id,
-                              const struct wire_control *msg);
-void stage_describe_on_link_down(struct stage_core *core, enum stage_link link, uint32_t client_id,
-                                 const char *reason);
 
 /* stage_core.c helpers used by the step and recovery. */
 struct stage_req *stage_find(struct stage_core *core, uint64_t nonce);
@@ -239,48 +210,6 @@ void stage_vl_attach(const struct stage_core *core, const struct forward_item *f
 
 /* stage_core_step.c: stores logits row `step` [V] of a request (--out). */
 int stage_keep_logits_row(struct stage_req *req, uint64_t step, const float *row, int V);
-
-/* stage_recovery.c: in-flight recovery (design in that file). */
-/* Drops a request's queued work items (it keeps its slot; release() uses it too). */
-void stage_drop_items(struct stage_core *core, uint64_t nonce);
-/* Stage 0: the ring broke under `req`; 1 when it is now held (recovery on and recoverable),
- * 0 when the caller must fail it as before. */
-int stage_recovery_hold(struct stage_core *core, struct stage_req *req, const char *why);
-/* A Control Reset: stage 0 replays when it is its own; other stages drop and forward. */
-void stage_recovery_on_reset(struct stage_core *core, enum stage_link from, uint64_t seq);
-/* Any stage: a Request with resume tokens for a nonce still held here is stale: dropped. */
-void stage_recovery_drop_stale(struct stage_core *core, const struct wire_request *msg);
-/* After admitting a resumed Request: tokens 0..n-1 known, the sampler at step n (the last
- * stage), stage 0's prompt row extended with them. */
-int stage_recovery_admit_resumed(struct stage_core *core, struct stage_req *req,
-                                 const struct wire_request *msg);
-/* Stage 0: queues the request's prefill (prompt + resume tokens) in chunks. */
-int stage_recovery_queue_prefill(struct stage_core *core, struct stage_req *req);
-/* Last stage with keep_logits: logits (kept) and samples of the replayed rows before the
- * resumed step, checked against the tokens stage 0 sent; called before sampling. */
-void stage_recovery_replay_logits(struct stage_core *core, int n, const int *row_off);
-
-/* stage_recovery_kv.c: KV-restoring recovery (design in that file). */
-/* A KvBlock from upstream: kept (stage 0), restored (a copy addressed back to its owner),
- * handed to the driver (addressed here: --kv-out) and/or forwarded toward stage 0. */
-int stage_recovery_on_kv_block(struct stage_core *core, const struct wire_kv_block *msg,
-                               const uint8_t *frame, size_t len);
-/* Stage r >= 1: the replay's Request for a request restored from its copy (after its
- * parameters are set): checks the copy ends before the replay's last row and takes the
- * resumed tokens. 0, or a status after failing the request. */
-int stage_recovery_kv_admit(struct stage_core *core, struct stage_req *req,
-                            const struct wire_request *msg);
-/* Stage 0: frees a request's kept copies. */
-void stage_recovery_kv_drop(struct stage_core *core, struct stage_req *req);
-/* Stage 0, replaying `*req`: when the KV copies make it the cheaper way, restores its own KV
- * to m positions, sends every later stage its copy (cut to m) and returns m; else 0 (the
- * slot emptied for a full replay). *req may move to another slot. */
-int stage_recovery_kv_restore(struct stage_core *core, struct stage_req **req);
-/* Stage 0: empties a held request's KV slot for its replay (it may move to another slot:
- * returns where it is now). */
-struct stage_req *stage_recovery_fresh_slot(struct stage_core *core, struct stage_req *req);
-/* Stage 0: queues the replay's prefill from position `from` (0 = all of it). */
-int stage_recovery_queue_prefill_from(struct stage_core *core, struct stage_req *req, int from);
 
 /* stage_pool.c: work items and the outgoing frame queue. */
 int stage_pool_init(struct stage_core *core, int num_items);

@@ -33,21 +33,21 @@
 
 void stage_core_set_describe(struct stage_core *core, int tp, int kvp, int num_threads,
                              const char *weights_dtype) {
-    core->describe_tp = tp;
-    core->describe_kvp = kvp;
-    core->describe_threads = num_threads;
-    snprintf(core->describe_dtype, sizeof core->describe_dtype, "%s",
+    core->describe.tp = tp;
+    core->describe.kvp = kvp;
+    core->describe.threads = num_threads;
+    snprintf(core->describe.dtype, sizeof core->describe.dtype, "%s",
              weights_dtype ? weights_dtype : "");
 }
 
 /* The backend's device in words ("cpu, 4 threads"), kept from the first describe. */
 static const char *device_words(struct stage_core *core) {
-    if (!core->describe_device[0]) {
+    if (!core->describe.device[0]) {
         struct stage_backend_info info;
         stage_backend_info(core->be, &info);
-        stage_backend_device_words(&info, core->describe_device, sizeof core->describe_device);
+        stage_backend_device_words(&info, core->describe.device, sizeof core->describe.device);
     }
-    return core->describe_device;
+    return core->describe.device;
 }
 
 void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *out) {
@@ -67,10 +67,10 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
         .head = role->with_head,
         .vision = role->with_vision,
         .device = device_words(core),
-        .tp = core->describe_tp > 1 ? core->describe_tp : 1,
-        .kvp = core->describe_kvp > 1 ? core->describe_kvp : 1,
-        .threads = core->describe_threads > 0 ? core->describe_threads : 0,
-        .weights_dtype = core->describe_dtype[0] ? core->describe_dtype : "bf16",
+        .tp = core->describe.tp > 1 ? core->describe.tp : 1,
+        .kvp = core->describe.kvp > 1 ? core->describe.kvp : 1,
+        .threads = core->describe.threads > 0 ? core->describe.threads : 0,
+        .weights_dtype = core->describe.dtype[0] ? core->describe.dtype : "bf16",
         .version = version,
         .max_seq = core->max_seq,
         .max_batch = core->max_batch,
@@ -118,23 +118,23 @@ static int from_client(struct stage_core *core, uint32_t client_id,
         emit_describe(core, STAGE_LINK_CLIENT, client_id, msg->nonce, 0, NULL, 1);
         return 0;
     }
-    if (core->prev_down || core->next_down) {
+    if (core->describe.prev_down || core->describe.next_down) {
         snprintf(why, sizeof why, "stage 0: cannot describe the pipeline: the %s is down",
-                 core->next_down ? "link to stage 1" : "ring link from the last stage");
+                 core->describe.next_down ? "link to stage 1" : "ring link from the last stage");
         stage_emit_error(core, STAGE_LINK_CLIENT, client_id, STRATA_EPEER, msg->nonce, why);
         return 0;
     }
     struct stage_describe_pending *slot = NULL;
     for (int i = 0; i < STAGE_MAX_DESCRIBES && !slot; i++)
-        if (!core->describes[i].active) slot = &core->describes[i];
+        if (!core->describe.pending[i].active) slot = &core->describe.pending[i];
     if (!slot) {
         snprintf(why, sizeof why, "stage 0: %d describes are in flight already; try again",
                  STAGE_MAX_DESCRIBES);
         stage_emit_error(core, STAGE_LINK_CLIENT, client_id, STRATA_EBUSY, msg->nonce, why);
         return 0;
     }
-    *slot = (struct stage_describe_pending){1, ++core->describe_seq, msg->nonce, client_id,
-                                            core->clock_ms};
+    *slot = (struct stage_describe_pending){1, ++core->describe.seq, msg->nonce, client_id,
+                                            core->describe.clock_ms};
     emit_describe(core, STAGE_LINK_NEXT, 0, msg->nonce, slot->ring_seq, NULL, 1);
     return 0;
 }
@@ -143,8 +143,8 @@ static int from_client(struct stage_core *core, uint32_t client_id,
 static void back_round(struct stage_core *core, const struct wire_control *msg) {
     struct stage_describe_pending *p = NULL;
     for (int i = 0; i < STAGE_MAX_DESCRIBES && !p; i++)
-        if (core->describes[i].active && core->describes[i].ring_seq == msg->seq)
-            p = &core->describes[i];
+        if (core->describe.pending[i].active && core->describe.pending[i].ring_seq == msg->seq)
+            p = &core->describe.pending[i];
     if (!p) return; /* failed or timed out already */
     int S = core->opt.num_stages, ok = (int)msg->num_stages == S;
     for (int i = 0; ok && i < S; i++) {
@@ -185,7 +185,7 @@ void stage_describe_on_link_down(struct stage_core *core, enum stage_link link, 
              link == STAGE_LINK_NEXT ? "link to stage 1" : "ring link from the last stage",
              reason ? reason : "closed");
     for (int i = 0; i < STAGE_MAX_DESCRIBES; i++) {
-        struct stage_describe_pending *p = &core->describes[i];
+        struct stage_describe_pending *p = &core->describe.pending[i];
         if (!p->active) continue;
         if (link == STAGE_LINK_CLIENT)
             p->active = p->client_id != client_id; /* nobody to answer */
@@ -198,11 +198,11 @@ int stage_core_describe_tick(struct stage_core *core, int64_t now_ms, int prev_d
                              int timeout_ms) {
     int n = 0;
     char why[300];
-    core->clock_ms = now_ms;
-    core->prev_down = prev_down;
-    core->next_down = next_down;
+    core->describe.clock_ms = now_ms;
+    core->describe.prev_down = prev_down;
+    core->describe.next_down = next_down;
     for (int i = 0; i < STAGE_MAX_DESCRIBES; i++) {
-        struct stage_describe_pending *p = &core->describes[i];
+        struct stage_describe_pending *p = &core->describe.pending[i];
         if (!p->active) continue;
         if (now_ms - p->born_ms > timeout_ms) {
             snprintf(why, sizeof why,

@@ -173,8 +173,9 @@ void stage_recovery_on_reset(struct stage_core *core, enum stage_link from, uint
         stage_emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_RESET, 0, seq);
         return;
     }
-    if (!core->reset_pending || seq != core->reset_epoch) return; /* an older attempt */
-    core->reset_pending = 0;
+    if (!core->recovery.reset_pending || seq != core->recovery.reset_epoch)
+        return; /* an older attempt */
+    core->recovery.reset_pending = 0;
     for (int i = 0; i < core->max_batch; i++)
         if (core->reqs[i].active && core->reqs[i].held) replay(core, &core->reqs[i]);
 }
@@ -197,10 +198,11 @@ int stage_core_recovery_tick(struct stage_core *core, int64_t now_ms, int ring_u
         held++;
     }
     if (held == 0) {
-        core->reset_pending = 0;
+        core->recovery.reset_pending = 0;
         return 0;
     }
-    if (ring_up && (!core->reset_pending || now_ms - core->reset_sent_ms >= RESET_RETRY_MS)) {
+    if (ring_up && (!core->recovery.reset_pending ||
+                    now_ms - core->recovery.reset_sent_ms >= RESET_RETRY_MS)) {
         /* Every request in flight is dropped downstream by the Reset: hold them all. */
         for (int i = 0; i < core->max_batch; i++)
             if (core->reqs[i].active && !core->reqs[i].held &&
@@ -209,10 +211,11 @@ int stage_core_recovery_tick(struct stage_core *core, int64_t now_ms, int ring_u
                            "stage 0: request %llu cannot be replayed after a ring break "
                            "(requests restored from a KV block are not recovered)",
                            (unsigned long long)core->reqs[i].nonce);
-        core->reset_epoch++;
-        core->reset_sent_ms = now_ms;
-        core->reset_pending = 1;
-        stage_emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_RESET, 0, core->reset_epoch);
+        core->recovery.reset_epoch++;
+        core->recovery.reset_sent_ms = now_ms;
+        core->recovery.reset_pending = 1;
+        stage_emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_RESET, 0,
+                           core->recovery.reset_epoch);
     }
     return held;
 }

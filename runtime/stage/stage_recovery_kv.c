@@ -55,20 +55,20 @@
 
 void stage_core_set_kv_recovery(struct stage_core *core, enum stage_kv_recovery mode,
                                 size_t keep_bytes) {
-    core->kv_mode = mode;
-    core->kv_keep_cap = keep_bytes;
+    core->recovery.kv_mode = mode;
+    core->recovery.kv_keep_cap = keep_bytes;
 }
 
 void stage_core_set_recovery_costs(struct stage_core *core, double row_ns,
                                    double link_bytes_per_s) {
-    core->row_ns = row_ns > 0 ? row_ns : 0;
-    core->link_bytes_per_s = link_bytes_per_s > 0 ? link_bytes_per_s : 0;
+    core->recovery.row_ns = row_ns > 0 ? row_ns : 0;
+    core->recovery.link_bytes_per_s = link_bytes_per_s > 0 ? link_bytes_per_s : 0;
 }
 
 void stage_recovery_kv_drop(struct stage_core *core, struct stage_req *req) {
     if (!req->kv_copies) return;
     for (int r = 0; r < core->opt.num_stages; r++) {
-        core->kv_kept_bytes -= req->kv_copies[r].len;
+        core->recovery.kv_kept_bytes -= req->kv_copies[r].len;
         free(req->kv_copies[r].frame);
     }
     free(req->kv_copies);
@@ -83,18 +83,19 @@ static void keep_copy(struct stage_core *core, const struct wire_kv_block *msg,
     struct stage_kv_copy *c;
     uint8_t *copy;
     if (!req || req->vl || core->opt.recovery_timeout_ms <= 0 ||
-        core->kv_mode == STAGE_KV_RECOVERY_REPLAY || msg->num_lengths != 1 || r < 1)
+        core->recovery.kv_mode == STAGE_KV_RECOVERY_REPLAY || msg->num_lengths != 1 || r < 1)
         return;
     if (!req->kv_copies) {
         req->kv_copies = calloc((size_t)core->opt.num_stages, sizeof *req->kv_copies);
         if (!req->kv_copies) return; /* no copy: that request replays in full */
     }
     c = &req->kv_copies[r];
-    if (core->kv_kept_bytes - c->len + len > core->kv_keep_cap) return; /* keeps the older */
+    if (core->recovery.kv_kept_bytes - c->len + len > core->recovery.kv_keep_cap)
+        return; /* keeps the older */
     copy = malloc(len);
     if (!copy) return;
     memcpy(copy, frame, len);
-    core->kv_kept_bytes = core->kv_kept_bytes - c->len + len;
+    core->recovery.kv_kept_bytes = core->recovery.kv_kept_bytes - c->len + len;
     free(c->frame);
     *c = (struct stage_kv_copy){.frame = copy, .len = len, .positions = msg->lengths[0]};
 }
@@ -161,7 +162,7 @@ int stage_recovery_on_kv_block(struct stage_core *core, const struct wire_kv_blo
 static int restore_point(struct stage_core *core, const struct stage_req *req, size_t *bytes) {
     int m = req->params.prompt_len - 1;
     *bytes = 0;
-    if (!req->kv_copies || req->vl || core->kv_mode == STAGE_KV_RECOVERY_REPLAY) return 0;
+    if (!req->kv_copies || req->vl || core->recovery.kv_mode == STAGE_KV_RECOVERY_REPLAY) return 0;
     for (int r = 1; r < core->opt.num_stages; r++) {
         const struct stage_kv_copy *c = &req->kv_copies[r];
         if (!c->frame) return 0;
@@ -170,8 +171,9 @@ static int restore_point(struct stage_core *core, const struct stage_req *req, s
     }
     if (m <= 0) return 0;
     /* The rule (file comment): restore iff sending is faster than recomputing m rows. */
-    if (core->kv_mode == STAGE_KV_RECOVERY_AUTO && core->row_ns > 0 && core->link_bytes_per_s > 0 &&
-        (double)*bytes / core->link_bytes_per_s * 1e9 >= (double)m * core->row_ns)
+    if (core->recovery.kv_mode == STAGE_KV_RECOVERY_AUTO && core->recovery.row_ns > 0 &&
+        core->recovery.link_bytes_per_s > 0 &&
+        (double)*bytes / core->recovery.link_bytes_per_s * 1e9 >= (double)m * core->recovery.row_ns)
         return 0;
     return m;
 }
