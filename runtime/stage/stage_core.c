@@ -88,12 +88,12 @@ fail:
 void stage_core_free(struct stage_core *core) {
     if (!core) return;
     stage_pool_free(core);
-    for (struct stage_result_node *n = core->res_head, *next; n; n = next) {
+    for (struct stage_result_node *n = core->outbox.res_head, *next; n; n = next) {
         next = n->next;
         stage_result_free(&n->result);
         free(n);
     }
-    for (struct stage_result_node *n = core->free_results, *next; n; n = next) {
+    for (struct stage_result_node *n = core->outbox.free_results, *next; n; n = next) {
         next = n->next;
         free(n);
     }
@@ -144,11 +144,11 @@ static int enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int p
     it->n_tokens = n_tokens;
     it->token = token;
     it->tokens = tokens;
-    if (core->queue_tail)
-        core->queue_tail->next = it;
+    if (core->work.tail)
+        core->work.tail->next = it;
     else
-        core->queue_head = it;
-    core->queue_tail = it;
+        core->work.head = it;
+    core->work.tail = it;
     return 0;
 }
 
@@ -385,7 +385,7 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
         return 0;
     }
     rc = enqueue(core, req->nonce, msg->step, req->recv_pos, rows, NULL, 0, &msg->hidden);
-    if (rc == 0) rc = stage_vl_take_activation(core, core->queue_tail, msg);
+    if (rc == 0) rc = stage_vl_take_activation(core, core->work.tail, msg);
     if (rc < 0) {
         stage_fail(core, req, rc, 1, 1, "stage %d: %s", r, strata_last_error());
         return 0;

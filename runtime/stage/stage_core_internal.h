@@ -120,6 +120,22 @@ struct stage_result_node {
     struct stage_result_node *next;
 };
 
+/* Pending work items in arrival order, and the recycled ones (stage_pool.c). */
+struct stage_work {
+    struct stage_item *head, *tail;
+    struct stage_item *free_items;
+};
+
+/* What the core hands its driver (stage_core_results.c, stage_pool.c): outgoing frames,
+ * result records (and their pool), and what could not be queued since the last report. */
+struct stage_outbox {
+    struct stage_out_queue frames;
+    struct stage_result_node *res_head, *res_tail;
+    struct stage_result_node *free_results;
+    uint64_t lost;
+    char lost_first[320]; /* the first of them */
+};
+
 struct stage_core {
     struct stage_core_options opt;
     struct stage_backend *be; /* borrowed (opt.backend): weights, role, KV slots */
@@ -129,13 +145,8 @@ struct stage_core {
     int vocab;                /* V */
     int is_first, is_last;
     struct stage_req *reqs; /* [max_batch], indexed by KV slot */
-    struct stage_item *queue_head, *queue_tail;
-    struct stage_item *free_items; /* recycled work items (stage_pool.c) */
-    struct stage_out_queue out;
-    struct stage_result_node *res_head, *res_tail;
-    struct stage_result_node *free_results; /* record pool (stage_pool.c) */
-    uint64_t lost;                          /* frames / results not queued since last report */
-    char lost_first[320];                   /* the first of them */
+    struct stage_work work;
+    struct stage_outbox outbox;
     uint64_t recent_dead[STAGE_RECENT_DEAD];
     int recent_dead_next;
     struct wire_arena arena;

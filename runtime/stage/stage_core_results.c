@@ -31,9 +31,9 @@ int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t cli
 /* A frame or result the core could not queue (out of memory) is never dropped silently:
  * it is counted and described, and stage_core_pop_result reports the loss. */
 void stage_note_lost(struct stage_core *core, const char *what, uint64_t nonce) {
-    if (core->lost++ == 0)
-        snprintf(core->lost_first, sizeof core->lost_first, "%s for request %llu: %s", what,
-                 (unsigned long long)nonce, strata_last_error());
+    if (core->outbox.lost++ == 0)
+        snprintf(core->outbox.lost_first, sizeof core->outbox.lost_first, "%s for request %llu: %s",
+                 what, (unsigned long long)nonce, strata_last_error());
     core->stats.lost++;
 }
 
@@ -69,9 +69,9 @@ void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t 
  * request needs no allocation while results are drained; NULL (loss noted) only when the
  * pool is empty and memory is out. */
 static struct stage_result_node *result_node(struct stage_core *core, uint64_t nonce) {
-    struct stage_result_node *node = core->free_results;
+    struct stage_result_node *node = core->outbox.free_results;
     if (node)
-        core->free_results = node->next;
+        core->outbox.free_results = node->next;
     else
         node = malloc(sizeof *node);
     if (!node) {
@@ -84,11 +84,11 @@ static struct stage_result_node *result_node(struct stage_core *core, uint64_t n
 }
 
 static void push_result(struct stage_core *core, struct stage_result_node *node) {
-    if (core->res_tail)
-        core->res_tail->next = node;
+    if (core->outbox.res_tail)
+        core->outbox.res_tail->next = node;
     else
-        core->res_head = node;
-    core->res_tail = node;
+        core->outbox.res_head = node;
+    core->outbox.res_tail = node;
 }
 
 /* A request that never got a slot here (refused): a result for the driver's log. */
@@ -151,10 +151,10 @@ void stage_fail(struct stage_core *core, struct stage_req *req, int code, int up
 }
 
 int stage_core_pop_result(struct stage_core *core, struct stage_result *out) {
-    struct stage_result_node *node = core->res_head;
+    struct stage_result_node *node = core->outbox.res_head;
     memset(out, 0, sizeof *out);
     if (!node) {
-        if (core->lost == 0) return 0;
+        if (core->outbox.lost == 0) return 0;
         /* What could not be queued, reported once all real records are out. */
         out->finish = STAGE_FINISH_ERROR;
         out->status = STRATA_ENOMEM;
@@ -162,15 +162,16 @@ int stage_core_pop_result(struct stage_core *core, struct stage_result *out) {
         snprintf(out->message, sizeof out->message,
                  "stage %d: %llu frame(s) or result(s) could not be queued (out of memory); "
                  "the first: %.140s",
-                 core->opt.stage_index, (unsigned long long)core->lost, core->lost_first);
-        core->lost = 0;
+                 core->opt.stage_index, (unsigned long long)core->outbox.lost,
+                 core->outbox.lost_first);
+        core->outbox.lost = 0;
         return 1;
     }
-    core->res_head = node->next;
-    if (!core->res_head) core->res_tail = NULL;
+    core->outbox.res_head = node->next;
+    if (!core->outbox.res_head) core->outbox.res_tail = NULL;
     *out = node->result;
-    node->next = core->free_results;
-    core->free_results = node;
+    node->next = core->outbox.free_results;
+    core->outbox.free_results = node;
     return 1;
 }
 

@@ -12,7 +12,7 @@
 #include "runtime/stage/kv_block.h"
 
 int stage_core_has_work(const struct stage_core *core) {
-    return core->queue_head != NULL;
+    return core->work.head != NULL;
 }
 
 /* How many requests one microbatch may hold. Stage 0 is the pipeline's scheduler: it cuts
@@ -32,11 +32,11 @@ static int batch_limit(const struct stage_core *core) {
  * microbatch) into core->picked in queue order; returns how many. Drops items of requests
  * no longer held (cannot happen: release() drops them; never spin on one). */
 static int collect_candidates(struct stage_core *core) {
-    struct stage_item **link = &core->queue_head;
+    struct stage_item **link = &core->work.head;
     int n = 0;
     for (int i = 0; i < core->max_batch; i++)
         core->reqs[i].picked = 0;
-    core->queue_tail = NULL;
+    core->work.tail = NULL;
     while (*link) {
         struct stage_item *it = *link;
         struct stage_req *req = stage_find(core, it->nonce);
@@ -48,7 +48,7 @@ static int collect_candidates(struct stage_core *core) {
         it->taken = 0;
         if (!req->picked) core->picked[n++] = it;
         req->picked = 1;
-        core->queue_tail = it;
+        core->work.tail = it;
         link = &it->next;
     }
     return n;
@@ -79,7 +79,7 @@ static int joins(const struct stage_core *core, int i, int rows, int chunks, int
 static int pick_items(struct stage_core *core, int *rows_out) {
     int n = 0, rows = 0, chunks = 0, chunks_behind = 0, limit = batch_limit(core);
     int n_cand = collect_candidates(core);
-    struct stage_item **link = &core->queue_head;
+    struct stage_item **link = &core->work.head;
     for (int i = 1; i < n_cand; i++)
         chunks_behind += core->picked[i]->step == 0;
     for (int i = 0; i < n_cand && n < limit; i++) {
@@ -91,7 +91,7 @@ static int pick_items(struct stage_core *core, int *rows_out) {
         chunks += it->step == 0;
     }
     n = 0;
-    core->queue_tail = NULL;
+    core->work.tail = NULL;
     while (*link) {
         struct stage_item *it = *link;
         if (it->taken) {
@@ -99,7 +99,7 @@ static int pick_items(struct stage_core *core, int *rows_out) {
             it->next = NULL;
             core->picked[n++] = it;
         } else {
-            core->queue_tail = it;
+            core->work.tail = it;
             link = &it->next;
         }
     }

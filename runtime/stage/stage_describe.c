@@ -56,7 +56,7 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
     struct stage_core_stats st;
     int queued = 0;
     stage_core_get_stats(core, &st);
-    for (const struct stage_item *it = core->queue_head; it; it = it->next)
+    for (const struct stage_item *it = core->work.head; it; it = it->next)
         queued++;
     *out = (struct wire_stage_info){
         .stage_index = core->opt.stage_index,

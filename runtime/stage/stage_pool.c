@@ -26,16 +26,16 @@ int stage_pool_init(struct stage_core *core, int num_items) {
     for (int i = 0; i < num_items; i++) {
         struct stage_item *it = calloc(1, sizeof *it);
         if (!it) return strata_set_error(STRATA_ENOMEM, "out of memory for work items");
-        it->next = core->free_items;
-        core->free_items = it;
+        it->next = core->work.free_items;
+        core->work.free_items = it;
     }
     /* One result record per KV slot and as many again for refusals: ending a request
      * needs no allocation while the driver drains results after each call. */
     for (int i = 0; i < 2 * num_items; i++) {
         struct stage_result_node *node = calloc(1, sizeof *node);
         if (!node) return strata_set_error(STRATA_ENOMEM, "out of memory for result records");
-        node->next = core->free_results;
-        core->free_results = node;
+        node->next = core->outbox.free_results;
+        core->outbox.free_results = node;
     }
     return 0;
 }
@@ -49,25 +49,25 @@ static void item_destroy(struct stage_item *it) {
 }
 
 void stage_pool_free(struct stage_core *core) {
-    for (struct stage_item *it = core->queue_head, *next; it; it = next) {
+    for (struct stage_item *it = core->work.head, *next; it; it = next) {
         next = it->next;
         item_destroy(it);
     }
-    for (struct stage_item *it = core->free_items, *next; it; it = next) {
+    for (struct stage_item *it = core->work.free_items, *next; it; it = next) {
         next = it->next;
         item_destroy(it);
     }
-    core->queue_head = core->queue_tail = core->free_items = NULL;
-    free(core->out.bytes);
-    free(core->out.descs);
-    memset(&core->out, 0, sizeof core->out);
+    core->work.head = core->work.tail = core->work.free_items = NULL;
+    free(core->outbox.frames.bytes);
+    free(core->outbox.frames.descs);
+    memset(&core->outbox.frames, 0, sizeof core->outbox.frames);
 }
 
 struct stage_item *stage_item_get(struct stage_core *core, int hidden_rows) {
-    struct stage_item *it = core->free_items;
+    struct stage_item *it = core->work.free_items;
     size_t need = (size_t)hidden_rows * (size_t)core->hidden_size;
     if (it) {
-        core->free_items = it->next;
+        core->work.free_items = it->next;
     } else {
         it = calloc(1, sizeof *it);
         if (!it) {
@@ -102,8 +102,8 @@ struct stage_item *stage_item_get(struct stage_core *core, int hidden_rows) {
 
 void stage_item_put(struct stage_core *core, struct stage_item *item) {
     if (!item) return;
-    item->next = core->free_items;
-    core->free_items = item;
+    item->next = core->work.free_items;
+    core->work.free_items = item;
 }
 
 /* Makes room for `bytes` more bytes and one more descriptor, moving the live frames to the
@@ -149,7 +149,7 @@ static int out_reserve(struct stage_out_queue *q, size_t bytes) {
 /* Queues a copy of frame [len] for `link`. */
 int stage_emit_raw(struct stage_core *core, enum stage_link link, uint32_t client_id,
                    const uint8_t *frame, size_t len) {
-    struct stage_out_queue *q = &core->out;
+    struct stage_out_queue *q = &core->outbox.frames;
     size_t slot = round_up(len ? len : 1, OUT_ALIGN);
     struct stage_out_desc *d;
     int rc = out_reserve(q, slot);
@@ -166,7 +166,7 @@ int stage_emit_raw(struct stage_core *core, enum stage_link link, uint32_t clien
 }
 
 int stage_core_pop_frame(struct stage_core *core, struct stage_frame *out) {
-    struct stage_out_queue *q = &core->out;
+    struct stage_out_queue *q = &core->outbox.frames;
     const struct stage_out_desc *d;
     memset(out, 0, sizeof *out);
     if (q->count == 0) return 0;

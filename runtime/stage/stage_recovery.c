@@ -59,15 +59,15 @@
 #define RESET_RETRY_MS 100 /* a Reset that did not come back is sent again after this */
 
 void stage_drop_items(struct stage_core *core, uint64_t nonce) {
-    struct stage_item **link = &core->queue_head;
-    core->queue_tail = NULL;
+    struct stage_item **link = &core->work.head;
+    core->work.tail = NULL;
     while (*link) {
         struct stage_item *it = *link;
         if (it->nonce == nonce) {
             *link = it->next;
             stage_item_put(core, it);
         } else {
-            core->queue_tail = it;
+            core->work.tail = it;
             link = &it->next;
         }
     }
