@@ -97,6 +97,11 @@ void strata_stage_usage(FILE *out) {
             "  --drain-timeout-ms MS  on SIGTERM/SIGINT: stop accepting, refuse new requests and\n"
             "                         finish the ones in flight for at most MS, then exit 0\n"
             "                         (default 10000; 0 = exit at once; a second signal too)\n"
+            "  --max-queue N          stage 0: requests that find every KV slot in use wait\n"
+            "                         for one in arrival order, at most N of them (default\n"
+            "                         256; 0 = refuse at once); beyond, EBUSY (HTTP 429)\n"
+            "  --queue-timeout-ms MS  stage 0: longest such wait, then EBUSY (default 30000;\n"
+            "                         0 = no limit)\n"
             "  --recovery-timeout-ms MS  stage 0: when a stage dies mid-request, hold the\n"
             "                         requests in flight this long for it (restarted) to rejoin,\n"
             "                         then replay them so they finish with the same tokens\n"
@@ -188,6 +193,8 @@ enum option_id {
     O_DRAIN_TIMEOUT,
     O_ROLE,
     O_RECOVERY_TIMEOUT,
+    O_MAX_QUEUE,
+    O_QUEUE_TIMEOUT,
     O_STANDBY,
     O_HELP
 };
@@ -239,6 +246,8 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"drain-timeout-ms", 1, 0, O_DRAIN_TIMEOUT},
                                              {"role", 1, 0, O_ROLE},
                                              {"recovery-timeout-ms", 1, 0, O_RECOVERY_TIMEOUT},
+                                             {"max-queue", 1, 0, O_MAX_QUEUE},
+                                             {"queue-timeout-ms", 1, 0, O_QUEUE_TIMEOUT},
                                              {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
                                              {0, 0, 0, 0}};
@@ -338,6 +347,12 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_RECOVERY_TIMEOUT:
         rc = strata_stage_flag_int("--recovery-timeout-ms", value, 0, 3600000,
                                    &a->recovery_timeout_ms);
+        break;
+    case O_MAX_QUEUE:
+        rc = strata_stage_flag_int("--max-queue", value, 0, 1 << 20, &a->max_queue);
+        break;
+    case O_QUEUE_TIMEOUT:
+        rc = strata_stage_flag_int("--queue-timeout-ms", value, 0, 3600000, &a->queue_timeout_ms);
         break;
     case O_DELAY:
         rc = strata_stage_flag_int("--step-delay-ms", value, 0, 60000, &a->step_delay_ms);
@@ -464,6 +479,8 @@ static void args_defaults(struct args *a) {
     a->tp_timeout_ms = COLL_DEFAULT_TIMEOUT_MS;
     a->drain_timeout_ms = 10000;
     a->recovery_timeout_ms = 10000;
+    a->max_queue = 256;
+    a->queue_timeout_ms = 30000;
     a->kv_keep_mb = 1024;
 }
 

@@ -20,6 +20,7 @@ struct args {
     int threads, max_seq, max_batch, chunk_size;
     int kv_recovery, kv_keep_mb;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
+    int max_queue, queue_timeout_ms; /* stage 0's admission queue */
     int standby;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
     const char *tls_cert, *tls_key, *tls_ca;

@@ -176,6 +176,10 @@ static int open_stage(struct run *r, const struct args *a) {
     }
     if (follower) return STRATA_EXIT_OK;
     stage_core_set_recovery_timeout(r->stage.core, a->recovery_timeout_ms);
+    if ((rc = stage_core_set_admission(r->stage.core, a->max_queue, a->queue_timeout_ms)) < 0) {
+        fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
     stage_core_set_kv_recovery(r->stage.core, (enum stage_kv_recovery)a->kv_recovery,
                                (size_t)a->kv_keep_mb << 20);
     return STRATA_EXIT_OK;

@@ -209,6 +209,11 @@ int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
     if (done && g->params.n_images && bad_image)
         return serve_error_set(err, 400, "messages", "invalid_image",
                                "the vision stage refused an image: %s", g->job.error);
+    /* EBUSY: stage 0's admission queue was full, or the request waited past its deadline:
+     * busy, not broken; the client may retry (Retry-After). */
+    if (done && g->job.error_code == STRATA_EBUSY)
+        return serve_error_set(err, 429, NULL, "server_busy", "the pipeline is busy: %s",
+                               g->job.error);
     if (done && g->job.error_code == STRATA_EINVAL)
         return serve_error_set(err, 400, NULL, "invalid_value",
                                "the pipeline refused the request: %s", g->job.error);

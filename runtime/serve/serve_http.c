@@ -60,6 +60,8 @@ static enum MHD_Result send_body(struct MHD_Connection *c, struct serve_app *app
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
     if (status == MHD_HTTP_METHOD_NOT_ALLOWED)
         MHD_add_response_header(r, MHD_HTTP_HEADER_ALLOW, "GET, POST");
+    if (status == 429) /* busy: stage 0's admission queue was full or too slow */
+        MHD_add_response_header(r, MHD_HTTP_HEADER_RETRY_AFTER, "1");
     enum MHD_Result ret = MHD_queue_response(c, (unsigned)status, r);
     MHD_destroy_response(r);
     serve_metrics_request(app->metrics, status);

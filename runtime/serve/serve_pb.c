@@ -9,7 +9,7 @@
 #include "runtime/serve/strata.pb-c.h"
 
 enum serve_grpc_code serve_pb_status(const struct serve_error *err) {
-    if (err->http_status == 413) return SERVE_GRPC_RESOURCE_EXHAUSTED;
+    if (err->http_status == 413 || err->http_status == 429) return SERVE_GRPC_RESOURCE_EXHAUSTED;
     if (err->http_status < 500) return SERVE_GRPC_INVALID_ARGUMENT;
     if (err->http_status == 503) return SERVE_GRPC_UNAVAILABLE;
     if (err->http_status == 504) return SERVE_GRPC_DEADLINE_EXCEEDED;

@@ -15,7 +15,9 @@ int serve_error_set(struct serve_error *err, int http_status, const char *param,
     memset(err, 0, sizeof *err);
     err->http_status = http_status;
     snprintf(err->type, sizeof err->type, "%s",
-             http_status >= 500 ? "server_error" : "invalid_request_error");
+             http_status >= 500   ? "server_error"
+             : http_status == 429 ? "rate_limit_error" /* busy: OpenAI's type for a 429 */
+                                  : "invalid_request_error");
     snprintf(err->param, sizeof err->param, "%s", param ? param : "");
     snprintf(err->code, sizeof err->code, "%s", code ? code : "");
     va_start(ap, fmt);

@@ -87,6 +87,7 @@ fail:
 
 void stage_core_free(struct stage_core *core) {
     if (!core) return;
+    stage_admission_free(core);
     stage_pool_free(core);
     for (struct stage_result_node *n = core->outbox.res_head, *next; n; n = next) {
         next = n->next;
@@ -152,11 +153,23 @@ static int enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int p
     return 0;
 }
 
+/* STRATA_ERANGE (with `why`) when a request cannot fit a slot's --max-seq positions. */
+static int check_fit(const struct stage_core *core, const struct request_params *params, char *why,
+                     size_t why_cap) {
+    const int64_t need = (int64_t)params->prompt_len + params->max_tokens - 1;
+    if (need <= core->max_seq) return 0;
+    snprintf(why, why_cap,
+             "stage %d: request needs %lld KV positions (prompt %d + max_tokens %d - 1) but "
+             "--max-seq is %d",
+             core->opt.stage_index, (long long)need, params->prompt_len, params->max_tokens,
+             core->max_seq);
+    return STRATA_ERANGE;
+}
+
 /* Claims a slot for a new request; on refusal fills `why` and returns the status. */
 static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce,
                  const struct request_params *params, char *why, size_t why_cap) {
     int slot;
-    int64_t need = (int64_t)params->prompt_len + params->max_tokens - 1;
     struct stage_req *req;
     *out = NULL;
     if (stage_find(core, nonce)) {
@@ -164,15 +177,9 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
                  core->opt.stage_index, (unsigned long long)nonce);
         return STRATA_EINVAL;
     }
-    if (need > core->max_seq) {
-        snprintf(why, why_cap,
-                 "stage %d: request needs %lld KV positions (prompt %d + max_tokens %d - 1) but "
-                 "--max-seq is %d",
-                 core->opt.stage_index, (long long)need, params->prompt_len, params->max_tokens,
-                 core->max_seq);
-        return STRATA_ERANGE;
-    }
-    int rc = stage_backend_kv_acquire(core->be, &slot);
+    int rc = check_fit(core, params, why, why_cap);
+    if (rc < 0) return rc;
+    rc = stage_backend_kv_acquire(core->be, &slot);
     if (rc < 0) {
         if (rc == STRATA_EBUSY)
             snprintf(why, why_cap,
@@ -223,10 +230,17 @@ static int prefill_chunk(const struct stage_core *core, int prompt_len) {
     return chunk < 1 ? 1 : chunk;
 }
 
+int stage_has_free_slot(const struct stage_core *core) {
+    for (int i = 0; i < core->max_batch; i++)
+        if (!core->reqs[i].active) return 1;
+    return 0;
+}
+
 /* Stage 0: a Request from a client. Admitted: forwarded down the pipeline at once and its
  * prompt queued in chunks. Refused: an Error with its nonce to the client. */
 static int on_client_request(struct stage_core *core, uint32_t client_id,
-                             const struct wire_request *msg, const uint8_t *frame, size_t len) {
+                             const struct wire_request *msg, const uint8_t *frame, size_t len,
+                             int from_queue) {
     struct request_params params;
     struct stage_req *req;
     struct stage_vl *vl = NULL;
@@ -243,6 +257,16 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
 
     if (rc < 0) {
         snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
+    } else if ((rc = check_fit(core, &params, why, sizeof why)) < 0) {
+        /* refused before it could wait: it can never fit */
+    } else if (!from_queue && (stage_admission_waiting(core) > 0 || !stage_has_free_slot(core))) {
+        /* Every slot taken, or others waiting first: the queue (its vision inputs are
+         * prepared again when it is admitted). */
+        stage_vl_free(vl);
+        vl = NULL;
+        if ((rc = stage_admission_push(core, client_id, msg->nonce, frame, len)) == 0) return 0;
+        snprintf(why, sizeof why, "stage 0: %s", strata_last_error());
+        core->stats.refused++;
     } else {
         rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
     }
@@ -470,8 +494,19 @@ static void cancel_request(struct stage_core *core, struct stage_req *req, const
 
 int stage_core_cancel(struct stage_core *core, uint64_t nonce) {
     struct stage_req *req = stage_find(core, nonce);
-    if (req) cancel_request(core, req, "request cancelled");
+    if (req)
+        cancel_request(core, req, "request cancelled");
+    else
+        stage_admission_leave(core, STAGE_ANY_CLIENT, nonce, 1, "request cancelled");
+    stage_admission_pump(core);
     return 0;
+}
+
+void stage_admit_waiting(struct stage_core *core, uint32_t client_id, const uint8_t *frame,
+                         size_t len) {
+    struct wire_request msg;
+    if (wire_read_request(&msg, frame, len) < 0) return; /* read once already: cannot fail */
+    on_client_request(core, client_id, &msg, frame, len, 1);
 }
 
 static int on_error(struct stage_core *core, enum stage_link from, const struct wire_error *msg) {
@@ -493,8 +528,8 @@ static int on_error(struct stage_core *core, enum stage_link from, const struct 
     return 0;
 }
 
-int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t client_id,
-                        const uint8_t *frame, size_t len) {
+static int on_frame(struct stage_core *core, enum stage_link from, uint32_t client_id,
+                    const uint8_t *frame, size_t len) {
     enum wire_kind kind;
     int rc = wire_verify(&kind, NULL, frame, len);
     if (rc < 0) return rc;
@@ -513,6 +548,9 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
             struct stage_req *req = stage_find(core, msg.nonce);
             if (req && (from == STAGE_LINK_PREV || req->client_id == client_id))
                 cancel_request(core, req, "request cancelled by the client");
+            else if (!req && from == STAGE_LINK_CLIENT)
+                stage_admission_leave(core, client_id, msg.nonce, 1,
+                                      "request cancelled by the client while it waited");
         }
         return 0;
     }
@@ -524,7 +562,7 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
     if (kind == WIRE_KIND_REQUEST && from == STAGE_LINK_CLIENT && core->is_first) {
         struct wire_request msg;
         rc = wire_read_request(&msg, frame, len);
-        return rc < 0 ? rc : on_client_request(core, client_id, &msg, frame, len);
+        return rc < 0 ? rc : on_client_request(core, client_id, &msg, frame, len, 0);
     }
     if (kind == WIRE_KIND_REQUEST && from == STAGE_LINK_PREV && !core->is_first) {
         struct wire_request msg;
@@ -553,10 +591,18 @@ int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t 
                                                       : "client");
 }
 
+int stage_core_on_frame(struct stage_core *core, enum stage_link from, uint32_t client_id,
+                        const uint8_t *frame, size_t len) {
+    int rc = on_frame(core, from, client_id, frame, len);
+    stage_admission_pump(core); /* a finish, an error or a cancel may have freed a slot */
+    return rc;
+}
+
 int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint32_t client_id,
                             const char *reason) {
     int r = core->opt.stage_index;
     stage_describe_on_link_down(core, link, client_id, reason);
+    if (link == STAGE_LINK_CLIENT) stage_admission_leave(core, client_id, 0, 0, NULL);
     const char *what =
         link == STAGE_LINK_PREV
             ? (core->is_first ? "link from the last stage" : "link from the previous stage")
@@ -584,6 +630,7 @@ int stage_core_on_link_down(struct stage_core *core, enum stage_link link, uint3
                        reason ? reason : "closed");
         }
     }
+    stage_admission_pump(core);
     return 0;
 }
 
@@ -596,6 +643,13 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
     out->held_requests = 0;
     for (int i = 0; i < core->max_batch; i++)
         out->held_requests += core->reqs[i].active && core->reqs[i].held;
+    const struct stage_admission *a = &core->admission;
+    out->queue_depth = a->count;
+    out->queued = a->queued;
+    out->queue_admitted = a->admitted;
+    out->queue_full = a->refused_full;
+    out->queue_expired = a->expired;
+    out->queue_waited_ms = a->waited_ms;
 }
 
 size_t stage_core_kv_bytes(const struct stage_core *core) {

@@ -232,6 +232,12 @@ struct stage_core_stats {
      * rows they did not recompute; other stages, KV copies restored here. */
     uint64_t kv_restored;
     uint64_t kv_rows_saved;
+    /* Admission queue (stage 0): waiting now; since start queued, admitted from the queue,
+     * refused because it was full or their deadline passed, and the admitted ones' total
+     * wait (ms, the driver's clock). */
+    int queue_depth;
+    uint64_t queued, queue_admitted, queue_full, queue_expired;
+    int64_t queue_waited_ms;
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 
@@ -244,6 +250,12 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
  * and stage 0 replays each held request as a prefill of prompt + the tokens generated so
  * far, resuming at the next step. Returns the number of requests still held. */
 int stage_core_recovery_tick(struct stage_core *core, int64_t now_ms, int ring_up);
+/* Stage 0's admission queue (stage_admission_internal.h): at most max_queue requests wait
+ * for a KV slot, each at most timeout_ms (0: no deadline; the driver's clock is the one
+ * stage_core_describe_tick gives); max_queue 0 (the default) refuses at once. STRATA_EINVAL
+ * while requests wait. */
+int stage_core_set_admission(struct stage_core *core, int max_queue, int timeout_ms);
+
 /* Sets recovery_timeout_ms after init (strata-stage's --recovery-timeout-ms). */
 void stage_core_set_recovery_timeout(struct stage_core *core, int timeout_ms);
 /* KV-restoring recovery (stage_recovery_kv.c). With send_kv on the later stages, stage 0

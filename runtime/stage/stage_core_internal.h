@@ -11,6 +11,7 @@
 #include "reference/sampler.h"
 #include "runtime/stage/backend.h"
 #include "runtime/stage/request.h"
+#include "runtime/stage/stage_admission_internal.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_describe_internal.h"
 #include "runtime/stage/stage_recovery_internal.h"
@@ -164,11 +165,22 @@ struct stage_core {
     uint8_t *vl_visual;    /* [max_batch_tokens] */
     float *vl_deepstack;   /* [K * max_batch_tokens * H] */
     struct stage_core_stats stats;
-    struct stage_recovery recovery; /* stage_recovery_internal.h */
-    struct stage_describe describe; /* stage_describe_internal.h */
+    int64_t clock_ms;                 /* the driver's clock as of its last tick */
+    struct stage_admission admission; /* stage_admission_internal.h */
+    struct stage_recovery recovery;   /* stage_recovery_internal.h */
+    struct stage_describe describe;   /* stage_describe_internal.h */
 };
 
-/* stage_core.c helpers used by the step and recovery. */
+/* Any client, for stage_admission_leave. */
+#define STAGE_ANY_CLIENT UINT32_MAX
+
+/* stage_core.c helpers used by the step, recovery and the admission queue. */
+/* Stage 0: a waiting Request frame admitted from the queue (as on arrival, but it never
+ * waits again: refused if no slot after all). */
+void stage_admit_waiting(struct stage_core *core, uint32_t client_id, const uint8_t *frame,
+                         size_t len);
+/* 1 when a KV slot holds no request. */
+int stage_has_free_slot(const struct stage_core *core);
 struct stage_req *stage_find(struct stage_core *core, uint64_t nonce);
 /* Stage 0: a token for `req` at `step` (from the ring, or local when S = 1). */
 void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token);

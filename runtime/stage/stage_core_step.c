@@ -252,6 +252,7 @@ static void sample_rows(struct stage_core *core, int n, const int *row_off) {
 }
 
 int stage_core_step(struct stage_core *core) {
+    stage_admission_pump(core);
     int H = core->hidden_size, rows = 0, n, n_items = 0, off = 0, rc = 0;
     int row_off[core->max_batch], item_of[core->max_batch];
     n = pick_items(core, &rows);

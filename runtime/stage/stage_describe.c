@@ -134,7 +134,7 @@ static int from_client(struct stage_core *core, uint32_t client_id,
         return 0;
     }
     *slot = (struct stage_describe_pending){1, ++core->describe.seq, msg->nonce, client_id,
-                                            core->describe.clock_ms};
+                                            core->clock_ms};
     emit_describe(core, STAGE_LINK_NEXT, 0, msg->nonce, slot->ring_seq, NULL, 1);
     return 0;
 }
@@ -198,7 +198,7 @@ int stage_core_describe_tick(struct stage_core *core, int64_t now_ms, int prev_d
                              int timeout_ms) {
     int n = 0;
     char why[300];
-    core->describe.clock_ms = now_ms;
+    core->clock_ms = now_ms;
     core->describe.prev_down = prev_down;
     core->describe.next_down = next_down;
     for (int i = 0; i < STAGE_MAX_DESCRIBES; i++) {
@@ -214,5 +214,6 @@ int stage_core_describe_tick(struct stage_core *core, int64_t now_ms, int prev_d
             n++;
         }
     }
+    stage_admission_pump(core); /* the clock moved: deadlines */
     return n;
 }

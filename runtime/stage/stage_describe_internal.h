@@ -27,7 +27,6 @@ struct stage_describe {
     char device[256]; /* the backend's device in words, filled on first use */
     struct stage_describe_pending pending[STAGE_MAX_DESCRIBES];
     uint64_t seq;
-    int64_t clock_ms;
     int prev_down, next_down; /* stage 0's ring links as of the last tick (0 = up or unknown) */
 };
 

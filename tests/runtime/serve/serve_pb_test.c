@@ -413,9 +413,9 @@ static void status_mapping(void **state) {
         int http;
         enum serve_grpc_code code;
     } map[] = {{400, SERVE_GRPC_INVALID_ARGUMENT},   {404, SERVE_GRPC_INVALID_ARGUMENT},
-               {413, SERVE_GRPC_RESOURCE_EXHAUSTED}, {500, SERVE_GRPC_INTERNAL},
-               {502, SERVE_GRPC_INTERNAL},           {503, SERVE_GRPC_UNAVAILABLE},
-               {504, SERVE_GRPC_DEADLINE_EXCEEDED}};
+               {413, SERVE_GRPC_RESOURCE_EXHAUSTED}, {429, SERVE_GRPC_RESOURCE_EXHAUSTED},
+               {500, SERVE_GRPC_INTERNAL},           {502, SERVE_GRPC_INTERNAL},
+               {503, SERVE_GRPC_UNAVAILABLE},        {504, SERVE_GRPC_DEADLINE_EXCEEDED}};
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         serve_error_set(&err, map[i].http, NULL, NULL, "x");
         assert_int_equal(serve_pb_status(&err), map[i].code);

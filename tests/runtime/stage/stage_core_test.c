@@ -362,6 +362,113 @@ static int pop_error(struct stage_core *core, enum stage_link link, char *msg, s
     return code;
 }
 
+/* Stage 0's admission queue: with 2 KV slots and room for 3 waiting, 6 requests at once: 5
+ * are answered with the golden tokens in arrival order of admission, the 6th is refused
+ * (EBUSY naming --max-queue); a waiting request cancelled by its client, or whose client
+ * disconnects, leaves the queue; every slot is free at the end on every stage. */
+static void test_admission_queue(void **state) {
+    struct tp_golden *g = &golden_tied;
+    struct stage_request req;
+    struct stage_core_stats st;
+    int32_t tokens[64];
+    int ended, code, n;
+    char msg[512];
+    (void)state;
+    assert_int_equal(tp_pipeline_init(&pipe_a, g, 3, NULL, 64, 2, 8), 0);
+    assert_int_equal(stage_core_set_admission(pipe_a.cores[0], 3, 0), 0);
+    for (int i = 0; i < 6; i++) {
+        tp_request(&req, 50 + i, g->prompt, g->prompt_len, g->n_steps);
+        assert_int_equal(tp_submit(&pipe_a, 1, &req), 0);
+    }
+    tp_route(&pipe_a);
+    n = tp_client_tokens(&pipe_a, 55, tokens, 64, &ended, &code, msg, sizeof msg);
+    assert_int_equal(code, STRATA_EBUSY);
+    assert_non_null(strstr(msg, "--max-queue 3"));
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.queue_depth, 3);
+    assert_int_equal(st.queue_full, 1);
+    tp_run(&pipe_a, 100000);
+    for (int i = 0; i < 5; i++) {
+        n = tp_client_tokens(&pipe_a, 50 + i, tokens, 64, &ended, &code, msg, sizeof msg);
+        if (code) print_error("request %d: %s\n", 50 + i, msg);
+        assert_int_equal(code, 0);
+        assert_true(ended);
+        assert_int_equal(n, g->n_steps);
+        assert_memory_equal(tokens, g->generated, sizeof(int32_t) * (size_t)n);
+    }
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.queued, 3);
+    assert_int_equal(st.queue_admitted, 3);
+    assert_int_equal(st.queue_depth, 0);
+    assert_int_equal(st.refused, 1);
+
+    /* Two running, then one waiting of client 1 (cancelled) and two of client 2 (gone). */
+    for (int i = 0; i < 5; i++) {
+        tp_request(&req, 60 + i, g->prompt, g->prompt_len, g->n_steps);
+        assert_int_equal(tp_submit(&pipe_a, i < 3 ? 1 : 2, &req), 0);
+    }
+    tp_route(&pipe_a);
+    struct wire_arena arena;
+    wire_arena_init(&arena, 0);
+    request_build_cancel(&arena, 62);
+    assert_int_equal(stage_core_on_frame(pipe_a.cores[0], STAGE_LINK_CLIENT, 1,
+                                         wire_arena_frame(&arena), wire_arena_frame_len(&arena)),
+                     0);
+    wire_arena_free(&arena);
+    assert_int_equal(stage_core_on_link_down(pipe_a.cores[0], STAGE_LINK_CLIENT, 2, "gone"), 0);
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.queue_depth, 0);
+    tp_route(&pipe_a);
+    tp_client_tokens(&pipe_a, 62, tokens, 64, &ended, &code, msg, sizeof msg);
+    assert_int_equal(code, STRATA_ECANCELED);
+    tp_run(&pipe_a, 100000);
+    for (int i = 0; i < 2; i++) {
+        n = tp_client_tokens(&pipe_a, 60 + i, tokens, 64, &ended, &code, msg, sizeof msg);
+        assert_int_equal(code, 0);
+        assert_int_equal(n, g->n_steps);
+    }
+    for (int r = 0; r < 3; r++) {
+        stage_core_get_stats(pipe_a.cores[r], &st);
+        assert_int_equal(st.active_requests, 0);
+    }
+    tp_pipeline_free(&pipe_a);
+}
+
+/* A waiting request past the queue's deadline (the driver's clock) is refused with EBUSY
+ * naming --queue-timeout-ms; the running ones are untouched. */
+static void test_admission_deadline(void **state) {
+    struct tp_golden *g = &golden_tied;
+    struct stage_request req;
+    struct stage_core_stats st;
+    int32_t tokens[64];
+    int ended, code;
+    char msg[512];
+    (void)state;
+    assert_int_equal(tp_pipeline_init(&pipe_a, g, 2, NULL, 64, 2, 8), 0);
+    assert_int_equal(stage_core_set_admission(pipe_a.cores[0], 4, 100), 0);
+    stage_core_describe_tick(pipe_a.cores[0], 1000, 0, 0, 30000);
+    for (int i = 0; i < 3; i++) {
+        tp_request(&req, 70 + i, g->prompt, g->prompt_len, g->n_steps);
+        assert_int_equal(tp_submit(&pipe_a, 1, &req), 0);
+    }
+    tp_route(&pipe_a);
+    stage_core_describe_tick(pipe_a.cores[0], 1050, 0, 0, 30000); /* within the deadline */
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.queue_depth, 1);
+    stage_core_describe_tick(pipe_a.cores[0], 1101 + 1, 0, 0, 30000);
+    tp_route(&pipe_a);
+    tp_client_tokens(&pipe_a, 72, tokens, 64, &ended, &code, msg, sizeof msg);
+    assert_int_equal(code, STRATA_EBUSY);
+    assert_non_null(strstr(msg, "--queue-timeout-ms 100"));
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.queue_expired, 1);
+    assert_int_equal(st.queue_depth, 0);
+    tp_run(&pipe_a, 100000);
+    tp_client_tokens(&pipe_a, 70, tokens, 64, &ended, &code, msg, sizeof msg);
+    assert_int_equal(code, 0);
+    tp_pipeline_free(&pipe_a);
+}
+
 static void test_frame_checks(void **state) {
     struct tp_golden *g = &golden_tied;
     struct request_params params = {.prompt_len = 3, .max_tokens = 4, .sampling = {.top_p = 1.0f}};
@@ -764,6 +871,8 @@ int main(void) {
         cmocka_unit_test(test_all_stages_busy),
         cmocka_unit_test(test_stage0_streams_prompt_chunks),
         cmocka_unit_test(test_admission_control),
+        cmocka_unit_test(test_admission_queue),
+        cmocka_unit_test(test_admission_deadline),
         cmocka_unit_test(test_frame_checks),
         cmocka_unit_test(test_request_forwarded_before_activations),
         cmocka_unit_test(test_nonce_zero_is_connection_level),

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Integration: stage 0's admission queue behind strata-serve. 2 stages with 2 KV slots
+# (--max-batch 2) and room for 4 waiting requests (--max-queue 4), each step slowed so the
+# requests overlap: a burst of 6 non-streamed greedy requests is answered 6 of 6 (those that
+# waited give the same text as a solo run); a burst of 14 gets only 200s and 429s (never a
+# 502), at least one 429, each 429 with Retry-After and the OpenAI rate_limit_error shape;
+# afterwards a request is answered at once.
+set -u
+. "$(dirname "$0")/pipeline_lib.sh"
+pl_init
+command -v curl >/dev/null || pl_fail "curl is not installed (Debian package curl)"
+BENCH="$PL_BIN/strata-stage-bench"
+SERVE="$PL_BIN/strata-serve"
+model="$PL_WORK/model"
+"$BENCH" make-model --out "$model" --vocab 151936 --hidden 64 --layers 2 --intermediate 128 \
+    --heads 4 --kv-heads 2 --head-dim 16 --seed 11 >"$PL_WORK/make.log" 2>&1 ||
+    pl_fail "make-model failed: $(cat "$PL_WORK/make.log")"
+cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
+    "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" "$model/" ||
+    pl_fail "cannot copy the tokenizer files"
+
+pl_start_pipeline q 2 "$model" --max-seq 256 --max-batch 2 --max-queue 4 --step-delay-ms 40
+# shellcheck disable=SC2046
+"$SERVE" --model "$model" --stage0-port-file "$PL_WORK/q.0.port" --port-file "$PL_WORK/http.port" \
+    --max-seq 256 $(pl_security_default) 2>>"$PL_WORK/serve.log" &
+PL_PIDS="$PL_PIDS $!"
+pl_wait_file "$PL_WORK/http.port" 20 || pl_fail "strata-serve did not start"
+URL="http://127.0.0.1:$(cat "$PL_WORK/http.port")"
+body='{"messages": [{"role": "user", "content": "Hello"}], "max_tokens": 16, "temperature": 0}'
+
+# ask TAG: one request; body in $PL_WORK/TAG.json, headers in TAG.hdr, status in TAG.code
+ask() {
+    curl -sS -o "$PL_WORK/$1.json" -D "$PL_WORK/$1.hdr" -w '%{http_code}' \
+        -H 'Content-Type: application/json' --data-binary "$body" \
+        "$URL/v1/chat/completions" >"$PL_WORK/$1.code" 2>>"$PL_WORK/curl.log"
+}
+text_of() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["choices"][0]["message"]["content"])' "$1"; }
+burst() { # N TAG: N requests at once
+    local pids="" i
+    for ((i = 0; i < $1; i++)); do
+        ask "$2.$i" &
+        pids="$pids $!"
+    done
+    for p in $pids; do wait "$p" || pl_fail "curl failed: $(cat "$PL_WORK/curl.log")"; done
+}
+
+ask solo
+[ "$(cat "$PL_WORK/solo.code")" = 200 ] || pl_fail "solo request: $(cat "$PL_WORK/solo.json")"
+solo=$(text_of "$PL_WORK/solo.json")
+
+burst 6 a
+for i in 0 1 2 3 4 5; do
+    [ "$(cat "$PL_WORK/a.$i.code")" = 200 ] ||
+        pl_fail "burst of 6 (2 slots + 4 waiting): request $i got $(cat "$PL_WORK/a.$i.code"): $(cat "$PL_WORK/a.$i.json")"
+    [ "$(text_of "$PL_WORK/a.$i.json")" = "$solo" ] || pl_fail "burst request $i differs from the solo run"
+done
+echo "burst of 6 on 2 slots + a queue of 4: 6 of 6 answered, each equal to the solo run"
+
+burst 14 b
+ok=0 busy=0
+for ((i = 0; i < 14; i++)); do
+    code=$(cat "$PL_WORK/b.$i.code")
+    case "$code" in
+    200) ok=$((ok + 1)) ;;
+    429)
+        busy=$((busy + 1))
+        grep -qi '^Retry-After: 1' "$PL_WORK/b.$i.hdr" || pl_fail "429 without Retry-After: $(cat "$PL_WORK/b.$i.hdr")"
+        python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert e["type"] == "rate_limit_error" and e["code"] == "server_busy" and "--max-queue 4" in e["message"], e' \
+            "$PL_WORK/b.$i.json" || pl_fail "429 body: $(cat "$PL_WORK/b.$i.json")"
+        ;;
+    *) pl_fail "burst of 14: request $i got $code (want 200 or 429): $(cat "$PL_WORK/b.$i.json")" ;;
+    esac
+done
+[ "$ok" -ge 6 ] || pl_fail "burst of 14: only $ok answered (2 slots + 4 waiting hold 6)"
+[ "$busy" -ge 1 ] || pl_fail "burst of 14: no 429 although 14 > 2 slots + 4 waiting"
+echo "burst of 14: $ok answered, $busy refused with 429 + Retry-After, none failed"
+
+ask last
+[ "$(cat "$PL_WORK/last.code")" = 200 ] || pl_fail "after the bursts: $(cat "$PL_WORK/last.json")"
+echo "after the bursts: answered at once (every slot and the queue free again)"
