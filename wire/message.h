@@ -207,6 +207,7 @@ struct wire_stage_info {
     const char *version;       /* "strata X.Y.Z" */
     int32_t max_seq, max_batch;
     int32_t kv_slots_in_use, queue_depth; /* load when the describe passed the stage */
+    int32_t requests_waiting;             /* stage 0: its admission queue then */
 };
 
 struct wire_control {

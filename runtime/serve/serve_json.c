@@ -140,6 +140,7 @@ static int add_stage(cJSON *data, const struct client_stage_info *s) {
            cJSON_AddNumberToObject(e, "max_batch", s->max_batch) &&
            cJSON_AddNumberToObject(e, "kv_slots_in_use", s->kv_slots_in_use) &&
            cJSON_AddNumberToObject(e, "queue_depth", s->queue_depth) &&
+           cJSON_AddNumberToObject(e, "requests_waiting", s->requests_waiting) &&
            cJSON_GetArraySize(layers) == 2 &&
            cJSON_GetArraySize(roles) == !!s->embed + !!s->vision + !!s->head;
 }

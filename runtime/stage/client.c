@@ -135,7 +135,8 @@ int client_describe_read(struct client_describe *out, const uint8_t *frame, size
                                         .max_seq = e.max_seq,
                                         .max_batch = e.max_batch,
                                         .kv_slots_in_use = e.kv_slots_in_use,
-                                        .queue_depth = e.queue_depth};
+                                        .queue_depth = e.queue_depth,
+                                        .requests_waiting = e.requests_waiting};
         snprintf(s->device, sizeof s->device, "%s", e.device);
         snprintf(s->weights_dtype, sizeof s->weights_dtype, "%s", e.weights_dtype);
         snprintf(s->version, sizeof s->version, "%s", e.version);

@@ -75,7 +75,8 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
         .max_seq = core->max_seq,
         .max_batch = core->max_batch,
         .kv_slots_in_use = st.active_requests,
-        .queue_depth = queued};
+        .queue_depth = queued,
+        .requests_waiting = st.queue_depth};
 }
 
 /* Emits a Describe carrying `prefix` [n] (read entries or NULL) plus, when `add_self`, this

@@ -144,7 +144,8 @@ static const struct wire_stage_info describe_stages[3] = {
      .max_seq = 4096,
      .max_batch = 16,
      .kv_slots_in_use = 3,
-     .queue_depth = 7},
+     .queue_depth = 7,
+     .requests_waiting = 2},
     {.stage_index = 1, .num_stages = 3, .layer_start = 2, .layer_end = 2, .tp = 1, .kvp = 1},
     {.stage_index = 2,
      .num_stages = 3,
@@ -362,7 +363,9 @@ int sample_check_describe(const struct wire_control *m) {
         CHECK(got.embed == want->embed && got.head == want->head && got.vision == want->vision);
         CHECK(got.tp == want->tp && got.kvp == want->kvp && got.threads == want->threads);
         CHECK(got.max_seq == want->max_seq && got.max_batch == want->max_batch);
-        CHECK(got.kv_slots_in_use == want->kv_slots_in_use && got.queue_depth == want->queue_depth);
+        CHECK(got.kv_slots_in_use == want->kv_slots_in_use &&
+              got.queue_depth == want->queue_depth &&
+              got.requests_waiting == want->requests_waiting);
         CHECK(same_string(got.device, want->device) &&
               same_string(got.weights_dtype, want->weights_dtype) &&
               same_string(got.version, want->version));

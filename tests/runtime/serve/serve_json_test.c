@@ -125,6 +125,7 @@ static void stages_list(void **state) {
                                                    .max_batch = 4,
                                                    .kv_slots_in_use = 3,
                                                    .queue_depth = 2,
+                                                   .requests_waiting = 5,
                                                    .device = "cpu, 1 \"thread\"",
                                                    .weights_dtype = "q8",
                                                    .version = "strata 0.1.0"}}};
@@ -133,11 +134,12 @@ static void stages_list(void **state) {
           "{\"object\":\"list\",\"data\":[{\"stage\":0,\"num_stages\":2,\"layers\":[0,1],"
           "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
           "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\",\"max_seq\":64,"
-          "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0},{\"stage\":1,\"num_stages\":2,"
+          "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0,\"requests_waiting\":0},{"
+          "\"stage\":1,\"num_stages\":2,"
           "\"layers\":[1,4],\"roles\":[\"head\"],"
           "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
           "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"max_seq\":64,\"max_batch\":4,"
-          "\"kv_slots_in_use\":3,\"queue_depth\":2}]}");
+          "\"kv_slots_in_use\":3,\"queue_depth\":2,\"requests_waiting\":5}]}");
 }
 
 /* Streams pieces through a serve_text and returns everything taken (final at the end). */
@@ -233,7 +235,11 @@ static void metrics_text(void **state) {
 static void metrics_stages(void **state) {
     static struct client_describe d = {
         .num_stages = 2,
-        .stages = {{.stage_index = 0, .max_batch = 8, .kv_slots_in_use = 2, .queue_depth = 1},
+        .stages = {{.stage_index = 0,
+                    .max_batch = 8,
+                    .kv_slots_in_use = 2,
+                    .queue_depth = 1,
+                    .requests_waiting = 7},
                    {.stage_index = 1, .max_batch = 8, .kv_slots_in_use = 2, .queue_depth = 0}}};
     struct serve_buf out = {0};
     (void)state;
@@ -241,6 +247,7 @@ static void metrics_stages(void **state) {
     for (const char *line = "strata_serve_stages_up 1\n\0strata_stage_kv_slots{stage=\"1\"} 8\n\0"
                             "strata_stage_kv_slots_in_use{stage=\"0\"} 2\n\0"
                             "strata_stage_queue_depth{stage=\"0\"} 1\n\0"
+                            "strata_stage_requests_waiting{stage=\"0\"} 7\n\0"
                             "# TYPE strata_stage_queue_depth gauge\n\0";
          *line; line += strlen(line) + 1)
         if (!strstr(out.data, line)) fail_msg("metrics lack '%s' in:\n%s", line, out.data);
