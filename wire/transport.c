@@ -571,3 +571,9 @@ void wire_close(struct wire_conn *conn) {
     conn->rx = NULL;
     conn->rx_cap = 0;
 }
+
+void wire_conn_move(struct wire_conn *dst, struct wire_conn *src) {
+    *dst = *src;
+    memset(src, 0, sizeof *src);
+    src->fd = -1;
+}

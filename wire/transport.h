@@ -112,4 +112,11 @@ int wire_conn_buffered(const struct wire_conn *conn);
 /* Closes the socket and frees the buffer; accepts a zeroed or half-built conn. */
 void wire_close(struct wire_conn *conn);
 
+/* Moves a connection: *dst takes the socket, buffers, TLS state and partial frames of
+ * *src, and *src is left closed and empty (fd -1, nothing to free), so exactly one of them
+ * owns what wire_close releases. *dst's old contents are overwritten, not closed: pass a
+ * closed or uninitialised conn. Why a function: a struct copy followed by fields cleared
+ * by hand forgets the next field that owns something. */
+void wire_conn_move(struct wire_conn *dst, struct wire_conn *src);
+
 #endif

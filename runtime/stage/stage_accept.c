@@ -286,7 +286,7 @@ static void admit(struct acceptor *a, struct wire_conn *conn, int64_t now) {
         wire_close(conn);
         return;
     }
-    p->conn = *conn;
+    wire_conn_move(&p->conn, conn);
     p->addr = e;
     e->handshaking++;
     a->active++;

@@ -1,4 +1,5 @@
-/* strata-stage's event loop: acceptor thread + poll() loop around the stage core.
+/* strata-stage's event loop: acceptor thread + event loop (runtime/base/event_loop.h)
+ * around the stage core.
  * Why threads for accepting and connecting: handshakes wait on the peer (up to 3 s each
  * for a silent one), and two stages that connect to each other (the ring with S = 2, or
  * any restart) must answer each other while they wait. The acceptor thread runs every
@@ -8,14 +9,13 @@
  * blocking (wire_recv_frame_nb): a peer that stops mid-frame keeps its partial frame in
  * its own buffer and holds no one else up, and is dropped when the frame is not complete
  * within io_timeout_ms. See stage_server.h for the connection model and the drain.
- * This file owns the loop's thread: polling, frames in and out, results, keepalive and
- * recovery ticks, the drain. Making, checking and adopting links (the two threads' side)
- * is stage_server_link.c; the state both share is stage_server_internal.h. */
+ * This file owns the loop's thread: a file event per link, frames in and out, results,
+ * the timers (keepalive, stalled peers, recovery, describe, vision transfers: each on its
+ * own cadence rather than on every pass), the drain. Making, checking and adopting links
+ * (the two threads' side) is stage_server_link.c; the state both share is
+ * stage_server_internal.h. */
 #include "runtime/stage/stage_server.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "runtime/base/cli.h"
+#include "runtime/base/event_loop.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_server_internal.h"
@@ -38,6 +39,16 @@
  * stage 0 and down from it) wait forever. One link that never blocks breaks every cycle.
  * Room for a largest frame (a KV block) and the tokens behind it. */
 #define RING_MAX_QUEUED (2 * WIRE_DEFAULT_MAX_FRAME)
+/* The loop waits at most this long: *stop is set by a signal handler that may run on
+ * another thread (the acceptor, the connector), and then no poll() of this one ends. */
+#define LOOP_MAX_WAIT_MS 100
+/* Timer cadences. Recovery and describe keep the core's view of the links and of its
+ * deadlines fresh, and a replay should start as soon as the ring is back: short. Stalled
+ * peers and idle vision transfers are measured in seconds. */
+#define RECOVERY_EVERY_MS 10
+#define DESCRIBE_EVERY_MS 10
+#define STALLED_EVERY_MS 50
+#define VISION_EXPIRE_EVERY_MS 100
 
 void stage_log_setup(int stage_index, enum stage_log_level level) {
     char prefix[32];
@@ -357,73 +368,143 @@ static void recovery_tick(struct server *s) {
     s->kv_rows_seen = st.kv_rows_saved;
 }
 
-/* TLS may hold decrypted bytes that poll() cannot see (wire_conn_buffered): marks such
- * conns readable. Returns whether there was one. */
-static int mark_buffered(struct server *s, struct pollfd *fds, const int *who, int n) {
-    int any = 0;
-    for (int i = 0; i < n; i++) {
-        struct wire_conn *c = who[i] == -1   ? &s->prev
-                              : who[i] == -2 ? &s->next
-                              : who[i] >= 0  ? &s->clients[who[i]]
-                                             : NULL;
-        if (c && wire_conn_buffered(c)) {
-            fds[i].revents |= POLLIN;
-            any = 1;
-        }
+/* The link's file event: queued frames go out when the socket takes more, frames in are
+ * served. TLS may hold decrypted bytes that poll() cannot see: the loop asks
+ * link_buffered, and fires EVENT_READ for them without waiting. */
+static void on_link(struct event_loop *loop, int fd, void *data, int mask) {
+    struct link_ref *r = data;
+    struct server *s = r->s;
+    struct wire_conn *c = r->conn;
+    uint32_t cid = r->client >= 0 ? s->client_ids[r->client] : 0;
+    (void)loop;
+    if ((mask & EVENT_WRITE) && c->fd == fd && wire_flush_nb(c) < 0) {
+        char why[1024];
+        snprintf(why, sizeof why, "send failed: %s", strata_last_error());
+        stage_srv_link_down(s, r->link, cid, c, why);
     }
-    return any;
+    if (!(mask & EVENT_READ)) return;
+    if (c->fd == fd) serve_ready(s, c, r->link, cid);
+    flush(s);
 }
 
+static int link_buffered(void *data) {
+    return wire_conn_buffered(((struct link_ref *)data)->conn);
+}
+
+static struct link_ref *ref_of(struct server *s, struct wire_conn *conn) {
+    if (conn == &s->prev) return &s->refs[0];
+    if (conn == &s->next) return &s->refs[1];
+    return &s->refs[2 + (conn - s->clients)];
+}
+
+int stage_srv_watch(struct server *s, struct wire_conn *conn) {
+    return event_add_file(s->loop, conn->fd, EVENT_READ, on_link, link_buffered, ref_of(s, conn));
+}
+
+void stage_srv_close(struct server *s, struct wire_conn *conn) {
+    if (conn->fd >= 0) event_del_file(s->loop, conn->fd); /* ENOTFOUND: never watched */
+    wire_close(conn);
+}
+
+/* Links with frames queued are watched for the socket taking more. */
+static void watch_writes(struct server *s) {
+    for (int i = 0; i < 2 + MAX_CLIENTS; i++) {
+        struct wire_conn *c = s->refs[i].conn;
+        if (c->fd >= 0)
+            event_modify_file(s->loop, c->fd,
+                              EVENT_READ | (wire_conn_tx_pending(c) ? EVENT_WRITE : 0));
+    }
+}
+
+/* The acceptor or connector handed connections over. */
+static void on_wake(struct event_loop *loop, void *data) {
+    struct server *s = data;
+    (void)loop;
+    stage_srv_take_handoffs(s);
+    flush(s);
+}
+
+static int64_t keepalive_timer(struct event_loop *loop, int64_t id, void *data) {
+    struct server *s = data;
+    int64_t timeout = s->opt->peer_timeout_ms;
+    (void)loop;
+    (void)id;
+    keepalive(s);
+    flush(s);
+    /* A tenth of the timeout: pings and the dead-peer check stay close to their times. */
+    return timeout / 10 < 1 ? 1 : timeout / 10 > 100 ? 100 : timeout / 10;
+}
+
+static int64_t stalled_timer(struct event_loop *loop, int64_t id, void *data) {
+    (void)loop;
+    (void)id;
+    drop_stalled(data);
+    flush(data);
+    return STALLED_EVERY_MS;
+}
+
+static int64_t recovery_timer(struct event_loop *loop, int64_t id, void *data) {
+    (void)loop;
+    (void)id;
+    recovery_tick(data);
+    flush(data);
+    return RECOVERY_EVERY_MS;
+}
+
+/* Ring describe (stage_describe.c): bounded by the dead-peer timeout, twice over, since
+ * it crosses every stage, each answering between microbatches. */
+static int64_t describe_timer(struct event_loop *loop, int64_t id, void *data) {
+    struct server *s = data;
+    (void)loop;
+    (void)id;
+    stage_core_describe_tick(s->core, cli_now_ms(), s->prev.fd < 0,
+                             s->next.fd<0, s->opt->peer_timeout_ms> 0 ? 2 * s->opt->peer_timeout_ms
+                                                                      : 10000);
+    flush(s);
+    return DESCRIBE_EVERY_MS;
+}
+
+static int64_t vision_expire_timer(struct event_loop *loop, int64_t id, void *data) {
+    struct server *s = data;
+    (void)loop;
+    (void)id;
+    if (vision_rx_expire(s->vision_rx, cli_now_ms()) > 0)
+        strata_log(STRATA_LOG_WARN, "dropped idle vision transfers (no block for %d s)",
+                   VISION_RX_DEFAULT_IDLE_MS / 1000);
+    return VISION_EXPIRE_EVERY_MS;
+}
+
+/* The loop and its timers; links are registered as they are adopted. */
+static int loop_setup(struct server *s) {
+    int rc = event_loop_create(&s->loop, 2 + MAX_CLIENTS);
+    if (rc < 0) return rc;
+    for (int i = 0; i < 2 + MAX_CLIENTS; i++)
+        s->refs[i] = (struct link_ref){.s = s,
+                                       .conn = i == 0   ? &s->prev
+                                               : i == 1 ? &s->next
+                                                        : &s->clients[i - 2],
+                                       .link = i == 0   ? STAGE_LINK_PREV
+                                               : i == 1 ? STAGE_LINK_NEXT
+                                                        : STAGE_LINK_CLIENT,
+                                       .client = i < 2 ? -1 : i - 2};
+    event_loop_set_wake(s->loop, on_wake, s);
+    int64_t ids[5] = {
+        s->opt->peer_timeout_ms > 0 ? event_add_timer(s->loop, 0, keepalive_timer, s) : 1,
+        event_add_timer(s->loop, STALLED_EVERY_MS, stalled_timer, s),
+        event_add_timer(s->loop, 0, recovery_timer, s),
+        event_add_timer(s->loop, 0, describe_timer, s),
+        s->vision_rx ? event_add_timer(s->loop, VISION_EXPIRE_EVERY_MS, vision_expire_timer, s)
+                     : 1};
+    for (int i = 0; i < 5; i++)
+        if (ids[i] < 0) return (int)ids[i];
+    return 0;
+}
+
+/* One pass: the file events and timers due, then a microbatch when there is work. */
 static void loop_once(struct server *s) {
-    struct pollfd fds[3 + MAX_CLIENTS];
-    int who[3 + MAX_CLIENTS], n = 0, timeout = 100;
-    fds[n] = (struct pollfd){.fd = s->wake[0], .events = POLLIN};
-    who[n++] = -3;
-    if (s->prev.fd >= 0) {
-        fds[n] = (struct pollfd){.fd = s->prev.fd, .events = POLLIN};
-        who[n++] = -1;
-    }
-    if (s->next.fd >= 0) {
-        short ev = POLLIN | (wire_conn_tx_pending(&s->next) ? POLLOUT : 0);
-        fds[n] = (struct pollfd){.fd = s->next.fd, .events = ev};
-        who[n++] = -2;
-    }
-    for (int i = 0; i < MAX_CLIENTS; i++) {
-        if (s->clients[i].fd >= 0) {
-            short ev = POLLIN | (wire_conn_tx_pending(&s->clients[i]) ? POLLOUT : 0);
-            fds[n] = (struct pollfd){.fd = s->clients[i].fd, .events = ev};
-            who[n++] = i;
-        }
-    }
-    if (stage_core_has_work(s->core) || mark_buffered(s, fds, who, n)) timeout = 0;
-    if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
-        strata_log(STRATA_LOG_WARN, "poll: %s", strerror(errno));
-    mark_buffered(s, fds, who, n);
-    for (int i = 0; i < n; i++) {
-        if (who[i] >= 0 && (fds[i].revents & POLLOUT) && s->clients[who[i]].fd == fds[i].fd &&
-            wire_flush_nb(&s->clients[who[i]]) < 0) {
-            char why[1024];
-            snprintf(why, sizeof why, "send failed: %s", strata_last_error());
-            stage_srv_link_down(s, STAGE_LINK_CLIENT, s->client_ids[who[i]], &s->clients[who[i]],
-                                why);
-        }
-        if (who[i] == -2 && (fds[i].revents & POLLOUT) && s->next.fd == fds[i].fd &&
-            wire_flush_nb(&s->next) < 0) {
-            char why[1024];
-            snprintf(why, sizeof why, "send failed: %s", strata_last_error());
-            stage_srv_link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
-        }
-        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-        if (who[i] == -3)
-            stage_srv_take_handoffs(s);
-        else if (who[i] == -1 && s->prev.fd == fds[i].fd)
-            serve_ready(s, &s->prev, STAGE_LINK_PREV, 0);
-        else if (who[i] == -2 && s->next.fd == fds[i].fd)
-            serve_ready(s, &s->next, STAGE_LINK_NEXT, 0);
-        else if (who[i] >= 0 && s->clients[who[i]].fd == fds[i].fd)
-            serve_ready(s, &s->clients[who[i]], STAGE_LINK_CLIENT, s->client_ids[who[i]]);
-        flush(s);
-    }
+    watch_writes(s);
+    if (event_loop_run_once(s->loop, stage_core_has_work(s->core) ? 0 : LOOP_MAX_WAIT_MS) < 0)
+        strata_log(STRATA_LOG_WARN, "%s", strata_last_error());
     if (stage_core_has_work(s->core)) {
         if (s->opt->step_delay_ms > 0) usleep((useconds_t)s->opt->step_delay_ms * 1000);
         struct stage_core_stats st;
@@ -440,19 +521,7 @@ static void loop_once(struct server *s) {
         }
     }
     flush(s);
-    keepalive(s);
-    drop_stalled(s);
-    recovery_tick(s);
-    /* Ring describe (stage_describe.c): bounded by the dead-peer timeout, twice over, since
-     * it crosses every stage, each answering between microbatches. */
-    stage_core_describe_tick(s->core, cli_now_ms(), s->prev.fd < 0,
-                             s->next.fd<0, s->opt->peer_timeout_ms> 0 ? 2 * s->opt->peer_timeout_ms
-                                                                      : 10000);
-    flush(s);
     drain_results(s);
-    if (s->vision_rx && vision_rx_expire(s->vision_rx, cli_now_ms()) > 0)
-        strata_log(STRATA_LOG_WARN, "dropped idle vision transfers (no block for %d s)",
-                   VISION_RX_DEFAULT_IDLE_MS / 1000);
 }
 
 /* SIGTERM (the first stop): accept nothing new (the listener closes; new Requests are
@@ -498,7 +567,6 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->opt = opt;
     s->stop = stop;
     s->listener.fd = -1;
-    s->wake[0] = s->wake[1] = -1;
     s->prev.fd = s->next.fd = -1;
     for (int i = 0; i < MAX_CLIENTS; i++)
         s->clients[i].fd = -1;
@@ -534,10 +602,7 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
         rc = cli_write_port_file(opt->port_file, s->listener.port);
         if (rc < 0) goto done;
     }
-    if (pipe2(s->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
-        rc = strata_set_error(STRATA_EIO, "pipe2: %s", strerror(errno));
-        goto done;
-    }
+    if ((rc = loop_setup(s)) < 0) goto done;
     if (pthread_create(&s->acceptor, NULL, stage_srv_acceptor_main, s) != 0) {
         rc = strata_set_error(STRATA_EIO, "cannot start the acceptor thread");
         goto done;
@@ -568,8 +633,7 @@ done:
     wire_close(&s->next);
     for (int i = 0; i < MAX_CLIENTS; i++)
         wire_close(&s->clients[i]);
-    if (s->wake[0] >= 0) close(s->wake[0]);
-    if (s->wake[1] >= 0) close(s->wake[1]);
+    event_loop_free(s->loop);
     pthread_mutex_destroy(&s->lock);
     vision_rx_free(s->vision_rx);
     free(s);

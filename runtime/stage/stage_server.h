@@ -11,10 +11,11 @@
  *   - one persistent connection to the next stage (for the last stage: stage 0), made by
  *     a connector thread and re-made with exponential backoff (50 ms .. 0.5 s) whenever it
  *     drops.
- * A poll() loop reads frames, feeds the core, runs one microbatch when there is work and
- * sends what the core queued. A connection that closes, resets or times out is reported
- * to the core, which fails every affected request with an Error that travels to the
- * client; new requests are served again once the neighbour is back.
+ * An event loop (runtime/base/event_loop.h: a file event per link, timers for keepalive,
+ * stalled peers and recovery) reads frames, feeds the core, runs one microbatch when there
+ * is work and sends what the core queued. A connection that closes, resets or times out
+ * is reported to the core, which fails every affected request with an Error that travels
+ * to the client; new requests are served again once the neighbour is back.
  * The acceptor and connector threads only handshake; every core call happens on the
  * loop's thread, which never waits on one peer: reads are non-blocking with a partial
  * frame kept per connection, and frames to clients are queued (wire_send_frame_nb), as are

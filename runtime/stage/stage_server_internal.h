@@ -1,4 +1,4 @@
-/* Private to strata-stage's server: the state the poll loop (stage_server.c) and the link
+/* Private to strata-stage's server: the state the event loop (stage_server.c) and the link
  * management (stage_server_link.c: the acceptor's and connector's threads, the checks of
  * who a peer is, taking a link down) share. Split so that each file stays readable; not for
  * other modules (use stage_server.h). */
@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "runtime/base/cli.h"
+#include "runtime/base/event_loop.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_server.h"
 #include "runtime/stage/vision_xfer.h"
@@ -25,6 +26,17 @@ struct handoff {
     int is_next; /* made by the connector: the link to the next stage */
 };
 
+struct server;
+
+/* What a link's file event carries (event_add_file's data): which conn of which server,
+ * and its role, so a callback serves its link without looking it up. */
+struct link_ref {
+    struct server *s;
+    struct wire_conn *conn;
+    enum stage_link link;
+    int client; /* index into clients[] for STAGE_LINK_CLIENT, else -1 */
+};
+
 struct server {
     struct stage_core_info info; /* stage index, layer range, roles: the core's backend */
     struct stage_core *core;
@@ -37,7 +49,7 @@ struct server {
     atomic_int acceptor_stop; /* set by the loop when it ends (the signal flag is not shared) */
     atomic_int accept_close;  /* set by the loop when it drains: accept nothing new */
     int draining;
-    int wake[2]; /* acceptor -> loop */
+    struct event_loop *loop; /* the loop's thread; the acceptor and connector only wake it */
     pthread_mutex_t lock;
     struct handoff pending[MAX_HANDOFF];
     int num_pending;
@@ -48,6 +60,7 @@ struct server {
     uint8_t client_vision[MAX_CLIENTS]; /* the client is a vision stage (Hello role Vision) */
     struct vision_rx *vision_rx;        /* stage 0: vision transfers in progress */
     uint32_t next_client_id;
+    struct link_ref refs[2 + MAX_CLIENTS]; /* prev, next, clients[i] */
     /* The connector thread's (stage_server_link.c); the loop only sets these flags. */
     pthread_t connector;
     int connector_started;
@@ -74,6 +87,11 @@ void *stage_srv_acceptor_main(void *arg);
 void *stage_srv_connector_main(void *arg);
 /* The loop's side: adopts the connections the threads handed over (after a wake). */
 void stage_srv_take_handoffs(struct server *s);
+/* Registers a just adopted link (prev, next or a clients[] element) with the loop: its
+ * frames are then served. A status when the loop refuses (the caller closes the conn). */
+int stage_srv_watch(struct server *s, struct wire_conn *conn);
+/* Unregisters a link from the loop and closes it. */
+void stage_srv_close(struct server *s, struct wire_conn *conn);
 /* Closes a link, tells the core (which fails what it carried) and, for the next link,
  * asks the connector for a new one. */
 void stage_srv_link_down(struct server *s, enum stage_link link, uint32_t client_id,

@@ -3,10 +3,9 @@
  * backoff) handshake off the loop's thread and hand finished connections over; the loop
  * adopts them here after checking who the peer is (a client or vision stage on stage 0
  * only; upstream only the stage and layer range that must precede this one), and takes
- * them down. Apart from stage_server.c (the poll loop, frames and results) so that how a
+ * them down. Apart from stage_server.c (the event loop, frames and results) so that how a
  * link comes and goes has one home, and the two threads run only code of this file; what
  * it shares with the loop is in stage_server_internal.h. */
-#include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -59,8 +58,7 @@ void stage_srv_link_down(struct server *s, enum stage_link link, uint32_t client
                          struct wire_conn *conn, const char *reason) {
     strata_log(link == STAGE_LINK_CLIENT ? STRATA_LOG_INFO : STRATA_LOG_WARN, "%s link %s lost: %s",
                link_name(link), conn->peer, reason);
-    wire_close(conn);
-    conn->fd = -1;
+    stage_srv_close(s, conn);
     stage_core_on_link_down(s->core, link, client_id, reason);
     if (link == STAGE_LINK_NEXT) {
         atomic_store(&s->next_lost, 1);
@@ -80,13 +78,20 @@ static void adopt(struct server *s, struct handoff *h) {
         }
         for (int i = 0; i < MAX_CLIENTS; i++) {
             if (s->clients[i].fd < 0) {
-                s->clients[i] = h->conn;
+                wire_conn_move(&s->clients[i], &h->conn);
                 /* A vision stage's VisionBlock 0 carries a whole request's DeepStack. */
                 s->clients[i].max_frame = vision ? STAGE_VISION_MAX_FRAME : CLIENT_MAX_FRAME;
                 s->client_ids[i] = ++s->next_client_id;
                 s->client_vision[i] = (uint8_t)vision;
+                if (stage_srv_watch(s, &s->clients[i]) < 0) {
+                    strata_log(STRATA_LOG_WARN, "closing %s: %s", s->clients[i].peer,
+                               strata_last_error());
+                    wire_close(&s->clients[i]);
+                    return;
+                }
                 strata_log(STRATA_LOG_DEBUG, "%s %u connected from %s",
-                           vision ? "vision stage" : "client", s->client_ids[i], h->conn.peer);
+                           vision ? "vision stage" : "client", s->client_ids[i],
+                           s->clients[i].peer);
                 return;
             }
         }
@@ -114,11 +119,16 @@ static void adopt(struct server *s, struct handoff *h) {
                             "replaced by a new upstream connection");
     char security[160];
     wire_tls_peer_describe(&h->conn, security, sizeof security);
-    s->prev = h->conn;
+    wire_conn_move(&s->prev, &h->conn);
     s->prev.max_frame = WIRE_DEFAULT_MAX_FRAME; /* authenticated: activations and KV blocks */
     s->prev_rx_ms = cli_now_ms();
+    if (stage_srv_watch(s, &s->prev) < 0) {
+        strata_log(STRATA_LOG_WARN, "closing upstream %s: %s", s->prev.peer, strata_last_error());
+        wire_close(&s->prev);
+        return;
+    }
     strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s (%s)", h->peer.stage_index,
-               h->conn.peer, security);
+               s->prev.peer, security);
 }
 
 /* One attempt at the next stage: connect, TLS, Hello, and the check that it is the stage
@@ -173,7 +183,7 @@ static void hand_over(struct server *s, struct wire_conn *conn, const struct wir
     int taken = 0;
     pthread_mutex_lock(&s->lock);
     if (s->num_pending < MAX_HANDOFF) {
-        s->pending[s->num_pending].conn = *conn;
+        wire_conn_move(&s->pending[s->num_pending].conn, conn);
         s->pending[s->num_pending].peer = *peer;
         s->pending[s->num_pending++].is_next = is_next;
         taken = 1;
@@ -182,8 +192,8 @@ static void hand_over(struct server *s, struct wire_conn *conn, const struct wir
     if (!taken) {
         strata_log(STRATA_LOG_WARN, "too many pending connections: closing %s", conn->peer);
         wire_close(conn);
-    } else if (write(s->wake[1], "x", 1) < 0) {
-        strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
+    } else {
+        event_loop_wake(s->loop);
     }
 }
 
@@ -222,18 +232,21 @@ void *stage_srv_connector_main(void *arg) {
 /* Takes the connector's link to the next stage. */
 static void adopt_next(struct server *s, struct handoff *h) {
     char security[160];
-    if (s->next.fd >= 0) wire_close(&s->next); /* not expected: the connector waits for want */
+    if (s->next.fd >= 0) stage_srv_close(s, &s->next); /* not expected: the connector waits */
     wire_tls_peer_describe(&h->conn, security, sizeof security);
-    s->next = h->conn;
+    wire_conn_move(&s->next, &h->conn);
     s->next_rx_ms = cli_now_ms();
+    if (stage_srv_watch(s, &s->next) < 0) {
+        strata_log(STRATA_LOG_WARN, "closing downstream %s: %s", s->next.peer, strata_last_error());
+        wire_close(&s->next);
+        atomic_store(&s->want_next, 1);
+        return;
+    }
     strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", h->peer.stage_index,
                s->next.peer, security);
 }
 
 void stage_srv_take_handoffs(struct server *s) {
-    char buf[64];
-    while (read(s->wake[0], buf, sizeof buf) > 0) {
-    }
     pthread_mutex_lock(&s->lock);
     for (int i = 0; i < s->num_pending; i++) {
         if (s->pending[i].is_next)

@@ -1,11 +1,11 @@
 /* strata-stage --role vision: the loop (see vision_stage.h). One thread runs every session's
- * I/O; an acceptor thread only handshakes new clients, as in stage_server.c; an encoder thread
- * decodes and encodes images (tasks in, results out through lists under `lock` and the wake
- * pipe), so relaying other requests' tokens never waits for an encode. */
+ * I/O on an event loop (runtime/base/event_loop.h: a file event per client and per stage-0
+ * link, timers for reconnecting and for dropping stalled clients); an acceptor thread only
+ * handshakes new clients, as in stage_server.c; an encoder thread decodes and encodes images
+ * (tasks in, results out through lists under `lock`, then a wake of the loop), so relaying
+ * other requests' tokens never waits for an encode. */
 #include "runtime/stage/vision_stage.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "runtime/base/cli.h"
+#include "runtime/base/event_loop.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_accept.h"
@@ -30,6 +31,11 @@
 #define BACKOFF_MIN_MS 50
 #define BACKOFF_MAX_MS 1000
 #define VISION_CLIENT_MAX_QUEUED ((size_t)1 << 20) /* token frames a client has not read */
+/* The loop waits at most this long: *stop is set by a signal handler that may run on
+ * another thread, and then no poll() of this one ends. Also the reconnect timer's longest
+ * period (it runs sooner when a session's backoff ends sooner). */
+#define LOOP_MAX_WAIT_MS 100
+#define STALLED_EVERY_MS 50 /* the stalled-client check (timeouts are seconds) */
 
 /* An image request between its encoding and its Request reaching stage 0. */
 struct job {
@@ -58,8 +64,12 @@ struct task {
     size_t request_len;
 };
 
+struct vstage;
+
 struct session {
-    struct wire_conn client, up; /* fd -1 when closed */
+    struct vstage *v;
+    int slot;                    /* index in v->sessions */
+    struct wire_conn client, up; /* fd -1 when closed; each a file event while open */
     uint32_t id;
     int reconnects;
     int backoff_ms;
@@ -77,7 +87,10 @@ struct vstage {
     pthread_t acceptor;
     int acceptor_started;
     atomic_int acceptor_stop, accept_close;
-    int wake[2];
+    struct event_loop *loop; /* the loop's thread; the acceptor and encoder only wake it */
+    int64_t reconnect_timer, reconnect_due; /* the timer and when it runs next */
+    int in_reconnect;                       /* its callback is running */
+    int64_t reap_timer;                     /* a close of sessions whose client failed */
     pthread_mutex_t lock;
     struct wire_conn pending[16];
     int num_pending;
@@ -114,19 +127,13 @@ static void deliver(void *ctx, struct wire_conn *conn, const struct wire_hello *
     conn->max_frame =
         v->opt->max_request_bytes ? v->opt->max_request_bytes : VISION_DEFAULT_MAX_REQUEST_BYTES;
     pthread_mutex_lock(&v->lock);
-    if (v->num_pending < 16) {
-        v->pending[v->num_pending++] = *conn;
-        conn->fd = -1; /* the copy in pending owns the socket, buffers and TLS state now */
-        conn->rx = NULL;
-        conn->ssl = NULL;
-        conn->open = 0;
-    }
+    if (v->num_pending < 16) wire_conn_move(&v->pending[v->num_pending++], conn);
     pthread_mutex_unlock(&v->lock);
     if (conn->fd >= 0) {
         wire_send_error(conn, STRATA_EBUSY, 0, "too many pending connections");
         wire_close(conn);
-    } else if (write(v->wake[1], "x", 1) < 0) {
-        strata_log(STRATA_LOG_DEBUG, "wake write: %s", strerror(errno));
+    } else {
+        event_loop_wake(v->loop);
     }
 }
 
@@ -142,7 +149,19 @@ static void *acceptor_main(void *arg) {
     return NULL;
 }
 
-/* Opens the session's link to stage 0 (Hello role Vision). */
+static void on_up(struct event_loop *loop, int fd, void *data, int mask);
+
+static int up_buffered(void *data) {
+    return wire_conn_buffered(&((struct session *)data)->up);
+}
+
+/* Unregisters a session's conn from the loop and closes it. */
+static void close_conn(struct vstage *v, struct wire_conn *c) {
+    if (c->fd >= 0) event_del_file(v->loop, c->fd); /* ENOTFOUND: never registered */
+    wire_close(c);
+}
+
+/* Opens the session's link to stage 0 (Hello role Vision) and registers it with the loop. */
 static int connect_up(struct vstage *v, struct session *s) {
     const struct vision_stage_options *o = v->opt;
     struct wire_hello peer;
@@ -156,22 +175,22 @@ static int connect_up(struct vstage *v, struct session *s) {
     if (rc == 0 && (peer.stage_index != 0 || peer.layer_start != 0))
         rc = strata_set_error(STRATA_EINVAL, "%s is stage %d, not stage 0", s->up.peer,
                               peer.stage_index);
-    if (rc < 0) {
-        wire_close(&s->up);
-        s->up.fd = -1;
-    }
+    if (rc == 0) rc = event_add_file(v->loop, s->up.fd, EVENT_READ, on_up, up_buffered, s);
+    if (rc < 0) wire_close(&s->up);
     return rc;
 }
+
+static int64_t reap_timer(struct event_loop *loop, int64_t id, void *data);
 
 /* To a client: queued, never waited for (wire_send_frame_nb), so a client that stops
  * reading holds no one up; past VISION_CLIENT_MAX_QUEUED it is dropped. */
 static void send_client(struct vstage *v, struct session *s, const void *frame, size_t len) {
-    (void)v;
     if (s->client.fd >= 0 &&
         wire_send_frame_nb(&s->client, frame, len, VISION_CLIENT_MAX_QUEUED) < 0) {
         strata_log(STRATA_LOG_INFO, "client %u: send failed: %s", s->id, strata_last_error());
-        wire_close(&s->client);
-        s->client.fd = -1;
+        close_conn(v, &s->client);
+        /* The session goes on the next pass: callers up the stack still hold it. */
+        if (v->reap_timer <= 0) v->reap_timer = event_add_timer(v->loop, 0, reap_timer, v);
     }
 }
 
@@ -201,6 +220,7 @@ static void live_remove(struct session *s, uint64_t nonce) {
 }
 
 static void up_down(struct vstage *v, struct session *s, const char *reason);
+static void reconnect_soon(struct vstage *v, int64_t at_ms);
 
 /* Sends the job's next blocks within the window; after the last acknowledgement, its
  * Request. Returns 0, or -1 when the link went down (up_down has run). */
@@ -246,14 +266,14 @@ static void up_down(struct vstage *v, struct session *s, const char *reason) {
     char why[512];
     strata_log(STRATA_LOG_WARN, "client %u: link to stage 0 lost: %s", s->id, reason);
     snprintf(why, sizeof why, "vision stage: the link to stage 0 dropped: %s", reason);
-    wire_close(&s->up);
-    s->up.fd = -1;
+    close_conn(v, &s->up);
     for (int i = 0; i < s->num_live; i++)
         error_client(v, s, STRATA_ECLOSED, s->live[i], why);
     s->num_live = 0;
     for (int i = 0; i < MAX_JOBS; i++)
         if (s->jobs[i].nonce) vision_tx_rewind(&s->jobs[i].tx);
     s->retry_ms = cli_now_ms() + s->backoff_ms;
+    reconnect_soon(v, s->retry_ms);
 }
 
 static int has_jobs(const struct session *s) {
@@ -339,9 +359,7 @@ static void *worker_main(void *arg) {
         pthread_mutex_lock(&v->lock);
         t->next = v->done;
         v->done = t;
-        if (write(v->wake[1], "x", 1) < 0) {
-            /* a full pipe already wakes the loop (it also polls every 100 ms) */
-        }
+        event_loop_wake(v->loop);
     }
     pthread_mutex_unlock(&v->lock);
     wire_arena_free(&arena);
@@ -385,6 +403,7 @@ static void image_request(struct vstage *v, struct session *s, const struct wire
     j->nonce = req->nonce;
     j->encoding = 1;
     j->seq = t->seq;
+    if (s->up.fd < 0) reconnect_soon(v, s->retry_ms); /* transfers wait: reconnect */
     pthread_mutex_lock(&v->lock);
     struct task **tail = &v->todo;
     while (*tail)
@@ -436,6 +455,7 @@ static void encoded(struct vstage *v, struct task *t) {
                j->out.num_deepstack, j->out.seconds_decode * 1e3, j->out.seconds_encode * 1e3);
     if (s->up.fd < 0) {
         s->retry_ms = 0; /* reconnect() starts it */
+        reconnect_soon(v, 0);
         return;
     }
     pump(v, s, j);
@@ -525,10 +545,16 @@ static void session_close(struct vstage *v, int i) {
     struct session *s = v->sessions[i];
     for (int k = 0; k < MAX_JOBS; k++)
         job_free(&s->jobs[k]);
-    wire_close(&s->client);
-    wire_close(&s->up); /* stage 0 cancels this client's requests with the link */
+    close_conn(v, &s->client);
+    close_conn(v, &s->up); /* stage 0 cancels this client's requests with the link */
     free(s);
     v->sessions[i] = NULL;
+}
+
+static void on_client(struct event_loop *loop, int fd, void *data, int mask);
+
+static int client_buffered(void *data) {
+    return wire_conn_buffered(&((struct session *)data)->client);
 }
 
 /* Adopts a handshaken client and opens its link to stage 0. */
@@ -542,11 +568,18 @@ static void adopt(struct vstage *v, struct wire_conn *conn) {
         wire_close(conn);
         return;
     }
-    s->client = *conn;
+    wire_conn_move(&s->client, conn);
+    s->v = v;
+    s->slot = i;
     s->up.fd = -1;
     s->id = ++v->next_id;
     s->backoff_ms = BACKOFF_MIN_MS;
     v->sessions[i] = s;
+    if (event_add_file(v->loop, s->client.fd, EVENT_READ, on_client, client_buffered, s) < 0) {
+        strata_log(STRATA_LOG_WARN, "closing %s: %s", s->client.peer, strata_last_error());
+        session_close(v, i);
+        return;
+    }
     if (connect_up(v, s) < 0) {
         char why[600];
         snprintf(why, sizeof why, "vision stage: stage 0 unreachable: %s", strata_last_error());
@@ -559,9 +592,6 @@ static void adopt(struct vstage *v, struct wire_conn *conn) {
 }
 
 static void take_handoffs(struct vstage *v) {
-    char buf[64];
-    while (read(v->wake[0], buf, sizeof buf) > 0) {
-    }
     pthread_mutex_lock(&v->lock);
     for (int i = 0; i < v->num_pending; i++)
         adopt(v, &v->pending[i]);
@@ -620,73 +650,127 @@ static void serve(struct vstage *v, int i, int up) {
 }
 
 /* Serves what a readable conn holds (up to a bound, so one busy peer cannot starve the
- * others), flushes a client's queue when the socket takes more, and drops a client that
- * stalls mid-frame or stops reading for longer than the I/O timeout. */
-static void service(struct vstage *v, int i, int up, short revents) {
-    for (int k = 0; k < 32 && v->sessions[i]; k++) {
+ * others; TLS records already decrypted count as readable) and flushes a client's queue
+ * when the socket takes more. */
+static void service(struct vstage *v, int i, int up, int mask) {
+    for (int k = 0; k < 32 && (mask & EVENT_READ) && v->sessions[i]; k++) {
         struct wire_conn *c = up ? &v->sessions[i]->up : &v->sessions[i]->client;
         int fd = c->fd;
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (k == 0 && !(revents & (POLLIN | POLLHUP | POLLERR)) && !wire_conn_buffered(c)) break;
         serve(v, i, up);
         if (!v->sessions[i] || c->fd != fd || c->fd < 0) break;
         if (!wire_conn_buffered(c) && (poll(&p, 1, 0) != 1 || !(p.revents & POLLIN))) break;
     }
     struct session *s = v->sessions[i];
     if (!s || up) return;
-    if ((revents & POLLOUT) && wire_flush_nb(&s->client) < 0) {
-        session_close(v, i);
-        return;
-    }
-    int64_t now = cli_now_ms(), partial = wire_conn_partial_since(&s->client),
-            unread = wire_conn_tx_waiting_since(&s->client);
-    if ((partial && now - partial > io_timeout(v)) || (unread && now - unread > io_timeout(v))) {
-        strata_log(STRATA_LOG_INFO, "client %u dropped: %s for %d ms", s->id,
-                   partial ? "stalled mid-frame" : "not reading", io_timeout(v));
-        session_close(v, i);
-    }
+    if ((mask & EVENT_WRITE) && wire_flush_nb(&s->client) < 0) session_close(v, i);
 }
 
-static void loop_once(struct vstage *v) {
-    struct pollfd fds[1 + 2 * MAX_SESSIONS];
-    int who[1 + 2 * MAX_SESSIONS], n = 0, timeout = 100;
+static void on_client(struct event_loop *loop, int fd, void *data, int mask) {
+    struct session *s = data;
+    (void)loop;
+    if (s->client.fd == fd) service(s->v, s->slot, 0, mask);
+}
+
+static void on_up(struct event_loop *loop, int fd, void *data, int mask) {
+    struct session *s = data;
+    (void)loop;
+    if (s->up.fd == fd) service(s->v, s->slot, 1, mask);
+}
+
+/* Handshaken clients from the acceptor, encoded requests from the encoder thread. */
+static void on_wake(struct event_loop *loop, void *data) {
+    (void)loop;
+    take_handoffs(data);
+    take_done(data);
+}
+
+/* Drops a client that stalls mid-frame or stops reading for longer than the I/O timeout. */
+static int64_t stalled_timer(struct event_loop *loop, int64_t id, void *data) {
+    struct vstage *v = data;
     int64_t now = cli_now_ms();
-    fds[n] = (struct pollfd){.fd = v->wake[0], .events = POLLIN};
-    who[n++] = -1;
+    (void)loop;
+    (void)id;
     for (int i = 0; i < MAX_SESSIONS; i++) {
         struct session *s = v->sessions[i];
         if (!s) continue;
-        reconnect(v, s);
-        if (s->up.fd < 0 && has_jobs(s)) {
-            int64_t wait = s->retry_ms - now;
-            if (wait < timeout) timeout = wait < 0 ? 0 : (int)wait;
+        int64_t partial = wire_conn_partial_since(&s->client),
+                unread = wire_conn_tx_waiting_since(&s->client);
+        if ((partial && now - partial > io_timeout(v)) ||
+            (unread && now - unread > io_timeout(v))) {
+            strata_log(STRATA_LOG_INFO, "client %u dropped: %s for %d ms", s->id,
+                       partial ? "stalled mid-frame" : "not reading", io_timeout(v));
+            session_close(v, i);
         }
-        fds[n] =
-            (struct pollfd){.fd = s->client.fd,
-                            .events = POLLIN | (wire_conn_tx_pending(&s->client) ? POLLOUT : 0)};
-        who[n++] = 2 * i;
-        if (s->up.fd >= 0) {
-            fds[n] = (struct pollfd){.fd = s->up.fd, .events = POLLIN};
-            who[n++] = 2 * i + 1;
-        }
-        if (wire_conn_buffered(&s->client) || wire_conn_buffered(&s->up)) timeout = 0;
     }
-    if (poll(fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
-        strata_log(STRATA_LOG_WARN, "poll: %s", strerror(errno));
-    for (int k = 0; k < n; k++) {
-        int i = who[k] / 2, up = who[k] % 2;
-        if (who[k] == -1) {
-            if (fds[k].revents & POLLIN) {
-                take_handoffs(v);
-                take_done(v);
-            }
-            continue;
-        }
+    return STALLED_EVERY_MS;
+}
+
+/* Closes the sessions whose client link failed on a send (send_client). */
+static int64_t reap_timer(struct event_loop *loop, int64_t id, void *data) {
+    struct vstage *v = data;
+    (void)loop;
+    (void)id;
+    v->reap_timer = 0;
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (v->sessions[i] && v->sessions[i]->client.fd < 0) session_close(v, i);
+    return EVENT_TIMER_DONE;
+}
+
+/* Reconnects the sessions whose transfers wait for stage 0 once their backoff is over,
+ * then runs again at the earliest next retry (at most LOOP_MAX_WAIT_MS away). */
+static int64_t reconnect_timer(struct event_loop *loop, int64_t id, void *data) {
+    struct vstage *v = data;
+    int64_t next = LOOP_MAX_WAIT_MS, now;
+    (void)loop;
+    (void)id;
+    v->in_reconnect = 1; /* reconnect_soon: this run computes its next time itself */
+    for (int i = 0; i < MAX_SESSIONS; i++)
+        if (v->sessions[i]) reconnect(v, v->sessions[i]);
+    v->in_reconnect = 0;
+    now = cli_now_ms();
+    for (int i = 0; i < MAX_SESSIONS; i++) {
         struct session *s = v->sessions[i];
-        if (!s) continue;
-        struct wire_conn *c = up ? &s->up : &s->client;
-        if (c->fd == fds[k].fd) service(v, i, up, fds[k].revents);
+        if (s && s->up.fd < 0 && has_jobs(s) && s->retry_ms - now < next)
+            next = s->retry_ms > now ? s->retry_ms - now : 0;
     }
+    v->reconnect_due = now + next;
+    return next;
+}
+
+/* Makes the reconnect timer run by at_ms (a session's backoff ends, or its transfers wait
+ * for a link that is down). */
+static void reconnect_soon(struct vstage *v, int64_t at_ms) {
+    if (v->in_reconnect || at_ms >= v->reconnect_due) return;
+    event_del_timer(v->loop, v->reconnect_timer);
+    v->reconnect_timer = event_add_timer_at(v->loop, at_ms, reconnect_timer, v);
+    v->reconnect_due = at_ms;
+    if (v->reconnect_timer < 0) /* out of memory: reconnecting stops; say so */
+        strata_log(STRATA_LOG_ERROR, "reconnect timer: %s", strata_last_error());
+}
+
+/* One pass: a client with frames queued is watched for the socket taking more. */
+static void loop_once(struct vstage *v) {
+    for (int i = 0; i < MAX_SESSIONS; i++) {
+        struct session *s = v->sessions[i];
+        if (s && s->client.fd >= 0)
+            event_modify_file(v->loop, s->client.fd,
+                              EVENT_READ | (wire_conn_tx_pending(&s->client) ? EVENT_WRITE : 0));
+    }
+    if (event_loop_run_once(v->loop, LOOP_MAX_WAIT_MS) < 0)
+        strata_log(STRATA_LOG_WARN, "%s", strata_last_error());
+}
+
+/* The loop, its wake callback and its timers. */
+static int loop_setup(struct vstage *v) {
+    int rc = event_loop_create(&v->loop, 2 * MAX_SESSIONS);
+    if (rc < 0) return rc;
+    event_loop_set_wake(v->loop, on_wake, v);
+    v->reconnect_due = cli_now_ms() + LOOP_MAX_WAIT_MS;
+    v->reconnect_timer = event_add_timer_at(v->loop, v->reconnect_due, reconnect_timer, v);
+    if (v->reconnect_timer < 0) return (int)v->reconnect_timer;
+    int64_t id = event_add_timer(v->loop, STALLED_EVERY_MS, stalled_timer, v);
+    return id < 0 ? (int)id : 0;
 }
 
 static void hello_init(struct wire_hello *h, const struct vision_stage_options *opt,
@@ -710,7 +794,6 @@ int vision_stage_run(struct vision_frontend *fe, const struct vision_stage_optio
     v->fe = fe;
     v->opt = opt;
     v->listener.fd = -1;
-    v->wake[0] = v->wake[1] = -1;
     pthread_mutex_init(&v->lock, NULL);
     pthread_cond_init(&v->work, NULL);
     hello_init(&v->self, opt, WIRE_ROLE_STAGE);
@@ -722,10 +805,7 @@ int vision_stage_run(struct vision_frontend *fe, const struct vision_stage_optio
                opt->listen_host ? opt->listen_host : "127.0.0.1", v->listener.port);
     if (opt->port_file && (rc = cli_write_port_file(opt->port_file, v->listener.port)) < 0)
         goto done;
-    if (pipe2(v->wake, O_NONBLOCK | O_CLOEXEC) != 0) {
-        rc = strata_set_error(STRATA_EIO, "pipe2: %s", strerror(errno));
-        goto done;
-    }
+    if ((rc = loop_setup(v)) < 0) goto done;
     if (pthread_create(&v->acceptor, NULL, acceptor_main, v) != 0) {
         rc = strata_set_error(STRATA_EIO, "cannot start the acceptor thread");
         goto done;
@@ -760,8 +840,7 @@ done:
         wire_close(&v->pending[i]);
     for (int i = 0; i < MAX_SESSIONS; i++)
         if (v->sessions[i]) session_close(v, i);
-    if (v->wake[0] >= 0) close(v->wake[0]);
-    if (v->wake[1] >= 0) close(v->wake[1]);
+    event_loop_free(v->loop);
     wire_arena_free(&v->arena);
     pthread_mutex_destroy(&v->lock);
     pthread_cond_destroy(&v->work);
