@@ -49,6 +49,17 @@ pl_init() {
     trap 'pl_cleanup; exit 1' INT TERM
 }
 
+# pl_make_text_model DIR: a tiny random checkpoint (2 layers, hidden 64, seed 11) with the real
+# Qwen3 vocabulary and tokenizer files, made at test time, for tests that go through text.
+pl_make_text_model() {
+    "$PL_BIN/strata-stage-bench" make-model --out "$1" --vocab 151936 --hidden 64 --layers 2 \
+        --intermediate 128 --heads 4 --kv-heads 2 --head-dim 16 --seed 11 >"$PL_WORK/make.log" 2>&1 ||
+        pl_fail "make-model failed: $(cat "$PL_WORK/make.log")"
+    cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
+        "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" "$1/" ||
+        pl_fail "cannot copy the tokenizer files"
+}
+
 pl_golden() { echo "$PL_ROOT/tests/golden/$1"; }
 
 # Comma-separated prompt ids and generated ids of a golden case.

@@ -9,14 +9,8 @@ set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
 TOKENIZE="$PL_BIN/strata-tokenize"
-BENCH="$PL_BIN/strata-stage-bench"
 model="$PL_WORK/model"
-"$BENCH" make-model --out "$model" --vocab 151936 --hidden 64 --layers 2 --intermediate 128 \
-    --heads 4 --kv-heads 2 --head-dim 16 --seed 11 >"$PL_WORK/make.log" 2>&1 ||
-    pl_fail "make-model failed: $(cat "$PL_WORK/make.log")"
-cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
-    "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" "$model/" ||
-    pl_fail "cannot copy the tokenizer files"
+pl_make_text_model "$model"
 
 # ids of a JSON string with the real tokenizer, as "1,2,3"
 ids_of() { echo "$1" | "$TOKENIZE" --model "$model" --jsonl | tr -d '[] '; }

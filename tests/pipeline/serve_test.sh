@@ -10,15 +10,9 @@ set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
 command -v curl >/dev/null || pl_fail "curl is not installed (Debian package curl)"
-BENCH="$PL_BIN/strata-stage-bench"
 SERVE="$PL_BIN/strata-serve"
 model="$PL_WORK/model"
-"$BENCH" make-model --out "$model" --vocab 151936 --hidden 64 --layers 2 --intermediate 128 \
-    --heads 4 --kv-heads 2 --head-dim 16 --seed 11 >"$PL_WORK/make.log" 2>&1 ||
-    pl_fail "make-model failed: $(cat "$PL_WORK/make.log")"
-cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
-    "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" "$model/" ||
-    pl_fail "cannot copy the tokenizer files"
+pl_make_text_model "$model"
 
 pl_start_pipeline s 2 "$model" --max-seq 256 --max-batch 16
 # shellcheck disable=SC2046
