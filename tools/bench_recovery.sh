@@ -17,7 +17,9 @@
 # (--kv-recovery replay). The row says how many replays restored.
 # Model: as tools/bench_pipeline.sh (a random-weight Qwen3, H=1024, 8 layers, generated once)
 # unless BENCH_MODEL names one. Env: BENCH_MODEL, BENCH_THREADS (default nproc / S),
-# BENCH_TOKENS (default 160), BENCH_KILL_AFTER_S (default 1.5), BENCH_REPEAT.
+# BENCH_TOKENS (default: 160, doubled up to 480 until the undisturbed run takes 2 s, so a
+# faster CPU still has the requests in flight at the kill), BENCH_KILL_AFTER_S (default: 40%
+# of the undisturbed run), BENCH_REPEAT.
 set -u
 cd "$(dirname "$0")/.."
 bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
@@ -28,7 +30,7 @@ export STRATA_BIN_DIR
 . tests/pipeline/pipeline_lib.sh
 pl_init
 N=${BENCH_TOKENS:-160}
-kill_after=${BENCH_KILL_AFTER_S:-1.5}
+N_MAX=480 # the plain rows' --max-seq 512 less their prompts
 model=${BENCH_MODEL:-}
 if [ -z "$model" ]; then
     model="${TMPDIR:-/tmp}/strata-bench-model"
@@ -60,8 +62,21 @@ one_round() {
         pl_start_stage "$tag" "$S" "$t" "$model" "${opts[@]}"
     done
     pl_wait_ready "$tag" "$S"
-    pl_client "$tag" "${ask[@]}" --max-tokens "$N" >"$PL_WORK/$tag.ref" ||
-        pl_fail "$tag: undisturbed run failed"
+    # The undisturbed run, timed: the kill must land mid-request on any CPU, so unless
+    # BENCH_TOKENS is given the requests grow until they take at least 2 s (within
+    # --max-seq), and unless BENCH_KILL_AFTER_S is given the kill comes 40% of the way in.
+    local n=$N t0 dur
+    while :; do
+        t0=$(date +%s.%N)
+        pl_client "$tag" "${ask[@]}" --max-tokens "$n" >"$PL_WORK/$tag.ref" ||
+            pl_fail "$tag: undisturbed run failed"
+        dur=$(pl_secs_between "$t0" "$(date +%s.%N)")
+        [ -z "${BENCH_TOKENS:-}" ] && [ "$kv" = none ] && [ "$n" -lt "$N_MAX" ] &&
+            awk -v d="$dur" 'BEGIN { exit !(d < 2.0) }' || break
+        n=$((n * 2 > N_MAX ? N_MAX : n * 2))
+    done
+    local kill_at=${BENCH_KILL_AFTER_S:-$(awk -v d="$dur" 'BEGIN { printf "%.2f", d * 0.4 }')}
+    R_TOKENS=$n R_KILL_AT=$kill_at
     if [ "$mode" = standby ]; then
         port=$(cat "$PL_WORK/$tag.$r.port")
         "$PL_STAGE" --model "$model" --num-stages "$S" --stage-idx "$r" --standby \
@@ -73,11 +88,11 @@ one_round() {
     fi
     local wrote
     wrote=$(grep -c "wrote a .* KV block" "$PL_WORK/$tag.0.log")
-    pl_client "$tag" "${ask[@]}" --max-tokens "$N" >"$PL_WORK/$tag.run" 2>&1 &
+    pl_client "$tag" "${ask[@]}" --max-tokens "$n" >"$PL_WORK/$tag.run" 2>&1 &
     local client=$!
     PL_PIDS="$PL_PIDS $client"
     if [ "$kv" = none ]; then
-        sleep "$kill_after"
+        sleep "$kill_at"
     else # the last stage's blocks of both prompts at stage 0 (the others come before)
         pl_wait_log "$PL_WORK/$tag.0.log" "wrote a .* KV block" $((wrote + 2)) 120 ||
             pl_fail "$tag: the prompts were not prefilled"
@@ -103,19 +118,24 @@ one_round() {
 }
 
 echo "recovery benchmark: $(grep -o '"num_hidden_layers": *[0-9]*' "$model/config.json" | tr -d '"')," \
-    "hidden $(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$model/config.json"), 2 requests of $N tokens," \
-    "stage 1 killed ${kill_after} s in, $(nproc) cores; medians of ${BENCH_REPEAT:-3} rounds; tokens checked"
-printf "%-8s %-8s %22s %28s\n" stages replace "kill -> ring re-formed" "kill -> first token after"
+    "hidden $(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$model/config.json"), 2 requests," \
+    "$(nproc) cores; medians of ${BENCH_REPEAT:-3} rounds; tokens checked"
+echo "(tokens per request and the kill's time are sized per round from the undisturbed run:" \
+    "${BENCH_TOKENS:+fixed at $BENCH_TOKENS}${BENCH_TOKENS:-from $N, doubled up to $N_MAX until it takes 2 s}," \
+    "${BENCH_KILL_AFTER_S:+killed at ${BENCH_KILL_AFTER_S} s}${BENCH_KILL_AFTER_S:-killed 40% of the way in})"
+printf "%-8s %-8s %22s %28s  %s\n" stages replace "kill -> ring re-formed" "kill -> first token after" \
+    "tokens@kill s (per round)"
 for S in 2 4; do
     for mode in restart standby; do
-        reforms="" firsts=""
+        reforms="" firsts="" sizes=""
         for ((rep = 0; rep < ${BENCH_REPEAT:-3}; rep++)); do
             one_round "$mode$S$rep" "$S" "$mode"
             reforms="$reforms $R_REFORM"
             firsts="$firsts $R_FIRST"
+            sizes="$sizes $R_TOKENS@$R_KILL_AT"
         done
-        printf "%-8s %-8s %20.3f s %26.3f s\n" "$S" "$mode" "$(echo "$reforms" | median)" \
-            "$(echo "$firsts" | median)"
+        printf "%-8s %-8s %20.3f s %26.3f s  %s\n" "$S" "$mode" "$(echo "$reforms" | median)" \
+            "$(echo "$firsts" | median)" "$(echo $sizes | tr ' ' ,)"
     done
 done
 echo "KV copies (--send-kv on every stage, 2 prompts of $P_KV ids, $N tokens each; standby" \
