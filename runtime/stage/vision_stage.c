@@ -1,9 +1,9 @@
 /* strata-stage --role vision: the loop (see vision_stage.h). One thread runs every session's
  * I/O on an event loop (runtime/base/event_loop.h: a file event per client and per stage-0
  * link, timers for reconnecting and for dropping stalled clients); an acceptor thread only
- * handshakes new clients, as in stage_server.c; an encoder thread decodes and encodes images
- * (tasks in, results out through lists under `lock`, then a wake of the loop), so relaying
- * other requests' tokens never waits for an encode. */
+ * handshakes new clients, as in stage_server.c; an encoder thread (vision_worker.h) decodes
+ * and encodes images and wakes the loop with each result, so relaying other requests' tokens
+ * never waits for an encode. */
 #include "runtime/stage/vision_stage.h"
 
 #include <poll.h>
@@ -20,6 +20,7 @@
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_accept.h"
+#include "runtime/stage/vision_worker.h"
 #include "runtime/stage/vision_xfer.h"
 #include "wire/transport.h"
 
@@ -47,21 +48,6 @@ struct job {
     int dropped;  /* the test drop happened */
     int encoding; /* handed to the encoder thread (task `seq`), not yet back */
     uint64_t seq;
-};
-
-/* One image request for the encoder thread, and what came back. The task owns its copy of
- * the client's frame and its outputs: a session that goes away meanwhile loses nothing. */
-struct task {
-    struct task *next;
-    uint32_t session_id;
-    uint64_t nonce, seq;
-    uint8_t *frame; /* [len] the client's Request */
-    size_t len;
-    int rc; /* the encoding's status */
-    char message[700];
-    struct vision_output out;
-    uint8_t *request; /* [request_len] the Request for stage 0 */
-    size_t request_len;
 };
 
 struct vstage;
@@ -97,13 +83,7 @@ struct vstage {
     struct session *sessions[MAX_SESSIONS];
     uint32_t next_id;
     struct wire_arena arena;
-    /* The encoder thread: decoding and encoding off the loop, so token streams of other
-     * requests keep flowing while an image encodes. Lists under `lock`. */
-    pthread_t worker;
-    int worker_started, worker_stop;
-    pthread_cond_t work;
-    struct task *todo, *done;
-    uint64_t next_seq;
+    struct vision_worker *worker; /* the encoder thread (vision_worker.h) */
 };
 
 static int io_timeout(const struct vstage *v) {
@@ -308,64 +288,6 @@ static void reconnect(struct vstage *v, struct session *s) {
     s->retry_ms = cli_now_ms() + s->backoff_ms;
 }
 
-/* The Request stage 0 gets for an encoded image request: the client's, image files
- * replaced by the grids (the tensors travel as VisionBlocks). */
-static int build_language_request(struct wire_arena *arena, struct task *t,
-                                  const struct wire_request *req) {
-    struct wire_request fwd = *req;
-    fwd.image_files = NULL;
-    fwd.image_files_len = 0;
-    fwd.image_file_sizes = NULL;
-    fwd.image_formats = NULL;
-    fwd.num_image_files = 0;
-    fwd.image_grids = &t->out.grids[0].t;
-    fwd.num_images = (size_t)t->out.num_images;
-    int rc = wire_build_request(arena, &fwd);
-    if (rc < 0) return rc;
-    t->request_len = wire_arena_frame_len(arena);
-    t->request = malloc(t->request_len);
-    if (!t->request) return strata_set_error(STRATA_ENOMEM, "out of memory");
-    memcpy(t->request, wire_arena_frame(arena), t->request_len);
-    return 0;
-}
-
-static void task_free(struct task *t) {
-    if (!t) return;
-    vision_output_free(&t->out);
-    free(t->request);
-    free(t->frame);
-    free(t);
-}
-
-/* The encoder thread: decode -> preprocess -> encode -> the Request for stage 0. */
-static void *worker_main(void *arg) {
-    struct vstage *v = arg;
-    struct wire_arena arena;
-    if (wire_arena_init(&arena, 0) < 0) return NULL;
-    pthread_mutex_lock(&v->lock);
-    while (!v->worker_stop) {
-        struct task *t = v->todo;
-        if (!t) {
-            pthread_cond_wait(&v->work, &v->lock);
-            continue;
-        }
-        v->todo = t->next;
-        pthread_mutex_unlock(&v->lock);
-        struct wire_request req;
-        t->rc = wire_read_request(&req, t->frame, t->len);
-        if (t->rc == 0) t->rc = vision_frontend_encode(v->fe, &t->out, &req);
-        if (t->rc == 0) t->rc = build_language_request(&arena, t, &req);
-        if (t->rc < 0) snprintf(t->message, sizeof t->message, "%s", strata_last_error());
-        pthread_mutex_lock(&v->lock);
-        t->next = v->done;
-        v->done = t;
-        event_loop_wake(v->loop);
-    }
-    pthread_mutex_unlock(&v->lock);
-    wire_arena_free(&arena);
-    return NULL;
-}
-
 static struct job *find_job(struct session *s, uint64_t nonce) {
     for (int i = 0; i < MAX_JOBS; i++)
         if (nonce && s->jobs[i].nonce == nonce) return &s->jobs[i];
@@ -377,7 +299,7 @@ static void image_request(struct vstage *v, struct session *s, const struct wire
                           const uint8_t *frame, size_t len) {
     char why[700];
     struct job *j = NULL;
-    struct task *t = NULL;
+    uint64_t seq = 0;
     for (int i = 0; i < MAX_JOBS && !j; i++)
         if (!s->jobs[i].nonce) j = &s->jobs[i];
     int rc = j ? 0
@@ -386,35 +308,20 @@ static void image_request(struct vstage *v, struct session *s, const struct wire
     if (rc == 0 && find_job(s, req->nonce))
         rc = strata_set_error(STRATA_EINVAL, "request nonce %llu is already in flight",
                               (unsigned long long)req->nonce);
-    if (rc == 0 && (!(t = calloc(1, sizeof *t)) || !(t->frame = malloc(len)))) {
-        free(t);
-        rc = strata_set_error(STRATA_ENOMEM, "out of memory for a %zu-byte request", len);
-    }
+    if (rc == 0) rc = vision_worker_submit(v->worker, s->id, req->nonce, frame, len, &seq);
     if (rc < 0) {
         snprintf(why, sizeof why, "vision stage: %s", strata_last_error());
         error_client(v, s, rc, req->nonce, why);
         return;
     }
-    memcpy(t->frame, frame, len);
-    t->len = len;
-    t->session_id = s->id;
-    t->nonce = req->nonce;
-    t->seq = ++v->next_seq;
     j->nonce = req->nonce;
     j->encoding = 1;
-    j->seq = t->seq;
+    j->seq = seq;
     if (s->up.fd < 0) reconnect_soon(v, s->retry_ms); /* transfers wait: reconnect */
-    pthread_mutex_lock(&v->lock);
-    struct task **tail = &v->todo;
-    while (*tail)
-        tail = &(*tail)->next;
-    *tail = t;
-    pthread_cond_signal(&v->work);
-    pthread_mutex_unlock(&v->lock);
 }
 
 /* An encoded request is back: its transfer starts (or its refusal goes to the client). */
-static void encoded(struct vstage *v, struct task *t) {
+static void encoded(struct vstage *v, struct vision_task *t) {
     struct session *s = NULL;
     struct job *j = NULL;
     char why[800];
@@ -422,7 +329,7 @@ static void encoded(struct vstage *v, struct task *t) {
         if (v->sessions[i] && v->sessions[i]->id == t->session_id) s = v->sessions[i];
     if (s) j = find_job(s, t->nonce);
     if (!j || !j->encoding || j->seq != t->seq) { /* the client left or cancelled */
-        task_free(t);
+        vision_task_free(t);
         return;
     }
     int rc = t->rc;
@@ -438,7 +345,7 @@ static void encoded(struct vstage *v, struct task *t) {
                    (unsigned long long)t->nonce, why);
         job_free(j);
         error_client(v, s, rc, t->nonce, why);
-        task_free(t);
+        vision_task_free(t);
         return;
     }
     j->out = t->out; /* the job owns the outputs and the Request now */
@@ -447,7 +354,7 @@ static void encoded(struct vstage *v, struct task *t) {
     j->request_len = t->request_len;
     t->request = NULL;
     j->encoding = 0;
-    task_free(t);
+    vision_task_free(t);
     strata_log(STRATA_LOG_INFO,
                "request %llu: %d image(s) -> %d tokens x %d (+%d DeepStack), decode %.1f ms, "
                "encode %.1f ms",
@@ -462,12 +369,9 @@ static void encoded(struct vstage *v, struct task *t) {
 }
 
 static void take_done(struct vstage *v) {
-    pthread_mutex_lock(&v->lock);
-    struct task *t = v->done;
-    v->done = NULL;
-    pthread_mutex_unlock(&v->lock);
+    struct vision_task *t = vision_worker_take_done(v->worker);
     while (t) {
-        struct task *next = t->next;
+        struct vision_task *next = t->next;
         encoded(v, t);
         t = next;
     }
@@ -786,6 +690,11 @@ static void hello_init(struct wire_hello *h, const struct vision_stage_options *
     snprintf(h->name, sizeof h->name, "strata-stage vision");
 }
 
+/* The encoder thread's "a task is done": the loop takes it on its next pass (on_wake). */
+static void wake_loop(void *ctx) {
+    event_loop_wake(((struct vstage *)ctx)->loop);
+}
+
 int vision_stage_run(struct vision_frontend *fe, const struct vision_stage_options *opt,
                      volatile sig_atomic_t *stop) {
     struct vstage *v = calloc(1, sizeof *v);
@@ -795,7 +704,6 @@ int vision_stage_run(struct vision_frontend *fe, const struct vision_stage_optio
     v->opt = opt;
     v->listener.fd = -1;
     pthread_mutex_init(&v->lock, NULL);
-    pthread_cond_init(&v->work, NULL);
     hello_init(&v->self, opt, WIRE_ROLE_STAGE);
     hello_init(&v->self_up, opt, WIRE_ROLE_VISION);
     rc = wire_arena_init(&v->arena, 0);
@@ -811,30 +719,14 @@ int vision_stage_run(struct vision_frontend *fe, const struct vision_stage_optio
         goto done;
     }
     v->acceptor_started = 1;
-    if (pthread_create(&v->worker, NULL, worker_main, v) != 0) {
-        rc = strata_set_error(STRATA_EIO, "cannot start the encoder thread");
-        goto done;
-    }
-    v->worker_started = 1;
+    if ((rc = vision_worker_start(&v->worker, v->fe, wake_loop, v)) < 0) goto done;
     while (!*stop)
         loop_once(v);
     rc = 0;
 done:
     atomic_store(&v->acceptor_stop, 1);
     if (v->acceptor_started) pthread_join(v->acceptor, NULL);
-    pthread_mutex_lock(&v->lock);
-    v->worker_stop = 1;
-    pthread_cond_broadcast(&v->work);
-    pthread_mutex_unlock(&v->lock);
-    if (v->worker_started) pthread_join(v->worker, NULL); /* after the encode under way */
-    for (struct task *t = v->todo, *next; t; t = next) {
-        next = t->next;
-        task_free(t);
-    }
-    for (struct task *t = v->done, *next; t; t = next) {
-        next = t->next;
-        task_free(t);
-    }
+    vision_worker_stop(v->worker); /* after the encode under way */
     wire_listener_close(&v->listener);
     for (int i = 0; i < v->num_pending; i++)
         wire_close(&v->pending[i]);
@@ -843,7 +735,6 @@ done:
     event_loop_free(v->loop);
     wire_arena_free(&v->arena);
     pthread_mutex_destroy(&v->lock);
-    pthread_cond_destroy(&v->work);
     free(v);
     return rc;
 }
