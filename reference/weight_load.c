@@ -59,11 +59,27 @@ static int sliced(struct walk *w, struct st_tensor *part, void **copy, const str
     return STRATA_OK;
 }
 
+/* *f = an f32 copy of `part` (a walk's copy); `slice`, the copy `part` may be, is released
+ * either way. */
+static int widened(struct walk *w, float **f, const struct st_tensor *part, void *slice) {
+    int rc = 0;
+    *f = copy_mem(w, (size_t)part->numel * sizeof(float), 1);
+    if (!*f) rc = nomem(w);
+    if (!rc) rc = st_tensor_to_f32(*f, part);
+    release(w, slice);
+    if (rc) {
+        release(w, *f);
+        *f = NULL;
+    }
+    return rc;
+}
+
 /* bf16 / f32 matrices as stored; any other dtype widened to an f32 copy. */
 static int place_matrix(struct walk *w, struct ops_weight *out, const struct st_tensor *whole,
                         const struct tp_slice *sl) {
     struct st_tensor part;
     void *slice = NULL;
+    float *f;
     memset(out, 0, sizeof *out);
     int rc = sliced(w, &part, &slice, whole, sl);
     if (rc) return rc;
@@ -73,14 +89,7 @@ static int place_matrix(struct walk *w, struct ops_weight *out, const struct st_
             w->s->ctx, out,
             (struct ops_weight){part.data, part.dtype == ST_BF16 ? OPS_BF16 : OPS_F32, rows, cols},
             slice != NULL);
-    float *f = copy_mem(w, (size_t)part.numel * sizeof(float), 1);
-    if (!f) rc = nomem(w);
-    if (!rc) rc = st_tensor_to_f32(f, &part);
-    release(w, slice);
-    if (rc) {
-        release(w, f);
-        return rc;
-    }
+    if ((rc = widened(w, &f, &part, slice))) return rc;
     return w->s->matrix(w->s->ctx, out, (struct ops_weight){f, OPS_F32, rows, cols}, 1);
 }
 
@@ -88,16 +97,9 @@ static int place_vector(struct walk *w, const float **out, const struct st_tenso
                         const struct tp_slice *sl) {
     struct st_tensor part;
     void *slice = NULL;
+    float *f;
     int rc = sliced(w, &part, &slice, whole, sl);
-    if (rc) return rc;
-    float *f = copy_mem(w, (size_t)part.numel * sizeof(float), 1);
-    if (!f) rc = nomem(w);
-    if (!rc) rc = st_tensor_to_f32(f, &part);
-    release(w, slice);
-    if (rc) {
-        release(w, f);
-        return rc;
-    }
+    if (rc || (rc = widened(w, &f, &part, slice))) return rc;
     return w->s->vector(w->s->ctx, out, f, (size_t)part.numel);
 }
 

@@ -34,7 +34,7 @@ void stage_backend_register(const struct stage_backend_kind *kind) {
     if (n_kinds < MAX_KINDS) kinds[n_kinds++] = kind;
 }
 
-const struct stage_backend_kind *stage_backend_find(const char *name) {
+static const struct stage_backend_kind *stage_backend_find(const char *name) {
     for (int i = 0; i < n_kinds; ++i)
         if (strcmp(kinds[i]->name, name) == 0) return kinds[i];
     return NULL;

@@ -170,8 +170,6 @@ struct stage_backend_kind {
 
 /* Adds a kind (at most 8; a second kind of one name replaces the first). */
 void stage_backend_register(const struct stage_backend_kind *kind);
-/* The kind registered under `name`, or NULL. */
-const struct stage_backend_kind *stage_backend_find(const char *name);
 
 /* The calls, checked against the role (embed needs the embedding, logits the head). */
 int stage_backend_embed(struct stage_backend *be, float *hidden, const int32_t *tokens, int n);
