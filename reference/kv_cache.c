@@ -8,9 +8,12 @@
 
 #include "runtime/base/status.h"
 
-static size_t slot_floats(const struct kv_cache *kv) {
-    return (size_t)(kv->layer_end - kv->layer_start) * (size_t)kv->num_kv_heads *
-           (size_t)kv->max_seq * (size_t)kv->head_dim;
+size_t kv_cache_block_floats(int layers, int num_kv_heads, int head_dim) {
+    return (size_t)(layers > 0 ? layers : 0) * (size_t)num_kv_heads * KV_BLOCK * (size_t)head_dim;
+}
+
+static size_t block_floats(const struct kv_cache *kv) {
+    return kv_cache_block_floats(kv->layer_end - kv->layer_start, kv->num_kv_heads, kv->head_dim);
 }
 
 /* Long-context decode streams a slot's keys and values once per token, as it does the
@@ -28,31 +31,47 @@ static void advise_huge(void *p, size_t bytes) {
 }
 
 int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_kv_heads,
-                  int head_dim, int max_seq, int num_slots) {
+                  int head_dim, int max_seq, int num_slots, int num_blocks) {
     memset(kv, 0, sizeof *kv);
     if (layer_start < 0 || layer_end < layer_start || num_kv_heads <= 0 || head_dim <= 0 ||
-        max_seq <= 0 || num_slots <= 0)
+        max_seq <= 0 || num_slots <= 0 || num_blocks < 0)
         return strata_set_error(STRATA_EINVAL,
                                 "kv_cache: invalid shape (layers [%d,%d), kv_heads %d, "
-                                "head_dim %d, max_seq %d, slots %d)",
-                                layer_start, layer_end, num_kv_heads, head_dim, max_seq, num_slots);
+                                "head_dim %d, max_seq %d, slots %d, blocks %d)",
+                                layer_start, layer_end, num_kv_heads, head_dim, max_seq, num_slots,
+                                num_blocks);
     kv->layer_start = layer_start;
     kv->layer_end = layer_end;
     kv->num_kv_heads = num_kv_heads;
     kv->head_dim = head_dim;
     kv->max_seq = max_seq;
     kv->num_slots = num_slots;
-    size_t n = slot_floats(kv) * (size_t)num_slots;
+    kv->slot_blocks = kv_cache_blocks_for(max_seq);
+    const long long whole = (long long)num_slots * kv->slot_blocks;
+    if (num_blocks == 0 && whole > INT32_MAX)
+        return strata_set_error(STRATA_EINVAL, "kv_cache: %d slots of %d positions need %lld blocks",
+                                num_slots, max_seq, whole);
+    kv->num_blocks = num_blocks ? num_blocks : (int)whole;
+    size_t n = block_floats(kv) * (size_t)kv->num_blocks;
     kv->len = calloc((size_t)num_slots, sizeof *kv->len);
     kv->in_use = calloc((size_t)num_slots, 1);
+    kv->held = calloc((size_t)num_slots, sizeof *kv->held);
+    kv->reserved = calloc((size_t)num_slots, sizeof *kv->reserved);
+    kv->tables = calloc((size_t)num_slots * (size_t)kv->slot_blocks, sizeof *kv->tables);
+    kv->free_ids = calloc((size_t)kv->num_blocks + 1, sizeof *kv->free_ids);
     /* An owned-layer-free stage (embed/head only) still has valid, empty slots. */
     kv->k = calloc(n ? n : 1, sizeof(float));
     kv->v = calloc(n ? n : 1, sizeof(float));
-    if (!kv->len || !kv->in_use || !kv->k || !kv->v) {
+    if (!kv->len || !kv->in_use || !kv->held || !kv->reserved || !kv->tables || !kv->free_ids ||
+        !kv->k || !kv->v) {
         size_t bytes = kv_cache_bytes(kv);
         kv_cache_free(kv);
         return strata_set_error(STRATA_ENOMEM, "kv_cache: cannot allocate %zu bytes", bytes);
     }
+    /* A stack popped from the top: block 0 first, so one request's blocks lie in order. */
+    for (int i = 0; i < kv->num_blocks; ++i)
+        kv->free_ids[i] = kv->num_blocks - 1 - i;
+    kv->num_free = kv->num_blocks;
     advise_huge(kv->k, n * sizeof(float));
     advise_huge(kv->v, n * sizeof(float));
     return STRATA_OK;
@@ -62,13 +81,17 @@ void kv_cache_free(struct kv_cache *kv) {
     if (!kv) return;
     free(kv->len);
     free(kv->in_use);
+    free(kv->held);
+    free(kv->reserved);
+    free(kv->tables);
+    free(kv->free_ids);
     free(kv->k);
     free(kv->v);
     memset(kv, 0, sizeof *kv);
 }
 
 size_t kv_cache_bytes(const struct kv_cache *kv) {
-    return 2 * slot_floats(kv) * (size_t)kv->num_slots * sizeof(float);
+    return 2 * block_floats(kv) * (size_t)kv->num_blocks * sizeof(float);
 }
 
 int kv_cache_acquire(struct kv_cache *kv, int *slot) {
@@ -76,6 +99,8 @@ int kv_cache_acquire(struct kv_cache *kv, int *slot) {
         if (!kv->in_use[s]) {
             kv->in_use[s] = 1;
             kv->len[s] = 0;
+            kv->held[s] = 0;
+            kv->reserved[s] = 0;
             *slot = s;
             return STRATA_OK;
         }
@@ -84,30 +109,96 @@ int kv_cache_acquire(struct kv_cache *kv, int *slot) {
 }
 
 void kv_cache_release(struct kv_cache *kv, int slot) {
-    if (slot < 0 || slot >= kv->num_slots) return;
+    if (slot < 0 || slot >= kv->num_slots || !kv->in_use[slot]) return;
+    const int32_t *table = kv->tables + (size_t)slot * (size_t)kv->slot_blocks;
+    for (int b = kv->held[slot] - 1; b >= 0; --b)
+        kv->free_ids[kv->num_free++] = table[b];
+    kv->promised -= kv->reserved[slot];
     kv->in_use[slot] = 0;
     kv->len[slot] = 0;
+    kv->held[slot] = 0;
+    kv->reserved[slot] = 0;
 }
 
-static size_t head_offset(const struct kv_cache *kv, int slot, int layer, int kv_head) {
-    size_t per_head = (size_t)kv->max_seq * (size_t)kv->head_dim;
-    size_t l = (size_t)(layer - kv->layer_start);
-    return (size_t)slot * slot_floats(kv) +
-           (l * (size_t)kv->num_kv_heads + (size_t)kv_head) * per_head;
+static int check_positions(const struct kv_cache *kv, int slot, int positions, const char *what) {
+    if (slot < 0 || slot >= kv->num_slots || !kv->in_use[slot])
+        return strata_set_error(STRATA_EINVAL, "%s: slot %d is not an in-use slot of the cache",
+                                what, slot);
+    if (positions < 0 || positions > kv->max_seq)
+        return strata_set_error(STRATA_ERANGE, "%s: %d positions, a slot holds at most %d", what,
+                                positions, kv->max_seq);
+    return 0;
 }
 
-float *kv_cache_k(const struct kv_cache *kv, int slot, int layer, int kv_head) {
-    return kv->k + head_offset(kv, slot, layer, kv_head);
+int kv_cache_reserve(struct kv_cache *kv, int slot, int positions) {
+    int rc = check_positions(kv, slot, positions, "kv reserve");
+    if (rc < 0) return rc;
+    int want = kv_cache_blocks_for(positions) - kv->held[slot];
+    if (want < 0) want = 0;
+    const int others = kv->promised - kv->reserved[slot];
+    if (want > kv->num_free - others)
+        return strata_set_error(STRATA_EBUSY,
+                                "kv_cache: %d positions need %d more blocks, %d of %d are free and "
+                                "not promised",
+                                positions, want, kv->num_free - others, kv->num_blocks);
+    kv->promised = others + want;
+    kv->reserved[slot] = want;
+    return 0;
 }
 
-float *kv_cache_v(const struct kv_cache *kv, int slot, int layer, int kv_head) {
-    return kv->v + head_offset(kv, slot, layer, kv_head);
+int kv_cache_grow(struct kv_cache *kv, int slot, int positions) {
+    int rc = check_positions(kv, slot, positions, "kv grow");
+    if (rc < 0) return rc;
+    const int want = kv_cache_blocks_for(positions) - kv->held[slot];
+    if (want <= 0) return 0;
+    const int own = kv->reserved[slot] < want ? kv->reserved[slot] : want;
+    if (want - own > kv_cache_available(kv))
+        return strata_set_error(STRATA_EBUSY,
+                                "kv_cache: the pool is full (%d blocks of %d positions; %d free, "
+                                "%d of them promised to other requests)",
+                                kv->num_blocks, KV_BLOCK, kv->num_free, kv->promised - own);
+    int32_t *table = kv->tables + (size_t)slot * (size_t)kv->slot_blocks;
+    for (int b = 0; b < want; ++b)
+        table[kv->held[slot]++] = kv->free_ids[--kv->num_free];
+    kv->reserved[slot] -= own;
+    kv->promised -= own;
+    return 0;
 }
 
-/* Both directions copy len x head_dim contiguous floats per (layer, batch row, head): the
- * cache keeps each (slot, layer, head) as [max_seq][head_dim] rows. */
+struct ops_kv kv_cache_view(const struct kv_cache *kv, int slot, int layer) {
+    const size_t head = (size_t)KV_BLOCK * (size_t)kv->head_dim;
+    const size_t at = (size_t)(layer - kv->layer_start) * (size_t)kv->num_kv_heads * head;
+    return (struct ops_kv){.k = kv->k + at,
+                           .v = kv->v + at,
+                           .blocks = kv->tables + (size_t)slot * (size_t)kv->slot_blocks,
+                           .block_stride = block_floats(kv),
+                           .head_stride = head};
+}
+
+/* Both directions copy, per (layer, batch row, head), len x head_dim floats: contiguous in
+ * the handoff, one run of up to KV_BLOCK rows per block in the cache. */
 static size_t handoff_offset(const struct kv_handoff *h, int l, int b, int head) {
     return (((size_t)l * h->batch + b) * h->kv_heads + head) * (size_t)h->seq * h->head_dim;
+}
+
+/* Positions [0, len) of kv head h of (slot, layer) <-> contiguous rows k, v: to_cache 0
+ * copies the cache out, 1 copies the rows in. */
+static void copy_runs(const struct kv_cache *kv, int slot, int layer, int h, unsigned char *k,
+                      unsigned char *v, int len, int to_cache) {
+    const struct ops_kv view = kv_cache_view(kv, slot, layer);
+    const size_t D = (size_t)kv->head_dim;
+    for (int j0 = 0; j0 < len; j0 += KV_BLOCK) {
+        const size_t at = ops_kv_offset(&view, h, j0, kv->head_dim);
+        const size_t row = (size_t)j0 * D * sizeof(float);
+        const size_t bytes = (size_t)(len - j0 < KV_BLOCK ? len - j0 : KV_BLOCK) * D * sizeof(float);
+        if (to_cache) {
+            memcpy(view.k + at, k + row, bytes);
+            memcpy(view.v + at, v + row, bytes);
+        } else {
+            memcpy(k + row, view.k + at, bytes);
+            memcpy(v + row, view.v + at, bytes);
+        }
+    }
 }
 
 static int check_slots(const struct kv_cache *kv, const int *slots, int num_slots,
@@ -144,13 +235,11 @@ int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *
     int32_t *lengths = (int32_t *)(v + numel);
     for (int l = 0; l < layers; ++l)
         for (int b = 0; b < num_slots; ++b)
-            for (int h = 0; h < kv->num_kv_heads; ++h) {
-                size_t dst = handoff_offset(out, l, b, h);
-                size_t count = (size_t)kv->len[slots[b]] * kv->head_dim * sizeof(float);
-                int layer = kv->layer_start + l;
-                memcpy(k + dst, kv_cache_k(kv, slots[b], layer, h), count);
-                memcpy(v + dst, kv_cache_v(kv, slots[b], layer, h), count);
-            }
+            for (int h = 0; h < kv->num_kv_heads; ++h)
+                copy_runs(kv, slots[b], kv->layer_start + l, h,
+                          (unsigned char *)(k + handoff_offset(out, l, b, h)),
+                          (unsigned char *)(v + handoff_offset(out, l, b, h)), kv->len[slots[b]],
+                          0);
     for (int b = 0; b < num_slots; ++b)
         lengths[b] = kv->len[slots[b]];
     out->k = k;
@@ -189,15 +278,16 @@ int kv_cache_restore(struct kv_cache *kv, const int *slots, int num_slots,
     int rc = check_handoff(kv, num_slots, in);
     if (rc == 0) rc = check_slots(kv, slots, num_slots, "kv restore");
     if (rc < 0) return rc;
-    const uint8_t *k = in->k, *v = in->v;
+    for (int b = 0; b < num_slots; ++b)
+        if ((rc = kv_cache_grow(kv, slots[b], in->lengths[b])) < 0) return rc;
+    /* Only read through these (copy_runs' direction 1). */
+    unsigned char *k = (unsigned char *)(uintptr_t)in->k, *v = (unsigned char *)(uintptr_t)in->v;
     for (int l = 0; l < kv->layer_end - kv->layer_start; ++l)
         for (int b = 0; b < num_slots; ++b)
             for (int h = 0; h < kv->num_kv_heads; ++h) {
                 size_t src = handoff_offset(in, l, b, h) * sizeof(float);
-                size_t count = (size_t)in->lengths[b] * kv->head_dim * sizeof(float);
-                int layer = kv->layer_start + l;
-                memcpy(kv_cache_k(kv, slots[b], layer, h), k + src, count);
-                memcpy(kv_cache_v(kv, slots[b], layer, h), v + src, count);
+                copy_runs(kv, slots[b], kv->layer_start + l, h, k + src, v + src, in->lengths[b],
+                          1);
             }
     for (int b = 0; b < num_slots; ++b)
         kv->len[slots[b]] = in->lengths[b];

@@ -345,18 +345,21 @@ static void add_bias(float *x, const float *bias, int n, int dim) {
  * those in [kvp_lo, kvp_lo + kvp_held), at local index position - kvp_lo). */
 static void store_kv(struct reference_model *m, const struct layer_weights *L, struct kv_cache *kv,
                      const struct forward_item *item, int row) {
-    const size_t D = (size_t)m->cfg.head_dim, kvd = (size_t)m->nkv * D;
-    for (int g = 0; g < m->nkv; ++g) {
-        float *kc = kv_cache_k(kv, item->slot, L->index, g);
-        float *vc = kv_cache_v(kv, item->slot, L->index, g);
-        for (int i = 0; i < item->n_tokens; ++i) {
-            const int local = item->pos + i - m->kvp_lo;
-            if (local < 0 || local >= m->kvp_held) continue; /* another KVP rank's */
-            size_t src = (size_t)(row + i) * kvd + (size_t)g * D;
-            memcpy(kc + (size_t)local * D, m->k + src, D * sizeof(float));
-            memcpy(vc + (size_t)local * D, m->v + src, D * sizeof(float));
-        }
-    }
+    const int D = m->cfg.head_dim, kvd = m->nkv * D;
+    int first = 0, last = item->n_tokens; /* the rows whose positions this rank holds */
+    if (m->kvp_lo - item->pos > first) first = m->kvp_lo - item->pos;
+    if (m->kvp_lo + m->kvp_held - item->pos < last) last = m->kvp_lo + m->kvp_held - item->pos;
+    if (first >= last) return;
+    const struct ops_kv view = kv_cache_view(kv, item->slot, L->index);
+    const size_t src = (size_t)(row + first) * (size_t)kvd;
+    kv_store(&view, m->k + src, m->v + src, kvd, item->pos + first - m->kvp_lo, last - first,
+             m->nkv, D);
+}
+
+/* The positions of item that this rank's cache holds once the item is stored. */
+static int held_after(const struct reference_model *m, const struct forward_item *item) {
+    const int end = item->pos + item->n_tokens - m->kvp_lo;
+    return end < 0 ? 0 : end > m->kvp_held ? m->kvp_held : end;
 }
 
 /* KVP: the rows of one call are attended in tiles of at most kvp_tile_rows() rows, so the
@@ -430,10 +433,9 @@ static int op_attention(void *ctx, const struct layer_weights *L, const struct f
                         float *out, const float *q) {
     const struct cpu_pass *p = ctx;
     const struct reference_model *m = p->m;
-    const int D = m->cfg.head_dim;
-    attention(out, q, kv_cache_k(p->kv, item->slot, L->index, 0),
-              kv_cache_v(p->kv, item->slot, L->index, 0), (size_t)p->kv->max_seq * (size_t)D,
-              m->scores, item->pos, item->n_tokens, m->nh, m->nkv, D, m->pool);
+    const struct ops_kv view = kv_cache_view(p->kv, item->slot, L->index);
+    attention(out, q, &view, m->scores, item->pos, item->n_tokens, m->nh, m->nkv, m->cfg.head_dim,
+              m->pool);
     return STRATA_OK;
 }
 
@@ -442,10 +444,9 @@ static int op_attention_partial_max(void *ctx, const struct layer_weights *L,
                                     float *scores, const float *q) {
     const struct cpu_pass *p = ctx;
     const struct reference_model *m = p->m;
-    const int D = m->cfg.head_dim;
-    attention_partial_max(max, scores, q, kv_cache_k(p->kv, item->slot, L->index, 0),
-                          (size_t)p->kv->max_seq * (size_t)D, item->pos + first, n, m->kvp_lo,
-                          m->kvp_held, m->nh, m->nkv, D, m->pool);
+    const struct ops_kv view = kv_cache_view(p->kv, item->slot, L->index);
+    attention_partial_max(max, scores, q, &view, item->pos + first, n, m->kvp_lo, m->kvp_held,
+                          m->nh, m->nkv, m->cfg.head_dim, m->pool);
     return STRATA_OK;
 }
 
@@ -454,10 +455,9 @@ static int op_attention_partial(void *ctx, const struct layer_weights *L,
                                 const float *scores, const float *max) {
     const struct cpu_pass *p = ctx;
     const struct reference_model *m = p->m;
-    const int D = m->cfg.head_dim;
-    attention_partial(part, scores, max, kv_cache_v(p->kv, item->slot, L->index, 0),
-                      (size_t)p->kv->max_seq * (size_t)D, item->pos + first, n, m->kvp_lo,
-                      m->kvp_held, m->nh, m->nkv, D, m->pool);
+    const struct ops_kv view = kv_cache_view(p->kv, item->slot, L->index);
+    attention_partial(part, scores, max, &view, item->pos + first, n, m->kvp_lo, m->kvp_held,
+                      m->nh, m->nkv, m->cfg.head_dim, m->pool);
     return STRATA_OK;
 }
 
@@ -628,6 +628,10 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     if (N == 0) return STRATA_OK;
     if (!hidden) return strata_set_error(STRATA_EINVAL, "reference_forward: hidden is NULL");
     if ((rc = ensure_scratch(m, N, ctx)) || (rc = ensure_kvp_part(m, N))) return rc;
+    /* The blocks the items' new positions fall in, before any layer writes them (a request
+     * that reserved them cannot fail here; one that did not learns the pool is full). */
+    for (int it = 0; m->n_layers > 0 && it < n_items; ++it)
+        if ((rc = kv_cache_grow(kv, items[it].slot, held_after(m, &items[it])))) return rc;
     const struct model_config *c = &m->cfg;
     int half = c->head_dim / 2;
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,

@@ -122,8 +122,7 @@ void vec_add(float *x, const float *y, int n) {
 struct attention_job {
     float *out;
     const float *q;
-    const float *k_cache, *v_cache;
-    size_t kv_head_stride;
+    const struct ops_kv *kv;
     float *scratch;
     int pos, n, nh, nkv, head_dim;
 };
@@ -185,10 +184,20 @@ static void attention_scores_heads(float *scores, size_t ld_scores, const float 
                           keys + (size_t)j * (size_t)d_len, count - j, d_len, scale);
 }
 
-/* scores [ctx_len] of one query head. */
-static void attention_scores(float *scores, const float *q, const float *keys, int ctx_len,
-                             int d_len, float scale) {
-    attention_scores_heads(scores, 0, q, 1, keys, ctx_len, d_len, scale);
+/* The keys (or values) of block b of kv head g: OPS_ATTN_BLOCK rows of d_len floats. */
+static const float *kv_block(const struct ops_kv *kv, const float *base, int g, int b) {
+    return base + (size_t)kv->blocks[b] * kv->block_stride + (size_t)g * kv->head_stride;
+}
+
+/* scores [count] of `heads` query heads (as attention_scores_heads) over positions
+ * [0, count) of kv head g, block by block: each score is the same dot wherever its key is. */
+static void scores_blocks(float *scores, size_t ld_scores, const float *q, int heads,
+                          const struct ops_kv *kv, int g, int count, int d_len, float scale) {
+    for (int j0 = 0, b = 0; j0 < count; j0 += OPS_ATTN_BLOCK, ++b) {
+        const int m = count - j0 < OPS_ATTN_BLOCK ? count - j0 : OPS_ATTN_BLOCK;
+        attention_scores_heads(scores + j0, ld_scores, q, heads, kv_block(kv, kv->k, g, b), m,
+                               d_len, scale);
+    }
 }
 
 /* 2: AVX-512 loops, 1: AVX2, 0: portable. */
@@ -236,17 +245,16 @@ static void tree_finish(struct tree_acc *a) {
     a->top = a->top ? 1 : 0;
 }
 
-/* Pushes block [b0, b1) of keys (b0 block-aligned): l = Σ e_j into o[D] and o[d] = Σ e_j
- * v_j[d], ascending j, with e_j = exp(scores[j] - max). */
-static void tree_block(struct tree_acc *a, const float *scores, float max, const float *values,
-                       int b0, int b1, int d_len, int simd) {
+/* Pushes block [b0, b1) of keys (b0 block-aligned; vb its values, row j - b0 each):
+ * l = Σ e_j into o[D] and o[d] = Σ e_j v_j[d], ascending j, with e_j = exp(scores[j] - max). */
+static void tree_block(struct tree_acc *a, const float *scores, float max, const float *vb, int b0,
+                       int b1, int d_len, int simd) {
     float *o = tree_slot(a), p[OPS_ATTN_BLOCK], l = 0.0f;
     for (int j = b0; j < b1; ++j) {
         p[j - b0] = expf(scores[j] - max);
         l += p[j - b0];
     }
     o[d_len] = l;
-    const float *vb = values + (size_t)b0 * (size_t)d_len;
     if (simd == 2) { /* the same sums, d's side by side (ops_attention_simd.c) */
         attn_weighted_sum_avx512(o, p, vb, b1 - b0, d_len);
     } else if (simd) {
@@ -261,12 +269,12 @@ static void tree_block(struct tree_acc *a, const float *scores, float max, const
     tree_push(a);
 }
 
-/* Pushes the blocks of keys [0, seen) (block-aligned at 0). */
-static void tree_blocks(struct tree_acc *a, const float *scores, float max, const float *values,
-                        int seen, int d_len) {
+/* Pushes the blocks of keys [0, seen) of kv head g (block-aligned at 0). */
+static void tree_blocks(struct tree_acc *a, const float *scores, float max, const struct ops_kv *kv,
+                        int g, int seen, int d_len) {
     const int simd = attn_simd_level();
-    for (int b0 = 0; b0 < seen; b0 += OPS_ATTN_BLOCK)
-        tree_block(a, scores, max, values, b0,
+    for (int b0 = 0, b = 0; b0 < seen; b0 += OPS_ATTN_BLOCK, ++b)
+        tree_block(a, scores, max, kv_block(kv, kv->v, g, b), b0,
                    b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen, d_len, simd);
 }
 
@@ -289,11 +297,9 @@ static void attention_task(void *ctx, int begin, int end, int worker) {
         int i = task / job->nh, h = task % job->nh;
         int ctx_len = job->pos + i + 1;
         const float *q = job->q + ((size_t)i * (size_t)job->nh + (size_t)h) * (size_t)d_len;
-        const float *keys = job->k_cache + (size_t)(h / group) * job->kv_head_stride;
-        const float *values = job->v_cache + (size_t)(h / group) * job->kv_head_stride;
-        attention_scores(scores, q, keys, ctx_len, d_len, scale);
+        scores_blocks(scores, 0, q, 1, job->kv, h / group, ctx_len, d_len, scale);
         acc.top = 0;
-        tree_blocks(&acc, scores, max_of(scores, ctx_len), values, ctx_len, d_len);
+        tree_blocks(&acc, scores, max_of(scores, ctx_len), job->kv, h / group, ctx_len, d_len);
         tree_finish(&acc);
         float *o = job->out + ((size_t)i * (size_t)job->nh + (size_t)h) * (size_t)d_len;
         const float inv = 1.0f / stack[d_len];
@@ -302,14 +308,13 @@ static void attention_task(void *ctx, int begin, int end, int worker) {
     }
 }
 
-/* GQA: task = one (query token, KV head) pair, its `group` query heads interleaved chunk by
- * chunk (ATTN_GROUP_KEYS keys, then each 16-position block of values), so that a long
- * context's keys and values stream from memory once per KV head, not once per query head:
- * the other heads find the chunk in L1 / L2. Every head's scores, block sums and tree are
- * attention_task's, operation for operation. Scratch per worker (the caller's, sized by
- * attention_scratch_floats): [group][pos + n] scores, then [group] tree stacks (too big for
- * a worker's stack at 16 heads of D 256). */
-#define ATTN_GROUP_KEYS 32
+/* GQA: task = one (query token, KV head) pair, its `group` query heads interleaved block by
+ * block (each block's keys, then each block's values), so that a long context's keys and
+ * values stream from memory once per KV head, not once per query head: the other heads find
+ * the block in L1. Every head's scores, block sums and tree are attention_task's, operation
+ * for operation. Scratch per worker (the caller's, sized by attention_scratch_floats):
+ * [group][pos + n] scores, then [group] tree stacks (too big for a worker's stack at 16 heads
+ * of D 256). */
 
 /* 1 when attention() runs the grouped tasks (else one task per query head: the same bits). */
 static int grouped(int nh, int nkv) {
@@ -336,22 +341,17 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
         const int i = task / job->nkv, g = task % job->nkv, ctx_len = job->pos + i + 1;
         const float *q =
             job->q + ((size_t)i * (size_t)job->nh + (size_t)g * (size_t)group) * (size_t)d_len;
-        const float *keys = job->k_cache + (size_t)g * job->kv_head_stride;
-        const float *values = job->v_cache + (size_t)g * job->kv_head_stride;
-        for (int j0 = 0; j0 < ctx_len; j0 += ATTN_GROUP_KEYS) {
-            const int m = ctx_len - j0 < ATTN_GROUP_KEYS ? ctx_len - j0 : ATTN_GROUP_KEYS;
-            attention_scores_heads(sc + j0, cap, q, group, keys + (size_t)j0 * (size_t)d_len, m,
-                                   d_len, scale);
-        }
+        scores_blocks(sc, cap, q, group, job->kv, g, ctx_len, d_len, scale);
         for (int r = 0; r < group; ++r) {
             maxes[r] = max_of(sc + (size_t)r * cap, ctx_len);
             acc[r] = (struct tree_acc){
                 .w = d_len + 1, .vec = stacks + (size_t)r * TREE_DEPTH * (size_t)(d_len + 1)};
         }
-        for (int b0 = 0; b0 < ctx_len; b0 += OPS_ATTN_BLOCK) {
+        for (int b0 = 0, b = 0; b0 < ctx_len; b0 += OPS_ATTN_BLOCK, ++b) {
             const int b1 = b0 + OPS_ATTN_BLOCK < ctx_len ? b0 + OPS_ATTN_BLOCK : ctx_len;
+            const float *vb = kv_block(job->kv, job->kv->v, g, b);
             for (int r = 0; r < group; ++r)
-                tree_block(&acc[r], sc + (size_t)r * cap, maxes[r], values, b0, b1, d_len, simd);
+                tree_block(&acc[r], sc + (size_t)r * cap, maxes[r], vb, b0, b1, d_len, simd);
         }
         for (int r = 0; r < group; ++r) {
             tree_finish(&acc[r]);
@@ -364,11 +364,21 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
     }
 }
 
-void attention(float *out, const float *q, const float *k_cache, const float *v_cache,
-               size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv, int head_dim,
-               struct thread_pool *pool) {
-    struct attention_job job = {out, q, k_cache, v_cache, kv_head_stride, scratch,
-                                pos, n, nh,      nkv,     head_dim};
+void kv_store(const struct ops_kv *kv, const float *k, const float *v, int row_stride, int pos,
+              int n, int nkv, int head_dim) {
+    const size_t bytes = (size_t)head_dim * sizeof(float);
+    for (int i = 0; i < n; ++i)
+        for (int g = 0; g < nkv; ++g) {
+            const size_t src = (size_t)i * (size_t)row_stride + (size_t)g * (size_t)head_dim;
+            const size_t dst = ops_kv_offset(kv, g, pos + i, head_dim);
+            memcpy(kv->k + dst, k + src, bytes);
+            memcpy(kv->v + dst, v + src, bytes);
+        }
+}
+
+void attention(float *out, const float *q, const struct ops_kv *kv, float *scratch, int pos, int n,
+               int nh, int nkv, int head_dim, struct thread_pool *pool) {
+    struct attention_job job = {out, q, kv, scratch, pos, n, nh, nkv, head_dim};
     if (grouped(nh, nkv)) {
         thread_pool_run(pool, attention_group_task, &job, n * nkv);
         return;
@@ -382,8 +392,7 @@ struct partial_job {
     float *scores;   /* [n*nh][held] */
     const float *q;  /* step 1 */
     const float *m;  /* step 2: the group's max [n*nh] */
-    const float *kv; /* step 1: k_cache, step 2: v_cache */
-    size_t kv_head_stride;
+    const struct ops_kv *kv;
     int pos, n, lo, held, nh, nkv, head_dim;
 };
 
@@ -405,20 +414,19 @@ static void partial_max_task(void *ctx, int begin, int end, int worker) {
             job->out[task] = -INFINITY;
             continue;
         }
-        const float *keys = job->kv + (size_t)(h / group) * job->kv_head_stride;
-        attention_scores(scores, job->q + (size_t)task * (size_t)d_len, keys, seen, d_len, scale);
+        scores_blocks(scores, 0, job->q + (size_t)task * (size_t)d_len, 1, job->kv, h / group, seen,
+                      d_len, scale);
         job->out[task] = max_of(scores, seen);
     }
 }
 
-void attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
-                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
-                           int head_dim, struct thread_pool *pool) {
+void attention_partial_max(float *max, float *scores, const float *q, const struct ops_kv *kv,
+                           int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
+                           struct thread_pool *pool) {
     struct partial_job job = {.out = max,
                               .scores = scores,
                               .q = q,
-                              .kv = k_cache,
-                              .kv_head_stride = kv_head_stride,
+                              .kv = kv,
                               .pos = pos,
                               .n = n,
                               .lo = lo,
@@ -441,24 +449,22 @@ static void partial_task(void *ctx, int begin, int end, int worker) {
         for (int d = 0; d < d_len + 2; ++d)
             o[d] = 0.0f;
         if (seen <= 0) continue;
-        const float *values = job->kv + (size_t)(h / group) * job->kv_head_stride;
         acc.top = 0;
-        tree_blocks(&acc, job->scores + (size_t)task * (size_t)job->held, job->m[task], values,
-                    seen, d_len);
+        tree_blocks(&acc, job->scores + (size_t)task * (size_t)job->held, job->m[task], job->kv,
+                    h / group, seen, d_len);
         tree_finish(&acc);
         memcpy(o, stack, (size_t)(d_len + 1) * sizeof(float));
         o[d_len + 1] = 1.0f;
     }
 }
 
-void attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
-                       size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
-                       int head_dim, struct thread_pool *pool) {
+void attention_partial(float *part, const float *scores, const float *m, const struct ops_kv *kv,
+                       int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
+                       struct thread_pool *pool) {
     struct partial_job job = {.out = part,
                               .scores = (float *)scores,
                               .m = m,
-                              .kv = v_cache,
-                              .kv_head_stride = kv_head_stride,
+                              .kv = kv,
                               .pos = pos,
                               .n = n,
                               .lo = lo,

@@ -116,45 +116,52 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
  * grows, so a buffer sized for the longest context serves every shorter call. */
 size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim);
 
+/* Appends n rows of one request to its cache (struct ops_kv: where its positions live): for
+ * i < n, g < nkv, d < head_dim, position pos + i of kv head g gets
+ *   keys:   k [i * row_stride + g * head_dim + d]
+ *   values: v [i * row_stride + g * head_dim + d]
+ * (an exact copy). The blocks that positions pos .. pos + n - 1 fall in are the table's. */
+void kv_store(const struct ops_kv *kv, const float *k, const float *v, int row_stride, int pos,
+              int n, int nkv, int head_dim);
+
 /* Causal GQA attention of one request over its cache.
  * out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i
- * and sees positions 0..pos+i. k_cache/v_cache point at kv head 0 of the layer:
- * kv head g's keys are k_cache + g*kv_head_stride, [max_seq][D]. Query head h uses kv head
- * h / (nh/nkv). Scores s_j = (q·k_j) * D^-0.5 (sequential over d), M = max_j s_j,
- * e_j = exp(s_j - M); per block b of OPS_ATTN_BLOCK positions l_b = Σ e_j and
- * o_b = Σ e_j v_j (ascending j); (l, o) = the aligned tree over the blocks; out = o * (1/l).
+ * and sees positions 0..pos+i of kv (struct ops_kv: its blocks, each one leaf of the tree
+ * below). Query head h uses kv head h / (nh/nkv). Scores s_j = (q·k_j) * D^-0.5
+ * (sequential over d), M = max_j s_j, e_j = exp(s_j - M); per block b of OPS_ATTN_BLOCK
+ * positions l_b = Σ e_j and o_b = Σ e_j v_j (ascending j); (l, o) = the aligned tree over
+ * the blocks; out = o * (1/l). Where the blocks lie does not change the bits.
  * scratch [thread_pool_size(pool)][attention_scratch_floats(pos + n, nh, nkv, head_dim)]
  * floats, the caller's (attention allocates nothing: it runs per layer in decode); each pool
  * thread uses its own row. D <= OPS_ATTN_MAX_HEAD_DIM. */
-void attention(float *out, const float *q, const float *k_cache, const float *v_cache,
-               size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv, int head_dim,
-               struct thread_pool *pool);
+void attention(float *out, const float *q, const struct ops_kv *kv, float *scratch, int pos, int n,
+               int nh, int nkv, int head_dim, struct thread_pool *pool);
 
 /* KV parallelism (Medha), in two steps around the group's all-gathers so the ranks give
- * attention()'s bits. A KVP rank holds global positions [lo, lo + held) at cache indices
- * 0 .. held-1 (same cache layout and GQA mapping as attention()); lo is a multiple of
+ * attention()'s bits. A KVP rank holds global positions [lo, lo + held) at cache positions
+ * 0 .. held-1 of kv (same layout and GQA mapping as attention()); lo is a multiple of
  * OPS_ATTN_BLOCK · 2^p and every rank holds the same power-of-two number of blocks (the last
  * may be cut short), so its keys are one subtree of attention()'s block tree. Query i sits
  * at global position pos+i and sees the held keys up to it.
  *
- * Step 1: scores [n*nh][held] = the query's scores over the keys it sees here (kept for
- * step 2), max [n*nh] = their max (-inf when it sees none). The group's max of max (exact)
- * is attention()'s M. */
-void attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
-                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
-                           int head_dim, struct thread_pool *pool);
+ * Step 1: scores [n*nh][held] = the query's scores over the keys (kv->k) it sees here (kept
+ * for step 2), max [n*nh] = their max (-inf when it sees none). The group's max of max
+ * (exact) is attention()'s M. */
+void attention_partial_max(float *max, float *scores, const float *q, const struct ops_kv *kv,
+                           int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
+                           struct thread_pool *pool);
 
 /* Between the steps: max [n] <- the group's max of the ranks' maxima all [ranks][n]:
  * starting from max[t] (this rank's), every all[k][t] greater than it replaces it, in
  * ascending k (exact in any order). */
 void attention_group_max(float *max, const float *all, int ranks, size_t n);
 
-/* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree with
- * exponentials e_j = exp(s_j - M[query, head]), then 1 if the query sees a key here, else
- * 0 (and o = l = 0). M [n*nh] is the group's max; scores from step 1. */
-void attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
-                       size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
-                       int head_dim, struct thread_pool *pool);
+/* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree (values
+ * kv->v) with exponentials e_j = exp(s_j - M[query, head]), then 1 if the query sees a key
+ * here, else 0 (and o = l = 0). M [n*nh] is the group's max; scores from step 1. */
+void attention_partial(float *part, const float *scores, const float *m, const struct ops_kv *kv,
+                       int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
+                       struct thread_pool *pool);
 
 /* Merges the partials of `ranks` KVP ranks, [ranks][n][nh][D+2], by the top of the aligned
  * tree (ranks that see no key skipped): out [n, nh*D] = o * (1/l), attention()'s bits. */

@@ -254,7 +254,7 @@ static int rank_main(const struct run *r, int k, int fd) {
     if (!rc) rc = reference_model_load(&m, c, st, &lo);
     if (!rc)
         rc = kv_cache_init(&kv, 0, r->layers, reference_model_kv_heads(m), c->head_dim,
-                           reference_model_kv_positions(m, max_seq), 1);
+                           reference_model_kv_positions(m, max_seq), 1, 0);
     if (!rc) rc = kv_cache_acquire(&kv, &slot);
     hidden = malloc((size_t)c->hidden_size * sizeof(float));
     logits = malloc((size_t)c->vocab_size * sizeof(float));

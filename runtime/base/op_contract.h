@@ -7,6 +7,9 @@
 #ifndef STRATA_RUNTIME_BASE_OP_CONTRACT_H
 #define STRATA_RUNTIME_BASE_OP_CONTRACT_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 /* OPS_Q8: 8-bit blocks quantised at load (reference/ops_q8.h); matmul runs it with its own
  * arithmetic (activations quantised too), so its results differ from bf16's. */
 enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1, OPS_Q8 = 2 };
@@ -26,6 +29,29 @@ struct ops_weight {
 
 /* Positions per block of attention's split-invariant sums. */
 #define OPS_ATTN_BLOCK 16
+
+/* Where one layer's cached keys and values of one request live: in blocks of OPS_ATTN_BLOCK
+ * positions, so a block is one leaf of attention's tree and a request's sums keep their order
+ * wherever its blocks are. Position j (0-based in what the cache holds) of kv head g is the
+ * head_dim floats at
+ *   k (or v) + blocks[j / OPS_ATTN_BLOCK] * block_stride + g * head_stride
+ *            + (j % OPS_ATTN_BLOCK) * head_dim.
+ * A paged pool ([block][layer][kv_head][OPS_ATTN_BLOCK][head_dim], reference/kv_cache.h)
+ * has k at the layer's head 0 of block 0, head_stride = OPS_ATTN_BLOCK * head_dim and
+ * block_stride = one whole block; a contiguous [kv_head][seq][head_dim] cache is the same
+ * view with blocks[b] = b, block_stride = OPS_ATTN_BLOCK * head_dim, head_stride = seq *
+ * head_dim. All in the memory of whoever reads them (the block table too). */
+struct ops_kv {
+    float *k, *v; /* written by kv_store, read by attention */
+    const int32_t *blocks;
+    size_t block_stride, head_stride;
+};
+
+/* Offset in floats of position j of kv head g (see struct ops_kv). */
+static inline size_t ops_kv_offset(const struct ops_kv *kv, int g, int j, int head_dim) {
+    return (size_t)kv->blocks[j / OPS_ATTN_BLOCK] * kv->block_stride + (size_t)g * kv->head_stride +
+           (size_t)(j % OPS_ATTN_BLOCK) * (size_t)head_dim;
+}
 
 /* attention's largest head_dim (its block tree's partial sums live on the stack). */
 #define OPS_ATTN_MAX_HEAD_DIM 256

@@ -232,7 +232,7 @@ static int backend_cpu_open(struct stage_backend **out, const struct stage_backe
     if (rc == 0)
         rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end,
                            reference_model_kv_heads(c->model), cfg->head_dim,
-                           reference_model_kv_positions(c->model, opt->max_seq), opt->num_slots);
+                           reference_model_kv_positions(c->model, opt->max_seq), opt->num_slots, 0);
     if (rc < 0) {
         stage_backend_free(be);
         return rc;

@@ -27,7 +27,7 @@ float *golden_run(const struct golden_case *gc, const int *bounds, int n_stages,
                                threads, dtype))
             fail_msg("%s [%d,%d): %s", gc->name, bounds[s], bounds[s + 1], strata_last_error());
         assert_int_equal(kv_cache_init(&kv[s], bounds[s], bounds[s + 1], c->num_kv_heads,
-                                       c->head_dim, S + gc->n_steps, 1),
+                                       c->head_dim, S + gc->n_steps, 1, 0),
                          0);
         int slot;
         assert_int_equal(kv_cache_acquire(&kv[s], &slot), 0);
