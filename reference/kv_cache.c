@@ -33,45 +33,26 @@ static void advise_huge(void *p, size_t bytes) {
 int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_kv_heads,
                   int head_dim, int max_seq, int num_slots, int num_blocks) {
     memset(kv, 0, sizeof *kv);
-    if (layer_start < 0 || layer_end < layer_start || num_kv_heads <= 0 || head_dim <= 0 ||
-        max_seq <= 0 || num_slots <= 0 || num_blocks < 0)
+    if (layer_start < 0 || layer_end < layer_start || num_kv_heads <= 0 || head_dim <= 0)
         return strata_set_error(STRATA_EINVAL,
                                 "kv_cache: invalid shape (layers [%d,%d), kv_heads %d, "
-                                "head_dim %d, max_seq %d, slots %d, blocks %d)",
-                                layer_start, layer_end, num_kv_heads, head_dim, max_seq, num_slots,
-                                num_blocks);
+                                "head_dim %d)",
+                                layer_start, layer_end, num_kv_heads, head_dim);
     kv->layer_start = layer_start;
     kv->layer_end = layer_end;
     kv->num_kv_heads = num_kv_heads;
     kv->head_dim = head_dim;
-    kv->max_seq = max_seq;
-    kv->num_slots = num_slots;
-    kv->slot_blocks = kv_cache_blocks_for(max_seq);
-    const long long whole = (long long)num_slots * kv->slot_blocks;
-    if (num_blocks == 0 && whole > INT32_MAX)
-        return strata_set_error(STRATA_EINVAL, "kv_cache: %d slots of %d positions need %lld blocks",
-                                num_slots, max_seq, whole);
-    kv->num_blocks = num_blocks ? num_blocks : (int)whole;
-    size_t n = block_floats(kv) * (size_t)kv->num_blocks;
-    kv->len = calloc((size_t)num_slots, sizeof *kv->len);
-    kv->in_use = calloc((size_t)num_slots, 1);
-    kv->held = calloc((size_t)num_slots, sizeof *kv->held);
-    kv->reserved = calloc((size_t)num_slots, sizeof *kv->reserved);
-    kv->tables = calloc((size_t)num_slots * (size_t)kv->slot_blocks, sizeof *kv->tables);
-    kv->free_ids = calloc((size_t)kv->num_blocks + 1, sizeof *kv->free_ids);
+    int rc = kv_blocks_init(&kv->blocks, max_seq, num_slots, num_blocks);
+    if (rc < 0) return rc;
+    size_t n = block_floats(kv) * (size_t)kv->blocks.num_blocks;
     /* An owned-layer-free stage (embed/head only) still has valid, empty slots. */
     kv->k = calloc(n ? n : 1, sizeof(float));
     kv->v = calloc(n ? n : 1, sizeof(float));
-    if (!kv->len || !kv->in_use || !kv->held || !kv->reserved || !kv->tables || !kv->free_ids ||
-        !kv->k || !kv->v) {
+    if (!kv->k || !kv->v) {
         size_t bytes = kv_cache_bytes(kv);
         kv_cache_free(kv);
         return strata_set_error(STRATA_ENOMEM, "kv_cache: cannot allocate %zu bytes", bytes);
     }
-    /* A stack popped from the top: block 0 first, so one request's blocks lie in order. */
-    for (int i = 0; i < kv->num_blocks; ++i)
-        kv->free_ids[i] = kv->num_blocks - 1 - i;
-    kv->num_free = kv->num_blocks;
     advise_huge(kv->k, n * sizeof(float));
     advise_huge(kv->v, n * sizeof(float));
     return STRATA_OK;
@@ -79,90 +60,22 @@ int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_k
 
 void kv_cache_free(struct kv_cache *kv) {
     if (!kv) return;
-    free(kv->len);
-    free(kv->in_use);
-    free(kv->held);
-    free(kv->reserved);
-    free(kv->tables);
-    free(kv->free_ids);
+    kv_blocks_free(&kv->blocks);
     free(kv->k);
     free(kv->v);
     memset(kv, 0, sizeof *kv);
 }
 
 size_t kv_cache_bytes(const struct kv_cache *kv) {
-    return 2 * block_floats(kv) * (size_t)kv->num_blocks * sizeof(float);
+    return 2 * block_floats(kv) * (size_t)kv->blocks.num_blocks * sizeof(float);
 }
 
 int kv_cache_acquire(struct kv_cache *kv, int *slot) {
-    for (int s = 0; s < kv->num_slots; ++s) {
-        if (!kv->in_use[s]) {
-            kv->in_use[s] = 1;
-            kv->len[s] = 0;
-            kv->held[s] = 0;
-            kv->reserved[s] = 0;
-            *slot = s;
-            return STRATA_OK;
-        }
-    }
-    return strata_set_error(STRATA_EBUSY, "kv_cache: all %d slots are in use", kv->num_slots);
+    return kv_blocks_acquire(&kv->blocks, slot);
 }
 
 void kv_cache_release(struct kv_cache *kv, int slot) {
-    if (slot < 0 || slot >= kv->num_slots || !kv->in_use[slot]) return;
-    const int32_t *table = kv->tables + (size_t)slot * (size_t)kv->slot_blocks;
-    for (int b = kv->held[slot] - 1; b >= 0; --b)
-        kv->free_ids[kv->num_free++] = table[b];
-    kv->promised -= kv->reserved[slot];
-    kv->in_use[slot] = 0;
-    kv->len[slot] = 0;
-    kv->held[slot] = 0;
-    kv->reserved[slot] = 0;
-}
-
-static int check_positions(const struct kv_cache *kv, int slot, int positions, const char *what) {
-    if (slot < 0 || slot >= kv->num_slots || !kv->in_use[slot])
-        return strata_set_error(STRATA_EINVAL, "%s: slot %d is not an in-use slot of the cache",
-                                what, slot);
-    if (positions < 0 || positions > kv->max_seq)
-        return strata_set_error(STRATA_ERANGE, "%s: %d positions, a slot holds at most %d", what,
-                                positions, kv->max_seq);
-    return 0;
-}
-
-int kv_cache_reserve(struct kv_cache *kv, int slot, int positions) {
-    int rc = check_positions(kv, slot, positions, "kv reserve");
-    if (rc < 0) return rc;
-    int want = kv_cache_blocks_for(positions) - kv->held[slot];
-    if (want < 0) want = 0;
-    const int others = kv->promised - kv->reserved[slot];
-    if (want > kv->num_free - others)
-        return strata_set_error(STRATA_EBUSY,
-                                "kv_cache: %d positions need %d more blocks, %d of %d are free and "
-                                "not promised",
-                                positions, want, kv->num_free - others, kv->num_blocks);
-    kv->promised = others + want;
-    kv->reserved[slot] = want;
-    return 0;
-}
-
-int kv_cache_grow(struct kv_cache *kv, int slot, int positions) {
-    int rc = check_positions(kv, slot, positions, "kv grow");
-    if (rc < 0) return rc;
-    const int want = kv_cache_blocks_for(positions) - kv->held[slot];
-    if (want <= 0) return 0;
-    const int own = kv->reserved[slot] < want ? kv->reserved[slot] : want;
-    if (want - own > kv_cache_available(kv))
-        return strata_set_error(STRATA_EBUSY,
-                                "kv_cache: the pool is full (%d blocks of %d positions; %d free, "
-                                "%d of them promised to other requests)",
-                                kv->num_blocks, KV_BLOCK, kv->num_free, kv->promised - own);
-    int32_t *table = kv->tables + (size_t)slot * (size_t)kv->slot_blocks;
-    for (int b = 0; b < want; ++b)
-        table[kv->held[slot]++] = kv->free_ids[--kv->num_free];
-    kv->reserved[slot] -= own;
-    kv->promised -= own;
-    return 0;
+    kv_blocks_release(&kv->blocks, slot);
 }
 
 struct ops_kv kv_cache_view(const struct kv_cache *kv, int slot, int layer) {
@@ -170,7 +83,7 @@ struct ops_kv kv_cache_view(const struct kv_cache *kv, int slot, int layer) {
     const size_t at = (size_t)(layer - kv->layer_start) * (size_t)kv->num_kv_heads * head;
     return (struct ops_kv){.k = kv->k + at,
                            .v = kv->v + at,
-                           .blocks = kv->tables + (size_t)slot * (size_t)kv->slot_blocks,
+                           .blocks = kv_blocks_table(&kv->blocks, slot),
                            .block_stride = block_floats(kv),
                            .head_stride = head};
 }
@@ -201,25 +114,14 @@ static void copy_runs(const struct kv_cache *kv, int slot, int layer, int h, uns
     }
 }
 
-static int check_slots(const struct kv_cache *kv, const int *slots, int num_slots,
-                       const char *what) {
-    if (num_slots <= 0 || !slots)
-        return strata_set_error(STRATA_EINVAL, "%s: no slots given", what);
-    for (int b = 0; b < num_slots; ++b)
-        if (slots[b] < 0 || slots[b] >= kv->num_slots || !kv->in_use[slots[b]])
-            return strata_set_error(STRATA_EINVAL, "%s: slot %d is not an in-use slot of the cache",
-                                    what, slots[b]);
-    return 0;
-}
-
 int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *slots,
                   int num_slots) {
     int seq = 0, layers = kv->layer_end - kv->layer_start;
     memset(out, 0, sizeof *out);
-    int rc = check_slots(kv, slots, num_slots, "kv pack");
+    int rc = kv_blocks_check_slots(&kv->blocks, slots, num_slots, "kv pack");
     if (rc < 0) return rc;
     for (int b = 0; b < num_slots; ++b)
-        if (kv->len[slots[b]] > seq) seq = kv->len[slots[b]];
+        if (kv->blocks.len[slots[b]] > seq) seq = kv->blocks.len[slots[b]];
     *out = (struct kv_handoff){.layer_start = kv->layer_start,
                                .layer_end = kv->layer_end,
                                .batch = num_slots,
@@ -238,10 +140,10 @@ int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *
             for (int h = 0; h < kv->num_kv_heads; ++h)
                 copy_runs(kv, slots[b], kv->layer_start + l, h,
                           (unsigned char *)(k + handoff_offset(out, l, b, h)),
-                          (unsigned char *)(v + handoff_offset(out, l, b, h)), kv->len[slots[b]],
+                          (unsigned char *)(v + handoff_offset(out, l, b, h)), kv->blocks.len[slots[b]],
                           0);
     for (int b = 0; b < num_slots; ++b)
-        lengths[b] = kv->len[slots[b]];
+        lengths[b] = kv->blocks.len[slots[b]];
     out->k = k;
     out->v = v;
     out->lengths = lengths;
@@ -266,20 +168,20 @@ static int check_handoff(const struct kv_cache *kv, int num_slots, const struct 
                                 "kv restore: block has %d batch rows, %d slots given", in->batch,
                                 num_slots);
     for (int b = 0; b < num_slots; ++b)
-        if (in->lengths[b] < 0 || in->lengths[b] > in->seq || in->lengths[b] > kv->max_seq)
+        if (in->lengths[b] < 0 || in->lengths[b] > in->seq || in->lengths[b] > kv->blocks.max_seq)
             return strata_set_error(STRATA_ERANGE,
                                     "kv restore: row %d holds %d positions, cache capacity %d", b,
-                                    (int)in->lengths[b], kv->max_seq);
+                                    (int)in->lengths[b], kv->blocks.max_seq);
     return 0;
 }
 
 int kv_cache_restore(struct kv_cache *kv, const int *slots, int num_slots,
                      const struct kv_handoff *in) {
     int rc = check_handoff(kv, num_slots, in);
-    if (rc == 0) rc = check_slots(kv, slots, num_slots, "kv restore");
+    if (rc == 0) rc = kv_blocks_check_slots(&kv->blocks, slots, num_slots, "kv restore");
     if (rc < 0) return rc;
     for (int b = 0; b < num_slots; ++b)
-        if ((rc = kv_cache_grow(kv, slots[b], in->lengths[b])) < 0) return rc;
+        if ((rc = kv_blocks_grow(&kv->blocks, slots[b], in->lengths[b])) < 0) return rc;
     /* Only read through these (copy_runs' direction 1). */
     unsigned char *k = (unsigned char *)(uintptr_t)in->k, *v = (unsigned char *)(uintptr_t)in->v;
     for (int l = 0; l < kv->layer_end - kv->layer_start; ++l)
@@ -290,6 +192,6 @@ int kv_cache_restore(struct kv_cache *kv, const int *slots, int num_slots,
                           1);
             }
     for (int b = 0; b < num_slots; ++b)
-        kv->len[slots[b]] = in->lengths[b];
+        kv->blocks.len[slots[b]] = in->lengths[b];
     return 0;
 }

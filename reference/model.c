@@ -586,7 +586,7 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
     if (m->n_layers > 0 &&
         (!kv || kv->layer_start > m->opt.layer_start || kv->layer_end < m->opt.layer_end ||
          kv->num_kv_heads != m->nkv || kv->head_dim != c->head_dim ||
-         (m->kvp > 1 && kv->max_seq != m->kvp_held)))
+         (m->kvp > 1 && kv->blocks.max_seq != m->kvp_held)))
         return strata_set_error(
             STRATA_EINVAL,
             "reference_forward: KV cache (layers [%d,%d), %d kv heads, head_dim %d) "
@@ -594,9 +594,9 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
             kv ? kv->layer_start : 0, kv ? kv->layer_end : 0, kv ? kv->num_kv_heads : 0,
             kv ? kv->head_dim : 0, m->opt.layer_start, m->opt.layer_end, m->nkv, c->head_dim);
     /* Under KVP positions and lengths are global; the cache holds this rank's share. */
-    const int max_seq = m->kvp > 1 ? m->opt.kvp.max_seq : kv->max_seq;
-    return forward_items_check("reference_forward", items, n_items, kv->len, kv->in_use,
-                               kv->num_slots, max_seq, c->num_layers, rows, ctx);
+    const int max_seq = m->kvp > 1 ? m->opt.kvp.max_seq : kv->blocks.max_seq;
+    return forward_items_check("reference_forward", items, n_items, kv->blocks.len,
+                               kv->blocks.in_use, kv->blocks.num_slots, max_seq, c->num_layers, rows, ctx);
 }
 
 /* KVP: room for a tile of N rows (forward.h's kvp_ buffers). */
@@ -631,7 +631,7 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     /* The blocks the items' new positions fall in, before any layer writes them (a request
      * that reserved them cannot fail here; one that did not learns the pool is full). */
     for (int it = 0; m->n_layers > 0 && it < n_items; ++it)
-        if ((rc = kv_cache_grow(kv, items[it].slot, held_after(m, &items[it])))) return rc;
+        if ((rc = kv_blocks_grow(&kv->blocks, items[it].slot, held_after(m, &items[it])))) return rc;
     const struct model_config *c = &m->cfg;
     int half = c->head_dim / 2;
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,
@@ -659,7 +659,7 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
         if ((rc = forward_layer(&cpu_ops, &pass, &dims, &bufs, &m->layers[l], items, n_items, N)))
             return rc;
     for (int it = 0; it < n_items; ++it)
-        kv->len[items[it].slot] += items[it].n_tokens;
+        kv->blocks.len[items[it].slot] += items[it].n_tokens;
     return STRATA_OK;
 }
 

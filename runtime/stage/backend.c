@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reference/kv_blocks.h"
 #include "reference/sampler.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
@@ -107,8 +108,31 @@ int stage_backend_kv_acquire(struct stage_backend *be, int *slot) {
     return be->iface->kv_acquire(be, slot);
 }
 
+int stage_backend_kv_reserve(struct stage_backend *be, int slot, int positions) {
+    return be->iface->kv_reserve(be, slot, positions);
+}
+
 void stage_backend_kv_release(struct stage_backend *be, int slot) {
     be->iface->kv_release(be, slot);
+}
+
+void stage_backend_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out) {
+    memset(out, 0, sizeof *out);
+    be->iface->kv_usage(be, out);
+}
+
+int stage_backend_kv_blocks(size_t budget, size_t block_bytes, int max_seq, int *blocks) {
+    const long long per_slot = kv_blocks_for(max_seq);
+    *blocks = 0; /* kv_blocks_init's own default */
+    if (budget == 0) return 0;
+    const unsigned long long n = block_bytes ? budget / block_bytes : (unsigned long long)per_slot;
+    if (n < (unsigned long long)per_slot)
+        return strata_set_error(STRATA_ERANGE,
+                                "a KV budget of %zu bytes holds %llu blocks of %zu bytes (%d "
+                                "positions each); one request of --max-seq %d needs %lld",
+                                budget, n, block_bytes, KV_BLOCK, max_seq, per_slot);
+    *blocks = n > INT32_MAX ? INT32_MAX : (int)n;
+    return 0;
 }
 
 size_t stage_backend_kv_bytes(const struct stage_backend *be) {

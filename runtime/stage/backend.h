@@ -72,6 +72,15 @@ struct stage_backend_info {
     int nccl;                                    /* collectives on NCCL */
 };
 
+/* A backend's KV pool now (reference/kv_blocks.h: blocks of KV_BLOCK positions). */
+struct stage_kv_usage {
+    int blocks;          /* the pool */
+    int free;            /* not held by any request */
+    int promised;        /* of the free ones, reserved by running requests */
+    int block_positions; /* positions per block (KV_BLOCK) */
+    size_t block_bytes;  /* K and V of one block, every layer and kv head held */
+};
+
 /* The operations a backend provides. All are required but `argmax`. */
 struct stage_backend_i {
     /* hidden [n, H] = embedding rows of tokens [n]; STRATA_ERANGE for an id outside
@@ -91,12 +100,18 @@ struct stage_backend_i {
      * computes it where the logits are and sends back n ids instead of n x V floats; a
      * vocab-parallel head (TP) picks them without assembling the logits. */
     int (*argmax)(struct stage_backend *be, int32_t *ids, const float *hidden, int n);
-    /* Claims a free KV slot (0 positions); STRATA_EBUSY when all are in use. */
+    /* Claims a free KV slot (0 positions, no blocks); STRATA_EBUSY when all are in use. */
     int (*kv_acquire)(struct stage_backend *be, int *slot);
-    /* Frees a slot and forgets its positions. */
+    /* Promises slot the blocks its first `positions` positions (global: a KVP rank counts
+     * its share of them) need beyond those it holds, so that its forwards never find the
+     * pool full; STRATA_EBUSY naming the counts when the pool cannot (kv_blocks_reserve). */
+    int (*kv_reserve)(struct stage_backend *be, int slot, int positions);
+    /* Frees a slot: its blocks return to the pool at once, its reservation lapses. */
     void (*kv_release)(struct stage_backend *be, int slot);
-    /* Bytes of KV storage held (all slots at max_seq). */
+    /* Bytes of KV storage held (the whole pool). */
     size_t (*kv_bytes)(const struct stage_backend *be);
+    /* The pool's blocks now. */
+    void (*kv_usage)(const struct stage_backend *be, struct stage_kv_usage *out);
     /* Packs in-use slots [n] into `out` (owned by `out` afterwards: kv_handoff_free). */
     int (*kv_pack)(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
     /* Replaces in-use slots [n] with rows of `in` bit for bit; refuses another layer range
@@ -116,7 +131,7 @@ struct stage_backend {
     const char *device_kind;        /* "cpu", "cuda" */
     const struct model_config *cfg; /* borrowed: outlives the backend */
     struct stage_role role;         /* owned layers and roles: the one owner of this fact */
-    int max_seq;                    /* KV positions per slot */
+    int max_seq;                    /* KV positions a slot may hold (a request's cap) */
     int num_slots;                  /* KV slots = concurrent requests */
 };
 
@@ -127,8 +142,12 @@ struct stage_backend_options {
     struct stage_role role;
     const char *device; /* "cpu" (default when NULL), "cuda" or "cuda:N" */
     int num_threads;    /* CPU worker threads (>= 1) */
-    int max_seq;        /* KV positions per slot (>= 1) */
+    int max_seq;        /* KV positions a slot may hold (>= 1) */
     int num_slots;      /* KV slots (>= 1) */
+    /* The KV pool's budget in bytes (K and V of every layer and kv head this rank holds):
+     * as many whole blocks as fit, at least one slot's max_seq. 0: enough for every slot
+     * to hold max_seq positions. */
+    size_t kv_memory;
     /* NULL or tp 1: the whole role. Else only this rank's shard of it is loaded and the
      * layers all-reduce over tp->coll (the CPU backend) or over NCCL sub-groups set up
      * through it (CUDA: one device per rank; --moe split refused with the reason). */
@@ -181,8 +200,14 @@ int stage_backend_logits(struct stage_backend *be, float *logits, const float *h
 int stage_backend_argmax(struct stage_backend *be, int32_t *ids, const float *hidden, int n,
                          float *logits);
 int stage_backend_kv_acquire(struct stage_backend *be, int *slot);
+int stage_backend_kv_reserve(struct stage_backend *be, int slot, int positions);
 void stage_backend_kv_release(struct stage_backend *be, int slot);
 size_t stage_backend_kv_bytes(const struct stage_backend *be);
+void stage_backend_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out);
+/* *blocks = the whole blocks of block_bytes a pool of `budget` bytes holds (budget 0: 0,
+ * kv_blocks_init's default of every slot at max_seq); STRATA_ERANGE naming the sizes when
+ * that is less than one request of max_seq positions needs. */
+int stage_backend_kv_blocks(size_t budget, size_t block_bytes, int max_seq, int *blocks);
 int stage_backend_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots,
                           int n);
 int stage_backend_kv_restore(struct stage_backend *be, const int *slots, int n,

@@ -1,0 +1,77 @@
+/* Which blocks of a KV pool each request holds: the bookkeeping of a paged cache, apart from
+ * where the blocks' bytes live (host memory for reference/kv_cache.h, device memory for the
+ * CUDA backend), so every backend counts, reserves and frees blocks the same way.
+ *
+ * The pool is num_blocks blocks of KV_BLOCK positions (OPS_ATTN_BLOCK: one leaf of
+ * attention's tree, reference/ops.h, so a request's sums keep their order wherever its
+ * blocks lie). A slot (one request in flight) holds a table of block ids, filled as its
+ * positions arrive and given back when it ends; no memory is tied to max_seq, which only
+ * caps a slot's positions.
+ *
+ * A request that must not fail for want of KV reserves what it will need when it starts
+ * (kv_blocks_reserve): reserved blocks are promised, not yet taken, and no other slot can
+ * take them. Growth takes from the slot's own reservation first, then from blocks promised to
+ * nobody. Free blocks are a stack, popped from the top: a fresh pool gives block 0 first. */
+#ifndef STRATA_REFERENCE_KV_BLOCKS_H
+#define STRATA_REFERENCE_KV_BLOCKS_H
+
+#include <stdint.h>
+
+#include "runtime/base/op_contract.h"
+
+/* Positions per block. */
+#define KV_BLOCK OPS_ATTN_BLOCK
+
+struct kv_blocks {
+    int max_seq;           /* positions one slot may hold */
+    int num_slots;         /* requests at once */
+    int num_blocks;        /* the pool */
+    int slot_blocks;       /* a slot's table length: ceil(max_seq / KV_BLOCK) */
+    int *len;              /* [num_slots] positions filled */
+    unsigned char *in_use; /* [num_slots] */
+    int32_t *tables;       /* [num_slots][slot_blocks] block ids; [0, held) valid */
+    int *held;             /* [num_slots] blocks in the table */
+    int *reserved;         /* [num_slots] blocks promised to the slot beyond those it holds */
+    int32_t *free_ids;     /* [num_blocks] a stack of the free blocks' ids */
+    int num_free, promised; /* free blocks; the sum of reserved */
+};
+
+/* Blocks that n positions fill. */
+static inline int kv_blocks_for(int positions) {
+    return positions <= 0 ? 0 : (positions + KV_BLOCK - 1) / KV_BLOCK;
+}
+
+/* num_blocks 0: enough for every slot to hold max_seq positions. STRATA_EINVAL / ENOMEM. */
+int kv_blocks_init(struct kv_blocks *b, int max_seq, int num_slots, int num_blocks);
+void kv_blocks_free(struct kv_blocks *b); /* accepts a zeroed or half-built one */
+
+/* Blocks free and promised to nobody: what a new reservation may take. */
+static inline int kv_blocks_available(const struct kv_blocks *b) {
+    return b->num_free - b->promised;
+}
+
+/* slot's table (block ids, kv_blocks.held[slot] of them valid). */
+static inline int32_t *kv_blocks_table(const struct kv_blocks *b, int slot) {
+    return b->tables + (size_t)slot * (size_t)b->slot_blocks;
+}
+
+/* Claims a free slot (len 0, no blocks); STRATA_EBUSY when all are in use. */
+int kv_blocks_acquire(struct kv_blocks *b, int *slot);
+/* Frees a slot: its blocks return to the pool and its reservation lapses (a slot not in use:
+ * nothing). */
+void kv_blocks_release(struct kv_blocks *b, int slot);
+
+/* Promises slot the blocks that `positions` positions fill beyond those it holds (replacing
+ * its earlier reservation); STRATA_EBUSY naming the counts when the pool cannot, STRATA_ERANGE
+ * past max_seq, STRATA_EINVAL for a slot not in use. */
+int kv_blocks_reserve(struct kv_blocks *b, int slot, int positions);
+
+/* Makes slot's table cover `positions` positions (its reservation first, then blocks promised
+ * to nobody); STRATA_EBUSY when the pool has no block for it, STRATA_ERANGE past max_seq,
+ * STRATA_EINVAL for a slot not in use. Never shrinks. */
+int kv_blocks_grow(struct kv_blocks *b, int slot, int positions);
+
+/* 0 when slots [n] are distinct in-use slots, else STRATA_EINVAL naming `what`. */
+int kv_blocks_check_slots(const struct kv_blocks *b, const int *slots, int n, const char *what);
+
+#endif
