@@ -84,16 +84,20 @@ static int check_positions(const struct kv_blocks *b, int slot, int positions, c
 }
 
 int kv_blocks_reserve(struct kv_blocks *b, int slot, int positions) {
-    int rc = check_positions(b, slot, positions, "kv reserve");
+    const int ask = slot == -1;
+    int rc = ask && positions >= 0 && positions <= b->max_seq
+                 ? 0
+                 : check_positions(b, slot, positions, "kv reserve");
     if (rc < 0) return rc;
-    int want = kv_blocks_for(positions) - b->held[slot];
+    int want = kv_blocks_for(positions) - (ask ? 0 : b->held[slot]);
     if (want < 0) want = 0;
-    const int others = b->promised - b->reserved[slot];
+    const int others = b->promised - (ask ? 0 : b->reserved[slot]);
     if (want > b->num_free - others)
         return strata_set_error(STRATA_EBUSY,
                                 "kv cache: %d positions need %d more blocks of %d positions; %d of "
                                 "%d are free and not promised to other requests",
                                 positions, want, KV_BLOCK, b->num_free - others, b->num_blocks);
+    if (ask) return 0;
     b->promised = others + want;
     b->reserved[slot] = want;
     return 0;

@@ -63,7 +63,9 @@ void kv_blocks_release(struct kv_blocks *b, int slot);
 
 /* Promises slot the blocks that `positions` positions fill beyond those it holds (replacing
  * its earlier reservation); STRATA_EBUSY naming the counts when the pool cannot, STRATA_ERANGE
- * past max_seq, STRATA_EINVAL for a slot not in use. */
+ * past max_seq, STRATA_EINVAL for a slot not in use. Slot -1 only asks: whether a new
+ * request of `positions` would get its reservation now (0 or STRATA_EBUSY), promising
+ * nothing. */
 int kv_blocks_reserve(struct kv_blocks *b, int slot, int positions);
 
 /* Makes slot's table cover `positions` positions (its reservation first, then blocks promised

@@ -100,6 +100,11 @@ int reference_model_kv_positions(const struct reference_model *m, int max_seq) {
     return m->kvp > 1 ? m->kvp_held : max_seq;
 }
 
+int reference_model_kv_held(const struct reference_model *m, int positions) {
+    const int held = positions - m->kvp_lo;
+    return m->kvp <= 1 ? positions : held < 0 ? 0 : held > m->kvp_held ? m->kvp_held : held;
+}
+
 /* This rank's dimensions: the shard's under TP, the model's otherwise. */
 static int init_shard(struct reference_model *m) {
     const struct model_config *c = &m->cfg;

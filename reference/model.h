@@ -105,6 +105,9 @@ struct reference_load_options {
  * the positions per slot (the caller's max_seq, or this KVP rank's share of it). */
 int reference_model_kv_heads(const struct reference_model *m);
 int reference_model_kv_positions(const struct reference_model *m, int max_seq);
+/* Of a sequence's first `positions` positions, how many this rank's cache holds (all of
+ * them, or under KVP those in its range). */
+int reference_model_kv_held(const struct reference_model *m, int positions);
 
 /* Loads the owned tensors from `st`. Every missing or mis-shaped tensor is listed
  * together in one error message before failing (STRATA_ENOTFOUND / STRATA_EFORMAT). */

@@ -172,17 +172,22 @@ static void fill_kv(struct kv_cache *kv, int slot, int n, uint64_t seed) {
         seed ^= seed << 13, seed ^= seed >> 7, seed ^= seed << 17;
         pattern[i] = (float)(seed >> 40) / (float)(1 << 23) - 1.0f;
     }
-    const size_t count = (size_t)n * (size_t)kv->head_dim;
+    const size_t D = (size_t)kv->head_dim;
     size_t chunk = 0;
-    for (int l = kv->layer_start; l < kv->layer_end; ++l)
+    kv_blocks_grow(&kv->blocks, slot, n); /* the pool holds every slot's max_seq */
+    for (int l = kv->layer_start; l < kv->layer_end; ++l) {
+        const struct ops_kv view = kv_cache_view(kv, slot, l);
         for (int g = 0; g < kv->num_kv_heads; ++g)
-            for (int which = 0; which < 2; ++which) {
-                float *p = which ? kv_cache_v(kv, slot, l, g) : kv_cache_k(kv, slot, l, g);
-                for (size_t off = 0; off < count; off += BLOCK, ++chunk) {
-                    const size_t len = count - off < BLOCK ? count - off : BLOCK;
-                    memcpy(p + off, pattern + (chunk * 7) % SHIFTS, len * sizeof(float));
+            for (int which = 0; which < 2; ++which)
+                for (int j0 = 0; j0 < n; j0 += KV_BLOCK) { /* one block's rows are contiguous */
+                    float *p = (which ? view.v : view.k) + ops_kv_offset(&view, g, j0, (int)D);
+                    const size_t count = (size_t)(n - j0 < KV_BLOCK ? n - j0 : KV_BLOCK) * D;
+                    for (size_t off = 0; off < count; off += BLOCK, ++chunk) {
+                        const size_t len = count - off < BLOCK ? count - off : BLOCK;
+                        memcpy(p + off, pattern + (chunk * 7) % SHIFTS, len * sizeof(float));
+                    }
                 }
-            }
+    }
 }
 
 static int coll_gather_hook(void *ctx, float *out, const float *in, size_t n) {
@@ -264,7 +269,7 @@ static int rank_main(const struct run *r, int k, int fd) {
         struct tp_range held = K > 1 ? kvp_token_range(&grid, k, max_seq) : (struct tp_range){0, C};
         int n = (held.end < C ? held.end : C) - held.start;
         if (n > 0) fill_kv(&kv, slot, n, 0x9e3779b97f4a7c15ull + (uint64_t)k);
-        kv.len[slot] = C; /* lengths stay global under KVP */
+        kv.blocks.len[slot] = C; /* lengths stay global under KVP */
     }
     float one = 1.0f; /* every rank filled: start together */
     if (!rc && coll) rc = coll_allreduce_sum(coll, &one, 1);

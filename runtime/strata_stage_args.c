@@ -52,8 +52,13 @@ void strata_stage_usage(FILE *out) {
             "  --weights-in-file      cpu: leave the matrices in the checkpoint's page cache\n"
             "                         (reclaimable under memory pressure) instead of moving\n"
             "                         them into huge-page memory at load (decode ~25%% faster)\n"
-            "  --max-seq N            KV positions per request (default 512)\n"
-            "  --max-batch B          concurrent requests = KV slots (default 8)\n"
+            "  --max-seq N            KV positions a request may fill (default 512)\n"
+            "  --max-batch B          requests in flight at most (default 8)\n"
+            "  --kv-memory SIZE|PCT   the KV pool: blocks of 16 positions in SIZE bytes (64M,\n"
+            "                         12G) or PCT of the memory free after loading (50%%);\n"
+            "                         a request reserves prompt + max_tokens when it starts\n"
+            "                         and gives its blocks back when it ends (default: every\n"
+            "                         request in flight can reach --max-seq)\n"
             "  --chunk-size C         prefill chunk rows (default 64)\n"
             "  --send-kv              send each request's KV after its prefill activation (on\n"
             "                         every stage: stage 0 keeps the later stages' blocks and a\n"
@@ -195,6 +200,7 @@ enum option_id {
     O_RECOVERY_TIMEOUT,
     O_MAX_QUEUE,
     O_QUEUE_TIMEOUT,
+    O_KV_MEMORY,
     O_STANDBY,
     O_HELP
 };
@@ -247,6 +253,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"role", 1, 0, O_ROLE},
                                              {"recovery-timeout-ms", 1, 0, O_RECOVERY_TIMEOUT},
                                              {"max-queue", 1, 0, O_MAX_QUEUE},
+                                             {"kv-memory", 1, 0, O_KV_MEMORY},
                                              {"queue-timeout-ms", 1, 0, O_QUEUE_TIMEOUT},
                                              {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
@@ -350,6 +357,12 @@ static int parse_option(struct args *a, int c, const char *value) {
         break;
     case O_MAX_QUEUE:
         rc = strata_stage_flag_int("--max-queue", value, 0, 1 << 20, &a->max_queue);
+        break;
+    case O_KV_MEMORY:
+        if (stage_backend_parse_kv_memory(value, &a->kv_memory, &a->kv_memory_fraction) < 0) {
+            fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+            rc = -1;
+        }
         break;
     case O_QUEUE_TIMEOUT:
         rc = strata_stage_flag_int("--queue-timeout-ms", value, 0, 3600000, &a->queue_timeout_ms);

@@ -18,6 +18,8 @@ struct args {
     const char *device, *weights_dtype;
     int weights_in_file; /* --weights-in-file */
     int threads, max_seq, max_batch, chunk_size;
+    size_t kv_memory;          /* --kv-memory SIZE (bytes), or */
+    double kv_memory_fraction; /* --kv-memory PCT (a share of the memory free after loading) */
     int kv_recovery, kv_keep_mb;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
     int max_queue, queue_timeout_ms; /* stage 0's admission queue */

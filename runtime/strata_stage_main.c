@@ -152,6 +152,8 @@ static int open_stage(struct run *r, const struct args *a) {
                                    .weights_in_file = a->weights_in_file,
                                    .max_seq = a->max_seq,
                                    .max_batch = a->max_batch,
+                                   .kv_memory = a->kv_memory,
+                                   .kv_memory_fraction = a->kv_memory_fraction,
                                    .chunk_size = a->chunk_size,
                                    .keep_logits = role.with_head && a->out,
                                    .send_kv = a->send_kv,
@@ -207,6 +209,18 @@ static void print_grid(const struct run *r, const struct args *a) {
            a->moe == TP_MOE_SPLIT ? "split" : "expert");
 }
 
+/* The summary's KV line: the pool as blocks, bytes and tokens, and the per-request caps. */
+static void print_kv(const struct stage_backend *be) {
+    struct stage_kv_usage u;
+    char size[32];
+    stage_backend_kv_usage(be, &u);
+    stage_plan_format_size(size, sizeof size, stage_backend_kv_bytes(be));
+    printf("kv cache: %d blocks of %d positions = %lld tokens, %s f32; up to %d requests of at "
+           "most %d positions\n",
+           u.blocks, u.block_positions, (long long)u.blocks * u.block_positions, size,
+           be->num_slots, be->max_seq);
+}
+
 /* A follower's summary: its grid place and its shard (it has no core). */
 static void print_follower(const struct run *r, const struct args *a) {
     char device[512];
@@ -218,8 +232,7 @@ static void print_follower(const struct run *r, const struct args *a) {
            r->cfg.num_layers, role->with_embed ? ", embedding" : "",
            role->with_head ? ", final norm + lm_head" : "");
     printf("%s\n", device);
-    printf("kv cache: %d slots x %d positions = %zu bytes\n", r->follower->num_slots,
-           r->follower->max_seq, stage_backend_kv_bytes(r->follower));
+    print_kv(r->follower);
     fflush(stdout);
 }
 
@@ -247,8 +260,7 @@ static void print_summary(const struct run *r, const struct args *a) {
            info.num_layers, info.role.with_embed ? ", embedding" : "",
            info.role.with_head ? ", final norm + lm_head" : "");
     printf("%s\n", device);
-    printf("kv cache: %d slots x %d positions = %zu bytes\n", info.max_batch, info.max_seq,
-           stage_core_kv_bytes(r->stage.core));
+    print_kv(r->stage.backend);
     fflush(stdout);
 }
 

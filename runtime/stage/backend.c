@@ -2,6 +2,7 @@
 #include "runtime/stage/backend.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "reference/sampler.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
+#include "runtime/model/stage_plan.h"
 
 static int check_role(const struct stage_backend_options *opt) {
     int rc = stage_role_check(&opt->role, opt->cfg->num_layers, 0, 0);
@@ -121,10 +123,14 @@ void stage_backend_kv_usage(const struct stage_backend *be, struct stage_kv_usag
     be->iface->kv_usage(be, out);
 }
 
-int stage_backend_kv_blocks(size_t budget, size_t block_bytes, int max_seq, int *blocks) {
+int stage_backend_kv_blocks(const struct stage_backend_options *opt, size_t free_bytes,
+                            size_t block_bytes, int max_seq, int *blocks) {
     const long long per_slot = kv_blocks_for(max_seq);
+    const size_t budget = opt->kv_memory_fraction > 0
+                              ? (size_t)((double)free_bytes * opt->kv_memory_fraction)
+                              : opt->kv_memory;
     *blocks = 0; /* kv_blocks_init's own default */
-    if (budget == 0) return 0;
+    if (budget == 0 && opt->kv_memory_fraction <= 0) return 0;
     const unsigned long long n = block_bytes ? budget / block_bytes : (unsigned long long)per_slot;
     if (n < (unsigned long long)per_slot)
         return strata_set_error(STRATA_ERANGE,
@@ -133,6 +139,40 @@ int stage_backend_kv_blocks(size_t budget, size_t block_bytes, int max_seq, int 
                                 budget, n, block_bytes, KV_BLOCK, max_seq, per_slot);
     *blocks = n > INT32_MAX ? INT32_MAX : (int)n;
     return 0;
+}
+
+int stage_backend_parse_kv_memory(const char *text, size_t *bytes, double *fraction) {
+    *bytes = 0;
+    *fraction = 0;
+    const size_t n = text ? strlen(text) : 0;
+    if (n > 1 && text[n - 1] == '%') {
+        char *end;
+        const double pct = strtod(text, &end);
+        if (end == text + n - 1 && pct > 0 && pct <= 100) {
+            *fraction = pct / 100;
+            return 0;
+        }
+    } else {
+        uint64_t size;
+        if (n && stage_plan_parse_size(&size, text) == 0 && size > 0 && size <= SIZE_MAX) {
+            *bytes = (size_t)size;
+            return 0;
+        }
+    }
+    return strata_set_error(STRATA_EINVAL,
+                            "--kv-memory '%s': expected a size such as 64M or 12G, or a "
+                            "percentage of free memory such as 50%%",
+                            text ? text : "");
+}
+
+size_t stage_host_available_bytes(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1) break;
+    if (f) fclose(f);
+    return (size_t)kib * 1024;
 }
 
 size_t stage_backend_kv_bytes(const struct stage_backend *be) {

@@ -104,7 +104,8 @@ struct stage_backend_i {
     int (*kv_acquire)(struct stage_backend *be, int *slot);
     /* Promises slot the blocks its first `positions` positions (global: a KVP rank counts
      * its share of them) need beyond those it holds, so that its forwards never find the
-     * pool full; STRATA_EBUSY naming the counts when the pool cannot (kv_blocks_reserve). */
+     * pool full; STRATA_EBUSY naming the counts when the pool cannot (kv_blocks_reserve).
+     * Slot -1 only asks whether a new request's reservation would succeed now. */
     int (*kv_reserve)(struct stage_backend *be, int slot, int positions);
     /* Frees a slot: its blocks return to the pool at once, its reservation lapses. */
     void (*kv_release)(struct stage_backend *be, int slot);
@@ -144,10 +145,12 @@ struct stage_backend_options {
     int num_threads;    /* CPU worker threads (>= 1) */
     int max_seq;        /* KV positions a slot may hold (>= 1) */
     int num_slots;      /* KV slots (>= 1) */
-    /* The KV pool's budget in bytes (K and V of every layer and kv head this rank holds):
-     * as many whole blocks as fit, at least one slot's max_seq. 0: enough for every slot
-     * to hold max_seq positions. */
+    /* The KV pool's budget (K and V of every layer and kv head this rank holds): as many
+     * whole blocks as fit, at least one slot's max_seq. kv_memory bytes, or when
+     * kv_memory_fraction > 0 that share of the memory free once the weights are loaded
+     * (host or device). Both 0: enough for every slot to hold max_seq positions. */
     size_t kv_memory;
+    double kv_memory_fraction;
     /* NULL or tp 1: the whole role. Else only this rank's shard of it is loaded and the
      * layers all-reduce over tp->coll (the CPU backend) or over NCCL sub-groups set up
      * through it (CUDA: one device per rank; --moe split refused with the reason). */
@@ -204,10 +207,20 @@ int stage_backend_kv_reserve(struct stage_backend *be, int slot, int positions);
 void stage_backend_kv_release(struct stage_backend *be, int slot);
 size_t stage_backend_kv_bytes(const struct stage_backend *be);
 void stage_backend_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out);
-/* *blocks = the whole blocks of block_bytes a pool of `budget` bytes holds (budget 0: 0,
- * kv_blocks_init's default of every slot at max_seq); STRATA_ERANGE naming the sizes when
- * that is less than one request of max_seq positions needs. */
-int stage_backend_kv_blocks(size_t budget, size_t block_bytes, int max_seq, int *blocks);
+/* *blocks = the whole blocks of block_bytes that the options' budget holds, free_bytes being
+ * what a fraction is of (no budget: 0, kv_blocks_init's default of every slot at max_seq);
+ * STRATA_ERANGE naming the sizes when that is less than one request of max_seq positions
+ * needs. */
+int stage_backend_kv_blocks(const struct stage_backend_options *opt, size_t free_bytes,
+                            size_t block_bytes, int max_seq, int *blocks);
+
+/* --kv-memory's value: a size ("64M", "12G": K/M/G/T powers of 1024, as strata-plan --mem)
+ * into *bytes, or a percentage ("50%", of the memory free after loading) into *fraction;
+ * STRATA_EINVAL naming the text. */
+int stage_backend_parse_kv_memory(const char *text, size_t *bytes, double *fraction);
+
+/* MemAvailable of /proc/meminfo in bytes (0 when unknown). */
+size_t stage_host_available_bytes(void);
 int stage_backend_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots,
                           int n);
 int stage_backend_kv_restore(struct stage_backend *be, const int *slots, int n,

@@ -96,12 +96,29 @@ static int cpu_kv_acquire(struct stage_backend *be, int *slot) {
     return kv_cache_acquire(&ctx(be)->kv, slot);
 }
 
+static int cpu_kv_reserve(struct stage_backend *be, int slot, int positions) {
+    struct cpu_context *c = ctx(be);
+    return kv_blocks_reserve(&c->kv.blocks, slot, reference_model_kv_held(c->model, positions));
+}
+
 static void cpu_kv_release(struct stage_backend *be, int slot) {
     kv_cache_release(&ctx(be)->kv, slot);
 }
 
 static size_t cpu_kv_bytes(const struct stage_backend *be) {
     return kv_cache_bytes(&ctx(be)->kv);
+}
+
+static void cpu_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out) {
+    const struct kv_cache *kv = &ctx(be)->kv;
+    *out = (struct stage_kv_usage){
+        .blocks = kv->blocks.num_blocks,
+        .free = kv->blocks.num_free,
+        .promised = kv->blocks.promised,
+        .block_positions = KV_BLOCK,
+        .block_bytes = 2 * sizeof(float) *
+                       kv_cache_block_floats(kv->layer_end - kv->layer_start, kv->num_kv_heads,
+                                             kv->head_dim)};
 }
 
 static int cpu_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n) {
@@ -153,8 +170,10 @@ static const struct stage_backend_i cpu_iface = {
     .logits = cpu_logits,
     .argmax = cpu_argmax,
     .kv_acquire = cpu_kv_acquire,
+    .kv_reserve = cpu_kv_reserve,
     .kv_release = cpu_kv_release,
     .kv_bytes = cpu_kv_bytes,
+    .kv_usage = cpu_kv_usage,
     .kv_pack = cpu_kv_pack,
     .kv_restore = cpu_kv_restore,
     .describe = cpu_describe,
@@ -229,10 +248,19 @@ static int backend_cpu_open(struct stage_backend **out, const struct stage_backe
     struct tp_shard shard;
     if (rc == 0 && stage_tp_is_split(opt->tp)) rc = grid_hooks(c, &lo, &shard, opt);
     if (rc == 0) rc = reference_model_load(&c->model, cfg, opt->weights, &lo);
+    int blocks = 0, kv_heads = 0, positions = 0;
+    if (rc == 0) {
+        kv_heads = reference_model_kv_heads(c->model);
+        positions = reference_model_kv_positions(c->model, opt->max_seq);
+        rc = stage_backend_kv_blocks(
+            opt, stage_host_available_bytes(),
+            2 * sizeof(float) *
+                kv_cache_block_floats(role->layer_end - role->layer_start, kv_heads, cfg->head_dim),
+            positions, &blocks);
+    }
     if (rc == 0)
-        rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end,
-                           reference_model_kv_heads(c->model), cfg->head_dim,
-                           reference_model_kv_positions(c->model, opt->max_seq), opt->num_slots, 0);
+        rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end, kv_heads, cfg->head_dim,
+                           positions, opt->num_slots, blocks);
     if (rc < 0) {
         stage_backend_free(be);
         return rc;

@@ -39,18 +39,20 @@ int stage_admission_waiting(const struct stage_core *core) {
 }
 
 int stage_admission_push(struct stage_core *core, uint32_t client_id, uint64_t nonce,
-                         const uint8_t *frame, size_t len) {
+                         const uint8_t *frame, size_t len, int need) {
     struct stage_admission *a = &core->admission;
     if (a->max_queue == 0)
         return strata_set_error(STRATA_EBUSY,
-                                "request refused: all %d KV slots are in use (--max-batch %d) and "
-                                "there is no admission queue (--max-queue 0); try again later",
+                                "request refused: the KV cache is full (%d slots, --max-batch %d, "
+                                "or the blocks of --kv-memory) and there is no admission queue "
+                                "(--max-queue 0); try again later",
                                 core->max_batch, core->max_batch);
     if (a->count == a->max_queue) {
         a->refused_full++;
         return strata_set_error(STRATA_EBUSY,
-                                "request refused: all %d KV slots are in use and %d requests are "
-                                "waiting already (--max-queue %d); try again later",
+                                "request refused: the KV cache is full (%d slots or the blocks of "
+                                "--kv-memory) and %d requests are waiting already (--max-queue %d); "
+                                "try again later",
                                 core->max_batch, a->count, a->max_queue);
     }
     uint8_t *copy = malloc(len ? len : 1);
@@ -59,7 +61,7 @@ int stage_admission_push(struct stage_core *core, uint32_t client_id, uint64_t n
                                 len);
     memcpy(copy, frame, len);
     a->waiting[(a->head + a->count) % a->max_queue] =
-        (struct stage_waiting){client_id, nonce, copy, len, core->clock_ms};
+        (struct stage_waiting){client_id, nonce, copy, len, core->clock_ms, need};
     a->count++;
     a->queued++;
     return 0;
@@ -87,15 +89,15 @@ void stage_admission_pump(struct stage_core *core) {
         struct stage_waiting w = pop(a);
         char why[256];
         snprintf(why, sizeof why,
-                 "stage 0: request refused: it waited %lld ms for a KV slot in the admission "
-                 "queue (--queue-timeout-ms %d); try again later",
+                 "stage 0: request refused: it waited %lld ms for KV (a slot and its blocks) in "
+                 "the admission queue (--queue-timeout-ms %d); try again later",
                  (long long)(core->clock_ms - w.arrived_ms), a->timeout_ms);
         a->expired++;
         core->stats.refused++;
         refuse(core, &w, STRATA_EBUSY, why);
         free(w.frame);
     }
-    while (a->count && stage_has_free_slot(core)) {
+    while (a->count && stage_can_start(core, a->waiting[a->head].need)) {
         struct stage_waiting w = pop(a);
         a->admitted++;
         a->waited_ms += core->clock_ms - w.arrived_ms;

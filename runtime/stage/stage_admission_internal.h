@@ -22,6 +22,7 @@ struct stage_waiting {
     uint8_t *frame;
     size_t len;
     int64_t arrived_ms; /* the core's clock */
+    int need;           /* KV positions it reserves when it starts */
 };
 
 struct stage_admission {
@@ -35,14 +36,16 @@ struct stage_admission {
     int64_t waited_ms;
 };
 
-/* Stage 0, a Request every slot of which is taken: waits (0), or is refused (STRATA_EBUSY
- * with the message set) when the queue is full or off. */
+/* Stage 0, a Request that cannot start now (no free slot, or too few KV blocks for its
+ * `need` positions): waits (0), or is refused (STRATA_EBUSY with the message set) when the
+ * queue is full or off. */
 int stage_admission_push(struct stage_core *core, uint32_t client_id, uint64_t nonce,
-                         const uint8_t *frame, size_t len);
+                         const uint8_t *frame, size_t len, int need);
 /* Requests wait behind the ones already waiting (arrival order). */
 int stage_admission_waiting(const struct stage_core *core);
-/* Refuses the requests past their deadline, then admits waiting ones while a KV slot is
- * free. The core calls it after every entry point that can free a slot or move the clock. */
+/* Refuses the requests past their deadline, then admits waiting ones in arrival order while
+ * the head can start (a free slot and its KV blocks). The core calls it after every entry
+ * point that can free a slot or move the clock. */
 void stage_admission_pump(struct stage_core *core);
 /* A waiting request of `client_id` (any nonce when `nonce` is 0) leaves the queue, its
  * client told why (unless it is gone). Returns how many left. */

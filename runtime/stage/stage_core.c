@@ -153,10 +153,15 @@ static int enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int p
     return 0;
 }
 
+/* The KV positions a request fills at most: its prompt and every token but the last. */
+static int64_t kv_need(const struct request_params *params) {
+    return (int64_t)params->prompt_len + params->max_tokens - 1;
+}
+
 /* STRATA_ERANGE (with `why`) when a request cannot fit a slot's --max-seq positions. */
 static int check_fit(const struct stage_core *core, const struct request_params *params, char *why,
                      size_t why_cap) {
-    const int64_t need = (int64_t)params->prompt_len + params->max_tokens - 1;
+    const int64_t need = kv_need(params);
     if (need <= core->max_seq) return 0;
     snprintf(why, why_cap,
              "stage %d: request needs %lld KV positions (prompt %d + max_tokens %d - 1) but "
@@ -180,12 +185,14 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
     int rc = check_fit(core, params, why, why_cap);
     if (rc < 0) return rc;
     rc = stage_backend_kv_acquire(core->be, &slot);
+    if (rc == 0 && (rc = stage_backend_kv_reserve(core->be, slot, (int)kv_need(params))) < 0)
+        stage_backend_kv_release(core->be, slot);
     if (rc < 0) {
-        if (rc == STRATA_EBUSY)
+        if (rc == STRATA_EBUSY && !strstr(strata_last_error(), "blocks"))
             snprintf(why, why_cap,
                      "stage %d: request refused: all %d KV slots are in use (--max-batch %d)",
                      core->opt.stage_index, core->max_batch, core->max_batch);
-        else /* e.g. a TP / KVP group that has failed: its own message */
+        else /* the pool's blocks (--kv-memory), a TP / KVP group that has failed: its words */
             snprintf(why, why_cap, "stage %d: request refused: %s", core->opt.stage_index,
                      strata_last_error());
         core->stats.refused++;
@@ -236,6 +243,10 @@ int stage_has_free_slot(const struct stage_core *core) {
     return 0;
 }
 
+int stage_can_start(struct stage_core *core, int64_t need) {
+    return stage_has_free_slot(core) && stage_backend_kv_reserve(core->be, -1, (int)need) == 0;
+}
+
 /* Stage 0: a Request from a client. Admitted: forwarded down the pipeline at once and its
  * prompt queued in chunks. Refused: an Error with its nonce to the client. */
 static int on_client_request(struct stage_core *core, uint32_t client_id,
@@ -259,12 +270,15 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
         snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
     } else if ((rc = check_fit(core, &params, why, sizeof why)) < 0) {
         /* refused before it could wait: it can never fit */
-    } else if (!from_queue && (stage_admission_waiting(core) > 0 || !stage_has_free_slot(core))) {
-        /* Every slot taken, or others waiting first: the queue (its vision inputs are
-         * prepared again when it is admitted). */
+    } else if (!from_queue &&
+               (stage_admission_waiting(core) > 0 || !stage_can_start(core, kv_need(&params)))) {
+        /* Every slot taken, too few KV blocks free, or others waiting first: the queue (its
+         * vision inputs are prepared again when it is admitted). */
         stage_vl_free(vl);
         vl = NULL;
-        if ((rc = stage_admission_push(core, client_id, msg->nonce, frame, len)) == 0) return 0;
+        if ((rc = stage_admission_push(core, client_id, msg->nonce, frame, len,
+                                       (int)kv_need(&params))) == 0)
+            return 0;
         snprintf(why, sizeof why, "stage 0: %s", strata_last_error());
         core->stats.refused++;
     } else {
@@ -311,13 +325,19 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
     if (rc == 0 && params.resume_len > 0) stage_recovery_drop_stale(core, msg);
     req = stage_find(core, msg->nonce);
     if (rc == 0 && req && req->restored) {
-        if ((int64_t)params.prompt_len + params.max_tokens - 1 > core->max_seq) {
+        if (kv_need(&params) > core->max_seq) {
             stage_fail(core, req, STRATA_ERANGE, 1, 1,
                        "stage %d: restored request %llu needs %lld KV positions (prompt %d + "
                        "max_tokens %d - 1) but --max-seq is %d",
                        r, (unsigned long long)req->nonce,
-                       (long long)params.prompt_len + params.max_tokens - 1, params.prompt_len,
-                       params.max_tokens, core->max_seq);
+                       (long long)kv_need(&params), params.prompt_len, params.max_tokens,
+                       core->max_seq);
+            return 0;
+        }
+        /* Its restored positions hold blocks already; the rest of its run is promised now. */
+        if (stage_backend_kv_reserve(core->be, req->slot, (int)kv_need(&params)) < 0) {
+            stage_fail(core, req, STRATA_EBUSY, 1, 1, "stage %d: restored request %llu: %s", r,
+                       (unsigned long long)req->nonce, strata_last_error());
             return 0;
         }
         req->tokens = calloc((size_t)params.max_tokens, sizeof *req->tokens);

@@ -181,6 +181,9 @@ void stage_admit_waiting(struct stage_core *core, uint32_t client_id, const uint
                          size_t len);
 /* 1 when a KV slot holds no request. */
 int stage_has_free_slot(const struct stage_core *core);
+/* Stage 0: 1 when a request filling `need` KV positions could start now (a free slot, and
+ * the pool's blocks for its reservation). */
+int stage_can_start(struct stage_core *core, int64_t need);
 struct stage_req *stage_find(struct stage_core *core, uint64_t nonce);
 /* Stage 0: a token for `req` at `step` (from the ring, or local when S = 1). */
 void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token);

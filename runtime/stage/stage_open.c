@@ -69,6 +69,8 @@ static int open_backend(struct stage_backend **out, const struct stage_open_opti
                                        .weights_in_file = opt->weights_in_file,
                                        .max_seq = opt->max_seq,
                                        .num_slots = opt->max_batch,
+                                       .kv_memory = opt->kv_memory,
+                                       .kv_memory_fraction = opt->kv_memory_fraction,
                                        .tp = opt->tp,
                                        .progress = opt->progress};
     int split = stage_tp_is_split(opt->tp);

@@ -96,8 +96,12 @@ struct stage_req *stage_recovery_fresh_slot(struct stage_core *core, struct stag
     stage_backend_kv_release(core->be, old);
     if (stage_backend_kv_acquire(core->be, &slot) < 0 || slot == old) {
         req->slot = old; /* cannot fail: a slot was just freed (this one when it is lowest) */
-        return req;
+        slot = old;
     }
+    /* Cannot fail either: the blocks it held and was promised were just given back. */
+    stage_backend_kv_reserve(core->be, slot,
+                             req->params.prompt_len + req->params.max_tokens - 1);
+    if (slot == old) return req;
     dst = &core->reqs[slot];
     *dst = *req;
     dst->slot = slot;

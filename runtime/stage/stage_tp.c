@@ -21,7 +21,8 @@ enum tp_op {
     TP_OP_ACQUIRE,
     TP_OP_RELEASE,
     TP_OP_STOP,
-    TP_OP_ARGMAX /* greedy ids without assembled logits (backend.h argmax) */
+    TP_OP_ARGMAX, /* greedy ids without assembled logits (backend.h argmax) */
+    TP_OP_RESERVE /* a: slot, b: positions */
 };
 
 #define TP_HDR 6            /* op, a, b, n_ints, n_floats, magic */
@@ -204,6 +205,23 @@ static int lead_kv_acquire(struct stage_backend *be, int *slot) {
     return rc;
 }
 
+/* The leader reserves first: a pool that cannot is the group's answer (every rank's pool
+ * has the same blocks: the same budget over the same layers and a share of the heads or
+ * positions that is the same size on every rank); the followers then make the same
+ * promise. */
+static int lead_kv_reserve(struct stage_backend *be, int slot, int positions) {
+    struct tp_leader *l = leader(be);
+    int rc = l->inner->iface->kv_reserve(l->inner, slot, positions);
+    if (rc || slot < 0) return rc; /* slot -1 asks the leader's pool only: a question */
+    l->buf.n_ints = l->buf.n_floats = 0;
+    return send_cmd(l, TP_OP_RESERVE, slot, positions);
+}
+
+static void lead_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out) {
+    const struct tp_leader *l = leader(be);
+    l->inner->iface->kv_usage(l->inner, out);
+}
+
 /* Sends a command whose failure the caller cannot see (a void call): the thread's error
  * message is kept, since the caller may be reporting another failure with it; a broken
  * group fails the next call instead. */
@@ -259,8 +277,10 @@ static const struct stage_backend_i leader_iface = {
     .logits = lead_logits,
     .argmax = lead_argmax,
     .kv_acquire = lead_kv_acquire,
+    .kv_reserve = lead_kv_reserve,
     .kv_release = lead_kv_release,
     .kv_bytes = lead_kv_bytes,
+    .kv_usage = lead_kv_usage,
     .kv_pack = lead_kv_pack,
     .kv_restore = lead_kv_restore,
     .describe = lead_describe,
@@ -272,8 +292,10 @@ static const struct stage_backend_i leader_iface_no_argmax = {
     .forward = lead_forward,
     .logits = lead_logits,
     .kv_acquire = lead_kv_acquire,
+    .kv_reserve = lead_kv_reserve,
     .kv_release = lead_kv_release,
     .kv_bytes = lead_kv_bytes,
+    .kv_usage = lead_kv_usage,
     .kv_pack = lead_kv_pack,
     .kv_restore = lead_kv_restore,
     .describe = lead_describe,
@@ -426,6 +448,15 @@ static int follow_one(struct stage_backend *be, struct tp_follow_scratch *s, con
                                     hdr[1], slot);
         return STRATA_OK;
     case TP_OP_RELEASE: be->iface->kv_release(be, hdr[1]); return STRATA_OK;
+    case TP_OP_RESERVE:
+        if ((rc = be->iface->kv_reserve(be, hdr[1], hdr[2]))) {
+            char why[600]; /* copied first: formatting the error buffer into itself garbles it */
+            snprintf(why, sizeof why, "%s", strata_last_error());
+            return strata_set_error(rc, "TP: the leader reserved KV for slot %d, this rank could "
+                                        "not (the ranks' pools diverged): %s",
+                                    hdr[1], why);
+        }
+        return STRATA_OK;
     default: return strata_set_error(STRATA_EFORMAT, "TP: unknown command %d", hdr[0]);
     }
 }

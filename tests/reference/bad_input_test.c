@@ -73,7 +73,7 @@ static void test_beyond_kv_capacity(void **state) {
     assert_int_equal(reference_embed(f->m, f->hidden, tokens, 5), 0);
     expect_error(reference_forward(f->m, &f->kv, f->hidden, &item, 1), STRATA_ERANGE,
                  "KV capacity of 4");
-    assert_int_equal(f->kv.len[f->slot], 0); /* a refused call changes nothing */
+    assert_int_equal(f->kv.blocks.len[f->slot], 0); /* a refused call changes nothing */
     item.n_tokens = 3;
     assert_int_equal(reference_forward(f->m, &f->kv, f->hidden, &item, 1), 0);
     item = (struct forward_item){.slot = f->slot, .pos = 3, .n_tokens = 2};
@@ -81,7 +81,7 @@ static void test_beyond_kv_capacity(void **state) {
                  "KV capacity");
     item.n_tokens = 1;
     assert_int_equal(reference_forward(f->m, &f->kv, f->hidden, &item, 1), 0);
-    assert_int_equal(f->kv.len[f->slot], 4);
+    assert_int_equal(f->kv.blocks.len[f->slot], 4);
 }
 
 static void test_bad_positions_and_slots(void **state) {

@@ -88,7 +88,7 @@ static void chain_step(struct chain *ch, const struct golden_case *gc,
     assert_non_null(hidden);
     if (reference_embed(ch->stage[0], hidden, tokens, rows)) fail_msg("%s", strata_last_error());
     for (int s = 0; s < ch->n; ++s) {
-        struct kv_cache *kv = ch->kv[s].num_slots ? &ch->kv[s] : NULL;
+        struct kv_cache *kv = ch->kv[s].blocks.num_slots ? &ch->kv[s] : NULL;
         if (reference_forward(ch->stage[s], kv, hidden, items, n_items))
             fail_msg("%s", strata_last_error());
     }
@@ -109,7 +109,7 @@ static float *run_alone(const struct golden_case *gc, const struct request *r, c
     chain_open(&ch, gc, bounds, n_stages, separate_ends, threads, 1, r->n_prompt + r->n_steps);
     int V = gc->cfg.vocab_size, pos = 0;
     for (int s = 0; s < ch.n; ++s)
-        if (ch.kv[s].num_slots) kv_cache_acquire(&ch.kv[s], &(int){0});
+        if (ch.kv[s].blocks.num_slots) kv_cache_acquire(&ch.kv[s], &(int){0});
     float *logits = malloc((size_t)r->n_steps * (size_t)V * sizeof(float));
     assert_non_null(logits);
     for (int step = 0; step < r->n_steps; ++step) {

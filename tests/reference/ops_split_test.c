@@ -165,7 +165,13 @@ static void check_kvp(const float *k_all, const float *v_all, int ctx, int token
     float *scores = malloc((size_t)ranks * (size_t)n * NH * (size_t)tokens * sizeof(float));
     float *caches = malloc((size_t)ranks * 2 * NKV * (size_t)tokens * D * sizeof(float));
     assert_true(one && got && scratch && parts && maxes && scores && caches);
-    attention(one, q, k_all, v_all, (size_t)ctx * D, scratch, pos, n, NH, NKV, D, pool);
+    int32_t ident[64]; /* contiguous caches: block b is the b-th run of OPS_ATTN_BLOCK rows */
+    for (int b = 0; b < 64; ++b)
+        ident[b] = b;
+    assert_true(ctx <= 64 * OPS_ATTN_BLOCK);
+    const struct ops_kv all = {(float *)k_all, (float *)v_all, ident, OPS_ATTN_BLOCK * D,
+                               (size_t)ctx * D};
+    attention(one, q, &all, scratch, pos, n, NH, NKV, D, pool);
     float *m = maxes + (size_t)ranks * (size_t)n * NH;
     for (int r = 0; r < ranks; ++r) { /* rank r's cache: its positions of every kv head */
         float *kc = caches + (size_t)r * 2 * NKV * (size_t)tokens * D,
@@ -178,8 +184,9 @@ static void check_kvp(const float *k_all, const float *v_all, int ctx, int token
                 memcpy(vc + ((size_t)g * tokens + j) * D,
                        v_all + ((size_t)g * ctx + (size_t)(r * tokens + j)) * D, D * sizeof(float));
             }
+        const struct ops_kv mine = {kc, NULL, ident, OPS_ATTN_BLOCK * D, (size_t)tokens * D};
         attention_partial_max(maxes + (size_t)r * n * NH, scores + (size_t)r * n * NH * tokens, q,
-                              kc, (size_t)tokens * D, pos, n, r * tokens, held, NH, NKV, D, pool);
+                              &mine, pos, n, r * tokens, held, NH, NKV, D, pool);
     }
     for (size_t t = 0; t < (size_t)n * NH; ++t) { /* the group's max: exact in any order */
         m[t] = -INFINITY;
@@ -187,11 +194,11 @@ static void check_kvp(const float *k_all, const float *v_all, int ctx, int token
             m[t] = fmaxf(m[t], maxes[(size_t)r * n * NH + t]);
     }
     for (int r = 0; r < ranks; ++r) {
-        const float *vc =
-            caches + (size_t)r * 2 * NKV * (size_t)tokens * D + NKV * (size_t)tokens * D;
+        float *vc = caches + (size_t)r * 2 * NKV * (size_t)tokens * D + NKV * (size_t)tokens * D;
         int held = ctx - r * tokens < tokens ? ctx - r * tokens : tokens;
-        attention_partial(parts + (size_t)r * part_n, scores + (size_t)r * n * NH * tokens, m, vc,
-                          (size_t)tokens * D, pos, n, r * tokens, held, NH, NKV, D, pool);
+        const struct ops_kv mine = {NULL, vc, ident, OPS_ATTN_BLOCK * D, (size_t)tokens * D};
+        attention_partial(parts + (size_t)r * part_n, scores + (size_t)r * n * NH * tokens, m,
+                          &mine, pos, n, r * tokens, held, NH, NKV, D, pool);
     }
     attention_merge(got, parts, ranks, n, NH, D);
     if (memcmp(got, one, (size_t)n * qd * sizeof(float)))

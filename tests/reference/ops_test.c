@@ -364,7 +364,13 @@ static void run_attention(float *out, const float *q, const float *k, const floa
     float *scratch =
         malloc((size_t)threads * attention_scratch_floats(pos + n, nh, nkv, d) * sizeof(float));
     assert_non_null(scratch);
-    attention(out, q, k, v, kv_head_stride, scratch, pos, n, nh, nkv, d, pool);
+    int32_t ident[64]; /* a contiguous cache: block b is the b-th run of OPS_ATTN_BLOCK rows */
+    for (int b = 0; b < 64; ++b)
+        ident[b] = b;
+    assert_true(pos + n <= 64 * OPS_ATTN_BLOCK);
+    const struct ops_kv kv = {(float *)k, (float *)v, ident, (size_t)OPS_ATTN_BLOCK * (size_t)d,
+                              kv_head_stride};
+    attention(out, q, &kv, scratch, pos, n, nh, nkv, d, pool);
     free(scratch);
     thread_pool_free(pool);
 }
@@ -452,6 +458,63 @@ static void plain_tree(float *ob, int nb, int w) {
     plain_tree(ob + (size_t)left * (size_t)w, nb - left, w);
     for (int d = 0; d < w; ++d)
         ob[d] += ob[(size_t)left * (size_t)w + (size_t)d];
+}
+
+/* A paged cache gives the contiguous cache's bits: the same keys and values stored by
+ * kv_store into blocks scattered (in reverse, with gaps) over a bigger pool of
+ * [block][kv_head][OPS_ATTN_BLOCK][D], then attended through the block table, for MHA and
+ * grouped heads, on 1 and 3 threads, with prefix and query runs crossing blocks. */
+static void test_attention_paged(void **state) {
+    (void)state;
+    enum { D = 16, CTX = 75, POOL = 16, NKV = 2, MAX_NH = 8 };
+    const int blocks = (CTX + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK;
+    static float k[NKV * CTX * D], v[NKV * CTX * D], q[CTX * MAX_NH * D];
+    static float rows_k[CTX * NKV * D], rows_v[CTX * NKV * D];
+    static float pk[POOL * NKV * OPS_ATTN_BLOCK * D], pv[POOL * NKV * OPS_ATTN_BLOCK * D];
+    static float want[CTX * MAX_NH * D], got[CTX * MAX_NH * D];
+    fill(k, sizeof k / sizeof *k);
+    fill(v, sizeof v / sizeof *v);
+    fill(q, sizeof q / sizeof *q);
+    /* The projected rows [pos][kv_head][D] that kv_store takes. */
+    for (int j = 0; j < CTX; ++j)
+        for (int g = 0; g < NKV; ++g) {
+            memcpy(rows_k + ((size_t)j * NKV + g) * D, k + ((size_t)g * CTX + j) * D, D * 4);
+            memcpy(rows_v + ((size_t)j * NKV + g) * D, v + ((size_t)g * CTX + j) * D, D * 4);
+        }
+    int32_t table[16];
+    for (int b = 0; b < blocks; ++b)
+        table[b] = POOL - 1 - 2 * b;
+    const struct ops_kv paged = {pk, pv, table, (size_t)NKV * OPS_ATTN_BLOCK * D,
+                                 (size_t)OPS_ATTN_BLOCK * D};
+    /* Stored in three calls that cross block edges (positions [0, 20), [20, 47), [47, 75)). */
+    kv_store(&paged, rows_k, rows_v, NKV * D, 0, 20, NKV, D);
+    kv_store(&paged, rows_k + 20 * NKV * D, rows_v + 20 * NKV * D, NKV * D, 20, 27, NKV, D);
+    kv_store(&paged, rows_k + 47 * NKV * D, rows_v + 47 * NKV * D, NKV * D, 47, 28, NKV, D);
+    for (int j = 0; j < CTX; ++j)
+        for (int g = 0; g < NKV; ++g) {
+            const size_t at = ops_kv_offset(&paged, g, j, D);
+            assert_memory_equal(pk + at, k + ((size_t)g * CTX + j) * D, D * 4);
+            assert_memory_equal(pv + at, v + ((size_t)g * CTX + j) * D, D * 4);
+        }
+    static const int heads[] = {2, 8}; /* nh: one task per head, then groups of 4 */
+    static const int runs[][2] = {{0, 75}, {60, 15}, {74, 1}, {16, 1}}; /* pos, n */
+    for (size_t h = 0; h < sizeof heads / sizeof *heads; ++h)
+        for (size_t r = 0; r < sizeof runs / sizeof *runs; ++r)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                const int nh = heads[h], pos = runs[r][0], n = runs[r][1];
+                struct thread_pool *pool;
+                assert_int_equal(thread_pool_init(&pool, threads), 0);
+                float *scratch = malloc((size_t)threads *
+                                        attention_scratch_floats(pos + n, nh, NKV, D) * 4);
+                assert_non_null(scratch);
+                attention(got, q, &paged, scratch, pos, n, nh, NKV, D, pool);
+                free(scratch);
+                thread_pool_free(pool);
+                run_attention(want, q, k, v, (size_t)CTX * D, pos, n, nh, NKV, D, threads);
+                if (memcmp(got, want, (size_t)n * nh * D * 4))
+                    fail_msg("paged attention differs: nh %d, pos %d, n %d, %d threads", nh, pos,
+                             n, threads);
+            }
 }
 
 /* attention's documented fp32 order, written plainly: the kernel must give these exact bits
@@ -545,6 +608,7 @@ int main(void) {
         cmocka_unit_test(test_moe_route),
         cmocka_unit_test(test_moe_sum_rows),
         cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_paged),
         cmocka_unit_test(test_attention_scratch_floats),
         cmocka_unit_test(test_attention_exact_order),
     };

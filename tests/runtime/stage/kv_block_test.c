@@ -26,25 +26,34 @@ static float next_float(void) {
     return (rng & 1) ? f - 1.5f : 1.5f - f;
 }
 
+/* Position pos of kv head h of (slot, layer): its keys (which 0) or values (1). */
+static float *at(const struct kv_cache *kv, int slot, int layer, int h, int pos, int which) {
+    const struct ops_kv view = kv_cache_view(kv, slot, layer);
+    return (which ? view.v : view.k) + ops_kv_offset(&view, h, pos, kv->head_dim);
+}
+
 static void fill_slot(struct kv_cache *kv, int slot, int len) {
+    assert_int_equal(kv_blocks_grow(&kv->blocks, slot, len), 0);
     for (int l = kv->layer_start; l < kv->layer_end; ++l)
         for (int h = 0; h < kv->num_kv_heads; ++h)
-            for (int i = 0; i < len * kv->head_dim; ++i) {
-                kv_cache_k(kv, slot, l, h)[i] = next_float();
-                kv_cache_v(kv, slot, l, h)[i] = next_float();
-            }
-    kv->len[slot] = len;
+            for (int p = 0; p < len; ++p)
+                for (int d = 0; d < kv->head_dim; ++d) {
+                    at(kv, slot, l, h, p, 0)[d] = next_float();
+                    at(kv, slot, l, h, p, 1)[d] = next_float();
+                }
+    kv->blocks.len[slot] = len;
 }
 
 static void assert_slots_equal(const struct kv_cache *a, int slot_a, const struct kv_cache *b,
                                int slot_b) {
-    assert_int_equal(a->len[slot_a], b->len[slot_b]);
-    size_t n = (size_t)a->len[slot_a] * a->head_dim * sizeof(float);
+    assert_int_equal(a->blocks.len[slot_a], b->blocks.len[slot_b]);
+    size_t n = (size_t)a->head_dim * sizeof(float);
     for (int l = a->layer_start; l < a->layer_end; ++l)
-        for (int h = 0; h < a->num_kv_heads; ++h) {
-            assert_memory_equal(kv_cache_k(a, slot_a, l, h), kv_cache_k(b, slot_b, l, h), n);
-            assert_memory_equal(kv_cache_v(a, slot_a, l, h), kv_cache_v(b, slot_b, l, h), n);
-        }
+        for (int h = 0; h < a->num_kv_heads; ++h)
+            for (int p = 0; p < a->blocks.len[slot_a]; ++p)
+                for (int which = 0; which < 2; ++which)
+                    assert_memory_equal(at(a, slot_a, l, h, p, which),
+                                        at(b, slot_b, l, h, p, which), n);
 }
 
 struct fixture {
@@ -100,7 +109,7 @@ static void packed_layout_is_l_b_heads_s_d(void **state) {
     /* Element [l=1, b=1, h=1, s=3, d=2] is layer 5, slot 0, head 1, position 3. */
     const float *data = k->data;
     size_t index = ((((size_t)1 * 2 + 1) * KV_HEADS + 1) * 11 + 3) * HEAD_DIM + 2;
-    assert_memory_equal(&data[index], &kv_cache_k(&f->source, 0, 5, 1)[3 * HEAD_DIM + 2], 4);
+    assert_memory_equal(&data[index], &at(&f->source, 0, 5, 1, 3, 0)[2], 4);
     /* Row b=1 holds 5 positions: positions 5..10 are zero padding. */
     index = ((((size_t)0 * 2 + 1) * KV_HEADS + 0) * 11 + 7) * HEAD_DIM;
     for (int d = 0; d < HEAD_DIM; ++d)
