@@ -208,6 +208,8 @@ struct wire_stage_info {
     int32_t max_seq, max_batch;
     int32_t kv_slots_in_use, queue_depth; /* load when the describe passed the stage */
     int32_t requests_waiting;             /* stage 0: its admission queue then */
+    int32_t kv_blocks, kv_blocks_used;    /* the KV pool and the blocks requests hold */
+    int32_t kv_blocks_reserved;           /* free blocks promised to running requests */
 };
 
 struct wire_control {

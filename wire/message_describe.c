@@ -29,26 +29,33 @@ enum {
     INFO_MAX_BATCH,
     INFO_KV_IN_USE,
     INFO_QUEUE_DEPTH,
-    INFO_REQUESTS_WAITING
+    INFO_REQUESTS_WAITING,
+    INFO_KV_BLOCKS,
+    INFO_KV_BLOCKS_USED,
+    INFO_KV_BLOCKS_RESERVED
 };
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
 #define STR STRING
-static const struct fb_field_desc info_fields[] = {S4, S4, S4,  S4,  S1, S1, S1, STR, S4,
-                                                   S4, S4, STR, STR, S4, S4, S4, S4,  S4};
-const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 18, info_fields};
+static const struct fb_field_desc info_fields[] = {S4, S4, S4,  S4,  S1, S1, S1, STR, S4, S4, S4,
+                                                   S4, STR, STR, S4, S4, S4, S4,  S4, S4, S4};
+const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 21, info_fields};
 
 static int check_info(const struct wire_stage_info *s, size_t i, int code) {
     if (s->num_stages < 1 || s->stage_index < 0 || s->stage_index >= s->num_stages ||
         s->layer_start < 0 || s->layer_end < s->layer_start || s->tp < 1 || s->kvp < 1 ||
         s->threads < 0 || s->max_seq < 0 || s->max_batch < 0 || s->kv_slots_in_use < 0 ||
-        s->queue_depth < 0 || s->requests_waiting < 0)
+        s->queue_depth < 0 || s->requests_waiting < 0 || s->kv_blocks < 0 ||
+        s->kv_blocks_used < 0 || s->kv_blocks_reserved < 0 || s->kv_blocks_used > s->kv_blocks ||
+        s->kv_blocks_reserved > s->kv_blocks - s->kv_blocks_used)
         return strata_set_error(
             code,
             "wire: Control Describe entry %zu: stage %d of %d, layers [%d, %d), "
-            "tp %d, kvp %d, threads %d, max_seq %d, max_batch %d out of range",
+            "tp %d, kvp %d, threads %d, max_seq %d, max_batch %d, kv blocks %d (%d used, %d "
+            "reserved) out of range",
             i, (int)s->stage_index, (int)s->num_stages, (int)s->layer_start, (int)s->layer_end,
-            (int)s->tp, (int)s->kvp, (int)s->threads, (int)s->max_seq, (int)s->max_batch);
+            (int)s->tp, (int)s->kvp, (int)s->threads, (int)s->max_seq, (int)s->max_batch,
+            (int)s->kv_blocks, (int)s->kv_blocks_used, (int)s->kv_blocks_reserved);
     return 0;
 }
 
@@ -91,6 +98,9 @@ uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m) {
         fb_add_u32(a, INFO_KV_IN_USE, (uint32_t)s->kv_slots_in_use, 0);
         fb_add_u32(a, INFO_QUEUE_DEPTH, (uint32_t)s->queue_depth, 0);
         fb_add_u32(a, INFO_REQUESTS_WAITING, (uint32_t)s->requests_waiting, 0);
+        fb_add_u32(a, INFO_KV_BLOCKS, (uint32_t)s->kv_blocks, 0);
+        fb_add_u32(a, INFO_KV_BLOCKS_USED, (uint32_t)s->kv_blocks_used, 0);
+        fb_add_u32(a, INFO_KV_BLOCKS_RESERVED, (uint32_t)s->kv_blocks_reserved, 0);
         fb_add_u8(a, INFO_EMBED, s->embed != 0, 0);
         fb_add_u8(a, INFO_HEAD, s->head != 0, 0);
         fb_add_u8(a, INFO_VISION, s->vision != 0, 0);
@@ -123,7 +133,11 @@ static struct wire_stage_info parse_info(const struct fb_table *e) {
                                     .max_batch = wmsg_get_i32(e, INFO_MAX_BATCH, 0),
                                     .kv_slots_in_use = wmsg_get_i32(e, INFO_KV_IN_USE, 0),
                                     .queue_depth = wmsg_get_i32(e, INFO_QUEUE_DEPTH, 0),
-                                    .requests_waiting = wmsg_get_i32(e, INFO_REQUESTS_WAITING, 0)};
+                                    .requests_waiting = wmsg_get_i32(e, INFO_REQUESTS_WAITING, 0),
+                                    .kv_blocks = wmsg_get_i32(e, INFO_KV_BLOCKS, 0),
+                                    .kv_blocks_used = wmsg_get_i32(e, INFO_KV_BLOCKS_USED, 0),
+                                    .kv_blocks_reserved =
+                                        wmsg_get_i32(e, INFO_KV_BLOCKS_RESERVED, 0)};
 }
 
 int wmsg_parse_control_stages(struct wire_control *out, const struct fb_table *t, int id) {

@@ -141,6 +141,9 @@ static int add_stage(cJSON *data, const struct client_stage_info *s) {
            cJSON_AddNumberToObject(e, "kv_slots_in_use", s->kv_slots_in_use) &&
            cJSON_AddNumberToObject(e, "queue_depth", s->queue_depth) &&
            cJSON_AddNumberToObject(e, "requests_waiting", s->requests_waiting) &&
+           cJSON_AddNumberToObject(e, "kv_blocks", s->kv_blocks) &&
+           cJSON_AddNumberToObject(e, "kv_blocks_used", s->kv_blocks_used) &&
+           cJSON_AddNumberToObject(e, "kv_blocks_reserved", s->kv_blocks_reserved) &&
            cJSON_GetArraySize(layers) == 2 &&
            cJSON_GetArraySize(roles) == !!s->embed + !!s->vision + !!s->head;
 }

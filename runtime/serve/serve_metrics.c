@@ -153,27 +153,31 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out) {
 int serve_metrics_render_stages(const struct client_describe *d, struct serve_buf *out) {
     static const struct {
         const char *name, *help;
-    } gauges[4] = {{"strata_stage_kv_slots", "KV slots of each stage (--max-batch)."},
+    } gauges[7] = {{"strata_stage_kv_slots", "KV slots of each stage (--max-batch)."},
                    {"strata_stage_kv_slots_in_use", "Requests holding a KV slot, per stage."},
                    {"strata_stage_queue_depth",
                     "Work items (prompt chunks, decode rows) queued at each stage."},
                    {"strata_stage_requests_waiting",
-                    "Requests waiting for a KV slot in stage 0's admission queue."}};
+                    "Requests waiting for KV in stage 0's admission queue."},
+                   {"strata_stage_kv_blocks",
+                    "Blocks of 16 positions in each stage's KV pool (--kv-memory)."},
+                   {"strata_stage_kv_blocks_used", "KV blocks held by requests, per stage."},
+                   {"strata_stage_kv_blocks_reserved",
+                    "Free KV blocks promised to running requests, per stage."}};
     int rc = appendf(out,
                      "# HELP strata_serve_stages_up Whether the ring answered the describe behind "
                      "the strata_stage_* gauges.\n# TYPE strata_serve_stages_up gauge\n"
                      "strata_serve_stages_up %d\n",
                      d != NULL);
-    for (int g = 0; d && g < 4 && rc == 0; g++) {
+    for (int g = 0; d && g < 7 && rc == 0; g++) {
         rc = appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g].name, gauges[g].help,
                      gauges[g].name);
         for (int i = 0; i < d->num_stages && rc == 0; i++) {
             const struct client_stage_info *s = &d->stages[i];
-            int v = g == 0   ? s->max_batch
-                    : g == 1 ? s->kv_slots_in_use
-                    : g == 2 ? s->queue_depth
-                             : s->requests_waiting;
-            rc = appendf(out, "%s{stage=\"%d\"} %d\n", gauges[g].name, s->stage_index, v);
+            const int v[7] = {s->max_batch,     s->kv_slots_in_use, s->queue_depth,
+                              s->requests_waiting, s->kv_blocks,     s->kv_blocks_used,
+                              s->kv_blocks_reserved};
+            rc = appendf(out, "%s{stage=\"%d\"} %d\n", gauges[g].name, s->stage_index, v[g]);
         }
     }
     return rc;

@@ -244,6 +244,10 @@ int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *
         e.max_batch = s->max_batch;
         e.kv_slots_in_use = s->kv_slots_in_use;
         e.queue_depth = s->queue_depth;
+        e.requests_waiting = s->requests_waiting;
+        e.kv_blocks = s->kv_blocks;
+        e.kv_blocks_used = s->kv_blocks_used;
+        e.kv_blocks_reserved = s->kv_blocks_reserved;
         entries[i] = e;
         ptrs[i] = &entries[i];
     }

@@ -136,7 +136,10 @@ int client_describe_read(struct client_describe *out, const uint8_t *frame, size
                                         .max_batch = e.max_batch,
                                         .kv_slots_in_use = e.kv_slots_in_use,
                                         .queue_depth = e.queue_depth,
-                                        .requests_waiting = e.requests_waiting};
+                                        .requests_waiting = e.requests_waiting,
+                                        .kv_blocks = e.kv_blocks,
+                                        .kv_blocks_used = e.kv_blocks_used,
+                                        .kv_blocks_reserved = e.kv_blocks_reserved};
         snprintf(s->device, sizeof s->device, "%s", e.device);
         snprintf(s->weights_dtype, sizeof s->weights_dtype, "%s", e.weights_dtype);
         snprintf(s->version, sizeof s->version, "%s", e.version);
@@ -169,21 +172,27 @@ int client_describe(struct strata_client *client, struct client_describe *out, i
 
 void client_describe_table(char *buf, size_t cap, const struct client_describe *d) {
     size_t used = 0;
-    int n = snprintf(buf, cap, "%-5s %-10s %-18s %-8s %-7s %-7s %-12s %-8s %s\n", "stage", "layers",
-                     "roles", "tp x kvp", "threads", "weights", "kv slots", "build", "device");
+    /* requests: in flight / --max-batch, then "+N" waiting in stage 0's queue; kv blocks:
+     * held / the pool (blocks of 16 positions); max seq: one request's cap. */
+    int n = snprintf(buf, cap, "%-5s %-10s %-18s %-8s %-7s %-7s %-10s %-13s %-7s %-8s %s\n",
+                     "stage", "layers", "roles", "tp x kvp", "threads", "weights", "requests",
+                     "kv blocks", "max seq", "build", "device");
     for (int i = 0; n > 0 && (used += (size_t)n) < cap && i < d->num_stages; i++) {
         const struct client_stage_info *s = &d->stages[i];
-        char layers[32], roles[32], grid[24], kv[32];
+        char layers[32], roles[32], grid[24], kv[32], reqs[40];
         snprintf(layers, sizeof layers, "[%d,%d)", s->layer_start, s->layer_end);
         snprintf(roles, sizeof roles, "%s%s%s%s", s->embed ? "embed," : "",
                  s->vision ? "vision," : "", s->head ? "head," : "",
                  s->embed || s->vision || s->head ? "" : "-");
         if (roles[strlen(roles) - 1] == ',') roles[strlen(roles) - 1] = 0;
         snprintf(grid, sizeof grid, "%dx%d", s->tp, s->kvp);
-        snprintf(kv, sizeof kv, "%dx%d", s->max_batch, s->max_seq);
+        snprintf(kv, sizeof kv, "%d/%d", s->kv_blocks_used, s->kv_blocks);
+        snprintf(reqs, sizeof reqs, s->requests_waiting ? "%d/%d+%d" : "%d/%d", s->kv_slots_in_use,
+                 s->max_batch, s->requests_waiting);
         const char *build = strncmp(s->version, "strata ", 7) ? s->version : s->version + 7;
-        n = snprintf(buf + used, cap - used, "%-5d %-10s %-18s %-8s %-7d %-7s %-12s %-8s %s\n",
-                     s->stage_index, layers, roles, grid, s->threads, s->weights_dtype, kv, build,
+        n = snprintf(buf + used, cap - used,
+                     "%-5d %-10s %-18s %-8s %-7d %-7s %-10s %-13s %-7d %-8s %s\n", s->stage_index,
+                     layers, roles, grid, s->threads, s->weights_dtype, reqs, kv, s->max_seq, build,
                      s->device);
     }
 }

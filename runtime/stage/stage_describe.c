@@ -54,8 +54,10 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
     static const char version[] = "strata " STRATA_VERSION;
     const struct stage_role *role = &core->be->role;
     struct stage_core_stats st;
+    struct stage_kv_usage kv;
     int queued = 0;
     stage_core_get_stats(core, &st);
+    stage_backend_kv_usage(core->be, &kv);
     for (const struct stage_item *it = core->work.head; it; it = it->next)
         queued++;
     *out = (struct wire_stage_info){
@@ -76,7 +78,10 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
         .max_batch = core->max_batch,
         .kv_slots_in_use = st.active_requests,
         .queue_depth = queued,
-        .requests_waiting = st.queue_depth};
+        .requests_waiting = st.queue_depth,
+        .kv_blocks = kv.blocks,
+        .kv_blocks_used = kv.blocks - kv.free,
+        .kv_blocks_reserved = kv.promised};
 }
 
 /* Emits a Describe carrying `prefix` [n] (read entries or NULL) plus, when `add_self`, this

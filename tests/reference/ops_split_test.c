@@ -165,10 +165,10 @@ static void check_kvp(const float *k_all, const float *v_all, int ctx, int token
     float *scores = malloc((size_t)ranks * (size_t)n * NH * (size_t)tokens * sizeof(float));
     float *caches = malloc((size_t)ranks * 2 * NKV * (size_t)tokens * D * sizeof(float));
     assert_true(one && got && scratch && parts && maxes && scores && caches);
-    int32_t ident[64]; /* contiguous caches: block b is the b-th run of OPS_ATTN_BLOCK rows */
-    for (int b = 0; b < 64; ++b)
+    int32_t ident[256]; /* contiguous caches: block b is the b-th run of OPS_ATTN_BLOCK rows */
+    for (int b = 0; b < 256; ++b)
         ident[b] = b;
-    assert_true(ctx <= 64 * OPS_ATTN_BLOCK);
+    assert_true(ctx <= 256 * OPS_ATTN_BLOCK);
     const struct ops_kv all = {(float *)k_all, (float *)v_all, ident, OPS_ATTN_BLOCK * D,
                                (size_t)ctx * D};
     attention(one, q, &all, scratch, pos, n, NH, NKV, D, pool);

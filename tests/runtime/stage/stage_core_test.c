@@ -12,6 +12,7 @@
 
 #include <cmocka.h>
 
+#include "reference/kv_blocks.h"
 #include "runtime/base/status.h"
 #include "tests/runtime/stage/stage_test_pipeline.h"
 #include "wire/message.h"
@@ -360,6 +361,63 @@ static int pop_error(struct stage_core *core, enum stage_link link, char *msg, s
         }
     }
     return code;
+}
+
+/* A KV pool smaller than the slots: requests reserve prompt + max_tokens when they start,
+ * so with blocks for two of them only two run and the others wait in the queue; every one
+ * is answered with the golden tokens, and every block returns to every stage's pool. */
+static void test_kv_pool_queue(void **state) {
+    struct tp_golden *g = &golden_tied;
+    const struct model_config *c = &g->cfg;
+    const int S = c->num_layers % 2 == 0 ? 2 : 1, layers = c->num_layers / S;
+    const int need = g->prompt_len + g->n_steps - 1, per_request = kv_blocks_for(need);
+    const size_t block = 2 * sizeof(float) * (size_t)layers * (size_t)c->num_kv_heads *
+                         KV_BLOCK * (size_t)c->head_dim;
+    struct stage_request req;
+    struct stage_core_stats st;
+    struct stage_kv_usage u;
+    int32_t tokens[64];
+    int ended, code, n;
+    char msg[512];
+    (void)state;
+    /* Blocks for two requests and a part of a third; 8 slots. */
+    assert_int_equal(tp_pipeline_init_pool(&pipe_a, g, S, NULL, need, 8, 8, 0,
+                                           block * (size_t)(3 * per_request - 1)),
+                     0);
+    assert_int_equal(stage_core_set_admission(pipe_a.cores[0], 8, 0), 0);
+    for (int r = 0; r < S; r++) {
+        stage_backend_kv_usage(pipe_a.stages[r].backend, &u);
+        assert_int_equal(u.blocks, 3 * per_request - 1);
+        assert_int_equal(u.block_positions, KV_BLOCK);
+    }
+    for (int i = 0; i < 6; i++) {
+        tp_request(&req, 70 + i, g->prompt, g->prompt_len, g->n_steps);
+        assert_int_equal(tp_submit(&pipe_a, 1, &req), 0);
+    }
+    tp_route(&pipe_a);
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.active_requests, 2);
+    assert_int_equal(st.queue_depth, 4);
+    stage_backend_kv_usage(pipe_a.stages[0].backend, &u);
+    assert_true(u.free - u.promised < per_request); /* the third does not fit */
+    tp_run(&pipe_a, 100000);
+    for (int i = 0; i < 6; i++) {
+        n = tp_client_tokens(&pipe_a, 70 + i, tokens, 64, &ended, &code, msg, sizeof msg);
+        if (code) print_error("request %d: %s\n", 70 + i, msg);
+        assert_int_equal(code, 0);
+        assert_true(ended);
+        assert_int_equal(n, g->n_steps);
+        assert_memory_equal(tokens, g->generated, sizeof(int32_t) * (size_t)n);
+    }
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.queue_admitted, 4);
+    assert_int_equal(st.refused, 0);
+    for (int r = 0; r < S; r++) { /* every block back, nothing promised */
+        stage_backend_kv_usage(pipe_a.stages[r].backend, &u);
+        assert_int_equal(u.free, u.blocks);
+        assert_int_equal(u.promised, 0);
+    }
+    tp_pipeline_free(&pipe_a);
 }
 
 /* Stage 0's admission queue: with 2 KV slots and room for 3 waiting, 6 requests at once: 5
@@ -872,6 +930,7 @@ int main(void) {
         cmocka_unit_test(test_stage0_streams_prompt_chunks),
         cmocka_unit_test(test_admission_control),
         cmocka_unit_test(test_admission_queue),
+        cmocka_unit_test(test_kv_pool_queue),
         cmocka_unit_test(test_admission_deadline),
         cmocka_unit_test(test_frame_checks),
         cmocka_unit_test(test_request_forwarded_before_activations),

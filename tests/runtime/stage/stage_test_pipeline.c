@@ -74,6 +74,13 @@ int tp_pipeline_init(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
 int tp_pipeline_init_kv(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
                         const int *bounds, int max_seq, int max_batch, int chunk_size,
                         int send_kv) {
+    return tp_pipeline_init_pool(p, g, num_stages, bounds, max_seq, max_batch, chunk_size, send_kv,
+                                 0);
+}
+
+int tp_pipeline_init_pool(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
+                          const int *bounds, int max_seq, int max_batch, int chunk_size,
+                          int send_kv, size_t kv_memory) {
     int L = g->cfg.num_layers, rc = 0;
     memset(p, 0, sizeof *p);
     p->num_stages = num_stages;
@@ -90,6 +97,7 @@ int tp_pipeline_init_kv(struct tp_pipeline *p, struct tp_golden *g, int num_stag
                                         .num_threads = 1,
                                         .max_seq = max_seq,
                                         .max_batch = max_batch,
+                                        .kv_memory = kv_memory,
                                         .chunk_size = chunk_size,
                                         .keep_logits = 1,
                                         .send_kv = send_kv};

@@ -51,6 +51,10 @@ int tp_pipeline_init(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
 /* The same with every stage's send_kv set as given (KV handoff after each prefill). */
 int tp_pipeline_init_kv(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
                         const int *bounds, int max_seq, int max_batch, int chunk_size, int send_kv);
+/* The same with every stage's KV pool holding kv_memory bytes (0: every slot at max_seq). */
+int tp_pipeline_init_pool(struct tp_pipeline *p, struct tp_golden *g, int num_stages,
+                          const int *bounds, int max_seq, int max_batch, int chunk_size,
+                          int send_kv, size_t kv_memory);
 void tp_pipeline_free(struct tp_pipeline *p);
 
 /* Submits a request from client `client_id` to stage 0. */
