@@ -4,7 +4,8 @@
 # requests overlap: a burst of 6 non-streamed greedy requests is answered 6 of 6 (those that
 # waited give the same text as a solo run); a burst of 14 gets only 200s and 429s (never a
 # 502), at least one 429, each 429 with Retry-After and the OpenAI rate_limit_error shape;
-# afterwards a request is answered at once.
+# afterwards a request is answered at once. Then a pool smaller than the slots (--kv-memory):
+# requests wait for KV blocks, every one is answered the same, and every block returns.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -72,3 +73,31 @@ echo "burst of 14: $ok answered, $busy refused with 429 + Retry-After, none fail
 ask last
 [ "$(cat "$PL_WORK/last.code")" = 200 ] || pl_fail "after the bursts: $(cat "$PL_WORK/last.json")"
 echo "after the bursts: answered at once (every slot and the queue free again)"
+
+# A KV pool smaller than the slots (--kv-memory): 8 slots, blocks for two requests on stage
+# 0 (the stage with the most layers). Requests reserve prompt + max_tokens when they start,
+# so the others wait for blocks in the queue: a burst of 6 is answered 6 of 6, each equal to
+# the solo run, and every block is back in the pool afterwards.
+block=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); L=(c["num_hidden_layers"]+1)//2; print(2*4*L*c["num_key_value_heads"]*c.get("head_dim", c["hidden_size"]//c["num_attention_heads"])*16)' "$model/config.json")
+pl_start_pipeline p 2 "$model" --max-seq 64 --max-batch 8 --max-queue 8 --step-delay-ms 20 \
+    --kv-memory $((5 * block))
+grep -q "^kv cache: 5 blocks of 16 positions = 80 tokens" "$PL_WORK/p.0.out" ||
+    pl_fail "the summary does not show the pool: $(grep 'kv cache' "$PL_WORK/p.0.out")"
+# shellcheck disable=SC2046
+"$SERVE" --model "$model" --stage0-port-file "$PL_WORK/p.0.port" --port-file "$PL_WORK/http2.port" \
+    --max-seq 64 $(pl_security_default) 2>>"$PL_WORK/serve2.log" &
+PL_PIDS="$PL_PIDS $!"
+pl_wait_file "$PL_WORK/http2.port" 20 || pl_fail "the second strata-serve did not start"
+URL="http://127.0.0.1:$(cat "$PL_WORK/http2.port")"
+burst 6 c
+for i in 0 1 2 3 4 5; do
+    [ "$(cat "$PL_WORK/c.$i.code")" = 200 ] ||
+        pl_fail "burst of 6 on a pool for 2: request $i got $(cat "$PL_WORK/c.$i.code"): $(cat "$PL_WORK/c.$i.json")"
+    [ "$(text_of "$PL_WORK/c.$i.json")" = "$solo" ] || pl_fail "pool burst request $i differs from the solo run"
+done
+curl -sS "$URL/v1/stages" >"$PL_WORK/stages.json" || pl_fail "GET /v1/stages failed"
+python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["data"]; assert d[0]["kv_blocks"] == 5 and all(s["kv_blocks_used"] == 0 and s["kv_blocks_reserved"] == 0 for s in d), d' \
+    "$PL_WORK/stages.json" || pl_fail "/v1/stages after the burst: $(cat "$PL_WORK/stages.json")"
+curl -sS "$URL/metrics" | grep -q '^strata_stage_kv_blocks{stage="0"} 5$' ||
+    pl_fail "/metrics has no strata_stage_kv_blocks for stage 0"
+echo "burst of 6 on 8 slots but KV blocks for 2: 6 of 6 answered, each equal to the solo run; every block back"

@@ -126,6 +126,9 @@ static void stages_list(void **state) {
                                                    .kv_slots_in_use = 3,
                                                    .queue_depth = 2,
                                                    .requests_waiting = 5,
+                                                   .kv_blocks = 320,
+                                                   .kv_blocks_used = 12,
+                                                   .kv_blocks_reserved = 30,
                                                    .device = "cpu, 1 \"thread\"",
                                                    .weights_dtype = "q8",
                                                    .version = "strata 0.1.0"}}};
@@ -134,12 +137,14 @@ static void stages_list(void **state) {
           "{\"object\":\"list\",\"data\":[{\"stage\":0,\"num_stages\":2,\"layers\":[0,1],"
           "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
           "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\",\"max_seq\":64,"
-          "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0,\"requests_waiting\":0},{"
+          "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0,\"requests_waiting\":0,"
+          "\"kv_blocks\":0,\"kv_blocks_used\":0,\"kv_blocks_reserved\":0},{"
           "\"stage\":1,\"num_stages\":2,"
           "\"layers\":[1,4],\"roles\":[\"head\"],"
           "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
           "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"max_seq\":64,\"max_batch\":4,"
-          "\"kv_slots_in_use\":3,\"queue_depth\":2,\"requests_waiting\":5}]}");
+          "\"kv_slots_in_use\":3,\"queue_depth\":2,\"requests_waiting\":5,\"kv_blocks\":320,"
+          "\"kv_blocks_used\":12,\"kv_blocks_reserved\":30}]}");
 }
 
 /* Streams pieces through a serve_text and returns everything taken (final at the end). */
@@ -239,7 +244,10 @@ static void metrics_stages(void **state) {
                     .max_batch = 8,
                     .kv_slots_in_use = 2,
                     .queue_depth = 1,
-                    .requests_waiting = 7},
+                    .requests_waiting = 7,
+                    .kv_blocks = 64,
+                    .kv_blocks_used = 9,
+                    .kv_blocks_reserved = 3},
                    {.stage_index = 1, .max_batch = 8, .kv_slots_in_use = 2, .queue_depth = 0}}};
     struct serve_buf out = {0};
     (void)state;
@@ -248,6 +256,9 @@ static void metrics_stages(void **state) {
                             "strata_stage_kv_slots_in_use{stage=\"0\"} 2\n\0"
                             "strata_stage_queue_depth{stage=\"0\"} 1\n\0"
                             "strata_stage_requests_waiting{stage=\"0\"} 7\n\0"
+                            "strata_stage_kv_blocks{stage=\"0\"} 64\n\0"
+                            "strata_stage_kv_blocks_used{stage=\"0\"} 9\n\0"
+                            "strata_stage_kv_blocks_reserved{stage=\"0\"} 3\n\0"
                             "# TYPE strata_stage_queue_depth gauge\n\0";
          *line; line += strlen(line) + 1)
         if (!strstr(out.data, line)) fail_msg("metrics lack '%s' in:\n%s", line, out.data);
