@@ -9,15 +9,18 @@
 int kv_blocks_init(struct kv_blocks *b, int max_seq, int num_slots, int num_blocks) {
     memset(b, 0, sizeof *b);
     if (max_seq <= 0 || num_slots <= 0 || num_blocks < 0)
-        return strata_set_error(STRATA_EINVAL, "kv blocks: invalid shape (max_seq %d, slots %d, "
-                                "blocks %d)", max_seq, num_slots, num_blocks);
+        return strata_set_error(STRATA_EINVAL,
+                                "kv blocks: invalid shape (max_seq %d, slots %d, "
+                                "blocks %d)",
+                                max_seq, num_slots, num_blocks);
     b->max_seq = max_seq;
     b->num_slots = num_slots;
     b->slot_blocks = kv_blocks_for(max_seq);
     const long long whole = (long long)num_slots * b->slot_blocks;
     if (num_blocks == 0 && whole > INT32_MAX)
-        return strata_set_error(STRATA_EINVAL, "kv blocks: %d slots of %d positions need %lld blocks",
-                                num_slots, max_seq, whole);
+        return strata_set_error(STRATA_EINVAL,
+                                "kv blocks: %d slots of %d positions need %lld blocks", num_slots,
+                                max_seq, whole);
     b->num_blocks = num_blocks ? num_blocks : (int)whole;
     b->len = calloc((size_t)num_slots, sizeof *b->len);
     b->in_use = calloc((size_t)num_slots, 1);

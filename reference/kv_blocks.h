@@ -23,16 +23,16 @@
 #define KV_BLOCK OPS_ATTN_BLOCK
 
 struct kv_blocks {
-    int max_seq;           /* positions one slot may hold */
-    int num_slots;         /* requests at once */
-    int num_blocks;        /* the pool */
-    int slot_blocks;       /* a slot's table length: ceil(max_seq / KV_BLOCK) */
-    int *len;              /* [num_slots] positions filled */
-    unsigned char *in_use; /* [num_slots] */
-    int32_t *tables;       /* [num_slots][slot_blocks] block ids; [0, held) valid */
-    int *held;             /* [num_slots] blocks in the table */
-    int *reserved;         /* [num_slots] blocks promised to the slot beyond those it holds */
-    int32_t *free_ids;     /* [num_blocks] a stack of the free blocks' ids */
+    int max_seq;            /* positions one slot may hold */
+    int num_slots;          /* requests at once */
+    int num_blocks;         /* the pool */
+    int slot_blocks;        /* a slot's table length: ceil(max_seq / KV_BLOCK) */
+    int *len;               /* [num_slots] positions filled */
+    unsigned char *in_use;  /* [num_slots] */
+    int32_t *tables;        /* [num_slots][slot_blocks] block ids; [0, held) valid */
+    int *held;              /* [num_slots] blocks in the table */
+    int *reserved;          /* [num_slots] blocks promised to the slot beyond those it holds */
+    int32_t *free_ids;      /* [num_blocks] a stack of the free blocks' ids */
     int num_free, promised; /* free blocks; the sum of reserved */
 };
 

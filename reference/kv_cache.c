@@ -103,7 +103,8 @@ static void copy_runs(const struct kv_cache *kv, int slot, int layer, int h, uns
     for (int j0 = 0; j0 < len; j0 += KV_BLOCK) {
         const size_t at = ops_kv_offset(&view, h, j0, kv->head_dim);
         const size_t row = (size_t)j0 * D * sizeof(float);
-        const size_t bytes = (size_t)(len - j0 < KV_BLOCK ? len - j0 : KV_BLOCK) * D * sizeof(float);
+        const size_t bytes =
+            (size_t)(len - j0 < KV_BLOCK ? len - j0 : KV_BLOCK) * D * sizeof(float);
         if (to_cache) {
             memcpy(view.k + at, k + row, bytes);
             memcpy(view.v + at, v + row, bytes);
@@ -140,8 +141,8 @@ int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *
             for (int h = 0; h < kv->num_kv_heads; ++h)
                 copy_runs(kv, slots[b], kv->layer_start + l, h,
                           (unsigned char *)(k + handoff_offset(out, l, b, h)),
-                          (unsigned char *)(v + handoff_offset(out, l, b, h)), kv->blocks.len[slots[b]],
-                          0);
+                          (unsigned char *)(v + handoff_offset(out, l, b, h)),
+                          kv->blocks.len[slots[b]], 0);
     for (int b = 0; b < num_slots; ++b)
         lengths[b] = kv->blocks.len[slots[b]];
     out->k = k;

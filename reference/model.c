@@ -461,8 +461,8 @@ static int op_attention_partial(void *ctx, const struct layer_weights *L,
     const struct cpu_pass *p = ctx;
     const struct reference_model *m = p->m;
     const struct ops_kv view = kv_cache_view(p->kv, item->slot, L->index);
-    attention_partial(part, scores, max, &view, item->pos + first, n, m->kvp_lo, m->kvp_held,
-                      m->nh, m->nkv, m->cfg.head_dim, m->pool);
+    attention_partial(part, scores, max, &view, item->pos + first, n, m->kvp_lo, m->kvp_held, m->nh,
+                      m->nkv, m->cfg.head_dim, m->pool);
     return STRATA_OK;
 }
 
@@ -601,7 +601,8 @@ static int check_items(const struct reference_model *m, const struct kv_cache *k
     /* Under KVP positions and lengths are global; the cache holds this rank's share. */
     const int max_seq = m->kvp > 1 ? m->opt.kvp.max_seq : kv->blocks.max_seq;
     return forward_items_check("reference_forward", items, n_items, kv->blocks.len,
-                               kv->blocks.in_use, kv->blocks.num_slots, max_seq, c->num_layers, rows, ctx);
+                               kv->blocks.in_use, kv->blocks.num_slots, max_seq, c->num_layers,
+                               rows, ctx);
 }
 
 /* KVP: room for a tile of N rows (forward.h's kvp_ buffers). */
@@ -636,7 +637,8 @@ int reference_forward(struct reference_model *m, struct kv_cache *kv, float *hid
     /* The blocks the items' new positions fall in, before any layer writes them (a request
      * that reserved them cannot fail here; one that did not learns the pool is full). */
     for (int it = 0; m->n_layers > 0 && it < n_items; ++it)
-        if ((rc = kv_blocks_grow(&kv->blocks, items[it].slot, held_after(m, &items[it])))) return rc;
+        if ((rc = kv_blocks_grow(&kv->blocks, items[it].slot, held_after(m, &items[it]))))
+            return rc;
     const struct model_config *c = &m->cfg;
     int half = c->head_dim / 2;
     rope_tables(m->rope_cos, m->rope_sin, m->inv_freq, items, n_items,

@@ -388,10 +388,10 @@ void attention(float *out, const float *q, const struct ops_kv *kv, float *scrat
 
 /* KV parallelism: one (query token, query head) pair over the keys this rank holds. */
 struct partial_job {
-    float *out;      /* step 1: max [n*nh]; step 2: part [n*nh][D+2] */
-    float *scores;   /* [n*nh][held] */
-    const float *q;  /* step 1 */
-    const float *m;  /* step 2: the group's max [n*nh] */
+    float *out;     /* step 1: max [n*nh]; step 2: part [n*nh][D+2] */
+    float *scores;  /* [n*nh][held] */
+    const float *q; /* step 1 */
+    const float *m; /* step 2: the group's max [n*nh] */
     const struct ops_kv *kv;
     int pos, n, lo, held, nh, nkv, head_dim;
 };

@@ -86,7 +86,6 @@ void matmul(float *out, const float *x, const struct ops_weight *w, int n,
 void matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count, const float *x,
                   int n, struct thread_pool *pool);
 
-
 /* matmul with each dot product over K computed as `leaves` contiguous leaves (leaf j covers
  * columns [j·K/leaves, (j+1)·K/leaves), rounded down), each in the dot-product order above,
  * combined by the balanced binary tree. leaves is a power of two <= OPS_SPLIT_LEAVES. A TP
@@ -208,10 +207,9 @@ void ops_weight_rows(float *out, const struct ops_weight *w, const int32_t *rows
 void matmul_grouped(float *out, const float *x, const struct ops_weight *ws, const int32_t *offsets,
                     int n_groups, int cap, int leaves, struct thread_pool *pool);
 
-
-/* The MoE block's sum (moe_expert_sum's tree, on slots in slot order): out [n, dim] row i = the held slots of
- * row i added by the halving tree over expert indices [experts_lo, experts_hi): node [a, b)
- * = [a, mid) + [mid, b), mid = a + (b - a) / 2, empty nodes skipped, the row's slots in
+/* The MoE block's sum (moe_expert_sum's tree, on slots in slot order): out [n, dim] row i = the
+ * held slots of row i added by the halving tree over expert indices [experts_lo, experts_hi): node
+ * [a, b) = [a, mid) + [mid, b), mid = a + (b - a) / 2, empty nodes skipped, the row's slots in
  * ascending expert order; zeros for a row holding none. Slot i*top_k + t of slots
  * [n*top_k, dim] is choice t's weight × expert output; it is held when experts
  * [n*top_k]'s entry lies in [experts_lo, experts_hi) (all of them, or a TP rank's node of

@@ -37,8 +37,8 @@ enum {
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
 #define STR STRING
-static const struct fb_field_desc info_fields[] = {
-    S4, S4, S4, S4, S1, S1, S1, STR, S4, S4, S4, STR, STR, S4, S4, S4, S4, S4, S4, S4, S4};
+static const struct fb_field_desc info_fields[] = {S4,  S4,  S4, S4, S1, S1, S1, STR, S4, S4, S4,
+                                                   STR, STR, S4, S4, S4, S4, S4, S4,  S4, S4};
 const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 21, info_fields};
 
 static int check_info(const struct wire_stage_info *s, size_t i, int code) {

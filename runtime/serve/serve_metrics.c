@@ -153,17 +153,16 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out) {
 int serve_metrics_render_stages(const struct client_describe *d, struct serve_buf *out) {
     static const struct {
         const char *name, *help;
-    } gauges[7] = {{"strata_stage_kv_slots", "KV slots of each stage (--max-batch)."},
-                   {"strata_stage_kv_slots_in_use", "Requests holding a KV slot, per stage."},
-                   {"strata_stage_queue_depth",
-                    "Work items (prompt chunks, decode rows) queued at each stage."},
-                   {"strata_stage_requests_waiting",
-                    "Requests waiting for KV in stage 0's admission queue."},
-                   {"strata_stage_kv_blocks",
-                    "Blocks of 16 positions in each stage's KV pool (--kv-memory)."},
-                   {"strata_stage_kv_blocks_used", "KV blocks held by requests, per stage."},
-                   {"strata_stage_kv_blocks_reserved",
-                    "Free KV blocks promised to running requests, per stage."}};
+    } gauges[7] = {
+        {"strata_stage_kv_slots", "KV slots of each stage (--max-batch)."},
+        {"strata_stage_kv_slots_in_use", "Requests holding a KV slot, per stage."},
+        {"strata_stage_queue_depth",
+         "Work items (prompt chunks, decode rows) queued at each stage."},
+        {"strata_stage_requests_waiting", "Requests waiting for KV in stage 0's admission queue."},
+        {"strata_stage_kv_blocks", "Blocks of 16 positions in each stage's KV pool (--kv-memory)."},
+        {"strata_stage_kv_blocks_used", "KV blocks held by requests, per stage."},
+        {"strata_stage_kv_blocks_reserved",
+         "Free KV blocks promised to running requests, per stage."}};
     int rc = appendf(out,
                      "# HELP strata_serve_stages_up Whether the ring answered the describe behind "
                      "the strata_stage_* gauges.\n# TYPE strata_serve_stages_up gauge\n"
@@ -174,8 +173,8 @@ int serve_metrics_render_stages(const struct client_describe *d, struct serve_bu
                      gauges[g].name);
         for (int i = 0; i < d->num_stages && rc == 0; i++) {
             const struct client_stage_info *s = &d->stages[i];
-            const int v[7] = {s->max_batch,     s->kv_slots_in_use, s->queue_depth,
-                              s->requests_waiting, s->kv_blocks,     s->kv_blocks_used,
+            const int v[7] = {s->max_batch,         s->kv_slots_in_use, s->queue_depth,
+                              s->requests_waiting,  s->kv_blocks,       s->kv_blocks_used,
                               s->kv_blocks_reserved};
             rc = appendf(out, "%s{stage=\"%d\"} %d\n", gauges[g].name, s->stage_index, v[g]);
         }

@@ -116,9 +116,9 @@ static void cpu_kv_usage(const struct stage_backend *be, struct stage_kv_usage *
         .free = kv->blocks.num_free,
         .promised = kv->blocks.promised,
         .block_positions = KV_BLOCK,
-        .block_bytes = 2 * sizeof(float) *
-                       kv_cache_block_floats(kv->layer_end - kv->layer_start, kv->num_kv_heads,
-                                             kv->head_dim)};
+        .block_bytes =
+            2 * sizeof(float) *
+            kv_cache_block_floats(kv->layer_end - kv->layer_start, kv->num_kv_heads, kv->head_dim)};
 }
 
 static int cpu_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n) {

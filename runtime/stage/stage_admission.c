@@ -49,11 +49,12 @@ int stage_admission_push(struct stage_core *core, uint32_t client_id, uint64_t n
                                 core->max_batch, core->max_batch);
     if (a->count == a->max_queue) {
         a->refused_full++;
-        return strata_set_error(STRATA_EBUSY,
-                                "request refused: the KV cache is full (%d slots or the blocks of "
-                                "--kv-memory) and %d requests are waiting already (--max-queue %d); "
-                                "try again later",
-                                core->max_batch, a->count, a->max_queue);
+        return strata_set_error(
+            STRATA_EBUSY,
+            "request refused: the KV cache is full (%d slots or the blocks of "
+            "--kv-memory) and %d requests are waiting already (--max-queue %d); "
+            "try again later",
+            core->max_batch, a->count, a->max_queue);
     }
     uint8_t *copy = malloc(len ? len : 1);
     if (!copy)

@@ -329,9 +329,8 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
             stage_fail(core, req, STRATA_ERANGE, 1, 1,
                        "stage %d: restored request %llu needs %lld KV positions (prompt %d + "
                        "max_tokens %d - 1) but --max-seq is %d",
-                       r, (unsigned long long)req->nonce,
-                       (long long)kv_need(&params), params.prompt_len, params.max_tokens,
-                       core->max_seq);
+                       r, (unsigned long long)req->nonce, (long long)kv_need(&params),
+                       params.prompt_len, params.max_tokens, core->max_seq);
             return 0;
         }
         /* Its restored positions hold blocks already; the rest of its run is promised now. */

@@ -24,10 +24,10 @@ struct stage_open_options {
     int layer_start, layer_end; /* both -1: the even split */
     const char *device;         /* "cpu" (NULL), "cuda", "cuda:N": runtime/stage/backend.h */
     int num_threads;
-    const char *weights_dtype;        /* NULL / "bf16" or "q8": stage_backend_options */
-    int weights_in_file;              /* stage_backend_options */
-    int max_seq, max_batch;           /* KV positions per slot, KV slots */
-    size_t kv_memory;                 /* stage_backend_options: the KV pool's budget */
+    const char *weights_dtype; /* NULL / "bf16" or "q8": stage_backend_options */
+    int weights_in_file;       /* stage_backend_options */
+    int max_seq, max_batch;    /* KV positions per slot, KV slots */
+    size_t kv_memory;          /* stage_backend_options: the KV pool's budget */
     double kv_memory_fraction;
     int chunk_size, max_batch_tokens; /* stage_core_options */
     int keep_logits, send_kv;         /* stage_core_options */

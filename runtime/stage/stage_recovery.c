@@ -99,8 +99,7 @@ struct stage_req *stage_recovery_fresh_slot(struct stage_core *core, struct stag
         slot = old;
     }
     /* Cannot fail either: the blocks it held and was promised were just given back. */
-    stage_backend_kv_reserve(core->be, slot,
-                             req->params.prompt_len + req->params.max_tokens - 1);
+    stage_backend_kv_reserve(core->be, slot, req->params.prompt_len + req->params.max_tokens - 1);
     if (slot == old) return req;
     dst = &core->reqs[slot];
     *dst = *req;

@@ -452,8 +452,9 @@ static int follow_one(struct stage_backend *be, struct tp_follow_scratch *s, con
         if ((rc = be->iface->kv_reserve(be, hdr[1], hdr[2]))) {
             char why[600]; /* copied first: formatting the error buffer into itself garbles it */
             snprintf(why, sizeof why, "%s", strata_last_error());
-            return strata_set_error(rc, "TP: the leader reserved KV for slot %d, this rank could "
-                                        "not (the ranks' pools diverged): %s",
+            return strata_set_error(rc,
+                                    "TP: the leader reserved KV for slot %d, this rank could "
+                                    "not (the ranks' pools diverged): %s",
                                     hdr[1], why);
         }
         return STRATA_OK;

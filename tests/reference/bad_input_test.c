@@ -97,8 +97,8 @@ static void test_bad_positions_and_slots(void **state) {
     expect_error(reference_forward(f->m, &f->kv, f->hidden, twice, 2), STRATA_EINVAL,
                  "share KV slot");
     struct kv_cache narrow;
-    assert_int_equal(kv_cache_init(&narrow, 1, 2, f->gc.cfg.num_kv_heads, f->gc.cfg.head_dim, 4, 1, 0),
-                     0);
+    assert_int_equal(
+        kv_cache_init(&narrow, 1, 2, f->gc.cfg.num_kv_heads, f->gc.cfg.head_dim, 4, 1, 0), 0);
     expect_error(reference_forward(f->m, &narrow, f->hidden, &gap, 1), STRATA_EINVAL,
                  "does not fit");
     kv_cache_free(&narrow);

@@ -105,7 +105,8 @@ static void *rank_main(void *arg) {
             j->weight_bytes += reference_model_weight_bytes(stage[s]);
             j->kv_positions = reference_model_kv_positions(stage[s], max_seq);
             rc = kv_cache_init(&kv[s], o.layer_start, o.layer_end,
-                               reference_model_kv_heads(stage[s]), c->head_dim, j->kv_positions, 1, 0);
+                               reference_model_kv_heads(stage[s]), c->head_dim, j->kv_positions, 1,
+                               0);
         }
         if (!rc) rc = kv_cache_acquire(&kv[s], &slot);
     }

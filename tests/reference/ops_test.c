@@ -504,16 +504,16 @@ static void test_attention_paged(void **state) {
                 const int nh = heads[h], pos = runs[r][0], n = runs[r][1];
                 struct thread_pool *pool;
                 assert_int_equal(thread_pool_init(&pool, threads), 0);
-                float *scratch = malloc((size_t)threads *
-                                        attention_scratch_floats(pos + n, nh, NKV, D) * 4);
+                float *scratch =
+                    malloc((size_t)threads * attention_scratch_floats(pos + n, nh, NKV, D) * 4);
                 assert_non_null(scratch);
                 attention(got, q, &paged, scratch, pos, n, nh, NKV, D, pool);
                 free(scratch);
                 thread_pool_free(pool);
                 run_attention(want, q, k, v, (size_t)CTX * D, pos, n, nh, NKV, D, threads);
                 if (memcmp(got, want, (size_t)n * nh * D * 4))
-                    fail_msg("paged attention differs: nh %d, pos %d, n %d, %d threads", nh, pos,
-                             n, threads);
+                    fail_msg("paged attention differs: nh %d, pos %d, n %d, %d threads", nh, pos, n,
+                             threads);
             }
 }
 

@@ -68,7 +68,8 @@ static int setup(void **state) {
     static struct fixture f;
     memset(&f, 0, sizeof f);
     int slot;
-    if (kv_cache_init(&f.source, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 3, 0)) return -1;
+    if (kv_cache_init(&f.source, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 3, 0))
+        return -1;
     for (int i = 0; i < 3; ++i)
         kv_cache_acquire(&f.source, &slot);
     fill_slot(&f.source, 0, 5);
@@ -120,8 +121,8 @@ static void restore_is_bit_exact(void **state) {
     struct fixture *f = *state;
     struct kv_cache target;
     int slot;
-    assert_int_equal(kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0),
-                     0);
+    assert_int_equal(
+        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0), 0);
     kv_cache_acquire(&target, &slot);
     kv_cache_acquire(&target, &slot);
     const int slots[2] = {0, 1};
@@ -164,8 +165,8 @@ static void lossy_block_and_bad_slots_are_refused(void **state) {
     struct fixture *f = *state;
     struct kv_cache target;
     int slot;
-    assert_int_equal(kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0),
-                     0);
+    assert_int_equal(
+        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0), 0);
     kv_cache_acquire(&target, &slot);
     const int slots[2] = {0, 1};
     assert_int_equal(kv_cache_restore(&target, slots, 2, &f->view),

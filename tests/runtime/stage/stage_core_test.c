@@ -371,8 +371,8 @@ static void test_kv_pool_queue(void **state) {
     const struct model_config *c = &g->cfg;
     const int S = c->num_layers % 2 == 0 ? 2 : 1, layers = c->num_layers / S;
     const int need = g->prompt_len + g->n_steps - 1, per_request = kv_blocks_for(need);
-    const size_t block = 2 * sizeof(float) * (size_t)layers * (size_t)c->num_kv_heads *
-                         KV_BLOCK * (size_t)c->head_dim;
+    const size_t block = 2 * sizeof(float) * (size_t)layers * (size_t)c->num_kv_heads * KV_BLOCK *
+                         (size_t)c->head_dim;
     struct stage_request req;
     struct stage_core_stats st;
     struct stage_kv_usage u;

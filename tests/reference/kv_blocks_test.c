@@ -1,0 +1,115 @@
+/* The paged KV pool's bookkeeping (reference/kv_blocks.h): reservations are promises no other
+ * slot can take, growth takes from the slot's own reservation first, a full pool is a clear
+ * EBUSY, and every block returns when a slot is released. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "reference/kv_blocks.h"
+#include "runtime/base/status.h"
+
+static void expect_busy(int rc, const char *words) {
+    assert_int_equal(rc, STRATA_EBUSY);
+    if (!strstr(strata_last_error(), words))
+        fail_msg("'%s' does not say '%s'", strata_last_error(), words);
+}
+
+static void test_default_pool_holds_every_slot(void **state) {
+    (void)state;
+    struct kv_blocks b;
+    assert_int_equal(kv_blocks_init(&b, 40, 3, 0), 0); /* 3 blocks per slot */
+    assert_int_equal(b.slot_blocks, 3);
+    assert_int_equal(b.num_blocks, 9);
+    int s[3];
+    for (int i = 0; i < 3; ++i) {
+        assert_int_equal(kv_blocks_acquire(&b, &s[i]), 0);
+        assert_int_equal(kv_blocks_grow(&b, s[i], 40), 0);
+    }
+    assert_int_equal(b.num_free, 0);
+    expect_busy(kv_blocks_acquire(&b, &(int){0}), "all 3 slots");
+    assert_int_equal(kv_blocks_grow(&b, s[0], 41), STRATA_ERANGE);
+    for (int i = 0; i < 3; ++i)
+        kv_blocks_release(&b, s[i]);
+    assert_int_equal(b.num_free, 9);
+    kv_blocks_free(&b);
+}
+
+static void test_reservations(void **state) {
+    (void)state;
+    struct kv_blocks b;
+    int a, c, d;
+    assert_int_equal(kv_blocks_init(&b, 64, 4, 6), 0);
+    assert_int_equal(kv_blocks_acquire(&b, &a), 0);
+    assert_int_equal(kv_blocks_reserve(&b, a, 50), 0); /* 4 blocks promised */
+    assert_int_equal(b.promised, 4);
+    assert_int_equal(kv_blocks_available(&b), 2);
+    assert_int_equal(kv_blocks_reserve(&b, -1, 32), 0); /* a question: 2 fit */
+    expect_busy(kv_blocks_reserve(&b, -1, 33), "need 3 more blocks");
+    assert_int_equal(b.promised, 4); /* asking promised nothing */
+    assert_int_equal(kv_blocks_acquire(&b, &c), 0);
+    expect_busy(kv_blocks_reserve(&b, c, 48), "2 of 6 are free");
+    assert_int_equal(kv_blocks_reserve(&b, c, 20), 0); /* 2 blocks */
+    /* Nobody else can take a promised block; growth inside a reservation never fails. */
+    assert_int_equal(kv_blocks_acquire(&b, &d), 0);
+    expect_busy(kv_blocks_grow(&b, d, 1), "the pool is full");
+    assert_int_equal(kv_blocks_grow(&b, a, 17), 0); /* 2 of its 4 */
+    assert_int_equal(b.held[a], 2);
+    assert_int_equal(b.reserved[a], 2);
+    assert_int_equal(kv_blocks_grow(&b, c, 32), 0);
+    assert_int_equal(kv_blocks_grow(&b, a, 64), 0); /* all 4 */
+    assert_int_equal(b.num_free, 0);
+    assert_int_equal(b.promised, 0);
+    /* Every block is a different one. */
+    int seen[6] = {0};
+    for (int i = 0; i < b.held[a]; ++i)
+        seen[kv_blocks_table(&b, a)[i]]++;
+    for (int i = 0; i < b.held[c]; ++i)
+        seen[kv_blocks_table(&b, c)[i]]++;
+    for (int i = 0; i < 6; ++i)
+        assert_int_equal(seen[i], 1);
+    /* Released: its blocks are free at once, for the waiting slot. */
+    kv_blocks_release(&b, a);
+    assert_int_equal(b.num_free, 4);
+    assert_int_equal(kv_blocks_grow(&b, d, 64), 0);
+    kv_blocks_release(&b, c);
+    kv_blocks_release(&b, d);
+    assert_int_equal(b.num_free, 6);
+    assert_int_equal(b.promised, 0);
+    kv_blocks_free(&b);
+}
+
+/* A released reservation lapses; re-reserving replaces, it does not add. */
+static void test_reservation_lapses(void **state) {
+    (void)state;
+    struct kv_blocks b;
+    int a;
+    assert_int_equal(kv_blocks_init(&b, 64, 2, 4), 0);
+    assert_int_equal(kv_blocks_acquire(&b, &a), 0);
+    assert_int_equal(kv_blocks_reserve(&b, a, 64), 0);
+    assert_int_equal(kv_blocks_reserve(&b, a, 16), 0);
+    assert_int_equal(b.promised, 1);
+    assert_int_equal(kv_blocks_grow(&b, a, 16), 0);
+    assert_int_equal(kv_blocks_reserve(&b, a, 30), 0); /* one more beyond the one held */
+    assert_int_equal(b.promised, 1);
+    kv_blocks_release(&b, a);
+    assert_int_equal(b.promised, 0);
+    assert_int_equal(b.num_free, 4);
+    kv_blocks_release(&b, a); /* twice: nothing */
+    assert_int_equal(b.num_free, 4);
+    assert_int_equal(kv_blocks_reserve(&b, a, 16), STRATA_EINVAL); /* not in use */
+    assert_int_equal(kv_blocks_init(&b, 0, 1, 0), STRATA_EINVAL);
+    kv_blocks_free(&b);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_default_pool_holds_every_slot),
+        cmocka_unit_test(test_reservations),
+        cmocka_unit_test(test_reservation_lapses),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
