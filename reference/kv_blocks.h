@@ -11,7 +11,14 @@
  * A request that must not fail for want of KV reserves what it will need when it starts
  * (kv_blocks_reserve): reserved blocks are promised, not yet taken, and no other slot can
  * take them. Growth takes from the slot's own reservation first, then from blocks promised to
- * nobody. Free blocks are a stack, popped from the top: a fresh pool gives block 0 first. */
+ * nobody. Free blocks are a stack, popped from the top: a fresh pool gives block 0 first.
+ *
+ * Prefix reuse: a full block can be registered under a key (a hash chain over the tokens of
+ * its request up to it, the caller's), kept when its last holder lets it go (cached: counted
+ * as available, taken least-recently-used first when no block is free) and attached to a new
+ * request whose prefix has the same keys, so two requests, or two turns of one chat, that
+ * share a prefix share its blocks. A shared block is only ever read: a request writes from
+ * its own length on, and attached prefixes are whole blocks. */
 #ifndef STRATA_REFERENCE_KV_BLOCKS_H
 #define STRATA_REFERENCE_KV_BLOCKS_H
 
@@ -34,6 +41,13 @@ struct kv_blocks {
     int *reserved;          /* [num_slots] blocks promised to the slot beyond those it holds */
     int32_t *free_ids;      /* [num_blocks] a stack of the free blocks' ids */
     int num_free, promised; /* free blocks; the sum of reserved */
+    /* Prefix reuse, per block: holders, key (0: none), and the least-recently-used list of
+     * cached blocks (registered, no holder; head = most recent); index: key -> block, open
+     * addressing over index_cap (a power of two) entries, -1 empty. */
+    int32_t *refs;
+    uint64_t *key;
+    int32_t *lru_prev, *lru_next, *index;
+    int lru_head, lru_tail, num_cached, index_cap;
 };
 
 /* Blocks that n positions fill. */
@@ -45,9 +59,9 @@ static inline int kv_blocks_for(int positions) {
 int kv_blocks_init(struct kv_blocks *b, int max_seq, int num_slots, int num_blocks);
 void kv_blocks_free(struct kv_blocks *b); /* accepts a zeroed or half-built one */
 
-/* Blocks free and promised to nobody: what a new reservation may take. */
+/* Blocks free or cached and promised to nobody: what a new reservation may take. */
 static inline int kv_blocks_available(const struct kv_blocks *b) {
-    return b->num_free - b->promised;
+    return b->num_free + b->num_cached - b->promised;
 }
 
 /* slot's table (block ids, kv_blocks.held[slot] of them valid). */
@@ -72,6 +86,24 @@ int kv_blocks_reserve(struct kv_blocks *b, int slot, int positions);
  * to nobody); STRATA_EBUSY when the pool has no block for it, STRATA_ERANGE past max_seq,
  * STRATA_EINVAL for a slot not in use. Never shrinks. */
 int kv_blocks_grow(struct kv_blocks *b, int slot, int positions);
+
+/* How many of keys [n] lead with registered blocks (keys[0], keys[1], ... until one is
+ * missing); *cached (may be NULL) = how many of those are cached, not held: attaching them
+ * takes them from what is available. */
+int kv_blocks_lookup(const struct kv_blocks *b, const uint64_t *keys, int n, int *cached);
+
+/* Gives a fresh slot (no blocks yet) the registered blocks of keys [n] as its first blocks,
+ * while they lead (as kv_blocks_lookup counts them), and `positions` as its length (the
+ * caller's: attached x KV_BLOCK, or under KVP the global positions of the prefix whose blocks
+ * in this rank's range were attached); returns how many were attached, or
+ * STRATA_EINVAL for a slot not fresh. Stops early rather than take a cached block that a
+ * reservation counts on. */
+int kv_blocks_attach(struct kv_blocks *b, int slot, const uint64_t *keys, int n, int positions);
+
+/* Registers slot's first n blocks under keys [n] (each key != 0) before the slot is released,
+ * so they stay cached; a block already registered, or whose key another block holds, is
+ * left as it is. The caller passes only full blocks whose positions are all written. */
+void kv_blocks_register(struct kv_blocks *b, int slot, const uint64_t *keys, int n);
 
 /* 0 when slots [n] are distinct in-use slots, else STRATA_EINVAL naming `what`. */
 int kv_blocks_check_slots(const struct kv_blocks *b, const int *slots, int n, const char *what);

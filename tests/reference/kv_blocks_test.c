@@ -105,11 +105,88 @@ static void test_reservation_lapses(void **state) {
     kv_blocks_free(&b);
 }
 
+/* Registered blocks outlive their request, are attached to a later one with the same keys
+ * (shared, not copied), and are the first taken, least recently used first, when no block is
+ * free. */
+static void test_prefix_reuse(void **state) {
+    (void)state;
+    struct kv_blocks b;
+    const uint64_t keys[4] = {11, 22, 33, 44}, other[2] = {11, 99};
+    int a, c, d, idle;
+    assert_int_equal(kv_blocks_init(&b, 64, 3, 6), 0);
+    assert_int_equal(kv_blocks_acquire(&b, &a), 0);
+    assert_int_equal(kv_blocks_grow(&b, a, 50), 0); /* 4 blocks, 3 of them full */
+    const int32_t first = kv_blocks_table(&b, a)[0], second = kv_blocks_table(&b, a)[1];
+    kv_blocks_register(&b, a, keys, 3);
+    assert_int_equal(kv_blocks_lookup(&b, keys, 4, &idle), 3);
+    assert_int_equal(idle, 0); /* still held */
+    kv_blocks_release(&b, a);
+    assert_int_equal(b.num_cached, 3);
+    assert_int_equal(b.num_free, 3);
+    assert_int_equal(kv_blocks_available(&b), 6);
+    assert_int_equal(kv_blocks_lookup(&b, keys, 4, &idle), 3);
+    assert_int_equal(idle, 3);
+    assert_int_equal(kv_blocks_lookup(&b, other, 2, NULL), 1);
+    /* Two requests share the first two blocks. */
+    assert_int_equal(kv_blocks_acquire(&b, &c), 0);
+    assert_int_equal(kv_blocks_attach(&b, c, keys, 2, 32), 2);
+    assert_int_equal(b.len[c], 32);
+    assert_int_equal(kv_blocks_acquire(&b, &d), 0);
+    assert_int_equal(kv_blocks_attach(&b, d, other, 2, 32), 1);
+    assert_int_equal(kv_blocks_table(&b, c)[0], first);
+    assert_int_equal(kv_blocks_table(&b, d)[0], first);
+    assert_int_equal(kv_blocks_table(&b, c)[1], second);
+    assert_int_equal(b.refs[first], 2);
+    assert_int_equal(b.num_cached, 1);                                     /* keys[2]'s block */
+    assert_int_equal(kv_blocks_attach(&b, c, keys, 2, 32), STRATA_EINVAL); /* not fresh */
+    kv_blocks_release(&b, d);
+    assert_int_equal(b.refs[first], 1);
+    kv_blocks_release(&b, c);
+    assert_int_equal(b.num_cached, 3);
+    /* Pressure: a request of 4 blocks (reserved: cached blocks count as available) takes
+     * the 3 free ones, then the least recently used cached one: keys[2]'s, cached first and
+     * never attached since. */
+    assert_int_equal(kv_blocks_acquire(&b, &a), 0);
+    assert_int_equal(kv_blocks_reserve(&b, a, 64), 0);
+    assert_int_equal(kv_blocks_grow(&b, a, 64), 0);
+    assert_int_equal(b.num_free, 0);
+    assert_int_equal(b.num_cached, 2);
+    assert_int_equal(kv_blocks_lookup(&b, keys, 4, NULL), 2);
+    assert_int_equal(kv_blocks_lookup(&b, keys + 2, 1, NULL), 0);
+    kv_blocks_release(&b, a);
+    assert_int_equal(b.num_free + b.num_cached, 6);
+    kv_blocks_free(&b);
+}
+
+/* Many keys in and out of the index (its deletion shifts runs back): lookups stay right. */
+static void test_index_churn(void **state) {
+    (void)state;
+    struct kv_blocks b;
+    enum { N = 40 };
+    uint64_t keys[N];
+    int s;
+    assert_int_equal(kv_blocks_init(&b, N * KV_BLOCK, 1, N), 0);
+    for (int round = 0; round < 30; ++round) {
+        assert_int_equal(kv_blocks_acquire(&b, &s), 0);
+        const int n = 5 + (round * 7) % (N - 5);
+        for (int i = 0; i < n; ++i) /* keys that collide in the low bits */
+            keys[i] = ((uint64_t)(round * 131 + i) << 32) | 0x10;
+        assert_int_equal(kv_blocks_grow(&b, s, n * KV_BLOCK), 0);
+        kv_blocks_register(&b, s, keys, n);
+        kv_blocks_release(&b, s);
+        assert_int_equal(kv_blocks_lookup(&b, keys, n, NULL), n);
+        assert_int_equal(b.num_free + b.num_cached, N);
+    }
+    kv_blocks_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_pool_holds_every_slot),
         cmocka_unit_test(test_reservations),
         cmocka_unit_test(test_reservation_lapses),
+        cmocka_unit_test(test_prefix_reuse),
+        cmocka_unit_test(test_index_churn),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
