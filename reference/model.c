@@ -100,6 +100,10 @@ int reference_model_kv_positions(const struct reference_model *m, int max_seq) {
     return m->kvp > 1 ? m->kvp_held : max_seq;
 }
 
+int reference_model_kv_first(const struct reference_model *m) {
+    return m->kvp > 1 ? m->kvp_lo : 0;
+}
+
 int reference_model_kv_held(const struct reference_model *m, int positions) {
     const int held = positions - m->kvp_lo;
     return m->kvp <= 1 ? positions : held < 0 ? 0 : held > m->kvp_held ? m->kvp_held : held;

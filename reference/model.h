@@ -108,6 +108,8 @@ int reference_model_kv_positions(const struct reference_model *m, int max_seq);
 /* Of a sequence's first `positions` positions, how many this rank's cache holds (all of
  * them, or under KVP those in its range). */
 int reference_model_kv_held(const struct reference_model *m, int positions);
+/* The first global position this rank's cache holds (0 without KVP). */
+int reference_model_kv_first(const struct reference_model *m);
 
 /* Loads the owned tensors from `st`. Every missing or mis-shaped tensor is listed
  * together in one error message before failing (STRATA_ENOTFOUND / STRATA_EFORMAT). */

@@ -210,6 +210,7 @@ struct wire_stage_info {
     int32_t requests_waiting;             /* stage 0: its admission queue then */
     int32_t kv_blocks, kv_blocks_used;    /* the KV pool and the blocks requests hold */
     int32_t kv_blocks_reserved;           /* free blocks promised to running requests */
+    int32_t kv_blocks_cached;             /* kept for prefix reuse, held by no request */
 };
 
 struct wire_control {
@@ -260,6 +261,12 @@ struct wire_request {
      * resumes at step n. The reader checks n < max_tokens. */
     const int32_t *resume_tokens; /* [num_resume_tokens] */
     size_t num_resume_tokens;
+    /* Prefix reuse: the prompt's full blocks' keys [num_block_keys] (at most prompt_len /
+     * 16) and how many leading ones are attached from the cache (cached_blocks x 16 <
+     * prompt_len: at least the last prompt row is computed). */
+    const uint64_t *block_keys;
+    size_t num_block_keys;
+    int32_t cached_blocks;
 };
 
 /* 1.1: one block of a request's vision encoder output (vision stage -> stage 0). The reader

@@ -32,14 +32,15 @@ enum {
     INFO_REQUESTS_WAITING,
     INFO_KV_BLOCKS,
     INFO_KV_BLOCKS_USED,
-    INFO_KV_BLOCKS_RESERVED
+    INFO_KV_BLOCKS_RESERVED,
+    INFO_KV_BLOCKS_CACHED
 };
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
 #define STR STRING
-static const struct fb_field_desc info_fields[] = {S4,  S4,  S4, S4, S1, S1, S1, STR, S4, S4, S4,
-                                                   STR, STR, S4, S4, S4, S4, S4, S4,  S4, S4};
-const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 21, info_fields};
+static const struct fb_field_desc info_fields[] = {
+    S4, S4, S4, S4, S1, S1, S1, STR, S4, S4, S4, STR, STR, S4, S4, S4, S4, S4, S4, S4, S4, S4};
+const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 22, info_fields};
 
 static int check_info(const struct wire_stage_info *s, size_t i, int code) {
     if (s->num_stages < 1 || s->stage_index < 0 || s->stage_index >= s->num_stages ||
@@ -47,7 +48,8 @@ static int check_info(const struct wire_stage_info *s, size_t i, int code) {
         s->threads < 0 || s->max_seq < 0 || s->max_batch < 0 || s->kv_slots_in_use < 0 ||
         s->queue_depth < 0 || s->requests_waiting < 0 || s->kv_blocks < 0 ||
         s->kv_blocks_used < 0 || s->kv_blocks_reserved < 0 || s->kv_blocks_used > s->kv_blocks ||
-        s->kv_blocks_reserved > s->kv_blocks - s->kv_blocks_used)
+        s->kv_blocks_cached < 0 ||
+        (int64_t)s->kv_blocks_reserved + s->kv_blocks_cached > (int64_t)s->kv_blocks - s->kv_blocks_used)
         return strata_set_error(
             code,
             "wire: Control Describe entry %zu: stage %d of %d, layers [%d, %d), "
@@ -101,6 +103,7 @@ uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m) {
         fb_add_u32(a, INFO_KV_BLOCKS, (uint32_t)s->kv_blocks, 0);
         fb_add_u32(a, INFO_KV_BLOCKS_USED, (uint32_t)s->kv_blocks_used, 0);
         fb_add_u32(a, INFO_KV_BLOCKS_RESERVED, (uint32_t)s->kv_blocks_reserved, 0);
+        fb_add_u32(a, INFO_KV_BLOCKS_CACHED, (uint32_t)s->kv_blocks_cached, 0);
         fb_add_u8(a, INFO_EMBED, s->embed != 0, 0);
         fb_add_u8(a, INFO_HEAD, s->head != 0, 0);
         fb_add_u8(a, INFO_VISION, s->vision != 0, 0);
@@ -137,7 +140,8 @@ static struct wire_stage_info parse_info(const struct fb_table *e) {
                                     .kv_blocks = wmsg_get_i32(e, INFO_KV_BLOCKS, 0),
                                     .kv_blocks_used = wmsg_get_i32(e, INFO_KV_BLOCKS_USED, 0),
                                     .kv_blocks_reserved =
-                                        wmsg_get_i32(e, INFO_KV_BLOCKS_RESERVED, 0)};
+                                        wmsg_get_i32(e, INFO_KV_BLOCKS_RESERVED, 0),
+                                    .kv_blocks_cached = wmsg_get_i32(e, INFO_KV_BLOCKS_CACHED, 0)};
 }
 
 int wmsg_parse_control_stages(struct wire_control *out, const struct fb_table *t, int id) {

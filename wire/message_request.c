@@ -29,7 +29,9 @@ enum {
     REQUEST_IMAGE_FILES,
     REQUEST_IMAGE_FILE_SIZES,
     REQUEST_IMAGE_FORMATS,
-    REQUEST_RESUME_TOKENS
+    REQUEST_RESUME_TOKENS,
+    REQUEST_BLOCK_KEYS,
+    REQUEST_CACHED_BLOCKS
 };
 static const struct fb_field_desc request_fields[] = {
     SCALAR(8),
@@ -47,8 +49,10 @@ static const struct fb_field_desc request_fields[] = {
     VECTOR(4, 4),
     VECTOR(1, 1),
     VECTOR(4, 4),
+    VECTOR(8, 8),
+    SCALAR(4),
 };
-const struct fb_table_desc wmsg_request_desc = {"Request", 15, request_fields};
+const struct fb_table_desc wmsg_request_desc = {"Request", 17, request_fields};
 #define REQUEST_TOP_P_DEFAULT 0x3f800000u /* 1.0f: the schema default */
 
 /* ---- builder ---- */
@@ -109,6 +113,14 @@ static int check_request(const struct wire_request *m, int code) {
                                 "wire: Request resumes after %zu tokens, which must be fewer than "
                                 "max_tokens %d",
                                 m->num_resume_tokens, (int)m->max_tokens);
+    if ((m->num_block_keys && !m->block_keys) || m->num_block_keys > m->prompt_len / 16 ||
+        m->cached_blocks < 0 || (size_t)m->cached_blocks > m->num_block_keys ||
+        (size_t)m->cached_blocks * 16 >= m->prompt_len)
+        return strata_set_error(code,
+                                "wire: Request of %zu prompt tokens with %zu block keys, %d of "
+                                "them cached (at most one per full block of 16, and the last "
+                                "prompt token never cached)",
+                                m->prompt_len, m->num_block_keys, (int)m->cached_blocks);
     int rc = wmsg_check_tensor(&m->vision_embeds, "Request", "vision_embeds");
     if (!rc) rc = wmsg_check_tensor(&m->deepstack, "Request", "deepstack");
     return rc ? rc : check_request_images(m, code);
@@ -121,7 +133,7 @@ int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
         a, 1024 + 4 * (m->prompt_len + m->num_stop_ids + 3 * m->num_images + m->num_resume_tokens) +
                wmsg_tensor_bytes_estimate(&m->vision_embeds) +
                wmsg_tensor_bytes_estimate(&m->deepstack) + m->image_files_len +
-               5 * m->num_image_files + 128);
+               5 * m->num_image_files + 8 * m->num_block_keys + 128);
     uint32_t files = m->num_image_files
                          ? fb_vector(a, m->image_files, m->image_files_len, 1, WIRE_PAYLOAD_ALIGN)
                          : 0;
@@ -137,7 +149,9 @@ int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     uint32_t grids = m->num_images ? fb_vector(a, m->image_grids, 3 * m->num_images, 4, 4) : 0;
     uint32_t resume =
         m->num_resume_tokens ? fb_vector(a, m->resume_tokens, m->num_resume_tokens, 4, 4) : 0;
+    uint32_t keys = m->num_block_keys ? fb_vector(a, m->block_keys, m->num_block_keys, 8, 8) : 0;
     fb_table_start(a);
+    fb_add_offset(a, REQUEST_BLOCK_KEYS, keys);
     fb_add_offset(a, REQUEST_RESUME_TOKENS, resume);
     fb_add_offset(a, REQUEST_IMAGE_GRIDS, grids);
     fb_add_offset(a, REQUEST_VISION_EMBEDS, embeds);
@@ -153,6 +167,7 @@ int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     fb_add_u32(a, REQUEST_TEMPERATURE, float_bits(m->temperature), 0);
     fb_add_u32(a, REQUEST_TOP_K, (uint32_t)m->top_k, 0);
     fb_add_u32(a, REQUEST_TOP_P, float_bits(m->top_p), REQUEST_TOP_P_DEFAULT);
+    fb_add_u32(a, REQUEST_CACHED_BLOCKS, (uint32_t)m->cached_blocks, 0);
     return wmsg_finish_frame(a, WIRE_KIND_REQUEST, fb_table_end(a));
 }
 
@@ -181,6 +196,8 @@ int wmsg_parse_request(struct wire_request *out, const struct fb_table *t) {
     if (rc) return rc;
     out->resume_tokens =
         (const int32_t *)fb_get_vector(t, REQUEST_RESUME_TOKENS, &out->num_resume_tokens);
+    out->block_keys = (const uint64_t *)fb_get_vector(t, REQUEST_BLOCK_KEYS, &out->num_block_keys);
+    out->cached_blocks = wmsg_get_i32(t, REQUEST_CACHED_BLOCKS, 0);
     size_t n_formats;
     out->image_files = fb_get_vector(t, REQUEST_IMAGE_FILES, &out->image_files_len);
     out->image_file_sizes =

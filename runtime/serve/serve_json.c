@@ -144,6 +144,7 @@ static int add_stage(cJSON *data, const struct client_stage_info *s) {
            cJSON_AddNumberToObject(e, "kv_blocks", s->kv_blocks) &&
            cJSON_AddNumberToObject(e, "kv_blocks_used", s->kv_blocks_used) &&
            cJSON_AddNumberToObject(e, "kv_blocks_reserved", s->kv_blocks_reserved) &&
+           cJSON_AddNumberToObject(e, "kv_blocks_cached", s->kv_blocks_cached) &&
            cJSON_GetArraySize(layers) == 2 &&
            cJSON_GetArraySize(roles) == !!s->embed + !!s->vision + !!s->head;
 }

@@ -43,7 +43,7 @@ char *serve_json_models(const char *model_id, long created);
 /* GET /v1/stages: {"object":"list","data":[{"stage","num_stages","layers":[a,b],"roles":[...],
  * "device","tp","kvp","threads","weights_dtype","version","max_seq","max_batch",
  * "kv_slots_in_use","queue_depth","requests_waiting","kv_blocks","kv_blocks_used",
- * "kv_blocks_reserved"}]}, in ring
+ * "kv_blocks_reserved","kv_blocks_cached"}]}, in ring
  * order, from a ring describe (runtime/stage/client.h). */
 char *serve_json_stages(const struct client_describe *d);
 

@@ -153,7 +153,7 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out) {
 int serve_metrics_render_stages(const struct client_describe *d, struct serve_buf *out) {
     static const struct {
         const char *name, *help;
-    } gauges[7] = {
+    } gauges[8] = {
         {"strata_stage_kv_slots", "KV slots of each stage (--max-batch)."},
         {"strata_stage_kv_slots_in_use", "Requests holding a KV slot, per stage."},
         {"strata_stage_queue_depth",
@@ -162,20 +162,22 @@ int serve_metrics_render_stages(const struct client_describe *d, struct serve_bu
         {"strata_stage_kv_blocks", "Blocks of 16 positions in each stage's KV pool (--kv-memory)."},
         {"strata_stage_kv_blocks_used", "KV blocks held by requests, per stage."},
         {"strata_stage_kv_blocks_reserved",
-         "Free KV blocks promised to running requests, per stage."}};
+         "Free KV blocks promised to running requests, per stage."},
+        {"strata_stage_kv_blocks_cached",
+         "KV blocks kept for prefix reuse and held by no request, per stage."}};
     int rc = appendf(out,
                      "# HELP strata_serve_stages_up Whether the ring answered the describe behind "
                      "the strata_stage_* gauges.\n# TYPE strata_serve_stages_up gauge\n"
                      "strata_serve_stages_up %d\n",
                      d != NULL);
-    for (int g = 0; d && g < 7 && rc == 0; g++) {
+    for (int g = 0; d && g < 8 && rc == 0; g++) {
         rc = appendf(out, "# HELP %s %s\n# TYPE %s gauge\n", gauges[g].name, gauges[g].help,
                      gauges[g].name);
         for (int i = 0; i < d->num_stages && rc == 0; i++) {
             const struct client_stage_info *s = &d->stages[i];
-            const int v[7] = {s->max_batch,         s->kv_slots_in_use, s->queue_depth,
-                              s->requests_waiting,  s->kv_blocks,       s->kv_blocks_used,
-                              s->kv_blocks_reserved};
+            const int v[8] = {s->max_batch,          s->kv_slots_in_use, s->queue_depth,
+                              s->requests_waiting,   s->kv_blocks,       s->kv_blocks_used,
+                              s->kv_blocks_reserved, s->kv_blocks_cached};
             rc = appendf(out, "%s{stage=\"%d\"} %d\n", gauges[g].name, s->stage_index, v[g]);
         }
     }

@@ -42,7 +42,7 @@ long serve_metrics_get_in_flight(struct serve_metrics *m);
 int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out);
 /* The pipeline's per-stage gauges from a ring describe (runtime/stage/client.h), appended:
  * strata_stage_kv_slots / _kv_slots_in_use / _queue_depth / _requests_waiting / _kv_blocks /
- * _kv_blocks_used / _kv_blocks_reserved {stage="r"}, and
+ * _kv_blocks_used / _kv_blocks_reserved / _kv_blocks_cached {stage="r"}, and
  * strata_serve_stages_up (1, or 0 with no stage lines when d is NULL: the ring could not
  * answer). */
 int serve_metrics_render_stages(const struct client_describe *d, struct serve_buf *out);

@@ -248,6 +248,7 @@ int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *
         e.kv_blocks = s->kv_blocks;
         e.kv_blocks_used = s->kv_blocks_used;
         e.kv_blocks_reserved = s->kv_blocks_reserved;
+        e.kv_blocks_cached = s->kv_blocks_cached;
         entries[i] = e;
         ptrs[i] = &entries[i];
     }

@@ -123,6 +123,20 @@ void stage_backend_kv_usage(const struct stage_backend *be, struct stage_kv_usag
     be->iface->kv_usage(be, out);
 }
 
+int stage_backend_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n,
+                            int *cached) {
+    *cached = 0;
+    return n > 0 ? be->iface->kv_lookup(be, keys, n, cached) : 0;
+}
+
+int stage_backend_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
+    return n > 0 ? be->iface->kv_attach(be, slot, keys, n) : 0;
+}
+
+void stage_backend_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
+    if (n > 0) be->iface->kv_register(be, slot, keys, n);
+}
+
 int stage_backend_kv_blocks(const struct stage_backend_options *opt, size_t free_bytes,
                             size_t block_bytes, int max_seq, int *blocks) {
     const long long per_slot = kv_blocks_for(max_seq);

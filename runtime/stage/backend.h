@@ -75,7 +75,8 @@ struct stage_backend_info {
 /* A backend's KV pool now (reference/kv_blocks.h: blocks of KV_BLOCK positions). */
 struct stage_kv_usage {
     int blocks;          /* the pool */
-    int free;            /* not held by any request */
+    int free;            /* neither held by a request nor cached */
+    int cached;          /* kept for prefix reuse, held by no request (taken when needed) */
     int promised;        /* of the free ones, reserved by running requests */
     int block_positions; /* positions per block (KV_BLOCK) */
     size_t block_bytes;  /* K and V of one block, every layer and kv head held */
@@ -113,6 +114,16 @@ struct stage_backend_i {
     size_t (*kv_bytes)(const struct stage_backend *be);
     /* The pool's blocks now. */
     void (*kv_usage)(const struct stage_backend *be, struct stage_kv_usage *out);
+    /* Prefix reuse (reference/kv_blocks.h): keys [n] are a sequence's full blocks' keys in
+     * block order (global: a KVP rank uses those of its range). lookup: how many lead with
+     * blocks this backend could attach (0 where it cannot tell, e.g. a KVP group's leader,
+     * whose ranks hold other blocks), *cached those of them not held (attaching takes them
+     * from what is available). attach: gives a fresh slot those blocks; returns the
+     * positions the slot then holds (n x KV_BLOCK when every one was there), or a negative
+     * status. register: before a release, keeps slot's blocks of keys [n] (all written). */
+    int (*kv_lookup)(const struct stage_backend *be, const uint64_t *keys, int n, int *cached);
+    int (*kv_attach)(struct stage_backend *be, int slot, const uint64_t *keys, int n);
+    void (*kv_register)(struct stage_backend *be, int slot, const uint64_t *keys, int n);
     /* Packs in-use slots [n] into `out` (owned by `out` afterwards: kv_handoff_free). */
     int (*kv_pack)(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
     /* Replaces in-use slots [n] with rows of `in` bit for bit; refuses another layer range
@@ -207,6 +218,10 @@ int stage_backend_kv_reserve(struct stage_backend *be, int slot, int positions);
 void stage_backend_kv_release(struct stage_backend *be, int slot);
 size_t stage_backend_kv_bytes(const struct stage_backend *be);
 void stage_backend_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out);
+int stage_backend_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n,
+                            int *cached);
+int stage_backend_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n);
+void stage_backend_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n);
 /* *blocks = the whole blocks of block_bytes that the options' budget holds, free_bytes being
  * what a fraction is of (no budget: 0, kv_blocks_init's default of every slot at max_seq);
  * STRATA_ERANGE naming the sizes when that is less than one request of max_seq positions

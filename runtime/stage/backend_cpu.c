@@ -101,6 +101,41 @@ static int cpu_kv_reserve(struct stage_backend *be, int slot, int positions) {
     return kv_blocks_reserve(&c->kv.blocks, slot, reference_model_kv_held(c->model, positions));
 }
 
+/* A KVP rank holds global blocks [lo, hi) of every sequence (at local indices 0..): the
+ * keys of its range among the first n. */
+static void kvp_block_range(const struct cpu_context *c, int n, int *lo, int *hi) {
+    /* The rank's range starts on a block boundary (16 x 2^p positions). */
+    *lo = reference_model_kv_first(c->model) / KV_BLOCK;
+    *hi = *lo + kv_blocks_for(reference_model_kv_held(c->model, n * KV_BLOCK));
+    if (*hi > n) *hi = n;
+    if (*lo > n) *lo = n;
+}
+
+static int cpu_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n, int *cached) {
+    const struct cpu_context *c = ctx(be);
+    if (c->kvp > 1) return 0; /* the other ranks' blocks are not in this pool */
+    return kv_blocks_lookup(&c->kv.blocks, keys, n, cached);
+}
+
+static int cpu_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
+    struct cpu_context *c = ctx(be);
+    int lo = 0, hi = n;
+    if (c->kvp > 1) kvp_block_range(c, n, &lo, &hi);
+    const int want = hi > lo ? hi - lo : 0;
+    const int got = want ? kv_blocks_attach(&c->kv.blocks, slot, keys + lo, want, n * KV_BLOCK) : 0;
+    if (got < 0) return got;
+    if (got < want) return got * KV_BLOCK; /* a miss: the caller refuses */
+    c->kv.blocks.len[slot] = n * KV_BLOCK; /* lengths are global under KVP */
+    return n * KV_BLOCK;
+}
+
+static void cpu_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
+    struct cpu_context *c = ctx(be);
+    int lo = 0, hi = n;
+    if (c->kvp > 1) kvp_block_range(c, n, &lo, &hi);
+    if (hi > lo) kv_blocks_register(&c->kv.blocks, slot, keys + lo, hi - lo);
+}
+
 static void cpu_kv_release(struct stage_backend *be, int slot) {
     kv_cache_release(&ctx(be)->kv, slot);
 }
@@ -114,6 +149,7 @@ static void cpu_kv_usage(const struct stage_backend *be, struct stage_kv_usage *
     *out = (struct stage_kv_usage){
         .blocks = kv->blocks.num_blocks,
         .free = kv->blocks.num_free,
+        .cached = kv->blocks.num_cached,
         .promised = kv->blocks.promised,
         .block_positions = KV_BLOCK,
         .block_bytes =
@@ -174,6 +210,9 @@ static const struct stage_backend_i cpu_iface = {
     .kv_release = cpu_kv_release,
     .kv_bytes = cpu_kv_bytes,
     .kv_usage = cpu_kv_usage,
+    .kv_lookup = cpu_kv_lookup,
+    .kv_attach = cpu_kv_attach,
+    .kv_register = cpu_kv_register,
     .kv_pack = cpu_kv_pack,
     .kv_restore = cpu_kv_restore,
     .describe = cpu_describe,

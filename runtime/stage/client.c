@@ -139,7 +139,8 @@ int client_describe_read(struct client_describe *out, const uint8_t *frame, size
                                         .requests_waiting = e.requests_waiting,
                                         .kv_blocks = e.kv_blocks,
                                         .kv_blocks_used = e.kv_blocks_used,
-                                        .kv_blocks_reserved = e.kv_blocks_reserved};
+                                        .kv_blocks_reserved = e.kv_blocks_reserved,
+                                        .kv_blocks_cached = e.kv_blocks_cached};
         snprintf(s->device, sizeof s->device, "%s", e.device);
         snprintf(s->weights_dtype, sizeof s->weights_dtype, "%s", e.weights_dtype);
         snprintf(s->version, sizeof s->version, "%s", e.version);
@@ -173,10 +174,12 @@ int client_describe(struct strata_client *client, struct client_describe *out, i
 void client_describe_table(char *buf, size_t cap, const struct client_describe *d) {
     size_t used = 0;
     /* requests: in flight / --max-batch, then "+N" waiting in stage 0's queue; kv blocks:
-     * held / the pool (blocks of 16 positions); max seq: one request's cap. */
-    int n = snprintf(buf, cap, "%-5s %-10s %-18s %-8s %-7s %-7s %-10s %-13s %-7s %-8s %s\n",
-                     "stage", "layers", "roles", "tp x kvp", "threads", "weights", "requests",
-                     "kv blocks", "max seq", "build", "device");
+     * held / the pool (blocks of 16 positions); cached: kept for prefix reuse; max seq: one
+     * request's cap. */
+    int n = snprintf(buf, cap,
+                     "%-5s %-10s %-18s %-8s %-7s %-7s %-10s %-13s %-7s %-7s %-8s %s\n", "stage",
+                     "layers", "roles", "tp x kvp", "threads", "weights", "requests", "kv blocks",
+                     "cached", "max seq", "build", "device");
     for (int i = 0; n > 0 && (used += (size_t)n) < cap && i < d->num_stages; i++) {
         const struct client_stage_info *s = &d->stages[i];
         char layers[32], roles[32], grid[24], kv[32], reqs[40];
@@ -191,8 +194,8 @@ void client_describe_table(char *buf, size_t cap, const struct client_describe *
                  s->max_batch, s->requests_waiting);
         const char *build = strncmp(s->version, "strata ", 7) ? s->version : s->version + 7;
         n = snprintf(buf + used, cap - used,
-                     "%-5d %-10s %-18s %-8s %-7d %-7s %-10s %-13s %-7d %-8s %s\n", s->stage_index,
-                     layers, roles, grid, s->threads, s->weights_dtype, reqs, kv, s->max_seq, build,
-                     s->device);
+                     "%-5d %-10s %-18s %-8s %-7d %-7s %-10s %-13s %-7d %-7d %-8s %s\n",
+                     s->stage_index, layers, roles, grid, s->threads, s->weights_dtype, reqs, kv,
+                     s->kv_blocks_cached, s->max_seq, build, s->device);
     }
 }

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reference/kv_blocks.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_core_internal.h"
 #include "wire/codec.h"
@@ -47,6 +48,7 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
     core->vocab = be->cfg->vocab_size;
     core->is_first = opt->stage_index == 0;
     core->is_last = opt->stage_index == opt->num_stages - 1;
+    if (core->is_first) stage_prefix_init(core);
     rc = wire_arena_init(&core->arena, 0);
     if (rc < 0) goto fail;
     rc = stage_pool_init(core, core->max_batch);
@@ -171,28 +173,34 @@ static int check_fit(const struct stage_core *core, const struct request_params 
     return STRATA_ERANGE;
 }
 
-/* Claims a slot for a new request; on refusal fills `why` and returns the status. */
+/* Claims a slot for a new request, with `cached` leading blocks of keys [n_keys] (taken over:
+ * freed with the request or here) attached from the cache (stage_prefix.c); on refusal fills
+ * `why` and returns the status. */
 static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce,
-                 const struct request_params *params, char *why, size_t why_cap) {
+                 const struct request_params *params, uint64_t *keys, int n_keys, int cached,
+                 char *why, size_t why_cap) {
     int slot;
     struct stage_req *req;
     *out = NULL;
     if (stage_find(core, nonce)) {
+        free(keys);
         snprintf(why, why_cap, "stage %d: request nonce %llu is already active",
                  core->opt.stage_index, (unsigned long long)nonce);
         return STRATA_EINVAL;
     }
     int rc = check_fit(core, params, why, why_cap);
-    if (rc < 0) return rc;
-    rc = stage_backend_kv_acquire(core->be, &slot);
-    if (rc == 0 && (rc = stage_backend_kv_reserve(core->be, slot, (int)kv_need(params))) < 0)
-        stage_backend_kv_release(core->be, slot);
     if (rc < 0) {
-        if (rc == STRATA_EBUSY && !strstr(strata_last_error(), "blocks"))
+        free(keys);
+        return rc;
+    }
+    rc = stage_backend_kv_acquire(core->be, &slot);
+    if (rc < 0) free(keys);
+    if (rc < 0) {
+        if (rc == STRATA_EBUSY)
             snprintf(why, why_cap,
                      "stage %d: request refused: all %d KV slots are in use (--max-batch %d)",
                      core->opt.stage_index, core->max_batch, core->max_batch);
-        else /* the pool's blocks (--kv-memory), a TP / KVP group that has failed: its words */
+        else /* e.g. a TP / KVP group that has failed: its own message */
             snprintf(why, why_cap, "stage %d: request refused: %s", core->opt.stage_index,
                      strata_last_error());
         core->stats.refused++;
@@ -206,11 +214,24 @@ static int admit(struct stage_core *core, struct stage_req **out, uint64_t nonce
     req->params = *params;
     req->tokens = calloc((size_t)params->max_tokens, sizeof *req->tokens);
     if (!req->tokens) {
+        free(keys);
         stage_backend_kv_release(core->be, slot);
         stage_free_req_buffers(core, req);
         snprintf(why, why_cap, "stage %d: out of memory for a request of %d tokens",
                  core->opt.stage_index, params->max_tokens);
         return STRATA_ENOMEM;
+    }
+    /* The cached prefix first (it holds blocks the reservation then need not count), then
+     * the rest of the request's run promised. */
+    rc = stage_prefix_attach(core, req, keys, n_keys, cached, why, why_cap);
+    if (rc == 0 && (rc = stage_backend_kv_reserve(core->be, slot, (int)kv_need(params))) < 0)
+        snprintf(why, why_cap, "stage %d: request refused: %s", core->opt.stage_index,
+                 strata_last_error());
+    if (rc < 0) {
+        stage_backend_kv_release(core->be, slot);
+        stage_free_req_buffers(core, req);
+        core->stats.refused++;
+        return rc;
     }
     if (core->is_last) sampler_init(&req->sampler, &params->sampling);
     *out = req;
@@ -255,6 +276,9 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
     struct request_params params;
     struct stage_req *req;
     struct stage_vl *vl = NULL;
+    uint64_t *keys = NULL;
+    int n_keys = 0, cached = 0;
+    int64_t cost = 0;
     char why[512];
     int rc = request_params_from_wire(&params, msg);
     for (int i = 0; rc == 0 && i < params.prompt_len; i++)
@@ -270,21 +294,29 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
         snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
     } else if ((rc = check_fit(core, &params, why, sizeof why)) < 0) {
         /* refused before it could wait: it can never fit */
+    } else if (!vl && params.resume_len == 0 &&
+               (rc = stage_prefix_plan(core, msg->prompt, params.prompt_len, kv_need(&params),
+                                       &keys, &n_keys, &cached, &cost)) < 0) {
+        snprintf(why, sizeof why, "stage 0: %s", strata_last_error());
     } else if (!from_queue &&
-               (stage_admission_waiting(core) > 0 || !stage_can_start(core, kv_need(&params)))) {
+               (stage_admission_waiting(core) > 0 || !stage_can_start(core, keys ? cost : kv_need(&params)))) {
         /* Every slot taken, too few KV blocks free, or others waiting first: the queue (its
          * vision inputs are prepared again when it is admitted). */
         stage_vl_free(vl);
         vl = NULL;
+        free(keys); /* looked up again when it starts */
+        keys = NULL;
         if ((rc = stage_admission_push(core, client_id, msg->nonce, frame, len,
                                        (int)kv_need(&params))) == 0)
             return 0;
         snprintf(why, sizeof why, "stage 0: %s", strata_last_error());
         core->stats.refused++;
     } else {
-        rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
+        rc = admit(core, &req, msg->nonce, &params, keys, n_keys, cached, why, sizeof why);
+        keys = NULL; /* the request's now, or freed */
     }
     if (rc < 0) {
+        free(keys);
         stage_vl_free(vl);
         stage_emit_error(core, STAGE_LINK_CLIENT, client_id, rc, msg->nonce, why);
         stage_push_refusal(core, msg->nonce, rc, why);
@@ -306,9 +338,19 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
             return 0;
         }
     }
+    if (req->n_keys > 0) { /* later stages attach the same blocks (stage_prefix.c) */
+        if (stage_prefix_build_request(core, req, msg) < 0) {
+            stage_fail(core, req, STRATA_ENOMEM, 0, 0, "stage 0: forwarding the request: %s",
+                       strata_last_error());
+            return 0;
+        }
+        frame = wire_arena_frame(&core->arena);
+        len = wire_arena_frame_len(&core->arena);
+    }
     if (params.resume_len > 0 && stage_recovery_admit_resumed(core, req, msg) < 0) return 0;
     if (forward_request(core, req, frame, len) < 0) return 0;
-    stage_recovery_queue_prefill(core, req); /* the prompt (+ resumed tokens) in chunks */
+    /* The prompt (+ resumed tokens) in chunks, after the blocks taken from the cache. */
+    stage_recovery_queue_prefill_from(core, req, req->cached_blocks * KV_BLOCK);
     return 0;
 }
 
@@ -350,10 +392,16 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
         if (stage_recovery_kv_admit(core, req, msg) == 0) forward_request(core, req, frame, len);
         return 0;
     }
+    uint64_t *keys = NULL;
+    if (rc == 0 && msg->num_block_keys &&
+        !(keys = malloc(msg->num_block_keys * sizeof *keys)))
+        rc = strata_set_error(STRATA_ENOMEM, "no memory for %zu block keys", msg->num_block_keys);
+    if (keys) memcpy(keys, msg->block_keys, msg->num_block_keys * sizeof *keys);
     if (rc < 0)
         snprintf(why, sizeof why, "stage %d: bad request: %s", r, strata_last_error());
     else
-        rc = admit(core, &req, msg->nonce, &params, why, sizeof why);
+        rc = admit(core, &req, msg->nonce, &params, keys, (int)msg->num_block_keys,
+                   msg->cached_blocks, why, sizeof why);
     if (rc < 0) {
         stage_emit_error(core, STAGE_LINK_PREV, 0, rc, msg->nonce, why);
         stage_push_refusal(core, msg->nonce, rc, why);
@@ -669,6 +717,10 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
     out->queue_full = a->refused_full;
     out->queue_expired = a->expired;
     out->queue_waited_ms = a->waited_ms;
+    out->prefix_lookups = core->prefix.lookups;
+    out->prefix_hits = core->prefix.hits;
+    out->prefix_cached_tokens = core->prefix.cached_tokens;
+    out->prefix_prompt_tokens = core->prefix.prompt_tokens;
 }
 
 size_t stage_core_kv_bytes(const struct stage_core *core) {

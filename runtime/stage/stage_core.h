@@ -238,6 +238,9 @@ struct stage_core_stats {
     int queue_depth;
     uint64_t queued, queue_admitted, queue_full, queue_expired;
     int64_t queue_waited_ms;
+    /* Prefix reuse (stage 0, since start): requests that looked their prompt up in the KV
+     * cache, those that reused blocks, the prompt tokens reused and looked up. */
+    uint64_t prefix_lookups, prefix_hits, prefix_cached_tokens, prefix_prompt_tokens;
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 

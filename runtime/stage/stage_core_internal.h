@@ -14,6 +14,7 @@
 #include "runtime/stage/stage_admission_internal.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_describe_internal.h"
+#include "runtime/stage/stage_prefix_internal.h"
 #include "runtime/stage/stage_recovery_internal.h"
 #include "wire/message.h"
 
@@ -59,6 +60,10 @@ struct stage_req {
      * kv_recovered = its KV was restored from such a copy for a replay (dropped by a Reset). */
     struct stage_kv_copy *kv_copies;
     int kv_recovered;
+    /* Prefix reuse (stage_prefix.c): the prompt's full blocks' keys [n_keys] (NULL: none)
+     * and how many leading blocks were attached from the cache. */
+    uint64_t *keys;
+    int n_keys, cached_blocks;
 };
 
 /* One kept KvBlock frame (stage 0): `len` bytes, covering KV positions [0, positions). */
@@ -169,6 +174,7 @@ struct stage_core {
     struct stage_admission admission; /* stage_admission_internal.h */
     struct stage_recovery recovery;   /* stage_recovery_internal.h */
     struct stage_describe describe;   /* stage_describe_internal.h */
+    struct stage_prefix prefix;       /* stage_prefix_internal.h */
 };
 
 /* Any client, for stage_admission_leave. */

@@ -17,6 +17,7 @@
 void stage_free_req_buffers(struct stage_core *core, struct stage_req *req) {
     stage_recovery_kv_drop(core, req);
     stage_vl_free(req->vl);
+    free(req->keys);
     free(req->tokens);
     free(req->logits);
     memset(req, 0, sizeof *req);
@@ -130,6 +131,7 @@ void stage_release(struct stage_core *core, struct stage_req *req, enum stage_fi
     }
     core->recent_dead[core->recent_dead_next] = req->nonce;
     core->recent_dead_next = (core->recent_dead_next + 1) % STAGE_RECENT_DEAD;
+    if (finish == STAGE_FINISH_STOP || finish == STAGE_FINISH_LENGTH) stage_prefix_keep(core, req);
     stage_backend_kv_release(core->be, req->slot);
     stage_free_req_buffers(core, req);
 }

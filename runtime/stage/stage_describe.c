@@ -80,7 +80,8 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
         .queue_depth = queued,
         .requests_waiting = st.queue_depth,
         .kv_blocks = kv.blocks,
-        .kv_blocks_used = kv.blocks - kv.free,
+        .kv_blocks_used = kv.blocks - kv.free - kv.cached,
+        .kv_blocks_cached = kv.cached,
         .kv_blocks_reserved = kv.promised};
 }
 

@@ -131,7 +131,11 @@ static void replay(struct stage_core *core, struct stage_req *req) {
                                .stop_ids = p->stop_ids,
                                .num_stop_ids = (size_t)p->num_stop_ids,
                                .resume_tokens = req->tokens,
-                               .num_resume_tokens = (size_t)req->n_generated};
+                               .num_resume_tokens = (size_t)req->n_generated,
+                               /* Cold, but every stage keeps the prompt's blocks when it
+                                * finishes, as stage 0 does (stage_prefix_internal.h). */
+                               .block_keys = req->keys,
+                               .num_block_keys = (size_t)req->n_keys};
     int rc = wire_build_request(&core->arena, &msg);
     if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
     if (rc < 0) {

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "reference/kv_blocks.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 
@@ -22,7 +23,9 @@ enum tp_op {
     TP_OP_RELEASE,
     TP_OP_STOP,
     TP_OP_ARGMAX, /* greedy ids without assembled logits (backend.h argmax) */
-    TP_OP_RESERVE /* a: slot, b: positions */
+    TP_OP_RESERVE,  /* a: slot, b: positions */
+    TP_OP_ATTACH,   /* a: slot, b: keys (ints: each key as two words, low first) */
+    TP_OP_REGISTER  /* the same */
 };
 
 #define TP_HDR 6            /* op, a, b, n_ints, n_floats, magic */
@@ -222,6 +225,45 @@ static void lead_kv_usage(const struct stage_backend *be, struct stage_kv_usage 
     l->inner->iface->kv_usage(l->inner, out);
 }
 
+/* Under KVP the leader cannot see the other ranks' blocks: its inner backend says 0. */
+static int lead_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n,
+                          int *cached) {
+    const struct tp_leader *l = leader(be);
+    return l->inner->iface->kv_lookup(l->inner, keys, n, cached);
+}
+
+/* Puts keys [n] into the command's ints, two words each. */
+static int pack_keys(struct tp_leader *l, const uint64_t *keys, int n) {
+    int rc = buf_reserve(&l->buf, 2 * (size_t)n, 0);
+    if (rc) return rc;
+    for (int i = 0; i < n; ++i) {
+        l->buf.ints[2 * i] = (int32_t)(uint32_t)keys[i];
+        l->buf.ints[2 * i + 1] = (int32_t)(uint32_t)(keys[i] >> 32);
+    }
+    l->buf.n_ints = 2 * (size_t)n;
+    l->buf.n_floats = 0;
+    return 0;
+}
+
+/* Every rank attaches the blocks of its own pool, which mirrors the leader's (the same
+ * commands in the same order); one that finds fewer fails the group's next call. */
+static int lead_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
+    struct tp_leader *l = leader(be);
+    int got = l->inner->iface->kv_attach(l->inner, slot, keys, n), rc;
+    if (got < n * KV_BLOCK) return got; /* a miss here: the caller refuses, nothing to send */
+    if ((rc = pack_keys(l, keys, n)) || (rc = send_cmd(l, TP_OP_ATTACH, slot, n))) return rc;
+    return got;
+}
+
+static void lead_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
+    struct tp_leader *l = leader(be);
+    l->inner->iface->kv_register(l->inner, slot, keys, n);
+    char kept[1024]; /* a void call: keep the caller's message, as send_quiet does */
+    snprintf(kept, sizeof kept, "%s", strata_last_error());
+    if (pack_keys(l, keys, n) || send_cmd(l, TP_OP_REGISTER, slot, n))
+        strata_set_error(0, "%s", kept);
+}
+
 /* Sends a command whose failure the caller cannot see (a void call): the thread's error
  * message is kept, since the caller may be reporting another failure with it; a broken
  * group fails the next call instead. */
@@ -281,6 +323,9 @@ static const struct stage_backend_i leader_iface = {
     .kv_release = lead_kv_release,
     .kv_bytes = lead_kv_bytes,
     .kv_usage = lead_kv_usage,
+    .kv_lookup = lead_kv_lookup,
+    .kv_attach = lead_kv_attach,
+    .kv_register = lead_kv_register,
     .kv_pack = lead_kv_pack,
     .kv_restore = lead_kv_restore,
     .describe = lead_describe,
@@ -296,6 +341,9 @@ static const struct stage_backend_i leader_iface_no_argmax = {
     .kv_release = lead_kv_release,
     .kv_bytes = lead_kv_bytes,
     .kv_usage = lead_kv_usage,
+    .kv_lookup = lead_kv_lookup,
+    .kv_attach = lead_kv_attach,
+    .kv_register = lead_kv_register,
     .kv_pack = lead_kv_pack,
     .kv_restore = lead_kv_restore,
     .describe = lead_describe,
@@ -448,6 +496,31 @@ static int follow_one(struct stage_backend *be, struct tp_follow_scratch *s, con
                                     hdr[1], slot);
         return STRATA_OK;
     case TP_OP_RELEASE: be->iface->kv_release(be, hdr[1]); return STRATA_OK;
+    case TP_OP_ATTACH:
+    case TP_OP_REGISTER: {
+        const int n = hdr[2];
+        if (n < 0 || (size_t)n * 2 != b->n_ints)
+            return strata_set_error(STRATA_EFORMAT, "TP: %d block keys in %zu words", n,
+                                    b->n_ints);
+        if ((rc = grow((void **)&s->out, &s->cap_out, (size_t)n * 2 + 2, sizeof(float))))
+            return rc;
+        uint64_t *keys = (uint64_t *)(void *)s->out; /* scratch, as argmax's ids */
+        for (int i = 0; i < n; ++i)
+            keys[i] = (uint64_t)(uint32_t)b->ints[2 * i] |
+                      (uint64_t)(uint32_t)b->ints[2 * i + 1] << 32;
+        if (hdr[0] == TP_OP_REGISTER) {
+            be->iface->kv_register(be, hdr[1], keys, n);
+            return STRATA_OK;
+        }
+        rc = be->iface->kv_attach(be, hdr[1], keys, n);
+        if (rc < 0) return rc;
+        if (rc != n * KV_BLOCK)
+            return strata_set_error(STRATA_EFORMAT,
+                                    "TP: the leader attached %d cached KV blocks for slot %d, this "
+                                    "rank found %d positions of them (the ranks' pools diverged)",
+                                    n, hdr[1], rc);
+        return STRATA_OK;
+    }
     case TP_OP_RESERVE:
         if ((rc = be->iface->kv_reserve(be, hdr[1], hdr[2]))) {
             char why[600]; /* copied first: formatting the error buffer into itself garbles it */

@@ -148,7 +148,8 @@ static const struct wire_stage_info describe_stages[3] = {
      .requests_waiting = 2,
      .kv_blocks = 4096,
      .kv_blocks_used = 100,
-     .kv_blocks_reserved = 20},
+     .kv_blocks_reserved = 20,
+     .kv_blocks_cached = 7},
     {.stage_index = 1, .num_stages = 3, .layer_start = 2, .layer_end = 2, .tp = 1, .kvp = 1},
     {.stage_index = 2,
      .num_stages = 3,
@@ -370,7 +371,8 @@ int sample_check_describe(const struct wire_control *m) {
               got.queue_depth == want->queue_depth &&
               got.requests_waiting == want->requests_waiting);
         CHECK(got.kv_blocks == want->kv_blocks && got.kv_blocks_used == want->kv_blocks_used &&
-              got.kv_blocks_reserved == want->kv_blocks_reserved);
+              got.kv_blocks_reserved == want->kv_blocks_reserved &&
+              got.kv_blocks_cached == want->kv_blocks_cached);
         CHECK(same_string(got.device, want->device) &&
               same_string(got.weights_dtype, want->weights_dtype) &&
               same_string(got.version, want->version));

@@ -138,13 +138,13 @@ static void stages_list(void **state) {
           "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
           "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\",\"max_seq\":64,"
           "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0,\"requests_waiting\":0,"
-          "\"kv_blocks\":0,\"kv_blocks_used\":0,\"kv_blocks_reserved\":0},{"
+          "\"kv_blocks\":0,\"kv_blocks_used\":0,\"kv_blocks_reserved\":0,\"kv_blocks_cached\":0},{"
           "\"stage\":1,\"num_stages\":2,"
           "\"layers\":[1,4],\"roles\":[\"head\"],"
           "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
           "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"max_seq\":64,\"max_batch\":4,"
           "\"kv_slots_in_use\":3,\"queue_depth\":2,\"requests_waiting\":5,\"kv_blocks\":320,"
-          "\"kv_blocks_used\":12,\"kv_blocks_reserved\":30}]}");
+          "\"kv_blocks_used\":12,\"kv_blocks_reserved\":30,\"kv_blocks_cached\":0}]}");
 }
 
 /* Streams pieces through a serve_text and returns everything taken (final at the end). */

@@ -420,6 +420,71 @@ static void test_kv_pool_queue(void **state) {
     tp_pipeline_free(&pipe_a);
 }
 
+/* One request through p; its last stage's result (tokens and logits). */
+static const struct stage_result *run_prompt(struct tp_pipeline *p, uint64_t nonce,
+                                             const int32_t *prompt, int prompt_len, int steps) {
+    struct stage_request req;
+    tp_request(&req, nonce, prompt, prompt_len, steps);
+    assert_int_equal(tp_submit(p, 1, &req), 0);
+    tp_run(p, 100000);
+    const struct stage_result *r = tp_last_result(p, nonce);
+    assert_non_null(r);
+    if (r->status) fail_msg("request %llu: %s", (unsigned long long)nonce, r->message);
+    assert_non_null(r->logits);
+    return r;
+}
+
+static void assert_same_result(const struct stage_result *a, const struct stage_result *b, int V) {
+    assert_int_equal(a->n_tokens, b->n_tokens);
+    assert_memory_equal(a->tokens, b->tokens, sizeof(int32_t) * (size_t)a->n_tokens);
+    assert_memory_equal(a->logits, b->logits, sizeof(float) * (size_t)a->n_tokens * (size_t)V);
+}
+
+/* Prefix reuse: a request whose prompt begins with the whole blocks of a finished one attaches
+ * them from every stage's cache and prefills only the rest, and gives the same tokens and
+ * logits, bit for bit, as the same request served cold, on 1, 2 and 3 stages: the same
+ * prompt again (2 of its 2 full blocks reused, 8 rows computed) and a longer one that
+ * continues it with the answer (2 reused, 32 computed). Every block returns to its pool. */
+static void test_prefix_reuse_exact(void **state) {
+    struct tp_golden *g = &golden_long;
+    const int V = g->cfg.vocab_size, P = g->prompt_len;
+    int32_t longer[128];
+    (void)state;
+    memcpy(longer, g->prompt, sizeof(int32_t) * (size_t)P);
+    memcpy(longer + P, g->generated, sizeof(int32_t) * (size_t)g->n_steps);
+    const int L = P + g->n_steps;
+    assert_true(P >= 2 * KV_BLOCK + 1 && L <= 128);
+    for (int S = 1; S <= 3; S++) {
+        struct stage_core_stats st;
+        assert_int_equal(tp_pipeline_init(&pipe_b, g, S, NULL, 128, 4, 16), 0);
+        const struct stage_result *cold = run_prompt(&pipe_b, 1, g->prompt, P, 6);
+        const struct stage_result *cold_long = run_prompt(&pipe_b, 2, longer, L, 6);
+        assert_int_equal(tp_pipeline_init(&pipe_a, g, S, NULL, 128, 4, 16), 0);
+        run_prompt(&pipe_a, 10, g->prompt, P, 3); /* leaves the prompt's 2 blocks cached */
+        const struct stage_result *warm = run_prompt(&pipe_a, 11, g->prompt, P, 6);
+        assert_same_result(warm, cold, V);
+        stage_core_get_stats(pipe_a.cores[0], &st);
+        assert_int_equal(st.prefix_hits, 1);
+        assert_int_equal(st.prefix_cached_tokens, 2 * KV_BLOCK);
+        const struct stage_result *warm_long = run_prompt(&pipe_a, 12, longer, L, 6);
+        assert_same_result(warm_long, cold_long, V);
+        stage_core_get_stats(pipe_a.cores[0], &st);
+        assert_int_equal(st.prefix_hits, 2);
+        assert_int_equal(st.prefix_cached_tokens, 4 * KV_BLOCK);
+        for (int r = 0; r < S; r++) {
+            struct stage_kv_usage u;
+            stage_backend_kv_usage(pipe_a.stages[r].backend, &u);
+            assert_int_equal(u.free + u.cached, u.blocks); /* none held */
+            assert_true(u.cached >= 4);                    /* the longer prompt's 4 blocks */
+            assert_int_equal(u.promised, 0);
+            stage_core_get_stats(pipe_a.cores[r], &st);
+            assert_int_equal(st.active_requests, 0);
+        }
+        tp_pipeline_free(&pipe_a);
+        tp_pipeline_free(&pipe_b);
+    }
+}
+
 /* Stage 0's admission queue: with 2 KV slots and room for 3 waiting, 6 requests at once: 5
  * are answered with the golden tokens in arrival order of admission, the 6th is refused
  * (EBUSY naming --max-queue); a waiting request cancelled by its client, or whose client
@@ -931,6 +996,7 @@ int main(void) {
         cmocka_unit_test(test_admission_control),
         cmocka_unit_test(test_admission_queue),
         cmocka_unit_test(test_kv_pool_queue),
+        cmocka_unit_test(test_prefix_reuse_exact),
         cmocka_unit_test(test_admission_deadline),
         cmocka_unit_test(test_frame_checks),
         cmocka_unit_test(test_request_forwarded_before_activations),

@@ -1,0 +1,64 @@
+/* Prefix reuse in the stage core (stage_prefix.c): which prompt blocks a request takes from
+ * the KV cache and which it leaves there.
+ *
+ * Stage 0 decides and every stage applies the same decision. Stage 0 keys the prompt's full
+ * blocks of 16 positions with a hash chain over the token ids (SipHash-2-4 under a key of
+ * its own, drawn at start: a client cannot make two prefixes collide), looks up how many
+ * leading blocks its pool holds (leaving at least the last prompt token to compute, whose
+ * row gives the first token), and sends the keys and that count with the Request. Each
+ * stage attaches the same blocks to the request's slot and starts its prefill after them.
+ * When a request finishes normally (stop or length: every stage has written every prompt
+ * position) each stage keeps the prompt's blocks under the keys, cached until the pool
+ * needs them (least recently used first); a cancelled or failed request keeps nothing.
+ *
+ * Why every later stage finds the blocks stage 0 found: all stages see the same requests,
+ * finishes and attaches in the same order (stage 0 sends them down the ring in order), a
+ * later stage's own allocations only lag stage 0's, and each pool evicts least recently
+ * used first; so a pool holding at least as many blocks as stage 0's holds at least what
+ * stage 0's holds. A stage that misses anyway (its pool is smaller) never recomputes
+ * something else in silence: it fails the request, naming both pools. Qwen3-VL requests
+ * (whose blocks would need the images' bytes in their keys) and recovery replays start
+ * cold. */
+#ifndef STRATA_RUNTIME_STAGE_STAGE_PREFIX_INTERNAL_H
+#define STRATA_RUNTIME_STAGE_STAGE_PREFIX_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct stage_core;
+struct stage_req;
+struct wire_request;
+
+struct stage_prefix {
+    uint64_t key[2]; /* stage 0: SipHash key of the block chain */
+    /* Stage 0, since start: requests looked up, of them those that reused blocks, and the
+     * prompt tokens they reused (of prompt_tokens looked up). */
+    uint64_t lookups, hits, cached_tokens, prompt_tokens;
+};
+
+/* Stage 0 at init: draws the key. */
+void stage_prefix_init(struct stage_core *core);
+
+/* Stage 0: the keys of prompt [prompt_len]'s full blocks into *keys (malloc'd; n_keys of
+ * them; NULL and 0 when there are none) and how many leading ones the pool holds, *cached
+ * (at most (prompt_len - 1) / 16); *cost: the positions the request's reservation counts
+ * (need less the attached blocks, plus those of them the attach takes from the available).
+ * 0 or STRATA_ENOMEM. */
+int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt_len, int64_t need,
+                      uint64_t **keys, int *n_keys, int *cached, int64_t *cost);
+
+/* At admission, after the slot is acquired: attaches `cached` leading blocks of keys [n_keys]
+ * (taking over keys: freed with the request) and sets the request to continue after them.
+ * STRATA_ENOTFOUND with `why` when this stage lacks one of them. */
+int stage_prefix_attach(struct stage_core *core, struct stage_req *req, uint64_t *keys, int n_keys,
+                        int cached, char *why, size_t why_cap);
+
+/* Stage 0: the Request to forward for req (msg with its keys and cached count) into the
+ * core's arena. */
+int stage_prefix_build_request(struct stage_core *core, const struct stage_req *req,
+                               const struct wire_request *msg);
+
+/* At a normal finish, before the slot is released: keeps the prompt's blocks. */
+void stage_prefix_keep(struct stage_core *core, struct stage_req *req);
+
+#endif
