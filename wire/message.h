@@ -181,6 +181,7 @@ struct wire_token_result {
     const float *logprobs; /* [num_logprobs]: 0 or num_tokens */
     size_t num_logprobs;
     enum wire_finish finish;
+    int32_t cached_tokens; /* stage 0 -> client: prompt positions reused from the KV cache */
 };
 
 /* A failed request (nonce != 0), or, with nonce 0, the connection itself: the sender

@@ -38,8 +38,8 @@ enum {
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
 #define STR STRING
-static const struct fb_field_desc info_fields[] = {
-    S4, S4, S4, S4, S1, S1, S1, STR, S4, S4, S4, STR, STR, S4, S4, S4, S4, S4, S4, S4, S4, S4};
+static const struct fb_field_desc info_fields[] = {S4,  S4,  S4, S4, S1, S1, S1, STR, S4, S4, S4,
+                                                   STR, STR, S4, S4, S4, S4, S4, S4,  S4, S4, S4};
 const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 22, info_fields};
 
 static int check_info(const struct wire_stage_info *s, size_t i, int code) {
@@ -49,7 +49,8 @@ static int check_info(const struct wire_stage_info *s, size_t i, int code) {
         s->queue_depth < 0 || s->requests_waiting < 0 || s->kv_blocks < 0 ||
         s->kv_blocks_used < 0 || s->kv_blocks_reserved < 0 || s->kv_blocks_used > s->kv_blocks ||
         s->kv_blocks_cached < 0 ||
-        (int64_t)s->kv_blocks_reserved + s->kv_blocks_cached > (int64_t)s->kv_blocks - s->kv_blocks_used)
+        (int64_t)s->kv_blocks_reserved + s->kv_blocks_cached >
+            (int64_t)s->kv_blocks - s->kv_blocks_used)
         return strata_set_error(
             code,
             "wire: Control Describe entry %zu: stage %d of %d, layers [%d, %d), "

@@ -80,6 +80,7 @@ static void apply_event(struct serve_engine *e, const struct request_event *ev) 
         return;
     }
     j->tokens[j->n_tokens++] = ev->token;
+    j->cached_tokens = ev->cached_tokens;
     if (ev->finish != WIRE_FINISH_NONE) {
         j->done = 1;
         j->finish = ev->finish;

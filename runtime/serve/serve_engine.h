@@ -20,6 +20,7 @@ struct serve_job {
     int done;                /* a token with finish set, or an error, arrived */
     enum wire_finish finish; /* when done without error */
     int error_code;          /* STRATA_E* when the request failed */
+    int cached_tokens;       /* prompt tokens stage 0 took from its KV cache */
     char error[640];
     int registered; /* in the engine's list */
     pthread_cond_t cond;

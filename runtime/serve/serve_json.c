@@ -28,10 +28,12 @@ char *serve_json_error(const struct serve_error *err) {
 }
 
 static cJSON *usage_object(const struct serve_usage *u) {
-    cJSON *o = cJSON_CreateObject();
+    cJSON *o = cJSON_CreateObject(), *details = NULL;
     if (o && cJSON_AddNumberToObject(o, "prompt_tokens", u->prompt_tokens) &&
         cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens) &&
-        cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens))
+        cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens) &&
+        (details = cJSON_AddObjectToObject(o, "prompt_tokens_details")) &&
+        cJSON_AddNumberToObject(details, "cached_tokens", u->cached_tokens))
         return o;
     cJSON_Delete(o);
     return NULL;

@@ -19,6 +19,7 @@ struct serve_reply_info {
 
 struct serve_usage {
     int prompt_tokens, completion_tokens;
+    int cached_tokens; /* of prompt_tokens, taken from the KV cache (prompt_tokens_details) */
 };
 
 /* {"error":{"message","type","param","code"}} (empty param / code are null). */

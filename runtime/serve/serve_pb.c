@@ -195,6 +195,7 @@ int serve_pb_pack_chunk(const struct serve_pb_chunk *c, uint8_t **out, size_t *l
     if (c->usage) {
         usage.prompt_tokens = (uint32_t)c->usage->prompt_tokens;
         usage.completion_tokens = (uint32_t)c->usage->completion_tokens;
+        usage.cached_tokens = (uint32_t)c->usage->cached_tokens;
         m.usage = &usage;
     }
     int rc = pack(&m.base, out, len);

@@ -176,10 +176,9 @@ void client_describe_table(char *buf, size_t cap, const struct client_describe *
     /* requests: in flight / --max-batch, then "+N" waiting in stage 0's queue; kv blocks:
      * held / the pool (blocks of 16 positions); cached: kept for prefix reuse; max seq: one
      * request's cap. */
-    int n = snprintf(buf, cap,
-                     "%-5s %-10s %-18s %-8s %-7s %-7s %-10s %-13s %-7s %-7s %-8s %s\n", "stage",
-                     "layers", "roles", "tp x kvp", "threads", "weights", "requests", "kv blocks",
-                     "cached", "max seq", "build", "device");
+    int n = snprintf(buf, cap, "%-5s %-10s %-18s %-8s %-7s %-7s %-10s %-13s %-7s %-7s %-8s %s\n",
+                     "stage", "layers", "roles", "tp x kvp", "threads", "weights", "requests",
+                     "kv blocks", "cached", "max seq", "build", "device");
     for (int i = 0; n > 0 && (used += (size_t)n) < cap && i < d->num_stages; i++) {
         const struct client_stage_info *s = &d->stages[i];
         char layers[32], roles[32], grid[24], kv[32], reqs[40];

@@ -149,6 +149,7 @@ int request_event_decode(struct request_event *ev, const uint8_t *frame, size_t 
         ev->step = msg.step;
         ev->token = msg.tokens[0];
         ev->finish = msg.finish;
+        ev->cached_tokens = msg.cached_tokens;
         return 0;
     }
     if (kind == WIRE_KIND_ERROR) {

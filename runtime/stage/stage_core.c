@@ -298,8 +298,8 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
                (rc = stage_prefix_plan(core, msg->prompt, params.prompt_len, kv_need(&params),
                                        &keys, &n_keys, &cached, &cost)) < 0) {
         snprintf(why, sizeof why, "stage 0: %s", strata_last_error());
-    } else if (!from_queue &&
-               (stage_admission_waiting(core) > 0 || !stage_can_start(core, keys ? cost : kv_need(&params)))) {
+    } else if (!from_queue && (stage_admission_waiting(core) > 0 ||
+                               !stage_can_start(core, keys ? cost : kv_need(&params)))) {
         /* Every slot taken, too few KV blocks free, or others waiting first: the queue (its
          * vision inputs are prepared again when it is admitted). */
         stage_vl_free(vl);
@@ -393,8 +393,7 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
         return 0;
     }
     uint64_t *keys = NULL;
-    if (rc == 0 && msg->num_block_keys &&
-        !(keys = malloc(msg->num_block_keys * sizeof *keys)))
+    if (rc == 0 && msg->num_block_keys && !(keys = malloc(msg->num_block_keys * sizeof *keys)))
         rc = strata_set_error(STRATA_ENOMEM, "no memory for %zu block keys", msg->num_block_keys);
     if (keys) memcpy(keys, msg->block_keys, msg->num_block_keys * sizeof *keys);
     if (rc < 0)
@@ -507,10 +506,11 @@ void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t ste
         if (token == req->params.stop_ids[i]) finish = WIRE_FINISH_STOP;
     if (finish == WIRE_FINISH_NONE && req->n_generated >= req->params.max_tokens)
         finish = WIRE_FINISH_LENGTH;
-    stage_emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish);
+    stage_emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish,
+                     req->cached_blocks * KV_BLOCK);
     if (finish != WIRE_FINISH_NONE) {
         if (core->opt.num_stages > 1)
-            stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish);
+            stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish, 0);
         stage_release(core, req,
                       finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
                       NULL);
@@ -538,7 +538,7 @@ static int on_token_result(struct stage_core *core, const struct wire_token_resu
     if (msg->finish == WIRE_FINISH_STOP || msg->finish == WIRE_FINISH_LENGTH) {
         if (!core->is_last)
             stage_emit_token(core, STAGE_LINK_NEXT, 0, msg->nonce, msg->step, msg->tokens[0],
-                             msg->finish);
+                             msg->finish, 0);
         stage_release(core, req,
                       msg->finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
                       NULL);

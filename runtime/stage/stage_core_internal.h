@@ -203,7 +203,8 @@ int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t cli
 void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
                       uint64_t nonce, const char *message);
 void stage_emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
-                      uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish);
+                      uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish,
+                      int cached_tokens);
 void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
                         enum wire_control_kind kind, uint64_t nonce, uint64_t seq);
 /* Counts a frame or result that could not be queued (stage_core_pop_result reports it). */

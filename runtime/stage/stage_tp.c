@@ -22,10 +22,10 @@ enum tp_op {
     TP_OP_ACQUIRE,
     TP_OP_RELEASE,
     TP_OP_STOP,
-    TP_OP_ARGMAX, /* greedy ids without assembled logits (backend.h argmax) */
-    TP_OP_RESERVE,  /* a: slot, b: positions */
-    TP_OP_ATTACH,   /* a: slot, b: keys (ints: each key as two words, low first) */
-    TP_OP_REGISTER  /* the same */
+    TP_OP_ARGMAX,  /* greedy ids without assembled logits (backend.h argmax) */
+    TP_OP_RESERVE, /* a: slot, b: positions */
+    TP_OP_ATTACH,  /* a: slot, b: keys (ints: each key as two words, low first) */
+    TP_OP_REGISTER /* the same */
 };
 
 #define TP_HDR 6            /* op, a, b, n_ints, n_floats, magic */
@@ -500,14 +500,12 @@ static int follow_one(struct stage_backend *be, struct tp_follow_scratch *s, con
     case TP_OP_REGISTER: {
         const int n = hdr[2];
         if (n < 0 || (size_t)n * 2 != b->n_ints)
-            return strata_set_error(STRATA_EFORMAT, "TP: %d block keys in %zu words", n,
-                                    b->n_ints);
-        if ((rc = grow((void **)&s->out, &s->cap_out, (size_t)n * 2 + 2, sizeof(float))))
-            return rc;
+            return strata_set_error(STRATA_EFORMAT, "TP: %d block keys in %zu words", n, b->n_ints);
+        if ((rc = grow((void **)&s->out, &s->cap_out, (size_t)n * 2 + 2, sizeof(float)))) return rc;
         uint64_t *keys = (uint64_t *)(void *)s->out; /* scratch, as argmax's ids */
         for (int i = 0; i < n; ++i)
-            keys[i] = (uint64_t)(uint32_t)b->ints[2 * i] |
-                      (uint64_t)(uint32_t)b->ints[2 * i + 1] << 32;
+            keys[i] = (uint64_t)(uint32_t)b->ints[2 * i] | (uint64_t)(uint32_t)b->ints[2 * i + 1]
+                                                               << 32;
         if (hdr[0] == TP_OP_REGISTER) {
             be->iface->kv_register(be, hdr[1], keys, n);
             return STRATA_OK;

@@ -5,7 +5,8 @@
 # waited give the same text as a solo run); a burst of 14 gets only 200s and 429s (never a
 # 502), at least one 429, each 429 with Retry-After and the OpenAI rate_limit_error shape;
 # afterwards a request is answered at once. Then a pool smaller than the slots (--kv-memory):
-# requests wait for KV blocks, every one is answered the same, and every block returns.
+# requests wait for KV blocks, every one is answered the same, and every block returns. Last,
+# prefix reuse: a long prompt sent twice is answered the same, the second with cached_tokens.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -101,3 +102,23 @@ python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["data"]; assert d[0]
 curl -sS "$URL/metrics" | grep -q '^strata_stage_kv_blocks{stage="0"} 5$' ||
     pl_fail "/metrics has no strata_stage_kv_blocks for stage 0"
 echo "burst of 6 on 8 slots but KV blocks for 2: 6 of 6 answered, each equal to the solo run; every block back"
+
+# Prefix reuse behind strata-serve: the same long prompt twice; the second reuses the first's
+# whole blocks (usage.prompt_tokens_details.cached_tokens) and answers the same text.
+body='{"messages": [{"role": "user", "content": "Tell me about the layers of a pipeline that runs a transformer across several machines, one stage after another."}], "max_tokens": 8, "temperature": 0}'
+ask long1
+ask long2
+for t in long1 long2; do
+    [ "$(cat "$PL_WORK/$t.code")" = 200 ] || pl_fail "$t: $(cat "$PL_WORK/$t.json")"
+done
+cached() { python3 -c 'import json,sys; u=json.load(open(sys.argv[1]))["usage"]; print(u["prompt_tokens_details"]["cached_tokens"], u["prompt_tokens"])' "$1"; }
+read -r c1 p1 <<<"$(cached "$PL_WORK/long1.json")"
+read -r c2 p2 <<<"$(cached "$PL_WORK/long2.json")"
+[ "$c1" = 0 ] || pl_fail "the first long request reused $c1 tokens from an empty cache"
+[ "$c2" -ge 16 ] && [ $((c2 % 16)) = 0 ] && [ "$c2" -lt "$p2" ] ||
+    pl_fail "the second long request reused $c2 of $p2 prompt tokens (want whole blocks, not all)"
+[ "$(text_of "$PL_WORK/long2.json")" = "$(text_of "$PL_WORK/long1.json")" ] ||
+    pl_fail "the answer served from cached blocks differs from the cold one"
+curl -sS "$URL/metrics" | grep -q '^strata_stage_kv_blocks_cached{stage="1"} [1-9]' ||
+    pl_fail "/metrics shows no cached blocks on stage 1"
+echo "the same $p2-token prompt again: $c2 tokens from the KV cache, the same answer"

@@ -35,22 +35,23 @@ static void error_shape(void **state) {
 }
 
 static void whole_answers(void **state) {
-    struct serve_usage u = {5, 3};
+    struct serve_usage u = {5, 3, 0};
     (void)state;
     check(serve_json_answer(&CHAT, "hi\n", "stop", &u),
           "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,"
           "\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
           "\"content\":\"hi\\n\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,"
-          "\"completion_tokens\":3,\"total_tokens\":8}}");
+          "\"completion_tokens\":3,\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":"
+          "0}}}");
     check(serve_json_answer(&COMPLETION, "x", "length", &u),
           "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":"
           "\"m\",\"choices\":[{\"index\":0,\"text\":\"x\",\"logprobs\":null,\"finish_reason\":"
           "\"length\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,"
-          "\"total_tokens\":8}}");
+          "\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
 }
 
 static void chunks_and_sse(void **state) {
-    struct serve_usage u = {2, 1};
+    struct serve_usage u = {2, 1, 0};
     struct serve_buf b = {0};
     const char *head = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":"
                        "1700000000,\"model\":\"m\",\"choices\":";
@@ -67,17 +68,18 @@ static void chunks_and_sse(void **state) {
     /* The final chunk carries the usage next to its finish_reason (issue 13). */
     snprintf(want, sizeof want,
              "%s[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{"
-             "\"prompt_tokens\":2,\"completion_tokens\":1,\"total_tokens\":3}}",
+             "\"prompt_tokens\":2,\"completion_tokens\":1,\"total_tokens\":3,\"prompt_tokens_"
+             "details\":{\"cached_tokens\":0}}}",
              head);
     check(serve_json_chunk(&CHAT, 0, NULL, "stop", &u), want);
     check(serve_json_chunk(&COMPLETION, 0, NULL, "length", &u),
           "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,"
           "\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":"
           "\"length\"}],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1,"
-          "\"total_tokens\":3}}");
+          "\"total_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
     snprintf(want, sizeof want,
              "%s[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1,"
-             "\"total_tokens\":3}}",
+             "\"total_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":0}}}",
              head);
     check(serve_json_chunk(&CHAT, 0, NULL, NULL, &u), want);
     check(serve_json_chunk(&COMPLETION, 0, "é", NULL, NULL),

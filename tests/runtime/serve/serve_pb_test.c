@@ -293,7 +293,7 @@ static void chat_image_parts(void **state) {
 
 static void pack_chunks(void **state) {
     int32_t ids[] = {5, 6};
-    struct serve_usage usage = {3, 2};
+    struct serve_usage usage = {3, 2, 1};
     struct serve_pb_chunk c = {ids, 2, "h\xc3\xa9llo", 6, NULL, NULL};
     uint8_t *buf;
     size_t len;
@@ -318,6 +318,7 @@ static void pack_chunks(void **state) {
     assert_non_null(m->usage);
     assert_int_equal(m->usage->prompt_tokens, 3);
     assert_int_equal(m->usage->completion_tokens, 2);
+    assert_int_equal(m->usage->cached_tokens, 1);
     strata__v1__generate_response__free_unpacked(m, NULL);
     free(buf);
 }
