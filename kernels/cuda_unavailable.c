@@ -63,6 +63,12 @@ int cuda_set_device(int index) {
     return unavailable(__func__);
 }
 
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    if (free_bytes) *free_bytes = 0;
+    if (total_bytes) *total_bytes = 0;
+    return unavailable(__func__);
+}
+
 int cuda_device_describe(int index, char *buf, size_t cap) {
     (void)index;
     if (buf && cap) snprintf(buf, cap, "%s", reason_text);

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
@@ -177,6 +178,15 @@ int cuda_set_device(int index) {
 
 int cuda_device_describe(int index, char *buf, size_t cap) {
     snprintf(buf, cap, "emulated device %d", index);
+    return 0;
+}
+
+/* "Device" memory is the host's: what the kernel says is available to allocate. */
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    const long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES),
+               total = sysconf(_SC_PHYS_PAGES);
+    if (free_bytes) *free_bytes = page > 0 && avail > 0 ? (size_t)page * (size_t)avail : 0;
+    if (total_bytes) *total_bytes = page > 0 && total > 0 ? (size_t)page * (size_t)total : 0;
     return 0;
 }
 
