@@ -21,12 +21,8 @@
 enum { BO_MAX_BUFS = 6 };
 
 enum bo_role { BO_IN, BO_OUT, BO_INOUT };
-enum bo_elem {
-    BO_F32,
-    BO_BF16,
-    BO_I32
-}; /* BO_I32: outputs compared exactly; an input only
-      as a block table (BO_GEN_KV_TABLE) */
+/* BO_I32: outputs compared exactly; as an input, only a block table (BO_GEN_KV_TABLE). */
+enum bo_elem { BO_F32, BO_BF16, BO_I32 };
 
 /* How an input buffer is filled (uniform u in [-1, 1), seeded per case). */
 enum bo_gen {

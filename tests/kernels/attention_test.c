@@ -33,7 +33,7 @@ static float frand(unsigned *state) {
 
 /* A request's keys and values paged as a stage keeps them (reference/kv_cache.h's layout of
  * one layer, [block][NKV][OPS_ATTN_BLOCK][D]) in a pool larger than it needs, its blocks in
- * a shuffled order (identity 0: ascending from 0, the contiguous case). */
+ * a shuffled order (with `identity`, ascending from 0: the contiguous case). */
 struct problem {
     int pos, n, blocks, pool;
     float *q, *k, *v; /* host: q [n, NH*D]; k, v the pools [pool][NKV][16][D] */
@@ -54,9 +54,8 @@ static int make(struct problem *p, int pos, int n, int zero_q, unsigned seed, in
     if (!p->q || !p->k || !p->v || !p->table) return -1;
     for (size_t i = 0; i < qn; ++i)
         p->q[i] = zero_q ? 0.0f : frand(&seed);
-    /* The contents, position by position, do not depend on the table: drawn in logical
-     * order (block b of the request, then its heads), each block stored where the table
-     * says. */
+    /* The contents, position by position, do not depend on the table: drawn block by
+     * block of the request in logical order, each stored where the table says. */
     unsigned shuffle = seed ^ 0x5bd1e995u;
     for (int b = 0; b < p->pool; ++b)
         p->table[b] = b;
