@@ -6,7 +6,10 @@
  * The keys of one (query i, head h) are cut into chunks of CUDA_ATTN_CHUNK positions, an
  * aligned power-of-two number of blocks, so a chunk is exactly one subtree of that tree and
  * the chunks' values combine by the top of the same tree (reference attention_merge's
- * argument for KVP ranks). Three launches, each a grid over (query x head, chunk):
+ * argument for KVP ranks). A chunk is also whole blocks of the paged cache (struct ops_kv):
+ * its kernels look its kChunkBlocks block ids up once, into shared memory, and read each
+ * block's OPS_ATTN_BLOCK rows wherever the table puts them. Three launches, each a grid
+ * over (query x head, chunk):
  *   1. scores_kernel: s_j = (q . k_j) * D^-0.5 (sequential in ascending d) into scratch,
  *      and the chunk's max;
  *   2. chunk_kernel: M = max of the chunk maxes (exact in any order), e_j = expf(s_j - M),
@@ -43,8 +46,8 @@ struct Row {
 };
 
 struct Args {
-    const float *q, *k_cache, *v_cache;
-    size_t kv_head_stride;
+    const float *q;
+    ops_kv kv; /* device pointers; the struct itself is the kernel's parameter */
     float *scratch;
     size_t row_floats; /* scratch floats per (query, head) row */
     float *out;
@@ -84,21 +87,29 @@ __device__ static float block_max(float v, float *shared) {
     return m;
 }
 
+/* The block ids of chunk c's nb blocks into ids[] (shared; the caller syncs before use). */
+__device__ static inline void chunk_blocks(int32_t *ids, const Args &a, int c, int nb) {
+    if (threadIdx.x < nb) ids[threadIdx.x] = a.kv.blocks[c * kChunkBlocks + threadIdx.x];
+}
+
 __global__ static void scores_kernel(Args a) {
     __shared__ float qs[OPS_ATTN_MAX_HEAD_DIM];
     __shared__ float shared[32];
+    __shared__ int32_t ids[kChunkBlocks];
     const int t = blockIdx.x, i = t / a.nh, h = t % a.nh, c = blockIdx.y;
     const int ctx_len = a.pos + i + 1, j0 = c * CUDA_ATTN_CHUNK;
     if (j0 >= ctx_len) return; /* past this query's causal end: no chunk */
-    const int j1 = min(j0 + CUDA_ATTN_CHUNK, ctx_len), D = a.d_len;
+    const int j1 = min(j0 + CUDA_ATTN_CHUNK, ctx_len), D = a.d_len, g = h / a.group;
     const Row r = row_of(a, t);
     for (int d = threadIdx.x; d < D; d += blockDim.x)
         qs[d] = a.q[(size_t)t * (size_t)D + d];
+    chunk_blocks(ids, a, c, (j1 - j0 + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK);
     __syncthreads();
-    const float *keys = a.k_cache + (size_t)(h / a.group) * a.kv_head_stride;
     float local_max = -INFINITY;
     for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
-        const float *kj = keys + (size_t)j * (size_t)D;
+        const int jc = j - j0; /* in the chunk: block jc / 16, row jc % 16 */
+        const float *kj = a.kv.k + (size_t)ids[jc / OPS_ATTN_BLOCK] * a.kv.block_stride +
+                          (size_t)g * a.kv.head_stride + (size_t)(jc % OPS_ATTN_BLOCK) * (size_t)D;
         float dot = 0.0f;
         if (((D & 3) | ((uintptr_t)kj & 15)) == 0) { /* 16-byte loads; adds still in order */
             const float4 *k4 = reinterpret_cast<const float4 *>(kj);
@@ -125,6 +136,7 @@ __global__ static void chunk_kernel(Args a) {
     __shared__ float e[CUDA_ATTN_CHUNK];
     __shared__ float lsum[kChunkBlocks];
     __shared__ float shared[32];
+    __shared__ int32_t ids[kChunkBlocks];
     const int t = blockIdx.x, i = t / a.nh, h = t % a.nh, c = blockIdx.y;
     const int ctx_len = a.pos + i + 1, j0 = c * CUDA_ATTN_CHUNK;
     if (j0 >= ctx_len) return;
@@ -135,6 +147,7 @@ __global__ static void chunk_kernel(Args a) {
     float m = -INFINITY;
     for (int k = threadIdx.x; k < my_chunks; k += blockDim.x)
         m = fmaxf(m, r.maxes[k]);
+    chunk_blocks(ids, a, c, nb); /* block_max's barriers order it before the reads below */
     const float max = block_max(m, shared);
     for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x)
         e[j - j0] = expf(__fsub_rn(r.scores[j], max));
@@ -155,18 +168,21 @@ __global__ static void chunk_kernel(Args a) {
             v[b] = b < nb ? lsum[b] : 0.0f;
         part[D] = chunk_tree(v, nb);
     }
-    const float *values = a.v_cache + (size_t)(h / a.group) * a.kv_head_stride;
+    const size_t head = (size_t)(h / a.group) * a.kv.head_stride;
     for (int d = threadIdx.x; d < D; d += blockDim.x) {
         float v[kChunkBlocks];
 #pragma unroll
         for (int b = 0; b < kChunkBlocks; ++b) {
             float acc = 0.0f;
             const int jb = j0 + b * OPS_ATTN_BLOCK;
+            if (b < nb) { /* a block past the context has no table entry */
+                const float *vb = a.kv.v + (size_t)ids[b] * a.kv.block_stride + head + (size_t)d;
 #pragma unroll
-            for (int jj = 0; jj < OPS_ATTN_BLOCK; ++jj)
-                if (jb + jj < j1)
-                    acc = __fadd_rn(
-                        acc, __fmul_rn(e[jb + jj - j0], values[(size_t)(jb + jj) * (size_t)D + d]));
+                for (int jj = 0; jj < OPS_ATTN_BLOCK; ++jj)
+                    if (jb + jj < j1)
+                        acc =
+                            __fadd_rn(acc, __fmul_rn(e[jb + jj - j0], vb[(size_t)jj * (size_t)D]));
+            }
             v[b] = acc;
         }
         part[d] = chunk_tree(v, nb);
@@ -192,12 +208,11 @@ __global__ static void merge_kernel(Args a) {
         out[d] = __fmul_rn(o[d], inv);
 }
 
-extern "C" int cuda_attention(float *out, const float *q, const float *k_cache,
-                              const float *v_cache, size_t kv_head_stride, float *scratch, int pos,
-                              int n, int nh, int nkv, int head_dim, void *stream) {
+extern "C" int cuda_attention(float *out, const float *q, const struct ops_kv *kv, float *scratch,
+                              int pos, int n, int nh, int nkv, int head_dim, void *stream) {
     if (n < 0 || pos < 0 || nh <= 0 || nkv <= 0 || nh % nkv || head_dim <= 0 ||
         head_dim > OPS_ATTN_MAX_HEAD_DIM ||
-        (n > 0 && (!out || !q || !k_cache || !v_cache || !scratch)))
+        (n > 0 && (!out || !q || !kv || !kv->k || !kv->v || !kv->blocks || !scratch)))
         return strata_set_error(STRATA_EINVAL,
                                 "cuda_attention: bad arguments (n %d, pos %d, nh %d, nkv %d, "
                                 "head_dim %d; head_dim at most %d)",
@@ -212,9 +227,7 @@ extern "C" int cuda_attention(float *out, const float *q, const float *k_cache,
                                 n, nh, ctx);
     Args a;
     a.q = q;
-    a.k_cache = k_cache;
-    a.v_cache = v_cache;
-    a.kv_head_stride = kv_head_stride;
+    a.kv = *kv;
     a.scratch = scratch;
     a.row_floats = cuda_attention_row_floats(pos, n, head_dim);
     a.out = out;

@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "runtime/base/op_contract.h" /* struct ops_kv */
+
 /* Positions per split-K chunk: an aligned power-of-two number of the reference's
  * OPS_ATTN_BLOCK blocks, so a chunk is one subtree of its block tree (checked in the .cu). */
 #define CUDA_ATTN_CHUNK 256
@@ -22,26 +24,28 @@ static inline size_t cuda_attention_scratch_floats(int pos, int n, int nh, int h
 }
 
 /* out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i
- * and sees positions 0..pos+i. k_cache/v_cache point at kv head 0 of the layer: kv head
- * g's keys are k_cache + g*kv_head_stride, [max_seq][D] (reference/kv_cache.h's layout).
- * Query head h uses kv head h / (nh/nkv). All pointers are device pointers.
+ * and sees positions 0..pos+i of kv (struct ops_kv, runtime/base/op_contract.h: the layer's
+ * keys and values in blocks of OPS_ATTN_BLOCK positions that its block table places; the
+ * struct itself is host memory, read by this call; k, v and the table it points at are
+ * device memory). Query head h uses kv head h / (nh/nkv). out, q and scratch are device
+ * pointers. Where the blocks lie does not change the bits.
  *
  * Differences from the reference's argument list: the thread pool is replaced by
  * `stream`, and `scratch` holds cuda_attention_scratch_floats(pos, n, nh, head_dim) device
  * floats: per (query, head) pair its scores, its chunks' maxes and its chunks' partial sums.
  *
- * Numerics: split-K over chunks of CUDA_ATTN_CHUNK positions (kernels/attention.cu); each
- * score is the reference's sequential q·k in ascending d times D^-0.5; the softmax takes the
- * exact max over all keys seen and expf (CUDA's, within 2 ulp of glibc's); the sum of exps
- * and each output element's sum of e_j v_j[d] follow the reference's split-invariant order
- * (per aligned block of OPS_ATTN_BLOCK positions in ascending j, the blocks combined by the
- * aligned binary tree; a chunk is one subtree of it), then times the reciprocal of the sum.
- * Everything but expf is the reference's operation sequence (nvcc --fmad=false), and nothing
- * depends on n, on other requests, on the chunk count or on the launch geometry. head_dim at
- * most OPS_ATTN_MAX_HEAD_DIM (256). Asynchronous on `stream` (three launches); 0 or
+ * Numerics: split-K over chunks of CUDA_ATTN_CHUNK positions (kernels/attention.cu), each
+ * chunk whole blocks looked up in the table; each score is the reference's sequential q·k in
+ * ascending d times D^-0.5; the softmax takes the exact max over all keys seen and expf
+ * (CUDA's, within 2 ulp of glibc's); the sum of exps and each output element's sum of e_j
+ * v_j[d] follow the reference's split-invariant order (per aligned block of OPS_ATTN_BLOCK
+ * positions in ascending j, the blocks combined by the aligned binary tree; a chunk is one
+ * subtree of it), then times the reciprocal of the sum. Everything but expf is the
+ * reference's operation sequence (nvcc --fmad=false), and nothing depends on n, on other
+ * requests, on the chunk count, on the launch geometry or on where the blocks lie. head_dim
+ * at most OPS_ATTN_MAX_HEAD_DIM (256). Asynchronous on `stream` (three launches); 0 or
  * STRATA_EINVAL / STRATA_EDEVICE. */
-int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
-                   size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
-                   int head_dim, void *stream);
+int cuda_attention(float *out, const float *q, const struct ops_kv *kv, float *scratch, int pos,
+                   int n, int nh, int nkv, int head_dim, void *stream);
 
 #endif

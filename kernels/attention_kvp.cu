@@ -3,6 +3,9 @@
  * attention_partial_max, attention_partial, attention_merge):
  *   - partial_max: threads take keys j in turn, each score the sequential q·k in ascending d
  *     (attention.cu's scores_kernel code), then the block's max;
+ *   - both read the rank's keys and values through its block table (struct ops_kv): key j is
+ *     row j % OPS_ATTN_BLOCK of block j / OPS_ATTN_BLOCK, and a block of the sums is one
+ *     block of the cache;
  *   - partial: the keys the query sees here are walked in chunks of kChunk positions whose
  *     e_j = expf(s_j - M) the block computes into shared memory; thread `col` (one per
  *     output column, col == D being l) sums each aligned block of OPS_ATTN_BLOCK positions
@@ -27,10 +30,11 @@ static const int kChunk = 256;
 static_assert(kChunk % OPS_ATTN_BLOCK == 0, "a chunk holds whole blocks");
 
 struct Args {
-    float *out;              /* max [n*nh] or part [n*nh][D+2] */
-    float *scores;           /* [n*nh][held] */
-    const float *q, *m, *kv; /* q (step 1), the group's max (step 2), keys or values */
-    size_t kv_head_stride;
+    float *out;         /* max [n*nh] or part [n*nh][D+2] */
+    float *scores;      /* [n*nh][held] */
+    const float *q, *m; /* q (step 1), the group's max (step 2) */
+    const float *cache; /* keys (step 1) or values (step 2): kv.k or kv.v */
+    ops_kv kv;          /* device pointers; the struct itself is the kernel's parameter */
     int pos, nh, group, lo, held, d_len;
     float scale;
 };
@@ -51,11 +55,11 @@ __global__ static void partial_max_kernel(Args a) {
     for (int d = threadIdx.x; d < D; d += blockDim.x)
         qs[d] = a.q[(size_t)t * (size_t)D + d];
     __syncthreads();
-    const float *keys = a.kv + (size_t)(h / a.group) * a.kv_head_stride;
+    const int g = h / a.group;
     float *scores = a.scores + (size_t)t * (size_t)a.held;
     float local_max = -INFINITY;
     for (int j = threadIdx.x; j < seen; j += blockDim.x) {
-        const float *kj = keys + (size_t)j * (size_t)D;
+        const float *kj = a.cache + cuda_kv_offset(a.kv, g, j, D);
         float dot = 0.0f;
         for (int d = 0; d < D; ++d)
             dot = __fadd_rn(dot, __fmul_rn(qs[d], kj[d]));
@@ -93,7 +97,7 @@ __global__ static void partial_kernel(Args a) {
         if (col < D + 2) part[col] = 0.0f;
         return;
     }
-    const float *values = a.kv + (size_t)(h / a.group) * a.kv_head_stride;
+    const int g = h / a.group;
     const float *scores = a.scores + (size_t)t * (size_t)a.held, max = a.m[t];
     TreeAcc acc;
     acc.top = 0;
@@ -106,10 +110,12 @@ __global__ static void partial_kernel(Args a) {
         if (col > D) continue;
         for (int b0 = c0; b0 < c1; b0 += OPS_ATTN_BLOCK) {
             const int b1 = min(b0 + OPS_ATTN_BLOCK, c1);
+            /* Block b0 / 16 of the cache (b0 is block-aligned: kChunk is whole blocks). */
+            const float *vb = a.cache + cuda_kv_offset(a.kv, g, b0, D) + col;
             float s = 0.0f;
             for (int j = b0; j < b1; ++j)
                 s = col == D ? __fadd_rn(s, e[j - c0])
-                             : __fadd_rn(s, __fmul_rn(e[j - c0], values[(size_t)j * D + col]));
+                             : __fadd_rn(s, __fmul_rn(e[j - c0], vb[(size_t)(j - b0) * D]));
             tree_push(acc, s);
         }
     }
@@ -152,15 +158,16 @@ static int check(const char *fn, int n, int nh, int nkv, int head_dim) {
     return STRATA_OK;
 }
 
-static Args args_of(float *out, float *scores, const float *q, const float *m, const float *kv,
-                    size_t stride, int pos, int lo, int held, int nh, int nkv, int head_dim) {
+static Args args_of(float *out, float *scores, const float *q, const float *m,
+                    const struct ops_kv *kv, const float *cache, int pos, int lo, int held, int nh,
+                    int nkv, int head_dim) {
     Args a;
     a.out = out;
     a.scores = scores;
     a.q = q;
     a.m = m;
-    a.kv = kv;
-    a.kv_head_stride = stride;
+    a.cache = cache;
+    a.kv = *kv;
     a.pos = pos;
     a.nh = nh;
     a.group = nh / nkv;
@@ -177,15 +184,13 @@ static unsigned column_threads(int head_dim) {
 }
 
 extern "C" int cuda_attention_partial_max(float *max, float *scores, const float *q,
-                                          const float *k_cache, size_t kv_head_stride, int pos,
-                                          int n, int lo, int held, int nh, int nkv, int head_dim,
-                                          void *stream) {
+                                          const struct ops_kv *kv, int pos, int n, int lo, int held,
+                                          int nh, int nkv, int head_dim, void *stream) {
     int rc = check(__func__, n, nh, nkv, head_dim);
     if (rc || n == 0) return rc;
-    if (held < 1 || !max || !scores || !q || !k_cache)
+    if (held < 1 || !max || !scores || !q || !kv || !kv->k || !kv->blocks)
         return strata_set_error(STRATA_EINVAL, "%s: %d keys held / NULL buffer", __func__, held);
-    const Args a =
-        args_of(max, scores, q, NULL, k_cache, kv_head_stride, pos, lo, held, nh, nkv, head_dim);
+    const Args a = args_of(max, scores, q, NULL, kv, kv->k, pos, lo, held, nh, nkv, head_dim);
     partial_max_kernel<<<(unsigned)(n * nh), kThreads, 0, (cudaStream_t)stream>>>(a);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
@@ -203,15 +208,14 @@ extern "C" int cuda_attention_group_max(float *max, const float *all, int ranks,
 }
 
 extern "C" int cuda_attention_partial(float *part, const float *scores, const float *m,
-                                      const float *v_cache, size_t kv_head_stride, int pos, int n,
-                                      int lo, int held, int nh, int nkv, int head_dim,
-                                      void *stream) {
+                                      const struct ops_kv *kv, int pos, int n, int lo, int held,
+                                      int nh, int nkv, int head_dim, void *stream) {
     int rc = check(__func__, n, nh, nkv, head_dim);
     if (rc || n == 0) return rc;
-    if (held < 1 || !part || !scores || !m || !v_cache)
+    if (held < 1 || !part || !scores || !m || !kv || !kv->v || !kv->blocks)
         return strata_set_error(STRATA_EINVAL, "%s: %d keys held / NULL buffer", __func__, held);
-    const Args a = args_of(part, (float *)scores, NULL, m, v_cache, kv_head_stride, pos, lo, held,
-                           nh, nkv, head_dim);
+    const Args a =
+        args_of(part, (float *)scores, NULL, m, kv, kv->v, pos, lo, held, nh, nkv, head_dim);
     partial_kernel<<<(unsigned)(n * nh), column_threads(head_dim), 0, (cudaStream_t)stream>>>(a);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;

@@ -17,23 +17,27 @@
 
 #include <stddef.h>
 
-/* Step 1: scores [n*nh][held] = each (query, head)'s scores over the keys it sees here
- * (global positions [lo, min(lo + held, pos + i + 1)) at cache indices 0..), max [n*nh]
+#include "runtime/base/op_contract.h" /* struct ops_kv */
+
+/* Step 1: scores [n*nh][held] = each (query, head)'s scores over the keys (kv->k) it sees
+ * here (global positions [lo, min(lo + held, pos + i + 1)) at cache positions 0.. of kv,
+ * struct ops_kv: the struct host memory, what it points at device memory), max [n*nh]
  * their max (-inf when it sees none). The reference's argument list, the pool replaced by
  * `stream`. */
-int cuda_attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
-                               size_t kv_head_stride, int pos, int n, int lo, int held, int nh,
-                               int nkv, int head_dim, void *stream);
+int cuda_attention_partial_max(float *max, float *scores, const float *q, const struct ops_kv *kv,
+                               int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
+                               void *stream);
 
 /* max [n] <- the group's max: starting from max[t] (this rank's), every all[k][t] (k <
  * ranks) greater than it replaces it, in ascending k (reference/ops.h attention_group_max). */
 int cuda_attention_group_max(float *max, const float *all, int ranks, size_t n, void *stream);
 
-/* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree with
- * e_j = exp(s_j - m[query, head]), then 1 if the query sees a key here, else 0 (o = l = 0). */
-int cuda_attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
-                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
-                           int head_dim, void *stream);
+/* Step 2: part [n, nh, D+2] per (query, head): o [D] and l of this rank's subtree (values
+ * kv->v, as step 1's view) with e_j = exp(s_j - m[query, head]), then 1 if the query sees a
+ * key here, else 0 (o = l = 0). */
+int cuda_attention_partial(float *part, const float *scores, const float *m,
+                           const struct ops_kv *kv, int pos, int n, int lo, int held, int nh,
+                           int nkv, int head_dim, void *stream);
 
 /* out [n, nh*D] = the ranks' parts [ranks][n][nh][D+2] merged by the top of the aligned
  * tree (ranks whose flag is 0 skipped), times 1/l; zeros where no rank saw a key. */

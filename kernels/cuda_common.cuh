@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
+#include "runtime/base/op_contract.h"
 #include "runtime/base/status.h"
 }
 
@@ -37,6 +38,13 @@ __device__ static inline float cuda_warp_max(float v) {
     for (int offset = 16; offset > 0; offset >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
     return v;
+}
+
+/* ops_kv_offset (runtime/base/op_contract.h, host code) on the device: the offset in floats
+ * of position j of kv head g in a paged cache whose block table is device data. */
+__device__ static inline size_t cuda_kv_offset(const ops_kv &kv, int g, int j, int head_dim) {
+    return (size_t)kv.blocks[j / OPS_ATTN_BLOCK] * kv.block_stride + (size_t)g * kv.head_stride +
+           (size_t)(j % OPS_ATTN_BLOCK) * (size_t)head_dim;
 }
 
 /* One thread's binary counter over chunks (attention.cu, attention_kvp.cu): push a chunk's

@@ -79,6 +79,14 @@ extern "C" int cuda_device_describe(int index, char *buf, size_t cap) {
     return STRATA_OK;
 }
 
+extern "C" int cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    size_t f = 0, t = 0;
+    CUDA_CHECK_RETURN(cudaMemGetInfo(&f, &t));
+    if (free_bytes) *free_bytes = f;
+    if (total_bytes) *total_bytes = t;
+    return STRATA_OK;
+}
+
 extern "C" int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes) {
     if (bytes) CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
     return STRATA_OK;

@@ -32,6 +32,10 @@ int cuda_set_device(int index);
 /* One line about device `index`: "NVIDIA H100 80GB HBM3 (sm_90), 79.1 GiB, 78.6 GiB free". */
 int cuda_device_describe(int index, char *buf, size_t cap);
 
+/* The current device's free and total memory in bytes (cudaMemGetInfo): what a budget given
+ * as a share of the free memory is of (the stage backend's KV pool). */
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
+
 /* Synchronous copy between two device buffers. */
 int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes);
 

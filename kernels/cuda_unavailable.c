@@ -63,6 +63,12 @@ int cuda_set_device(int index) {
     return unavailable(__func__);
 }
 
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    if (free_bytes) *free_bytes = 0;
+    if (total_bytes) *total_bytes = 0;
+    return unavailable(__func__);
+}
+
 int cuda_device_describe(int index, char *buf, size_t cap) {
     (void)index;
     if (buf && cap) snprintf(buf, cap, "%s", reason_text);
@@ -96,18 +102,17 @@ int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, in
     return unavailable(__func__);
 }
 
-int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
-                   size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
-                   int head_dim, void *stream) {
-    (void)out, (void)q, (void)k_cache, (void)v_cache, (void)kv_head_stride, (void)scratch;
+int cuda_attention(float *out, const float *q, const struct ops_kv *kv, float *scratch, int pos,
+                   int n, int nh, int nkv, int head_dim, void *stream) {
+    (void)out, (void)q, (void)kv, (void)scratch;
     (void)pos, (void)n, (void)nh, (void)nkv, (void)head_dim, (void)stream;
     return unavailable(__func__);
 }
 
-int cuda_attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
-                               size_t kv_head_stride, int pos, int n, int lo, int held, int nh,
-                               int nkv, int head_dim, void *stream) {
-    (void)max, (void)scores, (void)q, (void)k_cache, (void)kv_head_stride, (void)pos, (void)n;
+int cuda_attention_partial_max(float *max, float *scores, const float *q, const struct ops_kv *kv,
+                               int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
+                               void *stream) {
+    (void)max, (void)scores, (void)q, (void)kv, (void)pos, (void)n;
     (void)lo, (void)held, (void)nh, (void)nkv, (void)head_dim, (void)stream;
     return unavailable(__func__);
 }
@@ -117,10 +122,10 @@ int cuda_attention_group_max(float *max, const float *all, int ranks, size_t n, 
     return unavailable(__func__);
 }
 
-int cuda_attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
-                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
-                           int head_dim, void *stream) {
-    (void)part, (void)scores, (void)m, (void)v_cache, (void)kv_head_stride, (void)pos, (void)n;
+int cuda_attention_partial(float *part, const float *scores, const float *m,
+                           const struct ops_kv *kv, int pos, int n, int lo, int held, int nh,
+                           int nkv, int head_dim, void *stream) {
+    (void)part, (void)scores, (void)m, (void)kv, (void)pos, (void)n;
     (void)lo, (void)held, (void)nh, (void)nkv, (void)head_dim, (void)stream;
     return unavailable(__func__);
 }
@@ -242,11 +247,10 @@ int cuda_argmax_part_rows(float *pairs, const float *x, int n_rows, int n, int s
     return unavailable(__func__);
 }
 
-int cuda_kv_store(float *k_cache, float *v_cache, const float *k, const float *v,
-                  size_t kv_head_stride, int row_stride, int pos, int n_tokens, int nkv,
-                  int head_dim, void *stream) {
-    (void)k_cache, (void)v_cache, (void)k, (void)v, (void)kv_head_stride, (void)row_stride;
-    (void)pos, (void)n_tokens, (void)nkv, (void)head_dim, (void)stream;
+int cuda_kv_store(const struct ops_kv *kv, const float *k, const float *v, int row_stride, int pos,
+                  int n, int nkv, int head_dim, void *stream) {
+    (void)kv, (void)k, (void)v, (void)row_stride;
+    (void)pos, (void)n, (void)nkv, (void)head_dim, (void)stream;
     return unavailable(__func__);
 }
 

@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
 #include "cuda_runtime.h"
 
 extern "C" {
@@ -119,6 +121,15 @@ int cuda_device_describe(int index, char *buf, size_t cap) {
     int rc = cuda_set_device(index);
     if (!rc) snprintf(buf, cap, "cuda_cpu device %d (kernels run on host fibers)", index);
     return rc;
+}
+
+/* "Device" memory is the host's: what the kernel says is available to allocate. */
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    const long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES),
+               total = sysconf(_SC_PHYS_PAGES);
+    if (free_bytes) *free_bytes = page > 0 && avail > 0 ? (size_t)page * (size_t)avail : 0;
+    if (total_bytes) *total_bytes = page > 0 && total > 0 ? (size_t)page * (size_t)total : 0;
+    return STRATA_OK;
 }
 
 int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,

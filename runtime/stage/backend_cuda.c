@@ -7,10 +7,14 @@
  *     (runtime/model/stage_tensors.h) as reference/model_load.c does: bf16 / f32 matrices
  *     as stored, f16 matrices widened to f32, norms and biases as f32, fused experts used
  *     in place (out-major) or transposed once on the host (in-major);
- *   - KV cache: [slot][layer][kv_head][max_seq][head_dim] f32 on the device (under KVP
- *     [kvp_held] positions, plus a spare slot: backend_cuda_tp.c), the layout of
- *     reference/kv_cache.h, so a pack / restore is one strided copy per (layer, slot)
- *     (backend_cuda_kv.c); lengths and in-use flags stay on the host;
+ *   - KV cache: a paged pool of blocks, [block][layer][kv_head][KV_BLOCK][head_dim] f32 on
+ *     the device, the layout of reference/kv_cache.h, sized by the options' budget (under
+ *     KVP a rank's positions only, plus a spare block: backend_cuda_kv.c); which blocks each
+ *     slot holds, lengths and reservations are reference/kv_blocks.h's bookkeeping on the
+ *     host, the CPU backend's; each slot's block table is mirrored on the device at a fixed
+ *     place, its new entries uploaded before the forward that reads them. A forward first
+ *     grows each item's slot to the positions it will hold (as reference_forward does), so
+ *     a request that reserved its blocks (kv_reserve) never finds the pool full;
  *   - activation scratch: device buffers sized like the reference's, grown on demand to
  *     the largest call seen, with pinned host staging buffers of the same row count;
  *   - per call: everything is queued on the backend's one stream: the caller's rows are
@@ -27,9 +31,10 @@
  *   - decode graphs: a decode step of b one-token items is captured into a CUDA graph and
  *     launched as one (kernels/cuda_device.h); the graph of b items is kept and updated in
  *     place at each step (new positions are new kernel arguments, the KV rows' offsets are
- *     data sent with the rows), re-instantiated only when its topology changes. The first
- *     step of each b runs eagerly. MoE layers are captured like the rest (their launch
- *     shapes depend only on b; issue 17). Off with STRATA_CUDA_GRAPHS=0. Never run on a
+ *     data sent with the rows, a slot's block table is read where it always is),
+ *     re-instantiated only when its topology changes. The first step of each b runs
+ *     eagerly. MoE layers are captured like the rest (their launch shapes depend only on b;
+ *     issue 17). Off with STRATA_CUDA_GRAPHS=0. Never run on a
  *     GPU: only the host emulation (tests/backend_ops/cuda_emulated.c) has checked it.
  *
  * The row-parallel projections (o_proj, down, expert down) run as cuda_matmul_split with
@@ -189,21 +194,19 @@ static int add_bias(struct cuda_context *c, float *x, const float *bias, int n, 
     return bias ? cuda_add_bias(x, bias, n, dim, c->stream) : 0;
 }
 
-/* Each row's KV offset in floats from its layer's kv head 0 of slot 0 (slot and position;
- * the layer is added to the base pointer): host_rows [N], for cuda_kv_store_rows. Under KVP
- * a position is stored at its local index when this rank holds it, and rows another rank
- * holds go to the spare slot past the last one (written, never read), so the store stays
- * one launch of N rows (reference/model.c store_kv skips them). */
-static void kv_row_offsets(const struct cuda_context *c, int num_slots, int64_t *host_rows,
+/* Each row's KV offset in floats from its layer's base (kv_view's k; the layer is added to
+ * the base pointer): kv head 0 of the row's position where its slot's table puts it,
+ * host_rows [N], for cuda_kv_store_rows. Under KVP a position is stored at its local index
+ * when this rank holds it, and rows another rank holds go to the spare block (written,
+ * never read), so the store stays one launch of N rows (reference/model.c store_kv skips
+ * them). After backend_cuda_kv_prepare: the tables cover every position held. */
+static void kv_row_offsets(const struct cuda_context *c, int64_t *host_rows,
                            const struct forward_item *items, int n_items) {
-    int row = 0, D = c->cfg->head_dim;
+    int row = 0;
     for (int it = 0; it < n_items; ++it)
-        for (int i = 0; i < items[it].n_tokens; ++i) {
-            int local = items[it].pos + i - c->kvp_lo;
-            size_t slot = (size_t)items[it].slot;
-            if (local < 0 || local >= c->kvp_held) slot = (size_t)num_slots, local = 0;
-            host_rows[row++] = (int64_t)(slot * c->slot_floats + (size_t)local * (size_t)D);
-        }
+        for (int i = 0; i < items[it].n_tokens; ++i)
+            host_rows[row++] =
+                backend_cuda_kv_row_offset(c, items[it].slot, items[it].pos + i - c->kvp_lo);
 }
 
 /* The keys and values of all rows appended to the cache in one launch (cuda_kv_store_rows,
@@ -211,12 +214,10 @@ static void kv_row_offsets(const struct cuda_context *c, int num_slots, int64_t 
 static int op_kv_store(void *ctx, const struct layer_weights *L, const struct forward_item *items,
                        int n_items, int rows) {
     const struct cuda_context *c = ctx;
-    (void)items;
+    const struct ops_kv view = kv_view(c, items[0].slot, L->index); /* the layer's base */
     (void)n_items;
-    const size_t layer = (size_t)(L->index - c->role.layer_start) * (size_t)c->nkv * c->head_floats;
-    return cuda_kv_store_rows(c->k_cache + layer, c->v_cache + layer, c->k, c->v, c->row_dst,
-                              c->head_floats, c->nkv * c->cfg->head_dim, rows, c->nkv,
-                              c->cfg->head_dim, c->stream);
+    return cuda_kv_store_rows(view.k, view.v, c->k, c->v, c->row_dst, view.head_stride,
+                              c->nkv * c->cfg->head_dim, rows, c->nkv, c->cfg->head_dim, c->stream);
 }
 
 /* One item's queries in chunks so the score rows fit the scratch; query i of a chunk
@@ -226,7 +227,7 @@ static int op_attention(void *ctx, const struct layer_weights *L, const struct f
     const struct cuda_context *c = ctx;
     const int D = c->cfg->head_dim, nh = c->nh;
     const size_t qd = (size_t)nh * (size_t)D;
-    const float *kc = k_slot(c, item->slot, L->index, 0), *vc = v_slot(c, item->slot, L->index, 0);
+    const struct ops_kv view = kv_view(c, item->slot, L->index);
     /* Queries per launch: each (query, head) row needs at most the item's last row's
      * floats; one query always fits (score_floats covers max_seq, cuda_open). */
     const size_t per_query = cuda_attention_row_floats(item->pos, item->n_tokens, D);
@@ -235,8 +236,8 @@ static int op_attention(void *ctx, const struct layer_weights *L, const struct f
     for (int i0 = 0; i0 < item->n_tokens && !rc; i0 += chunk) {
         const int n = item->n_tokens - i0 < chunk ? item->n_tokens - i0 : chunk;
         const size_t off = (size_t)i0 * qd;
-        rc = cuda_attention(out + off, q + off, kc, vc, c->head_floats, c->scores, item->pos + i0,
-                            n, nh, c->nkv, D, c->stream);
+        rc = cuda_attention(out + off, q + off, &view, c->scores, item->pos + i0, n, nh, c->nkv, D,
+                            c->stream);
     }
     return rc;
 }
@@ -353,8 +354,8 @@ static int check_items(const struct stage_backend *be, const struct forward_item
                        int n_items, int *rows) {
     const struct cuda_context *c = ctx(be);
     int context;
-    return forward_items_check("cuda forward", items, n_items, c->len, c->in_use, be->num_slots,
-                               be->max_seq, c->cfg->num_layers, rows, &context);
+    return forward_items_check("cuda forward", items, n_items, c->kv.len, c->kv.in_use,
+                               be->num_slots, be->max_seq, c->cfg->num_layers, rows, &context);
 }
 
 /* Queues one forward on the stream: the staged rows and RoPE tables in, the layers, the
@@ -426,10 +427,13 @@ static int cuda_forward(struct stage_backend *be, float *hidden, const struct fo
     if (N == 0) return 0;
     if (!hidden) return strata_set_error(STRATA_EINVAL, "cuda forward: hidden is NULL");
     if ((rc = cuda_set_device(c->device)) || (rc = ensure_scratch(c, N))) return rc;
+    /* The blocks the items' new positions fall in, before any layer writes them, and their
+     * tables on the device (outside a graph: a decode graph reads them where they are). */
+    if ((rc = backend_cuda_kv_prepare(c, items, n_items))) return rc;
     /* RoPE tables on the host by the reference op (bitwise the CPU backend's). */
     rope_tables(c->h_cos, c->h_sin, c->inv_freq, items, n_items,
                 m->has_mrope ? m->mrope_section : NULL, m->head_dim / 2);
-    kv_row_offsets(c, be->num_slots, c->h_row_dst, items, n_items);
+    if (c->n_layers > 0) kv_row_offsets(c, c->h_row_dst, items, n_items);
     memcpy(c->h_hidden, hidden, (size_t)N * H * sizeof(float));
     int b = graph_batch(be, items, n_items);
     if (b && c->graph_warm[b]) {
@@ -442,7 +446,7 @@ static int cuda_forward(struct stage_backend *be, float *hidden, const struct fo
     if (rc) return rc;
     memcpy(hidden, c->h_hidden, (size_t)N * H * sizeof(float));
     for (int it = 0; it < n_items; ++it)
-        c->len[items[it].slot] += items[it].n_tokens;
+        c->kv.len[items[it].slot] += items[it].n_tokens;
     return 0;
 }
 
@@ -585,8 +589,7 @@ static void cuda_free_backend(struct stage_backend *be) {
     free_scratch(c);
     cuda_free(c->logits);
     cuda_host_free(c->h_logits);
-    cuda_free(c->k_cache);
-    cuda_free(c->v_cache);
+    backend_cuda_kv_close(c);
     for (int i = 0; i < c->n_owned; ++i)
         cuda_free(c->owned[i]);
     free(c->owned);
@@ -604,8 +607,6 @@ static void cuda_free_backend(struct stage_backend *be) {
     cuda_stream_destroy(c->stream);
     free(c->layers);
     free(c->inv_freq);
-    free(c->len);
-    free(c->in_use);
     free(c);
     be->context = NULL;
 }
@@ -616,8 +617,10 @@ static const struct stage_backend_i cuda_iface = {
     .logits = cuda_logits,
     .argmax = cuda_argmax_ids,
     .kv_acquire = backend_cuda_kv_acquire,
+    .kv_reserve = backend_cuda_kv_reserve,
     .kv_release = backend_cuda_kv_release,
     .kv_bytes = backend_cuda_kv_bytes,
+    .kv_usage = backend_cuda_kv_usage,
     .kv_pack = backend_cuda_kv_pack,
     .kv_restore = backend_cuda_kv_restore,
     .describe = cuda_describe,
@@ -654,30 +657,20 @@ static int open_context(struct cuda_context *c, const struct stage_backend_optio
     c->n_layers = opt->role.layer_end - opt->role.layer_start;
     c->layers = calloc((size_t)(c->n_layers ? c->n_layers : 1), sizeof *c->layers);
     c->inv_freq = malloc((size_t)(half ? half : 1) * sizeof *c->inv_freq);
-    c->len = calloc((size_t)opt->num_slots, sizeof *c->len);
-    c->in_use = calloc((size_t)opt->num_slots, 1);
     c->graph_exec = calloc((size_t)opt->num_slots + 1, sizeof *c->graph_exec);
     c->graph_warm = calloc((size_t)opt->num_slots + 1, 1);
-    if (!c->layers || !c->inv_freq || !c->len || !c->in_use || !c->graph_exec || !c->graph_warm)
+    if (!c->layers || !c->inv_freq || !c->graph_exec || !c->graph_warm)
         return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
     rope_inv_freq(c->inv_freq, (float)cfg->rope_theta, cfg->head_dim);
     if ((rc = backend_cuda_load_weights(c, opt->weights, &opt->progress))) return rc;
     c->use_graphs = graphs_wanted(c);
     if ((rc = backend_cuda_moe_open(c))) return rc;
-    c->head_floats = (size_t)c->kvp_held * (size_t)cfg->head_dim;
-    c->slot_floats = (size_t)c->n_layers * (size_t)c->nkv * c->head_floats;
     c->score_floats = cuda_attention_scratch_floats(opt->max_seq - 1, 1, c->nh, cfg->head_dim);
     if (c->score_floats < ATTN_SCRATCH_FLOATS) c->score_floats = ATTN_SCRATCH_FLOATS;
-    /* KVP: one spare slot takes the rows of positions other ranks hold (kv_row_offsets). */
-    size_t slots = (size_t)opt->num_slots + (c->kvp > 1 ? 1 : 0);
-    size_t bytes = c->slot_floats * slots * sizeof(float);
-    /* Zeroed like the reference's calloc'd cache (never read past a slot's length). */
-    if ((rc = cuda_malloc((void **)&c->k_cache, bytes)) ||
-        (rc = cuda_malloc((void **)&c->v_cache, bytes)) ||
-        (rc = cuda_memset(c->k_cache, 0, bytes)) || (rc = cuda_memset(c->v_cache, 0, bytes)))
-        return rc;
-    /* Scratch for a typical decode batch now; grown on demand for larger calls. */
-    return ensure_scratch(c, opt->num_slots);
+    /* Scratch for a typical decode batch now (grown on demand for larger calls), then the KV
+     * pool, so that a budget given as a share of the free memory is of what remains. */
+    if ((rc = ensure_scratch(c, opt->num_slots))) return rc;
+    return backend_cuda_kv_open(c, opt);
 }
 
 static int backend_cuda_open(struct stage_backend **out, const struct stage_backend_options *opt) {

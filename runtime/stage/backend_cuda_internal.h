@@ -1,6 +1,7 @@
 /* Private to the CUDA stage backend (backend_cuda.c: forward, graphs, head, open;
- * backend_cuda_kv.c: the KV slots, pack and restore; backend_cuda_weights.c: the weight
- * upload). Not for other modules: use runtime/stage/backend.h. */
+ * backend_cuda_kv.c: the paged KV pool, its block tables, pack and restore;
+ * backend_cuda_weights.c: the weight upload). Not for other modules: use
+ * runtime/stage/backend.h. */
 #ifndef STRATA_RUNTIME_STAGE_BACKEND_CUDA_INTERNAL_H
 #define STRATA_RUNTIME_STAGE_BACKEND_CUDA_INTERNAL_H
 
@@ -8,6 +9,7 @@
 #include <stdint.h>
 
 #include "reference/forward.h"
+#include "reference/kv_blocks.h"
 #include "reference/layer_weights.h"
 #include "reference/ops.h"
 #include "runtime/model/model_config.h"
@@ -63,13 +65,20 @@ struct cuda_context {
     size_t weight_bytes, device_weight_bytes;
     int num_tensors;
 
-    /* KV cache (device data, host bookkeeping). */
+    /* KV cache: a pool of blocks on the device, K and V each
+     * [num_blocks][layers][kv_heads][KV_BLOCK][head_dim] (reference/kv_cache.h's layout;
+     * under KVP one spare block more: backend_cuda_kv.c), the bookkeeping on the host
+     * (reference/kv_blocks.h: slots, lengths, block tables, reservations; under KVP a slot
+     * holds this rank's positions, kvp_held at most, while kv.len stays global), and each
+     * slot's table mirrored on the device for the kernels, [num_slots][slot_blocks] int32
+     * (a slot's row never moves, so a decode graph's pointers stay valid; entries
+     * [0, tables_sent[slot]) are current there). */
     float *k_cache, *v_cache;
-    int *len;
-    unsigned char *in_use;
-    size_t slot_floats; /* per slot: layers x kv_heads x positions x head_dim */
-    size_t head_floats; /* per (slot, layer, kv head): positions x head_dim (positions:
-                           max_seq, or kvp_held under KVP) */
+    struct kv_blocks kv;
+    int32_t *tables;     /* device */
+    int32_t *h_tables;   /* pinned staging of the uploads, same shape */
+    int *tables_sent;    /* [num_slots] */
+    size_t block_floats; /* K (or V) floats of one block: layers x kv_heads x KV_BLOCK x D */
     size_t score_floats;
 
     /* Every launch and copy of this backend goes to `stream` (a cudaStream_t); a call
@@ -114,21 +123,43 @@ static inline struct cuda_context *ctx(const struct stage_backend *be) {
     return be->context;
 }
 
-/* [max_seq][head_dim] keys of one slot, absolute layer and kv head (kv_cache_k's layout). */
-static inline float *k_slot(const struct cuda_context *c, int slot, int layer, int kv_head) {
-    return c->k_cache + (size_t)slot * c->slot_floats +
-           ((size_t)(layer - c->role.layer_start) * (size_t)c->nkv + (size_t)kv_head) *
-               c->head_floats;
+/* The view of one slot's keys and values in one absolute layer (reference/kv_cache.h
+ * kv_cache_view's, on the device: the kernels read it, the table being the slot's device
+ * row). */
+static inline struct ops_kv kv_view(const struct cuda_context *c, int slot, int layer) {
+    const size_t head = (size_t)KV_BLOCK * (size_t)c->cfg->head_dim;
+    const size_t at = (size_t)(layer - c->role.layer_start) * (size_t)c->nkv * head;
+    return (struct ops_kv){.k = c->k_cache + at,
+                           .v = c->v_cache + at,
+                           .blocks = c->tables + (size_t)slot * (size_t)c->kv.slot_blocks,
+                           .block_stride = c->block_floats,
+                           .head_stride = head};
 }
 
-static inline float *v_slot(const struct cuda_context *c, int slot, int layer, int kv_head) {
-    return c->v_cache + (k_slot(c, slot, layer, kv_head) - c->k_cache);
-}
+/* The KV pool (backend_cuda_kv.c). _open sizes it from the options' budget (after the
+ * weights and the scratch are on the device) and allocates it and the tables; _close frees
+ * them (a half-built state too). */
+int backend_cuda_kv_open(struct cuda_context *c, const struct stage_backend_options *opt);
+void backend_cuda_kv_close(struct cuda_context *c);
+/* Of a sequence's first `positions` positions, how many this rank's cache holds (all of them,
+ * or under KVP those in [kvp_lo, kvp_lo + kvp_held)). */
+int backend_cuda_kv_held(const struct cuda_context *c, int positions);
+/* Before a forward over items [n_items]: each item's slot grown to the positions this rank
+ * holds after it (kv_blocks_grow: a request that reserved them cannot fail here), and the
+ * table entries that changed queued for upload on c->stream (outside any graph capture: a
+ * decode graph reads the tables where they always are). */
+int backend_cuda_kv_prepare(struct cuda_context *c, const struct forward_item *items, int n_items);
+/* The offset in floats from a layer's base (kv_view's k) of position `local` of slot's kv head
+ * 0, by the host's table; KVP rows of another rank's positions (local outside [0, kvp_held))
+ * go to the spare block (written, never read). */
+int64_t backend_cuda_kv_row_offset(const struct cuda_context *c, int slot, int local);
 
 /* The KV entries of the backend table (backend_cuda_kv.c). */
 int backend_cuda_kv_acquire(struct stage_backend *be, int *slot);
+int backend_cuda_kv_reserve(struct stage_backend *be, int slot, int positions);
 void backend_cuda_kv_release(struct stage_backend *be, int slot);
 size_t backend_cuda_kv_bytes(const struct stage_backend *be);
+void backend_cuda_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out);
 int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
 int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
                             const struct kv_handoff *in);

@@ -1,9 +1,19 @@
-/* The CUDA backend's KV slots (backend_cuda.c has the design): lengths and in-use flags on
- * the host, the cache on the device in reference/kv_cache.h's layout, so a pack or restore
- * is one strided copy per (layer, batch row). The copies are synchronous on the legacy
- * stream, which does not wait for the backend's non-blocking stream: a call that succeeded
- * left that stream idle, and one that failed may not have, so the stream is synchronised
- * first. */
+/* The CUDA backend's KV cache (backend_cuda.c has the design): a pool of blocks on the
+ * device in reference/kv_cache.h's layout, the bookkeeping on the host in
+ * reference/kv_blocks.h (the CPU backend's, so both count, reserve and free blocks alike),
+ * and the block tables mirrored on the device for the kernels.
+ *
+ * A block is [layers][kv_heads][KV_BLOCK][head_dim] floats of K and as many of V, so all of
+ * one block's positions, every layer, are one contiguous copy: pack and restore move a slot
+ * block by block through a host buffer and walk the table in runs of up to KV_BLOCK
+ * positions on the host. The copies are synchronous on the legacy stream, which does not
+ * wait for the backend's non-blocking stream: a call that succeeded left that stream idle,
+ * and one that failed may not have, so the stream is synchronised first.
+ *
+ * The device tables: slot s's row of [num_slots][slot_blocks] never moves, so a decode
+ * graph's attention reads the current table of each slot through the same pointer; entries
+ * are appended (a slot only grows) and uploaded before the forward that first reads them,
+ * from pinned staging on the backend's stream, outside any capture. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,27 +22,120 @@
 #include "runtime/stage/backend.h"
 #include "runtime/stage/backend_cuda_internal.h"
 
+/* Blocks allocated: the pool, and under KVP one spare that takes the rows of positions
+ * another rank holds (so the KV append of a microbatch stays one launch of all its rows). */
+static size_t pool_blocks(const struct cuda_context *c) {
+    return (size_t)c->kv.num_blocks + (c->kvp > 1 ? 1 : 0);
+}
+
+int backend_cuda_kv_open(struct cuda_context *c, const struct stage_backend_options *opt) {
+    const int D = c->cfg->head_dim;
+    c->block_floats = (size_t)c->n_layers * (size_t)c->nkv * KV_BLOCK * (size_t)D;
+    const size_t block_bytes = 2 * c->block_floats * sizeof(float);
+    size_t free_bytes = 0;
+    int blocks = 0, rc;
+    /* A stage without layers holds no KV: its slots need no budget. */
+    if (block_bytes && opt->kv_memory_fraction > 0 && (rc = cuda_mem_info(&free_bytes, NULL)))
+        return rc;
+    if (block_bytes &&
+        (rc = stage_backend_kv_blocks(opt, free_bytes, block_bytes, c->kvp_held, &blocks)))
+        return rc;
+    if ((rc = kv_blocks_init(&c->kv, c->kvp_held, opt->num_slots, blocks))) return rc;
+    const size_t table = (size_t)c->kv.num_slots * (size_t)c->kv.slot_blocks * sizeof(int32_t);
+    const size_t bytes = c->block_floats * pool_blocks(c) * sizeof(float);
+    if (!(c->tables_sent = calloc((size_t)opt->num_slots, sizeof *c->tables_sent)))
+        return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
+    /* Zeroed like the reference's calloc'd pool (never read past a slot's length), the
+     * tables too (an entry is uploaded before it is read). */
+    if ((rc = cuda_malloc((void **)&c->k_cache, bytes)) ||
+        (rc = cuda_malloc((void **)&c->v_cache, bytes)) ||
+        (rc = cuda_malloc((void **)&c->tables, table)) ||
+        (rc = cuda_host_alloc((void **)&c->h_tables, table)) ||
+        (rc = cuda_memset(c->k_cache, 0, bytes)) || (rc = cuda_memset(c->v_cache, 0, bytes)) ||
+        (rc = cuda_memset(c->tables, 0, table)))
+        return rc;
+    return 0;
+}
+
+void backend_cuda_kv_close(struct cuda_context *c) {
+    cuda_free(c->k_cache);
+    cuda_free(c->v_cache);
+    cuda_free(c->tables);
+    cuda_host_free(c->h_tables);
+    free(c->tables_sent);
+    kv_blocks_free(&c->kv);
+    c->k_cache = c->v_cache = NULL;
+    c->tables = c->h_tables = NULL;
+    c->tables_sent = NULL;
+}
+
+int backend_cuda_kv_held(const struct cuda_context *c, int positions) {
+    if (c->kvp <= 1) return positions;
+    const int held = positions - c->kvp_lo;
+    return held < 0 ? 0 : held > c->kvp_held ? c->kvp_held : held;
+}
+
+int backend_cuda_kv_prepare(struct cuda_context *c, const struct forward_item *items, int n_items) {
+    if (c->n_layers == 0) return 0; /* no layer: nothing is cached */
+    int rc = 0;
+    for (int it = 0; it < n_items && !rc; ++it)
+        rc = kv_blocks_grow(&c->kv, items[it].slot,
+                            backend_cuda_kv_held(c, items[it].pos + items[it].n_tokens));
+    /* Even after a failed growth: the slots grown before it keep their blocks. */
+    for (int it = 0; it < n_items; ++it) {
+        const int s = items[it].slot, from = c->tables_sent[s], to = c->kv.held[s];
+        if (to <= from) continue;
+        const size_t at = (size_t)s * (size_t)c->kv.slot_blocks + (size_t)from;
+        memcpy(c->h_tables + at, kv_blocks_table(&c->kv, s) + from,
+               (size_t)(to - from) * sizeof(int32_t));
+        const int up = cuda_memcpy_async(c->tables + at, c->h_tables + at,
+                                         (size_t)(to - from) * sizeof(int32_t), CUDA_COPY_TO_DEVICE,
+                                         c->stream);
+        if (up) return up;
+        c->tables_sent[s] = to;
+    }
+    return rc;
+}
+
+int64_t backend_cuda_kv_row_offset(const struct cuda_context *c, int slot, int local) {
+    if (local < 0 || local >= c->kvp_held) /* another KVP rank's position: the spare block */
+        return (int64_t)((size_t)c->kv.num_blocks * c->block_floats);
+    return (int64_t)((size_t)kv_blocks_table(&c->kv, slot)[local / KV_BLOCK] * c->block_floats +
+                     (size_t)(local % KV_BLOCK) * (size_t)c->cfg->head_dim);
+}
+
 int backend_cuda_kv_acquire(struct stage_backend *be, int *slot) {
+    int rc = kv_blocks_acquire(&ctx(be)->kv, slot);
+    if (rc == STRATA_EBUSY)
+        return strata_set_error(STRATA_EBUSY, "cuda kv: all %d slots are in use", be->num_slots);
+    return rc;
+}
+
+/* Positions are global: a KVP rank reserves its share of them (slot -1 only asks). */
+int backend_cuda_kv_reserve(struct stage_backend *be, int slot, int positions) {
     struct cuda_context *c = ctx(be);
-    for (int s = 0; s < be->num_slots; ++s)
-        if (!c->in_use[s]) {
-            c->in_use[s] = 1;
-            c->len[s] = 0;
-            *slot = s;
-            return 0;
-        }
-    return strata_set_error(STRATA_EBUSY, "cuda kv: all %d slots are in use", be->num_slots);
+    return kv_blocks_reserve(&c->kv, slot, backend_cuda_kv_held(c, positions));
 }
 
 void backend_cuda_kv_release(struct stage_backend *be, int slot) {
     struct cuda_context *c = ctx(be);
-    if (slot < 0 || slot >= be->num_slots) return;
-    c->in_use[slot] = 0;
-    c->len[slot] = 0;
+    if (slot < 0 || slot >= c->kv.num_slots) return;
+    kv_blocks_release(&c->kv, slot);
+    c->tables_sent[slot] = 0; /* its next blocks are other ones: uploaded afresh */
 }
 
 size_t backend_cuda_kv_bytes(const struct stage_backend *be) {
-    return 2 * ctx(be)->slot_floats * (size_t)be->num_slots * sizeof(float);
+    const struct cuda_context *c = ctx(be);
+    return 2 * c->block_floats * pool_blocks(c) * sizeof(float);
+}
+
+void backend_cuda_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out) {
+    const struct cuda_context *c = ctx(be);
+    *out = (struct stage_kv_usage){.blocks = c->kv.num_blocks,
+                                   .free = c->kv.num_free,
+                                   .promised = c->kv.promised,
+                                   .block_positions = KV_BLOCK,
+                                   .block_bytes = 2 * c->block_floats * sizeof(float)};
 }
 
 /* A KVP rank holds some positions of each slot: its cache is not a handoff of the slot. */
@@ -44,108 +147,149 @@ static int check_kvp(const struct cuda_context *c, const char *what) {
                             what, c->kvp_lo, c->kvp_lo + c->kvp_held);
 }
 
-static int check_slots(const struct stage_backend *be, const int *slots, int n, const char *what) {
-    if (n <= 0 || !slots) return strata_set_error(STRATA_EINVAL, "%s: no slots given", what);
-    for (int b = 0; b < n; ++b)
-        if (slots[b] < 0 || slots[b] >= be->num_slots || !ctx(be)->in_use[slots[b]])
-            return strata_set_error(STRATA_EINVAL, "%s: slot %d is not an in-use slot of the cache",
-                                    what, slots[b]);
-    return 0;
+/* The handoff layout (decoder_io.h): [layer][batch][head][seq][D]. */
+static size_t handoff_offset(const struct kv_handoff *h, int l, int b, int head) {
+    return (((size_t)l * (size_t)h->batch + (size_t)b) * (size_t)h->kv_heads + (size_t)head) *
+           (size_t)h->seq * (size_t)h->head_dim;
 }
 
-/* The handoff layout (decoder_io.h): [layer][batch][head][seq][D]; the device cache keeps
- * [slot][layer][head][max_seq][D], so one (layer, batch row) is a strided copy of kv_heads
- * rows of len*D floats. */
+/* The block of batch row b that holds its positions [j0, j0 + run) (j0 block-aligned),
+ * between its host copy kb / vb [layers][kv_heads][KV_BLOCK][D] and the handoff's rows:
+ * to_block 0 copies the block out into the handoff, 1 the handoff into the block. */
+static void copy_block_runs(const struct cuda_context *c, const struct kv_handoff *h, int b, int j0,
+                            int run, float *kb, float *vb, int to_block) {
+    const size_t D = (size_t)c->cfg->head_dim, bytes = (size_t)run * D * sizeof(float);
+    float *hk = (float *)(uintptr_t)h->k, *hv = (float *)(uintptr_t)h->v;
+    for (int l = 0; l < c->n_layers; ++l)
+        for (int g = 0; g < c->nkv; ++g) {
+            const size_t in_block = ((size_t)l * (size_t)c->nkv + (size_t)g) * KV_BLOCK * D;
+            const size_t in_handoff = handoff_offset(h, l, b, g) + (size_t)j0 * D;
+            if (to_block) {
+                memcpy(kb + in_block, hk + in_handoff, bytes);
+                memcpy(vb + in_block, hv + in_handoff, bytes);
+            } else {
+                memcpy(hk + in_handoff, kb + in_block, bytes);
+                memcpy(hv + in_handoff, vb + in_block, bytes);
+            }
+        }
+}
+
+/* Host room for one block of K and one of V. */
+static float *block_buffer(const struct cuda_context *c, const char *what) {
+    float *buf = calloc(2 * (c->block_floats ? c->block_floats : 1), sizeof(float));
+    if (!buf) strata_set_error(STRATA_ENOMEM, "%s: no memory for a block", what);
+    return buf;
+}
+
 int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots,
                          int n) {
     struct cuda_context *c = ctx(be);
-    int seq = 0, nkv = c->nkv, D = c->cfg->head_dim, rc;
+    int seq = 0, rc;
     memset(out, 0, sizeof *out);
-    if ((rc = check_kvp(c, "cuda kv pack")) || (rc = check_slots(be, slots, n, "cuda kv pack")) ||
+    if ((rc = check_kvp(c, "cuda kv pack")) ||
+        (rc = kv_blocks_check_slots(&c->kv, slots, n, "cuda kv pack")) ||
         (rc = cuda_set_device(c->device)) || (rc = backend_cuda_sync(c)))
         return rc;
     for (int b = 0; b < n; ++b)
-        if (c->len[slots[b]] > seq) seq = c->len[slots[b]];
+        if (c->kv.len[slots[b]] > seq) seq = c->kv.len[slots[b]];
     *out = (struct kv_handoff){.layer_start = c->role.layer_start,
                                .layer_end = c->role.layer_end,
                                .batch = n,
-                               .kv_heads = nkv,
+                               .kv_heads = c->nkv,
                                .seq = seq,
-                               .head_dim = D};
+                               .head_dim = c->cfg->head_dim};
     size_t numel = kv_handoff_numel(out);
+    /* One allocation: k, v, then the lengths (f32 then i32: alignment holds). */
     float *k = calloc(2 * numel * sizeof(float) + (size_t)n * sizeof(int32_t), 1);
-    if (!k)
-        return strata_set_error(STRATA_ENOMEM, "cuda kv pack: cannot allocate %zu floats",
-                                2 * numel);
-    float *v = k + numel;
-    int32_t *lengths = (int32_t *)(v + numel);
-    size_t row = (size_t)seq * D, cache_row = c->head_floats;
-    for (int l = 0; l < c->n_layers && !rc; ++l)
-        for (int b = 0; b < n && !rc; ++b) {
-            size_t dst = ((size_t)l * n + b) * nkv * row;
-            size_t width = (size_t)c->len[slots[b]] * D * sizeof(float);
-            int layer = c->role.layer_start + l;
-            rc = cuda_memcpy_2d(k + dst, row * 4, k_slot(c, slots[b], layer, 0), cache_row * 4,
-                                width, (size_t)nkv, CUDA_COPY_TO_HOST);
-            if (!rc)
-                rc = cuda_memcpy_2d(v + dst, row * 4, v_slot(c, slots[b], layer, 0), cache_row * 4,
-                                    width, (size_t)nkv, CUDA_COPY_TO_HOST);
+    float *blk = k ? block_buffer(c, "cuda kv pack") : NULL;
+    if (!k || !blk) {
+        free(k);
+        memset(out, 0, sizeof *out);
+        return k ? STRATA_ENOMEM
+                 : strata_set_error(STRATA_ENOMEM, "cuda kv pack: cannot allocate %zu floats",
+                                    2 * numel);
+    }
+    out->k = k;
+    out->v = k + numel;
+    const size_t bytes = c->block_floats * sizeof(float);
+    for (int b = 0; b < n && !rc && c->n_layers > 0; ++b) {
+        const int32_t *table = kv_blocks_table(&c->kv, slots[b]);
+        const int len = c->kv.len[slots[b]];
+        for (int j0 = 0; j0 < len && !rc; j0 += KV_BLOCK) {
+            const size_t at = (size_t)table[j0 / KV_BLOCK] * c->block_floats;
+            const int run = len - j0 < KV_BLOCK ? len - j0 : KV_BLOCK;
+            if (!(rc = cuda_memcpy_to_host(blk, c->k_cache + at, bytes)) &&
+                !(rc = cuda_memcpy_to_host(blk + c->block_floats, c->v_cache + at, bytes)))
+                copy_block_runs(c, out, b, j0, run, blk, blk + c->block_floats, 0);
         }
+    }
+    free(blk);
     if (rc) {
         free(k);
         memset(out, 0, sizeof *out);
         return rc;
     }
+    int32_t *lengths = (int32_t *)(k + 2 * numel);
     for (int b = 0; b < n; ++b)
-        lengths[b] = c->len[slots[b]];
-    out->k = k;
-    out->v = v;
+        lengths[b] = c->kv.len[slots[b]];
     out->lengths = lengths;
     out->owned = k;
+    return 0;
+}
+
+static int check_handoff(const struct cuda_context *c, int n, const struct kv_handoff *in) {
+    const int D = c->cfg->head_dim;
+    if (in->layer_start != c->role.layer_start || in->layer_end != c->role.layer_end)
+        return strata_set_error(
+            STRATA_ERANGE, "kv restore: block holds layers [%d, %d) but the cache holds [%d, %d)",
+            in->layer_start, in->layer_end, c->role.layer_start, c->role.layer_end);
+    if (in->kv_heads != c->nkv || in->head_dim != D || in->seq < 0)
+        return strata_set_error(STRATA_EFORMAT,
+                                "kv restore: block shape [%d, %d, %d, %d, %d] does not fit a cache "
+                                "of %d layers, %d kv heads, head_dim %d",
+                                in->layer_end - in->layer_start, in->batch, in->kv_heads, in->seq,
+                                in->head_dim, c->n_layers, c->nkv, D);
+    if (in->batch != n)
+        return strata_set_error(
+            STRATA_EINVAL, "kv restore: block has %d batch rows, %d slots given", in->batch, n);
+    for (int b = 0; b < n; ++b)
+        if (in->lengths[b] < 0 || in->lengths[b] > in->seq || in->lengths[b] > c->kv.max_seq)
+            return strata_set_error(STRATA_ERANGE,
+                                    "kv restore: row %d holds %d positions, cache capacity %d", b,
+                                    (int)in->lengths[b], c->kv.max_seq);
     return 0;
 }
 
 int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
                             const struct kv_handoff *in) {
     struct cuda_context *c = ctx(be);
-    int nkv = c->nkv, D = c->cfg->head_dim, rc;
-    if ((rc = check_kvp(c, "kv restore"))) return rc;
-    if (in->layer_start != c->role.layer_start || in->layer_end != c->role.layer_end)
-        return strata_set_error(
-            STRATA_ERANGE, "kv restore: block holds layers [%d, %d) but the cache holds [%d, %d)",
-            in->layer_start, in->layer_end, c->role.layer_start, c->role.layer_end);
-    if (in->kv_heads != nkv || in->head_dim != D || in->seq < 0)
-        return strata_set_error(STRATA_EFORMAT,
-                                "kv restore: block shape [%d, %d, %d, %d, %d] does not fit a cache "
-                                "of %d layers, %d kv heads, head_dim %d",
-                                in->layer_end - in->layer_start, in->batch, in->kv_heads, in->seq,
-                                in->head_dim, c->n_layers, nkv, D);
-    if (in->batch != n)
-        return strata_set_error(
-            STRATA_EINVAL, "kv restore: block has %d batch rows, %d slots given", in->batch, n);
-    for (int b = 0; b < n; ++b)
-        if (in->lengths[b] < 0 || in->lengths[b] > in->seq || in->lengths[b] > be->max_seq)
-            return strata_set_error(STRATA_ERANGE,
-                                    "kv restore: row %d holds %d positions, cache capacity %d", b,
-                                    (int)in->lengths[b], be->max_seq);
-    if ((rc = check_slots(be, slots, n, "kv restore")) || (rc = cuda_set_device(c->device)) ||
-        (rc = backend_cuda_sync(c)))
+    int rc;
+    if ((rc = check_kvp(c, "kv restore")) || (rc = check_handoff(c, n, in)) ||
+        (rc = kv_blocks_check_slots(&c->kv, slots, n, "kv restore")) ||
+        (rc = cuda_set_device(c->device)) || (rc = backend_cuda_sync(c)))
         return rc;
-    const uint8_t *k = in->k, *v = in->v;
-    size_t row = (size_t)in->seq * D, cache_row = c->head_floats;
-    for (int l = 0; l < c->n_layers && !rc; ++l)
-        for (int b = 0; b < n && !rc; ++b) {
-            size_t src = ((size_t)l * n + b) * nkv * row * sizeof(float);
-            size_t width = (size_t)in->lengths[b] * D * sizeof(float);
-            int layer = c->role.layer_start + l;
-            rc = cuda_memcpy_2d(k_slot(c, slots[b], layer, 0), cache_row * 4, k + src, row * 4,
-                                width, (size_t)nkv, CUDA_COPY_TO_DEVICE);
-            if (!rc)
-                rc = cuda_memcpy_2d(v_slot(c, slots[b], layer, 0), cache_row * 4, v + src, row * 4,
-                                    width, (size_t)nkv, CUDA_COPY_TO_DEVICE);
+    /* The blocks first, as kv_cache_restore takes them (a pool without them: nothing
+     * written). The device tables follow at the next forward (kv_prepare). */
+    for (int b = 0; b < n && !rc && c->n_layers > 0; ++b)
+        rc = kv_blocks_grow(&c->kv, slots[b], in->lengths[b]);
+    float *blk = rc ? NULL : block_buffer(c, "cuda kv restore");
+    if (!rc && !blk) rc = STRATA_ENOMEM;
+    const size_t bytes = c->block_floats * sizeof(float);
+    for (int b = 0; b < n && !rc && c->n_layers > 0; ++b) {
+        const int32_t *table = kv_blocks_table(&c->kv, slots[b]);
+        for (int j0 = 0; j0 < in->lengths[b] && !rc; j0 += KV_BLOCK) {
+            const size_t at = (size_t)table[j0 / KV_BLOCK] * c->block_floats;
+            const int run = in->lengths[b] - j0 < KV_BLOCK ? in->lengths[b] - j0 : KV_BLOCK;
+            /* A block cut short by the length keeps zeros past it (never read). */
+            if (run < KV_BLOCK) memset(blk, 0, 2 * bytes);
+            copy_block_runs(c, in, b, j0, run, blk, blk + c->block_floats, 1);
+            if (!(rc = cuda_memcpy_to_device(c->k_cache + at, blk, bytes)))
+                rc = cuda_memcpy_to_device(c->v_cache + at, blk + c->block_floats, bytes);
         }
+    }
+    free(blk);
     if (rc) return rc;
     for (int b = 0; b < n; ++b)
-        c->len[slots[b]] = in->lengths[b];
+        c->kv.len[slots[b]] = in->lengths[b];
     return 0;
 }

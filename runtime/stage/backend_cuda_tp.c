@@ -17,10 +17,12 @@
  *     (cuda_argmax_part_rows, the twin of argmax_part), the pairs are all-gathered (2 floats
  *     per row and rank instead of V/T) and argmax_merge picks each row's id on the host in
  *     rank (= id) order: exactly argmax() of the whole row, ties and NaN included;
- *   - KVP (Medha): a rank caches positions [kvp_lo, kvp_lo + kvp_held) (the rows of other
- *     ranks' positions go to a spare slot); attention is the reference's two steps around
- *     two all-gathers per row tile (scores and maxima, the group's max, the partials over
- *     this rank's aligned blocks, the merge), with kernels/attention_kvp.h's twins;
+ *   - KVP (Medha): a rank caches positions [kvp_lo, kvp_lo + kvp_held) in its own paged
+ *     pool (a slot's blocks cover only its positions, and it reserves only its share of a
+ *     request's; the rows of other ranks' positions go to a spare block: backend_cuda_kv.c);
+ *     attention is the reference's two steps around two all-gathers per row tile (scores
+ *     and maxima, the group's max, the partials over this rank's aligned blocks, the merge),
+ *     with kernels/attention_kvp.h's twins;
  *   - every wait is nccl_group_wait, bounded by the group's timeout;
  *   - MoE under TP: whole experts per rank (--moe expert; --moe split is refused), one node
  *     of the MoE sum's expert tree (backend_cuda_moe.c), completed by the layer's reduce.
@@ -318,18 +320,18 @@ int backend_cuda_op_attention_partial_max(void *ctx, const struct layer_weights 
                                           const struct forward_item *item, int first, int n,
                                           float *max, float *scores, const float *q) {
     const struct cuda_context *c = ctx;
-    return cuda_attention_partial_max(max, scores, q, k_slot(c, item->slot, L->index, 0),
-                                      c->head_floats, item->pos + first, n, c->kvp_lo, c->kvp_held,
-                                      c->nh, c->nkv, c->cfg->head_dim, c->stream);
+    const struct ops_kv view = kv_view(c, item->slot, L->index);
+    return cuda_attention_partial_max(max, scores, q, &view, item->pos + first, n, c->kvp_lo,
+                                      c->kvp_held, c->nh, c->nkv, c->cfg->head_dim, c->stream);
 }
 
 int backend_cuda_op_attention_partial(void *ctx, const struct layer_weights *L,
                                       const struct forward_item *item, int first, int n,
                                       float *part, const float *scores, const float *max) {
     const struct cuda_context *c = ctx;
-    return cuda_attention_partial(part, scores, max, v_slot(c, item->slot, L->index, 0),
-                                  c->head_floats, item->pos + first, n, c->kvp_lo, c->kvp_held,
-                                  c->nh, c->nkv, c->cfg->head_dim, c->stream);
+    const struct ops_kv view = kv_view(c, item->slot, L->index);
+    return cuda_attention_partial(part, scores, max, &view, item->pos + first, n, c->kvp_lo,
+                                  c->kvp_held, c->nh, c->nkv, c->cfg->head_dim, c->stream);
 }
 
 int backend_cuda_op_kvp_allgather(void *ctx, float *all, const float *mine, size_t n) {

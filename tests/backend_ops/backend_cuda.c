@@ -48,31 +48,40 @@ static int run_matmul_split(const struct bo_call *c, void *stream) {
     return cuda_matmul_split(c->buf[0], c->buf[1], &w, c->s->n, c->s->pos, stream);
 }
 
-/* The twin's scratch: cuda_attention_scratch_floats device floats (kernels/attention.h). */
+/* The twin's scratch: cuda_attention_scratch_floats device floats (kernels/attention.h); the
+ * view (op_cases.c bo_kv_view) of the paged pools and table already on the device. */
 static int run_attention(const struct bo_call *c, void *stream) {
     const struct bo_shape *s = c->s;
-    size_t ctx = (size_t)(s->pos + s->n);
+    const struct ops_kv kv = bo_kv_view(s, c->buf[2], c->buf[3], c->buf[4]);
     float *scratch = NULL;
     int rc =
         cuda_malloc((void **)&scratch,
                     cuda_attention_scratch_floats(s->pos, s->n, s->heads, s->dim) * sizeof(float));
     if (!rc)
-        rc = cuda_attention(c->buf[0], c->buf[1], c->buf[2], c->buf[3], ctx * (size_t)s->dim,
-                            scratch, s->pos, s->n, s->heads, s->kv_heads, s->dim, stream);
+        rc = cuda_attention(c->buf[0], c->buf[1], &kv, scratch, s->pos, s->n, s->heads, s->kv_heads,
+                            s->dim, stream);
     if (!rc) rc = cuda_synchronize();
     cuda_free(scratch);
     return rc;
 }
 
-/* The KVP group run rank after rank on one device: rank k's keys are cache positions
- * [k·tokens, k·tokens + held) (a pointer into the same cache, same head stride), its scores,
- * maxima and partials its own; the "all-gathers" are the ranks' buffers side by side. */
+/* The view of KVP rank k of the case: global positions [lo, lo + held) at its positions 0..,
+ * i.e. the request's table from block lo / 16 on (lo is whole blocks). */
+static struct ops_kv rank_view(const struct bo_call *c, int lo) {
+    struct ops_kv kv = bo_kv_view(c->s, c->buf[2], c->buf[3], c->buf[4]);
+    kv.blocks += lo / OPS_ATTN_BLOCK;
+    return kv;
+}
+
+/* The KVP group run rank after rank on one device: rank k's keys are the request's
+ * positions [k·tokens, k·tokens + held) (its blocks of the same table), its scores, maxima
+ * and partials its own; the "all-gathers" are the ranks' buffers side by side. */
 static int run_attention_kvp(const struct bo_call *c, void *stream) {
     const struct bo_shape *s = c->s;
     const int K = s->rows, tokens = bo_kvp_tokens(s), D = s->dim, ctx = s->pos + s->n;
-    const size_t rows_nh = (size_t)s->n * (size_t)s->heads, stride = (size_t)ctx * (size_t)D;
+    const size_t rows_nh = (size_t)s->n * (size_t)s->heads;
     const size_t part = rows_nh * (size_t)(D + 2), per_scores = rows_nh * (size_t)tokens;
-    const float *q = c->buf[1], *k_cache = c->buf[2], *v_cache = c->buf[3];
+    const float *q = c->buf[1];
     float *scores = NULL, *max = NULL, *max_all = NULL, *parts = NULL;
     int rc = cuda_malloc((void **)&scores, (size_t)K * per_scores * sizeof(float));
     if (!rc) rc = cuda_malloc((void **)&max, rows_nh * sizeof(float));
@@ -80,19 +89,20 @@ static int run_attention_kvp(const struct bo_call *c, void *stream) {
     if (!rc) rc = cuda_malloc((void **)&parts, (size_t)K * part * sizeof(float));
     for (int k = 0; k < K && !rc; ++k) { /* step 1 */
         const int lo = k * tokens, held = ctx - lo < tokens ? ctx - lo : tokens;
+        const struct ops_kv kv = rank_view(c, lo);
         rc = cuda_attention_partial_max(max_all + (size_t)k * rows_nh,
-                                        scores + (size_t)k * per_scores, q,
-                                        k_cache + (size_t)lo * D, stride, s->pos, s->n, lo, held,
-                                        s->heads, s->kv_heads, D, stream);
+                                        scores + (size_t)k * per_scores, q, &kv, s->pos, s->n, lo,
+                                        held, s->heads, s->kv_heads, D, stream);
     }
     for (int k = 0; k < K && !rc; ++k) { /* rank k: the group's max from its own, step 2 */
         const int lo = k * tokens, held = ctx - lo < tokens ? ctx - lo : tokens;
+        const struct ops_kv kv = rank_view(c, lo);
         if (!(rc = cuda_memcpy_async(max, max_all + (size_t)k * rows_nh, rows_nh * sizeof(float),
                                      CUDA_COPY_ON_DEVICE, stream)) &&
             !(rc = cuda_attention_group_max(max, max_all, K, rows_nh, stream)))
             rc = cuda_attention_partial(parts + (size_t)k * part, scores + (size_t)k * per_scores,
-                                        max, v_cache + (size_t)lo * D, stride, s->pos, s->n, lo,
-                                        held, s->heads, s->kv_heads, D, stream);
+                                        max, &kv, s->pos, s->n, lo, held, s->heads, s->kv_heads, D,
+                                        stream);
     }
     if (!rc) rc = cuda_attention_merge(c->buf[0], parts, K, s->n, s->heads, D, stream);
     if (!rc) rc = cuda_synchronize();

@@ -13,6 +13,7 @@
 #define STRATA_TESTS_BACKEND_OPS_BACKEND_OPS_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "reference/ops.h"
 #include "reference/thread_pool.h"
@@ -20,13 +21,15 @@
 enum { BO_MAX_BUFS = 6 };
 
 enum bo_role { BO_IN, BO_OUT, BO_INOUT };
-enum bo_elem { BO_F32, BO_BF16, BO_I32 }; /* BO_I32: outputs only, compared exactly */
+/* BO_I32: outputs compared exactly; as an input, only a block table (BO_GEN_KV_TABLE). */
+enum bo_elem { BO_F32, BO_BF16, BO_I32 };
 
 /* How an input buffer is filled (uniform u in [-1, 1), seeded per case). */
 enum bo_gen {
-    BO_GEN_ACT,    /* scale * u: activations, logits */
-    BO_GEN_WEIGHT, /* 1 + 0.5 u: norm weights (positive, near 1, as in real checkpoints) */
-    BO_GEN_UNIT,   /* u: matmul weights, rope cos/sin tables */
+    BO_GEN_ACT,      /* scale * u: activations, logits */
+    BO_GEN_WEIGHT,   /* 1 + 0.5 u: norm weights (positive, near 1, as in real checkpoints) */
+    BO_GEN_UNIT,     /* u: matmul weights, rope cos/sin tables */
+    BO_GEN_KV_TABLE, /* an attention case's block table (bo_kv_table), no random draw */
 };
 
 /* The shape of one case. Each op reads the fields it needs (see its layout in op_cases.c);
@@ -73,6 +76,18 @@ struct bo_case {
 
 /* attention_kvp cases: KV positions per rank (16 x 2^p, `rows` ranks covering pos + n). */
 int bo_kvp_tokens(const struct bo_shape *s);
+
+/* attention cases keep their keys and values paged (struct ops_kv, runtime/base/
+ * op_contract.h): k_cache and v_cache are pools of bo_kv_pool_blocks(s) blocks
+ * [block][kv_heads][OPS_ATTN_BLOCK][dim] (reference/kv_cache.h's layout of one layer), of
+ * which the request holds the bo_kv_held_blocks(s) that cover pos + n positions, in the
+ * shuffled order bo_kv_table gives (not ascending, not contiguous): where the blocks lie must
+ * not change a bit. */
+int bo_kv_held_blocks(const struct bo_shape *s);
+int bo_kv_pool_blocks(const struct bo_shape *s);
+void bo_kv_table(const struct bo_shape *s, int32_t *table); /* [bo_kv_held_blocks(s)] */
+/* The view of the case's cache in whoever's memory k, v and table are. */
+struct ops_kv bo_kv_view(const struct bo_shape *s, void *k, void *v, const void *table);
 
 extern const struct bo_op bo_ops[];
 extern const size_t bo_n_ops;

@@ -75,6 +75,10 @@ static int make_bufs(struct host_bufs *h, const struct bo_op *op, const struct b
             free_bufs(h);
             return strata_set_error(STRATA_ENOMEM, "buffer %s", b->name);
         }
+        if (b->gen == BO_GEN_KV_TABLE) { /* not random: every backend gets the same table */
+            bo_kv_table(&c->shape, h->data[i]);
+            continue;
+        }
         for (size_t k = 0; k < b->count; ++k) {
             float v = b->gen == BO_GEN_ACT      ? scale * uniform()
                       : b->gen == BO_GEN_WEIGHT ? 1.0f + 0.5f * uniform()

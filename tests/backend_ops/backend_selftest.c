@@ -54,36 +54,40 @@ static int host_swiglu(const struct bo_call *c, void *stream) {
 }
 
 /* The reference's KVP steps over the case's ranks (the CUDA adapter's sequence in
- * backend_cuda.c on host memory): checks the attention_kvp cases and that sequence against
- * one rank's attention(), which the reference matches bit for bit. */
+ * backend_cuda.c on host memory, each rank's view its blocks of the one table): checks the
+ * attention_kvp cases and that sequence against one rank's attention(), which the reference
+ * matches bit for bit. */
 static int host_attention_kvp(const struct bo_call *c, void *stream) {
     (void)stream;
     const struct bo_shape *s = c->s;
     const int K = s->rows, tokens = bo_kvp_tokens(s), D = s->dim, ctx = s->pos + s->n;
-    const size_t rows_nh = (size_t)s->n * (size_t)s->heads, stride = (size_t)ctx * (size_t)D;
+    const size_t rows_nh = (size_t)s->n * (size_t)s->heads;
     const size_t part = rows_nh * (size_t)(D + 2), per_scores = rows_nh * (size_t)tokens;
-    const float *k_cache = c->buf[2], *v_cache = c->buf[3];
+    const struct ops_kv whole = bo_kv_view(s, c->buf[2], c->buf[3], c->buf[4]);
     struct thread_pool *pool = NULL;
     float *scores = malloc((size_t)K * per_scores * sizeof(float));
     float *max = malloc(rows_nh * sizeof(float));
     float *max_all = malloc((size_t)K * rows_nh * sizeof(float));
     float *parts = malloc((size_t)K * part * sizeof(float));
     int rc = scores && max && max_all && parts ? thread_pool_init(&pool, 1) : STRATA_ENOMEM;
-    for (int k = 0; k < K && !rc; ++k) {
+    for (int k = 0; k < K && !rc; ++k) { /* rank k: the request's blocks from lo / 16 on */
         const int lo = k * tokens, held = ctx - lo < tokens ? ctx - lo : tokens;
+        struct ops_kv kv = whole;
+        kv.blocks += lo / OPS_ATTN_BLOCK;
         attention_partial_max(max_all + (size_t)k * rows_nh, scores + (size_t)k * per_scores,
-                              c->buf[1], k_cache + (size_t)lo * D, stride, s->pos, s->n, lo, held,
-                              s->heads, s->kv_heads, D, pool);
+                              c->buf[1], &kv, s->pos, s->n, lo, held, s->heads, s->kv_heads, D,
+                              pool);
     }
     for (int k = 0; k < K && !rc; ++k) {
         const int lo = k * tokens, held = ctx - lo < tokens ? ctx - lo : tokens;
+        struct ops_kv kv = whole;
+        kv.blocks += lo / OPS_ATTN_BLOCK;
         memcpy(max, max_all + (size_t)k * rows_nh, rows_nh * sizeof(float));
         for (size_t t = 0; t < rows_nh; ++t)
             for (int r = 0; r < K; ++r)
                 if (max_all[(size_t)r * rows_nh + t] > max[t]) max[t] = max_all[r * rows_nh + t];
-        attention_partial(parts + (size_t)k * part, scores + (size_t)k * per_scores, max,
-                          v_cache + (size_t)lo * D, stride, s->pos, s->n, lo, held, s->heads,
-                          s->kv_heads, D, pool);
+        attention_partial(parts + (size_t)k * part, scores + (size_t)k * per_scores, max, &kv,
+                          s->pos, s->n, lo, held, s->heads, s->kv_heads, D, pool);
     }
     if (!rc) attention_merge(c->buf[0], parts, K, s->n, s->heads, D);
     if (pool) thread_pool_free(pool);

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
@@ -180,6 +181,15 @@ int cuda_device_describe(int index, char *buf, size_t cap) {
     return 0;
 }
 
+/* "Device" memory is the host's: what the kernel says is available to allocate. */
+int cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
+    const long page = sysconf(_SC_PAGESIZE), avail = sysconf(_SC_AVPHYS_PAGES),
+               total = sysconf(_SC_PHYS_PAGES);
+    if (free_bytes) *free_bytes = page > 0 && avail > 0 ? (size_t)page * (size_t)avail : 0;
+    if (total_bytes) *total_bytes = page > 0 && total > 0 ? (size_t)page * (size_t)total : 0;
+    return 0;
+}
+
 int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                    size_t height, enum cuda_copy_kind kind) {
     (void)kind;
@@ -243,25 +253,23 @@ int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, in
 
 /* The reference's scratch (attention_scratch_floats per thread of the one-thread pool) is
  * not the twin's (scores and chunk parts per (query, head)): it gets its own. */
-int cuda_attention(float *out, const float *q, const float *k_cache, const float *v_cache,
-                   size_t kv_head_stride, float *scratch, int pos, int n, int nh, int nkv,
-                   int head_dim, void *stream) {
+int cuda_attention(float *out, const float *q, const struct ops_kv *kv, float *scratch, int pos,
+                   int n, int nh, int nkv, int head_dim, void *stream) {
     ON_STREAM(stream);
     (void)scratch;
     float *work = malloc((size_t)thread_pool_size(pool()) *
                          attention_scratch_floats(pos + n, nh, nkv, head_dim) * sizeof(float));
     if (!work) return strata_set_error(STRATA_ENOMEM, "emulated cuda_attention");
-    attention(out, q, k_cache, v_cache, kv_head_stride, work, pos, n, nh, nkv, head_dim, pool());
+    attention(out, q, kv, work, pos, n, nh, nkv, head_dim, pool());
     free(work);
     return 0;
 }
 
-int cuda_attention_partial_max(float *max, float *scores, const float *q, const float *k_cache,
-                               size_t kv_head_stride, int pos, int n, int lo, int held, int nh,
-                               int nkv, int head_dim, void *stream) {
+int cuda_attention_partial_max(float *max, float *scores, const float *q, const struct ops_kv *kv,
+                               int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
+                               void *stream) {
     ON_STREAM(stream);
-    attention_partial_max(max, scores, q, k_cache, kv_head_stride, pos, n, lo, held, nh, nkv,
-                          head_dim, pool());
+    attention_partial_max(max, scores, q, kv, pos, n, lo, held, nh, nkv, head_dim, pool());
     return 0;
 }
 
@@ -271,12 +279,11 @@ int cuda_attention_group_max(float *max, const float *all, int ranks, size_t n, 
     return 0;
 }
 
-int cuda_attention_partial(float *part, const float *scores, const float *m, const float *v_cache,
-                           size_t kv_head_stride, int pos, int n, int lo, int held, int nh, int nkv,
-                           int head_dim, void *stream) {
+int cuda_attention_partial(float *part, const float *scores, const float *m,
+                           const struct ops_kv *kv, int pos, int n, int lo, int held, int nh,
+                           int nkv, int head_dim, void *stream) {
     ON_STREAM(stream);
-    attention_partial(part, scores, m, v_cache, kv_head_stride, pos, n, lo, held, nh, nkv, head_dim,
-                      pool());
+    attention_partial(part, scores, m, kv, pos, n, lo, held, nh, nkv, head_dim, pool());
     return 0;
 }
 
@@ -477,19 +484,12 @@ int cuda_argmax_part_rows(float *pairs, const float *x, int n_rows, int n, int s
     return 0;
 }
 
-int cuda_kv_store(float *k_cache, float *v_cache, const float *k, const float *v,
-                  size_t kv_head_stride, int row_stride, int pos, int n_tokens, int nkv,
-                  int head_dim, void *stream) {
+int cuda_kv_store(const struct ops_kv *kv, const float *k, const float *v, int row_stride, int pos,
+                  int n, int nkv, int head_dim, void *stream) {
     ON_STREAM(stream);
-    if (kv_head_stride < ((size_t)pos + (size_t)n_tokens) * (size_t)head_dim)
-        return strata_set_error(STRATA_EINVAL, "emulated cuda_kv_store: past the head stride");
-    for (int i = 0; i < n_tokens; ++i)
-        for (int g = 0; g < nkv; ++g) {
-            size_t src = (size_t)i * (size_t)row_stride + (size_t)g * (size_t)head_dim;
-            size_t dst = (size_t)g * kv_head_stride + ((size_t)pos + (size_t)i) * (size_t)head_dim;
-            memcpy(k_cache + dst, k + src, (size_t)head_dim * sizeof(float));
-            memcpy(v_cache + dst, v + src, (size_t)head_dim * sizeof(float));
-        }
+    if (n < 0 || pos < 0 || row_stride < nkv * head_dim)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_kv_store: bad arguments");
+    kv_store(kv, k, v, row_stride, pos, n, nkv, head_dim);
     return 0;
 }
 

@@ -17,7 +17,11 @@
  *   - every open reports its load progress monotonically up to the total (progress.h);
  *   - batched: the golden request prefilled and decoded together with a second request in
  *     one backend (two items per forward: a decode graph of 2 on a CUDA backend) gives its
- *     solo logits bit for bit.
+ *     solo logits bit for bit;
+ *   - the KV pool under a budget (the first case): its counts as reference/kv_blocks.h
+ *     keeps them through reservations, growth and releases, reservations the pool cannot
+ *     keep refused, and the golden request decoding into blocks another request held
+ *     (its block table out of order) bit for bit as its solo run.
  * A CUDA backend runs decode steps as CUDA graphs unless STRATA_CUDA_GRAPHS=0 (a second
  * argument --no-graphs sets it): with graphs on, every case must have launched some (its
  * backends' describe lines count them; MoE cases included, issue 17: a role that fell back
@@ -71,6 +75,8 @@ static _Thread_local const struct stage_tp_config *rank_tp;
 static _Thread_local const char *rank_device;
 /* When set, run_case records each step's greedy id (stage_backend_argmax) here [n_steps]. */
 static _Thread_local int32_t *rank_ids;
+/* The KV budget open_on gives (backend.h kv_memory; 0: every slot at max_seq). */
+static _Thread_local size_t open_kv_memory;
 
 /* Adds the graph launches a backend reports. Every backend here decodes at one batch size
  * only, so its graph must be instantiated once and then updated in place at every step: more
@@ -117,6 +123,7 @@ static int open_on(struct stage_backend **be, const char *dev, const struct gold
                                       .num_threads = 2,
                                       .max_seq = max_seq,
                                       .num_slots = 2,
+                                      .kv_memory = open_kv_memory,
                                       .tp = rank_tp,
                                       .progress = {on_progress, &seen}};
     int rc = stage_backend_open(be, &o);
@@ -314,6 +321,108 @@ static int check_batched(const struct golden_case *gc, const char *name, const f
     }
     printf("  %s: batched with a second request: bit-identical to the solo run\n", name);
     return 0;
+}
+
+/* 1 with a line naming `what` when the pool's counts are not the ones expected. */
+static int usage_is(const struct stage_backend *be, const char *name, const char *what, int blocks,
+                    int free_blocks, int promised, size_t block_bytes) {
+    struct stage_kv_usage u;
+    stage_backend_kv_usage(be, &u);
+    if (u.blocks == blocks && u.free == free_blocks && u.promised == promised &&
+        u.block_positions == 16 && u.block_bytes == block_bytes)
+        return 0;
+    printf("  %s: KV pool %s: %d blocks, %d free, %d promised, %d positions and %zu bytes each; "
+           "expected %d, %d, %d, 16, %zu\n",
+           name, what, u.blocks, u.free, u.promised, u.block_positions, u.block_bytes, blocks,
+           free_blocks, promised, block_bytes);
+    return 1;
+}
+
+/* 1 with a line when `rc` is not `want`. */
+static int rc_is(int rc, int want, const char *name, const char *what) {
+    if (rc == want) return 0;
+    printf("  %s: %s gave %d, expected %d (%s)\n", name, what, rc, want,
+           rc ? strata_last_error() : "no error");
+    return 1;
+}
+
+/* The KV pool under a budget of one request's blocks and two more (+ half a block: whole
+ * blocks only), one backend over [0, L): a filler request d takes two blocks (17 positions),
+ * the golden request g reserves all it will need (the rest of the pool), d can then reserve
+ * no more and a new request of one block is refused (slot -1 asks); d is released, its
+ * blocks return at once, and g's prefill and teacher-forced decode take blocks from its
+ * reservation, the later ones d's (stale keys and values, out of order in g's table): g's
+ * logits must equal its solo run's `solo` [n_steps, V] bit for bit, and the counts follow
+ * reference/kv_blocks.h at every step. Text cases only (the first). 0 when all holds, else 1
+ * with a line per fault. */
+static int check_kv_pool(const struct golden_case *gc, const char *name, const float *solo) {
+    const int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
+    const int L = gc->cfg.num_layers, max_seq = S + gc->n_steps, per = (max_seq + 15) / 16;
+    const size_t block_bytes = 2 * sizeof(float) * (size_t)L * (size_t)gc->cfg.num_kv_heads * 16 *
+                               (size_t)gc->cfg.head_dim;
+    const int blocks = per + 2, FILL = 17;
+    struct stage_backend *be = NULL;
+    int d = -1, g = -1, bad = 0, diff = -1;
+    float *hidden = calloc((size_t)(S > FILL ? S : FILL) * H, sizeof(float));
+    float *logits = calloc((size_t)V, sizeof(float));
+    int32_t *fill = calloc(FILL, sizeof(int32_t));
+    open_kv_memory = block_bytes * (size_t)blocks + block_bytes / 2;
+    int rc = hidden && logits && fill ? open_on(&be, device, gc, 0, L, max_seq) : STRATA_ENOMEM;
+    open_kv_memory = 0;
+    if (rc == 0) bad += usage_is(be, name, "opened", blocks, blocks, 0, block_bytes);
+    if (rc == 0) rc = stage_backend_kv_acquire(be, &d);
+    if (rc == 0) rc = stage_backend_kv_acquire(be, &g);
+    for (int i = 0; i < FILL; ++i)
+        fill[i] = gc->prompt[i % S];
+    if (rc == 0) rc = stage_backend_embed(be, hidden, fill, FILL);
+    struct forward_item item = {.slot = d, .pos = 0, .n_tokens = FILL};
+    if (rc == 0) rc = stage_backend_forward(be, hidden, &item, 1);
+    if (rc == 0) {
+        bad += usage_is(be, name, "after 17 positions", blocks, blocks - 2, 0, block_bytes);
+        bad += rc_is(stage_backend_kv_reserve(be, g, max_seq), 0, name, "reserving the rest");
+        bad += usage_is(be, name, "reserved", blocks, blocks - 2, per, block_bytes);
+        bad += rc_is(stage_backend_kv_reserve(be, d, FILL + 16), STRATA_EBUSY, name,
+                     "reserving past the pool");
+        bad += rc_is(stage_backend_kv_reserve(be, -1, 16), STRATA_EBUSY, name,
+                     "asking for a block of a full pool");
+        stage_backend_kv_release(be, d);
+        bad += usage_is(be, name, "released", blocks, blocks, per, block_bytes);
+        bad += rc_is(stage_backend_kv_reserve(be, -1, 32), 0, name, "asking for the freed blocks");
+    }
+    if (rc == 0) rc = stage_backend_embed(be, hidden, gc->prompt, S);
+    item = (struct forward_item){.slot = g, .pos = 0, .n_tokens = S};
+    for (int step = 0; rc == 0 && step < gc->n_steps; ++step) {
+        if (step) {
+            item = (struct forward_item){.slot = g, .pos = S + step - 1, .n_tokens = 1};
+            rc = stage_backend_embed(be, hidden, &gc->generated[step - 1], 1);
+        }
+        if (rc == 0) rc = stage_backend_forward(be, hidden, &item, 1);
+        if (rc == 0)
+            rc = stage_backend_logits(be, logits, hidden + (size_t)(item.n_tokens - 1) * H, 1);
+        if (rc == 0 && diff < 0 && memcmp(logits, solo + (size_t)step * V, sizeof(float) * V))
+            diff = step;
+    }
+    const int held = (S + gc->n_steps - 1 + 15) / 16;
+    if (rc == 0) {
+        bad += usage_is(be, name, "decoded", blocks, blocks - held, per - held, block_bytes);
+        stage_backend_kv_release(be, g);
+        bad += usage_is(be, name, "all released", blocks, blocks, 0, block_bytes);
+    }
+    if (be) count_graphs(be);
+    stage_backend_free(be);
+    free(hidden), free(logits), free(fill);
+    if (rc < 0) {
+        printf("  %s: KV pool under a budget: %s\n", name, strata_last_error());
+        return 1;
+    }
+    if (diff >= 0)
+        printf("  %s: KV pool under a budget: logits differ from the solo run at step %d\n", name,
+               diff);
+    else if (!bad)
+        printf("  %s: KV pool of %d blocks: reservations, releases and counts as kept; decoding "
+               "into freed blocks bit-identical to the solo run\n",
+               name, blocks);
+    return bad || diff >= 0;
 }
 
 /* cpu [0, 1) -> device [1, L-1) -> cpu [L-1, L): the golden ids and logits within the
@@ -527,6 +636,7 @@ static int check_case(const char *name) {
         free(parts);
     }
     failures += check_batched(&gc, name, logits);
+    if (strcmp(name, golden_case_names[0]) == 0) failures += check_kv_pool(&gc, name, logits);
     if (strcmp(device, "cpu") != 0 && L >= 3) failures += check_mixed(&gc, name);
     if (bitwise_cpu) {
         const char *const cpu[MAX_STAGES] = {"cpu", "cpu", "cpu"};

@@ -104,14 +104,54 @@ static int matmul_split_ref(const struct bo_call *c, struct thread_pool *pool) {
     return 0;
 }
 
-/* The cache holds exactly pos + n positions per kv head: kv_head_stride = (pos + n) * D. */
+int bo_kv_held_blocks(const struct bo_shape *s) {
+    return (s->pos + s->n + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK;
+}
+
+/* Twice the blocks held and one more: the unused ones are filled too (never read). */
+int bo_kv_pool_blocks(const struct bo_shape *s) {
+    return 2 * bo_kv_held_blocks(s) + 1;
+}
+
+/* The first `held` ids of a seeded shuffle of the pool (a fixed LCG: the same table for the
+ * reference and every backend). */
+void bo_kv_table(const struct bo_shape *s, int32_t *table) {
+    const int held = bo_kv_held_blocks(s), pool = bo_kv_pool_blocks(s);
+    int32_t *ids = malloc((size_t)pool * sizeof *ids);
+    uint32_t state = 2654435761u * (uint32_t)(s->pos + 1) + (uint32_t)s->n;
+    if (!ids) abort(); /* a few KiB */
+    for (int i = 0; i < pool; ++i)
+        ids[i] = i;
+    for (int i = pool - 1; i > 0; --i) {
+        state = state * 1664525u + 1013904223u;
+        const int j = (int)((state >> 8) % (uint32_t)(i + 1));
+        const int32_t t = ids[i];
+        ids[i] = ids[j], ids[j] = t;
+    }
+    for (int b = 0; b < held; ++b)
+        table[b] = ids[b];
+    free(ids);
+}
+
+struct ops_kv bo_kv_view(const struct bo_shape *s, void *k, void *v, const void *table) {
+    const size_t head = (size_t)OPS_ATTN_BLOCK * (size_t)s->dim;
+    return (struct ops_kv){.k = k,
+                           .v = v,
+                           .blocks = table,
+                           .block_stride = (size_t)s->kv_heads * head,
+                           .head_stride = head};
+}
+
+/* q, the paged pools of keys and values, and the block table (bo_kv_table). */
 static int attention_layout(const struct bo_shape *s, struct bo_buf *b) {
-    size_t q = sz(s->n, s->heads * s->dim), cache = sz(s->kv_heads, (s->pos + s->n) * s->dim);
+    size_t q = sz(s->n, s->heads * s->dim);
+    size_t cache = sz(bo_kv_pool_blocks(s), s->kv_heads * OPS_ATTN_BLOCK * s->dim);
     b[0] = BUF("out", BO_OUT, q, BO_GEN_ACT);
     b[1] = BUF("q", BO_IN, q, BO_GEN_ACT);
     b[2] = BUF("k_cache", BO_IN, cache, BO_GEN_ACT);
     b[3] = BUF("v_cache", BO_IN, cache, BO_GEN_UNIT);
-    return 4;
+    b[4] = (struct bo_buf){"blocks", BO_IN, BO_I32, (size_t)bo_kv_held_blocks(s), BO_GEN_KV_TABLE};
+    return 5;
 }
 
 static int attention_ref(const struct bo_call *c, struct thread_pool *pool) {
@@ -120,8 +160,9 @@ static int attention_ref(const struct bo_call *c, struct thread_pool *pool) {
     const size_t per_thread = attention_scratch_floats((int)ctx, s->heads, s->kv_heads, s->dim);
     float *scratch = malloc((size_t)thread_pool_size(pool) * per_thread * sizeof *scratch);
     if (!scratch) return strata_set_error(STRATA_ENOMEM, "attention scratch");
-    attention(c->buf[0], c->buf[1], c->buf[2], c->buf[3], ctx * (size_t)s->dim, scratch, s->pos,
-              s->n, s->heads, s->kv_heads, s->dim, pool);
+    const struct ops_kv kv = bo_kv_view(s, c->buf[2], c->buf[3], c->buf[4]);
+    attention(c->buf[0], c->buf[1], &kv, scratch, s->pos, s->n, s->heads, s->kv_heads, s->dim,
+              pool);
     free(scratch);
     return 0;
 }

@@ -7,8 +7,11 @@
  *   - random q: NMSE < 1e-7 (the only difference is CUDA's expf, within 2 ulp of glibc's);
  *   - a prefill of n queries equals each query run alone, bit for bit (nothing depends on
  *     n or the chunk grid);
+ *   - the cache is paged (struct ops_kv): every problem's blocks lie shuffled in a larger
+ *     pool, and the same request in ascending blocks gives the same bits;
  *   - bad arguments are refused before any launch.
  * Without a usable device (or a build without the CUDA toolkit) it prints "skipped:". */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,26 +31,47 @@ static float frand(unsigned *state) {
     return (float)((*state >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
+/* A request's keys and values paged as a stage keeps them (reference/kv_cache.h's layout of
+ * one layer, [block][NKV][OPS_ATTN_BLOCK][D]) in a pool larger than it needs, its blocks in
+ * a shuffled order (with `identity`, ascending from 0: the contiguous case). */
 struct problem {
-    int pos, n, max_seq;
-    float *q, *k, *v; /* host: q [n, NH*D]; k, v [NKV][max_seq][D] */
+    int pos, n, blocks, pool;
+    float *q, *k, *v; /* host: q [n, NH*D]; k, v the pools [pool][NKV][16][D] */
+    int32_t *table;   /* [blocks] */
 };
 
-static int make(struct problem *p, int pos, int n, int zero_q, unsigned seed) {
+static int make(struct problem *p, int pos, int n, int zero_q, unsigned seed, int identity) {
     p->pos = pos;
     p->n = n;
-    p->max_seq = pos + n;
-    size_t qn = (size_t)n * NH * D, kvn = (size_t)NKV * (size_t)p->max_seq * D;
+    p->blocks = (pos + n + OPS_ATTN_BLOCK - 1) / OPS_ATTN_BLOCK;
+    p->pool = p->blocks + 3;
+    const size_t qn = (size_t)n * NH * D, block = (size_t)NKV * OPS_ATTN_BLOCK * D;
+    const size_t kvn = (size_t)p->pool * block;
     p->q = malloc(qn * sizeof(float));
     p->k = malloc(kvn * sizeof(float));
     p->v = malloc(kvn * sizeof(float));
-    if (!p->q || !p->k || !p->v) return -1;
+    p->table = malloc((size_t)p->pool * sizeof(int32_t));
+    if (!p->q || !p->k || !p->v || !p->table) return -1;
     for (size_t i = 0; i < qn; ++i)
         p->q[i] = zero_q ? 0.0f : frand(&seed);
-    for (size_t i = 0; i < kvn; ++i) {
-        p->k[i] = frand(&seed);
-        p->v[i] = frand(&seed);
+    /* The contents, position by position, do not depend on the table: drawn block by
+     * block of the request in logical order, each stored where the table says. */
+    unsigned shuffle = seed ^ 0x5bd1e995u;
+    for (int b = 0; b < p->pool; ++b)
+        p->table[b] = b;
+    for (int b = p->pool - 1; b > 0 && !identity; --b) {
+        shuffle = shuffle * 1664525u + 1013904223u;
+        const int j = (int)((shuffle >> 8) % (unsigned)(b + 1));
+        const int32_t t = p->table[b];
+        p->table[b] = p->table[j], p->table[j] = t;
     }
+    for (size_t i = 0; i < kvn; ++i) /* the unused blocks too (never read) */
+        p->k[i] = p->v[i] = 1e30f;
+    for (int b = 0; b < p->blocks; ++b)
+        for (size_t i = 0; i < block; ++i) {
+            p->k[(size_t)p->table[b] * block + i] = frand(&seed);
+            p->v[(size_t)p->table[b] * block + i] = frand(&seed);
+        }
     return 0;
 }
 
@@ -55,6 +79,13 @@ static void release(struct problem *p) {
     free(p->q);
     free(p->k);
     free(p->v);
+    free(p->table);
+}
+
+static struct ops_kv view_of(float *k, float *v, const int32_t *table) {
+    const size_t head = (size_t)OPS_ATTN_BLOCK * D;
+    return (struct ops_kv){
+        .k = k, .v = v, .blocks = table, .block_stride = NKV * head, .head_stride = head};
 }
 
 /* out [n, NH*D] by the reference (scratch per pool thread). */
@@ -62,28 +93,30 @@ static int run_reference(float *out, const struct problem *p, struct thread_pool
     float *scratch = malloc((size_t)thread_pool_size(pool) *
                             attention_scratch_floats(p->pos + p->n, NH, NKV, D) * sizeof(float));
     if (!scratch) return -1;
-    attention(out, p->q, p->k, p->v, (size_t)p->max_seq * D, scratch, p->pos, p->n, NH, NKV, D,
-              pool);
+    const struct ops_kv kv = view_of(p->k, p->v, p->table);
+    attention(out, p->q, &kv, scratch, p->pos, p->n, NH, NKV, D, pool);
     free(scratch);
     return 0;
 }
 
 /* Queries [i0, i0 + n) of the problem on the device, as one call at pos + i0. */
 static int run_device(float *out, const struct problem *p, int i0, int n) {
-    size_t kvn = (size_t)NKV * (size_t)p->max_seq * D, qn = (size_t)n * NH * D;
+    size_t kvn = (size_t)p->pool * NKV * OPS_ATTN_BLOCK * D, qn = (size_t)n * NH * D;
     size_t scratch_n = cuda_attention_scratch_floats(p->pos + i0, n, NH, D);
     float *d_q = NULL, *d_k = NULL, *d_v = NULL, *d_out = NULL, *d_scratch = NULL;
+    int32_t *d_table = NULL;
     int rc = cuda_malloc((void **)&d_q, qn * sizeof(float));
     if (!rc) rc = cuda_malloc((void **)&d_k, kvn * sizeof(float));
     if (!rc) rc = cuda_malloc((void **)&d_v, kvn * sizeof(float));
     if (!rc) rc = cuda_malloc((void **)&d_out, qn * sizeof(float));
     if (!rc) rc = cuda_malloc((void **)&d_scratch, scratch_n * sizeof(float));
+    if (!rc) rc = cuda_malloc((void **)&d_table, (size_t)p->blocks * sizeof(int32_t));
     if (!rc) rc = cuda_memcpy_to_device(d_q, p->q + (size_t)i0 * NH * D, qn * sizeof(float));
     if (!rc) rc = cuda_memcpy_to_device(d_k, p->k, kvn * sizeof(float));
     if (!rc) rc = cuda_memcpy_to_device(d_v, p->v, kvn * sizeof(float));
-    if (!rc)
-        rc = cuda_attention(d_out, d_q, d_k, d_v, (size_t)p->max_seq * D, d_scratch, p->pos + i0, n,
-                            NH, NKV, D, NULL);
+    if (!rc) rc = cuda_memcpy_to_device(d_table, p->table, (size_t)p->blocks * sizeof(int32_t));
+    const struct ops_kv kv = view_of(d_k, d_v, d_table);
+    if (!rc) rc = cuda_attention(d_out, d_q, &kv, d_scratch, p->pos + i0, n, NH, NKV, D, NULL);
     if (!rc) rc = cuda_synchronize();
     if (!rc) rc = cuda_memcpy_to_host(out, d_out, qn * sizeof(float));
     cuda_free(d_q);
@@ -91,6 +124,7 @@ static int run_device(float *out, const struct problem *p, int i0, int n) {
     cuda_free(d_v);
     cuda_free(d_out);
     cuda_free(d_scratch);
+    cuda_free(d_table);
     return rc;
 }
 
@@ -101,7 +135,7 @@ static int check_problem(int pos, int n, int zero_q, struct thread_pool *pool) {
     float *want = malloc(qn * sizeof(float)), *got = malloc(qn * sizeof(float));
     char what[160];
     snprintf(what, sizeof what, "pos %d n %d %s", pos, n, zero_q ? "q=0 bitwise" : "nmse < 1e-7");
-    int rc = !want || !got || make(&p, pos, n, zero_q, 1234u + (unsigned)pos) ? -1 : 0;
+    int rc = !want || !got || make(&p, pos, n, zero_q, 1234u + (unsigned)pos, 0) ? -1 : 0;
     if (!rc) rc = run_reference(want, &p, pool);
     if (!rc) rc = run_device(got, &p, 0, n);
     int ok = !rc;
@@ -127,7 +161,7 @@ static int check_batch_invariance(int pos, int n) {
     struct problem p = {0};
     size_t row = (size_t)NH * D;
     float *all = malloc((size_t)n * row * sizeof(float)), *one = malloc(row * sizeof(float));
-    int rc = !all || !one || make(&p, pos, n, 0, 99u) ? -1 : 0;
+    int rc = !all || !one || make(&p, pos, n, 0, 99u, 0) ? -1 : 0;
     if (!rc) rc = run_device(all, &p, 0, n);
     int same = !rc;
     for (int i = 0; i < n && same; ++i) {
@@ -142,6 +176,25 @@ static int check_batch_invariance(int pos, int n) {
     return kernel_test_check(same, what);
 }
 
+/* The same request in shuffled blocks and in ascending ones gives the same bits. */
+static int check_placement(int pos, int n) {
+    struct problem shuffled = {0}, ascending = {0};
+    size_t qn = (size_t)n * NH * D;
+    float *a = malloc(qn * sizeof(float)), *b = malloc(qn * sizeof(float));
+    int rc = !a || !b || make(&shuffled, pos, n, 0, 7u, 0) || make(&ascending, pos, n, 0, 7u, 1);
+    if (!rc) rc = run_device(a, &shuffled, 0, n);
+    if (!rc) rc = run_device(b, &ascending, 0, n);
+    const int same = !rc && !memcmp(a, b, qn * sizeof(float));
+    release(&shuffled);
+    release(&ascending);
+    free(a);
+    free(b);
+    char what[96];
+    snprintf(what, sizeof what, "pos %d n %d: shuffled blocks == ascending blocks, bitwise", pos,
+             n);
+    return kernel_test_check(same, what);
+}
+
 int main(void) {
     if (!kernel_test_device()) return 0;
     struct thread_pool *pool = NULL;
@@ -152,16 +205,21 @@ int main(void) {
     int failures = 0;
     float *d = NULL;
     failures += kernel_test_check(cuda_malloc((void **)&d, 64 * sizeof(float)) == 0, "cuda_malloc");
+    const struct ops_kv dk = {
+        .k = d, .v = d, .blocks = (const int32_t *)d, .block_stride = 64, .head_stride = 16};
+    const struct ops_kv no_table = {.k = d, .v = d, .blocks = NULL};
     failures += kernel_test_check(
-        cuda_attention(d, d, d, d, 4, d, 0, 1, 3, 2, 4, NULL) == STRATA_EINVAL, "nh % nkv refused");
-    failures += kernel_test_check(cuda_attention(d, d, d, d, 4, d, 0, 1, 2, 2,
-                                                 OPS_ATTN_MAX_HEAD_DIM + 1, NULL) == STRATA_EINVAL,
-                                  "head_dim over the maximum refused");
+        cuda_attention(d, d, &dk, d, 0, 1, 3, 2, 4, NULL) == STRATA_EINVAL, "nh % nkv refused");
     failures += kernel_test_check(
-        cuda_attention(NULL, d, d, d, 4, d, 0, 1, 2, 2, 4, NULL) == STRATA_EINVAL, "NULL refused");
+        cuda_attention(d, d, &dk, d, 0, 1, 2, 2, OPS_ATTN_MAX_HEAD_DIM + 1, NULL) == STRATA_EINVAL,
+        "head_dim over the maximum refused");
+    failures += kernel_test_check(
+        cuda_attention(NULL, d, &dk, d, 0, 1, 2, 2, 4, NULL) == STRATA_EINVAL, "NULL refused");
     failures +=
-        kernel_test_check(cuda_attention(NULL, NULL, NULL, NULL, 4, NULL, 0, 0, 2, 2, 4, NULL) == 0,
-                          "n 0 is a no-op");
+        kernel_test_check(cuda_attention(d, d, &no_table, d, 0, 1, 2, 2, 4, NULL) == STRATA_EINVAL,
+                          "a view without a block table refused");
+    failures += kernel_test_check(cuda_attention(NULL, NULL, NULL, NULL, 0, 0, 2, 2, 4, NULL) == 0,
+                                  "n 0 is a no-op");
     failures += kernel_test_check(cuda_synchronize() == 0, "no fault after refused calls");
     cuda_free(d);
     /* Context lengths around the block (16) and chunk (256) boundaries, and long ones. */
@@ -173,6 +231,8 @@ int main(void) {
     failures += check_problem(200, 100, 1, pool); /* prefill across chunk boundaries */
     failures += check_problem(200, 100, 0, pool);
     failures += check_batch_invariance(200, 100);
+    failures += check_placement(0, 1);
+    failures += check_placement(700, 40);
     thread_pool_free(pool);
     printf("%d failure(s)\n", failures);
     return failures ? 1 : 0;
