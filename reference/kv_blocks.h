@@ -92,6 +92,16 @@ int kv_blocks_grow(struct kv_blocks *b, int slot, int positions);
  * takes them from what is available. */
 int kv_blocks_lookup(const struct kv_blocks *b, const uint64_t *keys, int n, int *cached);
 
+/* Of a sequence's first n blocks, those [*lo, *hi) of a KVP rank that holds its global
+ * positions [first, first + held) (first a multiple of KV_BLOCK; without KVP first 0, held
+ * max_seq: all of them). */
+static inline void kv_blocks_rank_range(int n, int first, int held, int *lo, int *hi) {
+    *lo = first / KV_BLOCK;
+    *hi = kv_blocks_for(first + held);
+    if (*hi > n) *hi = n;
+    if (*lo > *hi) *lo = *hi;
+}
+
 /* Gives a fresh slot (no blocks yet) the registered blocks of keys [n] as its first blocks,
  * while they lead (as kv_blocks_lookup counts them), and `positions` as its length (the
  * caller's: attached x KV_BLOCK, or under KVP the global positions of the prefix whose blocks

@@ -104,11 +104,7 @@ static int cpu_kv_reserve(struct stage_backend *be, int slot, int positions) {
 /* A KVP rank holds global blocks [lo, hi) of every sequence (at local indices 0..): the
  * keys of its range among the first n. */
 static void kvp_block_range(const struct cpu_context *c, int n, int *lo, int *hi) {
-    /* The rank's range starts on a block boundary (16 x 2^p positions). */
-    *lo = reference_model_kv_first(c->model) / KV_BLOCK;
-    *hi = *lo + kv_blocks_for(reference_model_kv_held(c->model, n * KV_BLOCK));
-    if (*hi > n) *hi = n;
-    if (*lo > n) *lo = n;
+    kv_blocks_rank_range(n, reference_model_kv_first(c->model), c->kv.blocks.max_seq, lo, hi);
 }
 
 static int cpu_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n, int *cached) {

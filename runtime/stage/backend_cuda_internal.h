@@ -160,6 +160,10 @@ int backend_cuda_kv_reserve(struct stage_backend *be, int slot, int positions);
 void backend_cuda_kv_release(struct stage_backend *be, int slot);
 size_t backend_cuda_kv_bytes(const struct stage_backend *be);
 void backend_cuda_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out);
+int backend_cuda_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n,
+                           int *cached);
+int backend_cuda_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n);
+void backend_cuda_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n);
 int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
 int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
                             const struct kv_handoff *in);

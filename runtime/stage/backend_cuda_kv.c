@@ -129,10 +129,39 @@ size_t backend_cuda_kv_bytes(const struct stage_backend *be) {
     return 2 * c->block_floats * pool_blocks(c) * sizeof(float);
 }
 
+/* Prefix reuse: as the CPU backend (backend.h), through the same bookkeeping; attached
+ * blocks are table entries like grown ones, uploaded by the next prepare. */
+int backend_cuda_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n,
+                           int *cached) {
+    const struct cuda_context *c = ctx(be);
+    if (c->kvp > 1) return 0; /* the other ranks' blocks are not in this pool */
+    return kv_blocks_lookup(&c->kv, keys, n, cached);
+}
+
+int backend_cuda_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
+    struct cuda_context *c = ctx(be);
+    int lo = 0, hi = n;
+    if (c->kvp > 1) kv_blocks_rank_range(n, c->kvp_lo, c->kvp_held, &lo, &hi);
+    const int want = hi - lo;
+    const int got = want ? kv_blocks_attach(&c->kv, slot, keys + lo, want, n * KV_BLOCK) : 0;
+    if (got < 0) return got;
+    if (got < want) return got * KV_BLOCK; /* a miss: the caller refuses */
+    c->kv.len[slot] = n * KV_BLOCK; /* lengths are global under KVP */
+    return n * KV_BLOCK;
+}
+
+void backend_cuda_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
+    struct cuda_context *c = ctx(be);
+    int lo = 0, hi = n;
+    if (c->kvp > 1) kv_blocks_rank_range(n, c->kvp_lo, c->kvp_held, &lo, &hi);
+    if (hi > lo) kv_blocks_register(&c->kv, slot, keys + lo, hi - lo);
+}
+
 void backend_cuda_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out) {
     const struct cuda_context *c = ctx(be);
     *out = (struct stage_kv_usage){.blocks = c->kv.num_blocks,
                                    .free = c->kv.num_free,
+                                   .cached = c->kv.num_cached,
                                    .promised = c->kv.promised,
                                    .block_positions = KV_BLOCK,
                                    .block_bytes = 2 * c->block_floats * sizeof(float)};
