@@ -284,9 +284,13 @@ static int backend_cpu_open(struct stage_backend **out, const struct stage_backe
     if (rc == 0 && stage_tp_is_split(opt->tp)) rc = grid_hooks(c, &lo, &shard, opt);
     if (rc == 0) rc = reference_model_load(&c->model, cfg, opt->weights, &lo);
     int blocks = 0, kv_heads = 0, positions = 0;
+    /* A stage without layers holds no KV: its slots need no budget (and blocks of 0 bytes
+     * would make any budget one request's worth). */
     if (rc == 0) {
         kv_heads = reference_model_kv_heads(c->model);
         positions = reference_model_kv_positions(c->model, opt->max_seq);
+    }
+    if (rc == 0 && role->layer_end > role->layer_start) {
         rc = stage_backend_kv_blocks(
             opt, stage_host_available_bytes(),
             2 * sizeof(float) *

@@ -21,6 +21,7 @@
 
 #include <cmocka.h>
 
+#include "reference/kv_blocks.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
 #include "runtime/stage/stage_tp.h"
@@ -200,6 +201,88 @@ static float *run_group(const struct golden_case *gc, int tcp_only, int kvp, con
     return logits;
 }
 
+/* Text only: greedy decode through `be` with the prompt's first `cached` blocks attached from
+ * the pool (kept by an earlier run under keys [n_keys]) and the rest prefilled after them;
+ * the prompt's blocks are kept under the keys again at the end. Logits [n_steps, V]. */
+static float *decode_keyed(struct stage_backend *be, const struct golden_case *gc,
+                           const uint64_t *keys, int n_keys, int cached) {
+    const int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
+    const int from = cached * KV_BLOCK;
+    float *hidden = calloc((size_t)S * H, sizeof(float));
+    float *logits = calloc((size_t)gc->n_steps * V, sizeof(float));
+    int slot;
+    assert_true(hidden && logits);
+    assert_int_equal(stage_backend_kv_acquire(be, &slot), 0);
+    if (cached) assert_int_equal(stage_backend_kv_attach(be, slot, keys, cached), from);
+    assert_int_equal(stage_backend_kv_reserve(be, slot, S + gc->n_steps - 1), 0);
+    assert_int_equal(stage_backend_embed(be, hidden, gc->prompt + from, S - from), 0);
+    struct forward_item item = {.slot = slot, .pos = from, .n_tokens = S - from};
+    for (int step = 0; step < gc->n_steps; ++step) {
+        if (step) {
+            int32_t token = gc->generated[step - 1];
+            assert_int_equal(stage_backend_embed(be, hidden, &token, 1), 0);
+            item = (struct forward_item){.slot = slot, .pos = S + step - 1, .n_tokens = 1};
+        }
+        if (stage_backend_forward(be, hidden, &item, 1))
+            fail_msg("%s step %d: %s", gc->name, step, strata_last_error());
+        assert_int_equal(stage_backend_logits(be, logits + (size_t)step * V,
+                                              hidden + (size_t)(item.n_tokens - 1) * H, 1),
+                         0);
+    }
+    stage_backend_kv_register(be, slot, keys, n_keys);
+    stage_backend_kv_release(be, slot);
+    free(hidden);
+    return logits;
+}
+
+/* Prefix reuse under TP 2 and KVP 2: the long-prompt case run cold, then with its prompt's
+ * first two blocks attached from every rank's pool (under KVP both lie in rank 0's range,
+ * and rank 1 attaches none of its own), gives the same logits bit for bit. */
+static void test_prefix_reuse(void **state) {
+    (void)state;
+    char dir[] = "/tmp/stage_tp_prefix.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    struct golden_case gc;
+    if (golden_case_open(&gc, "qwen3_long_prompt")) fail_msg("%s", strata_last_error());
+    const int n_keys = gc.n_prompt / KV_BLOCK, cached = (gc.n_prompt - 1) / KV_BLOCK;
+    const uint64_t keys[8] = {101, 102, 103, 104, 105, 106, 107, 108};
+    const size_t n = (size_t)gc.n_steps * (size_t)gc.cfg.vocab_size;
+    assert_true(cached >= 2 && n_keys <= 8);
+    for (int kvp = 0; kvp < 2; ++kvp) {
+        struct rank r[2];
+        pthread_t th;
+        memset(r, 0, sizeof r);
+        for (int k = 0; k < 2; ++k) {
+            r[k].gc = &gc;
+            r[k].rank = k;
+            r[k].kvp = kvp;
+            snprintf(r[k].peers, sizeof r[k].peers, "127.0.0.1:@%s/%d.0,127.0.0.1:@%s/%d.1", dir,
+                     kvp, dir, kvp);
+        }
+        assert_int_equal(pthread_create(&th, NULL, follower_main, &r[1]), 0);
+        if (open_rank(&r[0])) fail_msg("rank 0: %s", strata_last_error());
+        float *cold = decode_keyed(r[0].be, &gc, keys, n_keys, 0);
+        int idle = 0;
+        /* The leader sees its own pool only: under KVP it cannot tell for the others. */
+        assert_int_equal(stage_backend_kv_lookup(r[0].be, keys, cached, &idle), kvp ? 0 : cached);
+        float *warm = decode_keyed(r[0].be, &gc, keys, n_keys, cached);
+        if (memcmp(cold, warm, n * sizeof(float)))
+            fail_msg("%s: logits with a cached prefix differ from cold ones", kvp ? "KVP 2" : "TP 2");
+        printf("%s: %d cached blocks, logits bit-identical to the cold run\n",
+               kvp ? "KVP 2" : "TP 2", cached);
+        stage_backend_free(r[0].be);
+        pthread_join(th, NULL);
+        coll_close(r[0].coll);
+        if (r[1].rc) fail_msg("follower: %s", r[1].error);
+        free(cold);
+        free(warm);
+    }
+    golden_case_close(&gc);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_golden_cases(void **state) {
     (void)state;
     char dir[] = "/tmp/stage_tp_test.XXXXXX";
@@ -266,6 +349,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_golden_cases),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_prefix_reuse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
