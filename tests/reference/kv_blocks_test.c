@@ -101,6 +101,7 @@ static void test_reservation_lapses(void **state) {
     kv_blocks_release(&b, a); /* twice: nothing */
     assert_int_equal(b.num_free, 4);
     assert_int_equal(kv_blocks_reserve(&b, a, 16), STRATA_EINVAL); /* not in use */
+    kv_blocks_free(&b);
     assert_int_equal(kv_blocks_init(&b, 0, 1, 0), STRATA_EINVAL);
     kv_blocks_free(&b);
 }
