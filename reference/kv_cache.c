@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "runtime/base/dtype.h"
 #include "runtime/base/status.h"
 
 size_t kv_cache_block_floats(int layers, int num_kv_heads, int head_dim) {
@@ -30,9 +31,35 @@ static void advise_huge(void *p, size_t bytes) {
 #endif
 }
 
+int kv_dtype_parse(const char *text, enum ops_dtype *out) {
+    static const struct {
+        const char *name;
+        enum ops_dtype dtype;
+    } known[] = {{"f32", OPS_F32}, {"bf16", OPS_BF16}, {"f16", OPS_F16}};
+    for (size_t i = 0; text && i < sizeof known / sizeof *known; ++i)
+        if (!strcmp(text, known[i].name)) {
+            *out = known[i].dtype;
+            return 0;
+        }
+    return strata_set_error(STRATA_EINVAL, "KV dtype '%s': expected f32, bf16 or f16",
+                            text ? text : "");
+}
+
+const char *kv_dtype_name(enum ops_dtype dtype) {
+    return dtype == OPS_F32 ? "f32" : dtype == OPS_BF16 ? "bf16" : dtype == OPS_F16 ? "f16" : "?";
+}
+
+static size_t elem(const struct kv_cache *kv) {
+    return ops_kv_elem_bytes(kv->dtype);
+}
+
 int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_kv_heads,
-                  int head_dim, int max_seq, int num_slots, int num_blocks) {
+                  int head_dim, int max_seq, int num_slots, int num_blocks, enum ops_dtype dtype) {
     memset(kv, 0, sizeof *kv);
+    if (dtype != OPS_F32 && dtype != OPS_BF16 && dtype != OPS_F16)
+        return strata_set_error(STRATA_EINVAL, "kv_cache: dtype %d is not f32, bf16 or f16",
+                                (int)dtype);
+    kv->dtype = dtype;
     if (layer_start < 0 || layer_end < layer_start || num_kv_heads <= 0 || head_dim <= 0)
         return strata_set_error(STRATA_EINVAL,
                                 "kv_cache: invalid shape (layers [%d,%d), kv_heads %d, "
@@ -46,15 +73,15 @@ int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_k
     if (rc < 0) return rc;
     size_t n = block_floats(kv) * (size_t)kv->blocks.num_blocks;
     /* An owned-layer-free stage (embed/head only) still has valid, empty slots. */
-    kv->k = calloc(n ? n : 1, sizeof(float));
-    kv->v = calloc(n ? n : 1, sizeof(float));
+    kv->k = calloc(n ? n : 1, elem(kv));
+    kv->v = calloc(n ? n : 1, elem(kv));
     if (!kv->k || !kv->v) {
         size_t bytes = kv_cache_bytes(kv);
         kv_cache_free(kv);
         return strata_set_error(STRATA_ENOMEM, "kv_cache: cannot allocate %zu bytes", bytes);
     }
-    advise_huge(kv->k, n * sizeof(float));
-    advise_huge(kv->v, n * sizeof(float));
+    advise_huge(kv->k, n * elem(kv));
+    advise_huge(kv->v, n * elem(kv));
     return STRATA_OK;
 }
 
@@ -67,7 +94,7 @@ void kv_cache_free(struct kv_cache *kv) {
 }
 
 size_t kv_cache_bytes(const struct kv_cache *kv) {
-    return 2 * block_floats(kv) * (size_t)kv->blocks.num_blocks * sizeof(float);
+    return 2 * block_floats(kv) * (size_t)kv->blocks.num_blocks * elem(kv);
 }
 
 int kv_cache_acquire(struct kv_cache *kv, int *slot) {
@@ -81,8 +108,9 @@ void kv_cache_release(struct kv_cache *kv, int slot) {
 struct ops_kv kv_cache_view(const struct kv_cache *kv, int slot, int layer) {
     const size_t head = (size_t)KV_BLOCK * (size_t)kv->head_dim;
     const size_t at = (size_t)(layer - kv->layer_start) * (size_t)kv->num_kv_heads * head;
-    return (struct ops_kv){.k = kv->k + at,
-                           .v = kv->v + at,
+    return (struct ops_kv){.k = (char *)kv->k + at * elem(kv),
+                           .v = (char *)kv->v + at * elem(kv),
+                           .dtype = kv->dtype,
                            .blocks = kv_blocks_table(&kv->blocks, slot),
                            .block_stride = block_floats(kv),
                            .head_stride = head};
@@ -99,19 +127,38 @@ static size_t handoff_offset(const struct kv_handoff *h, int l, int b, int head)
 static void copy_runs(const struct kv_cache *kv, int slot, int layer, int h, unsigned char *k,
                       unsigned char *v, int len, int to_cache) {
     const struct ops_kv view = kv_cache_view(kv, slot, layer);
-    const size_t D = (size_t)kv->head_dim;
+    const size_t D = (size_t)kv->head_dim, es = elem(kv);
     for (int j0 = 0; j0 < len; j0 += KV_BLOCK) {
-        const size_t at = ops_kv_offset(&view, h, j0, kv->head_dim);
+        const size_t at = ops_kv_offset(&view, h, j0, kv->head_dim) * es;
         const size_t row = (size_t)j0 * D * sizeof(float);
-        const size_t bytes =
-            (size_t)(len - j0 < KV_BLOCK ? len - j0 : KV_BLOCK) * D * sizeof(float);
-        if (to_cache) {
-            memcpy(view.k + at, k + row, bytes);
-            memcpy(view.v + at, v + row, bytes);
-        } else {
-            memcpy(k + row, view.k + at, bytes);
-            memcpy(v + row, view.v + at, bytes);
+        const size_t n = (size_t)(len - j0 < KV_BLOCK ? len - j0 : KV_BLOCK) * D;
+        unsigned char *ck = (unsigned char *)view.k + at, *cv = (unsigned char *)view.v + at;
+        if (kv->dtype == OPS_F32) {
+            if (to_cache) {
+                memcpy(ck, k + row, n * sizeof(float));
+                memcpy(cv, v + row, n * sizeof(float));
+            } else {
+                memcpy(k + row, ck, n * sizeof(float));
+                memcpy(v + row, cv, n * sizeof(float));
+            }
+            continue;
         }
+        /* A 16-bit cache: element by element through f32 (the handoff's any alignment). */
+        for (size_t i = 0; i < n; ++i)
+            for (int which = 0; which < 2; ++which) {
+                unsigned char *rows = which ? v : k, *cache = which ? cv : ck;
+                uint16_t bits;
+                float f;
+                if (to_cache) {
+                    memcpy(&f, rows + row + i * sizeof f, sizeof f);
+                    bits = kv->dtype == OPS_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+                    memcpy(cache + i * sizeof bits, &bits, sizeof bits);
+                } else {
+                    memcpy(&bits, cache + i * sizeof bits, sizeof bits);
+                    f = kv->dtype == OPS_BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+                    memcpy(rows + row + i * sizeof f, &f, sizeof f);
+                }
+            }
     }
 }
 

@@ -1,5 +1,7 @@
-/* The KV cache of one stage: fp32 keys and values for the stage's layer range, in a pool of
- * blocks that requests hold through block tables (reference/kv_blocks.h keeps which).
+/* The KV cache of one stage: keys and values for the stage's layer range, stored as f32 (the
+ * exact mode), bf16 or f16 (half the bytes; rounded to nearest even when stored, widened
+ * exactly when read), in a pool of blocks that requests hold through block tables
+ * (reference/kv_blocks.h keeps which).
  *
  * A block is KV_BLOCK (16) positions of every layer and kv head the stage holds,
  * [layers][kv_heads][KV_BLOCK][head_dim] for K and the same for V. The pool's size is the
@@ -21,20 +23,26 @@ struct kv_cache {
     int num_kv_heads;
     int head_dim;
     struct kv_blocks blocks; /* slots, lengths, block tables */
-    float *k;                /* [num_blocks][layers][kv_heads][KV_BLOCK][head_dim] */
-    float *v;                /* same shape as k */
+    enum ops_dtype dtype;    /* OPS_F32, OPS_BF16 or OPS_F16 */
+    void *k;                 /* [num_blocks][layers][kv_heads][KV_BLOCK][head_dim] */
+    void *v;                 /* same shape as k */
 };
 
-/* Floats of K (or of V) in one block of a cache of this shape. */
+/* Elements of K (or of V) in one block of a cache of this shape. */
 size_t kv_cache_block_floats(int layers, int num_kv_heads, int head_dim);
 
 /* A cache of num_blocks blocks (0: enough for every slot to hold max_seq positions) for
- * num_slots requests of at most max_seq positions each. */
+ * num_slots requests of at most max_seq positions each, storing `dtype` (OPS_F32, OPS_BF16,
+ * OPS_F16; anything else is STRATA_EINVAL). */
 int kv_cache_init(struct kv_cache *kv, int layer_start, int layer_end, int num_kv_heads,
-                  int head_dim, int max_seq, int num_slots, int num_blocks);
+                  int head_dim, int max_seq, int num_slots, int num_blocks, enum ops_dtype dtype);
+
+/* "f32", "bf16", "f16" <-> the dtype (--kv-dtype); parse: STRATA_EINVAL naming the text. */
+int kv_dtype_parse(const char *text, enum ops_dtype *out);
+const char *kv_dtype_name(enum ops_dtype dtype);
 void kv_cache_free(struct kv_cache *kv); /* accepts a zeroed or half-built cache */
 
-/* Total bytes of K+V storage: 2 × num_blocks × kv_cache_block_floats × 4. */
+/* Total bytes of K+V storage: 2 × num_blocks × kv_cache_block_floats × the element's bytes. */
 size_t kv_cache_bytes(const struct kv_cache *kv);
 
 /* Claims a free slot (len 0, no blocks); STRATA_EBUSY when all are in use. */
@@ -48,7 +56,8 @@ struct ops_kv kv_cache_view(const struct kv_cache *kv, int slot, int layer);
 
 /* KV handoff (the cache's owner packs it; runtime/model/decoder_io.h gives the layout).
  * Packs slots [num_slots] (each in use) into `out`, which owns its buffers afterwards
- * (kv_handoff_free). */
+ * (kv_handoff_free). The handoff is f32 whatever the cache stores (a 16-bit cache's values
+ * widen exactly, and restore into a cache of the same dtype gives back its bits). */
 int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *slots,
                   int num_slots);
 /* Restores batch row b of `in` into slots[b] for every b < num_slots (num_slots must equal

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/dtype.h"
 #include "runtime/model/decoder_io.h"
 
 void ops_weight_row(float *out, const struct ops_weight *w, int row) {
@@ -184,19 +185,33 @@ static void attention_scores_heads(float *scores, size_t ld_scores, const float 
                           keys + (size_t)j * (size_t)d_len, count - j, d_len, scale);
 }
 
-/* The keys (or values) of block b of kv head g: OPS_ATTN_BLOCK rows of d_len floats. */
-static const float *kv_block(const struct ops_kv *kv, const float *base, int g, int b) {
-    return base + (size_t)kv->blocks[b] * kv->block_stride + (size_t)g * kv->head_stride;
+/* The first m rows (d_len each) of block b of kv head g, keys (values: 1) as floats: the
+ * cache's own for OPS_F32, else widened (exactly) into tmp [OPS_ATTN_BLOCK * d_len]. */
+static const float *kv_rows(const struct ops_kv *kv, int values, int g, int b, int m, int d_len,
+                            float *tmp) {
+    const size_t at = (size_t)kv->blocks[b] * kv->block_stride + (size_t)g * kv->head_stride;
+    const void *base = values ? kv->v : kv->k;
+    if (kv->dtype == OPS_F32) return (const float *)base + at;
+    const uint16_t *src = (const uint16_t *)base + at;
+    const size_t n = (size_t)m * (size_t)d_len;
+    if (kv->dtype == OPS_BF16)
+        for (size_t i = 0; i < n; ++i)
+            tmp[i] = bf16_to_f32(src[i]);
+    else
+        for (size_t i = 0; i < n; ++i)
+            tmp[i] = f16_to_f32(src[i]);
+    return tmp;
 }
 
 /* scores [count] of `heads` query heads (as attention_scores_heads) over positions
  * [0, count) of kv head g, block by block: each score is the same dot wherever its key is. */
 static void scores_blocks(float *scores, size_t ld_scores, const float *q, int heads,
                           const struct ops_kv *kv, int g, int count, int d_len, float scale) {
+    float tmp[OPS_ATTN_BLOCK * OPS_ATTN_MAX_HEAD_DIM];
     for (int j0 = 0, b = 0; j0 < count; j0 += OPS_ATTN_BLOCK, ++b) {
         const int m = count - j0 < OPS_ATTN_BLOCK ? count - j0 : OPS_ATTN_BLOCK;
-        attention_scores_heads(scores + j0, ld_scores, q, heads, kv_block(kv, kv->k, g, b), m,
-                               d_len, scale);
+        attention_scores_heads(scores + j0, ld_scores, q, heads,
+                               kv_rows(kv, 0, g, b, m, d_len, tmp), m, d_len, scale);
     }
 }
 
@@ -273,9 +288,11 @@ static void tree_block(struct tree_acc *a, const float *scores, float max, const
 static void tree_blocks(struct tree_acc *a, const float *scores, float max, const struct ops_kv *kv,
                         int g, int seen, int d_len) {
     const int simd = attn_simd_level();
-    for (int b0 = 0, b = 0; b0 < seen; b0 += OPS_ATTN_BLOCK, ++b)
-        tree_block(a, scores, max, kv_block(kv, kv->v, g, b), b0,
-                   b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen, d_len, simd);
+    float tmp[OPS_ATTN_BLOCK * OPS_ATTN_MAX_HEAD_DIM];
+    for (int b0 = 0, b = 0; b0 < seen; b0 += OPS_ATTN_BLOCK, ++b) {
+        const int b1 = b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen;
+        tree_block(a, scores, max, kv_rows(kv, 1, g, b, b1 - b0, d_len, tmp), b0, b1, d_len, simd);
+    }
 }
 
 static float max_of(const float *x, int n) {
@@ -336,6 +353,7 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
     const size_t per_worker = attention_scratch_floats(job->pos + job->n, job->nh, job->nkv, d_len);
     float *sc = job->scratch + (size_t)worker * per_worker;
     float *stacks = sc + (size_t)group * cap, maxes[OPS_ATTN_MAX_GROUP];
+    float vtmp[OPS_ATTN_BLOCK * OPS_ATTN_MAX_HEAD_DIM]; /* a 16-bit cache's values, widened */
     struct tree_acc acc[OPS_ATTN_MAX_GROUP];
     for (int task = begin; task < end; ++task) {
         const int i = task / job->nkv, g = task % job->nkv, ctx_len = job->pos + i + 1;
@@ -349,7 +367,7 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
         }
         for (int b0 = 0, b = 0; b0 < ctx_len; b0 += OPS_ATTN_BLOCK, ++b) {
             const int b1 = b0 + OPS_ATTN_BLOCK < ctx_len ? b0 + OPS_ATTN_BLOCK : ctx_len;
-            const float *vb = kv_block(job->kv, job->kv->v, g, b);
+            const float *vb = kv_rows(job->kv, 1, g, b, b1 - b0, d_len, vtmp);
             for (int r = 0; r < group; ++r)
                 tree_block(&acc[r], sc + (size_t)r * cap, maxes[r], vb, b0, b1, d_len, simd);
         }
@@ -371,8 +389,16 @@ void kv_store(const struct ops_kv *kv, const float *k, const float *v, int row_s
         for (int g = 0; g < nkv; ++g) {
             const size_t src = (size_t)i * (size_t)row_stride + (size_t)g * (size_t)head_dim;
             const size_t dst = ops_kv_offset(kv, g, pos + i, head_dim);
-            memcpy(kv->k + dst, k + src, bytes);
-            memcpy(kv->v + dst, v + src, bytes);
+            if (kv->dtype == OPS_F32) {
+                memcpy((float *)kv->k + dst, k + src, bytes);
+                memcpy((float *)kv->v + dst, v + src, bytes);
+                continue;
+            }
+            uint16_t *kd = (uint16_t *)kv->k + dst, *vd = (uint16_t *)kv->v + dst;
+            for (int d = 0; d < head_dim; ++d) {
+                kd[d] = kv->dtype == OPS_BF16 ? f32_to_bf16(k[src + d]) : f32_to_f16(k[src + d]);
+                vd[d] = kv->dtype == OPS_BF16 ? f32_to_bf16(v[src + d]) : f32_to_f16(v[src + d]);
+            }
         }
 }
 

@@ -180,7 +180,8 @@ static void fill_kv(struct kv_cache *kv, int slot, int n, uint64_t seed) {
         for (int g = 0; g < kv->num_kv_heads; ++g)
             for (int which = 0; which < 2; ++which)
                 for (int j0 = 0; j0 < n; j0 += KV_BLOCK) { /* one block's rows are contiguous */
-                    float *p = (which ? view.v : view.k) + ops_kv_offset(&view, g, j0, (int)D);
+                    float *p =
+                        (float *)(which ? view.v : view.k) + ops_kv_offset(&view, g, j0, (int)D);
                     const size_t count = (size_t)(n - j0 < KV_BLOCK ? n - j0 : KV_BLOCK) * D;
                     for (size_t off = 0; off < count; off += BLOCK, ++chunk) {
                         const size_t len = count - off < BLOCK ? count - off : BLOCK;
@@ -259,7 +260,7 @@ static int rank_main(const struct run *r, int k, int fd) {
     if (!rc) rc = reference_model_load(&m, c, st, &lo);
     if (!rc)
         rc = kv_cache_init(&kv, 0, r->layers, reference_model_kv_heads(m), c->head_dim,
-                           reference_model_kv_positions(m, max_seq), 1, 0);
+                           reference_model_kv_positions(m, max_seq), 1, 0, OPS_F32);
     if (!rc) rc = kv_cache_acquire(&kv, &slot);
     hidden = malloc((size_t)c->hidden_size * sizeof(float));
     logits = malloc((size_t)c->vocab_size * sizeof(float));

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reference/kv_cache.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/tp_shard.h"
@@ -59,6 +60,10 @@ void strata_stage_usage(FILE *out) {
             "                         a request reserves prompt + max_tokens when it starts\n"
             "                         and gives its blocks back when it ends (default: every\n"
             "                         request in flight can reach --max-seq)\n"
+            "  --kv-dtype f32|bf16|f16  what the KV cache stores (default f32, the exact mode;\n"
+            "                         bf16 / f16 halve its bytes: README's serving section has\n"
+            "                         their measured error). Every stage must use the same: it\n"
+            "                         is in the Hello's model fingerprint\n"
             "  --chunk-size C         prefill chunk rows (default 64)\n"
             "  --send-kv              send each request's KV after its prefill activation (on\n"
             "                         every stage: stage 0 keeps the later stages' blocks and a\n"
@@ -201,6 +206,7 @@ enum option_id {
     O_MAX_QUEUE,
     O_QUEUE_TIMEOUT,
     O_KV_MEMORY,
+    O_KV_DTYPE,
     O_STANDBY,
     O_HELP
 };
@@ -254,6 +260,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"recovery-timeout-ms", 1, 0, O_RECOVERY_TIMEOUT},
                                              {"max-queue", 1, 0, O_MAX_QUEUE},
                                              {"kv-memory", 1, 0, O_KV_MEMORY},
+                                             {"kv-dtype", 1, 0, O_KV_DTYPE},
                                              {"queue-timeout-ms", 1, 0, O_QUEUE_TIMEOUT},
                                              {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
@@ -361,6 +368,12 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_KV_MEMORY:
         if (stage_backend_parse_kv_memory(value, &a->kv_memory, &a->kv_memory_fraction) < 0) {
             fprintf(stderr, "strata-stage: %s\n", strata_last_error());
+            rc = -1;
+        }
+        break;
+    case O_KV_DTYPE:
+        if (kv_dtype_parse(value, &a->kv_dtype) < 0) {
+            fprintf(stderr, "strata-stage: --kv-dtype: %s\n", strata_last_error());
             rc = -1;
         }
         break;

@@ -17,6 +17,7 @@
 #include "runtime/base/progress_printer.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
+#include "reference/kv_cache.h"
 #include "runtime/model/stage_plan.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
@@ -154,6 +155,7 @@ static int open_stage(struct run *r, const struct args *a) {
                                    .max_batch = a->max_batch,
                                    .kv_memory = a->kv_memory,
                                    .kv_memory_fraction = a->kv_memory_fraction,
+                                   .kv_dtype = a->kv_dtype,
                                    .chunk_size = a->chunk_size,
                                    .keep_logits = role.with_head && a->out,
                                    .send_kv = a->send_kv,
@@ -215,10 +217,10 @@ static void print_kv(const struct stage_backend *be) {
     char size[32];
     stage_backend_kv_usage(be, &u);
     stage_plan_format_size(size, sizeof size, stage_backend_kv_bytes(be));
-    printf("kv cache: %d blocks of %d positions = %lld tokens, %s f32; up to %d requests of at "
+    printf("kv cache: %d blocks of %d positions = %lld tokens, %s %s; up to %d requests of at "
            "most %d positions\n",
            u.blocks, u.block_positions, (long long)u.blocks * u.block_positions, size,
-           be->num_slots, be->max_seq);
+           kv_dtype_name(u.dtype), be->num_slots, be->max_seq);
 }
 
 /* A follower's summary: its grid place and its shard (it has no core). */
@@ -317,8 +319,13 @@ static int setup_links(struct run *r, const struct args *a) {
      * model, so the weights dtype joins the compute dtype in the fingerprint (bf16 keeps
      * "float32"). v2: the 16-lane accumulation of reference/ops_q8.h (session 24), whose
      * logits differ in the last bits from the first version's 8 lanes. */
-    const char *dtype =
-        a->weights_dtype && !strcmp(a->weights_dtype, "q8") ? "float32+q8v2-weights" : "float32";
+    /* So does a 16-bit KV cache: its stage's logits differ from f32's, and a KV copy restored
+     * by a replay must come back into the dtype it was stored as. */
+    char dtype[64];
+    snprintf(dtype, sizeof dtype, "float32%s%s%s",
+             a->weights_dtype && !strcmp(a->weights_dtype, "q8") ? "+q8v2-weights" : "",
+             a->kv_dtype != OPS_F32 ? "+kv-" : "",
+             a->kv_dtype != OPS_F32 ? kv_dtype_name(a->kv_dtype) : "");
     if (wire_model_fingerprint(r->fingerprint, r->config_json, r->config_len, dtype) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;

@@ -6,7 +6,7 @@
 # $STRATA_BIN_DIR/runtime (./strata serve builds them and sets it), or Bazel runfiles.
 # Usage: tools/strata_serve.sh --model DIR [--stages N] [--host H] [--port P] [--port-file F]
 #        [--max-seq N] [--max-batch N] [--max-queue N] [--queue-timeout-ms MS]
-#        [--kv-memory SIZE|PCT] [--served-model-name NAME] [--grpc-port P] (gRPC beside
+#        [--kv-memory SIZE|PCT] [--kv-dtype D] [--served-model-name NAME] [--grpc-port P] (gRPC beside
 #        HTTP); --max-batch (requests in flight), the admission queue's bounds and the KV
 #        pool's budget (per stage) go to every stage (strata-stage --help)
 set -u
@@ -28,7 +28,7 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2 ;;
     --port-file) port_file=$2; shift 2 ;;
     --max-seq) max_seq=$2; shift 2 ;;
-    --max-batch | --max-queue | --queue-timeout-ms | --kv-memory) stage_opts+=("$1" "$2"); shift 2 ;;
+    --max-batch | --max-queue | --queue-timeout-ms | --kv-memory | --kv-dtype) stage_opts+=("$1" "$2"); shift 2 ;;
     --served-model-name) serve_opts+=(--served-model-name "$2"); shift 2 ;;
     --grpc-port) grpc_port=$2; serve_opts+=(--grpc-port "$2" --grpc-port-file "$PL_GRPC_PORT_FILE"); shift 2 ;;
     -h | --help) serve_usage; exit 0 ;;

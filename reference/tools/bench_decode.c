@@ -130,7 +130,7 @@ static int measure(double *tok_s, double *prefill_s, size_t *bytes_per_token,
     int rc = reference_model_load(&m, cfg, st, &opt);
     if (rc) goto done;
     if ((rc = kv_cache_init(&kv, 0, cfg->num_layers, cfg->num_kv_heads, cfg->head_dim,
-                            prompt + steps + 1, 1, 0)))
+                            prompt + steps + 1, 1, 0, OPS_F32)))
         goto done;
     int slot;
     kv_cache_acquire(&kv, &slot);

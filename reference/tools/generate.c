@@ -324,7 +324,7 @@ static int open_model(struct gen *g, const struct args *a) {
     if (rc >= 0) return rc;
     g->max_seq = g->n_prompt + (int)a->max_tokens;
     if (kv_cache_init(&g->kv, 0, g->cfg.num_layers, g->cfg.num_kv_heads, g->cfg.head_dim,
-                      g->max_seq, 1, 0)) {
+                      g->max_seq, 1, 0, OPS_F32)) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }

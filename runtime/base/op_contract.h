@@ -11,8 +11,9 @@
 #include <stdint.h>
 
 /* OPS_Q8: 8-bit blocks quantised at load (reference/ops_q8.h); matmul runs it with its own
- * arithmetic (activations quantised too), so its results differ from bf16's. */
-enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1, OPS_Q8 = 2 };
+ * arithmetic (activations quantised too), so its results differ from bf16's. OPS_F16: IEEE
+ * half, a KV cache's storage only (struct ops_kv). */
+enum ops_dtype { OPS_F32 = 0, OPS_BF16 = 1, OPS_Q8 = 2, OPS_F16 = 3 };
 
 /* A row-major weight matrix [rows, cols] (nn.Linear layout: y = x @ W^T), in the memory of
  * whoever reads it (the host for reference/ops, the device for kernels/). */
@@ -32,22 +33,30 @@ struct ops_weight {
 
 /* Where one layer's cached keys and values of one request live: in blocks of OPS_ATTN_BLOCK
  * positions, so a block is one leaf of attention's tree and a request's sums keep their order
- * wherever its blocks are. Position j (0-based in what the cache holds) of kv head g is the
- * head_dim floats at
+ * wherever its blocks are. Elements are `dtype`: OPS_F32, or OPS_BF16 / OPS_F16 (uint16 bit
+ * patterns: kv_store rounds to nearest even, attention widens exactly, runtime/base/dtype.h).
+ * Position j (0-based in what the cache holds) of kv head g is the head_dim elements at
  *   k (or v) + blocks[j / OPS_ATTN_BLOCK] * block_stride + g * head_stride
  *            + (j % OPS_ATTN_BLOCK) * head_dim.
  * A paged pool ([block][layer][kv_head][OPS_ATTN_BLOCK][head_dim], reference/kv_cache.h)
  * has k at the layer's head 0 of block 0, head_stride = OPS_ATTN_BLOCK * head_dim and
  * block_stride = one whole block; a contiguous [kv_head][seq][head_dim] cache is the same
  * view with blocks[b] = b, block_stride = OPS_ATTN_BLOCK * head_dim, head_stride = seq *
- * head_dim. All in the memory of whoever reads them (the block table too). */
+ * head_dim (strides in elements). All in the memory of whoever reads them (the block table
+ * too). */
 struct ops_kv {
-    float *k, *v; /* written by kv_store, read by attention */
+    void *k, *v; /* written by kv_store, read by attention */
     const int32_t *blocks;
     size_t block_stride, head_stride;
+    enum ops_dtype dtype; /* 0: OPS_F32 */
 };
 
-/* Offset in floats of position j of kv head g (see struct ops_kv). */
+/* Bytes of one cached element. */
+static inline size_t ops_kv_elem_bytes(enum ops_dtype dtype) {
+    return dtype == OPS_F32 ? 4 : 2;
+}
+
+/* Offset in elements of position j of kv head g (see struct ops_kv). */
 static inline size_t ops_kv_offset(const struct ops_kv *kv, int g, int j, int head_dim) {
     return (size_t)kv->blocks[j / OPS_ATTN_BLOCK] * kv->block_stride + (size_t)g * kv->head_stride +
            (size_t)(j % OPS_ATTN_BLOCK) * (size_t)head_dim;

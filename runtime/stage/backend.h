@@ -22,6 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/base/op_contract.h"
 #include "runtime/base/progress.h"
 #include "runtime/model/decoder_io.h"
 #include "runtime/model/model_config.h"
@@ -74,6 +75,7 @@ struct stage_backend_info {
 
 /* A backend's KV pool now (reference/kv_blocks.h: blocks of KV_BLOCK positions). */
 struct stage_kv_usage {
+    enum ops_dtype dtype; /* what it stores */
     int blocks;          /* the pool */
     int free;            /* neither held by a request nor cached */
     int cached;          /* kept for prefix reuse, held by no request (taken when needed) */
@@ -162,6 +164,9 @@ struct stage_backend_options {
      * (host or device). Both 0: enough for every slot to hold max_seq positions. */
     size_t kv_memory;
     double kv_memory_fraction;
+    /* What the KV cache stores: OPS_F32 (0, the exact mode), OPS_BF16 or OPS_F16 (half the
+     * bytes; reference/kv_cache.h). */
+    enum ops_dtype kv_dtype;
     /* NULL or tp 1: the whole role. Else only this rank's shard of it is loaded and the
      * layers all-reduce over tp->coll (the CPU backend) or over NCCL sub-groups set up
      * through it (CUDA: one device per rank; --moe split refused with the reason). */

@@ -143,13 +143,14 @@ static size_t cpu_kv_bytes(const struct stage_backend *be) {
 static void cpu_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out) {
     const struct kv_cache *kv = &ctx(be)->kv;
     *out = (struct stage_kv_usage){
+        .dtype = kv->dtype,
         .blocks = kv->blocks.num_blocks,
         .free = kv->blocks.num_free,
         .cached = kv->blocks.num_cached,
         .promised = kv->blocks.promised,
         .block_positions = KV_BLOCK,
         .block_bytes =
-            2 * sizeof(float) *
+            2 * ops_kv_elem_bytes(kv->dtype) *
             kv_cache_block_floats(kv->layer_end - kv->layer_start, kv->num_kv_heads, kv->head_dim)};
 }
 
@@ -293,13 +294,13 @@ static int backend_cpu_open(struct stage_backend **out, const struct stage_backe
     if (rc == 0 && role->layer_end > role->layer_start) {
         rc = stage_backend_kv_blocks(
             opt, stage_host_available_bytes(),
-            2 * sizeof(float) *
+            2 * ops_kv_elem_bytes(opt->kv_dtype) *
                 kv_cache_block_floats(role->layer_end - role->layer_start, kv_heads, cfg->head_dim),
             positions, &blocks);
     }
     if (rc == 0)
         rc = kv_cache_init(&c->kv, role->layer_start, role->layer_end, kv_heads, cfg->head_dim,
-                           positions, opt->num_slots, blocks);
+                           positions, opt->num_slots, blocks, opt->kv_dtype);
     if (rc < 0) {
         stage_backend_free(be);
         return rc;

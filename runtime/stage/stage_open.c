@@ -71,6 +71,7 @@ static int open_backend(struct stage_backend **out, const struct stage_open_opti
                                        .num_slots = opt->max_batch,
                                        .kv_memory = opt->kv_memory,
                                        .kv_memory_fraction = opt->kv_memory_fraction,
+                                       .kv_dtype = opt->kv_dtype,
                                        .tp = opt->tp,
                                        .progress = opt->progress};
     int split = stage_tp_is_split(opt->tp);

@@ -16,6 +16,11 @@
 
 float *golden_run(const struct golden_case *gc, const int *bounds, int n_stages, int threads,
                   enum reference_weights_dtype dtype) {
+    return golden_run_kv(gc, bounds, n_stages, threads, dtype, OPS_F32);
+}
+
+float *golden_run_kv(const struct golden_case *gc, const int *bounds, int n_stages, int threads,
+                     enum reference_weights_dtype dtype, enum ops_dtype kv_dtype) {
     const struct model_config *c = &gc->cfg;
     int V = c->vocab_size, H = c->hidden_size, S = gc->n_prompt;
     struct reference_model *stage[GOLDEN_RUN_MAX_STAGES] = {0};
@@ -27,7 +32,7 @@ float *golden_run(const struct golden_case *gc, const int *bounds, int n_stages,
                                threads, dtype))
             fail_msg("%s [%d,%d): %s", gc->name, bounds[s], bounds[s + 1], strata_last_error());
         assert_int_equal(kv_cache_init(&kv[s], bounds[s], bounds[s + 1], c->num_kv_heads,
-                                       c->head_dim, S + gc->n_steps, 1, 0),
+                                       c->head_dim, S + gc->n_steps, 1, 0, kv_dtype),
                          0);
         int slot;
         assert_int_equal(kv_cache_acquire(&kv[s], &slot), 0);

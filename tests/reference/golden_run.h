@@ -19,5 +19,8 @@
  * running cmocka test. */
 float *golden_run(const struct golden_case *gc, const int *bounds, int n_stages, int threads,
                   enum reference_weights_dtype dtype);
+/* The same with the KV cache stored as kv_dtype (OPS_F32, OPS_BF16, OPS_F16). */
+float *golden_run_kv(const struct golden_case *gc, const int *bounds, int n_stages, int threads,
+                     enum reference_weights_dtype dtype, enum ops_dtype kv_dtype);
 
 #endif

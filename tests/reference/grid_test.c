@@ -106,7 +106,7 @@ static void *rank_main(void *arg) {
             j->kv_positions = reference_model_kv_positions(stage[s], max_seq);
             rc = kv_cache_init(&kv[s], o.layer_start, o.layer_end,
                                reference_model_kv_heads(stage[s]), c->head_dim, j->kv_positions, 1,
-                               0);
+                               0, OPS_F32);
         }
         if (!rc) rc = kv_cache_acquire(&kv[s], &slot);
     }

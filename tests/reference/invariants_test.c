@@ -59,7 +59,7 @@ static void chain_open(struct chain *ch, const struct golden_case *gc, const int
         if (golden_model(&ch->stage[i], gc, bounds[s], bounds[s + 1], embed, head, threads))
             fail_msg("stage [%d,%d): %s", bounds[s], bounds[s + 1], strata_last_error());
         if (kv_cache_init(&ch->kv[i], bounds[s], bounds[s + 1], c->num_kv_heads, c->head_dim,
-                          max_seq, slots, 0))
+                          max_seq, slots, 0, OPS_F32))
             fail_msg("%s", strata_last_error());
     }
     if (separate_ends) {

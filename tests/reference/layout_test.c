@@ -93,7 +93,7 @@ static float *run(const struct golden_case *gc, const struct safetensors *st) {
     if (reference_model_load(&m, c, st, &opt)) fail_msg("%s", strata_last_error());
     struct kv_cache kv;
     assert_int_equal(kv_cache_init(&kv, 0, c->num_layers, c->num_kv_heads, c->head_dim,
-                                   gc->n_prompt + gc->n_steps, 1, 0),
+                                   gc->n_prompt + gc->n_steps, 1, 0, OPS_F32),
                      0);
     int slot;
     assert_int_equal(kv_cache_acquire(&kv, &slot), 0);

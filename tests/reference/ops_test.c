@@ -13,6 +13,7 @@
 #include <cmocka.h>
 
 #include "reference/ops.h"
+#include "runtime/base/dtype.h"
 #include "reference/thread_pool.h"
 
 static uint64_t rng = 0x1234567ull;
@@ -517,6 +518,63 @@ static void test_attention_paged(void **state) {
             }
 }
 
+/* A bf16 or f16 cache: kv_store rounds each element to nearest even, and attention over it
+ * gives the bits of attention over an f32 cache holding the rounded values (it widens
+ * exactly); grouped and per-head tasks, one and three threads, a query run crossing blocks. */
+static void test_attention_16bit(void **state) {
+    (void)state;
+    enum { D = 16, CTX = 50, NKV = 2, NH = 8, POOL = 8 };
+    static float k[NKV * CTX * D], v[NKV * CTX * D], q[CTX * NH * D], rk[NKV * CTX * D],
+        rv[NKV * CTX * D];
+    static float rows_k[CTX * NKV * D], rows_v[CTX * NKV * D], want[CTX * NH * D],
+        got[CTX * NH * D];
+    static uint16_t pk[POOL * NKV * OPS_ATTN_BLOCK * D], pv[POOL * NKV * OPS_ATTN_BLOCK * D];
+    fill(k, sizeof k / sizeof *k);
+    fill(v, sizeof v / sizeof *v);
+    fill(q, sizeof q / sizeof *q);
+    for (int j = 0; j < CTX; ++j)
+        for (int g = 0; g < NKV; ++g) {
+            memcpy(rows_k + ((size_t)j * NKV + g) * D, k + ((size_t)g * CTX + j) * D, D * 4);
+            memcpy(rows_v + ((size_t)j * NKV + g) * D, v + ((size_t)g * CTX + j) * D, D * 4);
+        }
+    const int32_t table[4] = {5, 1, 7, 2};
+    for (int bf = 0; bf < 2; ++bf) {
+        const enum ops_dtype dt = bf ? OPS_BF16 : OPS_F16;
+        for (size_t i = 0; i < sizeof k / sizeof *k; ++i) {
+            rk[i] = bf ? bf16_to_f32(f32_to_bf16(k[i])) : f16_to_f32(f32_to_f16(k[i]));
+            rv[i] = bf ? bf16_to_f32(f32_to_bf16(v[i])) : f16_to_f32(f32_to_f16(v[i]));
+        }
+        const struct ops_kv paged = {pk, pv, table, (size_t)NKV * OPS_ATTN_BLOCK * D,
+                                     (size_t)OPS_ATTN_BLOCK * D, dt};
+        kv_store(&paged, rows_k, rows_v, NKV * D, 0, 30, NKV, D);
+        kv_store(&paged, rows_k + 30 * NKV * D, rows_v + 30 * NKV * D, NKV * D, 30, 20, NKV, D);
+        for (int j = 0; j < CTX; ++j)
+            for (int g = 0; g < NKV; ++g)
+                for (int d = 0; d < D; ++d) {
+                    const size_t at = ops_kv_offset(&paged, g, j, D) + (size_t)d;
+                    const uint16_t wk = bf ? f32_to_bf16(k[((size_t)g * CTX + j) * D + d])
+                                           : f32_to_f16(k[((size_t)g * CTX + j) * D + d]);
+                    assert_int_equal(pk[at], wk);
+                }
+        for (int nh = NKV; nh <= NH; nh *= 4)
+            for (int threads = 1; threads <= 3; threads += 2) {
+                struct thread_pool *pool;
+                assert_int_equal(thread_pool_init(&pool, threads), 0);
+                float *scratch =
+                    malloc((size_t)threads * attention_scratch_floats(CTX, nh, NKV, D) * 4);
+                assert_non_null(scratch);
+                attention(got, q, &paged, scratch, 10, 40, nh, NKV, D, pool);
+                free(scratch);
+                thread_pool_free(pool);
+                run_attention(want, q, rk, rv, (size_t)CTX * D, 10, 40, nh, NKV, D, threads);
+                if (memcmp(got, want, (size_t)40 * nh * D * 4))
+                    fail_msg("%s cache: attention differs from f32 over the rounded values "
+                             "(nh %d, %d threads)",
+                             bf ? "bf16" : "f16", nh, threads);
+            }
+    }
+}
+
 /* attention's documented fp32 order, written plainly: the kernel must give these exact bits
  * (its key interleaving only overlaps independent chains, its binary counter is this tree).
  * Context lengths cover 4-, 8- and 16-key groups, leftovers and 1 to 6 blocks of
@@ -609,6 +667,7 @@ int main(void) {
         cmocka_unit_test(test_moe_sum_rows),
         cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_paged),
+        cmocka_unit_test(test_attention_16bit),
         cmocka_unit_test(test_attention_scratch_floats),
         cmocka_unit_test(test_attention_exact_order),
     };

@@ -87,7 +87,7 @@ static void *rank_main(void *arg) {
     if (!rc) rc = reference_model_load(&m, &gc->cfg, gc->st, &o);
     if (!rc)
         rc = kv_cache_init(&kv, 0, gc->cfg.num_layers, reference_model_kv_heads(m),
-                           gc->cfg.head_dim, gc->n_prompt + gc->n_steps, 1, 0);
+                           gc->cfg.head_dim, gc->n_prompt + gc->n_steps, 1, 0, OPS_F32);
     if (!rc) rc = kv_cache_acquire(&kv, &slot);
     if (!rc) rc = decode(j, m, &kv);
     if (rc) snprintf(j->error, sizeof j->error, "rank %d: %s", j->rank, strata_last_error());

@@ -63,7 +63,7 @@ static float *prefill_logits(const struct golden_case *gc, int in_file,
     assert_non_null(logits);
     int slot = -1;
     if (reference_model_load(&m, &gc->cfg, gc->st, &opt) ||
-        kv_cache_init(&kv, 0, L, reference_model_kv_heads(m), gc->cfg.head_dim, n, 1, 0) ||
+        kv_cache_init(&kv, 0, L, reference_model_kv_heads(m), gc->cfg.head_dim, n, 1, 0, OPS_F32) ||
         kv_cache_acquire(&kv, &slot) || golden_sequence(gc, ids, n) ||
         reference_embed(m, hidden, ids, n))
         fail_msg("%s: %s", gc->name, strata_last_error());

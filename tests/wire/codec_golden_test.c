@@ -137,9 +137,9 @@ static int run_split(const struct golden *g, enum wire_codec codec, struct error
     struct kv_cache kv_first, kv_last;
     int slot_first, slot_last;
     assert_int_equal(
-        kv_cache_init(&kv_first, 0, split, c->num_kv_heads, c->head_dim, max_seq, 1, 0), 0);
+        kv_cache_init(&kv_first, 0, split, c->num_kv_heads, c->head_dim, max_seq, 1, 0, OPS_F32), 0);
     assert_int_equal(
-        kv_cache_init(&kv_last, split, c->num_layers, c->num_kv_heads, c->head_dim, max_seq, 1, 0),
+        kv_cache_init(&kv_last, split, c->num_layers, c->num_kv_heads, c->head_dim, max_seq, 1, 0, OPS_F32),
         0);
     assert_int_equal(kv_cache_acquire(&kv_first, &slot_first), 0);
     assert_int_equal(kv_cache_acquire(&kv_last, &slot_last), 0);

@@ -29,7 +29,7 @@ static float next_float(void) {
 /* Position pos of kv head h of (slot, layer): its keys (which 0) or values (1). */
 static float *at(const struct kv_cache *kv, int slot, int layer, int h, int pos, int which) {
     const struct ops_kv view = kv_cache_view(kv, slot, layer);
-    return (which ? view.v : view.k) + ops_kv_offset(&view, h, pos, kv->head_dim);
+    return (float *)(which ? view.v : view.k) + ops_kv_offset(&view, h, pos, kv->head_dim);
 }
 
 static void fill_slot(struct kv_cache *kv, int slot, int len) {
@@ -68,7 +68,7 @@ static int setup(void **state) {
     static struct fixture f;
     memset(&f, 0, sizeof f);
     int slot;
-    if (kv_cache_init(&f.source, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 3, 0))
+    if (kv_cache_init(&f.source, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 3, 0, OPS_F32))
         return -1;
     for (int i = 0; i < 3; ++i)
         kv_cache_acquire(&f.source, &slot);
@@ -122,7 +122,7 @@ static void restore_is_bit_exact(void **state) {
     struct kv_cache target;
     int slot;
     assert_int_equal(
-        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0), 0);
+        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32), 0);
     kv_cache_acquire(&target, &slot);
     kv_cache_acquire(&target, &slot);
     const int slots[2] = {0, 1};
@@ -137,7 +137,7 @@ static void different_range_or_shape_is_refused(void **state) {
     struct kv_cache other;
     int slot;
     const int slots[2] = {0, 1};
-    assert_int_equal(kv_cache_init(&other, 0, 4, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0), 0);
+    assert_int_equal(kv_cache_init(&other, 0, 4, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32), 0);
     kv_cache_acquire(&other, &slot);
     kv_cache_acquire(&other, &slot);
     assert_int_equal(kv_cache_restore(&other, slots, 2, &f->view), STRATA_ERANGE);
@@ -145,14 +145,14 @@ static void different_range_or_shape_is_refused(void **state) {
         strstr(strata_last_error(), "block holds layers [4, 8) but the cache holds [0, 4)"));
     kv_cache_free(&other);
 
-    assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, 8, 2, 0), 0);
+    assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, 8, 2, 0, OPS_F32), 0);
     kv_cache_acquire(&other, &slot);
     kv_cache_acquire(&other, &slot);
     assert_int_equal(kv_cache_restore(&other, slots, 2, &f->view), STRATA_ERANGE);
     assert_non_null(strstr(strata_last_error(), "11 positions, cache capacity 8"));
     kv_cache_free(&other);
 
-    assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, 1, HEAD_DIM, MAX_SEQ, 2, 0), 0);
+    assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, 1, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32), 0);
     kv_cache_acquire(&other, &slot);
     kv_cache_acquire(&other, &slot);
     assert_int_equal(kv_cache_restore(&other, slots, 2, &f->view), STRATA_EFORMAT);
@@ -166,7 +166,7 @@ static void lossy_block_and_bad_slots_are_refused(void **state) {
     struct kv_cache target;
     int slot;
     assert_int_equal(
-        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0), 0);
+        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32), 0);
     kv_cache_acquire(&target, &slot);
     const int slots[2] = {0, 1};
     assert_int_equal(kv_cache_restore(&target, slots, 2, &f->view),
