@@ -370,7 +370,7 @@ static void run_attention(float *out, const float *q, const float *k, const floa
         ident[b] = b;
     assert_true(pos + n <= 64 * OPS_ATTN_BLOCK);
     const struct ops_kv kv = {(float *)k, (float *)v, ident, (size_t)OPS_ATTN_BLOCK * (size_t)d,
-                              kv_head_stride};
+                              kv_head_stride, OPS_F32};
     attention(out, q, &kv, scratch, pos, n, nh, nkv, d, pool);
     free(scratch);
     thread_pool_free(pool);
@@ -486,7 +486,7 @@ static void test_attention_paged(void **state) {
     for (int b = 0; b < blocks; ++b)
         table[b] = POOL - 1 - 2 * b;
     const struct ops_kv paged = {pk, pv, table, (size_t)NKV * OPS_ATTN_BLOCK * D,
-                                 (size_t)OPS_ATTN_BLOCK * D};
+                                 (size_t)OPS_ATTN_BLOCK * D, OPS_F32};
     /* Stored in three calls that cross block edges (positions [0, 20), [20, 47), [47, 75)). */
     kv_store(&paged, rows_k, rows_v, NKV * D, 0, 20, NKV, D);
     kv_store(&paged, rows_k + 20 * NKV * D, rows_v + 20 * NKV * D, NKV * D, 20, 27, NKV, D);
