@@ -172,6 +172,7 @@ int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *
         if (kv->blocks.len[slots[b]] > seq) seq = kv->blocks.len[slots[b]];
     *out = (struct kv_handoff){.layer_start = kv->layer_start,
                                .layer_end = kv->layer_end,
+                               .stored_dtype = (int)kv->dtype,
                                .batch = num_slots,
                                .kv_heads = kv->num_kv_heads,
                                .seq = seq,
@@ -200,6 +201,12 @@ int kv_cache_pack(struct kv_handoff *out, const struct kv_cache *kv, const int *
 }
 
 static int check_handoff(const struct kv_cache *kv, int num_slots, const struct kv_handoff *in) {
+    if (in->stored_dtype != (int)kv->dtype)
+        return strata_set_error(STRATA_EFORMAT,
+                                "kv restore: the block was stored as %s, this cache stores %s "
+                                "(--kv-dtype must be the same)",
+                                kv_dtype_name((enum ops_dtype)in->stored_dtype),
+                                kv_dtype_name(kv->dtype));
     if (in->layer_start != kv->layer_start || in->layer_end != kv->layer_end)
         return strata_set_error(
             STRATA_ERANGE, "kv restore: block holds layers [%d, %d) but the cache holds [%d, %d)",

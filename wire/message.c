@@ -78,7 +78,18 @@ static const struct fb_field_desc activation_fields[] = {
 };
 static const struct fb_table_desc activation_desc = {"Activation", 11, activation_fields};
 
-enum { KV_FROM, KV_TO, KV_STEP, KV_NONCE, KV_LAYER_START, KV_LAYER_END, KV_LENGTHS, KV_K, KV_V };
+enum {
+    KV_FROM,
+    KV_TO,
+    KV_STEP,
+    KV_NONCE,
+    KV_LAYER_START,
+    KV_LAYER_END,
+    KV_LENGTHS,
+    KV_K,
+    KV_V,
+    KV_STORED_DTYPE
+};
 static const struct fb_field_desc kv_fields[] = {
     SCALAR(4),
     SCALAR(4),
@@ -89,8 +100,9 @@ static const struct fb_field_desc kv_fields[] = {
     VECTOR(4, 4),
     TABLE(wmsg_tensor_desc),
     TABLE(wmsg_tensor_desc),
+    SCALAR(4),
 };
-static const struct fb_table_desc kv_desc = {"KvBlock", 9, kv_fields};
+static const struct fb_table_desc kv_desc = {"KvBlock", 10, kv_fields};
 
 enum { TOKEN_NONCE, TOKEN_STEP, TOKEN_TOKENS, TOKEN_LOGPROBS, TOKEN_FINISH, TOKEN_CACHED_TOKENS };
 static const struct fb_field_desc token_fields[] = {
@@ -313,6 +325,7 @@ int wire_build_kv_block(struct wire_arena *a, const struct wire_kv_block *m) {
     fb_add_u32(a, KV_TO, (uint32_t)m->stage_to, 0);
     fb_add_u32(a, KV_LAYER_START, (uint32_t)m->layer_start, 0);
     fb_add_u32(a, KV_LAYER_END, (uint32_t)m->layer_end, 0);
+    fb_add_u32(a, KV_STORED_DTYPE, (uint32_t)m->stored_dtype, 0);
     fb_add_offset(a, KV_LENGTHS, lengths);
     fb_add_offset(a, KV_K, k);
     fb_add_offset(a, KV_V, v);
@@ -476,6 +489,7 @@ static int parse_kv_block(struct wire_kv_block *out, const struct fb_table *t) {
     out->nonce = fb_get_scalar(t, KV_NONCE, 8, 0);
     out->layer_start = wmsg_get_i32(t, KV_LAYER_START, 0);
     out->layer_end = wmsg_get_i32(t, KV_LAYER_END, 0);
+    out->stored_dtype = wmsg_get_i32(t, KV_STORED_DTYPE, 0);
     if (out->layer_end < out->layer_start || out->layer_start < 0)
         return strata_set_error(STRATA_EFORMAT, "wire: KvBlock: bad layer range [%d, %d)",
                                 (int)out->layer_start, (int)out->layer_end);

@@ -171,6 +171,7 @@ struct wire_kv_block {
     size_t num_lengths;
     struct wire_tensor k;
     struct wire_tensor v;
+    int32_t stored_dtype; /* what the packing cache stored (0: f32); k and v are f32 */
 };
 
 struct wire_token_result {

@@ -45,6 +45,9 @@ struct kv_handoff {
     int batch, kv_heads, seq, head_dim;
     const int32_t *lengths; /* [batch] */
     const void *k, *v;      /* f32 bytes, any alignment (a restore may read from a frame) */
+    int stored_dtype;       /* what the packing cache stored (enum ops_dtype; 0: f32): a
+                             * restore goes only into a cache storing the same, so a 16-bit
+                             * cache gets its own bits back */
     void *owned;            /* the one allocation behind k, v and lengths after a pack */
 };
 

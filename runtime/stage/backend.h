@@ -76,12 +76,12 @@ struct stage_backend_info {
 /* A backend's KV pool now (reference/kv_blocks.h: blocks of KV_BLOCK positions). */
 struct stage_kv_usage {
     enum ops_dtype dtype; /* what it stores */
-    int blocks;          /* the pool */
-    int free;            /* neither held by a request nor cached */
-    int cached;          /* kept for prefix reuse, held by no request (taken when needed) */
-    int promised;        /* of the free ones, reserved by running requests */
-    int block_positions; /* positions per block (KV_BLOCK) */
-    size_t block_bytes;  /* K and V of one block, every layer and kv head held */
+    int blocks;           /* the pool */
+    int free;             /* neither held by a request nor cached */
+    int cached;           /* kept for prefix reuse, held by no request (taken when needed) */
+    int promised;         /* of the free ones, reserved by running requests */
+    int block_positions;  /* positions per block (KV_BLOCK) */
+    size_t block_bytes;   /* K and V of one block, every layer and kv head held */
 };
 
 /* The operations a backend provides. All are required but `argmax`. */

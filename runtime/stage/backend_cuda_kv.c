@@ -31,9 +31,9 @@ static size_t pool_blocks(const struct cuda_context *c) {
 int backend_cuda_kv_open(struct cuda_context *c, const struct stage_backend_options *opt) {
     const int D = c->cfg->head_dim;
     if (opt->kv_dtype != OPS_F32)
-        return strata_set_error(STRATA_EINVAL,
-                                "the cuda backend stores its KV cache as f32 only for now (--kv-dtype "
-                                "bf16 and f16 run on the cpu device)");
+        return strata_set_error(
+            STRATA_EINVAL, "the cuda backend stores its KV cache as f32 only for now (--kv-dtype "
+                           "bf16 and f16 run on the cpu device)");
     c->block_floats = (size_t)c->n_layers * (size_t)c->nkv * KV_BLOCK * (size_t)D;
     const size_t block_bytes = 2 * c->block_floats * sizeof(float);
     size_t free_bytes = 0;
@@ -150,7 +150,7 @@ int backend_cuda_kv_attach(struct stage_backend *be, int slot, const uint64_t *k
     const int got = want ? kv_blocks_attach(&c->kv, slot, keys + lo, want, n * KV_BLOCK) : 0;
     if (got < 0) return got;
     if (got < want) return got * KV_BLOCK; /* a miss: the caller refuses */
-    c->kv.len[slot] = n * KV_BLOCK; /* lengths are global under KVP */
+    c->kv.len[slot] = n * KV_BLOCK;        /* lengths are global under KVP */
     return n * KV_BLOCK;
 }
 

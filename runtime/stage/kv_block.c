@@ -22,6 +22,7 @@ void kv_block_from_handoff(struct wire_kv_block *msg, const struct kv_handoff *h
     memset(msg, 0, sizeof *msg);
     msg->layer_start = h->layer_start;
     msg->layer_end = h->layer_end;
+    msg->stored_dtype = h->stored_dtype;
     msg->lengths = h->lengths;
     msg->num_lengths = (size_t)h->batch;
     describe_tensor(&msg->k, h->k, h);
@@ -53,6 +54,7 @@ int kv_block_to_handoff(struct kv_handoff *h, const struct wire_kv_block *msg) {
             (int)msg->layer_start, (int)msg->layer_end, msg->num_lengths);
     *h = (struct kv_handoff){.layer_start = msg->layer_start,
                              .layer_end = msg->layer_end,
+                             .stored_dtype = msg->stored_dtype,
                              .batch = (int)k->shape[1],
                              .kv_heads = (int)k->shape[2],
                              .seq = (int)k->shape[3],

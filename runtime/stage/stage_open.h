@@ -29,7 +29,7 @@ struct stage_open_options {
     int max_seq, max_batch;    /* KV positions per slot, KV slots */
     size_t kv_memory;          /* stage_backend_options: the KV pool's budget */
     double kv_memory_fraction;
-    enum ops_dtype kv_dtype; /* stage_backend_options: what the KV cache stores */
+    enum ops_dtype kv_dtype;          /* stage_backend_options: what the KV cache stores */
     int chunk_size, max_batch_tokens; /* stage_core_options */
     int keep_logits, send_kv;         /* stage_core_options */
     /* NULL or tp 1: the whole stage. Else rank 0 of the stage's TP group (stage_tp.h):

@@ -29,7 +29,8 @@ static int setup(void **state) {
     if (!f || golden_case_open(&f->gc, "qwen3_gqa_tied")) return -1;
     const struct model_config *c = &f->gc.cfg;
     if (golden_model(&f->m, &f->gc, 0, c->num_layers, 1, 1, 2)) return -1;
-    if (kv_cache_init(&f->kv, 0, c->num_layers, c->num_kv_heads, c->head_dim, 4, 2, 0, OPS_F32)) return -1;
+    if (kv_cache_init(&f->kv, 0, c->num_layers, c->num_kv_heads, c->head_dim, 4, 2, 0, OPS_F32))
+        return -1;
     if (kv_cache_acquire(&f->kv, &f->slot)) return -1;
     f->hidden = calloc(8 * (size_t)c->hidden_size, sizeof(float));
     *state = f;
@@ -98,7 +99,8 @@ static void test_bad_positions_and_slots(void **state) {
                  "share KV slot");
     struct kv_cache narrow;
     assert_int_equal(
-        kv_cache_init(&narrow, 1, 2, f->gc.cfg.num_kv_heads, f->gc.cfg.head_dim, 4, 1, 0, OPS_F32), 0);
+        kv_cache_init(&narrow, 1, 2, f->gc.cfg.num_kv_heads, f->gc.cfg.head_dim, 4, 1, 0, OPS_F32),
+        0);
     expect_error(reference_forward(f->m, &narrow, f->hidden, &gap, 1), STRATA_EINVAL,
                  "does not fit");
     kv_cache_free(&narrow);

@@ -5,8 +5,14 @@
  * each dtype: two stages equal the whole model, and 1 thread equals 2, bit for bit (the
  * rounding happens where a row is stored, the same wherever that is).
  *
- * The bounds: see KV_* below (measured when this test was written, then widened): a broken
- * conversion or layout gives O(10) deltas and near-random ids. */
+ * Measured when this test was written (2 threads, AVX-512 host; every path gives the same
+ * bits), worst over the eight cases, max |Δlogit| / mean |Δlogit| / greedy agreement:
+ *   bf16: 0.12 / 0.018 / 100% on the dense and VL cases; the MoE cases 1.59 / 0.035 / 96%
+ *         (qwen3_moe's 1.59 and qwen3_moe_nonorm's one flipped step: a router near a tie
+ *         picks another expert once the keys are rounded to 8 mantissa bits);
+ *   f16:  0.012 / 0.0019 / 100% on all eight (11 mantissa bits: ten times closer).
+ * The bounds are about twice those; a broken conversion or layout gives O(10) deltas and
+ * near-random ids. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -24,11 +30,12 @@
 #include "tests/reference/golden_case.h"
 #include "tests/reference/golden_run.h"
 
-#define KV_MAX_DLOGIT_BF16 0.5
-#define KV_MAX_DLOGIT_F16 0.05
-#define KV_MAX_MEAN_DLOGIT 0.05
-#define KV_MIN_AGREEMENT 0.90     /* dense cases */
-#define KV_MIN_AGREEMENT_MOE 0.70 /* MoE cases: a router near a tie flips an expert */
+#define KV_MAX_DLOGIT_BF16 3.5
+#define KV_MAX_MEAN_BF16 0.08
+#define KV_MAX_DLOGIT_F16 0.03
+#define KV_MAX_MEAN_F16 0.005
+#define KV_MIN_AGREEMENT 0.95     /* dense cases */
+#define KV_MIN_AGREEMENT_MOE 0.85 /* MoE cases: a router near a tie flips an expert */
 
 static int argmax_of(const float *x, int n) {
     int best = 0;
@@ -37,7 +44,7 @@ static int argmax_of(const float *x, int n) {
     return best;
 }
 
-static void measure(enum ops_dtype kv, const char *kv_name, double max_bound) {
+static void measure(enum ops_dtype kv, const char *kv_name, double max_bound, double mean_bound) {
     double worst_delta = 0.0, worst_mean = 0.0, worst_agree = 1.0, worst_agree_moe = 1.0;
     for (int i = 0; golden_case_names[i]; ++i) {
         struct golden_case gc;
@@ -77,23 +84,23 @@ static void measure(enum ops_dtype kv, const char *kv_name, double max_bound) {
         golden_case_close(&gc);
     }
     printf("kv %s over all cases: worst max |dlogit| %.5f (bound %.2f), worst mean %.6f (bound "
-           "%.2f), worst agreement %.0f%% dense (bound %.0f%%), %.0f%% MoE (bound %.0f%%)\n",
-           kv_name, worst_delta, max_bound, worst_mean, KV_MAX_MEAN_DLOGIT, 100.0 * worst_agree,
+           "%.3f), worst agreement %.0f%% dense (bound %.0f%%), %.0f%% MoE (bound %.0f%%)\n",
+           kv_name, worst_delta, max_bound, worst_mean, mean_bound, 100.0 * worst_agree,
            100.0 * KV_MIN_AGREEMENT, 100.0 * worst_agree_moe, 100.0 * KV_MIN_AGREEMENT_MOE);
     assert_true(worst_delta <= max_bound);
-    assert_true(worst_mean <= KV_MAX_MEAN_DLOGIT);
+    assert_true(worst_mean <= mean_bound);
     assert_true(worst_agree >= KV_MIN_AGREEMENT);
     assert_true(worst_agree_moe >= KV_MIN_AGREEMENT_MOE);
 }
 
 static void test_bf16(void **state) {
     (void)state;
-    measure(OPS_BF16, "bf16", KV_MAX_DLOGIT_BF16);
+    measure(OPS_BF16, "bf16", KV_MAX_DLOGIT_BF16, KV_MAX_MEAN_BF16);
 }
 
 static void test_f16(void **state) {
     (void)state;
-    measure(OPS_F16, "f16", KV_MAX_DLOGIT_F16);
+    measure(OPS_F16, "f16", KV_MAX_DLOGIT_F16, KV_MAX_MEAN_F16);
 }
 
 int main(void) {

@@ -169,8 +169,8 @@ static void check_kvp(const float *k_all, const float *v_all, int ctx, int token
     for (int b = 0; b < 256; ++b)
         ident[b] = b;
     assert_true(ctx <= 256 * OPS_ATTN_BLOCK);
-    const struct ops_kv all = {(float *)k_all, (float *)v_all, ident, OPS_ATTN_BLOCK * D,
-                               (size_t)ctx * D, OPS_F32};
+    const struct ops_kv all = {(float *)k_all,     (float *)v_all,  ident,
+                               OPS_ATTN_BLOCK * D, (size_t)ctx * D, OPS_F32};
     attention(one, q, &all, scratch, pos, n, NH, NKV, D, pool);
     float *m = maxes + (size_t)ranks * (size_t)n * NH;
     for (int r = 0; r < ranks; ++r) { /* rank r's cache: its positions of every kv head */
@@ -184,7 +184,7 @@ static void check_kvp(const float *k_all, const float *v_all, int ctx, int token
                 memcpy(vc + ((size_t)g * tokens + j) * D,
                        v_all + ((size_t)g * ctx + (size_t)(r * tokens + j)) * D, D * sizeof(float));
             }
-        const struct ops_kv mine = {kc, NULL, ident, OPS_ATTN_BLOCK * D, (size_t)tokens * D,
+        const struct ops_kv mine = {kc,     NULL, ident, OPS_ATTN_BLOCK * D, (size_t)tokens * D,
                                     OPS_F32};
         attention_partial_max(maxes + (size_t)r * n * NH, scores + (size_t)r * n * NH * tokens, q,
                               &mine, pos, n, r * tokens, held, NH, NKV, D, pool);
@@ -197,7 +197,7 @@ static void check_kvp(const float *k_all, const float *v_all, int ctx, int token
     for (int r = 0; r < ranks; ++r) {
         float *vc = caches + (size_t)r * 2 * NKV * (size_t)tokens * D + NKV * (size_t)tokens * D;
         int held = ctx - r * tokens < tokens ? ctx - r * tokens : tokens;
-        const struct ops_kv mine = {NULL, vc, ident, OPS_ATTN_BLOCK * D, (size_t)tokens * D,
+        const struct ops_kv mine = {NULL,   vc, ident, OPS_ATTN_BLOCK * D, (size_t)tokens * D,
                                     OPS_F32};
         attention_partial(parts + (size_t)r * part_n, scores + (size_t)r * n * NH * tokens, m,
                           &mine, pos, n, r * tokens, held, NH, NKV, D, pool);

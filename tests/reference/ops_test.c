@@ -369,7 +369,7 @@ static void run_attention(float *out, const float *q, const float *k, const floa
     for (int b = 0; b < 64; ++b)
         ident[b] = b;
     assert_true(pos + n <= 64 * OPS_ATTN_BLOCK);
-    const struct ops_kv kv = {(float *)k, (float *)v, ident, (size_t)OPS_ATTN_BLOCK * (size_t)d,
+    const struct ops_kv kv = {(float *)k,     (float *)v, ident, (size_t)OPS_ATTN_BLOCK * (size_t)d,
                               kv_head_stride, OPS_F32};
     attention(out, q, &kv, scratch, pos, n, nh, nkv, d, pool);
     free(scratch);
@@ -485,8 +485,8 @@ static void test_attention_paged(void **state) {
     int32_t table[16];
     for (int b = 0; b < blocks; ++b)
         table[b] = POOL - 1 - 2 * b;
-    const struct ops_kv paged = {pk, pv, table, (size_t)NKV * OPS_ATTN_BLOCK * D,
-                                 (size_t)OPS_ATTN_BLOCK * D, OPS_F32};
+    const struct ops_kv paged = {
+        pk, pv, table, (size_t)NKV * OPS_ATTN_BLOCK * D, (size_t)OPS_ATTN_BLOCK * D, OPS_F32};
     /* Stored in three calls that cross block edges (positions [0, 20), [20, 47), [47, 75)). */
     kv_store(&paged, rows_k, rows_v, NKV * D, 0, 20, NKV, D);
     kv_store(&paged, rows_k + 20 * NKV * D, rows_v + 20 * NKV * D, NKV * D, 20, 27, NKV, D);
@@ -544,8 +544,8 @@ static void test_attention_16bit(void **state) {
             rk[i] = bf ? bf16_to_f32(f32_to_bf16(k[i])) : f16_to_f32(f32_to_f16(k[i]));
             rv[i] = bf ? bf16_to_f32(f32_to_bf16(v[i])) : f16_to_f32(f32_to_f16(v[i]));
         }
-        const struct ops_kv paged = {pk, pv, table, (size_t)NKV * OPS_ATTN_BLOCK * D,
-                                     (size_t)OPS_ATTN_BLOCK * D, dt};
+        const struct ops_kv paged = {
+            pk, pv, table, (size_t)NKV * OPS_ATTN_BLOCK * D, (size_t)OPS_ATTN_BLOCK * D, dt};
         kv_store(&paged, rows_k, rows_v, NKV * D, 0, 30, NKV, D);
         kv_store(&paged, rows_k + 30 * NKV * D, rows_v + 30 * NKV * D, NKV * D, 30, 20, NKV, D);
         for (int j = 0; j < CTX; ++j)

@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "reference/kv_cache.h"
+#include "reference/ops.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/kv_block.h"
 #include "wire/wire.h"
@@ -68,7 +69,8 @@ static int setup(void **state) {
     static struct fixture f;
     memset(&f, 0, sizeof f);
     int slot;
-    if (kv_cache_init(&f.source, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 3, 0, OPS_F32))
+    if (kv_cache_init(&f.source, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 3, 0,
+                      OPS_F32))
         return -1;
     for (int i = 0; i < 3; ++i)
         kv_cache_acquire(&f.source, &slot);
@@ -122,7 +124,8 @@ static void restore_is_bit_exact(void **state) {
     struct kv_cache target;
     int slot;
     assert_int_equal(
-        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32), 0);
+        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32),
+        0);
     kv_cache_acquire(&target, &slot);
     kv_cache_acquire(&target, &slot);
     const int slots[2] = {0, 1};
@@ -145,14 +148,16 @@ static void different_range_or_shape_is_refused(void **state) {
         strstr(strata_last_error(), "block holds layers [4, 8) but the cache holds [0, 4)"));
     kv_cache_free(&other);
 
-    assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, 8, 2, 0, OPS_F32), 0);
+    assert_int_equal(
+        kv_cache_init(&other, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, 8, 2, 0, OPS_F32), 0);
     kv_cache_acquire(&other, &slot);
     kv_cache_acquire(&other, &slot);
     assert_int_equal(kv_cache_restore(&other, slots, 2, &f->view), STRATA_ERANGE);
     assert_non_null(strstr(strata_last_error(), "11 positions, cache capacity 8"));
     kv_cache_free(&other);
 
-    assert_int_equal(kv_cache_init(&other, LAYER_START, LAYER_END, 1, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32), 0);
+    assert_int_equal(
+        kv_cache_init(&other, LAYER_START, LAYER_END, 1, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32), 0);
     kv_cache_acquire(&other, &slot);
     kv_cache_acquire(&other, &slot);
     assert_int_equal(kv_cache_restore(&other, slots, 2, &f->view), STRATA_EFORMAT);
@@ -166,7 +171,8 @@ static void lossy_block_and_bad_slots_are_refused(void **state) {
     struct kv_cache target;
     int slot;
     assert_int_equal(
-        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32), 0);
+        kv_cache_init(&target, LAYER_START, LAYER_END, KV_HEADS, HEAD_DIM, MAX_SEQ, 2, 0, OPS_F32),
+        0);
     kv_cache_acquire(&target, &slot);
     const int slots[2] = {0, 1};
     assert_int_equal(kv_cache_restore(&target, slots, 2, &f->view),
@@ -188,12 +194,78 @@ static void lossy_block_and_bad_slots_are_refused(void **state) {
     kv_cache_free(&target);
 }
 
+/* A 16-bit cache: its pack (f32 on the wire, exact) restores into a cache storing the same
+ * dtype with every stored element's bits, through the KvBlock frame; a cache storing
+ * another dtype refuses it, naming both. */
+static void restore_keeps_the_stored_dtype(void **state) {
+    (void)state;
+    const enum ops_dtype dtypes[2] = {OPS_BF16, OPS_F16};
+    for (int t = 0; t < 2; ++t) {
+        struct kv_cache a, b, c;
+        int sa, sb, sc;
+        const int len = 13, D = HEAD_DIM, nkv = KV_HEADS;
+        assert_int_equal(
+            kv_cache_init(&a, LAYER_START, LAYER_END, nkv, D, MAX_SEQ, 2, 0, dtypes[t]), 0);
+        assert_int_equal(
+            kv_cache_init(&b, LAYER_START, LAYER_END, nkv, D, MAX_SEQ, 2, 0, dtypes[t]), 0);
+        assert_int_equal(kv_cache_init(&c, LAYER_START, LAYER_END, nkv, D, MAX_SEQ, 2, 0, OPS_F32),
+                         0);
+        assert_int_equal(kv_cache_acquire(&a, &sa), 0);
+        assert_int_equal(kv_cache_acquire(&b, &sb), 0);
+        assert_int_equal(kv_cache_acquire(&c, &sc), 0);
+        float rows_k[32 * KV_HEADS * HEAD_DIM], rows_v[32 * KV_HEADS * HEAD_DIM];
+        for (size_t i = 0; i < sizeof rows_k / sizeof *rows_k; ++i) {
+            rows_k[i] = next_float();
+            rows_v[i] = next_float();
+        }
+        assert_int_equal(kv_blocks_grow(&a.blocks, sa, len), 0);
+        for (int l = LAYER_START; l < LAYER_END; ++l) {
+            const struct ops_kv view = kv_cache_view(&a, sa, l);
+            kv_store(&view, rows_k, rows_v, nkv * D, 0, len, nkv, D);
+        }
+        a.blocks.len[sa] = len;
+        struct kv_handoff h;
+        assert_int_equal(kv_cache_pack(&h, &a, &sa, 1), 0);
+        assert_int_equal(h.stored_dtype, (int)dtypes[t]);
+        struct wire_arena arena;
+        struct wire_kv_block msg, read;
+        struct kv_handoff back;
+        wire_arena_init(&arena, 0);
+        kv_block_from_handoff(&msg, &h);
+        assert_int_equal(wire_build_kv_block(&arena, &msg), 0);
+        assert_int_equal(
+            wire_read_kv_block(&read, wire_arena_frame(&arena), wire_arena_frame_len(&arena)), 0);
+        assert_int_equal(kv_block_to_handoff(&back, &read), 0);
+        assert_int_equal(kv_cache_restore(&b, &sb, 1, &back), 0);
+        const size_t es = ops_kv_elem_bytes(dtypes[t]);
+        for (int l = LAYER_START; l < LAYER_END; ++l) {
+            const struct ops_kv va = kv_cache_view(&a, sa, l), vb = kv_cache_view(&b, sb, l);
+            for (int g = 0; g < nkv; ++g)
+                for (int p = 0; p < len; ++p) {
+                    const size_t oa = ops_kv_offset(&va, g, p, D) * es,
+                                 ob = ops_kv_offset(&vb, g, p, D) * es;
+                    assert_memory_equal((char *)va.k + oa, (char *)vb.k + ob, (size_t)D * es);
+                    assert_memory_equal((char *)va.v + oa, (char *)vb.v + ob, (size_t)D * es);
+                }
+        }
+        assert_int_equal(kv_cache_restore(&c, &sc, 1, &back), STRATA_EFORMAT);
+        assert_non_null(strstr(strata_last_error(),
+                               dtypes[t] == OPS_BF16 ? "stored as bf16" : "stored as f16"));
+        wire_arena_free(&arena);
+        kv_handoff_free(&h);
+        kv_cache_free(&a);
+        kv_cache_free(&b);
+        kv_cache_free(&c);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(packed_layout_is_l_b_heads_s_d),
         cmocka_unit_test(restore_is_bit_exact),
         cmocka_unit_test(different_range_or_shape_is_refused),
         cmocka_unit_test(lossy_block_and_bad_slots_are_refused),
+        cmocka_unit_test(restore_keeps_the_stored_dtype),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
