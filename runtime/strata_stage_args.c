@@ -60,6 +60,9 @@ void strata_stage_usage(FILE *out) {
             "                         a request reserves prompt + max_tokens when it starts\n"
             "                         and gives its blocks back when it ends (default: every\n"
             "                         request in flight can reach --max-seq)\n"
+            "  --no-prefix-cache      stage 0: prefill every prompt in full (default: a prompt\n"
+            "                         starting with whole 16-token blocks of a finished one\n"
+            "                         reuses their KV on every stage, bit for bit the same)\n"
             "  --kv-dtype f32|bf16|f16  what the KV cache stores (default f32, the exact mode;\n"
             "                         bf16 / f16 halve its bytes: README's serving section has\n"
             "                         their measured error). Every stage must use the same: it\n"
@@ -207,6 +210,7 @@ enum option_id {
     O_QUEUE_TIMEOUT,
     O_KV_MEMORY,
     O_KV_DTYPE,
+    O_NO_PREFIX_CACHE,
     O_STANDBY,
     O_HELP
 };
@@ -261,6 +265,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"max-queue", 1, 0, O_MAX_QUEUE},
                                              {"kv-memory", 1, 0, O_KV_MEMORY},
                                              {"kv-dtype", 1, 0, O_KV_DTYPE},
+                                             {"no-prefix-cache", 0, 0, O_NO_PREFIX_CACHE},
                                              {"queue-timeout-ms", 1, 0, O_QUEUE_TIMEOUT},
                                              {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
@@ -371,6 +376,7 @@ static int parse_option(struct args *a, int c, const char *value) {
             rc = -1;
         }
         break;
+    case O_NO_PREFIX_CACHE: a->no_prefix_cache = 1; break;
     case O_KV_DTYPE:
         if (kv_dtype_parse(value, &a->kv_dtype) < 0) {
             fprintf(stderr, "strata-stage: --kv-dtype: %s\n", strata_last_error());

@@ -21,6 +21,7 @@ struct args {
     size_t kv_memory;          /* --kv-memory SIZE (bytes), or */
     double kv_memory_fraction; /* --kv-memory PCT (a share of the memory free after loading) */
     enum ops_dtype kv_dtype;   /* --kv-dtype */
+    int no_prefix_cache;       /* --no-prefix-cache */
     int kv_recovery, kv_keep_mb;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
     int max_queue, queue_timeout_ms; /* stage 0's admission queue */

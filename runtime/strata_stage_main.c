@@ -180,6 +180,7 @@ static int open_stage(struct run *r, const struct args *a) {
     }
     if (follower) return STRATA_EXIT_OK;
     stage_core_set_recovery_timeout(r->stage.core, a->recovery_timeout_ms);
+    stage_core_set_prefix_cache(r->stage.core, !a->no_prefix_cache);
     if ((rc = stage_core_set_admission(r->stage.core, a->max_queue, a->queue_timeout_ms)) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;

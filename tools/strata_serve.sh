@@ -5,15 +5,16 @@
 # stops everything on Ctrl-C / SIGTERM (or when any of them exits). Binaries:
 # $STRATA_BIN_DIR/runtime (./strata serve builds them and sets it), or Bazel runfiles.
 # Usage: tools/strata_serve.sh --model DIR [--stages N] [--host H] [--port P] [--port-file F]
-#        [--max-seq N] [--max-batch N] [--max-queue N] [--queue-timeout-ms MS]
-#        [--kv-memory SIZE|PCT] [--kv-dtype D] [--served-model-name NAME] [--grpc-port P] (gRPC beside
-#        HTTP); --max-batch (requests in flight), the admission queue's bounds and the KV
-#        pool's budget (per stage) go to every stage (strata-stage --help)
+#        [--max-seq N] [--threads T] [--max-batch N] [--max-queue N] [--queue-timeout-ms MS]
+#        [--kv-memory SIZE|PCT] [--kv-dtype D] [--no-prefix-cache] [--served-model-name NAME]
+#        [--grpc-port P] (gRPC beside HTTP); --max-batch (requests in flight), the admission
+#        queue's bounds, the KV pool's budget (per stage) and dtype, and prefix reuse go to
+#        every stage, as do its matmul --threads (strata-stage --help)
 set -u
 . "$(dirname "$0")/../tests/pipeline/pipeline_lib.sh"
 
 serve_usage() {
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
 }
 
 model="" stages=1 host=127.0.0.1 port=8000 port_file="" max_seq=4096 grpc_port=""
@@ -28,7 +29,8 @@ while [ $# -gt 0 ]; do
     --port) port=$2; shift 2 ;;
     --port-file) port_file=$2; shift 2 ;;
     --max-seq) max_seq=$2; shift 2 ;;
-    --max-batch | --max-queue | --queue-timeout-ms | --kv-memory | --kv-dtype) stage_opts+=("$1" "$2"); shift 2 ;;
+    --max-batch | --max-queue | --queue-timeout-ms | --kv-memory | --kv-dtype | --threads) stage_opts+=("$1" "$2"); shift 2 ;;
+    --no-prefix-cache) stage_opts+=("$1"); shift ;;
     --served-model-name) serve_opts+=(--served-model-name "$2"); shift 2 ;;
     --grpc-port) grpc_port=$2; serve_opts+=(--grpc-port "$2" --grpc-port-file "$PL_GRPC_PORT_FILE"); shift 2 ;;
     -h | --help) serve_usage; exit 0 ;;

@@ -723,6 +723,10 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
     out->prefix_prompt_tokens = core->prefix.prompt_tokens;
 }
 
+void stage_core_set_prefix_cache(struct stage_core *core, int on) {
+    core->prefix.off = !on;
+}
+
 size_t stage_core_kv_bytes(const struct stage_core *core) {
     return stage_backend_kv_bytes(core->be);
 }

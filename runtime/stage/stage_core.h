@@ -244,6 +244,10 @@ struct stage_core_stats {
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 
+/* Stage 0: prefix reuse on (the default) or off (every prompt prefilled in full and nothing
+ * kept for later requests; runtime/stage/stage_prefix_internal.h). */
+void stage_core_set_prefix_cache(struct stage_core *core, int on);
+
 /* In-flight recovery (stage_recovery.c; design there). Stage 0 with recovery_timeout_ms > 0
  * holds the requests of a broken ring instead of failing them. The driver calls this
  * regularly (every loop) with the time and whether both of stage 0's ring links are up:

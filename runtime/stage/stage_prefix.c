@@ -29,7 +29,7 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
     *keys = NULL;
     *n_keys = *cached = 0;
     *cost = need;
-    if (n == 0) return 0;
+    if (n == 0 || core->prefix.off) return 0;
     uint64_t *k = malloc((size_t)n * sizeof *k);
     if (!k) return strata_set_error(STRATA_ENOMEM, "no memory for %d block keys", n);
     /* key_b = SipHash(key_{b-1} || the block's 16 ids): a block's key names its whole prefix. */

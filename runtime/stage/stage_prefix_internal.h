@@ -30,6 +30,7 @@ struct stage_req;
 struct wire_request;
 
 struct stage_prefix {
+    int off;         /* stage 0: --no-prefix-cache (no keys, nothing looked up or kept) */
     uint64_t key[2]; /* stage 0: SipHash key of the block chain */
     /* Stage 0, since start: requests looked up, of them those that reused blocks, and the
      * prompt tokens they reused (of prompt_tokens looked up). */
