@@ -245,7 +245,7 @@ void serve_gen_free(struct serve_gen *g) {
     if (g->submitted) serve_engine_release(g->app->engine, &g->job);
     if (g->in_flight) {
         serve_metrics_in_flight(g->app->metrics, -1);
-        serve_metrics_tokens(g->app->metrics, g->prompt_tokens, g->seen);
+        serve_metrics_tokens(g->app->metrics, g->prompt_tokens, g->job.cached_tokens, g->seen);
     }
     tokenizer_stream_free(g->stream);
     serve_text_free(&g->text);

@@ -32,9 +32,10 @@ void serve_metrics_request(struct serve_metrics *m, int http_status) {
     pthread_mutex_unlock(&m->mu);
 }
 
-void serve_metrics_tokens(struct serve_metrics *m, int prompt, int completion) {
+void serve_metrics_tokens(struct serve_metrics *m, int prompt, int cached, int completion) {
     pthread_mutex_lock(&m->mu);
     m->prompt_tokens += prompt;
+    m->cached_tokens += cached;
     m->completion_tokens += completion;
     pthread_mutex_unlock(&m->mu);
 }
@@ -130,6 +131,13 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out) {
                      "# TYPE strata_serve_prompt_tokens_total counter\n"
                      "strata_serve_prompt_tokens_total %ld\n",
                      m->prompt_tokens);
+    if (rc == 0) /* cached / prompt is the prefix cache's hit rate in tokens */
+        rc = appendf(out,
+                     "# HELP strata_serve_prompt_tokens_cached_total Prompt tokens whose KV came "
+                     "from the prefix cache.\n"
+                     "# TYPE strata_serve_prompt_tokens_cached_total counter\n"
+                     "strata_serve_prompt_tokens_cached_total %ld\n",
+                     m->cached_tokens);
     if (rc == 0)
         rc = appendf(out,
                      "# TYPE strata_serve_completion_tokens_total counter\n"

@@ -23,7 +23,7 @@ struct serve_metrics {
     int status_codes[SERVE_METRICS_STATUSES];
     long status_counts[SERVE_METRICS_STATUSES];
     long grpc_counts[SERVE_GRPC_CODES];
-    long prompt_tokens, completion_tokens;
+    long prompt_tokens, cached_tokens, completion_tokens;
     long in_flight;
     struct serve_hist ttft, itl;
 };
@@ -33,7 +33,7 @@ void serve_metrics_destroy(struct serve_metrics *m);
 void serve_metrics_request(struct serve_metrics *m, int http_status);
 /* A gRPC call ended with status `code` (0..16). */
 void serve_metrics_grpc(struct serve_metrics *m, int code);
-void serve_metrics_tokens(struct serve_metrics *m, int prompt, int completion);
+void serve_metrics_tokens(struct serve_metrics *m, int prompt, int cached, int completion);
 void serve_metrics_in_flight(struct serve_metrics *m, int delta);
 void serve_metrics_ttft(struct serve_metrics *m, double seconds);
 void serve_metrics_itl(struct serve_metrics *m, double seconds);

@@ -208,7 +208,7 @@ static void metrics_text(void **state) {
     serve_metrics_request(&m, 200);
     serve_metrics_request(&m, 200);
     serve_metrics_request(&m, 400);
-    serve_metrics_tokens(&m, 10, 4);
+    serve_metrics_tokens(&m, 10, 3, 4);
     serve_metrics_in_flight(&m, 1);
     serve_metrics_ttft(&m, 0.02);
     serve_metrics_itl(&m, 100);
@@ -223,6 +223,7 @@ static void metrics_text(void **state) {
     assert_null(strstr(out.data, "code=\"CANCELLED\""));
     assert_non_null(strstr(out.data, "strata_serve_requests_total{status=\"200\"} 2\n"));
     assert_non_null(strstr(out.data, "strata_serve_requests_total{status=\"400\"} 1\n"));
+    assert_non_null(strstr(out.data, "strata_serve_prompt_tokens_cached_total 3\n"));
     assert_non_null(strstr(out.data, "strata_serve_prompt_tokens_total 10\n"));
     assert_non_null(strstr(out.data, "strata_serve_completion_tokens_total 4\n"));
     assert_non_null(strstr(out.data, "strata_serve_requests_in_flight 1\n"));
