@@ -272,6 +272,18 @@ void kv_blocks_register(struct kv_blocks *b, int slot, const uint64_t *keys, int
     }
 }
 
+void kv_blocks_forget(struct kv_blocks *b) {
+    while (b->lru_tail >= 0) {
+        const int32_t blk = b->lru_tail;
+        lru_unlink(b, blk);
+        b->free_ids[b->num_free++] = blk;
+    }
+    for (int i = 0; i < b->num_blocks; ++i)
+        b->key[i] = 0;
+    for (int i = 0; i < b->index_cap; ++i)
+        b->index[i] = -1;
+}
+
 int kv_blocks_check_slots(const struct kv_blocks *b, const int *slots, int n, const char *what) {
     if (n <= 0 || !slots) return strata_set_error(STRATA_EINVAL, "%s: no slots given", what);
     for (int i = 0; i < n; ++i) {

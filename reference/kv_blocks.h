@@ -115,6 +115,9 @@ int kv_blocks_attach(struct kv_blocks *b, int slot, const uint64_t *keys, int n,
  * left as it is. The caller passes only full blocks whose positions are all written. */
 void kv_blocks_register(struct kv_blocks *b, int slot, const uint64_t *keys, int n);
 
+/* Forgets every key (held blocks keep their holders; cached ones become free). */
+void kv_blocks_forget(struct kv_blocks *b);
+
 /* 0 when slots [n] are distinct in-use slots, else STRATA_EINVAL naming `what`. */
 int kv_blocks_check_slots(const struct kv_blocks *b, const int *slots, int n, const char *what);
 

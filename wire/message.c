@@ -541,7 +541,7 @@ static int parse_control(struct wire_control *out, const struct fb_table *t) {
     out->kind = (enum wire_control_kind)fb_get_scalar(t, CONTROL_KIND, 1, 0);
     out->nonce = fb_get_scalar(t, CONTROL_NONCE, 8, 0);
     out->seq = fb_get_scalar(t, CONTROL_SEQ, 8, 0);
-    if (out->kind > WIRE_CONTROL_DESCRIBE)
+    if (out->kind > WIRE_CONTROL_PREFIX_CHECK)
         return strata_set_error(STRATA_EVERSION, "wire: Control.kind %d unknown", (int)out->kind);
     return wmsg_parse_control_stages(out, t, CONTROL_STAGES);
 }

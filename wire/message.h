@@ -100,8 +100,11 @@ enum wire_control_kind {
     WIRE_CONTROL_CANCEL = 2,
     WIRE_CONTROL_DRAIN = 3,
     WIRE_CONTROL_SHUTDOWN = 4,
-    WIRE_CONTROL_RESET = 5,   /* recovery: drop every held request, forward (stage_recovery.c) */
-    WIRE_CONTROL_DESCRIBE = 6 /* the ring's stages, each appending its own (stage_describe.c) */
+    WIRE_CONTROL_RESET = 5,    /* recovery: drop every held request, forward (stage_recovery.c) */
+    WIRE_CONTROL_DESCRIBE = 6, /* the ring's stages, each appending its own (stage_describe.c) */
+    /* prefix reuse: after a Request with cached blocks, round the ring back to stage 0; seq
+     * 0 while every stage attached them, 1 once one did not (stage_prefix.c) */
+    WIRE_CONTROL_PREFIX_CHECK = 7
 };
 
 /* One tensor. On build, `data` points at `nbytes` of payload already in the codec's

@@ -137,6 +137,10 @@ void stage_backend_kv_register(struct stage_backend *be, int slot, const uint64_
     if (n > 0) be->iface->kv_register(be, slot, keys, n);
 }
 
+void stage_backend_kv_forget(struct stage_backend *be) {
+    be->iface->kv_forget(be);
+}
+
 int stage_backend_kv_blocks(const struct stage_backend_options *opt, size_t free_bytes,
                             size_t block_bytes, int max_seq, int *blocks) {
     const long long per_slot = kv_blocks_for(max_seq);

@@ -126,6 +126,9 @@ struct stage_backend_i {
     int (*kv_lookup)(const struct stage_backend *be, const uint64_t *keys, int n, int *cached);
     int (*kv_attach)(struct stage_backend *be, int slot, const uint64_t *keys, int n);
     void (*kv_register)(struct stage_backend *be, int slot, const uint64_t *keys, int n);
+    /* Forgets every key: no block is attached again until registered anew (stage 0 after a
+     * later stage missed one); cached blocks become free. */
+    void (*kv_forget)(struct stage_backend *be);
     /* Packs in-use slots [n] into `out` (owned by `out` afterwards: kv_handoff_free). */
     int (*kv_pack)(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
     /* Replaces in-use slots [n] with rows of `in` bit for bit; refuses another layer range
@@ -227,6 +230,7 @@ int stage_backend_kv_lookup(const struct stage_backend *be, const uint64_t *keys
                             int *cached);
 int stage_backend_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n);
 void stage_backend_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n);
+void stage_backend_kv_forget(struct stage_backend *be);
 /* *blocks = the whole blocks of block_bytes that the options' budget holds, free_bytes being
  * what a fraction is of (no budget: 0, kv_blocks_init's default of every slot at max_seq);
  * STRATA_ERANGE naming the sizes when that is less than one request of max_seq positions

@@ -132,6 +132,10 @@ static void cpu_kv_register(struct stage_backend *be, int slot, const uint64_t *
     if (hi > lo) kv_blocks_register(&c->kv.blocks, slot, keys + lo, hi - lo);
 }
 
+static void cpu_kv_forget(struct stage_backend *be) {
+    kv_blocks_forget(&ctx(be)->kv.blocks);
+}
+
 static void cpu_kv_release(struct stage_backend *be, int slot) {
     kv_cache_release(&ctx(be)->kv, slot);
 }
@@ -210,6 +214,7 @@ static const struct stage_backend_i cpu_iface = {
     .kv_lookup = cpu_kv_lookup,
     .kv_attach = cpu_kv_attach,
     .kv_register = cpu_kv_register,
+    .kv_forget = cpu_kv_forget,
     .kv_pack = cpu_kv_pack,
     .kv_restore = cpu_kv_restore,
     .describe = cpu_describe,

@@ -624,6 +624,7 @@ static const struct stage_backend_i cuda_iface = {
     .kv_lookup = backend_cuda_kv_lookup,
     .kv_attach = backend_cuda_kv_attach,
     .kv_register = backend_cuda_kv_register,
+    .kv_forget = backend_cuda_kv_forget,
     .kv_pack = backend_cuda_kv_pack,
     .kv_restore = backend_cuda_kv_restore,
     .describe = cuda_describe,

@@ -161,6 +161,10 @@ void backend_cuda_kv_register(struct stage_backend *be, int slot, const uint64_t
     if (hi > lo) kv_blocks_register(&c->kv, slot, keys + lo, hi - lo);
 }
 
+void backend_cuda_kv_forget(struct stage_backend *be) {
+    kv_blocks_forget(&ctx(be)->kv);
+}
+
 void backend_cuda_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out) {
     const struct cuda_context *c = ctx(be);
     *out = (struct stage_kv_usage){.blocks = c->kv.num_blocks,

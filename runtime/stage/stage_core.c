@@ -349,8 +349,9 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
     }
     if (params.resume_len > 0 && stage_recovery_admit_resumed(core, req, msg) < 0) return 0;
     if (forward_request(core, req, frame, len) < 0) return 0;
-    /* The prompt (+ resumed tokens) in chunks, after the blocks taken from the cache. */
-    stage_recovery_queue_prefill_from(core, req, req->cached_blocks * KV_BLOCK);
+    /* The prompt (+ resumed tokens) in chunks, after the blocks taken from the cache once
+     * every stage has them (stage_prefix.c). */
+    stage_prefix_start(core, req);
     return 0;
 }
 
@@ -401,6 +402,10 @@ static int on_forwarded_request(struct stage_core *core, const struct wire_reque
     else
         rc = admit(core, &req, msg->nonce, &params, keys, (int)msg->num_block_keys,
                    msg->cached_blocks, why, sizeof why);
+    if (rc == STRATA_ENOTFOUND) { /* its cached blocks are not all here: the check says so, */
+        stage_prefix_note_miss(core, msg->nonce); /* and stage 0 sends it again cold */
+        return 0;
+    }
     if (rc < 0) {
         stage_emit_error(core, STAGE_LINK_PREV, 0, rc, msg->nonce, why);
         stage_push_refusal(core, msg->nonce, rc, why);
@@ -611,6 +616,8 @@ static int on_frame(struct stage_core *core, enum stage_link from, uint32_t clie
             stage_recovery_on_reset(core, from, msg.seq);
         else if (msg.kind == WIRE_CONTROL_DESCRIBE)
             return stage_describe_on_control(core, from, client_id, &msg);
+        else if (msg.kind == WIRE_CONTROL_PREFIX_CHECK && from == STAGE_LINK_PREV)
+            stage_prefix_on_check(core, msg.nonce, msg.seq);
         else if (msg.kind == WIRE_CONTROL_CANCEL && from != STAGE_LINK_NEXT) {
             struct stage_req *req = stage_find(core, msg.nonce);
             if (req && (from == STAGE_LINK_PREV || req->client_id == client_id))
@@ -721,6 +728,7 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
     out->prefix_hits = core->prefix.hits;
     out->prefix_cached_tokens = core->prefix.cached_tokens;
     out->prefix_prompt_tokens = core->prefix.prompt_tokens;
+    out->prefix_fallbacks = core->prefix.fallbacks;
 }
 
 void stage_core_set_prefix_cache(struct stage_core *core, int on) {

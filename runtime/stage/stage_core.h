@@ -241,6 +241,7 @@ struct stage_core_stats {
     /* Prefix reuse (stage 0, since start): requests that looked their prompt up in the KV
      * cache, those that reused blocks, the prompt tokens reused and looked up. */
     uint64_t prefix_lookups, prefix_hits, prefix_cached_tokens, prefix_prompt_tokens;
+    uint64_t prefix_fallbacks; /* checks that came back marked: sent again cold */
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 

@@ -64,6 +64,7 @@ struct stage_req {
      * and how many leading blocks were attached from the cache. */
     uint64_t *keys;
     int n_keys, cached_blocks;
+    int prefix_wait; /* stage 0: its PrefixCheck is out; the prefill waits for it */
 };
 
 /* One kept KvBlock frame (stage 0): `len` bytes, covering KV positions [0, positions). */

@@ -73,8 +73,7 @@ int stage_prefix_attach(struct stage_core *core, struct stage_req *req, uint64_t
         stage_backend_kv_usage(core->be, &u);
         snprintf(why, why_cap,
                  "stage %d: stage 0 reuses %d cached KV blocks of this prompt but this stage "
-                 "holds only the first %d (its pool: %d blocks); every stage's --kv-memory must "
-                 "hold at least as many blocks as stage 0's",
+                 "holds only the first %d (its pool: %d blocks); stage 0 sends it again cold",
                  core->opt.stage_index, cached, got / KV_BLOCK, u.blocks);
         return STRATA_ENOTFOUND;
     }
@@ -97,5 +96,82 @@ int stage_prefix_build_request(struct stage_core *core, const struct stage_req *
 }
 
 void stage_prefix_keep(struct stage_core *core, struct stage_req *req) {
+    if (req->prefix_wait) return; /* its blocks were never all checked */
     if (req->n_keys > 0) stage_backend_kv_register(core->be, req->slot, req->keys, req->n_keys);
+}
+
+void stage_prefix_note_miss(struct stage_core *core, uint64_t nonce) {
+    const int n = (int)(sizeof core->prefix.missed / sizeof *core->prefix.missed);
+    core->prefix.missed[core->prefix.missed_next] = nonce;
+    core->prefix.missed_next = (core->prefix.missed_next + 1) % n;
+}
+
+static int take_miss(struct stage_core *core, uint64_t nonce) {
+    for (size_t i = 0; i < sizeof core->prefix.missed / sizeof *core->prefix.missed; ++i)
+        if (core->prefix.missed[i] == nonce) {
+            core->prefix.missed[i] = 0;
+            return 1;
+        }
+    return 0;
+}
+
+void stage_prefix_start(struct stage_core *core, struct stage_req *req) {
+    if (req->cached_blocks > 0 && core->opt.num_stages > 1) {
+        req->prefix_wait = 1;
+        stage_emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_PREFIX_CHECK, req->nonce, 0);
+        return;
+    }
+    stage_recovery_queue_prefill_from(core, req, req->cached_blocks * KV_BLOCK);
+}
+
+/* Stage 0: the check came back marked: the request goes again from position 0. */
+static void fall_back(struct stage_core *core, struct stage_req *req) {
+    core->prefix.fallbacks++;
+    core->prefix.hits--;
+    core->prefix.cached_tokens -= (uint64_t)req->cached_blocks * KV_BLOCK;
+    /* The stages that attached drop it (the one that missed never admitted it); links are
+     * FIFO, so they see the cancel before the Request that follows. */
+    stage_emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_CANCEL, req->nonce, 0);
+    /* Forget every key first, the attached blocks' too: released, they are free, not cached. */
+    stage_backend_kv_forget(core->be);
+    req->cached_blocks = 0;
+    req = stage_recovery_fresh_slot(core, req);
+    const struct request_params *p = &req->params;
+    struct wire_request msg = {.nonce = req->nonce,
+                               .prompt = req->prompt,
+                               .prompt_len = (size_t)p->prompt_len,
+                               .max_tokens = p->max_tokens,
+                               .temperature = p->sampling.temperature,
+                               .top_k = p->sampling.top_k,
+                               .top_p = p->sampling.top_p,
+                               .seed = p->sampling.seed,
+                               .stop_ids = p->stop_ids,
+                               .num_stop_ids = (size_t)p->num_stop_ids,
+                               .block_keys = req->keys,
+                               .num_block_keys = (size_t)req->n_keys};
+    int rc = wire_build_request(&core->arena, &msg);
+    if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
+    if (rc < 0) {
+        stage_fail(core, req, rc, 0, 0,
+                   "stage 0: sending request %llu again without its cached "
+                   "prefix: %s",
+                   (unsigned long long)req->nonce, strata_last_error());
+        return;
+    }
+    stage_recovery_queue_prefill_from(core, req, 0);
+}
+
+void stage_prefix_on_check(struct stage_core *core, uint64_t nonce, uint64_t seq) {
+    if (!core->is_first) {
+        if (take_miss(core, nonce)) seq = 1;
+        stage_emit_control(core, STAGE_LINK_NEXT, 0, WIRE_CONTROL_PREFIX_CHECK, nonce, seq);
+        return;
+    }
+    struct stage_req *req = stage_find(core, nonce);
+    if (!req || !req->prefix_wait || req->held) return; /* gone, or replayed cold */
+    req->prefix_wait = 0;
+    if (seq == 0)
+        stage_recovery_queue_prefill_from(core, req, req->cached_blocks * KV_BLOCK);
+    else
+        fall_back(core, req);
 }

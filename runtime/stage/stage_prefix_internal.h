@@ -11,14 +11,20 @@
  * position) each stage keeps the prompt's blocks under the keys, cached until the pool
  * needs them (least recently used first); a cancelled or failed request keeps nothing.
  *
- * Why every later stage finds the blocks stage 0 found: all stages see the same requests,
- * finishes and attaches in the same order (stage 0 sends them down the ring in order), a
- * later stage's own allocations only lag stage 0's, and each pool evicts least recently
- * used first; so a pool holding at least as many blocks as stage 0's holds at least what
- * stage 0's holds. A stage that misses anyway (its pool is smaller) never recomputes
- * something else in silence: it fails the request, naming both pools. Qwen3-VL requests
- * (whose blocks would need the images' bytes in their keys) and recovery replays start
- * cold. */
+ * Why a later stage normally finds the blocks stage 0 found: all stages see the same
+ * requests, finishes and attaches in the same order (stage 0 sends them down the ring in
+ * order), a later stage's own allocations only lag stage 0's, and each pool evicts least
+ * recently used first; so a pool holding at least as many blocks as stage 0's holds at
+ * least what stage 0's holds. But a stage may have restarted with an empty pool, or have a
+ * smaller one; so it is checked, never assumed: stage 0 sends a Control PrefixCheck right
+ * behind the Request and holds the prefill until it comes back round the ring. A stage that
+ * lacks a block admits nothing, forwards nothing of the Request, and marks the check (seq 1).
+ * A clean check lets stage 0 start the prefill after the blocks; a marked one makes it
+ * cancel the request on the stages that did attach, forget every key of its own pool (so
+ * the next requests go cold and the pools agree again) and send the Request again cold,
+ * under the same nonce, the client seeing only the delay. Never a silent recompute of
+ * something else. Qwen3-VL requests (whose blocks would need the images' bytes in their
+ * keys) and recovery replays start cold. */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_PREFIX_INTERNAL_H
 #define STRATA_RUNTIME_STAGE_STAGE_PREFIX_INTERNAL_H
 
@@ -34,7 +40,11 @@ struct stage_prefix {
     uint64_t key[2]; /* stage 0: SipHash key of the block chain */
     /* Stage 0, since start: requests looked up, of them those that reused blocks, and the
      * prompt tokens they reused (of prompt_tokens looked up). */
-    uint64_t lookups, hits, cached_tokens, prompt_tokens;
+    uint64_t lookups, hits, cached_tokens, prompt_tokens, fallbacks;
+    /* Later stages: nonces whose cached blocks were not all here (the next PrefixCheck for
+     * each is marked), a small ring: a check follows its Request at once. */
+    uint64_t missed[16];
+    int missed_next;
 };
 
 /* Stage 0 at init: draws the key. */
@@ -61,5 +71,16 @@ int stage_prefix_build_request(struct stage_core *core, const struct stage_req *
 
 /* At a normal finish, before the slot is released: keeps the prompt's blocks. */
 void stage_prefix_keep(struct stage_core *core, struct stage_req *req);
+
+/* A later stage that could not attach a request's cached blocks: remembered for its check. */
+void stage_prefix_note_miss(struct stage_core *core, uint64_t nonce);
+
+/* A PrefixCheck arrived (msg's nonce and seq): later stages mark and forward it; stage 0
+ * starts the request's prefill, or falls back to a cold one. */
+void stage_prefix_on_check(struct stage_core *core, uint64_t nonce, uint64_t seq);
+
+/* Stage 0, after forwarding a request with cached blocks: sends its check and holds the
+ * prefill (S = 1: starts it at once). */
+void stage_prefix_start(struct stage_core *core, struct stage_req *req);
 
 #endif

@@ -116,6 +116,8 @@ struct stage_req *stage_recovery_fresh_slot(struct stage_core *core, struct stag
  * the replay's image rows carry them like the first prefill's did. */
 static void replay(struct stage_core *core, struct stage_req *req) {
     req->held = 0;
+    req->prefix_wait = 0; /* a replay is cold (stage_prefix_internal.h) */
+    req->cached_blocks = 0;
     /* A fresh slot, or with KV copies one restored to m positions (stage_recovery_kv.c). */
     int m = stage_recovery_kv_restore(core, &req);
     if (m < 0) return; /* failed, and gone */

@@ -255,6 +255,13 @@ static int lead_kv_attach(struct stage_backend *be, int slot, const uint64_t *ke
     return got;
 }
 
+/* The leader alone: the followers' pools keep more keys than it then, which is harmless (they
+ * attach only what it sends them) and needs no command. */
+static void lead_kv_forget(struct stage_backend *be) {
+    struct tp_leader *l = leader(be);
+    l->inner->iface->kv_forget(l->inner);
+}
+
 static void lead_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n) {
     struct tp_leader *l = leader(be);
     l->inner->iface->kv_register(l->inner, slot, keys, n);
@@ -326,6 +333,7 @@ static const struct stage_backend_i leader_iface = {
     .kv_lookup = lead_kv_lookup,
     .kv_attach = lead_kv_attach,
     .kv_register = lead_kv_register,
+    .kv_forget = lead_kv_forget,
     .kv_pack = lead_kv_pack,
     .kv_restore = lead_kv_restore,
     .describe = lead_describe,
@@ -344,6 +352,7 @@ static const struct stage_backend_i leader_iface_no_argmax = {
     .kv_lookup = lead_kv_lookup,
     .kv_attach = lead_kv_attach,
     .kv_register = lead_kv_register,
+    .kv_forget = lead_kv_forget,
     .kv_pack = lead_kv_pack,
     .kv_restore = lead_kv_restore,
     .describe = lead_describe,

@@ -485,6 +485,41 @@ static void test_prefix_reuse_exact(void **state) {
     }
 }
 
+/* A later stage that lost its cached blocks (restarted with an empty pool): stage 0's check
+ * comes back marked, the request is cancelled where it was attached and sent again cold, and
+ * gives the cold bits; stage 0 forgot its keys, so the next request is cold too and the pools
+ * agree again, and the one after reuses the blocks on both stages. */
+static void test_prefix_miss_falls_back(void **state) {
+    struct tp_golden *g = &golden_long;
+    const int V = g->cfg.vocab_size, P = g->prompt_len;
+    struct stage_core_stats st;
+    (void)state;
+    assert_int_equal(tp_pipeline_init(&pipe_b, g, 1, NULL, 128, 4, 16), 0);
+    const struct stage_result *cold = run_prompt(&pipe_b, 1, g->prompt, P, 6);
+    assert_int_equal(tp_pipeline_init(&pipe_a, g, 2, NULL, 128, 4, 16), 0);
+    run_prompt(&pipe_a, 20, g->prompt, P, 2);
+    stage_backend_kv_forget(pipe_a.stages[1].backend); /* stage 1 "restarted" */
+    assert_same_result(run_prompt(&pipe_a, 21, g->prompt, P, 6), cold, V);
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.prefix_fallbacks, 1);
+    assert_int_equal(st.prefix_hits, 0);
+    assert_int_equal(st.prefix_cached_tokens, 0);
+    assert_same_result(run_prompt(&pipe_a, 22, g->prompt, P, 6), cold, V);
+    stage_core_get_stats(pipe_a.cores[0], &st);
+    assert_int_equal(st.prefix_hits, 1);
+    assert_int_equal(st.prefix_fallbacks, 1);
+    for (int r = 0; r < 2; r++) {
+        struct stage_kv_usage u;
+        stage_backend_kv_usage(pipe_a.stages[r].backend, &u);
+        assert_int_equal(u.free + u.cached, u.blocks);
+        assert_int_equal(u.promised, 0);
+        stage_core_get_stats(pipe_a.cores[r], &st);
+        assert_int_equal(st.active_requests, 0);
+    }
+    tp_pipeline_free(&pipe_a);
+    tp_pipeline_free(&pipe_b);
+}
+
 /* Stage 0's admission queue: with 2 KV slots and room for 3 waiting, 6 requests at once: 5
  * are answered with the golden tokens in arrival order of admission, the 6th is refused
  * (EBUSY naming --max-queue); a waiting request cancelled by its client, or whose client
@@ -997,6 +1032,7 @@ int main(void) {
         cmocka_unit_test(test_admission_queue),
         cmocka_unit_test(test_kv_pool_queue),
         cmocka_unit_test(test_prefix_reuse_exact),
+        cmocka_unit_test(test_prefix_miss_falls_back),
         cmocka_unit_test(test_admission_deadline),
         cmocka_unit_test(test_frame_checks),
         cmocka_unit_test(test_request_forwarded_before_activations),
