@@ -63,10 +63,12 @@ void strata_stage_usage(FILE *out) {
             "  --no-prefix-cache      stage 0: prefill every prompt in full (default: a prompt\n"
             "                         starting with whole 16-token blocks of a finished one\n"
             "                         reuses their KV on every stage, bit for bit the same)\n"
-            "  --kv-dtype f32|bf16|f16  what the KV cache stores (default f32, the exact mode;\n"
-            "                         bf16 / f16 halve its bytes: README's serving section has\n"
-            "                         their measured error). Every stage must use the same: it\n"
-            "                         is in the Hello's model fingerprint\n"
+            "  --kv-dtype f32|bf16|f16  what the KV cache stores (default f16: half of f32's bytes,\n"
+            "                         greedy ids equal to transformers' on every golden; f32 is\n"
+            "                         the exact mode; README's serving section has the measured\n"
+            "                         error). The ranks of a TP / KVP group must agree (their\n"
+            "                         Hello checks it); a KV block restores only into its own\n"
+            "                         dtype\n"
             "  --chunk-size C         prefill chunk rows (default 64)\n"
             "  --send-kv              send each request's KV after its prefill activation (on\n"
             "                         every stage: stage 0 keeps the later stages' blocks and a\n"
@@ -512,6 +514,7 @@ static void args_defaults(struct args *a) {
     a->drain_timeout_ms = 10000;
     a->recovery_timeout_ms = 10000;
     a->max_queue = 256;
+    a->kv_dtype = OPS_F16; /* README "KV storage type": ten times closer than bf16, half of f32 */
     a->queue_timeout_ms = 30000;
     a->kv_keep_mb = 1024;
 }

@@ -69,7 +69,8 @@ struct run {
     struct wire_security security;
     char listen_host[256];
     int listen_port;
-    uint8_t fingerprint[WIRE_FINGERPRINT_BYTES];
+    uint8_t fingerprint[WIRE_FINGERPRINT_BYTES];       /* the ring's Hello: model, weights */
+    uint8_t group_fingerprint[WIRE_FINGERPRINT_BYTES]; /* a TP group's: the KV dtype too */
     /* Tensor parallelism (--tp >= 2): the stage's group, this rank's place in it, and a
      * follower's backend (rank 0 has r->stage instead). */
     struct coll *coll;
@@ -320,14 +321,17 @@ static int setup_links(struct run *r, const struct args *a) {
      * model, so the weights dtype joins the compute dtype in the fingerprint (bf16 keeps
      * "float32"). v2: the 16-lane accumulation of reference/ops_q8.h (session 24), whose
      * logits differ in the last bits from the first version's 8 lanes. */
-    /* So does a 16-bit KV cache: its stage's logits differ from f32's, and a KV copy restored
-     * by a replay must come back into the dtype it was stored as. */
-    char dtype[64];
-    snprintf(dtype, sizeof dtype, "float32%s%s%s",
-             a->weights_dtype && !strcmp(a->weights_dtype, "q8") ? "+q8v2-weights" : "",
-             a->kv_dtype != OPS_F32 ? "+kv-" : "",
-             a->kv_dtype != OPS_F32 ? kv_dtype_name(a->kv_dtype) : "");
-    if (wire_model_fingerprint(r->fingerprint, r->config_json, r->config_len, dtype) < 0) {
+    const char *dtype =
+        a->weights_dtype && !strcmp(a->weights_dtype, "q8") ? "float32+q8v2-weights" : "float32";
+    /* A TP / KVP group's ranks must also store their KV alike (their pools and logits go
+     * together); stages of a ring need not (each stage's cache is its own, and a KV block
+     * names the dtype it was stored as: kv_cache_restore refuses another), and a vision
+     * stage has none. */
+    char group_dtype[96];
+    snprintf(group_dtype, sizeof group_dtype, "%s+kv-%s", dtype, kv_dtype_name(a->kv_dtype));
+    if (wire_model_fingerprint(r->fingerprint, r->config_json, r->config_len, dtype) < 0 ||
+        wire_model_fingerprint(r->group_fingerprint, r->config_json, r->config_len,
+                               group_dtype) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }
@@ -363,7 +367,7 @@ static int open_group(struct run *r, const struct args *a) {
                                .timeout_ms = a->tp_timeout_ms,
                                .tls = r->security.tls,
                                .key = r->security.hello_key,
-                               .fingerprint = r->fingerprint};
+                               .fingerprint = r->group_fingerprint};
     if (stage_tp_connect(&r->coll, &net) < 0) {
         fprintf(stderr, "strata-stage: TP group: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
