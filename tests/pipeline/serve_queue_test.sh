@@ -76,10 +76,11 @@ ask last
 echo "after the bursts: answered at once (every slot and the queue free again)"
 
 # A KV pool smaller than the slots (--kv-memory): 8 slots, blocks for two requests on stage
-# 0 (the stage with the most layers). Requests reserve prompt + max_tokens when they start,
-# so the others wait for blocks in the queue: a burst of 6 is answered 6 of 6, each equal to
-# the solo run, and every block is back in the pool afterwards.
-block=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); L=(c["num_hidden_layers"]+1)//2; print(2*4*L*c["num_key_value_heads"]*c.get("head_dim", c["hidden_size"]//c["num_attention_heads"])*16)' "$model/config.json")
+# 0 (the stage with the most layers; f16, the default KV dtype: 2 bytes an element).
+# Requests reserve prompt + max_tokens when they start, so the others wait for blocks in the
+# queue: a burst of 6 is answered 6 of 6, each equal to the solo run, and every block is back
+# in the pool afterwards.
+block=$(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); L=(c["num_hidden_layers"]+1)//2; print(2*2*L*c["num_key_value_heads"]*c.get("head_dim", c["hidden_size"]//c["num_attention_heads"])*16)' "$model/config.json")
 pl_start_pipeline p 2 "$model" --max-seq 64 --max-batch 8 --max-queue 8 --step-delay-ms 20 \
     --kv-memory $((5 * block))
 grep -q "^kv cache: 5 blocks of 16 positions = 80 tokens" "$PL_WORK/p.0.out" ||
