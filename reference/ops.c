@@ -192,14 +192,8 @@ static const float *kv_rows(const struct ops_kv *kv, int values, int g, int b, i
     const size_t at = (size_t)kv->blocks[b] * kv->block_stride + (size_t)g * kv->head_stride;
     const void *base = values ? kv->v : kv->k;
     if (kv->dtype == OPS_F32) return (const float *)base + at;
-    const uint16_t *src = (const uint16_t *)base + at;
-    const size_t n = (size_t)m * (size_t)d_len;
-    if (kv->dtype == OPS_BF16)
-        for (size_t i = 0; i < n; ++i)
-            tmp[i] = bf16_to_f32(src[i]);
-    else
-        for (size_t i = 0; i < n; ++i)
-            tmp[i] = f16_to_f32(src[i]);
+    attn_widen(tmp, (const uint16_t *)base + at, (size_t)m * (size_t)d_len,
+               kv->dtype == OPS_BF16);
     return tmp;
 }
 

@@ -11,6 +11,7 @@
 #include "reference/ops_attention_simd.h"
 
 #include "reference/ops.h"
+#include "runtime/base/dtype.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -20,6 +21,32 @@
 int attn_simd_enabled(void) {
     const enum ops_path p = ops_matmul_path();
     return p == OPS_PATH_AVX2 || p == OPS_PATH_AVX512;
+}
+
+/* Widening is exact either way (F16C's half -> single is IEEE's; bf16 is the top half of
+ * the f32 bits), so the vector path gives the scalar path's values. */
+__attribute__((target("avx2,f16c"))) static void widen_avx2(float *dst, const uint16_t *src,
+                                                              size_t n, int bf16) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
+        const __m256 f = bf16 ? _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+                              : _mm256_cvtph_ps(h);
+        _mm256_storeu_ps(dst + i, f);
+    }
+    for (; i < n; ++i)
+        dst[i] = bf16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+}
+
+void attn_widen(float *dst, const uint16_t *src, size_t n, int bf16) {
+    static int f16c = -1;
+    if (f16c < 0) f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+    if (f16c && attn_simd_enabled()) {
+        widen_avx2(dst, src, n, bf16);
+        return;
+    }
+    for (size_t i = 0; i < n; ++i)
+        dst[i] = bf16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
 }
 
 /* c[t] lane i = r[i] lane t. */
@@ -260,6 +287,10 @@ void attn_scores_avx512(float *const *scores, const float *const *q, int heads, 
 }
 void attn_weighted_sum_avx512(float *o, const float *p, const float *values, int count, int d_len) {
     (void)o, (void)p, (void)values, (void)count, (void)d_len;
+}
+void attn_widen(float *dst, const uint16_t *src, size_t n, int bf16) {
+    for (size_t i = 0; i < n; ++i)
+        dst[i] = bf16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
 }
 int attn_simd_enabled(void) {
     return 0;

@@ -6,6 +6,7 @@
 #define STRATA_REFERENCE_OPS_ATTENTION_SIMD_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 /* 1 when this build and CPU path run the AVX2 versions. */
 int attn_simd_enabled(void);
@@ -18,6 +19,10 @@ void attn_scores_avx2(float *scores, const float *q, const float *keys, size_t l
 /* o[d] = Σ_j p[j] * values[j][d] over j = 0 .. count-1 in ascending order, from 0 (values j
  * at values + j * d_len). */
 void attn_weighted_sum_avx2(float *o, const float *p, const float *values, int count, int d_len);
+
+/* dst [n] = the f16 (half: 0) or bf16 (1) values src [n] widened to f32, exactly (a 16-bit KV
+ * cache's block, read for attention): 8 at a time with F16C / AVX2 where the CPU has them. */
+void attn_widen(float *dst, const uint16_t *src, size_t n, int bf16);
 
 /* 1 when the AVX-512 versions run (the avx512 matmul path). */
 int attn_avx512_enabled(void);
