@@ -108,7 +108,7 @@ __global__ static void scores_kernel(Args a) {
     float local_max = -INFINITY;
     for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         const int jc = j - j0; /* in the chunk: block jc / 16, row jc % 16 */
-        const float *kj = a.kv.k + (size_t)ids[jc / OPS_ATTN_BLOCK] * a.kv.block_stride +
+        const float *kj = (const float *)a.kv.k + (size_t)ids[jc / OPS_ATTN_BLOCK] * a.kv.block_stride +
                           (size_t)g * a.kv.head_stride + (size_t)(jc % OPS_ATTN_BLOCK) * (size_t)D;
         float dot = 0.0f;
         if (((D & 3) | ((uintptr_t)kj & 15)) == 0) { /* 16-byte loads; adds still in order */
@@ -176,7 +176,7 @@ __global__ static void chunk_kernel(Args a) {
             float acc = 0.0f;
             const int jb = j0 + b * OPS_ATTN_BLOCK;
             if (b < nb) { /* a block past the context has no table entry */
-                const float *vb = a.kv.v + (size_t)ids[b] * a.kv.block_stride + head + (size_t)d;
+                const float *vb = (const float *)a.kv.v + (size_t)ids[b] * a.kv.block_stride + head + (size_t)d;
 #pragma unroll
                 for (int jj = 0; jj < OPS_ATTN_BLOCK; ++jj)
                     if (jb + jj < j1)

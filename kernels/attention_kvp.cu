@@ -190,7 +190,7 @@ extern "C" int cuda_attention_partial_max(float *max, float *scores, const float
     if (rc || n == 0) return rc;
     if (held < 1 || !max || !scores || !q || !kv || !kv->k || !kv->blocks)
         return strata_set_error(STRATA_EINVAL, "%s: %d keys held / NULL buffer", __func__, held);
-    const Args a = args_of(max, scores, q, NULL, kv, kv->k, pos, lo, held, nh, nkv, head_dim);
+    const Args a = args_of(max, scores, q, NULL, kv, (const float *)kv->k, pos, lo, held, nh, nkv, head_dim);
     partial_max_kernel<<<(unsigned)(n * nh), kThreads, 0, (cudaStream_t)stream>>>(a);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
@@ -215,7 +215,7 @@ extern "C" int cuda_attention_partial(float *part, const float *scores, const fl
     if (held < 1 || !part || !scores || !m || !kv || !kv->v || !kv->blocks)
         return strata_set_error(STRATA_EINVAL, "%s: %d keys held / NULL buffer", __func__, held);
     const Args a =
-        args_of(part, (float *)scores, NULL, m, kv, kv->v, pos, lo, held, nh, nkv, head_dim);
+        args_of(part, (float *)scores, NULL, m, kv, (const float *)kv->v, pos, lo, held, nh, nkv, head_dim);
     partial_kernel<<<(unsigned)(n * nh), column_threads(head_dim), 0, (cudaStream_t)stream>>>(a);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;

@@ -17,8 +17,8 @@ __global__ static void kv_store_kernel(ops_kv kv, const float *k, const float *v
         const int rem = (int)(idx % per_row), g = rem / head_dim, d = rem % head_dim;
         const size_t src = (size_t)i * (size_t)row_stride + (size_t)g * head_dim + d;
         const size_t dst = cuda_kv_offset(kv, g, pos + (int)i, head_dim) + d;
-        kv.k[dst] = k[src];
-        kv.v[dst] = v[src];
+        ((float *)kv.k)[dst] = k[src]; /* the CUDA cache stores f32 (backend_cuda_kv.c) */
+        ((float *)kv.v)[dst] = v[src];
     }
 }
 
