@@ -136,28 +136,7 @@ static void fall_back(struct stage_core *core, struct stage_req *req) {
     stage_backend_kv_forget(core->be);
     req->cached_blocks = 0;
     req = stage_recovery_fresh_slot(core, req);
-    const struct request_params *p = &req->params;
-    struct wire_request msg = {.nonce = req->nonce,
-                               .prompt = req->prompt,
-                               .prompt_len = (size_t)p->prompt_len,
-                               .max_tokens = p->max_tokens,
-                               .temperature = p->sampling.temperature,
-                               .top_k = p->sampling.top_k,
-                               .top_p = p->sampling.top_p,
-                               .seed = p->sampling.seed,
-                               .stop_ids = p->stop_ids,
-                               .num_stop_ids = (size_t)p->num_stop_ids,
-                               .block_keys = req->keys,
-                               .num_block_keys = (size_t)req->n_keys};
-    int rc = wire_build_request(&core->arena, &msg);
-    if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
-    if (rc < 0) {
-        stage_fail(core, req, rc, 0, 0,
-                   "stage 0: sending request %llu again without its cached "
-                   "prefix: %s",
-                   (unsigned long long)req->nonce, strata_last_error());
-        return;
-    }
+    if (stage_recovery_send_request(core, req, "sending without its cached prefix") < 0) return;
     stage_recovery_queue_prefill_from(core, req, 0);
 }
 

@@ -110,17 +110,7 @@ struct stage_req *stage_recovery_fresh_slot(struct stage_core *core, struct stag
     return dst;
 }
 
-/* Stage 0: one held request goes round again, from step n = tokens known. A Qwen3-VL
- * request's Request goes on as stage 0 first forwarded it (the expanded prompt, no vision
- * tensors: stage_vl_build_forward); stage 0 still holds its vision inputs (req->vl), and
- * the replay's image rows carry them like the first prefill's did. */
-static void replay(struct stage_core *core, struct stage_req *req) {
-    req->held = 0;
-    req->prefix_wait = 0; /* a replay is cold (stage_prefix_internal.h) */
-    req->cached_blocks = 0;
-    /* A fresh slot, or with KV copies one restored to m positions (stage_recovery_kv.c). */
-    int m = stage_recovery_kv_restore(core, &req);
-    if (m < 0) return; /* failed, and gone */
+int stage_recovery_send_request(struct stage_core *core, struct stage_req *req, const char *what) {
     const struct request_params *p = &req->params;
     struct wire_request msg = {.nonce = req->nonce,
                                .prompt = req->prompt,
@@ -140,11 +130,24 @@ static void replay(struct stage_core *core, struct stage_req *req) {
                                .num_block_keys = (size_t)req->n_keys};
     int rc = wire_build_request(&core->arena, &msg);
     if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
-    if (rc < 0) {
-        stage_fail(core, req, rc, 0, 0, "stage 0: replaying request %llu: %s",
+    if (rc < 0)
+        stage_fail(core, req, rc, 0, 0, "stage 0: %s request %llu: %s", what,
                    (unsigned long long)req->nonce, strata_last_error());
-        return;
-    }
+    return rc;
+}
+
+/* Stage 0: one held request goes round again, from step n = tokens known. A Qwen3-VL
+ * request's Request goes on as stage 0 first forwarded it (the expanded prompt, no vision
+ * tensors: stage_vl_build_forward); stage 0 still holds its vision inputs (req->vl), and
+ * the replay's image rows carry them like the first prefill's did. */
+static void replay(struct stage_core *core, struct stage_req *req) {
+    req->held = 0;
+    req->prefix_wait = 0; /* a replay is cold (stage_prefix_internal.h) */
+    req->cached_blocks = 0;
+    /* A fresh slot, or with KV copies one restored to m positions (stage_recovery_kv.c). */
+    int m = stage_recovery_kv_restore(core, &req);
+    if (m < 0) return; /* failed, and gone */
+    if (stage_recovery_send_request(core, req, "replaying") < 0) return;
     req->params.resume_len = req->n_generated;
     req->replaying = 1;
     core->stats.replayed++;

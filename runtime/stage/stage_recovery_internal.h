@@ -64,6 +64,11 @@ int stage_recovery_kv_restore(struct stage_core *core, struct stage_req **req);
 /* Stage 0: empties a held request's KV slot for its replay (it may move to another slot:
  * returns where it is now). */
 struct stage_req *stage_recovery_fresh_slot(struct stage_core *core, struct stage_req *req);
+
+/* Stage 0: req's Request down the ring again, cold (its prompt, the tokens it has as
+ * resume_tokens, its block keys with none cached); on failure the request is failed with
+ * "stage 0: <what> request N: ..." and the status returned. */
+int stage_recovery_send_request(struct stage_core *core, struct stage_req *req, const char *what);
 /* Stage 0: queues the replay's prefill from position `from` (0 = all of it). */
 int stage_recovery_queue_prefill_from(struct stage_core *core, struct stage_req *req, int from);
 
