@@ -14,7 +14,9 @@
 #include "runtime/base/dtype.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
+#include <pthread.h>
 
 #define AVX2_TARGET __attribute__((target("avx2")))
 
@@ -26,7 +28,7 @@ int attn_simd_enabled(void) {
 /* Widening is exact either way (F16C's half -> single is IEEE's; bf16 is the top half of
  * the f32 bits), so the vector path gives the scalar path's values. */
 __attribute__((target("avx2,f16c"))) static void widen_avx2(float *dst, const uint16_t *src,
-                                                              size_t n, int bf16) {
+                                                            size_t n, int bf16) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
@@ -38,10 +40,21 @@ __attribute__((target("avx2,f16c"))) static void widen_avx2(float *dst, const ui
         dst[i] = bf16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
 }
 
+/* CPUID leaf 1 rather than __builtin_cpu_supports: clang does not know the "f16c" feature
+ * name there. Detected once per process (pthread_once: stages in threads of one process may
+ * widen their first block at the same time). */
+static int cached_f16c;
+static pthread_once_t f16c_once = PTHREAD_ONCE_INIT;
+
+static void detect_f16c(void) {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    cached_f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+
 void attn_widen(float *dst, const uint16_t *src, size_t n, int bf16) {
-    static int f16c = -1;
-    if (f16c < 0) f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
-    if (f16c && attn_simd_enabled()) {
+    pthread_once(&f16c_once, detect_f16c);
+    /* attn_simd_enabled implies AVX2 is there and chosen. */
+    if (cached_f16c && attn_simd_enabled()) {
         widen_avx2(dst, src, n, bf16);
         return;
     }
