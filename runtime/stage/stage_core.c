@@ -294,9 +294,9 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
         snprintf(why, sizeof why, "stage 0: bad request: %s", strata_last_error());
     } else if ((rc = check_fit(core, &params, why, sizeof why)) < 0) {
         /* refused before it could wait: it can never fit */
-    } else if (!vl && params.resume_len == 0 &&
-               (rc = stage_prefix_plan(core, msg->prompt, params.prompt_len, kv_need(&params),
-                                       &keys, &n_keys, &cached, &cost)) < 0) {
+    } else if (params.resume_len == 0 &&
+               (rc = stage_prefix_plan(core, vl ? vl->ids : msg->prompt, params.prompt_len, vl,
+                                       kv_need(&params), &keys, &n_keys, &cached, &cost)) < 0) {
         snprintf(why, sizeof why, "stage 0: %s", strata_last_error());
     } else if (!from_queue && (stage_admission_waiting(core) > 0 ||
                                !stage_can_start(core, keys ? cost : kv_need(&params)))) {
@@ -327,20 +327,14 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
     /* The slot's prompt row (admit() checked prompt_len <= max_seq). */
     req->prompt = core->prompts + (size_t)req->slot * (size_t)core->max_seq;
     memcpy(req->prompt, vl ? vl->ids : msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
-    if (vl) { /* later stages get the expanded prompt and no vision tensors */
-        rc = stage_vl_build_forward(core, req, msg);
-        if (rc == 0) {
-            frame = wire_arena_frame(&core->arena);
-            len = wire_arena_frame_len(&core->arena);
-        } else {
+    /* Later stages get the expanded prompt and no vision tensors, and attach the same
+     * blocks (stage_prefix.c); a plain text request goes on as it came. */
+    if (vl || req->n_keys > 0) {
+        struct wire_request fwd = *msg;
+        if (vl) stage_vl_forward_fields(req, &fwd);
+        stage_prefix_forward_fields(req, &fwd);
+        if ((rc = wire_build_request(&core->arena, &fwd)) < 0) {
             stage_fail(core, req, rc, 0, 0, "stage 0: forwarding the request: %s",
-                       strata_last_error());
-            return 0;
-        }
-    }
-    if (req->n_keys > 0) { /* later stages attach the same blocks (stage_prefix.c) */
-        if (stage_prefix_build_request(core, req, msg) < 0) {
-            stage_fail(core, req, STRATA_ENOMEM, 0, 0, "stage 0: forwarding the request: %s",
                        strata_last_error());
             return 0;
         }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "reference/sampler.h"
+#include "runtime/model/vl_prompt.h"
 #include "runtime/stage/backend.h"
 #include "runtime/stage/request.h"
 #include "runtime/stage/stage_admission_internal.h"
@@ -22,14 +23,16 @@
 /* Stage 0: a Qwen3-VL request's vision inputs, checked against the model and laid out for
  * the expanded prompt (one allocation; stage_core_vl.c). */
 struct stage_vl {
-    int prompt_len;     /* expanded prompt rows */
-    int n_image_tokens; /* image-pad rows of the prompt */
-    int num_deepstack;  /* K */
-    int rope_delta;     /* decode position = cache index + rope_delta (spec §5.3) */
-    int32_t *ids;       /* [prompt_len] expanded prompt ids */
-    int32_t *positions; /* [3, prompt_len] M-RoPE rows t, h, w (get_rope_index) */
-    float *embeds;      /* [n_image_tokens, H] rows replacing the image-pad embeddings */
-    float *deepstack;   /* [K, n_image_tokens, H] */
+    int prompt_len;        /* expanded prompt rows */
+    int n_image_tokens;    /* image-pad rows of the prompt */
+    int num_deepstack;     /* K */
+    int rope_delta;        /* decode position = cache index + rope_delta (spec §5.3) */
+    int32_t *ids;          /* [prompt_len] expanded prompt ids */
+    int32_t *positions;    /* [3, prompt_len] M-RoPE rows t, h, w (get_rope_index) */
+    float *embeds;         /* [n_image_tokens, H] rows replacing the image-pad embeddings */
+    float *deepstack;      /* [K, n_image_tokens, H] */
+    int n_images;          /* images, in the order of their rows in embeds */
+    struct vl_grid *grids; /* [n_images] */
 };
 
 /* One request held by this stage (it owns KV slot `slot`). */
@@ -228,8 +231,9 @@ void stage_vl_free_core(struct stage_core *core);
 int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *prompt_len,
                      const struct wire_request *msg);
 void stage_vl_free(struct stage_vl *vl);
-int stage_vl_build_forward(struct stage_core *core, const struct stage_req *req,
-                           const struct wire_request *msg);
+/* The Request stage 0 forwards (fwd, a copy of the client's) carries req's expanded prompt
+ * and no vision tensors. */
+void stage_vl_forward_fields(const struct stage_req *req, struct wire_request *fwd);
 void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
                    const struct stage_item *it, float *hidden, int row_off,
                    struct forward_item *fi);

@@ -166,17 +166,22 @@ int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *
                                 (long long)len, core->max_seq);
     size_t floats = (size_t)n_img * (size_t)H * (size_t)(1 + K);
     struct stage_vl *vl =
-        malloc(sizeof *vl + sizeof(int32_t) * 4 * (size_t)len + sizeof(float) * floats);
+        malloc(sizeof *vl + sizeof(float) * floats + sizeof(struct vl_grid) * (size_t)n_images +
+               sizeof(int32_t) * 4 * (size_t)len);
     if (!vl)
         return strata_set_error(STRATA_ENOMEM, "out of memory for %lld image rows",
                                 (long long)n_img);
     vl->prompt_len = (int)len;
     vl->n_image_tokens = (int)n_img;
     vl->num_deepstack = K;
-    vl->ids = (int32_t *)(vl + 1);
-    vl->positions = vl->ids + len;
-    vl->embeds = (float *)(vl->positions + 3 * len);
+    /* floats first, then the grids and ids (alignment: each part's is at most the one before) */
+    vl->embeds = (float *)(vl + 1);
     vl->deepstack = vl->embeds + (size_t)n_img * H;
+    vl->n_images = n_images;
+    vl->grids = (struct vl_grid *)(vl->embeds + floats);
+    memcpy(vl->grids, grids, sizeof(struct vl_grid) * (size_t)n_images);
+    vl->ids = (int32_t *)(vl->grids + n_images);
+    vl->positions = vl->ids + len;
     rc = expand(vl, msg, &tok, grids, n_images);
     if (rc == 0)
         rc = vl_rope_index(vl->positions, &vl->rope_delta, vl->ids, vl->prompt_len, &tok, grids,
@@ -192,16 +197,13 @@ int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *
     return 0;
 }
 
-int stage_vl_build_forward(struct stage_core *core, const struct stage_req *req,
-                           const struct wire_request *msg) {
-    struct wire_request fwd = *msg;
-    fwd.prompt = req->prompt;
-    fwd.prompt_len = (size_t)req->params.prompt_len;
-    fwd.image_grids = NULL;
-    fwd.num_images = 0;
-    memset(&fwd.vision_embeds, 0, sizeof fwd.vision_embeds);
-    memset(&fwd.deepstack, 0, sizeof fwd.deepstack);
-    return wire_build_request(&core->arena, &fwd);
+void stage_vl_forward_fields(const struct stage_req *req, struct wire_request *fwd) {
+    fwd->prompt = req->prompt;
+    fwd->prompt_len = (size_t)req->params.prompt_len;
+    fwd->image_grids = NULL;
+    fwd->num_images = 0;
+    memset(&fwd->vision_embeds, 0, sizeof fwd->vision_embeds);
+    memset(&fwd->deepstack, 0, sizeof fwd->deepstack);
 }
 
 /* Stage 0: the image rows of prefill chunk `it` (rows at `hidden`, microbatch row

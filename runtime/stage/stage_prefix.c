@@ -23,25 +23,86 @@ void stage_prefix_init(struct stage_core *core) {
     memcpy(core->prefix.key, key, sizeof key);
 }
 
-int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt_len, int64_t need,
-                      uint64_t **keys, int *n_keys, int *cached, int64_t *cost) {
+/* The digests of vl's images [vl->n_images] (see stage_prefix_internal.h): SipHash of the
+ * grid and of the hashes of its embedding rows and of each of its DeepStack layers' rows. */
+static int image_digests(const struct stage_core *core, const struct stage_vl *vl, uint64_t **out) {
+    const int H = core->hidden_size, K = vl->num_deepstack;
+    const int merge2 =
+        core->be->cfg->vision.spatial_merge_size * core->be->cfg->vision.spatial_merge_size;
+    uint64_t *d = malloc(sizeof *d * (size_t)vl->n_images);
+    if (!d) return strata_set_error(STRATA_ENOMEM, "no memory for %d image digests", vl->n_images);
+    size_t row = 0;
+    for (int i = 0; i < vl->n_images; ++i) {
+        const struct vl_grid *g = &vl->grids[i];
+        const size_t rows = (size_t)g->t * (size_t)g->h * (size_t)g->w / (size_t)merge2;
+        uint64_t parts[3 + 1 + MODEL_CONFIG_MAX_DEEPSTACK];
+        int n = 0;
+        parts[n++] = (uint64_t)(uint32_t)g->t;
+        parts[n++] = (uint64_t)(uint32_t)g->h << 32 | (uint32_t)g->w;
+        parts[n++] = rows;
+        parts[n++] = strata_siphash(core->prefix.key, vl->embeds + row * H,
+                                    rows * (size_t)H * sizeof(float));
+        for (int k = 0; k < K; ++k)
+            parts[n++] = strata_siphash(core->prefix.key,
+                                        vl->deepstack + ((size_t)k * vl->n_image_tokens + row) * H,
+                                        rows * (size_t)H * sizeof(float));
+        d[i] = strata_siphash(core->prefix.key, parts, sizeof(uint64_t) * (size_t)n);
+        row += rows;
+    }
+    *out = d;
+    return 0;
+}
+
+int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt_len,
+                      const struct stage_vl *vl, int64_t need, uint64_t **keys, int *n_keys,
+                      int *cached, int64_t *cost) {
     const int n = prompt_len / KV_BLOCK;
     *keys = NULL;
     *n_keys = *cached = 0;
     *cost = need;
     if (n == 0 || core->prefix.off) return 0;
+    uint64_t *digest = NULL;
+    int rc;
+    if (vl && (rc = image_digests(core, vl, &digest)) < 0) return rc;
     uint64_t *k = malloc((size_t)n * sizeof *k);
-    if (!k) return strata_set_error(STRATA_ENOMEM, "no memory for %d block keys", n);
-    /* key_b = SipHash(key_{b-1} || the block's 16 ids): a block's key names its whole prefix. */
-    unsigned char chunk[sizeof(uint64_t) + KV_BLOCK * sizeof(int32_t)];
+    if (!k) {
+        free(digest);
+        return strata_set_error(STRATA_ENOMEM, "no memory for %d block keys", n);
+    }
+    /* key_b = SipHash(key_{b-1} || the block's 16 ids || the digests of the images whose rows
+     * it holds, in row order): a block's key names its whole prefix, pictures included. */
+    unsigned char chunk[sizeof(uint64_t) * (1 + KV_BLOCK) + KV_BLOCK * sizeof(int32_t)];
+    const int32_t image_id = vl ? core->be->cfg->image_token_id : -1;
+    const int merge2 =
+        core->be->cfg->vision.spatial_merge_size * core->be->cfg->vision.spatial_merge_size;
     uint64_t prev = 0;
+    /* the image whose rows the next image token holds, and its rows left */
+    int image = 0, image_left = vl && vl->n_images
+                                    ? vl->grids[0].t * vl->grids[0].h * vl->grids[0].w / merge2
+                                    : 0;
     for (int b = 0; b < n; ++b) {
+        const int32_t *ids = prompt + (size_t)b * KV_BLOCK;
+        size_t len = 0;
         memcpy(chunk, &prev, sizeof prev);
-        memcpy(chunk + sizeof prev, prompt + (size_t)b * KV_BLOCK, KV_BLOCK * sizeof(int32_t));
-        prev = strata_siphash(core->prefix.key, chunk, sizeof chunk);
+        len += sizeof prev;
+        memcpy(chunk + len, ids, KV_BLOCK * sizeof(int32_t));
+        len += KV_BLOCK * sizeof(int32_t);
+        int last = -1; /* the image whose digest this block chained last */
+        for (int j = 0; j < KV_BLOCK; ++j) {
+            if (ids[j] != image_id || image >= (vl ? vl->n_images : 0)) continue;
+            if (image != last) {
+                memcpy(chunk + len, &digest[image], sizeof(uint64_t));
+                len += sizeof(uint64_t);
+                last = image;
+            }
+            if (--image_left == 0 && ++image < vl->n_images)
+                image_left = vl->grids[image].t * vl->grids[image].h * vl->grids[image].w / merge2;
+        }
+        prev = strata_siphash(core->prefix.key, chunk, len);
         if (prev == 0) prev = 1; /* 0 means "no key" in the pool */
         k[b] = prev;
     }
+    free(digest);
     int limit = (prompt_len - 1) / KV_BLOCK, idle = 0;
     if (limit > n) limit = n;
     const int found = stage_backend_kv_lookup(core->be, k, limit, &idle);
@@ -86,13 +147,10 @@ int stage_prefix_attach(struct stage_core *core, struct stage_req *req, uint64_t
     return 0;
 }
 
-int stage_prefix_build_request(struct stage_core *core, const struct stage_req *req,
-                               const struct wire_request *msg) {
-    struct wire_request m = *msg;
-    m.block_keys = req->keys;
-    m.num_block_keys = (size_t)req->n_keys;
-    m.cached_blocks = req->cached_blocks;
-    return wire_build_request(&core->arena, &m);
+void stage_prefix_forward_fields(const struct stage_req *req, struct wire_request *fwd) {
+    fwd->block_keys = req->keys;
+    fwd->num_block_keys = (size_t)req->n_keys;
+    fwd->cached_blocks = req->cached_blocks;
 }
 
 void stage_prefix_keep(struct stage_core *core, struct stage_req *req) {

@@ -23,8 +23,14 @@
  * cancel the request on the stages that did attach, forget every key of its own pool (so
  * the next requests go cold and the pools agree again) and send the Request again cold,
  * under the same nonce, the client seeing only the delay. Never a silent recompute of
- * something else. Qwen3-VL requests (whose blocks would need the images' bytes in their
- * keys) and recovery replays start cold. */
+ * something else.
+ *
+ * A Qwen3-VL prompt's image tokens all have one id, so a block that holds some of an image's
+ * rows also chains that image's digest: SipHash of its grid, its merged vision embeddings and
+ * its DeepStack rows, which are everything the image contributes to the KV (its M-RoPE
+ * positions follow from the grid, and the positions after it from the chain). Two requests
+ * with the same text and different pictures share only the blocks before the first picture.
+ * Recovery replays start cold. */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_PREFIX_INTERNAL_H
 #define STRATA_RUNTIME_STAGE_STAGE_PREFIX_INTERNAL_H
 
@@ -33,6 +39,7 @@
 
 struct stage_core;
 struct stage_req;
+struct stage_vl;
 struct wire_request;
 
 struct stage_prefix {
@@ -51,12 +58,14 @@ struct stage_prefix {
 void stage_prefix_init(struct stage_core *core);
 
 /* Stage 0: the keys of prompt [prompt_len]'s full blocks into *keys (malloc'd; n_keys of
- * them; NULL and 0 when there are none) and how many leading ones the pool holds, *cached
+ * them; NULL and 0 when there are none; vl: the request's vision inputs or NULL, whose
+ * expanded ids the prompt is then) and how many leading ones the pool holds, *cached
  * (at most (prompt_len - 1) / 16); *cost: the positions the request's reservation counts
  * (need less the attached blocks, plus those of them the attach takes from the available).
  * 0 or STRATA_ENOMEM. */
-int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt_len, int64_t need,
-                      uint64_t **keys, int *n_keys, int *cached, int64_t *cost);
+int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt_len,
+                      const struct stage_vl *vl, int64_t need, uint64_t **keys, int *n_keys,
+                      int *cached, int64_t *cost);
 
 /* At admission, after the slot is acquired: attaches `cached` leading blocks of keys [n_keys]
  * (taking over keys: freed with the request) and sets the request to continue after them.
@@ -64,10 +73,9 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
 int stage_prefix_attach(struct stage_core *core, struct stage_req *req, uint64_t *keys, int n_keys,
                         int cached, char *why, size_t why_cap);
 
-/* Stage 0: the Request to forward for req (msg with its keys and cached count) into the
- * core's arena. */
-int stage_prefix_build_request(struct stage_core *core, const struct stage_req *req,
-                               const struct wire_request *msg);
+/* Stage 0: the Request it forwards (fwd, a copy of the client's) carries req's keys and
+ * cached count. */
+void stage_prefix_forward_fields(const struct stage_req *req, struct wire_request *fwd);
 
 /* At a normal finish, before the slot is released: keeps the prompt's blocks. */
 void stage_prefix_keep(struct stage_core *core, struct stage_req *req);

@@ -138,7 +138,7 @@ int stage_recovery_send_request(struct stage_core *core, struct stage_req *req, 
 
 /* Stage 0: one held request goes round again, from step n = tokens known. A Qwen3-VL
  * request's Request goes on as stage 0 first forwarded it (the expanded prompt, no vision
- * tensors: stage_vl_build_forward); stage 0 still holds its vision inputs (req->vl), and
+ * tensors: stage_vl_forward_fields); stage 0 still holds its vision inputs (req->vl), and
  * the replay's image rows carry them like the first prefill's did. */
 static void replay(struct stage_core *core, struct stage_req *req) {
     req->held = 0;

@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "reference/kv_blocks.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "tests/runtime/stage/stage_test_pipeline.h"
@@ -613,11 +614,109 @@ static void test_e2e_two_images(void **state) {
     check_e2e(1);
 }
 
+/* One VL request on pipeline p; a copy of its tokens and logits [steps, V] (malloc'd). */
+static float *run_vl(struct tp_pipeline *p, struct vl_case *vc, uint64_t nonce,
+                     const int32_t *prompt, int len, const float *embeds, int steps) {
+    struct stage_request req;
+    struct request_vision vision;
+    const int V = vc->g.cfg.vocab_size;
+    vision_of(&vision, vc);
+    vision.embeds = embeds;
+    tp_request(&req, nonce, prompt, len, steps);
+    req.vision = &vision;
+    assert_int_equal(tp_submit(p, 1, &req), 0);
+    tp_run(p, 100000);
+    const struct stage_result *r = tp_last_result(p, nonce);
+    assert_non_null(r);
+    if (r->status) fail_msg("request %llu: %s", (unsigned long long)nonce, r->message);
+    assert_int_equal(r->n_tokens, steps);
+    assert_non_null(r->logits);
+    float *out = malloc(sizeof(float) * (size_t)steps * (V + 1));
+    assert_non_null(out);
+    memcpy(out, r->logits, sizeof(float) * (size_t)steps * V);
+    for (int i = 0; i < steps; i++)
+        out[(size_t)steps * V + i] = (float)r->tokens[i];
+    return out;
+}
+
+static uint64_t cached_tokens(struct tp_pipeline *p) {
+    struct stage_core_stats st;
+    stage_core_get_stats(p->cores[0], &st);
+    return st.prefix_cached_tokens;
+}
+
+/* Prefix reuse with pictures: a VL request served from cached blocks gives the cold bits, on
+ * 1, 2 and 4 stages; a block keys the picture whose rows it holds, so the same ids with a
+ * different picture reuse nothing; and a cached prefix that ends inside a picture's rows
+ * continues with the right embedding and DeepStack rows. A: the golden prompt and its answer
+ * (37 ids, the picture at 4..9, 2 full blocks); B: 10 text ids then the golden prompt (23
+ * ids, the picture at 14..19 across the first block's end). */
+static void test_vl_prefix_reuse_exact(void **state) {
+    (void)state;
+    for (int c = 0; c < 2; c++) {
+        struct vl_case *vc = &cases[c];
+        struct tp_golden *g = &vc->g;
+        const int V = g->cfg.vocab_size, H = g->cfg.hidden_size, P = g->prompt_len, steps = 4;
+        const size_t bytes = sizeof(float) * (size_t)steps * (V + 1);
+        int32_t a[64], b[64];
+        memcpy(a, g->prompt, sizeof(int32_t) * P);
+        memcpy(a + P, g->generated, sizeof(int32_t) * (size_t)g->n_steps);
+        const int A = P + g->n_steps;
+        memcpy(b, g->generated, sizeof(int32_t) * 10);
+        memcpy(b + 10, g->prompt, sizeof(int32_t) * P);
+        const int B = 10 + P;
+        float *other = malloc(sizeof(float) * (size_t)vc->n_img * H);
+        assert_non_null(other);
+        memcpy(other, vc->embeds, sizeof(float) * (size_t)vc->n_img * H);
+        other[3 * H + 5] += 0.25f; /* another picture: one value of its fourth row */
+        assert_true(A >= 2 * KV_BLOCK + 1 && A + steps <= 64 && B > KV_BLOCK);
+        const int stages[3] = {1, 2, 4};
+        for (int si = 0; si < 3; si++) {
+            const int S = stages[si];
+            assert_int_equal(tp_pipeline_init(&pipe, g, S, NULL, 64, 2, 4), 0);
+            float *cold_a = run_vl(&pipe, vc, 1, a, A, vc->embeds, steps);
+            float *cold_other = run_vl(&pipe, vc, 2, a, A, other, steps);
+            float *cold_b = run_vl(&pipe, vc, 3, b, B, vc->embeds, steps);
+            tp_pipeline_free(&pipe);
+
+            assert_int_equal(tp_pipeline_init(&pipe, g, S, NULL, 64, 2, 4), 0);
+            free(run_vl(&pipe, vc, 10, a, A, vc->embeds, steps)); /* leaves A's blocks */
+            assert_int_equal(cached_tokens(&pipe), 0);
+            float *warm = run_vl(&pipe, vc, 11, a, A, vc->embeds, steps);
+            assert_memory_equal(warm, cold_a, bytes);
+            assert_int_equal(cached_tokens(&pipe), 2 * KV_BLOCK);
+            free(warm);
+            warm = run_vl(&pipe, vc, 12, a, A, other, steps); /* same ids, other picture */
+            assert_memory_equal(warm, cold_other, bytes);
+            assert_int_equal(cached_tokens(&pipe), 2 * KV_BLOCK);
+            free(warm);
+            free(run_vl(&pipe, vc, 13, b, B, vc->embeds, steps));
+            warm = run_vl(&pipe, vc, 14, b, B, vc->embeds, steps); /* resumes at row 16 */
+            assert_memory_equal(warm, cold_b, bytes);
+            assert_int_equal(cached_tokens(&pipe), 3 * KV_BLOCK);
+            free(warm);
+            for (int r = 0; r < S; r++) {
+                struct stage_kv_usage u;
+                stage_backend_kv_usage(pipe.stages[r].backend, &u);
+                assert_int_equal(u.free + u.cached, u.blocks); /* none held */
+                assert_int_equal(u.promised, 0);
+            }
+            tp_pipeline_free(&pipe);
+            free(cold_a);
+            free(cold_other);
+            free(cold_b);
+        }
+        printf("%s: prefix reuse with a picture on 1, 2 and 4 stages: cold bits\n", case_names[c]);
+        free(other);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_vl_every_split),
         cmocka_unit_test(test_qwen3_vl_moe_every_split),
         cmocka_unit_test(test_e2e_two_images),
+        cmocka_unit_test(test_vl_prefix_reuse_exact),
         cmocka_unit_test(test_what_travels),
         cmocka_unit_test(test_concurrent_vl_requests),
         cmocka_unit_test(test_malformed_vision_inputs),
