@@ -9,7 +9,7 @@
 #include "runtime/base/status.h"
 
 #define ARENA_DEFAULT_CAPACITY 4096
-#define MAX_FIELDS_PER_TABLE 32
+#define MAX_FIELDS_PER_TABLE 64
 
 /* ---- arena ---- */
 

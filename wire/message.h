@@ -201,6 +201,16 @@ struct wire_error {
  * counts >= 0;
  * strings point into the frame ("" when absent). */
 #define WIRE_MAX_DESCRIBE_STAGES 256 /* entries in one Describe */
+/* Stage 0's counters since it started (strata.fbs StageInfo): its admission queue (requests
+ * that waited, admitted from it, refused full or past their deadline, the admitted ones'
+ * total wait) and the prefix cache (prompts looked up, those that reused blocks, the prompt
+ * tokens reused and looked up, reuses that fell back to a cold prefill). */
+struct wire_stage_totals {
+    uint64_t requests_queued, queue_admitted, queue_refused_full, queue_expired, queue_wait_ms;
+    uint64_t prefix_lookups, prefix_hits, prefix_cached_tokens, prefix_prompt_tokens,
+        prefix_fallbacks;
+};
+
 struct wire_stage_info {
     int32_t stage_index, num_stages;
     int32_t layer_start, layer_end; /* owned decoder layers [layer_start, layer_end) */
@@ -216,6 +226,7 @@ struct wire_stage_info {
     int32_t kv_blocks, kv_blocks_used;    /* the KV pool and the blocks requests hold */
     int32_t kv_blocks_reserved;           /* free blocks promised to running requests */
     int32_t kv_blocks_cached;             /* kept for prefix reuse, held by no request */
+    struct wire_stage_totals totals;      /* stage 0's counters (0 elsewhere) */
 };
 
 struct wire_control {

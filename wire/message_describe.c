@@ -5,6 +5,7 @@
  * Entries are a vector of tables, not of structs, because each carries strings (the device
  * as the backend words it, the weights dtype, the build) and a table can grow fields in a
  * later minor where a struct cannot. */
+#include <stddef.h>
 #include <string.h>
 
 #include "runtime/base/status.h"
@@ -33,14 +34,35 @@ enum {
     INFO_KV_BLOCKS,
     INFO_KV_BLOCKS_USED,
     INFO_KV_BLOCKS_RESERVED,
-    INFO_KV_BLOCKS_CACHED
+    INFO_KV_BLOCKS_CACHED,
+    INFO_REQUESTS_QUEUED, /* the totals, in struct wire_stage_totals's order */
+    INFO_TOTALS_END = INFO_REQUESTS_QUEUED + 10
 };
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
 #define STR STRING
+#define S8 SCALAR(8)
 static const struct fb_field_desc info_fields[] = {S4,  S4,  S4, S4, S1, S1, S1, STR, S4, S4, S4,
-                                                   STR, STR, S4, S4, S4, S4, S4, S4,  S4, S4, S4};
-const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", 22, info_fields};
+                                                   STR, STR, S4, S4, S4, S4, S4, S4,  S4, S4, S4,
+                                                   S8,  S8,  S8, S8, S8, S8, S8, S8,  S8, S8};
+const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", INFO_TOTALS_END, info_fields};
+
+/* Where each total lives in struct wire_stage_totals, in field order. */
+static const size_t totals_offset[INFO_TOTALS_END - INFO_REQUESTS_QUEUED] = {
+    offsetof(struct wire_stage_totals, requests_queued),
+    offsetof(struct wire_stage_totals, queue_admitted),
+    offsetof(struct wire_stage_totals, queue_refused_full),
+    offsetof(struct wire_stage_totals, queue_expired),
+    offsetof(struct wire_stage_totals, queue_wait_ms),
+    offsetof(struct wire_stage_totals, prefix_lookups),
+    offsetof(struct wire_stage_totals, prefix_hits),
+    offsetof(struct wire_stage_totals, prefix_cached_tokens),
+    offsetof(struct wire_stage_totals, prefix_prompt_tokens),
+    offsetof(struct wire_stage_totals, prefix_fallbacks)};
+
+static uint64_t *total(struct wire_stage_totals *t, int i) {
+    return (uint64_t *)(void *)((char *)t + totals_offset[i]);
+}
 
 static int check_info(const struct wire_stage_info *s, size_t i, int code) {
     if (s->num_stages < 1 || s->stage_index < 0 || s->stage_index >= s->num_stages ||
@@ -105,6 +127,9 @@ uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m) {
         fb_add_u32(a, INFO_KV_BLOCKS_USED, (uint32_t)s->kv_blocks_used, 0);
         fb_add_u32(a, INFO_KV_BLOCKS_RESERVED, (uint32_t)s->kv_blocks_reserved, 0);
         fb_add_u32(a, INFO_KV_BLOCKS_CACHED, (uint32_t)s->kv_blocks_cached, 0);
+        struct wire_stage_totals t = s->totals;
+        for (int k = 0; k < INFO_TOTALS_END - INFO_REQUESTS_QUEUED; k++)
+            fb_add_u64(a, INFO_REQUESTS_QUEUED + k, *total(&t, k), 0);
         fb_add_u8(a, INFO_EMBED, s->embed != 0, 0);
         fb_add_u8(a, INFO_HEAD, s->head != 0, 0);
         fb_add_u8(a, INFO_VISION, s->vision != 0, 0);
@@ -120,29 +145,32 @@ static const char *get_string(const struct fb_table *t, int id) {
 }
 
 static struct wire_stage_info parse_info(const struct fb_table *e) {
-    return (struct wire_stage_info){.stage_index = wmsg_get_i32(e, INFO_STAGE, 0),
-                                    .num_stages = wmsg_get_i32(e, INFO_NUM_STAGES, 0),
-                                    .layer_start = wmsg_get_i32(e, INFO_LAYER_START, 0),
-                                    .layer_end = wmsg_get_i32(e, INFO_LAYER_END, 0),
-                                    .embed = fb_get_scalar(e, INFO_EMBED, 1, 0) != 0,
-                                    .head = fb_get_scalar(e, INFO_HEAD, 1, 0) != 0,
-                                    .vision = fb_get_scalar(e, INFO_VISION, 1, 0) != 0,
-                                    .device = get_string(e, INFO_DEVICE),
-                                    .tp = wmsg_get_i32(e, INFO_TP, 1),
-                                    .kvp = wmsg_get_i32(e, INFO_KVP, 1),
-                                    .threads = wmsg_get_i32(e, INFO_THREADS, 0),
-                                    .weights_dtype = get_string(e, INFO_WEIGHTS_DTYPE),
-                                    .version = get_string(e, INFO_VERSION),
-                                    .max_seq = wmsg_get_i32(e, INFO_MAX_SEQ, 0),
-                                    .max_batch = wmsg_get_i32(e, INFO_MAX_BATCH, 0),
-                                    .kv_slots_in_use = wmsg_get_i32(e, INFO_KV_IN_USE, 0),
-                                    .queue_depth = wmsg_get_i32(e, INFO_QUEUE_DEPTH, 0),
-                                    .requests_waiting = wmsg_get_i32(e, INFO_REQUESTS_WAITING, 0),
-                                    .kv_blocks = wmsg_get_i32(e, INFO_KV_BLOCKS, 0),
-                                    .kv_blocks_used = wmsg_get_i32(e, INFO_KV_BLOCKS_USED, 0),
-                                    .kv_blocks_reserved =
-                                        wmsg_get_i32(e, INFO_KV_BLOCKS_RESERVED, 0),
-                                    .kv_blocks_cached = wmsg_get_i32(e, INFO_KV_BLOCKS_CACHED, 0)};
+    struct wire_stage_info s =
+        (struct wire_stage_info){.stage_index = wmsg_get_i32(e, INFO_STAGE, 0),
+                                 .num_stages = wmsg_get_i32(e, INFO_NUM_STAGES, 0),
+                                 .layer_start = wmsg_get_i32(e, INFO_LAYER_START, 0),
+                                 .layer_end = wmsg_get_i32(e, INFO_LAYER_END, 0),
+                                 .embed = fb_get_scalar(e, INFO_EMBED, 1, 0) != 0,
+                                 .head = fb_get_scalar(e, INFO_HEAD, 1, 0) != 0,
+                                 .vision = fb_get_scalar(e, INFO_VISION, 1, 0) != 0,
+                                 .device = get_string(e, INFO_DEVICE),
+                                 .tp = wmsg_get_i32(e, INFO_TP, 1),
+                                 .kvp = wmsg_get_i32(e, INFO_KVP, 1),
+                                 .threads = wmsg_get_i32(e, INFO_THREADS, 0),
+                                 .weights_dtype = get_string(e, INFO_WEIGHTS_DTYPE),
+                                 .version = get_string(e, INFO_VERSION),
+                                 .max_seq = wmsg_get_i32(e, INFO_MAX_SEQ, 0),
+                                 .max_batch = wmsg_get_i32(e, INFO_MAX_BATCH, 0),
+                                 .kv_slots_in_use = wmsg_get_i32(e, INFO_KV_IN_USE, 0),
+                                 .queue_depth = wmsg_get_i32(e, INFO_QUEUE_DEPTH, 0),
+                                 .requests_waiting = wmsg_get_i32(e, INFO_REQUESTS_WAITING, 0),
+                                 .kv_blocks = wmsg_get_i32(e, INFO_KV_BLOCKS, 0),
+                                 .kv_blocks_used = wmsg_get_i32(e, INFO_KV_BLOCKS_USED, 0),
+                                 .kv_blocks_reserved = wmsg_get_i32(e, INFO_KV_BLOCKS_RESERVED, 0),
+                                 .kv_blocks_cached = wmsg_get_i32(e, INFO_KV_BLOCKS_CACHED, 0)};
+    for (int k = 0; k < INFO_TOTALS_END - INFO_REQUESTS_QUEUED; k++)
+        *total(&s.totals, k) = fb_get_scalar(e, INFO_REQUESTS_QUEUED + k, 8, 0);
+    return s;
 }
 
 int wmsg_parse_control_stages(struct wire_control *out, const struct fb_table *t, int id) {

@@ -118,6 +118,30 @@ char *serve_json_models(const char *model_id, long created) {
     return finish_json(root, ok);
 }
 
+/* Stage 0's counters since it started, as an object "totals" on its entry only (the others
+ * count none); JSON numbers, exact below 2^53. */
+static int add_totals(cJSON *e, const struct client_stage_info *s) {
+    const struct wire_stage_totals *t = &s->totals;
+    if (s->stage_index != 0) return 1;
+    if (!(e = cJSON_AddObjectToObject(e, "totals"))) return 0;
+    const struct {
+        const char *name;
+        uint64_t v;
+    } f[] = {{"requests_queued", t->requests_queued},
+             {"queue_admitted", t->queue_admitted},
+             {"queue_refused_full", t->queue_refused_full},
+             {"queue_expired", t->queue_expired},
+             {"queue_wait_ms", t->queue_wait_ms},
+             {"prefix_lookups", t->prefix_lookups},
+             {"prefix_hits", t->prefix_hits},
+             {"prefix_cached_tokens", t->prefix_cached_tokens},
+             {"prefix_prompt_tokens", t->prefix_prompt_tokens},
+             {"prefix_fallbacks", t->prefix_fallbacks}};
+    for (size_t i = 0; i < sizeof f / sizeof *f; i++)
+        if (!cJSON_AddNumberToObject(e, f[i].name, (double)f[i].v)) return 0;
+    return 1;
+}
+
 /* One stage of GET /v1/stages. */
 static int add_stage(cJSON *data, const struct client_stage_info *s) {
     cJSON *e = cJSON_CreateObject(), *layers, *roles;
@@ -147,7 +171,7 @@ static int add_stage(cJSON *data, const struct client_stage_info *s) {
            cJSON_AddNumberToObject(e, "kv_blocks_used", s->kv_blocks_used) &&
            cJSON_AddNumberToObject(e, "kv_blocks_reserved", s->kv_blocks_reserved) &&
            cJSON_AddNumberToObject(e, "kv_blocks_cached", s->kv_blocks_cached) &&
-           cJSON_GetArraySize(layers) == 2 &&
+           add_totals(e, s) && cJSON_GetArraySize(layers) == 2 &&
            cJSON_GetArraySize(roles) == !!s->embed + !!s->vision + !!s->head;
 }
 

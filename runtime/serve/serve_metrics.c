@@ -189,5 +189,51 @@ int serve_metrics_render_stages(const struct client_describe *d, struct serve_bu
             rc = appendf(out, "%s{stage=\"%d\"} %d\n", gauges[g].name, s->stage_index, v[g]);
         }
     }
+    /* Stage 0's counters: its admission queue and its prefix cache (hit rate: hits over
+     * lookups, or cached over prompt tokens). */
+    const struct client_stage_info *s0 = NULL;
+    for (int i = 0; d && i < d->num_stages; i++)
+        if (d->stages[i].stage_index == 0) s0 = &d->stages[i];
+    if (!s0) return rc;
+    const struct wire_stage_totals *t = &s0->totals;
+    const struct {
+        const char *name, *labels, *help;
+        uint64_t v;
+    } counters[] = {
+        {"strata_stage_queue_requests_total", "",
+         "Requests that waited in stage 0's admission queue.", t->requests_queued},
+        {"strata_stage_queue_admitted_total", "", "Requests admitted from stage 0's queue.",
+         t->queue_admitted},
+        {"strata_stage_queue_refused_total", ",reason=\"full\"",
+         "Requests refused by stage 0's queue: full (--max-queue) or past their deadline "
+         "(--queue-timeout-ms).",
+         t->queue_refused_full},
+        {"strata_stage_queue_refused_total", ",reason=\"deadline\"", NULL, t->queue_expired},
+        {"strata_stage_prefix_lookups_total", "", "Prompts looked up in the prefix cache.",
+         t->prefix_lookups},
+        {"strata_stage_prefix_hits_total", "", "Prompts that reused cached KV blocks.",
+         t->prefix_hits},
+        {"strata_stage_prefix_cached_tokens_total", "",
+         "Prompt tokens whose KV came from the prefix cache.", t->prefix_cached_tokens},
+        {"strata_stage_prefix_prompt_tokens_total", "",
+         "Prompt tokens of the prompts looked up in the prefix cache.", t->prefix_prompt_tokens},
+        {"strata_stage_prefix_fallbacks_total", "",
+         "Reuses sent again cold because a later stage lacked a cached block.",
+         t->prefix_fallbacks}};
+    for (size_t i = 0; rc == 0 && i < sizeof counters / sizeof *counters; i++) {
+        if (counters[i].help)
+            rc = appendf(out, "# HELP %s %s\n# TYPE %s counter\n", counters[i].name,
+                         counters[i].help, counters[i].name);
+        if (rc == 0)
+            rc = appendf(out, "%s{stage=\"0\"%s} %llu\n", counters[i].name, counters[i].labels,
+                         (unsigned long long)counters[i].v);
+    }
+    if (rc == 0)
+        rc = appendf(out,
+                     "# HELP strata_stage_queue_wait_seconds_total Time the requests admitted "
+                     "from stage 0's queue waited there, summed.\n"
+                     "# TYPE strata_stage_queue_wait_seconds_total counter\n"
+                     "strata_stage_queue_wait_seconds_total{stage=\"0\"} %.3f\n",
+                     (double)t->queue_wait_ms / 1e3);
     return rc;
 }

@@ -44,7 +44,10 @@ int serve_metrics_render(struct serve_metrics *m, struct serve_buf *out);
  * strata_stage_kv_slots / _kv_slots_in_use / _queue_depth / _requests_waiting / _kv_blocks /
  * _kv_blocks_used / _kv_blocks_reserved / _kv_blocks_cached {stage="r"}, and
  * strata_serve_stages_up (1, or 0 with no stage lines when d is NULL: the ring could not
- * answer). */
+ * answer), and stage 0's counters: strata_stage_queue_requests_total / _admitted_total /
+ * _refused_total{reason="full"|"deadline"} / _wait_seconds_total and
+ * strata_stage_prefix_lookups_total / _hits_total / _cached_tokens_total /
+ * _prompt_tokens_total / _fallbacks_total. */
 int serve_metrics_render_stages(const struct client_describe *d, struct serve_buf *out);
 
 #endif

@@ -250,6 +250,16 @@ int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *
         e.kv_blocks_used = s->kv_blocks_used;
         e.kv_blocks_reserved = s->kv_blocks_reserved;
         e.kv_blocks_cached = s->kv_blocks_cached;
+        e.requests_queued = s->totals.requests_queued;
+        e.queue_admitted = s->totals.queue_admitted;
+        e.queue_refused_full = s->totals.queue_refused_full;
+        e.queue_expired = s->totals.queue_expired;
+        e.queue_wait_ms = s->totals.queue_wait_ms;
+        e.prefix_lookups = s->totals.prefix_lookups;
+        e.prefix_hits = s->totals.prefix_hits;
+        e.prefix_cached_tokens = s->totals.prefix_cached_tokens;
+        e.prefix_prompt_tokens = s->totals.prefix_prompt_tokens;
+        e.prefix_fallbacks = s->totals.prefix_fallbacks;
         entries[i] = e;
         ptrs[i] = &entries[i];
     }

@@ -140,7 +140,8 @@ int client_describe_read(struct client_describe *out, const uint8_t *frame, size
                                         .kv_blocks = e.kv_blocks,
                                         .kv_blocks_used = e.kv_blocks_used,
                                         .kv_blocks_reserved = e.kv_blocks_reserved,
-                                        .kv_blocks_cached = e.kv_blocks_cached};
+                                        .kv_blocks_cached = e.kv_blocks_cached,
+                                        .totals = e.totals};
         snprintf(s->device, sizeof s->device, "%s", e.device);
         snprintf(s->weights_dtype, sizeof s->weights_dtype, "%s", e.weights_dtype);
         snprintf(s->version, sizeof s->version, "%s", e.version);

@@ -69,6 +69,7 @@ struct client_stage_info {
     int kv_blocks, kv_blocks_used;    /* the KV pool (blocks of 16 positions), held then */
     int kv_blocks_reserved;           /* free blocks promised to running requests then */
     int kv_blocks_cached;             /* kept for prefix reuse, held by no request then */
+    struct wire_stage_totals totals;  /* stage 0's queue and prefix-cache counters */
     char device[160];                 /* the backend's own words, e.g. "cpu, 4 threads" */
     char weights_dtype[16];           /* "bf16", "q8" */
     char version[64];                 /* "strata X.Y.Z" */

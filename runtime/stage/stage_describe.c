@@ -82,7 +82,17 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
         .kv_blocks = kv.blocks,
         .kv_blocks_used = kv.blocks - kv.free - kv.cached,
         .kv_blocks_cached = kv.cached,
-        .kv_blocks_reserved = kv.promised};
+        .kv_blocks_reserved = kv.promised,
+        .totals = {.requests_queued = st.queued,
+                   .queue_admitted = st.queue_admitted,
+                   .queue_refused_full = st.queue_full,
+                   .queue_expired = st.queue_expired,
+                   .queue_wait_ms = st.queue_waited_ms > 0 ? (uint64_t)st.queue_waited_ms : 0,
+                   .prefix_lookups = st.prefix_lookups,
+                   .prefix_hits = st.prefix_hits,
+                   .prefix_cached_tokens = st.prefix_cached_tokens,
+                   .prefix_prompt_tokens = st.prefix_prompt_tokens,
+                   .prefix_fallbacks = st.prefix_fallbacks}};
 }
 
 /* Emits a Describe carrying `prefix` [n] (read entries or NULL) plus, when `add_self`, this

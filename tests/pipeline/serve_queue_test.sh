@@ -100,8 +100,20 @@ done
 curl -sS "$URL/v1/stages" >"$PL_WORK/stages.json" || pl_fail "GET /v1/stages failed"
 python3 -c 'import json,sys; d=json.load(open(sys.argv[1]))["data"]; assert d[0]["kv_blocks"] == 5 and all(s["kv_blocks_used"] == 0 and s["kv_blocks_reserved"] == 0 for s in d), d' \
     "$PL_WORK/stages.json" || pl_fail "/v1/stages after the burst: $(cat "$PL_WORK/stages.json")"
-curl -sS "$URL/metrics" | grep -q '^strata_stage_kv_blocks{stage="0"} 5$' ||
+curl -sS "$URL/metrics" >"$PL_WORK/metrics.txt" || pl_fail "GET /metrics failed"
+grep -q '^strata_stage_kv_blocks{stage="0"} 5$' "$PL_WORK/metrics.txt" ||
     pl_fail "/metrics has no strata_stage_kv_blocks for stage 0"
+# The four that waited for blocks, admitted from the queue after a wait (20 ms steps).
+python3 - "$PL_WORK/metrics.txt" "$PL_WORK/stages.json" <<'PY' || pl_fail "queue counters: $(grep queue "$PL_WORK/metrics.txt")"
+import json, re, sys
+m = dict(re.findall(r'^(strata_stage_queue_\w+\{[^}]*\}) (\S+)$', open(sys.argv[1]).read(), re.M))
+q, a = float(m['strata_stage_queue_requests_total{stage="0"}']), float(m['strata_stage_queue_admitted_total{stage="0"}'])
+assert q >= 3 and a == q, m
+assert float(m['strata_stage_queue_wait_seconds_total{stage="0"}']) > 0, m
+assert float(m['strata_stage_queue_refused_total{stage="0",reason="full"}']) == 0, m
+t = json.load(open(sys.argv[2]))["data"][0]["totals"]
+assert t["requests_queued"] == q and t["queue_wait_ms"] > 0, t
+PY
 echo "burst of 6 on 8 slots but KV blocks for 2: 6 of 6 answered, each equal to the solo run; every block back"
 
 # Prefix reuse behind strata-serve: the same long prompt twice; the second reuses the first's
@@ -120,6 +132,10 @@ read -r c2 p2 <<<"$(cached "$PL_WORK/long2.json")"
     pl_fail "the second long request reused $c2 of $p2 prompt tokens (want whole blocks, not all)"
 [ "$(text_of "$PL_WORK/long2.json")" = "$(text_of "$PL_WORK/long1.json")" ] ||
     pl_fail "the answer served from cached blocks differs from the cold one"
-curl -sS "$URL/metrics" | grep -q '^strata_stage_kv_blocks_cached{stage="1"} [1-9]' ||
+curl -sS "$URL/metrics" >"$PL_WORK/metrics.txt" || pl_fail "GET /metrics failed"
+grep -q '^strata_stage_kv_blocks_cached{stage="1"} [1-9]' "$PL_WORK/metrics.txt" ||
     pl_fail "/metrics shows no cached blocks on stage 1"
+grep -q "^strata_stage_prefix_cached_tokens_total{stage=\"0\"} $c2\$" "$PL_WORK/metrics.txt" &&
+    grep -q '^strata_stage_prefix_hits_total{stage="0"} 1$' "$PL_WORK/metrics.txt" ||
+    pl_fail "prefix counters: $(grep prefix "$PL_WORK/metrics.txt")"
 echo "the same $p2-token prompt again: $c2 tokens from the KV cache, the same answer"

@@ -149,7 +149,17 @@ static const struct wire_stage_info describe_stages[3] = {
      .kv_blocks = 4096,
      .kv_blocks_used = 100,
      .kv_blocks_reserved = 20,
-     .kv_blocks_cached = 7},
+     .kv_blocks_cached = 7,
+     .totals = {.requests_queued = 12,
+                .queue_admitted = 10,
+                .queue_refused_full = 1,
+                .queue_expired = 1,
+                .queue_wait_ms = 5000000000ull, /* past 32 bits */
+                .prefix_lookups = 40,
+                .prefix_hits = 30,
+                .prefix_cached_tokens = 4800,
+                .prefix_prompt_tokens = 9000,
+                .prefix_fallbacks = 2}},
     {.stage_index = 1, .num_stages = 3, .layer_start = 2, .layer_end = 2, .tp = 1, .kvp = 1},
     {.stage_index = 2,
      .num_stages = 3,
@@ -373,6 +383,7 @@ int sample_check_describe(const struct wire_control *m) {
         CHECK(got.kv_blocks == want->kv_blocks && got.kv_blocks_used == want->kv_blocks_used &&
               got.kv_blocks_reserved == want->kv_blocks_reserved &&
               got.kv_blocks_cached == want->kv_blocks_cached);
+        CHECK(!memcmp(&got.totals, &want->totals, sizeof got.totals));
         CHECK(same_string(got.device, want->device) &&
               same_string(got.weights_dtype, want->weights_dtype) &&
               same_string(got.version, want->version));

@@ -112,6 +112,16 @@ static void stages_list(void **state) {
                                                    .threads = 2,
                                                    .max_seq = 64,
                                                    .max_batch = 4,
+                                                   .totals = {.requests_queued = 9,
+                                                              .queue_admitted = 7,
+                                                              .queue_refused_full = 1,
+                                                              .queue_expired = 1,
+                                                              .queue_wait_ms = 1500,
+                                                              .prefix_lookups = 20,
+                                                              .prefix_hits = 12,
+                                                              .prefix_cached_tokens = 960,
+                                                              .prefix_prompt_tokens = 2000,
+                                                              .prefix_fallbacks = 1},
                                                    .device = "cpu, 2 threads",
                                                    .weights_dtype = "bf16",
                                                    .version = "strata 0.1.0"},
@@ -140,7 +150,10 @@ static void stages_list(void **state) {
           "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
           "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\",\"max_seq\":64,"
           "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0,\"requests_waiting\":0,"
-          "\"kv_blocks\":0,\"kv_blocks_used\":0,\"kv_blocks_reserved\":0,\"kv_blocks_cached\":0},{"
+          "\"kv_blocks\":0,\"kv_blocks_used\":0,\"kv_blocks_reserved\":0,\"kv_blocks_cached\":0,"
+          "\"totals\":{\"requests_queued\":9,\"queue_admitted\":7,\"queue_refused_full\":1,"
+          "\"queue_expired\":1,\"queue_wait_ms\":1500,\"prefix_lookups\":20,\"prefix_hits\":12,"
+          "\"prefix_cached_tokens\":960,\"prefix_prompt_tokens\":2000,\"prefix_fallbacks\":1}},{"
           "\"stage\":1,\"num_stages\":2,"
           "\"layers\":[1,4],\"roles\":[\"head\"],"
           "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
@@ -250,25 +263,46 @@ static void metrics_stages(void **state) {
                     .requests_waiting = 7,
                     .kv_blocks = 64,
                     .kv_blocks_used = 9,
-                    .kv_blocks_reserved = 3},
+                    .kv_blocks_reserved = 3,
+                    .totals = {.requests_queued = 5,
+                               .queue_admitted = 3,
+                               .queue_refused_full = 1,
+                               .queue_expired = 1,
+                               .queue_wait_ms = 2500,
+                               .prefix_lookups = 4,
+                               .prefix_hits = 2,
+                               .prefix_cached_tokens = 64,
+                               .prefix_prompt_tokens = 200}},
                    {.stage_index = 1, .max_batch = 8, .kv_slots_in_use = 2, .queue_depth = 0}}};
     struct serve_buf out = {0};
     (void)state;
     assert_int_equal(serve_metrics_render_stages(&d, &out), 0);
-    for (const char *line = "strata_serve_stages_up 1\n\0strata_stage_kv_slots{stage=\"1\"} 8\n\0"
-                            "strata_stage_kv_slots_in_use{stage=\"0\"} 2\n\0"
-                            "strata_stage_queue_depth{stage=\"0\"} 1\n\0"
-                            "strata_stage_requests_waiting{stage=\"0\"} 7\n\0"
-                            "strata_stage_kv_blocks{stage=\"0\"} 64\n\0"
-                            "strata_stage_kv_blocks_used{stage=\"0\"} 9\n\0"
-                            "strata_stage_kv_blocks_reserved{stage=\"0\"} 3\n\0"
-                            "# TYPE strata_stage_queue_depth gauge\n\0";
+    for (const char *line =
+             "strata_serve_stages_up 1\n\0strata_stage_kv_slots{stage=\"1\"} 8\n\0"
+             "strata_stage_kv_slots_in_use{stage=\"0\"} 2\n\0"
+             "strata_stage_queue_depth{stage=\"0\"} 1\n\0"
+             "strata_stage_requests_waiting{stage=\"0\"} 7\n\0"
+             "strata_stage_kv_blocks{stage=\"0\"} 64\n\0"
+             "strata_stage_kv_blocks_used{stage=\"0\"} 9\n\0"
+             "strata_stage_kv_blocks_reserved{stage=\"0\"} 3\n\0"
+             "# TYPE strata_stage_queue_depth gauge\n\0"
+             "strata_stage_queue_requests_total{stage=\"0\"} 5\n\0"
+             "strata_stage_queue_admitted_total{stage=\"0\"} 3\n\0"
+             "strata_stage_queue_refused_total{stage=\"0\",reason=\"full\"} 1\n"
+             "strata_stage_queue_refused_total{stage=\"0\",reason=\"deadline\"} 1\n\0"
+             "strata_stage_queue_wait_seconds_total{stage=\"0\"} 2.500\n\0"
+             "strata_stage_prefix_hits_total{stage=\"0\"} 2\n\0"
+             "strata_stage_prefix_cached_tokens_total{stage=\"0\"} 64\n\0"
+             "strata_stage_prefix_prompt_tokens_total{stage=\"0\"} 200\n\0"
+             "strata_stage_prefix_fallbacks_total{stage=\"0\"} 0\n\0"
+             "# TYPE strata_stage_prefix_lookups_total counter\n\0";
          *line; line += strlen(line) + 1)
         if (!strstr(out.data, line)) fail_msg("metrics lack '%s' in:\n%s", line, out.data);
     serve_buf_free(&out);
     assert_int_equal(serve_metrics_render_stages(NULL, &out), 0);
     assert_non_null(strstr(out.data, "strata_serve_stages_up 0\n"));
     assert_null(strstr(out.data, "strata_stage_kv_slots{"));
+    assert_null(strstr(out.data, "strata_stage_queue_requests_total"));
     serve_buf_free(&out);
 }
 
