@@ -198,4 +198,23 @@ void client_describe_table(char *buf, size_t cap, const struct client_describe *
                      s->stage_index, layers, roles, grid, s->threads, s->weights_dtype, reqs, kv,
                      s->kv_blocks_cached, s->max_seq, build, s->device);
     }
+    /* Stage 0's counters since it started, under the table (used counts every row). */
+    for (int i = 0; n > 0 && used < cap && i < d->num_stages; i++) {
+        const struct wire_stage_totals *t = &d->stages[i].totals;
+        if (d->stages[i].stage_index != 0) continue;
+        snprintf(buf + used, cap - used,
+                 "stage 0 since start: queue %llu waited (mean %.0f ms), %llu refused full, "
+                 "%llu past their deadline; prefix cache %llu of %llu prompts, %llu of %llu "
+                 "prompt tokens (%.1f%%), %llu fell back cold\n",
+                 (unsigned long long)t->requests_queued,
+                 t->queue_admitted ? (double)t->queue_wait_ms / (double)t->queue_admitted : 0.0,
+                 (unsigned long long)t->queue_refused_full, (unsigned long long)t->queue_expired,
+                 (unsigned long long)t->prefix_hits, (unsigned long long)t->prefix_lookups,
+                 (unsigned long long)t->prefix_cached_tokens,
+                 (unsigned long long)t->prefix_prompt_tokens,
+                 t->prefix_prompt_tokens
+                     ? 100.0 * (double)t->prefix_cached_tokens / (double)t->prefix_prompt_tokens
+                     : 0.0,
+                 (unsigned long long)t->prefix_fallbacks);
+    }
 }
