@@ -12,6 +12,45 @@ static uint32_t float_bits(float value) {
     return bits;
 }
 
+/* Request b (numbered `nb` in messages) against request a (`what`: "baseline" or "its
+ * first run"): 1 when they are bit-identical, else 0 and why. */
+static int outcome_identical(const struct sim_request_outcome *a,
+                             const struct sim_request_outcome *b, int nb, const char *what,
+                             char *why, size_t cap) {
+    if (a->status != 0) {
+        snprintf(why, cap, "request %d failed in the %s: %s", nb, what, a->message);
+        return 0;
+    }
+    if (b->status != 0) {
+        snprintf(why, cap, "request %d failed: %s", nb, b->message);
+        return 0;
+    }
+    int n = a->n_tokens < b->n_tokens ? a->n_tokens : b->n_tokens;
+    for (int s = 0; s < n; s++)
+        if (a->tokens[s] != b->tokens[s]) {
+            snprintf(why, cap, "request %d: token %d is %d, %s %d", nb, s, (int)b->tokens[s], what,
+                     (int)a->tokens[s]);
+            return 0;
+        }
+    if (a->n_tokens != b->n_tokens) {
+        snprintf(why, cap, "request %d: %d tokens, %s %d", nb, b->n_tokens, what, a->n_tokens);
+        return 0;
+    }
+    if (!a->logits || !b->logits || a->vocab != b->vocab) {
+        snprintf(why, cap, "request %d: logits missing or of another vocabulary", nb);
+        return 0;
+    }
+    for (size_t k = 0; k < (size_t)n * (size_t)a->vocab; k++)
+        if (float_bits(a->logits[k]) != float_bits(b->logits[k])) {
+            snprintf(
+                why, cap, "request %d: logit [step %zu, id %zu] is %.9g (0x%08x), %s %.9g (0x%08x)",
+                nb, k / (size_t)a->vocab, k % (size_t)a->vocab, (double)b->logits[k],
+                float_bits(b->logits[k]), what, (double)a->logits[k], float_bits(a->logits[k]));
+            return 0;
+        }
+    return 1;
+}
+
 int sim_reports_identical(const struct sim_report *baseline, const struct sim_report *run,
                           char *why, size_t cap) {
     if (baseline->num_requests < run->num_requests) {
@@ -19,42 +58,23 @@ int sim_reports_identical(const struct sim_report *baseline, const struct sim_re
                  baseline->num_requests);
         return 0;
     }
-    for (int i = 0; i < run->num_requests; i++) {
-        const struct sim_request_outcome *a = &baseline->requests[i], *b = &run->requests[i];
-        if (a->status != 0) {
-            snprintf(why, cap, "request %d failed in the baseline: %s", i + 1, a->message);
+    for (int i = 0; i < run->num_requests; i++)
+        if (!outcome_identical(&baseline->requests[i], &run->requests[i], i + 1, "baseline", why,
+                               cap))
             return 0;
-        }
-        if (b->status != 0) {
-            snprintf(why, cap, "request %d failed: %s", i + 1, b->message);
-            return 0;
-        }
-        int n = a->n_tokens < b->n_tokens ? a->n_tokens : b->n_tokens;
-        for (int s = 0; s < n; s++)
-            if (a->tokens[s] != b->tokens[s]) {
-                snprintf(why, cap, "request %d: token %d is %d, baseline %d", i + 1, s,
-                         (int)b->tokens[s], (int)a->tokens[s]);
-                return 0;
-            }
-        if (a->n_tokens != b->n_tokens) {
-            snprintf(why, cap, "request %d: %d tokens, baseline %d", i + 1, b->n_tokens,
-                     a->n_tokens);
-            return 0;
-        }
-        if (!a->logits || !b->logits || a->vocab != b->vocab) {
-            snprintf(why, cap, "request %d: logits missing or of another vocabulary", i + 1);
-            return 0;
-        }
-        for (size_t k = 0; k < (size_t)n * (size_t)a->vocab; k++)
-            if (float_bits(a->logits[k]) != float_bits(b->logits[k])) {
-                snprintf(why, cap,
-                         "request %d: logit [step %zu, id %zu] is %.9g (0x%08x), baseline "
-                         "%.9g (0x%08x)",
-                         i + 1, k / (size_t)a->vocab, k % (size_t)a->vocab, (double)b->logits[k],
-                         float_bits(b->logits[k]), (double)a->logits[k], float_bits(a->logits[k]));
-                return 0;
-            }
+    if (cap) why[0] = '\0';
+    return 1;
+}
+
+int sim_repeats_identical(const struct sim_report *run, int count, char *why, size_t cap) {
+    if (run->num_requests < 2 * count) {
+        snprintf(why, cap, "%d requests, not %d and their repeats", run->num_requests, count);
+        return 0;
     }
+    for (int i = 0; i < count; i++)
+        if (!outcome_identical(&run->requests[i], &run->requests[count + i], count + i + 1,
+                               "its first run", why, cap))
+            return 0;
     if (cap) why[0] = '\0';
     return 1;
 }

@@ -16,6 +16,11 @@
 int sim_reports_identical(const struct sim_report *baseline, const struct sim_report *run,
                           char *why, size_t cap);
 
+/* Returns 1 when requests count .. 2 count - 1 of `run` (each the repeat of request i =
+ * 0 .. count - 1, served from the KV blocks that one left cached) are bit-identical to
+ * requests 0 .. count - 1, else 0 and a one-line reason. */
+int sim_repeats_identical(const struct sim_report *run, int count, char *why, size_t cap);
+
 /* Largest |a - b| between a run's logits for request `request` and reference logits
  * [n_steps][vocab] (e.g. a golden file), over the steps both have; -1 if none compared. */
 double sim_logits_max_abs_diff(const struct sim_report *run, int request, const float *reference,

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "reference/kv_cache.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
@@ -23,6 +24,7 @@
 #include "sim/split.h"
 
 #define MAX_PROMPT 4096
+#define WARM_PROMPT (2 * 16 + 1) /* two whole KV blocks and the row that gives a token */
 
 static const char usage_text[] =
     "usage: strata-sim --model DIR (--all-splits | --stages S | --split SPLIT) [options]\n"
@@ -61,6 +63,11 @@ static const char usage_text[] =
     "                        a Qwen3-VL golden's image goes with every request: its grids,\n"
     "                        vision_embeds.f32 and deepstack.f32)\n"
     "  --stop-at-eos         stop at config.json eos ids (default: generate max-tokens)\n"
+    "  --warm                each request is sent again when it finishes: the same prompt,\n"
+    "                        served from the KV blocks it left cached; every repeat must\n"
+    "                        equal its first run bit for bit and reuse blocks (a prompt of\n"
+    "                        fewer than 33 ids is first lengthened with golden.json's\n"
+    "                        answer, then ids of a fixed pattern, to two whole blocks + 1)\n"
     "  --temperature T --top-k K --top-p P --sample-seed X   sampling (default greedy)\n"
     "compute:\n"
     "  --compute wall|cpu|fixed  charge measured wall time (default), thread CPU time, or a\n"
@@ -69,6 +76,8 @@ static const char usage_text[] =
     "  --threads N           matmul threads per stage (default 1)\n"
     "  --weights-dtype D     every stage's weights: bf16 (default, as stored) or q8 (8-bit\n"
     "                        blocks quantised at load, cpu only)\n"
+    "  --kv-dtype f32|bf16|f16  what every stage's KV cache stores (default f32, the exact\n"
+    "                        mode; splits, TP / KVP and --warm repeats are bit-identical in each)\n"
     "  --device cpu|cuda:N   every stage's backend: cpu (default) or GPU N (refused with the\n"
     "                        reason where the build or machine has no CUDA; not with --tp /\n"
     "                        --kvp: CUDA ranks need a GPU each, run strata-stage per rank)\n"
@@ -94,7 +103,7 @@ struct cli {
     struct sim_options sim; /* link, faults, timeouts, compute, threads */
     struct sim_link_params conn_link[SIM_MAX_STAGES];
     int conn_link_set[SIM_MAX_STAGES];
-    int requests, requests_per_stage, max_tokens, stop_at_eos, stage_stats;
+    int requests, requests_per_stage, max_tokens, stop_at_eos, stage_stats, warm;
     const char *prompt_text;
     struct sampler_params sampling;
 };
@@ -256,6 +265,8 @@ static int parse_compute_option(struct cli *cli, const char *name, const char *v
         cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
     } else if (!strcmp(name, "--threads"))
         bad = cli_parse_int(v, 1, 256, &cli->sim.num_threads) < 0;
+    else if (!strcmp(name, "--kv-dtype"))
+        bad = kv_dtype_parse(v, &cli->sim.kv_dtype) < 0;
     else if (!strcmp(name, "--weights-dtype")) {
         cli->sim.weights_dtype = v;
         bad = strcmp(v, "bf16") != 0 && strcmp(v, "q8") != 0;
@@ -290,10 +301,11 @@ static int parse_args(struct cli *cli, int argc, char **argv) {
         const char *name = argv[i];
         if (!strcmp(name, "-h") || !strcmp(name, "--help")) return -1;
         if (!strcmp(name, "--all-splits") || !strcmp(name, "--stop-at-eos") ||
-            !strcmp(name, "--stage-stats")) {
+            !strcmp(name, "--stage-stats") || !strcmp(name, "--warm")) {
             cli->all_splits |= !strcmp(name, "--all-splits");
             cli->stop_at_eos |= !strcmp(name, "--stop-at-eos");
             cli->stage_stats |= !strcmp(name, "--stage-stats");
+            cli->warm |= !strcmp(name, "--warm");
             continue;
         }
         if (strncmp(name, "--", 2) != 0) return usage_error("unexpected argument '%s'", name);
@@ -316,6 +328,8 @@ static int finish_args(struct cli *cli) {
     if (cli->all_splits + (cli->stages > 0) + (cli->split_text != NULL) != 1)
         return usage_error("%s", "choose exactly one of --all-splits, --stages S, --split SPLIT");
     if (cli->random_splits < 0) cli->random_splits = cli->all_splits ? 2 : 0;
+    if (cli->warm && cli->requests_per_stage)
+        return usage_error("%s", "--warm takes a number of --requests, not S");
     /* Overridden connections share every other link setting (jitter, loss, retries). */
     for (int c = 0; c < SIM_MAX_STAGES; c++) {
         if (!cli->conn_link_set[c]) continue;
@@ -446,6 +460,18 @@ static int run_split(struct sim_report *report, struct cli *cli, const struct si
         verdict = "FAILED";
         *any_failure = 1;
     }
+    /* --warm: the repeats (the second half) against their first runs, and reused blocks. */
+    if (cli->warm && !report->failed_requests && !why[0]) {
+        const int R = report->num_requests / 2;
+        if (!sim_repeats_identical(report, R, why, sizeof why)) {
+            verdict = "NO";
+            *any_failure = 1;
+        } else if (report->prefix_cached_tokens == 0) {
+            snprintf(why, sizeof why, "--warm: the repeats reused no cached KV block");
+            verdict = "NO";
+            *any_failure = 1;
+        }
+    }
     int64_t wall = 0;
     for (int r = 0; r < report->num_stages; r++)
         wall += report->stages[r].wall_ns;
@@ -457,6 +483,9 @@ static int run_split(struct sim_report *report, struct cli *cli, const struct si
     printf("%-32s %2d  %-9s %9s %10s %7.1f %8.1f %11.3f %8llu\n", name, split->num_stages, verdict,
            ttft, rate, 100.0 * report->utilisation, 100.0 * report->bubble_fraction,
            (double)wall / 1e6, (unsigned long long)report->events);
+    if (cli->warm && report->prefix_cached_tokens > 0 && !why[0])
+        printf("    warm repeats: %llu prompt tokens from the KV cache, bit-identical\n",
+               (unsigned long long)report->prefix_cached_tokens);
     for (int r = 0; cli->stage_stats && r < report->num_stages; r++) {
         const struct sim_stage_stats *st = &report->stages[r];
         printf("    stage %d [%d, %d): %llu steps, %llu rows, busy %.3f ms (%.1f%%), measured "
@@ -528,6 +557,7 @@ struct session {
     struct sim_vision vision; /* a VL golden's image, sent with every request */
     int32_t base_prompt[MAX_PROMPT];
     int prompt_len, max_tokens;
+    int lengthened; /* --warm lengthened the golden prompt */
     struct sim_split explicit_split;
     struct sim_request_spec *specs;
     int32_t *prompts;
@@ -610,7 +640,16 @@ static int build_requests(struct session *ss, struct cli *cli) {
         cli->max_tokens ? cli->max_tokens : (g->have && g->n_steps > 0 ? g->n_steps : 8);
     if (cli->requests_per_stage && cli->requests < ss->cfg.num_layers)
         cli->requests = ss->cfg.num_layers;
-    ss->specs = calloc((size_t)cli->requests, sizeof *ss->specs);
+    /* --warm: two whole blocks to reuse and a row to compute; the answer's ids first (the
+     * next turn of a chat), text ids after the image rows, which stay where they were. */
+    for (int k = 0; cli->warm && ss->prompt_len < WARM_PROMPT; k++) {
+        ss->base_prompt[ss->prompt_len++] = g->have && k < g->n_steps
+                                                ? g->generated[k]
+                                                : (int32_t)((k * 13 + 5) % ss->cfg.vocab_size);
+        ss->lengthened = 1;
+    }
+    const int R = cli->requests, total = cli->warm ? 2 * R : R;
+    ss->specs = calloc((size_t)total, sizeof *ss->specs);
     ss->prompts = malloc(sizeof(int32_t) * (size_t)cli->requests * (size_t)ss->prompt_len);
     if (!ss->specs || !ss->prompts) {
         fprintf(stderr, "strata-sim: out of memory\n");
@@ -631,7 +670,11 @@ static int build_requests(struct session *ss, struct cli *cli) {
     cli->sim.cfg = &ss->cfg;
     cli->sim.weights = ss->weights;
     cli->sim.seed = cli->seed;
-    cli->sim.num_requests = cli->requests;
+    for (int i = R; i < total; i++) { /* --warm: each again, once it has finished */
+        ss->specs[i] = ss->specs[i - R];
+        ss->specs[i].after = i - R + 1;
+    }
+    cli->sim.num_requests = total;
     cli->sim.requests = ss->specs;
     return STRATA_EXIT_OK;
 }
@@ -663,6 +706,9 @@ static void print_header(const struct session *ss, const struct cli *cli) {
                "%s), MoE %s; the baseline is one rank (no TP / KVP)\n",
                cli->sim.tp, cli->sim.kvp, cli->sim.kvp_tokens ? "--kvp-tokens" : "aligned split",
                cli->sim.moe == TP_MOE_SPLIT ? "split" : "expert");
+    if (cli->warm)
+        printf("warm: each request is sent again once it has finished, the same prompt from the "
+               "KV blocks it left cached; the repeat must equal its first run bit for bit\n");
     if (ss->vision.have)
         printf("images: %d per request from golden.json (%d image tokens, %d DeepStack "
                "layers)\n",
@@ -685,11 +731,15 @@ static void report_golden(const struct session *ss, const struct cli *cli) {
     for (int i = 0; g->have && ss->cfg.has_vision && !ss->vision.have && i < g->prompt_len; ++i)
         if (g->prompt[i] == ss->cfg.image_token_id || g->prompt[i] == ss->cfg.video_token_id)
             golden_has_image = 1;
-    if (golden_has_image && !cli->prompt_text)
+    if (ss->lengthened)
+        printf("    baseline vs golden.json: not compared (--warm lengthened the prompt to %d "
+               "ids)\n",
+               ss->prompt_len);
+    else if (golden_has_image && !cli->prompt_text)
         printf("    baseline vs golden.json: not compared (the golden prompt carries image "
                "input; this run feeds token ids only)\n");
-    if (!g->have || golden_has_image || cli->prompt_text || cli->sampling.temperature > 0.0f ||
-        base->requests[0].status != 0)
+    if (!g->have || golden_has_image || cli->prompt_text || ss->lengthened ||
+        cli->sampling.temperature > 0.0f || base->requests[0].status != 0)
         return;
     int n = base->requests[0].n_tokens < g->n_steps ? base->requests[0].n_tokens : g->n_steps;
     int match = 0;

@@ -47,6 +47,8 @@ static struct sim_request_outcome *outcome_for(struct sim *sim, uint64_t nonce) 
     return &sim->report->requests[nonce - 1];
 }
 
+static int client_send(struct sim *sim, int index);
+
 static void client_finish(struct sim *sim, int index, int status, const char *message) {
     struct client_request *c = &sim->client[index];
     struct sim_request_outcome *o = &sim->report->requests[index];
@@ -56,6 +58,19 @@ static void client_finish(struct sim *sim, int index, int status, const char *me
     o->done_ns = sim->clock.now_ns;
     o->status = status;
     if (message) snprintf(o->message, sizeof o->message, "%s", message);
+    /* The requests that follow this one go now, or fail with it. */
+    for (int j = index + 1; j < sim->opt->num_requests; j++) {
+        if (sim->opt->requests[j].after != index + 1) continue;
+        if (status != 0 || sim->client_link_down) {
+            char why[600];
+            snprintf(why, sizeof why, "request %d, which it follows, failed: %.500s", index + 1,
+                     o->message);
+            client_finish(sim, j, status ? status : STRATA_ECLOSED, why);
+        } else if (!sim->client_error) {
+            int rc = client_send(sim, j);
+            if (rc < 0) sim->client_error = rc;
+        }
+    }
 }
 
 static void client_on_frame(struct sim *sim, const uint8_t *frame, size_t len) {
@@ -98,7 +113,7 @@ static void client_on_frame(struct sim *sim, const uint8_t *frame, size_t len) {
     o->tokens[o->n_tokens++] = ev.token;
     if (!sim->client[index].got_first) {
         sim->client[index].got_first = 1;
-        o->ttft_ns = sim->clock.now_ns;
+        o->ttft_ns = sim->clock.now_ns - o->sent_ns;
     }
     if (ev.finish != WIRE_FINISH_NONE) {
         o->finish = (int)ev.finish;
@@ -450,49 +465,50 @@ static int on_event(struct sim *sim, struct sim_event *ev) {
     }
 }
 
-/* The client sends every request at virtual time 0, in nonce order. */
-static int client_send_requests(struct sim *sim) {
+/* The client sends request `index` now. */
+static int client_send(struct sim *sim, int index) {
+    const struct sim_request_spec *spec = &sim->opt->requests[index];
+    struct stage_request req;
     struct wire_arena arena;
     int rc = wire_arena_init(&arena, 0);
     if (rc < 0) return rc;
-    int S = sim->num_stages;
-    for (int i = 0; i < sim->opt->num_requests && rc == 0; i++) {
-        const struct sim_request_spec *spec = &sim->opt->requests[i];
-        struct stage_request req;
-        memset(&req, 0, sizeof req);
-        req.nonce = (uint64_t)i + 1;
-        req.prompt = spec->prompt;
-        req.prompt_len = spec->prompt_len;
-        req.max_tokens = spec->max_tokens;
-        req.num_stop_ids = spec->num_stop_ids;
-        for (int k = 0; k < spec->num_stop_ids && k < REQUEST_MAX_STOP_IDS; k++)
-            req.stop_ids[k] = spec->stop_ids[k];
-        req.sampling = spec->sampling;
-        req.vision = spec->vision;
-        rc = request_build(&arena, &req);
-        if (rc < 0) break;
-        size_t len = wire_arena_frame_len(&arena);
-        uint8_t *copy = malloc(len);
-        if (!copy) {
-            rc = strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
-            break;
-        }
-        memcpy(copy, wire_arena_frame(&arena), len);
-        int64_t arrival;
-        rc = sim_link_send(&sim->links[2 * S], &arrival, 0, len);
-        if (rc < 0) {
-            /* The client learns that stage 0 is unreachable when its sends give up. */
-            free(copy);
-            char reason[400];
-            snprintf(reason, sizeof reason, "request %d not delivered: %s", i + 1,
-                     strata_last_error());
-            rc = schedule_link_down(sim, S, STAGE_LINK_CLIENT, arrival, reason);
-            continue;
-        }
-        rc = vclock_schedule(&sim->clock, arrival, 0, EV_FRAME, STAGE_LINK_CLIENT, copy, len, NULL);
-        if (rc < 0) free(copy);
-    }
+    sim->report->requests[index].sent_ns = sim->clock.now_ns;
+    memset(&req, 0, sizeof req);
+    req.nonce = (uint64_t)index + 1;
+    req.prompt = spec->prompt;
+    req.prompt_len = spec->prompt_len;
+    req.max_tokens = spec->max_tokens;
+    req.num_stop_ids = spec->num_stop_ids;
+    for (int k = 0; k < spec->num_stop_ids && k < REQUEST_MAX_STOP_IDS; k++)
+        req.stop_ids[k] = spec->stop_ids[k];
+    req.sampling = spec->sampling;
+    req.vision = spec->vision;
+    rc = request_build(&arena, &req);
+    size_t len = rc == 0 ? wire_arena_frame_len(&arena) : 0;
+    uint8_t *copy = rc == 0 ? malloc(len) : NULL;
+    if (rc == 0 && !copy) rc = strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
+    if (rc == 0) memcpy(copy, wire_arena_frame(&arena), len);
     wire_arena_free(&arena);
+    if (rc < 0) return rc;
+    int64_t arrival;
+    if (sim_link_send(&sim->links[2 * sim->num_stages], &arrival, sim->clock.now_ns, len) < 0) {
+        /* The client learns that stage 0 is unreachable when its sends give up. */
+        free(copy);
+        char reason[400];
+        snprintf(reason, sizeof reason, "request %d not delivered: %s", index + 1,
+                 strata_last_error());
+        return schedule_link_down(sim, sim->num_stages, STAGE_LINK_CLIENT, arrival, reason);
+    }
+    rc = vclock_schedule(&sim->clock, arrival, 0, EV_FRAME, STAGE_LINK_CLIENT, copy, len, NULL);
+    if (rc < 0) free(copy);
+    return rc;
+}
+
+/* The client sends every request that follows none at virtual time 0, in nonce order. */
+static int client_send_requests(struct sim *sim) {
+    int rc = 0;
+    for (int i = 0; i < sim->opt->num_requests && rc == 0; i++)
+        if (sim->opt->requests[i].after == 0) rc = client_send(sim, i);
     return rc;
 }
 
@@ -531,6 +547,7 @@ int sim_run(struct sim_report *report, const struct sim_options *opt) {
             break;
         }
         rc = on_event(&sim, &ev);
+        if (rc == 0) rc = sim.client_error;
     }
     if (rc == 0) sim_summarise(&sim);
     sim_teardown(&sim);

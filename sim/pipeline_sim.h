@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "reference/sampler.h"
+#include "runtime/base/op_contract.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tp_shard.h"
@@ -50,6 +51,10 @@ struct sim_request_spec {
     const int32_t *stop_ids; /* [num_stop_ids] */
     struct sampler_params sampling;
     const struct request_vision *vision; /* Qwen3-VL inputs, or NULL (runtime/stage/request.h) */
+    /* 0: sent at virtual time 0; k > 0: sent when request k (1-based, an earlier one) has
+     * finished normally, e.g. the same prompt again to reuse the KV blocks it left cached
+     * (failed with it when that one fails). */
+    int after;
 };
 
 struct sim_options {
@@ -64,7 +69,7 @@ struct sim_options {
     const int *conn_link_set;
     int num_conn_link;
     uint64_t seed;                           /* link PRNG streams */
-    int num_requests;                        /* R, all sent at virtual time 0 */
+    int num_requests;                        /* R, sent at virtual time 0 or `after` */
     const struct sim_request_spec *requests; /* [num_requests] */
     int num_threads;                         /* matmul threads per stage model */
     const char *device; /* each stage's backend: "cpu" (NULL) or "cuda[:N]" (backend.h) */
@@ -84,6 +89,7 @@ struct sim_options {
     enum tp_moe_mode moe;
     /* Each stage's weights: NULL / "bf16" or "q8" (runtime/stage/backend.h). */
     const char *weights_dtype;
+    enum ops_dtype kv_dtype; /* what every stage's KV cache stores (0: f32) */
 };
 
 /* Fills defaults: no faults, wall-clock compute, 2 s peer timeout, 60 s request timeout,
@@ -99,6 +105,7 @@ struct sim_request_outcome {
     int32_t *tokens; /* [n_tokens] as streamed to the client */
     int vocab;
     float *logits;   /* [n_tokens][vocab] from the last stage, or NULL */
+    int64_t sent_ns; /* when the client sent it */
     int64_t ttft_ns; /* first token at the client, from the request's send time */
     int64_t done_ns; /* last token (or the error) at the client */
 };
@@ -124,14 +131,15 @@ struct sim_report {
     struct sim_request_outcome *requests; /* [num_requests] */
     struct sim_stage_stats *stages;       /* [num_stages] */
     int failed_requests;
-    int64_t makespan_ns;    /* last client event of any request */
-    double mean_ttft_ns;    /* over successful requests */
-    double tokens_per_s;    /* generated tokens / makespan */
-    double utilisation;     /* sum of stage busy time / (S x makespan) */
-    double bubble_fraction; /* 1 - utilisation */
-    uint64_t events;        /* events the coordinator handled */
-    uint64_t retransmits;   /* over every link */
-    int protocol_errors;    /* frames a stage core refused as unusable (a bug) */
+    int64_t makespan_ns;           /* last client event of any request */
+    double mean_ttft_ns;           /* over successful requests */
+    double tokens_per_s;           /* generated tokens / makespan */
+    double utilisation;            /* sum of stage busy time / (S x makespan) */
+    double bubble_fraction;        /* 1 - utilisation */
+    uint64_t events;               /* events the coordinator handled */
+    uint64_t retransmits;          /* over every link */
+    int protocol_errors;           /* frames a stage core refused as unusable (a bug) */
+    uint64_t prefix_cached_tokens; /* prompt tokens stage 0 took from its KV cache */
     char first_protocol_error[512];
 };
 

@@ -53,6 +53,7 @@ struct sim {
     struct sim_link *links;        /* [2S + 2] */
     struct client_request *client; /* [R] */
     int client_link_down;
+    int client_error; /* a follow-up request could not be sent (out of memory): stops the run */
     int requests_left;
     int32_t **last_tokens; /* [R] tokens the last stage reported, for a cross-check */
     int *last_n_tokens;    /* [R], -1 when none */

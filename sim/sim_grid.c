@@ -71,6 +71,7 @@ static void *follower_main(void *arg) {
                                                                       .num_threads = o->num_threads,
                                                                       .max_seq = o->max_seq,
                                                                       .num_slots = o->num_slots,
+                                                                      .kv_dtype = o->kv_dtype,
                                                                       .tp = &r->tp});
     if (!r->rc) r->rc = stage_tp_follow(r->be, r->coll, NULL);
     if (r->rc)

@@ -35,6 +35,7 @@ struct sim_grid_options {
     int tp, kvp, kvp_tokens; /* degrees (>= 1) and KV positions per KVP rank */
     enum tp_moe_mode moe;
     int max_seq, num_slots, num_threads;
+    enum ops_dtype kv_dtype; /* the leader's too: a group's ranks agree */
 };
 
 /* Starts the tp x kvp - 1 followers of the stage `open` opens (its layer range and roles)

@@ -60,6 +60,10 @@ int sim_check_options(const struct sim_options *opt) {
         if (opt->requests[i].prompt_len < 1 || opt->requests[i].max_tokens < 1)
             return strata_set_error(STRATA_EINVAL,
                                     "simulator: request %d needs a prompt and max_tokens >= 1", i);
+        else if (opt->requests[i].after < 0 || opt->requests[i].after > i)
+            return strata_set_error(STRATA_EINVAL,
+                                    "simulator: request %d follows request %d: not an earlier one",
+                                    i + 1, opt->requests[i].after);
     if (opt->num_threads < 1)
         return strata_set_error(STRATA_EINVAL, "simulator: threads must be >= 1");
     if (opt->tp * opt->kvp > 1 && cli_device_is_cuda(opt->device))
@@ -117,11 +121,13 @@ static int build_stages(struct sim *sim) {
                                                .device = opt->device,
                                                .num_threads = opt->num_threads,
                                                .weights_dtype = opt->weights_dtype,
+                                               .kv_dtype = opt->kv_dtype,
                                                .max_seq = max_seq,
                                                .max_batch = opt->num_requests,
                                                .chunk_size = opt->chunk_size,
                                                .keep_logits = opt->keep_logits && r == S - 1};
         st->grid_opt = (struct sim_grid_options){.cfg = opt->cfg,
+                                                 .kv_dtype = opt->kv_dtype,
                                                  .weights = opt->weights,
                                                  .stage_index = r,
                                                  .tp = opt->tp,
@@ -241,6 +247,11 @@ void sim_summarise(struct sim *sim) {
             sim_record_protocol_error(sim, "the last stage reported no logits for a request");
     }
     report->mean_ttft_ns = ok ? ttft_sum / ok : 0.0;
+    if (sim->stages[0].core) {
+        struct stage_core_stats st;
+        stage_core_get_stats(sim->stages[0].core, &st);
+        report->prefix_cached_tokens = st.prefix_cached_tokens;
+    }
     report->tokens_per_s =
         report->makespan_ns > 0 ? (double)total_tokens * 1e9 / (double)report->makespan_ns : 0.0;
     int64_t busy = 0;

@@ -32,4 +32,10 @@ if printf '%s\n' "$out" | awk '$3 == "NO" || $3 == "FAILED" || $3 == "ERROR" { b
     exit 1
 fi
 printf '%s\n' "$out" | grep -q '^OK: ' || { echo "FAIL: no OK line"; exit 1; }
+# --warm: every run (the baseline's too) says how many prompt tokens its repeats reused.
+case " $* " in *" --warm "*)
+    runs=$(printf '%s\n' "$out" | grep -Ec '^[0-9]+(-[0-9]+)?(\|[0-9]+-[0-9]+)* +[0-9]+ ')
+    warm=$(printf '%s\n' "$out" | grep -c '^    warm repeats: [1-9][0-9]* prompt tokens from the KV cache')
+    [ "$warm" -eq "$runs" ] || { echo "FAIL: $warm of $runs runs report reused KV blocks"; exit 1; } ;;
+esac
 echo "PASS: all splits of $model bit-identical"
