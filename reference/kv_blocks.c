@@ -244,6 +244,16 @@ int kv_blocks_lookup(const struct kv_blocks *b, const uint64_t *keys, int n, int
     return found;
 }
 
+int kv_blocks_lookup_range(const struct kv_blocks *b, const uint64_t *keys, int n, int lo, int hi,
+                           int *cached) {
+    if (hi <= lo) {
+        if (cached) *cached = 0;
+        return n;
+    }
+    const int found = kv_blocks_lookup(b, keys + lo, hi - lo, cached);
+    return found == hi - lo ? n : lo + found;
+}
+
 int kv_blocks_attach(struct kv_blocks *b, int slot, const uint64_t *keys, int n, int positions) {
     if (slot < 0 || slot >= b->num_slots || !b->in_use[slot] || b->held[slot] || b->len[slot])
         return strata_set_error(STRATA_EINVAL, "kv attach: slot %d is not a fresh in-use slot",

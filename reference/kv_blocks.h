@@ -92,6 +92,14 @@ int kv_blocks_grow(struct kv_blocks *b, int slot, int positions);
  * takes them from what is available. */
 int kv_blocks_lookup(const struct kv_blocks *b, const uint64_t *keys, int n, int *cached);
 
+/* A KVP rank's part of a group's lookup of keys [n] (a prompt's whole blocks), of which it
+ * holds global blocks [lo, hi): how many leading blocks the group can reuse as far as this
+ * rank knows, n when it holds every one of its range's (or its range is empty), else lo +
+ * the leading ones of its range it holds; the group's answer is the least of its ranks'.
+ * *cached (may be NULL): how many of its blocks below that are cached, not held. */
+int kv_blocks_lookup_range(const struct kv_blocks *b, const uint64_t *keys, int n, int lo, int hi,
+                           int *cached);
+
 /* Of a sequence's first n blocks, those [*lo, *hi) of a KVP rank that holds its global
  * positions [first, first + held) (first a multiple of KV_BLOCK; without KVP first 0, held
  * max_seq: all of them). */

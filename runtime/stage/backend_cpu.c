@@ -107,10 +107,13 @@ static void kvp_block_range(const struct cpu_context *c, int n, int *lo, int *hi
     kv_blocks_rank_range(n, reference_model_kv_first(c->model), c->kv.blocks.max_seq, lo, hi);
 }
 
+/* Under KVP, this rank's part of the group's answer (the TP leader gathers the least). */
 static int cpu_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n, int *cached) {
     const struct cpu_context *c = ctx(be);
-    if (c->kvp > 1) return 0; /* the other ranks' blocks are not in this pool */
-    return kv_blocks_lookup(&c->kv.blocks, keys, n, cached);
+    if (c->kvp <= 1) return kv_blocks_lookup(&c->kv.blocks, keys, n, cached);
+    int lo, hi;
+    kvp_block_range(c, n, &lo, &hi);
+    return kv_blocks_lookup_range(&c->kv.blocks, keys, n, lo, hi, cached);
 }
 
 static int cpu_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n) {

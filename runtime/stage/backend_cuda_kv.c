@@ -138,8 +138,10 @@ size_t backend_cuda_kv_bytes(const struct stage_backend *be) {
 int backend_cuda_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n,
                            int *cached) {
     const struct cuda_context *c = ctx(be);
-    if (c->kvp > 1) return 0; /* the other ranks' blocks are not in this pool */
-    return kv_blocks_lookup(&c->kv, keys, n, cached);
+    if (c->kvp <= 1) return kv_blocks_lookup(&c->kv, keys, n, cached);
+    int lo, hi; /* this rank's part of the group's answer (the TP leader gathers the least) */
+    kv_blocks_rank_range(n, c->kvp_lo, c->kvp_held, &lo, &hi);
+    return kv_blocks_lookup_range(&c->kv, keys, n, lo, hi, cached);
 }
 
 int backend_cuda_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n) {

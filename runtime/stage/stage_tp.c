@@ -22,13 +22,15 @@ enum tp_op {
     TP_OP_ACQUIRE,
     TP_OP_RELEASE,
     TP_OP_STOP,
-    TP_OP_ARGMAX,  /* greedy ids without assembled logits (backend.h argmax) */
-    TP_OP_RESERVE, /* a: slot, b: positions */
-    TP_OP_ATTACH,  /* a: slot, b: keys (ints: each key as two words, low first) */
-    TP_OP_REGISTER /* the same */
+    TP_OP_ARGMAX,   /* greedy ids without assembled logits (backend.h argmax) */
+    TP_OP_RESERVE,  /* a: slot, b: positions */
+    TP_OP_ATTACH,   /* a: slot, b: keys (ints: each key as two words, low first) */
+    TP_OP_REGISTER, /* the same */
+    TP_OP_LOOKUP    /* a: keys (as ATTACH); every rank answers in an allgather */
 };
 
 #define TP_HDR 6            /* op, a, b, n_ints, n_floats, magic */
+#define TP_MAX_GROUP 256    /* ranks of one stage's group (TP x KVP) */
 #define TP_MAGIC 0x54503136 /* "TP16" */
 #define TP_ITEM_INTS 7      /* slot, pos, n_tokens, has_mrope, has_mask, num_deepstack, has_ds */
 #define TP_IDLE_WAIT_MS 0x7fffffff
@@ -72,6 +74,7 @@ static int bcast_ints(struct coll *c, int32_t *words, size_t n) {
 struct tp_leader {
     struct stage_backend *inner; /* this rank's shard */
     struct coll *coll;
+    int kvp; /* KVP degree: the ranks' pools hold different blocks */
     struct tp_buf buf;
 };
 
@@ -225,11 +228,37 @@ static void lead_kv_usage(const struct stage_backend *be, struct stage_kv_usage 
     l->inner->iface->kv_usage(l->inner, out);
 }
 
-/* Under KVP the leader cannot see the other ranks' blocks: its inner backend says 0. */
+static int pack_keys(struct tp_leader *l, const uint64_t *keys, int n);
+
+/* Every rank's answer for keys [n] (its own lookup: under KVP, what its token range allows),
+ * gathered; returns the least. Counts travel as floats, exact below 2^24. */
+static int group_lookup_min(struct coll *coll, int mine) {
+    float all[TP_MAX_GROUP], me = (float)mine;
+    const int size = coll_size(coll);
+    if (size > TP_MAX_GROUP)
+        return strata_set_error(STRATA_EINVAL, "TP: a group of %d ranks (at most %d)", size,
+                                TP_MAX_GROUP);
+    int rc = coll_allgather(coll, all, &me, 1);
+    if (rc) return group_status(rc);
+    for (int r = 0; r < size; ++r)
+        if ((int)all[r] < mine) mine = (int)all[r];
+    return mine;
+}
+
+/* Without KVP every rank's pool mirrors the leader's: its answer is the group's. Under KVP
+ * each rank holds other blocks, so the ranks answer together (TP_OP_LOOKUP) and the group
+ * reuses the leading blocks every rank holds; *cached is the leader's own count below that
+ * (its pool is the one admission asks). */
 static int lead_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n,
                           int *cached) {
-    const struct tp_leader *l = leader(be);
-    return l->inner->iface->kv_lookup(l->inner, keys, n, cached);
+    struct tp_leader *l = leader(be);
+    int mine = l->inner->iface->kv_lookup(l->inner, keys, n, cached), rc;
+    if (mine < 0 || l->kvp <= 1) return mine;
+    if ((rc = pack_keys(l, keys, n)) || (rc = send_cmd(l, TP_OP_LOOKUP, n, 0))) return rc;
+    const int group = group_lookup_min(l->coll, mine);
+    if (group < 0 || group == mine) return group;
+    l->inner->iface->kv_lookup(l->inner, keys, group, cached); /* its idle ones below it */
+    return group;
 }
 
 /* Puts keys [n] into the command's ints, two words each. */
@@ -381,6 +410,7 @@ int stage_tp_open(struct stage_backend **out, const struct stage_backend_options
     }
     l->inner = inner;
     l->coll = bo->tp->coll;
+    l->kvp = bo->tp->kvp;
     *be = *inner;
     /* A shard without its own argmax (none today) gets the generic one: logits, then argmax
      * on every rank alike (stage_backend_argmax); so does the leader. */
@@ -470,8 +500,8 @@ static int follow_forward(struct stage_backend *be, struct tp_follow_scratch *s,
 }
 
 /* Runs one received command on the follower's backend. */
-static int follow_one(struct stage_backend *be, struct tp_follow_scratch *s, const int32_t *hdr,
-                      const struct tp_buf *b) {
+static int follow_one(struct stage_backend *be, struct coll *coll, struct tp_follow_scratch *s,
+                      const int32_t *hdr, const struct tp_buf *b) {
     const int H = be->cfg->hidden_size, V = be->cfg->vocab_size;
     int slot, rc;
     switch (hdr[0]) {
@@ -506,8 +536,9 @@ static int follow_one(struct stage_backend *be, struct tp_follow_scratch *s, con
         return STRATA_OK;
     case TP_OP_RELEASE: be->iface->kv_release(be, hdr[1]); return STRATA_OK;
     case TP_OP_ATTACH:
-    case TP_OP_REGISTER: {
-        const int n = hdr[2];
+    case TP_OP_REGISTER:
+    case TP_OP_LOOKUP: {
+        const int n = hdr[0] == TP_OP_LOOKUP ? hdr[1] : hdr[2];
         if (n < 0 || (size_t)n * 2 != b->n_ints)
             return strata_set_error(STRATA_EFORMAT, "TP: %d block keys in %zu words", n, b->n_ints);
         if ((rc = grow((void **)&s->out, &s->cap_out, (size_t)n * 2 + 2, sizeof(float)))) return rc;
@@ -518,6 +549,11 @@ static int follow_one(struct stage_backend *be, struct tp_follow_scratch *s, con
         if (hdr[0] == TP_OP_REGISTER) {
             be->iface->kv_register(be, hdr[1], keys, n);
             return STRATA_OK;
+        }
+        if (hdr[0] == TP_OP_LOOKUP) { /* joins the gather whatever it finds */
+            rc = be->iface->kv_lookup(be, keys, n, NULL);
+            rc = group_lookup_min(coll, rc < 0 ? 0 : rc);
+            return rc < 0 ? rc : STRATA_OK;
         }
         rc = be->iface->kv_attach(be, hdr[1], keys, n);
         if (rc < 0) return rc;
@@ -574,7 +610,7 @@ int stage_tp_follow(struct stage_backend *be, struct coll *coll, uint64_t *calls
     for (;;) {
         if ((rc = recv_cmd(coll, hdr, &b))) break;
         if (hdr[0] == TP_OP_STOP) break;
-        rc = follow_one(be, &s, hdr, &b);
+        rc = follow_one(be, coll, &s, hdr, &b);
         if (calls) ++*calls;
         /* A refusal of the inputs happens on every rank alike (the leader reports it);
          * a failed group or a diverged slot ends the follower. */
