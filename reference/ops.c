@@ -163,26 +163,25 @@ static void scores_narrow(float *scores, const float *q, const float *keys, int 
     }
 }
 
-/* The scores of `heads` query heads (q + r * d_len, scores + r * ld_scores) over the same keys:
- * on the AVX-512 path, 16 keys per vector with one transpose for all the heads; the keys left
- * (and every key on other paths) through scores_narrow. The same bits either way. */
-static void attention_scores_heads(float *scores, size_t ld_scores, const float *q, int heads,
+/* Query vectors one grouped attention task serves: its query heads of one KV head, for as
+ * many query tokens as fill this (a prefill's tokens share every key block, so one transpose
+ * and one widening of a block serve them all; decode has one token). */
+#define ATTN_TILE_QUERIES 8
+
+/* The scores of `heads` query vectors q[r] (into s[r]) over the same keys: on the AVX-512
+ * path, 16 keys per vector with one transpose for all of them; the keys left (and every key
+ * on other paths) through scores_narrow. The same bits either way. */
+static void attention_scores_heads(float *const *s, const float *const *q, int heads,
                                    const float *keys, int count, int d_len, float scale) {
     int j = 0;
     if (attn_avx512_enabled() && count >= 16) {
-        float *s[OPS_ATTN_MAX_GROUP];
-        const float *qs[OPS_ATTN_MAX_GROUP];
-        for (int r = 0; r < heads; ++r) {
-            s[r] = scores + (size_t)r * ld_scores;
-            qs[r] = q + (size_t)r * (size_t)d_len;
-        }
         j = count & ~15;
-        attn_scores_avx512(s, qs, heads, keys, (size_t)d_len, j, d_len, scale);
+        attn_scores_avx512(s, q, heads, keys, (size_t)d_len, j, d_len, scale);
     }
     if (j < count)
         for (int r = 0; r < heads; ++r)
-            scores_narrow(scores + (size_t)r * ld_scores + j, q + (size_t)r * (size_t)d_len,
-                          keys + (size_t)j * (size_t)d_len, count - j, d_len, scale);
+            scores_narrow(s[r] + j, q[r], keys + (size_t)j * (size_t)d_len, count - j, d_len,
+                          scale);
 }
 
 /* The first m rows (d_len each) of block b of kv head g, keys (values: 1) as floats: the
@@ -192,20 +191,22 @@ static const float *kv_rows(const struct ops_kv *kv, int values, int g, int b, i
     const size_t at = (size_t)kv->blocks[b] * kv->block_stride + (size_t)g * kv->head_stride;
     const void *base = values ? kv->v : kv->k;
     if (kv->dtype == OPS_F32) return (const float *)base + at;
-    attn_widen(tmp, (const uint16_t *)base + at, (size_t)m * (size_t)d_len,
-               kv->dtype == OPS_BF16);
+    attn_widen(tmp, (const uint16_t *)base + at, (size_t)m * (size_t)d_len, kv->dtype == OPS_BF16);
     return tmp;
 }
 
-/* scores [count] of `heads` query heads (as attention_scores_heads) over positions
- * [0, count) of kv head g, block by block: each score is the same dot wherever its key is. */
-static void scores_blocks(float *scores, size_t ld_scores, const float *q, int heads,
+/* scores s[r] [count] of `heads` query vectors q[r] (as attention_scores_heads) over
+ * positions [0, count) of kv head g, block by block: each score is the same dot wherever its
+ * key is. heads <= ATTN_TILE_QUERIES * OPS_ATTN_MAX_GROUP. */
+static void scores_blocks(float *const *s, const float *const *q, int heads,
                           const struct ops_kv *kv, int g, int count, int d_len, float scale) {
     float tmp[OPS_ATTN_BLOCK * OPS_ATTN_MAX_HEAD_DIM];
+    float *at[ATTN_TILE_QUERIES * OPS_ATTN_MAX_GROUP];
     for (int j0 = 0, b = 0; j0 < count; j0 += OPS_ATTN_BLOCK, ++b) {
         const int m = count - j0 < OPS_ATTN_BLOCK ? count - j0 : OPS_ATTN_BLOCK;
-        attention_scores_heads(scores + j0, ld_scores, q, heads,
-                               kv_rows(kv, 0, g, b, m, d_len, tmp), m, d_len, scale);
+        for (int r = 0; r < heads; ++r)
+            at[r] = s[r] + j0;
+        attention_scores_heads(at, q, heads, kv_rows(kv, 0, g, b, m, d_len, tmp), m, d_len, scale);
     }
 }
 
@@ -308,7 +309,7 @@ static void attention_task(void *ctx, int begin, int end, int worker) {
         int i = task / job->nh, h = task % job->nh;
         int ctx_len = job->pos + i + 1;
         const float *q = job->q + ((size_t)i * (size_t)job->nh + (size_t)h) * (size_t)d_len;
-        scores_blocks(scores, 0, q, 1, job->kv, h / group, ctx_len, d_len, scale);
+        scores_blocks(&scores, &q, 1, job->kv, h / group, ctx_len, d_len, scale);
         acc.top = 0;
         tree_blocks(&acc, scores, max_of(scores, ctx_len), job->kv, h / group, ctx_len, d_len);
         tree_finish(&acc);
@@ -319,59 +320,84 @@ static void attention_task(void *ctx, int begin, int end, int worker) {
     }
 }
 
-/* GQA: task = one (query token, KV head) pair, its `group` query heads interleaved block by
- * block (each block's keys, then each block's values), so that a long context's keys and
- * values stream from memory once per KV head, not once per query head: the other heads find
- * the block in L1. Every head's scores, block sums and tree are attention_task's, operation
- * for operation. Scratch per worker (the caller's, sized by attention_scratch_floats):
- * [group][pos + n] scores, then [group] tree stacks (too big for a worker's stack at 16 heads
- * of D 256). */
+/* GQA: task = one KV head and a tile of up to `tile` query tokens, their `group` query heads
+ * each, interleaved block by block (each block's keys, then each block's values), so that a
+ * long context's keys and values stream from memory (and a 16-bit cache's are widened, and
+ * on AVX-512 transposed) once per tile and KV head, not once per query head and token: the
+ * others find the block in L1. The tile's scores run to its last token's causal end (a
+ * score does not depend on which query asks: an earlier token's extra ones go unused); each
+ * token's max, block sums and tree use its own positions. Every head's scores, block sums
+ * and tree are attention_task's, operation for operation. Scratch per worker (the caller's,
+ * sized by attention_scratch_floats): [tile * group][pos + n] scores, then [tile * group]
+ * tree stacks (too big for a worker's stack). */
 
 /* 1 when attention() runs the grouped tasks (else one task per query head: the same bits). */
 static int grouped(int nh, int nkv) {
-    return nkv > 0 && nh / nkv > 1 && nh / nkv <= OPS_ATTN_MAX_GROUP;
+    return nkv > 0 && nh % nkv == 0 && nh / nkv <= OPS_ATTN_MAX_GROUP;
+}
+
+/* Query tokens per grouped task. */
+static int tile_tokens(int group) {
+    return group < ATTN_TILE_QUERIES ? ATTN_TILE_QUERIES / group : 1;
 }
 
 size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim) {
     const size_t c = ctx > 0 ? (size_t)ctx : 0;
     if (!grouped(nh, nkv)) return c; /* attention_task: one head's scores */
     const size_t group = (size_t)(nh / nkv), d = head_dim > 0 ? (size_t)head_dim : 0;
-    return group * (c + (size_t)TREE_DEPTH * (d + 1));
+    const size_t queries = group * (size_t)tile_tokens(nh / nkv);
+    return queries * (c + (size_t)TREE_DEPTH * (d + 1));
 }
 
 static void attention_group_task(void *ctx, int begin, int end, int worker) {
     const struct attention_job *job = ctx;
     const int d_len = job->head_dim, group = job->nh / job->nkv, simd = attn_simd_level();
+    const int tile = tile_tokens(group);
     const size_t cap = (size_t)(job->pos + job->n);
     const float scale = 1.0f / sqrtf((float)d_len);
     const size_t per_worker = attention_scratch_floats(job->pos + job->n, job->nh, job->nkv, d_len);
     float *sc = job->scratch + (size_t)worker * per_worker;
-    float *stacks = sc + (size_t)group * cap, maxes[OPS_ATTN_MAX_GROUP];
+    float *stacks = sc + (size_t)(tile * group) * cap;
+    float maxes[ATTN_TILE_QUERIES * OPS_ATTN_MAX_GROUP];
+    float *rows[ATTN_TILE_QUERIES * OPS_ATTN_MAX_GROUP];
+    const float *qs[ATTN_TILE_QUERIES * OPS_ATTN_MAX_GROUP];
     float vtmp[OPS_ATTN_BLOCK * OPS_ATTN_MAX_HEAD_DIM]; /* a 16-bit cache's values, widened */
-    struct tree_acc acc[OPS_ATTN_MAX_GROUP];
+    struct tree_acc acc[ATTN_TILE_QUERIES * OPS_ATTN_MAX_GROUP];
     for (int task = begin; task < end; ++task) {
-        const int i = task / job->nkv, g = task % job->nkv, ctx_len = job->pos + i + 1;
-        const float *q =
-            job->q + ((size_t)i * (size_t)job->nh + (size_t)g * (size_t)group) * (size_t)d_len;
-        scores_blocks(sc, cap, q, group, job->kv, g, ctx_len, d_len, scale);
-        for (int r = 0; r < group; ++r) {
-            maxes[r] = max_of(sc + (size_t)r * cap, ctx_len);
-            acc[r] = (struct tree_acc){
-                .w = d_len + 1, .vec = stacks + (size_t)r * TREE_DEPTH * (size_t)(d_len + 1)};
+        const int i0 = task / job->nkv * tile, g = task % job->nkv;
+        const int i1 = i0 + tile < job->n ? i0 + tile : job->n, nq = (i1 - i0) * group;
+        const int last_len = job->pos + i1; /* the tile's last token's causal end */
+        for (int i = i0; i < i1; ++i)
+            for (int r = 0; r < group; ++r) {
+                const int x = (i - i0) * group + r;
+                rows[x] = sc + (size_t)x * cap;
+                qs[x] = job->q +
+                        ((size_t)i * (size_t)job->nh + (size_t)(g * group + r)) * (size_t)d_len;
+            }
+        scores_blocks(rows, qs, nq, job->kv, g, last_len, d_len, scale);
+        for (int x = 0; x < nq; ++x) {
+            maxes[x] = max_of(rows[x], job->pos + i0 + x / group + 1);
+            acc[x] = (struct tree_acc){
+                .w = d_len + 1, .vec = stacks + (size_t)x * TREE_DEPTH * (size_t)(d_len + 1)};
         }
-        for (int b0 = 0, b = 0; b0 < ctx_len; b0 += OPS_ATTN_BLOCK, ++b) {
-            const int b1 = b0 + OPS_ATTN_BLOCK < ctx_len ? b0 + OPS_ATTN_BLOCK : ctx_len;
-            const float *vb = kv_rows(job->kv, 1, g, b, b1 - b0, d_len, vtmp);
-            for (int r = 0; r < group; ++r)
-                tree_block(&acc[r], sc + (size_t)r * cap, maxes[r], vb, b0, b1, d_len, simd);
+        for (int b0 = 0, b = 0; b0 < last_len; b0 += OPS_ATTN_BLOCK, ++b) {
+            const int bn = b0 + OPS_ATTN_BLOCK < last_len ? b0 + OPS_ATTN_BLOCK : last_len;
+            const float *vb = kv_rows(job->kv, 1, g, b, bn - b0, d_len, vtmp);
+            for (int x = 0; x < nq; ++x) {
+                const int ctx_len = job->pos + i0 + x / group + 1;
+                if (b0 >= ctx_len) continue; /* past this token's end */
+                const int b1 = bn < ctx_len ? bn : ctx_len;
+                tree_block(&acc[x], rows[x], maxes[x], vb, b0, b1, d_len, simd);
+            }
         }
-        for (int r = 0; r < group; ++r) {
-            tree_finish(&acc[r]);
+        for (int x = 0; x < nq; ++x) {
+            tree_finish(&acc[x]);
+            const int i = i0 + x / group, r = x % group;
             float *o =
                 job->out + ((size_t)i * (size_t)job->nh + (size_t)(g * group + r)) * (size_t)d_len;
-            const float inv = 1.0f / acc[r].vec[d_len];
+            const float inv = 1.0f / acc[x].vec[d_len];
             for (int d = 0; d < d_len; ++d)
-                o[d] = acc[r].vec[d] * inv;
+                o[d] = acc[x].vec[d] * inv;
         }
     }
 }
@@ -400,7 +426,8 @@ void attention(float *out, const float *q, const struct ops_kv *kv, float *scrat
                int nh, int nkv, int head_dim, struct thread_pool *pool) {
     struct attention_job job = {out, q, kv, scratch, pos, n, nh, nkv, head_dim};
     if (grouped(nh, nkv)) {
-        thread_pool_run(pool, attention_group_task, &job, n * nkv);
+        const int tile = tile_tokens(nh / nkv);
+        thread_pool_run(pool, attention_group_task, &job, (n + tile - 1) / tile * nkv);
         return;
     }
     thread_pool_run(pool, attention_task, &job, n * nh);
@@ -434,8 +461,8 @@ static void partial_max_task(void *ctx, int begin, int end, int worker) {
             job->out[task] = -INFINITY;
             continue;
         }
-        scores_blocks(scores, 0, job->q + (size_t)task * (size_t)d_len, 1, job->kv, h / group, seen,
-                      d_len, scale);
+        const float *q = job->q + (size_t)task * (size_t)d_len;
+        scores_blocks(&scores, &q, 1, job->kv, h / group, seen, d_len, scale);
         job->out[task] = max_of(scores, seen);
     }
 }

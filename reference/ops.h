@@ -109,10 +109,11 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
 #define OPS_ATTN_MAX_GROUP 16
 
 /* Floats of attention()'s scratch per pool thread for a call over ctx = pos + n positions:
- * ctx scores when it runs one task per query head (nh == nkv, or groups above
- * OPS_ATTN_MAX_GROUP); with GQA groups of nh / nkv heads run together, the group's scores
- * [group][ctx] and its block trees' stacks [group][32][head_dim + 1]. Never decreases as ctx
- * grows, so a buffer sized for the longest context serves every shorter call. */
+ * ctx scores when it runs one task per query head (groups above OPS_ATTN_MAX_GROUP); else a
+ * task runs the nh / nkv query heads of a KV head for a tile of query tokens (8 query
+ * vectors, or one token's group when that is more), with their scores [vectors][ctx] and
+ * block trees' stacks [vectors][32][head_dim + 1]. Never decreases as ctx grows, so a buffer
+ * sized for the longest context serves every shorter call. */
 size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim);
 
 /* Appends n rows of one request to its cache (struct ops_kv: where its positions live): for
