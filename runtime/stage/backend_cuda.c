@@ -216,7 +216,7 @@ static int op_kv_store(void *ctx, const struct layer_weights *L, const struct fo
     const struct cuda_context *c = ctx;
     const struct ops_kv view = kv_view(c, items[0].slot, L->index); /* the layer's base */
     (void)n_items;
-    return cuda_kv_store_rows(view.k, view.v, c->k, c->v, c->row_dst, view.head_stride,
+    return cuda_kv_store_rows(view.k, view.v, view.dtype, c->k, c->v, c->row_dst, view.head_stride,
                               c->nkv * c->cfg->head_dim, rows, c->nkv, c->cfg->head_dim, c->stream);
 }
 
