@@ -14,6 +14,7 @@
 #include "runtime/base/dtype.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
 #include <immintrin.h>
 
 #define AVX2_TARGET __attribute__((target("avx2")))
@@ -26,7 +27,7 @@ int attn_simd_enabled(void) {
 /* Widening is exact either way (F16C's half -> single is IEEE's; bf16 is the top half of
  * the f32 bits), so the vector path gives the scalar path's values. */
 __attribute__((target("avx2,f16c"))) static void widen_avx2(float *dst, const uint16_t *src,
-                                                              size_t n, int bf16) {
+                                                            size_t n, int bf16) {
     size_t i = 0;
     for (; i + 8 <= n; i += 8) {
         const __m128i h = _mm_loadu_si128((const __m128i *)(const void *)(src + i));
@@ -38,9 +39,16 @@ __attribute__((target("avx2,f16c"))) static void widen_avx2(float *dst, const ui
         dst[i] = bf16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
 }
 
+/* F16C from cpuid leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know
+ * "f16c", and the asan / tsan passes build with clang. */
+static int cpu_has_f16c(void) {
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 void attn_widen(float *dst, const uint16_t *src, size_t n, int bf16) {
     static int f16c = -1;
-    if (f16c < 0) f16c = __builtin_cpu_supports("f16c") && __builtin_cpu_supports("avx2");
+    if (f16c < 0) f16c = cpu_has_f16c() && __builtin_cpu_supports("avx2");
     if (f16c && attn_simd_enabled()) {
         widen_avx2(dst, src, n, bf16);
         return;
