@@ -19,7 +19,11 @@
  *      reference/ops.c tree_acc), then out = o * (1 / l).
  * Flash-decoding's running max would rescale partial sums and so change the bits; the global
  * max costs the second launch instead. A long context thus spreads over ~ctx / 256 blocks per
- * head instead of one; nothing depends on the chunk count but the time. */
+ * head instead of one; nothing depends on the chunk count but the time.
+ *
+ * The cache stores the view's dtype: the two kernels that read it are compiled per dtype and
+ * widen 16-bit elements exactly as they load them (cuda_kv_load), so the products and sums
+ * are the f32 cache's on the widened values, as the reference's (reference/ops.c kv_rows). */
 #include <stdint.h>
 #include <math.h>
 
@@ -92,7 +96,49 @@ __device__ static inline void chunk_blocks(int32_t *ids, const Args &a, int c, i
     if (threadIdx.x < nb) ids[threadIdx.x] = a.kv.blocks[c * kChunkBlocks + threadIdx.x];
 }
 
-__global__ static void scores_kernel(Args a) {
+/* q . k_j over d ascending, the key row at element `at` of the cache stored as DT: f32 in
+ * 16-byte loads when aligned, 16-bit elements in 8-byte loads of four, each widened
+ * exactly; the adds are in order whichever load is used. */
+template <int DT>
+__device__ static inline float key_dot(const float *qs, const void *cache, size_t at, int D) {
+    float dot = 0.0f;
+    if (DT == OPS_F32) {
+        const float *kj = (const float *)cache + at;
+        if (((D & 3) | ((uintptr_t)kj & 15)) == 0) {
+            const float4 *k4 = reinterpret_cast<const float4 *>(kj);
+            for (int d4 = 0; d4 < D / 4; ++d4) {
+                const float4 kv = k4[d4];
+                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4], kv.x));
+                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 1], kv.y));
+                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 2], kv.z));
+                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 3], kv.w));
+            }
+            return dot;
+        }
+        for (int d = 0; d < D; ++d)
+            dot = __fadd_rn(dot, __fmul_rn(qs[d], kj[d]));
+        return dot;
+    }
+    const uint16_t *kj = (const uint16_t *)cache + at;
+    if (((D & 3) | ((uintptr_t)kj & 7)) == 0) {
+        const uint2 *k4 = reinterpret_cast<const uint2 *>(kj);
+        for (int d4 = 0; d4 < D / 4; ++d4) {
+            const uint2 w = k4[d4]; /* little-endian: element 4 d4 in x's low half */
+            dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4], cuda_kv_widen<DT>((uint16_t)w.x)));
+            dot =
+                __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 1], cuda_kv_widen<DT>((uint16_t)(w.x >> 16))));
+            dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 2], cuda_kv_widen<DT>((uint16_t)w.y)));
+            dot =
+                __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 3], cuda_kv_widen<DT>((uint16_t)(w.y >> 16))));
+        }
+        return dot;
+    }
+    for (int d = 0; d < D; ++d)
+        dot = __fadd_rn(dot, __fmul_rn(qs[d], cuda_kv_widen<DT>(kj[d])));
+    return dot;
+}
+
+template <int DT> __global__ static void scores_kernel(Args a) {
     __shared__ float qs[OPS_ATTN_MAX_HEAD_DIM];
     __shared__ float shared[32];
     __shared__ int32_t ids[kChunkBlocks];
@@ -108,23 +154,9 @@ __global__ static void scores_kernel(Args a) {
     float local_max = -INFINITY;
     for (int j = j0 + threadIdx.x; j < j1; j += blockDim.x) {
         const int jc = j - j0; /* in the chunk: block jc / 16, row jc % 16 */
-        const float *kj = (const float *)a.kv.k + (size_t)ids[jc / OPS_ATTN_BLOCK] * a.kv.block_stride +
+        const size_t at = (size_t)ids[jc / OPS_ATTN_BLOCK] * a.kv.block_stride +
                           (size_t)g * a.kv.head_stride + (size_t)(jc % OPS_ATTN_BLOCK) * (size_t)D;
-        float dot = 0.0f;
-        if (((D & 3) | ((uintptr_t)kj & 15)) == 0) { /* 16-byte loads; adds still in order */
-            const float4 *k4 = reinterpret_cast<const float4 *>(kj);
-            for (int d4 = 0; d4 < D / 4; ++d4) {
-                const float4 kv = k4[d4];
-                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4], kv.x));
-                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 1], kv.y));
-                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 2], kv.z));
-                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 3], kv.w));
-            }
-        } else {
-            for (int d = 0; d < D; ++d)
-                dot = __fadd_rn(dot, __fmul_rn(qs[d], kj[d]));
-        }
-        const float s = __fmul_rn(dot, a.scale);
+        const float s = __fmul_rn(key_dot<DT>(qs, a.kv.k, at, D), a.scale);
         r.scores[j] = s;
         local_max = fmaxf(local_max, s);
     }
@@ -132,7 +164,7 @@ __global__ static void scores_kernel(Args a) {
     if (threadIdx.x == 0) r.maxes[c] = m;
 }
 
-__global__ static void chunk_kernel(Args a) {
+template <int DT> __global__ static void chunk_kernel(Args a) {
     __shared__ float e[CUDA_ATTN_CHUNK];
     __shared__ float lsum[kChunkBlocks];
     __shared__ float shared[32];
@@ -176,12 +208,13 @@ __global__ static void chunk_kernel(Args a) {
             float acc = 0.0f;
             const int jb = j0 + b * OPS_ATTN_BLOCK;
             if (b < nb) { /* a block past the context has no table entry */
-                const float *vb = (const float *)a.kv.v + (size_t)ids[b] * a.kv.block_stride + head + (size_t)d;
+                const size_t vb = (size_t)ids[b] * a.kv.block_stride + head + (size_t)d;
 #pragma unroll
                 for (int jj = 0; jj < OPS_ATTN_BLOCK; ++jj)
                     if (jb + jj < j1)
-                        acc =
-                            __fadd_rn(acc, __fmul_rn(e[jb + jj - j0], vb[(size_t)jj * (size_t)D]));
+                        acc = __fadd_rn(
+                            acc, __fmul_rn(e[jb + jj - j0],
+                                           cuda_kv_load<DT>(a.kv.v, vb + (size_t)jj * (size_t)D)));
             }
             v[b] = acc;
         }
@@ -212,11 +245,13 @@ extern "C" int cuda_attention(float *out, const float *q, const struct ops_kv *k
                               int pos, int n, int nh, int nkv, int head_dim, void *stream) {
     if (n < 0 || pos < 0 || nh <= 0 || nkv <= 0 || nh % nkv || head_dim <= 0 ||
         head_dim > OPS_ATTN_MAX_HEAD_DIM ||
-        (n > 0 && (!out || !q || !kv || !kv->k || !kv->v || !kv->blocks || !scratch)))
+        (n > 0 && (!out || !q || !kv || !kv->k || !kv->v || !kv->blocks || !scratch ||
+                   !cuda_kv_dtype_ok(kv->dtype))))
         return strata_set_error(STRATA_EINVAL,
                                 "cuda_attention: bad arguments (n %d, pos %d, nh %d, nkv %d, "
-                                "head_dim %d; head_dim at most %d)",
-                                n, pos, nh, nkv, head_dim, OPS_ATTN_MAX_HEAD_DIM);
+                                "head_dim %d, kv dtype %d; head_dim at most %d)",
+                                n, pos, nh, nkv, head_dim, kv ? (int)kv->dtype : -1,
+                                OPS_ATTN_MAX_HEAD_DIM);
     if (n == 0) return STRATA_OK;
     const long long ctx = (long long)pos + n;
     const long long chunks = (ctx + CUDA_ATTN_CHUNK - 1) / CUDA_ATTN_CHUNK;
@@ -242,9 +277,23 @@ extern "C" int cuda_attention(float *out, const float *q, const struct ops_kv *k
     a.scale = 1.0f / sqrtf((float)head_dim);
     cudaStream_t s = (cudaStream_t)stream;
     const dim3 grid((unsigned)(n * nh), (unsigned)chunks);
-    scores_kernel<<<grid, kThreads, 0, s>>>(a);
-    CUDA_CHECK_LAUNCH();
-    chunk_kernel<<<grid, kThreads, 0, s>>>(a);
+    switch (kv->dtype) {
+    case OPS_BF16:
+        scores_kernel<OPS_BF16><<<grid, kThreads, 0, s>>>(a);
+        CUDA_CHECK_LAUNCH();
+        chunk_kernel<OPS_BF16><<<grid, kThreads, 0, s>>>(a);
+        break;
+    case OPS_F16:
+        scores_kernel<OPS_F16><<<grid, kThreads, 0, s>>>(a);
+        CUDA_CHECK_LAUNCH();
+        chunk_kernel<OPS_F16><<<grid, kThreads, 0, s>>>(a);
+        break;
+    default:
+        scores_kernel<OPS_F32><<<grid, kThreads, 0, s>>>(a);
+        CUDA_CHECK_LAUNCH();
+        chunk_kernel<OPS_F32><<<grid, kThreads, 0, s>>>(a);
+        break;
+    }
     CUDA_CHECK_LAUNCH();
     merge_kernel<<<(unsigned)(n * nh), kThreads, 0, s>>>(a);
     CUDA_CHECK_LAUNCH();

@@ -12,6 +12,9 @@
  *     in ascending j and pushes it into its binary counter (reference tree_acc), finished
  *     right to left at the end;
  *   - merge: thread `col` pushes the ranks' parts (flag 1) into its counter in rank order.
+ * The cache stores the view's dtype; the two kernels reading it are compiled per dtype and
+ * widen a 16-bit element exactly where they load it (cuda_kv_load), as the reference's
+ * kv_rows widens a block: the same products and sums on the same values.
  * Simple rather than fast: a decode row's keys on one rank are one block's work (the
  * one-rank cuda_attention splits keys over blocks; a KVP rank holds 1/K of them). */
 #include <stdint.h>
@@ -33,7 +36,7 @@ struct Args {
     float *out;         /* max [n*nh] or part [n*nh][D+2] */
     float *scores;      /* [n*nh][held] */
     const float *q, *m; /* q (step 1), the group's max (step 2) */
-    const float *cache; /* keys (step 1) or values (step 2): kv.k or kv.v */
+    const void *cache;  /* keys (step 1) or values (step 2): kv.k or kv.v, as kv.dtype */
     ops_kv kv;          /* device pointers; the struct itself is the kernel's parameter */
     int pos, nh, group, lo, held, d_len;
     float scale;
@@ -44,7 +47,7 @@ __device__ static inline int keys_seen(const Args &a, int i) {
     return min(a.pos + i + 1 - a.lo, a.held);
 }
 
-__global__ static void partial_max_kernel(Args a) {
+template <int DT> __global__ static void partial_max_kernel(Args a) {
     __shared__ float qs[OPS_ATTN_MAX_HEAD_DIM];
     __shared__ float shared[32];
     const int t = blockIdx.x, i = t / a.nh, h = t % a.nh, seen = keys_seen(a, i), D = a.d_len;
@@ -59,10 +62,10 @@ __global__ static void partial_max_kernel(Args a) {
     float *scores = a.scores + (size_t)t * (size_t)a.held;
     float local_max = -INFINITY;
     for (int j = threadIdx.x; j < seen; j += blockDim.x) {
-        const float *kj = a.cache + cuda_kv_offset(a.kv, g, j, D);
+        const size_t kj = cuda_kv_offset(a.kv, g, j, D);
         float dot = 0.0f;
         for (int d = 0; d < D; ++d)
-            dot = __fadd_rn(dot, __fmul_rn(qs[d], kj[d]));
+            dot = __fadd_rn(dot, __fmul_rn(qs[d], cuda_kv_load<DT>(a.cache, kj + (size_t)d)));
         const float s = __fmul_rn(dot, a.scale);
         scores[j] = s;
         local_max = fmaxf(local_max, s);
@@ -88,7 +91,7 @@ __global__ static void group_max_kernel(float *max, const float *all, int ranks,
     max[t] = m;
 }
 
-__global__ static void partial_kernel(Args a) {
+template <int DT> __global__ static void partial_kernel(Args a) {
     __shared__ float e[kChunk];
     const int t = blockIdx.x, i = t / a.nh, h = t % a.nh, seen = keys_seen(a, i), D = a.d_len;
     const int col = threadIdx.x;
@@ -111,11 +114,13 @@ __global__ static void partial_kernel(Args a) {
         for (int b0 = c0; b0 < c1; b0 += OPS_ATTN_BLOCK) {
             const int b1 = min(b0 + OPS_ATTN_BLOCK, c1);
             /* Block b0 / 16 of the cache (b0 is block-aligned: kChunk is whole blocks). */
-            const float *vb = a.cache + cuda_kv_offset(a.kv, g, b0, D) + col;
+            const size_t vb = cuda_kv_offset(a.kv, g, b0, D) + (size_t)col;
             float s = 0.0f;
             for (int j = b0; j < b1; ++j)
                 s = col == D ? __fadd_rn(s, e[j - c0])
-                             : __fadd_rn(s, __fmul_rn(e[j - c0], vb[(size_t)(j - b0) * D]));
+                             : __fadd_rn(s, __fmul_rn(e[j - c0],
+                                                      cuda_kv_load<DT>(a.cache,
+                                                                       vb + (size_t)(j - b0) * D)));
             tree_push(acc, s);
         }
     }
@@ -159,7 +164,7 @@ static int check(const char *fn, int n, int nh, int nkv, int head_dim) {
 }
 
 static Args args_of(float *out, float *scores, const float *q, const float *m,
-                    const struct ops_kv *kv, const float *cache, int pos, int lo, int held, int nh,
+                    const struct ops_kv *kv, const void *cache, int pos, int lo, int held, int nh,
                     int nkv, int head_dim) {
     Args a;
     a.out = out;
@@ -188,10 +193,18 @@ extern "C" int cuda_attention_partial_max(float *max, float *scores, const float
                                           int nh, int nkv, int head_dim, void *stream) {
     int rc = check(__func__, n, nh, nkv, head_dim);
     if (rc || n == 0) return rc;
-    if (held < 1 || !max || !scores || !q || !kv || !kv->k || !kv->blocks)
-        return strata_set_error(STRATA_EINVAL, "%s: %d keys held / NULL buffer", __func__, held);
-    const Args a = args_of(max, scores, q, NULL, kv, (const float *)kv->k, pos, lo, held, nh, nkv, head_dim);
-    partial_max_kernel<<<(unsigned)(n * nh), kThreads, 0, (cudaStream_t)stream>>>(a);
+    if (held < 1 || !max || !scores || !q || !kv || !kv->k || !kv->blocks ||
+        !cuda_kv_dtype_ok(kv->dtype))
+        return strata_set_error(STRATA_EINVAL, "%s: %d keys held / NULL buffer / kv dtype %d",
+                                __func__, held, kv ? (int)kv->dtype : -1);
+    const Args a = args_of(max, scores, q, NULL, kv, kv->k, pos, lo, held, nh, nkv, head_dim);
+    const unsigned blocks = (unsigned)(n * nh);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (kv->dtype) {
+    case OPS_BF16: partial_max_kernel<OPS_BF16><<<blocks, kThreads, 0, s>>>(a); break;
+    case OPS_F16: partial_max_kernel<OPS_F16><<<blocks, kThreads, 0, s>>>(a); break;
+    default: partial_max_kernel<OPS_F32><<<blocks, kThreads, 0, s>>>(a); break;
+    }
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
 }
@@ -212,11 +225,19 @@ extern "C" int cuda_attention_partial(float *part, const float *scores, const fl
                                       int nh, int nkv, int head_dim, void *stream) {
     int rc = check(__func__, n, nh, nkv, head_dim);
     if (rc || n == 0) return rc;
-    if (held < 1 || !part || !scores || !m || !kv || !kv->v || !kv->blocks)
-        return strata_set_error(STRATA_EINVAL, "%s: %d keys held / NULL buffer", __func__, held);
+    if (held < 1 || !part || !scores || !m || !kv || !kv->v || !kv->blocks ||
+        !cuda_kv_dtype_ok(kv->dtype))
+        return strata_set_error(STRATA_EINVAL, "%s: %d keys held / NULL buffer / kv dtype %d",
+                                __func__, held, kv ? (int)kv->dtype : -1);
     const Args a =
-        args_of(part, (float *)scores, NULL, m, kv, (const float *)kv->v, pos, lo, held, nh, nkv, head_dim);
-    partial_kernel<<<(unsigned)(n * nh), column_threads(head_dim), 0, (cudaStream_t)stream>>>(a);
+        args_of(part, (float *)scores, NULL, m, kv, kv->v, pos, lo, held, nh, nkv, head_dim);
+    const unsigned blocks = (unsigned)(n * nh), threads = column_threads(head_dim);
+    cudaStream_t s = (cudaStream_t)stream;
+    switch (kv->dtype) {
+    case OPS_BF16: partial_kernel<OPS_BF16><<<blocks, threads, 0, s>>>(a); break;
+    case OPS_F16: partial_kernel<OPS_F16><<<blocks, threads, 0, s>>>(a); break;
+    default: partial_kernel<OPS_F32><<<blocks, threads, 0, s>>>(a); break;
+    }
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
 }

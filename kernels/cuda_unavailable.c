@@ -385,10 +385,11 @@ int cuda_stream_wait_event(void *stream, void *event) {
     return unavailable(__func__);
 }
 
-int cuda_kv_store_rows(float *k_cache, float *v_cache, const float *k, const float *v,
-                       const int64_t *row_dst, size_t kv_head_stride, int row_stride, int n_rows,
-                       int nkv, int head_dim, void *stream) {
-    (void)k_cache, (void)v_cache, (void)k, (void)v, (void)row_dst, (void)kv_head_stride;
+int cuda_kv_store_rows(void *k_cache, void *v_cache, enum ops_dtype dtype, const float *k,
+                       const float *v, const int64_t *row_dst, size_t kv_head_stride,
+                       int row_stride, int n_rows, int nkv, int head_dim, void *stream) {
+    (void)k_cache, (void)v_cache, (void)dtype, (void)k, (void)v, (void)row_dst;
+    (void)kv_head_stride;
     (void)row_stride, (void)n_rows, (void)nkv, (void)head_dim, (void)stream;
     return unavailable(__func__);
 }

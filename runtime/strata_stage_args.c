@@ -63,10 +63,10 @@ void strata_stage_usage(FILE *out) {
             "  --no-prefix-cache      stage 0: prefill every prompt in full (default: a prompt\n"
             "                         starting with whole 16-token blocks of a finished one\n"
             "                         reuses their KV on every stage, bit for bit the same)\n"
-            "  --kv-dtype f32|bf16|f16  what the KV cache stores (default f16 on cpu, half of f32's bytes,\n"
-            "                         f32 on cuda, which stores no other yet;\n"
-            "                         greedy ids equal to transformers' on every golden; f32 is\n"
-            "                         the exact mode; README's serving section has the measured\n"
+            "  --kv-dtype f32|bf16|f16  what the KV cache stores, cpu and cuda alike (default\n"
+            "                         f16: half of f32's bytes, greedy ids equal to\n"
+            "                         transformers' on every golden; f32 is the exact mode;\n"
+            "                         README's serving section has the measured\n"
             "                         error). The ranks of a TP / KVP group must agree (their\n"
             "                         Hello checks it); a KV block restores only into its own\n"
             "                         dtype\n"
@@ -515,7 +515,7 @@ static void args_defaults(struct args *a) {
     a->drain_timeout_ms = 10000;
     a->recovery_timeout_ms = 10000;
     a->max_queue = 256;
-    a->kv_dtype = (enum ops_dtype)-1; /* chosen by the device after parsing */
+    a->kv_dtype = OPS_F16; /* README "KV storage type": ten times closer than bf16, half of f32 */
     a->queue_timeout_ms = 30000;
     a->kv_keep_mb = 1024;
 }
@@ -527,9 +527,5 @@ int strata_stage_parse_args(struct args *a, int argc, char **argv) {
         if (c == O_HELP) return 1;
         rc = parse_option(a, c, optarg);
     }
-    /* f16 on the CPU (README "KV storage type": ten times closer than bf16, half of f32);
-     * the CUDA backend stores f32 only for now. */
-    if ((int)a->kv_dtype == -1)
-        a->kv_dtype = a->device && !strncmp(a->device, "cuda", 4) ? OPS_F32 : OPS_F16;
     return rc == 0 ? check_args(a, argc, argv) : rc;
 }

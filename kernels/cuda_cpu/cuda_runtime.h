@@ -41,6 +41,9 @@ struct alignas(16) float4 {
 struct alignas(8) float2 {
     float x, y;
 };
+struct alignas(8) uint2 {
+    unsigned x, y;
+};
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
 

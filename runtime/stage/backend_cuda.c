@@ -7,8 +7,9 @@
  *     (runtime/model/stage_tensors.h) as reference/model_load.c does: bf16 / f32 matrices
  *     as stored, f16 matrices widened to f32, norms and biases as f32, fused experts used
  *     in place (out-major) or transposed once on the host (in-major);
- *   - KV cache: a paged pool of blocks, [block][layer][kv_head][KV_BLOCK][head_dim] f32 on
- *     the device, the layout of reference/kv_cache.h, sized by the options' budget (under
+ *   - KV cache: a paged pool of blocks, [block][layer][kv_head][KV_BLOCK][head_dim] on the
+ *     device, f32, bf16 or f16 as --kv-dtype says (the kernels round and widen as the
+ *     reference ops do), the layout of reference/kv_cache.h, sized by the options' budget (under
  *     KVP a rank's positions only, plus a spare block: backend_cuda_kv.c); which blocks each
  *     slot holds, lengths and reservations are reference/kv_blocks.h's bookkeeping on the
  *     host, the CPU backend's; each slot's block table is mirrored on the device at a fixed
@@ -194,7 +195,7 @@ static int add_bias(struct cuda_context *c, float *x, const float *bias, int n, 
     return bias ? cuda_add_bias(x, bias, n, dim, c->stream) : 0;
 }
 
-/* Each row's KV offset in floats from its layer's base (kv_view's k; the layer is added to
+/* Each row's KV offset in elements from its layer's base (kv_view's k; the layer is added to
  * the base pointer): kv head 0 of the row's position where its slot's table puts it,
  * host_rows [N], for cuda_kv_store_rows. Under KVP a position is stored at its local index
  * when this rank holds it, and rows another rank holds go to the spare block (written,
@@ -216,7 +217,7 @@ static int op_kv_store(void *ctx, const struct layer_weights *L, const struct fo
     const struct cuda_context *c = ctx;
     const struct ops_kv view = kv_view(c, items[0].slot, L->index); /* the layer's base */
     (void)n_items;
-    return cuda_kv_store_rows(view.k, view.v, c->k, c->v, c->row_dst, view.head_stride,
+    return cuda_kv_store_rows(view.k, view.v, view.dtype, c->k, c->v, c->row_dst, view.head_stride,
                               c->nkv * c->cfg->head_dim, rows, c->nkv, c->cfg->head_dim, c->stream);
 }
 

@@ -73,12 +73,13 @@ struct cuda_context {
      * slot's table mirrored on the device for the kernels, [num_slots][slot_blocks] int32
      * (a slot's row never moves, so a decode graph's pointers stay valid; entries
      * [0, tables_sent[slot]) are current there). */
-    float *k_cache, *v_cache;
+    void *k_cache, *v_cache; /* kv_dtype elements */
+    enum ops_dtype kv_dtype; /* OPS_F32, OPS_BF16 or OPS_F16 (--kv-dtype) */
     struct kv_blocks kv;
-    int32_t *tables;     /* device */
-    int32_t *h_tables;   /* pinned staging of the uploads, same shape */
-    int *tables_sent;    /* [num_slots] */
-    size_t block_floats; /* K (or V) floats of one block: layers x kv_heads x KV_BLOCK x D */
+    int32_t *tables;    /* device */
+    int32_t *h_tables;  /* pinned staging of the uploads, same shape */
+    int *tables_sent;   /* [num_slots] */
+    size_t block_elems; /* K (or V) elements of one block: layers x kv_heads x KV_BLOCK x D */
     size_t score_floats;
 
     /* Every launch and copy of this backend goes to `stream` (a cudaStream_t); a call
@@ -129,11 +130,13 @@ static inline struct cuda_context *ctx(const struct stage_backend *be) {
 static inline struct ops_kv kv_view(const struct cuda_context *c, int slot, int layer) {
     const size_t head = (size_t)KV_BLOCK * (size_t)c->cfg->head_dim;
     const size_t at = (size_t)(layer - c->role.layer_start) * (size_t)c->nkv * head;
-    return (struct ops_kv){.k = c->k_cache + at,
-                           .v = c->v_cache + at,
+    const size_t bytes = at * ops_kv_elem_bytes(c->kv_dtype);
+    return (struct ops_kv){.k = (char *)c->k_cache + bytes,
+                           .v = (char *)c->v_cache + bytes,
                            .blocks = c->tables + (size_t)slot * (size_t)c->kv.slot_blocks,
-                           .block_stride = c->block_floats,
-                           .head_stride = head};
+                           .block_stride = c->block_elems,
+                           .head_stride = head,
+                           .dtype = c->kv_dtype};
 }
 
 /* The KV pool (backend_cuda_kv.c). _open sizes it from the options' budget (after the
@@ -149,7 +152,7 @@ int backend_cuda_kv_held(const struct cuda_context *c, int positions);
  * table entries that changed queued for upload on c->stream (outside any graph capture: a
  * decode graph reads the tables where they always are). */
 int backend_cuda_kv_prepare(struct cuda_context *c, const struct forward_item *items, int n_items);
-/* The offset in floats from a layer's base (kv_view's k) of position `local` of slot's kv head
+/* The offset in elements from a layer's base (kv_view's k) of position `local` of slot's kv head
  * 0, by the host's table; KVP rows of another rank's positions (local outside [0, kvp_held))
  * go to the spare block (written, never read). */
 int64_t backend_cuda_kv_row_offset(const struct cuda_context *c, int slot, int local);

@@ -3,12 +3,16 @@
  * reference/kv_blocks.h (the CPU backend's, so both count, reserve and free blocks alike),
  * and the block tables mirrored on the device for the kernels.
  *
- * A block is [layers][kv_heads][KV_BLOCK][head_dim] floats of K and as many of V, so all of
- * one block's positions, every layer, are one contiguous copy: pack and restore move a slot
- * block by block through a host buffer and walk the table in runs of up to KV_BLOCK
- * positions on the host. The copies are synchronous on the legacy stream, which does not
- * wait for the backend's non-blocking stream: a call that succeeded left that stream idle,
- * and one that failed may not have, so the stream is synchronised first.
+ * A block is [layers][kv_heads][KV_BLOCK][head_dim] elements of K and as many of V, stored as
+ * --kv-dtype says (f32, or bf16 / f16 bit patterns that cuda_kv_store rounds and the
+ * attention kernels widen, as the reference ops do), so all of one block's positions, every
+ * layer, are one contiguous copy: pack and restore move a slot block by block through a host
+ * buffer and walk the table in runs of up to KV_BLOCK positions on the host, widening a
+ * 16-bit block into the f32 handoff and narrowing it back exactly as reference/kv_cache.c
+ * does (a handoff names the dtype it was stored as and restores only into the same). The copies are
+ * synchronous on the legacy stream, which does not wait for the backend's non-blocking stream: a
+ * call that succeeded left that stream idle, and one that failed may not have, so the stream is
+ * synchronised first.
  *
  * The device tables: slot s's row of [num_slots][slot_blocks] never moves, so a decode
  * graph's attention reads the current table of each slot through the same pointer; entries
@@ -18,6 +22,8 @@
 #include <string.h>
 
 #include "kernels/cuda_device.h"
+#include "reference/kv_cache.h"
+#include "runtime/base/dtype.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
 #include "runtime/stage/backend_cuda_internal.h"
@@ -30,12 +36,12 @@ static size_t pool_blocks(const struct cuda_context *c) {
 
 int backend_cuda_kv_open(struct cuda_context *c, const struct stage_backend_options *opt) {
     const int D = c->cfg->head_dim;
-    if (opt->kv_dtype != OPS_F32)
-        return strata_set_error(
-            STRATA_EINVAL, "the cuda backend stores its KV cache as f32 only for now (--kv-dtype "
-                           "bf16 and f16 run on the cpu device)");
-    c->block_floats = (size_t)c->n_layers * (size_t)c->nkv * KV_BLOCK * (size_t)D;
-    const size_t block_bytes = 2 * c->block_floats * sizeof(float);
+    if (opt->kv_dtype != OPS_F32 && opt->kv_dtype != OPS_BF16 && opt->kv_dtype != OPS_F16)
+        return strata_set_error(STRATA_EINVAL, "cuda backend: KV dtype %d is not f32, bf16 or f16",
+                                (int)opt->kv_dtype);
+    c->kv_dtype = opt->kv_dtype;
+    c->block_elems = (size_t)c->n_layers * (size_t)c->nkv * KV_BLOCK * (size_t)D;
+    const size_t block_bytes = 2 * c->block_elems * ops_kv_elem_bytes(c->kv_dtype);
     size_t free_bytes = 0;
     int blocks = 0, rc;
     /* A stage without layers holds no KV: its slots need no budget. */
@@ -46,7 +52,7 @@ int backend_cuda_kv_open(struct cuda_context *c, const struct stage_backend_opti
         return rc;
     if ((rc = kv_blocks_init(&c->kv, c->kvp_held, opt->num_slots, blocks))) return rc;
     const size_t table = (size_t)c->kv.num_slots * (size_t)c->kv.slot_blocks * sizeof(int32_t);
-    const size_t bytes = c->block_floats * pool_blocks(c) * sizeof(float);
+    const size_t bytes = c->block_elems * pool_blocks(c) * ops_kv_elem_bytes(c->kv_dtype);
     if (!(c->tables_sent = calloc((size_t)opt->num_slots, sizeof *c->tables_sent)))
         return strata_set_error(STRATA_ENOMEM, "cuda backend: out of host memory");
     /* Zeroed like the reference's calloc'd pool (never read past a slot's length), the
@@ -103,8 +109,8 @@ int backend_cuda_kv_prepare(struct cuda_context *c, const struct forward_item *i
 
 int64_t backend_cuda_kv_row_offset(const struct cuda_context *c, int slot, int local) {
     if (local < 0 || local >= c->kvp_held) /* another KVP rank's position: the spare block */
-        return (int64_t)((size_t)c->kv.num_blocks * c->block_floats);
-    return (int64_t)((size_t)kv_blocks_table(&c->kv, slot)[local / KV_BLOCK] * c->block_floats +
+        return (int64_t)((size_t)c->kv.num_blocks * c->block_elems);
+    return (int64_t)((size_t)kv_blocks_table(&c->kv, slot)[local / KV_BLOCK] * c->block_elems +
                      (size_t)(local % KV_BLOCK) * (size_t)c->cfg->head_dim);
 }
 
@@ -130,7 +136,7 @@ void backend_cuda_kv_release(struct stage_backend *be, int slot) {
 
 size_t backend_cuda_kv_bytes(const struct stage_backend *be) {
     const struct cuda_context *c = ctx(be);
-    return 2 * c->block_floats * pool_blocks(c) * sizeof(float);
+    return 2 * c->block_elems * pool_blocks(c) * ops_kv_elem_bytes(c->kv_dtype);
 }
 
 /* Prefix reuse: as the CPU backend (backend.h), through the same bookkeeping; attached
@@ -169,12 +175,14 @@ void backend_cuda_kv_forget(struct stage_backend *be) {
 
 void backend_cuda_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out) {
     const struct cuda_context *c = ctx(be);
-    *out = (struct stage_kv_usage){.blocks = c->kv.num_blocks,
-                                   .free = c->kv.num_free,
-                                   .cached = c->kv.num_cached,
-                                   .promised = c->kv.promised,
-                                   .block_positions = KV_BLOCK,
-                                   .block_bytes = 2 * c->block_floats * sizeof(float)};
+    *out =
+        (struct stage_kv_usage){.dtype = c->kv_dtype,
+                                .blocks = c->kv.num_blocks,
+                                .free = c->kv.num_free,
+                                .cached = c->kv.num_cached,
+                                .promised = c->kv.promised,
+                                .block_positions = KV_BLOCK,
+                                .block_bytes = 2 * c->block_elems * ops_kv_elem_bytes(c->kv_dtype)};
 }
 
 /* A KVP rank holds some positions of each slot: its cache is not a handoff of the slot. */
@@ -192,30 +200,56 @@ static size_t handoff_offset(const struct kv_handoff *h, int l, int b, int head)
            (size_t)h->seq * (size_t)h->head_dim;
 }
 
+/* n elements of a block stored as dtype <-> n f32 in the handoff (any alignment: a restore
+ * may read a frame): f32 copied, 16-bit widened (to_block 0) or rounded (1) with
+ * runtime/base/dtype.h, reference/kv_cache.c's copy_runs element for element. Narrowing a
+ * value a 16-bit cache widened gives back its bits. */
+static void convert_run(unsigned char *block, unsigned char *rows, size_t n, enum ops_dtype dtype,
+                        int to_block) {
+    if (dtype == OPS_F32) {
+        if (to_block)
+            memcpy(block, rows, n * sizeof(float));
+        else
+            memcpy(rows, block, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; ++i) {
+        uint16_t bits;
+        float f;
+        if (to_block) {
+            memcpy(&f, rows + i * sizeof f, sizeof f);
+            bits = dtype == OPS_BF16 ? f32_to_bf16(f) : f32_to_f16(f);
+            memcpy(block + i * sizeof bits, &bits, sizeof bits);
+        } else {
+            memcpy(&bits, block + i * sizeof bits, sizeof bits);
+            f = dtype == OPS_BF16 ? bf16_to_f32(bits) : f16_to_f32(bits);
+            memcpy(rows + i * sizeof f, &f, sizeof f);
+        }
+    }
+}
+
 /* The block of batch row b that holds its positions [j0, j0 + run) (j0 block-aligned),
- * between its host copy kb / vb [layers][kv_heads][KV_BLOCK][D] and the handoff's rows:
- * to_block 0 copies the block out into the handoff, 1 the handoff into the block. */
+ * between its host copy kb / vb [layers][kv_heads][KV_BLOCK][D] (c->kv_dtype elements) and
+ * the handoff's f32 rows: to_block 0 copies the block out into the handoff, 1 the handoff
+ * into the block. */
 static void copy_block_runs(const struct cuda_context *c, const struct kv_handoff *h, int b, int j0,
-                            int run, float *kb, float *vb, int to_block) {
-    const size_t D = (size_t)c->cfg->head_dim, bytes = (size_t)run * D * sizeof(float);
-    float *hk = (float *)(uintptr_t)h->k, *hv = (float *)(uintptr_t)h->v;
+                            int run, unsigned char *kb, unsigned char *vb, int to_block) {
+    const size_t D = (size_t)c->cfg->head_dim, n = (size_t)run * D;
+    const size_t es = ops_kv_elem_bytes(c->kv_dtype);
+    unsigned char *hk = (unsigned char *)(uintptr_t)h->k, *hv = (unsigned char *)(uintptr_t)h->v;
     for (int l = 0; l < c->n_layers; ++l)
         for (int g = 0; g < c->nkv; ++g) {
-            const size_t in_block = ((size_t)l * (size_t)c->nkv + (size_t)g) * KV_BLOCK * D;
-            const size_t in_handoff = handoff_offset(h, l, b, g) + (size_t)j0 * D;
-            if (to_block) {
-                memcpy(kb + in_block, hk + in_handoff, bytes);
-                memcpy(vb + in_block, hv + in_handoff, bytes);
-            } else {
-                memcpy(hk + in_handoff, kb + in_block, bytes);
-                memcpy(hv + in_handoff, vb + in_block, bytes);
-            }
+            const size_t in_block = ((size_t)l * (size_t)c->nkv + (size_t)g) * KV_BLOCK * D * es;
+            const size_t in_handoff = (handoff_offset(h, l, b, g) + (size_t)j0 * D) * sizeof(float);
+            convert_run(kb + in_block, hk + in_handoff, n, c->kv_dtype, to_block);
+            convert_run(vb + in_block, hv + in_handoff, n, c->kv_dtype, to_block);
         }
 }
 
-/* Host room for one block of K and one of V. */
-static float *block_buffer(const struct cuda_context *c, const char *what) {
-    float *buf = calloc(2 * (c->block_floats ? c->block_floats : 1), sizeof(float));
+/* Host room for one block of K and one of V, as the cache stores them. */
+static unsigned char *block_buffer(const struct cuda_context *c, const char *what) {
+    unsigned char *buf =
+        calloc(2 * (c->block_elems ? c->block_elems : 1), ops_kv_elem_bytes(c->kv_dtype));
     if (!buf) strata_set_error(STRATA_ENOMEM, "%s: no memory for a block", what);
     return buf;
 }
@@ -236,11 +270,12 @@ int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const
                                .batch = n,
                                .kv_heads = c->nkv,
                                .seq = seq,
-                               .head_dim = c->cfg->head_dim};
+                               .head_dim = c->cfg->head_dim,
+                               .stored_dtype = (int)c->kv_dtype};
     size_t numel = kv_handoff_numel(out);
     /* One allocation: k, v, then the lengths (f32 then i32: alignment holds). */
     float *k = calloc(2 * numel * sizeof(float) + (size_t)n * sizeof(int32_t), 1);
-    float *blk = k ? block_buffer(c, "cuda kv pack") : NULL;
+    unsigned char *blk = k ? block_buffer(c, "cuda kv pack") : NULL;
     if (!k || !blk) {
         free(k);
         memset(out, 0, sizeof *out);
@@ -250,16 +285,16 @@ int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const
     }
     out->k = k;
     out->v = k + numel;
-    const size_t bytes = c->block_floats * sizeof(float);
+    const size_t bytes = c->block_elems * ops_kv_elem_bytes(c->kv_dtype);
     for (int b = 0; b < n && !rc && c->n_layers > 0; ++b) {
         const int32_t *table = kv_blocks_table(&c->kv, slots[b]);
         const int len = c->kv.len[slots[b]];
         for (int j0 = 0; j0 < len && !rc; j0 += KV_BLOCK) {
-            const size_t at = (size_t)table[j0 / KV_BLOCK] * c->block_floats;
+            const size_t at = (size_t)table[j0 / KV_BLOCK] * bytes;
             const int run = len - j0 < KV_BLOCK ? len - j0 : KV_BLOCK;
-            if (!(rc = cuda_memcpy_to_host(blk, c->k_cache + at, bytes)) &&
-                !(rc = cuda_memcpy_to_host(blk + c->block_floats, c->v_cache + at, bytes)))
-                copy_block_runs(c, out, b, j0, run, blk, blk + c->block_floats, 0);
+            if (!(rc = cuda_memcpy_to_host(blk, (char *)c->k_cache + at, bytes)) &&
+                !(rc = cuda_memcpy_to_host(blk + bytes, (char *)c->v_cache + at, bytes)))
+                copy_block_runs(c, out, b, j0, run, blk, blk + bytes, 0);
         }
     }
     free(blk);
@@ -278,6 +313,12 @@ int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const
 
 static int check_handoff(const struct cuda_context *c, int n, const struct kv_handoff *in) {
     const int D = c->cfg->head_dim;
+    if (in->stored_dtype != (int)c->kv_dtype)
+        return strata_set_error(STRATA_EFORMAT,
+                                "kv restore: the block was stored as %s, this cache stores %s "
+                                "(--kv-dtype must be the same)",
+                                kv_dtype_name((enum ops_dtype)in->stored_dtype),
+                                kv_dtype_name(c->kv_dtype));
     if (in->layer_start != c->role.layer_start || in->layer_end != c->role.layer_end)
         return strata_set_error(
             STRATA_ERANGE, "kv restore: block holds layers [%d, %d) but the cache holds [%d, %d)",
@@ -311,19 +352,19 @@ int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
      * written). The device tables follow at the next forward (kv_prepare). */
     for (int b = 0; b < n && !rc && c->n_layers > 0; ++b)
         rc = kv_blocks_grow(&c->kv, slots[b], in->lengths[b]);
-    float *blk = rc ? NULL : block_buffer(c, "cuda kv restore");
+    unsigned char *blk = rc ? NULL : block_buffer(c, "cuda kv restore");
     if (!rc && !blk) rc = STRATA_ENOMEM;
-    const size_t bytes = c->block_floats * sizeof(float);
+    const size_t bytes = c->block_elems * ops_kv_elem_bytes(c->kv_dtype);
     for (int b = 0; b < n && !rc && c->n_layers > 0; ++b) {
         const int32_t *table = kv_blocks_table(&c->kv, slots[b]);
         for (int j0 = 0; j0 < in->lengths[b] && !rc; j0 += KV_BLOCK) {
-            const size_t at = (size_t)table[j0 / KV_BLOCK] * c->block_floats;
+            const size_t at = (size_t)table[j0 / KV_BLOCK] * bytes;
             const int run = in->lengths[b] - j0 < KV_BLOCK ? in->lengths[b] - j0 : KV_BLOCK;
             /* A block cut short by the length keeps zeros past it (never read). */
             if (run < KV_BLOCK) memset(blk, 0, 2 * bytes);
-            copy_block_runs(c, in, b, j0, run, blk, blk + c->block_floats, 1);
-            if (!(rc = cuda_memcpy_to_device(c->k_cache + at, blk, bytes)))
-                rc = cuda_memcpy_to_device(c->v_cache + at, blk + c->block_floats, bytes);
+            copy_block_runs(c, in, b, j0, run, blk, blk + bytes, 1);
+            if (!(rc = cuda_memcpy_to_device((char *)c->k_cache + at, blk, bytes)))
+                rc = cuda_memcpy_to_device((char *)c->v_cache + at, blk + bytes, bytes);
         }
     }
     free(blk);

@@ -21,8 +21,9 @@
 enum { BO_MAX_BUFS = 6 };
 
 enum bo_role { BO_IN, BO_OUT, BO_INOUT };
-/* BO_I32: outputs compared exactly; as an input, only a block table (BO_GEN_KV_TABLE). */
-enum bo_elem { BO_F32, BO_BF16, BO_I32 };
+/* BO_I32: outputs compared exactly; as an input, only a block table (BO_GEN_KV_TABLE).
+ * BO_BF16 / BO_F16: inputs only, drawn in f32 and rounded (runtime/base/dtype.h). */
+enum bo_elem { BO_F32, BO_BF16, BO_I32, BO_F16 };
 
 /* How an input buffer is filled (uniform u in [-1, 1), seeded per case). */
 enum bo_gen {
@@ -41,7 +42,7 @@ struct bo_shape {
     int heads;            /* rope/attention: query heads */
     int kv_heads;         /* attention: kv heads */
     int pos;              /* attention: cache position of the first query */
-    enum ops_dtype wtype; /* matmul weight dtype */
+    enum ops_dtype wtype; /* matmul weight dtype; attention(_kvp): the KV cache's */
     float eps;
     float scale; /* input magnitude for BO_GEN_ACT (0 means 1) */
 };

@@ -47,7 +47,8 @@ static float uniform(void) { /* splitmix64 -> [-1, 1) */
 }
 
 static size_t buf_bytes(const struct bo_buf *b) {
-    return b->count * (b->elem == BO_BF16 ? sizeof(uint16_t) : sizeof(float)); /* I32: 4 */
+    return b->count * (b->elem == BO_BF16 || b->elem == BO_F16 ? sizeof(uint16_t)
+                                                               : sizeof(float)); /* I32: 4 */
 }
 
 static int is_output(const struct bo_buf *b) {
@@ -88,6 +89,8 @@ static int make_bufs(struct host_bufs *h, const struct bo_op *op, const struct b
                 memcpy((int32_t *)h->data[i] + k, &v, sizeof v); /* output fill bits */
             else if (b->elem == BO_BF16)
                 ((uint16_t *)h->data[i])[k] = f32_to_bf16(v);
+            else if (b->elem == BO_F16)
+                ((uint16_t *)h->data[i])[k] = f32_to_f16(v);
             else
                 ((float *)h->data[i])[k] = v;
         }
@@ -113,6 +116,9 @@ static void case_label(char *out, size_t cap, const struct bo_case *c) {
         !strcmp(c->op, "ops_weight_row"))
         len +=
             snprintf(out + len, cap - (size_t)len, ",w=%s", s->wtype == OPS_BF16 ? "bf16" : "f32");
+    if (!strncmp(c->op, "attention", 9) && s->wtype != OPS_F32)
+        len +=
+            snprintf(out + len, cap - (size_t)len, ",kv=%s", s->wtype == OPS_BF16 ? "bf16" : "f16");
     if (s->scale != 0.0f && s->scale != 1.0f)
         len += snprintf(out + len, cap - (size_t)len, ",scale=%g", (double)s->scale);
     snprintf(out + len, cap - (size_t)len, ")");

@@ -493,17 +493,27 @@ int cuda_kv_store(const struct ops_kv *kv, const float *k, const float *v, int r
     return 0;
 }
 
-int cuda_kv_store_rows(float *k_cache, float *v_cache, const float *k, const float *v,
-                       const int64_t *row_dst, size_t kv_head_stride, int row_stride, int n_rows,
-                       int nkv, int head_dim, void *stream) {
+/* Each row through the reference kv_store (its rounding for a 16-bit cache): a view whose
+ * one block starts at the row's offset, so position 0 of it is the row. */
+int cuda_kv_store_rows(void *k_cache, void *v_cache, enum ops_dtype dtype, const float *k,
+                       const float *v, const int64_t *row_dst, size_t kv_head_stride,
+                       int row_stride, int n_rows, int nkv, int head_dim, void *stream) {
     ON_STREAM(stream);
-    for (int r = 0; r < n_rows; ++r)
-        for (int g = 0; g < nkv; ++g) {
-            size_t src = (size_t)r * (size_t)row_stride + (size_t)g * (size_t)head_dim;
-            size_t dst = (size_t)row_dst[r] + (size_t)g * kv_head_stride;
-            memcpy(k_cache + dst, k + src, (size_t)head_dim * sizeof(float));
-            memcpy(v_cache + dst, v + src, (size_t)head_dim * sizeof(float));
-        }
+    if (dtype != OPS_F32 && dtype != OPS_BF16 && dtype != OPS_F16)
+        return strata_set_error(STRATA_EINVAL, "emulated cuda_kv_store_rows: kv dtype %d",
+                                (int)dtype);
+    const size_t es = ops_kv_elem_bytes(dtype);
+    static const int32_t block0 = 0;
+    for (int r = 0; r < n_rows; ++r) {
+        const size_t at = (size_t)row_dst[r] * es;
+        const struct ops_kv row = {.k = (char *)k_cache + at,
+                                   .v = (char *)v_cache + at,
+                                   .blocks = &block0,
+                                   .head_stride = kv_head_stride,
+                                   .dtype = dtype};
+        kv_store(&row, k + (size_t)r * (size_t)row_stride, v + (size_t)r * (size_t)row_stride,
+                 row_stride, 0, 1, nkv, head_dim);
+    }
     return 0;
 }
 

@@ -139,10 +139,12 @@ struct ops_kv bo_kv_view(const struct bo_shape *s, void *k, void *v, const void 
                            .v = v,
                            .blocks = table,
                            .block_stride = (size_t)s->kv_heads * head,
-                           .head_stride = head};
+                           .head_stride = head,
+                           .dtype = s->wtype};
 }
 
-/* q, the paged pools of keys and values, and the block table (bo_kv_table). */
+/* q, the paged pools of keys and values (stored as wtype: f32, bf16 or f16), and the block
+ * table (bo_kv_table). */
 static int attention_layout(const struct bo_shape *s, struct bo_buf *b) {
     size_t q = sz(s->n, s->heads * s->dim);
     size_t cache = sz(bo_kv_pool_blocks(s), s->kv_heads * OPS_ATTN_BLOCK * s->dim);
@@ -150,6 +152,7 @@ static int attention_layout(const struct bo_shape *s, struct bo_buf *b) {
     b[1] = BUF("q", BO_IN, q, BO_GEN_ACT);
     b[2] = BUF("k_cache", BO_IN, cache, BO_GEN_ACT);
     b[3] = BUF("v_cache", BO_IN, cache, BO_GEN_UNIT);
+    if (s->wtype != OPS_F32) b[2].elem = b[3].elem = s->wtype == OPS_BF16 ? BO_BF16 : BO_F16;
     b[4] = (struct bo_buf){"blocks", BO_IN, BO_I32, (size_t)bo_kv_held_blocks(s), BO_GEN_KV_TABLE};
     return 5;
 }
@@ -283,6 +286,20 @@ const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
             .n = n_, .pos = pos_, .heads = h_, .kv_heads = kv_, .dim = d_, .rows = ranks_          \
         }                                                                                          \
     }
+/* The same over a cache of 16-bit elements (kv_: OPS_BF16 or OPS_F16). */
+#define ATTN_DT(n_, pos_, h_, kv_, d_, dt_)                                                        \
+    {                                                                                              \
+        "attention", {                                                                             \
+            .n = n_, .pos = pos_, .heads = h_, .kv_heads = kv_, .dim = d_, .wtype = dt_            \
+        }                                                                                          \
+    }
+#define ATTN_KVP_DT(n_, pos_, h_, kv_, d_, ranks_, dt_)                                            \
+    {                                                                                              \
+        "attention_kvp", {                                                                         \
+            .n = n_, .pos = pos_, .heads = h_, .kv_heads = kv_, .dim = d_, .rows = ranks_,         \
+            .wtype = dt_                                                                           \
+        }                                                                                          \
+    }
 
 #define ROUTE(e_, k_, renorm_, scale_)                                                             \
     {                                                                                              \
@@ -364,6 +381,16 @@ const struct bo_case bo_cases[] = {
     ATTN_KVP(60, 4, 4, 2, 32, 4),    /* a prefill over four ranks of 16 */
     ATTN_KVP(1, 4999, 8, 2, 128, 2), /* ranks of 4096: split-K against one partial */
     ATTN_KVP(40, 960, 4, 2, 64, 8),  /* eight ranks of 128, the last one short */
+
+    /* a 16-bit cache, widened as loaded: aligned rows (8-byte loads) and head_dim 6 (not) */
+    ATTN_DT(3, 5, 4, 2, 64, OPS_F16),
+    ATTN_DT(2, 300, 16, 8, 64, OPS_BF16),
+    ATTN_DT(1, 4999, 8, 2, 128, OPS_F16),
+    ATTN_DT(5, 20, 4, 2, 6, OPS_F16),
+    ATTN_DT(40, 600, 4, 2, 64, OPS_BF16),
+    ATTN_KVP_DT(1, 40, 8, 1, 128, 2, OPS_F16),
+    ATTN_KVP_DT(60, 4, 4, 2, 32, 4, OPS_BF16),
+    ATTN_KVP_DT(40, 960, 4, 2, 64, 8, OPS_F16),
 
     MATMUL(9, 100, 50, OPS_F32),
     MATMUL(6, 2048, 300, OPS_BF16),
