@@ -57,7 +57,8 @@ static void usage(FILE *out) {
             "  --print-ids         text mode: prompt and generated ids on stderr too\n"
             "  --describe          print the pipeline's stages (layers, roles, grid, threads,\n"
             "                      weights, KV slots, build, device) as every stage reports\n"
-            "                      itself round the ring, instead of sending a prompt\n"
+            "                      itself round the ring, instead of sending a prompt;\n"
+            "                      stage 0's queue and prefix-cache counters on stderr\n"
             "Images (Qwen3-VL; every request carries them; the prompt holds one image-pad id\n"
             "per image, which stage 0 expands, or each image's expanded run):\n"
             "  --grid T,H,W        an image's grid in vision patches (repeat per image, in\n"
@@ -723,6 +724,9 @@ static int describe(struct strata_client *client, const struct client_args *a) {
     }
     client_describe_table(table, sizeof table, &d);
     fputs(table, stdout);
+    /* The counters on stderr: stdout stays the table (a header and one row per stage). */
+    client_describe_totals(table, sizeof table, &d);
+    fputs(table, stderr);
     return STRATA_EXIT_OK;
 }
 

@@ -198,11 +198,14 @@ void client_describe_table(char *buf, size_t cap, const struct client_describe *
                      s->stage_index, layers, roles, grid, s->threads, s->weights_dtype, reqs, kv,
                      s->kv_blocks_cached, s->max_seq, build, s->device);
     }
-    /* Stage 0's counters since it started, under the table (used counts every row). */
-    for (int i = 0; n > 0 && used < cap && i < d->num_stages; i++) {
+}
+
+void client_describe_totals(char *buf, size_t cap, const struct client_describe *d) {
+    if (cap) buf[0] = '\0';
+    for (int i = 0; i < d->num_stages; i++) {
         const struct wire_stage_totals *t = &d->stages[i].totals;
         if (d->stages[i].stage_index != 0) continue;
-        snprintf(buf + used, cap - used,
+        snprintf(buf, cap,
                  "stage 0 since start: queue %llu waited (mean %.0f ms), %llu refused full, "
                  "%llu past their deadline; prefix cache %llu of %llu prompts, %llu of %llu "
                  "prompt tokens (%.1f%%), %llu fell back cold\n",

@@ -92,5 +92,8 @@ int client_describe(struct strata_client *client, struct client_describe *out, i
  * stage, layers [a,b), roles, tp x kvp grid, threads, weights dtype, KV slots x positions,
  * build, then the device in the backend's words (free text, last). Truncated to cap. */
 void client_describe_table(char *buf, size_t cap, const struct client_describe *d);
+/* Stage 0's queue and prefix-cache counters as one line ("" when no entry is stage 0's);
+ * apart from the table, whose lines scripts read as rows. */
+void client_describe_totals(char *buf, size_t cap, const struct client_describe *d);
 
 #endif
