@@ -238,8 +238,7 @@ static void tree_push(struct tree_acc *a) {
     a->size[a->top++] = 1;
     while (a->top >= 2 && a->size[a->top - 2] == a->size[a->top - 1]) {
         float *left = a->vec + (size_t)(a->top - 2) * (size_t)a->w, *right = left + a->w;
-        for (int d = 0; d < a->w; ++d)
-            left[d] += right[d];
+        attn_add(left, right, a->w);
         a->size[a->top - 2] *= 2;
         a->top--;
     }
@@ -249,8 +248,7 @@ static void tree_push(struct tree_acc *a) {
 static void tree_finish(struct tree_acc *a) {
     for (int i = a->top - 1; i >= 1; --i) {
         float *left = a->vec + (size_t)(i - 1) * (size_t)a->w, *right = left + a->w;
-        for (int d = 0; d < a->w; ++d)
-            left[d] += right[d];
+        attn_add(left, right, a->w);
     }
     a->top = a->top ? 1 : 0;
 }

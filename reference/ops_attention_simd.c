@@ -62,6 +62,35 @@ void attn_widen(float *dst, const uint16_t *src, size_t n, int bf16) {
         dst[i] = bf16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
 }
 
+AVX2_TARGET static void add_avx2(float *left, const float *right, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(left + i,
+                         _mm256_add_ps(_mm256_loadu_ps(left + i), _mm256_loadu_ps(right + i)));
+    for (; i < n; ++i)
+        left[i] += right[i];
+}
+
+__attribute__((target("avx512f,avx2"))) static void add_avx512(float *left, const float *right,
+                                                               int n) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(left + i,
+                         _mm512_add_ps(_mm512_loadu_ps(left + i), _mm512_loadu_ps(right + i)));
+    add_avx2(left + i, right + i, n - i);
+}
+
+void attn_add(float *left, const float *right, int n) {
+    if (attn_avx512_enabled()) {
+        add_avx512(left, right, n);
+    } else if (attn_simd_enabled()) {
+        add_avx2(left, right, n);
+    } else {
+        for (int i = 0; i < n; ++i)
+            left[i] += right[i];
+    }
+}
+
 /* c[t] lane i = r[i] lane t. */
 AVX2_TARGET static inline void transpose8(__m256 c[8], const __m256 r[8]) {
     __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
@@ -304,6 +333,10 @@ void attn_weighted_sum_avx512(float *o, const float *p, const float *values, int
 void attn_widen(float *dst, const uint16_t *src, size_t n, int bf16) {
     for (size_t i = 0; i < n; ++i)
         dst[i] = bf16 ? bf16_to_f32(src[i]) : f16_to_f32(src[i]);
+}
+void attn_add(float *left, const float *right, int n) {
+    for (int i = 0; i < n; ++i)
+        left[i] += right[i];
 }
 int attn_simd_enabled(void) {
     return 0;

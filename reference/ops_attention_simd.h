@@ -24,6 +24,10 @@ void attn_weighted_sum_avx2(float *o, const float *p, const float *values, int c
  * cache's block, read for attention): 8 at a time with F16C / AVX2 where the CPU has them. */
 void attn_widen(float *dst, const uint16_t *src, size_t n, int bf16);
 
+/* left[i] += right[i] for i < n (a merge of two nodes of attention's block tree): 8 or 16 at
+ * a time where the AVX2 / AVX-512 versions run; each add is the scalar one. */
+void attn_add(float *left, const float *right, int n);
+
 /* 1 when the AVX-512 versions run (the avx512 matmul path). */
 int attn_avx512_enabled(void);
 
