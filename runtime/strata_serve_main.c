@@ -17,6 +17,7 @@
 #include "runtime/base/status.h"
 #include "runtime/serve/serve_grpc.h"
 #include "runtime/serve/serve_http.h"
+#include "runtime/serve/serve_ring.h"
 #include "wire/tls.h"
 
 static volatile sig_atomic_t g_stop;
@@ -30,7 +31,8 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-serve --model DIR --stage0-port P|--stage0-port-file F [options]\n"
             "OpenAI-compatible HTTP server in front of a pipeline's stage 0:\n"
-            "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /health, /metrics;\n"
+            "POST /v1/chat/completions, POST /v1/completions, GET /v1/models, /v1/stages,\n"
+            "/health, /metrics, and a web console: GET / (chat) and /pipeline (the ring, live);\n"
             "with --grpc-port also the gRPC service of runtime/serve/strata.proto.\n"
             "  --model DIR              tokenizer.json + chat template of the served model\n"
             "  --served-model-name N    the model id (default: DIR's basename)\n"
@@ -44,6 +46,7 @@ static void usage(FILE *out) {
             "                           Health, Info) on P (0: any free port); plaintext HTTP/2\n"
             "  --grpc-port-file F       write the bound gRPC port to F (implies --grpc-port 0)\n"
             "  --no-http                serve gRPC only\n"
+            "  --no-console             no web console (GET / and /pipeline answer 404)\n"
             "  --max-seq N              the stages' --max-seq: prompt + answer (default 512)\n"
             "  --token-timeout-ms MS    longest wait for the next token (default 60000)\n"
             "  --max-image-bytes N      largest decoded image_url image (default 524288; the\n"
@@ -61,7 +64,7 @@ struct serve_args {
     const char *model, *name, *stage0_host, *stage0_port_file, *host, *port_file, *key_file;
     const char *tls_cert, *tls_key, *tls_ca;
     const char *grpc_port_file;
-    int insecure, no_http;
+    int insecure, no_http, no_console;
     int stage0_port, port, max_seq, token_timeout_ms, max_image_bytes, max_images;
     int grpc_port; /* -1: no gRPC */
 };
@@ -85,6 +88,7 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
                                             {"grpc-port", 1, 0, 'g'},
                                             {"grpc-port-file", 1, 0, 'G'},
                                             {"no-http", 0, 0, 'N'},
+                                            {"no-console", 0, 0, 'O'},
                                             {"max-image-bytes", 1, 0, 'B'},
                                             {"max-images", 1, 0, 'M'},
                                             {"help", 0, 0, 'x'},
@@ -115,6 +119,7 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
         case 'g': bad |= cli_parse_int(optarg, 0, 65535, &a->grpc_port) < 0; break;
         case 'G': a->grpc_port_file = optarg; break;
         case 'N': a->no_http = 1; break;
+        case 'O': a->no_console = 1; break;
         case 'B': bad |= cli_parse_int(optarg, 1, 1 << 30, &a->max_image_bytes) < 0; break;
         case 'M': bad |= cli_parse_int(optarg, 1, 256, &a->max_images) < 0; break;
         case 'x': usage(stdout); return STRATA_EXIT_OK;
@@ -195,6 +200,11 @@ static int start_fronts(struct serve_server **http, struct serve_grpc **grpc, st
         strata_log(STRATA_LOG_INFO, "serving model '%s' on http://%s:%d (stage 0 at %s:%d)",
                    app->model_id, a->host, serve_server_port(*http), a->stage0_host,
                    a->stage0_port);
+    if (*http && app->console)
+        strata_log(STRATA_LOG_INFO,
+                   "web console: chat at http://%s:%d/, the pipeline at "
+                   "http://%s:%d/pipeline",
+                   a->host, serve_server_port(*http), a->host, serve_server_port(*http));
     if (*grpc)
         strata_log(STRATA_LOG_INFO, "serving model '%s' over gRPC on %s:%d (stage 0 at %s:%d)",
                    app->model_id, a->host, serve_grpc_port(*grpc), a->stage0_host, a->stage0_port);
@@ -223,6 +233,7 @@ int main(int argc, char **argv) {
     static struct serve_args a;
     static struct serve_engine engine;
     static struct serve_metrics metrics;
+    static struct serve_ring ring;
     struct serve_app app;
     struct wire_auth_key key;
     struct wire_security sec = {0};
@@ -242,6 +253,7 @@ int main(int argc, char **argv) {
     app.token_timeout_ms = a.token_timeout_ms;
     app.max_image_bytes = a.max_image_bytes;
     app.max_images = a.max_images;
+    app.console = !a.no_console;
     app.created = (long)time(NULL);
     code = load_model(&app, &tok, &a);
     if (code < 0) code = open_security(&sec, &key, &a);
@@ -251,10 +263,13 @@ int main(int argc, char **argv) {
     wire_auth_key_clear(&key);
     if (code < 0) {
         serve_metrics_init(&metrics);
+        serve_ring_init(&ring);
         app.engine = &engine;
         app.metrics = &metrics;
+        app.ring = &ring;
         code = serve(&app, &a);
         serve_engine_shutdown(&engine);
+        serve_ring_free(&ring);
         serve_metrics_destroy(&metrics);
     }
     wire_security_free(&sec);

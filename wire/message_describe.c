@@ -36,7 +36,9 @@ enum {
     INFO_KV_BLOCKS_RESERVED,
     INFO_KV_BLOCKS_CACHED,
     INFO_REQUESTS_QUEUED, /* the totals, in struct wire_stage_totals's order */
-    INFO_TOTALS_END = INFO_REQUESTS_QUEUED + 10
+    INFO_TOTALS_END = INFO_REQUESTS_QUEUED + 10,
+    INFO_NEXT = INFO_TOTALS_END, /* appended after the totals */
+    INFO_FIELDS
 };
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
@@ -44,8 +46,8 @@ enum {
 #define S8 SCALAR(8)
 static const struct fb_field_desc info_fields[] = {S4,  S4,  S4, S4, S1, S1, S1, STR, S4, S4, S4,
                                                    STR, STR, S4, S4, S4, S4, S4, S4,  S4, S4, S4,
-                                                   S8,  S8,  S8, S8, S8, S8, S8, S8,  S8, S8};
-const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", INFO_TOTALS_END, info_fields};
+                                                   S8,  S8,  S8, S8, S8, S8, S8, S8,  S8, S8, STR};
+const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", INFO_FIELDS, info_fields};
 
 /* Where each total lives in struct wire_stage_totals, in field order. */
 static const size_t totals_offset[INFO_TOTALS_END - INFO_REQUESTS_QUEUED] = {
@@ -106,7 +108,7 @@ uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m) {
             return 0;
         }
         uint32_t device = string_of(a, s->device), dtype = string_of(a, s->weights_dtype),
-                 version = string_of(a, s->version);
+                 version = string_of(a, s->version), next = string_of(a, s->next);
         fb_table_start(a);
         fb_add_u32(a, INFO_STAGE, (uint32_t)s->stage_index, 0);
         fb_add_u32(a, INFO_NUM_STAGES, (uint32_t)s->num_stages, 0);
@@ -118,6 +120,7 @@ uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m) {
         fb_add_u32(a, INFO_THREADS, (uint32_t)s->threads, 0);
         fb_add_offset(a, INFO_WEIGHTS_DTYPE, dtype);
         fb_add_offset(a, INFO_VERSION, version);
+        fb_add_offset(a, INFO_NEXT, next);
         fb_add_u32(a, INFO_MAX_SEQ, (uint32_t)s->max_seq, 0);
         fb_add_u32(a, INFO_MAX_BATCH, (uint32_t)s->max_batch, 0);
         fb_add_u32(a, INFO_KV_IN_USE, (uint32_t)s->kv_slots_in_use, 0);
@@ -167,7 +170,8 @@ static struct wire_stage_info parse_info(const struct fb_table *e) {
                                  .kv_blocks = wmsg_get_i32(e, INFO_KV_BLOCKS, 0),
                                  .kv_blocks_used = wmsg_get_i32(e, INFO_KV_BLOCKS_USED, 0),
                                  .kv_blocks_reserved = wmsg_get_i32(e, INFO_KV_BLOCKS_RESERVED, 0),
-                                 .kv_blocks_cached = wmsg_get_i32(e, INFO_KV_BLOCKS_CACHED, 0)};
+                                 .kv_blocks_cached = wmsg_get_i32(e, INFO_KV_BLOCKS_CACHED, 0),
+                                 .next = get_string(e, INFO_NEXT)};
     for (int k = 0; k < INFO_TOTALS_END - INFO_REQUESTS_QUEUED; k++)
         *total(&s.totals, k) = fb_get_scalar(e, INFO_REQUESTS_QUEUED + k, 8, 0);
     return s;

@@ -14,8 +14,10 @@
 #include "runtime/text/tokenizer.h"
 
 /* What every request shares (read-only after start, except the engine and metrics). */
+struct serve_ring;
 struct serve_app {
     struct serve_engine *engine;
+    struct serve_ring *ring; /* the ring as last seen (GET /v1/stages, the console) */
     struct serve_metrics *metrics;
     const struct tokenizer *tok;
     enum chat_template_kind template_kind;
@@ -26,6 +28,7 @@ struct serve_app {
     long created;         /* for /v1/models */
     long max_image_bytes; /* largest decoded image_url image; 0 = the default */
     int max_images;       /* images per chat request; 0 = the default */
+    int console;          /* serve the web console's pages (GET /, /pipeline, /console/...) */
 };
 
 struct serve_gen {

@@ -10,8 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
+#include "runtime/serve/serve_console.h"
+#include "runtime/serve/serve_ring.h"
 
 struct serve_server {
     struct MHD_Daemon *daemon;
@@ -211,22 +214,34 @@ static enum MHD_Result answer_health(struct MHD_Connection *c, struct serve_app 
     return send_json(c, app, 503, serve_json_error(&err));
 }
 
-/* GET /v1/stages: the stages from a describe round the ring; 503 naming the stage or link
- * that is down when the ring cannot answer. */
+/* GET /v1/stages[?timeout_ms=N]: the stages from a describe round the ring; when the ring
+ * cannot answer, 503 naming the stage or link that is down, with the last whole ring and each
+ * stage's state from serve_ring's probes (the console turns a stage red from these). The
+ * default wait is past the stages' own bound, so the error is stage 0's; the console asks
+ * for less, to redraw within a second or two. */
 static enum MHD_Result answer_stages(struct MHD_Connection *c, struct serve_app *app) {
     struct serve_error err;
+    struct serve_stage_status status[CLIENT_MAX_STAGES];
+    int timeout_ms = SERVE_DESCRIBE_TIMEOUT_MS;
+    const char *arg = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "timeout_ms");
+    if (arg && cli_parse_int(arg, 100, SERVE_DESCRIBE_TIMEOUT_MS, &timeout_ms) < 0) {
+        serve_error_set(&err, 400, "timeout_ms", "invalid_value",
+                        "timeout_ms is '%s'; allowed 100..%d", arg, SERVE_DESCRIBE_TIMEOUT_MS);
+        return send_error(c, app, &err);
+    }
     struct client_describe *d = malloc(sizeof *d);
-    int rc = d ? serve_engine_describe(app->engine, d, SERVE_DESCRIBE_TIMEOUT_MS)
-               : strata_set_error(STRATA_ENOMEM, "no memory for the stage list");
+    if (!d) return send_json(c, app, 500, NULL);
+    int rc = serve_ring_describe(app->ring, app->engine, timeout_ms, d, status);
     if (rc == 0) {
-        char *json = serve_json_stages(d);
+        char *json = serve_json_stages(d, NULL, NULL);
         free(d);
         return send_json(c, app, MHD_HTTP_OK, json);
     }
-    free(d);
     serve_error_set(&err, 503, NULL, "pipeline_unavailable", "cannot describe the pipeline: %s",
                     strata_last_error());
-    return send_json(c, app, 503, serve_json_error(&err));
+    char *json = serve_json_stages(d, status, &err);
+    free(d);
+    return send_json(c, app, 503, json);
 }
 
 static enum MHD_Result answer_metrics(struct MHD_Connection *c, struct serve_app *app) {
@@ -254,6 +269,23 @@ static enum MHD_Result answer_metrics(struct MHD_Connection *c, struct serve_app
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; version=0.0.4");
     enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
     MHD_destroy_response(r);
+    return ret;
+}
+
+/* A console file, under the console's Content-Security-Policy. */
+static enum MHD_Result send_asset(struct MHD_Connection *c, struct serve_app *app,
+                                  const struct serve_asset *a, const char *type) {
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer((size_t)a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    MHD_add_response_header(r, "Content-Security-Policy", SERVE_CONSOLE_CSP);
+    MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+    MHD_add_response_header(r, "Referrer-Policy", "no-referrer");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    serve_metrics_request(app->metrics, MHD_HTTP_OK);
     return ret;
 }
 
@@ -287,6 +319,14 @@ static enum MHD_Result route(struct MHD_Connection *c, struct serve_app *app, co
     if (health) return answer_health(c, app);
     if (metrics) return answer_metrics(c, app);
     if (stages) return answer_stages(c, app);
+    const char *type;
+    const struct serve_asset *asset = app->console ? serve_console_find(url, &type) : NULL;
+    if (asset && !get && strcmp(method, MHD_HTTP_METHOD_HEAD)) /* HEAD: headers only */
+        return send_error(
+            c, app,
+            (serve_error_set(&err, 405, NULL, "method_not_allowed", "%s %s: use GET", method, url),
+             &err));
+    if (asset) return send_asset(c, app, asset, type);
     serve_error_set(&err, 404, NULL, "not_found", "no route for %s %s", method, url);
     return send_error(c, app, &err);
 }

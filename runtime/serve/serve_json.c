@@ -142,8 +142,13 @@ static int add_totals(cJSON *e, const struct client_stage_info *s) {
     return 1;
 }
 
-/* One stage of GET /v1/stages. */
-static int add_stage(cJSON *data, const struct client_stage_info *s) {
+static const char *state_name(enum serve_stage_state s) {
+    return s == SERVE_STAGE_UP ? "up" : s == SERVE_STAGE_DOWN ? "down" : "unknown";
+}
+
+/* One stage of GET /v1/stages, with its state (and the reason when it is not up). */
+static int add_stage(cJSON *data, const struct client_stage_info *s,
+                     const struct serve_stage_status *st) {
     cJSON *e = cJSON_CreateObject(), *layers, *roles;
     if (!e) return 0;
     cJSON_AddItemToArray(data, e);
@@ -162,6 +167,10 @@ static int add_stage(cJSON *data, const struct client_stage_info *s) {
            cJSON_AddNumberToObject(e, "threads", s->threads) &&
            cJSON_AddStringToObject(e, "weights_dtype", s->weights_dtype) &&
            cJSON_AddStringToObject(e, "version", s->version) &&
+           cJSON_AddStringToObject(e, "next", s->next) &&
+           cJSON_AddStringToObject(e, "state", state_name(st ? st->state : SERVE_STAGE_UP)) &&
+           (!st || st->state == SERVE_STAGE_UP ||
+            cJSON_AddStringToObject(e, "reason", st->reason)) &&
            cJSON_AddNumberToObject(e, "max_seq", s->max_seq) &&
            cJSON_AddNumberToObject(e, "max_batch", s->max_batch) &&
            cJSON_AddNumberToObject(e, "kv_slots_in_use", s->kv_slots_in_use) &&
@@ -175,12 +184,21 @@ static int add_stage(cJSON *data, const struct client_stage_info *s) {
            cJSON_GetArraySize(roles) == !!s->embed + !!s->vision + !!s->head;
 }
 
-char *serve_json_stages(const struct client_describe *d) {
+char *serve_json_stages(const struct client_describe *d, const struct serve_stage_status *status,
+                        const struct serve_error *err) {
     cJSON *root = cJSON_CreateObject(), *data;
-    int ok = root && cJSON_AddStringToObject(root, "object", "list") &&
-             (data = cJSON_AddArrayToObject(root, "data"));
+    int ok = root != NULL;
+    if (ok && err) { /* the error first, where OpenAI's clients look for it */
+        cJSON *e = cJSON_AddObjectToObject(root, "error");
+        ok = e && cJSON_AddStringToObject(e, "message", err->message) &&
+             cJSON_AddStringToObject(e, "type", err->type[0] ? err->type : "server_error") &&
+             cJSON_AddItemToObject(e, "param", string_or_null(err->param)) &&
+             cJSON_AddItemToObject(e, "code", string_or_null(err->code));
+    }
+    ok = ok && cJSON_AddStringToObject(root, "object", "list") &&
+         (data = cJSON_AddArrayToObject(root, "data"));
     for (int i = 0; ok && i < d->num_stages; i++)
-        ok = add_stage(data, &d->stages[i]);
+        ok = add_stage(data, &d->stages[i], status ? &status[i] : NULL);
     return finish_json(root, ok);
 }
 

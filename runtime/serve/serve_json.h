@@ -41,12 +41,26 @@ char *serve_json_chunk(const struct serve_reply_info *info, int with_role, const
 /* GET /v1/models: the one model. */
 char *serve_json_models(const char *model_id, long created);
 
+/* A stage's state as GET /v1/stages reports it (runtime/serve/serve_ring.h decides it). */
+enum serve_stage_state {
+    SERVE_STAGE_UP,      /* answered the describe */
+    SERVE_STAGE_DOWN,    /* its address refused or ignored a connection */
+    SERVE_STAGE_UNKNOWN, /* listening, but the ring is broken somewhere */
+};
+struct serve_stage_status {
+    enum serve_stage_state state;
+    char reason[512]; /* why, when not up */
+};
+
 /* GET /v1/stages: {"object":"list","data":[{"stage","num_stages","layers":[a,b],"roles":[...],
- * "device","tp","kvp","threads","weights_dtype","version","max_seq","max_batch",
- * "kv_slots_in_use","queue_depth","requests_waiting","kv_blocks","kv_blocks_used",
- * "kv_blocks_reserved","kv_blocks_cached"}]}, in ring
- * order, from a ring describe (runtime/stage/client.h). */
-char *serve_json_stages(const struct client_describe *d);
+ * "device","tp","kvp","threads","weights_dtype","version","next","state"("up"|"down"|
+ * "unknown"),"reason"(when not up),"max_seq","max_batch","kv_slots_in_use","queue_depth",
+ * "requests_waiting","kv_blocks","kv_blocks_used","kv_blocks_reserved","kv_blocks_cached",
+ * "totals"(stage 0)}]} in ring order, from a ring describe (runtime/stage/client.h).
+ * status NULL: every stage up. With err, an OpenAI "error" object first: the ring is broken
+ * and d is the last whole ring seen, status each stage's state now. */
+char *serve_json_stages(const struct client_describe *d, const struct serve_stage_status *status,
+                        const struct serve_error *err);
 
 /* A growable byte buffer (zero-initialised is empty). */
 struct serve_buf {

@@ -145,6 +145,7 @@ int client_describe_read(struct client_describe *out, const uint8_t *frame, size
         snprintf(s->device, sizeof s->device, "%s", e.device);
         snprintf(s->weights_dtype, sizeof s->weights_dtype, "%s", e.weights_dtype);
         snprintf(s->version, sizeof s->version, "%s", e.version);
+        snprintf(s->next, sizeof s->next, "%s", e.next);
     }
     out->num_stages = (int)msg.num_stages;
     return 0;

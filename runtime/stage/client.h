@@ -73,6 +73,7 @@ struct client_stage_info {
     char device[160];                 /* the backend's own words, e.g. "cpu, 4 threads" */
     char weights_dtype[16];           /* "bf16", "q8" */
     char version[64];                 /* "strata X.Y.Z" */
+    char next[64];                    /* the link onwards, "host:port" ("" = down) */
 };
 struct client_describe {
     int num_stages;

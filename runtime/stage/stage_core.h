@@ -304,6 +304,9 @@ void stage_core_get_info(const struct stage_core *core, struct stage_core_info *
  * (0 = 1), CPU threads and the weights dtype (NULL = "bf16"). */
 void stage_core_set_describe(struct stage_core *core, int tp, int kvp, int num_threads,
                              const char *weights_dtype);
+/* The link onwards as the driver dialled it ("host:port"), or NULL while it is down: the
+ * entry's `next`, so a reader can draw the ring and find which stage stopped answering. */
+void stage_core_set_next_link(struct stage_core *core, const char *address);
 struct wire_stage_info; /* wire/message.h */
 /* This stage's entry; its strings point into the core (valid while it lives). */
 void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *out);

@@ -40,6 +40,10 @@ void stage_core_set_describe(struct stage_core *core, int tp, int kvp, int num_t
              weights_dtype ? weights_dtype : "");
 }
 
+void stage_core_set_next_link(struct stage_core *core, const char *address) {
+    snprintf(core->describe.next, sizeof core->describe.next, "%s", address ? address : "");
+}
+
 /* The backend's device in words ("cpu, 4 threads"), kept from the first describe. */
 static const char *device_words(struct stage_core *core) {
     if (!core->describe.device[0]) {
@@ -83,6 +87,7 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
         .kv_blocks_used = kv.blocks - kv.free - kv.cached,
         .kv_blocks_cached = kv.cached,
         .kv_blocks_reserved = kv.promised,
+        .next = core->describe.next,
         .totals = {.requests_queued = st.queued,
                    .queue_admitted = st.queue_admitted,
                    .queue_refused_full = st.queue_full,

@@ -25,6 +25,7 @@ struct stage_describe {
     int tp, kvp, threads;
     char dtype[16];
     char device[256]; /* the backend's device in words, filled on first use */
+    char next[64];    /* the link onwards, "host:port" ("" = down) */
     struct stage_describe_pending pending[STAGE_MAX_DESCRIBES];
     uint64_t seq;
     int prev_down, next_down; /* stage 0's ring links as of the last tick (0 = up or unknown) */

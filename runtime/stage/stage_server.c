@@ -403,6 +403,7 @@ int stage_srv_watch(struct server *s, struct wire_conn *conn) {
 
 void stage_srv_close(struct server *s, struct wire_conn *conn) {
     if (conn->fd >= 0) event_del_file(s->loop, conn->fd); /* ENOTFOUND: never watched */
+    if (conn == &s->next) stage_core_set_next_link(s->core, NULL);
     wire_close(conn);
 }
 

@@ -242,6 +242,7 @@ static void adopt_next(struct server *s, struct handoff *h) {
         atomic_store(&s->want_next, 1);
         return;
     }
+    stage_core_set_next_link(s->core, s->next.peer);
     strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", h->peer.stage_index,
                s->next.peer, security);
 }

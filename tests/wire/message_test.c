@@ -504,7 +504,8 @@ static void mutations_never_crash(void **state) {
                 if (found == WIRE_KIND_ERROR) assert_true(strlen(err.message) < len);
                 for (size_t i = 0; found == WIRE_KIND_CONTROL && i < ctl.num_stages; i++) {
                     struct wire_stage_info info = wire_control_stage(&ctl, i);
-                    assert_true(strlen(info.device) < len && strlen(info.version) < len);
+                    assert_true(strlen(info.device) < len && strlen(info.version) < len &&
+                                strlen(info.next) < len);
                     assert_true(info.layer_start <= info.layer_end);
                 }
             } else {

@@ -89,6 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             touch(info.device, strlen(info.device));
             touch(info.weights_dtype, strlen(info.weights_dtype));
             touch(info.version, strlen(info.version));
+            touch(info.next, strlen(info.next));
             sink += (uint32_t)info.layer_end;
         }
     }

@@ -124,7 +124,8 @@ static void stages_list(void **state) {
                                                               .prefix_fallbacks = 1},
                                                    .device = "cpu, 2 threads",
                                                    .weights_dtype = "bf16",
-                                                   .version = "strata 0.1.0"},
+                                                   .version = "strata 0.1.0",
+                                                   .next = "10.0.0.2:7002"},
                                                   {.stage_index = 1,
                                                    .num_stages = 2,
                                                    .layer_start = 1,
@@ -145,10 +146,11 @@ static void stages_list(void **state) {
                                                    .weights_dtype = "q8",
                                                    .version = "strata 0.1.0"}}};
     (void)state;
-    check(serve_json_stages(&d),
+    check(serve_json_stages(&d, NULL, NULL),
           "{\"object\":\"list\",\"data\":[{\"stage\":0,\"num_stages\":2,\"layers\":[0,1],"
           "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
-          "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\",\"max_seq\":64,"
+          "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\","
+          "\"next\":\"10.0.0.2:7002\",\"state\":\"up\",\"max_seq\":64,"
           "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0,\"requests_waiting\":0,"
           "\"kv_blocks\":0,\"kv_blocks_used\":0,\"kv_blocks_reserved\":0,\"kv_blocks_cached\":0,"
           "\"totals\":{\"requests_queued\":9,\"queue_admitted\":7,\"queue_refused_full\":1,"
@@ -157,9 +159,49 @@ static void stages_list(void **state) {
           "\"stage\":1,\"num_stages\":2,"
           "\"layers\":[1,4],\"roles\":[\"head\"],"
           "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
-          "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"max_seq\":64,\"max_batch\":4,"
+          "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"next\":\"\",\"state\":\"up\","
+          "\"max_seq\":64,\"max_batch\":4,"
           "\"kv_slots_in_use\":3,\"queue_depth\":2,\"requests_waiting\":5,\"kv_blocks\":320,"
           "\"kv_blocks_used\":12,\"kv_blocks_reserved\":30,\"kv_blocks_cached\":0}]}");
+}
+
+/* A broken ring: the error first, then the last whole ring with each stage's state and, when
+ * not up, the reason. */
+static void stages_broken_ring(void **state) {
+    static struct client_describe d = {.num_stages = 2,
+                                       .stages = {{.stage_index = 0,
+                                                   .num_stages = 2,
+                                                   .layer_end = 1,
+                                                   .embed = 1,
+                                                   .tp = 1,
+                                                   .kvp = 1,
+                                                   .next = "127.0.0.1:7001"},
+                                                  {.stage_index = 1,
+                                                   .num_stages = 2,
+                                                   .layer_start = 1,
+                                                   .layer_end = 2,
+                                                   .head = 1,
+                                                   .tp = 1,
+                                                   .kvp = 1,
+                                                   .next = "127.0.0.1:7000"}}};
+    struct serve_stage_status st[2] = {
+        {SERVE_STAGE_UNKNOWN, "listening at 127.0.0.1:7000; the ring is broken elsewhere"},
+        {SERVE_STAGE_DOWN, "wire: connect 127.0.0.1:7001: Connection refused"}};
+    struct serve_error err;
+    (void)state;
+    serve_error_set(&err, 503, NULL, "pipeline_unavailable", "the link to stage 1 is down");
+    char *json = serve_json_stages(&d, st, &err);
+    assert_non_null(json);
+    assert_non_null(strstr(json, "{\"error\":{\"message\":\"the link to stage 1 is down\","
+                                 "\"type\":\"server_error\",\"param\":null,"
+                                 "\"code\":\"pipeline_unavailable\"},\"object\":\"list\""));
+    assert_non_null(strstr(json, "\"next\":\"127.0.0.1:7001\",\"state\":\"unknown\","
+                                 "\"reason\":\"listening at 127.0.0.1:7000; the ring is broken "
+                                 "elsewhere\""));
+    assert_non_null(strstr(json,
+                           "\"next\":\"127.0.0.1:7000\",\"state\":\"down\","
+                           "\"reason\":\"wire: connect 127.0.0.1:7001: Connection refused\""));
+    free(json);
 }
 
 /* Streams pieces through a serve_text and returns everything taken (final at the end). */
@@ -310,8 +352,9 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(error_shape),    cmocka_unit_test(whole_answers),
         cmocka_unit_test(chunks_and_sse), cmocka_unit_test(models_list),
-        cmocka_unit_test(stages_list),    cmocka_unit_test(metrics_stages),
-        cmocka_unit_test(stop_strings),   cmocka_unit_test(metrics_text),
+        cmocka_unit_test(stages_list),    cmocka_unit_test(stages_broken_ring),
+        cmocka_unit_test(metrics_stages), cmocka_unit_test(stop_strings),
+        cmocka_unit_test(metrics_text),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
