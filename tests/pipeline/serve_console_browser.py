@@ -52,6 +52,14 @@ def api_chat(url, messages, max_tokens=MAX_TOKENS, **extra):
         return e.code, json.load(e)
 
 
+def in_flight(url):
+    with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith("strata_serve_requests_in_flight "):
+                return int(float(line.split()[1]))
+    fail("/metrics has no strata_serve_requests_in_flight")
+
+
 def page_problems(b):
     # Chromium logs every non-2xx fetch: the API's own error answers (a 400 the page shows, a
     # 503 from /v1/stages for a broken ring) are the pages' business; anything else (an
@@ -143,6 +151,31 @@ def chat(url, outdir):
             fail("a refused request: page %r, API %d %r" % (err, code, want))
         print("refused request: the page shows the server's words: " + err)
         b.screenshot(os.path.join(outdir, "console_chat_error.png"))
+
+        # Stop: a long answer, stopped once it streams; the server cancels the request.
+        settings(b, 400, 0)
+        n = b.eval("strataChat.current().messages.length")
+        b.type_text("#prompt", "Count to a thousand")
+        b.press_enter()
+        b.wait_for("(() => { const m = strataChat.current().messages;"
+                   f" return m.length === {n + 2} && m[m.length - 1].content.length > 0; }})()",
+                   30, "the long answer to start")
+        b.eval("document.getElementById('stop').click()")
+        b.wait_for("!strataChat.current().messages.at(-1).streaming", 10, "the stop")
+        m = last_answer(b)
+        if not m.get("stopped") or m.get("error"):
+            fail("Stop: the answer was not stopped (%r)" % m)
+        t0 = time.monotonic()
+        while in_flight(url) != 0:
+            if time.monotonic() - t0 > 10:
+                fail("Stop: the server still has %d requests in flight" % in_flight(url))
+            time.sleep(0.1)
+        thinking = [b.eval("strataChat.requestBody().chat_template_kwargs.enable_thinking")]
+        b.eval("document.getElementById('thinking').click()")
+        thinking.append(b.eval("strataChat.requestBody().chat_template_kwargs.enable_thinking"))
+        if thinking != [False, True]:
+            fail("the thinking switch sends enable_thinking %s, not [False, True]" % thinking)
+        print("stop: the answer stopped after %d chars; the server cancelled it" % len(m["content"]))
         problems = page_problems(b)
         if problems:
             fail("the chat page logged errors: %s" % problems)

@@ -5,7 +5,7 @@
 # Content-Security-Policy (and gone with --no-console); the chat page's greedy answers equal
 # the API's for the same conversation (two turns, regenerate, a system prompt in a new chat)
 # with tokens/s and time to first token under each; a refused request shows the server's
-# words; the pipeline page lists the stages with their layer ranges, turns a killed stage red
+# words; Stop ends a long answer mid-stream and the server cancels it; the pipeline page lists the stages with their layer ranges, turns a killed stage red
 # with the reason within 2.5 s and green again when it is restarted and the ring re-forms. The
 # pages log no error (no exception, no CSP refusal). Screenshots are kept in the test's outputs.
 # Without Chromium (Debian package chromium; ./strata test installs it) prints "skipped: ...".
@@ -28,7 +28,12 @@ model="$PL_WORK/model"
     pl_fail "make-model failed"
 cp "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer.json" \
     "$PL_ROOT/tests/runtime/text/testdata/qwen3-tokenizer/tokenizer_config.json" "$model/"
-pl_start_pipeline c 3 "$model" --max-seq 512
+# The last stage sleeps 3 ms before each microbatch, so a long answer lasts long enough for
+# the page's Stop to land mid-stream on any machine.
+for r in 0 1 2; do
+    pl_start_stage c 3 "$r" "$model" --max-seq 512 $([ "$r" = 2 ] && echo --step-delay-ms 3)
+done
+pl_wait_ready c 3
 
 start_serve() { # TAG [options]
     local tag=$1
