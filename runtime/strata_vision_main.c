@@ -283,6 +283,15 @@ static int vserve(struct vrun *r, const struct vargs *a) {
     so.block_tokens = a->block_tokens;
     so.max_request_bytes = (size_t)a->max_request;
     so.drop_after_block = a->drop_after;
+    char device[64];
+    if (r->gpu)
+        snprintf(device, sizeof device, "cuda:%d, vision tower", a->device);
+    else
+        snprintf(device, sizeof device, "cpu, %d thread%s, vision tower",
+                 vision_encoder_num_threads(r->enc),
+                 vision_encoder_num_threads(r->enc) == 1 ? "" : "s");
+    so.device_words = device;
+    so.threads = vision_encoder_num_threads(r->enc);
     /* The same fingerprint as the language stages: stage 0 refuses another model. */
     if (wire_model_fingerprint(so.fingerprint, r->config_json, r->config_len, "float32") < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());

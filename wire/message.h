@@ -228,6 +228,7 @@ struct wire_stage_info {
     int32_t kv_blocks_cached;             /* kept for prefix reuse, held by no request */
     struct wire_stage_totals totals;      /* stage 0's counters (0 elsewhere) */
     const char *next; /* the link onwards as the stage dialled it, "host:port" ("" = down) */
+    int front;        /* in front of stage 0, outside the ring: the vision stage */
 };
 
 struct wire_control {

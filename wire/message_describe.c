@@ -38,15 +38,16 @@ enum {
     INFO_REQUESTS_QUEUED, /* the totals, in struct wire_stage_totals's order */
     INFO_TOTALS_END = INFO_REQUESTS_QUEUED + 10,
     INFO_NEXT = INFO_TOTALS_END, /* appended after the totals */
+    INFO_FRONT,
     INFO_FIELDS
 };
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
 #define STR STRING
 #define S8 SCALAR(8)
-static const struct fb_field_desc info_fields[] = {S4,  S4,  S4, S4, S1, S1, S1, STR, S4, S4, S4,
-                                                   STR, STR, S4, S4, S4, S4, S4, S4,  S4, S4, S4,
-                                                   S8,  S8,  S8, S8, S8, S8, S8, S8,  S8, S8, STR};
+static const struct fb_field_desc info_fields[] = {
+    S4, S4, S4, S4, S1, S1, S1, STR, S4, S4, S4, STR, STR, S4, S4, S4,  S4,
+    S4, S4, S4, S4, S4, S8, S8, S8,  S8, S8, S8, S8,  S8,  S8, S8, STR, S1};
 const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", INFO_FIELDS, info_fields};
 
 /* Where each total lives in struct wire_stage_totals, in field order. */
@@ -136,6 +137,7 @@ uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m) {
         fb_add_u8(a, INFO_EMBED, s->embed != 0, 0);
         fb_add_u8(a, INFO_HEAD, s->head != 0, 0);
         fb_add_u8(a, INFO_VISION, s->vision != 0, 0);
+        fb_add_u8(a, INFO_FRONT, s->front != 0, 0);
         tables[i] = fb_table_end(a);
     }
     return fb_offset_vector(a, tables, m->num_stages);
@@ -171,7 +173,8 @@ static struct wire_stage_info parse_info(const struct fb_table *e) {
                                  .kv_blocks_used = wmsg_get_i32(e, INFO_KV_BLOCKS_USED, 0),
                                  .kv_blocks_reserved = wmsg_get_i32(e, INFO_KV_BLOCKS_RESERVED, 0),
                                  .kv_blocks_cached = wmsg_get_i32(e, INFO_KV_BLOCKS_CACHED, 0),
-                                 .next = get_string(e, INFO_NEXT)};
+                                 .next = get_string(e, INFO_NEXT),
+                                 .front = fb_get_scalar(e, INFO_FRONT, 1, 0) != 0};
     for (int k = 0; k < INFO_TOTALS_END - INFO_REQUESTS_QUEUED; k++)
         *total(&s.totals, k) = fb_get_scalar(e, INFO_REQUESTS_QUEUED + k, 8, 0);
     return s;

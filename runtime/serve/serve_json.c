@@ -122,7 +122,7 @@ char *serve_json_models(const char *model_id, long created) {
  * count none); JSON numbers, exact below 2^53. */
 static int add_totals(cJSON *e, const struct client_stage_info *s) {
     const struct wire_stage_totals *t = &s->totals;
-    if (s->stage_index != 0) return 1;
+    if (s->stage_index != 0 || s->front) return 1;
     if (!(e = cJSON_AddObjectToObject(e, "totals"))) return 0;
     const struct {
         const char *name;
@@ -168,6 +168,7 @@ static int add_stage(cJSON *data, const struct client_stage_info *s,
            cJSON_AddStringToObject(e, "weights_dtype", s->weights_dtype) &&
            cJSON_AddStringToObject(e, "version", s->version) &&
            cJSON_AddStringToObject(e, "next", s->next) &&
+           cJSON_AddBoolToObject(e, "front", s->front) &&
            cJSON_AddStringToObject(e, "state", state_name(st ? st->state : SERVE_STAGE_UP)) &&
            (!st || st->state == SERVE_STAGE_UP ||
             cJSON_AddStringToObject(e, "reason", st->reason)) &&

@@ -53,7 +53,8 @@ struct serve_stage_status {
 };
 
 /* GET /v1/stages: {"object":"list","data":[{"stage","num_stages","layers":[a,b],"roles":[...],
- * "device","tp","kvp","threads","weights_dtype","version","next","state"("up"|"down"|
+ * "device","tp","kvp","threads","weights_dtype","version","next","front"(the vision stage
+ * in front of stage 0, listed first when the front is one),"state"("up"|"down"|
  * "unknown"),"reason"(when not up),"max_seq","max_batch","kv_slots_in_use","queue_depth",
  * "requests_waiting","kv_blocks","kv_blocks_used","kv_blocks_reserved","kv_blocks_cached",
  * "totals"(stage 0)}]} in ring order, from a ring describe (runtime/stage/client.h).

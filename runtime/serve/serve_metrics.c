@@ -183,6 +183,7 @@ int serve_metrics_render_stages(const struct client_describe *d, struct serve_bu
                      gauges[g].name);
         for (int i = 0; i < d->num_stages && rc == 0; i++) {
             const struct client_stage_info *s = &d->stages[i];
+            if (s->front) continue; /* the vision stage holds no KV and queues no rows */
             const int v[8] = {s->max_batch,          s->kv_slots_in_use, s->queue_depth,
                               s->requests_waiting,   s->kv_blocks,       s->kv_blocks_used,
                               s->kv_blocks_reserved, s->kv_blocks_cached};
@@ -193,7 +194,7 @@ int serve_metrics_render_stages(const struct client_describe *d, struct serve_bu
      * lookups, or cached over prompt tokens). */
     const struct client_stage_info *s0 = NULL;
     for (int i = 0; d && i < d->num_stages; i++)
-        if (d->stages[i].stage_index == 0) s0 = &d->stages[i];
+        if (d->stages[i].stage_index == 0 && !d->stages[i].front) s0 = &d->stages[i];
     if (!s0) return rc;
     const struct wire_stage_totals *t = &s0->totals;
     const struct {

@@ -261,6 +261,7 @@ int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *
         e.prefix_prompt_tokens = s->totals.prefix_prompt_tokens;
         e.prefix_fallbacks = s->totals.prefix_fallbacks;
         e.next = (char *)s->next;
+        e.front = s->front != 0;
         entries[i] = e;
         ptrs[i] = &entries[i];
     }

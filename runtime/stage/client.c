@@ -141,7 +141,8 @@ int client_describe_read(struct client_describe *out, const uint8_t *frame, size
                                         .kv_blocks_used = e.kv_blocks_used,
                                         .kv_blocks_reserved = e.kv_blocks_reserved,
                                         .kv_blocks_cached = e.kv_blocks_cached,
-                                        .totals = e.totals};
+                                        .totals = e.totals,
+                                        .front = e.front};
         snprintf(s->device, sizeof s->device, "%s", e.device);
         snprintf(s->weights_dtype, sizeof s->weights_dtype, "%s", e.weights_dtype);
         snprintf(s->version, sizeof s->version, "%s", e.version);
@@ -194,9 +195,11 @@ void client_describe_table(char *buf, size_t cap, const struct client_describe *
         snprintf(reqs, sizeof reqs, s->requests_waiting ? "%d/%d+%d" : "%d/%d", s->kv_slots_in_use,
                  s->max_batch, s->requests_waiting);
         const char *build = strncmp(s->version, "strata ", 7) ? s->version : s->version + 7;
+        char stage[8];
+        snprintf(stage, sizeof stage, s->front ? "v" : "%d", s->stage_index);
         n = snprintf(buf + used, cap - used,
-                     "%-5d %-10s %-18s %-8s %-7d %-7s %-10s %-13s %-7d %-7d %-8s %s\n",
-                     s->stage_index, layers, roles, grid, s->threads, s->weights_dtype, reqs, kv,
+                     "%-5s %-10s %-18s %-8s %-7d %-7s %-10s %-13s %-7d %-7d %-8s %s\n", stage,
+                     layers, roles, grid, s->threads, s->weights_dtype, reqs, kv,
                      s->kv_blocks_cached, s->max_seq, build, s->device);
     }
 }
@@ -205,7 +208,7 @@ void client_describe_totals(char *buf, size_t cap, const struct client_describe 
     if (cap) buf[0] = '\0';
     for (int i = 0; i < d->num_stages; i++) {
         const struct wire_stage_totals *t = &d->stages[i].totals;
-        if (d->stages[i].stage_index != 0) continue;
+        if (d->stages[i].stage_index != 0 || d->stages[i].front) continue;
         snprintf(buf, cap,
                  "stage 0 since start: queue %llu waited (mean %.0f ms), %llu refused full, "
                  "%llu past their deadline; prefix cache %llu of %llu prompts, %llu of %llu "

@@ -74,6 +74,7 @@ struct client_stage_info {
     char weights_dtype[16];           /* "bf16", "q8" */
     char version[64];                 /* "strata X.Y.Z" */
     char next[64];                    /* the link onwards, "host:port" ("" = down) */
+    int front; /* the vision stage in front of stage 0 (outside the ring; no decoder layers) */
 };
 struct client_describe {
     int num_stages;

@@ -19,6 +19,7 @@
 #include "runtime/base/event_loop.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
+#include "runtime/base/version.h"
 #include "runtime/stage/stage_accept.h"
 #include "runtime/stage/vision_worker.h"
 #include "runtime/stage/vision_xfer.h"
@@ -413,6 +414,45 @@ static int from_client(struct vstage *v, struct session *s, const uint8_t *frame
     return 0;
 }
 
+/* A describe's answer from stage 0 on its way to the client: this stage's entry goes first
+ * (StageInfo.front: it is in front of stage 0, not in the ring), so a front drawing the
+ * pipeline sees the vision stage and the link from it to stage 0. 0 when it was sent; 1
+ * when the frame is not a describe's answer (or has no room) and goes on unchanged. */
+static int describe_answer(struct vstage *v, struct session *s, const uint8_t *frame, size_t len) {
+    static const char version[] = "strata " STRATA_VERSION;
+    struct wire_control ctl;
+    struct wire_stage_info entries[WIRE_MAX_DESCRIBE_STAGES];
+    if (wire_read_control(&ctl, frame, len) < 0 || ctl.kind != WIRE_CONTROL_DESCRIBE ||
+        ctl.num_stages == 0 || ctl.num_stages >= WIRE_MAX_DESCRIBE_STAGES)
+        return 1;
+    for (size_t i = 0; i < ctl.num_stages; i++) /* strings point into frame */
+        entries[i + 1] = wire_control_stage(&ctl, i);
+    int encoding = 0;
+    for (int j = 0; j < MAX_JOBS; j++)
+        encoding += s->jobs[j].nonce != 0;
+    entries[0] = (struct wire_stage_info){
+        .stage_index = 0,
+        .num_stages = entries[1].num_stages,
+        .vision = 1,
+        .front = 1,
+        .device = v->opt->device_words ? v->opt->device_words : "cpu",
+        .tp = 1,
+        .kvp = 1,
+        .threads = v->opt->threads,
+        .weights_dtype = "bf16",
+        .version = version,
+        .queue_depth = encoding, /* this client's image requests not yet at stage 0 */
+        .next = s->up.fd >= 0 ? s->up.peer : ""};
+    struct wire_control out = {.kind = WIRE_CONTROL_DESCRIBE,
+                               .nonce = ctl.nonce,
+                               .seq = ctl.seq,
+                               .stages = entries,
+                               .num_stages = ctl.num_stages + 1};
+    if (wire_build_control(&v->arena, &out) < 0) return 1;
+    send_client(v, s, wire_arena_frame(&v->arena), wire_arena_frame_len(&v->arena));
+    return 0;
+}
+
 /* One frame from stage 0: acknowledgements drive transfers, the rest goes to the client. */
 static void from_up(struct vstage *v, struct session *s, const uint8_t *frame, size_t len) {
     enum wire_kind kind;
@@ -441,6 +481,8 @@ static void from_up(struct vstage *v, struct session *s, const uint8_t *frame, s
         struct wire_token_result t;
         if (wire_read_token_result(&t, frame, len) == 0 && t.finish != WIRE_FINISH_NONE)
             live_remove(s, t.nonce);
+    } else if (kind == WIRE_KIND_CONTROL && describe_answer(v, s, frame, len) == 0) {
+        return;
     }
     send_client(v, s, frame, len);
 }

@@ -59,6 +59,10 @@ struct vision_stage_options {
     int io_timeout_ms;        /* 0 = 5000 */
     int drop_after_block;     /* testing: once per request, drop the stage-0 link right after
                                  sending this block (-1 = never) */
+    /* Its own entry in a ring describe, listed first (StageInfo.front): where the tower runs,
+     * in the words of a stage's device ("cpu, 2 threads", "cuda:0"), and encoder threads. */
+    const char *device_words;
+    int threads;
 };
 
 /* Serves until *stop becomes non-zero. Returns 0, or a negative status when the stage

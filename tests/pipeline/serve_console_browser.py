@@ -252,6 +252,21 @@ def image(url, outdir, path, message, expected_file):
         problems = page_problems(b)
         if problems:
             fail("the chat page logged errors: %s" % problems)
+
+        # The pipeline page draws the vision stage in front of the ring.
+        b.goto(url + "/pipeline")
+        b.wait_for("document.querySelectorAll('.stage[data-state=\"up\"]').length === 3", 15,
+                   "the vision stage and 2 stages up")
+        names = b.eval("[...document.querySelectorAll('.stage h3')].map(e => e.textContent)")
+        ranges = b.eval("[...document.querySelectorAll('.stage .range-text')]"
+                        ".map(e => e.textContent)")
+        if names != ["vision stage", "stage 0", "stage 1"] or ranges != ["[0, 2)", "[2, 4)"]:
+            fail("the pipeline page behind a vision stage shows %s %s" % (names, ranges))
+        print("pipeline page: %s, ranges %s" % (names, ranges))
+        b.screenshot(os.path.join(outdir, "console_pipeline_vision.png"))
+        problems = page_problems(b)
+        if problems:
+            fail("the pipeline page logged errors: %s" % problems)
     finally:
         b.close()
 

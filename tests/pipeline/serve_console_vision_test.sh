@@ -3,7 +3,7 @@
 # (serve_console_browser.py image), before the vision stage and two language stages of the
 # Qwen3-VL golden checkpoint: e2e/image0.png attached with the file picker shows as a
 # thumbnail in the turn, and the greedy answer equals strata-client --chat --image with the
-# same message. The tokenizer is vl_chat_tokenizer.py's, with the real Qwen3-VL chat template
+# same message; the pipeline page draws the vision stage in front of the two stages. The tokenizer is vl_chat_tokenizer.py's, with the real Qwen3-VL chat template
 # (as serve_vision_test). Without Chromium prints "skipped: ...".
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"

@@ -111,15 +111,17 @@ n_gen=$(echo "$cli_gen" | tr ',' '\n' | grep -c .)
 echo "image chat: whole == streamed == strata-client --chat --image (${#whole} chars, usage $usage)"
 
 # The ring describe passes through the vision stage (it forwards the client's Control to stage
-# 0 and the answer back): /v1/stages and strata-client --describe list the language stages.
-curl -sS "$URL/v1/stages" | jq_py '";".join("%d %s %s" % (s["stage"], s["layers"], "embed" in s["roles"] and "head" not in s["roles"]
-    if s["stage"] == 0 else "head" in s["roles"]) for s in d["data"])' >"$PL_WORK/vstages.txt" || pl_fail "/v1/stages"
-[ "$(cat "$PL_WORK/vstages.txt")" = "0 [0, 2] True;1 [2, 4] True" ] || pl_fail "/v1/stages: $(cat "$PL_WORK/vstages.txt")"
+# 0 and puts its own entry, "front", first in the answer): /v1/stages and strata-client
+# --describe list the vision stage, then the language stages.
+curl -sS "$URL/v1/stages" | jq_py '";".join("%s %s %s" % ("v" if s["front"] else s["stage"], s["layers"],
+    ",".join(s["roles"])) for s in d["data"])' >"$PL_WORK/vstages.txt" || pl_fail "/v1/stages"
+[ "$(cat "$PL_WORK/vstages.txt")" = "v [0, 0] vision;0 [0, 2] embed;1 [2, 4] head" ] ||
+    pl_fail "/v1/stages: $(cat "$PL_WORK/vstages.txt")"
 pl_vclient vs --describe >"$PL_WORK/vdescribe.out" 2>"$PL_WORK/vdescribe.err" ||
     pl_fail "--describe through the vision stage: $(cat "$PL_WORK/vdescribe.err")"
-[ "$(awk 'NR > 1 {print $2}' "$PL_WORK/vdescribe.out" | paste -sd' ' -)" = "[0,2) [2,4)" ] ||
+[ "$(awk 'NR > 1 {print $1 $2}' "$PL_WORK/vdescribe.out" | paste -sd' ' -)" = "v[0,0) 0[0,2) 1[2,4)" ] ||
     pl_fail "--describe through the vision stage: $(cat "$PL_WORK/vdescribe.out")"
-echo "describe through the vision stage: /v1/stages and --describe list [0,2) [2,4)"
+echo "describe through the vision stage: /v1/stages and --describe list v [0,0) (vision), [0,2), [2,4)"
 
 # 2. Two images (PNG, then JPEG) before the text: 200, equal to strata-client with both.
 body "$PL_WORK/two.json" "$msg" '' "$png" "$jpg"

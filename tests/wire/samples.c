@@ -151,6 +151,7 @@ static const struct wire_stage_info describe_stages[3] = {
      .kv_blocks_reserved = 20,
      .kv_blocks_cached = 7,
      .next = "10.0.0.2:7002",
+     .front = 1,
      .totals = {.requests_queued = 12,
                 .queue_admitted = 10,
                 .queue_refused_full = 1,
@@ -387,7 +388,8 @@ int sample_check_describe(const struct wire_control *m) {
         CHECK(!memcmp(&got.totals, &want->totals, sizeof got.totals));
         CHECK(same_string(got.device, want->device) &&
               same_string(got.weights_dtype, want->weights_dtype) &&
-              same_string(got.version, want->version) && same_string(got.next, want->next));
+              same_string(got.version, want->version) && same_string(got.next, want->next) &&
+              got.front == want->front);
     }
     return 0;
 }

@@ -16,17 +16,30 @@
   function rangeText(s) {
     return `[${s.layers[0]}, ${s.layers[1]})`;
   }
+  // The vision stage sits in front of stage 0, outside the ring (its entry is "front").
+  function stageName(s) {
+    return s.front ? "vision stage" : `stage ${s.stage}`;
+  }
+  function stageKey(s) {
+    return s.front ? "v" : String(s.stage);
+  }
   function stageCard(s) {
     const state = s.state || "up";
-    const card = el("div", { class: `stage ${state}`, "data-stage": s.stage, "data-state": state },
+    const card = el("div", { class: `stage ${state}`, "data-stage": stageKey(s), "data-state": state },
       el("span", { class: "state", text: state === "unknown" ? "listening" : state }),
-      el("h3", { text: `stage ${s.stage}` }));
+      el("h3", { text: stageName(s) }));
     const roles = el("div", {}, ...s.roles.map((r) => el("span", { class: "badge", text: r })));
     if (s.roles.length) card.append(roles);
-    card.append(el("div", { class: "kv" }, "layers ", el("b", { class: "range-text", text: rangeText(s) })));
+    if (s.front) card.append(el("div", { class: "kv" }, "the vision tower; no decoder layers"));
+    else card.append(el("div", { class: "kv" }, "layers ", el("b", { class: "range-text", text: rangeText(s) })));
     card.append(el("div", { class: "device", text: s.device || "(device not reported)" }));
-    card.append(el("div", { class: "kv" }, "grid ", el("b", { text: `TP ${s.tp} × KVP ${s.kvp}` }),
+    if (!s.front) card.append(el("div", { class: "kv" }, "grid ", el("b", { text: `TP ${s.tp} × KVP ${s.kvp}` }),
       ` · ${s.threads} thread${s.threads === 1 ? "" : "s"} · ${s.weights_dtype}`));
+    if (s.front) {
+      card.append(el("div", { class: "kv" }, "images encoding ", el("b", { text: `${s.queue_depth}` })));
+      if (state !== "up" && s.reason) card.append(el("div", { class: "reason", text: s.reason }));
+      return card;
+    }
     if (s.kv_blocks > 0) {
       const pct = (n) => `${(100 * n) / s.kv_blocks}%`;
       const meter = el("div", { class: "meter", title: "KV blocks: used, cached, reserved" });
@@ -64,8 +77,9 @@
       if (i > 0) ring.append(linkNode(stages[i - 1], s));
       ring.append(stageCard(s));
     });
-    const last = stages[stages.length - 1];
-    $("back").textContent = stages.length > 1
+    const ring0 = stages.filter((s) => !s.front);
+    const last = ring0[ring0.length - 1];
+    $("back").textContent = ring0.length > 1
       ? `stage ${last.stage} → stage 0 at ${last.next || "(link down)"}: the ring closes (tokens go back to stage 0)`
       : "";
   }
@@ -74,6 +88,7 @@
     const box = $("layers");
     box.replaceChildren();
     for (const s of stages) {
+      if (s.front) continue; // no decoder layers
       const range = el("div", { class: `range ${s.state || "up"}`, text: rangeText(s), title: `stage ${s.stage}: layers ${rangeText(s)}` });
       range.style.left = `${(100 * s.layers[0]) / total}%`;
       range.style.width = `${Math.max(0.5, (100 * (s.layers[1] - s.layers[0])) / total)}%`;
@@ -83,7 +98,8 @@
     box.append(el("div", { class: "axis" }, el("span", { text: "layer 0" }), el("span", { text: `${total} layers` })));
   }
   function drawTotals(stages) {
-    const t = stages.length && stages[0].totals;
+    const s0 = stages.find((s) => !s.front && s.stage === 0);
+    const t = s0 && s0.totals;
     if (!t) return;
     const hit = t.prefix_lookups ? (100 * t.prefix_hits) / t.prefix_lookups : 0;
     const wait = t.queue_admitted ? t.queue_wait_ms / t.queue_admitted / 1000 : 0;
@@ -104,7 +120,9 @@
       const j = await r.json();
       const stages = j.data || [];
       const when = new Date().toLocaleTimeString();
-      if (r.ok) setStatus(true, `ring up: ${stages.length} stage${stages.length === 1 ? "" : "s"} answered · ${when}`);
+      const n = stages.filter((s) => !s.front).length;
+      const front = stages.some((s) => s.front) ? " behind a vision stage" : "";
+      if (r.ok) setStatus(true, `ring up: ${n} stage${n === 1 ? "" : "s"}${front} answered · ${when}`);
       else setStatus(false, `ring broken: ${j.error ? j.error.message : r.status} · ${when}`);
       if (stages.length) {
         drawLayers(stages);

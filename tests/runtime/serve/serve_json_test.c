@@ -150,7 +150,7 @@ static void stages_list(void **state) {
           "{\"object\":\"list\",\"data\":[{\"stage\":0,\"num_stages\":2,\"layers\":[0,1],"
           "\"roles\":[\"embed\",\"vision\"],\"device\":\"cpu, 2 threads\",\"tp\":1,\"kvp\":2,"
           "\"threads\":2,\"weights_dtype\":\"bf16\",\"version\":\"strata 0.1.0\","
-          "\"next\":\"10.0.0.2:7002\",\"state\":\"up\",\"max_seq\":64,"
+          "\"next\":\"10.0.0.2:7002\",\"front\":false,\"state\":\"up\",\"max_seq\":64,"
           "\"max_batch\":4,\"kv_slots_in_use\":0,\"queue_depth\":0,\"requests_waiting\":0,"
           "\"kv_blocks\":0,\"kv_blocks_used\":0,\"kv_blocks_reserved\":0,\"kv_blocks_cached\":0,"
           "\"totals\":{\"requests_queued\":9,\"queue_admitted\":7,\"queue_refused_full\":1,"
@@ -159,7 +159,7 @@ static void stages_list(void **state) {
           "\"stage\":1,\"num_stages\":2,"
           "\"layers\":[1,4],\"roles\":[\"head\"],"
           "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
-          "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"next\":\"\",\"state\":\"up\","
+          "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"next\":\"\",\"front\":false,\"state\":\"up\","
           "\"max_seq\":64,\"max_batch\":4,"
           "\"kv_slots_in_use\":3,\"queue_depth\":2,\"requests_waiting\":5,\"kv_blocks\":320,"
           "\"kv_blocks_used\":12,\"kv_blocks_reserved\":30,\"kv_blocks_cached\":0}]}");
@@ -195,11 +195,11 @@ static void stages_broken_ring(void **state) {
     assert_non_null(strstr(json, "{\"error\":{\"message\":\"the link to stage 1 is down\","
                                  "\"type\":\"server_error\",\"param\":null,"
                                  "\"code\":\"pipeline_unavailable\"},\"object\":\"list\""));
-    assert_non_null(strstr(json, "\"next\":\"127.0.0.1:7001\",\"state\":\"unknown\","
+    assert_non_null(strstr(json, "\"next\":\"127.0.0.1:7001\",\"front\":false,\"state\":\"unknown\","
                                  "\"reason\":\"listening at 127.0.0.1:7000; the ring is broken "
                                  "elsewhere\""));
     assert_non_null(strstr(json,
-                           "\"next\":\"127.0.0.1:7000\",\"state\":\"down\","
+                           "\"next\":\"127.0.0.1:7000\",\"front\":false,\"state\":\"down\","
                            "\"reason\":\"wire: connect 127.0.0.1:7001: Connection refused\""));
     free(json);
 }
