@@ -234,6 +234,10 @@ int reference_model_num_threads(const struct reference_model *m) {
     return thread_pool_size(m->pool);
 }
 
+void reference_model_park_threads(struct reference_model *m) {
+    thread_pool_park(m->pool);
+}
+
 /* Grows the activation scratch to hold `rows` tokens attending over `ctx` positions. */
 static int ensure_scratch(struct reference_model *m, int rows, int ctx) {
     if (rows <= m->cap_rows && ctx <= m->cap_ctx) return STRATA_OK;

@@ -134,6 +134,8 @@ size_t reference_model_copied_bytes(const struct reference_model *m, size_t *hug
  * number of matmul threads. */
 size_t reference_model_scratch_bytes(const struct reference_model *m);
 int reference_model_num_threads(const struct reference_model *m);
+/* No forward for a while (thread_pool_park): the matmul threads sleep instead of spinning. */
+void reference_model_park_threads(struct reference_model *m);
 
 /* hidden [n, H] = embed_tokens[tokens[i]]; error on token id outside [0, V) (checked before
  * any collective, so every TP rank refuses alike). Under TP the rank owning a token's row

@@ -13,10 +13,13 @@
  * wake-up (30-100 µs on a VM) per dispatch: a long spin gave +26% decode tok/s at 2 threads.
  * On a busy host (more runnable threads than cores) the same spin made decode 2-4x slower:
  * a spinning thread burns the time slice the thread with real work needs, and it loses the
- * scheduler's sleeper credit. So the caller samples its own involuntary context switches
- * (getrusage RUSAGE_THREAD) every SPIN_WINDOW_NS: a window without one allows the long,
- * time-bounded spin (SPIN_LONG_NS, yielding every SPIN_YIELD_EVERY pauses); any preemption
- * falls back to SPIN_LIMIT pauses. Every check that precedes a sleep happens under
+ * scheduler's sleeper credit. So the caller samples how long it waited for a CPU while it
+ * had jobs to run (the kernel's schedstat; its involuntary context switches where there is
+ * none) every SPIN_WINDOW_NS: a quiet window allows the long, time-bounded spin
+ * (SPIN_LONG_NS, yielding every SPIN_YIELD_EVERY pauses); a busy one falls back to
+ * SPIN_LIMIT pauses. A caller with no job for a while (a pipeline stage between its
+ * microbatches) parks the pool: the workers sleep at once instead of spinning into the
+ * cores another stage computes on. Every check that precedes a sleep happens under
  * the mutex that the waker takes before signalling, so no wake-up is lost. Ranges depend
  * only on (n, size), never on timing. */
 #include "reference/thread_pool.h"
@@ -26,7 +29,10 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/base/status.h"
 
@@ -59,8 +65,12 @@ struct thread_pool {
     atomic_int pending; /* workers 1..size-1 still running the current job */
     atomic_int quit;
     atomic_long spin_ns; /* the long spin's budget now: SPIN_LONG_NS or 0 (busy host) */
-    long window_start;   /* caller only: the current sampling window, and the */
-    long window_nivcsw;  /* caller's involuntary context switches at its start */
+    atomic_int parked;   /* thread_pool_park: no job soon, sleep rather than spin */
+    long window_start;   /* caller only: the current sampling window; in it, the caller's time */
+    long acc_run;        /* on a CPU and waiting for one (schedstat) while not parked, */
+    long acc_wait;
+    long seg_run, seg_wait; /* at the start of the segment now open (-1: parked) */
+    long window_nivcsw;     /* or its involuntary context switches where there is no schedstat */
     thread_pool_fn fn;
     void *ctx;
     int n;
@@ -98,6 +108,7 @@ static long now_ns(void) {
  * long spin, a clock check and a yield every SPIN_YIELD_EVERY pauses. Returns 0 when the
  * thread should sleep instead. */
 static int spin_step(struct thread_pool *pool, int *spin, long *start) {
+    if (atomic_load_explicit(&pool->parked, memory_order_relaxed)) return 0;
     cpu_relax();
     if (++*spin < SPIN_LIMIT || *spin % SPIN_YIELD_EVERY) return 1;
     long budget = atomic_load_explicit(&pool->spin_ns, memory_order_relaxed);
@@ -109,20 +120,64 @@ static int spin_step(struct thread_pool *pool, int *spin, long *start) {
     return 1;
 }
 
-/* Caller only: once per SPIN_WINDOW_NS, allows the long spin if the caller was not preempted
- * during the window that ended, and forbids it otherwise. */
+/* The calling thread's time on a CPU and time runnable but waiting for one (ns), from the
+ * scheduler's own accounting; 0 when the kernel keeps none (no /proc, no schedstats). */
+static int caller_schedstat(long *run_ns, long *wait_ns) {
+    char buf[96];
+    int fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return 0;
+    buf[n] = '\0';
+    return sscanf(buf, "%ld %ld", run_ns, wait_ns) == 2;
+}
+
+/* Caller only: the scheduler's accounting of the caller from the last segment_open on is
+ * added to the window's; parked time stays out of it (see sample_load). */
+static void segment_close(struct thread_pool *pool) {
+    long run, wait;
+    if (pool->seg_run >= 0 && caller_schedstat(&run, &wait)) {
+        pool->acc_run += run - pool->seg_run;
+        pool->acc_wait += wait - pool->seg_wait;
+    }
+    pool->seg_run = -1;
+}
+
+static void segment_open(struct thread_pool *pool) {
+    long run, wait;
+    if (caller_schedstat(&run, &wait)) {
+        pool->seg_run = run;
+        pool->seg_wait = wait;
+    }
+}
+
+/* Caller only: once per SPIN_WINDOW_NS, judges the window that ended. The host is busy when
+ * the caller, while it had jobs to run, waited for a CPU more than a tenth of the time it
+ * ran: threads outnumber cores, and a spinning worker would take a slice from one with work.
+ * Only the time between thread_pool_park calls counts: a parked caller waits for frames, and
+ * its wake-up then (an idle virtual CPU to start again, the sender still on the other one)
+ * says nothing of the load the spin would meet. Brief wake-ups of other processes cost the
+ * caller microseconds and keep the long spin; counting them as preemptions, as the fallback
+ * without schedstats does (involuntary context switches), would not. */
 static void sample_load(struct thread_pool *pool) {
     long t = now_ns();
     if (t - pool->window_start < SPIN_WINDOW_NS) return;
-    struct rusage ru;
-    if (getrusage(RUSAGE_THREAD, &ru) != 0) {
-        atomic_store_explicit(&pool->spin_ns, 0, memory_order_relaxed);
-        return;
+    int quiet;
+    long probe_run, probe_wait;
+    if (caller_schedstat(&probe_run, &probe_wait)) {
+        segment_close(pool);
+        quiet = pool->window_start != 0 && pool->acc_run > 0 && pool->acc_wait * 10 < pool->acc_run;
+        pool->acc_run = pool->acc_wait = 0;
+        segment_open(pool);
+    } else {
+        struct rusage ru;
+        long nivcsw = getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : -1;
+        quiet = pool->window_start != 0 && nivcsw >= 0 && nivcsw == pool->window_nivcsw;
+        pool->window_nivcsw = nivcsw;
     }
-    int quiet = pool->window_start != 0 && ru.ru_nivcsw == pool->window_nivcsw;
     atomic_store_explicit(&pool->spin_ns, quiet ? SPIN_LONG_NS : 0, memory_order_relaxed);
     pool->window_start = t;
-    pool->window_nivcsw = ru.ru_nivcsw;
 }
 
 /* Waits until the generation differs from `seen` (returns it) or the pool quits (returns seen). */
@@ -171,6 +226,8 @@ int thread_pool_init(struct thread_pool **out, int num_threads) {
     atomic_init(&pool->pending, 0);
     atomic_init(&pool->quit, 0);
     atomic_init(&pool->spin_ns, 0); /* short until a quiet window has been seen */
+    atomic_init(&pool->parked, 0);
+    pool->seg_run = -1;
     if (num_threads == 1) {
         *out = pool;
         return STRATA_OK;
@@ -225,6 +282,13 @@ void thread_pool_free(struct thread_pool *pool) {
     free(pool);
 }
 
+void thread_pool_park(struct thread_pool *pool) {
+    if (!pool || pool->size == 1 || atomic_load_explicit(&pool->parked, memory_order_relaxed))
+        return;
+    segment_close(pool);
+    atomic_store_explicit(&pool->parked, 1, memory_order_relaxed);
+}
+
 int thread_pool_size(const struct thread_pool *pool) {
     return pool->size;
 }
@@ -235,6 +299,12 @@ void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx, int
         /* Same result as the split: each element is computed whole wherever it runs. */
         fn(ctx, 0, n, 0);
         return;
+    }
+    if (atomic_load_explicit(&pool->parked, memory_order_relaxed)) {
+        segment_open(pool);
+        /* Before the job is published: a worker that still sees the flag goes to the
+         * mutex-guarded sleep path, which finds the new generation and returns. */
+        atomic_store_explicit(&pool->parked, 0, memory_order_relaxed);
     }
     sample_load(pool);
     pool->fn = fn;

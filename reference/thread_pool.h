@@ -25,4 +25,10 @@ int thread_pool_size(const struct thread_pool *pool);
 /* Runs fn over [0, n) in contiguous chunks (never empty) shared out among the threads. */
 void thread_pool_run(struct thread_pool *pool, thread_pool_fn fn, void *ctx, int n);
 
+/* The caller has no job for a while (a pipeline stage between its microbatches waits for a
+ * whole step of another stage): the workers stop spinning for the next job and sleep now,
+ * leaving the cores to the processes that have work. The next thread_pool_run wakes them
+ * (one futex wake-up each) and its later jobs spin again. Caller only, between jobs. */
+void thread_pool_park(struct thread_pool *pool);
+
 #endif

@@ -141,6 +141,10 @@ void stage_backend_kv_forget(struct stage_backend *be) {
     be->iface->kv_forget(be);
 }
 
+void stage_backend_idle(struct stage_backend *be) {
+    if (be->iface->idle) be->iface->idle(be);
+}
+
 int stage_backend_kv_blocks(const struct stage_backend_options *opt, size_t free_bytes,
                             size_t block_bytes, int max_seq, int *blocks) {
     const long long per_slot = kv_blocks_for(max_seq);

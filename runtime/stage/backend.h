@@ -137,6 +137,10 @@ struct stage_backend_i {
                       const struct kv_handoff *in);
     /* Fills *out (zeroed by the caller). */
     void (*describe)(const struct stage_backend *be, struct stage_backend_info *out);
+    /* The stage has no work queued and waits for a frame (may be NULL): in a pipeline that
+     * wait is other stages' whole steps, so threads that spin for the next job would only
+     * take the cores from the stage that computes now (the CPU backend parks its pool). */
+    void (*idle)(struct stage_backend *be);
     /* Frees the context (weights, scratch, KV); the stage_backend itself is freed by
      * stage_backend_free. */
     void (*free)(struct stage_backend *be);
@@ -231,6 +235,7 @@ int stage_backend_kv_lookup(const struct stage_backend *be, const uint64_t *keys
 int stage_backend_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n);
 void stage_backend_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n);
 void stage_backend_kv_forget(struct stage_backend *be);
+void stage_backend_idle(struct stage_backend *be); /* the table's idle, when it has one */
 /* *blocks = the whole blocks of block_bytes that the options' budget holds, free_bytes being
  * what a fraction is of (no budget: 0, kv_blocks_init's default of every slot at max_seq);
  * STRATA_ERANGE naming the sizes when that is less than one request of max_seq positions

@@ -204,6 +204,11 @@ static void cpu_free(struct stage_backend *be) {
     be->context = NULL;
 }
 
+static void cpu_idle(struct stage_backend *be) {
+    struct cpu_context *c = ctx(be);
+    reference_model_park_threads(c->model);
+}
+
 static const struct stage_backend_i cpu_iface = {
     .embed = cpu_embed,
     .forward = cpu_forward,
@@ -221,6 +226,7 @@ static const struct stage_backend_i cpu_iface = {
     .kv_pack = cpu_kv_pack,
     .kv_restore = cpu_kv_restore,
     .describe = cpu_describe,
+    .idle = cpu_idle,
     .free = cpu_free,
 };
 

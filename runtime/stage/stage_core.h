@@ -170,6 +170,11 @@ int stage_core_cancel(struct stage_core *core, uint64_t nonce);
 /* 1 when stage_core_step() would run something. */
 int stage_core_has_work(const struct stage_core *core);
 
+/* The driver ran out of work and will wait for frames: the backend stops keeping threads
+ * ready for the next microbatch (stage_backend_idle), so a pipeline's idle stages leave the
+ * cores to the one computing. */
+void stage_core_idle(struct stage_core *core);
+
 /* Runs one microbatch. Returns the number of requests it advanced (0: nothing to do) or a
  * negative status on an internal failure (the affected requests have already failed). */
 int stage_core_step(struct stage_core *core);

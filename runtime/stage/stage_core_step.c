@@ -15,6 +15,10 @@ int stage_core_has_work(const struct stage_core *core) {
     return core->work.head != NULL;
 }
 
+void stage_core_idle(struct stage_core *core) {
+    stage_backend_idle(core->be);
+}
+
 /* How many requests one microbatch may hold. Stage 0 is the pipeline's scheduler: it cuts
  * its N active requests into S groups of ceil(N / S), so the groups travel the ring one
  * behind the other and, with N >= S, every stage has a group to compute at once (one big

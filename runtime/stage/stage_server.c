@@ -520,6 +520,9 @@ static void loop_once(struct server *s) {
             measured(&s->row_ns, (double)(cli_now_ns() - t0) / (double)(st.rows - rows));
             stage_core_set_recovery_costs(s->core, s->row_ns, s->link_bps);
         }
+        /* Nothing queued: what comes next is another stage's step (parked before the sends,
+         * around which the next stage's wake-up may preempt this one). */
+        if (!stage_core_has_work(s->core)) stage_core_idle(s->core);
     }
     flush(s);
     drain_results(s);

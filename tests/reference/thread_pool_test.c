@@ -1,11 +1,13 @@
 /* thread_pool: every index in [0, n) is visited exactly once, in non-empty chunks of the
  * documented size (about 4 per thread) run by valid workers, for many sizes and thread counts
- * and across many rapid jobs; bad thread counts are refused. */
+ * and across many rapid jobs, with the pool parked between them or not; bad thread counts are
+ * refused. */
 #include <stdatomic.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -74,6 +76,32 @@ static void test_many_rapid_jobs(void **state) {
     thread_pool_free(NULL);
 }
 
+/* Parking between jobs (a pipeline stage between microbatches): the next jobs still cover
+ * every index once, whether the workers were still spinning when parked, had gone to sleep,
+ * or the pool was parked twice; on a pool of one thread it does nothing. */
+static void test_park_between_jobs(void **state) {
+    (void)state;
+    for (int threads = 1; threads <= 4; threads += 3) {
+        struct thread_pool *pool;
+        assert_int_equal(thread_pool_init(&pool, threads), 0);
+        static int x[97];
+        memset(x, 0, sizeof x);
+        for (int job = 0; job < 3000; ++job) {
+            thread_pool_run(pool, add_one, x, 97);
+            if (job % 3 == 0) thread_pool_park(pool);
+            if (job % 7 == 0) thread_pool_park(pool);
+            if (job % 500 == 0) {
+                struct timespec ts = {0, 2000000}; /* the workers fall asleep meanwhile */
+                nanosleep(&ts, NULL);
+            }
+        }
+        for (int i = 0; i < 97; ++i)
+            assert_int_equal(x[i], 3000);
+        thread_pool_free(pool);
+    }
+    thread_pool_park(NULL);
+}
+
 static void test_bad_sizes(void **state) {
     (void)state;
     struct thread_pool *pool = (struct thread_pool *)&pool;
@@ -86,6 +114,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ranges_cover_once),
         cmocka_unit_test(test_many_rapid_jobs),
+        cmocka_unit_test(test_park_between_jobs),
         cmocka_unit_test(test_bad_sizes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
