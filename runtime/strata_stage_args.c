@@ -132,6 +132,10 @@ void strata_stage_usage(FILE *out) {
             "                         --listen's port is taken (the primary serves it) and take\n"
             "                         it over the moment the primary dies (needs a fixed port)\n"
             "  --step-delay-ms MS     testing: sleep before each microbatch (a slow device)\n"
+            "  --stage-stats          log where the stage's time goes, once a second while it\n"
+            "                         works: microbatches, and per microbatch the compute, the\n"
+            "                         sends, and the wait for the next frame (the hop and the\n"
+            "                         other stages' steps); ./strata bench pipeline reads them\n"
             "  --log-level L          error|warn|info|debug (default info)\n"
             "  --help                 this text\n"
             "Loading progress goes to stderr when it is a terminal or the load takes over 2 s;\n"
@@ -196,6 +200,7 @@ enum option_id {
     O_INSECURE,
     O_LOG,
     O_DELAY,
+    O_STAGE_STATS,
     O_PEER_TIMEOUT,
     O_TP,
     O_TP_RANK,
@@ -252,6 +257,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"insecure", 0, 0, O_INSECURE},
                                              {"log-level", 1, 0, O_LOG},
                                              {"step-delay-ms", 1, 0, O_DELAY},
+                                             {"stage-stats", 0, 0, O_STAGE_STATS},
                                              {"peer-timeout-ms", 1, 0, O_PEER_TIMEOUT},
                                              {"tp", 1, 0, O_TP},
                                              {"tp-rank", 1, 0, O_TP_RANK},
@@ -392,6 +398,7 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_DELAY:
         rc = strata_stage_flag_int("--step-delay-ms", value, 0, 60000, &a->step_delay_ms);
         break;
+    case O_STAGE_STATS: a->stage_stats = 1; break;
     case O_LOG: rc = strata_stage_parse_log_level(value, &a->log_level); break;
     case O_TP: rc = strata_stage_flag_int("--tp", value, 1, COLL_MAX_RANKS, &a->tp); break;
     case O_TP_RANK:

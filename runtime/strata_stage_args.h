@@ -24,6 +24,7 @@ struct args {
     int no_prefix_cache;       /* --no-prefix-cache */
     int kv_recovery, kv_keep_mb;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
+    int stage_stats;                 /* --stage-stats */
     int max_queue, queue_timeout_ms; /* stage 0's admission queue */
     int standby;
     const char *kv_out, *kv_restore, *out, *auth_key_file;

@@ -330,8 +330,8 @@ static int setup_links(struct run *r, const struct args *a) {
     char group_dtype[96];
     snprintf(group_dtype, sizeof group_dtype, "%s+kv-%s", dtype, kv_dtype_name(a->kv_dtype));
     if (wire_model_fingerprint(r->fingerprint, r->config_json, r->config_len, dtype) < 0 ||
-        wire_model_fingerprint(r->group_fingerprint, r->config_json, r->config_len,
-                               group_dtype) < 0) {
+        wire_model_fingerprint(r->group_fingerprint, r->config_json, r->config_len, group_dtype) <
+            0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
     }
@@ -438,6 +438,7 @@ static int serve(struct run *r, const struct args *a) {
     so.out_path = last ? a->out : NULL;
     so.log_level = a->log_level;
     so.step_delay_ms = a->step_delay_ms;
+    so.stage_stats = a->stage_stats;
     so.peer_timeout_ms = a->peer_timeout_ms;
     so.drain_timeout_ms = a->drain_timeout_ms;
     so.standby = a->standby;

@@ -165,22 +165,29 @@ tls=(--auth-key-file "$PL_WORK/key") # TLS 1.3, external PSK
 split=${BENCH_SPLIT:-decode}
 for S in 1 2 4; do
     pl_start_pipeline "b$S" "$S" "$model" --threads "$(threads_for "$S")" --max-seq 512 --max-batch 8 \
-        --split "$split" --insecure
+        --split "$split" --insecure --stage-stats
     pl_client "b$S" --prompt "${prompts[0]}" --max-tokens 4 --quiet --insecure >/dev/null 2>&1 ||
         pl_fail "warm-up on $S stages failed"
 done
-pl_start_pipeline b4t 4 "$model" --threads "$(threads_for 4)" --max-seq 512 --max-batch 8 --split "$split" "${tls[@]}"
+pl_start_pipeline b4t 4 "$model" --threads "$(threads_for 4)" --max-seq 512 --max-batch 8 --split "$split" "${tls[@]}" \
+    --stage-stats
 pl_client b4t --prompt "${prompts[0]}" --max-tokens 4 --quiet "${tls[@]}" >/dev/null ||
     pl_fail "warm-up on 4 stages with TLS failed"
 declare -A one agg
 for ((rep = 0; rep < ${BENCH_REPEAT:-5}; rep++)); do
     for S in 1 2 4; do
+        t0=$(date +%s.%N)
         pl_client "b$S" --prompt "${prompts[0]}" --max-tokens "$N" --quiet --insecure >"$PL_WORK/one" 2>&1 ||
             pl_fail "single request on $S stages failed: $(cat "$PL_WORK/one")"
+        echo "$t0 $(date +%s.%N)" >>"$PL_WORK/windows.b$S"
+        sleep 0.8 # the stages' --stage-stats line for this run comes 0.5 s after its end
         one[$S]="${one[$S]:-} $(decode_rate "$PL_WORK/one")"
         if [ "$S" = 4 ]; then
+            t0=$(date +%s.%N)
             pl_client b4t --prompt "${prompts[0]}" --max-tokens "$N" --quiet "${tls[@]}" >"$PL_WORK/one" ||
                 pl_fail "single request on 4 stages with TLS failed: $(cat "$PL_WORK/one")"
+            echo "$t0 $(date +%s.%N)" >>"$PL_WORK/windows.b4t"
+            sleep 0.8
             one[4t]="${one[4t]:-} $(decode_rate "$PL_WORK/one")"
         fi
         for K in 2 4; do
@@ -220,6 +227,51 @@ rate=$(echo "${one[4t]}" | median)
 printf "%-7s %-9s %-16s %-10s %-24s %-22s\n" "4 TLS" "$(threads_for 4)" "$rate" \
     "$(awk -v a="$rate" -v b="$single_rate" 'BEGIN { printf "%.3f", a / b }')" "-" "-"
 echo "decode ratio goal: >= 0.95 of the single process (4 TLS: TLS 1.3 PSK on every link)"
+
+# Where a token's time goes with one request, from the stages' --stage-stats lines written
+# during the single-request runs or in the 0.8 s after each (a stage writes one when it has
+# been idle for 0.5 s): each stage's compute per microbatch (one a token),
+# and the token's period at stage 0 (its compute + sends + wait for the token to come round).
+# period - the stages' compute summed = what the pipeline adds: hops, wake-ups, sends.
+# stats TAG S -> "period_ms compute_sum_ms c0+c1+... send_sum_ms"
+stats() {
+    local tag=$1 S=$2 r
+    for ((r = 0; r < S; r++)); do
+        awk -v r="$r" 'NR == FNR { lo[NR] = $1; hi[NR] = $2; n = NR; next }
+            /stage stats: / {
+                ts = $3; sub(/\]$/, "", ts); ts += 0
+                inside = 0
+                for (i = 1; i <= n; i++) if (ts >= lo[i] && ts <= hi[i] + 0.8) inside = 1
+                if (!inside) next
+                m = $7 + 0; line = $0
+                sub(/.*compute /, "", line); c = line + 0
+                sub(/.*send /, "", line); s = line + 0
+                sub(/.*next frame /, "", line); w = line + 0
+                N += m; C += m * c; Sd += m * s; W += m * w
+            }
+            END { if (N) printf "%d %.1f %.1f %.1f\n", r, C / N, Sd / N, W / N }' \
+            "$PL_WORK/windows.$tag" "$PL_WORK/$tag.$r.log"
+    done | awk -v S="$S" '{ c[$1] = $2; s += $3; if ($1 == 0) { period = $2 + $3 + $4 } sum += $2; n++ }
+        END { if (n < S) { print "-"; exit }
+              list = ""; for (i = 0; i < S; i++) list = list (i ? "+" : "") sprintf("%.2f", c[i] / 1000)
+              printf "%.2f %.2f %s %.2f\n", period / 1000, sum / 1000, list, s / 1000 }'
+}
+echo "where a token's time goes, one request (ms per token): the period from the decode rate above,"
+echo "the stages' compute summed from their --stage-stats lines; what the split adds beyond its"
+echo "compute is the hops, sends and wake-ups"
+read -r _ c1 _ <<<"$(stats b1 1)"
+p1=$(awk -v r="$single_rate" 'BEGIN { printf "%.3f", 1000 / r }')
+for S in 1 2 4 4t; do
+    read -r _ csum list _ <<<"$(stats "b$S" "${S%t}")"
+    if [ -z "${csum:-}" ] || [ -z "${c1:-}" ]; then
+        echo "  $S stages: no --stage-stats line from its runs (see the stage logs)"
+        continue
+    fi
+    p=$(awk -v r="$(echo "${one[$S]}" | median)" 'BEGIN { printf "%.3f", 1000 / r }')
+    awk -v S="$S" -v p="$p" -v c="$csum" -v l="$list" -v p1="$p1" -v c1="$c1" 'BEGIN {
+        printf "  %-3s stages: period %6.2f (%+5.1f%%); compute %6.2f = %s (%+5.1f%%); hops and the rest %+.2f\n",
+            S, p, 100 * (p - p1) / p1, c, l, 100 * (c - c1) / c1, (p - p1) - (c - c1) }'
+done
 for tls_mode in off psk; do
     "$BENCH" hop --hidden "$hidden" --tls "$tls_mode"
     [ "$hidden" = 4096 ] || "$BENCH" hop --hidden 4096 --tls "$tls_mode"

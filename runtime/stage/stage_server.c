@@ -501,12 +501,46 @@ static int loop_setup(struct server *s) {
     return 0;
 }
 
+/* --stage-stats: a line a second while the stage works, and one when it has been idle for
+ * STATS_IDLE_NS after work, so each burst of work (a benchmark's request) ends with its own
+ * line; a line covers from its first microbatch to its last (see stage_server_internal.h). */
+#define STATS_IDLE_NS 500000000LL
+static void time_stats(struct server *s, int stepped, int64_t t_step, int64_t t_sent,
+                       int64_t t_end) {
+    struct stage_time_stats *t = &s->time_stats;
+    if (stepped) {
+        if (!t->since_ns) t->since_ns = t_step;
+        if (t->idle_from_ns) t->wait_ns += t_step - t->idle_from_ns;
+        t->idle_from_ns = 0;
+        t->steps++;
+        t->compute_ns += t_sent - t_step;
+        t->send_ns += t_end - t_sent;
+        if (!stage_core_has_work(s->core)) t->idle_from_ns = t_end;
+    }
+    if (!s->opt->stage_stats || !t->steps) return;
+    int idle = !stepped && t->idle_from_ns && t_end - t->idle_from_ns >= STATS_IDLE_NS;
+    if (!idle && (!stepped || t_end - t->since_ns < 1000000000LL)) return;
+    int64_t until = idle ? t->idle_from_ns : t_end;
+    double n = (double)t->steps;
+    strata_log(STRATA_LOG_INFO,
+               "stage stats: %lld microbatches in %.2f s; per microbatch: compute %.0f us, "
+               "send %.0f us, wait for the next frame %.0f us",
+               (long long)t->steps, (double)(until - t->since_ns) / 1e9, t->compute_ns / n / 1e3,
+               t->send_ns / n / 1e3, t->wait_ns / n / 1e3);
+    int64_t idle_from = idle ? 0 : t->idle_from_ns; /* an idle gap is no wait for a frame */
+    memset(t, 0, sizeof *t);
+    t->since_ns = idle ? 0 : t_end;
+    t->idle_from_ns = idle_from;
+}
+
 /* One pass: the file events and timers due, then a microbatch when there is work. */
 static void loop_once(struct server *s) {
     watch_writes(s);
     if (event_loop_run_once(s->loop, stage_core_has_work(s->core) ? 0 : LOOP_MAX_WAIT_MS) < 0)
         strata_log(STRATA_LOG_WARN, "%s", strata_last_error());
-    if (stage_core_has_work(s->core)) {
+    int stepped = stage_core_has_work(s->core);
+    int64_t t_step = cli_now_ns(), t_sent = t_step;
+    if (stepped) {
         if (s->opt->step_delay_ms > 0) usleep((useconds_t)s->opt->step_delay_ms * 1000);
         struct stage_core_stats st;
         uint64_t rows;
@@ -523,9 +557,11 @@ static void loop_once(struct server *s) {
         /* Nothing queued: what comes next is another stage's step (parked before the sends,
          * around which the next stage's wake-up may preempt this one). */
         if (!stage_core_has_work(s->core)) stage_core_idle(s->core);
+        t_sent = cli_now_ns();
     }
     flush(s);
     drain_results(s);
+    time_stats(s, stepped, t_step, t_sent, cli_now_ns());
 }
 
 /* SIGTERM (the first stop): accept nothing new (the listener closes; new Requests are

@@ -58,6 +58,7 @@ struct stage_server_options {
     enum stage_log_level log_level;
     int io_timeout_ms;    /* send / receive-a-started-frame limit; 0 = 5000 */
     int step_delay_ms;    /* testing: sleep before each microbatch (a slow device) */
+    int stage_stats;      /* log the time breakdown once a second while working */
     int peer_timeout_ms;  /* a stage link silent this long is dead (pings keep it alive); 0 = off */
     int drain_timeout_ms; /* on stop: finish in-flight requests for at most this; 0 = none */
     /* Standby (recovery, runtime/stage/stage_recovery.c): a second process for the same

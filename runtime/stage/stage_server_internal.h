@@ -79,6 +79,12 @@ struct server {
      * microbatches >= 8 rows (moving average) and bytes/s of sends >= 64 KiB on the next
      * link (the fastest recent one); 0 until measured. */
     double row_ns, link_bps;
+    /* --stage-stats: since the last line, microbatches and the time in them, in the sends
+     * after them and waiting for the next frame (from the moment nothing was left to run). */
+    struct stage_time_stats {
+        int64_t since_ns, idle_from_ns;
+        int64_t steps, compute_ns, send_ns, wait_ns;
+    } time_stats;
     int kv_drop_warned;
 };
 
