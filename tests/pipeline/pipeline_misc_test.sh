@@ -3,7 +3,7 @@
 # out-of-range shard (exit 2) and of weights missing tensors (exit 3, all names listed),
 # an unavailable device, pre-shared-key authentication, q8 weights (refused across a mixed
 # pipeline, split-equal), and KV handoff (--send-kv -> --recv-kv --kv-out -> --kv-restore
-# only into an equal layer range).
+# only into an equal layer range), and --stage-stats' lines.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -43,9 +43,17 @@ echo "startup checks: ok"
 # Authentication: stages and a client sharing a key work; a client without it is refused.
 printf 'a-pre-shared-key-of-enough-bytes\n' >"$PL_WORK/key"
 printf 'another-key-that-does-not-match!\n' >"$PL_WORK/wrong"
-pl_start_pipeline auth 2 "$tied" --auth-key-file "$PL_WORK/key"
+pl_start_pipeline auth 2 "$tied" --auth-key-file "$PL_WORK/key" --stage-stats
 pl_client auth --auth-key-file "$PL_WORK/key" --prompt "$prompt" --max-tokens 4 >"$PL_WORK/auth.ok" ||
     pl_fail "client with the key failed: $(cat "$PL_WORK/auth.ok")"
+# --stage-stats: 0.5 s after the request, each stage logs its burst of work: 1 prompt
+# microbatch and 3 decode ones (the 4th token is sampled at the last stage and not sent on).
+for r in 0 1; do
+    pl_wait_log "$PL_WORK/auth.$r.log" "stage stats: 4 microbatches in" 1 5 ||
+        pl_fail "stage $r logged no --stage-stats line: $(grep 'stage stats' "$PL_WORK/auth.$r.log")"
+done
+grep -q "per microbatch: compute [0-9]* us, send [0-9]* us, wait for the next frame [0-9]* us" \
+    "$PL_WORK/auth.0.log" || pl_fail "a --stage-stats line without its times"
 pl_client auth --auth-key-file "$PL_WORK/wrong" --prompt "$prompt" --max-tokens 4 >"$PL_WORK/auth.bad" 2>&1 &&
     pl_fail "a client with the wrong key was served"
 pl_wait_log "$PL_WORK/auth.0.log" "refused connection" 1 5 || pl_fail "stage 0 did not log the refusal"
