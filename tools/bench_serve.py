@@ -42,7 +42,7 @@ def stream_chat(url, model, messages, max_tokens, cache_prompt):
     """Returns (ttft_s, total_s, text, completion_tokens, prompt_tokens, cached_tokens)."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
-    if cache_prompt is not None:  # llama-server's own field; strata-serve refuses unknown ones
+    if cache_prompt is not None:  # llama-server's own field (strata-serve ignores it)
         body["cache_prompt"] = cache_prompt
     req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
