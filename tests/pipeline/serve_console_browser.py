@@ -285,6 +285,9 @@ def main():
             image(url, outdir, sys.argv[4], sys.argv[5], sys.argv[6])
         else:
             fail("unknown check %r" % what)
+    except cdp.BrowserUnavailable as e:
+        print("skipped: Chromium cannot start here: %s" % e)
+        sys.exit(77)
     except cdp.CdpError as e:
         fail(str(e))
 
