@@ -7,17 +7,18 @@
 # Usage: tools/strata_serve.sh --model DIR [--stages N] [--host H] [--port P] [--port-file F]
 #        [--max-seq N] [--threads T] [--max-batch N] [--max-queue N] [--queue-timeout-ms MS]
 #        [--kv-memory SIZE|PCT] [--kv-dtype D] [--no-prefix-cache] [--served-model-name NAME]
-#        [--grpc-port P] (gRPC beside HTTP); --max-batch (requests in flight), the admission
+#        [--grpc-port P] (gRPC beside HTTP) [--no-console] (no web console at / and
+#        /pipeline); --max-batch (requests in flight), the admission
 #        queue's bounds, the KV pool's budget (per stage) and dtype, and prefix reuse go to
 #        every stage, as do its matmul --threads (strata-stage --help)
 set -u
 . "$(dirname "$0")/../tests/pipeline/pipeline_lib.sh"
 
 serve_usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
 }
 
-model="" stages=1 host=127.0.0.1 port=8000 port_file="" max_seq=4096 grpc_port=""
+model="" stages=1 host=127.0.0.1 port=8000 port_file="" max_seq=4096 grpc_port="" no_console=0
 PL_GRPC_PORT_FILE="$(mktemp -u "${TMPDIR:-/tmp}/strata-grpc-port.XXXXXX")"
 serve_opts=()
 stage_opts=()
@@ -31,6 +32,7 @@ while [ $# -gt 0 ]; do
     --max-seq) max_seq=$2; shift 2 ;;
     --max-batch | --max-queue | --queue-timeout-ms | --kv-memory | --kv-dtype | --threads) stage_opts+=("$1" "$2"); shift 2 ;;
     --no-prefix-cache) stage_opts+=("$1"); shift ;;
+    --no-console) serve_opts+=("$1"); no_console=1; shift ;;
     --served-model-name) serve_opts+=(--served-model-name "$2"); shift 2 ;;
     --grpc-port) grpc_port=$2; serve_opts+=(--grpc-port "$2" --grpc-port-file "$PL_GRPC_PORT_FILE"); shift 2 ;;
     -h | --help) serve_usage; exit 0 ;;
@@ -56,6 +58,8 @@ serve_pid=$!
 PL_PIDS="$PL_PIDS $serve_pid"
 pl_wait_file "$port_file" 20 || pl_fail "strata-serve did not start"
 echo "strata serve: http://$host:$(cat "$port_file")/v1 (model $(basename "$model"), $stages stage(s)); Ctrl-C stops" >&2
+[ "$no_console" = 1 ] || echo "strata serve: web console: chat at http://$host:$(cat "$port_file")/," \
+    "the pipeline at http://$host:$(cat "$port_file")/pipeline" >&2
 if [ -n "$grpc_port" ]; then
     pl_wait_file "$PL_GRPC_PORT_FILE" 20 || pl_fail "strata-serve did not start gRPC"
     echo "strata serve: gRPC $host:$(cat "$PL_GRPC_PORT_FILE") (strata.v1.Strata, runtime/serve/strata.proto)" >&2

@@ -250,6 +250,8 @@ PL_PIDS="$PL_PIDS $tool_pid"
 pl_wait_file "$PL_WORK/tool.port" 30 || pl_fail "strata_serve.sh did not start: $(cat "$PL_WORK/tool.log")"
 URL="http://127.0.0.1:$(cat "$PL_WORK/tool.port")"
 pl_wait_log "$PL_WORK/tool.log" "strata serve: http://127.0.0.1:[0-9]*/v1" 1 10 || pl_fail "no URL printed"
+pl_wait_log "$PL_WORK/tool.log" "strata serve: web console: chat at http://127.0.0.1:[0-9]*/," 1 10 ||
+    pl_fail "no console URL printed"
 post /v1/chat/completions "{$msg, \"max_tokens\": 4}" >"$PL_WORK/tool.json"
 [ "$(cat "$PL_WORK/status")" = 200 ] || pl_fail "strata_serve.sh: $(cat "$PL_WORK/tool.json")"
 kill -TERM "$tool_pid"
