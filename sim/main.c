@@ -7,346 +7,22 @@
  * compute times. Exit 0 when every run matched, 1 on any difference or failure, 2 on a
  * bad command line, 3 on a bad model directory. */
 #include <cjson/cJSON.h>
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "reference/kv_cache.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 #include "sim/compare.h"
 #include "sim/pipeline_sim.h"
-#include "sim/sim_grid.h"
+#include "sim/sim_cli.h"
 #include "sim/sim_vision.h"
 #include "sim/split.h"
 
 #define MAX_PROMPT 4096
 #define WARM_PROMPT (2 * 16 + 1) /* two whole KV blocks and the row that gives a token */
-
-static const char usage_text[] =
-    "usage: strata-sim --model DIR (--all-splits | --stages S | --split SPLIT) [options]\n"
-    "\n"
-    "Runs the model as a pipeline of in-process stages (the real stage core, one thread per\n"
-    "stage) connected by simulated links that carry the real wire frames, on a virtual\n"
-    "clock. Every run is compared bit for bit (tokens and every logit) with the single-stage\n"
-    "run; exit status 1 on any difference.\n"
-    "\n"
-    "splits:\n"
-    "  --all-splits          every S from 1 to L: the even split and --random-splits others\n"
-    "  --stages S            the even split into S stages (plus --random-splits others)\n"
-    "  --split SPLIT         one explicit split, e.g. 0-1|1-4 (or its cut points: 1)\n"
-    "  --random-splits N     random explicit splits per S (default 2 with --all-splits, else 0)\n"
-    "  --seed X              seed for random splits and link jitter/loss (default 1)\n"
-    "links (every stage-stage and client-stage link):\n"
-    "  --latency-us US       one-way latency (default 100)\n"
-    "  --bandwidth-gbps G    line rate; 0 = unlimited (default 10)\n"
-    "  --jitter-us US        extra delay per frame, uniform in [0, US] (default 0)\n"
-    "  --loss P              probability a transmission is lost and resent (default 0)\n"
-    "  --rto-ms MS           first retransmission timeout (default 200)\n"
-    "  --retries N           retransmissions before a peer counts as unreachable (default 6)\n"
-    "  --conn-link C:US:GBPS  latency and bandwidth of the connection stage C -> C+1 only\n"
-    "                        (repeatable; C = S-1 is the ring link back to stage 0)\n"
-    "faults (applied to every run but the baseline that has stage R):\n"
-    "  --kill-stage R@MS     stage R dies at virtual time MS milliseconds\n"
-    "  --partition-stage R@MS  stage R becomes unreachable at MS milliseconds\n"
-    "  --peer-timeout-ms MS  keepalive: a silent peer is declared dead after MS (default 2000)\n"
-    "  --timeout-ms MS       the client gives up on a request after MS (default 60000)\n"
-    "requests:\n"
-    "  --requests R|S        R concurrent requests (request i uses the prompt rotated by i);\n"
-    "                        S: as many requests as the run has stages (baseline: L), which\n"
-    "                        shows the utilisation of a full pipeline (default 1)\n"
-    "  --max-tokens N        tokens per request (default: golden.json n_steps, else 8)\n"
-    "  --prompt IDS          comma-separated prompt ids (default: DIR/golden.json prompt_ids;\n"
-    "                        a Qwen3-VL golden's image goes with every request: its grids,\n"
-    "                        vision_embeds.f32 and deepstack.f32)\n"
-    "  --stop-at-eos         stop at config.json eos ids (default: generate max-tokens)\n"
-    "  --warm                each request is sent again when it finishes: the same prompt,\n"
-    "                        served from the KV blocks it left cached; every repeat must\n"
-    "                        equal its first run bit for bit and reuse blocks (a prompt of\n"
-    "                        fewer than 33 ids is first lengthened with golden.json's\n"
-    "                        answer, then ids of a fixed pattern, to two whole blocks + 1)\n"
-    "  --temperature T --top-k K --top-p P --sample-seed X   sampling (default greedy)\n"
-    "compute:\n"
-    "  --compute wall|cpu|fixed  charge measured wall time (default), thread CPU time, or a\n"
-    "                        fixed --row-cost-us per row and layer (deterministic times)\n"
-    "  --row-cost-us US      fixed cost per hidden row per layer (default 1)\n"
-    "  --threads N           matmul threads per stage (default 1)\n"
-    "  --weights-dtype D     every stage's weights: bf16 (default, as stored) or q8 (8-bit\n"
-    "                        blocks quantised at load, cpu only)\n"
-    "  --kv-dtype f32|bf16|f16  what every stage's KV cache stores (default f32, the exact\n"
-    "                        mode; splits, TP / KVP and --warm repeats are bit-identical in each)\n"
-    "  --device cpu|cuda:N   every stage's backend: cpu (default) or GPU N (refused with the\n"
-    "                        reason where the build or machine has no CUDA; not with --tp /\n"
-    "                        --kvp: CUDA ranks need a GPU each, run strata-stage per rank)\n"
-    "  --stage-stats         print each stage's steps, rows, busy and measured time, traffic,\n"
-    "                        and where its idle time lies (filling, starved, drained)\n"
-    "  --chunk N             prefill chunk rows (default: stage core's)\n"
-    "grid (every stage; the baseline is one rank: TP and KVP change no bit):\n"
-    "  --tp T                tensor-parallel ranks per stage, each a thread (default 1;\n"
-    "                        a power of two dividing 8)\n"
-    "  --kvp K               KV-parallel ranks per stage (default 1)\n"
-    "  --kvp-tokens N        KV positions per KVP rank, 16 x a power of two (default: the\n"
-    "                        even split rounded up to one)\n"
-    "  --moe expert|split    MoE under TP: whole experts per rank, or each expert split\n"
-    "  -h, --help            this text\n"
-    "\n"
-    "exit status: 0 all runs identical, 1 a difference or a failed run, 2 usage, 3 bad model\n";
-
-struct cli {
-    const char *model_dir;
-    int all_splits, stages, random_splits;
-    const char *split_text;
-    uint64_t seed;
-    struct sim_options sim; /* link, faults, timeouts, compute, threads */
-    struct sim_link_params conn_link[SIM_MAX_STAGES];
-    int conn_link_set[SIM_MAX_STAGES];
-    int requests, requests_per_stage, max_tokens, stop_at_eos, stage_stats, warm;
-    const char *prompt_text;
-    struct sampler_params sampling;
-};
-
-static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "strata-sim: ");
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\n(see strata-sim --help)\n");
-    return STRATA_EXIT_USAGE;
-}
-
-static int parse_double(double *out, const char *text, double lo, double hi) {
-    char *end;
-    errno = 0;
-    double v = strtod(text, &end);
-    if (end == text || *end || errno || !(v >= lo && v <= hi)) return -1;
-    *out = v;
-    return 0;
-}
-
-/* "R@MS" -> stage and virtual time in ns. */
-static int parse_fault(int *stage, int64_t *at_ns, const char *text) {
-    const char *at = strchr(text, '@');
-    char head[32];
-    double ms;
-    if (!at || (size_t)(at - text) >= sizeof head) return -1;
-    memcpy(head, text, (size_t)(at - text));
-    head[at - text] = '\0';
-    if (cli_parse_int(head, 0, SIM_MAX_STAGES - 1, stage) < 0 ||
-        parse_double(&ms, at + 1, 0.0, 1e9) < 0)
-        return -1;
-    *at_ns = (int64_t)(ms * 1e6);
-    return 0;
-}
-
-/* "C:US:GBPS" -> connection index, latency and bandwidth. */
-static int parse_conn_link(struct cli *cli, const char *text) {
-    int conn;
-    double latency_us, gbps;
-    char tail;
-    if (sscanf(text, "%d:%lf:%lf%c", &conn, &latency_us, &gbps, &tail) != 3 || conn < 0 ||
-        conn >= SIM_MAX_STAGES || !(latency_us >= 0 && latency_us <= 1e9) ||
-        !(gbps >= 0 && gbps <= 1e6))
-        return -1;
-    cli->conn_link_set[conn] = 1;
-    cli->conn_link[conn].latency_ns = (int64_t)(latency_us * 1e3);
-    cli->conn_link[conn].bandwidth_gbps = gbps;
-    return 0;
-}
-
-/* Whether `name` is an option the usage text lists (as a whole word followed by a space). */
-static int is_documented_option(const char *name) {
-    size_t n = strlen(name);
-    for (const char *p = strstr(usage_text, name); p; p = strstr(p + n, name))
-        if (p[n] == ' ' && (p == usage_text || p[-1] == ' ')) return 1;
-    return 0;
-}
-
-/* Option parsers by group: 0 parsed, -1 a bad value, 1 not an option of the group. */
-static int parse_run_option(struct cli *cli, const char *name, const char *v) {
-    double d = 0.0;
-    int bad = 0;
-    if (!strcmp(name, "--model"))
-        cli->model_dir = v;
-    else if (!strcmp(name, "--stages"))
-        bad = cli_parse_int(v, 1, SIM_MAX_STAGES, &cli->stages) < 0;
-    else if (!strcmp(name, "--split"))
-        cli->split_text = v;
-    else if (!strcmp(name, "--random-splits"))
-        bad = cli_parse_int(v, 0, 1000, &cli->random_splits) < 0;
-    else if (!strcmp(name, "--seed")) {
-        bad = parse_double(&d, v, 0, 9007199254740992.0);
-        cli->seed = (uint64_t)d;
-    } else if (!strcmp(name, "--requests")) {
-        if (!strcmp(v, "S"))
-            cli->requests_per_stage = 1;
-        else
-            bad = cli_parse_int(v, 1, 4096, &cli->requests) < 0;
-    } else if (!strcmp(name, "--max-tokens"))
-        bad = cli_parse_int(v, 1, 1 << 20, &cli->max_tokens) < 0;
-    else if (!strcmp(name, "--prompt"))
-        cli->prompt_text = v;
-    else if (!strcmp(name, "--temperature")) {
-        bad = parse_double(&d, v, 0.0, 100.0);
-        cli->sampling.temperature = (float)d;
-    } else if (!strcmp(name, "--top-k"))
-        bad = cli_parse_int(v, 0, 1 << 30, &cli->sampling.top_k) < 0;
-    else if (!strcmp(name, "--top-p")) {
-        bad = parse_double(&d, v, 0.0, 1.0);
-        cli->sampling.top_p = (float)d;
-    } else if (!strcmp(name, "--sample-seed")) {
-        bad = parse_double(&d, v, 0, 9007199254740992.0);
-        cli->sampling.seed = (uint64_t)d;
-    } else if (!strcmp(name, "--tp"))
-        bad = cli_parse_int(v, 1, GRID_MAX_DEGREE, &cli->sim.tp) < 0;
-    else if (!strcmp(name, "--kvp"))
-        bad = cli_parse_int(v, 1, GRID_MAX_DEGREE, &cli->sim.kvp) < 0;
-    else if (!strcmp(name, "--kvp-tokens"))
-        bad = cli_parse_int(v, 1, 1 << 24, &cli->sim.kvp_tokens) < 0;
-    else if (!strcmp(name, "--moe")) {
-        bad = strcmp(v, "expert") && strcmp(v, "split");
-        cli->sim.moe = !strcmp(v, "split") ? TP_MOE_SPLIT : TP_MOE_EXPERT_PARALLEL;
-    } else
-        return 1;
-    return bad ? -1 : 0;
-}
-
-static int parse_link_option(struct cli *cli, const char *name, const char *v) {
-    struct sim_link_params *link = &cli->sim.link;
-    double d = 0.0;
-    int bad = 0;
-    if (!strcmp(name, "--latency-us")) {
-        bad = parse_double(&d, v, 0, 1e9);
-        link->latency_ns = (int64_t)(d * 1e3);
-    } else if (!strcmp(name, "--bandwidth-gbps")) {
-        bad = parse_double(&d, v, 0, 1e6);
-        link->bandwidth_gbps = d;
-    } else if (!strcmp(name, "--jitter-us")) {
-        bad = parse_double(&d, v, 0, 1e9);
-        link->jitter_ns = (int64_t)(d * 1e3);
-    } else if (!strcmp(name, "--loss"))
-        bad = parse_double(&link->loss, v, 0.0, 1.0);
-    else if (!strcmp(name, "--rto-ms")) {
-        bad = parse_double(&d, v, 1e-6, 1e7);
-        link->retransmit_timeout_ns = (int64_t)(d * 1e6);
-    } else if (!strcmp(name, "--retries"))
-        bad = cli_parse_int(v, 0, 30, &link->max_retransmits) < 0;
-    else if (!strcmp(name, "--conn-link"))
-        bad = parse_conn_link(cli, v);
-    else if (!strcmp(name, "--kill-stage"))
-        bad = parse_fault(&cli->sim.kill_stage, &cli->sim.kill_at_ns, v);
-    else if (!strcmp(name, "--partition-stage"))
-        bad = parse_fault(&cli->sim.partition_stage, &cli->sim.partition_at_ns, v);
-    else if (!strcmp(name, "--peer-timeout-ms")) {
-        bad = parse_double(&d, v, 1e-3, 1e9);
-        cli->sim.peer_timeout_ns = (int64_t)(d * 1e6);
-    } else if (!strcmp(name, "--timeout-ms")) {
-        bad = parse_double(&d, v, 1e-3, 1e9);
-        cli->sim.request_timeout_ns = (int64_t)(d * 1e6);
-    } else
-        return 1;
-    return bad ? -1 : 0;
-}
-
-static int parse_compute_option(struct cli *cli, const char *name, const char *v) {
-    double d = 0.0;
-    int bad = 0;
-    if (!strcmp(name, "--compute")) {
-        if (!strcmp(v, "wall"))
-            cli->sim.compute = SIM_COMPUTE_WALL;
-        else if (!strcmp(v, "cpu"))
-            cli->sim.compute = SIM_COMPUTE_CPU;
-        else if (!strcmp(v, "fixed"))
-            cli->sim.compute = SIM_COMPUTE_FIXED;
-        else
-            bad = 1;
-    } else if (!strcmp(name, "--row-cost-us")) {
-        bad = parse_double(&d, v, 0, 1e9);
-        cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
-    } else if (!strcmp(name, "--threads"))
-        bad = cli_parse_int(v, 1, 256, &cli->sim.num_threads) < 0;
-    else if (!strcmp(name, "--kv-dtype"))
-        bad = kv_dtype_parse(v, &cli->sim.kv_dtype) < 0;
-    else if (!strcmp(name, "--weights-dtype")) {
-        cli->sim.weights_dtype = v;
-        bad = strcmp(v, "bf16") != 0 && strcmp(v, "q8") != 0;
-    } else if (!strcmp(name, "--device")) {
-        struct cli_device d;
-        cli->sim.device = v; /* whether cuda[:N] is present is the backend's (exit 1) */
-        bad = cli_parse_device(v, &d) < 0;
-    } else if (!strcmp(name, "--chunk"))
-        bad = cli_parse_int(v, 1, 1 << 20, &cli->sim.chunk_size) < 0;
-    else
-        return 1;
-    return bad ? -1 : 0;
-}
-
-static void cli_defaults(struct cli *cli) {
-    memset(cli, 0, sizeof *cli);
-    sim_options_default(&cli->sim);
-    cli->sim.link.latency_ns = 100000;
-    cli->sim.link.bandwidth_gbps = 10.0;
-    cli->seed = 1;
-    cli->random_splits = -1;
-    cli->requests = 1;
-    cli->sampling.top_p = 1.0f;
-}
-
-static int finish_args(struct cli *cli);
-
-/* Fills `cli` from argv; returns -1 to print help and exit 0, 0 ok, or an exit code. */
-static int parse_args(struct cli *cli, int argc, char **argv) {
-    cli_defaults(cli);
-    for (int i = 1; i < argc; i++) {
-        const char *name = argv[i];
-        if (!strcmp(name, "-h") || !strcmp(name, "--help")) return -1;
-        if (!strcmp(name, "--all-splits") || !strcmp(name, "--stop-at-eos") ||
-            !strcmp(name, "--stage-stats") || !strcmp(name, "--warm")) {
-            cli->all_splits |= !strcmp(name, "--all-splits");
-            cli->stop_at_eos |= !strcmp(name, "--stop-at-eos");
-            cli->stage_stats |= !strcmp(name, "--stage-stats");
-            cli->warm |= !strcmp(name, "--warm");
-            continue;
-        }
-        if (strncmp(name, "--", 2) != 0) return usage_error("unexpected argument '%s'", name);
-        if (i + 1 >= argc)
-            return usage_error(
-                is_documented_option(name) ? "%s needs a value" : "unknown option '%s'", name);
-        const char *v = argv[++i];
-        int rc = parse_run_option(cli, name, v);
-        if (rc == 1) rc = parse_link_option(cli, name, v);
-        if (rc == 1) rc = parse_compute_option(cli, name, v);
-        if (rc == 1) return usage_error("unknown option '%s'", name);
-        if (rc < 0) return usage_error("bad value for %s", name);
-    }
-    return finish_args(cli);
-}
-
-/* Cross-option checks and derived settings. */
-static int finish_args(struct cli *cli) {
-    if (!cli->model_dir) return usage_error("%s", "--model DIR is required");
-    if (cli->all_splits + (cli->stages > 0) + (cli->split_text != NULL) != 1)
-        return usage_error("%s", "choose exactly one of --all-splits, --stages S, --split SPLIT");
-    if (cli->random_splits < 0) cli->random_splits = cli->all_splits ? 2 : 0;
-    if (cli->warm && cli->requests_per_stage)
-        return usage_error("%s", "--warm takes a number of --requests, not S");
-    /* Overridden connections share every other link setting (jitter, loss, retries). */
-    for (int c = 0; c < SIM_MAX_STAGES; c++) {
-        if (!cli->conn_link_set[c]) continue;
-        struct sim_link_params own = cli->sim.link;
-        own.latency_ns = cli->conn_link[c].latency_ns;
-        own.bandwidth_gbps = cli->conn_link[c].bandwidth_gbps;
-        cli->conn_link[c] = own;
-    }
-    cli->sim.conn_link = cli->conn_link;
-    cli->sim.conn_link_set = cli->conn_link_set;
-    cli->sim.num_conn_link = SIM_MAX_STAGES;
-    if (cli->sim.kill_stage >= 0 && cli->sim.partition_stage >= 0)
-        return usage_error("%s", "use one fault at a time (--kill-stage or --partition-stage)");
-    if (cli->sim.tp * cli->sim.kvp > 1 && cli_device_is_cuda(cli->sim.device))
-        return usage_error("%s", SIM_GRID_CUDA_REFUSED);
-    return 0;
-}
 
 /* Golden data of a model directory (tests/golden/<case>/), when present. */
 struct golden {
@@ -434,7 +110,7 @@ done:
 }
 
 /* One table row: runs `split` and compares it with the baseline (NULL: it is the baseline). */
-static int run_split(struct sim_report *report, struct cli *cli, const struct sim_split *split,
+static int run_split(struct sim_report *report, struct sim_cli *cli, const struct sim_split *split,
                      const struct sim_report *baseline, int *any_failure) {
     char name[512], why[512] = "";
     struct sim_options opt = cli->sim;
@@ -520,7 +196,7 @@ static int run_split(struct sim_report *report, struct cli *cli, const struct si
 }
 
 /* Runs the splits of one S: the even split, then up to `random` distinct random ones. */
-static int run_stage_count(struct cli *cli, int L, int S, uint64_t *rng,
+static int run_stage_count(struct sim_cli *cli, int L, int S, uint64_t *rng,
                            const struct sim_report *baseline, int *runs, int *any_failure) {
     struct sim_split done[64];
     int n_done = 0;
@@ -574,7 +250,7 @@ static void session_close(struct session *ss) {
 }
 
 /* Model, weights, golden data and the base prompt; returns an exit code (0 = opened). */
-static int open_inputs(struct session *ss, const struct cli *cli) {
+static int open_inputs(struct session *ss, const struct sim_cli *cli) {
     if (model_config_load(&ss->cfg, cli->model_dir) < 0 ||
         safetensors_open(&ss->weights, cli->model_dir) < 0 ||
         golden_load(&ss->golden, cli->model_dir, ss->cfg.vocab_size) < 0) {
@@ -605,7 +281,7 @@ static int open_inputs(struct session *ss, const struct cli *cli) {
 }
 
 /* Option checks that need the model, done before the (possibly long) baseline run. */
-static int check_against_model(struct session *ss, const struct cli *cli) {
+static int check_against_model(struct session *ss, const struct sim_cli *cli) {
     int max_stages = ss->cfg.num_layers < SIM_MAX_STAGES ? ss->cfg.num_layers : SIM_MAX_STAGES;
     if (cli->split_text) {
         if (sim_split_parse(&ss->explicit_split, cli->split_text, ss->cfg.num_layers) < 0) {
@@ -634,7 +310,7 @@ static int check_against_model(struct session *ss, const struct cli *cli) {
 }
 
 /* The concurrent requests (rotations of the base prompt) and the simulator's inputs. */
-static int build_requests(struct session *ss, struct cli *cli) {
+static int build_requests(struct session *ss, struct sim_cli *cli) {
     const struct golden *g = &ss->golden;
     ss->max_tokens =
         cli->max_tokens ? cli->max_tokens : (g->have && g->n_steps > 0 ? g->n_steps : 8);
@@ -679,7 +355,7 @@ static int build_requests(struct session *ss, struct cli *cli) {
     return STRATA_EXIT_OK;
 }
 
-static void print_header(const struct session *ss, const struct cli *cli) {
+static void print_header(const struct session *ss, const struct sim_cli *cli) {
     char describe[256], concurrent[32];
     model_config_describe(&ss->cfg, describe, sizeof describe);
     printf("model: %s (%s)\n", cli->model_dir, describe);
@@ -722,7 +398,7 @@ static void print_header(const struct session *ss, const struct cli *cli) {
 
 /* The baseline against golden.json, for information (the splits are compared with the
  * baseline, bit for bit). */
-static void report_golden(const struct session *ss, const struct cli *cli) {
+static void report_golden(const struct session *ss, const struct sim_cli *cli) {
     const struct golden *g = &ss->golden;
     const struct sim_report *base = &ss->baseline;
     /* A VL golden's prompt holds image placeholders whose embeddings came from the vision
@@ -753,14 +429,14 @@ static void report_golden(const struct session *ss, const struct cli *cli) {
 }
 
 /* The baseline, then every asked split compared with it; returns the exit code. */
-static int run_all(struct session *ss, struct cli *cli) {
+static int run_all(struct session *ss, struct sim_cli *cli) {
     int any_failure = 0, runs = 0, L = ss->cfg.num_layers, rc;
     struct sim_split single;
     uint64_t rng = cli->seed;
     sim_split_even(&single, L, 1);
     /* Under a grid the baseline is one rank (no TP, no KVP): TP and KVP change no bit, so
      * the grid's single stage and every split are compared with it. */
-    struct cli one = *cli;
+    struct sim_cli one = *cli;
     one.sim.tp = one.sim.kvp = 1;
     one.sim.kvp_tokens = 0;
     rc = run_split(&ss->baseline, &one, &single, NULL, &any_failure);
@@ -801,11 +477,11 @@ static int run_all(struct session *ss, struct cli *cli) {
 }
 
 int main(int argc, char **argv) {
-    struct cli cli;
+    struct sim_cli cli;
     static struct session ss; /* large: prompt buffer */
-    int code = parse_args(&cli, argc, argv);
+    int code = sim_cli_parse(&cli, argc, argv);
     if (code == -1) {
-        fputs(usage_text, stdout);
+        sim_cli_usage(stdout);
         return STRATA_EXIT_OK;
     }
     if (code != 0) return code;
