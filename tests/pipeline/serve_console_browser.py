@@ -12,7 +12,8 @@ usage:
   serve_console_browser.py image URL OUTDIR IMAGE MESSAGE EXPECTED_FILE
       an image attached with the file picker, shown as a thumbnail in the turn, answered (greedy)
       with the text in EXPECTED_FILE (strata-client --chat --image's answer).
-Screenshots go to OUTDIR (the test's undeclared outputs: kept as artefacts).
+Screenshots go to OUTDIR (the test's undeclared outputs: kept as artefacts). Exit 77 after
+printing "skipped: <why>" when no Chromium is installed or it cannot start here.
 """
 import json
 import os
@@ -58,6 +59,12 @@ def in_flight(url):
             if line.startswith("strata_serve_requests_in_flight "):
                 return int(float(line.split()[1]))
     fail("/metrics has no strata_serve_requests_in_flight")
+
+
+def no_page_errors(b, page):
+    problems = page_problems(b)
+    if problems:
+        fail("the %s page logged errors: %s" % (page, problems))
 
 
 def page_problems(b):
@@ -176,9 +183,7 @@ def chat(url, outdir):
         if thinking != [False, True]:
             fail("the thinking switch sends enable_thinking %s, not [False, True]" % thinking)
         print("stop: the answer stopped after %d chars; the server cancelled it" % len(m["content"]))
-        problems = page_problems(b)
-        if problems:
-            fail("the chat page logged errors: %s" % problems)
+        no_page_errors(b, "chat")
     finally:
         b.close()
 
@@ -220,9 +225,7 @@ def pipeline(url, outdir, pid, restart, ranges):
         b.wait_for("document.querySelectorAll('.stage[data-state=\"up\"]').length === %d"
                    % len(ranges), 30, "every stage green after the restart")
         print("stage 1 restarted: every stage green after %.2f s" % (time.monotonic() - t0))
-        problems = page_problems(b)
-        if problems:
-            fail("the pipeline page logged errors: %s" % problems)
+        no_page_errors(b, "pipeline")
     finally:
         b.close()
 
@@ -249,9 +252,7 @@ def image(url, outdir, path, message, expected_file):
             fail("image turn: page %r != strata-client --chat --image %r" % (got, want))
         print("image turn: page == strata-client --chat --image (%r); thumbnail shown" % got)
         b.screenshot(os.path.join(outdir, "console_chat_image.png"))
-        problems = page_problems(b)
-        if problems:
-            fail("the chat page logged errors: %s" % problems)
+        no_page_errors(b, "chat")
 
         # The pipeline page draws the vision stage in front of the ring.
         b.goto(url + "/pipeline")
@@ -264,9 +265,7 @@ def image(url, outdir, path, message, expected_file):
             fail("the pipeline page behind a vision stage shows %s %s" % (names, ranges))
         print("pipeline page: %s, ranges %s" % (names, ranges))
         b.screenshot(os.path.join(outdir, "console_pipeline_vision.png"))
-        problems = page_problems(b)
-        if problems:
-            fail("the pipeline page logged errors: %s" % problems)
+        no_page_errors(b, "pipeline")
     finally:
         b.close()
 
@@ -276,6 +275,9 @@ def main():
         fail(__doc__)
     what, url, outdir = sys.argv[1:4]
     os.makedirs(outdir, exist_ok=True)
+    if cdp.find_chromium() is None:
+        print("skipped: no Chromium to drive (Debian package chromium; ./strata test installs it)")
+        sys.exit(77)
     try:
         if what == "chat":
             chat(url, outdir)
