@@ -233,6 +233,19 @@ int kv_blocks_grow(struct kv_blocks *b, int slot, int positions) {
     return 0;
 }
 
+int kv_blocks_truncate(struct kv_blocks *b, int slot, int positions) {
+    /* Lengths are global under KVP (a rank's max_seq is its share): only the length bounds. */
+    if (slot < 0 || slot >= b->num_slots || !b->in_use[slot])
+        return strata_set_error(STRATA_EINVAL,
+                                "kv truncate: slot %d is not an in-use slot of the cache", slot);
+    if (positions < 0 || positions > b->len[slot])
+        return strata_set_error(STRATA_ERANGE,
+                                "kv truncate: slot %d holds %d positions, cannot keep %d", slot,
+                                b->len[slot], positions);
+    b->len[slot] = positions;
+    return 0;
+}
+
 int kv_blocks_lookup(const struct kv_blocks *b, const uint64_t *keys, int n, int *cached) {
     int found = 0, idle = 0;
     for (; found < n; ++found) {

@@ -87,6 +87,13 @@ int kv_blocks_reserve(struct kv_blocks *b, int slot, int positions);
  * STRATA_EINVAL for a slot not in use. Never shrinks. */
 int kv_blocks_grow(struct kv_blocks *b, int slot, int positions);
 
+/* Keeps slot's first `positions` positions (<= its length; STRATA_ERANGE else): the rest
+ * are dropped, as speculative decoding drops the rows of rejected draft tokens. The blocks
+ * stay the slot's (its reservation counted them) and are written again as positions
+ * arrive. Only positions past a request's prompt are ever dropped, so no registered or
+ * shared block changes. */
+int kv_blocks_truncate(struct kv_blocks *b, int slot, int positions);
+
 /* How many of keys [n] lead with registered blocks (keys[0], keys[1], ... until one is
  * missing); *cached (may be NULL) = how many of those are cached, not held: attaching them
  * takes them from what is available. */

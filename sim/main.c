@@ -162,6 +162,19 @@ static int run_split(struct sim_report *report, struct sim_cli *cli, const struc
     if (cli->warm && report->prefix_cached_tokens > 0 && !why[0])
         printf("    warm repeats: %llu prompt tokens from the KV cache, bit-identical\n",
                (unsigned long long)report->prefix_cached_tokens);
+    if (baseline && opt.speculate && !report->failed_requests) {
+        printf("    speculation: %llu decode steps carried %llu drafts, %llu accepted (%.0f%%)\n",
+               (unsigned long long)report->spec_steps, (unsigned long long)report->spec_drafted,
+               (unsigned long long)report->spec_accepted,
+               report->spec_drafted
+                   ? 100.0 * (double)report->spec_accepted / (double)report->spec_drafted
+                   : 0.0);
+        if (report->spec_drafted == 0) { /* then nothing was verified: say so, and fail */
+            printf("    difference: --speculate: no decode step carried a draft (nothing in the "
+                   "sequences recurred), so the check did not run\n");
+            *any_failure = 1;
+        }
+    }
     for (int r = 0; cli->stage_stats && r < report->num_stages; r++) {
         const struct sim_stage_stats *st = &report->stages[r];
         printf("    stage %d [%d, %d): %llu steps, %llu rows, busy %.3f ms (%.1f%%), measured "
@@ -382,6 +395,10 @@ static void print_header(const struct session *ss, const struct sim_cli *cli) {
                "%s), MoE %s; the baseline is one rank (no TP / KVP)\n",
                cli->sim.tp, cli->sim.kvp, cli->sim.kvp_tokens ? "--kvp-tokens" : "aligned split",
                cli->sim.moe == TP_MOE_SPLIT ? "split" : "expert");
+    if (cli->sim.speculate)
+        printf("speculation: n-gram drafts, up to %d per decode step, verified by the last stage "
+               "in every run but the baseline (which decodes without drafts)\n",
+               cli->sim.speculate_k ? cli->sim.speculate_k : 4);
     if (cli->warm)
         printf("warm: each request is sent again once it has finished, the same prompt from the "
                "KV blocks it left cached; the repeat must equal its first run bit for bit\n");
@@ -439,12 +456,13 @@ static int run_all(struct session *ss, struct sim_cli *cli) {
     struct sim_cli one = *cli;
     one.sim.tp = one.sim.kvp = 1;
     one.sim.kvp_tokens = 0;
+    one.sim.speculate = 0; /* and decodes one token per step */
     rc = run_split(&ss->baseline, &one, &single, NULL, &any_failure);
     if (rc < 0) /* a model the stages cannot load is bad input; anything else a failure */
         return (rc == STRATA_ENOTFOUND || rc == STRATA_EFORMAT) ? STRATA_EXIT_INPUT
                                                                 : STRATA_EXIT_FAILURE;
     report_golden(ss, cli);
-    if (cli->sim.tp * cli->sim.kvp > 1) {
+    if (cli->sim.tp * cli->sim.kvp > 1 || cli->sim.speculate) {
         struct sim_report grid1;
         if (run_split(&grid1, cli, &single, &ss->baseline, &any_failure) == 0) {
             runs++;

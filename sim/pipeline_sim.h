@@ -90,6 +90,8 @@ struct sim_options {
     /* Each stage's weights: NULL / "bf16" or "q8" (runtime/stage/backend.h). */
     const char *weights_dtype;
     enum ops_dtype kv_dtype; /* what every stage's KV cache stores (0: f32) */
+    /* Stage 0's speculative decoding (stage_core_options): enum wire_speculate, drafts. */
+    int speculate, speculate_k;
 };
 
 /* Fills defaults: no faults, wall-clock compute, 2 s peer timeout, 60 s request timeout,
@@ -140,6 +142,7 @@ struct sim_report {
     uint64_t retransmits;          /* over every link */
     int protocol_errors;           /* frames a stage core refused as unusable (a bug) */
     uint64_t prefix_cached_tokens; /* prompt tokens stage 0 took from its KV cache */
+    uint64_t spec_steps, spec_drafted, spec_accepted; /* stage 0's speculation counters */
     char first_protocol_error[512];
 };
 

@@ -11,6 +11,7 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "sim/sim_grid.h"
+#include "wire/message.h"
 
 static const char usage_text[] =
     "usage: strata-sim --model DIR (--all-splits | --stages S | --split SPLIT) [options]\n"
@@ -55,6 +56,11 @@ static const char usage_text[] =
     "                        fewer than 33 ids is first lengthened with golden.json's\n"
     "                        answer, then ids of a fixed pattern, to two whole blocks + 1)\n"
     "  --temperature T --top-k K --top-p P --sample-seed X   sampling (default greedy)\n"
+    "  --speculate off|ngram speculative decoding on stage 0 of every run but the baseline,\n"
+    "                        which decodes without drafts: model-free n-gram drafts verified\n"
+    "                        by the last stage; every run must still equal the baseline bit\n"
+    "                        for bit, and some step must have carried drafts (default off)\n"
+    "  --speculate-k K       drafts per decode step, 1..16 (default 4)\n"
     "compute:\n"
     "  --compute wall|cpu|fixed  charge measured wall time (default), thread CPU time, or a\n"
     "                        fixed --row-cost-us per row and layer (deterministic times)\n"
@@ -159,6 +165,11 @@ static int parse_run_option(struct sim_cli *cli, const char *name, const char *v
         bad = cli_parse_int(v, 1, 1 << 20, &cli->max_tokens) < 0;
     else if (!strcmp(name, "--prompt"))
         cli->prompt_text = v;
+    else if (!strcmp(name, "--speculate")) {
+        bad = strcmp(v, "off") && strcmp(v, "ngram");
+        cli->sim.speculate = !strcmp(v, "ngram") ? WIRE_SPECULATE_NGRAM : 0;
+    } else if (!strcmp(name, "--speculate-k"))
+        bad = cli_parse_int(v, 1, WIRE_SPECULATE_MAX_K, &cli->sim.speculate_k) < 0;
     else if (!strcmp(name, "--temperature")) {
         bad = parse_double(&d, v, 0.0, 100.0);
         cli->sampling.temperature = (float)d;

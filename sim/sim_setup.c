@@ -125,6 +125,8 @@ static int build_stages(struct sim *sim) {
                                                .max_seq = max_seq,
                                                .max_batch = opt->num_requests,
                                                .chunk_size = opt->chunk_size,
+                                               .speculate = opt->speculate,
+                                               .speculate_k = opt->speculate_k,
                                                .keep_logits = opt->keep_logits && r == S - 1};
         st->grid_opt = (struct sim_grid_options){.cfg = opt->cfg,
                                                  .kv_dtype = opt->kv_dtype,
@@ -251,6 +253,9 @@ void sim_summarise(struct sim *sim) {
         struct stage_core_stats st;
         stage_core_get_stats(sim->stages[0].core, &st);
         report->prefix_cached_tokens = st.prefix_cached_tokens;
+        report->spec_steps = st.spec_steps;
+        report->spec_drafted = st.spec_drafted;
+        report->spec_accepted = st.spec_accepted;
     }
     report->tokens_per_s =
         report->makespan_ns > 0 ? (double)total_tokens * 1e9 / (double)report->makespan_ns : 0.0;

@@ -61,7 +61,8 @@ enum {
     ACT_POSITIONS,
     ACT_VISUAL,
     ACT_DEEPSTACK,
-    ACT_SEGMENTS
+    ACT_SEGMENTS,
+    ACT_DRAFT_IDS
 };
 static const struct fb_field_desc activation_fields[] = {
     SCALAR(4),
@@ -75,8 +76,9 @@ static const struct fb_field_desc activation_fields[] = {
     TABLE(wmsg_tensor_desc),
     TABLE(wmsg_tensor_desc),
     VECTOR(SEGMENT_BYTES, 8),
+    VECTOR(4, 4),
 };
-static const struct fb_table_desc activation_desc = {"Activation", 11, activation_fields};
+static const struct fb_table_desc activation_desc = {"Activation", 12, activation_fields};
 
 enum {
     KV_FROM,
@@ -275,7 +277,7 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
                                            &m->visual_mask, &m->deepstack};
     static const char *names[] = {"hidden", "attention_mask", "position_ids", "visual_mask",
                                   "deepstack"};
-    size_t expected = 1024 + SEGMENT_BYTES * m->num_segments;
+    size_t expected = 1024 + SEGMENT_BYTES * m->num_segments + 4 * m->num_draft_ids;
     for (int i = 0; i < 5; ++i) {
         int rc = wmsg_check_tensor(tensors[i], "Activation", names[i]);
         if (rc) return rc;
@@ -284,6 +286,9 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
     if (m->num_segments && !m->segments)
         return strata_set_error(STRATA_EINVAL, "wire: Activation: %zu segments but no array",
                                 m->num_segments);
+    if ((m->num_draft_ids && !m->draft_ids) || m->num_draft_ids > WIRE_SPECULATE_MAX_K)
+        return strata_set_error(STRATA_EINVAL, "wire: Activation: %zu draft ids (at most %d)",
+                                m->num_draft_ids, WIRE_SPECULATE_MAX_K);
     fb_begin(a, expected);
     uint32_t offsets[5];
     for (int i = 0; i < 5; ++i)
@@ -294,6 +299,7 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
         _Static_assert(sizeof(struct wire_segment) == SEGMENT_BYTES, "Segment layout");
         segments = fb_vector(a, m->segments, m->num_segments, SEGMENT_BYTES, 8);
     }
+    uint32_t drafts = m->num_draft_ids ? fb_vector(a, m->draft_ids, m->num_draft_ids, 4, 4) : 0;
     fb_table_start(a);
     fb_add_u64(a, ACT_STEP, m->step, 0);
     fb_add_u64(a, ACT_POS, m->pos, 0);
@@ -303,6 +309,7 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
     for (int i = 0; i < 5; ++i)
         fb_add_offset(a, ACT_HIDDEN + i, offsets[i]);
     fb_add_offset(a, ACT_SEGMENTS, segments);
+    fb_add_offset(a, ACT_DRAFT_IDS, drafts);
     return wmsg_finish_frame(a, WIRE_KIND_ACTIVATION, fb_table_end(a));
 }
 
@@ -452,6 +459,10 @@ static int parse_activation(struct wire_activation *out, const struct fb_table *
         if (rc) return rc;
     }
     out->segments_raw = fb_get_vector(t, ACT_SEGMENTS, &out->num_segments);
+    out->draft_ids = (const int32_t *)fb_get_vector(t, ACT_DRAFT_IDS, &out->num_draft_ids);
+    if (out->num_draft_ids > WIRE_SPECULATE_MAX_K)
+        return strata_set_error(STRATA_EFORMAT, "wire: Activation with %zu draft ids (at most %d)",
+                                out->num_draft_ids, WIRE_SPECULATE_MAX_K);
     return 0;
 }
 

@@ -86,6 +86,15 @@ enum wire_image_format {
     WIRE_IMAGE_JPEG = 2
 };
 
+/* How a request drafts tokens for speculative decoding (schema enum Speculate). */
+enum wire_speculate {
+    WIRE_SPECULATE_DEFAULT = 0, /* the stage's --speculate */
+    WIRE_SPECULATE_OFF = 1,
+    WIRE_SPECULATE_NGRAM = 2 /* model-free: continue an earlier occurrence of the last tokens */
+};
+/* The most draft tokens one decode step may carry (Request.speculate_k, Activation draft_ids). */
+#define WIRE_SPECULATE_MAX_K 16
+
 enum wire_finish {
     WIRE_FINISH_NONE = 0,
     WIRE_FINISH_STOP = 1,
@@ -161,6 +170,10 @@ struct wire_activation {
     const struct wire_segment *segments;
     const uint8_t *segments_raw; /* read only: [num_segments][16] little-endian */
     size_t num_segments;
+    /* 1.1, speculative decoding: the draft tokens fed in rows 1 .. T - 1 of a decode step
+     * (T - 1 of them; absent otherwise). Points into the frame on read. */
+    const int32_t *draft_ids;
+    size_t num_draft_ids;
 };
 
 /* Packed KV of a layer range: k and v are [L, B, kv_heads, S, head_dim], L = layer_end -
@@ -285,6 +298,10 @@ struct wire_request {
     const uint64_t *block_keys;
     size_t num_block_keys;
     int32_t cached_blocks;
+    /* 1.1, speculative decoding (stage 0 reads them): enum wire_speculate and the most draft
+     * tokens per step (0: the stage's default). The reader refuses an unknown mode. */
+    uint8_t speculate;
+    int32_t speculate_k;
 };
 
 /* 1.1: one block of a request's vision encoder output (vision stage -> stage 0). The reader

@@ -31,7 +31,9 @@ enum {
     REQUEST_IMAGE_FORMATS,
     REQUEST_RESUME_TOKENS,
     REQUEST_BLOCK_KEYS,
-    REQUEST_CACHED_BLOCKS
+    REQUEST_CACHED_BLOCKS,
+    REQUEST_SPECULATE,
+    REQUEST_SPECULATE_K
 };
 static const struct fb_field_desc request_fields[] = {
     SCALAR(8),
@@ -51,8 +53,10 @@ static const struct fb_field_desc request_fields[] = {
     VECTOR(4, 4),
     VECTOR(8, 8),
     SCALAR(4),
+    SCALAR(1),
+    SCALAR(4),
 };
-const struct fb_table_desc wmsg_request_desc = {"Request", 17, request_fields};
+const struct fb_table_desc wmsg_request_desc = {"Request", 19, request_fields};
 #define REQUEST_TOP_P_DEFAULT 0x3f800000u /* 1.0f: the schema default */
 
 /* ---- builder ---- */
@@ -121,6 +125,13 @@ static int check_request(const struct wire_request *m, int code) {
                                 "them cached (at most one per full block of 16, and the last "
                                 "prompt token never cached)",
                                 m->prompt_len, m->num_block_keys, (int)m->cached_blocks);
+    if (m->speculate > WIRE_SPECULATE_NGRAM || m->speculate_k < 0 ||
+        m->speculate_k > WIRE_SPECULATE_MAX_K)
+        return strata_set_error(code,
+                                "wire: Request.speculate %d with speculate_k %d (modes 0..%d, "
+                                "0..%d draft tokens)",
+                                (int)m->speculate, (int)m->speculate_k, WIRE_SPECULATE_NGRAM,
+                                WIRE_SPECULATE_MAX_K);
     int rc = wmsg_check_tensor(&m->vision_embeds, "Request", "vision_embeds");
     if (!rc) rc = wmsg_check_tensor(&m->deepstack, "Request", "deepstack");
     return rc ? rc : check_request_images(m, code);
@@ -168,6 +179,8 @@ int wire_build_request(struct wire_arena *a, const struct wire_request *m) {
     fb_add_u32(a, REQUEST_TOP_K, (uint32_t)m->top_k, 0);
     fb_add_u32(a, REQUEST_TOP_P, float_bits(m->top_p), REQUEST_TOP_P_DEFAULT);
     fb_add_u32(a, REQUEST_CACHED_BLOCKS, (uint32_t)m->cached_blocks, 0);
+    fb_add_u32(a, REQUEST_SPECULATE_K, (uint32_t)m->speculate_k, 0);
+    fb_add_u8(a, REQUEST_SPECULATE, m->speculate, 0);
     return wmsg_finish_frame(a, WIRE_KIND_REQUEST, fb_table_end(a));
 }
 
@@ -198,6 +211,8 @@ int wmsg_parse_request(struct wire_request *out, const struct fb_table *t) {
         (const int32_t *)fb_get_vector(t, REQUEST_RESUME_TOKENS, &out->num_resume_tokens);
     out->block_keys = (const uint64_t *)fb_get_vector(t, REQUEST_BLOCK_KEYS, &out->num_block_keys);
     out->cached_blocks = wmsg_get_i32(t, REQUEST_CACHED_BLOCKS, 0);
+    out->speculate = (uint8_t)fb_get_scalar(t, REQUEST_SPECULATE, 1, 0);
+    out->speculate_k = wmsg_get_i32(t, REQUEST_SPECULATE_K, 0);
     size_t n_formats;
     out->image_files = fb_get_vector(t, REQUEST_IMAGE_FILES, &out->image_files_len);
     out->image_file_sizes =

@@ -137,6 +137,10 @@ void stage_backend_kv_register(struct stage_backend *be, int slot, const uint64_
     if (n > 0) be->iface->kv_register(be, slot, keys, n);
 }
 
+int stage_backend_kv_truncate(struct stage_backend *be, int slot, int positions) {
+    return be->iface->kv_truncate(be, slot, positions);
+}
+
 void stage_backend_kv_forget(struct stage_backend *be) {
     be->iface->kv_forget(be);
 }

@@ -112,6 +112,10 @@ struct stage_backend_i {
     int (*kv_reserve)(struct stage_backend *be, int slot, int positions);
     /* Frees a slot: its blocks return to the pool at once, its reservation lapses. */
     void (*kv_release)(struct stage_backend *be, int slot);
+    /* Keeps slot's first `positions` positions (global under KVP; at most what it holds,
+     * STRATA_ERANGE else) and drops the rest: the rows of draft tokens a speculative
+     * verification rejected. The slot keeps its blocks; the next forward continues there. */
+    int (*kv_truncate)(struct stage_backend *be, int slot, int positions);
     /* Bytes of KV storage held (the whole pool). */
     size_t (*kv_bytes)(const struct stage_backend *be);
     /* The pool's blocks now. */
@@ -228,6 +232,7 @@ int stage_backend_argmax(struct stage_backend *be, int32_t *ids, const float *hi
 int stage_backend_kv_acquire(struct stage_backend *be, int *slot);
 int stage_backend_kv_reserve(struct stage_backend *be, int slot, int positions);
 void stage_backend_kv_release(struct stage_backend *be, int slot);
+int stage_backend_kv_truncate(struct stage_backend *be, int slot, int positions);
 size_t stage_backend_kv_bytes(const struct stage_backend *be);
 void stage_backend_kv_usage(const struct stage_backend *be, struct stage_kv_usage *out);
 int stage_backend_kv_lookup(const struct stage_backend *be, const uint64_t *keys, int n,

@@ -143,6 +143,10 @@ static void cpu_kv_release(struct stage_backend *be, int slot) {
     kv_cache_release(&ctx(be)->kv, slot);
 }
 
+static int cpu_kv_truncate(struct stage_backend *be, int slot, int positions) {
+    return kv_blocks_truncate(&ctx(be)->kv.blocks, slot, positions);
+}
+
 static size_t cpu_kv_bytes(const struct stage_backend *be) {
     return kv_cache_bytes(&ctx(be)->kv);
 }
@@ -217,6 +221,7 @@ static const struct stage_backend_i cpu_iface = {
     .kv_acquire = cpu_kv_acquire,
     .kv_reserve = cpu_kv_reserve,
     .kv_release = cpu_kv_release,
+    .kv_truncate = cpu_kv_truncate,
     .kv_bytes = cpu_kv_bytes,
     .kv_usage = cpu_kv_usage,
     .kv_lookup = cpu_kv_lookup,

@@ -620,6 +620,7 @@ static const struct stage_backend_i cuda_iface = {
     .kv_acquire = backend_cuda_kv_acquire,
     .kv_reserve = backend_cuda_kv_reserve,
     .kv_release = backend_cuda_kv_release,
+    .kv_truncate = backend_cuda_kv_truncate,
     .kv_bytes = backend_cuda_kv_bytes,
     .kv_usage = backend_cuda_kv_usage,
     .kv_lookup = backend_cuda_kv_lookup,

@@ -168,6 +168,7 @@ int backend_cuda_kv_lookup(const struct stage_backend *be, const uint64_t *keys,
 int backend_cuda_kv_attach(struct stage_backend *be, int slot, const uint64_t *keys, int n);
 void backend_cuda_kv_register(struct stage_backend *be, int slot, const uint64_t *keys, int n);
 void backend_cuda_kv_forget(struct stage_backend *be);
+int backend_cuda_kv_truncate(struct stage_backend *be, int slot, int positions);
 int backend_cuda_kv_pack(struct stage_backend *be, struct kv_handoff *out, const int *slots, int n);
 int backend_cuda_kv_restore(struct stage_backend *be, const int *slots, int n,
                             const struct kv_handoff *in);

@@ -134,6 +134,12 @@ void backend_cuda_kv_release(struct stage_backend *be, int slot) {
     c->tables_sent[slot] = 0; /* its next blocks are other ones: uploaded afresh */
 }
 
+/* The table keeps its blocks (uploaded already): only the host length drops, and the next
+ * forward's row offsets and lengths follow from it. */
+int backend_cuda_kv_truncate(struct stage_backend *be, int slot, int positions) {
+    return kv_blocks_truncate(&ctx(be)->kv, slot, positions);
+}
+
 size_t backend_cuda_kv_bytes(const struct stage_backend *be) {
     const struct cuda_context *c = ctx(be);
     return 2 * c->block_elems * pool_blocks(c) * ops_kv_elem_bytes(c->kv_dtype);

@@ -29,6 +29,12 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
         return strata_set_error(STRATA_EINVAL, "stage core needs a backend with a config");
     rc = check_role(opt);
     if (rc < 0) return rc;
+    if (opt->speculate < 0 || opt->speculate > WIRE_SPECULATE_NGRAM || opt->speculate_k < 0 ||
+        opt->speculate_k > WIRE_SPECULATE_MAX_K)
+        return strata_set_error(STRATA_EINVAL,
+                                "speculation mode %d with %d drafts per step (off or ngram, "
+                                "0..%d drafts)",
+                                opt->speculate, opt->speculate_k, WIRE_SPECULATE_MAX_K);
     if (be->max_seq < 1 || be->num_slots < 1 || opt->chunk_size < 0 || opt->max_batch_tokens < 0)
         return strata_set_error(STRATA_EINVAL,
                                 "max_seq (%d) and max_batch (%d) must be >= 1, chunk sizes >= 0",
@@ -49,6 +55,9 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
     core->is_first = opt->stage_index == 0;
     core->is_last = opt->stage_index == opt->num_stages - 1;
     if (core->is_first) stage_prefix_init(core);
+    core->spec.mode =
+        opt->speculate == WIRE_SPECULATE_NGRAM ? WIRE_SPECULATE_NGRAM : WIRE_SPECULATE_OFF;
+    core->spec.k = opt->speculate_k > 0 ? opt->speculate_k : STAGE_SPECULATE_DEFAULT_K;
     rc = wire_arena_init(&core->arena, 0);
     if (rc < 0) goto fail;
     rc = stage_pool_init(core, core->max_batch);
@@ -72,8 +81,11 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
     rc = stage_vl_init(core);
     if (rc < 0) goto fail;
     if (core->is_last) {
-        core->last_rows = malloc(sizeof(float) * (size_t)core->max_batch * core->hidden_size);
-        core->logits = malloc(sizeof(float) * (size_t)core->max_batch * core->vocab);
+        /* A decode step with drafts needs logits for each of its rows at once. */
+        core->logit_rows =
+            core->max_batch > 1 + WIRE_SPECULATE_MAX_K ? core->max_batch : 1 + WIRE_SPECULATE_MAX_K;
+        core->last_rows = malloc(sizeof(float) * (size_t)core->logit_rows * core->hidden_size);
+        core->logits = malloc(sizeof(float) * (size_t)core->logit_rows * core->vocab);
         core->sampler_scratch = malloc((size_t)core->vocab * 8);
         if (!core->last_rows || !core->logits || !core->sampler_scratch) {
             strata_set_error(rc, "out of memory for logits buffers");
@@ -324,6 +336,7 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
     }
     req->client_id = client_id;
     req->vl = vl;
+    stage_spec_admit(core, req, msg);
     /* The slot's prompt row (admit() checked prompt_len <= max_seq). */
     req->prompt = core->prompts + (size_t)req->slot * (size_t)core->max_seq;
     memcpy(req->prompt, vl ? vl->ids : msg->prompt, sizeof(int32_t) * (size_t)params.prompt_len);
@@ -439,15 +452,22 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
                    msg->hidden.shape[0] <= core->opt.max_batch_tokens
                ? (int)msg->hidden.shape[0]
                : -1;
-    want_step = req->recv_pos < stage_prefill_len(req)
-                    ? 0
-                    : (uint64_t)(req->recv_pos - req->params.prompt_len + 1);
     if (msg->stage_to != r || msg->stage_from != r - 1) {
         stage_fail(core, req, STRATA_EFORMAT, 1, 1,
                    "stage %d: activation addressed from stage %d to stage %d, expected %d -> %d", r,
                    msg->stage_from, msg->stage_to, r - 1, r);
         return 0;
     }
+    /* A decode step may start inside the previous one's drafts: their rows are dropped. */
+    if (req->recv_pos >= stage_prefill_len(req) && msg->step > 0 &&
+        msg->pos <= (uint64_t)req->recv_pos &&
+        (rc = stage_spec_rewind(core, req, (int)msg->pos, why, sizeof why)) < 0) {
+        stage_fail(core, req, rc, 1, 1, "%s", why);
+        return 0;
+    }
+    want_step = req->recv_pos < stage_prefill_len(req)
+                    ? 0
+                    : (uint64_t)(req->recv_pos - req->params.prompt_len + 1);
     if (msg->step != want_step || msg->pos != (uint64_t)req->recv_pos) {
         stage_fail(core, req, STRATA_EFORMAT, 1, 1,
                    "stage %d: activation for nonce %llu at step %llu pos %llu, expected step %llu "
@@ -459,13 +479,14 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
     if (msg->hidden.dtype != WIRE_DTYPE_F32 || rows < 1 ||
         msg->hidden.shape[1] != core->hidden_size || rows > core->opt.max_batch_tokens ||
         (want_step == 0 && req->recv_pos + rows > stage_prefill_len(req)) ||
-        (want_step > 0 && rows != 1) || req->recv_pos + rows > core->max_seq ||
-        want_step >= (uint64_t)req->params.max_tokens) {
+        (want_step > 0 && (size_t)rows != 1 + msg->num_draft_ids) ||
+        (want_step == 0 && msg->num_draft_ids > 0) || req->recv_pos + rows > core->max_seq ||
+        (want_step > 0 && want_step + (uint64_t)rows > (uint64_t)req->params.max_tokens)) {
         stage_fail(core, req, STRATA_EFORMAT, 1, 1,
                    "stage %d: activation hidden for nonce %llu is not F32 [T, %d] with 1 <= T <= "
-                   "%d fitting the request (got %s rank %d, T %d)",
+                   "%d fitting the request (got %s rank %d, T %d, %zu draft ids)",
                    r, (unsigned long long)msg->nonce, core->hidden_size, core->opt.max_batch_tokens,
-                   wire_dtype_name(msg->hidden.dtype), msg->hidden.ndim, rows);
+                   wire_dtype_name(msg->hidden.dtype), msg->hidden.ndim, rows, msg->num_draft_ids);
         return 0;
     }
     if (stage_vl_check_activation(core, msg, rows) < 0) {
@@ -479,23 +500,19 @@ static int on_activation(struct stage_core *core, const struct wire_activation *
         stage_fail(core, req, rc, 1, 1, "stage %d: %s", r, strata_last_error());
         return 0;
     }
+    core->work.tail->n_drafts = (int)msg->num_draft_ids;
+    if (msg->num_draft_ids)
+        memcpy(core->work.tail->drafts, msg->draft_ids, sizeof(int32_t) * msg->num_draft_ids);
+    req->spec_pos = req->recv_pos;
+    req->spec_rows = want_step > 0 ? rows : 0;
     req->recv_pos += rows;
     return 0;
 }
 
-void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token) {
+/* Stage 0: one token for `req` at `step`, to its client; 1 when it ended the request. */
+static int take_token(struct stage_core *core, struct stage_req *req, uint64_t step,
+                      int32_t token) {
     enum wire_finish finish = WIRE_FINISH_NONE;
-    if (step != (uint64_t)req->n_generated) {
-        stage_fail(core, req, STRATA_EFORMAT, 0, 1,
-                   "stage 0: token for nonce %llu at step %llu, expected step %d",
-                   (unsigned long long)req->nonce, (unsigned long long)step, req->n_generated);
-        return;
-    }
-    if (token < 0 || token >= core->vocab) {
-        stage_fail(core, req, STRATA_EFORMAT, 0, 1, "stage 0: token %d outside [0, %d)", token,
-                   core->vocab);
-        return;
-    }
     req->tokens[req->n_generated++] = token;
     if (req->replaying) { /* the first new token of a replayed request */
         req->replaying = 0;
@@ -507,16 +524,47 @@ void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t ste
         finish = WIRE_FINISH_LENGTH;
     stage_emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish,
                      req->cached_blocks * KV_BLOCK);
-    if (finish != WIRE_FINISH_NONE) {
-        if (core->opt.num_stages > 1)
-            stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish, 0);
-        stage_release(core, req,
-                      finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
-                      NULL);
+    if (finish == WIRE_FINISH_NONE) return 0;
+    if (core->opt.num_stages > 1)
+        stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish, 0);
+    stage_release(core, req, finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH,
+                  0, NULL);
+    return 1;
+}
+
+void stage_on_tokens(struct stage_core *core, struct stage_req *req, uint64_t step,
+                     const int32_t *tokens, int n) {
+    const int most = req->spec_rows > 1 ? req->spec_rows : 1; /* the step's rows */
+    int rc;
+    if (step != (uint64_t)req->n_generated || n < 1 || n > most) {
+        stage_fail(core, req, STRATA_EFORMAT, 0, 1,
+                   "stage 0: %d tokens for nonce %llu at step %llu, expected 1..%d at step %d", n,
+                   (unsigned long long)req->nonce, (unsigned long long)step, most,
+                   req->n_generated);
         return;
     }
-    if (enqueue(core, req->nonce, (uint64_t)req->n_generated,
-                req->params.prompt_len + req->n_generated - 1, 1, NULL, token, NULL) < 0)
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= core->vocab) {
+            stage_fail(core, req, STRATA_EFORMAT, 0, 1, "stage 0: token %d outside [0, %d)",
+                       tokens[i], core->vocab);
+            return;
+        }
+    if (most > 1) core->spec.accepted += (uint64_t)(n - 1);
+    for (int i = 0; i < n; i++)
+        if (take_token(core, req, step + (uint64_t)i, tokens[i])) return;
+    if ((rc = stage_spec_keep(core, req)) < 0) {
+        stage_fail(core, req, rc, 0, 1, "stage 0: dropping rejected draft rows: %s",
+                   strata_last_error());
+        return;
+    }
+    /* The next step feeds the last token, with drafts after it when speculating. */
+    const int32_t token = tokens[n - 1];
+    const int drafts = stage_spec_draft(core, req);
+    req->spec_ids[0] = token;
+    req->spec_pos = req->params.prompt_len + req->n_generated - 1;
+    req->spec_rows = 1 + drafts;
+    if (enqueue(core, req->nonce, (uint64_t)req->n_generated, req->spec_pos, 1 + drafts,
+                drafts ? req->spec_ids : NULL, token, NULL) < 0)
         stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
 }
 
@@ -524,14 +572,14 @@ static int on_token_result(struct stage_core *core, const struct wire_token_resu
     struct stage_req *req = stage_find(core, msg->nonce);
     if (!req) return 0;      /* ended here already (cancelled or failed) */
     if (req->held) return 0; /* from the broken ring: the replay recomputes it */
-    if (msg->num_tokens != 1) {
+    if (msg->num_tokens < 1 || msg->num_tokens > (core->is_first ? 1 + WIRE_SPECULATE_MAX_K : 1)) {
         stage_fail(core, req, STRATA_EFORMAT, 1, 1,
-                   "stage %d: token result with %zu tokens, expected 1", core->opt.stage_index,
-                   msg->num_tokens);
+                   "stage %d: token result with %zu tokens, expected %s", core->opt.stage_index,
+                   msg->num_tokens, core->is_first ? "1 .. 1 + drafts" : "1");
         return 0;
     }
     if (core->is_first) {
-        stage_on_token(core, req, msg->step, msg->tokens[0]);
+        stage_on_tokens(core, req, msg->step, msg->tokens, (int)msg->num_tokens);
         return 0;
     }
     if (msg->finish == WIRE_FINISH_STOP || msg->finish == WIRE_FINISH_LENGTH) {
@@ -723,6 +771,9 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
     out->prefix_cached_tokens = core->prefix.cached_tokens;
     out->prefix_prompt_tokens = core->prefix.prompt_tokens;
     out->prefix_fallbacks = core->prefix.fallbacks;
+    out->spec_steps = core->spec.steps;
+    out->spec_drafted = core->spec.drafted;
+    out->spec_accepted = core->spec.accepted;
 }
 
 void stage_core_set_prefix_cache(struct stage_core *core, int on) {

@@ -128,6 +128,11 @@ struct stage_core_options {
     /* Stage 0 of S > 1: when the ring breaks, hold the in-flight requests this long (ms) for
      * the ring to re-form, then replay them (stage_recovery.c); 0 = fail them at once. */
     int recovery_timeout_ms;
+    /* Stage 0: speculative decoding for the requests that leave it to the stage
+     * (runtime/stage/stage_speculate.c): enum wire_speculate OFF (or 0, DEFAULT) or NGRAM,
+     * with at most speculate_k drafts per step (0: 4; at most 16). A request's own
+     * Request.speculate / speculate_k win. The output is the same either way, bit for bit. */
+    int speculate, speculate_k;
 };
 
 struct stage_core; /* opaque */
@@ -247,6 +252,9 @@ struct stage_core_stats {
      * cache, those that reused blocks, the prompt tokens reused and looked up. */
     uint64_t prefix_lookups, prefix_hits, prefix_cached_tokens, prefix_prompt_tokens;
     uint64_t prefix_fallbacks; /* checks that came back marked: sent again cold */
+    /* Speculative decoding (stage 0, since start): decode steps sent with drafts, drafts
+     * sent, drafts accepted (each accepted one is a token that took no trip of its own). */
+    uint64_t spec_steps, spec_drafted, spec_accepted;
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 

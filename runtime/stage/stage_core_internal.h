@@ -17,6 +17,7 @@
 #include "runtime/stage/stage_describe_internal.h"
 #include "runtime/stage/stage_prefix_internal.h"
 #include "runtime/stage/stage_recovery_internal.h"
+#include "runtime/stage/stage_speculate_internal.h"
 #include "wire/message.h"
 
 #define STAGE_RECENT_DEAD 64 /* remembered nonces of requests that ended here */
@@ -68,6 +69,14 @@ struct stage_req {
     uint64_t *keys;
     int n_keys, cached_blocks;
     int prefix_wait; /* stage 0: its PrefixCheck is out; the prefill waits for it */
+    /* Speculative decoding (stage_speculate.c). Stage 0: drafts per step (0: none) and
+     * spec_ids, the ids of the step in flight (the fed token, then its drafts). Every stage:
+     * the last decode step's first position and rows; with rows > 1 (drafts) the next step
+     * may start at any of its positions after the first, and the rows from there on (the
+     * rejected drafts') are dropped. 0 rows: nothing to drop. */
+    int spec_k;
+    int spec_pos, spec_rows;
+    int32_t spec_ids[1 + WIRE_SPECULATE_MAX_K];
 };
 
 /* One kept KvBlock frame (stage 0): `len` bytes, covering KV positions [0, positions). */
@@ -105,6 +114,10 @@ struct stage_item {
     size_t visual_cap;
     float *deepstack;
     size_t deepstack_cap;
+    /* Other stages: a decode step's draft ids (rows 1 .. n_tokens - 1; stage 0's are in
+     * `tokens`), from the activation. */
+    int n_drafts;
+    int32_t drafts[WIRE_SPECULATE_MAX_K];
     int taken; /* scratch: chosen for the microbatch being formed */
     struct stage_item *next;
 };
@@ -163,8 +176,8 @@ struct stage_core {
     /* Microbatch buffers. */
     int32_t *prompts;           /* stage 0: [max_batch, max_seq] prompt ids, row = KV slot */
     float *hidden;              /* [max_batch_tokens, H] */
-    float *last_rows;           /* [max_batch, H] rows that get logits (last stage) */
-    float *logits;              /* [max_batch, V] */
+    float *last_rows;           /* [logit_rows, H] rows that get logits (last stage) */
+    float *logits;              /* [logit_rows, V] */
     void *sampler_scratch;      /* [2 * V * 4] bytes */
     struct forward_item *items; /* [max_batch] */
     struct stage_item **picked; /* [max_batch] */
@@ -179,6 +192,8 @@ struct stage_core {
     struct stage_recovery recovery;   /* stage_recovery_internal.h */
     struct stage_describe describe;   /* stage_describe_internal.h */
     struct stage_prefix prefix;       /* stage_prefix_internal.h */
+    struct stage_speculate spec;      /* stage_speculate_internal.h */
+    int logit_rows;                   /* rows last_rows and logits hold */
 };
 
 /* Any client, for stage_admission_leave. */
@@ -195,8 +210,10 @@ int stage_has_free_slot(const struct stage_core *core);
  * the pool's blocks for its reservation). */
 int stage_can_start(struct stage_core *core, int64_t need);
 struct stage_req *stage_find(struct stage_core *core, uint64_t nonce);
-/* Stage 0: a token for `req` at `step` (from the ring, or local when S = 1). */
-void stage_on_token(struct stage_core *core, struct stage_req *req, uint64_t step, int32_t token);
+/* Stage 0: n >= 1 tokens for `req` from `step` on (from the ring, or local when S = 1): one,
+ * or after a step with drafts the accepted drafts' tokens and the one after them. */
+void stage_on_tokens(struct stage_core *core, struct stage_req *req, uint64_t step,
+                     const int32_t *tokens, int n);
 int stage_enqueue_ids(struct stage_core *core, uint64_t nonce, int pos, int n_tokens,
                       const int32_t *tokens);
 int stage_prefill_chunk(const struct stage_core *core, int rows);

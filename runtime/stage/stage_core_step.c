@@ -130,6 +130,10 @@ static void send_activation(struct stage_core *core, const struct stage_item *it
     msg.hidden.codec = WIRE_CODEC_NONE;
     msg.hidden.data = hidden;
     msg.hidden.nbytes = sizeof(float) * (size_t)it->n_tokens * core->hidden_size;
+    if (it->step > 0 && it->n_tokens > 1) { /* a decode step's drafts travel with its rows */
+        msg.draft_ids = core->is_first ? it->tokens + 1 : it->drafts;
+        msg.num_draft_ids = (size_t)it->n_tokens - 1;
+    }
     stage_vl_attach(core, fi, &msg); /* M-RoPE positions, DeepStack rows (Qwen3-VL) */
     rc = wire_build_activation(&core->arena, &msg);
     if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
@@ -187,71 +191,88 @@ static int all_greedy(struct stage_core *core, const int *which, int k) {
     return 1;
 }
 
-/* Last stage: logits for the rows that end a prefill or are a decode step, then sampling. */
-static void sample_rows(struct stage_core *core, int n, const int *row_off) {
-    int H = core->hidden_size, V = core->vocab, k = 0, rc, greedy;
-    int which[n > 0 ? n : 1];
-    int32_t ids[n > 0 ? n : 1];
-    if (core->opt.keep_logits) stage_recovery_replay_logits(core, n, row_off);
-    for (int i = 0; i < n; i++) {
-        struct stage_item *it = core->picked[i];
-        struct stage_req *req = stage_find(core, it->nonce);
-        if (!req || row_off[i] < 0) continue;
-        if (it->step == 0 && it->pos + it->n_tokens < stage_prefill_len(req))
-            continue; /* a prefill chunk that does not end the prompt */
-        memcpy(core->last_rows + (size_t)k * H,
-               core->hidden + (size_t)(row_off[i] + it->n_tokens - 1) * H, sizeof(float) * H);
-        which[k++] = i;
+/* Rows of a picked item that get logits: the last row of a prefill chunk that ends the
+ * prompt, every row of a decode step (its fed token's and its drafts'), none else. */
+static int rows_to_sample(const struct stage_item *it, const struct stage_req *req, int row_off) {
+    if (!req || row_off < 0) return 0;
+    if (it->step == 0) return it->pos + it->n_tokens < stage_prefill_len(req) ? 0 : 1;
+    return it->n_tokens;
+}
+
+/* Last stage: one item's sampled rows [n] (logits [n, V], or the greedy ids [n]) -> its
+ * tokens, to stage 0 (or, when S = 1, straight into its token loop). */
+static void take_rows(struct stage_core *core, struct stage_item *it, int rc, const float *logits,
+                      const int32_t *ids, int n) {
+    struct stage_req *req = stage_find(core, it->nonce);
+    int32_t out[1 + WIRE_SPECULATE_MAX_K];
+    int m;
+    if (!req) return;
+    if (rc < 0) {
+        stage_fail(core, req, rc, 1, 1, "stage %d: logits: %s", core->opt.stage_index,
+                   strata_last_error());
+        return;
     }
-    if (k == 0) return;
-    /* A row sampled at temperature > 0 needs the whole distribution (top-k / top-p rank
-     * every id, the softmax sums over all of them), so such a batch gathers the logits;
-     * under TP an all-greedy batch moves only each rank's best (value, id) pair. */
-    greedy = all_greedy(core, which, k);
-    if (greedy)
-        rc = stage_backend_argmax(core->be, ids, core->last_rows, k, core->logits);
-    else
-        rc = stage_backend_logits(core->be, core->logits, core->last_rows, k);
-    for (int j = 0; j < k; j++) {
-        struct stage_item *it = core->picked[which[j]];
-        struct stage_req *req = stage_find(core, it->nonce);
-        const float *row = core->logits + (size_t)j * V;
-        /* A prefill (a replay's too) ends with the step after its resumed tokens. */
-        uint64_t step = it->step == 0 && req ? (uint64_t)req->params.resume_len : it->step;
-        int token;
-        if (!req) continue;
-        if (rc < 0) {
-            stage_fail(core, req, rc, 1, 1, "stage %d: logits: %s", core->opt.stage_index,
-                       strata_last_error());
-            continue;
+    /* A prefill (a replay's too) ends with the step after its resumed tokens. */
+    const uint64_t step = it->step == 0 ? (uint64_t)req->params.resume_len : it->step;
+    if ((m = stage_spec_verify(core, req, it, step, logits, ids, n, out)) < 0) return;
+    if (core->is_first) {
+        stage_on_tokens(core, req, step, out, m); /* S = 1: the ring is local */
+        return;
+    }
+    for (int i = 0; i < m; i++)
+        req->tokens[req->n_generated++] = out[i];
+    if ((rc = stage_spec_keep(core, req)) < 0) {
+        stage_fail(core, req, rc, 1, 1, "stage %d: dropping rejected draft rows: %s",
+                   core->opt.stage_index, strata_last_error());
+        return;
+    }
+    struct wire_token_result msg;
+    memset(&msg, 0, sizeof msg);
+    msg.nonce = req->nonce;
+    msg.step = step;
+    msg.tokens = out;
+    msg.num_tokens = (size_t)m;
+    rc = wire_build_token_result(&core->arena, &msg);
+    if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
+    if (rc < 0)
+        stage_fail(core, req, rc, 1, 1, "stage %d: sending token: %s", core->opt.stage_index,
+                   strata_last_error());
+}
+
+/* Last stage: logits for the rows that end a prefill or are a decode step, then sampling;
+ * in groups of whole items of at most logit_rows rows. */
+static void sample_rows(struct stage_core *core, int n, const int *row_off) {
+    int H = core->hidden_size, V = core->vocab;
+    int which[n > 0 ? n : 1], first[n > 0 ? n : 1], count[n > 0 ? n : 1];
+    int32_t ids[core->logit_rows];
+    if (core->opt.keep_logits) stage_recovery_replay_logits(core, n, row_off);
+    for (int i = 0; i < n;) {
+        int k = 0, items = 0, rc, greedy;
+        for (; i < n; i++) {
+            struct stage_item *it = core->picked[i];
+            const int rows = rows_to_sample(it, stage_find(core, it->nonce), row_off[i]);
+            if (rows == 0) continue;
+            if (k + rows > core->logit_rows) break;
+            memcpy(core->last_rows + (size_t)k * H,
+                   core->hidden + (size_t)(row_off[i] + it->n_tokens - rows) * H,
+                   sizeof(float) * (size_t)rows * H);
+            which[items] = i;
+            first[items] = k;
+            count[items++] = rows;
+            k += rows;
         }
-        token = greedy ? ids[j] : sampler_sample(&req->sampler, row, V, core->sampler_scratch);
-        if (token < 0 || token >= V) {
-            stage_fail(core, req, STRATA_EINVAL, 1, 1, "stage %d: sampling failed: %s",
-                       core->opt.stage_index, strata_last_error());
-            continue;
-        }
-        if (core->opt.keep_logits && stage_keep_logits_row(req, step, row, V) < 0) {
-            stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory for logits",
-                       core->opt.stage_index);
-            continue;
-        }
-        if (core->is_first) {
-            stage_on_token(core, req, step, token); /* S = 1: the ring is local */
-        } else {
-            struct wire_token_result msg;
-            memset(&msg, 0, sizeof msg);
-            req->tokens[req->n_generated++] = token;
-            msg.nonce = req->nonce;
-            msg.step = step;
-            msg.tokens = &token;
-            msg.num_tokens = 1;
-            rc = wire_build_token_result(&core->arena, &msg);
-            if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
-            if (rc < 0)
-                stage_fail(core, req, rc, 1, 1, "stage %d: sending token: %s",
-                           core->opt.stage_index, strata_last_error());
-        }
+        if (k == 0) continue;
+        /* A row sampled at temperature > 0 needs the whole distribution (top-k / top-p rank
+         * every id, the softmax sums over all of them), so such a batch gathers the logits;
+         * under TP an all-greedy batch moves only each rank's best (value, id) pair. */
+        greedy = all_greedy(core, which, items);
+        if (greedy)
+            rc = stage_backend_argmax(core->be, ids, core->last_rows, k, core->logits);
+        else
+            rc = stage_backend_logits(core->be, core->logits, core->last_rows, k);
+        for (int j = 0; j < items; j++)
+            take_rows(core, core->picked[which[j]], rc, core->logits + (size_t)first[j] * V,
+                      greedy ? ids + first[j] : NULL, count[j]);
     }
 }
 

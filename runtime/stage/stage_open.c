@@ -108,7 +108,9 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                                           .chunk_size = opt->chunk_size,
                                                           .max_batch_tokens = opt->max_batch_tokens,
                                                           .keep_logits = opt->keep_logits,
-                                                          .send_kv = opt->send_kv});
+                                                          .send_kv = opt->send_kv,
+                                                          .speculate = opt->speculate,
+                                                          .speculate_k = opt->speculate_k});
     if (rc == 0) /* what a ring describe lists beyond the backend's role and device */
         stage_core_set_describe(out->core, opt->tp ? opt->tp->tp : 1, opt->tp ? opt->tp->kvp : 1,
                                 opt->num_threads, opt->weights_dtype);

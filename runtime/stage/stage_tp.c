@@ -26,7 +26,8 @@ enum tp_op {
     TP_OP_RESERVE,  /* a: slot, b: positions */
     TP_OP_ATTACH,   /* a: slot, b: keys (ints: each key as two words, low first) */
     TP_OP_REGISTER, /* the same */
-    TP_OP_LOOKUP    /* a: keys (as ATTACH); every rank answers in an allgather */
+    TP_OP_LOOKUP,   /* a: keys (as ATTACH); every rank answers in an allgather */
+    TP_OP_TRUNCATE  /* a: slot, b: positions kept */
 };
 
 #define TP_HDR 6            /* op, a, b, n_ints, n_floats, magic */
@@ -316,6 +317,14 @@ static void lead_kv_release(struct stage_backend *be, int slot) {
     send_quiet(l, TP_OP_RELEASE, slot);
 }
 
+static int lead_kv_truncate(struct stage_backend *be, int slot, int positions) {
+    struct tp_leader *l = leader(be);
+    int rc = l->inner->iface->kv_truncate(l->inner, slot, positions);
+    if (rc) return rc;
+    l->buf.n_ints = l->buf.n_floats = 0;
+    return send_cmd(l, TP_OP_TRUNCATE, slot, positions);
+}
+
 static size_t lead_kv_bytes(const struct stage_backend *be) {
     const struct tp_leader *l = leader(be);
     return l->inner->iface->kv_bytes(l->inner);
@@ -357,6 +366,7 @@ static const struct stage_backend_i leader_iface = {
     .kv_acquire = lead_kv_acquire,
     .kv_reserve = lead_kv_reserve,
     .kv_release = lead_kv_release,
+    .kv_truncate = lead_kv_truncate,
     .kv_bytes = lead_kv_bytes,
     .kv_usage = lead_kv_usage,
     .kv_lookup = lead_kv_lookup,
@@ -376,6 +386,7 @@ static const struct stage_backend_i leader_iface_no_argmax = {
     .kv_acquire = lead_kv_acquire,
     .kv_reserve = lead_kv_reserve,
     .kv_release = lead_kv_release,
+    .kv_truncate = lead_kv_truncate,
     .kv_bytes = lead_kv_bytes,
     .kv_usage = lead_kv_usage,
     .kv_lookup = lead_kv_lookup,
@@ -535,6 +546,7 @@ static int follow_one(struct stage_backend *be, struct coll *coll, struct tp_fol
                                     hdr[1], slot);
         return STRATA_OK;
     case TP_OP_RELEASE: be->iface->kv_release(be, hdr[1]); return STRATA_OK;
+    case TP_OP_TRUNCATE: return be->iface->kv_truncate(be, hdr[1], hdr[2]);
     case TP_OP_ATTACH:
     case TP_OP_REGISTER:
     case TP_OP_LOOKUP: {

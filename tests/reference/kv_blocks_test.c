@@ -181,6 +181,31 @@ static void test_index_churn(void **state) {
     kv_blocks_free(&b);
 }
 
+/* Speculative decoding's rejected rows: the length drops, the blocks stay the slot's (its
+ * reservation paid for them) and growing again over them takes nothing from the pool. */
+static void test_truncate(void **state) {
+    (void)state;
+    struct kv_blocks b;
+    int a;
+    assert_int_equal(kv_blocks_init(&b, 64, 2, 8), 0);
+    assert_int_equal(kv_blocks_acquire(&b, &a), 0);
+    assert_int_equal(kv_blocks_reserve(&b, a, 40), 0);
+    assert_int_equal(kv_blocks_grow(&b, a, 37), 0);
+    b.len[a] = 37; /* a forward's bookkeeping */
+    const int free_before = b.num_free, held = b.held[a];
+    assert_int_equal(kv_blocks_truncate(&b, a, 30), 0);
+    assert_int_equal(b.len[a], 30);
+    assert_int_equal(b.held[a], held);
+    assert_int_equal(kv_blocks_grow(&b, a, 37), 0);
+    assert_int_equal(b.num_free, free_before);
+    assert_int_equal(kv_blocks_truncate(&b, a, 31), STRATA_ERANGE); /* never grows */
+    if (!strstr(strata_last_error(), "holds 30 positions")) fail_msg("'%s'", strata_last_error());
+    assert_int_equal(kv_blocks_truncate(&b, 1, 0), STRATA_EINVAL); /* not in use */
+    kv_blocks_release(&b, a);
+    assert_int_equal(b.num_free, 8);
+    kv_blocks_free(&b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_default_pool_holds_every_slot),
@@ -188,6 +213,7 @@ int main(void) {
         cmocka_unit_test(test_reservation_lapses),
         cmocka_unit_test(test_prefix_reuse),
         cmocka_unit_test(test_index_churn),
+        cmocka_unit_test(test_truncate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

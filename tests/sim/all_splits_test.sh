@@ -38,4 +38,13 @@ case " $* " in *" --warm "*)
     warm=$(printf '%s\n' "$out" | grep -c '^    warm repeats: [1-9][0-9]* prompt tokens from the KV cache')
     [ "$warm" -eq "$runs" ] || { echo "FAIL: $warm of $runs runs report reused KV blocks"; exit 1; } ;;
 esac
+# --speculate: every run but the baseline says how many drafts it sent and how many the last
+# stage accepted; each must have accepted some and rejected some (whose rows were dropped).
+case " $* " in *" --speculate ngram "*)
+    runs=$(printf '%s\n' "$out" | grep -Ec '^[0-9]+(-[0-9]+)?(\|[0-9]+-[0-9]+)* +[0-9]+ ')
+    spec=$(printf '%s\n' "$out" | awk '/^    speculation: [0-9]+ decode steps carried/ {
+        d = $6; a = $8; if (a > 0 && d > a) n++ } END { print n + 0 }')
+    [ "$spec" -eq $((runs - 1)) ] || {
+        echo "FAIL: $spec of $((runs - 1)) speculating runs both accepted and rejected drafts"; exit 1; } ;;
+esac
 echo "PASS: all splits of $model bit-identical"

@@ -21,6 +21,7 @@ static const int32_t tokens[3] = {151643, 13, -1};
 static const float logprobs[3] = {-0.125f, -2.5f, 0.0f};
 static const int32_t prompt_ids[4] = {151644, 872, 0, 2147483647};
 static const int32_t stop_ids[2] = {151645, 151643};
+static const int32_t draft_ids[1] = {151644};             /* one draft: T = 2 rows */
 static const int32_t image_grids[6] = {1, 4, 6, 1, 2, 2}; /* two images: 6 + 1 tokens */
 static const uint8_t image_files[12] = {0x89, 'P', 'N', 'G', 13, 10, 0xff, 0xd8, 0xff, 0xe0, 0, 16};
 static const uint32_t image_file_sizes[2] = {6, 6};
@@ -85,6 +86,8 @@ static void sample_activation(struct wire_activation *m) {
                           sizeof deepstack_values, 3, deep_shape);
     m->segments = segments;
     m->num_segments = 2;
+    m->draft_ids = draft_ids;
+    m->num_draft_ids = 1;
 }
 
 static void sample_kv_block(struct wire_kv_block *m) {
@@ -211,6 +214,8 @@ static void sample_request(struct wire_request *m) {
     m->image_file_sizes = image_file_sizes;
     m->num_image_files = 2;
     m->image_formats = image_formats;
+    m->speculate = WIRE_SPECULATE_NGRAM;
+    m->speculate_k = 7;
 }
 
 /* Block 0 of a 5-token transfer in blocks of 2 (with the DeepStack, K = 2, H = 3). */
@@ -323,6 +328,8 @@ int sample_check_activation(const struct wire_activation *m) {
         CHECK(s.nonce == want.segments[i].nonce && s.pos == want.segments[i].pos &&
               s.n_tokens == want.segments[i].n_tokens);
     }
+    CHECK(m->num_draft_ids == want.num_draft_ids &&
+          memcmp(m->draft_ids, want.draft_ids, 4 * m->num_draft_ids) == 0);
     return 0;
 }
 
@@ -414,6 +421,7 @@ int sample_check_request(const struct wire_request *m) {
           memcmp(m->image_files, image_files, sizeof image_files) == 0);
     CHECK(memcmp(m->image_file_sizes, image_file_sizes, sizeof image_file_sizes) == 0);
     CHECK(m->image_formats && memcmp(m->image_formats, image_formats, 2) == 0);
+    CHECK(m->speculate == want.speculate && m->speculate_k == want.speculate_k);
     return 0;
 }
 

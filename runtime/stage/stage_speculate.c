@@ -1,0 +1,134 @@
+/* Speculative decoding through the pipeline, exact.
+ *
+ * A request decodes one token per trip round the ring: stage 0 feeds the last token, every
+ * stage runs its layers on that one row, the last stage samples the next token and sends it
+ * back. With drafts, stage 0 feeds the last token and k guesses of the tokens after it
+ * (model-free: runtime/stage/ngram_draft.h) as one decode step of 1 + k rows, positions
+ * p .. p + k; the rows travel the ring like a prefill chunk, their ids in the activation's
+ * draft_ids. The last stage samples row 0 (the token after the fed one, as without drafts),
+ * and while the token it sampled from row i equals draft i + 1, the draft was right and
+ * row i + 1 was computed on the true sequence: it samples that row too. It sends back every
+ * token it sampled (the accepted drafts' and one more) in one TokenResult, so a trip yields
+ * 1 .. k + 1 tokens.
+ *
+ * Exact, not approximately: a row's logits do not depend on the other rows of its
+ * microbatch (reference/model.h's contract, which batching and chunked prefill already
+ * rely on), so an accepted row's logits are those a plain step would have computed, bit for
+ * bit; and the sampler draws once per emitted token, in order, from those logits, so even
+ * at temperature > 0 the tokens are the ones decoding without drafts gives with the same
+ * seed. (For a draft that is one fixed token this "sample, then compare" rule is standard
+ * speculative sampling: the draft is accepted with the target's probability of it, and a
+ * rejected one is replaced by a sample of the target distribution without it.)
+ *
+ * Rejected rows: positions after the last accepted one hold KV of wrong tokens. Each stage
+ * drops them (the backend's kv_truncate: the length goes back, the blocks stay the slot's)
+ * before it writes there again: stage 0 when the tokens arrive, the last stage when it has
+ * sampled them, the stages between when the next step's activation starts inside the
+ * previous step (the only way they learn how many were accepted, at no extra message).
+ * Positions never exceed the request's reservation: a step carries at most as many drafts
+ * as tokens remain to generate after its first.
+ *
+ * One step per request is in flight (the next step's input is the last accepted token), so
+ * a stage never holds a later step of a request while an earlier one's rows may still be
+ * dropped. */
+#include <stdio.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+#include "runtime/stage/backend.h"
+#include "runtime/stage/ngram_draft.h"
+#include "runtime/stage/stage_core_internal.h"
+
+void stage_spec_admit(struct stage_core *core, struct stage_req *req,
+                      const struct wire_request *msg) {
+    enum wire_speculate mode = msg->speculate == WIRE_SPECULATE_DEFAULT
+                                   ? core->spec.mode
+                                   : (enum wire_speculate)msg->speculate;
+    req->spec_k = 0;
+    if (mode == WIRE_SPECULATE_NGRAM)
+        req->spec_k = msg->speculate_k > 0 ? msg->speculate_k
+                      : core->spec.k > 0   ? core->spec.k
+                                           : STAGE_SPECULATE_DEFAULT_K;
+    if (req->spec_k > WIRE_SPECULATE_MAX_K) req->spec_k = WIRE_SPECULATE_MAX_K;
+}
+
+int stage_spec_draft(struct stage_core *core, struct stage_req *req) {
+    int k = req->spec_k;
+    const int remaining = req->params.max_tokens - req->n_generated; /* tokens still to come */
+    if (k > remaining - 1) k = remaining - 1;
+    if (k > core->opt.max_batch_tokens - 1) k = core->opt.max_batch_tokens - 1;
+    if (k <= 0) return 0;
+    /* The sequence so far: the prompt's row holds prompt + generated tokens contiguously
+     * once they are copied after it (a recovery replay does the same). */
+    const int P = req->params.prompt_len, n = P + req->n_generated;
+    if (n > core->max_seq) return 0;
+    memcpy(req->prompt + P, req->tokens, sizeof(int32_t) * (size_t)req->n_generated);
+    const int got = ngram_draft(req->prompt, n, k, req->spec_ids + 1);
+    if (got > 0) {
+        core->spec.steps++;
+        core->spec.drafted += (uint64_t)got;
+    }
+    return got;
+}
+
+int stage_spec_rewind(struct stage_core *core, struct stage_req *req, int pos, char *why,
+                      size_t why_cap) {
+    if (pos == req->recv_pos) return 0;
+    if (req->spec_rows > 1 && pos > req->spec_pos && pos < req->recv_pos) {
+        const int rc = stage_backend_kv_truncate(core->be, req->slot, pos);
+        if (rc < 0) {
+            snprintf(why, why_cap, "stage %d: dropping rejected draft rows: %s",
+                     core->opt.stage_index, strata_last_error());
+            return rc;
+        }
+        req->recv_pos = pos;
+        return 0;
+    }
+    snprintf(why, why_cap, "stage %d: decode step for nonce %llu at pos %d, expected pos %d%s",
+             core->opt.stage_index, (unsigned long long)req->nonce, pos, req->recv_pos,
+             req->spec_rows > 1 ? " or inside the previous step's drafts" : "");
+    return STRATA_EFORMAT;
+}
+
+int stage_spec_keep(struct stage_core *core, struct stage_req *req) {
+    const int keep = req->params.prompt_len + req->n_generated - 1;
+    const int end = req->spec_pos + req->spec_rows;
+    if (req->spec_rows <= 1 || keep >= end) return 0;
+    int rc = stage_backend_kv_truncate(core->be, req->slot, keep);
+    if (rc < 0) return rc;
+    req->recv_pos = keep;
+    return 0;
+}
+
+static int is_stop(const struct stage_req *req, int32_t token) {
+    for (int i = 0; i < req->params.num_stop_ids; i++)
+        if (token == req->params.stop_ids[i]) return 1;
+    return 0;
+}
+
+int stage_spec_verify(struct stage_core *core, struct stage_req *req, const struct stage_item *it,
+                      uint64_t step, const float *logits, const int32_t *ids, int n, int32_t *out) {
+    const int V = core->vocab;
+    const int32_t *drafts = n < 2 ? NULL : core->is_first ? it->tokens + 1 : it->drafts;
+    int m = 0;
+    for (int r = 0; r < n; r++) {
+        const float *row = logits + (size_t)r * V;
+        const int token =
+            ids ? ids[r] : sampler_sample(&req->sampler, row, V, core->sampler_scratch);
+        if (token < 0 || token >= V) {
+            stage_fail(core, req, STRATA_EINVAL, 1, 1, "stage %d: sampling failed: %s",
+                       core->opt.stage_index, strata_last_error());
+            return STRATA_EINVAL;
+        }
+        if (core->opt.keep_logits && stage_keep_logits_row(req, step + (uint64_t)r, row, V) < 0) {
+            stage_fail(core, req, STRATA_ENOMEM, 1, 1, "stage %d: out of memory for logits",
+                       core->opt.stage_index);
+            return STRATA_ENOMEM;
+        }
+        out[m++] = token;
+        /* Row r + 1 was computed on draft r: its logits hold only when the draft is what
+         * was sampled here; a stop ends the request at this token. */
+        if (r + 1 == n || token != drafts[r] || is_stop(req, token)) break;
+    }
+    return m;
+}

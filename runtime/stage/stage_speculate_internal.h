@@ -1,0 +1,55 @@
+/* Speculative decoding through the pipeline: the stage core's part (design in
+ * stage_speculate.c). Its state in the core; per request, the fields spec_* of struct
+ * stage_req (stage_core_internal.h). Not for other modules: use stage_core.h. */
+#ifndef STRATA_RUNTIME_STAGE_STAGE_SPECULATE_INTERNAL_H
+#define STRATA_RUNTIME_STAGE_STAGE_SPECULATE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "wire/message.h"
+
+#define STAGE_SPECULATE_DEFAULT_K 4
+
+struct stage_speculate {
+    /* Stage 0's default for requests that leave it to the stage (Request.speculate
+     * Default): WIRE_SPECULATE_OFF or _NGRAM, and drafts per step. */
+    enum wire_speculate mode;
+    int k;
+    /* Stage 0, since start: decode steps sent with drafts, drafts sent, drafts accepted. */
+    uint64_t steps, drafted, accepted;
+};
+
+struct stage_core;
+struct stage_req;
+struct stage_item;
+
+/* Stage 0: the drafts per step of an admitted request, from its Request and the default. */
+void stage_spec_admit(struct stage_core *core, struct stage_req *req,
+                      const struct wire_request *msg);
+
+/* Stage 0: drafts for the step that feeds req's last token (in spec_ids[1..]); returns how
+ * many (0: a plain decode row). Bounded by the request's k, its remaining tokens (a step of
+ * T rows yields at most T tokens) and the microbatch rows. */
+int stage_spec_draft(struct stage_core *core, struct stage_req *req);
+
+/* Stages r > 0: a decode step's activation at `pos`, before it is queued. After a step with
+ * drafts it may start inside that step (the rows from pos on were rejected): they are
+ * dropped here. Returns 0, or a negative status with `why` filled when pos continues neither
+ * way. */
+int stage_spec_rewind(struct stage_core *core, struct stage_req *req, int pos, char *why,
+                      size_t why_cap);
+
+/* Every stage: the KV of req's rejected drafts dropped once its tokens are known (stage 0
+ * on their arrival, the last stage when it has sampled them): the slot keeps prompt + every
+ * generated token but the last. */
+int stage_spec_keep(struct stage_core *core, struct stage_req *req);
+
+/* Last stage: samples a decode step's rows in order, rows [n] of logits [n, V] (or the
+ * greedy ids [n]), accepting each draft that equals the token sampled before it; writes the
+ * tokens (the accepted drafts' and the one after them) to out and returns how many, or a
+ * negative status (the request has failed then). Each token's logits row is kept as a step
+ * without drafts keeps it, and the sampler draws once per token, as it would step by step. */
+int stage_spec_verify(struct stage_core *core, struct stage_req *req, const struct stage_item *it,
+                      uint64_t step, const float *logits, const int32_t *ids, int n, int32_t *out);
+
+#endif
