@@ -15,6 +15,10 @@
  *   - at every step, the last stage's greedy ids (stage_backend_argmax: on the device
  *     where the backend has one) equal argmax of its logits;
  *   - every open reports its load progress monotonically up to the total (progress.h);
+ *   - speculative steps: after the prefill, steps of three rows (the fed golden id, the next
+ *     golden id as a right draft, a wrong draft), then the wrong row's KV dropped
+ *     (stage_backend_kv_truncate) and the next step written over it: the first two rows'
+ *     logits equal the solo run's two steps bit for bit;
  *   - batched: the golden request prefilled and decoded together with a second request in
  *     one backend (two items per forward: a decode graph of 2 on a CUDA backend) gives its
  *     solo logits bit for bit;
@@ -335,6 +339,66 @@ static int check_batched(const struct golden_case *gc, const char *name, const f
     return 0;
 }
 
+/* Speculative decoding as a stage does it (runtime/stage/stage_speculate.c), on one backend:
+ * steps of the fed id, a right draft and a wrong one; the wrong row's KV is dropped and the
+ * next step starts there. Rows 0 and 1 must give the solo run's logits bit for bit. */
+static int check_speculative(const struct golden_case *gc, const char *name, const float *solo) {
+    int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt, L = gc->cfg.num_layers;
+    int slot = 0, diff = -1, rc, steps = 0;
+    struct stage_backend *be = NULL;
+    struct prefill p;
+    int32_t ids[3], mrope[3 * 3];
+    float *hidden = calloc((size_t)(S > 3 ? S : 3) * H, sizeof(float));
+    float *logits = calloc((size_t)3 * V, sizeof(float));
+    memset(&p, 0, sizeof p);
+    rc = hidden && logits ? open_on(&be, device, gc, 0, L, S + gc->n_steps + 1) : STRATA_ENOMEM;
+    if (rc == 0) rc = stage_backend_kv_acquire(be, &slot);
+    if (rc == 0) rc = prefill_inputs(&p, gc, be);
+    if (rc == 0) rc = stage_backend_forward(be, p.hidden, &p.item, 1);
+    if (rc == 0) rc = stage_backend_logits(be, logits, p.hidden + (size_t)(S - 1) * H, 1);
+    if (rc == 0 && memcmp(logits, solo, sizeof(float) * V)) diff = 0;
+    /* Step s feeds generated[s - 1] at S + s - 1; its rows give steps s, s + 1. */
+    for (int s = 1; rc == 0 && diff < 0 && s < gc->n_steps; s += 2) {
+        const int n = s + 1 < gc->n_steps ? 3 : 1, pos = S + s - 1;
+        ids[0] = gc->generated[s - 1];
+        ids[1] = gc->generated[s];
+        ids[2] = (gc->generated[s + 1 < gc->n_steps ? s + 1 : s] + 1) % V; /* never right */
+        struct forward_item item = {.slot = slot, .pos = pos, .n_tokens = n};
+        if (gc->has_vision) {
+            for (int r = 0; r < 3; ++r)
+                for (int i = 0; i < n; ++i)
+                    mrope[r * n + i] = pos + i + gc->rope_delta;
+            item.mrope_positions = mrope;
+        }
+        rc = stage_backend_embed(be, hidden, ids, n);
+        if (rc == 0) rc = stage_backend_forward(be, hidden, &item, 1);
+        if (rc == 0) rc = stage_backend_logits(be, logits, hidden, n);
+        for (int i = 0; rc == 0 && i < (n == 3 ? 2 : 1); ++i)
+            if (diff < 0 && memcmp(logits + (size_t)i * V, solo + (size_t)(s + i) * V,
+                                   sizeof(float) * V))
+                diff = s + i;
+        /* The wrong draft's row is rejected: its position is written again next step. */
+        if (rc == 0 && n == 3) rc = stage_backend_kv_truncate(be, slot, pos + 2);
+        steps++;
+    }
+    if (be) count_graphs(be);
+    stage_backend_free(be);
+    free(p.hidden), free(p.deepstack), free(p.visual);
+    free(hidden), free(logits);
+    if (rc < 0) {
+        printf("  %s: speculative steps: %s\n", name, strata_last_error());
+        return 1;
+    }
+    if (diff >= 0) {
+        printf("  %s: speculative steps: logits differ from the solo run at step %d\n", name, diff);
+        return 1;
+    }
+    printf("  %s: %d speculative steps (a right and a wrong draft each, the wrong row dropped): "
+           "bit-identical to the solo run\n",
+           name, steps);
+    return 0;
+}
+
 /* 1 with a line naming `what` when the pool's counts are not the ones expected. */
 static int usage_is(const struct stage_backend *be, const char *name, const char *what, int blocks,
                     int free_blocks, int promised, size_t block_bytes) {
@@ -648,6 +712,7 @@ static int check_case(const char *name) {
         free(parts);
     }
     failures += check_batched(&gc, name, logits);
+    failures += check_speculative(&gc, name, logits);
     if (strcmp(name, golden_case_names[0]) == 0) failures += check_kv_pool(&gc, name, logits);
     if (strcmp(device, "cpu") != 0 && L >= 3) failures += check_mixed(&gc, name);
     if (bitwise_cpu) {
