@@ -22,6 +22,7 @@ struct args {
     double kv_memory_fraction; /* --kv-memory PCT (a share of the memory free after loading) */
     enum ops_dtype kv_dtype;   /* --kv-dtype */
     int no_prefix_cache;       /* --no-prefix-cache */
+    int speculate, speculate_k; /* --speculate off|ngram (enum wire_speculate), --speculate-k */
     int kv_recovery, kv_keep_mb;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
     int stage_stats;                 /* --stage-stats */

@@ -26,6 +26,7 @@
 #include "runtime/stage/stage_server.h"
 #include "runtime/stage/stage_tp.h"
 #include "wire/auth.h"
+#include "wire/message.h"
 #include "wire/tls.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -160,6 +161,8 @@ static int open_stage(struct run *r, const struct args *a) {
                                    .chunk_size = a->chunk_size,
                                    .keep_logits = role.with_head && a->out,
                                    .send_kv = a->send_kv,
+                                   .speculate = a->speculate,
+                                   .speculate_k = a->speculate_k,
                                    .tp = a->tp * a->kvp > 1 ? &r->tp : NULL,
                                    .progress = progress_printer_callback(&progress)};
     /* A TP / KVP rank other than the group's rank 0 follows it: its shard's backend only. */
@@ -265,6 +268,12 @@ static void print_summary(const struct run *r, const struct args *a) {
            info.role.with_head ? ", final norm + lm_head" : "");
     printf("%s\n", device);
     print_kv(r->stage.backend);
+    if (info.stage_index == 0 && a->speculate == WIRE_SPECULATE_NGRAM)
+        printf("speculation: ngram drafts, up to %d per decode step, for requests that do not "
+               "choose\n",
+               a->speculate_k ? a->speculate_k : 4);
+    else if (info.stage_index == 0)
+        printf("speculation: off for requests that do not choose (--speculate ngram)\n");
     fflush(stdout);
 }
 

@@ -86,6 +86,8 @@ int request_build(struct wire_arena *arena, const struct stage_request *req) {
                                 req->num_resume_tokens);
     msg.resume_tokens = req->resume_tokens;
     msg.num_resume_tokens = (size_t)req->num_resume_tokens;
+    msg.speculate = (uint8_t)req->speculate;
+    msg.speculate_k = req->speculate_k;
     if (req->vision) {
         const struct request_vision *v = req->vision;
         int K = v->num_deepstack;

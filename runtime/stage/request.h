@@ -63,6 +63,9 @@ struct stage_request {
      * with the same tokens and sampler state as if it had never stopped. n < max_tokens. */
     const int32_t *resume_tokens; /* [num_resume_tokens] or NULL */
     int num_resume_tokens;
+    /* Speculative decoding (runtime/stage/stage_speculate.c): enum wire_speculate (0: stage
+     * 0's default) and the most drafts per step (0: stage 0's). The tokens are the same. */
+    int speculate, speculate_k;
 };
 
 /* The parameters part of a request (everything except the prompt ids). */

@@ -549,7 +549,10 @@ void stage_on_tokens(struct stage_core *core, struct stage_req *req, uint64_t st
                        tokens[i], core->vocab);
             return;
         }
-    if (most > 1) core->spec.accepted += (uint64_t)(n - 1);
+    if (most > 1) {
+        core->spec.accepted += (uint64_t)(n - 1);
+        stage_spec_after(req, n - 1);
+    }
     for (int i = 0; i < n; i++)
         if (take_token(core, req, step + (uint64_t)i, tokens[i])) return;
     if ((rc = stage_spec_keep(core, req)) < 0) {

@@ -212,10 +212,11 @@ struct stage_result {
     int status;        /* 0, or the STRATA_E* code of the failure */
     char message[256]; /* the failure, "" otherwise */
     int prompt_len;
-    int n_tokens;    /* generated tokens known here (stage 0 and the last stage) */
-    int32_t *tokens; /* [n_tokens] or NULL */
-    int vocab;       /* V */
-    float *logits;   /* last stage with keep_logits: [n_tokens][V], else NULL */
+    int n_tokens;          /* generated tokens known here (stage 0 and the last stage) */
+    int32_t *tokens;       /* [n_tokens] or NULL */
+    int vocab;             /* V */
+    float *logits;         /* last stage with keep_logits: [n_tokens][V], else NULL */
+    int drafted, accepted; /* stage 0: draft tokens its decode steps carried, and accepted */
 };
 
 /* Pops the oldest finished request record: 1 and fills `out` (free with

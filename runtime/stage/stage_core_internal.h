@@ -74,7 +74,8 @@ struct stage_req {
      * the last decode step's first position and rows; with rows > 1 (drafts) the next step
      * may start at any of its positions after the first, and the rows from there on (the
      * rejected drafts') are dropped. 0 rows: nothing to drop. */
-    int spec_k;
+    int spec_k, spec_cur, spec_wait; /* stage 0: most drafts, drafts now, steps to skip */
+    int spec_drafted, spec_accepted; /* stage 0: this request's drafts so far, accepted */
     int spec_pos, spec_rows;
     int32_t spec_ids[1 + WIRE_SPECULATE_MAX_K];
 };

@@ -120,6 +120,8 @@ void stage_release(struct stage_core *core, struct stage_req *req, enum stage_fi
         snprintf(r->message, sizeof r->message, "%s", message ? message : "");
         r->prompt_len = req->params.prompt_len;
         r->vocab = core->vocab;
+        r->drafted = req->spec_drafted;
+        r->accepted = req->spec_accepted;
         if (core->is_first || core->is_last) {
             r->n_tokens = req->n_generated;
             r->tokens = req->tokens;

@@ -144,9 +144,14 @@ static void drain_results(struct server *s) {
             strata_log(STRATA_LOG_INFO, "request %llu cancelled: %s", (unsigned long long)r.nonce,
                        r.message);
         } else {
-            strata_log(STRATA_LOG_INFO, "request %llu finished (%s): prompt %d, %d tokens",
+            char drafts[96] = "";
+            if (r.drafted)
+                snprintf(drafts, sizeof drafts, ", %d of %d draft tokens accepted", r.accepted,
+                         r.drafted);
+            strata_log(STRATA_LOG_INFO, "request %llu finished (%s): prompt %d, %d tokens%s",
                        (unsigned long long)r.nonce,
-                       r.finish == STAGE_FINISH_STOP ? "stop" : "length", r.prompt_len, r.n_tokens);
+                       r.finish == STAGE_FINISH_STOP ? "stop" : "length", r.prompt_len, r.n_tokens,
+                       drafts);
             if (s->opt->group) log_group_stats(s->opt->group);
             if (s->opt->out_path && r.logits) {
                 if (stage_write_out(s->opt->out_path, &r) < 0)

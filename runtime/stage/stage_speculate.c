@@ -28,6 +28,12 @@
  * Positions never exceed the request's reservation: a step carries at most as many drafts
  * as tokens remain to generate after its first.
  *
+ * What a miss costs: its rows, on every stage (for a memory-bound decode step on a CPU or a
+ * GPU, far less than a step; on compute-bound hardware about a row's share). So stage 0
+ * adapts a request's drafts per step to how they fare: one more after a step whose drafts
+ * were all accepted, as many as were accepted plus one after a partial hit, and after a total
+ * miss half as many, or none for the next SPEC_BACKOFF_STEPS steps when that leaves none.
+ *
  * One step per request is in flight (the next step's input is the last accepted token), so
  * a stage never holds a later step of a request while an earlier one's rows may still be
  * dropped. */
@@ -38,6 +44,8 @@
 #include "runtime/stage/backend.h"
 #include "runtime/stage/ngram_draft.h"
 #include "runtime/stage/stage_core_internal.h"
+
+#define SPEC_BACKOFF_STEPS 4
 
 void stage_spec_admit(struct stage_core *core, struct stage_req *req,
                       const struct wire_request *msg) {
@@ -50,10 +58,30 @@ void stage_spec_admit(struct stage_core *core, struct stage_req *req,
                       : core->spec.k > 0   ? core->spec.k
                                            : STAGE_SPECULATE_DEFAULT_K;
     if (req->spec_k > WIRE_SPECULATE_MAX_K) req->spec_k = WIRE_SPECULATE_MAX_K;
+    req->spec_cur = req->spec_k;
+    req->spec_wait = 0;
+}
+
+void stage_spec_after(struct stage_req *req, int accepted) {
+    const int drafted = req->spec_rows - 1;
+    req->spec_accepted += accepted;
+    if (accepted >= drafted)
+        req->spec_cur = drafted + 1;
+    else if (accepted > 0)
+        req->spec_cur = accepted + 1;
+    else if ((req->spec_cur = drafted / 2) == 0) {
+        req->spec_cur = 1;
+        req->spec_wait = SPEC_BACKOFF_STEPS;
+    }
+    if (req->spec_cur > req->spec_k) req->spec_cur = req->spec_k;
 }
 
 int stage_spec_draft(struct stage_core *core, struct stage_req *req) {
-    int k = req->spec_k;
+    int k = req->spec_cur;
+    if (req->spec_wait > 0) { /* backing off after a total miss */
+        req->spec_wait--;
+        return 0;
+    }
     const int remaining = req->params.max_tokens - req->n_generated; /* tokens still to come */
     if (k > remaining - 1) k = remaining - 1;
     if (k > core->opt.max_batch_tokens - 1) k = core->opt.max_batch_tokens - 1;
@@ -67,6 +95,7 @@ int stage_spec_draft(struct stage_core *core, struct stage_req *req) {
     if (got > 0) {
         core->spec.steps++;
         core->spec.drafted += (uint64_t)got;
+        req->spec_drafted += got;
     }
     return got;
 }

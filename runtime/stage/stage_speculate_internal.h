@@ -32,6 +32,11 @@ void stage_spec_admit(struct stage_core *core, struct stage_req *req,
  * T rows yields at most T tokens) and the microbatch rows. */
 int stage_spec_draft(struct stage_core *core, struct stage_req *req);
 
+/* Stage 0: a step with drafts came back with `accepted` of them right: the next steps draft
+ * more after a full hit, fewer after a partial one, and none for a few steps after a total
+ * miss (a draft that misses costs its row on every stage). */
+void stage_spec_after(struct stage_req *req, int accepted);
+
 /* Stages r > 0: a decode step's activation at `pos`, before it is queued. After a step with
  * drafts it may start inside that step (the rows from pos on were rejected): they are
  * dropped here. Returns 0, or a negative status with `why` filled when pos continues neither

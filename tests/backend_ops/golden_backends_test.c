@@ -374,8 +374,8 @@ static int check_speculative(const struct golden_case *gc, const char *name, con
         if (rc == 0) rc = stage_backend_forward(be, hidden, &item, 1);
         if (rc == 0) rc = stage_backend_logits(be, logits, hidden, n);
         for (int i = 0; rc == 0 && i < (n == 3 ? 2 : 1); ++i)
-            if (diff < 0 && memcmp(logits + (size_t)i * V, solo + (size_t)(s + i) * V,
-                                   sizeof(float) * V))
+            if (diff < 0 &&
+                memcmp(logits + (size_t)i * V, solo + (size_t)(s + i) * V, sizeof(float) * V))
                 diff = s + i;
         /* The wrong draft's row is rejected: its position is written again next step. */
         if (rc == 0 && n == 3) rc = stage_backend_kv_truncate(be, slot, pos + 2);

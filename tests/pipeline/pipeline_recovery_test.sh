@@ -15,6 +15,9 @@
 #   4. Stage 0 killed and restarted: strata-client --reconnect-timeout-ms resubmits each
 #      request with the tokens it received; the same 4 requests end with the same tokens.
 #   5. A standby stage 1 (--standby, same port) takes over from the killed primary.
+#   6. Speculative decoding (stage 0 --speculate ngram): 3 stages, stage 1 killed while steps
+#      with drafts are in flight; the 4 requests end with the undisturbed tokens (decoded
+#      without drafts), and the last stage's --out of a single request equals one stage's.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -122,6 +125,31 @@ wait $cb || pl_fail "f: sampled client failed: $(cat "$PL_WORK/f.sampled")"
 grep -q "standby: took over port $port1" "$PL_WORK/f.standby.log" || pl_fail "f: the standby did not take over"
 pl_check_same f
 echo "f: stage 1's standby took over; first token after the replay $(pl_secs_between "$killed_at" "$at") s after the kill"
+
+# 6. Speculation mid-recovery: drafts in flight when stage 1 dies; the replay and the steps
+#    after it speculate again; every token and logit as without drafts.
+pl_start_pipeline g 3 "$model" "${opts[@]}" --step-delay-ms 10 --speculate ngram --speculate-k 6
+pl_client g "${greedy[@]}" >"$PL_WORK/g.greedy" 2>&1 &
+ca=$!
+pl_client g "${sampled[@]}" >"$PL_WORK/g.sampled" 2>&1 &
+cb=$!
+PL_PIDS="$PL_PIDS $ca $cb"
+pl_kill_and_restart g 3 1 "$model" 1 "${opts[@]}" --step-delay-ms 10
+wait $ca || pl_fail "g: greedy client failed: $(cat "$PL_WORK/g.greedy")"
+wait $cb || pl_fail "g: sampled client failed: $(cat "$PL_WORK/g.sampled")"
+grep -q "ring re-formed: replaying" "$PL_WORK/g.0.log" || pl_fail "g: stage 0 did not replay"
+grep -Eq "finished .*[1-9][0-9]* of [0-9]+ draft tokens accepted" "$PL_WORK/g.0.log" ||
+    pl_fail "g: no request had a draft accepted: $(grep finished "$PL_WORK/g.0.log")"
+pl_check_same g
+pl_stop_pipeline g 3
+pl_start_pipeline h 3 "$model" "${opts[@]}" --speculate ngram --out "$PL_WORK/h.safetensors"
+pl_client h --prompt "$p0" --max-tokens 150 >"$PL_WORK/h.single" 2>&1 ||
+    pl_fail "h: client failed: $(cat "$PL_WORK/h.single")"
+pl_wait_file "$PL_WORK/h.safetensors" 5 || pl_fail "h: no --out file"
+cmp -s "$PL_WORK/h.safetensors" "$PL_WORK/ref.safetensors" ||
+    pl_fail "h: --out (tokens + logits) with drafts differs from one stage without"
+echo "g, h: speculation: $(grep -m1 -o '[0-9]* of [0-9]* draft tokens accepted' "$PL_WORK/h.0.log"); tokens and --out as without drafts"
+pl_stop_pipeline h 3
 
 # 3. No replacement within --recovery-timeout-ms: a clear error, no hang.
 pl_start_pipeline d 3 "$model" "${opts[@]}" --step-delay-ms 10 --recovery-timeout-ms 1500
