@@ -9,7 +9,7 @@
 #include "runtime/base/status.h"
 
 #define ARENA_DEFAULT_CAPACITY 4096
-#define MAX_FIELDS_PER_TABLE 64
+#define MAX_FIELDS_PER_TABLE WIRE_MAX_TABLE_FIELDS /* the arena's record of a table's fields */
 
 /* ---- arena ---- */
 

@@ -217,11 +217,13 @@ struct wire_error {
 /* Stage 0's counters since it started (strata.fbs StageInfo): its admission queue (requests
  * that waited, admitted from it, refused full or past their deadline, the admitted ones'
  * total wait) and the prefix cache (prompts looked up, those that reused blocks, the prompt
- * tokens reused and looked up, reuses that fell back to a cold prefill). */
+ * tokens reused and looked up, reuses that fell back to a cold prefill) and speculative
+ * decoding (decode steps with drafts, drafts sent, drafts accepted). */
 struct wire_stage_totals {
     uint64_t requests_queued, queue_admitted, queue_refused_full, queue_expired, queue_wait_ms;
     uint64_t prefix_lookups, prefix_hits, prefix_cached_tokens, prefix_prompt_tokens,
         prefix_fallbacks;
+    uint64_t spec_steps, spec_drafted, spec_accepted;
 };
 
 struct wire_stage_info {
@@ -321,6 +323,9 @@ struct wire_vision_ack {
     uint32_t next_block;
 };
 
+/* Fields one table may set in a build (the largest, StageInfo, has 37). */
+#define WIRE_MAX_TABLE_FIELDS 64
+
 /* Back-to-front byte buffer the builders write into. */
 struct wire_arena {
     uint8_t *buf; /* [cap] */
@@ -334,7 +339,7 @@ struct wire_arena {
     struct {
         int id;
         size_t off;
-    } fields[32];
+    } fields[WIRE_MAX_TABLE_FIELDS];
     uint32_t *vtables; /* [num_vtables] offsets-from-end of written vtables, for sharing */
     size_t num_vtables, vtables_cap;
     int error; /* first failure of the current build (sticky), 0 = none */

@@ -39,19 +39,21 @@ enum {
     INFO_TOTALS_END = INFO_REQUESTS_QUEUED + 10,
     INFO_NEXT = INFO_TOTALS_END, /* appended after the totals */
     INFO_FRONT,
-    INFO_FIELDS
+    INFO_SPEC_STEPS, /* appended: the speculation totals, in struct wire_stage_totals's order */
+    INFO_FIELDS = INFO_SPEC_STEPS + 3
 };
+#define NUM_TOTALS 13 /* 10 from INFO_REQUESTS_QUEUED, 3 from INFO_SPEC_STEPS */
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
 #define STR STRING
 #define S8 SCALAR(8)
 static const struct fb_field_desc info_fields[] = {
-    S4, S4, S4, S4, S1, S1, S1, STR, S4, S4, S4, STR, STR, S4, S4, S4,  S4,
-    S4, S4, S4, S4, S4, S8, S8, S8,  S8, S8, S8, S8,  S8,  S8, S8, STR, S1};
+    S4, S4, S4, S4, S1, S1, S1, STR, S4, S4, S4, STR, STR, S4,  S4, S4, S4, S4, S4,
+    S4, S4, S4, S8, S8, S8, S8, S8,  S8, S8, S8, S8,  S8,  STR, S1, S8, S8, S8};
 const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", INFO_FIELDS, info_fields};
 
 /* Where each total lives in struct wire_stage_totals, in field order. */
-static const size_t totals_offset[INFO_TOTALS_END - INFO_REQUESTS_QUEUED] = {
+static const size_t totals_offset[NUM_TOTALS] = {
     offsetof(struct wire_stage_totals, requests_queued),
     offsetof(struct wire_stage_totals, queue_admitted),
     offsetof(struct wire_stage_totals, queue_refused_full),
@@ -61,10 +63,20 @@ static const size_t totals_offset[INFO_TOTALS_END - INFO_REQUESTS_QUEUED] = {
     offsetof(struct wire_stage_totals, prefix_hits),
     offsetof(struct wire_stage_totals, prefix_cached_tokens),
     offsetof(struct wire_stage_totals, prefix_prompt_tokens),
-    offsetof(struct wire_stage_totals, prefix_fallbacks)};
+    offsetof(struct wire_stage_totals, prefix_fallbacks),
+    offsetof(struct wire_stage_totals, spec_steps),
+    offsetof(struct wire_stage_totals, spec_drafted),
+    offsetof(struct wire_stage_totals, spec_accepted)};
 
 static uint64_t *total(struct wire_stage_totals *t, int i) {
     return (uint64_t *)(void *)((char *)t + totals_offset[i]);
+}
+
+/* Total i's field: the first ten follow one another, the later ones were appended after
+ * other fields. */
+static int total_field(int i) {
+    const int first = INFO_TOTALS_END - INFO_REQUESTS_QUEUED;
+    return i < first ? INFO_REQUESTS_QUEUED + i : INFO_SPEC_STEPS + (i - first);
 }
 
 static int check_info(const struct wire_stage_info *s, size_t i, int code) {
@@ -132,8 +144,8 @@ uint32_t wmsg_build_stages(struct wire_arena *a, const struct wire_control *m) {
         fb_add_u32(a, INFO_KV_BLOCKS_RESERVED, (uint32_t)s->kv_blocks_reserved, 0);
         fb_add_u32(a, INFO_KV_BLOCKS_CACHED, (uint32_t)s->kv_blocks_cached, 0);
         struct wire_stage_totals t = s->totals;
-        for (int k = 0; k < INFO_TOTALS_END - INFO_REQUESTS_QUEUED; k++)
-            fb_add_u64(a, INFO_REQUESTS_QUEUED + k, *total(&t, k), 0);
+        for (int k = 0; k < NUM_TOTALS; k++)
+            fb_add_u64(a, total_field(k), *total(&t, k), 0);
         fb_add_u8(a, INFO_EMBED, s->embed != 0, 0);
         fb_add_u8(a, INFO_HEAD, s->head != 0, 0);
         fb_add_u8(a, INFO_VISION, s->vision != 0, 0);
@@ -175,8 +187,8 @@ static struct wire_stage_info parse_info(const struct fb_table *e) {
                                  .kv_blocks_cached = wmsg_get_i32(e, INFO_KV_BLOCKS_CACHED, 0),
                                  .next = get_string(e, INFO_NEXT),
                                  .front = fb_get_scalar(e, INFO_FRONT, 1, 0) != 0};
-    for (int k = 0; k < INFO_TOTALS_END - INFO_REQUESTS_QUEUED; k++)
-        *total(&s.totals, k) = fb_get_scalar(e, INFO_REQUESTS_QUEUED + k, 8, 0);
+    for (int k = 0; k < NUM_TOTALS; k++)
+        *total(&s.totals, k) = fb_get_scalar(e, total_field(k), 8, 0);
     return s;
 }
 

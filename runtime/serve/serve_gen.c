@@ -82,6 +82,11 @@ static int fit_max_tokens(struct serve_gen *g, int n_prompt, struct serve_error 
     return 0;
 }
 
+_Static_assert((int)SERVE_SPECULATE_OFF == (int)WIRE_SPECULATE_OFF &&
+                   (int)SERVE_SPECULATE_NGRAM == (int)WIRE_SPECULATE_NGRAM &&
+                   SERVE_MAX_SPECULATE_K == WIRE_SPECULATE_MAX_K,
+               "the fronts' speculation values are the wire's");
+
 static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct serve_error *err) {
     struct stage_request req;
     memset(&req, 0, sizeof req);
@@ -92,6 +97,8 @@ static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct s
     req.sampling.top_k = g->params.top_k;
     req.sampling.top_p = g->params.top_p;
     req.sampling.seed = g->params.seed;
+    req.speculate = g->params.speculate;
+    req.speculate_k = g->params.speculate_k;
     /* Image files go to the vision stage as they came (it decodes and encodes them); the
      * prompt holds one image pad per image, in the same order. */
     uint8_t formats[VL_MAX_IMAGES];

@@ -136,7 +136,10 @@ static int add_totals(cJSON *e, const struct client_stage_info *s) {
              {"prefix_hits", t->prefix_hits},
              {"prefix_cached_tokens", t->prefix_cached_tokens},
              {"prefix_prompt_tokens", t->prefix_prompt_tokens},
-             {"prefix_fallbacks", t->prefix_fallbacks}};
+             {"prefix_fallbacks", t->prefix_fallbacks},
+             {"spec_steps", t->spec_steps},
+             {"spec_drafted", t->spec_drafted},
+             {"spec_accepted", t->spec_accepted}};
     for (size_t i = 0; i < sizeof f / sizeof *f; i++)
         if (!cJSON_AddNumberToObject(e, f[i].name, (double)f[i].v)) return 0;
     return 1;

@@ -220,7 +220,14 @@ int serve_metrics_render_stages(const struct client_describe *d, struct serve_bu
          "Prompt tokens of the prompts looked up in the prefix cache.", t->prefix_prompt_tokens},
         {"strata_stage_prefix_fallbacks_total", "",
          "Reuses sent again cold because a later stage lacked a cached block.",
-         t->prefix_fallbacks}};
+         t->prefix_fallbacks},
+        {"strata_stage_spec_decode_steps_total", "",
+         "Decode steps stage 0 sent with draft tokens (speculative decoding).", t->spec_steps},
+        {"strata_stage_spec_decode_draft_tokens_total", "", "Draft tokens those steps carried.",
+         t->spec_drafted},
+        {"strata_stage_spec_decode_accepted_tokens_total", "",
+         "Draft tokens the last stage accepted: tokens that took no step of their own.",
+         t->spec_accepted}};
     for (size_t i = 0; rc == 0 && i < sizeof counters / sizeof *counters; i++) {
         if (counters[i].help)
             rc = appendf(out, "# HELP %s %s\n# TYPE %s counter\n", counters[i].name,

@@ -45,6 +45,15 @@ static int take_params(struct serve_params *p, const Strata__V1__GenerationParam
     if (m->top_p_opt_case == STRATA__V1__GENERATION_PARAMS__TOP_P_OPT_TOP_P) p->top_p = m->top_p;
     if (m->seed_opt_case == STRATA__V1__GENERATION_PARAMS__SEED_OPT_SEED) p->seed = m->seed;
     p->ignore_eos = m->ignore_eos != 0;
+    if (m->speculate > STRATA__V1__SPECULATE__SPECULATE_NGRAM)
+        return serve_error_set(err, 400, "speculate", "invalid_value",
+                               "'speculate' is %d; allowed 0..2", (int)m->speculate);
+    if (m->speculate_k > SERVE_MAX_SPECULATE_K)
+        return serve_error_set(err, 400, "speculate_k", "invalid_value",
+                               "'speculate_k' is %u; allowed 0..%d", (unsigned)m->speculate_k,
+                               SERVE_MAX_SPECULATE_K);
+    p->speculate = (int)m->speculate;
+    p->speculate_k = (int)m->speculate_k;
     for (size_t i = 0; i < m->n_stop; i++)
         if (serve_params_add_stop(p, m->stop[i], err) < 0) return -1;
     return serve_params_check(p, limits, err);
@@ -260,6 +269,9 @@ int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *
         e.prefix_cached_tokens = s->totals.prefix_cached_tokens;
         e.prefix_prompt_tokens = s->totals.prefix_prompt_tokens;
         e.prefix_fallbacks = s->totals.prefix_fallbacks;
+        e.spec_steps = s->totals.spec_steps;
+        e.spec_drafted = s->totals.spec_drafted;
+        e.spec_accepted = s->totals.spec_accepted;
         e.next = (char *)s->next;
         e.front = s->front != 0;
         entries[i] = e;

@@ -60,6 +60,13 @@ int serve_params_check(const struct serve_params *p, const struct serve_limits *
     if (p->top_k < 0 || p->top_k > SERVE_MAX_TOP_K)
         return serve_error_set(err, 400, "top_k", "invalid_value", "'top_k' is %d; allowed 0..%d",
                                p->top_k, SERVE_MAX_TOP_K);
+    if (p->speculate < SERVE_SPECULATE_DEFAULT || p->speculate > SERVE_SPECULATE_NGRAM)
+        return serve_error_set(err, 400, "speculate", "invalid_value",
+                               "'speculate' is %d; allowed off or ngram", p->speculate);
+    if (p->speculate_k < 0 || p->speculate_k > SERVE_MAX_SPECULATE_K)
+        return serve_error_set(err, 400, "speculate_k", "invalid_value",
+                               "'speculate_k' is %d; allowed 1..%d (0: the pipeline's)",
+                               p->speculate_k, SERVE_MAX_SPECULATE_K);
     if (p->max_tokens < 0 || p->max_tokens > limits->max_tokens)
         return serve_error_set(err, 400, "max_tokens", "invalid_value",
                                "'max_tokens' is %d; allowed 1..%d (the pipeline's limit; 0 = "
@@ -157,6 +164,22 @@ static int get_sampling(struct serve_params *p, const cJSON *root,
     const cJSON *so = cJSON_GetObjectItemCaseSensitive(root, "stream_options");
     if (so && cJSON_IsObject(so) && get_bool(so, "include_usage", &p->include_usage, err) < 0)
         return -1;
+    /* Speculative decoding (an extension, like top_k): "off" or "ngram", and drafts per step. */
+    const cJSON *spec = cJSON_GetObjectItemCaseSensitive(root, "speculate");
+    if (spec && !cJSON_IsNull(spec)) {
+        if (!cJSON_IsString(spec) ||
+            (strcmp(spec->valuestring, "off") && strcmp(spec->valuestring, "ngram")))
+            return serve_error_set(err, 400, "speculate", "invalid_value",
+                                   "'speculate' must be \"off\" or \"ngram\"");
+        p->speculate =
+            !strcmp(spec->valuestring, "ngram") ? SERVE_SPECULATE_NGRAM : SERVE_SPECULATE_OFF;
+    }
+    double sk = 0;
+    if (get_number(root, "speculate_k", 1, 0, SERVE_MAX_SPECULATE_K, &sk, err) < 0) return -1;
+    if (sk != floor(sk))
+        return serve_error_set(err, 400, "speculate_k", "invalid_type",
+                               "'speculate_k' must be an integer");
+    p->speculate_k = (int)sk;
     const cJSON *kw = cJSON_GetObjectItemCaseSensitive(root, "chat_template_kwargs");
     if (kw && cJSON_IsObject(kw) && get_bool(kw, "enable_thinking", &p->enable_thinking, err) < 0)
         return -1;

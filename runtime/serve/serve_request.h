@@ -49,6 +49,10 @@ struct serve_params {
     int stream, include_usage;
     int enable_thinking; /* chat_template_kwargs.enable_thinking, default 0 like the CLI */
     int ignore_eos;      /* gRPC: generate past the tokenizer's eos ids */
+    /* Speculative decoding (extension): SERVE_SPECULATE_* (0: the pipeline's default) and
+     * drafts per step (0: the pipeline's; at most SERVE_MAX_SPECULATE_K). The tokens are the
+     * same either way. */
+    int speculate, speculate_k;
     /* Chat image parts, in prompt order: image i is image_sizes[i] bytes of image_bytes
      * (all decoded files concatenated), format image_formats[i]. Each part is rewritten to
      * {"type":"image"} in messages_json, which the template renders as one image pad. */
@@ -82,6 +86,10 @@ void serve_params_free(struct serve_params *p);
 int serve_params_parse_with(struct serve_params *p, enum serve_kind kind, const char *body,
                             size_t len, const struct serve_limits *limits,
                             const struct serve_image_limits *images, struct serve_error *err);
+
+/* "speculate" (JSON "off" / "ngram"): the wire's enum values (wire/message.h). */
+enum { SERVE_SPECULATE_DEFAULT = 0, SERVE_SPECULATE_OFF = 1, SERVE_SPECULATE_NGRAM = 2 };
+#define SERVE_MAX_SPECULATE_K 16
 
 /* The allowed sampling ranges, shared by the JSON and protobuf decoders. */
 #define SERVE_MAX_TEMPERATURE 2.0

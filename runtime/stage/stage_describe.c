@@ -97,7 +97,10 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
                    .prefix_hits = st.prefix_hits,
                    .prefix_cached_tokens = st.prefix_cached_tokens,
                    .prefix_prompt_tokens = st.prefix_prompt_tokens,
-                   .prefix_fallbacks = st.prefix_fallbacks}};
+                   .prefix_fallbacks = st.prefix_fallbacks,
+                   .spec_steps = st.spec_steps,
+                   .spec_drafted = st.spec_drafted,
+                   .spec_accepted = st.spec_accepted}};
 }
 
 /* Emits a Describe carrying `prefix` [n] (read entries or NULL) plus, when `add_self`, this

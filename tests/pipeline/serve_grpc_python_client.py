@@ -43,6 +43,16 @@ def golden(stub):
     text = "".join(m.text for m in msgs)
     assert text == E["STRATA_C_TEXT"], (text, E["STRATA_C_TEXT"])
     print(f"Generate: golden ids in {len(msgs)} messages, text equals strata-grpc-client's")
+    # Speculative decoding: the golden ids again, with n-gram drafts checked by the model.
+    params = pb.GenerationParams(max_tokens=len(want), temperature=0.0, ignore_eos=True,
+                                 speculate=pb.SPECULATE_NGRAM, speculate_k=6)
+    msgs = list(stub.Generate(pb.GenerateRequest(token_ids=pb.TokenIds(ids=prompt), params=params)))
+    got = [t for m in msgs for t in m.token_ids]
+    assert got == want, ("speculate", got, want)
+    totals = [s for s in stub.Info(pb.InfoRequest()).stages if s.stage_index == 0][0]
+    assert totals.spec_drafted >= totals.spec_accepted > 0, totals
+    print(f"Generate with n-gram drafts: golden ids; {totals.spec_accepted} of "
+          f"{totals.spec_drafted} drafts accepted (StageInfo)")
 
     chat = pb.ChatRequest(messages=[pb.ChatMessage(role="user", content="Hello")],
                           params=pb.GenerationParams(max_tokens=16, temperature=0.0))

@@ -62,6 +62,24 @@ try:
     raise SystemExit("temperature 5 was accepted")
 except openai.BadRequestError as e:
     assert e.status_code == 400
+# Speculative decoding (the extension field, through the client's extra_body): the same
+# answer as without drafts, greedy and sampled, and /metrics counts the accepted drafts.
+import re, urllib.request
+for extra in ({"temperature": 0}, {"temperature": 1, "seed": 9}):
+    plain = c.chat.completions.create(model="model", messages=msgs, max_tokens=48, **extra)
+    spec = c.chat.completions.create(model="model", messages=msgs, max_tokens=48, **extra,
+                                     extra_body={"speculate": "ngram", "speculate_k": 6})
+    assert spec.choices[0].message.content == plain.choices[0].message.content, (spec, plain)
+    assert spec.usage == plain.usage, (spec.usage, plain.usage)
+metrics = urllib.request.urlopen(os.environ["STRATA_URL"][:-3] + "/metrics").read().decode()
+accepted = re.search(r'^strata_stage_spec_decode_accepted_tokens_total\{stage="0"\} (\d+)$',
+                     metrics, re.M)
+assert accepted and int(accepted.group(1)) > 0, metrics
+try:
+    c.chat.completions.create(model="model", messages=msgs, extra_body={"speculate": "eagle"})
+    raise SystemExit("speculate eagle was accepted")
+except openai.BadRequestError as e:
+    assert e.status_code == 400 and "speculate" in str(e), e
 print("openai client: models, chat whole == streamed, usage in the final chunk, completion,"
-      " 400 error: ok")
+      " 400 error, speculation (%s drafts accepted) as without: ok" % accepted.group(1))
 PY

@@ -121,7 +121,10 @@ static void stages_list(void **state) {
                                                               .prefix_hits = 12,
                                                               .prefix_cached_tokens = 960,
                                                               .prefix_prompt_tokens = 2000,
-                                                              .prefix_fallbacks = 1},
+                                                              .prefix_fallbacks = 1,
+                                                              .spec_steps = 40,
+                                                              .spec_drafted = 120,
+                                                              .spec_accepted = 70},
                                                    .device = "cpu, 2 threads",
                                                    .weights_dtype = "bf16",
                                                    .version = "strata 0.1.0",
@@ -155,11 +158,13 @@ static void stages_list(void **state) {
           "\"kv_blocks\":0,\"kv_blocks_used\":0,\"kv_blocks_reserved\":0,\"kv_blocks_cached\":0,"
           "\"totals\":{\"requests_queued\":9,\"queue_admitted\":7,\"queue_refused_full\":1,"
           "\"queue_expired\":1,\"queue_wait_ms\":1500,\"prefix_lookups\":20,\"prefix_hits\":12,"
-          "\"prefix_cached_tokens\":960,\"prefix_prompt_tokens\":2000,\"prefix_fallbacks\":1}},{"
+          "\"prefix_cached_tokens\":960,\"prefix_prompt_tokens\":2000,\"prefix_fallbacks\":1,"
+          "\"spec_steps\":40,\"spec_drafted\":120,\"spec_accepted\":70}},{"
           "\"stage\":1,\"num_stages\":2,"
           "\"layers\":[1,4],\"roles\":[\"head\"],"
           "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
-          "\"weights_dtype\":\"q8\",\"version\":\"strata 0.1.0\",\"next\":\"\",\"front\":false,\"state\":\"up\","
+          "\"weights_dtype\":\"q8\",\"version\":\"strata "
+          "0.1.0\",\"next\":\"\",\"front\":false,\"state\":\"up\","
           "\"max_seq\":64,\"max_batch\":4,"
           "\"kv_slots_in_use\":3,\"queue_depth\":2,\"requests_waiting\":5,\"kv_blocks\":320,"
           "\"kv_blocks_used\":12,\"kv_blocks_reserved\":30,\"kv_blocks_cached\":0}]}");
@@ -195,9 +200,10 @@ static void stages_broken_ring(void **state) {
     assert_non_null(strstr(json, "{\"error\":{\"message\":\"the link to stage 1 is down\","
                                  "\"type\":\"server_error\",\"param\":null,"
                                  "\"code\":\"pipeline_unavailable\"},\"object\":\"list\""));
-    assert_non_null(strstr(json, "\"next\":\"127.0.0.1:7001\",\"front\":false,\"state\":\"unknown\","
-                                 "\"reason\":\"listening at 127.0.0.1:7000; the ring is broken "
-                                 "elsewhere\""));
+    assert_non_null(strstr(json,
+                           "\"next\":\"127.0.0.1:7001\",\"front\":false,\"state\":\"unknown\","
+                           "\"reason\":\"listening at 127.0.0.1:7000; the ring is broken "
+                           "elsewhere\""));
     assert_non_null(strstr(json,
                            "\"next\":\"127.0.0.1:7000\",\"front\":false,\"state\":\"down\","
                            "\"reason\":\"wire: connect 127.0.0.1:7001: Connection refused\""));
@@ -314,7 +320,10 @@ static void metrics_stages(void **state) {
                                .prefix_lookups = 4,
                                .prefix_hits = 2,
                                .prefix_cached_tokens = 64,
-                               .prefix_prompt_tokens = 200}},
+                               .prefix_prompt_tokens = 200,
+                               .spec_steps = 6,
+                               .spec_drafted = 18,
+                               .spec_accepted = 11}},
                    {.stage_index = 1, .max_batch = 8, .kv_slots_in_use = 2, .queue_depth = 0}}};
     struct serve_buf out = {0};
     (void)state;
@@ -337,6 +346,9 @@ static void metrics_stages(void **state) {
              "strata_stage_prefix_cached_tokens_total{stage=\"0\"} 64\n\0"
              "strata_stage_prefix_prompt_tokens_total{stage=\"0\"} 200\n\0"
              "strata_stage_prefix_fallbacks_total{stage=\"0\"} 0\n\0"
+             "strata_stage_spec_decode_steps_total{stage=\"0\"} 6\n\0"
+             "strata_stage_spec_decode_draft_tokens_total{stage=\"0\"} 18\n\0"
+             "strata_stage_spec_decode_accepted_tokens_total{stage=\"0\"} 11\n\0"
              "# TYPE strata_stage_prefix_lookups_total counter\n\0";
          *line; line += strlen(line) + 1)
         if (!strstr(out.data, line)) fail_msg("metrics lack '%s' in:\n%s", line, out.data);

@@ -78,7 +78,11 @@ static void generate_every_field(void **state) {
     g.n_stop = 3;
     g.stop = stops;
     g.ignore_eos = 1;
+    g.speculate = STRATA__V1__SPECULATE__SPECULATE_NGRAM;
+    g.speculate_k = 5;
     assert_int_equal(generate_ids(&g, &p, &err), 0);
+    assert_int_equal(p.speculate, SERVE_SPECULATE_NGRAM);
+    assert_int_equal(p.speculate_k, 5);
     assert_int_equal(p.max_tokens, 7);
     assert_true(p.temperature == 0.0f && p.top_p == 0.5f);
     assert_int_equal(p.top_k, 40);
@@ -148,6 +152,16 @@ static void bad_params(void **state) {
     g.top_k = 3000000000u;
     assert_int_equal(generate_ids(&g, &p, &err), -1);
     assert_string_equal(err.param, "top_k");
+    serve_params_free(&p);
+    g = (Strata__V1__GenerationParams)STRATA__V1__GENERATION_PARAMS__INIT;
+    g.speculate = (Strata__V1__Speculate)7; /* an enum value from a newer client */
+    assert_int_equal(generate_ids(&g, &p, &err), -1);
+    assert_string_equal(err.param, "speculate");
+    serve_params_free(&p);
+    g = (Strata__V1__GenerationParams)STRATA__V1__GENERATION_PARAMS__INIT;
+    g.speculate_k = 17;
+    assert_int_equal(generate_ids(&g, &p, &err), -1);
+    assert_string_equal(err.param, "speculate_k");
     serve_params_free(&p);
 }
 

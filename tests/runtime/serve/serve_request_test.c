@@ -31,6 +31,8 @@ static void chat_defaults(void **state) {
     assert_int_equal(p.n_stops, 0);
     assert_int_equal(p.stream, 0);
     assert_int_equal(p.enable_thinking, 0);
+    assert_int_equal(p.speculate, SERVE_SPECULATE_DEFAULT);
+    assert_int_equal(p.speculate_k, 0);
     serve_params_free(&p);
 }
 
@@ -42,7 +44,8 @@ static void chat_every_field(void **state) {
         "{\"model\":\"qwen3\",\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\","
         "\"text\":\"hi\"}]}],\"max_completion_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,"
         "\"seed\":42,\"stop\":[\"a\",\"bc\"],\"stream\":true,\"stream_options\":"
-        "{\"include_usage\":true},\"chat_template_kwargs\":{\"enable_thinking\":true}}";
+        "{\"include_usage\":true},\"chat_template_kwargs\":{\"enable_thinking\":true},"
+        "\"speculate\":\"ngram\",\"speculate_k\":6}";
     assert_int_equal(parse(&p, SERVE_CHAT, body, &err), 0);
     assert_int_equal(p.max_tokens, 7);
     assert_true(p.temperature == 0.5f && p.top_p == 0.9f);
@@ -50,6 +53,8 @@ static void chat_every_field(void **state) {
     assert_int_equal(p.n_stops, 2);
     assert_string_equal(p.stops[1], "bc");
     assert_true(p.stream && p.include_usage && p.enable_thinking);
+    assert_int_equal(p.speculate, SERVE_SPECULATE_NGRAM);
+    assert_int_equal(p.speculate_k, 6);
     serve_params_free(&p);
 }
 
@@ -133,6 +138,13 @@ static void malformed_bodies_are_refused(void **state) {
          400, "model", "model_not_found"},
         {SERVE_CHAT, "{\"messages\":[]}", 400, "messages", "invalid_value"},
         {SERVE_CHAT, "{}", 400, "messages", "missing"},
+        {SERVE_CHAT,
+         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"speculate\":\"eagle\"}", 400,
+         "speculate", "invalid_value"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"speculate_k\":17}",
+         400, "speculate_k", "invalid_value"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"speculate_k\":2.5}",
+         400, "speculate_k", "invalid_type"},
         {SERVE_CHAT,
          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
          "\"image_url\":{\"url\":\"x\"}}]}]}",
