@@ -73,6 +73,10 @@ void strata_stage_usage(FILE *out) {
         "                         for bit the same\n"
         "  --speculate-k K        stage 0: drafts per decode step, 1..16 (default 4; fewer\n"
         "                         while drafts miss)\n"
+        "  --speculate-oracle FILE:P  a benchmark instrument, stage 0: drafts from a\n"
+        "                         recorded run (lines \"PROMPT_IDS GENERATED_IDS\"), each\n"
+        "                         right with probability P, for requests that do not choose\n"
+        "                         (./strata bench speculate)\n"
         "  --kv-dtype f32|bf16|f16  what the KV cache stores, cpu and cuda alike (default\n"
         "                         f16: half of f32's bytes, greedy ids equal to\n"
         "                         transformers' on every golden; f32 is the exact mode;\n"
@@ -231,6 +235,7 @@ enum option_id {
     O_NO_PREFIX_CACHE,
     O_SPECULATE,
     O_SPECULATE_K,
+    O_SPECULATE_ORACLE,
     O_STANDBY,
     O_HELP
 };
@@ -289,6 +294,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"no-prefix-cache", 0, 0, O_NO_PREFIX_CACHE},
                                              {"speculate", 1, 0, O_SPECULATE},
                                              {"speculate-k", 1, 0, O_SPECULATE_K},
+                                             {"speculate-oracle", 1, 0, O_SPECULATE_ORACLE},
                                              {"queue-timeout-ms", 1, 0, O_QUEUE_TIMEOUT},
                                              {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
@@ -407,6 +413,23 @@ static int parse_option(struct args *a, int c, const char *value) {
         }
         a->speculate = !strcmp(value, "ngram") ? WIRE_SPECULATE_NGRAM : WIRE_SPECULATE_OFF;
         break;
+    case O_SPECULATE_ORACLE: {
+        const char *colon = strrchr(value, ':');
+        char *end = NULL;
+        if (colon) a->oracle_accept = strtod(colon + 1, &end);
+        if (!colon || colon == value || end == colon + 1 || *end || !(a->oracle_accept >= 0) ||
+            !(a->oracle_accept <= 1) || (size_t)(colon - value) >= sizeof a->oracle_path) {
+            fprintf(stderr,
+                    "strata-stage: --speculate-oracle is FILE:P with P in [0, 1], not '%s'\n",
+                    value);
+            rc = -1;
+            break;
+        }
+        memcpy(a->oracle_path, value, (size_t)(colon - value));
+        a->oracle_path[colon - value] = '\0';
+        a->oracle_file = a->oracle_path;
+        break;
+    }
     case O_SPECULATE_K:
         rc =
             strata_stage_flag_int("--speculate-k", value, 1, WIRE_SPECULATE_MAX_K, &a->speculate_k);

@@ -18,11 +18,14 @@ struct args {
     const char *device, *weights_dtype;
     int weights_in_file; /* --weights-in-file */
     int threads, max_seq, max_batch, chunk_size;
-    size_t kv_memory;          /* --kv-memory SIZE (bytes), or */
-    double kv_memory_fraction; /* --kv-memory PCT (a share of the memory free after loading) */
-    enum ops_dtype kv_dtype;   /* --kv-dtype */
-    int no_prefix_cache;       /* --no-prefix-cache */
+    size_t kv_memory;           /* --kv-memory SIZE (bytes), or */
+    double kv_memory_fraction;  /* --kv-memory PCT (a share of the memory free after loading) */
+    enum ops_dtype kv_dtype;    /* --kv-dtype */
+    int no_prefix_cache;        /* --no-prefix-cache */
     int speculate, speculate_k; /* --speculate off|ngram (enum wire_speculate), --speculate-k */
+    const char *oracle_file;    /* --speculate-oracle FILE:ACCEPT (benchmarks): FILE, or NULL */
+    char oracle_path[4096];
+    double oracle_accept;
     int kv_recovery, kv_keep_mb;
     int send_kv, recv_kv, step_delay_ms, peer_timeout_ms, drain_timeout_ms, recovery_timeout_ms;
     int stage_stats;                 /* --stage-stats */

@@ -22,6 +22,7 @@
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
 #include "runtime/stage/stage_core.h"
+#include "runtime/stage/oracle_draft.h"
 #include "runtime/stage/stage_open.h"
 #include "runtime/stage/stage_server.h"
 #include "runtime/stage/stage_tp.h"
@@ -78,10 +79,12 @@ struct run {
     struct stage_tp_config tp;
     char group[64];
     struct stage_backend *follower;
+    struct oracle_draft *oracle; /* --speculate-oracle (benchmarks) */
 };
 
 static void run_close(struct run *r) {
     stage_close(&r->stage); /* a TP leader sends its followers STOP here */
+    oracle_draft_free(r->oracle);
     stage_backend_free(r->follower);
     coll_close(r->coll);
     safetensors_close(r->st);
@@ -140,6 +143,11 @@ static int open_stage(struct run *r, const struct args *a) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
+    if (a->oracle_file && a->stage_idx == 0 &&
+        oracle_draft_load(&r->oracle, a->oracle_file, a->oracle_accept) < 0) {
+        fprintf(stderr, "strata-stage: --speculate-oracle: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
     progress_printer_init(&progress, stderr, "loading weights",
                           progress_mode_from_env("STRATA_PROGRESS"));
     struct stage_open_options o = {.cfg = &r->cfg,
@@ -163,6 +171,7 @@ static int open_stage(struct run *r, const struct args *a) {
                                    .send_kv = a->send_kv,
                                    .speculate = a->speculate,
                                    .speculate_k = a->speculate_k,
+                                   .oracle = r->oracle,
                                    .tp = a->tp * a->kvp > 1 ? &r->tp : NULL,
                                    .progress = progress_printer_callback(&progress)};
     /* A TP / KVP rank other than the group's rank 0 follows it: its shard's backend only. */
@@ -268,7 +277,11 @@ static void print_summary(const struct run *r, const struct args *a) {
            info.role.with_head ? ", final norm + lm_head" : "");
     printf("%s\n", device);
     print_kv(r->stage.backend);
-    if (info.stage_index == 0 && a->speculate == WIRE_SPECULATE_NGRAM)
+    if (info.stage_index == 0 && r->oracle)
+        printf("speculation: ORACLE drafts from %s, each right with probability %g, %d per "
+               "decode step (a benchmark instrument)\n",
+               a->oracle_file, a->oracle_accept, a->speculate_k ? a->speculate_k : 4);
+    else if (info.stage_index == 0 && a->speculate == WIRE_SPECULATE_NGRAM)
         printf("speculation: ngram drafts, up to %d per decode step, for requests that do not "
                "choose\n",
                a->speculate_k ? a->speculate_k : 4);

@@ -12,10 +12,13 @@ int ngram_draft(const int32_t *seq, int n, int k, int32_t *out) {
         for (int i = n - m - 1; i >= 0; --i) {
             if (seq[i + m - 1] != suffix[m - 1] || memcmp(seq + i, suffix, sizeof *seq * m))
                 continue;
-            int got = n - (i + m);
-            if (got > k) got = k;
-            memcpy(out, seq + i + m, sizeof *seq * got);
-            return got;
+            /* What followed it, and past the sequence's end the drafts themselves: the
+             * continuation of a loop (period n - i - m) is the loop again, as an LZ77 copy
+             * that overlaps its own output. */
+            const int period = n - (i + m);
+            for (int j = 0; j < k; j++)
+                out[j] = j < period ? seq[i + m + j] : out[j - period];
+            return k;
         }
     }
     return 0;

@@ -14,10 +14,10 @@
 /* The longest suffix searched for (then shorter ones, down to one token). */
 #define NGRAM_DRAFT_MAX_N 3
 
-/* Writes at most k drafts for what follows seq [n] into out [k] and returns how many: for
- * the longest m <= NGRAM_DRAFT_MAX_N (and < n) whose last-m-token suffix occurs earlier in
- * seq, the tokens after its latest such occurrence (up to k, as many as seq holds); 0 when
- * no suffix recurs. */
+/* Writes k drafts for what follows seq [n] into out [k] and returns k, or 0 when no suffix
+ * recurs: for the longest m <= NGRAM_DRAFT_MAX_N (and < n) whose last-m-token suffix occurs
+ * earlier in seq, the tokens after its latest such occurrence, continued past the end of seq
+ * as the repetition it is (the p tokens after it repeat with period p). */
 int ngram_draft(const int32_t *seq, int n, int k, int32_t *out);
 
 #endif

@@ -58,6 +58,7 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
     core->spec.mode =
         opt->speculate == WIRE_SPECULATE_NGRAM ? WIRE_SPECULATE_NGRAM : WIRE_SPECULATE_OFF;
     core->spec.k = opt->speculate_k > 0 ? opt->speculate_k : STAGE_SPECULATE_DEFAULT_K;
+    core->spec.oracle = opt->oracle;
     rc = wire_arena_init(&core->arena, 0);
     if (rc < 0) goto fail;
     rc = stage_pool_init(core, core->max_batch);

@@ -114,6 +114,8 @@ enum stage_link {
     STAGE_LINK_LOCAL = 3 /* output only: for the driver itself (received KvBlocks) */
 };
 
+struct oracle_draft; /* runtime/stage/oracle_draft.h */
+
 struct stage_core_options {
     /* What this stage computes with: its weights, its role (layer range, embedding,
      * head) and its KV slots (max_batch = num_slots, max_seq). Borrowed: the caller frees
@@ -133,6 +135,9 @@ struct stage_core_options {
      * with at most speculate_k drafts per step (0: 4; at most 16). A request's own
      * Request.speculate / speculate_k win. The output is the same either way, bit for bit. */
     int speculate, speculate_k;
+    /* Benchmarks only (runtime/stage/oracle_draft.h): drafts from a recorded run for the
+     * requests that leave speculation to the stage, instead of speculate's. Borrowed. */
+    const struct oracle_draft *oracle;
 };
 
 struct stage_core; /* opaque */

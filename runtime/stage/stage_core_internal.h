@@ -76,6 +76,7 @@ struct stage_req {
      * rejected drafts') are dropped. 0 rows: nothing to drop. */
     int spec_k, spec_cur, spec_wait; /* stage 0: most drafts, drafts now, steps to skip */
     int spec_drafted, spec_accepted; /* stage 0: this request's drafts so far, accepted */
+    int spec_oracle;                 /* stage 0: its drafts come from core->spec.oracle */
     int spec_pos, spec_rows;
     int32_t spec_ids[1 + WIRE_SPECULATE_MAX_K];
 };

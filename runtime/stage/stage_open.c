@@ -110,7 +110,8 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                                           .keep_logits = opt->keep_logits,
                                                           .send_kv = opt->send_kv,
                                                           .speculate = opt->speculate,
-                                                          .speculate_k = opt->speculate_k});
+                                                          .speculate_k = opt->speculate_k,
+                                                          .oracle = opt->oracle});
     if (rc == 0) /* what a ring describe lists beyond the backend's role and device */
         stage_core_set_describe(out->core, opt->tp ? opt->tp->tp : 1, opt->tp ? opt->tp->kvp : 1,
                                 opt->num_threads, opt->weights_dtype);

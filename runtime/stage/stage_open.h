@@ -33,6 +33,7 @@ struct stage_open_options {
     int chunk_size, max_batch_tokens; /* stage_core_options */
     int keep_logits, send_kv;         /* stage_core_options */
     int speculate, speculate_k;       /* stage_core_options: stage 0's drafting default */
+    const struct oracle_draft *oracle; /* stage_core_options: benchmarks' recorded drafts */
     /* NULL or tp 1: the whole stage. Else rank 0 of the stage's TP group (stage_tp.h):
      * its shard, leading the other ranks (which run stage_tp_follow, not a stage). */
     const struct stage_tp_config *tp;

@@ -43,6 +43,7 @@
 #include "runtime/base/status.h"
 #include "runtime/stage/backend.h"
 #include "runtime/stage/ngram_draft.h"
+#include "runtime/stage/oracle_draft.h"
 #include "runtime/stage/stage_core_internal.h"
 
 #define SPEC_BACKOFF_STEPS 4
@@ -53,6 +54,8 @@ void stage_spec_admit(struct stage_core *core, struct stage_req *req,
                                    ? core->spec.mode
                                    : (enum wire_speculate)msg->speculate;
     req->spec_k = 0;
+    req->spec_oracle = msg->speculate == WIRE_SPECULATE_DEFAULT && core->spec.oracle;
+    if (req->spec_oracle) mode = WIRE_SPECULATE_NGRAM; /* its k: the stage's, fixed */
     if (mode == WIRE_SPECULATE_NGRAM)
         req->spec_k = msg->speculate_k > 0 ? msg->speculate_k
                       : core->spec.k > 0   ? core->spec.k
@@ -65,6 +68,7 @@ void stage_spec_admit(struct stage_core *core, struct stage_req *req,
 void stage_spec_after(struct stage_req *req, int accepted) {
     const int drafted = req->spec_rows - 1;
     req->spec_accepted += accepted;
+    if (req->spec_oracle) return; /* a benchmark's fixed k */
     if (accepted >= drafted)
         req->spec_cur = drafted + 1;
     else if (accepted > 0)
@@ -91,7 +95,10 @@ int stage_spec_draft(struct stage_core *core, struct stage_req *req) {
     const int P = req->params.prompt_len, n = P + req->n_generated;
     if (n > core->max_seq) return 0;
     memcpy(req->prompt + P, req->tokens, sizeof(int32_t) * (size_t)req->n_generated);
-    const int got = ngram_draft(req->prompt, n, k, req->spec_ids + 1);
+    const int got = req->spec_oracle
+                        ? oracle_draft(core->spec.oracle, req->prompt, P, req->n_generated, k,
+                                       core->vocab, req->spec_ids + 1)
+                        : ngram_draft(req->prompt, n, k, req->spec_ids + 1);
     if (got > 0) {
         core->spec.steps++;
         core->spec.drafted += (uint64_t)got;

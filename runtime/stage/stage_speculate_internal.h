@@ -15,6 +15,7 @@ struct stage_speculate {
      * Default): WIRE_SPECULATE_OFF or _NGRAM, and drafts per step. */
     enum wire_speculate mode;
     int k;
+    const struct oracle_draft *oracle; /* benchmarks: drafts from a recorded run instead */
     /* Stage 0, since start: decode steps sent with drafts, drafts sent, drafts accepted. */
     uint64_t steps, drafted, accepted;
 };
