@@ -40,69 +40,69 @@ struct job {
 };
 
 static void usage(FILE *out) {
-    fprintf(
-        out,
-        "usage: strata-client (--port P | --port-file F) --prompt IDS [--prompt IDS ...]\n"
-        "       strata-client (--port P | --port-file F) --model DIR (--text T | --chat T)\n"
-        "       strata-client (--port P | --port-file F) --describe\n"
-        "Sends every prompt to stage 0 of a pipeline concurrently and prints the tokens.\n"
-        "Text mode (--model with --text or --chat): one request; the answer streams to\n"
-        "stdout as text, stops at the tokenizer's eos ids (or --max-tokens), and the\n"
-        "usage (prompt tokens, generated tokens, tokens/s) goes to stderr.\n"
-        "  --model DIR         tokenizer.json (+ configs, chat template) for text mode\n"
-        "  --text T            raw prompt text, tokenized without a template\n"
-        "  --chat T            one user message rendered with DIR's chat template\n"
-        "                      (generation prompt on, thinking off unless --think)\n"
-        "  --system T          a system message before --chat's user message\n"
-        "  --think             let a Qwen3 model think (no empty <think></think> block)\n"
-        "  --print-ids         text mode: prompt and generated ids on stderr too\n"
-        "  --describe          print the pipeline's stages (layers, roles, grid, threads,\n"
-        "                      weights, KV slots, build, device) as every stage reports\n"
-        "                      itself round the ring, instead of sending a prompt;\n"
-        "                      stage 0's queue and prefix-cache counters on stderr\n"
-        "Images (Qwen3-VL; every request carries them; the prompt holds one image-pad id\n"
-        "per image, which stage 0 expands, or each image's expanded run):\n"
-        "  --grid T,H,W        an image's grid in vision patches (repeat per image, in\n"
-        "                      prompt order; it takes T*H*W/merge^2 prompt rows)\n"
-        "  --vision-embeds F   f32 little-endian [image tokens, H]: the merged vision\n"
-        "                      embeddings of all images (H from the file size)\n"
-        "  --deepstack F       f32 little-endian [K, image tokens, H]: DeepStack features\n"
-        "  --merge N           spatial merge size (default 2, Qwen3-VL's)\n"
-        "  --image FILE        a PNG or JPEG file sent as bytes (repeat per image, in\n"
-        "                      prompt order) to a vision stage (strata-stage --role\n"
-        "                      vision), which encodes it; the prompt holds one image-pad\n"
-        "                      id per image (--chat: one image part per file before the\n"
-        "                      text). Not with --grid / --vision-embeds\n"
-        "  --host H            stage 0 host (default 127.0.0.1)\n"
-        "  --port P            stage 0 port\n"
-        "  --port-file F       read stage 0's port from F\n"
-        "  --prompt IDS        comma-separated prompt token ids (one request each)\n"
-        "  --copies N          send each prompt N times (default 1)\n"
-        "  --max-tokens N      tokens to generate per request (default 16)\n"
-        "  --stop IDS          comma-separated stop token ids (default none)\n"
-        "  --temperature T     0 = greedy (default)\n"
-        "  --top-k K  --top-p P  --seed S   sampling\n"
-        "  --speculate off|ngram  speculative decoding for these requests (default: stage\n"
-        "                      0's --speculate): ngram drafts tokens that continue an\n"
-        "                      earlier occurrence of the last ones; the same tokens either way\n"
-        "  --speculate-k K     drafts per decode step, 1..16 (default: stage 0's)\n"
-        "  --cancel-after N    cancel request 0 after N tokens (tests cancellation)\n"
-        "  --timeout-ms MS     fail when no event arrives for MS (default 30000)\n"
-        "  --reconnect-timeout-ms MS  when stage 0 dies mid-request, reconnect (re-reading\n"
-        "                      --port-file) for up to MS and resubmit each unfinished\n"
-        "                      request with the tokens received so far: it resumes with\n"
-        "                      the same tokens (default 0: fail at once)\n"
-        "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY): TLS 1.3 with it\n"
-        "                      as external PSK (plaintext HMAC Hello with --insecure)\n"
-        "  --tls-cert F --tls-key F --tls-ca F   TLS 1.3 with this certificate and key,\n"
-        "                      trusting stage 0's certificate only from this CA\n"
-        "  --insecure          plaintext link (warned); one of a key, certificates or\n"
-        "                      --insecure is required (exit 2 without)\n"
-        "  --quiet             print only the summary lines\n"
-        "  --latency           also print inter-token gap p50/p99 per request\n"
-        "  --help              this text\n"
-        "Exit codes: 0 every request finished, 1 a request or the connection failed,\n"
-        "2 bad command line.\n");
+    fprintf(out,
+            "usage: strata-client (--port P | --port-file F) --prompt IDS [--prompt IDS ...]\n"
+            "       strata-client (--port P | --port-file F) --model DIR (--text T | --chat T)\n"
+            "       strata-client (--port P | --port-file F) --describe\n"
+            "Sends every prompt to stage 0 of a pipeline concurrently and prints the tokens.\n"
+            "Text mode (--model with --text or --chat): one request; the answer streams to\n"
+            "stdout as text, stops at the tokenizer's eos ids (or --max-tokens), and the\n"
+            "usage (prompt tokens, generated tokens, tokens/s) goes to stderr.\n"
+            "  --model DIR         tokenizer.json (+ configs, chat template) for text mode\n"
+            "  --text T            raw prompt text, tokenized without a template\n"
+            "  --chat T            one user message rendered with DIR's chat template\n"
+            "                      (generation prompt on, thinking off unless --think)\n"
+            "  --system T          a system message before --chat's user message\n"
+            "  --think             let a Qwen3 model think (no empty <think></think> block)\n"
+            "  --print-ids         text mode: prompt and generated ids on stderr too\n"
+            "  --describe          print the pipeline's stages (layers, roles, grid, threads,\n"
+            "                      weights, KV slots, build, device) as every stage reports\n"
+            "                      itself round the ring, instead of sending a prompt;\n"
+            "                      stage 0's queue and prefix-cache counters on stderr\n"
+            "Images (Qwen3-VL; every request carries them; the prompt holds one image-pad id\n"
+            "per image, which stage 0 expands, or each image's expanded run):\n"
+            "  --grid T,H,W        an image's grid in vision patches (repeat per image, in\n"
+            "                      prompt order; it takes T*H*W/merge^2 prompt rows)\n"
+            "  --vision-embeds F   f32 little-endian [image tokens, H]: the merged vision\n"
+            "                      embeddings of all images (H from the file size)\n"
+            "  --deepstack F       f32 little-endian [K, image tokens, H]: DeepStack features\n"
+            "  --merge N           spatial merge size (default 2, Qwen3-VL's)\n"
+            "  --image FILE        a PNG or JPEG file sent as bytes (repeat per image, in\n"
+            "                      prompt order) to a vision stage (strata-stage --role\n"
+            "                      vision), which encodes it; the prompt holds one image-pad\n"
+            "                      id per image (--chat: one image part per file before the\n"
+            "                      text). Not with --grid / --vision-embeds\n"
+            "  --host H            stage 0 host (default 127.0.0.1)\n"
+            "  --port P            stage 0 port\n"
+            "  --port-file F       read stage 0's port from F\n"
+            "  --prompt IDS        comma-separated prompt token ids (one request each)\n"
+            "  --copies N          send each prompt N times (default 1)\n"
+            "  --max-tokens N      tokens to generate per request (default 16)\n"
+            "  --stop IDS          comma-separated stop token ids (default none)\n"
+            "  --temperature T     0 = greedy (default)\n"
+            "  --top-k K  --top-p P  --seed S   sampling\n"
+            "  --speculate off|ngram|draft  speculative decoding for these requests (default:\n"
+            "                      stage 0's --speculate): ngram drafts tokens that continue an\n"
+            "                      earlier occurrence of the last ones, draft stage 0's draft\n"
+            "                      model's (--draft-model); the same tokens either way\n"
+            "  --speculate-k K     drafts per decode step, 1..16 (default: stage 0's)\n"
+            "  --cancel-after N    cancel request 0 after N tokens (tests cancellation)\n"
+            "  --timeout-ms MS     fail when no event arrives for MS (default 30000)\n"
+            "  --reconnect-timeout-ms MS  when stage 0 dies mid-request, reconnect (re-reading\n"
+            "                      --port-file) for up to MS and resubmit each unfinished\n"
+            "                      request with the tokens received so far: it resumes with\n"
+            "                      the same tokens (default 0: fail at once)\n"
+            "  --auth-key-file F   pre-shared key (else $STRATA_AUTH_KEY): TLS 1.3 with it\n"
+            "                      as external PSK (plaintext HMAC Hello with --insecure)\n"
+            "  --tls-cert F --tls-key F --tls-ca F   TLS 1.3 with this certificate and key,\n"
+            "                      trusting stage 0's certificate only from this CA\n"
+            "  --insecure          plaintext link (warned); one of a key, certificates or\n"
+            "                      --insecure is required (exit 2 without)\n"
+            "  --quiet             print only the summary lines\n"
+            "  --latency           also print inter-token gap p50/p99 per request\n"
+            "  --help              this text\n"
+            "Exit codes: 0 every request finished, 1 a request or the connection failed,\n"
+            "2 bad command line.\n");
 }
 
 /* "LABEL 1,2,3" */
@@ -222,11 +222,14 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'S': base->sampling.seed = strtoull(optarg, NULL, 10); break;
         case 'C': a->cancel_after = atoi(optarg); break;
         case 'j':
-            if (strcmp(optarg, "off") && strcmp(optarg, "ngram")) {
-                fprintf(stderr, "strata-client: --speculate is off or ngram, not '%s'\n", optarg);
+            if (strcmp(optarg, "off") && strcmp(optarg, "ngram") && strcmp(optarg, "draft")) {
+                fprintf(stderr, "strata-client: --speculate is off, ngram or draft, not '%s'\n",
+                        optarg);
                 return STRATA_EXIT_USAGE;
             }
-            base->speculate = !strcmp(optarg, "ngram") ? WIRE_SPECULATE_NGRAM : WIRE_SPECULATE_OFF;
+            base->speculate = !strcmp(optarg, "ngram")   ? WIRE_SPECULATE_NGRAM
+                              : !strcmp(optarg, "draft") ? WIRE_SPECULATE_DRAFT
+                                                         : WIRE_SPECULATE_OFF;
             break;
         case 'J':
             if (cli_parse_int(optarg, 1, WIRE_SPECULATE_MAX_K, &base->speculate_k) < 0) {

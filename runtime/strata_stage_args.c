@@ -65,14 +65,18 @@ void strata_stage_usage(FILE *out) {
         "  --no-prefix-cache      stage 0: prefill every prompt in full (default: a prompt\n"
         "                         starting with whole 16-token blocks of a finished one\n"
         "                         reuses their KV on every stage, bit for bit the same)\n"
-        "  --speculate off|ngram  stage 0: speculative decoding for requests that do not choose\n"
-        "                         (default off): ngram drafts the tokens that followed the\n"
-        "                         latest earlier occurrence of the last tokens; the last\n"
+        "  --speculate off|ngram|draft  stage 0: speculative decoding for requests that do\n"
+        "                         not choose (default off; draft with --draft-model): ngram\n"
+        "                         drafts the tokens that followed the latest earlier\n"
+        "                         occurrence of the last tokens, draft a draft model's; the last\n"
         "                         stage keeps those it would have sampled, so a trip round\n"
         "                         the ring yields up to k + 1 tokens and the output is bit\n"
         "                         for bit the same\n"
         "  --speculate-k K        stage 0: drafts per decode step, 1..16 (default 4; fewer\n"
         "                         while drafts miss)\n"
+        "  --draft-model DIR      stage 0: a smaller model with the same tokenizer that drafts\n"
+        "                         tokens (--speculate draft, the default with it), whole on\n"
+        "                         this stage's device beside its layers\n"
         "  --speculate-oracle FILE:P  a benchmark instrument, stage 0: drafts from a\n"
         "                         recorded run (lines \"PROMPT_IDS GENERATED_IDS\"), each\n"
         "                         right with probability P, for requests that do not choose\n"
@@ -236,6 +240,7 @@ enum option_id {
     O_SPECULATE,
     O_SPECULATE_K,
     O_SPECULATE_ORACLE,
+    O_DRAFT_MODEL,
     O_STANDBY,
     O_HELP
 };
@@ -295,6 +300,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"speculate", 1, 0, O_SPECULATE},
                                              {"speculate-k", 1, 0, O_SPECULATE_K},
                                              {"speculate-oracle", 1, 0, O_SPECULATE_ORACLE},
+                                             {"draft-model", 1, 0, O_DRAFT_MODEL},
                                              {"queue-timeout-ms", 1, 0, O_QUEUE_TIMEOUT},
                                              {"standby", 0, 0, O_STANDBY},
                                              {"help", 0, 0, O_HELP},
@@ -407,12 +413,15 @@ static int parse_option(struct args *a, int c, const char *value) {
         break;
     case O_NO_PREFIX_CACHE: a->no_prefix_cache = 1; break;
     case O_SPECULATE:
-        if (strcmp(value, "off") && strcmp(value, "ngram")) {
-            fprintf(stderr, "strata-stage: --speculate is off or ngram, not '%s'\n", value);
+        if (strcmp(value, "off") && strcmp(value, "ngram") && strcmp(value, "draft")) {
+            fprintf(stderr, "strata-stage: --speculate is off, ngram or draft, not '%s'\n", value);
             rc = -1;
         }
-        a->speculate = !strcmp(value, "ngram") ? WIRE_SPECULATE_NGRAM : WIRE_SPECULATE_OFF;
+        a->speculate = !strcmp(value, "ngram")   ? WIRE_SPECULATE_NGRAM
+                       : !strcmp(value, "draft") ? WIRE_SPECULATE_DRAFT
+                                                 : WIRE_SPECULATE_OFF;
         break;
+    case O_DRAFT_MODEL: a->draft_model = value; break;
     case O_SPECULATE_ORACLE: {
         const char *colon = strrchr(value, ':');
         char *end = NULL;
@@ -511,6 +520,13 @@ static int check_args(struct args *a, int argc, char **argv) {
     int rc = 0;
     if (rc == 0 && optind < argc) {
         fprintf(stderr, "strata-stage: unexpected argument '%s'\n", argv[optind]);
+        rc = -1;
+    }
+    /* A draft model drafts by default; drafting by one needs one. */
+    if (rc == 0 && a->draft_model && a->speculate == WIRE_SPECULATE_DEFAULT)
+        a->speculate = WIRE_SPECULATE_DRAFT;
+    if (rc == 0 && a->speculate == WIRE_SPECULATE_DRAFT && !a->draft_model) {
+        fprintf(stderr, "strata-stage: --speculate draft needs --draft-model DIR\n");
         rc = -1;
     }
     if (rc == 0 && a->model_dir && (a->hf_config || a->weights)) {

@@ -79,12 +79,15 @@ struct run {
     struct stage_tp_config tp;
     char group[64];
     struct stage_backend *follower;
-    struct oracle_draft *oracle; /* --speculate-oracle (benchmarks) */
+    struct oracle_draft *oracle;   /* --speculate-oracle (benchmarks) */
+    struct model_config draft_cfg; /* --draft-model: its config and weights */
+    struct safetensors *draft_st;
 };
 
 static void run_close(struct run *r) {
     stage_close(&r->stage); /* a TP leader sends its followers STOP here */
     oracle_draft_free(r->oracle);
+    safetensors_close(r->draft_st);
     stage_backend_free(r->follower);
     coll_close(r->coll);
     safetensors_close(r->st);
@@ -143,6 +146,13 @@ static int open_stage(struct run *r, const struct args *a) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
+    if (a->draft_model && a->stage_idx == 0) {
+        if (model_config_load(&r->draft_cfg, a->draft_model) < 0 ||
+            safetensors_open(&r->draft_st, a->draft_model) < 0) {
+            fprintf(stderr, "strata-stage: --draft-model: %s\n", strata_last_error());
+            return STRATA_EXIT_INPUT;
+        }
+    }
     if (a->oracle_file && a->stage_idx == 0 &&
         oracle_draft_load(&r->oracle, a->oracle_file, a->oracle_accept) < 0) {
         fprintf(stderr, "strata-stage: --speculate-oracle: %s\n", strata_last_error());
@@ -172,6 +182,8 @@ static int open_stage(struct run *r, const struct args *a) {
                                    .speculate = a->speculate,
                                    .speculate_k = a->speculate_k,
                                    .oracle = r->oracle,
+                                   .draft_cfg = r->draft_st ? &r->draft_cfg : NULL,
+                                   .draft_weights = r->draft_st,
                                    .tp = a->tp * a->kvp > 1 ? &r->tp : NULL,
                                    .progress = progress_printer_callback(&progress)};
     /* A TP / KVP rank other than the group's rank 0 follows it: its shard's backend only. */
@@ -281,6 +293,14 @@ static void print_summary(const struct run *r, const struct args *a) {
         printf("speculation: ORACLE drafts from %s, each right with probability %g, %d per "
                "decode step (a benchmark instrument)\n",
                a->oracle_file, a->oracle_accept, a->speculate_k ? a->speculate_k : 4);
+    else if (info.stage_index == 0 && r->stage.draft)
+        printf("speculation: draft model %s (%d layers, hidden %d), %s by default, up to %d per "
+               "decode step\n",
+               a->draft_model, r->draft_cfg.num_layers, r->draft_cfg.hidden_size,
+               a->speculate == WIRE_SPECULATE_DRAFT   ? "drafts"
+               : a->speculate == WIRE_SPECULATE_NGRAM ? "ngram drafts"
+                                                      : "off",
+               a->speculate_k ? a->speculate_k : 4);
     else if (info.stage_index == 0 && a->speculate == WIRE_SPECULATE_NGRAM)
         printf("speculation: ngram drafts, up to %d per decode step, for requests that do not "
                "choose\n",

@@ -251,6 +251,8 @@ struct session {
     struct sim_request_spec *specs;
     int32_t *prompts;
     struct sim_report baseline;
+    struct model_config draft_cfg; /* --draft-model */
+    struct safetensors *draft_weights;
 };
 
 static void session_close(struct session *ss) {
@@ -260,6 +262,7 @@ static void session_close(struct session *ss) {
     golden_free(&ss->golden);
     sim_vision_free(&ss->vision);
     safetensors_close(ss->weights);
+    safetensors_close(ss->draft_weights);
 }
 
 /* Model, weights, golden data and the base prompt; returns an exit code (0 = opened). */
@@ -268,6 +271,11 @@ static int open_inputs(struct session *ss, const struct sim_cli *cli) {
         safetensors_open(&ss->weights, cli->model_dir) < 0 ||
         golden_load(&ss->golden, cli->model_dir, ss->cfg.vocab_size) < 0) {
         fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    if (cli->draft_model && (model_config_load(&ss->draft_cfg, cli->draft_model) < 0 ||
+                             safetensors_open(&ss->draft_weights, cli->draft_model) < 0)) {
+        fprintf(stderr, "strata-sim: --draft-model: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
     if (cli->prompt_text) {
@@ -396,8 +404,10 @@ static void print_header(const struct session *ss, const struct sim_cli *cli) {
                cli->sim.tp, cli->sim.kvp, cli->sim.kvp_tokens ? "--kvp-tokens" : "aligned split",
                cli->sim.moe == TP_MOE_SPLIT ? "split" : "expert");
     if (cli->sim.speculate)
-        printf("speculation: n-gram drafts, up to %d per decode step, verified by the last stage "
+        printf("speculation: %s%s drafts, up to %d per decode step, verified by the last stage "
                "in every run but the baseline (which decodes without drafts)\n",
+               cli->draft_model ? "draft model " : "n-gram",
+               cli->draft_model ? cli->draft_model : "",
                cli->sim.speculate_k ? cli->sim.speculate_k : 4);
     if (cli->warm)
         printf("warm: each request is sent again once it has finished, the same prompt from the "
@@ -457,6 +467,8 @@ static int run_all(struct session *ss, struct sim_cli *cli) {
     one.sim.tp = one.sim.kvp = 1;
     one.sim.kvp_tokens = 0;
     one.sim.speculate = 0; /* and decodes one token per step */
+    one.sim.draft_cfg = NULL;
+    one.sim.draft_weights = NULL;
     rc = run_split(&ss->baseline, &one, &single, NULL, &any_failure);
     if (rc < 0) /* a model the stages cannot load is bad input; anything else a failure */
         return (rc == STRATA_ENOTFOUND || rc == STRATA_EFORMAT) ? STRATA_EXIT_INPUT
@@ -504,6 +516,10 @@ int main(int argc, char **argv) {
     }
     if (code != 0) return code;
     code = open_inputs(&ss, &cli);
+    if (ss.draft_weights) {
+        cli.sim.draft_cfg = &ss.draft_cfg;
+        cli.sim.draft_weights = ss.draft_weights;
+    }
     if (code == STRATA_EXIT_OK) code = check_against_model(&ss, &cli);
     if (code == STRATA_EXIT_OK) code = build_requests(&ss, &cli);
     if (code == STRATA_EXIT_OK) {

@@ -90,8 +90,11 @@ struct sim_options {
     /* Each stage's weights: NULL / "bf16" or "q8" (runtime/stage/backend.h). */
     const char *weights_dtype;
     enum ops_dtype kv_dtype; /* what every stage's KV cache stores (0: f32) */
-    /* Stage 0's speculative decoding (stage_core_options): enum wire_speculate, drafts. */
+    /* Stage 0's speculative decoding (stage_core_options): enum wire_speculate, drafts, and
+     * a draft model (both NULL: none). */
     int speculate, speculate_k;
+    const struct model_config *draft_cfg;
+    const struct safetensors *draft_weights;
 };
 
 /* Fills defaults: no faults, wall-clock compute, 2 s peer timeout, 60 s request timeout,

@@ -56,10 +56,12 @@ static const char usage_text[] =
     "                        fewer than 33 ids is first lengthened with golden.json's\n"
     "                        answer, then ids of a fixed pattern, to two whole blocks + 1)\n"
     "  --temperature T --top-k K --top-p P --sample-seed X   sampling (default greedy)\n"
-    "  --speculate off|ngram speculative decoding on stage 0 of every run but the baseline,\n"
-    "                        which decodes without drafts: model-free n-gram drafts verified\n"
-    "                        by the last stage; every run must still equal the baseline bit\n"
-    "                        for bit, and some step must have carried drafts (default off)\n"
+    "  --speculate off|ngram|draft  speculative decoding on stage 0 of every run but the\n"
+    "                        baseline, which decodes without drafts: model-free n-gram drafts\n"
+    "                        or a draft model's, verified by the last stage; every run must\n"
+    "                        still equal the baseline bit for bit, and some step must have\n"
+    "                        carried drafts (default off)\n"
+    "  --draft-model DIR     the draft model of --speculate draft (the same vocabulary)\n"
     "  --speculate-k K       drafts per decode step, 1..16 (default 4)\n"
     "compute:\n"
     "  --compute wall|cpu|fixed  charge measured wall time (default), thread CPU time, or a\n"
@@ -166,9 +168,13 @@ static int parse_run_option(struct sim_cli *cli, const char *name, const char *v
     else if (!strcmp(name, "--prompt"))
         cli->prompt_text = v;
     else if (!strcmp(name, "--speculate")) {
-        bad = strcmp(v, "off") && strcmp(v, "ngram");
-        cli->sim.speculate = !strcmp(v, "ngram") ? WIRE_SPECULATE_NGRAM : 0;
-    } else if (!strcmp(name, "--speculate-k"))
+        bad = strcmp(v, "off") && strcmp(v, "ngram") && strcmp(v, "draft");
+        cli->sim.speculate = !strcmp(v, "ngram")   ? WIRE_SPECULATE_NGRAM
+                             : !strcmp(v, "draft") ? WIRE_SPECULATE_DRAFT
+                                                   : 0;
+    } else if (!strcmp(name, "--draft-model"))
+        cli->draft_model = v;
+    else if (!strcmp(name, "--speculate-k"))
         bad = cli_parse_int(v, 1, WIRE_SPECULATE_MAX_K, &cli->sim.speculate_k) < 0;
     else if (!strcmp(name, "--temperature")) {
         bad = parse_double(&d, v, 0.0, 100.0);
@@ -311,6 +317,8 @@ static int finish_args(struct sim_cli *cli) {
     if (cli->all_splits + (cli->stages > 0) + (cli->split_text != NULL) != 1)
         return usage_error("%s", "choose exactly one of --all-splits, --stages S, --split SPLIT");
     if (cli->random_splits < 0) cli->random_splits = cli->all_splits ? 2 : 0;
+    if ((cli->sim.speculate == WIRE_SPECULATE_DRAFT) != (cli->draft_model != NULL))
+        return usage_error("%s", "--speculate draft and --draft-model DIR go together");
     if (cli->warm && cli->requests_per_stage)
         return usage_error("%s", "--warm takes a number of --requests, not S");
     /* Overridden connections share every other link setting (jitter, loss, retries). */

@@ -19,6 +19,7 @@ struct sim_cli {
     int conn_link_set[SIM_MAX_STAGES];
     int requests, requests_per_stage, max_tokens, stop_at_eos, stage_stats, warm;
     const char *prompt_text;
+    const char *draft_model; /* --draft-model DIR */
     struct sampler_params sampling;
 };
 

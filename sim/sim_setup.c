@@ -127,6 +127,8 @@ static int build_stages(struct sim *sim) {
                                                .chunk_size = opt->chunk_size,
                                                .speculate = opt->speculate,
                                                .speculate_k = opt->speculate_k,
+                                               .draft_cfg = opt->draft_cfg,
+                                               .draft_weights = opt->draft_weights,
                                                .keep_logits = opt->keep_logits && r == S - 1};
         st->grid_opt = (struct sim_grid_options){.cfg = opt->cfg,
                                                  .kv_dtype = opt->kv_dtype,

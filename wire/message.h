@@ -90,7 +90,8 @@ enum wire_image_format {
 enum wire_speculate {
     WIRE_SPECULATE_DEFAULT = 0, /* the stage's --speculate */
     WIRE_SPECULATE_OFF = 1,
-    WIRE_SPECULATE_NGRAM = 2 /* model-free: continue an earlier occurrence of the last tokens */
+    WIRE_SPECULATE_NGRAM = 2, /* model-free: continue an earlier occurrence of the last tokens */
+    WIRE_SPECULATE_DRAFT = 3  /* a smaller model with the same tokenizer, on stage 0 */
 };
 /* The most draft tokens one decode step may carry (Request.speculate_k, Activation draft_ids). */
 #define WIRE_SPECULATE_MAX_K 16

@@ -125,12 +125,12 @@ static int check_request(const struct wire_request *m, int code) {
                                 "them cached (at most one per full block of 16, and the last "
                                 "prompt token never cached)",
                                 m->prompt_len, m->num_block_keys, (int)m->cached_blocks);
-    if (m->speculate > WIRE_SPECULATE_NGRAM || m->speculate_k < 0 ||
+    if (m->speculate > WIRE_SPECULATE_DRAFT || m->speculate_k < 0 ||
         m->speculate_k > WIRE_SPECULATE_MAX_K)
         return strata_set_error(code,
                                 "wire: Request.speculate %d with speculate_k %d (modes 0..%d, "
                                 "0..%d draft tokens)",
-                                (int)m->speculate, (int)m->speculate_k, WIRE_SPECULATE_NGRAM,
+                                (int)m->speculate, (int)m->speculate_k, WIRE_SPECULATE_DRAFT,
                                 WIRE_SPECULATE_MAX_K);
     int rc = wmsg_check_tensor(&m->vision_embeds, "Request", "vision_embeds");
     if (!rc) rc = wmsg_check_tensor(&m->deepstack, "Request", "deepstack");

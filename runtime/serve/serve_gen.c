@@ -84,6 +84,7 @@ static int fit_max_tokens(struct serve_gen *g, int n_prompt, struct serve_error 
 
 _Static_assert((int)SERVE_SPECULATE_OFF == (int)WIRE_SPECULATE_OFF &&
                    (int)SERVE_SPECULATE_NGRAM == (int)WIRE_SPECULATE_NGRAM &&
+                   (int)SERVE_SPECULATE_DRAFT == (int)WIRE_SPECULATE_DRAFT &&
                    SERVE_MAX_SPECULATE_K == WIRE_SPECULATE_MAX_K,
                "the fronts' speculation values are the wire's");
 

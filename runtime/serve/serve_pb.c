@@ -45,9 +45,9 @@ static int take_params(struct serve_params *p, const Strata__V1__GenerationParam
     if (m->top_p_opt_case == STRATA__V1__GENERATION_PARAMS__TOP_P_OPT_TOP_P) p->top_p = m->top_p;
     if (m->seed_opt_case == STRATA__V1__GENERATION_PARAMS__SEED_OPT_SEED) p->seed = m->seed;
     p->ignore_eos = m->ignore_eos != 0;
-    if (m->speculate > STRATA__V1__SPECULATE__SPECULATE_NGRAM)
+    if (m->speculate > STRATA__V1__SPECULATE__SPECULATE_DRAFT)
         return serve_error_set(err, 400, "speculate", "invalid_value",
-                               "'speculate' is %d; allowed 0..2", (int)m->speculate);
+                               "'speculate' is %d; allowed 0..3", (int)m->speculate);
     if (m->speculate_k > SERVE_MAX_SPECULATE_K)
         return serve_error_set(err, 400, "speculate_k", "invalid_value",
                                "'speculate_k' is %u; allowed 0..%d", (unsigned)m->speculate_k,

@@ -60,9 +60,9 @@ int serve_params_check(const struct serve_params *p, const struct serve_limits *
     if (p->top_k < 0 || p->top_k > SERVE_MAX_TOP_K)
         return serve_error_set(err, 400, "top_k", "invalid_value", "'top_k' is %d; allowed 0..%d",
                                p->top_k, SERVE_MAX_TOP_K);
-    if (p->speculate < SERVE_SPECULATE_DEFAULT || p->speculate > SERVE_SPECULATE_NGRAM)
+    if (p->speculate < SERVE_SPECULATE_DEFAULT || p->speculate > SERVE_SPECULATE_DRAFT)
         return serve_error_set(err, 400, "speculate", "invalid_value",
-                               "'speculate' is %d; allowed off or ngram", p->speculate);
+                               "'speculate' is %d; allowed off, ngram or draft", p->speculate);
     if (p->speculate_k < 0 || p->speculate_k > SERVE_MAX_SPECULATE_K)
         return serve_error_set(err, 400, "speculate_k", "invalid_value",
                                "'speculate_k' is %d; allowed 1..%d (0: the pipeline's)",
@@ -168,11 +168,13 @@ static int get_sampling(struct serve_params *p, const cJSON *root,
     const cJSON *spec = cJSON_GetObjectItemCaseSensitive(root, "speculate");
     if (spec && !cJSON_IsNull(spec)) {
         if (!cJSON_IsString(spec) ||
-            (strcmp(spec->valuestring, "off") && strcmp(spec->valuestring, "ngram")))
+            (strcmp(spec->valuestring, "off") && strcmp(spec->valuestring, "ngram") &&
+             strcmp(spec->valuestring, "draft")))
             return serve_error_set(err, 400, "speculate", "invalid_value",
-                                   "'speculate' must be \"off\" or \"ngram\"");
-        p->speculate =
-            !strcmp(spec->valuestring, "ngram") ? SERVE_SPECULATE_NGRAM : SERVE_SPECULATE_OFF;
+                                   "'speculate' must be \"off\", \"ngram\" or \"draft\"");
+        p->speculate = !strcmp(spec->valuestring, "ngram")   ? SERVE_SPECULATE_NGRAM
+                       : !strcmp(spec->valuestring, "draft") ? SERVE_SPECULATE_DRAFT
+                                                             : SERVE_SPECULATE_OFF;
     }
     double sk = 0;
     if (get_number(root, "speculate_k", 1, 0, SERVE_MAX_SPECULATE_K, &sk, err) < 0) return -1;

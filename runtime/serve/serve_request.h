@@ -87,8 +87,13 @@ int serve_params_parse_with(struct serve_params *p, enum serve_kind kind, const 
                             size_t len, const struct serve_limits *limits,
                             const struct serve_image_limits *images, struct serve_error *err);
 
-/* "speculate" (JSON "off" / "ngram"): the wire's enum values (wire/message.h). */
-enum { SERVE_SPECULATE_DEFAULT = 0, SERVE_SPECULATE_OFF = 1, SERVE_SPECULATE_NGRAM = 2 };
+/* "speculate" (JSON "off" / "ngram" / "draft"): the wire's enum values (wire/message.h). */
+enum {
+    SERVE_SPECULATE_DEFAULT = 0,
+    SERVE_SPECULATE_OFF = 1,
+    SERVE_SPECULATE_NGRAM = 2,
+    SERVE_SPECULATE_DRAFT = 3
+};
 #define SERVE_MAX_SPECULATE_K 16
 
 /* The allowed sampling ranges, shared by the JSON and protobuf decoders. */

@@ -29,12 +29,13 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
         return strata_set_error(STRATA_EINVAL, "stage core needs a backend with a config");
     rc = check_role(opt);
     if (rc < 0) return rc;
-    if (opt->speculate < 0 || opt->speculate > WIRE_SPECULATE_NGRAM || opt->speculate_k < 0 ||
+    if (opt->speculate < 0 || opt->speculate > WIRE_SPECULATE_DRAFT || opt->speculate_k < 0 ||
         opt->speculate_k > WIRE_SPECULATE_MAX_K)
         return strata_set_error(STRATA_EINVAL,
-                                "speculation mode %d with %d drafts per step (off or ngram, "
-                                "0..%d drafts)",
+                                "speculation mode %d with %d drafts per step (off, ngram or "
+                                "draft, 0..%d drafts)",
                                 opt->speculate, opt->speculate_k, WIRE_SPECULATE_MAX_K);
+    if ((rc = stage_spec_check_draft(opt)) < 0) return rc;
     if (be->max_seq < 1 || be->num_slots < 1 || opt->chunk_size < 0 || opt->max_batch_tokens < 0)
         return strata_set_error(STRATA_EINVAL,
                                 "max_seq (%d) and max_batch (%d) must be >= 1, chunk sizes >= 0",
@@ -55,10 +56,12 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
     core->is_first = opt->stage_index == 0;
     core->is_last = opt->stage_index == opt->num_stages - 1;
     if (core->is_first) stage_prefix_init(core);
-    core->spec.mode =
-        opt->speculate == WIRE_SPECULATE_NGRAM ? WIRE_SPECULATE_NGRAM : WIRE_SPECULATE_OFF;
+    core->spec.mode = opt->speculate == WIRE_SPECULATE_DEFAULT
+                          ? WIRE_SPECULATE_OFF
+                          : (enum wire_speculate)opt->speculate;
     core->spec.k = opt->speculate_k > 0 ? opt->speculate_k : STAGE_SPECULATE_DEFAULT_K;
     core->spec.oracle = opt->oracle;
+    if (core->is_first && (rc = stage_spec_init_draft(core, opt->draft)) < 0) goto fail;
     rc = wire_arena_init(&core->arena, 0);
     if (rc < 0) goto fail;
     rc = stage_pool_init(core, core->max_batch);
@@ -102,6 +105,7 @@ fail:
 
 void stage_core_free(struct stage_core *core) {
     if (!core) return;
+    stage_spec_free(core);
     stage_admission_free(core);
     stage_pool_free(core);
     for (struct stage_result_node *n = core->outbox.res_head, *next; n; n = next) {
@@ -300,6 +304,7 @@ static int on_client_request(struct stage_core *core, uint32_t client_id,
                                   "prompt token %d at position %d is outside the "
                                   "vocabulary [0, %d)",
                                   msg->prompt[i], i, core->vocab);
+    if (rc == 0) rc = stage_spec_check_request(core, msg);
     /* Qwen3-VL inputs: checked, prompt expanded, positions computed (stage_core_vl.c). */
     if (rc == 0) rc = stage_vl_prepare(core, &vl, &params.prompt_len, msg);
 

@@ -138,6 +138,11 @@ struct stage_core_options {
     /* Benchmarks only (runtime/stage/oracle_draft.h): drafts from a recorded run for the
      * requests that leave speculation to the stage, instead of speculate's. Borrowed. */
     const struct oracle_draft *oracle;
+    /* Stage 0: the draft model of WIRE_SPECULATE_DRAFT (NULL: none, and such requests are
+     * refused): a whole smaller model (embedding, every layer, head) with the target's vocabulary,
+     * KV slots for every request and max_seq positions. Borrowed (stage_open opens and frees it).
+     */
+    struct stage_backend *draft;
 };
 
 struct stage_core; /* opaque */

@@ -77,6 +77,10 @@ struct stage_req {
     int spec_k, spec_cur, spec_wait; /* stage 0: most drafts, drafts now, steps to skip */
     int spec_drafted, spec_accepted; /* stage 0: this request's drafts so far, accepted */
     int spec_oracle;                 /* stage 0: its drafts come from core->spec.oracle */
+    /* Stage 0 with a draft model: the request's slot there (while drafting is set) and the
+     * positions of its sequence that slot holds. */
+    int spec_model; /* its drafts come from the draft model */
+    int drafting, draft_slot, draft_len;
     int spec_pos, spec_rows;
     int32_t spec_ids[1 + WIRE_SPECULATE_MAX_K];
 };

@@ -16,6 +16,7 @@
 
 void stage_free_req_buffers(struct stage_core *core, struct stage_req *req) {
     stage_recovery_kv_drop(core, req);
+    stage_spec_drop(core, req);
     stage_vl_free(req->vl);
     free(req->keys);
     free(req->tokens);

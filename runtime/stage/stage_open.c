@@ -96,10 +96,32 @@ static int open_backend(struct stage_backend **out, const struct stage_open_opti
     return rc;
 }
 
+/* Stage 0's draft model: the whole of it, beside the stage's backend. */
+static int open_draft(struct stage_backend **out, const struct stage_open_options *opt) {
+    const struct model_config *cfg = opt->draft_cfg;
+    struct stage_backend_options bo = {
+        .cfg = cfg,
+        .weights = opt->draft_weights,
+        .role = {.layer_start = 0, .layer_end = cfg->num_layers, .with_embed = 1, .with_head = 1},
+        .device = opt->device,
+        .num_threads = opt->num_threads,
+        .max_seq = opt->max_seq,
+        .num_slots = opt->max_batch,
+        .kv_dtype = opt->kv_dtype};
+    int rc = stage_backend_open(out, &bo);
+    return rc < 0 ? strata_wrap_error(rc, "the draft model") : 0;
+}
+
 int stage_open(struct stage *out, const struct stage_open_options *opt,
                struct stage_tensor_list *report) {
     memset(out, 0, sizeof *out);
     int rc = open_backend(&out->backend, opt, report, 0);
+    if (rc == 0 && opt->draft_cfg && opt->stage_index == 0) {
+        if (!opt->draft_weights)
+            rc = strata_set_error(STRATA_EINVAL, "a draft model needs its weights");
+        else
+            rc = open_draft(&out->draft, opt);
+    }
     if (rc == 0)
         rc = stage_core_init(&out->core,
                              &(struct stage_core_options){.backend = out->backend,
@@ -111,7 +133,8 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                                           .send_kv = opt->send_kv,
                                                           .speculate = opt->speculate,
                                                           .speculate_k = opt->speculate_k,
-                                                          .oracle = opt->oracle});
+                                                          .oracle = opt->oracle,
+                                                          .draft = out->draft});
     if (rc == 0) /* what a ring describe lists beyond the backend's role and device */
         stage_core_set_describe(out->core, opt->tp ? opt->tp->tp : 1, opt->tp ? opt->tp->kvp : 1,
                                 opt->num_threads, opt->weights_dtype);
@@ -127,6 +150,7 @@ int stage_open_follower(struct stage_backend **out, const struct stage_open_opti
 void stage_close(struct stage *stage) {
     if (!stage) return;
     stage_core_free(stage->core);
+    stage_backend_free(stage->draft);
     stage_backend_free(stage->backend);
     memset(stage, 0, sizeof *stage);
 }

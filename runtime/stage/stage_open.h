@@ -29,11 +29,15 @@ struct stage_open_options {
     int max_seq, max_batch;    /* KV positions per slot, KV slots */
     size_t kv_memory;          /* stage_backend_options: the KV pool's budget */
     double kv_memory_fraction;
-    enum ops_dtype kv_dtype;          /* stage_backend_options: what the KV cache stores */
-    int chunk_size, max_batch_tokens; /* stage_core_options */
-    int keep_logits, send_kv;         /* stage_core_options */
-    int speculate, speculate_k;       /* stage_core_options: stage 0's drafting default */
+    enum ops_dtype kv_dtype;           /* stage_backend_options: what the KV cache stores */
+    int chunk_size, max_batch_tokens;  /* stage_core_options */
+    int keep_logits, send_kv;          /* stage_core_options */
+    int speculate, speculate_k;        /* stage_core_options: stage 0's drafting default */
     const struct oracle_draft *oracle; /* stage_core_options: benchmarks' recorded drafts */
+    /* Stage 0: a draft model for speculative decoding (both NULL: none), opened whole on the
+     * stage's device with its threads, KV dtype and a slot per request (borrowed). */
+    const struct model_config *draft_cfg;
+    const struct safetensors *draft_weights;
     /* NULL or tp 1: the whole stage. Else rank 0 of the stage's TP group (stage_tp.h):
      * its shard, leading the other ranks (which run stage_tp_follow, not a stage). */
     const struct stage_tp_config *tp;
@@ -43,6 +47,7 @@ struct stage_open_options {
 struct stage {
     struct stage_backend *backend;
     struct stage_core *core;
+    struct stage_backend *draft; /* stage 0's draft model, or NULL */
 };
 
 /* Resolves the role, checks that the checkpoint holds every tensor it needs (all missing

@@ -34,6 +34,13 @@
  * were all accepted, as many as were accepted plus one after a partial hit, and after a total
  * miss half as many, or none for the next SPEC_BACKOFF_STEPS steps when that leaves none.
  *
+ * Drafts from a draft model (strata-stage --draft-model DIR): a whole smaller model with the
+ * same tokenizer on stage 0's device, with a KV slot per request. Each step it catches up on
+ * the sequence (its KV keeps the positions whose fed token is still right: the prompt, the
+ * accepted tokens and accepted drafts; the rest is dropped as the target's is) and then
+ * proposes k tokens greedily, one forward each. A draft model that fails (memory) only ends
+ * that request's drafting.
+ *
  * One step per request is in flight (the next step's input is the last accepted token), so
  * a stage never holds a later step of a request while an earlier one's rows may still be
  * dropped. */
@@ -48,6 +55,63 @@
 
 #define SPEC_BACKOFF_STEPS 4
 
+int stage_spec_check_draft(const struct stage_core_options *opt) {
+    const struct stage_backend *d = opt->draft, *be = opt->backend;
+    if (!d)
+        return opt->speculate == WIRE_SPECULATE_DRAFT && opt->stage_index == 0
+                   ? strata_set_error(STRATA_EINVAL,
+                                      "speculation by a draft model needs the draft model")
+                   : 0;
+    if (opt->stage_index != 0)
+        return strata_set_error(STRATA_EINVAL, "a draft model belongs on stage 0, not stage %d",
+                                opt->stage_index);
+    if (!d->cfg || d->cfg->vocab_size != be->cfg->vocab_size) /* the wrong checkpoint */
+        return strata_set_error(STRATA_EFORMAT,
+                                "the draft model's vocabulary has %d ids, the model's %d: drafts "
+                                "need the same tokenizer",
+                                d->cfg ? d->cfg->vocab_size : 0, be->cfg->vocab_size);
+    if (!d->role.with_embed || !d->role.with_head || d->role.layer_start != 0 ||
+        d->role.layer_end != d->cfg->num_layers)
+        return strata_set_error(STRATA_EINVAL,
+                                "the draft model must be whole (embedding, layers [0, %d), head)",
+                                d->cfg->num_layers);
+    if (d->num_slots < be->num_slots || d->max_seq < be->max_seq)
+        return strata_set_error(STRATA_EINVAL,
+                                "the draft model holds %d requests of %d positions, the stage %d "
+                                "of %d",
+                                d->num_slots, d->max_seq, be->num_slots, be->max_seq);
+    return 0;
+}
+
+int stage_spec_init_draft(struct stage_core *core, struct stage_backend *draft) {
+    core->spec.draft = draft;
+    if (!draft) return 0;
+    core->spec.draft_rows = core->opt.chunk_size > 0 ? core->opt.chunk_size : 64;
+    core->spec.draft_hidden =
+        malloc(sizeof(float) * (size_t)core->spec.draft_rows * (size_t)draft->cfg->hidden_size);
+    core->spec.draft_logits = malloc(sizeof(float) * (size_t)core->vocab);
+    if (!core->spec.draft_hidden || !core->spec.draft_logits)
+        return strata_set_error(STRATA_ENOMEM, "out of memory for the draft model's rows");
+    return 0;
+}
+
+void stage_spec_free(struct stage_core *core) {
+    free(core->spec.draft_hidden);
+    free(core->spec.draft_logits);
+}
+
+void stage_spec_drop(struct stage_core *core, struct stage_req *req) {
+    if (req->drafting) stage_backend_kv_release(core->spec.draft, req->draft_slot);
+    req->drafting = 0;
+}
+
+int stage_spec_check_request(const struct stage_core *core, const struct wire_request *msg) {
+    if (msg->speculate != WIRE_SPECULATE_DRAFT || core->spec.draft) return 0;
+    return strata_set_error(STRATA_EINVAL,
+                            "speculation by a draft model, but this pipeline has none "
+                            "(strata-stage --draft-model DIR on stage 0)");
+}
+
 void stage_spec_admit(struct stage_core *core, struct stage_req *req,
                       const struct wire_request *msg) {
     enum wire_speculate mode = msg->speculate == WIRE_SPECULATE_DEFAULT
@@ -55,7 +119,8 @@ void stage_spec_admit(struct stage_core *core, struct stage_req *req,
                                    : (enum wire_speculate)msg->speculate;
     req->spec_k = 0;
     req->spec_oracle = msg->speculate == WIRE_SPECULATE_DEFAULT && core->spec.oracle;
-    if (req->spec_oracle) mode = WIRE_SPECULATE_NGRAM; /* its k: the stage's, fixed */
+    req->spec_model = !req->spec_oracle && mode == WIRE_SPECULATE_DRAFT && core->spec.draft;
+    if (req->spec_oracle || req->spec_model) mode = WIRE_SPECULATE_NGRAM; /* k as for n-gram */
     if (mode == WIRE_SPECULATE_NGRAM)
         req->spec_k = msg->speculate_k > 0 ? msg->speculate_k
                       : core->spec.k > 0   ? core->spec.k
@@ -80,6 +145,52 @@ void stage_spec_after(struct stage_req *req, int accepted) {
     if (req->spec_cur > req->spec_k) req->spec_cur = req->spec_k;
 }
 
+/* Feeds the draft model req's sequence [n] (in req->prompt) from the first position its KV
+ * does not hold right, then k - 1 of its own greedy tokens: k drafts into out. 0 drafts, and
+ * no more for this request, when the draft model fails. */
+static int draft_from_model(struct stage_core *core, struct stage_req *req, int n, int k,
+                            int32_t *out) {
+    struct stage_backend *d = core->spec.draft;
+    const int H = d->cfg->hidden_size;
+    float *hidden = core->spec.draft_hidden;
+    int rc = 0, rows = 1;
+    if (!req->drafting) {
+        if ((rc = stage_backend_kv_acquire(d, &req->draft_slot)) < 0) goto off;
+        req->drafting = 1;
+        req->draft_len = 0;
+    }
+    /* Positions from n - 1 on were fed drafts (or nothing): the last token is fed again. */
+    if (req->draft_len > n - 1) {
+        if ((rc = stage_backend_kv_truncate(d, req->draft_slot, n - 1)) < 0) goto off;
+        req->draft_len = n - 1;
+    }
+    for (int pos = req->draft_len; pos < n && rc == 0; pos += rows) {
+        rows = n - pos < core->spec.draft_rows ? n - pos : core->spec.draft_rows;
+        const struct forward_item item = {.slot = req->draft_slot, .pos = pos, .n_tokens = rows};
+        if ((rc = stage_backend_embed(d, hidden, req->prompt + pos, rows)) == 0 &&
+            (rc = stage_backend_forward(d, hidden, &item, 1)) == 0)
+            req->draft_len = pos + rows;
+    }
+    for (int j = 0; j < k && rc == 0; j++) {
+        if (j > 0) { /* the previous draft, fed */
+            const struct forward_item item = {
+                .slot = req->draft_slot, .pos = req->draft_len, .n_tokens = 1};
+            rows = 1;
+            if ((rc = stage_backend_embed(d, hidden, &out[j - 1], 1)) == 0 &&
+                (rc = stage_backend_forward(d, hidden, &item, 1)) == 0)
+                req->draft_len++;
+        }
+        if (rc == 0)
+            rc = stage_backend_argmax(d, &out[j], hidden + (size_t)(rows - 1) * H, 1,
+                                      core->spec.draft_logits);
+    }
+    if (rc == 0) return k;
+off:
+    stage_spec_drop(core, req);
+    req->spec_k = req->spec_cur = 0;
+    return 0;
+}
+
 int stage_spec_draft(struct stage_core *core, struct stage_req *req) {
     int k = req->spec_cur;
     if (req->spec_wait > 0) { /* backing off after a total miss */
@@ -98,7 +209,8 @@ int stage_spec_draft(struct stage_core *core, struct stage_req *req) {
     const int got = req->spec_oracle
                         ? oracle_draft(core->spec.oracle, req->prompt, P, req->n_generated, k,
                                        core->vocab, req->spec_ids + 1)
-                        : ngram_draft(req->prompt, n, k, req->spec_ids + 1);
+                    : req->spec_model ? draft_from_model(core, req, n, k, req->spec_ids + 1)
+                                      : ngram_draft(req->prompt, n, k, req->spec_ids + 1);
     if (got > 0) {
         core->spec.steps++;
         core->spec.drafted += (uint64_t)got;

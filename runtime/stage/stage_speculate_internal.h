@@ -4,6 +4,7 @@
 #ifndef STRATA_RUNTIME_STAGE_STAGE_SPECULATE_INTERNAL_H
 #define STRATA_RUNTIME_STAGE_STAGE_SPECULATE_INTERNAL_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "wire/message.h"
@@ -16,13 +17,32 @@ struct stage_speculate {
     enum wire_speculate mode;
     int k;
     const struct oracle_draft *oracle; /* benchmarks: drafts from a recorded run instead */
+    /* The draft model (borrowed; NULL: none) and its scratch: hidden rows [rows, H of the
+     * draft model] and logits [rows, V] for its argmax. */
+    struct stage_backend *draft;
+    float *draft_hidden, *draft_logits;
+    int draft_rows;
     /* Stage 0, since start: decode steps sent with drafts, drafts sent, drafts accepted. */
     uint64_t steps, drafted, accepted;
 };
 
 struct stage_core;
+struct stage_core_options;
+struct stage_backend;
 struct stage_req;
 struct stage_item;
+
+/* A draft model fit to draft for the target: the same vocabulary, the whole model, room for
+ * every request at max_seq. 0, or STRATA_EINVAL naming what differs. */
+int stage_spec_check_draft(const struct stage_core_options *opt);
+/* Stage 0: takes the draft model (may be NULL) and allocates its scratch. */
+int stage_spec_init_draft(struct stage_core *core, struct stage_backend *draft);
+void stage_spec_free(struct stage_core *core);
+/* Gives back a request's slot in the draft model (if it holds one). */
+void stage_spec_drop(struct stage_core *core, struct stage_req *req);
+/* Stage 0: whether a Request's speculation can be served here: STRATA_EINVAL (message set)
+ * for draft-model drafts on a stage without a draft model. */
+int stage_spec_check_request(const struct stage_core *core, const struct wire_request *msg);
 
 /* Stage 0: the drafts per step of an admitted request, from its Request and the default. */
 void stage_spec_admit(struct stage_core *core, struct stage_req *req,

@@ -3,7 +3,8 @@
 # out-of-range shard (exit 2) and of weights missing tensors (exit 3, all names listed),
 # an unavailable device, pre-shared-key authentication, q8 weights (refused across a mixed
 # pipeline, split-equal), and KV handoff (--send-kv -> --recv-kv --kv-out -> --kv-restore
-# only into an equal layer range), and --stage-stats' lines.
+# only into an equal layer range), --stage-stats' lines, and a draft model on stage 0
+# (--draft-model: greedy golden ids, sampled tokens as without drafts, its refusals).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -119,4 +120,35 @@ kill "$(pl_pid restore 0)"
 expect_exit 3 "equal layer range" "$PL_STAGE" --model "$tied" --num-stages 4 --stage-idx 0 \
     --next-port 1 --kv-restore "$PL_WORK/kv.block"
 echo "kv handoff: sent, written, restored into [0, 2), refused for [0, 1)"
+
+# A draft model on stage 0 (the golden's own checkpoint drafting for it): the golden ids,
+# and sampled tokens equal to those of the same request without drafts.
+deep8=$(pl_golden qwen3_deep8)
+p8=$(pl_golden_prompt qwen3_deep8)
+expect_exit 2 "--speculate draft needs --draft-model" "$PL_STAGE" --model "$deep8" \
+    --num-stages 1 --speculate draft
+expect_exit 3 "draft model's vocabulary has 640 ids, the model's 512" "$PL_STAGE" \
+    --model "$deep8" --num-stages 1 --draft-model "$(pl_golden qwen3_mha_untied)"
+pl_start_pipeline dr 2 "$deep8" --draft-model "$deep8" --speculate-k 5
+grep -q "speculation: draft model .* drafts by default, up to 5" "$PL_WORK/dr.0.out" ||
+    pl_fail "no draft model in stage 0's summary: $(cat "$PL_WORK/dr.0.out")"
+pl_client dr --prompt "$p8" --max-tokens "$(pl_golden_steps qwen3_deep8)" >"$PL_WORK/dr.greedy" ||
+    pl_fail "draft run failed: $(cat "$PL_WORK/dr.greedy")"
+[ "$(pl_tokens_of "$PL_WORK/dr.greedy" 0)" = "$(pl_golden_generated qwen3_deep8)" ] ||
+    pl_fail "draft-model tokens differ from the golden"
+sampled=(--prompt "$p8" --max-tokens 40 --temperature 0.8 --seed 4)
+pl_client dr "${sampled[@]}" >"$PL_WORK/dr.sampled" || pl_fail "sampled draft run failed"
+pl_client dr "${sampled[@]}" --speculate off >"$PL_WORK/dr.plain" || pl_fail "sampled run failed"
+[ "$(pl_tokens_of "$PL_WORK/dr.sampled" 0)" = "$(pl_tokens_of "$PL_WORK/dr.plain" 0)" ] ||
+    pl_fail "sampled tokens with draft-model drafts differ from those without"
+grep -Eq "finished .*[1-9][0-9]* of [0-9]+ draft tokens accepted" "$PL_WORK/dr.0.log" ||
+    pl_fail "no draft accepted: $(grep finished "$PL_WORK/dr.0.log")"
+pl_stop_pipeline dr 2
+pl_start_pipeline nd 1 "$deep8"
+pl_client nd --prompt "$p8" --max-tokens 4 --speculate draft >"$PL_WORK/nd.client" 2>&1 &&
+    pl_fail "a draft request to a stage without a draft model succeeded"
+grep -q "this pipeline has none" "$PL_WORK/nd.client" ||
+    pl_fail "no clear refusal: $(cat "$PL_WORK/nd.client")"
+pl_stop_pipeline nd 1
+echo "draft model: golden ids, sampled as without drafts ($(grep -m1 -o '[0-9]* of [0-9]* draft tokens accepted' "$PL_WORK/dr.0.log")), refusals clear"
 echo "PASS"

@@ -40,7 +40,7 @@ case " $* " in *" --warm "*)
 esac
 # --speculate: every run but the baseline says how many drafts it sent and how many the last
 # stage accepted; each must have accepted some and rejected some (whose rows were dropped).
-case " $* " in *" --speculate ngram "*)
+case " $* " in *" --speculate ngram "* | *" --speculate draft "*)
     runs=$(printf '%s\n' "$out" | grep -Ec '^[0-9]+(-[0-9]+)?(\|[0-9]+-[0-9]+)* +[0-9]+ ')
     spec=$(printf '%s\n' "$out" | awk '/^    speculation: [0-9]+ decode steps carried/ {
         d = $6; a = $8; if (a > 0 && d > a) n++ } END { print n + 0 }')
