@@ -75,6 +75,7 @@ struct stage_req {
      * may start at any of its positions after the first, and the rows from there on (the
      * rejected drafts') are dropped. 0 rows: nothing to drop. */
     int spec_k, spec_cur, spec_wait; /* stage 0: most drafts, drafts now, steps to skip */
+    int spec_backoff;                /* stage 0: the next skip after a total miss */
     int spec_drafted, spec_accepted; /* stage 0: this request's drafts so far, accepted */
     int spec_oracle;                 /* stage 0: its drafts come from core->spec.oracle */
     /* Stage 0 with a draft model: the request's slot there (while drafting is set) and the
