@@ -21,7 +21,7 @@ int cuda_argmax(int32_t *out, const float *x, int n, void *stream);
 int cuda_argmax_rows(int32_t *out, const float *x, int n_rows, int n, void *stream);
 
 /* Twin of reference/sampler.h argmax_part, per row (the vocab-parallel greedy argmax of a TP
- * head, issue 16): pairs [n_rows][2] <- each row of x [n_rows, n] (the ids [start, start + n)
+ * head): pairs [n_rows][2] <- each row of x [n_rows, n] (the ids [start, start + n)
  * of a vocabulary split in id order) reduced to its candidate, (value, global index) with
  * the index as a float (exact below 2^24: the caller checks the vocabulary). start == 0:
  * cuda_argmax's pick and its value (NaN when x[0] is); start > 0: the first largest non-NaN

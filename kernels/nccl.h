@@ -1,4 +1,4 @@
-/* NCCL inside a host, seen from plain C (issue 16: the CUDA backend's TP / KVP collectives on
+/* NCCL inside a host, seen from plain C (the CUDA backend's TP / KVP collectives on
  * device buffers), and the device twin of reference/ops.h's ops_tree_sum. No CUDA or NCCL
  * types: a communicator is an opaque struct, a stream a void * (cudaStream_t), an id
  * CUDA_NCCL_ID_BYTES bytes (an ncclUniqueId) that the caller moves between ranks itself

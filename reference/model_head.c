@@ -1,6 +1,6 @@
 /* Greedy ids straight from the LM head (reference_logits_argmax, model.h): the vocab-parallel
- * argmax of issue 16. Under TP the logits are never assembled: each rank reduces its own
- * vocabulary rows to one candidate per row (the largest value, its lowest id) and only those
+ * argmax tensor parallelism uses. Under TP the logits are never assembled: each rank reduces its
+ * own vocabulary rows to one candidate per row (the largest value, its lowest id) and only those
  * pairs are all-gathered, 2 floats per row and rank instead of V / T; the winner is chosen
  * by reference/sampler.h's argmax_merge, which gives exactly argmax() of the whole row (the
  * sampler's greedy rule, ties to the lowest id). Each logit is the same whole dot product as

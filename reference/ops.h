@@ -17,7 +17,7 @@
  * pipeline (no instruction-set check is needed in the Hello). A faster path that changed the
  * bits (e.g. vdpbf16ps, which rounds activations to bf16) would need one.
  *
- * Split-invariant sums (tensor and KV parallelism, issue 16): a sum that TP or KVP cuts into
+ * Split-invariant sums (tensor and KV parallelism): a sum that TP or KVP cuts into
  * per-rank parts is defined as a fixed tree whose subtrees are exactly the ranks' parts, so
  * computing it on one rank or on 2, 4, 8 gives the same bits:
  *   - matmul_split (the row-parallel o_proj / down / expert down): each dot product is

@@ -1,4 +1,4 @@
-/* strata-bench-kvp (`./strata bench kvp`, issue 16): decode latency per token of one
+/* strata-bench-kvp (`./strata bench kvp`): decode latency per token of one
  * request at long contexts with KV parallelism (Medha) degree 1, 2 and 4, on the
  * Qwen3-0.6B-shaped random checkpoint. A benchmark, not a test: nothing is asserted.
  *

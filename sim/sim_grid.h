@@ -1,4 +1,4 @@
-/* Tensor and KV parallelism in the simulator (issue 16): the follower ranks of one
+/* Tensor and KV parallelism in the simulator: the follower ranks of one
  * simulated stage, each on its own thread, running the same leader / follower code as
  * strata-stage's processes (runtime/stage/stage_tp.h) over a real collective group (shared
  * memory, or the TCP ring, inside this process). The stage's own thread is the leader: its

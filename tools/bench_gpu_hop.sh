@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `./strata bench gpu`'s pipeline part (issue 17): what a stage boundary costs on one GPU.
+# `./strata bench gpu`'s pipeline part: what a stage boundary costs on one GPU.
 # Decode tokens/s of the Qwen3-0.6B-shaped random bf16 checkpoint on one strata-stage process
 # against the same model split into 2 stages (two strata-stage processes on loopback, both on
 # the same --device), and the hop's cost per decoded token: the 2-stage per-token time minus

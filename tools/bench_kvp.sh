@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `./strata bench kvp` (issue 16): decode latency per token at 2k, 8k and 32k context with KV
+# `./strata bench kvp`: decode latency per token at 2k, 8k and 32k context with KV
 # parallelism 1, 2 and 4 on the Qwen3-0.6B-shaped random bf16 checkpoint (the one `./strata
 # bench tp` and `peers` use, in $PEERS_DIR, default ~/.cache/strata/peers-model), every KVP
 # rank a process with one thread (runtime/bench_kvp.c; its opening comment says how the context is

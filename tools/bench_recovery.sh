@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Recovery benchmark (not a test; issue 15): how long a pipeline request stalls when a stage
+# Recovery benchmark (not a test): how long a pipeline request stalls when a stage
 # dies mid-request. For 2 and 4 stages, two requests are in flight when stage 1 is killed
 # (SIGKILL); the stage comes back either
 #   - restart: the same command started again at once (what systemd Restart=always or a pod

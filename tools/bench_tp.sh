@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `./strata bench tp` (issue 16): decode tokens/s of the Qwen3-0.6B-shaped random bf16
+# `./strata bench tp`: decode tokens/s of the Qwen3-0.6B-shaped random bf16
 # checkpoint at tensor-parallel degree 1 and 2, one thread per rank, every rank a real
 # strata-stage process, with the all-reduce count and time per decoded token. A benchmark,
 # not a test: nothing is asserted beyond the runs succeeding.

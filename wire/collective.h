@@ -1,4 +1,4 @@
-/* Collectives among the ranks of one TP or KVP group (issue 16): all-reduce (sum, fp32),
+/* Collectives among the ranks of one TP or KVP group: all-reduce (sum, fp32),
  * all-gather and broadcast, over the framed TCP transport (TLS and the Hello handshake
  * included) or over POSIX shared memory when the ranks share a host.
  *
@@ -114,8 +114,8 @@ int coll_allgather(struct coll *c, float *out, const float *in, size_t n);
 /* data[n] <- root's data[n] on every rank. */
 int coll_broadcast(struct coll *c, float *data, size_t n, int root);
 
-/* What this rank's operations have cost so far (benchmarks and the stage's log: issue 16
- * asks for the all-reduce time per token): per kind, the calls made, the floats they
+/* What this rank's operations have cost so far (benchmarks and the stage's log
+ * ask for the all-reduce time per token): per kind, the calls made, the floats they
  * carried (n of each call) and the wall time spent inside them, which is the transfer plus
  * the wait for the slowest rank to arrive. Zero-length and size-1 calls are not counted. */
 struct coll_op_stats {

@@ -24,7 +24,7 @@
  * N = kvp_tokens (seed 004's max_num_tokens_per_kvp_group); the groups together must hold
  * max_seq tokens and each must hold at least one.
  *
- * No bit changes (issue 16): the sums TP and KVP cut into per-rank parts are fixed trees on
+ * No bit changes: the sums TP and KVP cut into per-rank parts are fixed trees on
  * one rank too (reference/ops.h), and a rank's part must be one subtree of them:
  *   - TP degrees are powers of two dividing GRID_SPLIT_LEAVES (the leaves of every
  *     row-parallel dot product: o_proj, down, expert down; under --moe expert the experts

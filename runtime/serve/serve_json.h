@@ -32,7 +32,7 @@ char *serve_json_answer(const struct serve_reply_info *info, const char *text, c
 
 /* One streamed chunk: chat.completion.chunk with delta {role?, content?} or text_completion
  * with text. finish NULL while more follow. usage with finish: the final chunk, which always
- * carries the answer's usage (issue 13: "usage numbers in the final chunk"); usage without
+ * carries the answer's usage ("usage numbers in the final chunk"); usage without
  * finish: the usage-only chunk (choices empty) OpenAI sends last when
  * stream_options.include_usage is set. */
 char *serve_json_chunk(const struct serve_reply_info *info, int with_role, const char *text,

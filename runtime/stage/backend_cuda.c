@@ -34,8 +34,8 @@
  *     place at each step (new positions are new kernel arguments, the KV rows' offsets are
  *     data sent with the rows, a slot's block table is read where it always is),
  *     re-instantiated only when its topology changes. The first step of each b runs
- *     eagerly. MoE layers are captured like the rest (their launch shapes depend only on b;
- *     issue 17). Off with STRATA_CUDA_GRAPHS=0. Never run on a
+ *     eagerly. MoE layers are captured like the rest (their launch shapes depend only on b).
+ *     Off with STRATA_CUDA_GRAPHS=0. Never run on a
  *     GPU: only the host emulation (tests/backend_ops/cuda_emulated.c) has checked it.
  *
  * The row-parallel projections (o_proj, down, expert down) run as cuda_matmul_split with

@@ -1,4 +1,4 @@
-/* Tensor and KV parallelism on the CUDA backend (issue 16; design in backend_cuda.c and
+/* Tensor and KV parallelism on the CUDA backend (design in backend_cuda.c and
  * README.md "Tensor and KV parallelism inside a stage"): the CPU backend's scheme
  * (reference/model.c) on device buffers, its collectives over NCCL sub-groups of the
  * stage's group (nccl_group.h, which keeps tp_reduce's order).

@@ -1,4 +1,4 @@
-/* The CUDA backend's TP / KVP collectives on device buffers (issue 16: "on the CUDA backend,
+/* The CUDA backend's TP / KVP collectives on device buffers ("on the CUDA backend,
  * NCCL inside a host"): one NCCL communicator per sub-group of the stage's group
  * (wire/collective.h; stage_tp.h's grid order, group rank = kvp_rank * tp + tp_rank), set up
  * through that group, with the CPU backend's reduction order.

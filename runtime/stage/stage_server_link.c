@@ -22,7 +22,8 @@
 #define HANDSHAKE_TIMEOUT_MS 3000
 #define CONNECT_TIMEOUT_MS 1000
 #define BACKOFF_MIN_MS 50
-#define BACKOFF_MAX_MS 500 /* a restarted neighbour is found within 0.5 s (issue 15: 1 s) */
+#define BACKOFF_MAX_MS                                                                             \
+    500 /* a restarted neighbour is found within 0.5 s (the recovery goal: 1 s) */
 #define CLIENT_MAX_FRAME ((size_t)64 << 20) /* a request: prompt ids + parameters */
 
 static void hand_over(struct server *s, struct wire_conn *conn, const struct wire_hello *peer,

@@ -1,4 +1,4 @@
-/* Tensor and KV parallelism inside a stage (issue 16; Megatron-LM, Medha): the ranks of one
+/* Tensor and KV parallelism inside a stage (Megatron-LM, Medha): the ranks of one
  * pipeline stage, each its own process, joined by one collective group (wire/collective.h)
  * of tp x kvp ranks in grid order (group rank = kvp_rank * tp + tp_rank). A TP rank holds
  * its slice of the stage's layers (runtime/model/tp_shard.h); a KVP rank holds its token

@@ -28,7 +28,7 @@
  *     (its block table out of order) bit for bit as its solo run.
  * A CUDA backend runs decode steps as CUDA graphs unless STRATA_CUDA_GRAPHS=0 (a second
  * argument --no-graphs sets it): with graphs on, every case must have launched some (its
- * backends' describe lines count them; MoE cases included, issue 17: a role that fell back
+ * backends' describe lines count them; MoE cases included: a role that fell back
  * to eager steps fails), with them off none.
  * `--bitwise-cpu` (the emulated CUDA targets, whose kernels are the reference ops) also
  * requires the device's logits to equal the CPU backend's bit for bit: the backend's own
@@ -44,7 +44,7 @@
  * K KVP ranks, each rank a thread with its own backend (rank r on device "cuda:r" for a CUDA
  * device, NCCL taking one rank per device) in one wire group (wire/collective over shared
  * memory), and checks that every rank's logits and greedy ids equal one rank's on the same
- * device bit for bit (issue 16: TP and KVP change no bit; the greedy ids under TP from the
+ * device bit for bit (TP and KVP change no bit; the greedy ids under TP from the
  * vocab-parallel argmax), and on a CUDA device that every rank launched as many decode graphs
  * as the one rank (its collectives captured in them; none with --no-graphs), each graph
  * instantiated once; MoE layers split by whole experts (--moe expert). A degree a case's

@@ -1,4 +1,4 @@
-"""Reads the deployment files of deploy/ for tests/deploy/manifests_test.sh (issue 15).
+"""Reads the deployment files of deploy/ for tests/deploy/manifests_test.sh.
 
   manifest_tool.py k8s-check YAML             structural checks of the StatefulSet manifest
   manifest_tool.py k8s-pod YAML OUTDIR        writes the stage container's script, env and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "deployment with existing tools": the Kubernetes StatefulSet and the
+# Integration, deployment with existing tools: the Kubernetes StatefulSet and the
 # systemd unit of deploy/ checked as far as this machine allows (no cluster, no systemd
 # manager), then each one's stage command run for real as a 4-stage ring across 4 hosts
 # (network namespaces, tests/pipeline/netns_lib.sh) with TLS certificates:

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# A throwaway Slurm cluster for the deployment tests (issue 15): munged with a fresh key,
+# A throwaway Slurm cluster for the deployment tests: munged with a fresh key,
 # slurmctld and one slurmd per node, every state file, socket and log in one temporary
 # directory, so nothing touches a Slurm or munge already on the machine. The configuration is
 # the smallest that runs jobs as root without cgroups: proctrack/linuxproc, task/none, no

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "deployment with existing tools": deploy/slurm/strata.sbatch on a
+# Integration, deployment with existing tools: deploy/slurm/strata.sbatch on a
 # 4-node Slurm cluster whose nodes are hosts of their own: one slurmd per network namespace
 # (tests/pipeline/netns_lib.sh, NodeAddr 10.77.0.10-13), slurmctld on the fifth (10.77.0.100),
 # one munged for the machine (tests/deploy/slurm_lib.sh). Two jobs, each a one-shot 4-stage

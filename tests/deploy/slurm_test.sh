@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "deployment with existing tools": deploy/slurm/strata.sbatch runs a
+# Integration, deployment with existing tools: deploy/slurm/strata.sbatch runs a
 # 4-task pipeline (one strata-stage per Slurm task, TLS 1.3 PSK links) on a single-node Slurm
 # that the test starts itself (tests/deploy/slurm_lib.sh: munged, slurmctld, slurmd with one
 # node declaring 4 CPUs, all in a temporary directory, random free ports). The job's one-shot
 # client must print the golden tokens, and the last stage's --out (tokens + logits) must be
 # byte-identical to a single-stage run's. Skipped with the reason where it cannot run: not
 # root, no Slurm/munge binaries, or daemons that do not come up within 20 s.
-# Then the grid (issue 16): an 8-task job with --tp 2 --kvp 2 --kvp-tokens 32 (PP 2 x TP 2 x
+# Then the grid: an 8-task job with --tp 2 --kvp 2 --kvp-tokens 32 (PP 2 x TP 2 x
 # KVP 2, one task per rank, the 48-token sequence spanning both KVP ranks): golden tokens,
 # every task in its place (stage, TP rank, KVP rank, group port), only the two leaders on
 # the ring.

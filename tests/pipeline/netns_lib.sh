@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shell helpers for the multi-host tests (issue 15, "tests across hosts"): every stage runs in
+# Shell helpers for the multi-host tests ("tests across hosts"): every stage runs in
 # its own Linux network namespace, a "host" with one interface, and the hosts meet on a
 # bridge in a "switch" namespace, as machines on one Ethernet segment would:
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "tests across hosts": in a 4-stage pipeline across 4 hosts (network
+# Integration, tests across hosts: in a 4-stage pipeline across 4 hosts (network
 # namespaces, see netns_lib.sh), host 2's link goes down (`ip link set eth0 down` on that
 # host: both of stage 2's links are cut) for 2 s in the middle of a request, shorter than the
 # stages' dead-peer timeout (--peer-timeout-ms, default 10 s). When it comes back the same TCP

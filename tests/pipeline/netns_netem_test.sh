@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "tests across hosts": the 4-host pipeline of netns_pipeline_test.sh
+# Integration, tests across hosts: the 4-host pipeline of netns_pipeline_test.sh
 # with every link impaired by 2 ms +- 0.5 ms delay (uniform jitter) and 1% loss still gives
 # the golden tokens for 8 concurrent copies of a golden prompt, 4 rounds, and the last
 # stage's --out (tokens + logits) is byte-identical to the unimpaired 4-host run's and to one

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "tests across hosts": a 4-stage pipeline across 4 hosts (network
+# Integration, tests across hosts: a 4-stage pipeline across 4 hosts (network
 # namespaces on a bridge, see netns_lib.sh), the client on a fifth, gives each golden case's
 # tokens, and its --out file (tokens + every step's logits) is byte-identical to a
 # single-stage run's on loopback. Every link runs TLS 1.3 with this run's key. Skipped with

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "recovery with identical tokens", across hosts: stage 2 of a 4-stage
+# Integration, recovery with identical tokens, across hosts: stage 2 of a 4-stage
 # pipeline on 4 hosts (network namespaces, netns_lib.sh) is killed (SIGKILL) mid-request and
 # started again on the same host, as its supervisor (systemd Restart=always, a Kubernetes
 # pod restart) would. The in-flight request must complete with the golden tokens, and the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "restore from the last KV handoff instead of recomputing": with
+# Integration, restore from the last KV handoff instead of recomputing: with
 # --send-kv on every stage, stage 0 keeps each later stage's KV block per request, and when a
 # stage is killed mid-request and comes back, the replay restores every stage's KV from those
 # copies and recomputes only the rows after them (runtime/stage/stage_recovery_kv.c). Tokens

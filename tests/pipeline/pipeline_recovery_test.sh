@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration, issue 15 "recovery with identical tokens": a stage killed (SIGKILL) mid-request
+# Integration, recovery with identical tokens: a stage killed (SIGKILL) mid-request
 # and started again (as its supervisor would); every request in flight completes with the
 # tokens of an undisturbed run, and the last stage's --out (tokens + every logit) is
 # byte-identical to one stage's. Stage 0 holds the requests and replays each one as a

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Integration (issue 16): tensor and KV parallelism in real strata-stage processes on
+# Integration: tensor and KV parallelism in real strata-stage processes on
 # loopback.
 #   - PP 2 x TP 2 (4 processes) gives the golden ids on a dense and an MoE golden (both MoE
 #     modes); the --out files (tokens + every step's logits) of two identical runs are

@@ -1,4 +1,4 @@
-/* tun_link: a packet-level link emulator for the multi-host tests (issue 15, "tests across
+/* tun_link: a packet-level link emulator for the multi-host tests ("tests across
  * hosts") on kernels without the netem qdisc. It stands in for `tc qdisc ... netem delay D J
  * loss P` without any qdisc: one TUN device per host network namespace, a userspace switch
  * between them.

@@ -1,4 +1,4 @@
-/* Tensor and KV parallelism in the reference decoder (issue 16): every golden case at every
+/* Tensor and KV parallelism in the reference decoder: every golden case at every
  * TP degree its shapes allow (2 and 4; both MoE modes), at KVP 2 and 4, and TP 2 x KVP 2,
  * each rank a thread loading only its slice (TP) or holding only its token range of the KV
  * cache (KVP), the ranks joined by in-process collectives with the same rank-order sum as

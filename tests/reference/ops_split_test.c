@@ -1,4 +1,4 @@
-/* The split-invariant sums of reference/ops.h (issue 16, "TP and KVP change no bit"):
+/* The split-invariant sums of reference/ops.h ("TP and KVP change no bit"):
  *   - matmul_split: the columns cut into T rank slices (T = 2, 4, 8), each rank's partial
  *     computed with OPS_SPLIT_LEAVES / T leaves and the partials added by ops_tree_sum, equal
  *     the whole product bit for bit; on every matmul path the CPU has (portable, AVX2,

@@ -1,4 +1,4 @@
-/* The vocab-parallel greedy shortcut (reference_logits_argmax, issue 16): on every text golden
+/* The vocab-parallel greedy shortcut (reference_logits_argmax): on every text golden
  * at TP 1, 2 and 4 (where the shapes allow), each rank a thread holding its slice, a greedy
  * decode that feeds back the shortcut's own ids gives at every step, on every rank, exactly
  * argmax() of the all-gathered logits (reference_logits) of the same rows, and the golden's

@@ -65,7 +65,7 @@ static void chunks_and_sse(void **state) {
     snprintf(want, sizeof want, "%s[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}",
              head);
     check(serve_json_chunk(&CHAT, 0, NULL, "length", NULL), want);
-    /* The final chunk carries the usage next to its finish_reason (issue 13). */
+    /* The final chunk carries the usage next to its finish_reason. */
     snprintf(want, sizeof want,
              "%s[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{"
              "\"prompt_tokens\":2,\"completion_tokens\":1,\"total_tokens\":3,\"prompt_tokens_"

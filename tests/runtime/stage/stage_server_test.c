@@ -5,7 +5,7 @@
  * connection, while other clients keep being served. The same server on TLS 1.3 with a
  * pre-shared key serves a TLS client the golden tokens and refuses a plaintext client and a
  * client with another key.
- * Issue 15's attacks, in process: hundreds of idle or trickling connections, a client
+ * The accept path's attacks, in process: hundreds of idle or trickling connections, a client
  * stalled mid-frame and a 1 GiB announcement before the Hello do not delay a real client;
  * control frames from a client get an immediate Error; wrong-key handshakes from one
  * address are cut off after a burst while other addresses are served; SIGTERM (the stop
@@ -294,9 +294,9 @@ static int64_t timed_request(uint64_t nonce) {
     return cli_now_ms() - start;
 }
 
-/* Before issue 15 two idle connections made every client time out (one acceptor thread
- * handshaking serially, 3 s each). Now 300 idle and 100 trickling ones (from this address
- * and from 127.0.0.2) leave a real client's request in the milliseconds. */
+/* Before the accept path had its own limits, two idle connections made every client time out (one
+ * acceptor thread handshaking serially, 3 s each). Now 300 idle and 100 trickling ones (from this
+ * address and from 127.0.0.2) leave a real client's request in the milliseconds. */
 static void test_idle_connections_do_not_delay_clients(void **state) {
     enum { IDLE = 300, TRICKLE = 100 };
     int fds[IDLE + TRICKLE];

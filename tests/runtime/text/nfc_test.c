@@ -1,8 +1,8 @@
 /* HF tokenizers' NFC (runtime/text/nfc.h) against HF itself: testdata/nfc_hf.jsonl holds
  * normalizers.NFC().normalize_str of every probe (tools/golden/nfc_table.py) of the code
- * points issue 13 names (U+07FD, U+1DF9, U+0D3B, U+08D3, U+10F46, U+0EBA, U+16FF0, U+1DFA,
- * which HF treats as class 0, and U+0323, U+1AB5, which it reorders like utf8proc) and of both
- * ends of every range of the table. */
+ * points that trip other normalisers (U+07FD, U+1DF9, U+0D3B, U+08D3, U+10F46, U+0EBA, U+16FF0,
+ * U+1DFA, which HF treats as class 0, and U+0323, U+1AB5, which it reorders like utf8proc) and of
+ * both ends of every range of the table. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
