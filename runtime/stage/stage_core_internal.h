@@ -217,6 +217,17 @@ int stage_has_free_slot(const struct stage_core *core);
  * the pool's blocks for its reservation). */
 int stage_can_start(struct stage_core *core, int64_t need);
 struct stage_req *stage_find(struct stage_core *core, uint64_t nonce);
+/* Queues one unit of work: stage 0 passes token ids (`tokens` or the single `token`), other
+ * stages the received hidden rows (decoded into the item's reused buffer). */
+int stage_enqueue(struct stage_core *core, uint64_t nonce, uint64_t step, int pos, int n_tokens,
+                  const int32_t *tokens, int32_t token, const struct wire_tensor *hidden);
+/* 1 when `nonce` ended here lately (its late frames are dropped quietly). */
+int stage_recently_ended(const struct stage_core *core, uint64_t nonce);
+
+/* stage_core_decode.c: a running request's frames (0, or a negative status for a frame
+ * that is unusable as stage_core_on_frame says). */
+int stage_on_activation(struct stage_core *core, const struct wire_activation *msg);
+int stage_on_token_result(struct stage_core *core, const struct wire_token_result *msg);
 /* Stage 0: n >= 1 tokens for `req` from `step` on (from the ring, or local when S = 1): one,
  * or after a step with drafts the accepted drafts' tokens and the one after them. */
 void stage_on_tokens(struct stage_core *core, struct stage_req *req, uint64_t step,
