@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reference/kv_blocks.h"
 #include "runtime/base/status.h"
 #include "runtime/stage/stage_core_internal.h"
 #include "wire/codec.h"
