@@ -106,11 +106,20 @@ static const struct fb_field_desc kv_fields[] = {
 };
 static const struct fb_table_desc kv_desc = {"KvBlock", 10, kv_fields};
 
-enum { TOKEN_NONCE, TOKEN_STEP, TOKEN_TOKENS, TOKEN_LOGPROBS, TOKEN_FINISH, TOKEN_CACHED_TOKENS };
-static const struct fb_field_desc token_fields[] = {
-    SCALAR(8), SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), SCALAR(1), SCALAR(4),
+enum {
+    TOKEN_NONCE,
+    TOKEN_STEP,
+    TOKEN_TOKENS,
+    TOKEN_LOGPROBS,
+    TOKEN_FINISH,
+    TOKEN_CACHED_TOKENS,
+    TOKEN_ACCEPTED,
+    TOKEN_REJECTED
 };
-static const struct fb_table_desc token_desc = {"TokenResult", 6, token_fields};
+static const struct fb_field_desc token_fields[] = {
+    SCALAR(8), SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), SCALAR(1), SCALAR(4), SCALAR(4), SCALAR(4),
+};
+static const struct fb_table_desc token_desc = {"TokenResult", 8, token_fields};
 
 enum { ERROR_CODE, ERROR_MESSAGE, ERROR_NONCE };
 static const struct fb_field_desc error_fields[] = {SCALAR(4), STRING, SCALAR(8)};
@@ -351,6 +360,8 @@ int wire_build_token_result(struct wire_arena *a, const struct wire_token_result
     fb_add_offset(a, TOKEN_TOKENS, tokens);
     fb_add_offset(a, TOKEN_LOGPROBS, logprobs);
     fb_add_u32(a, TOKEN_CACHED_TOKENS, (uint32_t)m->cached_tokens, 0);
+    fb_add_u32(a, TOKEN_ACCEPTED, (uint32_t)m->accepted_tokens, 0);
+    fb_add_u32(a, TOKEN_REJECTED, (uint32_t)m->rejected_tokens, 0);
     fb_add_u8(a, TOKEN_FINISH, (uint8_t)m->finish, 0);
     return wmsg_finish_frame(a, WIRE_KIND_TOKEN_RESULT, fb_table_end(a));
 }
@@ -525,9 +536,14 @@ static int parse_token_result(struct wire_token_result *out, const struct fb_tab
     out->logprobs = (const float *)fb_get_vector(t, TOKEN_LOGPROBS, &out->num_logprobs);
     out->finish = (enum wire_finish)fb_get_scalar(t, TOKEN_FINISH, 1, 0);
     out->cached_tokens = wmsg_get_i32(t, TOKEN_CACHED_TOKENS, 0);
-    if (out->cached_tokens < 0)
-        return strata_set_error(STRATA_EFORMAT, "wire: TokenResult.cached_tokens %d",
-                                (int)out->cached_tokens);
+    out->accepted_tokens = wmsg_get_i32(t, TOKEN_ACCEPTED, 0);
+    out->rejected_tokens = wmsg_get_i32(t, TOKEN_REJECTED, 0);
+    if (out->cached_tokens < 0 || out->accepted_tokens < 0 || out->rejected_tokens < 0)
+        return strata_set_error(STRATA_EFORMAT,
+                                "wire: TokenResult.cached_tokens %d, accepted_tokens %d, "
+                                "rejected_tokens %d (counts are >= 0)",
+                                (int)out->cached_tokens, (int)out->accepted_tokens,
+                                (int)out->rejected_tokens);
     if (out->finish > WIRE_FINISH_ERROR)
         return strata_set_error(STRATA_EVERSION, "wire: TokenResult.finish %d unknown",
                                 (int)out->finish);

@@ -200,6 +200,8 @@ struct wire_token_result {
     size_t num_logprobs;
     enum wire_finish finish;
     int32_t cached_tokens; /* stage 0 -> client: prompt positions reused from the KV cache */
+    /* stage 0 -> client: the request's drafts so far, accepted and rejected (>= 0). */
+    int32_t accepted_tokens, rejected_tokens;
 };
 
 /* A failed request (nonce != 0), or, with nonce 0, the connection itself: the sender

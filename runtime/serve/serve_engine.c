@@ -81,6 +81,8 @@ static void apply_event(struct serve_engine *e, const struct request_event *ev) 
     }
     j->tokens[j->n_tokens++] = ev->token;
     j->cached_tokens = ev->cached_tokens;
+    j->accepted_tokens = ev->accepted_tokens;
+    j->rejected_tokens = ev->rejected_tokens;
     if (ev->finish != WIRE_FINISH_NONE) {
         j->done = 1;
         j->finish = ev->finish;

@@ -17,10 +17,11 @@ struct serve_job {
     uint64_t nonce;
     int32_t *tokens;
     int cap, n_tokens;
-    int done;                /* a token with finish set, or an error, arrived */
-    enum wire_finish finish; /* when done without error */
-    int error_code;          /* STRATA_E* when the request failed */
-    int cached_tokens;       /* prompt tokens stage 0 took from its KV cache */
+    int done;                             /* a token with finish set, or an error, arrived */
+    enum wire_finish finish;              /* when done without error */
+    int error_code;                       /* STRATA_E* when the request failed */
+    int cached_tokens;                    /* prompt tokens stage 0 took from its KV cache */
+    int accepted_tokens, rejected_tokens; /* its draft tokens (speculation), so far */
     char error[640];
     int registered; /* in the engine's list */
     pthread_cond_t cond;

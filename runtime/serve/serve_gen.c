@@ -243,7 +243,8 @@ int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
 }
 
 struct serve_usage serve_gen_usage(const struct serve_gen *g) {
-    return (struct serve_usage){g->prompt_tokens, g->seen, g->job.cached_tokens};
+    return (struct serve_usage){g->prompt_tokens, g->seen, g->job.cached_tokens,
+                                g->job.accepted_tokens, g->job.rejected_tokens};
 }
 
 void serve_gen_free(struct serve_gen *g) {

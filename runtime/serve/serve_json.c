@@ -33,7 +33,12 @@ static cJSON *usage_object(const struct serve_usage *u) {
         cJSON_AddNumberToObject(o, "completion_tokens", u->completion_tokens) &&
         cJSON_AddNumberToObject(o, "total_tokens", u->prompt_tokens + u->completion_tokens) &&
         (details = cJSON_AddObjectToObject(o, "prompt_tokens_details")) &&
-        cJSON_AddNumberToObject(details, "cached_tokens", u->cached_tokens))
+        cJSON_AddNumberToObject(details, "cached_tokens", u->cached_tokens) &&
+        (details = cJSON_AddObjectToObject(o, "completion_tokens_details")) &&
+        cJSON_AddNumberToObject(details, "accepted_prediction_tokens",
+                                u->accepted_prediction_tokens) &&
+        cJSON_AddNumberToObject(details, "rejected_prediction_tokens",
+                                u->rejected_prediction_tokens))
         return o;
     cJSON_Delete(o);
     return NULL;

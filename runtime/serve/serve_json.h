@@ -20,6 +20,9 @@ struct serve_reply_info {
 struct serve_usage {
     int prompt_tokens, completion_tokens;
     int cached_tokens; /* of prompt_tokens, taken from the KV cache (prompt_tokens_details) */
+    /* completion_tokens_details, as OpenAI names predicted tokens: draft tokens the model
+     * accepted (each one of completion_tokens) and rejected (computed, not returned). */
+    int accepted_prediction_tokens, rejected_prediction_tokens;
 };
 
 /* {"error":{"message","type","param","code"}} (empty param / code are null). */

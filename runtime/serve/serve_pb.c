@@ -205,6 +205,8 @@ int serve_pb_pack_chunk(const struct serve_pb_chunk *c, uint8_t **out, size_t *l
         usage.prompt_tokens = (uint32_t)c->usage->prompt_tokens;
         usage.completion_tokens = (uint32_t)c->usage->completion_tokens;
         usage.cached_tokens = (uint32_t)c->usage->cached_tokens;
+        usage.accepted_prediction_tokens = (uint32_t)c->usage->accepted_prediction_tokens;
+        usage.rejected_prediction_tokens = (uint32_t)c->usage->rejected_prediction_tokens;
         m.usage = &usage;
     }
     int rc = pack(&m.base, out, len);

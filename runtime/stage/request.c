@@ -152,6 +152,8 @@ int request_event_decode(struct request_event *ev, const uint8_t *frame, size_t 
         ev->token = msg.tokens[0];
         ev->finish = msg.finish;
         ev->cached_tokens = msg.cached_tokens;
+        ev->accepted_tokens = msg.accepted_tokens;
+        ev->rejected_tokens = msg.rejected_tokens;
         return 0;
     }
     if (kind == WIRE_KIND_ERROR) {

@@ -108,11 +108,14 @@ static int take_token(struct stage_core *core, struct stage_req *req, uint64_t s
         if (token == req->params.stop_ids[i]) finish = WIRE_FINISH_STOP;
     if (finish == WIRE_FINISH_NONE && req->n_generated >= req->params.max_tokens)
         finish = WIRE_FINISH_LENGTH;
+    const struct stage_token_counts counts = {.cached = req->cached_blocks * KV_BLOCK,
+                                              .accepted = req->spec_accepted,
+                                              .rejected = req->spec_drafted - req->spec_accepted};
     stage_emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish,
-                     req->cached_blocks * KV_BLOCK);
+                     &counts);
     if (finish == WIRE_FINISH_NONE) return 0;
     if (core->opt.num_stages > 1)
-        stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish, 0);
+        stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish, NULL);
     stage_release(core, req, finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH,
                   0, NULL);
     return 1;
@@ -174,7 +177,7 @@ int stage_on_token_result(struct stage_core *core, const struct wire_token_resul
     if (msg->finish == WIRE_FINISH_STOP || msg->finish == WIRE_FINISH_LENGTH) {
         if (!core->is_last)
             stage_emit_token(core, STAGE_LINK_NEXT, 0, msg->nonce, msg->step, msg->tokens[0],
-                             msg->finish, 0);
+                             msg->finish, NULL);
         stage_release(core, req,
                       msg->finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
                       NULL);

@@ -241,9 +241,14 @@ int stage_prefill_chunk(const struct stage_core *core, int rows);
 int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t client_id);
 void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
                       uint64_t nonce, const char *message);
+/* What stage 0 tells a client with each token: prompt positions from the KV cache, and the
+ * request's draft tokens so far, accepted and rejected. */
+struct stage_token_counts {
+    int cached, accepted, rejected;
+};
 void stage_emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
                       uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish,
-                      int cached_tokens);
+                      const struct stage_token_counts *counts); /* NULL: none (between stages) */
 void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
                         enum wire_control_kind kind, uint64_t nonce, uint64_t seq);
 /* Counts a frame or result that could not be queued (stage_core_pop_result reports it). */

@@ -48,10 +48,14 @@ void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t cl
 
 void stage_emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
                       uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish,
-                      int cached_tokens) {
+                      const struct stage_token_counts *counts) {
     struct wire_token_result msg;
     memset(&msg, 0, sizeof msg);
-    msg.cached_tokens = cached_tokens;
+    if (counts) {
+        msg.cached_tokens = counts->cached;
+        msg.accepted_tokens = counts->accepted;
+        msg.rejected_tokens = counts->rejected;
+    }
     msg.nonce = nonce;
     msg.step = step;
     msg.tokens = &token;

@@ -70,11 +70,16 @@ for extra in ({"temperature": 0}, {"temperature": 1, "seed": 9}):
     spec = c.chat.completions.create(model="model", messages=msgs, max_tokens=48, **extra,
                                      extra_body={"speculate": "ngram", "speculate_k": 6})
     assert spec.choices[0].message.content == plain.choices[0].message.content, (spec, plain)
-    assert spec.usage == plain.usage, (spec.usage, plain.usage)
+    assert (spec.usage.prompt_tokens, spec.usage.completion_tokens) == \
+        (plain.usage.prompt_tokens, plain.usage.completion_tokens), (spec.usage, plain.usage)
+    assert plain.usage.completion_tokens_details.accepted_prediction_tokens == 0, plain.usage
+    predicted = spec.usage.completion_tokens_details
 metrics = urllib.request.urlopen(os.environ["STRATA_URL"][:-3] + "/metrics").read().decode()
 accepted = re.search(r'^strata_stage_spec_decode_accepted_tokens_total\{stage="0"\} (\d+)$',
                      metrics, re.M)
 assert accepted and int(accepted.group(1)) > 0, metrics
+# The last answer's usage counts its drafts as OpenAI counts predicted tokens.
+assert predicted.accepted_prediction_tokens + predicted.rejected_prediction_tokens > 0, predicted
 try:
     c.chat.completions.create(model="model", messages=msgs, extra_body={"speculate": "eagle"})
     raise SystemExit("speculate eagle was accepted")

@@ -116,6 +116,9 @@ static void sample_token_result(struct wire_token_result *m) {
     m->logprobs = logprobs;
     m->num_logprobs = 3;
     m->finish = WIRE_FINISH_LENGTH;
+    m->cached_tokens = 32;
+    m->accepted_tokens = 11;
+    m->rejected_tokens = 5;
 }
 
 static void sample_error(struct wire_error *m) {
@@ -357,6 +360,8 @@ int sample_check_token_result(const struct wire_token_result *m) {
           memcmp(m->tokens, want.tokens, 4 * m->num_tokens) == 0);
     CHECK(m->num_logprobs == want.num_logprobs &&
           memcmp(m->logprobs, want.logprobs, 4 * m->num_logprobs) == 0);
+    CHECK(m->cached_tokens == want.cached_tokens && m->accepted_tokens == want.accepted_tokens &&
+          m->rejected_tokens == want.rejected_tokens);
     return 0;
 }
 

@@ -35,23 +35,26 @@ static void error_shape(void **state) {
 }
 
 static void whole_answers(void **state) {
-    struct serve_usage u = {5, 3, 0};
+    struct serve_usage u = {5, 3, 0, 2, 6};
     (void)state;
     check(serve_json_answer(&CHAT, "hi\n", "stop", &u),
           "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion\",\"created\":1700000000,"
           "\"model\":\"m\",\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
           "\"content\":\"hi\\n\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":5,"
           "\"completion_tokens\":3,\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":"
-          "0}}}");
+          "0},\"completion_tokens_details\":{\"accepted_prediction_tokens\":2,"
+          "\"rejected_prediction_tokens\":6}}}");
     check(serve_json_answer(&COMPLETION, "x", "length", &u),
           "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,\"model\":"
           "\"m\",\"choices\":[{\"index\":0,\"text\":\"x\",\"logprobs\":null,\"finish_reason\":"
           "\"length\"}],\"usage\":{\"prompt_tokens\":5,\"completion_tokens\":3,"
-          "\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
+          "\"total_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":0},"
+          "\"completion_tokens_details\":{\"accepted_prediction_tokens\":2,"
+          "\"rejected_prediction_tokens\":6}}}");
 }
 
 static void chunks_and_sse(void **state) {
-    struct serve_usage u = {2, 1, 0};
+    struct serve_usage u = {2, 1, 0, 0, 0};
     struct serve_buf b = {0};
     const char *head = "{\"id\":\"chatcmpl-1\",\"object\":\"chat.completion.chunk\",\"created\":"
                        "1700000000,\"model\":\"m\",\"choices\":";
@@ -69,17 +72,22 @@ static void chunks_and_sse(void **state) {
     snprintf(want, sizeof want,
              "%s[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{"
              "\"prompt_tokens\":2,\"completion_tokens\":1,\"total_tokens\":3,\"prompt_tokens_"
-             "details\":{\"cached_tokens\":0}}}",
+             "details\":{\"cached_tokens\":0},\"completion_tokens_details\":{\"accepted_prediction_"
+             "tokens\":0,\"rejected_prediction_tokens\":0}}}",
              head);
     check(serve_json_chunk(&CHAT, 0, NULL, "stop", &u), want);
     check(serve_json_chunk(&COMPLETION, 0, NULL, "length", &u),
           "{\"id\":\"cmpl-1\",\"object\":\"text_completion\",\"created\":1700000000,"
           "\"model\":\"m\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":"
           "\"length\"}],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1,"
-          "\"total_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":0}}}");
+          "\"total_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":0},"
+          "\"completion_tokens_details\":{\"accepted_prediction_tokens\":0,"
+          "\"rejected_prediction_tokens\":0}}}");
     snprintf(want, sizeof want,
              "%s[],\"usage\":{\"prompt_tokens\":2,\"completion_tokens\":1,"
-             "\"total_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":0}}}",
+             "\"total_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":0},"
+             "\"completion_tokens_details\":{\"accepted_prediction_tokens\":0,"
+             "\"rejected_prediction_tokens\":0}}}",
              head);
     check(serve_json_chunk(&CHAT, 0, NULL, NULL, &u), want);
     check(serve_json_chunk(&COMPLETION, 0, "é", NULL, NULL),

@@ -307,7 +307,7 @@ static void chat_image_parts(void **state) {
 
 static void pack_chunks(void **state) {
     int32_t ids[] = {5, 6};
-    struct serve_usage usage = {3, 2, 1};
+    struct serve_usage usage = {3, 2, 1, 4, 7};
     struct serve_pb_chunk c = {ids, 2, "h\xc3\xa9llo", 6, NULL, NULL};
     uint8_t *buf;
     size_t len;
@@ -333,6 +333,8 @@ static void pack_chunks(void **state) {
     assert_int_equal(m->usage->prompt_tokens, 3);
     assert_int_equal(m->usage->completion_tokens, 2);
     assert_int_equal(m->usage->cached_tokens, 1);
+    assert_int_equal(m->usage->accepted_prediction_tokens, 4);
+    assert_int_equal(m->usage->rejected_prediction_tokens, 7);
     strata__v1__generate_response__free_unpacked(m, NULL);
     free(buf);
 }
