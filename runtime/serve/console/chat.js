@@ -71,6 +71,7 @@ const chat = (() => {
     if (s.tokensPerSecond !== null) parts.push(`${fmt(s.tokensPerSecond, 1)} tokens/s`);
     if (s.ttft !== null) parts.push(`first token ${fmt(s.ttft, 2)} s`);
     if (s.cached) parts.push(`${s.cached} prompt tokens cached`);
+    if (s.drafted) parts.push(`${s.accepted} of ${s.drafted} draft tokens accepted`);
     return el("div", { class: "stats", text: parts.join(" · ") });
   }
   function renderMessage(m, i, last) {
@@ -214,6 +215,7 @@ const chat = (() => {
     m.streaming = false;
     const tDone = performance.now();
     const n = usage ? usage.completion_tokens : null;
+    const predicted = usage ? usage.completion_tokens_details : null; // speculative decoding
     // The decode rate after the first token; when the tokens came in one burst (a fast model,
     // a buffering proxy) the gap is too short to time, so the whole request's rate instead.
     let rate = null;
@@ -225,6 +227,10 @@ const chat = (() => {
         ttft: tFirst !== null ? (tFirst - t0) / 1000 : null,
         tokensPerSecond: rate,
         cached: usage && usage.prompt_tokens_details ? usage.prompt_tokens_details.cached_tokens : 0,
+        accepted: predicted ? predicted.accepted_prediction_tokens : 0,
+        drafted: predicted
+          ? predicted.accepted_prediction_tokens + predicted.rejected_prediction_tokens
+          : 0,
       };
     running = null;
     save();
