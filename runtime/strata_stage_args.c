@@ -74,6 +74,10 @@ void strata_stage_usage(FILE *out) {
         "                         for bit the same\n"
         "  --speculate-k K        stage 0: drafts per decode step, 1..16 (default 4; fewer\n"
         "                         while drafts miss)\n"
+        "  --speculate-waves W    stage 0 of a pipeline: decode steps of one request in flight,\n"
+        "                         1..4 (default 1): each later one is drafted on the guess that\n"
+        "                         those before it are accepted whole, so the stages work on one\n"
+        "                         request together; a step whose guess fails is dropped\n"
         "  --draft-model DIR      stage 0: a smaller model with the same tokenizer that drafts\n"
         "                         tokens (--speculate draft, the default with it), whole on\n"
         "                         this stage's device beside its layers\n"
@@ -240,6 +244,7 @@ enum option_id {
     O_SPECULATE,
     O_SPECULATE_K,
     O_SPECULATE_ORACLE,
+    O_SPECULATE_WAVES,
     O_DRAFT_MODEL,
     O_STANDBY,
     O_HELP
@@ -300,6 +305,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"speculate", 1, 0, O_SPECULATE},
                                              {"speculate-k", 1, 0, O_SPECULATE_K},
                                              {"speculate-oracle", 1, 0, O_SPECULATE_ORACLE},
+                                             {"speculate-waves", 1, 0, O_SPECULATE_WAVES},
                                              {"draft-model", 1, 0, O_DRAFT_MODEL},
                                              {"queue-timeout-ms", 1, 0, O_QUEUE_TIMEOUT},
                                              {"standby", 0, 0, O_STANDBY},
@@ -422,6 +428,9 @@ static int parse_option(struct args *a, int c, const char *value) {
                                                  : WIRE_SPECULATE_OFF;
         break;
     case O_DRAFT_MODEL: a->draft_model = value; break;
+    case O_SPECULATE_WAVES:
+        rc = strata_stage_flag_int("--speculate-waves", value, 1, 4, &a->speculate_waves);
+        break;
     case O_SPECULATE_ORACLE: {
         const char *colon = strrchr(value, ':');
         char *end = NULL;

@@ -23,6 +23,7 @@ struct args {
     enum ops_dtype kv_dtype;    /* --kv-dtype */
     int no_prefix_cache;        /* --no-prefix-cache */
     int speculate, speculate_k; /* --speculate off|ngram (enum wire_speculate), --speculate-k */
+    int speculate_waves;        /* --speculate-waves */
     const char *draft_model;    /* --draft-model DIR (stage 0) */
     const char *oracle_file;    /* --speculate-oracle FILE:ACCEPT (benchmarks): FILE, or NULL */
     char oracle_path[4096];

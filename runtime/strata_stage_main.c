@@ -181,6 +181,7 @@ static int open_stage(struct run *r, const struct args *a) {
                                    .send_kv = a->send_kv,
                                    .speculate = a->speculate,
                                    .speculate_k = a->speculate_k,
+                                   .speculate_waves = a->speculate_waves,
                                    .oracle = r->oracle,
                                    .draft_cfg = r->draft_st ? &r->draft_cfg : NULL,
                                    .draft_weights = r->draft_st,

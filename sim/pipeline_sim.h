@@ -92,7 +92,7 @@ struct sim_options {
     enum ops_dtype kv_dtype; /* what every stage's KV cache stores (0: f32) */
     /* Stage 0's speculative decoding (stage_core_options): enum wire_speculate, drafts, and
      * a draft model (both NULL: none). */
-    int speculate, speculate_k;
+    int speculate, speculate_k, speculate_waves;
     const struct model_config *draft_cfg;
     const struct safetensors *draft_weights;
 };

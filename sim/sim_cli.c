@@ -63,6 +63,8 @@ static const char usage_text[] =
     "                        carried drafts (default off)\n"
     "  --draft-model DIR     the draft model of --speculate draft (the same vocabulary)\n"
     "  --speculate-k K       drafts per decode step, 1..16 (default 4)\n"
+    "  --speculate-waves W   decode steps of a request in flight, 1..4 (default 1): each\n"
+    "                        later one drafted on the guess that those before it are accepted\n"
     "compute:\n"
     "  --compute wall|cpu|fixed  charge measured wall time (default), thread CPU time, or a\n"
     "                        fixed --row-cost-us per row and layer (deterministic times)\n"
@@ -176,6 +178,8 @@ static int parse_run_option(struct sim_cli *cli, const char *name, const char *v
         cli->draft_model = v;
     else if (!strcmp(name, "--speculate-k"))
         bad = cli_parse_int(v, 1, WIRE_SPECULATE_MAX_K, &cli->sim.speculate_k) < 0;
+    else if (!strcmp(name, "--speculate-waves"))
+        bad = cli_parse_int(v, 1, 4, &cli->sim.speculate_waves) < 0;
     else if (!strcmp(name, "--temperature")) {
         bad = parse_double(&d, v, 0.0, 100.0);
         cli->sampling.temperature = (float)d;

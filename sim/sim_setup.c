@@ -127,6 +127,7 @@ static int build_stages(struct sim *sim) {
                                                .chunk_size = opt->chunk_size,
                                                .speculate = opt->speculate,
                                                .speculate_k = opt->speculate_k,
+                                               .speculate_waves = opt->speculate_waves,
                                                .draft_cfg = opt->draft_cfg,
                                                .draft_weights = opt->draft_weights,
                                                .keep_logits = opt->keep_logits && r == S - 1};

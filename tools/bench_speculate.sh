@@ -10,6 +10,9 @@
 #     draft's chance to be right; the "accepted" column is the share of drafts the last stage
 #     took, lower, since the drafts after a wrong one are not), which measures the mechanism
 #     apart from how well a random checkpoint predicts itself;
+#   - on 2 and 4 stages, n-gram and oracle 0.8 drafts with BENCH_WAVES (default 3) decode
+#     steps in flight (--speculate-waves: the later ones drafted on the guess that the ones
+#     before them are accepted whole, so the stages work on one stream together);
 #   - sampling at temperature 1 without drafts and with n-gram drafts, where the random model
 #     rarely repeats itself: what drafts that miss cost (stage 0 backs off after a miss).
 # Every run's tokens must equal the reference's (it says so, or stops); it prints acceptance,
@@ -35,6 +38,7 @@ BENCH="$STRATA_BIN_DIR/runtime/strata-stage-bench"
 T=${BENCH_THREADS:-1}
 N=${BENCH_TOKENS:-64}
 K=${BENCH_K:-4}
+WAVES=${BENCH_WAVES:-3}
 model=${BENCH_MODEL:-}
 if [ -z "$model" ]; then
     model="${TMPDIR:-/tmp}/strata-bench-model"
@@ -98,6 +102,9 @@ run() {
     if [ -n "${d:-}" ] && [ "$d" -gt 0 ]; then
         acc=$(awk -v a="$a" -v d="$d" 'BEGIN { printf "%.2f", a / d }')
         per=$(awk -v a="$a" -v n="$N" 'BEGIN { printf "%.2f", (n - 1) / (n - 1 - a) }')
+        # With several steps in flight a trip carries several steps, and the accepted drafts
+        # count the later steps' confirmed guesses: tokens per trip is not read from them.
+        case "$label" in *" w"[0-9]*) per="-" ;; esac
     fi
     case "$label" in
         none) base=$r; [ "$S" = 1 ] && one=$r ;;
@@ -127,6 +134,12 @@ for delay in ${BENCH_DELAYS_MS:-0.1 1 5}; do
             run "o$S" "$S" "oracle $p" -- --speculate-oracle "$PL_WORK/oracle.txt:$p" \
                 --speculate-k "$K"
         done
+        if [ "$S" -gt 1 ]; then # several decode steps in flight (--speculate-waves)
+            run "w$S" "$S" "ngram w${WAVES}" -- --speculate ngram --speculate-k "$K" \
+                --speculate-waves "$WAVES"
+            run "v$S" "$S" "oracle .8 w${WAVES}" -- --speculate-oracle "$PL_WORK/oracle.txt:0.8" \
+                --speculate-k "$K" --speculate-waves "$WAVES"
+        fi
         run "t$S" "$S" "none T=1" --speculate off --temperature 1 --seed 5
         run "u$S" "$S" "ngram T=1" --speculate ngram --speculate-k "$K" --temperature 1 --seed 5
     done

@@ -62,7 +62,8 @@ enum {
     ACT_VISUAL,
     ACT_DEEPSTACK,
     ACT_SEGMENTS,
-    ACT_DRAFT_IDS
+    ACT_DRAFT_IDS,
+    ACT_FED_ID
 };
 static const struct fb_field_desc activation_fields[] = {
     SCALAR(4),
@@ -77,8 +78,9 @@ static const struct fb_field_desc activation_fields[] = {
     TABLE(wmsg_tensor_desc),
     VECTOR(SEGMENT_BYTES, 8),
     VECTOR(4, 4),
+    SCALAR(4),
 };
-static const struct fb_table_desc activation_desc = {"Activation", 12, activation_fields};
+static const struct fb_table_desc activation_desc = {"Activation", 13, activation_fields};
 
 enum {
     KV_FROM,
@@ -295,9 +297,11 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
     if (m->num_segments && !m->segments)
         return strata_set_error(STRATA_EINVAL, "wire: Activation: %zu segments but no array",
                                 m->num_segments);
-    if ((m->num_draft_ids && !m->draft_ids) || m->num_draft_ids > WIRE_SPECULATE_MAX_K)
-        return strata_set_error(STRATA_EINVAL, "wire: Activation: %zu draft ids (at most %d)",
-                                m->num_draft_ids, WIRE_SPECULATE_MAX_K);
+    if ((m->num_draft_ids && !m->draft_ids) || m->num_draft_ids > WIRE_SPECULATE_MAX_K ||
+        (m->has_fed_id && m->fed_id < 0))
+        return strata_set_error(STRATA_EINVAL,
+                                "wire: Activation: %zu draft ids (at most %d), fed id %d",
+                                m->num_draft_ids, WIRE_SPECULATE_MAX_K, (int)m->fed_id);
     fb_begin(a, expected);
     uint32_t offsets[5];
     for (int i = 0; i < 5; ++i)
@@ -319,6 +323,7 @@ int wire_build_activation(struct wire_arena *a, const struct wire_activation *m)
         fb_add_offset(a, ACT_HIDDEN + i, offsets[i]);
     fb_add_offset(a, ACT_SEGMENTS, segments);
     fb_add_offset(a, ACT_DRAFT_IDS, drafts);
+    if (m->has_fed_id) fb_add_u32(a, ACT_FED_ID, (uint32_t)m->fed_id, (uint32_t)-1);
     return wmsg_finish_frame(a, WIRE_KIND_ACTIVATION, fb_table_end(a));
 }
 
@@ -471,6 +476,10 @@ static int parse_activation(struct wire_activation *out, const struct fb_table *
     }
     out->segments_raw = fb_get_vector(t, ACT_SEGMENTS, &out->num_segments);
     out->draft_ids = (const int32_t *)fb_get_vector(t, ACT_DRAFT_IDS, &out->num_draft_ids);
+    out->fed_id = wmsg_get_i32(t, ACT_FED_ID, -1);
+    out->has_fed_id = out->fed_id >= 0;
+    if (out->fed_id < -1)
+        return strata_set_error(STRATA_EFORMAT, "wire: Activation.fed_id %d", (int)out->fed_id);
     if (out->num_draft_ids > WIRE_SPECULATE_MAX_K)
         return strata_set_error(STRATA_EFORMAT, "wire: Activation with %zu draft ids (at most %d)",
                                 out->num_draft_ids, WIRE_SPECULATE_MAX_K);

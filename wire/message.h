@@ -175,6 +175,10 @@ struct wire_activation {
      * (T - 1 of them; absent otherwise). Points into the frame on read. */
     const int32_t *draft_ids;
     size_t num_draft_ids;
+    /* 1.1: the id fed in row 0 of a decode step (speculation with several steps in flight),
+     * sent when has_fed_id (>= 0); on read has_fed_id says whether it came. */
+    int has_fed_id;
+    int32_t fed_id;
 };
 
 /* Packed KV of a layer range: k and v are [L, B, kv_heads, S, head_dim], L = layer_end -

@@ -36,6 +36,9 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
                                 "draft, 0..%d drafts)",
                                 opt->speculate, opt->speculate_k, WIRE_SPECULATE_MAX_K);
     if ((rc = stage_spec_check_draft(opt)) < 0) return rc;
+    if (opt->speculate_waves < 0 || opt->speculate_waves > STAGE_SPEC_MAX_WAVES)
+        return strata_set_error(STRATA_EINVAL, "%d decode steps in flight (1..%d)",
+                                opt->speculate_waves, STAGE_SPEC_MAX_WAVES);
     if (be->max_seq < 1 || be->num_slots < 1 || opt->chunk_size < 0 || opt->max_batch_tokens < 0)
         return strata_set_error(STRATA_EINVAL,
                                 "max_seq (%d) and max_batch (%d) must be >= 1, chunk sizes >= 0",
@@ -61,6 +64,7 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
                           : (enum wire_speculate)opt->speculate;
     core->spec.k = opt->speculate_k > 0 ? opt->speculate_k : STAGE_SPECULATE_DEFAULT_K;
     core->spec.oracle = opt->oracle;
+    core->spec.waves = opt->speculate_waves > 1 ? opt->speculate_waves : 1;
     if (core->is_first && (rc = stage_spec_init_draft(core, opt->draft)) < 0) goto fail;
     rc = wire_arena_init(&core->arena, 0);
     if (rc < 0) goto fail;

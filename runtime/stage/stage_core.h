@@ -135,6 +135,10 @@ struct stage_core_options {
      * with at most speculate_k drafts per step (0: 4; at most 16). A request's own
      * Request.speculate / speculate_k win. The output is the same either way, bit for bit. */
     int speculate, speculate_k;
+    /* Stage 0 of S > 1: decode steps of one request in flight at once (0 or 1: one; at most
+     * 4): each later one is drafted on the guess that those before it are accepted whole, so
+     * the stages work on one request together; a step whose guess fails is dropped. */
+    int speculate_waves;
     /* Benchmarks only (runtime/stage/oracle_draft.h): drafts from a recorded run for the
      * requests that leave speculation to the stage, instead of speculate's. Borrowed. */
     const struct oracle_draft *oracle;

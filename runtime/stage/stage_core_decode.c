@@ -47,7 +47,7 @@ int stage_on_activation(struct stage_core *core, const struct wire_activation *m
     /* A decode step may start inside the previous one's drafts: their rows are dropped. */
     if (req->recv_pos >= stage_prefill_len(req) && msg->step > 0 &&
         msg->pos <= (uint64_t)req->recv_pos &&
-        (rc = stage_spec_rewind(core, req, (int)msg->pos, why, sizeof why)) < 0) {
+        (rc = stage_spec_rewind(core, req, (int)msg->pos, msg->has_fed_id, why, sizeof why)) < 0) {
         stage_fail(core, req, rc, 1, 1, "%s", why);
         return 0;
     }
@@ -87,6 +87,8 @@ int stage_on_activation(struct stage_core *core, const struct wire_activation *m
         return 0;
     }
     core->work.tail->n_drafts = (int)msg->num_draft_ids;
+    core->work.tail->has_fed_id = msg->has_fed_id;
+    core->work.tail->fed_id = msg->fed_id;
     if (msg->num_draft_ids)
         memcpy(core->work.tail->drafts, msg->draft_ids, sizeof(int32_t) * msg->num_draft_ids);
     req->spec_pos = req->recv_pos;
@@ -123,7 +125,7 @@ static int take_token(struct stage_core *core, struct stage_req *req, uint64_t s
 
 void stage_on_tokens(struct stage_core *core, struct stage_req *req, uint64_t step,
                      const int32_t *tokens, int n) {
-    const int most = req->spec_rows > 1 ? req->spec_rows : 1; /* the step's rows */
+    const int most = stage_spec_head_rows(req); /* the oldest step in flight's rows */
     int rc;
     if (step != (uint64_t)req->n_generated || n < 1 || n > most) {
         stage_fail(core, req, STRATA_EFORMAT, 0, 1,
@@ -140,24 +142,14 @@ void stage_on_tokens(struct stage_core *core, struct stage_req *req, uint64_t st
         }
     if (most > 1) {
         core->spec.accepted += (uint64_t)(n - 1);
-        stage_spec_after(req, n - 1);
+        stage_spec_after(req, most - 1, n - 1);
     }
     for (int i = 0; i < n; i++)
         if (take_token(core, req, step + (uint64_t)i, tokens[i])) return;
-    if ((rc = stage_spec_keep(core, req)) < 0) {
-        stage_fail(core, req, rc, 0, 1, "stage 0: dropping rejected draft rows: %s",
-                   strata_last_error());
-        return;
-    }
-    /* The next step feeds the last token, with drafts after it when speculating. */
-    const int32_t token = tokens[n - 1];
-    const int drafts = stage_spec_draft(core, req);
-    req->spec_ids[0] = token;
-    req->spec_pos = req->params.prompt_len + req->n_generated - 1;
-    req->spec_rows = 1 + drafts;
-    if (stage_enqueue(core, req->nonce, (uint64_t)req->n_generated, req->spec_pos, 1 + drafts,
-                      drafts ? req->spec_ids : NULL, token, NULL) < 0)
-        stage_fail(core, req, STRATA_ENOMEM, 0, 1, "stage 0: %s", strata_last_error());
+    /* The next steps: the one feeding the last token (with drafts when speculating), or the
+     * ones already in flight when their guess held. */
+    if ((rc = stage_spec_next(core, req, tokens, n)) < 0)
+        stage_fail(core, req, rc, 0, 1, "stage 0: the next decode step: %s", strata_last_error());
 }
 
 int stage_on_token_result(struct stage_core *core, const struct wire_token_result *msg) {

@@ -75,6 +75,7 @@ struct stage_req {
      * may start at any of its positions after the first, and the rows from there on (the
      * rejected drafts') are dropped. 0 rows: nothing to drop. */
     int spec_k, spec_cur, spec_wait; /* stage 0: most drafts, drafts now, steps to skip */
+    int spec_waves;                  /* stage 0: decode steps it may have in flight (>= 1) */
     int spec_backoff;                /* stage 0: the next skip after a total miss */
     int spec_drafted, spec_accepted; /* stage 0: this request's drafts so far, accepted */
     int spec_oracle;                 /* stage 0: its drafts come from core->spec.oracle */
@@ -83,7 +84,15 @@ struct stage_req {
     int spec_model; /* its drafts come from the draft model */
     int drafting, draft_slot, draft_len;
     int spec_pos, spec_rows;
-    int32_t spec_ids[1 + WIRE_SPECULATE_MAX_K];
+    /* Stage 0: the decode steps in flight, oldest first (a ring: wave_head, n_waves); more
+     * than one only with --speculate-waves, each later one drafted on the guess that the
+     * ones before it are accepted whole. */
+    struct stage_spec_wave waves[STAGE_SPEC_MAX_WAVES];
+    int wave_head, n_waves;
+    /* Last stage: where the next decode step must start and the id it must feed (a step that
+     * does not was drafted on a wrong guess: it is dropped). */
+    int expect_set, expect_pos;
+    int32_t expect_id;
 };
 
 /* One kept KvBlock frame (stage 0): `len` bytes, covering KV positions [0, positions). */
@@ -125,6 +134,8 @@ struct stage_item {
      * `tokens`), from the activation. */
     int n_drafts;
     int32_t drafts[WIRE_SPECULATE_MAX_K];
+    int has_fed_id; /* other stages: the activation said which id row 0 fed */
+    int32_t fed_id;
     int taken; /* scratch: chosen for the microbatch being formed */
     struct stage_item *next;
 };

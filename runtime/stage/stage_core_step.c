@@ -134,6 +134,15 @@ static void send_activation(struct stage_core *core, const struct stage_item *it
         msg.draft_ids = core->is_first ? it->tokens + 1 : it->drafts;
         msg.num_draft_ids = (size_t)it->n_tokens - 1;
     }
+    /* With several steps in flight, the id row 0 feeds: the last stage drops a step drafted on
+     * a guess that the step before it did not confirm. */
+    if (it->step > 0 && core->is_first && core->spec.waves > 1) {
+        msg.has_fed_id = 1;
+        msg.fed_id = it->tokens ? it->tokens[0] : it->token;
+    } else if (it->step > 0 && it->has_fed_id) {
+        msg.has_fed_id = 1;
+        msg.fed_id = it->fed_id;
+    }
     stage_vl_attach(core, fi, &msg); /* M-RoPE positions, DeepStack rows (Qwen3-VL) */
     rc = wire_build_activation(&core->arena, &msg);
     if (rc == 0) rc = stage_emit_arena(core, STAGE_LINK_NEXT, 0);
@@ -221,7 +230,7 @@ static void take_rows(struct stage_core *core, struct stage_item *it, int rc, co
     }
     for (int i = 0; i < m; i++)
         req->tokens[req->n_generated++] = out[i];
-    if ((rc = stage_spec_keep(core, req)) < 0) {
+    if ((rc = stage_spec_keep(core, req, it->pos + it->n_tokens)) < 0) {
         stage_fail(core, req, rc, 1, 1, "stage %d: dropping rejected draft rows: %s",
                    core->opt.stage_index, strata_last_error());
         return;
@@ -287,6 +296,8 @@ int stage_core_step(struct stage_core *core) {
         struct stage_req *req = stage_find(core, it->nonce);
         float *dst = core->hidden + (size_t)off * H;
         row_off[i] = -1;
+        if (core->is_last && !core->is_first && req && stage_spec_stale(req, it))
+            continue; /* drafted on a guess the step before it did not confirm */
         if (core->is_first) {
             const int32_t *ids = it->tokens ? it->tokens : &it->token;
             rc = stage_backend_embed(core->be, dst, ids, it->n_tokens);

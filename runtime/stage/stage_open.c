@@ -133,6 +133,7 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                                           .send_kv = opt->send_kv,
                                                           .speculate = opt->speculate,
                                                           .speculate_k = opt->speculate_k,
+                                                          .speculate_waves = opt->speculate_waves,
                                                           .oracle = opt->oracle,
                                                           .draft = out->draft});
     if (rc == 0) /* what a ring describe lists beyond the backend's role and device */

@@ -33,6 +33,7 @@ struct stage_open_options {
     int chunk_size, max_batch_tokens;  /* stage_core_options */
     int keep_logits, send_kv;          /* stage_core_options */
     int speculate, speculate_k;        /* stage_core_options: stage 0's drafting default */
+    int speculate_waves;               /* stage_core_options: decode steps in flight */
     const struct oracle_draft *oracle; /* stage_core_options: benchmarks' recorded drafts */
     /* Stage 0: a draft model for speculative decoding (both NULL: none), opened whole on the
      * stage's device with its threads, KV dtype and a slot per request (borrowed). */

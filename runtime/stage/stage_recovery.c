@@ -165,6 +165,7 @@ int stage_recovery_queue_prefill_from(struct stage_core *core, struct stage_req 
      * max_tokens - 1 >= R positions fit max_seq). */
     if (n > 0) memcpy(req->prompt + P, req->tokens, sizeof(int32_t) * (size_t)n);
     req->spec_rows = 0; /* a prefill: no step with drafts in flight */
+    req->n_waves = 0;
     for (int pos = from; pos < R; pos += chunk) {
         int rows = R - pos < chunk ? R - pos : chunk;
         if (stage_enqueue_ids(core, req->nonce, pos, rows, req->prompt + pos) < 0) {

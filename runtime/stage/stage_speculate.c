@@ -134,11 +134,14 @@ void stage_spec_admit(struct stage_core *core, struct stage_req *req,
     if (req->spec_k > WIRE_SPECULATE_MAX_K) req->spec_k = WIRE_SPECULATE_MAX_K;
     req->spec_cur = req->spec_k;
     req->spec_wait = 0;
+    /* Steps in flight: the stage's, one where there is no pipeline to keep busy or the drafts
+     * come from a draft model (its KV follows the confirmed tokens only). */
+    req->spec_waves =
+        core->opt.num_stages > 1 && !req->spec_model && req->spec_k > 0 ? core->spec.waves : 1;
     req->spec_backoff = SPEC_BACKOFF_STEPS;
 }
 
-void stage_spec_after(struct stage_req *req, int accepted) {
-    const int drafted = req->spec_rows - 1;
+void stage_spec_after(struct stage_req *req, int drafted, int accepted) {
     req->spec_accepted += accepted;
     if (req->spec_oracle) return; /* a benchmark's fixed k */
     if (accepted > 0) req->spec_backoff = SPEC_BACKOFF_STEPS;
@@ -200,38 +203,124 @@ off:
     return 0;
 }
 
-int stage_spec_draft(struct stage_core *core, struct stage_req *req) {
-    int k = req->spec_cur;
-    if (req->spec_wait > 0) { /* backing off after a total miss */
-        req->spec_wait--;
-        return 0;
-    }
-    const int remaining = req->params.max_tokens - req->n_generated; /* tokens still to come */
-    if (k > remaining - 1) k = remaining - 1;
-    if (k > core->opt.max_batch_tokens - 1) k = core->opt.max_batch_tokens - 1;
-    if (k <= 0) return 0;
-    /* The sequence so far: the prompt's row holds prompt + generated tokens contiguously
-     * once they are copied after it (a recovery replay does the same). */
-    const int P = req->params.prompt_len, n = P + req->n_generated;
-    if (n > core->max_seq) return 0;
-    memcpy(req->prompt + P, req->tokens, sizeof(int32_t) * (size_t)req->n_generated);
-    const int got = req->spec_oracle
-                        ? oracle_draft(core->spec.oracle, req->prompt, P, req->n_generated, k,
-                                       core->vocab, req->spec_ids + 1)
-                    : req->spec_model ? draft_from_model(core, req, n, k, req->spec_ids + 1)
-                                      : ngram_draft(req->prompt, n, k, req->spec_ids + 1);
-    if (got > 0) {
-        core->spec.steps++;
-        core->spec.drafted += (uint64_t)got;
-        req->spec_drafted += got;
-    }
-    return got;
+/* Up to k drafts for what follows req->prompt [n] (the confirmed sequence, then the ids the
+ * steps in flight assume) into out; how many. */
+static int draft(struct stage_core *core, struct stage_req *req, int n, int k, int32_t *out) {
+    const int P = req->params.prompt_len;
+    if (k <= 0 || n > core->max_seq) return 0;
+    return req->spec_oracle
+               ? oracle_draft(core->spec.oracle, req->prompt, P, n - P, k, core->vocab, out)
+           : req->spec_model ? draft_from_model(core, req, n, k, out)
+                             : ngram_draft(req->prompt, n, k, out);
 }
 
-int stage_spec_rewind(struct stage_core *core, struct stage_req *req, int pos, char *why,
+int stage_spec_head_rows(const struct stage_req *req) {
+    return req->n_waves ? req->waves[req->wave_head].rows : 1;
+}
+
+/* Adds the next decode step of req behind the ones in flight (the first one feeds the last
+ * token) and queues it; 0 when there is nothing to add (no guess for a later wave, no room),
+ * 1 when one was added, or a negative status. */
+static int add_wave(struct stage_core *core, struct stage_req *req) {
+    const int P = req->params.prompt_len, first = req->n_waves == 0;
+    struct stage_spec_wave *w = &req->waves[(req->wave_head + req->n_waves) % STAGE_SPEC_MAX_WAVES];
+    int n = P + req->n_generated, pos = n - 1; /* the sequence the drafts follow; w's start */
+    /* The prompt's row holds the confirmed tokens after the prompt (a recovery replay writes
+     * them the same way), then the ids the steps in flight assume: the oldest one's drafts,
+     * each later one's ids. */
+    memcpy(req->prompt + P, req->tokens, sizeof(int32_t) * (size_t)req->n_generated);
+    for (int i = 0; i < req->n_waves; i++) {
+        const struct stage_spec_wave *o = &req->waves[(req->wave_head + i) % STAGE_SPEC_MAX_WAVES];
+        memcpy(req->prompt + n, o->ids + (i == 0), sizeof(int32_t) * (size_t)(o->rows - (i == 0)));
+        n += o->rows - (i == 0);
+        pos = o->pos + o->rows;
+    }
+    /* Rows it may have: the request's positions end at prompt + max_tokens - 1 (its
+     * reservation); a microbatch's rows; the drafts per step (with a guessed first id). */
+    int room = P + req->params.max_tokens - 1 - pos;
+    if (room > core->opt.max_batch_tokens) room = core->opt.max_batch_tokens;
+    if (room < 1) return 0;
+    if (!first && (req->spec_wait > 0 || req->spec_cur == 0)) return 0; /* no guessing now */
+    int k = req->spec_wait > 0 ? 0 : req->spec_cur;                     /* drafts after row 0 */
+    if (first && req->spec_wait > 0) req->spec_wait--;
+    if (k > room - 1) k = room - 1;
+    int got;
+    if (first) {
+        w->ids[0] = req->tokens[req->n_generated - 1];
+        got = draft(core, req, n, k, w->ids + 1);
+    } else { /* a guess for the token after the steps before it, then its drafts */
+        if ((got = draft(core, req, n, k + 1, w->ids) - 1) < 0) return 0;
+    }
+    w->pos = pos;
+    w->rows = 1 + got;
+    w->guessed = !first;
+    if (got + !first > 0) {
+        core->spec.steps++;
+        core->spec.drafted += (uint64_t)(got + !first);
+        req->spec_drafted += got + !first;
+    }
+    req->n_waves++;
+    const int32_t *ids = w->rows > 1 || w->guessed ? w->ids : NULL;
+    int rc = stage_enqueue(core, req->nonce, (uint64_t)(pos - P + 1), pos, w->rows, ids, w->ids[0],
+                           NULL);
+    return rc < 0 ? rc : 1;
+}
+
+int stage_spec_next(struct stage_core *core, struct stage_req *req, const int32_t *tokens, int n) {
+    int cont = 0, rc;
+    /* Rows past the accepted ones exist here when the oldest step had drafts or later steps
+     * were computed: only then is there KV to drop. */
+    const int dirty = stage_spec_head_rows(req) > 1 || req->n_waves > 1;
+    if (req->n_waves > 1) {
+        const struct stage_spec_wave *head = &req->waves[req->wave_head];
+        const struct stage_spec_wave *next =
+            &req->waves[(req->wave_head + 1) % STAGE_SPEC_MAX_WAVES];
+        cont = n == head->rows && tokens[n - 1] == next->ids[0];
+    }
+    if (req->n_waves > 0) { /* the oldest step is done */
+        req->wave_head = (req->wave_head + 1) % STAGE_SPEC_MAX_WAVES;
+        req->n_waves--;
+    }
+    if (cont) { /* the next step's guess was right: it stands, as do its drafts so far */
+        core->spec.accepted++;
+        req->spec_accepted++;
+    } else {
+        /* The steps still in flight were drafted on a wrong guess: those not computed here yet
+         * are dropped, the KV of those computed (and of rejected drafts) too; the later
+         * stages drop theirs when the next step starts inside them. */
+        if (req->n_waves > 0) stage_drop_items(core, req->nonce);
+        req->n_waves = 0;
+        if (dirty && (rc = stage_backend_kv_truncate(
+                          core->be, req->slot, req->params.prompt_len + req->n_generated - 1)) < 0)
+            return rc;
+    }
+    while (req->n_waves < (req->spec_waves > 0 ? req->spec_waves : 1))
+        if ((rc = add_wave(core, req)) <= 0) return rc;
+    return 0;
+}
+
+int stage_spec_stale(const struct stage_req *req, const struct stage_item *it) {
+    return it->step > 0 && req->expect_set &&
+           (it->pos != req->expect_pos || (it->has_fed_id && it->fed_id != req->expect_id));
+}
+
+void stage_spec_expect(struct stage_req *req, int pos, int32_t id) {
+    req->expect_set = 1;
+    req->expect_pos = pos;
+    req->expect_id = id;
+}
+
+int stage_spec_rewind(struct stage_core *core, struct stage_req *req, int pos, int waves, char *why,
                       size_t why_cap) {
     if (pos == req->recv_pos) return 0;
-    if (req->spec_rows > 1 && pos > req->spec_pos && pos < req->recv_pos) {
+    /* One step in flight: it may start inside the previous step's drafts. Several (the
+     * activation names its fed id): anywhere after the prompt, since the steps between were
+     * drafted on a wrong guess; those still queued here are dropped with their rows. */
+    const int floor = waves                ? stage_prefill_len(req) + 1
+                      : req->spec_rows > 1 ? req->spec_pos + 1
+                                           : req->recv_pos;
+    if (pos >= floor && pos < req->recv_pos) {
+        if (waves) stage_drop_items(core, req->nonce);
         const int rc = stage_backend_kv_truncate(core->be, req->slot, pos);
         if (rc < 0) {
             snprintf(why, why_cap, "stage %d: dropping rejected draft rows: %s",
@@ -247,14 +336,12 @@ int stage_spec_rewind(struct stage_core *core, struct stage_req *req, int pos, c
     return STRATA_EFORMAT;
 }
 
-int stage_spec_keep(struct stage_core *core, struct stage_req *req) {
+int stage_spec_keep(struct stage_core *core, struct stage_req *req, int end) {
     const int keep = req->params.prompt_len + req->n_generated - 1;
-    const int end = req->spec_pos + req->spec_rows;
-    if (req->spec_rows <= 1 || keep >= end) return 0;
-    int rc = stage_backend_kv_truncate(core->be, req->slot, keep);
-    if (rc < 0) return rc;
-    req->recv_pos = keep;
-    return 0;
+    stage_spec_expect(req, keep, req->tokens[req->n_generated - 1]);
+    /* The next step starts at keep (a step received already, drafted on a guess, is checked
+     * against it when its turn comes); recv_pos follows when it arrives. */
+    return keep < end ? stage_backend_kv_truncate(core->be, req->slot, keep) : 0;
 }
 
 static int is_stop(const struct stage_req *req, int32_t token) {

@@ -15,8 +15,8 @@
 #   4. Stage 0 killed and restarted: strata-client --reconnect-timeout-ms resubmits each
 #      request with the tokens it received; the same 4 requests end with the same tokens.
 #   5. A standby stage 1 (--standby, same port) takes over from the killed primary.
-#   6. Speculative decoding (stage 0 --speculate ngram): 3 stages, stage 1 killed while steps
-#      with drafts are in flight; the 4 requests end with the undisturbed tokens (decoded
+#   6. Speculative decoding (stage 0 --speculate ngram, 3 decode steps in flight): 3 stages,
+#      stage 1 killed while steps with drafts are in flight; the 4 requests end with the undisturbed tokens (decoded
 #      without drafts), and the last stage's --out of a single request equals one stage's.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
@@ -128,7 +128,8 @@ echo "f: stage 1's standby took over; first token after the replay $(pl_secs_bet
 
 # 6. Speculation mid-recovery: drafts in flight when stage 1 dies; the replay and the steps
 #    after it speculate again; every token and logit as without drafts.
-pl_start_pipeline g 3 "$model" "${opts[@]}" --step-delay-ms 10 --speculate ngram --speculate-k 6
+pl_start_pipeline g 3 "$model" "${opts[@]}" --step-delay-ms 10 --speculate ngram --speculate-k 6 \
+    --speculate-waves 3
 pl_client g "${greedy[@]}" >"$PL_WORK/g.greedy" 2>&1 &
 ca=$!
 pl_client g "${sampled[@]}" >"$PL_WORK/g.sampled" 2>&1 &

@@ -88,6 +88,8 @@ static void sample_activation(struct wire_activation *m) {
     m->num_segments = 2;
     m->draft_ids = draft_ids;
     m->num_draft_ids = 1;
+    m->has_fed_id = 1;
+    m->fed_id = 151643;
 }
 
 static void sample_kv_block(struct wire_kv_block *m) {
@@ -336,6 +338,7 @@ int sample_check_activation(const struct wire_activation *m) {
     }
     CHECK(m->num_draft_ids == want.num_draft_ids &&
           memcmp(m->draft_ids, want.draft_ids, 4 * m->num_draft_ids) == 0);
+    CHECK(m->has_fed_id == want.has_fed_id && m->fed_id == want.fed_id);
     return 0;
 }
 
