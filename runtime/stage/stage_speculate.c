@@ -46,9 +46,17 @@
  * proposes k tokens greedily, one forward each. A draft model that fails (memory) only ends
  * that request's drafting.
  *
- * One step per request is in flight (the next step's input is the last accepted token), so
- * a stage never holds a later step of a request while an earlier one's rows may still be
- * dropped. */
+ * Steps in flight. By default one step per request is in flight (the next step's input is
+ * the last accepted token). With --speculate-waves W, stage 0 keeps up to W: each later step
+ * ("wave") is drafted on the guess that the ones before it are accepted whole, its row 0
+ * feeding a guessed token, so while the last stage verifies one step the stages before it
+ * already compute the next ones (SpecPipe's idea). When the oldest step comes back accepted
+ * whole and the next one's guess equals its last token, the next one stands; otherwise every
+ * later step is void: stage 0 drops those it has not computed and truncates its KV, the last
+ * stage drops each arriving step that does not start where the last verified step left off
+ * or does not feed its last token (Activation.fed_id), and each stage between drops its
+ * queued ones and their rows when the next valid step starts inside them. A void step's
+ * tokens are never sampled, so the output stays exactly that of decoding without drafts. */
 #include <stdio.h>
 #include <string.h>
 
