@@ -2,8 +2,10 @@
  * non-blocking (ncclConfig_t.blocking = 0) so that no call can wait on a peer without a
  * limit: initialisation, a collective's enqueue and a stream wait all poll
  * ncclCommGetAsyncError against a deadline and abort the communicator when it passes. */
+#include <dlfcn.h>
 #include <stdint.h>
 #include <nccl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +19,63 @@ extern "C" {
 }
 
 static_assert(sizeof(ncclUniqueId) == CUDA_NCCL_ID_BYTES, "ncclUniqueId size");
+
+/* NCCL is opened at run time (libnccl.so.2), not linked: it is only needed by a stage split
+ * over several GPUs (TP / KVP), and it is large (over 200 MB), so a GPU box serving whole
+ * stages, or a test bundle, need not carry it. Its functions, with nccl.h's own types, are
+ * resolved once; where the library is missing every entry says so (STRATA_EDEVICE). */
+#define NCCL_FUNCTIONS(X)                                                                          \
+    X(ncclGetVersion)                                                                              \
+    X(ncclGetUniqueId)                                                                             \
+    X(ncclCommInitRankConfig)                                                                      \
+    X(ncclCommFinalize)                                                                            \
+    X(ncclCommDestroy)                                                                             \
+    X(ncclCommAbort)                                                                               \
+    X(ncclGetErrorString)                                                                          \
+    X(ncclGetLastError)                                                                            \
+    X(ncclCommGetAsyncError)                                                                       \
+    X(ncclAllReduce)                                                                               \
+    X(ncclAllGather)
+static struct {
+#define NCCL_POINTER(name) decltype(&::name) name;
+    NCCL_FUNCTIONS(NCCL_POINTER)
+#undef NCCL_POINTER
+} nccl_api;
+static pthread_once_t nccl_once = PTHREAD_ONCE_INIT;
+static char nccl_missing[256]; /* why it cannot be used, "" once loaded */
+
+static void nccl_open(void) {
+    void *lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        snprintf(nccl_missing, sizeof nccl_missing, "NCCL is not installed (%s)", dlerror());
+        return;
+    }
+#define NCCL_RESOLVE(name)                                                                         \
+    if (!(nccl_api.name = (decltype(nccl_api.name))dlsym(lib, #name)) && !nccl_missing[0])        \
+        snprintf(nccl_missing, sizeof nccl_missing, "libnccl.so.2 lacks %s", #name);
+    NCCL_FUNCTIONS(NCCL_RESOLVE)
+#undef NCCL_RESOLVE
+}
+
+/* 1 when NCCL's functions are there; else 0 with the reason in `why`. */
+static int nccl_loaded(char *why, size_t cap) {
+    pthread_once(&nccl_once, nccl_open);
+    if (nccl_missing[0] && why && cap) snprintf(why, cap, "%s", nccl_missing);
+    return !nccl_missing[0];
+}
+
+/* From here on the calls go through the resolved pointers. */
+#define ncclGetVersion nccl_api.ncclGetVersion
+#define ncclGetUniqueId nccl_api.ncclGetUniqueId
+#define ncclCommInitRankConfig nccl_api.ncclCommInitRankConfig
+#define ncclCommFinalize nccl_api.ncclCommFinalize
+#define ncclCommDestroy nccl_api.ncclCommDestroy
+#define ncclCommAbort nccl_api.ncclCommAbort
+#define ncclGetErrorString nccl_api.ncclGetErrorString
+#define ncclGetLastError nccl_api.ncclGetLastError
+#define ncclCommGetAsyncError nccl_api.ncclCommGetAsyncError
+#define ncclAllReduce nccl_api.ncclAllReduce
+#define ncclAllGather nccl_api.ncclAllGather
 
 struct cuda_nccl_comm {
     ncclComm_t comm; /* NULL once aborted */
@@ -85,6 +144,7 @@ static int usable(const struct cuda_nccl_comm *c, const char *fn) {
 
 extern "C" int cuda_nccl_available(char *reason, size_t cap) {
     int version = 0;
+    if (!nccl_loaded(reason, cap)) return 0;
     ncclResult_t r = ncclGetVersion(&version);
     if (r != ncclSuccess) {
         if (reason && cap) snprintf(reason, cap, "NCCL unusable: %s", ncclGetErrorString(r));
@@ -97,6 +157,7 @@ extern "C" int cuda_nccl_available(char *reason, size_t cap) {
 
 extern "C" int cuda_nccl_unique_id(uint8_t id[CUDA_NCCL_ID_BYTES]) {
     ncclUniqueId u;
+    if (!nccl_loaded(NULL, 0)) return strata_set_error(STRATA_EDEVICE, "%s", nccl_missing);
     ncclResult_t r = ncclGetUniqueId(&u);
     if (r != ncclSuccess)
         return strata_set_error(STRATA_EDEVICE, "ncclGetUniqueId: %s", ncclGetErrorString(r));
@@ -111,6 +172,7 @@ extern "C" int cuda_nccl_comm_init(struct cuda_nccl_comm **out,
     if (size < 1 || rank < 0 || rank >= size || timeout_ms < 1)
         return strata_set_error(STRATA_EINVAL, "cuda_nccl_comm_init: rank %d of %d, timeout %d",
                                 rank, size, timeout_ms);
+    if (!nccl_loaded(NULL, 0)) return strata_set_error(STRATA_EDEVICE, "%s", nccl_missing);
     struct cuda_nccl_comm *c = (struct cuda_nccl_comm *)calloc(1, sizeof *c);
     if (!c) return strata_set_error(STRATA_ENOMEM, "cuda_nccl_comm_init: out of memory");
     c->rank = rank;

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds the GPU bundle here, where nvcc and the CUDA libraries are, so that a lent device
+# (bare: a driver, no toolkit, no Bazel, no packages) only runs it: .gpu-bundle/ (ignored by
+# git; the device tool's `carry` names it) holds
+#   bin/   the GPU tests, the op harness, strata-stage, strata-client and the GPU bench, built
+#          with the CUDA runtime linked in (--define=strata_cudart=static) and Strata's own
+#          libraries static (--dynamic_mode=off); NCCL is opened at run time where present;
+#   lib/   the shared libraries they need that a bare machine may lack (libstdc++, OpenSSL,
+#          cJSON, cmocka), found with ldd;
+#   strata/tests/golden/   the golden cases (the tests read them through TEST_SRCDIR);
+#   gpu_run.sh   tools/gpu_run.sh: the device run, every step under a time limit.
+# Then checks it on this machine: gpu_run.sh must get through every step (each says "skipped"
+# without a CUDA device; nothing may fail for a missing library or file). Prints the size
+# (must stay under 60 MiB: the carry limit is 64) and the check's summary.
+# Usage: tools/gpu_bundle.sh [--no-check]. On the device: .gpu-bundle/gpu_run.sh "$OUT".
+set -u
+cd "$(dirname "$0")/.."
+B=.gpu-bundle
+FLAGS=(--dynamic_mode=off --define=strata_cudart=static --platform_suffix=gpubundle)
+[ -x /usr/local/cuda/bin/nvcc ] || { echo "gpu_bundle: no nvcc at /usr/local/cuda/bin" >&2; exit 1; }
+tests=$(bazel query 'attr(tags, "gpu", tests(//...))' 2>/dev/null) ||
+    { echo "gpu_bundle: bazel query failed" >&2; exit 1; }
+targets=($tests //runtime:strata-stage //runtime:strata-client //runtime:strata-bench-backend)
+bazel build "${FLAGS[@]}" "${targets[@]}" >/tmp/gpu_bundle.build.log 2>&1 ||
+    { tail -n 30 /tmp/gpu_bundle.build.log; exit 1; }
+bin=$(bazel info "${FLAGS[@]}" bazel-bin 2>/dev/null)
+rm -rf "$B"
+mkdir -p "$B/bin" "$B/lib" "$B/strata/tests"
+for t in "${targets[@]}"; do
+    pkg=${t#//}
+    pkg=${pkg%%:*}
+    name=${t##*:}
+    case "$pkg" in # one flat directory: the kernel tests get a prefix
+        tests/kernels) dest="kernels_$name" ;;
+        *) dest="$name" ;;
+    esac
+    # The grid and nographs targets are the same binary with other arguments (gpu_run.sh).
+    [ -f "$bin/$pkg/$name" ] || { echo "gpu_bundle: $bin/$pkg/$name not built" >&2; exit 1; }
+    cp "$bin/$pkg/$name" "$B/bin/$dest"
+done
+rm -f "$B"/bin/golden_backends_cuda_{nographs,grid,grid4}_test
+cp -r tests/golden "$B/strata/tests/"
+rm -f "$B/strata/tests/golden/BUILD.bazel"
+cp tools/gpu_run.sh "$B/gpu_run.sh"
+# Shared libraries beyond glibc's own and the driver's.
+for f in "$B"/bin/*; do
+    ldd "$f" | awk '/=> \// { print $3 }'
+done | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+        libc.so* | libm.so* | libdl.so* | librt.so* | libpthread.so* | ld-linux* | libcuda.so*) ;;
+        *) cp -L "$lib" "$B/lib/" ;;
+    esac
+done
+size=$(du -sm "$B" | cut -f1)
+echo "bundle: $B, $(ls "$B/bin" | wc -l) binaries, libraries: $(ls "$B/lib" | tr '\n' ' ')"
+echo "size: ${size} MiB (limit 60)"
+[ "$size" -lt 60 ] || { echo "gpu_bundle: over 60 MiB" >&2; exit 1; }
+[ "${1:-}" = --no-check ] && exit 0
+# The check here: every step must run; without a device each one says "skipped".
+out=$(mktemp -d /tmp/gpu-bundle-check.XXXXXX)
+env -i PATH="$PATH" HOME="$HOME" "$B/gpu_run.sh" "$out" >/dev/null 2>&1
+cat "$out/summary.txt"
+if grep -qE '^(FAILED|TIMEOUT)' "$out/summary.txt"; then
+    if nvidia-smi >/dev/null 2>&1; then
+        echo "gpu_bundle: a step failed on this machine's GPU (logs in $out)"
+    else
+        echo "gpu_bundle: a step failed without a GPU (logs in $out): the bundle is broken"
+    fi
+    exit 1
+fi
+echo "check: every step ran (logs in $out)"

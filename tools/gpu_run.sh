@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The device run of the GPU bundle (tools/gpu_bundle.sh builds it here into .gpu-bundle/,
+# with this script): on a GPU machine that has only a driver (no CUDA toolkit, no Bazel, no
+# packages), runs in a fixed order, each step under its own time limit:
+#   1. the device as the driver sees it (nvidia-smi, when present);
+#   2. the kernel tests and the op harness (every kernel against its reference op);
+#   3. every golden case through the CUDA stage backend: decode graphs on (f16 KV), then
+#      off; the speculative steps, batching, splits, the KV handover and a CPU -> GPU -> CPU
+#      pipeline are inside that test; the grid tests (2 and 4 GPUs) say "skipped" on one;
+#   4. the vision tower on the GPU and the NCCL group (skipped where NCCL is absent);
+#   5. bench gpu: decode tok/s at batch 1 / 8 / 32 and 2048-token prefill, next to the HBM
+#      roofline, on the Qwen3-0.6B shape, then the 8B shape (its checkpoint is written on the
+#      device by the bench itself).
+# Usage: .gpu-bundle/gpu_run.sh [OUT] (default $OUT, else /tmp/strata-gpu-run). Every step's
+# output goes to OUT/<step>.log and one line per step to OUT/summary.txt:
+# "ok|FAILED|skipped|TIMEOUT <step> <seconds> s: <its last line>". Steps 1-4 take about a
+# minute on an H200 and the benches about 5; the limits add up to 8 minutes. Exit 0 when
+# nothing failed.
+set -u
+B=$(cd "$(dirname "$0")" && pwd)
+OUT=${1:-${OUT:-/tmp/strata-gpu-run}}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export TEST_SRCDIR="$B" TEST_WORKSPACE=strata # where the tests find tests/golden
+summary="$OUT/summary.txt"
+: >"$summary"
+failed=0
+
+# step NAME SECONDS COMMAND...
+step() {
+    local name=$1 limit=$2 t0 t1 rc verdict last
+    shift 2
+    t0=$(date +%s.%N)
+    (cd "$B" && timeout -k 5 "$limit" "$@") >"$OUT/$name.log" 2>&1
+    rc=$?
+    t1=$(date +%s.%N)
+    last=$(grep -v '^\s*$' "$OUT/$name.log" | tail -n 1 | cut -c1-200)
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+        verdict=TIMEOUT
+        failed=1
+    elif grep -q '^skipped' "$OUT/$name.log" || [ "$rc" -eq 77 ]; then
+        verdict=skipped
+    elif [ "$rc" -eq 0 ]; then
+        verdict=ok
+    else
+        verdict=FAILED
+        failed=1
+    fi
+    printf '%-7s %-28s %6.1f s: %s\n' "$verdict" "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$last" |
+        tee -a "$summary"
+}
+
+step device 20 sh -c 'nvidia-smi || echo "nvidia-smi: not present"; uname -a; nproc; free -g'
+for t in argmax attention cuda_graph kv_store matmul moe_group rmsnorm rope_cos_sin tree_sum \
+    vision_ops; do
+    step "kernel_$t" 60 bin/kernels_${t}_test
+done
+step backend_ops_cuda 90 bin/backend_ops_cuda_test --backend=cuda
+step golden_cuda 150 bin/golden_backends_cuda_test cuda:0 --kv-dtype f16
+step golden_cuda_nographs 120 bin/golden_backends_cuda_test cuda:0 --no-graphs
+step golden_cuda_grid 60 bin/golden_backends_cuda_test cuda:0 --grid 2,1 --grid 1,2
+step vision_cuda 60 bin/vision_cuda_test
+step nccl_group 60 bin/nccl_group_cuda_test
+step bench_gpu_0.6b 150 bin/strata-bench-backend --device cuda:0 --shapes qwen3-0.6b \
+    --batch 1,8,32 --prefill 2048 --dir "$OUT/ckpt"
+step bench_gpu_8b 240 bin/strata-bench-backend --device cuda:0 --shapes qwen3-8b \
+    --batch 1,8,32 --prefill 2048 --dir "$OUT/ckpt8b"
+rm -rf "$OUT/ckpt" "$OUT/ckpt8b" # checkpoints are not results
+echo "summary: $summary"
+exit $failed
