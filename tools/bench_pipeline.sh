@@ -41,7 +41,8 @@
 # BENCH_SPLIT, BENCH_LOAD (decode or prefill), BENCH_PROMPT_TOKENS (prefill, default 256),
 # BENCH_PREFILL_WAVES (prefill, 1 to 4, default 4), BENCH_PREFILL_STAGES (prefill: the S to
 # measure, of 2 4 8, default "2 4"; "2 4 8" on a host with 8 or more cores),
-# STRATA_BAZEL_FLAGS (extra flags for bazel build, e.g. --define=strata_cuda=0).
+# STRATA_BAZEL_FLAGS (extra flags for bazel build, e.g. --define=strata_cuda=0), STRATA_PREBUILT
+# (a directory laid out as bazel-bin holding the binaries: no build; the GPU bundle's).
 set -u
 case "${BENCH_LOAD:-decode}" in
     decode | prefill) ;;
@@ -51,10 +52,14 @@ case "${BENCH_LOAD:-decode}" in
         ;;
 esac
 cd "$(dirname "$0")/.."
-bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
-    >/dev/null 2>&1 ||
-    { bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench; exit 1; }
-STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
+if [ -n "${STRATA_PREBUILT:-}" ]; then # binaries built elsewhere (the GPU bundle's)
+    STRATA_BIN_DIR=$STRATA_PREBUILT
+else
+    bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
+        >/dev/null 2>&1 ||
+        { bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench; exit 1; }
+    STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
+fi
 export STRATA_BIN_DIR
 . tests/pipeline/pipeline_lib.sh
 pl_init

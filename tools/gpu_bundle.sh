@@ -2,13 +2,16 @@
 # Builds the GPU bundle here, where nvcc and the CUDA libraries are, so that a lent device
 # (bare: a driver, no toolkit, no Bazel, no packages) only runs it: .gpu-bundle/ (ignored by
 # git; the device tool's `carry` names it) holds
-#   bin/   the GPU tests, the op harness, strata-stage, strata-client and the GPU bench, built
+#   bin/   the GPU tests and the op harness, and
+#   prebuilt/   laid out as bazel-bin: strata-stage, strata-client, the GPU bench and the CPU
+#          benches' binaries (STRATA_PREBUILT for tools/bench_{pipeline,tp,kvp}.sh), all built
 #          with the CUDA runtime linked in (--define=strata_cudart=static) and Strata's own
 #          libraries static (--dynamic_mode=off); NCCL is opened at run time where present;
 #   lib/   the shared libraries they need that a bare machine may lack (libstdc++, OpenSSL,
 #          cJSON, cmocka), found with ldd;
 #   strata/tests/golden/   the golden cases (the tests read them through TEST_SRCDIR);
-#   gpu_run.sh   tools/gpu_run.sh: the device run, every step under a time limit.
+#   gpu_run.sh   tools/gpu_run.sh: the device run, every step under a time limit;
+#   gpu_run_cpu.sh   tools/gpu_run_cpu.sh: a second call's CPU benches on the device's cores.
 # Then checks it on this machine: gpu_run.sh must get through every step (each says "skipped"
 # without a CUDA device; nothing may fail for a missing library or file). Prints the size
 # (must stay under 60 MiB: the carry limit is 64) and the check's summary.
@@ -20,13 +23,20 @@ FLAGS=(--dynamic_mode=off --define=strata_cudart=static --platform_suffix=gpubun
 [ -x /usr/local/cuda/bin/nvcc ] || { echo "gpu_bundle: no nvcc at /usr/local/cuda/bin" >&2; exit 1; }
 tests=$(bazel query 'attr(tags, "gpu", tests(//...))' 2>/dev/null) ||
     { echo "gpu_bundle: bazel query failed" >&2; exit 1; }
-targets=($tests //runtime:strata-stage //runtime:strata-client //runtime:strata-bench-backend)
+tools=(//runtime:strata-stage //runtime:strata-client //runtime:strata-bench-backend
+    //runtime:strata-stage-bench //runtime:strata-bench-kvp //reference/tools:strata-bench-decode)
+targets=($tests "${tools[@]}")
 bazel build "${FLAGS[@]}" "${targets[@]}" >/tmp/gpu_bundle.build.log 2>&1 ||
     { tail -n 30 /tmp/gpu_bundle.build.log; exit 1; }
 bin=$(bazel info "${FLAGS[@]}" bazel-bin 2>/dev/null)
 rm -rf "$B"
-mkdir -p "$B/bin" "$B/lib" "$B/strata/tests"
-for t in "${targets[@]}"; do
+mkdir -p "$B/bin" "$B/lib" "$B/strata/tests" "$B/prebuilt/runtime" "$B/prebuilt/reference/tools"
+for t in "${tools[@]}"; do
+    pkg=${t#//}
+    cp "$bin/${pkg%%:*}/${t##*:}" "$B/prebuilt/${pkg%%:*}/" ||
+        { echo "gpu_bundle: $t not built" >&2; exit 1; }
+done
+for t in $tests; do
     pkg=${t#//}
     pkg=${pkg%%:*}
     name=${t##*:}
@@ -41,9 +51,9 @@ done
 rm -f "$B"/bin/golden_backends_cuda_{nographs,grid,grid4}_test
 cp -r tests/golden "$B/strata/tests/"
 rm -f "$B/strata/tests/golden/BUILD.bazel"
-cp tools/gpu_run.sh "$B/gpu_run.sh"
+cp tools/gpu_run.sh tools/gpu_run_cpu.sh "$B/"
 # Shared libraries beyond glibc's own and the driver's.
-for f in "$B"/bin/*; do
+for f in "$B"/bin/* "$B"/prebuilt/runtime/* "$B"/prebuilt/reference/tools/*; do
     ldd "$f" | awk '/=> \// { print $3 }'
 done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in
@@ -52,7 +62,8 @@ done | sort -u | while read -r lib; do
     esac
 done
 size=$(du -sm "$B" | cut -f1)
-echo "bundle: $B, $(ls "$B/bin" | wc -l) binaries, libraries: $(ls "$B/lib" | tr '\n' ' ')"
+echo "bundle: $B, $(ls "$B/bin" | wc -l) tests, $(find "$B/prebuilt" -type f | wc -l) tools," \
+    "libraries: $(ls "$B/lib" | tr '\n' ' ')"
 echo "size: ${size} MiB (limit 60)"
 [ "$size" -lt 60 ] || { echo "gpu_bundle: over 60 MiB" >&2; exit 1; }
 [ "${1:-}" = --no-check ] && exit 0

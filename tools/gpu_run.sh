@@ -61,9 +61,9 @@ step golden_cuda_nographs 120 bin/golden_backends_cuda_test cuda:0 --no-graphs
 step golden_cuda_grid 60 bin/golden_backends_cuda_test cuda:0 --grid 2,1 --grid 1,2
 step vision_cuda 60 bin/vision_cuda_test
 step nccl_group 60 bin/nccl_group_cuda_test
-step bench_gpu_0.6b 150 bin/strata-bench-backend --device cuda:0 --shapes qwen3-0.6b \
+step bench_gpu_0.6b 150 prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-0.6b \
     --batch 1,8,32 --prefill 2048 --dir "$OUT/ckpt"
-step bench_gpu_8b 240 bin/strata-bench-backend --device cuda:0 --shapes qwen3-8b \
+step bench_gpu_8b 240 prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-8b \
     --batch 1,8,32 --prefill 2048 --dir "$OUT/ckpt8b"
 rm -rf "$OUT/ckpt" "$OUT/ckpt8b" # checkpoints are not results
 echo "summary: $summary"

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The GPU bundle's second device call (tools/gpu_bundle.sh; the first is gpu_run.sh): the CPU
+# benchmarks whose goals need more cores than the 2 of the build machine, on the device's,
+# with the bundle's binaries (STRATA_PREBUILT) and the repository's scripts (the device run
+# starts in a copy of the working tree):
+#   1. bench pipeline, prefill load on 2, 4 and 8 stages (S stages with S requests in flight
+#      against S x one process);
+#   2. bench tp: decode tok/s at TP 1 and 2 (network namespaces where the box has them);
+#   3. bench kvp: ms per token at 2k / 8k / 32k context with KVP 1, 2, 4.
+# Usage: .gpu-bundle/gpu_run_cpu.sh [OUT] (default $OUT, else /tmp/strata-gpu-run-cpu), run from
+# the repository root. Logs OUT/<bench>.log, one line per bench in OUT/summary_cpu.txt; the
+# limits add up to 9 minutes. Exit 0 when none failed.
+set -u
+B=$(cd "$(dirname "$0")" && pwd)
+OUT=${1:-${OUT:-/tmp/strata-gpu-run-cpu}}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export STRATA_PREBUILT="$B/prebuilt"
+summary="$OUT/summary_cpu.txt"
+: >"$summary"
+failed=0
+bench() { # bench NAME SECONDS COMMAND...
+    local name=$1 limit=$2 rc
+    shift 2
+    timeout -k 5 "$limit" "$@" >"$OUT/$name.log" 2>&1
+    rc=$?
+    case $rc in
+        0) v=ok ;;
+        124 | 137) v=TIMEOUT; failed=1 ;;
+        *) v=FAILED; failed=1 ;;
+    esac
+    printf '%-7s %-16s %s\n' "$v" "$name" "$(grep -v '^\s*$' "$OUT/$name.log" | tail -n 1 | cut -c1-160)" |
+        tee -a "$summary"
+}
+bench pipeline_prefill 240 env BENCH_LOAD=prefill BENCH_PREFILL_STAGES="2 4 8" BENCH_REPEAT=3 \
+    tools/bench_pipeline.sh
+bench tp 150 tools/bench_tp.sh
+bench kvp 150 env BENCH_STEPS=2 tools/bench_kvp.sh
+echo "summary: $summary"
+exit $failed
