@@ -86,13 +86,13 @@ static void flush(struct server *s) {
                            s->opt->kv_out_path);
             }
         } else if (f.link == STAGE_LINK_PREV) {
-            conn = &s->prev;
+            conn = &s->links.prev;
         } else if (f.link == STAGE_LINK_NEXT) {
-            conn = &s->next;
+            conn = &s->links.next;
         } else {
             for (int i = 0; i < MAX_CLIENTS; i++)
-                if (s->clients[i].fd >= 0 && s->client_ids[i] == f.client_id)
-                    conn = &s->clients[i], cid = f.client_id;
+                if (s->links.clients[i].fd >= 0 && s->links.client_ids[i] == f.client_id)
+                    conn = &s->links.clients[i], cid = f.client_id;
         }
         if (conn && conn->fd >= 0) {
             /* To a client: queued, never waited for (a client that stops reading holds
@@ -107,7 +107,7 @@ static void flush(struct server *s) {
                 /* The fastest recent send (decaying): a send that waited for a busy peer
                  * to read is slow through no fault of the link. */
                 double bps = (double)f.len * 1e9 / (double)(cli_now_ns() - t0 + 1);
-                s->link_bps = bps > 0.9 * s->link_bps ? bps : 0.9 * s->link_bps;
+                s->costs.link_bps = bps > 0.9 * s->costs.link_bps ? bps : 0.9 * s->costs.link_bps;
             }
             if (src < 0) {
                 char why[1024];
@@ -219,13 +219,14 @@ static int intercept(struct server *s, struct wire_conn *conn, enum stage_link l
 static int feed(struct server *s, struct wire_conn *conn, enum stage_link link, uint32_t cid,
                 const uint8_t *frame, size_t len) {
     if (link == STAGE_LINK_PREV)
-        s->prev_rx_ms = cli_now_ms();
+        s->links.prev_rx_ms = cli_now_ms();
     else if (link == STAGE_LINK_NEXT)
-        s->next_rx_ms = cli_now_ms();
+        s->links.next_rx_ms = cli_now_ms();
     if (intercept(s, conn, link, frame, len)) return 0;
     int rc;
-    /* A vision stage's link (a client link: its conn is an element of s->clients). */
-    if (link == STAGE_LINK_CLIENT && s->client_vision[conn - s->clients] && s->vision_rx)
+    /* A vision stage's link (a client link: its conn is an element of s->links.clients). */
+    if (link == STAGE_LINK_CLIENT && s->links.client_vision[conn - s->links.clients] &&
+        s->vision_rx)
         rc = stage_vision_on_frame(s->vision_rx, s->core, conn, cid, frame, len, CLIENT_MAX_QUEUED);
     else
         rc = stage_core_on_frame(s->core, link, cid, frame, len);
@@ -268,9 +269,9 @@ static void serve_ready(struct server *s, struct wire_conn *conn, enum stage_lin
 static void drop_stalled(struct server *s) {
     int64_t now = cli_now_ms(), limit = s->opt->io_timeout_ms ? s->opt->io_timeout_ms : 5000;
     char why[160];
-    struct wire_conn *links[2] = {&s->prev, &s->next};
+    struct wire_conn *links[2] = {&s->links.prev, &s->links.next};
     for (int i = 0; i < 2 + MAX_CLIENTS; i++) {
-        struct wire_conn *c = i < 2 ? links[i] : &s->clients[i - 2];
+        struct wire_conn *c = i < 2 ? links[i] : &s->links.clients[i - 2];
         int64_t since = c->fd >= 0 ? wire_conn_partial_since(c) : 0;
         int64_t unread = c->fd >= 0 ? wire_conn_tx_waiting_since(c) : 0;
         if (unread && now - unread > limit) {
@@ -279,7 +280,7 @@ static void drop_stalled(struct server *s) {
             if (i < 2)
                 stage_srv_link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
             else
-                stage_srv_link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+                stage_srv_link_down(s, STAGE_LINK_CLIENT, s->links.client_ids[i - 2], c, why);
             continue;
         }
         if (!since || now - since <= limit) continue;
@@ -290,7 +291,7 @@ static void drop_stalled(struct server *s) {
         if (i < 2)
             stage_srv_link_down(s, i == 0 ? STAGE_LINK_PREV : STAGE_LINK_NEXT, 0, c, why);
         else
-            stage_srv_link_down(s, STAGE_LINK_CLIENT, s->client_ids[i - 2], c, why);
+            stage_srv_link_down(s, STAGE_LINK_CLIENT, s->links.client_ids[i - 2], c, why);
     }
 }
 
@@ -305,30 +306,30 @@ static void keepalive(struct server *s) {
     struct wire_arena arena;
     char why[128];
     if (timeout <= 0) return;
-    if (s->prev.fd >= 0 && now - s->prev_rx_ms > timeout) {
+    if (s->links.prev.fd >= 0 && now - s->links.prev_rx_ms > timeout) {
         snprintf(why, sizeof why, "no frame for %lld ms (peer hung or unreachable)",
-                 (long long)(now - s->prev_rx_ms));
-        stage_srv_link_down(s, STAGE_LINK_PREV, 0, &s->prev, why);
+                 (long long)(now - s->links.prev_rx_ms));
+        stage_srv_link_down(s, STAGE_LINK_PREV, 0, &s->links.prev, why);
     }
-    if (s->next.fd >= 0 && now - s->next_rx_ms > timeout) {
+    if (s->links.next.fd >= 0 && now - s->links.next_rx_ms > timeout) {
         snprintf(why, sizeof why, "no frame for %lld ms (peer hung or unreachable)",
-                 (long long)(now - s->next_rx_ms));
-        stage_srv_link_down(s, STAGE_LINK_NEXT, 0, &s->next, why);
+                 (long long)(now - s->links.next_rx_ms));
+        stage_srv_link_down(s, STAGE_LINK_NEXT, 0, &s->links.next, why);
     }
-    if (now - s->last_ping_ms < timeout / 4 || wire_arena_init(&arena, 256) < 0) return;
-    s->last_ping_ms = now;
-    ping.seq = ++s->ping_seq;
+    if (now - s->links.last_ping_ms < timeout / 4 || wire_arena_init(&arena, 256) < 0) return;
+    s->links.last_ping_ms = now;
+    ping.seq = ++s->links.ping_seq;
     if (wire_build_control(&arena, &ping) == 0) {
-        if (s->prev.fd >= 0 && wire_send_frame(&s->prev, wire_arena_frame(&arena),
-                                               wire_arena_frame_len(&arena), 1000) < 0)
-            stage_srv_link_down(s, STAGE_LINK_PREV, 0, &s->prev, "ping failed");
-        if (s->next.fd >= 0 &&
+        if (s->links.prev.fd >= 0 && wire_send_frame(&s->links.prev, wire_arena_frame(&arena),
+                                                     wire_arena_frame_len(&arena), 1000) < 0)
+            stage_srv_link_down(s, STAGE_LINK_PREV, 0, &s->links.prev, "ping failed");
+        if (s->links.next.fd >= 0 &&
             (queued_link(s, STAGE_LINK_NEXT)
-                 ? wire_send_frame_nb(&s->next, wire_arena_frame(&arena),
+                 ? wire_send_frame_nb(&s->links.next, wire_arena_frame(&arena),
                                       wire_arena_frame_len(&arena), RING_MAX_QUEUED)
-                 : wire_send_frame(&s->next, wire_arena_frame(&arena), wire_arena_frame_len(&arena),
-                                   1000)) < 0)
-            stage_srv_link_down(s, STAGE_LINK_NEXT, 0, &s->next, "ping failed");
+                 : wire_send_frame(&s->links.next, wire_arena_frame(&arena),
+                                   wire_arena_frame_len(&arena), 1000)) < 0)
+            stage_srv_link_down(s, STAGE_LINK_NEXT, 0, &s->links.next, "ping failed");
     }
     wire_arena_free(&arena);
 }
@@ -341,36 +342,37 @@ static void recovery_tick(struct server *s) {
     int held;
     if (s->info.stage_index != 0) { /* a replay's KV copies restored here */
         stage_core_get_stats(s->core, &st);
-        if (st.kv_restored > s->kv_restored_seen)
+        if (st.kv_restored > s->logged.kv_restored)
             strata_log(STRATA_LOG_INFO, "restored %llu request(s) from their KV copies",
-                       (unsigned long long)(st.kv_restored - s->kv_restored_seen));
-        s->kv_restored_seen = st.kv_restored;
+                       (unsigned long long)(st.kv_restored - s->logged.kv_restored));
+        s->logged.kv_restored = st.kv_restored;
         return;
     }
     if (s->info.num_stages < 2) return;
-    held = stage_core_recovery_tick(s->core, cli_now_ms(), s->prev.fd >= 0 && s->next.fd >= 0);
+    held = stage_core_recovery_tick(s->core, cli_now_ms(),
+                                    s->links.prev.fd >= 0 && s->links.next.fd >= 0);
     stage_core_get_stats(s->core, &st);
-    if (held > 0 && s->held_seen == 0)
+    if (held > 0 && s->logged.held == 0)
         strata_log(STRATA_LOG_WARN,
                    "ring broken: holding %d request(s) for the ring to re-form (up to "
                    "--recovery-timeout-ms)",
                    held);
-    if (st.replayed > s->replayed_seen)
+    if (st.replayed > s->logged.replayed)
         strata_log(STRATA_LOG_INFO,
                    "ring re-formed: replaying %llu request(s), %llu from KV copies (%llu prefill "
                    "rows restored, not recomputed)",
-                   (unsigned long long)(st.replayed - s->replayed_seen),
-                   (unsigned long long)(st.kv_restored - s->kv_restored_seen),
-                   (unsigned long long)(st.kv_rows_saved - s->kv_rows_seen));
-    if (st.recovered > s->recovered_seen)
+                   (unsigned long long)(st.replayed - s->logged.replayed),
+                   (unsigned long long)(st.kv_restored - s->logged.kv_restored),
+                   (unsigned long long)(st.kv_rows_saved - s->logged.kv_rows));
+    if (st.recovered > s->logged.recovered)
         strata_log(STRATA_LOG_INFO,
                    "recovered: %llu request(s) got their first token after the replay",
-                   (unsigned long long)(st.recovered - s->recovered_seen));
-    s->held_seen = held;
-    s->replayed_seen = st.replayed;
-    s->recovered_seen = st.recovered;
-    s->kv_restored_seen = st.kv_restored;
-    s->kv_rows_seen = st.kv_rows_saved;
+                   (unsigned long long)(st.recovered - s->logged.recovered));
+    s->logged.held = held;
+    s->logged.replayed = st.replayed;
+    s->logged.recovered = st.recovered;
+    s->logged.kv_restored = st.kv_restored;
+    s->logged.kv_rows = st.kv_rows_saved;
 }
 
 /* The link's file event: queued frames go out when the socket takes more, frames in are
@@ -380,7 +382,7 @@ static void on_link(struct event_loop *loop, int fd, void *data, int mask) {
     struct link_ref *r = data;
     struct server *s = r->s;
     struct wire_conn *c = r->conn;
-    uint32_t cid = r->client >= 0 ? s->client_ids[r->client] : 0;
+    uint32_t cid = r->client >= 0 ? s->links.client_ids[r->client] : 0;
     (void)loop;
     if ((mask & EVENT_WRITE) && c->fd == fd && wire_flush_nb(c) < 0) {
         char why[1024];
@@ -397,9 +399,9 @@ static int link_buffered(void *data) {
 }
 
 static struct link_ref *ref_of(struct server *s, struct wire_conn *conn) {
-    if (conn == &s->prev) return &s->refs[0];
-    if (conn == &s->next) return &s->refs[1];
-    return &s->refs[2 + (conn - s->clients)];
+    if (conn == &s->links.prev) return &s->links.refs[0];
+    if (conn == &s->links.next) return &s->links.refs[1];
+    return &s->links.refs[2 + (conn - s->links.clients)];
 }
 
 int stage_srv_watch(struct server *s, struct wire_conn *conn) {
@@ -408,14 +410,14 @@ int stage_srv_watch(struct server *s, struct wire_conn *conn) {
 
 void stage_srv_close(struct server *s, struct wire_conn *conn) {
     if (conn->fd >= 0) event_del_file(s->loop, conn->fd); /* ENOTFOUND: never watched */
-    if (conn == &s->next) stage_core_set_next_link(s->core, NULL);
+    if (conn == &s->links.next) stage_core_set_next_link(s->core, NULL);
     wire_close(conn);
 }
 
 /* Links with frames queued are watched for the socket taking more. */
 static void watch_writes(struct server *s) {
     for (int i = 0; i < 2 + MAX_CLIENTS; i++) {
-        struct wire_conn *c = s->refs[i].conn;
+        struct wire_conn *c = s->links.refs[i].conn;
         if (c->fd >= 0)
             event_modify_file(s->loop, c->fd,
                               EVENT_READ | (wire_conn_tx_pending(c) ? EVENT_WRITE : 0));
@@ -463,9 +465,9 @@ static int64_t describe_timer(struct event_loop *loop, int64_t id, void *data) {
     struct server *s = data;
     (void)loop;
     (void)id;
-    stage_core_describe_tick(s->core, cli_now_ms(), s->prev.fd < 0,
-                             s->next.fd<0, s->opt->peer_timeout_ms> 0 ? 2 * s->opt->peer_timeout_ms
-                                                                      : 10000);
+    stage_core_describe_tick(
+        s->core, cli_now_ms(), s->links.prev.fd < 0,
+        s->links.next.fd<0, s->opt->peer_timeout_ms> 0 ? 2 * s->opt->peer_timeout_ms : 10000);
     flush(s);
     return DESCRIBE_EVERY_MS;
 }
@@ -485,14 +487,14 @@ static int loop_setup(struct server *s) {
     int rc = event_loop_create(&s->loop, 2 + MAX_CLIENTS);
     if (rc < 0) return rc;
     for (int i = 0; i < 2 + MAX_CLIENTS; i++)
-        s->refs[i] = (struct link_ref){.s = s,
-                                       .conn = i == 0   ? &s->prev
-                                               : i == 1 ? &s->next
-                                                        : &s->clients[i - 2],
-                                       .link = i == 0   ? STAGE_LINK_PREV
-                                               : i == 1 ? STAGE_LINK_NEXT
-                                                        : STAGE_LINK_CLIENT,
-                                       .client = i < 2 ? -1 : i - 2};
+        s->links.refs[i] = (struct link_ref){.s = s,
+                                             .conn = i == 0   ? &s->links.prev
+                                                     : i == 1 ? &s->links.next
+                                                              : &s->links.clients[i - 2],
+                                             .link = i == 0   ? STAGE_LINK_PREV
+                                                     : i == 1 ? STAGE_LINK_NEXT
+                                                              : STAGE_LINK_CLIENT,
+                                             .client = i < 2 ? -1 : i - 2};
     event_loop_set_wake(s->loop, on_wake, s);
     int64_t ids[5] = {
         s->opt->peer_timeout_ms > 0 ? event_add_timer(s->loop, 0, keepalive_timer, s) : 1,
@@ -556,8 +558,8 @@ static void loop_once(struct server *s) {
             strata_log(STRATA_LOG_ERROR, "microbatch failed: %s", strata_last_error());
         stage_core_get_stats(s->core, &st);
         if (st.rows - rows >= 8) {
-            measured(&s->row_ns, (double)(cli_now_ns() - t0) / (double)(st.rows - rows));
-            stage_core_set_recovery_costs(s->core, s->row_ns, s->link_bps);
+            measured(&s->costs.row_ns, (double)(cli_now_ns() - t0) / (double)(st.rows - rows));
+            stage_core_set_recovery_costs(s->core, s->costs.row_ns, s->costs.link_bps);
         }
         /* Nothing queued: what comes next is another stage's step (parked before the sends,
          * around which the next stage's wake-up may preempt this one). */
@@ -577,7 +579,7 @@ static void drain(struct server *s) {
     struct stage_core_stats st;
     int64_t start = cli_now_ms(), deadline = start + s->opt->drain_timeout_ms;
     stage_core_get_stats(s->core, &st);
-    atomic_store(&s->accept_close, 1);
+    atomic_store(&s->acceptor.refuse_new, 1);
     if (st.active_requests == 0 || s->opt->drain_timeout_ms <= 0) return;
     s->draining = 1;
     strata_log(STRATA_LOG_INFO,
@@ -612,10 +614,10 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     s->opt = opt;
     s->stop = stop;
     s->listener.fd = -1;
-    s->prev.fd = s->next.fd = -1;
+    s->links.prev.fd = s->links.next.fd = -1;
     for (int i = 0; i < MAX_CLIENTS; i++)
-        s->clients[i].fd = -1;
-    s->connecting_fd = -1;
+        s->links.clients[i].fd = -1;
+    s->dialer.connecting_fd = -1;
     pthread_mutex_init(&s->lock, NULL);
     s->self.version_major = WIRE_VERSION_MAJOR;
     s->self.version_minor = WIRE_VERSION_MINOR;
@@ -623,7 +625,7 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
     memcpy(s->self.fingerprint, opt->fingerprint, WIRE_FINGERPRINT_BYTES);
     /* The Hello announces the range the backend computes (stage_core_get_info). */
     stage_core_get_info(core, &s->info);
-    atomic_store(&s->want_next, s->info.num_stages > 1);
+    atomic_store(&s->dialer.want_next, s->info.num_stages > 1);
     s->self.stage_index = s->info.stage_index;
     s->self.layer_start = s->info.role.layer_start;
     s->self.layer_end = s->info.role.layer_end;
@@ -648,36 +650,36 @@ int stage_server_run(struct stage_core *core, const struct stage_server_options 
         if (rc < 0) goto done;
     }
     if ((rc = loop_setup(s)) < 0) goto done;
-    if (pthread_create(&s->acceptor, NULL, stage_srv_acceptor_main, s) != 0) {
+    if (pthread_create(&s->acceptor.thread, NULL, stage_srv_acceptor_main, s) != 0) {
         rc = strata_set_error(STRATA_EIO, "cannot start the acceptor thread");
         goto done;
     }
-    s->acceptor_started = 1;
+    s->acceptor.started = 1;
     if (s->info.num_stages > 1) {
-        if (pthread_create(&s->connector, NULL, stage_srv_connector_main, s) != 0) {
+        if (pthread_create(&s->dialer.thread, NULL, stage_srv_connector_main, s) != 0) {
             rc = strata_set_error(STRATA_EIO, "cannot start the connector thread");
             goto done;
         }
-        s->connector_started = 1;
+        s->dialer.started = 1;
     }
     while (!*stop)
         loop_once(s);
     drain(s);
     rc = 0;
 done:
-    atomic_store(&s->acceptor_stop, 1);
+    atomic_store(&s->acceptor.stop, 1);
     pthread_mutex_lock(&s->lock); /* cut a handshake with the next stage short */
-    if (s->connecting_fd >= 0) shutdown(s->connecting_fd, SHUT_RDWR);
+    if (s->dialer.connecting_fd >= 0) shutdown(s->dialer.connecting_fd, SHUT_RDWR);
     pthread_mutex_unlock(&s->lock);
-    if (s->connector_started) pthread_join(s->connector, NULL);
-    if (s->acceptor_started) pthread_join(s->acceptor, NULL);
+    if (s->dialer.started) pthread_join(s->dialer.thread, NULL);
+    if (s->acceptor.started) pthread_join(s->acceptor.thread, NULL);
     wire_listener_close(&s->listener);
-    for (int i = 0; i < s->num_pending; i++)
-        wire_close(&s->pending[i].conn);
-    wire_close(&s->prev);
-    wire_close(&s->next);
+    for (int i = 0; i < s->handoffs.count; i++)
+        wire_close(&s->handoffs.pending[i].conn);
+    wire_close(&s->links.prev);
+    wire_close(&s->links.next);
     for (int i = 0; i < MAX_CLIENTS; i++)
-        wire_close(&s->clients[i]);
+        wire_close(&s->links.clients[i]);
     event_loop_free(s->loop);
     pthread_mutex_destroy(&s->lock);
     vision_rx_free(s->vision_rx);

@@ -1,7 +1,7 @@
 /* Private to strata-stage's server: the state the event loop (stage_server.c) and the link
  * management (stage_server_link.c: the acceptor's and connector's threads, the checks of
- * who a peer is, taking a link down) share. Split so that each file stays readable; not for
- * other modules (use stage_server.h). */
+ * who a peer is, taking a link down) share, by owner: the loop's links, each thread's state
+ * and the handoffs between them. Not for other modules (use stage_server.h). */
 #ifndef STRATA_RUNTIME_STAGE_STAGE_SERVER_INTERNAL_H
 #define STRATA_RUNTIME_STAGE_STAGE_SERVER_INTERNAL_H
 
@@ -37,6 +37,45 @@ struct link_ref {
     int client; /* index into clients[] for STAGE_LINK_CLIENT, else -1 */
 };
 
+/* The loop-owned connections (fd -1 when absent) and what the loop knows of them. */
+struct server_links {
+    struct wire_conn prev, next;
+    struct wire_conn clients[MAX_CLIENTS];
+    uint32_t client_ids[MAX_CLIENTS];
+    uint8_t client_vision[MAX_CLIENTS]; /* the client is a vision stage (Hello role Vision) */
+    uint32_t next_client_id;
+    struct link_ref refs[2 + MAX_CLIENTS]; /* prev, next, clients[i] */
+    int64_t prev_rx_ms, next_rx_ms;        /* last frame received on each stage link */
+    int64_t last_ping_ms;
+    uint64_t ping_seq;
+};
+
+/* The acceptor thread's (stage_server_link.c): the loop only sets its flags. */
+struct server_acceptor {
+    pthread_t thread;
+    int started;
+    atomic_int stop;       /* set by the loop when it ends (the signal flag is not shared) */
+    atomic_int refuse_new; /* set by the loop when it drains: accept nothing new */
+};
+
+/* The connector thread's (stage_server_link.c), which dials the next stage: the loop only
+ * sets the flags. */
+struct server_dialer {
+    pthread_t thread;
+    int started;
+    atomic_int want_next; /* the loop has no next link: make one */
+    atomic_int next_lost; /* the next link just dropped: retry soon (backoff from the start) */
+    int connecting_fd;    /* under the server's lock: a connect in progress (-1: none) */
+    int failures;
+    char error[256]; /* the last reason the next hop failed (logged when it changes) */
+};
+
+/* Connections the two threads made, waiting for the loop to adopt them (under the lock). */
+struct server_handoffs {
+    struct handoff pending[MAX_HANDOFF];
+    int count;
+};
+
 struct server {
     struct stage_core_info info; /* stage index, layer range, roles: the core's backend */
     struct stage_core *core;
@@ -44,41 +83,25 @@ struct server {
     volatile sig_atomic_t *stop;
     struct wire_listener listener;
     struct wire_hello self;
-    pthread_t acceptor;
-    int acceptor_started;
-    atomic_int acceptor_stop; /* set by the loop when it ends (the signal flag is not shared) */
-    atomic_int accept_close;  /* set by the loop when it drains: accept nothing new */
     int draining;
     struct event_loop *loop; /* the loop's thread; the acceptor and connector only wake it */
-    pthread_mutex_t lock;
-    struct handoff pending[MAX_HANDOFF];
-    int num_pending;
-    /* Loop-owned connections (fd -1 when absent). */
-    struct wire_conn prev, next;
-    struct wire_conn clients[MAX_CLIENTS];
-    uint32_t client_ids[MAX_CLIENTS];
-    uint8_t client_vision[MAX_CLIENTS]; /* the client is a vision stage (Hello role Vision) */
-    struct vision_rx *vision_rx;        /* stage 0: vision transfers in progress */
-    uint32_t next_client_id;
-    struct link_ref refs[2 + MAX_CLIENTS]; /* prev, next, clients[i] */
-    /* The connector thread's (stage_server_link.c); the loop only sets these flags. */
-    pthread_t connector;
-    int connector_started;
-    atomic_int want_next; /* the loop has no next link: make one */
-    atomic_int next_lost; /* the next link just dropped: retry soon (backoff from the start) */
-    int connecting_fd;    /* under lock: the socket of a connect in progress (-1: none) */
-    int64_t prev_rx_ms, next_rx_ms; /* last frame received on each stage link */
-    int64_t last_ping_ms;
-    uint64_t ping_seq;
-    int next_failures;
-    char next_error[256]; /* the last reason the next hop failed (logged when it changes) */
+    pthread_mutex_t lock;    /* between the loop and the two threads: handoffs, connecting_fd */
+    struct server_links links;
+    struct server_acceptor acceptor;
+    struct server_dialer dialer;
+    struct server_handoffs handoffs;
+    struct vision_rx *vision_rx; /* stage 0: vision transfers in progress */
     /* Recovery (stage 0; stage_recovery.c): what was last logged. */
-    int held_seen;
-    uint64_t replayed_seen, recovered_seen, kv_restored_seen, kv_rows_seen;
+    struct {
+        int held;
+        uint64_t replayed, recovered, kv_restored, kv_rows;
+    } logged;
     /* Measured for stage 0's restore-or-replay rule (stage_recovery_kv.c): ns per row of
      * microbatches >= 8 rows (moving average) and bytes/s of sends >= 64 KiB on the next
      * link (the fastest recent one); 0 until measured. */
-    double row_ns, link_bps;
+    struct {
+        double row_ns, link_bps;
+    } costs;
     /* --stage-stats: since the last line, microbatches and the time in them, in the sends
      * after them and waiting for the next frame (from the moment nothing was left to run). */
     struct stage_time_stats {

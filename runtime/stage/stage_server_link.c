@@ -41,7 +41,7 @@ void *stage_srv_acceptor_main(void *arg) {
                                      .key = s->opt->key,
                                      .self = s->self,
                                      .handshake_timeout_ms = HANDSHAKE_TIMEOUT_MS};
-    if (stage_accept_run(&o, deliver, s, &s->acceptor_stop, &s->accept_close) < 0)
+    if (stage_accept_run(&o, deliver, s, &s->acceptor.stop, &s->acceptor.refuse_new) < 0)
         strata_log(STRATA_LOG_ERROR, "acceptor: %s", strata_last_error());
     return NULL;
 }
@@ -62,8 +62,8 @@ void stage_srv_link_down(struct server *s, enum stage_link link, uint32_t client
     stage_srv_close(s, conn);
     stage_core_on_link_down(s->core, link, client_id, reason);
     if (link == STAGE_LINK_NEXT) {
-        atomic_store(&s->next_lost, 1);
-        atomic_store(&s->want_next, 1);
+        atomic_store(&s->dialer.next_lost, 1);
+        atomic_store(&s->dialer.want_next, 1);
     }
 }
 
@@ -78,21 +78,21 @@ static void adopt(struct server *s, struct handoff *h) {
             return;
         }
         for (int i = 0; i < MAX_CLIENTS; i++) {
-            if (s->clients[i].fd < 0) {
-                wire_conn_move(&s->clients[i], &h->conn);
+            if (s->links.clients[i].fd < 0) {
+                wire_conn_move(&s->links.clients[i], &h->conn);
                 /* A vision stage's VisionBlock 0 carries a whole request's DeepStack. */
-                s->clients[i].max_frame = vision ? STAGE_VISION_MAX_FRAME : CLIENT_MAX_FRAME;
-                s->client_ids[i] = ++s->next_client_id;
-                s->client_vision[i] = (uint8_t)vision;
-                if (stage_srv_watch(s, &s->clients[i]) < 0) {
-                    strata_log(STRATA_LOG_WARN, "closing %s: %s", s->clients[i].peer,
+                s->links.clients[i].max_frame = vision ? STAGE_VISION_MAX_FRAME : CLIENT_MAX_FRAME;
+                s->links.client_ids[i] = ++s->links.next_client_id;
+                s->links.client_vision[i] = (uint8_t)vision;
+                if (stage_srv_watch(s, &s->links.clients[i]) < 0) {
+                    strata_log(STRATA_LOG_WARN, "closing %s: %s", s->links.clients[i].peer,
                                strata_last_error());
-                    wire_close(&s->clients[i]);
+                    wire_close(&s->links.clients[i]);
                     return;
                 }
                 strata_log(STRATA_LOG_DEBUG, "%s %u connected from %s",
-                           vision ? "vision stage" : "client", s->client_ids[i],
-                           s->clients[i].peer);
+                           vision ? "vision stage" : "client", s->links.client_ids[i],
+                           s->links.clients[i].peer);
                 return;
             }
         }
@@ -115,21 +115,22 @@ static void adopt(struct server *s, struct handoff *h) {
         wire_close(&h->conn);
         return;
     }
-    if (s->prev.fd >= 0)
-        stage_srv_link_down(s, STAGE_LINK_PREV, 0, &s->prev,
+    if (s->links.prev.fd >= 0)
+        stage_srv_link_down(s, STAGE_LINK_PREV, 0, &s->links.prev,
                             "replaced by a new upstream connection");
     char security[160];
     wire_tls_peer_describe(&h->conn, security, sizeof security);
-    wire_conn_move(&s->prev, &h->conn);
-    s->prev.max_frame = WIRE_DEFAULT_MAX_FRAME; /* authenticated: activations and KV blocks */
-    s->prev_rx_ms = cli_now_ms();
-    if (stage_srv_watch(s, &s->prev) < 0) {
-        strata_log(STRATA_LOG_WARN, "closing upstream %s: %s", s->prev.peer, strata_last_error());
-        wire_close(&s->prev);
+    wire_conn_move(&s->links.prev, &h->conn);
+    s->links.prev.max_frame = WIRE_DEFAULT_MAX_FRAME; /* authenticated: activations and KV blocks */
+    s->links.prev_rx_ms = cli_now_ms();
+    if (stage_srv_watch(s, &s->links.prev) < 0) {
+        strata_log(STRATA_LOG_WARN, "closing upstream %s: %s", s->links.prev.peer,
+                   strata_last_error());
+        wire_close(&s->links.prev);
         return;
     }
     strata_log(STRATA_LOG_INFO, "upstream stage %d connected from %s (%s)", h->peer.stage_index,
-               s->prev.peer, security);
+               s->links.prev.peer, security);
 }
 
 /* One attempt at the next stage: connect, TLS, Hello, and the check that it is the stage
@@ -147,7 +148,7 @@ static int connect_next(struct server *s, struct wire_conn *conn, struct wire_he
     } else {
         rc = wire_connect(conn, o->next_host, port, 0, CONNECT_TIMEOUT_MS);
         pthread_mutex_lock(&s->lock);
-        s->connecting_fd = rc == 0 ? conn->fd : -1;
+        s->dialer.connecting_fd = rc == 0 ? conn->fd : -1;
         pthread_mutex_unlock(&s->lock);
         if (rc == 0 && o->tls) rc = wire_tls_connect(conn, o->tls, HANDSHAKE_TIMEOUT_MS);
         if (rc == 0) rc = wire_handshake_client(peer, conn, &s->self, o->key, HANDSHAKE_TIMEOUT_MS);
@@ -159,22 +160,23 @@ static int connect_next(struct server *s, struct wire_conn *conn, struct wire_he
                                   peer->stage_index, peer->layer_start, peer->layer_end, want,
                                   want == 0 ? 0 : s->info.role.layer_end);
         pthread_mutex_lock(&s->lock);
-        s->connecting_fd = -1;
+        s->dialer.connecting_fd = -1;
         pthread_mutex_unlock(&s->lock);
     }
     if (rc < 0) {
         wire_close(conn);
-        s->next_failures++;
-        int changed = strncmp(s->next_error, strata_last_error(), sizeof s->next_error - 1) != 0;
-        snprintf(s->next_error, sizeof s->next_error, "%s", strata_last_error());
+        s->dialer.failures++;
+        int changed =
+            strncmp(s->dialer.error, strata_last_error(), sizeof s->dialer.error - 1) != 0;
+        snprintf(s->dialer.error, sizeof s->dialer.error, "%s", strata_last_error());
         strata_log(
-            changed || s->next_failures == 1 || s->next_failures % 50 == 0 ? STRATA_LOG_INFO
-                                                                           : STRATA_LOG_DEBUG,
-            "connecting to the next stage (attempt %d): %s", s->next_failures, s->next_error);
+            changed || s->dialer.failures == 1 || s->dialer.failures % 50 == 0 ? STRATA_LOG_INFO
+                                                                               : STRATA_LOG_DEBUG,
+            "connecting to the next stage (attempt %d): %s", s->dialer.failures, s->dialer.error);
         return rc;
     }
-    s->next_failures = 0;
-    s->next_error[0] = '\0';
+    s->dialer.failures = 0;
+    s->dialer.error[0] = '\0';
     return 0;
 }
 
@@ -183,10 +185,10 @@ static void hand_over(struct server *s, struct wire_conn *conn, const struct wir
                       int is_next) {
     int taken = 0;
     pthread_mutex_lock(&s->lock);
-    if (s->num_pending < MAX_HANDOFF) {
-        wire_conn_move(&s->pending[s->num_pending].conn, conn);
-        s->pending[s->num_pending].peer = *peer;
-        s->pending[s->num_pending++].is_next = is_next;
+    if (s->handoffs.count < MAX_HANDOFF) {
+        wire_conn_move(&s->handoffs.pending[s->handoffs.count].conn, conn);
+        s->handoffs.pending[s->handoffs.count].peer = *peer;
+        s->handoffs.pending[s->handoffs.count++].is_next = is_next;
         taken = 1;
     }
     pthread_mutex_unlock(&s->lock);
@@ -207,19 +209,19 @@ void *stage_srv_connector_main(void *arg) {
     struct server *s = arg;
     int backoff = BACKOFF_MIN_MS;
     int64_t retry = 0;
-    while (!atomic_load(&s->acceptor_stop)) {
+    while (!atomic_load(&s->acceptor.stop)) {
         struct wire_conn conn;
         struct wire_hello peer;
-        if (atomic_exchange(&s->next_lost, 0)) {
+        if (atomic_exchange(&s->dialer.next_lost, 0)) {
             backoff = BACKOFF_MIN_MS;
             retry = cli_now_ms() + backoff;
         }
-        if (!atomic_load(&s->want_next) || cli_now_ms() < retry) {
+        if (!atomic_load(&s->dialer.want_next) || cli_now_ms() < retry) {
             usleep(5000);
             continue;
         }
         if (connect_next(s, &conn, &peer) == 0) {
-            atomic_store(&s->want_next, 0);
+            atomic_store(&s->dialer.want_next, 0);
             hand_over(s, &conn, &peer, 1);
             backoff = BACKOFF_MIN_MS;
         } else {
@@ -233,29 +235,31 @@ void *stage_srv_connector_main(void *arg) {
 /* Takes the connector's link to the next stage. */
 static void adopt_next(struct server *s, struct handoff *h) {
     char security[160];
-    if (s->next.fd >= 0) stage_srv_close(s, &s->next); /* not expected: the connector waits */
+    if (s->links.next.fd >= 0)
+        stage_srv_close(s, &s->links.next); /* not expected: the connector waits */
     wire_tls_peer_describe(&h->conn, security, sizeof security);
-    wire_conn_move(&s->next, &h->conn);
-    s->next_rx_ms = cli_now_ms();
-    if (stage_srv_watch(s, &s->next) < 0) {
-        strata_log(STRATA_LOG_WARN, "closing downstream %s: %s", s->next.peer, strata_last_error());
-        wire_close(&s->next);
-        atomic_store(&s->want_next, 1);
+    wire_conn_move(&s->links.next, &h->conn);
+    s->links.next_rx_ms = cli_now_ms();
+    if (stage_srv_watch(s, &s->links.next) < 0) {
+        strata_log(STRATA_LOG_WARN, "closing downstream %s: %s", s->links.next.peer,
+                   strata_last_error());
+        wire_close(&s->links.next);
+        atomic_store(&s->dialer.want_next, 1);
         return;
     }
-    stage_core_set_next_link(s->core, s->next.peer);
+    stage_core_set_next_link(s->core, s->links.next.peer);
     strata_log(STRATA_LOG_INFO, "connected to next stage %d at %s (%s)", h->peer.stage_index,
-               s->next.peer, security);
+               s->links.next.peer, security);
 }
 
 void stage_srv_take_handoffs(struct server *s) {
     pthread_mutex_lock(&s->lock);
-    for (int i = 0; i < s->num_pending; i++) {
-        if (s->pending[i].is_next)
-            adopt_next(s, &s->pending[i]);
+    for (int i = 0; i < s->handoffs.count; i++) {
+        if (s->handoffs.pending[i].is_next)
+            adopt_next(s, &s->handoffs.pending[i]);
         else
-            adopt(s, &s->pending[i]);
+            adopt(s, &s->handoffs.pending[i]);
     }
-    s->num_pending = 0;
+    s->handoffs.count = 0;
     pthread_mutex_unlock(&s->lock);
 }
