@@ -36,7 +36,8 @@ struct job {
     enum wire_finish finish;
     char error[600];
     double t_first, t_done, t_last;
-    double *gaps; /* [max_tokens] seconds between consecutive tokens */
+    double *gaps;           /* [max_tokens] seconds between consecutive tokens */
+    int accepted, rejected; /* its draft tokens so far (speculative decoding) */
 };
 
 static void usage(FILE *out) {
@@ -589,6 +590,8 @@ static int on_event(struct strata_client *client, struct job *jobs, struct job *
         j->gaps[j->n_tokens - 1] = t - j->t_last;
     j->t_last = t;
     j->tokens[j->n_tokens++] = ev->token;
+    j->accepted = ev->accepted_tokens;
+    j->rejected = ev->rejected_tokens;
     if (g_text.stream) emit_text(ev->token, 0);
     if (ev->finish != WIRE_FINISH_NONE) {
         j->finish = ev->finish;
@@ -689,6 +692,9 @@ static int print_job(int i, struct job *j, double t0, const struct client_args *
            j->finish == WIRE_FINISH_STOP ? "stop" : "length", (j->t_first - t0) * 1e3,
            j->t_done > j->t_first && j->n_tokens > 1 ? (j->n_tokens - 1) / (j->t_done - j->t_first)
                                                      : 0.0);
+    if (j->accepted + j->rejected > 0) /* a line of its own: the one above is parsed by scripts */
+        printf("request %d: %d of %d draft tokens accepted\n", i, j->accepted,
+               j->accepted + j->rejected);
     if (a->latency && j->n_tokens > 2) {
         int n = j->n_tokens - 1;
         qsort(j->gaps, (size_t)n, sizeof(double), compare_double);
@@ -716,6 +722,9 @@ static int text_report(const struct job *j, double t0, const struct client_args 
             (j->t_first - t0) * 1e3,
             j->t_done > j->t_first && j->n_tokens > 1 ? (j->n_tokens - 1) / (j->t_done - j->t_first)
                                                       : 0.0);
+    if (j->accepted + j->rejected > 0)
+        fprintf(stderr, "speculation: %d of %d draft tokens accepted\n", j->accepted,
+                j->accepted + j->rejected);
     return 0;
 }
 
