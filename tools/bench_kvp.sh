@@ -26,13 +26,9 @@ case "${1:-}" in
 esac
 cd "$(dirname "$0")/.."
 targets=(//runtime:strata-bench-kvp //reference/tools:strata-bench-decode)
-if [ -n "${STRATA_PREBUILT:-}" ]; then # binaries built elsewhere (the GPU bundle's)
-    bin=$STRATA_PREBUILT
-else
-    bazel build ${STRATA_BAZEL_FLAGS:-} "${targets[@]}" >/dev/null 2>&1 ||
-        { bazel build ${STRATA_BAZEL_FLAGS:-} "${targets[@]}"; exit 1; }
-    bin="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
-fi
+. tools/bench_build.sh
+bench_build "${targets[@]}"
+bin=$STRATA_BIN_DIR
 model=${PEERS_DIR:-$HOME/.cache/strata/peers-model}
 . tools/bench_model.sh
 bench_model "$model" "$bin" || { echo "bench kvp: cannot write the checkpoint to $model" >&2; exit 1; }

@@ -52,15 +52,8 @@ case "${BENCH_LOAD:-decode}" in
         ;;
 esac
 cd "$(dirname "$0")/.."
-if [ -n "${STRATA_PREBUILT:-}" ]; then # binaries built elsewhere (the GPU bundle's)
-    STRATA_BIN_DIR=$STRATA_PREBUILT
-else
-    bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
-        >/dev/null 2>&1 ||
-        { bazel build ${STRATA_BAZEL_FLAGS:-} //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench; exit 1; }
-    STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
-fi
-export STRATA_BIN_DIR
+. tools/bench_build.sh
+bench_build //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench
 . tests/pipeline/pipeline_lib.sh
 pl_init
 BENCH="$STRATA_BIN_DIR/runtime/strata-stage-bench"

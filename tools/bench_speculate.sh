@@ -26,12 +26,9 @@
 # "1 2 4"), BENCH_ORACLE (acceptances, default "1.0 0.8 0.6 0.4 0.0": 0.0, every draft wrong, is the mechanism's worst case), STRATA_BAZEL_FLAGS.
 set -u
 cd "$(dirname "$0")/.."
-targets=(//runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench
-    //tests/pipeline:tun_link)
-bazel build ${STRATA_BAZEL_FLAGS:-} "${targets[@]}" >/dev/null 2>&1 ||
-    { bazel build ${STRATA_BAZEL_FLAGS:-} "${targets[@]}"; exit 1; }
-STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
-export STRATA_BIN_DIR
+. tools/bench_build.sh
+bench_build //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench \
+    //tests/pipeline:tun_link
 . tests/pipeline/netns_lib.sh
 nl_init 4
 BENCH="$STRATA_BIN_DIR/runtime/strata-stage-bench"

@@ -62,14 +62,8 @@ moe=${moe:-0}
 cd "$(dirname "$0")/.."
 targets=(//runtime:strata-stage //runtime:strata-client //reference/tools:strata-bench-decode)
 [ "$moe" = 1 ] && targets=(//runtime:strata-stage //runtime:strata-client //runtime:strata-bench-backend)
-if [ -n "${STRATA_PREBUILT:-}" ]; then # binaries built elsewhere (the GPU bundle's)
-    STRATA_BIN_DIR=$STRATA_PREBUILT
-else
-    bazel build ${STRATA_BAZEL_FLAGS:-} "${targets[@]}" >/dev/null 2>&1 ||
-        { bazel build ${STRATA_BAZEL_FLAGS:-} "${targets[@]}"; exit 1; }
-    STRATA_BIN_DIR="$(bazel info ${STRATA_BAZEL_FLAGS:-} bazel-bin 2>/dev/null)"
-fi
-export STRATA_BIN_DIR
+. tools/bench_build.sh
+bench_build "${targets[@]}"
 . tests/pipeline/netns_lib.sh
 # Two hosts need root and network namespaces: probe first (nl_init's own skip would end the
 # whole benchmark), then nl_init makes the work directory and the hosts, or pl_init only.
