@@ -232,17 +232,9 @@ int stage_spec_head_rows(const struct stage_req *req) {
 static int add_wave(struct stage_core *core, struct stage_req *req) {
     const int P = req->params.prompt_len, first = req->n_waves == 0;
     struct stage_spec_wave *w = &req->waves[(req->wave_head + req->n_waves) % STAGE_SPEC_MAX_WAVES];
-    int n = P + req->n_generated, pos = n - 1; /* the sequence the drafts follow; w's start */
-    /* The prompt's row holds the confirmed tokens after the prompt (a recovery replay writes
-     * them the same way), then the ids the steps in flight assume: the oldest one's drafts,
-     * each later one's ids. */
-    memcpy(req->prompt + P, req->tokens, sizeof(int32_t) * (size_t)req->n_generated);
-    for (int i = 0; i < req->n_waves; i++) {
-        const struct stage_spec_wave *o = &req->waves[(req->wave_head + i) % STAGE_SPEC_MAX_WAVES];
-        memcpy(req->prompt + n, o->ids + (i == 0), sizeof(int32_t) * (size_t)(o->rows - (i == 0)));
-        n += o->rows - (i == 0);
-        pos = o->pos + o->rows;
-    }
+    const struct stage_spec_wave *tail =
+        first ? NULL : &req->waves[(req->wave_head + req->n_waves - 1) % STAGE_SPEC_MAX_WAVES];
+    const int pos = tail ? tail->pos + tail->rows : P + req->n_generated - 1; /* w's start */
     /* Rows it may have: the request's positions end at prompt + max_tokens - 1 (its
      * reservation); a microbatch's rows; the drafts per step (with a guessed first id). */
     int room = P + req->params.max_tokens - 1 - pos;
@@ -252,6 +244,21 @@ static int add_wave(struct stage_core *core, struct stage_req *req) {
     int k = req->spec_wait > 0 ? 0 : req->spec_cur;                     /* drafts after row 0 */
     if (first && req->spec_wait > 0) req->spec_wait--;
     if (k > room - 1) k = room - 1;
+    /* The sequence the drafts follow, only when there are drafts to make: the prompt's row
+     * holds the confirmed tokens after the prompt (a recovery replay writes them the same
+     * way), then the ids the steps in flight assume (the oldest one's drafts, each later
+     * one's ids). */
+    int n = P + req->n_generated;
+    if (k > 0 || !first) {
+        memcpy(req->prompt + P, req->tokens, sizeof(int32_t) * (size_t)req->n_generated);
+        for (int i = 0; i < req->n_waves; i++) {
+            const struct stage_spec_wave *o =
+                &req->waves[(req->wave_head + i) % STAGE_SPEC_MAX_WAVES];
+            memcpy(req->prompt + n, o->ids + (i == 0),
+                   sizeof(int32_t) * (size_t)(o->rows - (i == 0)));
+            n += o->rows - (i == 0);
+        }
+    }
     int got;
     if (first) {
         w->ids[0] = req->tokens[req->n_generated - 1];
