@@ -78,6 +78,10 @@ int32_t tokenizer_n_ids(const struct tokenizer *tok);
  * entries are in byte-level form, e.g. "Ġthe"); -1 when there is none. */
 int32_t tokenizer_token_id(const struct tokenizer *tok, const char *token);
 
+/* 1 when id is an added token (special or not), else 0. Added tokens are split out of the
+ * text before anything else, so the text between two of them is tokenized on its own. */
+int tokenizer_is_added(const struct tokenizer *tok, int32_t id);
+
 /* 1 when id is an added token marked special, else 0. */
 int tokenizer_is_special(const struct tokenizer *tok, int32_t id);
 

@@ -477,6 +477,12 @@ int32_t tokenizer_token_id(const struct tokenizer *tok, const char *token) {
     return tok_str_map_get(&tok->vocab, &tok->strings, token, n);
 }
 
+int tokenizer_is_added(const struct tokenizer *tok, int32_t id) {
+    for (int i = 0; i < tok->n_added; i++)
+        if (tok->added[i].id == id) return 1;
+    return 0;
+}
+
 int tokenizer_is_special(const struct tokenizer *tok, int32_t id) {
     return id >= 0 && id < tok->n_ids && tok->special[id];
 }

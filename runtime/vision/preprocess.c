@@ -46,7 +46,7 @@ int vision_smart_resize(int64_t *out_h, int64_t *out_w, int64_t h, int64_t w, in
 /* u8 -> f32 for one channel, exactly as torch computes it (§6). Fast path with both steps on:
  * mean and std are fused with the rescale factor as f32 tensor * scalar, then
  * normalize() subtracts and divides in f32. */
-static void build_lut(float lut[256], const struct vision_preproc_config *cfg, int c) {
+void vision_normalize_lut(float lut[256], const struct vision_preproc_config *cfg, int c) {
     float inv = (float)(1.0 / cfg->rescale_factor);
     float mean = cfg->image_mean[c] * inv, std = cfg->image_std[c] * inv;
     for (int x = 0; x < 256; x++) {
@@ -129,7 +129,7 @@ int vision_preprocess(struct vision_pixels *out, const struct vision_preproc_con
     }
     float lut[3][256];
     for (int c = 0; c < 3; c++)
-        build_lut(lut[c], cfg, c);
+        vision_normalize_lut(lut[c], cfg, c);
     patchify(out->pixel_values, &resized, (const float(*)[256])lut, P, M, T);
     image_rgb8_free(&resized);
     return STRATA_OK;

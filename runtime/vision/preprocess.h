@@ -84,6 +84,10 @@ int vision_preprocess(struct vision_pixels *out, const struct vision_preproc_con
 
 void vision_pixels_free(struct vision_pixels *px);
 
+/* u8 -> f32 for channel c exactly as torch computes it (spec §6): the table both the image
+ * and the video path normalise with. */
+void vision_normalize_lut(float lut[256], const struct vision_preproc_config *cfg, int c);
+
 /* Number of LLM <|image_pad|> tokens for a grid: t * h * w / merge^2 (spec §7, §8.2). */
 int64_t vision_image_tokens(const int64_t grid_thw[3], int merge_size);
 

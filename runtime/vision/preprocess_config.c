@@ -1,4 +1,6 @@
-/* preprocessor_config.json -> struct vision_preproc_config (spec qwen3-vl-preprocessing.md §2).
+/* preprocessor_config.json -> struct vision_preproc_config (spec qwen3-vl-preprocessing.md §2),
+ * and video_preprocessor_config.json -> struct vision_video_config (the same fields, read as
+ * the video processor reads them, plus the sampling ones).
  * Every field is optional; a present one must be valid, and the error names it. */
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -9,6 +11,7 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/vision/preprocess.h"
+#include "runtime/vision/video_preprocess.h"
 
 struct vision_preproc_config vision_preproc_defaults(void) {
     struct vision_preproc_config c;
@@ -30,8 +33,12 @@ static const cJSON *field(const cJSON *obj, const char *name) {
     return (it && !cJSON_IsNull(it)) ? it : NULL;
 }
 
+/* The file being parsed, for messages: preprocessor_config.json or
+ * video_preprocessor_config.json (one parse at a time per thread). */
+static _Thread_local const char *parsing = "preprocessor_config.json";
+
 static int bad(const char *name, const char *what) {
-    return strata_set_error(STRATA_EFORMAT, "preprocessor_config.json: \"%s\" %s", name, what);
+    return strata_set_error(STRATA_EFORMAT, "%s: \"%s\" %s", parsing, name, what);
 }
 
 /* An integer in [lo, hi]; absent leaves *out alone. */
@@ -83,13 +90,16 @@ static int get_triple(float out[3], const cJSON *obj, const char *name, int nonz
     return STRATA_OK;
 }
 
-/* size.{shortest_edge,longest_edge}, then top-level min_pixels/max_pixels overwrite (§2). */
-static int get_pixel_budget(struct vision_preproc_config *cfg, const cJSON *root) {
+/* size.{shortest_edge,longest_edge}, then top-level min_pixels/max_pixels overwrite (§2) for
+ * images; the video processor knows only `size`, and needs both of its keys. */
+static int get_pixel_budget(struct vision_preproc_config *cfg, const cJSON *root, int video) {
     const int64_t hi = (int64_t)1 << 40;
     const cJSON *size = field(root, "size");
     int rc = STRATA_OK;
     if (size) {
         if (!cJSON_IsObject(size)) return bad("size", "must be an object");
+        if (video && (!field(size, "shortest_edge") || !field(size, "longest_edge")))
+            return bad("size", "must contain \"shortest_edge\" and \"longest_edge\"");
         if (!field(size, "shortest_edge") && !field(root, "min_pixels"))
             return bad("size", "needs \"shortest_edge\" (or a top-level \"min_pixels\")");
         if (!field(size, "longest_edge") && !field(root, "max_pixels"))
@@ -97,15 +107,15 @@ static int get_pixel_budget(struct vision_preproc_config *cfg, const cJSON *root
         rc = get_int64(&cfg->min_pixels, size, "shortest_edge", 1, hi);
         if (rc == STRATA_OK) rc = get_int64(&cfg->max_pixels, size, "longest_edge", 1, hi);
     }
-    if (rc == STRATA_OK) rc = get_int64(&cfg->min_pixels, root, "min_pixels", 1, hi);
-    if (rc == STRATA_OK) rc = get_int64(&cfg->max_pixels, root, "max_pixels", 1, hi);
+    if (rc == STRATA_OK && !video) rc = get_int64(&cfg->min_pixels, root, "min_pixels", 1, hi);
+    if (rc == STRATA_OK && !video) rc = get_int64(&cfg->max_pixels, root, "max_pixels", 1, hi);
     if (rc == STRATA_OK && cfg->min_pixels > cfg->max_pixels)
         return bad("size", "has shortest_edge (min pixels) above longest_edge (max pixels)");
     return rc;
 }
 
-static int parse_fields(struct vision_preproc_config *cfg, const cJSON *root) {
-    int rc = get_pixel_budget(cfg, root);
+static int parse_fields(struct vision_preproc_config *cfg, const cJSON *root, int video) {
+    int rc = get_pixel_budget(cfg, root, video);
     if (rc == STRATA_OK) rc = get_int(&cfg->patch_size, root, "patch_size");
     if (rc == STRATA_OK) rc = get_int(&cfg->merge_size, root, "merge_size");
     if (rc == STRATA_OK) rc = get_int(&cfg->temporal_patch_size, root, "temporal_patch_size");
@@ -131,22 +141,71 @@ static int parse_fields(struct vision_preproc_config *cfg, const cJSON *root) {
 
 int vision_preproc_config_parse(struct vision_preproc_config *cfg, const char *json, size_t len) {
     *cfg = vision_preproc_defaults();
+    parsing = "preprocessor_config.json";
     cJSON *root = cJSON_ParseWithLength(json, len);
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return strata_set_error(STRATA_EFORMAT, "preprocessor_config.json: not a JSON object");
     }
-    int rc = parse_fields(cfg, root);
+    int rc = parse_fields(cfg, root, 0);
     cJSON_Delete(root);
     return rc;
 }
 
-int vision_preproc_config_load(struct vision_preproc_config *cfg, const char *path) {
+struct vision_video_config vision_video_config_defaults(void) {
+    struct vision_video_config c;
+    memset(&c, 0, sizeof c);
+    c.pp = vision_preproc_defaults();
+    c.pp.min_pixels = 128 * 32 * 32; /* Qwen3VLVideoProcessor.size */
+    c.pp.max_pixels = 32 * 32 * 768;
+    c.fps = 2.0;
+    c.min_frames = 4;
+    c.max_frames = 768;
+    c.do_sample_frames = 1;
+    return c;
+}
+
+static int parse_video_fields(struct vision_video_config *cfg, const cJSON *root) {
+    int rc = parse_fields(&cfg->pp, root, 1);
+    int64_t lo = cfg->min_frames, hi = cfg->max_frames;
+    if (rc == STRATA_OK) rc = get_int64(&lo, root, "min_frames", 1, 1 << 20);
+    if (rc == STRATA_OK) rc = get_int64(&hi, root, "max_frames", 1, 1 << 20);
+    if (rc == STRATA_OK) rc = get_bool(&cfg->do_sample_frames, root, "do_sample_frames");
+    if (rc != STRATA_OK) return rc;
+    cfg->min_frames = (int)lo;
+    cfg->max_frames = (int)hi;
+    const cJSON *fps = field(root, "fps");
+    if (fps) {
+        if (!cJSON_IsNumber(fps) || !(fps->valuedouble > 0.0) || fps->valuedouble > 1e6)
+            return bad("fps", "must be a positive number");
+        cfg->fps = fps->valuedouble;
+    }
+    if (field(root, "num_frames"))
+        return bad("num_frames", "is set: sampling a fixed frame count is not implemented "
+                                 "(fps sampling is)");
+    return STRATA_OK;
+}
+
+int vision_video_config_parse(struct vision_video_config *cfg, const char *json, size_t len) {
+    *cfg = vision_video_config_defaults();
+    parsing = "video_preprocessor_config.json";
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    int rc = root && cJSON_IsObject(root)
+                 ? parse_video_fields(cfg, root)
+                 : strata_set_error(STRATA_EFORMAT, "video_preprocessor_config.json: not a JSON "
+                                                    "object");
+    cJSON_Delete(root);
+    parsing = "preprocessor_config.json";
+    return rc;
+}
+
+static int load_with(void *cfg, const char *path, int video) {
     char *text = NULL;
     size_t len = 0;
     int rc = cli_read_file(&text, &len, path);
     if (rc != STRATA_OK) return rc;
-    rc = vision_preproc_config_parse(cfg, text, len);
+    rc = video ? vision_video_config_parse(cfg, text, len)
+               : vision_preproc_config_parse(cfg, text, len);
     free(text);
     if (rc != STRATA_OK) {
         char msg[512];
@@ -154,4 +213,12 @@ int vision_preproc_config_load(struct vision_preproc_config *cfg, const char *pa
         return strata_set_error(rc, "%s: %s", path, msg);
     }
     return STRATA_OK;
+}
+
+int vision_video_config_load(struct vision_video_config *cfg, const char *path) {
+    return load_with(cfg, path, 1);
+}
+
+int vision_preproc_config_load(struct vision_preproc_config *cfg, const char *path) {
+    return load_with(cfg, path, 0);
 }

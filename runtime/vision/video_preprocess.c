@@ -1,0 +1,224 @@
+/* Qwen3-VL video preprocessing (see video_preprocess.h; docs/qwen3-vl-video.md). */
+#include "runtime/vision/video_preprocess.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/status.h"
+
+int vision_video_sample_count(const struct vision_video_config *cfg, int64_t total, double fps) {
+    if (!cfg->do_sample_frames) return total > INT32_MAX ? INT32_MAX : (int)total;
+    /* int(total / metadata.fps * fps): Python's int() truncates toward zero */
+    double want = (double)total / fps * cfg->fps;
+    int64_t n = want >= (double)INT32_MAX ? INT32_MAX : (int64_t)want;
+    if (n < cfg->min_frames) n = cfg->min_frames;
+    if (n > cfg->max_frames) n = cfg->max_frames;
+    if (n > total) n = total;
+    return (int)n;
+}
+
+/* numpy.linspace(0, total - 1, count).round(): i * step in double (the step computed once),
+ * the last set to the stop exactly, rounded half to even (rint in the default mode). */
+void vision_video_sample_indices(int64_t *indices, int count, int64_t total) {
+    double stop = (double)(total - 1);
+    double step = count > 1 ? stop / (double)(count - 1) : 0.0;
+    for (int i = 0; i < count; i++) {
+        double y;
+        if (count > 1 && step == 0.0) /* numpy's denormal path: i / div * delta */
+            y = (double)i / (double)(count - 1) * stop;
+        else
+            y = (double)i * step;
+        if (count > 1 && i == count - 1) y = stop;
+        indices[i] = (int64_t)rint(y);
+    }
+}
+
+int vision_video_smart_resize(int64_t *out_h, int64_t *out_w, int64_t num_frames, int64_t h,
+                              int64_t w, int64_t temporal_factor, int64_t factor,
+                              int64_t min_pixels, int64_t max_pixels) {
+    const int64_t side_max = (int64_t)1 << 24;
+    if (num_frames < temporal_factor)
+        return strata_set_error(STRATA_EINVAL,
+                                "%lld frame(s) sampled: at least temporal_patch_size (%lld) are "
+                                "needed",
+                                (long long)num_frames, (long long)temporal_factor);
+    if (h < factor || w < factor)
+        return strata_set_error(STRATA_EINVAL,
+                                "the frames are %lldx%lld: both sides must be at least %lld "
+                                "(patch_size x merge_size)",
+                                (long long)w, (long long)h, (long long)factor);
+    if (h > side_max || w > side_max || num_frames > side_max)
+        return strata_set_error(STRATA_EINVAL, "the video is too large (%lldx%lld, %lld frames)",
+                                (long long)w, (long long)h, (long long)num_frames);
+    double hi = (double)(h > w ? h : w), lo = (double)(h > w ? w : h);
+    if (hi / lo > 200.0)
+        return strata_set_error(STRATA_EINVAL,
+                                "absolute aspect ratio must be smaller than 200, got %g", hi / lo);
+    int64_t hb = (int64_t)rint((double)h / (double)factor) * factor;
+    int64_t wb = (int64_t)rint((double)w / (double)factor) * factor;
+    int64_t tb = (int64_t)rint((double)num_frames / (double)temporal_factor) * temporal_factor;
+    if (tb * hb * wb > max_pixels) {
+        double beta = sqrt((double)(num_frames * h * w) / (double)max_pixels);
+        hb = (int64_t)floor((double)h / beta / (double)factor) * factor;
+        wb = (int64_t)floor((double)w / beta / (double)factor) * factor;
+        if (hb < factor) hb = factor;
+        if (wb < factor) wb = factor;
+    } else if (tb * hb * wb < min_pixels) {
+        double beta = sqrt((double)min_pixels / (double)(num_frames * h * w));
+        hb = (int64_t)ceil((double)h * beta / (double)factor) * factor;
+        wb = (int64_t)ceil((double)w * beta / (double)factor) * factor;
+    }
+    *out_h = hb;
+    *out_w = wb;
+    return STRATA_OK;
+}
+
+void vision_video_timestamps(double *out, const int64_t *indices, int n, double fps, int merge) {
+    int padded = (n + merge - 1) / merge * merge;
+    for (int g = 0; g * merge < padded; g++) {
+        int a = g * merge, b = a + merge - 1;
+        double first = (double)indices[a < n ? a : n - 1] / fps;
+        double last = (double)indices[b < n ? b : n - 1] / fps;
+        out[g] = (first + last) / 2;
+    }
+}
+
+void vision_video_timestamp_text(char *out, size_t n, double seconds) {
+    snprintf(out, n, "<%.1f seconds>", seconds);
+}
+
+/* Rows (t, h/M, w/M, M, M), columns (C, Tp, P, P); temporal slot s of block t is frame
+ * t * Tp + s, the last frame standing in for missing ones (the processor's padding). */
+static void patchify(float *pv, const struct image_rgb8 *frames, int n, const float lut[3][256],
+                     int P, int M, int T, int64_t gt) {
+    const int W = frames[0].width, gh = frames[0].height / P, gw = W / P;
+    size_t k = 0;
+    for (int64_t t = 0; t < gt; t++)
+        for (int bh = 0; bh < gh / M; bh++)
+            for (int bw = 0; bw < gw / M; bw++)
+                for (int mh = 0; mh < M; mh++)
+                    for (int mw = 0; mw < M; mw++) {
+                        int y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
+                        for (int c = 0; c < 3; c++)
+                            for (int s = 0; s < T; s++) {
+                                int64_t f = t * T + s;
+                                const uint8_t *base = frames[f < n ? f : n - 1].data;
+                                for (int py = 0; py < P; py++) {
+                                    const uint8_t *src = base + ((size_t)(y0 + py) * W + x0) * 3 + c;
+                                    for (int px = 0; px < P; px++)
+                                        pv[k++] = lut[c][src[px * 3]];
+                                }
+                            }
+                    }
+}
+
+int vision_preprocess_video(struct vision_video *out, const struct vision_video_config *cfg,
+                            const uint8_t *rgb, int n, int w, int h) {
+    const struct vision_preproc_config *pc = &cfg->pp;
+    const int P = pc->patch_size, M = pc->merge_size, T = pc->temporal_patch_size;
+    int64_t th = h, tw = w, factor = (int64_t)P * M;
+    int rc = STRATA_OK;
+    memset(out->grid_thw, 0, sizeof out->grid_thw);
+    out->pixel_values = NULL;
+    if (!rgb || n < 1 || w < 1 || h < 1)
+        return strata_set_error(STRATA_EINVAL, "vision_preprocess_video: no frames");
+    if (pc->do_resize)
+        rc = vision_video_smart_resize(&th, &tw, n, h, w, T, factor, pc->min_pixels,
+                                       pc->max_pixels);
+    else if (h % factor || w % factor || n < T)
+        rc = strata_set_error(STRATA_EINVAL,
+                              "do_resize is off and %dx%d is not a multiple of %lld (or fewer "
+                              "than %d frames)",
+                              w, h, (long long)factor, T);
+    if (rc != STRATA_OK) return rc;
+    if (th * tw > ((int64_t)1 << 28))
+        return strata_set_error(STRATA_ERANGE, "resize target %lldx%lld too large", (long long)tw,
+                                (long long)th);
+    struct image_rgb8 *frames = calloc((size_t)n, sizeof *frames);
+    if (!frames) return strata_set_error(STRATA_ENOMEM, "out of memory for video frames");
+    for (int i = 0; rc == STRATA_OK && i < n; i++) {
+        struct image_rgb8 in = {w, h, (uint8_t *)rgb + (size_t)i * w * h * 3};
+        rc = vision_resize_bicubic_aa(&frames[i], &in, (int)tw, (int)th);
+    }
+    const int64_t gt = (n + T - 1) / T;
+    if (rc == STRATA_OK) {
+        out->grid_thw[0] = gt;
+        out->grid_thw[1] = th / P;
+        out->grid_thw[2] = tw / P;
+        out->num_patches = gt * out->grid_thw[1] * out->grid_thw[2];
+        out->row_len = (int64_t)3 * T * P * P;
+        out->resized_w = (int)tw;
+        out->resized_h = (int)th;
+        out->pixel_values = malloc((size_t)out->num_patches * (size_t)out->row_len * sizeof(float));
+        if (!out->pixel_values)
+            rc = strata_set_error(STRATA_ENOMEM, "out of memory for pixel_values_videos");
+    }
+    if (rc == STRATA_OK) {
+        float lut[3][256];
+        for (int c = 0; c < 3; c++)
+            vision_normalize_lut(lut[c], pc, c);
+        patchify(out->pixel_values, frames, n, (const float(*)[256])lut, P, M, T, gt);
+    }
+    for (int i = 0; i < n; i++)
+        image_rgb8_free(&frames[i]);
+    free(frames);
+    if (rc != STRATA_OK) {
+        free(out->pixel_values);
+        out->pixel_values = NULL;
+    }
+    return rc;
+}
+
+int vision_video_load(struct vision_video *out, const struct vision_video_config *cfg,
+                      const void *data, size_t len, const struct video_limits *lim) {
+    memset(out, 0, sizeof *out);
+    struct video *v = NULL;
+    uint8_t *rgb = NULL;
+    int rc = video_open(&v, data, len, lim);
+    if (rc) return rc;
+    out->info = *video_get_info(v);
+    const struct video_info *in = &out->info;
+    int n = vision_video_sample_count(cfg, in->num_frames, in->fps);
+    const int merge = cfg->pp.merge_size, T = cfg->pp.temporal_patch_size;
+    size_t frame = (size_t)in->width * (size_t)in->height * 3;
+    if (n < 1) rc = strata_set_error(STRATA_EINVAL, "no frames to sample");
+    /* Sampled frames are held decoded at full size: bound them before allocating. */
+    else if ((double)frame * n > (double)((size_t)1 << 34))
+        rc = strata_set_error(STRATA_ERANGE,
+                              "%d sampled frames of %dx%d are too many pixels to hold (lower "
+                              "max_frames or fps)",
+                              n, in->width, in->height);
+    if (rc == 0) {
+        out->indices = malloc((size_t)n * sizeof *out->indices);
+        out->timestamps = malloc(((size_t)n + (size_t)merge + (size_t)T) * sizeof(double));
+        rgb = malloc(frame * (size_t)n);
+        if (!out->indices || !out->timestamps || !rgb)
+            rc = strata_set_error(STRATA_ENOMEM, "out of memory for %d video frames", n);
+    }
+    if (rc == 0) {
+        out->n_frames = n;
+        vision_video_sample_indices(out->indices, n, in->num_frames);
+        rc = video_decode_frames(v, out->indices, n, rgb);
+    }
+    if (rc == 0) rc = vision_preprocess_video(out, cfg, rgb, n, in->width, in->height);
+    if (rc == 0 && (n + merge - 1) / merge != out->grid_thw[0])
+        rc = strata_set_error(STRATA_EINVAL,
+                              "merge_size %d and temporal_patch_size %d disagree: the prompt's "
+                              "timestamps would not match the video's %lld temporal patches",
+                              merge, T, (long long)out->grid_thw[0]);
+    if (rc == 0) vision_video_timestamps(out->timestamps, out->indices, n, in->fps, merge);
+    free(rgb);
+    video_close(v);
+    if (rc) vision_video_free(out);
+    return rc;
+}
+
+void vision_video_free(struct vision_video *v) {
+    if (!v) return;
+    free(v->pixel_values);
+    free(v->indices);
+    free(v->timestamps);
+    memset(v, 0, sizeof *v);
+}
