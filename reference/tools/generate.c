@@ -54,6 +54,15 @@ static void usage(FILE *f) {
                "                       processor with DIR/preprocessor_config.json; alpha is\n"
                "                       composited onto white; EXIF orientation is NOT applied\n"
                "                       (transformers does not apply it to image objects)\n"
+               "  --video FILE         (Qwen3-VL, repeatable) an MP4 or WebM (H.264, HEVC, VP8,\n"
+               "                       VP9, AV1) for the next video token of the prompt: give\n"
+               "                       ONE video_token_id per video, as the chat template\n"
+               "                       writes it (<|vision_start|><|video_pad|><|vision_end|>);\n"
+               "                       frames are sampled, resized and patched as HF's video\n"
+               "                       processor does with DIR/video_preprocessor_config.json,\n"
+               "                       and the prompt gets \"<t seconds>\" and a vision block\n"
+               "                       per temporal patch, tokenized with the model's tokenizer\n"
+               "  --tokenizer DIR      where tokenizer.json is for --video (default: the model)\n"
                "  --out FILE           write tokens I32 [n] and logits F32 [n, V] (safetensors,\n"
                "                       as strata-stage --out)\n"
                "  -h, --help           this text\n"
@@ -124,6 +133,9 @@ struct args {
     int ignore_eos;
     const char *images[MAX_IMAGES];
     int n_images;
+    const char *videos[MAX_IMAGES];
+    int n_videos;
+    const char *tokenizer;
     const char *out;
 };
 
@@ -194,6 +206,14 @@ static int parse_option(struct args *a, int c, const char *arg) {
         }
         a->images[a->n_images++] = arg;
         break;
+    case 'V':
+        if (a->n_videos == MAX_IMAGES) {
+            fprintf(stderr, "strata-generate: at most %d --video files\n", MAX_IMAGES);
+            return STRATA_EXIT_USAGE;
+        }
+        a->videos[a->n_videos++] = arg;
+        break;
+    case 'K': a->tokenizer = arg; break;
     case 'o': a->out = arg; break;
     case 'W':
         if (reference_weights_dtype_parse(&a->weights_dtype, arg)) {
@@ -220,6 +240,8 @@ static int parse_args(struct args *a, int argc, char **argv) {
         {"stop-ids", required_argument, 0, 'S'},
         {"ignore-eos", no_argument, 0, 'E'},
         {"image", required_argument, 0, 'I'},
+        {"video", required_argument, 0, 'V'},
+        {"tokenizer", required_argument, 0, 'K'},
         {"out", required_argument, 0, 'o'},
         {"weights-dtype", required_argument, 0, 'W'},
         {"help", no_argument, 0, 'h'},
@@ -301,9 +323,10 @@ static int open_weights(struct gen *g, const struct args *a) {
     g->t_load = cli_now_sec() - t0;
     g->prompt = a->prompt;
     g->n_prompt = a->n_prompt;
-    if (a->n_images == 0) return -1;
-    rc = gen_vision_prepare(&g->vision, a->model, &g->cfg, g->st, a->prompt, a->n_prompt, a->images,
-                            a->n_images, (int)a->threads);
+    if (a->n_images == 0 && a->n_videos == 0) return -1;
+    struct gen_vision_files files = {a->images, a->n_images, a->videos, a->n_videos, a->tokenizer};
+    rc = gen_vision_prepare(&g->vision, a->model, &g->cfg, g->st, a->prompt, a->n_prompt, &files,
+                            (int)a->threads);
     if (rc) {
         fprintf(stderr, "strata-generate: %s\n", strata_last_error());
         return rc == STRATA_ENOMEM ? STRATA_EXIT_FAILURE : STRATA_EXIT_INPUT;
@@ -311,9 +334,10 @@ static int open_weights(struct gen *g, const struct args *a) {
     g->prompt = g->vision.ids;
     g->n_prompt = g->vision.n;
     fprintf(stderr,
-            "images: %d -> %d image tokens, prompt %d -> %d ids, rope_delta %d; "
-            "decoded, preprocessed and encoded in %.2f s\n",
-            a->n_images, g->vision.n_image_tokens, a->n_prompt, g->vision.n, g->vision.rope_delta,
+            "images: %d, videos: %d -> %d image and %d video tokens, prompt %d -> %d ids, "
+            "rope_delta %d; decoded, preprocessed and encoded in %.2f s\n",
+            a->n_images, a->n_videos, g->vision.n_image_tokens - g->vision.n_video_tokens,
+            g->vision.n_video_tokens, a->n_prompt, g->vision.n, g->vision.rope_delta,
             g->vision.t_encode);
     return -1;
 }

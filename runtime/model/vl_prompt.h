@@ -8,9 +8,14 @@
  * merge takes (p, p + r, p + c) in row-major order and advances p by max(gh, gw). A token
  * decoded after the prompt at cache index n has position n + rope_delta on all three rows.
  *
- * Only images (t == 1) are supported; video pad tokens are refused. An image must be one
- * run of exactly its token count: two images whose runs touch are refused, since transformers
- * v4 and v5 place them differently (spec §8.3) and the chat template never emits them. */
+ * Videos: get_rope_index splits a video's grid (t, h, w) into t grids (1, h, w), one per
+ * temporal block, each its own run of <|video_pad|> between <|vision_start|> and
+ * <|vision_end|>, with the block's timestamp text before it. Here a video is that list of t
+ * grids, in prompt order with the images' (every grid has t == 1), and its runs arrive
+ * already expanded (the timestamps need the tokenizer: runtime/vision/video_prompt.h).
+ * An image must be one run of exactly its token count: two images whose runs touch are
+ * refused, since transformers v4 and v5 place them differently (spec §8.3) and the chat
+ * template never emits them. */
 #ifndef STRATA_RUNTIME_MODEL_VL_PROMPT_H
 #define STRATA_RUNTIME_MODEL_VL_PROMPT_H
 
@@ -26,7 +31,7 @@ struct vl_grid {
 /* The special ids and the merge size a prompt is assembled with (config.json). */
 struct vl_tokens {
     int32_t image_token_id; /* <|image_pad|> */
-    int32_t video_token_id; /* <|video_pad|>: refused */
+    int32_t video_token_id; /* <|video_pad|>: runs already expanded, one per frame block */
     int merge;              /* vision_config.spatial_merge_size */
 };
 
@@ -39,16 +44,17 @@ int vl_image_tokens(int64_t *out, const struct vl_grid *g, int merge, int index)
 int vl_total_image_tokens(int64_t *out, const struct vl_grid *grids, int n_images, int merge);
 
 /* Expands a prompt with one image_token_id per image into the processor's prompt: out
- * [*out_len] (capacity out_cap) holds `ids` with the i-th image token repeated
- * vl_image_tokens(grids[i]) times. Refuses (STRATA_EINVAL) a prompt whose image-token count
- * is not n_images, and STRATA_ERANGE when the result exceeds out_cap (*out_len still says
- * how long it would be). */
+ * [*out_len] (capacity out_cap) holds `ids` with each image token repeated its grid's
+ * vl_image_tokens times; each run of video tokens (already expanded) consumes the next grid
+ * and must be exactly its count. Refuses (STRATA_EINVAL) a prompt whose image tokens plus
+ * video runs are not n_images, and STRATA_ERANGE when the result exceeds out_cap (*out_len
+ * still says how long it would be). */
 int vl_expand_prompt(int32_t *out, int out_cap, int *out_len, const int32_t *ids, int n,
                      const struct vl_tokens *tok, const struct vl_grid *grids, int n_images);
 
 /* get_rope_index of an expanded prompt ids [n]: positions [3][n] (rows t, h, w) and
- * rope_delta = max position + 1 - n. Every run of image tokens must be exactly the next
- * image's token count, and all n_images grids must be used (STRATA_EINVAL otherwise,
+ * rope_delta = max position + 1 - n. Every run of image or video tokens must be exactly the
+ * next grid's token count, and all n_images grids must be used (STRATA_EINVAL otherwise,
  * naming the image and the position). n_images may be 0 (text: positions 0..n-1, delta 0). */
 int vl_rope_index(int32_t *positions, int *rope_delta, const int32_t *ids, int n,
                   const struct vl_tokens *tok, const struct vl_grid *grids, int n_images);

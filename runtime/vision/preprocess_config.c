@@ -222,3 +222,17 @@ int vision_video_config_load(struct vision_video_config *cfg, const char *path) 
 int vision_preproc_config_load(struct vision_preproc_config *cfg, const char *path) {
     return load_with(cfg, path, 0);
 }
+
+int vision_video_config_load_dir(struct vision_video_config *cfg, const char *model_dir) {
+    /* transformers' order: video_preprocessor_config.json, then preprocessor_config.json */
+    static const char *const names[] = {"video_preprocessor_config.json",
+                                        "preprocessor_config.json"};
+    for (int i = 0; i < 2; i++) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", model_dir, names[i]);
+        int rc = vision_video_config_load(cfg, path);
+        if (rc != STRATA_ENOTFOUND) return rc;
+    }
+    *cfg = vision_video_config_defaults();
+    return STRATA_OK;
+}

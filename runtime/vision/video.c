@@ -68,7 +68,8 @@ static int is_allowed_codec(enum AVCodecID id) {
 
 /* The container's name: "mp4" for the ISO demuxer ("mov,mp4,m4a,..."); "webm" or "matroska"
  * for "matroska,webm" by the EBML header's DocType string, which sits in its first bytes. */
-static void container_name(char *out, size_t n, const AVFormatContext *fc, const struct mem_io *io) {
+static void container_name(char *out, size_t n, const AVFormatContext *fc,
+                           const struct mem_io *io) {
     const char *name = fc->iformat->name;
     if (!strncmp(name, "mov", 3))
         snprintf(out, n, "mp4");
@@ -91,12 +92,13 @@ static int open_input(struct video *v, AVFormatContext **out_fc, int *stream,
     v->io.pos = 0;
     AVFormatContext *fc = avformat_alloc_context();
     uint8_t *buf = av_malloc(VIDEO_IO_BUFFER);
-    AVIOContext *pb = buf ? avio_alloc_context(buf, VIDEO_IO_BUFFER, 0, &v->io, mem_read, NULL,
-                                               mem_seek)
-                          : NULL;
+    AVIOContext *pb =
+        buf ? avio_alloc_context(buf, VIDEO_IO_BUFFER, 0, &v->io, mem_read, NULL, mem_seek) : NULL;
     if (!fc || !pb) {
-        if (pb) av_freep(&pb->buffer);
-        else av_free(buf);
+        if (pb)
+            av_freep(&pb->buffer);
+        else
+            av_free(buf);
         avio_context_free(&pb);
         avformat_free_context(fc);
         return strata_set_error(STRATA_ENOMEM, "out of memory opening the video");
@@ -106,7 +108,8 @@ static int open_input(struct video *v, AVFormatContext **out_fc, int *stream,
     AVDictionary *opts = NULL;
     /* Demuxers and decoders by name: nothing else is ever probed or opened. */
     av_dict_set(&opts, "format_whitelist", "mov,matroska", 0);
-    av_dict_set(&opts, "codec_whitelist", "h264,hevc,vp8,vp9,libvpx,libvpx-vp9,av1,libdav1d,libaom-av1", 0);
+    av_dict_set(&opts, "codec_whitelist",
+                "h264,hevc,vp8,vp9,libvpx,libvpx-vp9,av1,libdav1d,libaom-av1", 0);
     int rc = avformat_open_input(&fc, NULL, NULL, &opts);
     av_dict_free(&opts);
     if (rc < 0) { /* avformat_open_input freed fc, not our custom pb */
@@ -134,10 +137,10 @@ static int open_input(struct video *v, AVFormatContext **out_fc, int *stream,
     if (rc == AVERROR_DECODER_NOT_FOUND) {
         for (unsigned i = 0; i < fc->nb_streams; i++)
             if (fc->streams[i]->codecpar->codec_type == AVMEDIA_TYPE_VIDEO)
-                return strata_set_error(
-                    STRATA_EFORMAT, "the video codec %s is not supported (H.264, HEVC, VP8, "
-                    "VP9 and AV1 are)",
-                    avcodec_get_name(fc->streams[i]->codecpar->codec_id));
+                return strata_set_error(STRATA_EFORMAT,
+                                        "the video codec %s is not supported (H.264, HEVC, VP8, "
+                                        "VP9 and AV1 are)",
+                                        avcodec_get_name(fc->streams[i]->codecpar->codec_id));
     }
     if (rc < 0) return strata_set_error(STRATA_EFORMAT, "the file has no video stream");
     *stream = rc;
@@ -201,8 +204,10 @@ static int scan(struct video *v, AVFormatContext *fc, int stream) {
             } else if (n == cap) {
                 cap = cap ? 2 * cap : 256;
                 int64_t *grown = realloc(v->pts, (size_t)cap * sizeof *grown);
-                if (!grown) rc = strata_set_error(STRATA_ENOMEM, "out of memory scanning");
-                else v->pts = grown;
+                if (!grown)
+                    rc = strata_set_error(STRATA_ENOMEM, "out of memory scanning");
+                else
+                    v->pts = grown;
             }
             if (rc == 0) v->pts[n++] = pts;
         }
@@ -294,8 +299,7 @@ static int to_rgb(struct video *v, const AVFrame *f, uint8_t *dst) {
     }
     uint8_t *planes[4] = {v->line_buf, NULL, NULL, NULL};
     int strides[4] = {(int)stride, 0, 0, 0};
-    if (sws_scale(v->sws, (const uint8_t *const *)f->data, f->linesize, 0, h, planes, strides) !=
-        h)
+    if (sws_scale(v->sws, (const uint8_t *const *)f->data, f->linesize, 0, h, planes, strides) != h)
         return strata_set_error(STRATA_EFORMAT, "converting a video frame to RGB failed");
     for (int y = 0; y < h; y++)
         memcpy(dst + (size_t)y * row, v->line_buf + (size_t)y * stride, row);
@@ -317,10 +321,9 @@ static int take_frame(struct video *v, struct decode_pass *d, const AVFrame *f) 
     if (pts == AV_NOPTS_VALUE) return 0;
     while (d->next < d->n && pts >= v->pts[d->indices[d->next]]) {
         if (f->width != v->info.width || f->height != v->info.height)
-            return strata_set_error(STRATA_EFORMAT,
-                                    "frame %lld is %dx%d, the stream's frames are %dx%d",
-                                    (long long)d->indices[d->next], f->width, f->height,
-                                    v->info.width, v->info.height);
+            return strata_set_error(
+                STRATA_EFORMAT, "frame %lld is %dx%d, the stream's frames are %dx%d",
+                (long long)d->indices[d->next], f->width, f->height, v->info.width, v->info.height);
         int rc = to_rgb(v, f, d->rgb + (size_t)d->next * d->frame_bytes);
         if (rc) return rc;
         d->next++;
@@ -334,7 +337,8 @@ static int drain(struct video *v, struct decode_pass *d, AVCodecContext *cc, AVF
         int r = avcodec_receive_frame(cc, f);
         if (r == AVERROR(EAGAIN) || r == AVERROR_EOF) return 0;
         if (r < 0)
-            return strata_set_error(STRATA_EFORMAT, "decoding the video failed after %lld frames (%s)",
+            return strata_set_error(STRATA_EFORMAT,
+                                    "decoding the video failed after %lld frames (%s)",
                                     (long long)d->decoded, av_msg(r, err, sizeof err));
         r = take_frame(v, d, f);
         av_frame_unref(f);
@@ -345,7 +349,8 @@ static int drain(struct video *v, struct decode_pass *d, AVCodecContext *cc, AVF
 
 int video_decode_frames(struct video *v, const int64_t *indices, int n, uint8_t *rgb) {
     for (int i = 0; i < n; i++)
-        if (indices[i] < 0 || indices[i] >= v->info.num_frames || (i && indices[i] < indices[i - 1]))
+        if (indices[i] < 0 || indices[i] >= v->info.num_frames ||
+            (i && indices[i] < indices[i - 1]))
             return strata_set_error(STRATA_EINVAL,
                                     "frame index %lld at %d: indices must be non-decreasing and "
                                     "below the %lld frames",

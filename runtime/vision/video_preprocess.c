@@ -106,7 +106,8 @@ static void patchify(float *pv, const struct image_rgb8 *frames, int n, const fl
                                 int64_t f = t * T + s;
                                 const uint8_t *base = frames[f < n ? f : n - 1].data;
                                 for (int py = 0; py < P; py++) {
-                                    const uint8_t *src = base + ((size_t)(y0 + py) * W + x0) * 3 + c;
+                                    const uint8_t *src =
+                                        base + ((size_t)(y0 + py) * W + x0) * 3 + c;
                                     for (int px = 0; px < P; px++)
                                         pv[k++] = lut[c][src[px * 3]];
                                 }
@@ -125,8 +126,8 @@ int vision_preprocess_video(struct vision_video *out, const struct vision_video_
     if (!rgb || n < 1 || w < 1 || h < 1)
         return strata_set_error(STRATA_EINVAL, "vision_preprocess_video: no frames");
     if (pc->do_resize)
-        rc = vision_video_smart_resize(&th, &tw, n, h, w, T, factor, pc->min_pixels,
-                                       pc->max_pixels);
+        rc =
+            vision_video_smart_resize(&th, &tw, n, h, w, T, factor, pc->min_pixels, pc->max_pixels);
     else if (h % factor || w % factor || n < T)
         rc = strata_set_error(STRATA_EINVAL,
                               "do_resize is off and %dx%d is not a multiple of %lld (or fewer "

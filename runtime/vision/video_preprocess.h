@@ -36,6 +36,11 @@ struct vision_video_config vision_video_config_defaults(void);
 int vision_video_config_parse(struct vision_video_config *cfg, const char *json, size_t len);
 int vision_video_config_load(struct vision_video_config *cfg, const char *path);
 
+/* The video processor's configuration of a model directory, found as transformers finds it:
+ * video_preprocessor_config.json, else preprocessor_config.json (read with the video rules),
+ * else the class defaults. */
+int vision_video_config_load_dir(struct vision_video_config *cfg, const char *model_dir);
+
 /* sample_frames: how many frames (capped by `total`), then their indices [count]. */
 int vision_video_sample_count(const struct vision_video_config *cfg, int64_t total, double fps);
 void vision_video_sample_indices(int64_t *indices, int count, int64_t total);

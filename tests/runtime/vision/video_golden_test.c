@@ -87,7 +87,9 @@ static void check_video(const char *dir, const char *case_dir, const cJSON *vj, 
         diffs += d != 0;
         if (d > maxd) maxd = d;
     }
-    if (diffs) fail_msg("%s: %zu of %zu frame bytes differ from torchcodec's (max %d)", file, diffs, flen, maxd);
+    if (diffs)
+        fail_msg("%s: %zu of %zu frame bytes differ from torchcodec's (max %d)", file, diffs, flen,
+                 maxd);
     free(want);
     free(rgb);
     video_close(v);
@@ -170,7 +172,8 @@ static void expect_refused(const char *what, const void *data, size_t len, int w
         video_close(v);
     }
     if (rc == 0) fail_msg("%s: accepted", what);
-    if (want && rc != want) fail_msg("%s: status %d, want %d (%s)", what, rc, want, strata_last_error());
+    if (want && rc != want)
+        fail_msg("%s: status %d, want %d (%s)", what, rc, want, strata_last_error());
     assert_true(strlen(strata_last_error()) > 0);
     printf("ok: %s refused: %s\n", what, strata_last_error());
 }
@@ -223,8 +226,10 @@ static void test_sampling_rules(void **state) {
     assert_int_equal(vision_video_sample_count(&cfg, 100000, 10.0), 768);
     /* smart_resize's refusals and the temporal rounding (t 5 -> round(2.5) * 2 = 4) */
     int64_t h, w;
-    assert_int_equal(vision_video_smart_resize(&h, &w, 1, 64, 64, 2, 32, 1, 1 << 30), STRATA_EINVAL);
-    assert_int_equal(vision_video_smart_resize(&h, &w, 4, 31, 64, 2, 32, 1, 1 << 30), STRATA_EINVAL);
+    assert_int_equal(vision_video_smart_resize(&h, &w, 1, 64, 64, 2, 32, 1, 1 << 30),
+                     STRATA_EINVAL);
+    assert_int_equal(vision_video_smart_resize(&h, &w, 4, 31, 64, 2, 32, 1, 1 << 30),
+                     STRATA_EINVAL);
     assert_int_equal(vision_video_smart_resize(&h, &w, 5, 64, 64, 2, 32, 1, 4 * 64 * 64), 0);
     assert_true(h == 64 && w == 64);
     /* timestamps: pairs of frames averaged; an odd count repeats the last; "%.1f" ties to even */
