@@ -42,6 +42,10 @@ void client_usage(FILE *out) {
             "                      vision), which encodes it; the prompt holds one image-pad\n"
             "                      id per image (--chat: one image part per file before the\n"
             "                      text). Not with --grid / --vision-embeds\n"
+            "  --video FILE        an MP4 or WebM file sent as bytes, likewise (files keep\n"
+            "                      their command-line order among --image / --video); the\n"
+            "                      prompt holds one video-pad id per video, which the vision\n"
+            "                      stage expands with its timestamps (--chat: a video part)\n"
             "  --host H            stage 0 host (default 127.0.0.1)\n"
             "  --port P            stage 0 port\n"
             "  --port-file F       read stage 0's port from F\n"
@@ -81,43 +85,26 @@ int client_text_mode(const struct client_args *a) {
 
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
 static int parse_options(struct client_args *a, int argc, char **argv) {
-    static const struct option options[] = {{"host", 1, 0, 'H'},
-                                            {"port", 1, 0, 'p'},
-                                            {"port-file", 1, 0, 'P'},
-                                            {"prompt", 1, 0, 'i'},
-                                            {"copies", 1, 0, 'c'},
-                                            {"max-tokens", 1, 0, 'n'},
-                                            {"stop", 1, 0, 's'},
-                                            {"temperature", 1, 0, 't'},
-                                            {"top-k", 1, 0, 'k'},
-                                            {"top-p", 1, 0, 'q'},
-                                            {"seed", 1, 0, 'S'},
-                                            {"cancel-after", 1, 0, 'C'},
-                                            {"timeout-ms", 1, 0, 'T'},
-                                            {"auth-key-file", 1, 0, 'a'},
-                                            {"quiet", 0, 0, 'Q'},
-                                            {"latency", 0, 0, 'L'},
-                                            {"help", 0, 0, 'h'},
-                                            {"model", 1, 0, 'm'},
-                                            {"text", 1, 0, 'x'},
-                                            {"chat", 1, 0, 'y'},
-                                            {"system", 1, 0, 'Y'},
-                                            {"think", 0, 0, 'Z'},
-                                            {"print-ids", 0, 0, 'D'},
-                                            {"tls-cert", 1, 0, 'E'},
-                                            {"tls-key", 1, 0, 'K'},
-                                            {"tls-ca", 1, 0, 'A'},
-                                            {"insecure", 0, 0, 'I'},
-                                            {"grid", 1, 0, 'G'},
-                                            {"vision-embeds", 1, 0, 'V'},
-                                            {"deepstack", 1, 0, 'W'},
-                                            {"merge", 1, 0, 'M'},
-                                            {"image", 1, 0, 'g'},
-                                            {"reconnect-timeout-ms", 1, 0, 'R'},
-                                            {"describe", 0, 0, 'X'},
-                                            {"speculate", 1, 0, 'j'},
-                                            {"speculate-k", 1, 0, 'J'},
-                                            {0, 0, 0, 0}};
+    static const struct option options[] = {
+        {"host", 1, 0, 'H'},          {"port", 1, 0, 'p'},
+        {"port-file", 1, 0, 'P'},     {"prompt", 1, 0, 'i'},
+        {"copies", 1, 0, 'c'},        {"max-tokens", 1, 0, 'n'},
+        {"stop", 1, 0, 's'},          {"temperature", 1, 0, 't'},
+        {"top-k", 1, 0, 'k'},         {"top-p", 1, 0, 'q'},
+        {"seed", 1, 0, 'S'},          {"cancel-after", 1, 0, 'C'},
+        {"timeout-ms", 1, 0, 'T'},    {"auth-key-file", 1, 0, 'a'},
+        {"quiet", 0, 0, 'Q'},         {"latency", 0, 0, 'L'},
+        {"help", 0, 0, 'h'},          {"model", 1, 0, 'm'},
+        {"text", 1, 0, 'x'},          {"chat", 1, 0, 'y'},
+        {"system", 1, 0, 'Y'},        {"think", 0, 0, 'Z'},
+        {"print-ids", 0, 0, 'D'},     {"tls-cert", 1, 0, 'E'},
+        {"tls-key", 1, 0, 'K'},       {"tls-ca", 1, 0, 'A'},
+        {"insecure", 0, 0, 'I'},      {"grid", 1, 0, 'G'},
+        {"vision-embeds", 1, 0, 'V'}, {"deepstack", 1, 0, 'W'},
+        {"merge", 1, 0, 'M'},         {"image", 1, 0, 'g'},
+        {"video", 1, 0, 'F'},         {"reconnect-timeout-ms", 1, 0, 'R'},
+        {"describe", 0, 0, 'X'},      {"speculate", 1, 0, 'j'},
+        {"speculate-k", 1, 0, 'J'},   {0, 0, 0, 0}};
     struct stage_request *base = &a->base;
     int c;
     while ((c = getopt_long(argc, argv, "", options, NULL)) != -1) {
@@ -195,10 +182,13 @@ static int parse_options(struct client_args *a, int argc, char **argv) {
         case 'W': a->deepstack_file = optarg; break;
         case 'M': a->merge = atoi(optarg); break;
         case 'g':
+        case 'F':
             if (a->num_image_files >= VL_MAX_IMAGES) {
-                fprintf(stderr, "strata-client: at most %d --image files\n", VL_MAX_IMAGES);
+                fprintf(stderr, "strata-client: at most %d --image / --video files\n",
+                        VL_MAX_IMAGES);
                 return STRATA_EXIT_USAGE;
             }
+            a->image_is_video[a->num_image_files] = c == 'F';
             a->image_paths[a->num_image_files++] = optarg;
             break;
         case 'h': client_usage(stdout); return STRATA_EXIT_OK;

@@ -30,8 +30,9 @@ struct client_args {
     uint8_t *image_bytes; /* all files, concatenated */
     uint32_t image_sizes[VL_MAX_IMAGES];
     uint8_t image_formats[VL_MAX_IMAGES];
-    int reconnect_timeout_ms;  /* stage 0 lost: reconnect and resubmit for this long */
-    struct wire_security *sec; /* the link's security, for reconnecting */
+    uint8_t image_is_video[VL_MAX_IMAGES]; /* --video (else --image), in command-line order */
+    int reconnect_timeout_ms;              /* stage 0 lost: reconnect and resubmit for this long */
+    struct wire_security *sec;             /* the link's security, for reconnecting */
 };
 
 /* Text mode: --text or --chat (one request, tokenized here). */

@@ -137,10 +137,16 @@ static int load_images(struct client_args *a) {
         a->image_bytes = grown;
         memcpy(a->image_bytes + total, data, len);
         const uint8_t *b = (const uint8_t *)data;
-        a->image_formats[i] = len >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8) ? WIRE_IMAGE_PNG
-                              : len >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff
-                                  ? WIRE_IMAGE_JPEG
-                                  : WIRE_IMAGE_UNKNOWN;
+        if (a->image_is_video[i]) /* the vision stage checks the bytes against it */
+            a->image_formats[i] = len >= 12 && !memcmp(b + 4, "ftyp", 4) ? WIRE_IMAGE_MP4
+                                  : len >= 4 && !memcmp(b, "\x1a\x45\xdf\xa3", 4)
+                                      ? WIRE_IMAGE_WEBM
+                                      : WIRE_IMAGE_UNKNOWN;
+        else
+            a->image_formats[i] = len >= 8 && !memcmp(b, "\x89PNG\r\n\x1a\n", 8) ? WIRE_IMAGE_PNG
+                                  : len >= 3 && b[0] == 0xff && b[1] == 0xd8 && b[2] == 0xff
+                                      ? WIRE_IMAGE_JPEG
+                                      : WIRE_IMAGE_UNKNOWN;
         a->image_sizes[i] = (uint32_t)len;
         total += len;
         free(data);
@@ -159,9 +165,10 @@ static int encode_chat(const struct client_args *a) {
     struct chat_message m[2] = {{CHAT_ROLE_SYSTEM, a->system, NULL, 0, NULL},
                                 {CHAT_ROLE_USER, a->chat, NULL, 0, NULL}};
     static struct chat_part parts[VL_MAX_IMAGES + 1];
-    if (a->num_image_files) { /* Qwen3-VL: the images, then the text, as one user turn */
+    if (a->num_image_files) { /* Qwen3-VL: the images and videos, then the text, one turn */
         for (int i = 0; i < a->num_image_files; i++)
-            parts[i] = (struct chat_part){CHAT_PART_IMAGE, NULL};
+            parts[i] =
+                (struct chat_part){a->image_is_video[i] ? CHAT_PART_VIDEO : CHAT_PART_IMAGE, NULL};
         parts[a->num_image_files] = (struct chat_part){CHAT_PART_TEXT, a->chat};
         m[1] = (struct chat_message){CHAT_ROLE_USER, NULL, parts, (size_t)a->num_image_files + 1,
                                      NULL};

@@ -15,6 +15,7 @@
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/text/tokenizer.h"
 #include "runtime/stage/vision_cuda.h"
 #include "runtime/stage/vision_stage.h"
 #include "runtime/strata_stage_args.h"
@@ -34,13 +35,16 @@ static void usage(FILE *out) {
     fprintf(out,
             "usage: strata-stage --role vision --model DIR (--next-port P | --next-port-file F)\n"
             "                    [--listen [ADDR:]PORT] [--port-file F] [options]\n"
-            "The vision stage: clients send it requests with image files (strata-client\n"
-            "--image); it decodes them (PNG, JPEG; EXIF orientation is not applied, as HF\n"
-            "does not for image objects), preprocesses them exactly as HF's default image\n"
-            "processor for DIR/preprocessor_config.json, runs the vision tower and sends the\n"
-            "merged embeddings and DeepStack features to stage 0 in resumable blocks, then\n"
-            "the request. Text-only requests go to stage 0 unchanged. Clients connect here\n"
-            "as to stage 0; stage 0 keeps serving direct clients too.\n"
+            "The vision stage: clients send it requests with image and video files\n"
+            "(strata-client --image / --video); it decodes them (PNG, JPEG; EXIF orientation\n"
+            "is not applied, as HF does not for image objects; MP4 / WebM with H.264, HEVC,\n"
+            "VP8, VP9 or AV1, frames as torchcodec gives them to transformers), preprocesses\n"
+            "them exactly as HF's default processors for DIR/preprocessor_config.json and\n"
+            "DIR/video_preprocessor_config.json, writes each video's timestamps into the\n"
+            "prompt with DIR/tokenizer.json, runs the vision tower and sends the merged\n"
+            "embeddings and DeepStack features to stage 0 in resumable blocks, then the\n"
+            "request. Text-only requests go to stage 0 unchanged. Clients connect here as\n"
+            "to stage 0; stage 0 keeps serving direct clients too.\n"
             "  --model DIR            model directory: config.json, the vision tower's\n"
             "                         safetensors (model.visual.*), preprocessor_config.json\n"
             "                         (Qwen3-VL's values when absent)\n"
@@ -54,6 +58,11 @@ static void usage(FILE *out) {
             "                         (runtime/stage/vision_cuda.h; weights uploaded once)\n"
             "  --vision-block-tokens N  image tokens per transfer block (default %d)\n"
             "  --max-image-bytes N    largest image file (default %zu)\n"
+            "  --max-video-bytes N    largest video file (default %zu)\n"
+            "  --max-video-frames N   frames in a video's stream, counted before decoding\n"
+            "                         (default %lld)\n"
+            "  --tokenizer DIR        tokenizer.json for videos' timestamp text (default: the\n"
+            "                         model directory; without one, videos are refused)\n"
             "  --max-request-bytes N  largest client request frame (default %zu)\n"
             "  --max-pixels N         decoded pixels per image, checked before decoding\n"
             "                         (default %lld, Pillow's decompression-bomb limit)\n"
@@ -66,12 +75,15 @@ static void usage(FILE *out) {
             "Exit codes: 0 ok (stopped by SIGINT/SIGTERM), 1 runtime failure (listen),\n"
             "2 bad command line, 3 bad model, config or weights.\n",
             VISION_DEFAULT_BLOCK_TOKENS, VISION_DEFAULT_MAX_IMAGE_BYTES,
+            VISION_DEFAULT_MAX_VIDEO_BYTES, (long long)VIDEO_DEFAULT_MAX_FRAMES,
             VISION_DEFAULT_MAX_REQUEST_BYTES, (long long)IMAGE_DEFAULT_MAX_PIXELS);
 }
 
 struct vargs {
     const char *model, *listen, *port_file, *next_host, *next_port_file, *auth, *cert, *key, *ca;
+    const char *tokenizer;
     int next_port, threads, block_tokens, insecure, drop_after, max_image, max_request;
+    int max_video, max_video_frames;
     int device; /* -1: CPU encoder; else the CUDA device index */
     long long max_pixels;
     enum stage_log_level log_level;
@@ -103,6 +115,10 @@ static int vparse_one(struct vargs *a, int c, const char *v) {
     case 'b':
         return strata_stage_flag_int("--vision-block-tokens", v, 1, 1 << 24, &a->block_tokens);
     case 'i': return strata_stage_flag_int("--max-image-bytes", v, 1, 1 << 30, &a->max_image);
+    case 'v': return strata_stage_flag_int("--max-video-bytes", v, 1, 1 << 30, &a->max_video);
+    case 'F':
+        return strata_stage_flag_int("--max-video-frames", v, 1, 1 << 30, &a->max_video_frames);
+    case 'T': a->tokenizer = v; return 0;
     case 'q':
         return strata_stage_flag_int("--max-request-bytes", v, 1024, 1 << 30, &a->max_request);
     case 'x':
@@ -134,6 +150,9 @@ static int vparse(struct vargs *a, int argc, char **argv) {
                                          {"device", 1, 0, 'D'},
                                          {"vision-block-tokens", 1, 0, 'b'},
                                          {"max-image-bytes", 1, 0, 'i'},
+                                         {"max-video-bytes", 1, 0, 'v'},
+                                         {"max-video-frames", 1, 0, 'F'},
+                                         {"tokenizer", 1, 0, 'T'},
                                          {"max-request-bytes", 1, 0, 'q'},
                                          {"max-pixels", 1, 0, 'x'},
                                          {"auth-key-file", 1, 0, 'a'},
@@ -178,6 +197,7 @@ struct vrun {
     struct vision_encoder *enc;
     struct vision_cuda *gpu; /* --device cuda[:N] */
     struct vision_frontend fe;
+    struct tokenizer *tok; /* for videos' timestamps; NULL when the directory has none */
     struct wire_auth_key key;
     struct wire_security security;
 };
@@ -185,6 +205,7 @@ struct vrun {
 static void vrun_close(struct vrun *r) {
     vision_cuda_free(r->gpu);
     vision_encoder_free(r->enc);
+    tokenizer_free(r->tok);
     safetensors_close(r->st);
     wire_security_free(&r->security);
     wire_auth_key_clear(&r->key);
@@ -210,10 +231,23 @@ static int vopen(struct vrun *r, const struct vargs *a) {
             rc = 0;
         }
     }
+    if (rc == 0) rc = vision_video_config_load_dir(&r->fe.vpp, a->model);
+    if (rc == 0) { /* optional unless asked for: without it videos are refused per request */
+        const char *dir = a->tokenizer ? a->tokenizer : a->model;
+        rc = tokenizer_load(&r->tok, dir);
+        if (rc == STRATA_ENOTFOUND && !a->tokenizer) rc = 0;
+    }
     if (rc < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
         return rc == STRATA_ENOMEM ? STRATA_EXIT_FAILURE : STRATA_EXIT_INPUT;
     }
+    r->fe.tok = r->tok;
+    r->fe.image_token_id = r->cfg.image_token_id;
+    r->fe.video_token_id = r->cfg.video_token_id;
+    r->fe.vision_start_token_id = r->cfg.vision_start_token_id;
+    r->fe.vision_end_token_id = r->cfg.vision_end_token_id;
+    r->fe.max_video_bytes = a->max_video ? (size_t)a->max_video : VISION_DEFAULT_MAX_VIDEO_BYTES;
+    r->fe.video.max_frames = a->max_video_frames;
     /* The GPU tower uploads the CPU encoder's weights (which it keeps for the checks). */
     if (a->device >= 0 && vision_cuda_open(&r->gpu, r->enc, a->device) < 0) {
         fprintf(stderr, "strata-stage: %s\n", strata_last_error());
@@ -246,6 +280,14 @@ static void vsummary(const struct vrun *r, const struct vargs *a) {
         printf("device: cpu\n");
     printf("preprocessor: %lld..%lld pixels, patch %d, merge %d\n", (long long)pp->min_pixels,
            (long long)pp->max_pixels, pp->patch_size, pp->merge_size);
+    const struct vision_video_config *vc = &r->fe.vpp;
+    printf("video: %g frames per second sampled (%d..%d frames), %lld..%lld pixels x frames; "
+           "timestamps %s; limits: %zu bytes per video, %lld frames per stream\n",
+           vc->fps, vc->min_frames, vc->max_frames, (long long)vc->pp.min_pixels,
+           (long long)vc->pp.max_pixels,
+           r->tok ? "tokenized with the model's tokenizer" : "need a tokenizer (videos refused)",
+           r->fe.max_video_bytes,
+           (long long)(a->max_video_frames ? a->max_video_frames : VIDEO_DEFAULT_MAX_FRAMES));
     printf("transfer: blocks of %d image tokens; limits: %zu bytes per image, %zu per request, "
            "%lld pixels per image\n",
            a->block_tokens ? a->block_tokens : VISION_DEFAULT_BLOCK_TOKENS, r->fe.max_image_bytes,

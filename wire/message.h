@@ -79,11 +79,14 @@ enum wire_role {
     WIRE_ROLE_VISION = 3 /* 1.1: a vision stage connecting to stage 0 */
 };
 
-/* An image file's format as a Request names it (schema enum ImageFormat). */
+/* A media file's format as a Request names it (schema enum ImageFormat): the image and
+ * video files for a vision stage share one list, in the prompt's order of their pad tokens. */
 enum wire_image_format {
     WIRE_IMAGE_UNKNOWN = 0, /* tell from the bytes */
     WIRE_IMAGE_PNG = 1,
-    WIRE_IMAGE_JPEG = 2
+    WIRE_IMAGE_JPEG = 2,
+    WIRE_IMAGE_MP4 = 3, /* a video: MP4 / MOV */
+    WIRE_IMAGE_WEBM = 4 /* a video: Matroska / WebM */
 };
 
 /* How a request drafts tokens for speculative decoding (schema enum Speculate). */

@@ -90,7 +90,7 @@ static int check_request_images(const struct wire_request *m, int code) {
                                 "image_files holds %zu",
                                 (unsigned long long)total, m->image_files_len);
     for (size_t i = 0; m->image_formats && i < m->num_image_files; ++i)
-        if (m->image_formats[i] > WIRE_IMAGE_JPEG)
+        if (m->image_formats[i] > WIRE_IMAGE_WEBM)
             return strata_set_error(STRATA_EVERSION, "wire: Request: image format %d unknown",
                                     (int)m->image_formats[i]);
     return 0;

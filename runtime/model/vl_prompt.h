@@ -21,7 +21,9 @@
 
 #include <stdint.h>
 
-#define VL_MAX_IMAGES 256 /* images per request */
+/* Images and video frame blocks per request (a video of t temporal patches counts t: 360 for
+ * six minutes at Qwen3-VL's 2 frames per second). */
+#define VL_MAX_IMAGES 1024
 
 /* One image's grid in vision patches (image_grid_thw row). */
 struct vl_grid {
@@ -34,6 +36,11 @@ struct vl_tokens {
     int32_t video_token_id; /* <|video_pad|>: runs already expanded, one per frame block */
     int merge;              /* vision_config.spatial_merge_size */
 };
+
+/* A row whose embedding a vision output replaces: an image or a video pad. */
+static inline int vl_is_visual(const struct vl_tokens *tok, int32_t id) {
+    return id == tok->image_token_id || id == tok->video_token_id;
+}
 
 /* Tokens image `g` occupies in the prompt: t*h*w / merge^2. Refuses t != 1, a side that
  * is not a positive multiple of merge, or more than INT32_MAX tokens (STRATA_EINVAL,

@@ -107,25 +107,36 @@ static int expand(struct stage_vl *vl, const struct wire_request *msg, const str
                             grids, n_images);
 }
 
-/* The expanded prompt length: the image-pad count must be one per image or the sum of
- * the images' token counts. */
-static int expanded_len(int64_t *len, const struct wire_request *msg, int32_t image_id,
+/* The expanded prompt length: every grid's run expanded (image and video tokens add up to
+ * the grids' token count), or one pad per image, each video's blocks already written in (the
+ * vision stage writes their timestamps with the tokenizer; vl_prompt.h). */
+static int expanded_len(int64_t *len, const struct wire_request *msg, const struct vl_tokens *tok,
                         int n_images, int64_t n_img) {
-    int64_t pads = 0;
-    for (size_t i = 0; i < msg->prompt_len; i++)
-        pads += msg->prompt[i] == image_id;
-    if (pads == n_img) {
+    int64_t pads = 0, video = 0, runs = 0;
+    for (size_t i = 0; i < msg->prompt_len; i++) {
+        pads += msg->prompt[i] == tok->image_token_id;
+        video += msg->prompt[i] == tok->video_token_id;
+        runs += msg->prompt[i] == tok->video_token_id &&
+                (i == 0 || msg->prompt[i - 1] != tok->video_token_id);
+    }
+    if (pads + video == n_img) {
         *len = (int64_t)msg->prompt_len;
         return 0;
     }
-    if (pads == n_images) {
-        *len = (int64_t)msg->prompt_len - n_images + n_img;
+    if (pads + runs == n_images) {
+        *len = (int64_t)msg->prompt_len - pads + (n_img - video);
         return 0;
     }
+    if (runs == 0)
+        return strata_set_error(STRATA_EINVAL,
+                                "the prompt holds %lld image tokens (id %d) for %d image(s): "
+                                "expected %d (one per image) or %lld (the images' grids expanded)",
+                                (long long)pads, tok->image_token_id, n_images, n_images,
+                                (long long)n_img);
     return strata_set_error(STRATA_EINVAL,
-                            "the prompt holds %lld image tokens (id %d) for %d image(s): expected "
-                            "%d (one per image) or %lld (the images' grids expanded)",
-                            (long long)pads, image_id, n_images, n_images, (long long)n_img);
+                            "the prompt holds %lld image tokens and %lld video frame blocks for %d "
+                            "grid(s): expected one per grid (or every grid's run expanded)",
+                            (long long)pads, (long long)runs, n_images);
 }
 
 int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *prompt_len,
@@ -157,7 +168,7 @@ int stage_vl_prepare(const struct stage_core *core, struct stage_vl **out, int *
         return strata_set_error(STRATA_EINVAL, "the request has %zu image grids (need 1..%d)",
                                 msg->num_images, VL_MAX_IMAGES);
     rc = vl_total_image_tokens(&n_img, grids, n_images, tok.merge);
-    if (rc == 0) rc = expanded_len(&len, msg, tok.image_token_id, n_images, n_img);
+    if (rc == 0) rc = expanded_len(&len, msg, &tok, n_images, n_img);
     if (rc == 0) rc = check_tensors(c, msg, n_img);
     if (rc < 0) return rc;
     if (len > core->max_seq)
@@ -225,8 +236,10 @@ void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
     }
     uint8_t *mask = core->vl_visual + row_off;
     float *ds = K ? core->vl_deepstack + (size_t)K * (size_t)row_off * H : NULL;
+    const struct model_config *c = core->be->cfg;
+    const struct vl_tokens tok = {c->image_token_id, c->video_token_id, 0};
     for (int i = 0; i < it->pos; i++)
-        img += req->prompt[i] == core->be->cfg->image_token_id;
+        img += vl_is_visual(&tok, req->prompt[i]);
     first = img;
     if (in_prompt < 0) in_prompt = 0;
     for (int r = 0; r < 3; r++) {
@@ -236,7 +249,7 @@ void stage_vl_fill(struct stage_core *core, const struct stage_req *req,
             pos[r * n + i] = it->pos + i + vl->rope_delta;
     }
     for (int i = 0; i < n; i++) {
-        mask[i] = i < in_prompt && req->prompt[it->pos + i] == core->be->cfg->image_token_id;
+        mask[i] = i < in_prompt && vl_is_visual(&tok, req->prompt[it->pos + i]);
         for (int k = 0; k < K; k++) {
             float *dst = ds + ((size_t)k * n + i) * H;
             if (mask[i])

@@ -72,7 +72,9 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
     /* key_b = SipHash(key_{b-1} || the block's 16 ids || the digests of the images whose rows
      * it holds, in row order): a block's key names its whole prefix, pictures included. */
     unsigned char chunk[sizeof(uint64_t) * (1 + KV_BLOCK) + KV_BLOCK * sizeof(int32_t)];
-    const int32_t image_id = vl ? core->be->cfg->image_token_id : -1;
+    /* a video's frame blocks are grids like images: their rows chain their digests too */
+    const struct vl_tokens visual = {vl ? core->be->cfg->image_token_id : -1,
+                                     vl ? core->be->cfg->video_token_id : -1, 0};
     const int merge2 =
         core->be->cfg->vision.spatial_merge_size * core->be->cfg->vision.spatial_merge_size;
     uint64_t prev = 0;
@@ -89,7 +91,7 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
         len += KV_BLOCK * sizeof(int32_t);
         int last = -1; /* the image whose digest this block chained last */
         for (int j = 0; j < KV_BLOCK; ++j) {
-            if (ids[j] != image_id || image >= (vl ? vl->n_images : 0)) continue;
+            if (!vl_is_visual(&visual, ids[j]) || image >= (vl ? vl->n_images : 0)) continue;
             if (image != last) {
                 memcpy(chunk + len, &digest[image], sizeof(uint64_t));
                 len += sizeof(uint64_t);

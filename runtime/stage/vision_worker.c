@@ -22,7 +22,8 @@ struct vision_worker {
 };
 
 /* The Request stage 0 gets for an encoded image request: the client's, image files
- * replaced by the grids (the tensors travel as VisionBlocks). */
+ * replaced by the grids (the tensors travel as VisionBlocks), and with videos the prompt
+ * that holds their timestamps and blocks. */
 static int build_language_request(struct wire_arena *arena, struct vision_task *t,
                                   const struct wire_request *req) {
     struct wire_request fwd = *req;
@@ -33,6 +34,10 @@ static int build_language_request(struct wire_arena *arena, struct vision_task *
     fwd.num_image_files = 0;
     fwd.image_grids = &t->out.grids[0].t;
     fwd.num_images = (size_t)t->out.num_images;
+    if (t->out.prompt) {
+        fwd.prompt = t->out.prompt;
+        fwd.prompt_len = t->out.prompt_len;
+    }
     int rc = wire_build_request(arena, &fwd);
     if (rc < 0) return rc;
     t->request_len = wire_arena_frame_len(arena);
