@@ -52,6 +52,10 @@ static void usage(FILE *out) {
             "  --max-image-bytes N      largest decoded image_url image (default 524288; the\n"
             "                           vision stage's --max-image-bytes also applies)\n"
             "  --max-images N           images per chat request (default 16, at most 256)\n"
+            "  --max-video-bytes N      largest decoded video_url video (default 786432, what\n"
+            "                           base64 fits in the 1 MiB body; the vision stage's\n"
+            "                           --max-video-bytes also applies)\n"
+            "  --max-videos N           videos per chat request (default 2, at most 64)\n"
             "  --auth-key-file F        the pipeline's pre-shared key (else $STRATA_AUTH_KEY):\n"
             "                           TLS 1.3 PSK to stage 0 (HMAC Hello with --insecure)\n"
             "  --tls-cert F --tls-key F --tls-ca F   TLS 1.3 to stage 0 with certificates\n"
@@ -66,6 +70,7 @@ struct serve_args {
     const char *grpc_port_file;
     int insecure, no_http, no_console;
     int stage0_port, port, max_seq, token_timeout_ms, max_image_bytes, max_images;
+    int max_video_bytes, max_videos;
     int grpc_port; /* -1: no gRPC */
 };
 
@@ -91,6 +96,8 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
                                             {"no-console", 0, 0, 'O'},
                                             {"max-image-bytes", 1, 0, 'B'},
                                             {"max-images", 1, 0, 'M'},
+                                            {"max-video-bytes", 1, 0, 'V'},
+                                            {"max-videos", 1, 0, 'W'},
                                             {"help", 0, 0, 'x'},
                                             {0, 0, 0, 0}};
     int c, bad = 0;
@@ -122,6 +129,8 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
         case 'O': a->no_console = 1; break;
         case 'B': bad |= cli_parse_int(optarg, 1, 1 << 30, &a->max_image_bytes) < 0; break;
         case 'M': bad |= cli_parse_int(optarg, 1, 256, &a->max_images) < 0; break;
+        case 'V': bad |= cli_parse_int(optarg, 1, 1 << 30, &a->max_video_bytes) < 0; break;
+        case 'W': bad |= cli_parse_int(optarg, 1, 64, &a->max_videos) < 0; break;
         case 'x': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -253,6 +262,8 @@ int main(int argc, char **argv) {
     app.token_timeout_ms = a.token_timeout_ms;
     app.max_image_bytes = a.max_image_bytes;
     app.max_images = a.max_images;
+    app.max_video_bytes = a.max_video_bytes;
+    app.max_videos = a.max_videos;
     app.console = !a.no_console;
     app.created = (long)time(NULL);
     code = load_model(&app, &tok, &a);

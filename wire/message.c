@@ -116,12 +116,19 @@ enum {
     TOKEN_FINISH,
     TOKEN_CACHED_TOKENS,
     TOKEN_ACCEPTED,
-    TOKEN_REJECTED
+    TOKEN_REJECTED,
+    TOKEN_PROMPT_TOKENS
 };
 static const struct fb_field_desc token_fields[] = {
-    SCALAR(8), SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), SCALAR(1), SCALAR(4), SCALAR(4), SCALAR(4),
+    SCALAR(8), SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), SCALAR(1),
+    SCALAR(4), SCALAR(4), SCALAR(4),   SCALAR(4),
 };
-static const struct fb_table_desc token_desc = {"TokenResult", 8, token_fields};
+/* The verifier checks only the fields a table's descriptor lists, and the readers trust it:
+ * a field without one would be read unchecked. */
+_Static_assert(sizeof token_fields / sizeof token_fields[0] == TOKEN_PROMPT_TOKENS + 1,
+               "every TokenResult field needs its descriptor");
+static const struct fb_table_desc token_desc = {
+    "TokenResult", (int)(sizeof token_fields / sizeof token_fields[0]), token_fields};
 
 enum { ERROR_CODE, ERROR_MESSAGE, ERROR_NONCE };
 static const struct fb_field_desc error_fields[] = {SCALAR(4), STRING, SCALAR(8)};
@@ -367,6 +374,7 @@ int wire_build_token_result(struct wire_arena *a, const struct wire_token_result
     fb_add_u32(a, TOKEN_CACHED_TOKENS, (uint32_t)m->cached_tokens, 0);
     fb_add_u32(a, TOKEN_ACCEPTED, (uint32_t)m->accepted_tokens, 0);
     fb_add_u32(a, TOKEN_REJECTED, (uint32_t)m->rejected_tokens, 0);
+    fb_add_u32(a, TOKEN_PROMPT_TOKENS, (uint32_t)m->prompt_tokens, 0);
     fb_add_u8(a, TOKEN_FINISH, (uint8_t)m->finish, 0);
     return wmsg_finish_frame(a, WIRE_KIND_TOKEN_RESULT, fb_table_end(a));
 }
@@ -547,12 +555,14 @@ static int parse_token_result(struct wire_token_result *out, const struct fb_tab
     out->cached_tokens = wmsg_get_i32(t, TOKEN_CACHED_TOKENS, 0);
     out->accepted_tokens = wmsg_get_i32(t, TOKEN_ACCEPTED, 0);
     out->rejected_tokens = wmsg_get_i32(t, TOKEN_REJECTED, 0);
-    if (out->cached_tokens < 0 || out->accepted_tokens < 0 || out->rejected_tokens < 0)
+    out->prompt_tokens = wmsg_get_i32(t, TOKEN_PROMPT_TOKENS, 0);
+    if (out->cached_tokens < 0 || out->accepted_tokens < 0 || out->rejected_tokens < 0 ||
+        out->prompt_tokens < 0)
         return strata_set_error(STRATA_EFORMAT,
                                 "wire: TokenResult.cached_tokens %d, accepted_tokens %d, "
-                                "rejected_tokens %d (counts are >= 0)",
+                                "rejected_tokens %d, prompt_tokens %d (counts are >= 0)",
                                 (int)out->cached_tokens, (int)out->accepted_tokens,
-                                (int)out->rejected_tokens);
+                                (int)out->rejected_tokens, (int)out->prompt_tokens);
     if (out->finish > WIRE_FINISH_ERROR)
         return strata_set_error(STRATA_EVERSION, "wire: TokenResult.finish %d unknown",
                                 (int)out->finish);

@@ -209,6 +209,8 @@ struct wire_token_result {
     int32_t cached_tokens; /* stage 0 -> client: prompt positions reused from the KV cache */
     /* stage 0 -> client: the request's drafts so far, accepted and rejected (>= 0). */
     int32_t accepted_tokens, rejected_tokens;
+    /* stage 0 -> client: the prompt's positions as run (expansions included; 0: unknown). */
+    int32_t prompt_tokens;
 };
 
 /* A failed request (nonce != 0), or, with nonce 0, the connection itself: the sender

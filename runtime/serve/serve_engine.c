@@ -83,6 +83,7 @@ static void apply_event(struct serve_engine *e, const struct request_event *ev) 
     j->cached_tokens = ev->cached_tokens;
     j->accepted_tokens = ev->accepted_tokens;
     j->rejected_tokens = ev->rejected_tokens;
+    if (ev->prompt_tokens > 0) j->prompt_tokens = ev->prompt_tokens;
     if (ev->finish != WIRE_FINISH_NONE) {
         j->done = 1;
         j->finish = ev->finish;

@@ -22,6 +22,7 @@ struct serve_job {
     int error_code;                       /* STRATA_E* when the request failed */
     int cached_tokens;                    /* prompt tokens stage 0 took from its KV cache */
     int accepted_tokens, rejected_tokens; /* its draft tokens (speculation), so far */
+    int prompt_tokens; /* the prompt as stage 0 ran it (expansions included); 0: not yet */
     char error[640];
     int registered; /* in the engine's list */
     pthread_cond_t cond;

@@ -25,9 +25,10 @@ static int encode_chat(struct serve_gen *g, struct tokenizer_ids *ids, struct se
     /* Only the Qwen3-VL template renders image parts, and only a VL model has a vision
      * stage in front of its pipeline to take the files. */
     if (g->params.n_images && g->app->template_kind != CHAT_TEMPLATE_QWEN3_VL)
-        return serve_error_set(err, 400, "messages", "images_not_supported",
-                               "the model '%s' is a text model: it takes no image inputs",
-                               g->app->model_id);
+        return serve_error_set(err, 400, "messages",
+                               g->params.n_videos ? "videos_not_supported" : "images_not_supported",
+                               "the model '%s' is a text model: it takes no %s inputs",
+                               g->app->model_id, g->params.n_videos ? "video" : "image");
     if (chat_conversation_from_json(&conv, g->params.messages_json) < 0)
         return serve_error_set(err, 400, "messages", "invalid_value", "%s", strata_last_error());
     int rc = chat_template_render(g->app->template_kind, conv.messages, conv.n, &o, &text, &len);
@@ -100,15 +101,21 @@ static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct s
     req.sampling.seed = g->params.seed;
     req.speculate = g->params.speculate;
     req.speculate_k = g->params.speculate_k;
-    /* Image files go to the vision stage as they came (it decodes and encodes them); the
-     * prompt holds one image pad per image, in the same order. */
+    /* Image and video files go to the vision stage as they came (it decodes and encodes them,
+     * and writes a video's timestamps into the prompt); the prompt holds one image or video pad
+     * per file, in the same order. */
     uint8_t formats[VL_MAX_IMAGES];
     if (g->params.n_images > VL_MAX_IMAGES)
         return serve_error_set(err, 413, "messages", "too_many_images",
                                "more than %d images in one request", VL_MAX_IMAGES);
-    for (int i = 0; i < g->params.n_images; i++)
-        formats[i] =
-            g->params.image_formats[i] == SERVE_IMAGE_PNG ? WIRE_IMAGE_PNG : WIRE_IMAGE_JPEG;
+    for (int i = 0; i < g->params.n_images; i++) {
+        static const uint8_t wire_of[] = {
+            [SERVE_IMAGE_PNG] = WIRE_IMAGE_PNG, [SERVE_IMAGE_JPEG] = WIRE_IMAGE_JPEG,
+            [SERVE_VIDEO_MP4] = WIRE_IMAGE_MP4, [SERVE_VIDEO_WEBM] = WIRE_IMAGE_WEBM};
+        formats[i] = wire_of[g->params.image_formats[i] <= SERVE_VIDEO_WEBM
+                                 ? g->params.image_formats[i]
+                                 : 0];
+    }
     if (g->params.n_images) {
         req.image_files = g->params.image_bytes;
         req.image_file_sizes = g->params.image_sizes;
@@ -130,7 +137,8 @@ static int submit(struct serve_gen *g, const struct tokenizer_ids *ids, struct s
 int serve_gen_start(struct serve_gen *g, struct serve_app *app, enum serve_kind kind,
                     const char *body, size_t len, struct serve_error *err) {
     struct serve_limits limits = {app->model_id, app->max_seq};
-    struct serve_image_limits images = {app->max_image_bytes, app->max_images};
+    struct serve_image_limits images = {app->max_image_bytes, app->max_images,
+                                        app->max_video_bytes, app->max_videos};
     struct serve_params params;
     if (serve_params_parse_with(&params, kind, body, len, &limits, &images, err) < 0) {
         serve_params_free(&params);
@@ -215,8 +223,10 @@ int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
         g->job.error_code == STRATA_EFORMAT ||
         (g->job.error_code == STRATA_ERANGE && strstr(g->job.error, "bad image request"));
     if (done && g->params.n_images && bad_image)
-        return serve_error_set(err, 400, "messages", "invalid_image",
-                               "the vision stage refused an image: %s", g->job.error);
+        return serve_error_set(err, 400, "messages",
+                               g->params.n_videos ? "invalid_media" : "invalid_image",
+                               "the vision stage refused %s: %s",
+                               g->params.n_videos ? "a file" : "an image", g->job.error);
     /* EBUSY: stage 0's admission queue was full, or the request waited past its deadline:
      * busy, not broken; the client may retry (Retry-After). */
     if (done && g->job.error_code == STRATA_EBUSY)
@@ -242,8 +252,14 @@ int serve_gen_step(struct serve_gen *g, int slice_ms, struct serve_error *err) {
     return 0;
 }
 
+/* The prompt as the model ran it when stage 0 said (an image's or video's pad expanded to its
+ * rows, a video's timestamps written in: what vLLM counts), else as tokenized here. */
+static int prompt_tokens(const struct serve_gen *g) {
+    return g->job.prompt_tokens > 0 ? g->job.prompt_tokens : g->prompt_tokens;
+}
+
 struct serve_usage serve_gen_usage(const struct serve_gen *g) {
-    return (struct serve_usage){g->prompt_tokens, g->seen, g->job.cached_tokens,
+    return (struct serve_usage){prompt_tokens(g), g->seen, g->job.cached_tokens,
                                 g->job.accepted_tokens, g->job.rejected_tokens};
 }
 
@@ -254,7 +270,7 @@ void serve_gen_free(struct serve_gen *g) {
     if (g->submitted) serve_engine_release(g->app->engine, &g->job);
     if (g->in_flight) {
         serve_metrics_in_flight(g->app->metrics, -1);
-        serve_metrics_tokens(g->app->metrics, g->prompt_tokens, g->job.cached_tokens, g->seen);
+        serve_metrics_tokens(g->app->metrics, prompt_tokens(g), g->job.cached_tokens, g->seen);
     }
     tokenizer_stream_free(g->stream);
     serve_text_free(&g->text);

@@ -175,7 +175,8 @@ static void serve_generation(struct call_ctx *c, enum serve_kind kind, const uin
     struct serve_params params;
     struct serve_error err;
     struct serve_gen g;
-    struct serve_image_limits images = {app->max_image_bytes, app->max_images};
+    struct serve_image_limits images = {app->max_image_bytes, app->max_images,
+                                        app->max_video_bytes, app->max_videos};
     int rc = kind == SERVE_CHAT
                  ? serve_pb_parse_chat_with(&params, req, len, &limits, &images, &err)
                  : serve_pb_parse_generate(&params, req, len, &limits, &err);

@@ -104,8 +104,8 @@ int serve_pb_parse_generate(struct serve_params *p, const uint8_t *data, size_t 
     return rc;
 }
 
-/* A message's parts as the HTTP API's list content: text parts as they are, each image's
- * bytes into p's images and an {"type":"image"} part in its place. */
+/* A message's parts as the HTTP API's list content: text parts as they are, each image's or
+ * video's bytes into p's files and an {"type":"image"} / {"type":"video"} part in its place. */
 static int parts_json(struct serve_params *p, cJSON *o, const Strata__V1__ChatMessage *msg,
                       const struct serve_image_limits *images, struct serve_error *err) {
     if (msg->content[0])
@@ -125,9 +125,14 @@ static int parts_json(struct serve_params *p, cJSON *o, const Strata__V1__ChatMe
                                        err) < 0)
                 return -1;
             if (!cJSON_AddStringToObject(item, "type", "image")) break;
+        } else if (part->part_case == STRATA__V1__CHAT_PART__PART_VIDEO) {
+            if (serve_params_add_video(p, part->video.data, part->video.len, images, "messages",
+                                       err) < 0)
+                return -1;
+            if (!cJSON_AddStringToObject(item, "type", "video")) break;
         } else {
             return serve_error_set(err, 400, "messages", "invalid_value",
-                                   "a ChatPart needs 'text' or 'image'");
+                                   "a ChatPart needs 'text', 'image' or 'video'");
         }
         if (k + 1 == msg->n_parts) return 0;
     }
@@ -167,7 +172,8 @@ int serve_pb_parse_chat_with(struct serve_params *p, const uint8_t *data, size_t
                              const struct serve_limits *limits,
                              const struct serve_image_limits *images, struct serve_error *err) {
     static const struct serve_image_limits defaults = {SERVE_DEFAULT_MAX_IMAGE_BYTES,
-                                                       SERVE_DEFAULT_MAX_IMAGES};
+                                                       SERVE_DEFAULT_MAX_IMAGES,
+                                                       SERVE_DEFAULT_MAX_VIDEO_BYTES, SERVE_DEFAULT_MAX_VIDEOS};
     memset(p, 0, sizeof *p);
     serve_params_defaults(p, SERVE_CHAT);
     Strata__V1__ChatRequest *m = strata__v1__chat_request__unpack(NULL, len, data);

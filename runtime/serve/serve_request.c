@@ -39,7 +39,7 @@ void serve_params_free(struct serve_params *p) {
     p->image_bytes = NULL;
     p->image_sizes = NULL;
     p->image_formats = NULL;
-    p->n_images = 0;
+    p->n_images = p->n_videos = 0;
 }
 
 void serve_params_defaults(struct serve_params *p, enum serve_kind kind) {
@@ -188,26 +188,47 @@ static int get_sampling(struct serve_params *p, const cJSON *root,
     return 0;
 }
 
-int serve_params_add_image(struct serve_params *p, const uint8_t *data, size_t len,
-                           const struct serve_image_limits *limits, const char *param,
-                           struct serve_error *err) {
-    long max_bytes =
-        limits->max_image_bytes > 0 ? limits->max_image_bytes : SERVE_DEFAULT_MAX_IMAGE_BYTES;
-    int max_images = limits->max_images > 0 ? limits->max_images : SERVE_DEFAULT_MAX_IMAGES;
-    uint8_t format = len >= 8 && !memcmp(data, "\x89PNG\r\n\x1a\n", 8) ? SERVE_IMAGE_PNG
-                     : len >= 3 && !memcmp(data, "\xff\xd8\xff", 3)    ? SERVE_IMAGE_JPEG
-                                                                       : 0;
-    if (p->n_images >= max_images)
-        return serve_error_set(err, 413, param, "too_many_images",
-                               "more than %d images in one request", max_images);
+/* The format of a media file by its first bytes: images PNG / JPEG, videos MP4 / MOV
+ * ("ftyp" box) and Matroska / WebM (EBML); 0 when it is none of its kind's. */
+static uint8_t media_format(const uint8_t *d, size_t len, int video) {
+    if (video)
+        return len >= 12 && !memcmp(d + 4, "ftyp", 4)          ? SERVE_VIDEO_MP4
+               : len >= 4 && !memcmp(d, "\x1a\x45\xdf\xa3", 4) ? SERVE_VIDEO_WEBM
+                                                                 : 0;
+    return len >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8) ? SERVE_IMAGE_PNG
+           : len >= 3 && !memcmp(d, "\xff\xd8\xff", 3)    ? SERVE_IMAGE_JPEG
+                                                         : 0;
+}
+
+static long max_bytes_of(const struct serve_image_limits *limits, int video) {
+    if (video)
+        return limits->max_video_bytes > 0 ? limits->max_video_bytes
+                                           : SERVE_DEFAULT_MAX_VIDEO_BYTES;
+    return limits->max_image_bytes > 0 ? limits->max_image_bytes : SERVE_DEFAULT_MAX_IMAGE_BYTES;
+}
+
+static int add_media(struct serve_params *p, const uint8_t *data, size_t len, int video,
+                     const struct serve_image_limits *limits, const char *param,
+                     struct serve_error *err) {
+    const char *what = video ? "video" : "image";
+    long max_bytes = max_bytes_of(limits, video);
+    int n_kind = video ? p->n_videos : p->n_images - p->n_videos;
+    int max_n = video ? (limits->max_videos > 0 ? limits->max_videos : SERVE_DEFAULT_MAX_VIDEOS)
+                      : (limits->max_images > 0 ? limits->max_images : SERVE_DEFAULT_MAX_IMAGES);
+    uint8_t format = media_format(data, len, video);
+    if (n_kind >= max_n)
+        return serve_error_set(err, 413, param, video ? "too_many_videos" : "too_many_images",
+                               "more than %d %ss in one request", max_n, what);
     if ((long)len > max_bytes)
-        return serve_error_set(err, 413, param, "image_too_large",
-                               "image %d is %zu bytes; the limit is %ld", p->n_images + 1, len,
+        return serve_error_set(err, 413, param, video ? "video_too_large" : "image_too_large",
+                               "%s %d is %zu bytes; the limit is %ld", what, n_kind + 1, len,
                                max_bytes);
     if (!format)
-        return serve_error_set(err, 400, param, "unsupported_image_format",
-                               "image %d is neither PNG nor JPEG (by its first bytes)",
-                               p->n_images + 1);
+        return serve_error_set(err, 400, param,
+                               video ? "unsupported_video_format" : "unsupported_image_format",
+                               video ? "video %d is neither MP4 nor WebM (by its first bytes)"
+                                     : "image %d is neither PNG nor JPEG (by its first bytes)",
+                               n_kind + 1);
     size_t total = 0;
     for (int i = 0; i < p->n_images; i++)
         total += p->image_sizes[i];
@@ -223,81 +244,108 @@ int serve_params_add_image(struct serve_params *p, const uint8_t *data, size_t l
     memcpy(bytes + total, data, len);
     sizes[p->n_images] = (uint32_t)len;
     formats[p->n_images++] = format;
+    p->n_videos += video;
     return 0;
 }
 
-/* Decodes an RFC 2397 data URI with a base64 image payload ("data:image/png;base64,...")
- * and adds the image. Anything else is refused: the server never fetches a URL. The payload
- * is decoded by OpenSSL (EVP_DecodeBlock, RFC 4648 base64: padded, no line breaks). */
-static int add_data_uri(struct serve_params *p, const char *url,
+int serve_params_add_image(struct serve_params *p, const uint8_t *data, size_t len,
+                           const struct serve_image_limits *limits, const char *param,
+                           struct serve_error *err) {
+    return add_media(p, data, len, 0, limits, param, err);
+}
+
+int serve_params_add_video(struct serve_params *p, const uint8_t *data, size_t len,
+                           const struct serve_image_limits *limits, const char *param,
+                           struct serve_error *err) {
+    return add_media(p, data, len, 1, limits, param, err);
+}
+
+/* Decodes an RFC 2397 data URI with a base64 payload ("data:image/png;base64,...",
+ * "data:video/mp4;base64,...") and adds the file. Anything else is refused: the server never
+ * fetches a URL. The payload is decoded by OpenSSL (EVP_DecodeBlock, RFC 4648 base64: padded,
+ * no line breaks). */
+static int add_data_uri(struct serve_params *p, const char *url, int video,
                         const struct serve_image_limits *limits, struct serve_error *err) {
-    const char *param = "messages";
+    const char *param = "messages", *field = video ? "video_url" : "image_url";
     if (strncmp(url, "data:", 5))
         return serve_error_set(err, 400, param, "unsupported_url",
-                               "image_url must be a data URI (data:image/png;base64,... or "
-                               "data:image/jpeg;base64,...): the server fetches no URLs");
+                               video ? "video_url must be a data URI (data:video/mp4;base64,... "
+                                       "or data:video/webm;base64,...): the server fetches no URLs"
+                                     : "image_url must be a data URI (data:image/png;base64,... or "
+                                       "data:image/jpeg;base64,...): the server fetches no URLs");
     const char *comma = strchr(url, ',');
     size_t head = comma ? (size_t)(comma - url) : 0;
-    if (!comma || head < 12 || strncmp(comma - 7, ";base64", 7) || strncmp(url + 5, "image/", 6))
-        return serve_error_set(err, 400, param, "invalid_image_url",
-                               "image_url must be data:image/<png|jpeg>;base64,<data>");
+    if (!comma || head < 12 || strncmp(comma - 7, ";base64", 7) ||
+        strncmp(url + 5, video ? "video/" : "image/", 6))
+        return serve_error_set(err, 400, param, video ? "invalid_video_url" : "invalid_image_url",
+                               video ? "video_url must be data:video/<mp4|webm>;base64,<data>"
+                                     : "image_url must be data:image/<png|jpeg>;base64,<data>");
     const char *mime = url + 5, *semi = strchr(mime, ';');
     size_t mlen = (size_t)(semi - mime);
-    if (!((mlen == 9 && !strncmp(mime, "image/png", 9)) ||
-          (mlen == 10 && !strncmp(mime, "image/jpeg", 10)) ||
-          (mlen == 9 && !strncmp(mime, "image/jpg", 9))))
-        return serve_error_set(err, 400, param, "unsupported_image_format",
-                               "image_url media type '%.*s': only image/png and image/jpeg",
-                               (int)(mlen < 40 ? mlen : 40), mime);
+#define MIME_IS(s) (mlen == sizeof(s) - 1 && !strncmp(mime, s, sizeof(s) - 1))
+    int known = video ? MIME_IS("video/mp4") || MIME_IS("video/webm") || MIME_IS("video/quicktime")
+                      : MIME_IS("image/png") || MIME_IS("image/jpeg") || MIME_IS("image/jpg");
+#undef MIME_IS
+    if (!known)
+        return serve_error_set(err, 400, param,
+                               video ? "unsupported_video_format" : "unsupported_image_format",
+                               "%s media type '%.*s': only %s", field,
+                               (int)(mlen < 40 ? mlen : 40), mime,
+                               video ? "video/mp4 and video/webm" : "image/png and image/jpeg");
     const char *b64 = comma + 1;
     size_t n = strlen(b64),
            pad = n >= 1 && b64[n - 1] == '=' ? 1 + (n >= 2 && b64[n - 2] == '=') : 0;
     if (n == 0 || n % 4 || n > (size_t)INT32_MAX || strcspn(b64, "=") < n - pad)
         return serve_error_set(err, 400, param, "invalid_base64",
-                               "image_url data is not padded base64 (%zu characters)", n);
-    long max_bytes =
-        limits->max_image_bytes > 0 ? limits->max_image_bytes : SERVE_DEFAULT_MAX_IMAGE_BYTES;
+                               "%s data is not padded base64 (%zu characters)", field, n);
+    long max_bytes = max_bytes_of(limits, video);
     size_t len = n / 4 * 3 - pad;
     if ((long)len > max_bytes) /* refused before decoding: no buffer for it */
-        return serve_error_set(err, 413, param, "image_too_large",
-                               "image %d is %zu bytes; the limit is %ld", p->n_images + 1, len,
+        return serve_error_set(err, 413, param, video ? "video_too_large" : "image_too_large",
+                               "%s %d is %zu bytes; the limit is %ld", video ? "video" : "image",
+                               (video ? p->n_videos : p->n_images - p->n_videos) + 1, len,
                                max_bytes);
     unsigned char *buf = malloc(n / 4 * 3 + 1);
     if (!buf) return serve_error_set(err, 500, NULL, NULL, "out of memory");
     int got = EVP_DecodeBlock(buf, (const unsigned char *)b64, (int)n);
-    int rc = got != (int)(n / 4 * 3) ? serve_error_set(err, 400, param, "invalid_base64",
-                                                       "image_url data is not valid base64")
-                                     : serve_params_add_image(p, buf, len, limits, param, err);
+    int rc = got != (int)(n / 4 * 3)
+                 ? serve_error_set(err, 400, param, "invalid_base64", "%s data is not valid base64",
+                                   field)
+                 : add_media(p, buf, len, video, limits, param, err);
     free(buf);
     return rc;
 }
 
-/* One content part: an image_url part is decoded into p's images and rewritten to
- * {"type":"image"}, which chat_conversation_from_json renders as one image pad (so the
- * rendered messages never carry the image bytes). Other media are refused. */
+/* One content part: an image_url / video_url part is decoded into p's files and rewritten to
+ * {"type":"image"} / {"type":"video"}, which chat_conversation_from_json renders as one image /
+ * video pad (so the rendered messages never carry the bytes). video_url is vLLM's part for
+ * Qwen3-VL video. Other media are refused. */
 static int take_part(struct serve_params *p, cJSON *part, const struct serve_image_limits *limits,
                      struct serve_error *err) {
     const cJSON *type = cJSON_GetObjectItemCaseSensitive(part, "type");
     const char *t = cJSON_IsString(type) ? type->valuestring : "";
-    cJSON *iu = cJSON_GetObjectItemCaseSensitive(part, "image_url");
-    if (!strcmp(t, "image_url") || iu) {
+    for (int video = 0; video < 2; video++) {
+        const char *key = video ? "video_url" : "image_url";
+        cJSON *u = cJSON_GetObjectItemCaseSensitive(part, key);
+        if (strcmp(t, key) && !u) continue;
         /* {"url": "..."} as OpenAI sends it, or the bare string some clients send. */
-        const cJSON *url = cJSON_IsObject(iu) ? cJSON_GetObjectItemCaseSensitive(iu, "url") : iu;
+        const cJSON *url = cJSON_IsObject(u) ? cJSON_GetObjectItemCaseSensitive(u, "url") : u;
         if (!cJSON_IsString(url))
-            return serve_error_set(err, 400, "messages", "invalid_image_url",
-                                   "an image_url part needs image_url.url (a data URI string)");
-        if (add_data_uri(p, url->valuestring, limits, err) < 0) return -1;
-        cJSON_DeleteItemFromObjectCaseSensitive(part, "image_url");
+            return serve_error_set(err, 400, "messages",
+                                   video ? "invalid_video_url" : "invalid_image_url",
+                                   "a %s part needs %s.url (a data URI string)", key, key);
+        if (add_data_uri(p, url->valuestring, video, limits, err) < 0) return -1;
+        cJSON_DeleteItemFromObjectCaseSensitive(part, key);
         cJSON_DeleteItemFromObjectCaseSensitive(part, "type");
-        if (!cJSON_AddStringToObject(part, "type", "image"))
+        if (!cJSON_AddStringToObject(part, "type", video ? "video" : "image"))
             return serve_error_set(err, 500, NULL, NULL, "out of memory");
         return 0;
     }
     if (!strcmp(t, "image") || !strcmp(t, "video") || !strcmp(t, "input_audio") ||
         cJSON_HasObjectItem(part, "image") || cJSON_HasObjectItem(part, "video"))
         return serve_error_set(err, 400, "messages", "unsupported_content",
-                               "content part type '%s': only text and image_url (a data URI) "
-                               "parts are supported",
+                               "content part type '%s': only text, image_url and video_url (data "
+                               "URIs) parts are supported",
                                t[0] ? t : "image");
     return 0;
 }
@@ -346,7 +394,8 @@ int serve_params_parse_with(struct serve_params *p, enum serve_kind kind, const 
                             size_t len, const struct serve_limits *limits,
                             const struct serve_image_limits *images, struct serve_error *err) {
     static const struct serve_image_limits defaults = {SERVE_DEFAULT_MAX_IMAGE_BYTES,
-                                                       SERVE_DEFAULT_MAX_IMAGES};
+                                                       SERVE_DEFAULT_MAX_IMAGES,
+                                                       SERVE_DEFAULT_MAX_VIDEO_BYTES, SERVE_DEFAULT_MAX_VIDEOS};
     memset(p, 0, sizeof *p);
     serve_params_defaults(p, kind);
     cJSON *root = cJSON_ParseWithLength(body, len);

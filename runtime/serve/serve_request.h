@@ -14,9 +14,16 @@
  * the HTTP body limit, SERVE_MAX_BODY in serve_http.h). */
 #define SERVE_DEFAULT_MAX_IMAGE_BYTES (512L * 1024) /* one decoded image file */
 #define SERVE_DEFAULT_MAX_IMAGES 16                 /* images per request */
+#define SERVE_DEFAULT_MAX_VIDEO_BYTES (768L * 1024) /* one video: what base64 fits in 1 MiB */
+#define SERVE_DEFAULT_MAX_VIDEOS 2                  /* videos per request */
 
-/* An image file's format, told from its first bytes (never from the URI's media type). */
-enum serve_image_format { SERVE_IMAGE_PNG = 1, SERVE_IMAGE_JPEG = 2 };
+/* A media file's format, told from its first bytes (never from the URI's media type). */
+enum serve_image_format {
+    SERVE_IMAGE_PNG = 1,
+    SERVE_IMAGE_JPEG = 2,
+    SERVE_VIDEO_MP4 = 3, /* MP4 / MOV ("ftyp" box) */
+    SERVE_VIDEO_WEBM = 4 /* Matroska / WebM (EBML header) */
+};
 
 /* An HTTP status with the OpenAI error fields ("param" and "code" may be empty: null). */
 struct serve_error {
@@ -53,13 +60,14 @@ struct serve_params {
      * drafts per step (0: the pipeline's; at most SERVE_MAX_SPECULATE_K). The tokens are the
      * same either way. */
     int speculate, speculate_k;
-    /* Chat image parts, in prompt order: image i is image_sizes[i] bytes of image_bytes
-     * (all decoded files concatenated), format image_formats[i]. Each part is rewritten to
-     * {"type":"image"} in messages_json, which the template renders as one image pad. */
+    /* Chat image and video parts, in prompt order: file i is image_sizes[i] bytes of
+     * image_bytes (all decoded files concatenated), format image_formats[i]. Each part is
+     * rewritten to {"type":"image"} / {"type":"video"} in messages_json, which the template
+     * renders as one image / video pad. n_images counts every file, n_videos the videos. */
     uint8_t *image_bytes;
     uint32_t *image_sizes;
     uint8_t *image_formats; /* enum serve_image_format */
-    int n_images;
+    int n_images, n_videos;
 };
 
 /* Limits the server checks a request against. */
@@ -68,16 +76,18 @@ struct serve_limits {
     int max_tokens;       /* most tokens a request may ask for (the pipeline's KV room) */
 };
 
-/* Limits on a chat request's images (0 = the default). */
+/* Limits on a chat request's images and videos (0 = the default). */
 struct serve_image_limits {
     long max_image_bytes; /* largest decoded image file; SERVE_DEFAULT_MAX_IMAGE_BYTES */
     int max_images;       /* images per request; SERVE_DEFAULT_MAX_IMAGES */
+    long max_video_bytes; /* largest decoded video file; SERVE_DEFAULT_MAX_VIDEO_BYTES */
+    int max_videos;       /* videos per request; SERVE_DEFAULT_MAX_VIDEOS */
 };
 
 /* Parses body [len] for `kind`. On failure returns -1 with *err filled (400: malformed JSON,
  * unknown model, empty messages, bad sampling values, an image_url that is not a base64
- * PNG / JPEG data URI (no URL is ever fetched), video or audio parts; 413: an image over
- * the image limits). Free with serve_params_free (also after a
+ * PNG / JPEG data URI or a video_url that is not a base64 MP4 / WebM one (no URL is ever
+ * fetched), audio parts; 413: an image or video over the limits). Free with serve_params_free (also after a
  * failure). */
 int serve_params_parse(struct serve_params *p, enum serve_kind kind, const char *body, size_t len,
                        const struct serve_limits *limits, struct serve_error *err);
@@ -113,6 +123,12 @@ int serve_params_check(const struct serve_params *p, const struct serve_limits *
  * -1 with *err: 400 when it is neither PNG nor JPEG, 413 past the limits. `param` names the
  * field in the error. */
 int serve_params_add_image(struct serve_params *p, const uint8_t *data, size_t len,
+                           const struct serve_image_limits *limits, const char *param,
+                           struct serve_error *err);
+
+/* The same for a video file: 400 when it is neither MP4 / MOV nor Matroska / WebM by its first
+ * bytes, 413 past the video limits. */
+int serve_params_add_video(struct serve_params *p, const uint8_t *data, size_t len,
                            const struct serve_image_limits *limits, const char *param,
                            struct serve_error *err);
 

@@ -154,6 +154,7 @@ int request_event_decode(struct request_event *ev, const uint8_t *frame, size_t 
         ev->cached_tokens = msg.cached_tokens;
         ev->accepted_tokens = msg.accepted_tokens;
         ev->rejected_tokens = msg.rejected_tokens;
+        ev->prompt_tokens = msg.prompt_tokens;
         return 0;
     }
     if (kind == WIRE_KIND_ERROR) {

@@ -102,6 +102,7 @@ struct request_event {
     enum wire_finish finish; /* TOKEN: NONE while more follow */
     int32_t cached_tokens;   /* TOKEN: prompt positions stage 0 took from its KV cache */
     int32_t accepted_tokens; /* TOKEN: the request's draft tokens so far the model accepted */
+    int32_t prompt_tokens;   /* TOKEN: the prompt's positions as stage 0 ran it (0: unknown) */
     int32_t rejected_tokens; /* TOKEN: ... and rejected (speculative decoding) */
     int32_t code;            /* ERROR, CONNECTION_ERROR: STRATA_E* */
     char message[512];       /* ERROR, CONNECTION_ERROR */

@@ -112,7 +112,8 @@ static int take_token(struct stage_core *core, struct stage_req *req, uint64_t s
         finish = WIRE_FINISH_LENGTH;
     const struct stage_token_counts counts = {.cached = req->cached_blocks * KV_BLOCK,
                                               .accepted = req->spec_accepted,
-                                              .rejected = req->spec_drafted - req->spec_accepted};
+                                              .rejected = req->spec_drafted - req->spec_accepted,
+                                              .prompt = req->params.prompt_len};
     stage_emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish,
                      &counts);
     if (finish == WIRE_FINISH_NONE) return 0;

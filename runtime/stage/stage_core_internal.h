@@ -252,10 +252,10 @@ int stage_prefill_chunk(const struct stage_core *core, int rows);
 int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t client_id);
 void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
                       uint64_t nonce, const char *message);
-/* What stage 0 tells a client with each token: prompt positions from the KV cache, and the
- * request's draft tokens so far, accepted and rejected. */
+/* What stage 0 tells a client with each token: prompt positions from the KV cache, the
+ * request's draft tokens so far, accepted and rejected, and the prompt's positions as run. */
 struct stage_token_counts {
-    int cached, accepted, rejected;
+    int cached, accepted, rejected, prompt;
 };
 void stage_emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
                       uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish,

@@ -55,6 +55,7 @@ void stage_emit_token(struct stage_core *core, enum stage_link link, uint32_t cl
         msg.cached_tokens = counts->cached;
         msg.accepted_tokens = counts->accepted;
         msg.rejected_tokens = counts->rejected;
+        msg.prompt_tokens = counts->prompt;
     }
     msg.nonce = nonce;
     msg.step = step;

@@ -106,8 +106,10 @@ n_gen=$(echo "$cli_gen" | tr ',' '\n' | grep -c .)
 [ -n "$whole" ] || pl_fail "image chat: empty answer"
 [ "$whole" = "$streamed" ] || pl_fail "image chat: whole '$whole' != streamed '$streamed'"
 [ "$whole" = "$cli" ] || pl_fail "image chat: whole '$whole' != strata-client '$cli'"
-[ -z "$cli_gen" ] || [ "$usage" = "$n_prompt,$n_gen" ] ||
-    pl_fail "image chat usage $usage, strata-client $n_prompt prompt + $n_gen generated ids"
+# usage counts the prompt as stage 0 ran it: the image's one pad expanded to its rows
+img_rows=$(python3 -c 'import json,sys; g=json.load(open(sys.argv[1]))["images"][0]["grid_thw"]; print(g[0]*g[1]*g[2]//4)' "$e2e/e2e.json")
+[ -z "$cli_gen" ] || [ "$usage" = "$((n_prompt - 1 + img_rows)),$n_gen" ] ||
+    pl_fail "image chat usage $usage, strata-client $n_prompt prompt ids (one image pad for $img_rows rows) + $n_gen generated ids"
 echo "image chat: whole == streamed == strata-client --chat --image (${#whole} chars, usage $usage)"
 
 # The ring describe passes through the vision stage (it forwards the client's Control to stage

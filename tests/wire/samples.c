@@ -121,6 +121,7 @@ static void sample_token_result(struct wire_token_result *m) {
     m->cached_tokens = 32;
     m->accepted_tokens = 11;
     m->rejected_tokens = 5;
+    m->prompt_tokens = 137;
 }
 
 static void sample_error(struct wire_error *m) {
@@ -364,7 +365,7 @@ int sample_check_token_result(const struct wire_token_result *m) {
     CHECK(m->num_logprobs == want.num_logprobs &&
           memcmp(m->logprobs, want.logprobs, 4 * m->num_logprobs) == 0);
     CHECK(m->cached_tokens == want.cached_tokens && m->accepted_tokens == want.accepted_tokens &&
-          m->rejected_tokens == want.rejected_tokens);
+          m->rejected_tokens == want.rejected_tokens && m->prompt_tokens == want.prompt_tokens);
     return 0;
 }
 

@@ -259,7 +259,7 @@ static void chat_messages(void **state) {
 
 /* Image parts: bytes into the images in order, {"type":"image"} in the list content; content
  * and parts together, a part with neither text nor image, bytes neither PNG nor JPEG are
- * refused. */
+ * refused; a video part's MP4 bytes become {"type":"video"}, other bytes are refused. */
 static void chat_image_parts(void **state) {
     struct serve_params p;
     struct serve_error err;
@@ -296,12 +296,30 @@ static void chat_image_parts(void **state) {
     m0.content = "";
     parts[1] = &none;
     assert_int_equal(roundtrip(&m.base, serve_pb_parse_chat, &p, &err), -1);
-    assert_non_null(strstr(err.message, "'text' or 'image'"));
+    assert_non_null(strstr(err.message, "'text', 'image' or 'video'"));
     serve_params_free(&p);
     img.image.data = gif;
     img.image.len = 6;
     assert_int_equal(roundtrip(&m.base, serve_pb_parse_chat, &p, &err), -1);
     assert_string_equal(err.code, "unsupported_image_format");
+    serve_params_free(&p);
+    /* a video part: MP4 bytes, {"type":"video"}; an image's bytes as a video are refused */
+    static uint8_t mp4[] = "\0\0\0\x18" "ftypisomabcd";
+    parts[1] = &txt;
+    img.part_case = STRATA__V1__CHAT_PART__PART_VIDEO;
+    img.video.data = mp4;
+    img.video.len = 16;
+    assert_int_equal(roundtrip(&m.base, serve_pb_parse_chat, &p, &err), 0);
+    assert_string_equal(p.messages_json, "[{\"role\":\"user\",\"content\":[{\"type\":\"video\"},"
+                                         "{\"type\":\"text\",\"text\":\"What is it?\"}]}]");
+    assert_int_equal(p.n_images, 1);
+    assert_int_equal(p.n_videos, 1);
+    assert_int_equal(p.image_formats[0], SERVE_VIDEO_MP4);
+    serve_params_free(&p);
+    img.video.data = png;
+    img.video.len = 11;
+    assert_int_equal(roundtrip(&m.base, serve_pb_parse_chat, &p, &err), -1);
+    assert_string_equal(err.code, "unsupported_video_format");
     serve_params_free(&p);
 }
 

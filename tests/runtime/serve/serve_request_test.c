@@ -111,7 +111,7 @@ static void image_parts_are_decoded(void **state) {
 static void image_limits_are_413(void **state) {
     struct serve_params p;
     struct serve_error err;
-    const struct serve_image_limits small = {10, 1};
+    const struct serve_image_limits small = {10, 1, 0, 0};
     const char *one = IMG("data:image/png;base64,iVBORw0KGgphYmM=");
     const char *two = "{\"messages\":[{\"role\":\"user\",\"content\":[{\"image_url\":{\"url\":"
                       "\"data:image/jpeg;base64,/9j/4Hh5\"}},{\"image_url\":{\"url\":"
@@ -128,6 +128,64 @@ static void image_limits_are_413(void **state) {
     assert_string_equal(err.code, "too_many_images");
     serve_params_free(&p);
     assert_null(p.image_bytes);
+}
+
+/* video_url parts (vLLM's, for Qwen3-VL): MP4 and WebM by their first bytes, in prompt order
+ * with the images, rewritten to {"type":"video"}; a wrong media type, non-video bytes, an
+ * http URL, a video over the limits are refused with OpenAI errors. */
+#define VID(url)                                                                                   \
+    "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video_url\","                      \
+    "\"video_url\":{\"url\":\"" url "\"}}]}]}"
+static void video_parts_are_decoded(void **state) {
+    struct serve_params p;
+    struct serve_error err;
+    (void)state;
+    const char *body =
+        "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video_url\","
+        "\"video_url\":{\"url\":\"data:video/mp4;base64,AAAAGGZ0eXBpc29tYWJjZA==\"}},"
+        "{\"type\":\"image_url\",\"image_url\":\"data:image/jpeg;base64,/9j/4Hh5\"},"
+        "{\"type\":\"video_url\",\"video_url\":\"data:video/webm;base64,GkXfo3dlYm0=\"},"
+        "{\"type\":\"text\",\"text\":\"and\"}]}]}";
+    assert_int_equal(parse(&p, SERVE_CHAT, body, &err), 0);
+    assert_int_equal(p.n_images, 3);
+    assert_int_equal(p.n_videos, 2);
+    assert_int_equal(p.image_formats[0], SERVE_VIDEO_MP4);
+    assert_int_equal(p.image_formats[1], SERVE_IMAGE_JPEG);
+    assert_int_equal(p.image_formats[2], SERVE_VIDEO_WEBM);
+    assert_int_equal(p.image_sizes[0], 16);
+    assert_int_equal(p.image_sizes[2], 8);
+    assert_string_equal(p.messages_json,
+                        "[{\"role\":\"user\",\"content\":[{\"type\":\"video\"},{\"type\":\"image\"},"
+                        "{\"type\":\"video\"},{\"type\":\"text\",\"text\":\"and\"}]}]");
+    serve_params_free(&p);
+
+    const struct serve_image_limits small = {0, 0, 10, 1};
+    struct {
+        const char *body;
+        int status;
+        const char *code;
+        const struct serve_image_limits *limits;
+    } bad[] = {
+        {VID("data:video/avi;base64,AAAAGGZ0eXBpc29tYWJjZA=="), 400, "unsupported_video_format", NULL},
+        {VID("data:image/png;base64,iVBORw0KGgphYmM="), 400, "invalid_video_url", NULL},
+        {VID("data:video/mp4;base64,iVBORw0KGgphYmM="), 400, "unsupported_video_format", NULL},
+        {VID("https://example.com/a.mp4"), 400, "unsupported_url", NULL},
+        {VID("data:video/mp4;base64,AAAAGGZ0eXBpc29tYWJjZA=="), 413, "video_too_large", &small},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"video_url\":\"data:video/webm;base64,"
+         "GkXfo3dlYm0=\"},{\"video_url\":\"data:video/webm;base64,GkXfo3dlYm0=\"}]}]}",
+         413, "too_many_videos", &(struct serve_image_limits){0, 0, 0, 1}},
+        {"{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video_url\"}]}]}", 400,
+         "invalid_video_url", NULL},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct serve_limits lim = {"m", 100};
+        int rc = serve_params_parse_with(&p, SERVE_CHAT, bad[i].body, strlen(bad[i].body), &lim,
+                                         bad[i].limits, &err);
+        if (rc != -1 || err.http_status != bad[i].status || strcmp(err.code, bad[i].code))
+            fail_msg("video case %zu: rc %d status %d code %s (%s)", i, rc, err.http_status,
+                     err.code, err.message);
+        serve_params_free(&p);
+    }
 }
 
 static void malformed_bodies_are_refused(void **state) {
@@ -213,6 +271,7 @@ int main(void) {
         cmocka_unit_test(malformed_bodies_are_refused),
         cmocka_unit_test(image_parts_are_decoded),
         cmocka_unit_test(image_limits_are_413),
+        cmocka_unit_test(video_parts_are_decoded),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
