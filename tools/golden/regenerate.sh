@@ -8,6 +8,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 py="$("$root/tools/venv.sh" | tail -1)"
 "$py" "$root/tools/golden/generate.py" --out "$root/tests/golden" "$@"
 "$py" "$root/tools/golden/vl_image_golden.py" --golden "$root/tests/golden"
+# video files are written once with Debian's ffmpeg command line (kept when present)
+"$py" "$root/tools/golden/vl_video_golden.py" --golden "$root/tests/golden"
 "$py" "$root/tools/golden/chat_template_golden.py" \
     --tokenizer "$root/tests/runtime/text/testdata/qwen3-tokenizer" \
     --vl-template "$root/tests/runtime/text/testdata/qwen3-vl-chat-template/chat_template.json" \

@@ -207,6 +207,36 @@ static void test_hostile(void **state) {
     free(mp4);
 }
 
+/* Every codec Strata accepts decodes: the fuzz seeds (32x32, 6 frames at 6 fps) in H.264 and
+ * HEVC MP4 (one full-range yuvj420p), VP8 and VP9 WebM, AV1 Matroska. The frames are checked
+ * for plausibility only (these encoders have no transformers golden): the top-left pixel of
+ * the first frame is near the encoded (0, 0, 0) ramp start. */
+static void test_codecs(void **state) {
+    (void)state;
+    static const char *const files[] = {"h264.mp4", "h264_full_range.mp4", "hevc.mp4",
+                                        "vp8.webm", "vp9.webm", "av1.mkv"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[512];
+        size_t len;
+        snprintf(path, sizeof path, "%s/%s", test_path("tests/runtime/vision/fuzz_corpus/video"),
+                 files[i]);
+        char *data = slurp(path, &len);
+        struct video *v = NULL;
+        if (video_open(&v, data, len, NULL)) fail_msg("%s: %s", files[i], strata_last_error());
+        const struct video_info *in = video_get_info(v);
+        assert_int_equal(in->num_frames, 6);
+        assert_int_equal(in->width, 32);
+        int64_t idx[2] = {0, 5};
+        uint8_t rgb[2 * 32 * 32 * 3];
+        if (video_decode_frames(v, idx, 2, rgb)) fail_msg("%s: %s", files[i], strata_last_error());
+        assert_true(rgb[0] < 40 && rgb[1] < 40 && rgb[2] < 40);
+        printf("ok: %s: %s %s, %lld frames at %.6g fps, decoded\n", files[i], in->container,
+               in->codec, (long long)in->num_frames, in->fps);
+        video_close(v);
+        free(data);
+    }
+}
+
 static void test_sampling_rules(void **state) {
     (void)state;
     struct vision_video_config cfg = vision_video_config_defaults();
@@ -249,6 +279,7 @@ int main(void) {
         cmocka_unit_test(test_dense_mp4),
         cmocka_unit_test(test_moe_webm),
         cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_codecs),
         cmocka_unit_test(test_sampling_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
