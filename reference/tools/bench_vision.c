@@ -6,7 +6,10 @@
  * --image W x H (default 448 x 448: a 28 x 28 patch grid, 196 merged tokens) at each thread
  * count. Prints the median ms per image, images/s and the achieved GFLOP/s (counted from the
  * shapes: every matmul, Q·K^T and P·V), and checks that every thread count gave the same bits.
- * Not a test: nothing is asserted beyond that check. */
+ * With --video FILE the input is a real video instead: decoded, sampled and preprocessed as
+ * transformers' Qwen3-VL video processor does (runtime/vision/video_preprocess.h, timed), each
+ * temporal patch encoded as one grid, and the rows add ms per second of video and video
+ * tokens per second of video. Not a test: nothing is asserted beyond that check. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -22,6 +25,7 @@
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
+#include "runtime/vision/video_preprocess.h"
 
 /* The text side is only there to make a valid config; its tensors are never written. */
 static const char *const config_json =
@@ -41,6 +45,7 @@ static const char *const config_json =
 struct bench_args {
     int thread_list[16], n_threads, width, height, images, repeat, keep;
     const char *model;
+    const char *video, *video_config; /* --video FILE [--video-config JSON] */
 };
 
 static void usage(FILE *f) {
@@ -56,6 +61,11 @@ static void usage(FILE *f) {
             "  --images N       images per encoder call (default 1)\n"
             "  --repeat R       timed calls per thread count; the median is printed (default 3)\n"
             "  --model DIR      use this checkpoint's vision tower instead of writing one\n"
+            "  --video FILE     encode this video (MP4 / WebM) instead of random images: decode,\n"
+            "                   sample and preprocess timed as well; prints ms per second of\n"
+            "                   video and video tokens per second of video\n"
+            "  --video-config F video_preprocessor_config.json for --video (default:\n"
+            "                   Qwen3VLVideoProcessor's class defaults, 2 frames per second)\n"
             "  --keep           keep the written checkpoint (its path is printed)\n"
             "  -h, --help       this text\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model.\n");
@@ -92,9 +102,10 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
         {"threads", required_argument, 0, 't'}, {"image", required_argument, 0, 'i'},
         {"images", required_argument, 0, 'n'},  {"repeat", required_argument, 0, 'r'},
         {"model", required_argument, 0, 'm'},   {"keep", no_argument, 0, 'k'},
+        {"video", required_argument, 0, 'v'},   {"video-config", required_argument, 0, 'c'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0},
     };
-    *a = (struct bench_args){{1, 2}, 2, 448, 448, 1, 3, 0, NULL};
+    *a = (struct bench_args){{1, 2}, 2, 448, 448, 1, 3, 0, NULL, NULL, NULL};
     int c;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         const char *bad = NULL;
@@ -109,6 +120,8 @@ static int parse_args(struct bench_args *a, int argc, char **argv) {
             break;
         case 'm': a->model = optarg; break;
         case 'k': a->keep = 1; break;
+        case 'v': a->video = optarg; break;
+        case 'c': a->video_config = optarg; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -170,7 +183,7 @@ struct bench_io {
 
 /* One table row: load at `threads`, one warm call, `repeat` timed calls. */
 static int bench_row(const struct model_config *cfg, const struct safetensors *st, int threads,
-                     struct bench_io *io, const struct bench_args *a, int row) {
+                     struct bench_io *io, const struct bench_args *a, int row, double *call_sec) {
     struct vision_encoder *enc = NULL;
     int rc = vision_encoder_load(&enc, cfg, st, threads);
     double t[100];
@@ -183,6 +196,7 @@ static int bench_row(const struct model_config *cfg, const struct safetensors *s
     if (!rc) {
         qsort(t, (size_t)a->repeat, sizeof *t, cmp_double);
         double sec = t[a->repeat / 2] / a->images;
+        *call_sec = t[a->repeat / 2];
         double frame = (double)io->patches / a->images;
         double gflop = flops_per_call(&cfg->vision, (double)io->patches, frame, a->images) / 1e9;
         int same = 1;
@@ -244,35 +258,109 @@ static int io_init(struct bench_io *io, const struct model_config *cfg,
     return STRATA_OK;
 }
 
+/* The video's pixel values, decoded, sampled and preprocessed `repeat` times (the median time
+ * goes to *prep_sec); each temporal patch becomes one grid (a->images is set to their count). */
+static int io_init_video(struct bench_io *io, const struct model_config *cfg,
+                         struct bench_args *a, struct vision_video *vv, double *prep_sec) {
+    const struct vision_config *v = &cfg->vision;
+    struct vision_video_config vc = vision_video_config_defaults();
+    char *data = NULL;
+    size_t len = 0;
+    double t[100];
+    int rc = a->video_config ? vision_video_config_load(&vc, a->video_config) : STRATA_OK;
+    if (!rc) rc = cli_read_file(&data, &len, a->video);
+    for (int r = 0; !rc && r < a->repeat; ++r) {
+        if (r) vision_video_free(vv);
+        double t0 = cli_now_sec();
+        rc = vision_video_load(vv, &vc, data, len, NULL);
+        t[r] = cli_now_sec() - t0;
+    }
+    free(data);
+    if (rc) return rc;
+    qsort(t, (size_t)a->repeat, sizeof *t, cmp_double);
+    *prep_sec = t[a->repeat / 2];
+    const int64_t P = (int64_t)v->in_channels * v->temporal_patch_size * v->patch_size * v->patch_size;
+    if (vv->row_len != P)
+        return strata_set_error(STRATA_EINVAL,
+                                "the video config makes patches of %lld values, the tower takes "
+                                "%lld",
+                                (long long)vv->row_len, (long long)P);
+    memset(io, 0, sizeof *io);
+    a->images = (int)vv->grid_thw[0];
+    io->patches = vv->num_patches;
+    io->tokens = io->patches / (v->spatial_merge_size * v->spatial_merge_size);
+    io->out_floats =
+        (size_t)io->tokens * (size_t)v->out_hidden_size * (1 + (size_t)v->num_deepstack);
+    io->grids = malloc(3 * (size_t)a->images * sizeof *io->grids);
+    io->pixels = malloc((size_t)io->patches * (size_t)P * sizeof(float));
+    io->embeds = malloc(io->out_floats * sizeof(float));
+    io->first = malloc(io->out_floats * sizeof(float));
+    if (!io->grids || !io->pixels || !io->embeds || !io->first) {
+        io_free(io);
+        return strata_set_error(STRATA_ENOMEM, "out of memory for %lld patches",
+                                (long long)io->patches);
+    }
+    io->deepstack = io->embeds + (size_t)io->tokens * (size_t)v->out_hidden_size;
+    memcpy(io->pixels, vv->pixel_values, (size_t)io->patches * (size_t)P * sizeof(float));
+    for (int i = 0; i < a->images; ++i) {
+        io->grids[3 * i] = 1;
+        io->grids[3 * i + 1] = vv->grid_thw[1];
+        io->grids[3 * i + 2] = vv->grid_thw[2];
+    }
+    a->width = vv->resized_w;
+    a->height = vv->resized_h;
+    return STRATA_OK;
+}
+
 /* Loads the checkpoint's vision tower config and prints the table; returns the exit code. */
-static int run(const char *dir, const struct bench_args *a) {
+static int run(const char *dir, struct bench_args *a) {
     struct model_config cfg;
     struct safetensors *st = NULL;
     struct bench_io io = {0};
+    struct vision_video vv = {0};
+    double prep = 0, seconds = 0;
     if (model_config_load(&cfg, dir) || safetensors_open(&st, dir)) {
         fprintf(stderr, "strata-bench-vision: %s\n", strata_last_error());
         return STRATA_EXIT_INPUT;
     }
     int exit_code = STRATA_EXIT_FAILURE;
-    if (io_init(&io, &cfg, a)) goto done;
+    if (a->video ? io_init_video(&io, &cfg, a, &vv, &prep) : io_init(&io, &cfg, a)) goto done;
+    if (a->video) {
+        seconds = vv.info.end_seconds - vv.info.begin_seconds;
+        printf("video: %s (%s %s, %dx%d, %lld frames, %.3f fps, %.2f s): %d frames sampled, "
+               "resized to %dx%d, grid [%lld, %lld, %lld]; decode + sample + preprocess "
+               "%.1f ms (median of %d)\n",
+               a->video, vv.info.container, vv.info.codec, vv.info.width, vv.info.height,
+               (long long)vv.info.num_frames, vv.info.fps, seconds, vv.n_frames, vv.resized_w,
+               vv.resized_h, (long long)vv.grid_thw[0], (long long)vv.grid_thw[1],
+               (long long)vv.grid_thw[2], 1e3 * prep, a->repeat);
+    }
     const struct vision_config *v = &cfg.vision;
     printf("vision tower: depth %d, hidden %d, MLP %d, %d heads, patch %d, merge %d, out %d, "
            "DeepStack %d\n",
            v->depth, v->hidden_size, v->intermediate_size, v->num_heads, v->patch_size,
            v->spatial_merge_size, v->out_hidden_size, v->num_deepstack);
-    printf("input: %d image(s) of %dx%d per call = %lld patches, %lld merged tokens\n", a->images,
-           a->width, a->height, (long long)io.patches, (long long)io.tokens);
+    printf("input: %d %s of %dx%d per call = %lld patches, %lld merged tokens\n", a->images,
+           a->video ? "temporal patch(es)" : "image(s)", a->width, a->height,
+           (long long)io.patches, (long long)io.tokens);
     printf("cpu: %ld online cores; matmul path %s\n", sysconf(_SC_NPROCESSORS_ONLN),
            ops_path_name(ops_matmul_path()));
     printf("%7s %12s %10s %14s %10s %16s\n", "threads", "ms/image", "images/s", "GFLOP/image",
            "GFLOP/s", "same bits as 1st");
+    double call[16];
     for (int i = 0; i < a->n_threads; ++i)
-        if (bench_row(&cfg, st, a->thread_list[i], &io, a, i)) goto done;
+        if (bench_row(&cfg, st, a->thread_list[i], &io, a, i, &call[i])) goto done;
+    for (int i = 0; a->video && seconds > 0 && i < a->n_threads; ++i)
+        printf("video at %d thread(s): %.1f ms per second of video (preprocess %.1f + encode "
+               "%.1f ms for %.2f s), %.1f video tokens per second of video, %.2fx real time\n",
+               a->thread_list[i], 1e3 * (prep + call[i]) / seconds, 1e3 * prep, 1e3 * call[i],
+               seconds, (double)io.tokens / seconds, seconds / (prep + call[i]));
     exit_code = STRATA_EXIT_OK;
 done:
     if (exit_code != STRATA_EXIT_OK)
         fprintf(stderr, "strata-bench-vision: %s\n", strata_last_error());
     io_free(&io);
+    vision_video_free(&vv);
     safetensors_close(st);
     return exit_code;
 }
