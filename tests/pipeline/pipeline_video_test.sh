@@ -4,9 +4,9 @@
 # video goldens (tests/golden/<case>/video, tools/golden/vl_video_golden.py: an H.264 MP4 alone;
 # an image then a VP9 WebM labelled "Video 1: "). The vision stage decodes and samples the
 # frames, writes the timestamps into the prompt with the golden's tokenizer (--tokenizer) and
-# encodes every frame block. For both cases, one stage and the split [0,1) [1,2) [2,4) give
-# transformers' greedy ids, logits within 1e-2 of video/logits.f32, and byte-identical --out
-# files. Hostile videos (truncated, corrupt frames, an AVI, a video for an image token, a file
+# encodes every frame block. For both cases, one stage and every split tried (2, 3 and 4
+# stages) give transformers' greedy ids, logits within 1e-2 of video/logits.f32, and --out files
+# byte-identical to one stage's. Hostile videos (truncated, corrupt frames, an AVI, a video for an image token, a file
 # over --max-video-bytes, more frames than --max-video-frames) and a vision stage without a
 # tokenizer are refused with a clear error, and the stages keep serving.
 set -u
@@ -31,38 +31,34 @@ for case in qwen3_vl qwen3_vl_moe; do
     files=()
     for f in $(vj_files images "$vj"); do files+=(--image "$vd/$f"); done
     for f in $(vj_files videos "$vj"); do files+=(--video "$vd/$f"); done
-    for split in one three; do
-        tag="${case}_$split"
+    # every way to cut the 4 layers into 1, 2, 3 or 4 stages that the tests name
+    for split in 0,4 0,2,4 0,1,4 0,3,4 0,1,2,4 0,1,2,3,4; do
+        IFS=, read -r -a bounds <<<"$split"
+        S=$((${#bounds[@]} - 1))
+        tag="${case}_$S${split//,/}"
         out="$PL_WORK/$tag.safetensors"
-        if [ "$split" = one ]; then
-            S=1
-            pl_start_stage "$tag" 1 0 "$model" --max-seq 192 --max-batch 4 --chunk-size 16 --out "$out"
-        else
-            S=3
-            bounds=(0 1 2 4)
-            for r in 0 1 2; do
-                pl_start_stage "$tag" 3 "$r" "$model" --max-seq 192 --max-batch 4 --chunk-size 16 \
-                    --layer-start "${bounds[$r]}" --layer-end "${bounds[$((r + 1))]}" --out "$out"
-            done
-        fi
+        for ((r = 0; r < S; r++)); do
+            pl_start_stage "$tag" "$S" "$r" "$model" --max-seq 192 --max-batch 4 --chunk-size 16 \
+                --layer-start "${bounds[$r]}" --layer-end "${bounds[$((r + 1))]}" --out "$out"
+        done
         pl_wait_ready "$tag" "$S"
         pl_start_vision "$tag" "$model" --tokenizer "$vd" --vision-block-tokens 16
         grep -q "timestamps tokenized with the model's tokenizer" "$PL_WORK/$tag.v.out" ||
             pl_fail "$case: the vision stage's summary does not say how it writes timestamps"
         pl_vclient "$tag" --prompt "$prompt" --max-tokens "$steps" "${files[@]}" >"$PL_WORK/$tag.client" ||
-            pl_fail "$case $split: client failed: $(cat "$PL_WORK/$tag.client")"
+            pl_fail "$case [$split]: client failed: $(cat "$PL_WORK/$tag.client")"
         got=$(pl_tokens_of "$PL_WORK/$tag.client" 0)
-        [ "$got" = "$want" ] || pl_fail "$case $split: tokens $got, golden $want"
-        pl_wait_file "$out" 5 || pl_fail "$case $split: no --out file"
-        diff_line=$("$LOGITS_DIFF" "$out" "$vd/logits.f32" 1e-2) || pl_fail "$case $split: $diff_line"
-        cp "$out" "$PL_WORK/$case.$split.st"
-        echo "$case, vision stage + $S stage(s), ${files[*]##*/}: tokens match transformers; $diff_line"
-        if [ "$split" = three ]; then
-            cmp -s "$PL_WORK/$case.one.st" "$PL_WORK/$case.three.st" ||
-                pl_fail "$case: the 3-stage --out differs from one stage's"
-            echo "$case: 3 stages == 1 stage, --out byte-identical: yes"
+        [ "$got" = "$want" ] || pl_fail "$case [$split]: tokens $got, golden $want"
+        pl_wait_file "$out" 5 || pl_fail "$case [$split]: no --out file"
+        diff_line=$("$LOGITS_DIFF" "$out" "$vd/logits.f32" 1e-2) || pl_fail "$case [$split]: $diff_line"
+        if [ "$split" = 0,4 ]; then
+            cp "$out" "$PL_WORK/$case.one.st"
+        else
+            cmp -s "$PL_WORK/$case.one.st" "$out" || pl_fail "$case [$split]: --out differs from one stage's"
         fi
-        if [ "$case" = qwen3_vl ] && [ "$split" = three ]; then
+        echo "$case, vision stage + stages [$split], ${files[*]##*/}: tokens match transformers; $diff_line;" \
+            "--out byte-identical to one stage's: yes"
+        if [ "$case" = qwen3_vl ] && [ "$split" = 0,1,2,4 ]; then
             h="$PL_WORK/hostile"
             mkdir -p "$h"
             head -c 20000 "$vd/clip0.mp4" >"$h/truncated.mp4"
