@@ -6,7 +6,8 @@
 # frames, writes the timestamps into the prompt with the golden's tokenizer (--tokenizer) and
 # encodes every frame block. For both cases, one stage and every split tried (2, 3 and 4
 # stages) give transformers' greedy ids, logits within 1e-2 of video/logits.f32, and --out files
-# byte-identical to one stage's. Hostile videos (truncated, corrupt frames, an AVI, a video for an image token, a file
+# byte-identical to one stage's; the link to stage 0 cut after each transfer block resumes to
+# the same bytes. Hostile videos (truncated, corrupt frames, an AVI, a video for an image token, a file
 # over --max-video-bytes, more frames than --max-video-frames) and a vision stage without a
 # tokenizer are refused with a clear error, and the stages keep serving.
 set -u
@@ -58,6 +59,23 @@ for case in qwen3_vl qwen3_vl_moe; do
         fi
         echo "$case, vision stage + stages [$split], ${files[*]##*/}: tokens match transformers; $diff_line;" \
             "--out byte-identical to one stage's: yes"
+        if [ "$split" = 0,2,4 ]; then # the link to stage 0 cut after each block resumes
+            blocks=$(sed -n 's/.*tokens in \([0-9]*\) blocks sent to stage 0.*/\1/p' "$PL_WORK/$tag.v.log" | head -1)
+            [ "${blocks:-0}" -ge 2 ] || pl_fail "$case: expected several transfer blocks, got '$blocks'"
+            for ((k = 0; k < blocks; k++)); do
+                pl_stop_vision
+                pl_start_vision "$tag" "$model" --tokenizer "$vd" --vision-block-tokens 16 \
+                    --test-drop-after-block "$k"
+                rm -f "$out"
+                pl_vclient "$tag" --prompt "$prompt" --max-tokens "$steps" "${files[@]}" \
+                    >"$PL_WORK/$tag.cut$k" || pl_fail "$case: cut after block $k: $(cat "$PL_WORK/$tag.cut$k")"
+                [ "$(pl_tokens_of "$PL_WORK/$tag.cut$k" 0)" = "$want" ] || pl_fail "$case: cut after block $k: tokens differ"
+                grep -q "resuming transfers" "$PL_WORK/$tag.v.log" || pl_fail "$case: cut after block $k: no resume logged"
+                pl_wait_file "$out" 5 || pl_fail "$case: cut after block $k: no --out"
+                cmp -s "$out" "$PL_WORK/$case.one.st" || pl_fail "$case: cut after block $k: --out differs"
+            done
+            echo "$case: link to stage 0 cut after each of $blocks blocks: resumed, byte-identical --out: yes"
+        fi
         if [ "$case" = qwen3_vl ] && [ "$split" = 0,1,2,4 ]; then
             h="$PL_WORK/hostile"
             mkdir -p "$h"
