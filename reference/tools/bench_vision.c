@@ -260,8 +260,8 @@ static int io_init(struct bench_io *io, const struct model_config *cfg,
 
 /* The video's pixel values, decoded, sampled and preprocessed `repeat` times (the median time
  * goes to *prep_sec); each temporal patch becomes one grid (a->images is set to their count). */
-static int io_init_video(struct bench_io *io, const struct model_config *cfg,
-                         struct bench_args *a, struct vision_video *vv, double *prep_sec) {
+static int io_init_video(struct bench_io *io, const struct model_config *cfg, struct bench_args *a,
+                         struct vision_video *vv, double *prep_sec) {
     const struct vision_config *v = &cfg->vision;
     struct vision_video_config vc = vision_video_config_defaults();
     char *data = NULL;
@@ -279,7 +279,8 @@ static int io_init_video(struct bench_io *io, const struct model_config *cfg,
     if (rc) return rc;
     qsort(t, (size_t)a->repeat, sizeof *t, cmp_double);
     *prep_sec = t[a->repeat / 2];
-    const int64_t P = (int64_t)v->in_channels * v->temporal_patch_size * v->patch_size * v->patch_size;
+    const int64_t P =
+        (int64_t)v->in_channels * v->temporal_patch_size * v->patch_size * v->patch_size;
     if (vv->row_len != P)
         return strata_set_error(STRATA_EINVAL,
                                 "the video config makes patches of %lld values, the tower takes "
@@ -341,8 +342,8 @@ static int run(const char *dir, struct bench_args *a) {
            v->depth, v->hidden_size, v->intermediate_size, v->num_heads, v->patch_size,
            v->spatial_merge_size, v->out_hidden_size, v->num_deepstack);
     printf("input: %d %s of %dx%d per call = %lld patches, %lld merged tokens\n", a->images,
-           a->video ? "temporal patch(es)" : "image(s)", a->width, a->height,
-           (long long)io.patches, (long long)io.tokens);
+           a->video ? "temporal patch(es)" : "image(s)", a->width, a->height, (long long)io.patches,
+           (long long)io.tokens);
     printf("cpu: %ld online cores; matmul path %s\n", sysconf(_SC_NPROCESSORS_ONLN),
            ops_path_name(ops_matmul_path()));
     printf("%7s %12s %10s %14s %10s %16s\n", "threads", "ms/image", "images/s", "GFLOP/image",

@@ -309,8 +309,9 @@ static int to_rgb(struct video *v, const AVFrame *f, uint8_t *dst) {
 struct decode_pass {
     const int64_t *indices;
     int n, next; /* the next wanted index's position in indices */
-    uint8_t *rgb;
-    size_t frame_bytes;
+    video_frame_fn on_frame;
+    void *ctx;
+    uint8_t *rgb; /* one frame, converted, handed to on_frame */
     int64_t decoded;
 };
 
@@ -324,7 +325,8 @@ static int take_frame(struct video *v, struct decode_pass *d, const AVFrame *f) 
             return strata_set_error(
                 STRATA_EFORMAT, "frame %lld is %dx%d, the stream's frames are %dx%d",
                 (long long)d->indices[d->next], f->width, f->height, v->info.width, v->info.height);
-        int rc = to_rgb(v, f, d->rgb + (size_t)d->next * d->frame_bytes);
+        int rc = to_rgb(v, f, d->rgb);
+        if (rc == 0) rc = d->on_frame(d->ctx, d->next, d->rgb);
         if (rc) return rc;
         d->next++;
     }
@@ -347,7 +349,8 @@ static int drain(struct video *v, struct decode_pass *d, AVCodecContext *cc, AVF
     }
 }
 
-int video_decode_frames(struct video *v, const int64_t *indices, int n, uint8_t *rgb) {
+int video_decode_each(struct video *v, const int64_t *indices, int n, video_frame_fn on_frame,
+                      void *ctx) {
     for (int i = 0; i < n; i++)
         if (indices[i] < 0 || indices[i] >= v->info.num_frames ||
             (i && indices[i] < indices[i - 1]))
@@ -362,10 +365,11 @@ int video_decode_frames(struct video *v, const int64_t *indices, int n, uint8_t 
     AVCodecContext *cc = NULL;
     AVPacket *pkt = av_packet_alloc();
     AVFrame *f = av_frame_alloc();
-    struct decode_pass d = {indices, n, 0, rgb, (size_t)v->info.width * v->info.height * 3, 0};
+    uint8_t *rgb = malloc((size_t)v->info.width * (size_t)v->info.height * 3);
+    struct decode_pass d = {indices, n, 0, on_frame, ctx, rgb, 0};
     char err[128];
-    int rc = pkt && f ? open_input(v, &fc, &stream, &codec)
-                      : strata_set_error(STRATA_ENOMEM, "out of memory decoding the video");
+    int rc = pkt && f && rgb ? open_input(v, &fc, &stream, &codec)
+                             : strata_set_error(STRATA_ENOMEM, "out of memory decoding the video");
     if (rc == 0) {
         cc = avcodec_alloc_context3(codec);
         if (!cc) rc = strata_set_error(STRATA_ENOMEM, "out of memory for the video decoder");
@@ -411,7 +415,25 @@ int video_decode_frames(struct video *v, const int64_t *indices, int n, uint8_t 
     close_input(&fc);
     av_packet_free(&pkt);
     av_frame_free(&f);
+    free(rgb);
     return rc;
+}
+
+/* video_decode_frames: each frame copied to its place in the caller's array. */
+struct copy_ctx {
+    uint8_t *rgb;
+    size_t frame_bytes;
+};
+
+static int copy_frame(void *ctx, int i, const uint8_t *rgb) {
+    struct copy_ctx *c = ctx;
+    memcpy(c->rgb + (size_t)i * c->frame_bytes, rgb, c->frame_bytes);
+    return 0;
+}
+
+int video_decode_frames(struct video *v, const int64_t *indices, int n, uint8_t *rgb) {
+    struct copy_ctx c = {rgb, (size_t)v->info.width * (size_t)v->info.height * 3};
+    return video_decode_each(v, indices, n, copy_frame, &c);
 }
 
 void video_close(struct video *v) {

@@ -65,6 +65,13 @@ const struct video_info *video_get_info(const struct video *v);
  * packets (the message names the frame), or a frame's size differs from the stream's. */
 int video_decode_frames(struct video *v, const int64_t *indices, int n, uint8_t *rgb);
 
+/* The same, one frame at a time: on_frame(ctx, i, rgb) gets the frame for indices[i] as
+ * [height][width][3] (valid during the call), so a caller that resizes at once never holds the
+ * full-size frames. A non-zero return stops decoding and is returned. */
+typedef int (*video_frame_fn)(void *ctx, int i, const uint8_t *rgb);
+int video_decode_each(struct video *v, const int64_t *indices, int n, video_frame_fn on_frame,
+                      void *ctx);
+
 void video_close(struct video *v); /* NULL is fine */
 
 /* The format named by the first bytes: 1 for an ISO-BMFF ("ftyp" box: MP4 / MOV), 2 for

@@ -115,102 +115,127 @@ static void patchify(float *pv, const struct image_rgb8 *frames, int n, const fl
                     }
 }
 
-int vision_preprocess_video(struct vision_video *out, const struct vision_video_config *cfg,
-                            const uint8_t *rgb, int n, int w, int h) {
+/* The resize target of n frames of w x h (smart_resize, or the frame itself when do_resize is
+ * off and it divides into patches). */
+static int resize_target(int64_t *th, int64_t *tw, const struct vision_video_config *cfg, int n,
+                         int w, int h) {
+    const struct vision_preproc_config *pc = &cfg->pp;
+    const int64_t factor = (int64_t)pc->patch_size * pc->merge_size;
+    int rc = STRATA_OK;
+    *th = h;
+    *tw = w;
+    if (pc->do_resize)
+        rc = vision_video_smart_resize(th, tw, n, h, w, pc->temporal_patch_size, factor,
+                                       pc->min_pixels, pc->max_pixels);
+    else if (h % factor || w % factor || n < pc->temporal_patch_size)
+        rc = strata_set_error(STRATA_EINVAL,
+                              "do_resize is off and %dx%d is not a multiple of %lld (or fewer "
+                              "than %d frames)",
+                              w, h, (long long)factor, pc->temporal_patch_size);
+    if (rc == STRATA_OK && (double)*th * (double)*tw * n > (double)((int64_t)1 << 30))
+        rc = strata_set_error(STRATA_ERANGE,
+                              "%d frames resized to %lldx%lld are too many pixels (lower the "
+                              "pixel budget, fps or max_frames)",
+                              n, (long long)*tw, (long long)*th);
+    return rc;
+}
+
+/* The resized frames [n] -> grid, pixel values. */
+static int patch_frames(struct vision_video *out, const struct vision_video_config *cfg,
+                        const struct image_rgb8 *frames, int n) {
     const struct vision_preproc_config *pc = &cfg->pp;
     const int P = pc->patch_size, M = pc->merge_size, T = pc->temporal_patch_size;
-    int64_t th = h, tw = w, factor = (int64_t)P * M;
-    int rc = STRATA_OK;
+    const int64_t gt = (n + T - 1) / T, th = frames[0].height, tw = frames[0].width;
+    out->grid_thw[0] = gt;
+    out->grid_thw[1] = th / P;
+    out->grid_thw[2] = tw / P;
+    out->num_patches = gt * out->grid_thw[1] * out->grid_thw[2];
+    out->row_len = (int64_t)3 * T * P * P;
+    out->resized_w = (int)tw;
+    out->resized_h = (int)th;
+    out->pixel_values = malloc((size_t)out->num_patches * (size_t)out->row_len * sizeof(float));
+    if (!out->pixel_values)
+        return strata_set_error(STRATA_ENOMEM, "out of memory for pixel_values_videos");
+    float lut[3][256];
+    for (int c = 0; c < 3; c++)
+        vision_normalize_lut(lut[c], pc, c);
+    patchify(out->pixel_values, frames, n, (const float(*)[256])lut, P, M, T, gt);
+    return STRATA_OK;
+}
+
+static void free_frames(struct image_rgb8 *frames, int n) {
+    for (int i = 0; frames && i < n; i++)
+        image_rgb8_free(&frames[i]);
+    free(frames);
+}
+
+int vision_preprocess_video(struct vision_video *out, const struct vision_video_config *cfg,
+                            const uint8_t *rgb, int n, int w, int h) {
+    int64_t th, tw;
     memset(out->grid_thw, 0, sizeof out->grid_thw);
     out->pixel_values = NULL;
     if (!rgb || n < 1 || w < 1 || h < 1)
         return strata_set_error(STRATA_EINVAL, "vision_preprocess_video: no frames");
-    if (pc->do_resize)
-        rc =
-            vision_video_smart_resize(&th, &tw, n, h, w, T, factor, pc->min_pixels, pc->max_pixels);
-    else if (h % factor || w % factor || n < T)
-        rc = strata_set_error(STRATA_EINVAL,
-                              "do_resize is off and %dx%d is not a multiple of %lld (or fewer "
-                              "than %d frames)",
-                              w, h, (long long)factor, T);
+    int rc = resize_target(&th, &tw, cfg, n, w, h);
     if (rc != STRATA_OK) return rc;
-    if (th * tw > ((int64_t)1 << 28))
-        return strata_set_error(STRATA_ERANGE, "resize target %lldx%lld too large", (long long)tw,
-                                (long long)th);
     struct image_rgb8 *frames = calloc((size_t)n, sizeof *frames);
     if (!frames) return strata_set_error(STRATA_ENOMEM, "out of memory for video frames");
     for (int i = 0; rc == STRATA_OK && i < n; i++) {
         struct image_rgb8 in = {w, h, (uint8_t *)rgb + (size_t)i * w * h * 3};
         rc = vision_resize_bicubic_aa(&frames[i], &in, (int)tw, (int)th);
     }
-    const int64_t gt = (n + T - 1) / T;
-    if (rc == STRATA_OK) {
-        out->grid_thw[0] = gt;
-        out->grid_thw[1] = th / P;
-        out->grid_thw[2] = tw / P;
-        out->num_patches = gt * out->grid_thw[1] * out->grid_thw[2];
-        out->row_len = (int64_t)3 * T * P * P;
-        out->resized_w = (int)tw;
-        out->resized_h = (int)th;
-        out->pixel_values = malloc((size_t)out->num_patches * (size_t)out->row_len * sizeof(float));
-        if (!out->pixel_values)
-            rc = strata_set_error(STRATA_ENOMEM, "out of memory for pixel_values_videos");
-    }
-    if (rc == STRATA_OK) {
-        float lut[3][256];
-        for (int c = 0; c < 3; c++)
-            vision_normalize_lut(lut[c], pc, c);
-        patchify(out->pixel_values, frames, n, (const float(*)[256])lut, P, M, T, gt);
-    }
-    for (int i = 0; i < n; i++)
-        image_rgb8_free(&frames[i]);
-    free(frames);
-    if (rc != STRATA_OK) {
-        free(out->pixel_values);
-        out->pixel_values = NULL;
-    }
+    if (rc == STRATA_OK) rc = patch_frames(out, cfg, frames, n);
+    free_frames(frames, n);
     return rc;
+}
+
+/* Each decoded frame resized at once into its slot: only the resized frames are held. */
+struct resize_ctx {
+    struct image_rgb8 *frames;
+    int w, h, tw, th;
+};
+
+static int resize_frame(void *ctx, int i, const uint8_t *rgb) {
+    struct resize_ctx *c = ctx;
+    struct image_rgb8 in = {c->w, c->h, (uint8_t *)rgb};
+    return vision_resize_bicubic_aa(&c->frames[i], &in, c->tw, c->th);
 }
 
 int vision_video_load(struct vision_video *out, const struct vision_video_config *cfg,
                       const void *data, size_t len, const struct video_limits *lim) {
     memset(out, 0, sizeof *out);
     struct video *v = NULL;
-    uint8_t *rgb = NULL;
+    struct image_rgb8 *frames = NULL;
+    int64_t th = 0, tw = 0;
     int rc = video_open(&v, data, len, lim);
     if (rc) return rc;
     out->info = *video_get_info(v);
     const struct video_info *in = &out->info;
     int n = vision_video_sample_count(cfg, in->num_frames, in->fps);
     const int merge = cfg->pp.merge_size, T = cfg->pp.temporal_patch_size;
-    size_t frame = (size_t)in->width * (size_t)in->height * 3;
     if (n < 1) rc = strata_set_error(STRATA_EINVAL, "no frames to sample");
-    /* Sampled frames are held decoded at full size: bound them before allocating. */
-    else if ((double)frame * n > (double)((size_t)1 << 34))
-        rc = strata_set_error(STRATA_ERANGE,
-                              "%d sampled frames of %dx%d are too many pixels to hold (lower "
-                              "max_frames or fps)",
-                              n, in->width, in->height);
+    if (rc == 0) rc = resize_target(&th, &tw, cfg, n, in->width, in->height);
     if (rc == 0) {
         out->indices = malloc((size_t)n * sizeof *out->indices);
         out->timestamps = malloc(((size_t)n + (size_t)merge + (size_t)T) * sizeof(double));
-        rgb = malloc(frame * (size_t)n);
-        if (!out->indices || !out->timestamps || !rgb)
+        frames = calloc((size_t)n, sizeof *frames);
+        if (!out->indices || !out->timestamps || !frames)
             rc = strata_set_error(STRATA_ENOMEM, "out of memory for %d video frames", n);
     }
     if (rc == 0) {
         out->n_frames = n;
         vision_video_sample_indices(out->indices, n, in->num_frames);
-        rc = video_decode_frames(v, out->indices, n, rgb);
+        struct resize_ctx c = {frames, in->width, in->height, (int)tw, (int)th};
+        rc = video_decode_each(v, out->indices, n, resize_frame, &c);
     }
-    if (rc == 0) rc = vision_preprocess_video(out, cfg, rgb, n, in->width, in->height);
+    if (rc == 0) rc = patch_frames(out, cfg, frames, n);
     if (rc == 0 && (n + merge - 1) / merge != out->grid_thw[0])
         rc = strata_set_error(STRATA_EINVAL,
                               "merge_size %d and temporal_patch_size %d disagree: the prompt's "
                               "timestamps would not match the video's %lld temporal patches",
                               merge, T, (long long)out->grid_thw[0]);
     if (rc == 0) vision_video_timestamps(out->timestamps, out->indices, n, in->fps, merge);
-    free(rgb);
+    free_frames(frames, n);
     video_close(v);
     if (rc) vision_video_free(out);
     return rc;

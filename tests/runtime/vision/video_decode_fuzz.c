@@ -14,7 +14,8 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-    struct video_limits lim = {.max_frame_pixels = (int64_t)1 << 16, .max_frames = 512, .threads = 1};
+    struct video_limits lim = {
+        .max_frame_pixels = (int64_t)1 << 16, .max_frames = 512, .threads = 1};
     struct video *v = NULL;
     if (video_open(&v, data, size, &lim) != 0) return 0;
     const struct video_info *in = video_get_info(v);

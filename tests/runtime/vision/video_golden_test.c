@@ -213,8 +213,8 @@ static void test_hostile(void **state) {
  * the first frame is near the encoded (0, 0, 0) ramp start. */
 static void test_codecs(void **state) {
     (void)state;
-    static const char *const files[] = {"h264.mp4", "h264_full_range.mp4", "hevc.mp4",
-                                        "vp8.webm", "vp9.webm", "av1.mkv"};
+    static const char *const files[] = {
+        "h264.mp4", "h264_full_range.mp4", "hevc.mp4", "vp8.webm", "vp9.webm", "av1.mkv"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[512];
         size_t len;
@@ -276,10 +276,8 @@ static void test_sampling_rules(void **state) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_dense_mp4),
-        cmocka_unit_test(test_moe_webm),
-        cmocka_unit_test(test_hostile),
-        cmocka_unit_test(test_codecs),
+        cmocka_unit_test(test_dense_mp4),      cmocka_unit_test(test_moe_webm),
+        cmocka_unit_test(test_hostile),        cmocka_unit_test(test_codecs),
         cmocka_unit_test(test_sampling_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
