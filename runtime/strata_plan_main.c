@@ -22,6 +22,7 @@
 #include "runtime/model/stage_plan.h"
 #include "runtime/model/stage_tensors.h"
 #include "runtime/model/tp_shard.h"
+#include "runtime/strata_plan_predict.h"
 
 static void usage(FILE *out) {
     fprintf(out, "usage: strata-plan --model DIR (--stages S | --ranges LIST) [options]\n"
@@ -58,6 +59,17 @@ static void usage(FILE *out) {
                  "                     (what its loader reads)\n"
                  "                     With --tp or --kvp the process table follows the stage\n"
                  "                     table; degrees the model cannot take exit 2 with why.\n"
+                 "  --predict          also predict speed (runtime/model/perf_model.h): per\n"
+                 "                     stage ms per decode step and per prefill chunk, tokens/s\n"
+                 "                     at batch 1 and --batch, time to first token, the\n"
+                 "                     bottleneck; needs --profile\n"
+                 "  --profile F[,F..]  device profiles (strata-stage --calibrate writes one; or\n"
+                 "                     written from a specification): one for every stage, or\n"
+                 "                     one per stage in stage order\n"
+                 "  --link-latency-us X  one-way latency of every hop (default 50)\n"
+                 "  --link-gbps X      bandwidth of every hop in GB/s (default 1.25: 10 GbE)\n"
+                 "  --prompt-tokens N  prompt length for time to first token (default 2048)\n"
+                 "  --json             --predict's result as JSON (stages and predicted)\n"
                  "  --help             this text\n"
                  "\n"
                  "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model or does not fit.\n");
@@ -67,6 +79,18 @@ static void usage(FILE *out) {
 static int flag_int(const char *flag, const char *text, int lo, int hi, int *out) {
     if (cli_parse_int(text, lo, hi, out) == 0) return 0;
     fprintf(stderr, "strata-plan: %s %s\n", flag, strata_last_error());
+    return -1;
+}
+
+/* Parses a positive decimal flag in [lo, hi]; prints and returns -1 when it is bad. */
+static int flag_double(const char *flag, const char *text, double lo, double hi, double *out) {
+    char *end;
+    double v = strtod(text, &end);
+    if (end != text && !*end && v >= lo && v <= hi) {
+        *out = v;
+        return 0;
+    }
+    fprintf(stderr, "strata-plan: %s wants a number in [%g, %g], got \"%s\"\n", flag, lo, hi, text);
     return -1;
 }
 
@@ -180,6 +204,8 @@ struct plan_args {
     struct stage_memory_options opt;
     struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
     uint64_t mem[STAGE_PLAN_MAX_STAGES];
+    int predict; /* --predict */
+    struct plan_predict_args predict_args;
 };
 
 /* Reads the options into *a. Returns -1 to go on, else the exit code. */
@@ -200,6 +226,12 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
         {"moe", required_argument, 0, 'E'},
         {"tensors", required_argument, 0, 'R'},
         {"split", required_argument, 0, 'S'},
+        {"predict", no_argument, 0, 'P'},
+        {"profile", required_argument, 0, 'F'},
+        {"link-latency-us", required_argument, 0, 'L'},
+        {"link-gbps", required_argument, 0, 'G'},
+        {"prompt-tokens", required_argument, 0, 'N'},
+        {"json", no_argument, 0, 'J'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -226,6 +258,20 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
             if (bad) fprintf(stderr, "strata-plan: --split wants even or decode\n");
             a->split_decode = !strcmp(optarg, "decode");
             break;
+        case 'P': a->predict = 1; break;
+        case 'F': a->predict_args.profiles = optarg; break;
+        case 'L':
+            bad =
+                flag_double("--link-latency-us", optarg, 0, 1e7, &a->predict_args.link.latency_us);
+            break;
+        case 'G':
+            bad = flag_double("--link-gbps", optarg, 1e-6, 1e6, &a->predict_args.link.gbps);
+            break;
+        case 'N':
+            bad =
+                flag_int("--prompt-tokens", optarg, 1, 1 << 24, &a->predict_args.opt.prompt_tokens);
+            break;
+        case 'J': a->predict_args.json = 1; break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -270,6 +316,14 @@ static int parse_args(struct plan_args *a, int argc, char **argv) {
                         "table gives each rank's need instead\n");
         return STRATA_EXIT_USAGE;
     }
+    if (a->predict != !!a->predict_args.profiles || (a->predict_args.json && !a->predict)) {
+        fprintf(stderr, "strata-plan: --predict needs --profile (and --profile / --json need "
+                        "--predict)\n");
+        return STRATA_EXIT_USAGE;
+    }
+    a->predict_args.opt.batch = a->opt.batch;
+    a->predict_args.opt.chunk_tokens = a->opt.chunk_tokens;
+    a->predict_args.opt.kv_bytes = a->kv_bytes;
     a->opt.kv_dtype_bytes = (size_t)a->kv_bytes;
     a->opt.with_vision = !a->no_vision;
     if (a->mem_text) {
@@ -523,7 +577,11 @@ static int check_grid(struct plan_args *a, const struct model_config *cfg) {
 }
 
 int main(int argc, char **argv) {
-    static struct plan_args a = {.kv_bytes = 4, .tensors_rank = -1, .opt = {4, 4096, 1, 512, 1}};
+    static struct plan_args a = {
+        .kv_bytes = 4,
+        .tensors_rank = -1,
+        .opt = {4, 4096, 1, 512, 1},
+        .predict_args = {.link = {50, 1.25}, .opt = {.prompt_tokens = 2048}}};
     struct plan_model m = {0};
     const char *how = NULL;
     int rc = parse_args(&a, argc, argv);
@@ -531,7 +589,9 @@ int main(int argc, char **argv) {
     rc = open_model(&m, &a);
     if (rc < 0) rc = check_grid(&a, m.cfg);
     if (rc < 0) rc = make_plan(&m, &a, &how);
-    if (rc < 0) rc = print_report(&m, &a, how);
+    if (rc < 0 && !a.predict_args.json) rc = print_report(&m, &a, how);
+    if ((rc < 0 || rc == STRATA_EXIT_OK) && a.predict)
+        rc = plan_print_prediction(m.cfg, m.plan, &a.predict_args);
     if (rc == STRATA_EXIT_OK && a.grid_asked) {
         printf("\n");
         rc = print_grid(&m, &a);

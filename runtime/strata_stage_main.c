@@ -35,6 +35,15 @@ static volatile sig_atomic_t stop_flag;
 /* --role vision: the vision stage (runtime/strata_vision_main.c) takes the command line. */
 int strata_vision_main(int argc, char **argv);
 
+/* --calibrate: measures the box for the performance model (runtime/strata_calibrate_main.c). */
+int strata_calibrate_main(int argc, char **argv);
+
+static int wants_calibrate(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--calibrate")) return 1;
+    return 0;
+}
+
 static int role_is_vision(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--role") && i + 1 < argc) return !strcmp(argv[i + 1], "vision");
@@ -504,6 +513,7 @@ int main(int argc, char **argv) {
     struct args a;
     struct run r;
     if (role_is_vision(argc, argv)) return strata_vision_main(argc, argv);
+    if (wants_calibrate(argc, argv)) return strata_calibrate_main(argc, argv);
     int code, parsed = strata_stage_parse_args(&a, argc, argv);
     memset(&r, 0, sizeof r);
     if (parsed == 1) {

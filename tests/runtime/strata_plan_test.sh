@@ -84,4 +84,37 @@ sed 's/"intermediate_size": 32/"intermediate_size": 48/' "$model/config.json" > 
 check broken-shapes 3 "12 tensor(s) with the wrong shape" --model "$broken" --stages 2
 check broken-list 3 "wrong shape model.layers.3.mlp.down_proj.weight is [16,32], expected [16,48]" \
     --model "$broken" --stages 2
+# --predict: the performance model with a profile written from a specification, and one that
+# strata-stage --calibrate measured on this box (the fourth argument, when given).
+tmp="${TEST_TMPDIR:-/tmp}/plan_predict"
+mkdir -p "$tmp"
+printf '{"name": "spec box", "source": "spec", "device": "cpu", "threads": 8, "read_gbps": 50,\n "gemv_gbps": 20, "gemm_gflops": 500}\n' >"$tmp/spec.json"
+check predict 0 "tokens/s at batch 1" --model "$model" --stages 2 --predict --profile "$tmp/spec.json"
+check predict-batch 0 "tokens/s at batch 8" --model "$moe" --stages 2 --predict --profile "$tmp/spec.json" --batch 8
+check predict-bottleneck 0 "bottleneck: " --model "$model" --stages 2 --predict \
+    --profile "$tmp/spec.json,$tmp/spec.json" --prompt-tokens 512 --link-latency-us 2000 --link-gbps 0.1
+check predict-json 0 '"decode_tokens_per_s": ' --model "$model" --stages 2 --predict --profile "$tmp/spec.json" --json
+out=$("$plan" --model "$model" --stages 2 --predict --profile "$tmp/spec.json" --json 2>&1)
+if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert len(d["stages"]) == 2 and d["predicted"]["ttft_ms"] > 0' "$out"; then
+    echo "ok   predict-json-parses"
+else
+    echo "FAIL predict-json-parses: $out"; fail=1
+fi
+check predict-no-profile 2 "--predict needs --profile" --model "$model" --stages 2 --predict
+check predict-profile-count 2 "lists more than the 2 stages" --model "$model" --stages 2 --predict \
+    --profile "$tmp/spec.json,$tmp/spec.json,$tmp/spec.json"
+printf '{"read_gbps": 1}' >"$tmp/bad.json"
+check predict-bad-profile 3 '"gemv_gbps" is missing' --model "$model" --stages 2 --predict --profile "$tmp/bad.json"
+check predict-missing-profile 3 "cannot open" --model "$model" --stages 2 --predict --profile "$tmp/none.json"
+if [ -n "${4:-}" ]; then # a measured profile: strata-stage --calibrate on this box
+    if "$4" --calibrate --threads 1 --out "$tmp/measured.json" 2>"$tmp/cal.err" &&
+        grep -q '"source": "measured"' "$tmp/measured.json"; then
+        echo "ok   calibrate: $(tail -1 "$tmp/cal.err")"
+        check predict-measured 0 "(measured)" --model "$model" --stages 1 --predict --profile "$tmp/measured.json"
+    else
+        echo "FAIL calibrate: $(cat "$tmp/cal.err")"; fail=1
+    fi
+    "$4" --calibrate --device cuda:0 >/dev/null 2>&1
+    if [ $? -eq 2 ]; then echo "ok   calibrate --device cuda:0 is a usage error"; else echo "FAIL calibrate --device cuda:0"; fail=1; fi
+fi
 exit $fail

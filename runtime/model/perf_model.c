@@ -1,0 +1,272 @@
+/* The performance model (see perf_model.h). */
+#include "runtime/model/perf_model.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/cli.h"
+#include "runtime/base/status.h"
+
+static int bad(const char *field, const char *what) {
+    return strata_set_error(STRATA_EFORMAT, "device profile: \"%s\" %s", field, what);
+}
+
+static int get_number(double *out, const cJSON *root, const char *name, double lo, double hi,
+                      int required) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, name);
+    if (!it) return required ? bad(name, "is missing") : 0;
+    if (!cJSON_IsNumber(it) || !(it->valuedouble >= lo) || !(it->valuedouble <= hi))
+        return bad(name, "must be a number in range");
+    *out = it->valuedouble;
+    return 0;
+}
+
+static void get_string(char *out, size_t cap, const cJSON *root, const char *name,
+                       const char *dflt) {
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(root, name);
+    snprintf(out, cap, "%s", cJSON_IsString(it) ? it->valuestring : dflt);
+}
+
+int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
+    memset(d, 0, sizeof *d);
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return strata_set_error(STRATA_EFORMAT, "device profile: not a JSON object");
+    }
+    double threads = 1, mem = 0;
+    get_string(d->name, sizeof d->name, root, "name", "unnamed");
+    get_string(d->source, sizeof d->source, root, "source", "spec");
+    get_string(d->device, sizeof d->device, root, "device", "cpu");
+    int rc = get_number(&threads, root, "threads", 1, 4096, 0);
+    if (!rc) rc = get_number(&mem, root, "mem_bytes", 0, 1e18, 0);
+    if (!rc) rc = get_number(&d->read_gbps, root, "read_gbps", 1e-3, 1e6, 1);
+    if (!rc) rc = get_number(&d->gemv_gbps, root, "gemv_gbps", 1e-3, 1e6, 1);
+    if (!rc) rc = get_number(&d->gemm_gflops, root, "gemm_gflops", 1e-3, 1e9, 1);
+    if (!rc && strcmp(d->source, "measured") && strcmp(d->source, "spec"))
+        rc = bad("source", "must be \"measured\" or \"spec\"");
+    const cJSON *byk = cJSON_GetObjectItemCaseSensitive(root, "gemm_gflops_by_k"), *it;
+    if (!rc && byk && !cJSON_IsObject(byk)) rc = bad("gemm_gflops_by_k", "must be an object");
+    const cJSON *points = rc ? NULL : byk;
+    cJSON_ArrayForEach(it, points) {
+        char *end;
+        long k = strtol(it->string, &end, 10);
+        if (*end || k < 1 || k > (1 << 24) || !cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
+            d->n_k == PERF_MAX_K_POINTS || (d->n_k && k <= d->k[d->n_k - 1])) {
+            rc = bad("gemm_gflops_by_k", "wants up to 8 \"K\": GFLOP/s pairs, K ascending");
+            break;
+        }
+        d->k[d->n_k] = (int)k;
+        d->k_gflops[d->n_k++] = it->valuedouble;
+    }
+    cJSON_Delete(root);
+    d->threads = (int)threads;
+    d->mem_bytes = (uint64_t)mem;
+    return rc;
+}
+
+int perf_device_load(struct perf_device *d, const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = cli_read_file(&text, &len, path);
+    if (rc) return rc;
+    rc = perf_device_parse(d, text, len);
+    free(text);
+    if (rc) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "%s", strata_last_error());
+        return strata_set_error(rc, "%s: %s", path, msg);
+    }
+    return 0;
+}
+
+int perf_device_format(const struct perf_device *d, char **out) {
+    char buf[2048];
+    int n = snprintf(buf, sizeof buf,
+                     "{\"name\": \"%s\", \"source\": \"%s\", \"device\": \"%s\", \"threads\": %d,\n"
+                     " \"mem_bytes\": %llu, \"read_gbps\": %.3f, \"gemv_gbps\": %.3f,\n"
+                     " \"gemm_gflops\": %.3f",
+                     d->name, d->source, d->device, d->threads, (unsigned long long)d->mem_bytes,
+                     d->read_gbps, d->gemv_gbps, d->gemm_gflops);
+    for (int i = 0; i < d->n_k && n > 0 && (size_t)n < sizeof buf; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
+                      i ? ", " : ",\n \"gemm_gflops_by_k\": {", d->k[i], d->k_gflops[i]);
+    if (n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s}\n", d->n_k ? "}" : "");
+    *out = n > 0 && (size_t)n < sizeof buf ? strdup(buf) : NULL;
+    return *out ? 0 : strata_set_error(STRATA_ENOMEM, "out of memory");
+}
+
+double perf_device_gemm_gflops(const struct perf_device *d, double K) {
+    if (d->n_k == 0) return d->gemm_gflops;
+    if (K <= d->k[0]) return d->k_gflops[0];
+    for (int i = 1; i < d->n_k; i++)
+        if (K <= d->k[i]) { /* log-linear between the two points */
+            double t = log(K / d->k[i - 1]) / log((double)d->k[i] / d->k[i - 1]);
+            return d->k_gflops[i - 1] + t * (d->k_gflops[i] - d->k_gflops[i - 1]);
+        }
+    return d->k_gflops[d->n_k - 1];
+}
+
+static double dtype_bytes(const struct model_config *cfg) {
+    const char *t = cfg->torch_dtype;
+    return !strcmp(t, "float32") ? 4.0 : 2.0; /* bf16 when absent, as the planner assumes */
+}
+
+int perf_layers_build(struct perf_layers *pl, const struct model_config *cfg) {
+    memset(pl, 0, sizeof *pl);
+    const double b = dtype_bytes(cfg), H = cfg->hidden_size, D = cfg->head_dim;
+    const double nh = cfg->num_heads, nkv = cfg->num_kv_heads;
+    if (cfg->num_layers < 1 || cfg->num_layers > MODEL_CONFIG_MAX_LAYERS)
+        return strata_set_error(STRATA_EINVAL, "perf model: %d layers", cfg->num_layers);
+    pl->num_layers = cfg->num_layers;
+    pl->hidden = cfg->hidden_size;
+    pl->heads = cfg->num_heads;
+    pl->head_dim = cfg->head_dim;
+    pl->kv_heads = cfg->num_kv_heads;
+    pl->vocab = cfg->vocab_size;
+    pl->dtype_bytes = b;
+    pl->top_k = cfg->num_experts_per_tok;
+    const double norms = 2 * H + 2 * D; /* two RMSNorms of H, q_norm and k_norm of D */
+    for (int l = 0; l < cfg->num_layers; l++) {
+        struct perf_layer *y = &pl->layer[l];
+        y->p_h = H * (nh + 2 * nkv) * D; /* q, k, v */
+        y->p_o = nh * D * H;
+        if (model_config_layer_is_moe(cfg, l)) {
+            const double I = cfg->moe_intermediate_size;
+            y->experts = cfg->num_experts;
+            y->p_h += H * cfg->num_experts; /* the router */
+            y->e_h = 2 * H * I;
+            y->e_i = H * I;
+            y->k_ei = cfg->moe_intermediate_size;
+            y->expert_bytes = (y->e_h + y->e_i) * b;
+        } else {
+            const double I = cfg->intermediate_size;
+            y->p_h += 2 * H * I;
+            y->p_i = H * I;
+            y->k_i = cfg->intermediate_size;
+        }
+        y->dense_bytes = (y->p_h + y->p_o + y->p_i + norms) * b;
+    }
+    pl->embed_bytes = (double)cfg->vocab_size * H * b;
+    pl->head_bytes = (double)cfg->vocab_size * H * b + H * b; /* tied or not, it is read */
+    return 0;
+}
+
+/* Expected distinct experts b routed rows touch: E (1 - (1 - k/E)^b). */
+static double active_experts(int E, int k, int b) {
+    if (E <= 0) return 0;
+    double p = 1.0 - (double)k / E;
+    return E * (1.0 - pow(p, b));
+}
+
+/* The weight bytes one stage's step over `rows` rows reads: every dense tensor of its layers,
+ * of a MoE layer the experts the rows route to in expectation, the head on the last stage (the
+ * embedding is a gather: no bytes of note). */
+static double stage_bytes(const struct perf_layers *pl, const struct stage_range *r, int last,
+                          int rows) {
+    double bytes = last ? pl->head_bytes : 0;
+    for (int l = r->layer_start; l < r->layer_end; l++) {
+        const struct perf_layer *y = &pl->layer[l];
+        bytes += y->dense_bytes + active_experts(y->experts, pl->top_k, rows) * y->expert_bytes;
+    }
+    return bytes;
+}
+
+/* Seconds of matmul for `rows` rows through the stage's layers (each row runs its k experts)
+ * and, when head_rows > 0, the head over head_rows rows: Σ 2 · params · rows / gemm(K). */
+static double stage_matmul_sec(const struct perf_layers *pl, const struct stage_range *r,
+                               const struct perf_device *d, double rows, double head_rows) {
+    const double H = pl->hidden, O = (double)pl->heads * pl->head_dim;
+    double sec = 0;
+    for (int l = r->layer_start; l < r->layer_end; l++) {
+        const struct perf_layer *y = &pl->layer[l];
+        double s = y->p_h / perf_device_gemm_gflops(d, H) + y->p_o / perf_device_gemm_gflops(d, O);
+        if (y->p_i > 0) s += y->p_i / perf_device_gemm_gflops(d, y->k_i);
+        if (y->experts)
+            s += pl->top_k * (y->e_h / perf_device_gemm_gflops(d, H) +
+                              y->e_i / perf_device_gemm_gflops(d, y->k_ei));
+        sec += 2 * rows * s / 1e9;
+    }
+    if (head_rows > 0)
+        sec += 2 * head_rows * (pl->head_bytes / pl->dtype_bytes) / perf_device_gemm_gflops(d, H) /
+               1e9;
+    return sec;
+}
+
+static double decode_ms(const struct perf_layers *pl, const struct stage_range *r, int last,
+                        const struct perf_device *d, int rows, double ctx, double kv_bytes,
+                        double *bytes_out) {
+    double bytes = stage_bytes(pl, r, last, rows);
+    if (bytes_out) *bytes_out = bytes;
+    double stream = bytes / (d->gemv_gbps * 1e9);
+    double compute = stage_matmul_sec(pl, r, d, rows, last ? rows : 0);
+    double kv = 2.0 * (r->layer_end - r->layer_start) * pl->kv_heads * pl->head_dim * kv_bytes *
+                ctx * rows / (d->read_gbps * 1e9);
+    return 1e3 * ((stream > compute ? stream : compute) + kv);
+}
+
+/* A chunk of `tokens` after ctx_before positions: its matmuls (the head on its last row
+ * only) and attention over what precedes each row. */
+static double prefill_ms(const struct perf_layers *pl, const struct stage_range *r, int last,
+                         const struct perf_device *d, int tokens, double ctx_before) {
+    double layers = r->layer_end - r->layer_start;
+    double attn = layers * 2.0 * 2.0 * tokens * (ctx_before + tokens / 2.0) * pl->heads *
+                  pl->head_dim / (perf_device_gemm_gflops(d, pl->head_dim) * 1e9);
+    return 1e3 * (stage_matmul_sec(pl, r, d, tokens, last ? 1 : 0) + attn);
+}
+
+static double hop_ms(const struct perf_layers *pl, const struct perf_link *link, int rows) {
+    double bytes = (double)rows * pl->hidden * 4.0;
+    return link->latency_us / 1e3 + 1e3 * bytes / (link->gbps * 1e9);
+}
+
+int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
+                 const struct stage_range *ranges, int S, const struct perf_device *devices,
+                 const struct perf_link *link, const struct perf_options *opt) {
+    memset(out, 0, sizeof *out);
+    if (S < 1 || S > STAGE_PLAN_MAX_STAGES)
+        return strata_set_error(STRATA_EINVAL, "perf model: %d stages", S);
+    int rc = stage_plan_check_ranges(ranges, S, pl->num_layers, 1);
+    if (rc) return rc;
+    const int B = opt->batch > 0 ? opt->batch : 1,
+              P = opt->prompt_tokens > 0 ? opt->prompt_tokens : 1;
+    const int c = opt->chunk_tokens > 0 && opt->chunk_tokens < P ? opt->chunk_tokens : P;
+    const int g = (B + S - 1) / S, chunks = (P + c - 1) / c;
+    const double ctx = opt->context_tokens > 0 ? opt->context_tokens : P;
+    const double kvb = opt->kv_bytes > 0 ? opt->kv_bytes : 2;
+    double sum1 = 0, sumg = 0, maxg = 0, max1 = 0, sum_pre = 0, max_pre = 0;
+    out->num_stages = S;
+    out->bottleneck_stage = 0;
+    for (int s = 0; s < S; s++) {
+        struct perf_stage *st = &out->stages[s];
+        const int last = s == S - 1;
+        st->range = ranges[s];
+        st->decode_ms_1 =
+            decode_ms(pl, &ranges[s], last, &devices[s], 1, ctx, kvb, &st->bytes_per_token);
+        st->decode_ms_b = decode_ms(pl, &ranges[s], last, &devices[s], g, ctx, kvb, NULL);
+        /* a chunk's cost grows with what precedes it: price the middle one */
+        st->prefill_ms_chunk = prefill_ms(pl, &ranges[s], last, &devices[s], c, (P - c) / 2.0);
+        sum1 += st->decode_ms_1;
+        sumg += st->decode_ms_b;
+        sum_pre += st->prefill_ms_chunk;
+        if (st->decode_ms_1 > max1) {
+            max1 = st->decode_ms_1;
+            out->bottleneck_stage = s;
+        }
+        if (st->decode_ms_b > maxg) maxg = st->decode_ms_b;
+        if (st->prefill_ms_chunk > max_pre) max_pre = st->prefill_ms_chunk;
+    }
+    const int hops = S > 1 ? S : 0;
+    out->hop_ms_1 = hop_ms(pl, link, 1);
+    out->hop_ms_chunk = hop_ms(pl, link, c);
+    out->tokens_per_s_1 = 1e3 / (sum1 + hops * out->hop_ms_1);
+    double round = sumg + hops * hop_ms(pl, link, g), pace = S * maxg;
+    out->tokens_per_s_b = 1e3 * B / (round > pace ? round : pace);
+    out->ttft_ms = sum_pre + (chunks - 1) * max_pre + hops * out->hop_ms_chunk;
+    if (hops * out->hop_ms_1 > max1) out->bottleneck_stage = -1;
+    return 0;
+}

@@ -1,0 +1,126 @@
+/* The performance model: what a plan will cost before it runs, from config.json alone (no
+ * weights), a device profile per stage and a link profile. The same numbers a deployment's
+ * operator asks for: time per decode step per stage, tokens/s at batch 1 and B, time to first
+ * token for a prompt, and which stage or link is the bottleneck.
+ *
+ * Device profile: a small JSON file, measured once per box by `strata-stage --calibrate`
+ * (reference/calibrate.h) or written from a specification (then "source": "spec"):
+ *   {"name": "...", "source": "measured", "device": "cpu", "threads": 2, "mem_bytes": N,
+ *    "read_gbps": R, "gemv_gbps": G, "gemm_gflops": F,
+ *    "gemm_gflops_by_k": {"1024": F1, "2048": F2, "4096": F4, "8192": F8}}
+ *   read_gbps    host read bandwidth at `threads` (attention streams the KV cache at it);
+ *   gemv_gbps    weight bytes a bf16 matmul of one row streams per second (decode: every
+ *                weight read once per step);
+ *   gemm_gflops  what a bf16 matmul of 64 rows achieves (prefill, large batches);
+ *   gemm_gflops_by_k  the same by the matrix's inner dimension K (optional): a row block of
+ *                the weights stays in cache while the rows pass over it or not, so a CPU's
+ *                rate falls as K grows; the model interpolates in log K between the points.
+ * Link profile: latency (one way) and bandwidth.
+ *
+ * Cost of a stage (the CPU backend's way of running a step; spec figures for other devices
+ * use the same form):
+ *   decode_ms(b) = max(weights(b) / gemv, 2 · params(b) · b / gemm) + kv(b, ctx) / read
+ *     where weights(b) are the bytes the step reads: every dense tensor of its layers (and the
+ *     head on the last stage), and of each MoE layer only the experts its b rows route to in
+ *     expectation, E · (1 − (1 − k/E)^b) — 22B of Qwen3-235B-A22B's 235B at b = 1;
+ *   prefill_ms(T) = Σ over the stage's matrices 2 · params · T / gemm(K of the matrix)
+ *                   + attention's 2 · 2 · T · (context + T/2) · nh · D per layer / gemm(D).
+ * A hop carries rows × H × 4 bytes: latency + bytes / bandwidth.
+ * The pipeline (S stages in a ring, stage 0 samples nothing, the last stage answers):
+ *   batch 1: one token every Σ_s decode_ms(1) + S hops (no hop when S = 1);
+ *   batch B: the stages overlap: tokens/s = B / max(Σ_s decode_ms(g) + S hops,
+ *            S · max_s decode_ms(g)) with g = ⌈B / S⌉ rows per step;
+ *   time to first token, chunked prefill of c tokens: Σ_s prefill_ms(c) + (n_chunks − 1) ·
+ *            max_s prefill_ms(c) + S hops of c rows.
+ * It is a model: it ignores what is small on a large model (norms, RoPE, sampling, the event
+ * loop's wake-ups), and `./strata bench predict` says how far it is from real runs. */
+#ifndef STRATA_RUNTIME_MODEL_PERF_MODEL_H
+#define STRATA_RUNTIME_MODEL_PERF_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "runtime/model/model_config.h"
+#include "runtime/model/stage_plan.h"
+
+#define PERF_MAX_K_POINTS 8
+
+struct perf_device {
+    char name[64];
+    char source[16]; /* "measured" or "spec" */
+    char device[16]; /* "cpu", "cuda" */
+    int threads;
+    uint64_t mem_bytes;
+    double read_gbps, gemv_gbps, gemm_gflops;
+    int n_k; /* gemm_gflops_by_k points, K ascending (0: gemm_gflops for every K) */
+    int k[PERF_MAX_K_POINTS];
+    double k_gflops[PERF_MAX_K_POINTS];
+};
+
+/* The device's matmul GFLOP/s for an inner dimension K (see above). */
+double perf_device_gemm_gflops(const struct perf_device *d, double K);
+
+struct perf_link {
+    double latency_us; /* one way */
+    double gbps;       /* gigabytes per second */
+};
+
+/* Reads / writes a device profile (JSON above). Parse errors name the field (STRATA_EFORMAT). */
+int perf_device_parse(struct perf_device *d, const char *json, size_t len);
+int perf_device_load(struct perf_device *d, const char *path);
+/* The JSON text of d, malloc'ed (NUL-terminated). */
+int perf_device_format(const struct perf_device *d, char **out);
+
+/* A layer's matrices grouped by inner dimension K: parameters whose K is the hidden size (q,
+ * k, v, gate, up, the router), the attention output's (nh · D) and the down projection's (its
+ * intermediate size); an expert's likewise. */
+struct perf_layer {
+    double dense_bytes;   /* attention + norms (+ dense MLP, router) */
+    double expert_bytes;  /* one expert (0: a dense layer) */
+    int experts;          /* E of a MoE layer, else 0 */
+    double p_h, p_o, p_i; /* dense parameters by K: hidden, nh·D, intermediate */
+    double e_h, e_i;      /* one expert's parameters by K: hidden, its intermediate */
+    int k_i, k_ei;        /* the intermediate sizes (dense, expert) */
+};
+
+/* What the model reads of a checkpoint's config, per layer, independent of the split. */
+struct perf_layers {
+    int num_layers, hidden, heads, head_dim, kv_heads, vocab, top_k;
+    double dtype_bytes; /* of the stored weights */
+    struct perf_layer layer[MODEL_CONFIG_MAX_LAYERS];
+    double embed_bytes, head_bytes; /* embed_tokens; norm + lm_head */
+};
+
+int perf_layers_build(struct perf_layers *pl, const struct model_config *cfg);
+
+/* One stage's prediction. */
+struct perf_stage {
+    struct stage_range range;
+    double decode_ms_1, decode_ms_b; /* per step at batch 1 and at g = ⌈B / S⌉ rows */
+    double prefill_ms_chunk;         /* one chunk of the prompt */
+    double bytes_per_token;          /* weights read by a batch-1 step */
+};
+
+struct perf_options {
+    int batch;          /* B for the batch prediction (>= 1) */
+    int prompt_tokens;  /* for time to first token */
+    int chunk_tokens;   /* prefill chunk (strata-stage --chunk-size) */
+    int context_tokens; /* KV positions a decode step attends to (default: prompt_tokens) */
+    double kv_bytes;    /* per KV element: 2 (f16 / bf16, the default) or 4 */
+};
+
+struct perf_prediction {
+    int num_stages;
+    struct perf_stage stages[STAGE_PLAN_MAX_STAGES];
+    double hop_ms_1, hop_ms_chunk;
+    double tokens_per_s_1, tokens_per_s_b, ttft_ms;
+    int bottleneck_stage; /* the slowest stage at batch 1, or -1: the links */
+};
+
+/* Prices `ranges` [S] with devices [S] (one profile per stage) and one link for every hop. */
+int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
+                 const struct stage_range *ranges, int num_stages,
+                 const struct perf_device *devices, const struct perf_link *link,
+                 const struct perf_options *opt);
+
+#endif

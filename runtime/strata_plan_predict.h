@@ -1,0 +1,22 @@
+/* strata-plan --predict: the performance model's report for a plan (runtime/model/perf_model.h):
+ * per stage, the weights a decode step reads and its time at batch 1 and B, a prefill chunk's
+ * time; for the pipeline, tokens/s at batch 1 and B, time to first token, the bottleneck. */
+#ifndef STRATA_RUNTIME_STRATA_PLAN_PREDICT_H
+#define STRATA_RUNTIME_STRATA_PLAN_PREDICT_H
+
+#include "runtime/model/model_config.h"
+#include "runtime/model/perf_model.h"
+#include "runtime/model/stage_plan.h"
+
+struct plan_predict_args {
+    const char *profiles; /* FILE or FILE,FILE,... (one per stage) */
+    struct perf_link link;
+    struct perf_options opt;
+    int json;
+};
+
+/* Prints the prediction for `plan` (text, or JSON with --json); an exit code. */
+int plan_print_prediction(const struct model_config *cfg, const struct stage_plan *plan,
+                          const struct plan_predict_args *pa);
+
+#endif

@@ -1,0 +1,157 @@
+/* The performance model's arithmetic on configs small enough to price by hand: a dense model's
+ * decode step is its weight bytes over the profile's streaming rate (or its multiply-adds over
+ * the matmul rate, whichever is slower) plus its KV over the read bandwidth; a MoE layer reads
+ * only the experts its rows route to, E (1 - (1 - k/E)^b); the pipeline adds its hops; the
+ * batch prediction overlaps the stages; the profile JSON round-trips and bad ones are refused
+ * naming the field; gemm by K interpolates in log K. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "runtime/base/status.h"
+#include "runtime/model/model_config.h"
+#include "runtime/model/perf_model.h"
+
+#define NEAR(a, b) assert_true(fabs((a) - (b)) <= 1e-9 * fabs(b) + 1e-12)
+
+static const char *dense_json =
+    "{\"architectures\": [\"Qwen3ForCausalLM\"], \"model_type\": \"qwen3\", \"vocab_size\": 1000,"
+    " \"hidden_size\": 64, \"intermediate_size\": 128, \"num_hidden_layers\": 4,"
+    " \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 16,"
+    " \"torch_dtype\": \"bfloat16\", \"tie_word_embeddings\": true}";
+
+static const char *moe_json =
+    "{\"architectures\": [\"Qwen3MoeForCausalLM\"], \"model_type\": \"qwen3_moe\","
+    " \"vocab_size\": 1000, \"hidden_size\": 64, \"intermediate_size\": 128,"
+    " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 2,"
+    " \"head_dim\": 16, \"num_experts\": 8, \"num_experts_per_tok\": 2,"
+    " \"moe_intermediate_size\": 32, \"decoder_sparse_step\": 1, \"torch_dtype\": \"bfloat16\"}";
+
+static struct perf_device device(double gemv, double gemm, double read) {
+    struct perf_device d;
+    memset(&d, 0, sizeof d);
+    d.gemv_gbps = gemv;
+    d.gemm_gflops = gemm;
+    d.read_gbps = read;
+    return d;
+}
+
+static void dense_decode_and_pipeline(void **state) {
+    (void)state;
+    struct model_config cfg;
+    assert_int_equal(model_config_parse(&cfg, dense_json, strlen(dense_json), "t"), 0);
+    static struct perf_layers pl;
+    assert_int_equal(perf_layers_build(&pl, &cfg), 0);
+    /* a layer: q, k, v 64 x (4 + 2 + 2) x 16 = 8192; o 64 x 64 = 4096; MLP 3 x 64 x 128 =
+     * 24576; norms 2 x 64 + 2 x 16 = 160 -> 37024 parameters, 74048 bytes */
+    NEAR(pl.layer[0].dense_bytes, 74048.0);
+    NEAR(pl.head_bytes, (1000.0 * 64 + 64) * 2);
+    struct perf_device d[2] = {device(1.0, 1000.0, 10.0), device(1.0, 1000.0, 10.0)};
+    struct perf_link link = {100.0, 1.0};
+    struct perf_options opt = {
+        .batch = 1, .prompt_tokens = 100, .chunk_tokens = 100, .kv_bytes = 2};
+    struct stage_range one[1] = {{0, 4}}, two[2] = {{0, 2}, {2, 4}};
+    static struct perf_prediction p1, p2;
+    assert_int_equal(perf_predict(&p1, &pl, one, 1, d, &link, &opt), 0);
+    /* streaming: (4 x 74048 + 128128) bytes at 1 GB/s; KV: 2 x 4 x 2 x 16 x 2 bytes x 100
+     * positions at 10 GB/s */
+    double bytes = 4 * 74048.0 + 128128.0, kv = 2.0 * 4 * 2 * 16 * 2 * 100;
+    NEAR(p1.stages[0].bytes_per_token, bytes);
+    NEAR(p1.stages[0].decode_ms_1, 1e3 * (bytes / 1e9 + kv / 10e9));
+    NEAR(p1.tokens_per_s_1, 1e3 / p1.stages[0].decode_ms_1); /* one stage: no hop */
+    assert_int_equal(perf_predict(&p2, &pl, two, 2, d, &link, &opt), 0);
+    /* two stages: the same work split, plus 2 hops of 64 x 4 bytes after 100 us */
+    double hop = 0.1 + 1e3 * 256 / 1e9;
+    NEAR(p2.hop_ms_1, hop);
+    NEAR(1e3 / p2.tokens_per_s_1, p2.stages[0].decode_ms_1 + p2.stages[1].decode_ms_1 + 2 * hop);
+    assert_int_equal(p2.bottleneck_stage, 1); /* the head is on the last stage */
+    /* batch 4 over 2 stages: 2 rows a step, the stages overlapped (memory-bound: a step of 2
+     * rows streams the same weights, so 4 tokens per round of about one step per stage) */
+    opt.batch = 4;
+    assert_int_equal(perf_predict(&p2, &pl, two, 2, d, &link, &opt), 0);
+    double round =
+        p2.stages[0].decode_ms_b + p2.stages[1].decode_ms_b + 2 * (0.1 + 1e3 * 512 / 1e9);
+    double pace = 2 * fmax(p2.stages[0].decode_ms_b, p2.stages[1].decode_ms_b);
+    NEAR(p2.tokens_per_s_b, 1e3 * 4 / fmax(round, pace));
+    /* refusals: ranges that do not cover the model */
+    struct stage_range gap[2] = {{0, 1}, {2, 4}};
+    assert_int_equal(perf_predict(&p2, &pl, gap, 2, d, &link, &opt), STRATA_ERANGE);
+    printf("ok: refused: %s\n", strata_last_error());
+}
+
+static void moe_reads_routed_experts(void **state) {
+    (void)state;
+    struct model_config cfg;
+    assert_int_equal(model_config_parse(&cfg, moe_json, strlen(moe_json), "t"), 0);
+    static struct perf_layers pl;
+    assert_int_equal(perf_layers_build(&pl, &cfg), 0);
+    /* an expert: 3 x 64 x 32 = 6144 parameters, 12288 bytes */
+    NEAR(pl.layer[0].expert_bytes, 12288.0);
+    assert_int_equal(pl.layer[0].experts, 8);
+    struct perf_device d = device(1.0, 1e9, 1e9); /* streaming dominates everything else */
+    struct perf_link link = {0, 1};
+    struct perf_options opt = {.batch = 64, .prompt_tokens = 1, .kv_bytes = 2};
+    struct stage_range all[1] = {{0, 2}};
+    static struct perf_prediction p;
+    assert_int_equal(perf_predict(&p, &pl, all, 1, &d, &link, &opt), 0);
+    /* batch 1: 2 of 8 experts; 64 rows: 8 (1 - (3/4)^64) ~ all 8 */
+    double dense = 2 * pl.layer[0].dense_bytes + pl.head_bytes;
+    NEAR(p.stages[0].bytes_per_token, dense + 2 * 2 * 12288.0);
+    double e64 = 8 * (1 - pow(0.75, 64));
+    assert_true(fabs(p.stages[0].decode_ms_b - 1e3 * (dense + 2 * e64 * 12288.0) / 1e9) < 1e-6);
+}
+
+static void profile_round_trip_and_refusals(void **state) {
+    (void)state;
+    struct perf_device d = device(5.5, 90.0, 18.0), back;
+    snprintf(d.name, sizeof d.name, "box");
+    snprintf(d.source, sizeof d.source, "measured");
+    snprintf(d.device, sizeof d.device, "cpu");
+    d.threads = 2;
+    d.mem_bytes = 1ull << 34;
+    d.n_k = 2;
+    d.k[0] = 1024;
+    d.k[1] = 4096;
+    d.k_gflops[0] = 120;
+    d.k_gflops[1] = 80;
+    char *json = NULL;
+    assert_int_equal(perf_device_format(&d, &json), 0);
+    assert_int_equal(perf_device_parse(&back, json, strlen(json)), 0);
+    free(json);
+    assert_string_equal(back.name, "box");
+    assert_int_equal(back.threads, 2);
+    assert_true(back.mem_bytes == 1ull << 34 && back.n_k == 2 && back.k[1] == 4096);
+    NEAR(back.gemv_gbps, 5.5);
+    /* log-linear in K: K = 2048 is halfway between 1024 and 4096 */
+    NEAR(perf_device_gemm_gflops(&back, 2048), 100.0);
+    NEAR(perf_device_gemm_gflops(&back, 512), 120.0);
+    NEAR(perf_device_gemm_gflops(&back, 65536), 80.0);
+    static const char *const bad[] = {
+        "[]",
+        "{\"gemv_gbps\": 1, \"gemm_gflops\": 1}",
+        "{\"read_gbps\": -1, \"gemv_gbps\": 1, \"gemm_gflops\": 1}",
+        "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"source\": \"guess\"}",
+        "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_gflops_by_k\": "
+        "{\"4096\": 1, \"1024\": 2}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(perf_device_parse(&back, bad[i], strlen(bad[i])), STRATA_EFORMAT);
+        printf("ok: refused: %s\n", strata_last_error());
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(dense_decode_and_pipeline),
+        cmocka_unit_test(moe_reads_routed_experts),
+        cmocka_unit_test(profile_round_trip_and_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
