@@ -46,6 +46,8 @@ int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
     if (!rc) rc = get_number(&d->read_gbps, root, "read_gbps", 1e-3, 1e6, 1);
     if (!rc) rc = get_number(&d->gemv_gbps, root, "gemv_gbps", 1e-3, 1e6, 1);
     if (!rc) rc = get_number(&d->gemm_gflops, root, "gemm_gflops", 1e-3, 1e9, 1);
+    if (!rc) rc = get_number(&d->attn_gflops, root, "attn_gflops", 1e-3, 1e9, 0);
+    if (!rc) rc = get_number(&d->attn_gbps, root, "attn_gbps", 1e-3, 1e6, 0);
     if (!rc && strcmp(d->source, "measured") && strcmp(d->source, "spec"))
         rc = bad("source", "must be \"measured\" or \"spec\"");
     const cJSON *byk = cJSON_GetObjectItemCaseSensitive(root, "gemm_gflops_by_k"), *it;
@@ -91,6 +93,10 @@ int perf_device_format(const struct perf_device *d, char **out) {
                      " \"gemm_gflops\": %.3f",
                      d->name, d->source, d->device, d->threads, (unsigned long long)d->mem_bytes,
                      d->read_gbps, d->gemv_gbps, d->gemm_gflops);
+    if (d->attn_gflops > 0 && n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n,
+                      ",\n \"attn_gflops\": %.3f, \"attn_gbps\": %.3f", d->attn_gflops,
+                      d->attn_gbps);
     for (int i = 0; i < d->n_k && n > 0 && (size_t)n < sizeof buf; i++)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
                       i ? ", " : ",\n \"gemm_gflops_by_k\": {", d->k[i], d->k_gflops[i]);
@@ -205,7 +211,7 @@ static double decode_ms(const struct perf_layers *pl, const struct stage_range *
     double stream = bytes / (d->gemv_gbps * 1e9);
     double compute = stage_matmul_sec(pl, r, d, rows, last ? rows : 0);
     double kv = 2.0 * (r->layer_end - r->layer_start) * pl->kv_heads * pl->head_dim * kv_bytes *
-                ctx * rows / (d->read_gbps * 1e9);
+                ctx * rows / ((d->attn_gbps > 0 ? d->attn_gbps : d->read_gbps) * 1e9);
     return 1e3 * ((stream > compute ? stream : compute) + kv);
 }
 
@@ -214,8 +220,9 @@ static double decode_ms(const struct perf_layers *pl, const struct stage_range *
 static double prefill_ms(const struct perf_layers *pl, const struct stage_range *r, int last,
                          const struct perf_device *d, int tokens, double ctx_before) {
     double layers = r->layer_end - r->layer_start;
-    double attn = layers * 2.0 * 2.0 * tokens * (ctx_before + tokens / 2.0) * pl->heads *
-                  pl->head_dim / (perf_device_gemm_gflops(d, pl->head_dim) * 1e9);
+    double attn =
+        layers * 2.0 * 2.0 * tokens * (ctx_before + tokens / 2.0) * pl->heads * pl->head_dim /
+        ((d->attn_gflops > 0 ? d->attn_gflops : perf_device_gemm_gflops(d, pl->head_dim)) * 1e9);
     return 1e3 * (stage_matmul_sec(pl, r, d, tokens, last ? 1 : 0) + attn);
 }
 

@@ -7,24 +7,28 @@
  * (reference/calibrate.h) or written from a specification (then "source": "spec"):
  *   {"name": "...", "source": "measured", "device": "cpu", "threads": 2, "mem_bytes": N,
  *    "read_gbps": R, "gemv_gbps": G, "gemm_gflops": F,
- *    "gemm_gflops_by_k": {"1024": F1, "2048": F2, "4096": F4, "8192": F8}}
+ *    "gemm_gflops_by_k": {"1024": F1, "2048": F2, "4096": F4, "8192": F8},
+ *    "attn_gflops": A, "attn_gbps": C}
  *   read_gbps    host read bandwidth at `threads` (attention streams the KV cache at it);
  *   gemv_gbps    weight bytes a bf16 matmul of one row streams per second (decode: every
  *                weight read once per step);
  *   gemm_gflops  what a bf16 matmul of 64 rows achieves (prefill, large batches);
  *   gemm_gflops_by_k  the same by the matrix's inner dimension K (optional): a row block of
  *                the weights stays in cache while the rows pass over it or not, so a CPU's
- *                rate falls as K grows; the model interpolates in log K between the points.
+ *                rate falls as K grows; the model interpolates in log K between the points;
+ *   attn_gflops  attention over the cache for a prefill chunk (optional; else gemm at K = D);
+ *   attn_gbps    the cache bytes a decode step's attention streams per second (optional;
+ *                else read_gbps).
  * Link profile: latency (one way) and bandwidth.
  *
  * Cost of a stage (the CPU backend's way of running a step; spec figures for other devices
  * use the same form):
- *   decode_ms(b) = max(weights(b) / gemv, 2 · params(b) · b / gemm) + kv(b, ctx) / read
+ *   decode_ms(b) = max(weights(b) / gemv, 2 · params(b) · b / gemm) + kv(b, ctx) / attn_gbps
  *     where weights(b) are the bytes the step reads: every dense tensor of its layers (and the
  *     head on the last stage), and of each MoE layer only the experts its b rows route to in
  *     expectation, E · (1 − (1 − k/E)^b) — 22B of Qwen3-235B-A22B's 235B at b = 1;
  *   prefill_ms(T) = Σ over the stage's matrices 2 · params · T / gemm(K of the matrix)
- *                   + attention's 2 · 2 · T · (context + T/2) · nh · D per layer / gemm(D).
+ *                   + attention's 2 · 2 · T · (context + T/2) · nh · D per layer / attn_gflops.
  * A hop carries rows × H × 4 bytes: latency + bytes / bandwidth.
  * The pipeline (S stages in a ring, stage 0 samples nothing, the last stage answers):
  *   batch 1: one token every Σ_s decode_ms(1) + S hops (no hop when S = 1);
@@ -52,6 +56,7 @@ struct perf_device {
     int threads;
     uint64_t mem_bytes;
     double read_gbps, gemv_gbps, gemm_gflops;
+    double attn_gflops, attn_gbps; /* 0: not measured */
     int n_k; /* gemm_gflops_by_k points, K ascending (0: gemm_gflops for every K) */
     int k[PERF_MAX_K_POINTS];
     double k_gflops[PERF_MAX_K_POINTS];
