@@ -133,13 +133,15 @@ static void profile_round_trip_and_refusals(void **state) {
     NEAR(perf_device_gemm_gflops(&back, 2048), 100.0);
     NEAR(perf_device_gemm_gflops(&back, 512), 120.0);
     NEAR(perf_device_gemm_gflops(&back, 65536), 80.0);
+#define BY_K_DESCENDING                                                                            \
+    "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_gflops_by_k\": "              \
+    "{\"4096\": 1, \"1024\": 2}}"
     static const char *const bad[] = {
         "[]",
         "{\"gemv_gbps\": 1, \"gemm_gflops\": 1}",
         "{\"read_gbps\": -1, \"gemv_gbps\": 1, \"gemm_gflops\": 1}",
         "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"source\": \"guess\"}",
-        "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_gflops_by_k\": "
-        "{\"4096\": 1, \"1024\": 2}}",
+        BY_K_DESCENDING,
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(perf_device_parse(&back, bad[i], strlen(bad[i])), STRATA_EFORMAT);
