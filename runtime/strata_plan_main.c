@@ -70,6 +70,15 @@ static void usage(FILE *out) {
                  "  --link-gbps X      bandwidth of every hop in GB/s (default 1.25: 10 GbE)\n"
                  "  --prompt-tokens N  prompt length for time to first token (default 2048)\n"
                  "  --json             --predict's result as JSON (stages and predicted)\n"
+                 "  --hosts FILE       choose the placement (which hosts, their order, their\n"
+                 "                     layers, under their memory) for the fastest decode:\n"
+                 "                     {\"hosts\": [{\"name\": \"a\", \"profile\": \"a.json\",\n"
+                 "                     \"mem\": \"80G\", \"threads\": 16}, ...], \"link\":\n"
+                 "                     {\"latency_us\": 200, \"gbps\": 10}}; prints the stages,\n"
+                 "                     their strata-stage lines and the prediction beside the\n"
+                 "                     even and memory-proportional plans (no --stages needed)\n"
+                 "  --goal G           latency (default: one request's tokens/s) or throughput\n"
+                 "                     (the pipeline's pace at --batch)\n"
                  "  --help             this text\n"
                  "\n"
                  "Exit codes: 0 ok, 1 runtime failure, 2 usage, 3 bad model or does not fit.\n");
@@ -232,6 +241,8 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
         {"link-gbps", required_argument, 0, 'G'},
         {"prompt-tokens", required_argument, 0, 'N'},
         {"json", no_argument, 0, 'J'},
+        {"hosts", required_argument, 0, 'H'},
+        {"goal", required_argument, 0, 'g'},
         {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0},
     };
@@ -272,11 +283,19 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
                 flag_int("--prompt-tokens", optarg, 1, 1 << 24, &a->predict_args.opt.prompt_tokens);
             break;
         case 'J': a->predict_args.json = 1; break;
+        case 'H': a->predict_args.hosts = optarg; break;
+        case 'g':
+            bad = strcmp(optarg, "latency") && strcmp(optarg, "throughput");
+            if (bad) fprintf(stderr, "strata-plan: --goal wants latency or throughput\n");
+            a->predict_args.goal =
+                strcmp(optarg, "throughput") ? PERF_GOAL_LATENCY : PERF_GOAL_THROUGHPUT;
+            break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
         if (bad) return 2;
         if (c == 't' || c == 'K' || c == 'T' || c == 'R') a->grid_asked = 1;
+        if (c == 'L' || c == 'G') a->predict_args.link_given = 1;
     }
     if (optind < argc) {
         fprintf(stderr, "strata-plan: unexpected argument \"%s\"\n", argv[optind]);
@@ -300,6 +319,21 @@ static int parse_args(struct plan_args *a, int argc, char **argv) {
             return STRATA_EXIT_USAGE;
         }
         a->stages = n;
+    }
+    if (a->predict_args.hosts) { /* the placement chooses the stages */
+        if (!a->model || a->stages || a->ranges_text || a->mem_text || a->grid_asked ||
+            a->predict_args.profiles) {
+            fprintf(stderr, "strata-plan: --hosts chooses the stages: give --model, not "
+                            "--stages / --ranges / --mem / --profile / --tp / --kvp\n");
+            return STRATA_EXIT_USAGE;
+        }
+        a->predict = 1;
+        a->opt.kv_dtype_bytes = (size_t)a->kv_bytes;
+        a->opt.with_vision = !a->no_vision;
+        a->predict_args.opt.batch = a->opt.batch;
+        a->predict_args.opt.chunk_tokens = a->opt.chunk_tokens;
+        a->predict_args.opt.kv_bytes = a->kv_bytes;
+        return -1;
     }
     if (!a->model || a->stages == 0) {
         fprintf(stderr, "strata-plan: --model and --stages (or --ranges) are required\n");
@@ -587,6 +621,10 @@ int main(int argc, char **argv) {
     int rc = parse_args(&a, argc, argv);
     if (rc >= 0) return rc;
     rc = open_model(&m, &a);
+    if (rc < 0 && a.predict_args.hosts) {
+        rc = plan_print_placement(m.cfg, m.mm, a.model, &a.predict_args);
+        goto out;
+    }
     if (rc < 0) rc = check_grid(&a, m.cfg);
     if (rc < 0) rc = make_plan(&m, &a, &how);
     if (rc < 0 && !a.predict_args.json) rc = print_report(&m, &a, how);
@@ -598,6 +636,7 @@ int main(int argc, char **argv) {
         if (rc == STRATA_EXIT_OK && a.tensors_rank >= 0)
             rc = print_rank_tensors(&m, &a, a.tensors_rank);
     }
+out:
     stage_tensor_list_free(&m.list);
     safetensors_close(m.st);
     free(m.cfg);

@@ -116,3 +116,139 @@ int plan_print_prediction(const struct model_config *cfg, const struct stage_pla
     free(p);
     return code;
 }
+
+/* The prediction of given ranges on the hosts in file order (the even / memory plans). */
+static int predict_on(struct perf_prediction *p, const struct perf_layers *pl,
+                      const struct perf_hosts *h, const struct stage_range *ranges, int S,
+                      const struct perf_options *opt) {
+    struct perf_device devs[STAGE_PLAN_MAX_STAGES];
+    for (int s = 0; s < S; s++)
+        devs[s] = h->host[s].dev;
+    return perf_predict(p, pl, ranges, S, devs, &h->link, opt);
+}
+
+static void compare_row(const char *what, const struct perf_prediction *p, const char *why, int B) {
+    if (why) {
+        printf("  %-30s %s\n", what, why);
+        return;
+    }
+    printf("  %-30s %9.1f tok/s at batch 1", what, p->tokens_per_s_1);
+    if (B > 1) printf(", %9.1f at batch %d", p->tokens_per_s_b, B);
+    printf(", first token %.0f ms\n", p->ttft_ms);
+}
+
+int plan_print_placement(const struct model_config *cfg, const struct stage_memory_model *mm,
+                         const char *model_dir, const struct plan_predict_args *pa) {
+    struct perf_hosts *h = calloc(1, sizeof *h);
+    struct perf_layers *pl = calloc(1, sizeof *pl);
+    struct perf_placement *best = calloc(1, sizeof *best);
+    struct perf_prediction *even = calloc(1, sizeof *even), *prop = calloc(1, sizeof *prop);
+    struct stage_plan *plan = calloc(1, sizeof *plan);
+    int code = STRATA_EXIT_OK;
+    if (!h || !pl || !best || !even || !prop || !plan) {
+        code = STRATA_EXIT_FAILURE;
+        goto done;
+    }
+    if (perf_hosts_load(h, pa->hosts) || perf_layers_build(pl, cfg)) {
+        fprintf(stderr, "strata-plan: --hosts: %s\n", strata_last_error());
+        code = STRATA_EXIT_INPUT;
+        goto done;
+    }
+    if (pa->link_given) h->link = pa->link;
+    if (perf_place(best, pl, mm, h, &pa->opt, pa->goal)) {
+        fprintf(stderr, "strata-plan: %s\n", strata_last_error());
+        code = STRATA_EXIT_INPUT;
+        goto done;
+    }
+    const int S = best->num_stages, B = pa->opt.batch > 1 ? pa->opt.batch : 1, n = h->n;
+    /* beside it: every host in file order, even split and memory-proportional */
+    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+    uint64_t mem[STAGE_PLAN_MAX_STAGES], need[STAGE_PLAN_MAX_STAGES];
+    const char *even_why = NULL, *prop_why = NULL;
+    char even_buf[160], prop_buf[160];
+    int m = n < cfg->num_layers ? n : cfg->num_layers;
+    if (stage_plan_even(ranges, cfg->num_layers, m) == 0) {
+        perf_place_memory(need, mm, ranges, m);
+        for (int s = 0; s < m && !even_why; s++)
+            if (need[s] > h->host[s].mem_bytes) {
+                snprintf(even_buf, sizeof even_buf, "does not fit: stage %d (%s) needs %.1f GiB", s,
+                         h->host[s].name, need[s] / 1073741824.0);
+                even_why = even_buf;
+            }
+        if (!even_why && predict_on(even, pl, h, ranges, m, &pa->opt)) even_why = "(failed)";
+    }
+    for (int s = 0; s < m; s++)
+        mem[s] = h->host[s].mem_bytes;
+    if (stage_plan_balanced(plan, mm, mem, m) == 0) {
+        for (int s = 0; s < m; s++)
+            ranges[s] = plan->stages[s].range;
+        if (predict_on(prop, pl, h, ranges, m, &pa->opt)) prop_why = "(failed)";
+    } else {
+        snprintf(prop_buf, sizeof prop_buf, "does not fit: %.100s", strata_last_error());
+        prop_why = prop_buf;
+    }
+    if (pa->json) {
+        printf("{\"stages\": [");
+        for (int s = 0; s < S; s++)
+            printf("%s\n  {\"host\": \"%s\", \"layers\": [%d, %d], \"memory_bytes\": %llu, "
+                   "\"decode_ms_batch1\": %.4f}",
+                   s ? "," : "", h->host[best->host[s]].name, best->ranges[s].layer_start,
+                   best->ranges[s].layer_end, (unsigned long long)best->stage_bytes[s],
+                   best->pred.stages[s].decode_ms_1);
+        printf("],\n \"predicted\": {\"decode_tokens_per_s\": %.4f, "
+               "\"decode_tokens_per_s_batch\": %.4f, \"batch\": %d, \"ttft_ms\": %.4f, "
+               "\"bottleneck_stage\": %d},\n \"even\": ",
+               best->pred.tokens_per_s_1, best->pred.tokens_per_s_b, B, best->pred.ttft_ms,
+               best->pred.bottleneck_stage);
+        if (even_why)
+            printf("null");
+        else
+            printf("{\"decode_tokens_per_s\": %.4f, \"ttft_ms\": %.4f}", even->tokens_per_s_1,
+                   even->ttft_ms);
+        printf(",\n \"memory_proportional\": ");
+        if (prop_why)
+            printf("null}\n");
+        else
+            printf("{\"decode_tokens_per_s\": %.4f, \"ttft_ms\": %.4f}}\n", prop->tokens_per_s_1,
+                   prop->ttft_ms);
+        goto done;
+    }
+    printf("placement for %s latency over %d host(s) (%s; %.0f orders tried; link %.0f us, %.2f "
+           "GB/s):\n",
+           pa->goal == PERF_GOAL_THROUGHPUT ? "throughput, then" : "lowest", n,
+           n <= PERF_PLACE_EXACT_HOSTS ? "every ordered subset" : "the file's order, prefixes",
+           best->orders_tried, h->link.latency_us, h->link.gbps);
+    printf("%-6s %-16s %-12s %12s %12s %12s\n", "stage", "host", "layers", "memory", "of host",
+           "ms/step b=1");
+    for (int s = 0; s < S; s++) {
+        const struct perf_host *x = &h->host[best->host[s]];
+        char range[32], need_s[32], have[32];
+        snprintf(range, sizeof range, "[%d, %d)", best->ranges[s].layer_start,
+                 best->ranges[s].layer_end);
+        stage_plan_format_size(need_s, sizeof need_s, best->stage_bytes[s]);
+        stage_plan_format_size(have, sizeof have, x->mem_bytes);
+        printf("%-6d %-16s %-12s %12s %12s %12.2f\n", s, x->name, range, need_s, have,
+               best->pred.stages[s].decode_ms_1);
+    }
+    printf("predicted:\n");
+    compare_row("this placement", &best->pred, NULL, B);
+    compare_row("even, all hosts in file order", even, even_why, B);
+    compare_row("memory-proportional, same", prop, prop_why, B);
+    printf("command lines (ports and addresses to adapt):\n");
+    for (int s = 0; s < S; s++) {
+        const struct perf_host *x = &h->host[best->host[s]];
+        printf("  %s: strata-stage --model %s --num-stages %d --stage-idx %d --layer-start %d "
+               "--layer-end %d --threads %d --listen 0.0.0.0:7000 --next-host %s --next-port "
+               "7000\n",
+               x->name, model_dir, S, s, best->ranges[s].layer_start, best->ranges[s].layer_end,
+               x->dev.threads > 0 ? x->dev.threads : 1, h->host[best->host[(s + 1) % S]].name);
+    }
+done:
+    free(h);
+    free(pl);
+    free(best);
+    free(even);
+    free(prop);
+    free(plan);
+    return code;
+}

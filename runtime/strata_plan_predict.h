@@ -6,6 +6,7 @@
 
 #include "runtime/model/model_config.h"
 #include "runtime/model/perf_model.h"
+#include "runtime/model/perf_place.h"
 #include "runtime/model/stage_plan.h"
 
 struct plan_predict_args {
@@ -13,10 +14,19 @@ struct plan_predict_args {
     struct perf_link link;
     struct perf_options opt;
     int json;
+    const char *hosts;   /* --hosts FILE: choose the placement */
+    enum perf_goal goal; /* --goal latency | throughput */
+    int link_given;      /* --link-* given: they override the hosts file's link */
 };
 
 /* Prints the prediction for `plan` (text, or JSON with --json); an exit code. */
 int plan_print_prediction(const struct model_config *cfg, const struct stage_plan *plan,
                           const struct plan_predict_args *pa);
+
+/* --hosts: the best placement over the hosts file's boxes for the goal, its stages as
+ * strata-stage command lines, and the prediction beside the even and memory-proportional plans
+ * over all the hosts in the file's order; an exit code. */
+int plan_print_placement(const struct model_config *cfg, const struct stage_memory_model *mm,
+                         const char *model_dir, const struct plan_predict_args *pa);
 
 #endif

@@ -169,16 +169,43 @@ static double active_experts(int E, int k, int b) {
     return E * (1.0 - pow(p, b));
 }
 
+double perf_layer_bytes(const struct perf_layers *pl, int l, int rows) {
+    const struct perf_layer *y = &pl->layer[l];
+    return y->dense_bytes + active_experts(y->experts, pl->top_k, rows) * y->expert_bytes;
+}
+
+double perf_layer_matmul_sec(const struct perf_layers *pl, int l, const struct perf_device *d,
+                             double rows) {
+    const double H = pl->hidden, O = (double)pl->heads * pl->head_dim;
+    const struct perf_layer *y = &pl->layer[l];
+    double s = y->p_h / perf_device_gemm_gflops(d, H) + y->p_o / perf_device_gemm_gflops(d, O);
+    if (y->p_i > 0) s += y->p_i / perf_device_gemm_gflops(d, y->k_i);
+    if (y->experts)
+        s += pl->top_k * (y->e_h / perf_device_gemm_gflops(d, H) +
+                          y->e_i / perf_device_gemm_gflops(d, y->k_ei));
+    return 2 * rows * s / 1e9;
+}
+
+double perf_head_matmul_sec(const struct perf_layers *pl, const struct perf_device *d,
+                            double rows) {
+    return 2 * rows * (pl->head_bytes / pl->dtype_bytes) / perf_device_gemm_gflops(d, pl->hidden) /
+           1e9;
+}
+
+double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device *d, double ctx,
+                         double rows, double kv_bytes) {
+    return 2.0 * pl->kv_heads * pl->head_dim * kv_bytes * ctx * rows /
+           ((d->attn_gbps > 0 ? d->attn_gbps : d->read_gbps) * 1e9);
+}
+
 /* The weight bytes one stage's step over `rows` rows reads: every dense tensor of its layers,
  * of a MoE layer the experts the rows route to in expectation, the head on the last stage (the
  * embedding is a gather: no bytes of note). */
 static double stage_bytes(const struct perf_layers *pl, const struct stage_range *r, int last,
                           int rows) {
     double bytes = last ? pl->head_bytes : 0;
-    for (int l = r->layer_start; l < r->layer_end; l++) {
-        const struct perf_layer *y = &pl->layer[l];
-        bytes += y->dense_bytes + active_experts(y->experts, pl->top_k, rows) * y->expert_bytes;
-    }
+    for (int l = r->layer_start; l < r->layer_end; l++)
+        bytes += perf_layer_bytes(pl, l, rows);
     return bytes;
 }
 
@@ -186,20 +213,9 @@ static double stage_bytes(const struct perf_layers *pl, const struct stage_range
  * and, when head_rows > 0, the head over head_rows rows: Σ 2 · params · rows / gemm(K). */
 static double stage_matmul_sec(const struct perf_layers *pl, const struct stage_range *r,
                                const struct perf_device *d, double rows, double head_rows) {
-    const double H = pl->hidden, O = (double)pl->heads * pl->head_dim;
-    double sec = 0;
-    for (int l = r->layer_start; l < r->layer_end; l++) {
-        const struct perf_layer *y = &pl->layer[l];
-        double s = y->p_h / perf_device_gemm_gflops(d, H) + y->p_o / perf_device_gemm_gflops(d, O);
-        if (y->p_i > 0) s += y->p_i / perf_device_gemm_gflops(d, y->k_i);
-        if (y->experts)
-            s += pl->top_k * (y->e_h / perf_device_gemm_gflops(d, H) +
-                              y->e_i / perf_device_gemm_gflops(d, y->k_ei));
-        sec += 2 * rows * s / 1e9;
-    }
-    if (head_rows > 0)
-        sec += 2 * head_rows * (pl->head_bytes / pl->dtype_bytes) / perf_device_gemm_gflops(d, H) /
-               1e9;
+    double sec = head_rows > 0 ? perf_head_matmul_sec(pl, d, head_rows) : 0;
+    for (int l = r->layer_start; l < r->layer_end; l++)
+        sec += perf_layer_matmul_sec(pl, l, d, rows);
     return sec;
 }
 
@@ -210,8 +226,7 @@ static double decode_ms(const struct perf_layers *pl, const struct stage_range *
     if (bytes_out) *bytes_out = bytes;
     double stream = bytes / (d->gemv_gbps * 1e9);
     double compute = stage_matmul_sec(pl, r, d, rows, last ? rows : 0);
-    double kv = 2.0 * (r->layer_end - r->layer_start) * pl->kv_heads * pl->head_dim * kv_bytes *
-                ctx * rows / ((d->attn_gbps > 0 ? d->attn_gbps : d->read_gbps) * 1e9);
+    double kv = (r->layer_end - r->layer_start) * perf_layer_kv_sec(pl, d, ctx, rows, kv_bytes);
     return 1e3 * ((stream > compute ? stream : compute) + kv);
 }
 

@@ -98,6 +98,16 @@ struct perf_layers {
 
 int perf_layers_build(struct perf_layers *pl, const struct model_config *cfg);
 
+/* The pieces of a stage's step (the placement search sums them over layer ranges): layer l's
+ * weight bytes at `rows` rows (MoE: the routed experts), its matmul seconds on d, the head's,
+ * and one layer's KV streaming seconds for rows attending to ctx positions. */
+double perf_layer_bytes(const struct perf_layers *pl, int l, int rows);
+double perf_layer_matmul_sec(const struct perf_layers *pl, int l, const struct perf_device *d,
+                             double rows);
+double perf_head_matmul_sec(const struct perf_layers *pl, const struct perf_device *d, double rows);
+double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device *d, double ctx,
+                         double rows, double kv_bytes);
+
 /* One stage's prediction. */
 struct perf_stage {
     struct stage_range range;

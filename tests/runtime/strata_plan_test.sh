@@ -106,6 +106,23 @@ check predict-profile-count 2 "lists more than the 2 stages" --model "$model" --
 printf '{"read_gbps": 1}' >"$tmp/bad.json"
 check predict-bad-profile 3 '"gemv_gbps" is missing' --model "$model" --stages 2 --predict --profile "$tmp/bad.json"
 check predict-missing-profile 3 "cannot open" --model "$model" --stages 2 --predict --profile "$tmp/none.json"
+# --hosts: the placement over two spec boxes (one fast with little memory), JSON, refusals
+printf '{"name": "fast", "source": "spec", "threads": 16, "read_gbps": 200, "gemv_gbps": 100, "gemm_gflops": 2000}\n' >"$tmp/fast.json"
+printf '{"hosts": [{"name": "slowbox", "profile": "spec.json", "mem": "1G"}, {"name": "fastbox", "profile": "fast.json", "mem": "1G"}], "link": {"latency_us": 500, "gbps": 1}}\n' >"$tmp/hosts.json"
+check hosts 0 "fastbox: strata-stage --model $model --num-stages 1" --model "$model" --hosts "$tmp/hosts.json"
+check hosts-compare 0 "even, all hosts in file order" --model "$model" --hosts "$tmp/hosts.json" --goal throughput --batch 8
+out=$("$plan" --model "$model" --hosts "$tmp/hosts.json" --json 2>&1)
+if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["stages"][0]["host"] == "fastbox" and d["predicted"]["decode_tokens_per_s"] > 0' "$out"; then
+    echo "ok   hosts-json"
+else
+    echo "FAIL hosts-json: $out"; fail=1
+fi
+printf '{"hosts": [{"name": "a", "profile": "spec.json", "mem": "16K"}, {"name": "b", "profile": "fast.json", "mem": "16K"}]}\n' >"$tmp/tiny.json"
+check hosts-no-fit 3 "no placement fits" --model "$model" --hosts "$tmp/tiny.json"
+printf '{"hosts": [{"name": "a"}]}\n' >"$tmp/noprof.json"
+check hosts-bad 3 'needs "name" and "profile"' --model "$model" --hosts "$tmp/noprof.json"
+check hosts-with-stages 2 "--hosts chooses the stages" --model "$model" --hosts "$tmp/hosts.json" --stages 2
+check hosts-goal 2 "--goal wants latency or throughput" --model "$model" --hosts "$tmp/hosts.json" --goal fastest
 if [ -n "${4:-}" ]; then # a measured profile: strata-stage --calibrate on this box
     if "$4" --calibrate --threads 1 --out "$tmp/measured.json" 2>"$tmp/cal.err" &&
         grep -q '"source": "measured"' "$tmp/measured.json"; then

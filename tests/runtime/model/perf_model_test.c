@@ -18,6 +18,8 @@
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/perf_model.h"
+#include "runtime/model/perf_place.h"
+#include "runtime/model/stage_plan.h"
 
 #define NEAR(a, b) assert_true(fabs((a) - (b)) <= 1e-9 * fabs(b) + 1e-12)
 
@@ -149,11 +151,60 @@ static void profile_round_trip_and_refusals(void **state) {
     }
 }
 
+/* Placement: with room on one box, the latency goal keeps the model there (hops only cost);
+ * when no box holds it alone, it splits over the two, the faster box taking the larger share;
+ * a model no set of boxes holds is refused saying how much it needs. */
+static void placement(void **state) {
+    (void)state;
+    struct model_config cfg;
+    assert_int_equal(model_config_parse(&cfg, dense_json, strlen(dense_json), "t"), 0);
+    static struct perf_layers pl;
+    static struct stage_memory_model mm;
+    struct stage_memory_options mo = {2, 128, 1, 16, 0};
+    assert_int_equal(perf_layers_build(&pl, &cfg), 0);
+    assert_int_equal(stage_memory_model_build(&mm, &cfg, NULL, &mo), 0);
+    static struct perf_hosts h;
+    memset(&h, 0, sizeof h);
+    h.n = 2;
+    snprintf(h.host[0].name, sizeof h.host[0].name, "slow");
+    snprintf(h.host[1].name, sizeof h.host[1].name, "fast");
+    h.host[0].dev = device(1.0, 1000.0, 10.0);
+    h.host[1].dev = device(4.0, 4000.0, 40.0);
+    h.host[0].mem_bytes = h.host[1].mem_bytes = 64 << 20;
+    h.link = (struct perf_link){100.0, 1.0};
+    struct perf_options opt = {.batch = 1, .prompt_tokens = 16, .chunk_tokens = 16, .kv_bytes = 2};
+    static struct perf_placement pp;
+    assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
+    assert_int_equal(pp.num_stages, 1);
+    assert_int_equal(pp.host[0], 1); /* the fast box, alone */
+    NEAR(pp.orders_tried, 4.0);      /* 2 singles + 2 orders of both */
+    /* neither holds it alone: both, the fast one with more layers */
+    uint64_t whole;
+    struct stage_range all = {0, 4};
+    perf_place_memory(&whole, &mm, &all, 1);
+    h.host[0].mem_bytes = h.host[1].mem_bytes = whole * 3 / 4;
+    assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
+    assert_int_equal(pp.num_stages, 2);
+    int fast = pp.host[0] == 1 ? 0 : 1;
+    int fast_layers = pp.ranges[fast].layer_end - pp.ranges[fast].layer_start;
+    assert_true(fast_layers >= 2);
+    for (int s = 0; s < 2; s++)
+        assert_true(pp.stage_bytes[s] <= h.host[pp.host[s]].mem_bytes);
+    printf("ok: split over both: %s [%d, %d) + %s [%d, %d), %.1f tokens/s\n",
+           h.host[pp.host[0]].name, pp.ranges[0].layer_start, pp.ranges[0].layer_end,
+           h.host[pp.host[1]].name, pp.ranges[1].layer_start, pp.ranges[1].layer_end,
+           pp.pred.tokens_per_s_1);
+    h.host[0].mem_bytes = h.host[1].mem_bytes = whole / 4;
+    assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), STRATA_ERANGE);
+    printf("ok: refused: %s\n", strata_last_error());
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(dense_decode_and_pipeline),
         cmocka_unit_test(moe_reads_routed_experts),
         cmocka_unit_test(profile_round_trip_and_refusals),
+        cmocka_unit_test(placement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

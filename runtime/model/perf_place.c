@@ -1,0 +1,348 @@
+/* Placement over unequal boxes (see perf_place.h). */
+#include "runtime/model/perf_place.h"
+
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/cli.h"
+#include "runtime/base/status.h"
+
+static int bad(const char *path, const char *what) {
+    return strata_set_error(STRATA_EFORMAT, "%s: %s", path, what);
+}
+
+/* A profile path relative to the hosts file's directory (absolute ones as they are). */
+static void resolve(char *out, size_t cap, const char *hosts_path, const char *profile) {
+    const char *slash = strrchr(hosts_path, '/');
+    if (profile[0] == '/' || !slash)
+        snprintf(out, cap, "%s", profile);
+    else
+        snprintf(out, cap, "%.*s/%s", (int)(slash - hosts_path), hosts_path, profile);
+}
+
+static int load_host(struct perf_host *host, const cJSON *it, const char *path, int i) {
+    const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
+    const cJSON *prof = cJSON_GetObjectItemCaseSensitive(it, "profile");
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(it, "mem");
+    const cJSON *thr = cJSON_GetObjectItemCaseSensitive(it, "threads");
+    char msg[160], file[4096];
+    if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !cJSON_IsString(prof)) {
+        snprintf(msg, sizeof msg, "hosts[%d] needs \"name\" and \"profile\" strings", i);
+        return bad(path, msg);
+    }
+    snprintf(host->name, sizeof host->name, "%s", name->valuestring);
+    resolve(file, sizeof file, path, prof->valuestring);
+    int rc = perf_device_load(&host->dev, file);
+    if (rc) return rc;
+    host->mem_bytes = host->dev.mem_bytes;
+    if (mem &&
+        (!cJSON_IsString(mem) || stage_plan_parse_size(&host->mem_bytes, mem->valuestring))) {
+        snprintf(msg, sizeof msg, "hosts[%d].mem: a size such as \"80G\"", i);
+        return bad(path, msg);
+    }
+    if (thr) {
+        if (!cJSON_IsNumber(thr) || thr->valuedouble < 1 || thr->valuedouble > 4096) {
+            snprintf(msg, sizeof msg, "hosts[%d].threads: 1 to 4096", i);
+            return bad(path, msg);
+        }
+        double f = thr->valuedouble / (host->dev.threads > 0 ? host->dev.threads : 1);
+        struct perf_device *d = &host->dev;
+        d->gemm_gflops *= f;
+        d->attn_gflops *= f;
+        for (int k = 0; k < d->n_k; k++)
+            d->k_gflops[k] *= f;
+        d->gemv_gbps = fmin(d->gemv_gbps * f, d->read_gbps);
+        if (d->attn_gbps > 0) d->attn_gbps = fmin(d->attn_gbps * f, d->read_gbps);
+        d->threads = (int)thr->valuedouble;
+    }
+    if (host->mem_bytes == 0) {
+        snprintf(msg, sizeof msg, "hosts[%d] (%s) has no memory size (\"mem\" or the profile's)", i,
+                 host->name);
+        return bad(path, msg);
+    }
+    return 0;
+}
+
+int perf_hosts_load(struct perf_hosts *h, const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    memset(h, 0, sizeof *h);
+    h->link = (struct perf_link){50, 1.25};
+    int rc = cli_read_file(&text, &len, path);
+    if (rc) return rc;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    const cJSON *hosts = root ? cJSON_GetObjectItemCaseSensitive(root, "hosts") : NULL, *it;
+    if (!cJSON_IsArray(hosts) || cJSON_GetArraySize(hosts) < 1 ||
+        cJSON_GetArraySize(hosts) > PERF_MAX_HOSTS)
+        rc = bad(path, "needs \"hosts\": a list of 1 to 64 hosts");
+    const cJSON *list = rc ? NULL : hosts;
+    cJSON_ArrayForEach(it, list) {
+        if ((rc = load_host(&h->host[h->n], it, path, h->n))) break;
+        h->n++;
+    }
+    const cJSON *link = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "link");
+    if (link) {
+        const cJSON *lat = cJSON_GetObjectItemCaseSensitive(link, "latency_us");
+        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(link, "gbps");
+        if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || lat->valuedouble < 0 ||
+            !(bw->valuedouble > 0))
+            rc = bad(path, "\"link\" needs \"latency_us\" >= 0 and \"gbps\" > 0");
+        else
+            h->link = (struct perf_link){lat->valuedouble, bw->valuedouble};
+    }
+    cJSON_Delete(root);
+    return rc;
+}
+
+void perf_place_memory(uint64_t *bytes, const struct stage_memory_model *mm,
+                       const struct stage_range *ranges, int S) {
+    for (int s = 0; s < S; s++) {
+        uint64_t w = 0;
+        for (int l = ranges[s].layer_start; l < ranges[s].layer_end; l++)
+            w += mm->layer_weight_bytes[l];
+        w += mm->kv_bytes_per_layer * (uint64_t)(ranges[s].layer_end - ranges[s].layer_start);
+        w += mm->workspace_bytes;
+        if (s == 0) w += mm->embed_bytes + mm->vision_bytes;
+        if (s == S - 1) {
+            w += mm->norm_bytes + mm->logits_bytes;
+            if (!(S == 1 && mm->head_is_embed)) w += mm->head_bytes;
+        }
+        bytes[s] = w;
+    }
+}
+
+/* Prefix sums over layers of what a stage's step adds up on one host: matmul seconds, and per
+ * layer the KV seconds and the head's matmul seconds, at 1 row (per host, once) and at the
+ * g = ⌈B / S⌉ rows of the pipeline being tried (per stage of the order, per try). */
+struct host_sums {
+    double c[MODEL_CONFIG_MAX_LAYERS + 1];
+    double kv, head;
+};
+
+struct search {
+    const struct perf_layers *pl;
+    const struct stage_memory_model *mm;
+    const struct perf_hosts *h;
+    enum perf_goal goal;
+    int batch;
+    double ctx, kv_bytes;
+    double b1[MODEL_CONFIG_MAX_LAYERS + 1], bg[MODEL_CONFIG_MAX_LAYERS + 1];
+    uint64_t wpre[MODEL_CONFIG_MAX_LAYERS + 1];
+    struct host_sums *sums;                        /* [h->n], 1 row */
+    struct host_sums gsums[STAGE_PLAN_MAX_STAGES]; /* stage s of the order tried, g rows */
+    double hop1;
+};
+
+static void host_sums_fill(struct host_sums *hs, const struct search *z,
+                           const struct perf_device *d, int rows) {
+    for (int l = 0; l < z->pl->num_layers; l++)
+        hs->c[l + 1] = hs->c[l] + perf_layer_matmul_sec(z->pl, l, d, rows);
+    hs->kv = perf_layer_kv_sec(z->pl, d, z->ctx, rows, z->kv_bytes);
+    hs->head = perf_head_matmul_sec(z->pl, d, rows);
+}
+
+/* Stage s (on host x) over [a, b) at 1 row (*t1) and g rows (*tg), milliseconds. */
+static void stage_cost(const struct search *z, int s, int x, int a, int b, int last, double *t1,
+                       double *tg) {
+    const struct perf_device *d = &z->h->host[x].dev;
+    const struct host_sums *h1 = &z->sums[x], *hg = &z->gsums[s];
+    const double head = last ? z->pl->head_bytes : 0;
+    double s1 = (z->b1[b] - z->b1[a] + head) / (d->gemv_gbps * 1e9);
+    double c1 = h1->c[b] - h1->c[a] + (last ? h1->head : 0);
+    double sg = (z->bg[b] - z->bg[a] + head) / (d->gemv_gbps * 1e9);
+    double cg = hg->c[b] - hg->c[a] + (last ? hg->head : 0);
+    *t1 = 1e3 * (fmax(s1, c1) + (b - a) * h1->kv);
+    *tg = 1e3 * (fmax(sg, cg) + (b - a) * hg->kv);
+}
+
+static int fits(const struct search *z, int x, int a, int b, int s, int S) {
+    const struct stage_memory_model *mm = z->mm;
+    uint64_t w =
+        z->wpre[b] - z->wpre[a] + mm->kv_bytes_per_layer * (uint64_t)(b - a) + mm->workspace_bytes;
+    if (s == 0) w += mm->embed_bytes + mm->vision_bytes;
+    if (s == S - 1) {
+        w += mm->norm_bytes + mm->logits_bytes;
+        if (!(S == 1 && mm->head_is_embed)) w += mm->head_bytes;
+    }
+    return w <= z->h->host[x].mem_bytes;
+}
+
+/* The objective of a finished plan: (primary, secondary) = latency goal: (ms per token, pace);
+ * throughput goal: (pace, ms per token). */
+struct score {
+    double primary, secondary;
+};
+
+static int better(struct score a, struct score b) {
+    return a.primary < b.primary - 1e-12 ||
+           (fabs(a.primary - b.primary) <= 1e-12 && a.secondary < b.secondary - 1e-12);
+}
+
+/* The DP for one host order `order` [S]: the best split, into ranges; INFINITY if none fits. */
+static struct score best_split(struct search *z, const int *order, int S,
+                               struct stage_range *ranges) {
+    const int L = z->pl->num_layers, g = (z->batch + S - 1) / S;
+    for (int l = 0; l < L; l++) /* this pipeline's rows per step */
+        z->bg[l + 1] = z->bg[l] + perf_layer_bytes(z->pl, l, g);
+    for (int s = 0; s < S; s++)
+        host_sums_fill(&z->gsums[s], z, &z->h->host[order[s]].dev, g);
+    /* dp[s][j]: best (sum of t1, max of tg) for stages 0..s owning [0, j), by the goal */
+    static double sum1[STAGE_PLAN_MAX_STAGES][MODEL_CONFIG_MAX_LAYERS + 1];
+    static double maxg[STAGE_PLAN_MAX_STAGES][MODEL_CONFIG_MAX_LAYERS + 1];
+    static int from[STAGE_PLAN_MAX_STAGES][MODEL_CONFIG_MAX_LAYERS + 1];
+    struct score none = {INFINITY, INFINITY};
+    for (int s = 0; s < S; s++)
+        for (int j = 0; j <= L; j++)
+            sum1[s][j] = maxg[s][j] = INFINITY;
+    for (int s = 0; s < S; s++) {
+        const int last = s == S - 1;
+        for (int j = s + 1; j <= L - (S - 1 - s); j++) {
+            if (last && j != L) continue;
+            for (int i = s; i < j; i++) {
+                if (s == 0 && i != 0) break;
+                double p1 = s ? sum1[s - 1][i] : 0, pg = s ? maxg[s - 1][i] : 0;
+                if (!isfinite(p1) || !fits(z, order[s], i, j, s, S)) continue;
+                double t1, tg;
+                stage_cost(z, s, order[s], i, j, last, &t1, &tg);
+                struct score cand = {p1 + t1, fmax(pg, tg)}, cur = {sum1[s][j], maxg[s][j]};
+                if (z->goal == PERF_GOAL_THROUGHPUT) {
+                    cand = (struct score){fmax(pg, tg), p1 + t1};
+                    cur = (struct score){maxg[s][j], sum1[s][j]};
+                }
+                if (better(cand, cur)) {
+                    sum1[s][j] = p1 + t1;
+                    maxg[s][j] = fmax(pg, tg);
+                    from[s][j] = i;
+                }
+            }
+        }
+    }
+    if (!isfinite(sum1[S - 1][L])) return none;
+    for (int s = S - 1, j = L; s >= 0; s--) {
+        ranges[s] = (struct stage_range){from[s][j], j};
+        j = from[s][j];
+    }
+    const int hops = S > 1 ? S : 0;
+    double latency = sum1[S - 1][L] + hops * z->hop1;
+    double pace = maxg[S - 1][L] * S; /* ms per B tokens: the pipeline's steady state */
+    return z->goal == PERF_GOAL_THROUGHPUT ? (struct score){pace, latency}
+                                           : (struct score){latency, pace};
+}
+
+struct walk {
+    struct search *z;
+    struct perf_placement *best;
+    struct score best_score;
+    int order[PERF_PLACE_EXACT_HOSTS], used[PERF_MAX_HOSTS];
+};
+
+static void try_order(struct walk *w, int S) {
+    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+    struct score sc = best_split(w->z, w->order, S, ranges);
+    w->best->orders_tried++;
+    if (!isfinite(sc.primary) || !better(sc, w->best_score)) return;
+    w->best_score = sc;
+    w->best->num_stages = S;
+    memcpy(w->best->host, w->order, sizeof(int) * (size_t)S);
+    memcpy(w->best->ranges, ranges, sizeof(struct stage_range) * (size_t)S);
+}
+
+/* Every ordered subset of the hosts (depth-first), each tried as a pipeline. */
+static void permute(struct walk *w, int depth, int max_depth) {
+    if (depth > 0 && depth <= w->z->pl->num_layers) try_order(w, depth);
+    if (depth == max_depth) return;
+    for (int x = 0; x < w->z->h->n; x++) {
+        if (w->used[x]) continue;
+        w->used[x] = 1;
+        w->order[depth] = x;
+        permute(w, depth + 1, max_depth);
+        w->used[x] = 0;
+    }
+}
+
+int perf_place(struct perf_placement *out, const struct perf_layers *pl,
+               const struct stage_memory_model *mm, const struct perf_hosts *h,
+               const struct perf_options *opt, enum perf_goal goal) {
+    memset(out, 0, sizeof *out);
+    if (h->n < 1) return strata_set_error(STRATA_EINVAL, "placement: no hosts");
+    struct search *z = calloc(1, sizeof *z);
+    struct walk *w = calloc(1, sizeof *w);
+    if (z) z->sums = calloc((size_t)h->n, sizeof *z->sums);
+    if (!z || !w || !z->sums) {
+        if (z) free(z->sums);
+        free(z);
+        free(w);
+        return strata_set_error(STRATA_ENOMEM, "placement: out of memory");
+    }
+    const int L = pl->num_layers, B = opt->batch > 0 ? opt->batch : 1;
+    const double ctx = opt->context_tokens > 0 ? opt->context_tokens
+                                               : (opt->prompt_tokens > 0 ? opt->prompt_tokens : 1);
+    const double kvb = opt->kv_bytes > 0 ? opt->kv_bytes : 2;
+    struct host_sums *sums = z->sums;
+    memset(z, 0, sizeof *z);
+    z->pl = pl;
+    z->mm = mm;
+    z->h = h;
+    z->goal = goal;
+    z->batch = B;
+    z->ctx = ctx;
+    z->kv_bytes = kvb;
+    z->sums = sums;
+    for (int l = 0; l < L; l++) {
+        z->b1[l + 1] = z->b1[l] + perf_layer_bytes(pl, l, 1);
+        z->wpre[l + 1] = z->wpre[l] + mm->layer_weight_bytes[l];
+    }
+    for (int x = 0; x < h->n; x++)
+        host_sums_fill(&z->sums[x], z, &h->host[x].dev, 1);
+    z->hop1 = h->link.latency_us / 1e3 + 1e3 * pl->hidden * 4.0 / (h->link.gbps * 1e9);
+    w->z = z;
+    w->best = out;
+    w->best_score = (struct score){INFINITY, INFINITY};
+    if (h->n <= PERF_PLACE_EXACT_HOSTS) {
+        permute(w, 0, h->n);
+    } else { /* the given order, every prefix */
+        for (int S = 1; S <= h->n && S <= L && S <= STAGE_PLAN_MAX_STAGES; S++) {
+            int order[STAGE_PLAN_MAX_STAGES];
+            for (int s = 0; s < S; s++)
+                order[s] = s;
+            struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+            struct score sc = best_split(z, order, S, ranges);
+            out->orders_tried++;
+            if (isfinite(sc.primary) && better(sc, w->best_score)) {
+                w->best_score = sc;
+                out->num_stages = S;
+                memcpy(out->host, order, sizeof(int) * (size_t)S);
+                memcpy(out->ranges, ranges, sizeof(struct stage_range) * (size_t)S);
+            }
+        }
+    }
+    int rc = 0;
+    if (out->num_stages == 0) {
+        uint64_t total = 0, have = 0;
+        struct stage_range all = {0, L};
+        perf_place_memory(&total, mm, &all, 1);
+        for (int x = 0; x < h->n; x++)
+            have += h->host[x].mem_bytes;
+        char need[32], got[32];
+        stage_plan_format_size(need, sizeof need, total);
+        stage_plan_format_size(got, sizeof got, have);
+        rc = strata_set_error(STRATA_ERANGE,
+                              "no placement fits: the model needs about %s (weights, KV at "
+                              "--max-seq x --batch, workspace), the %d host(s) have %s in all",
+                              need, h->n, got);
+    } else {
+        struct perf_device devs[STAGE_PLAN_MAX_STAGES];
+        for (int s = 0; s < out->num_stages; s++)
+            devs[s] = h->host[out->host[s]].dev;
+        perf_place_memory(out->stage_bytes, mm, out->ranges, out->num_stages);
+        rc = perf_predict(&out->pred, pl, out->ranges, out->num_stages, devs, &h->link, opt);
+    }
+    free(z->sums);
+    free(z);
+    free(w);
+    return rc;
+}

@@ -1,0 +1,63 @@
+/* Placement over unequal boxes: which hosts run stages, in which order, with which layers, under
+ * their memory, for the fastest decode by the performance model (perf_model.h).
+ *
+ * Hosts file (JSON; profile paths relative to the file):
+ *   {"hosts": [{"name": "a", "profile": "a.json", "mem": "80G", "threads": 16}, ...],
+ *    "link": {"latency_us": 200, "gbps": 10}}
+ * `mem` (K/M/G/T sizes) overrides the profile's memory; `threads`, when it differs from the
+ * profile's, scales its matmul and attention rates linearly (the streaming rate too, up to the
+ * read bandwidth) — an estimate: calibrate at the thread count that will run when you can.
+ *
+ * The search is exact where the space is small: every ordered subset of at most
+ * PERF_PLACE_EXACT_HOSTS hosts (a box may stay idle: a slow one costs more than it adds), and
+ * for each the dynamic program over contiguous layer splits whose stages fit their hosts'
+ * memory (weights + KV + workspace, stage_plan.h's accounting). Goal latency minimises one
+ * token's time at batch 1 (every stage's step plus the hops); goal throughput minimises the
+ * slowest stage's step at the batch's rows per stage (the pipeline's pace), then the latency.
+ * With more hosts only their given order is searched (all of them, then each prefix). */
+#ifndef STRATA_RUNTIME_MODEL_PERF_PLACE_H
+#define STRATA_RUNTIME_MODEL_PERF_PLACE_H
+
+#include "runtime/model/perf_model.h"
+#include "runtime/model/stage_plan.h"
+
+#define PERF_MAX_HOSTS 64
+#define PERF_PLACE_EXACT_HOSTS 6
+
+struct perf_host {
+    char name[64];
+    struct perf_device dev; /* mem and threads overrides applied */
+    uint64_t mem_bytes;
+};
+
+struct perf_hosts {
+    int n;
+    struct perf_host host[PERF_MAX_HOSTS];
+    struct perf_link link;
+};
+
+/* Reads the hosts file and every profile it names. STRATA_EFORMAT names the bad field. */
+int perf_hosts_load(struct perf_hosts *h, const char *path);
+
+enum perf_goal { PERF_GOAL_LATENCY = 0, PERF_GOAL_THROUGHPUT = 1 };
+
+struct perf_placement {
+    int num_stages;
+    int host[STAGE_PLAN_MAX_STAGES]; /* index into the hosts file, stage order */
+    struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
+    uint64_t stage_bytes[STAGE_PLAN_MAX_STAGES]; /* memory each stage needs */
+    struct perf_prediction pred;
+    double orders_tried;
+};
+
+/* The best placement for `goal`, or STRATA_ERANGE when no ordered subset of hosts can hold the
+ * model (the message says how much it needs). */
+int perf_place(struct perf_placement *out, const struct perf_layers *pl,
+               const struct stage_memory_model *mm, const struct perf_hosts *h,
+               const struct perf_options *opt, enum perf_goal goal);
+
+/* The stages' memory for given hosts and ranges (checks nothing). */
+void perf_place_memory(uint64_t *bytes, const struct stage_memory_model *mm,
+                       const struct stage_range *ranges, int num_stages);
+
+#endif
