@@ -61,26 +61,28 @@ void vision_normalize_lut(float lut[256], const struct vision_preproc_config *cf
     }
 }
 
-/* §7: rows (grid_t, grid_h/M, grid_w/M, M, M), columns (C, T, P, P); the still image fills
- * every temporal slot. */
-static void patchify(float *pv, const struct image_rgb8 *img, const float lut[3][256], int P, int M,
-                     int T) {
-    int gh = img->height / P, gw = img->width / P;
+void vision_patchify(float *pv, const struct image_rgb8 *frames, int n, const float lut[3][256],
+                     int P, int M, int T, int64_t gt) {
+    const int W = frames[0].width, gh = frames[0].height / P, gw = W / P;
     size_t k = 0;
-    for (int bh = 0; bh < gh / M; bh++)
-        for (int bw = 0; bw < gw / M; bw++)
-            for (int mh = 0; mh < M; mh++)
-                for (int mw = 0; mw < M; mw++) {
-                    int y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
-                    for (int c = 0; c < 3; c++)
-                        for (int t = 0; t < T; t++)
-                            for (int py = 0; py < P; py++) {
-                                const uint8_t *s =
-                                    img->data + ((size_t)(y0 + py) * img->width + x0) * 3 + c;
-                                for (int px = 0; px < P; px++)
-                                    pv[k++] = lut[c][s[px * 3]];
+    for (int64_t t = 0; t < gt; t++)
+        for (int bh = 0; bh < gh / M; bh++)
+            for (int bw = 0; bw < gw / M; bw++)
+                for (int mh = 0; mh < M; mh++)
+                    for (int mw = 0; mw < M; mw++) {
+                        int y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
+                        for (int c = 0; c < 3; c++)
+                            for (int s = 0; s < T; s++) {
+                                int64_t f = t * T + s;
+                                const uint8_t *base = frames[f < n ? f : n - 1].data;
+                                for (int py = 0; py < P; py++) {
+                                    const uint8_t *src =
+                                        base + ((size_t)(y0 + py) * W + x0) * 3 + c;
+                                    for (int px = 0; px < P; px++)
+                                        pv[k++] = lut[c][src[px * 3]];
+                                }
                             }
-                }
+                    }
 }
 
 static int resize_target(int64_t *th, int64_t *tw, const struct vision_preproc_config *cfg,
@@ -130,7 +132,7 @@ int vision_preprocess(struct vision_pixels *out, const struct vision_preproc_con
     float lut[3][256];
     for (int c = 0; c < 3; c++)
         vision_normalize_lut(lut[c], cfg, c);
-    patchify(out->pixel_values, &resized, (const float(*)[256])lut, P, M, T);
+    vision_patchify(out->pixel_values, &resized, 1, (const float(*)[256])lut, P, M, T, 1);
     image_rgb8_free(&resized);
     return STRATA_OK;
 }

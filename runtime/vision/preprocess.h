@@ -84,6 +84,13 @@ int vision_preprocess(struct vision_pixels *out, const struct vision_preproc_con
 
 void vision_pixels_free(struct vision_pixels *px);
 
+/* Patchify (spec §7) of n resized frames into pv: rows (t, h/M, w/M, M, M), columns (C, T, P,
+ * P) over gt temporal patches, temporal slot s of patch t being frame t * T + s, the last frame
+ * standing in for missing ones — a still image (n = 1, gt = 1) fills every slot, an odd frame
+ * count repeats the last (the video processor's padding). */
+void vision_patchify(float *pv, const struct image_rgb8 *frames, int n, const float lut[3][256],
+                     int P, int M, int T, int64_t gt);
+
 /* u8 -> f32 for channel c exactly as torch computes it (spec §6): the table both the image
  * and the video path normalise with. */
 void vision_normalize_lut(float lut[256], const struct vision_preproc_config *cfg, int c);

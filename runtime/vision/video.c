@@ -180,37 +180,48 @@ static double stream_seconds(int64_t pts, AVRational tb) {
     return strtod(text, NULL);
 }
 
+/* The next packet of `stream` that counts (torchcodec skips AV_PKT_FLAG_DISCARD) into pkt:
+ * 1, 0 at the end, a status when the container is corrupt or truncated. Other streams'
+ * packets are dropped on the way. */
+static int next_packet(AVFormatContext *fc, AVPacket *pkt, int stream) {
+    char err[128];
+    for (;;) {
+        int r = av_read_frame(fc, pkt);
+        if (r == AVERROR_EOF) return 0;
+        if (r < 0)
+            return strata_set_error(STRATA_EFORMAT, "the video is corrupt or truncated (%s)",
+                                    av_msg(r, err, sizeof err));
+        if (pkt->stream_index == stream && !(pkt->flags & AV_PKT_FLAG_DISCARD)) return 1;
+        av_packet_unref(pkt);
+    }
+}
+
 /* Every packet of the stream, as torchcodec's exact-mode scan counts them. */
 static int scan(struct video *v, AVFormatContext *fc, int stream) {
     AVPacket *pkt = av_packet_alloc();
     int64_t begin = INT64_MAX, end = INT64_MIN, n = 0, cap = 0;
     int rc = pkt ? 0 : strata_set_error(STRATA_ENOMEM, "out of memory scanning the video");
-    char err[128];
     while (rc == 0) {
-        int r = av_read_frame(fc, pkt);
-        if (r == AVERROR_EOF) break;
-        if (r < 0) {
-            rc = strata_set_error(STRATA_EFORMAT, "the video is corrupt or truncated (%s)",
-                                  av_msg(r, err, sizeof err));
+        int r = next_packet(fc, pkt, stream);
+        if (r <= 0) {
+            rc = r;
             break;
         }
-        if (pkt->stream_index == stream && !(pkt->flags & AV_PKT_FLAG_DISCARD)) {
-            int64_t pts = pkt->pts == AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
-            if (pts < begin) begin = pts;
-            if (pts + pkt->duration > end) end = pts + pkt->duration;
-            if (n == v->lim.max_frames) {
-                rc = strata_set_error(STRATA_ERANGE, "the video has more than %lld frames",
-                                      (long long)v->lim.max_frames);
-            } else if (n == cap) {
-                cap = cap ? 2 * cap : 256;
-                int64_t *grown = realloc(v->pts, (size_t)cap * sizeof *grown);
-                if (!grown)
-                    rc = strata_set_error(STRATA_ENOMEM, "out of memory scanning");
-                else
-                    v->pts = grown;
-            }
-            if (rc == 0) v->pts[n++] = pts;
+        int64_t pts = pkt->pts == AV_NOPTS_VALUE ? pkt->dts : pkt->pts;
+        if (pts < begin) begin = pts;
+        if (pts + pkt->duration > end) end = pts + pkt->duration;
+        if (n == v->lim.max_frames) {
+            rc = strata_set_error(STRATA_ERANGE, "the video has more than %lld frames",
+                                  (long long)v->lim.max_frames);
+        } else if (n == cap) {
+            cap = cap ? 2 * cap : 256;
+            int64_t *grown = realloc(v->pts, (size_t)cap * sizeof *grown);
+            if (!grown)
+                rc = strata_set_error(STRATA_ENOMEM, "out of memory scanning");
+            else
+                v->pts = grown;
         }
+        if (rc == 0) v->pts[n++] = pts;
         av_packet_unref(pkt);
     }
     av_packet_free(&pkt);
@@ -383,22 +394,18 @@ int video_decode_each(struct video *v, const int64_t *indices, int n, video_fram
                                   av_msg(r, err, sizeof err));
     }
     while (rc == 0 && d.next < n) {
-        int r = av_read_frame(fc, pkt);
-        if (r == AVERROR_EOF) break;
-        if (r < 0) {
-            rc = strata_set_error(STRATA_EFORMAT, "the video is corrupt or truncated (%s)",
-                                  av_msg(r, err, sizeof err));
+        int r = next_packet(fc, pkt, stream);
+        if (r <= 0) {
+            rc = r;
             break;
         }
-        if (pkt->stream_index == stream && !(pkt->flags & AV_PKT_FLAG_DISCARD)) {
-            r = avcodec_send_packet(cc, pkt);
-            if (r < 0 && r != AVERROR(EAGAIN))
-                rc = strata_set_error(STRATA_EFORMAT,
-                                      "the video's data is corrupt after %lld frames (%s)",
-                                      (long long)d.decoded, av_msg(r, err, sizeof err));
-            else
-                rc = drain(v, &d, cc, f);
-        }
+        r = avcodec_send_packet(cc, pkt);
+        if (r < 0 && r != AVERROR(EAGAIN))
+            rc = strata_set_error(STRATA_EFORMAT,
+                                  "the video's data is corrupt after %lld frames (%s)",
+                                  (long long)d.decoded, av_msg(r, err, sizeof err));
+        else
+            rc = drain(v, &d, cc, f);
         av_packet_unref(pkt);
     }
     if (rc == 0 && d.next < n) { /* the decoder's delayed frames */

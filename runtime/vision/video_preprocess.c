@@ -89,32 +89,6 @@ void vision_video_timestamp_text(char *out, size_t n, double seconds) {
     snprintf(out, n, "<%.1f seconds>", seconds);
 }
 
-/* Rows (t, h/M, w/M, M, M), columns (C, Tp, P, P); temporal slot s of block t is frame
- * t * Tp + s, the last frame standing in for missing ones (the processor's padding). */
-static void patchify(float *pv, const struct image_rgb8 *frames, int n, const float lut[3][256],
-                     int P, int M, int T, int64_t gt) {
-    const int W = frames[0].width, gh = frames[0].height / P, gw = W / P;
-    size_t k = 0;
-    for (int64_t t = 0; t < gt; t++)
-        for (int bh = 0; bh < gh / M; bh++)
-            for (int bw = 0; bw < gw / M; bw++)
-                for (int mh = 0; mh < M; mh++)
-                    for (int mw = 0; mw < M; mw++) {
-                        int y0 = (bh * M + mh) * P, x0 = (bw * M + mw) * P;
-                        for (int c = 0; c < 3; c++)
-                            for (int s = 0; s < T; s++) {
-                                int64_t f = t * T + s;
-                                const uint8_t *base = frames[f < n ? f : n - 1].data;
-                                for (int py = 0; py < P; py++) {
-                                    const uint8_t *src =
-                                        base + ((size_t)(y0 + py) * W + x0) * 3 + c;
-                                    for (int px = 0; px < P; px++)
-                                        pv[k++] = lut[c][src[px * 3]];
-                                }
-                            }
-                    }
-}
-
 /* The resize target of n frames of w x h (smart_resize, or the frame itself when do_resize is
  * off and it divides into patches). */
 static int resize_target(int64_t *th, int64_t *tw, const struct vision_video_config *cfg, int n,
@@ -159,7 +133,7 @@ static int patch_frames(struct vision_video *out, const struct vision_video_conf
     float lut[3][256];
     for (int c = 0; c < 3; c++)
         vision_normalize_lut(lut[c], pc, c);
-    patchify(out->pixel_values, frames, n, (const float(*)[256])lut, P, M, T, gt);
+    vision_patchify(out->pixel_values, frames, n, (const float(*)[256])lut, P, M, T, gt);
     return STRATA_OK;
 }
 

@@ -125,34 +125,10 @@ def ensure_video(path, spec):
 
 
 def write_tokenizer(out_dir):
-    """tests/pipeline/vl_chat_tokenizer.py's recipe: the real Qwen3 tokenizer squeezed into the
-    golden model's 512 ids (256 byte tokens, the first merges that fit, specials at 500..511)."""
-    t = json.load(open(QWEN3_TOKENIZER))
-    real = t["model"]["vocab"]
-    vocab = {tok: i for tok, i in real.items() if i < 256}
-    specials = {500: "<|image_pad|>", 501: "<|video_pad|>", 502: "<|vision_start|>",
-                503: "<|vision_end|>", 504: "<|endoftext|>", 505: "<|im_start|>", 506: "<think>",
-                507: "</think>", 508: "<|vision_pad|>", 509: "<tool_call>", 510: "</tool_call>",
-                511: "<|im_end|>"}
-    free_ids = [i for i in range(256, 512) if i not in specials]
-    merges = []
-    for m in t["model"]["merges"]:
-        a, b = m if isinstance(m, list) else m.split(" ", 1)
-        if a in vocab and b in vocab and a + b not in vocab:
-            vocab[a + b] = free_ids[len(merges)]
-            merges.append([a, b])
-            if len(merges) == len(free_ids):
-                break
-    t["model"]["vocab"] = vocab
-    t["model"]["merges"] = merges
-    t["added_tokens"] = [{"id": i, "content": c, "single_word": False, "lstrip": False,
-                          "rstrip": False, "normalized": False, "special": True}
-                         for i, c in sorted(specials.items())]
-    t["post_processor"] = None
-    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
-        json.dump(t, f)
-    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
-        json.dump({"eos_token": "<|im_end|>"}, f)
+    """The real Qwen3 tokenizer squeezed into the golden model's 512 ids (256 byte tokens, the
+    first merges that fit, specials at 500..511): tests/pipeline/vl_chat_tokenizer.py's, run."""
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests/pipeline/vl_chat_tokenizer.py"),
+                    QWEN3_TOKENIZER, out_dir], check=True)
     return Qwen2TokenizerFast(tokenizer_file=os.path.join(out_dir, "tokenizer.json"),
                               eos_token="<|im_end|>")
 

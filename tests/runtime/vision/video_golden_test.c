@@ -17,23 +17,15 @@
 #include <cjson/cJSON.h>
 #include <cmocka.h>
 
+#include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/vision/video.h"
 #include "runtime/vision/video_preprocess.h"
 #include "tests/test_util.h"
 
 static char *slurp(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    if (!f) fail_msg("cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = 0;
-    fclose(f);
-    *len = (size_t)n;
+    char *buf = NULL;
+    if (cli_read_file(&buf, len, path)) fail_msg("%s", strata_last_error());
     return buf;
 }
 
