@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
 # Prediction benchmark (not a test): the performance model (runtime/model/perf_model.h) against
-# real strata-stage processes on loopback. For each configuration — a random-weight Qwen3
-# checkpoint (strata-stage-bench make-model: H 1024 x 8 layers, ~200 MB, and H 1536 x 8, ~430
-# MB), 1 or 2 stages (--split even), 1 or 2 threads per stage — it calibrates the box once per
-# thread count (strata-stage --calibrate), asks strata-plan --predict --json for decode tokens/s
-# and time to first token, runs the same plan (one request: a BENCH_PROMPT_TOKENS-token prompt,
-# default 128, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs,
-# default 3) and prints predicted, measured and the error.
-# Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
+# real strata-stage processes. Twelve configurations:
+#   - loopback: a random-weight Qwen3 checkpoint (strata-stage-bench make-model: H 1024 x 8
+#     layers, ~200 MB, and H 1536 x 8, ~430 MB) on 1 stage at 1 and 2 threads, 2 stages at 1
+#     thread each, and 2 unequal stages (2 threads, then 1: unequal boxes, each with the profile
+#     of its thread count);
+#   - network-namespace hosts (root; tests/pipeline/netns_lib.sh), the H 1024 model on 2 and 4
+#     stages, 1 thread each, every link delayed 1 and 5 ms one way (tc netem, else the tun_link
+#     emulator), predicted with that latency; the client's link is delayed too, which adds two
+#     delays to the measured time to first token and is added to the prediction.
+# It calibrates the box once per thread count (strata-stage --calibrate), asks strata-plan
+# --predict --json for decode tokens/s and time to first token, runs the same plan (one request:
+# a BENCH_PROMPT_TOKENS-token prompt, default 128, new for every run so that no prefix is
+# cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs, default 3)
+# and prints predicted, measured and the error.
+# Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, BENCH_DELAYS_MS (default "1 5"),
+# STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
 set -u
 cd "$(dirname "$0")/.."
 . tools/bench_build.sh
-bench_build //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench //runtime:strata-plan
+bench_build //runtime:strata-stage //runtime:strata-client //runtime:strata-stage-bench //runtime:strata-plan \
+    //tests/pipeline:tun_link
 . tests/pipeline/pipeline_lib.sh
 pl_init
 BENCH="$STRATA_BIN_DIR/runtime/strata-stage-bench"
@@ -41,42 +50,84 @@ for T in 1 2; do
 done
 echo "prediction benchmark: $(nproc) cores, prompt $P tokens, $N generated, median of $R; profiles:"
 for T in 1 2; do echo "  $T thread(s): $(tr -d '\n' <"${profile[$T]}")"; done
-printf "%-22s %-8s %-7s %12s %12s %7s %12s %12s %7s\n" model stages threads "pred tok/s" \
+printf "%-16s %-8s %-10s %-8s %12s %12s %7s %12s %12s %7s\n" model stages threads link "pred tok/s" \
     "meas tok/s" error "pred TTFT ms" "meas TTFT ms" error
 worst=0
+# measure TAG S CLIENT_FN: BENCH_REPEAT requests through the running pipeline; sets mt, mf.
+measure() {
+    local tag=$1 S=$2 client=$3 r line rates="" ttfts=""
+    run=$((run + 1))
+    "$client" "$tag" --prompt "$(prompt_for "$run")" --max-tokens 4 --quiet --insecure >/dev/null 2>&1 ||
+        pl_fail "warm-up of $tag failed"
+    for ((r = 0; r < R; r++)); do
+        run=$((run + 1))
+        "$client" "$tag" --prompt "$(prompt_for "$run")" --max-tokens "$N" --quiet --insecure \
+            >"$PL_WORK/run" 2>&1 || pl_fail "$tag: $(cat "$PL_WORK/run")"
+        line=$(grep '^request 0: ' "$PL_WORK/run" | tail -1)
+        rates="$rates $(echo "$line" | sed -n 's/.* \([0-9.]*\) tokens\/s$/\1/p')"
+        ttfts="$ttfts $(echo "$line" | sed -n 's/.*first token \([0-9.]*\) ms.*/\1/p')"
+    done
+    mt=$(echo "$rates" | median)
+    mf=$(echo "$ttfts" | median)
+}
+# report MODEL S PROFILES LINK_US LABEL THREADS EXTRA_TTFT_MS: predicts and prints one row.
+report() {
+    local m=$1 S=$2 prof=$3 lat=$4 label=$5 threads=$6 extra=$7 H pt pf et ef
+    H=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$m/config.json")
+    "$PLAN" --model "$m" --stages "$S" --predict --profile "$prof" --prompt-tokens "$P" \
+        --chunk "$CHUNK" --kv-bytes 2 --link-latency-us "$lat" --link-gbps 5 --json >"$PL_WORK/pred" ||
+        pl_fail "strata-plan --predict for $label"
+    pt=$(json_num "$PL_WORK/pred" decode_tokens_per_s)
+    pf=$(awk -v t="$(json_num "$PL_WORK/pred" ttft_ms)" -v e="$extra" 'BEGIN { print t + e }')
+    et=$(awk -v p="$pt" -v m="$mt" 'BEGIN { printf "%+.0f%%", 100 * (p - m) / m }')
+    ef=$(awk -v p="$pf" -v m="$mf" 'BEGIN { printf "%+.0f%%", 100 * (p - m) / m }')
+    worst=$(awk -v w="$worst" -v a="$et" -v b="$ef" 'BEGIN { a += 0; b += 0; if (a < 0) a = -a;
+        if (b < 0) b = -b; m = a > b ? a : b; print (m > w ? m : w) }')
+    printf "%-16s %-8s %-10s %-8s %12.1f %12.1f %7s %12.1f %12.1f %7s\n" "H$H x 8" "$S" "$threads" \
+        "$label" "$pt" "$mt" "$et" "$pf" "$mf" "$ef"
+}
 for m in "${models[@]}"; do
     H=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$m/config.json")
-    for cfg in "1 1" "1 2" "2 1"; do
+    for cfg in "1 1" "1 2" "2 1" "2 2,1"; do
         read -r S T <<<"$cfg"
-        tag="p${H}s${S}t${T}"
-        pl_start_pipeline "$tag" "$S" "$m" --threads "$T" --max-seq 512 --max-batch 4 --split even \
-            --chunk-size "$CHUNK" --insecure
-        run=$((run + 1))
-        pl_client "$tag" --prompt "$(prompt_for "$run")" --max-tokens 4 --quiet --insecure >/dev/null 2>&1 ||
-            pl_fail "warm-up of $tag failed"
-        rates="" ttfts=""
-        for ((r = 0; r < R; r++)); do
-            run=$((run + 1))
-            pl_client "$tag" --prompt "$(prompt_for "$run")" --max-tokens "$N" --quiet --insecure >"$PL_WORK/run" 2>&1 ||
-                pl_fail "$tag: $(cat "$PL_WORK/run")"
-            line=$(grep '^request 0: ' "$PL_WORK/run" | tail -1)
-            rates="$rates $(echo "$line" | sed -n 's/.* \([0-9.]*\) tokens\/s$/\1/p')"
-            ttfts="$ttfts $(echo "$line" | sed -n 's/.*first token \([0-9.]*\) ms.*/\1/p')"
-        done
+        tag="p${H}s${S}t${T//,/}"
+        if [ "$T" = "2,1" ]; then # unequal: stage 0 at 2 threads, stage 1 at 1
+            for r in 0 1; do
+                pl_start_stage "$tag" 2 "$r" "$m" --threads $((2 - r)) --max-seq 512 --max-batch 4 \
+                    --split even --chunk-size "$CHUNK" --insecure
+            done
+            pl_wait_ready "$tag" 2
+            prof="${profile[2]},${profile[1]}"
+        else
+            pl_start_pipeline "$tag" "$S" "$m" --threads "$T" --max-seq 512 --max-batch 4 --split even \
+                --chunk-size "$CHUNK" --insecure
+            prof="${profile[$T]}"
+        fi
+        measure "$tag" "$S" pl_client
         pl_stop_pipeline "$tag" "$S"
-        "$PLAN" --model "$m" --stages "$S" --predict --profile "${profile[$T]}" --prompt-tokens "$P" \
-            --chunk "$CHUNK" --kv-bytes 2 --link-latency-us 50 --link-gbps 5 --json >"$PL_WORK/pred" ||
-            pl_fail "strata-plan --predict for $tag"
-        pt=$(json_num "$PL_WORK/pred" decode_tokens_per_s)
-        pf=$(json_num "$PL_WORK/pred" ttft_ms)
-        mt=$(echo "$rates" | median)
-        mf=$(echo "$ttfts" | median)
-        et=$(awk -v p="$pt" -v m="$mt" 'BEGIN { printf "%+.0f%%", 100 * (p - m) / m }')
-        ef=$(awk -v p="$pf" -v m="$mf" 'BEGIN { printf "%+.0f%%", 100 * (p - m) / m }')
-        worst=$(awk -v w="$worst" -v a="$et" -v b="$ef" 'BEGIN { a += 0; b += 0; if (a < 0) a = -a;
-            if (b < 0) b = -b; m = a > b ? a : b; print (m > w ? m : w) }')
-        printf "%-22s %-8s %-7s %12.1f %12.1f %7s %12.1f %12.1f %7s\n" "H$H x 8 layers" "$S" "$T" \
-            "$pt" "$mt" "$et" "$pf" "$mf" "$ef"
+        report "$m" "$S" "$prof" 50 loopback "$T" 0
     done
 done
+
+# Network-namespace hosts with delayed links (root only).
+if [ "$(id -u)" != 0 ]; then
+    echo "(links: skipped, network namespaces need root)"
+else
+    . tests/pipeline/netns_lib.sh
+    nl_init 4
+    nl_client_for() { shift; nl_client "$@"; } # measure's CLIENT_FN: drop the tag
+    m=${models[0]}
+    for delay in ${BENCH_DELAYS_MS:-1 5}; do
+        nl_delay_all "$delay" 0 1 2 3 c
+        for S in 2 4; do
+            tag="n${S}d${delay//./}"
+            nl_start_pipeline "$tag" "$S" "$m" --threads 1 --max-seq 512 --max-batch 4 --split even \
+                --chunk-size "$CHUNK" --insecure
+            measure "$tag" "$S" nl_client_for
+            pl_stop_pipeline "$tag" "$S"
+            report "$m" "$S" "${profile[1]}" "$(awk -v d="$delay" 'BEGIN { print d * 1000 }')" \
+                "${delay} ms" 1 "$(awk -v d="$delay" 'BEGIN { print 2 * d }')"
+        done
+    done
+fi
 echo "worst error: ${worst}% (goal: within 10% on a quiet host)"

@@ -49,18 +49,7 @@ nl_tun_available >/dev/null 2>&1 || [ "$mech" = "tc netem" ] ||
     nl_skip "no netem and no /dev/net/tun: $(cat "$PL_WORK/tun.err")"
 
 # links DELAY_MS: every host's link (the client's too) delayed DELAY_MS one way.
-links() {
-    local h
-    if [ "$mech" = "tc netem" ]; then
-        for h in 0 1 2 3 c; do nl_netem "$h" delay "${1}ms"; done
-    else
-        if [ -n "${NL_TUN_LINK_PID:-}" ]; then # another delay: a new emulator, new devices
-            nl_tun_link_stop
-            for h in 0 1 2 3 c; do ip -n "$(nl_host_ns_of "$h")" link del tun0; done
-        fi
-        nl_tun_link_start "$(awk -v d="$1" 'BEGIN { printf "%d", d * 1000 }')" 0 0 1 0 1 2 3 c
-    fi
-}
+links() { nl_delay_all "$1" 0 1 2 3 c; }
 
 rate() { sed -n 's/^request 0: .* \([0-9.]*\) tokens\/s$/\1/p' "$1"; }
 # accepted DRAFTED: stage 0's line for the last finished request.

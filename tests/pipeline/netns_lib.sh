@@ -175,6 +175,23 @@ nl_client() {
         --timeout-ms 20000 $(pl_security_default "$@") "$@"
 }
 
+# nl_delay_all MS HOST...: every listed host's link (c: the client's) delayed MS one way, by tc
+# netem where the kernel has it, else by the userspace tun_link emulator (a new emulator and new
+# devices when one runs already).
+nl_delay_all() {
+    local ms=$1 h
+    shift
+    if nl_netem_available; then
+        for h in "$@"; do nl_netem "$h" delay "${ms}ms"; done
+        return
+    fi
+    if [ -n "${NL_TUN_LINK_PID:-}" ]; then
+        nl_tun_link_stop
+        for h in "$@"; do ip -n "$(nl_host_ns_of "$h")" link del tun0; done
+    fi
+    nl_tun_link_start "$(awk -v d="$ms" 'BEGIN { printf "%d", d * 1000 }')" 0 0 1 "$@"
+}
+
 # nl_netem_available: the kernel has the netem qdisc (probed on a throwaway veth).
 nl_netem_available() {
     command -v tc >/dev/null 2>&1 || return 1
