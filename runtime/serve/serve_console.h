@@ -16,12 +16,13 @@ struct serve_asset {
 extern const struct serve_asset serve_console_assets[];
 extern const int serve_console_num_assets;
 
-/* Scripts and styles from this origin only; images also from data: and blob: URLs (the chat
- * page's thumbnails of attached images); fetches to this origin only; no frames, forms,
- * plugins or base URL. No inline script or style is allowed, so the pages have none. */
+/* Scripts and styles from this origin only; images and videos also from data: and blob: URLs
+ * (the chat page's thumbnails of attached files); fetches to this origin only; no frames,
+ * forms, plugins or base URL. No inline script or style is allowed, so the pages have none. */
 #define SERVE_CONSOLE_CSP                                                                          \
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; "        \
-    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    "media-src data: blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; "             \
+    "frame-ancestors 'none'"
 
 /* The asset `url` names (query string excluded by the caller), with its Content-Type; NULL
  * when the URL is not the console's. */

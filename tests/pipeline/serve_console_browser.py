@@ -270,6 +270,35 @@ def image(url, outdir, path, message, expected_file):
         b.close()
 
 
+def video(url, outdir, path, message, expected_file):
+    """A video attached with the file picker: a <video> thumbnail before sending and in the turn,
+    and the greedy answer equal to strata-client --chat --video's."""
+    want = open(expected_file, encoding="utf-8", errors="replace").read()
+    if want.endswith("\n"):
+        want = want[:-1]
+    b = cdp.Browser(cdp.find_chromium())
+    try:
+        b.goto(url + "/")
+        b.wait_for("document.getElementById('model').textContent !== ''", 10, "the model id")
+        settings(b, MAX_TOKENS, 0)
+        b.set_files("#file", [path])
+        b.wait_for("document.querySelectorAll('#pending video').length === 1", 10,
+                   "the attached video's thumbnail")
+        got, err = send(b, message)
+        if err:
+            fail("the video turn shows an error: %s" % err)
+        thumbs = b.eval("document.querySelectorAll('#messages .msg.user .thumbs video').length")
+        if thumbs != 1:
+            fail("the user turn shows %d video thumbnails, not 1" % thumbs)
+        if not want or got != want:
+            fail("video turn: page %r != strata-client --chat --video %r" % (got, want))
+        print("video turn: page == strata-client --chat --video (%r); thumbnail shown" % got)
+        b.screenshot(os.path.join(outdir, "console_chat_video.png"))
+        no_page_errors(b, "chat")
+    finally:
+        b.close()
+
+
 def main():
     if len(sys.argv) < 4:
         fail(__doc__)
@@ -285,6 +314,8 @@ def main():
             pipeline(url, outdir, int(sys.argv[4]), sys.argv[5], sys.argv[6])
         elif what == "image":
             image(url, outdir, sys.argv[4], sys.argv[5], sys.argv[6])
+        elif what == "video":
+            video(url, outdir, sys.argv[4], sys.argv[5], sys.argv[6])
         else:
             fail("unknown check %r" % what)
     except cdp.BrowserUnavailable as e:

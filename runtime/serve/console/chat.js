@@ -12,7 +12,7 @@ const chat = (() => {
   let modelReady = null; // the /v1/models answer: every request waits for it
   let convs = []; // [{id, title, messages: [{role, content, images, stats, error, stopped}]}]
   let current = null;
-  let pending = []; // data: URLs of images attached to the next message
+  let pending = []; // data: URLs of the images and videos attached to the next message
   let running = null; // {controller} while an answer streams
 
   // ---- storage ----
@@ -74,12 +74,19 @@ const chat = (() => {
     if (s.drafted) parts.push(`${s.accepted} of ${s.drafted} draft tokens accepted`);
     return el("div", { class: "stats", text: parts.join(" · ") });
   }
+  // A video is a data:video/... URL (MP4 or WebM): shown as a muted, paused <video>.
+  const isVideo = (u) => u.startsWith("data:video/");
+  function thumb(u, what) {
+    return isVideo(u)
+      ? el("video", { src: u, muted: "", preload: "metadata", title: `video ${what}` })
+      : el("img", { src: u, alt: `image ${what}` });
+  }
   function renderMessage(m, i, last) {
     const cls = ["msg", m.role];
     if (m.error) cls.push("error");
     const bubble = el("div", { class: "bubble" + (m.streaming ? " cursor" : "") });
     if (m.images && m.images.length)
-      bubble.append(el("div", { class: "thumbs" }, ...m.images.map((u) => el("img", { src: u, alt: "attached image" }))));
+      bubble.append(el("div", { class: "thumbs" }, ...m.images.map((u) => thumb(u, "attached"))));
     if (m.role === "assistant" && !m.error) {
       const { think, answer } = splitThinking(m.content);
       if (think !== null) bubble.append(el("div", { class: "think", text: think || "…" }));
@@ -114,7 +121,7 @@ const chat = (() => {
     $("send").classList.toggle("hidden", !!running);
     $("stop").classList.toggle("hidden", !running);
     $("pending").replaceChildren(...pending.map((u, k) => el("span", { class: "pending" },
-      el("img", { src: u, alt: "image to send" }),
+      thumb(u, "to send"),
       el("button", { type: "button", text: "×", title: "remove", onclick: () => { pending.splice(k, 1); render(); } }))));
   }
   // Redraws only the streaming message (cheap per token).
@@ -136,7 +143,9 @@ const chat = (() => {
     for (const m of current.messages) {
       if (m.error || m.streaming) continue;
       if (m.role === "user" && m.images && m.images.length) {
-        const parts = m.images.map((u) => ({ type: "image_url", image_url: { url: u } }));
+        const parts = m.images.map((u) => (isVideo(u)
+          ? { type: "video_url", video_url: { url: u } }
+          : { type: "image_url", image_url: { url: u } }));
         parts.push({ type: "text", text: m.content });
         messages.push({ role: "user", content: parts });
       } else {
@@ -258,10 +267,10 @@ const chat = (() => {
     if (running) running.controller.abort();
   }
 
-  // ---- images: picker, drag and drop, paste ----
+  // ---- images and videos: picker, drag and drop, paste ----
   function addFiles(files) {
     for (const f of files) {
-      if (!/^image\/(png|jpeg)$/.test(f.type)) continue;
+      if (!/^(image\/(png|jpeg)|video\/(mp4|webm))$/.test(f.type)) continue;
       const reader = new FileReader();
       reader.onload = () => {
         pending.push(reader.result);
