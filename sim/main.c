@@ -14,6 +14,7 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/perf_model.h"
 #include "runtime/model/safetensors.h"
 #include "sim/compare.h"
 #include "sim/pipeline_sim.h"
@@ -253,6 +254,8 @@ struct session {
     struct sim_report baseline;
     struct model_config draft_cfg; /* --draft-model */
     struct safetensors *draft_weights;
+    struct perf_device profile; /* --compute model */
+    struct perf_layers *perf;
 };
 
 static void session_close(struct session *ss) {
@@ -263,6 +266,7 @@ static void session_close(struct session *ss) {
     sim_vision_free(&ss->vision);
     safetensors_close(ss->weights);
     safetensors_close(ss->draft_weights);
+    free(ss->perf);
 }
 
 /* Model, weights, golden data and the base prompt; returns an exit code (0 = opened). */
@@ -271,6 +275,13 @@ static int open_inputs(struct session *ss, const struct sim_cli *cli) {
         safetensors_open(&ss->weights, cli->model_dir) < 0 ||
         golden_load(&ss->golden, cli->model_dir, ss->cfg.vocab_size) < 0) {
         fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+        return STRATA_EXIT_INPUT;
+    }
+    if (cli->profile &&
+        (perf_device_load(&ss->profile, cli->profile) < 0 ||
+         !(ss->perf = malloc(sizeof *ss->perf)) || perf_layers_build(ss->perf, &ss->cfg) < 0)) {
+        fprintf(stderr, "strata-sim: --profile: %s\n",
+                ss->perf ? strata_last_error() : "out of memory");
         return STRATA_EXIT_INPUT;
     }
     if (cli->draft_model && (model_config_load(&ss->draft_cfg, cli->draft_model) < 0 ||
@@ -365,6 +376,8 @@ static int build_requests(struct session *ss, struct sim_cli *cli) {
         ss->specs[i].vision = ss->vision.have ? &ss->vision.vision : NULL;
     }
     cli->sim.cfg = &ss->cfg;
+    cli->sim.profile = cli->profile ? &ss->profile : NULL;
+    cli->sim.perf = ss->perf;
     cli->sim.weights = ss->weights;
     cli->sim.seed = cli->seed;
     for (int i = R; i < total; i++) { /* --warm: each again, once it has finished */
@@ -395,9 +408,10 @@ static void print_header(const struct session *ss, const struct sim_cli *cli) {
                    (double)cli->conn_link[c].latency_ns / 1e3, cli->conn_link[c].bandwidth_gbps);
     printf("requests: %s concurrent, %d-token prompt, %d tokens each; compute: %s\n", concurrent,
            ss->prompt_len, ss->max_tokens,
-           cli->sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
-           : cli->sim.compute == SIM_COMPUTE_CPU ? "measured thread CPU time"
-                                                 : "measured wall time");
+           cli->sim.compute == SIM_COMPUTE_MODEL   ? "the performance model on --profile's device"
+           : cli->sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
+           : cli->sim.compute == SIM_COMPUTE_CPU   ? "measured thread CPU time"
+                                                   : "measured wall time");
     if (cli->sim.tp * cli->sim.kvp > 1)
         printf("grid: every stage is TP %d x KVP %d ranks (threads; KV positions per KVP rank: "
                "%s), MoE %s; the baseline is one rank (no TP / KVP)\n",

@@ -252,6 +252,26 @@ static int stage_step_call(void *arg) {
     return 0;
 }
 
+/* SIM_COMPUTE_MODEL's charge for `rows` rows through stage r's layers, `head_rows` of them
+ * through the head (the rows the last stage sampled: one TokenResult each). */
+static int64_t model_step_ns(const struct sim *sim, const struct sim_stage *st, uint64_t rows,
+                             uint64_t head_rows) {
+    const struct perf_layers *pl = sim->opt->perf;
+    const struct perf_device *d = sim->opt->profile;
+    double bytes = 0, sec = 0;
+    if (rows == 0) return 0;
+    for (int l = st->open.layer_start; l < st->open.layer_end; l++) {
+        bytes += perf_layer_bytes(pl, l, (int)rows);
+        sec += perf_layer_matmul_sec(pl, l, d, (double)rows);
+    }
+    if (head_rows) {
+        bytes += pl->head_bytes;
+        sec += perf_head_matmul_sec(pl, d, (double)head_rows);
+    }
+    double stream = bytes / (d->gemv_gbps * 1e9);
+    return (int64_t)(1e9 * (stream > sec ? stream : sec));
+}
+
 /* Starts a compute step if the stage is idle and has work; its end is an EV_STEP_DONE. */
 static int stage_maybe_step(struct sim *sim, int r) {
     struct sim_stage *st = &sim->stages[r];
@@ -274,6 +294,12 @@ static int stage_maybe_step(struct sim *sim, int r) {
     case SIM_COMPUTE_FIXED:
         charged = (int64_t)rows * (st->open.layer_end - st->open.layer_start) *
                   sim->opt->row_layer_cost_ns;
+        break;
+    case SIM_COMPUTE_MODEL:
+        charged = model_step_ns(sim, st, rows,
+                                st->open.layer_end == sim->opt->cfg->num_layers
+                                    ? after.frames_out - before.frames_out
+                                    : 0);
         break;
     default: charged = st->thread.wall_ns; break;
     }

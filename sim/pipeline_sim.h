@@ -32,15 +32,18 @@
 #include "reference/sampler.h"
 #include "runtime/base/op_contract.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/perf_model.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/tp_shard.h"
 #include "sim/link.h"
 #include "sim/split.h"
 
 enum sim_compute_model {
-    SIM_COMPUTE_WALL = 0, /* charge each step's wall-clock time */
-    SIM_COMPUTE_CPU = 1,  /* charge the stage thread's CPU time of the step */
-    SIM_COMPUTE_FIXED = 2 /* charge rows x layers x row_layer_cost_ns (deterministic) */
+    SIM_COMPUTE_WALL = 0,  /* charge each step's wall-clock time */
+    SIM_COMPUTE_CPU = 1,   /* charge the stage thread's CPU time of the step */
+    SIM_COMPUTE_FIXED = 2, /* charge rows x layers x row_layer_cost_ns (deterministic) */
+    SIM_COMPUTE_MODEL =
+        3 /* charge the performance model's step time (runtime/model/perf_model.h) */
 };
 
 struct sim_request_spec {
@@ -76,7 +79,12 @@ struct sim_options {
     int chunk_size;     /* prefill chunk rows (0: stage core default) */
     enum sim_compute_model compute;
     int64_t row_layer_cost_ns; /* SIM_COMPUTE_FIXED: cost of one row through one layer */
-    int kill_stage;            /* -1: none */
+    /* SIM_COMPUTE_MODEL: a step of r rows over a stage's layers costs what the performance
+     * model says on this device profile: max(weight bytes / streaming rate, matmul time), the
+     * head on the last stage for the rows it samples (attention is not charged) */
+    const struct perf_device *profile;
+    const struct perf_layers *perf;
+    int kill_stage; /* -1: none */
     int64_t kill_at_ns;
     int partition_stage; /* -1: none */
     int64_t partition_at_ns;

@@ -66,8 +66,11 @@ static const char usage_text[] =
     "  --speculate-waves W   decode steps of a request in flight, 1..4 (default 1): each\n"
     "                        later one drafted on the guess that those before it are accepted\n"
     "compute:\n"
-    "  --compute wall|cpu|fixed  charge measured wall time (default), thread CPU time, or a\n"
-    "                        fixed --row-cost-us per row and layer (deterministic times)\n"
+    "  --compute wall|cpu|fixed|model  charge measured wall time (default), thread CPU\n"
+    "                        time, a fixed --row-cost-us per row and layer (deterministic\n"
+    "                        times), or what the performance model says for the step on\n"
+    "                        --profile's device (strata-plan --predict's model; deterministic)\n"
+    "  --profile FILE        the device profile of --compute model (strata-stage --calibrate)\n"
     "  --row-cost-us US      fixed cost per hidden row per layer (default 1)\n"
     "  --threads N           matmul threads per stage (default 1)\n"
     "  --weights-dtype D     every stage's weights: bf16 (default, as stored) or q8 (8-bit\n"
@@ -252,8 +255,12 @@ static int parse_compute_option(struct sim_cli *cli, const char *name, const cha
             cli->sim.compute = SIM_COMPUTE_CPU;
         else if (!strcmp(v, "fixed"))
             cli->sim.compute = SIM_COMPUTE_FIXED;
+        else if (!strcmp(v, "model"))
+            cli->sim.compute = SIM_COMPUTE_MODEL;
         else
             bad = 1;
+    } else if (!strcmp(name, "--profile")) {
+        cli->profile = v;
     } else if (!strcmp(name, "--row-cost-us")) {
         bad = parse_double(&d, v, 0, 1e9);
         cli->sim.row_layer_cost_ns = (int64_t)(d * 1e3);
@@ -323,6 +330,8 @@ static int finish_args(struct sim_cli *cli) {
     if (cli->random_splits < 0) cli->random_splits = cli->all_splits ? 2 : 0;
     if ((cli->sim.speculate == WIRE_SPECULATE_DRAFT) != (cli->draft_model != NULL))
         return usage_error("%s", "--speculate draft and --draft-model DIR go together");
+    if ((cli->sim.compute == SIM_COMPUTE_MODEL) != (cli->profile != NULL))
+        return usage_error("%s", "--compute model and --profile FILE go together");
     if (cli->warm && cli->requests_per_stage)
         return usage_error("%s", "--warm takes a number of --requests, not S");
     /* Overridden connections share every other link setting (jitter, loss, retries). */

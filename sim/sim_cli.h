@@ -20,6 +20,7 @@ struct sim_cli {
     int requests, requests_per_stage, max_tokens, stop_at_eos, stage_stats, warm;
     const char *prompt_text;
     const char *draft_model; /* --draft-model DIR */
+    const char *profile;     /* --profile FILE (--compute model) */
     struct sampler_params sampling;
 };
 

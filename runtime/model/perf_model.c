@@ -231,14 +231,18 @@ static double decode_ms(const struct perf_layers *pl, const struct stage_range *
 }
 
 /* A chunk of `tokens` after ctx_before positions: its matmuls (the head on its last row
- * only) and attention over what precedes each row. */
+ * only) or, for a short chunk, its weights streamed, and attention over what precedes each
+ * row. */
 static double prefill_ms(const struct perf_layers *pl, const struct stage_range *r, int last,
                          const struct perf_device *d, int tokens, double ctx_before) {
     double layers = r->layer_end - r->layer_start;
     double attn =
         layers * 2.0 * 2.0 * tokens * (ctx_before + tokens / 2.0) * pl->heads * pl->head_dim /
         ((d->attn_gflops > 0 ? d->attn_gflops : perf_device_gemm_gflops(d, pl->head_dim)) * 1e9);
-    return 1e3 * (stage_matmul_sec(pl, r, d, tokens, last ? 1 : 0) + attn);
+    /* a short chunk streams its weights like a decode step: whichever is slower */
+    double stream = stage_bytes(pl, r, last, tokens) / (d->gemv_gbps * 1e9);
+    double compute = stage_matmul_sec(pl, r, d, tokens, last ? 1 : 0);
+    return 1e3 * ((stream > compute ? stream : compute) + attn);
 }
 
 static double hop_ms(const struct perf_layers *pl, const struct perf_link *link, int rows) {

@@ -27,8 +27,9 @@
  *     where weights(b) are the bytes the step reads: every dense tensor of its layers (and the
  *     head on the last stage), and of each MoE layer only the experts its b rows route to in
  *     expectation, E · (1 − (1 − k/E)^b) — 22B of Qwen3-235B-A22B's 235B at b = 1;
- *   prefill_ms(T) = Σ over the stage's matrices 2 · params · T / gemm(K of the matrix)
- *                   + attention's 2 · 2 · T · (context + T/2) · nh · D per layer / attn_gflops.
+ *   prefill_ms(T) = max(weights(T) / gemv, Σ over the stage's matrices 2 · params · T /
+ *                   gemm(K of the matrix)) + attention's 2 · 2 · T · (context + T/2) · nh · D
+ *                   per layer / attn_gflops (a short chunk is bound by its weights' bytes).
  * A hop carries rows × H × 4 bytes: latency + bytes / bandwidth.
  * The pipeline (S stages in a ring, stage 0 samples nothing, the last stage answers):
  *   batch 1: one token every Σ_s decode_ms(1) + S hops (no hop when S = 1);

@@ -52,4 +52,22 @@ expect 1 "connection to stage 0 lost" --model "$model" --stages 2 --max-tokens 8
     --compute fixed --kill-stage 0@0.2
 # An explicit split runs and matches.
 expect 0 "OK: 1 split runs" --model "$model" --split "0-1|1-4" --max-tokens 4 --requests 2
+# --compute model: the performance model's step times on a device profile (deterministic:
+# two runs print the same virtual times), close to strata-plan --predict's tokens/s for the
+# same split with free links (the sim also moves the frames; attention is not charged).
+prof="${TEST_TMPDIR:-/tmp}/sim_profile.json"
+printf '{"name": "slow spec box", "source": "spec", "read_gbps": 1, "gemv_gbps": 0.5, "gemm_gflops": 2}\n' >"$prof"
+expect 2 "--compute model and --profile FILE go together" --model "$model" --stages 2 --compute model
+run_model() { "$bin" --model "$model" --split "0-2|2-4" --max-tokens 16 --compute model --profile "$prof" \
+    --latency-us 0 --bandwidth-gbps 0 2>&1 | grep '^0-2|2-4' | awk '{ print $4, $5 }'; }
+a=$(run_model) b=$(run_model)
+[ -n "$a" ] && [ "$a" = "$b" ] || { echo "FAIL --compute model: not deterministic: '$a' vs '$b'"; exit 1; }
+rate=$(echo "$a" | awk '{ print $2 }')
+if [ -n "${3:-}" ]; then
+    want=$("$3" --model "$model" --ranges 0-2,2-4 --predict --profile "$prof" --link-latency-us 0 \
+        --link-gbps 1000000 --kv-bytes 4 --prompt-tokens 1 --json | sed -n 's/.*"decode_tokens_per_s": \([0-9.]*\).*/\1/p')
+    awk -v s="$rate" -v p="$want" 'BEGIN { exit !(s >= 0.85 * p && s <= 1.15 * p) }' ||
+        { echo "FAIL --compute model: $rate tokens/s, strata-plan --predict says $want"; exit 1; }
+    echo "ok   --compute model: $rate tokens/s simulated, strata-plan --predict $want"
+fi
 echo "PASS"
