@@ -93,6 +93,33 @@ static int calibrate_attention(struct perf_device *out, struct thread_pool *pool
     return rc;
 }
 
+/* The streaming rate of a one-row matmul by the weights' size, each hot from the call before
+ * (a stage reads the same weights every step): 4 MiB .. 512 MiB. */
+static int calibrate_gemv_sizes(struct perf_device *out, struct thread_pool *pool) {
+    static const int mib[] = {4, 32, 128, 512};
+    const size_t big = (size_t)512 << 20;
+    uint16_t *w = malloc(big);
+    float *x = malloc(CAL_COLS * sizeof *x), *y = malloc((big / 2 / CAL_COLS) * sizeof *y);
+    int rc = w && x && y ? 0 : strata_set_error(STRATA_ENOMEM, "calibrate: out of memory");
+    if (rc == 0) {
+        for (size_t i = 0; i < big / 2; i++)
+            w[i] = f32_to_bf16((float)((int)(i % 89) - 44) / 256.0f);
+        for (int i = 0; i < CAL_COLS; i++)
+            x[i] = (float)((i % 13) - 6) / 8.0f;
+        for (int i = 0; i < 4; i++) {
+            int rows = (int)(((size_t)mib[i] << 20) / 2 / CAL_COLS);
+            struct ops_weight wk = {w, OPS_BF16, rows, CAL_COLS};
+            double t = best_of(5, y, x, &wk, 1, pool);
+            out->b_bytes[out->n_b] = (double)((size_t)mib[i] << 20);
+            out->b_gbps[out->n_b++] = (double)((size_t)mib[i] << 20) / t / 1e9;
+        }
+    }
+    free(w);
+    free(x);
+    free(y);
+    return rc;
+}
+
 int reference_calibrate(struct perf_device *out, int threads) {
     memset(out, 0, sizeof *out);
     if (threads < 1 || threads > 1024)
@@ -126,6 +153,7 @@ int reference_calibrate(struct perf_device *out, int threads) {
         }
         out->read_gbps = host_read_bandwidth((size_t)256 << 20, threads) / 1e9;
         rc = calibrate_attention(out, pool, threads);
+        if (rc == 0) rc = calibrate_gemv_sizes(out, pool);
         if (rc == 0 && !(out->read_gbps > 0))
             rc = strata_set_error(STRATA_ENOMEM, "calibrate: bandwidth");
     }

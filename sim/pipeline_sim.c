@@ -268,7 +268,7 @@ static int64_t model_step_ns(const struct sim *sim, const struct sim_stage *st, 
         bytes += pl->head_bytes;
         sec += perf_head_matmul_sec(pl, d, (double)head_rows);
     }
-    double stream = bytes / (d->gemv_gbps * 1e9);
+    double stream = bytes / (perf_device_gemv_gbps(d, bytes) * 1e9);
     return (int64_t)(1e9 * (stream > sec ? stream : sec));
 }
 

@@ -50,7 +50,21 @@ int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
     if (!rc) rc = get_number(&d->attn_gbps, root, "attn_gbps", 1e-3, 1e6, 0);
     if (!rc && strcmp(d->source, "measured") && strcmp(d->source, "spec"))
         rc = bad("source", "must be \"measured\" or \"spec\"");
-    const cJSON *byk = cJSON_GetObjectItemCaseSensitive(root, "gemm_gflops_by_k"), *it;
+    const cJSON *byb = cJSON_GetObjectItemCaseSensitive(root, "gemv_gbps_by_bytes"), *it;
+    if (!rc && byb && !cJSON_IsObject(byb)) rc = bad("gemv_gbps_by_bytes", "must be an object");
+    const cJSON *sizes = rc ? NULL : byb;
+    cJSON_ArrayForEach(it, sizes) {
+        char *end;
+        double b = strtod(it->string, &end);
+        if (*end || !(b >= 1) || !cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
+            d->n_b == PERF_MAX_K_POINTS || (d->n_b && b <= d->b_bytes[d->n_b - 1])) {
+            rc = bad("gemv_gbps_by_bytes", "wants up to 8 \"bytes\": GB/s pairs, ascending");
+            break;
+        }
+        d->b_bytes[d->n_b] = b;
+        d->b_gbps[d->n_b++] = it->valuedouble;
+    }
+    const cJSON *byk = cJSON_GetObjectItemCaseSensitive(root, "gemm_gflops_by_k");
     if (!rc && byk && !cJSON_IsObject(byk)) rc = bad("gemm_gflops_by_k", "must be an object");
     const cJSON *points = rc ? NULL : byk;
     cJSON_ArrayForEach(it, points) {
@@ -97,6 +111,11 @@ int perf_device_format(const struct perf_device *d, char **out) {
         n += snprintf(buf + n, sizeof buf - (size_t)n,
                       ",\n \"attn_gflops\": %.3f, \"attn_gbps\": %.3f", d->attn_gflops,
                       d->attn_gbps);
+    for (int i = 0; i < d->n_b && n > 0 && (size_t)n < sizeof buf; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%.0f\": %.3f",
+                      i ? ", " : ",\n \"gemv_gbps_by_bytes\": {", d->b_bytes[i], d->b_gbps[i]);
+    if (d->n_b && n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "}");
     for (int i = 0; i < d->n_k && n > 0 && (size_t)n < sizeof buf; i++)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
                       i ? ", " : ",\n \"gemm_gflops_by_k\": {", d->k[i], d->k_gflops[i]);
@@ -104,6 +123,17 @@ int perf_device_format(const struct perf_device *d, char **out) {
         n += snprintf(buf + n, sizeof buf - (size_t)n, "%s}\n", d->n_k ? "}" : "");
     *out = n > 0 && (size_t)n < sizeof buf ? strdup(buf) : NULL;
     return *out ? 0 : strata_set_error(STRATA_ENOMEM, "out of memory");
+}
+
+double perf_device_gemv_gbps(const struct perf_device *d, double bytes) {
+    if (d->n_b == 0) return d->gemv_gbps;
+    if (bytes <= d->b_bytes[0]) return d->b_gbps[0];
+    for (int i = 1; i < d->n_b; i++)
+        if (bytes <= d->b_bytes[i]) {
+            double t = log(bytes / d->b_bytes[i - 1]) / log(d->b_bytes[i] / d->b_bytes[i - 1]);
+            return d->b_gbps[i - 1] + t * (d->b_gbps[i] - d->b_gbps[i - 1]);
+        }
+    return d->b_gbps[d->n_b - 1];
 }
 
 double perf_device_gemm_gflops(const struct perf_device *d, double K) {
@@ -224,7 +254,7 @@ static double decode_ms(const struct perf_layers *pl, const struct stage_range *
                         double *bytes_out) {
     double bytes = stage_bytes(pl, r, last, rows);
     if (bytes_out) *bytes_out = bytes;
-    double stream = bytes / (d->gemv_gbps * 1e9);
+    double stream = bytes / (perf_device_gemv_gbps(d, bytes) * 1e9);
     double compute = stage_matmul_sec(pl, r, d, rows, last ? rows : 0);
     double kv = (r->layer_end - r->layer_start) * perf_layer_kv_sec(pl, d, ctx, rows, kv_bytes);
     return 1e3 * ((stream > compute ? stream : compute) + kv);
@@ -240,7 +270,8 @@ static double prefill_ms(const struct perf_layers *pl, const struct stage_range 
         layers * 2.0 * 2.0 * tokens * (ctx_before + tokens / 2.0) * pl->heads * pl->head_dim /
         ((d->attn_gflops > 0 ? d->attn_gflops : perf_device_gemm_gflops(d, pl->head_dim)) * 1e9);
     /* a short chunk streams its weights like a decode step: whichever is slower */
-    double stream = stage_bytes(pl, r, last, tokens) / (d->gemv_gbps * 1e9);
+    double wbytes = stage_bytes(pl, r, last, tokens);
+    double stream = wbytes / (perf_device_gemv_gbps(d, wbytes) * 1e9);
     double compute = stage_matmul_sec(pl, r, d, tokens, last ? 1 : 0);
     return 1e3 * ((stream > compute ? stream : compute) + attn);
 }

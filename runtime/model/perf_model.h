@@ -8,7 +8,8 @@
  *   {"name": "...", "source": "measured", "device": "cpu", "threads": 2, "mem_bytes": N,
  *    "read_gbps": R, "gemv_gbps": G, "gemm_gflops": F,
  *    "gemm_gflops_by_k": {"1024": F1, "2048": F2, "4096": F4, "8192": F8},
- *    "attn_gflops": A, "attn_gbps": C}
+ *    "attn_gflops": A, "attn_gbps": C,
+ *    "gemv_gbps_by_bytes": {"4194304": G4, "33554432": G32, ...}}
  *   read_gbps    host read bandwidth at `threads` (attention streams the KV cache at it);
  *   gemv_gbps    weight bytes a bf16 matmul of one row streams per second (decode: every
  *                weight read once per step);
@@ -18,7 +19,11 @@
  *                rate falls as K grows; the model interpolates in log K between the points;
  *   attn_gflops  attention over the cache for a prefill chunk (optional; else gemm at K = D);
  *   attn_gbps    the cache bytes a decode step's attention streams per second (optional;
- *                else read_gbps).
+ *                else read_gbps);
+ *   gemv_gbps_by_bytes  the streaming rate by the weights a step reads (optional): a stage
+ *                whose weights fit the caches streams them faster than from memory; the model
+ *                interpolates in log bytes (the largest point above it). Stages sharing a
+ *                host share its caches, which the model does not know.
  * Link profile: latency (one way) and bandwidth.
  *
  * Cost of a stage (the CPU backend's way of running a step; spec figures for other devices
@@ -61,7 +66,12 @@ struct perf_device {
     int n_k; /* gemm_gflops_by_k points, K ascending (0: gemm_gflops for every K) */
     int k[PERF_MAX_K_POINTS];
     double k_gflops[PERF_MAX_K_POINTS];
+    int n_b; /* gemv_gbps_by_bytes points, bytes ascending (0: gemv_gbps for every size) */
+    double b_bytes[PERF_MAX_K_POINTS], b_gbps[PERF_MAX_K_POINTS];
 };
+
+/* The device's weight-streaming GB/s for a step that reads `bytes` of weights. */
+double perf_device_gemv_gbps(const struct perf_device *d, double bytes);
 
 /* The device's matmul GFLOP/s for an inner dimension K (see above). */
 double perf_device_gemm_gflops(const struct perf_device *d, double K);

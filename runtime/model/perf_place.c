@@ -55,6 +55,8 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
         for (int k = 0; k < d->n_k; k++)
             d->k_gflops[k] *= f;
         d->gemv_gbps = fmin(d->gemv_gbps * f, d->read_gbps);
+        for (int b = 0; b < d->n_b; b++)
+            d->b_gbps[b] *= f; /* caches are not read_gbps-bound */
         if (d->attn_gbps > 0) d->attn_gbps = fmin(d->attn_gbps * f, d->read_gbps);
         d->threads = (int)thr->valuedouble;
     }
@@ -151,9 +153,10 @@ static void stage_cost(const struct search *z, int s, int x, int a, int b, int l
     const struct perf_device *d = &z->h->host[x].dev;
     const struct host_sums *h1 = &z->sums[x], *hg = &z->gsums[s];
     const double head = last ? z->pl->head_bytes : 0;
-    double s1 = (z->b1[b] - z->b1[a] + head) / (d->gemv_gbps * 1e9);
+    const double w1 = z->b1[b] - z->b1[a] + head, wg = z->bg[b] - z->bg[a] + head;
+    double s1 = w1 / (perf_device_gemv_gbps(d, w1) * 1e9);
     double c1 = h1->c[b] - h1->c[a] + (last ? h1->head : 0);
-    double sg = (z->bg[b] - z->bg[a] + head) / (d->gemv_gbps * 1e9);
+    double sg = wg / (perf_device_gemv_gbps(d, wg) * 1e9);
     double cg = hg->c[b] - hg->c[a] + (last ? hg->head : 0);
     *t1 = 1e3 * (fmax(s1, c1) + (b - a) * h1->kv);
     *tg = 1e3 * (fmax(sg, cg) + (b - a) * hg->kv);

@@ -135,6 +135,19 @@ static void profile_round_trip_and_refusals(void **state) {
     NEAR(perf_device_gemm_gflops(&back, 2048), 100.0);
     NEAR(perf_device_gemm_gflops(&back, 512), 120.0);
     NEAR(perf_device_gemm_gflops(&back, 65536), 80.0);
+    /* the streaming rate by working set: 4 MiB -> 16 GB/s, 64 MiB -> 8 GB/s, log-linear */
+    d.n_b = 2;
+    d.b_bytes[0] = 4 << 20;
+    d.b_bytes[1] = 64 << 20;
+    d.b_gbps[0] = 16;
+    d.b_gbps[1] = 8;
+    assert_int_equal(perf_device_format(&d, &json), 0);
+    assert_int_equal(perf_device_parse(&back, json, strlen(json)), 0);
+    free(json);
+    assert_int_equal(back.n_b, 2);
+    NEAR(perf_device_gemv_gbps(&back, 16 << 20), 12.0);
+    NEAR(perf_device_gemv_gbps(&back, 1 << 20), 16.0);
+    NEAR(perf_device_gemv_gbps(&back, 1e12), 8.0);
 #define BY_K_DESCENDING                                                                            \
     "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_gflops_by_k\": "              \
     "{\"4096\": 1, \"1024\": 2}}"
