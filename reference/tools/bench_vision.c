@@ -223,19 +223,18 @@ static void io_free(struct bench_io *io) {
     free(io->grids);
 }
 
-/* Random pixel_values in [-1, 1) (the normalised range) for `images` W x H images. */
-static int io_init(struct bench_io *io, const struct model_config *cfg,
-                   const struct bench_args *a) {
+/* Buffers for `patches` patches of `grids` grids (1, gh, gw). */
+static int io_alloc(struct bench_io *io, const struct model_config *cfg, int64_t patches, int grids,
+                    int64_t gh, int64_t gw) {
     const struct vision_config *v = &cfg->vision;
-    const int64_t gh = a->height / v->patch_size, gw = a->width / v->patch_size;
     const size_t P = (size_t)v->in_channels * (size_t)v->temporal_patch_size *
                      (size_t)v->patch_size * (size_t)v->patch_size;
     memset(io, 0, sizeof *io);
-    io->patches = (int64_t)a->images * gh * gw;
+    io->patches = patches;
     io->tokens = io->patches / (v->spatial_merge_size * v->spatial_merge_size);
     io->out_floats =
         (size_t)io->tokens * (size_t)v->out_hidden_size * (1 + (size_t)v->num_deepstack);
-    io->grids = malloc(3 * (size_t)a->images * sizeof *io->grids);
+    io->grids = malloc(3 * (size_t)grids * sizeof *io->grids);
     io->pixels = malloc((size_t)io->patches * P * sizeof(float));
     io->embeds = malloc(io->out_floats * sizeof(float));
     io->first = malloc(io->out_floats * sizeof(float));
@@ -245,11 +244,23 @@ static int io_init(struct bench_io *io, const struct model_config *cfg,
                                 (long long)io->patches);
     }
     io->deepstack = io->embeds + (size_t)io->tokens * (size_t)v->out_hidden_size;
-    for (int i = 0; i < a->images; ++i) {
+    for (int i = 0; i < grids; ++i) {
         io->grids[3 * i] = 1;
         io->grids[3 * i + 1] = gh;
         io->grids[3 * i + 2] = gw;
     }
+    return STRATA_OK;
+}
+
+/* Random pixel_values in [-1, 1) (the normalised range) for `images` W x H images. */
+static int io_init(struct bench_io *io, const struct model_config *cfg,
+                   const struct bench_args *a) {
+    const struct vision_config *v = &cfg->vision;
+    const int64_t gh = a->height / v->patch_size, gw = a->width / v->patch_size;
+    const size_t P = (size_t)v->in_channels * (size_t)v->temporal_patch_size *
+                     (size_t)v->patch_size * (size_t)v->patch_size;
+    int rc = io_alloc(io, cfg, (int64_t)a->images * gh * gw, a->images, gh, gw);
+    if (rc) return rc;
     uint64_t rng = 0x1a2b3c;
     for (size_t i = 0; i < (size_t)io->patches * P; ++i) {
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
@@ -286,28 +297,10 @@ static int io_init_video(struct bench_io *io, const struct model_config *cfg, st
                                 "the video config makes patches of %lld values, the tower takes "
                                 "%lld",
                                 (long long)vv->row_len, (long long)P);
-    memset(io, 0, sizeof *io);
     a->images = (int)vv->grid_thw[0];
-    io->patches = vv->num_patches;
-    io->tokens = io->patches / (v->spatial_merge_size * v->spatial_merge_size);
-    io->out_floats =
-        (size_t)io->tokens * (size_t)v->out_hidden_size * (1 + (size_t)v->num_deepstack);
-    io->grids = malloc(3 * (size_t)a->images * sizeof *io->grids);
-    io->pixels = malloc((size_t)io->patches * (size_t)P * sizeof(float));
-    io->embeds = malloc(io->out_floats * sizeof(float));
-    io->first = malloc(io->out_floats * sizeof(float));
-    if (!io->grids || !io->pixels || !io->embeds || !io->first) {
-        io_free(io);
-        return strata_set_error(STRATA_ENOMEM, "out of memory for %lld patches",
-                                (long long)io->patches);
-    }
-    io->deepstack = io->embeds + (size_t)io->tokens * (size_t)v->out_hidden_size;
+    rc = io_alloc(io, cfg, vv->num_patches, a->images, vv->grid_thw[1], vv->grid_thw[2]);
+    if (rc) return rc;
     memcpy(io->pixels, vv->pixel_values, (size_t)io->patches * (size_t)P * sizeof(float));
-    for (int i = 0; i < a->images; ++i) {
-        io->grids[3 * i] = 1;
-        io->grids[3 * i + 1] = vv->grid_thw[1];
-        io->grids[3 * i + 2] = vv->grid_thw[2];
-    }
     a->width = vv->resized_w;
     a->height = vv->resized_h;
     return STRATA_OK;

@@ -230,29 +230,45 @@ def pipeline(url, outdir, pid, restart, ranges):
         b.close()
 
 
-def image(url, outdir, path, message, expected_file):
+def attach_turn(b, url, outdir, kind, path, message, expected_file):
+    """A file attached with the picker (kind "image": an <img> thumbnail, "video": a <video>)
+    before sending and in the turn, and the greedy answer equal to strata-client --chat
+    --image / --video's with the same message."""
+    tag = "img" if kind == "image" else "video"
     want = open(expected_file, encoding="utf-8", errors="replace").read()
     if want.endswith("\n"):  # strata-client ends its answer with a newline
         want = want[:-1]
+    b.goto(url + "/")
+    b.wait_for("document.getElementById('model').textContent !== ''", 10, "the model id")
+    settings(b, MAX_TOKENS, 0)
+    b.set_files("#file", [path])
+    b.wait_for("document.querySelectorAll('#pending %s').length === 1" % tag, 10,
+               "the attached %s's thumbnail" % kind)
+    got, err = send(b, message)
+    if err:
+        fail("the %s turn shows an error: %s" % (kind, err))
+    thumbs = b.eval("document.querySelectorAll('#messages .msg.user .thumbs %s').length" % tag)
+    if thumbs != 1:
+        fail("the user turn shows %d %s thumbnails, not 1" % (thumbs, kind))
+    if not want or got != want:
+        fail("%s turn: page %r != strata-client --chat --%s %r" % (kind, got, kind, want))
+    print("%s turn: page == strata-client --chat --%s (%r); thumbnail shown" % (kind, kind, got))
+    b.screenshot(os.path.join(outdir, "console_chat_%s.png" % kind))
+    no_page_errors(b, "chat")
+
+
+def video(url, outdir, path, message, expected_file):
     b = cdp.Browser(cdp.find_chromium())
     try:
-        b.goto(url + "/")
-        b.wait_for("document.getElementById('model').textContent !== ''", 10, "the model id")
-        settings(b, MAX_TOKENS, 0)
-        b.set_files("#file", [path])
-        b.wait_for("document.querySelectorAll('#pending img').length === 1", 10,
-                   "the attached image's thumbnail")
-        got, err = send(b, message)
-        if err:
-            fail("the image turn shows an error: %s" % err)
-        thumbs = b.eval("document.querySelectorAll('#messages .msg.user .thumbs img').length")
-        if thumbs != 1:
-            fail("the user turn shows %d thumbnails, not 1" % thumbs)
-        if not want or got != want:
-            fail("image turn: page %r != strata-client --chat --image %r" % (got, want))
-        print("image turn: page == strata-client --chat --image (%r); thumbnail shown" % got)
-        b.screenshot(os.path.join(outdir, "console_chat_image.png"))
-        no_page_errors(b, "chat")
+        attach_turn(b, url, outdir, "video", path, message, expected_file)
+    finally:
+        b.close()
+
+
+def image(url, outdir, path, message, expected_file):
+    b = cdp.Browser(cdp.find_chromium())
+    try:
+        attach_turn(b, url, outdir, "image", path, message, expected_file)
 
         # The pipeline page draws the vision stage in front of the ring.
         b.goto(url + "/pipeline")
@@ -266,35 +282,6 @@ def image(url, outdir, path, message, expected_file):
         print("pipeline page: %s, ranges %s" % (names, ranges))
         b.screenshot(os.path.join(outdir, "console_pipeline_vision.png"))
         no_page_errors(b, "pipeline")
-    finally:
-        b.close()
-
-
-def video(url, outdir, path, message, expected_file):
-    """A video attached with the file picker: a <video> thumbnail before sending and in the turn,
-    and the greedy answer equal to strata-client --chat --video's."""
-    want = open(expected_file, encoding="utf-8", errors="replace").read()
-    if want.endswith("\n"):
-        want = want[:-1]
-    b = cdp.Browser(cdp.find_chromium())
-    try:
-        b.goto(url + "/")
-        b.wait_for("document.getElementById('model').textContent !== ''", 10, "the model id")
-        settings(b, MAX_TOKENS, 0)
-        b.set_files("#file", [path])
-        b.wait_for("document.querySelectorAll('#pending video').length === 1", 10,
-                   "the attached video's thumbnail")
-        got, err = send(b, message)
-        if err:
-            fail("the video turn shows an error: %s" % err)
-        thumbs = b.eval("document.querySelectorAll('#messages .msg.user .thumbs video').length")
-        if thumbs != 1:
-            fail("the user turn shows %d video thumbnails, not 1" % thumbs)
-        if not want or got != want:
-            fail("video turn: page %r != strata-client --chat --video %r" % (got, want))
-        print("video turn: page == strata-client --chat --video (%r); thumbnail shown" % got)
-        b.screenshot(os.path.join(outdir, "console_chat_video.png"))
-        no_page_errors(b, "chat")
     finally:
         b.close()
 

@@ -10,18 +10,7 @@ root="${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/golden"
 tmp="${TEST_TMPDIR:-/tmp}/generate_image.$$"
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-json_list() { tr -d '\n ' <"$1" | sed "s/.*\"$2\":\[\([0-9,-]*\)\].*/\1/"; }
-
-# Max |a - b| between the logits in an --out file (after its header and n I32 tokens) and a
-# raw f32 file of the same [n, V] values.
-max_logit_diff() { # out golden n
-    local hlen
-    hlen=$(od -An -v -tu8 -N8 "$1" | tr -d ' ')
-    paste <(od -An -v -w4 -tf4 -j $((8 + hlen + 4 * $3)) "$1") <(od -An -v -w4 -tf4 "$2") |
-        awk 'BEGIN { m = 0; n = 0 } { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
-             END { printf "%g %d\n", m, n }'
-}
+. "$(dirname "$0")/generate_lib.sh"
 
 for case in qwen3_vl qwen3_vl_moe; do
     dir="$root/$case"
@@ -49,14 +38,6 @@ for case in qwen3_vl qwen3_vl_moe; do
         "max |dlogit| $diff over $count values; $(grep '^images:' "$tmp/err")"
 done
 
-expect_refused() { # what, args...
-    local what=$1 rc=0
-    shift
-    "$gen" "$@" --max-tokens 2 >/dev/null 2>"$tmp/err" || rc=$?
-    [ "$rc" = 3 ] || fail "$what: exit $rc, want 3 ($(cat "$tmp/err"))"
-    grep -q '^strata-generate: ' "$tmp/err" || fail "$what: no message"
-    echo "ok: $what refused: $(head -c 200 "$tmp/err")"
-}
 vl="$root/qwen3_vl"
 head -c 700 "$vl/e2e/image0.png" >"$tmp/truncated.png"
 printf 'GIF89a not an image' >"$tmp/image.gif"

@@ -13,17 +13,8 @@ root="${TEST_SRCDIR}/${TEST_WORKSPACE}/tests/golden"
 tmp="${TEST_TMPDIR:-/tmp}/generate_video.$$"
 mkdir -p "$tmp"
 trap 'rm -rf "$tmp"' EXIT
-fail() { echo "FAIL: $*"; exit 1; }
-json_list() { tr -d '\n ' <"$1" | sed "s/.*\"$2\":\[\([0-9,-]*\)\].*/\1/"; }
+. "$(dirname "$0")/generate_lib.sh"
 json_files() { tr -d '\n ' <"$1" | grep -o "\"$2\":\[[^]]*\]" | grep -o '"file":"[^"]*"' | sed 's/"file":"\(.*\)"/\1/'; }
-
-max_logit_diff() { # out golden n
-    local hlen
-    hlen=$(od -An -v -tu8 -N8 "$1" | tr -d ' ')
-    paste <(od -An -v -w4 -tf4 -j $((8 + hlen + 4 * $3)) "$1") <(od -An -v -w4 -tf4 "$2") |
-        awk 'BEGIN { m = 0; n = 0 } { d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d; n++ }
-             END { printf "%g %d\n", m, n }'
-}
 
 for case in qwen3_vl qwen3_vl_moe; do
     dir="$root/$case"
@@ -52,14 +43,6 @@ for case in qwen3_vl qwen3_vl_moe; do
         "threads), max |dlogit| $diff over $count values; $(grep '^images:' "$tmp/err")"
 done
 
-expect_refused() { # what, args...
-    local what=$1 rc=0
-    shift
-    "$gen" "$@" --max-tokens 2 >/dev/null 2>"$tmp/err" || rc=$?
-    [ "$rc" = 3 ] || fail "$what: exit $rc, want 3 ($(cat "$tmp/err"))"
-    grep -q '^strata-generate: ' "$tmp/err" || fail "$what: no message"
-    echo "ok: $what refused: $(head -c 240 "$tmp/err")"
-}
 vl="$root/qwen3_vl"
 clip="$vl/video/clip0.mp4"
 head -c 20000 "$clip" >"$tmp/truncated.mp4"
