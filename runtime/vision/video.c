@@ -2,16 +2,137 @@
  * video.h and docs/qwen3-vl-video.md). */
 #include "runtime/vision/video.h"
 
+#include <dlfcn.h>
 #include <libavcodec/avcodec.h>
 #include <libavformat/avformat.h>
 #include <libavutil/imgutils.h>
 #include <libavutil/log.h>
 #include <libswscale/swscale.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "runtime/base/status.h"
+
+/* FFmpeg is opened at run time (the sonames of the headers this file was built against), not
+ * linked: its libraries pull in every codec and container library of the distribution (over
+ * 140 MB on Debian 12), which a process that never sees a video — a language stage, the GPU
+ * bundle — should not carry. Its functions, with their own types, are resolved once; where the
+ * libraries are missing video_open says so. */
+#define FF_SONAME(lib, major) "lib" lib ".so." AV_STRINGIFY(major)
+#define FF_FUNCTIONS(X)                                                                            \
+    X(av_dict_free)                                                                                \
+    X(av_dict_set)                                                                                 \
+    X(av_find_best_stream)                                                                         \
+    X(av_frame_alloc)                                                                              \
+    X(av_frame_free)                                                                               \
+    X(av_frame_unref)                                                                              \
+    X(av_free)                                                                                     \
+    X(av_freep)                                                                                    \
+    X(av_get_pix_fmt_name)                                                                         \
+    X(av_log_set_level)                                                                            \
+    X(av_malloc)                                                                                   \
+    X(av_packet_alloc)                                                                             \
+    X(av_packet_free)                                                                              \
+    X(av_packet_unref)                                                                             \
+    X(av_read_frame)                                                                               \
+    X(av_strerror)                                                                                 \
+    X(avcodec_alloc_context3)                                                                      \
+    X(avcodec_free_context)                                                                        \
+    X(avcodec_get_name)                                                                            \
+    X(avcodec_open2)                                                                               \
+    X(avcodec_parameters_to_context)                                                               \
+    X(avcodec_receive_frame)                                                                       \
+    X(avcodec_send_packet)                                                                         \
+    X(avformat_alloc_context)                                                                      \
+    X(avformat_close_input)                                                                        \
+    X(avformat_find_stream_info)                                                                   \
+    X(avformat_free_context)                                                                       \
+    X(avformat_open_input)                                                                         \
+    X(avio_alloc_context)                                                                          \
+    X(avio_context_free)                                                                           \
+    X(sws_freeContext)                                                                             \
+    X(sws_getCachedContext)                                                                        \
+    X(sws_getCoefficients)                                                                         \
+    X(sws_getColorspaceDetails)                                                                    \
+    X(sws_scale)                                                                                   \
+    X(sws_setColorspaceDetails)
+static struct {
+#define FF_POINTER(name) __typeof__(&name) name;
+    FF_FUNCTIONS(FF_POINTER)
+#undef FF_POINTER
+} ff;
+static pthread_once_t ff_once = PTHREAD_ONCE_INIT;
+static char ff_missing[320]; /* why video cannot be decoded, "" once loaded */
+
+static void ff_open(void) {
+    static const char *const libs[] = {FF_SONAME("avutil", LIBAVUTIL_VERSION_MAJOR),
+                                       FF_SONAME("avcodec", LIBAVCODEC_VERSION_MAJOR),
+                                       FF_SONAME("avformat", LIBAVFORMAT_VERSION_MAJOR),
+                                       FF_SONAME("swscale", LIBSWSCALE_VERSION_MAJOR)};
+    void *handle[4];
+    for (int i = 0; i < 4; i++)
+        if (!(handle[i] = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL))) {
+            snprintf(ff_missing, sizeof ff_missing,
+                     "video decoding needs FFmpeg's %s (Debian: libavformat59, libavcodec59, "
+                     "libavutil57, libswscale6): %s",
+                     libs[i], dlerror());
+            return;
+        }
+#define FF_RESOLVE(name)                                                                           \
+    for (int i = 0; i < 4 && !ff.name; i++)                                                        \
+        ff.name = (__typeof__(ff.name))dlsym(handle[i], #name);                                    \
+    if (!ff.name && !ff_missing[0])                                                                \
+        snprintf(ff_missing, sizeof ff_missing, "FFmpeg's libraries lack %s", #name);
+    FF_FUNCTIONS(FF_RESOLVE)
+#undef FF_RESOLVE
+}
+
+/* 0 when FFmpeg's functions are there; else the status, the reason in strata_last_error. */
+static int ff_loaded(void) {
+    pthread_once(&ff_once, ff_open);
+    return ff_missing[0] ? strata_set_error(STRATA_ENOTFOUND, "%s", ff_missing) : 0;
+}
+
+/* From here on the calls go through the resolved pointers. */
+#define FF_CALL(name) ff.name
+#define av_dict_free FF_CALL(av_dict_free)
+#define av_dict_set FF_CALL(av_dict_set)
+#define av_find_best_stream FF_CALL(av_find_best_stream)
+#define av_frame_alloc FF_CALL(av_frame_alloc)
+#define av_frame_free FF_CALL(av_frame_free)
+#define av_frame_unref FF_CALL(av_frame_unref)
+#define av_free FF_CALL(av_free)
+#define av_freep FF_CALL(av_freep)
+#define av_get_pix_fmt_name FF_CALL(av_get_pix_fmt_name)
+#define av_log_set_level FF_CALL(av_log_set_level)
+#define av_malloc FF_CALL(av_malloc)
+#define av_packet_alloc FF_CALL(av_packet_alloc)
+#define av_packet_free FF_CALL(av_packet_free)
+#define av_packet_unref FF_CALL(av_packet_unref)
+#define av_read_frame FF_CALL(av_read_frame)
+#define av_strerror FF_CALL(av_strerror)
+#define avcodec_alloc_context3 FF_CALL(avcodec_alloc_context3)
+#define avcodec_free_context FF_CALL(avcodec_free_context)
+#define avcodec_get_name FF_CALL(avcodec_get_name)
+#define avcodec_open2 FF_CALL(avcodec_open2)
+#define avcodec_parameters_to_context FF_CALL(avcodec_parameters_to_context)
+#define avcodec_receive_frame FF_CALL(avcodec_receive_frame)
+#define avcodec_send_packet FF_CALL(avcodec_send_packet)
+#define avformat_alloc_context FF_CALL(avformat_alloc_context)
+#define avformat_close_input FF_CALL(avformat_close_input)
+#define avformat_find_stream_info FF_CALL(avformat_find_stream_info)
+#define avformat_free_context FF_CALL(avformat_free_context)
+#define avformat_open_input FF_CALL(avformat_open_input)
+#define avio_alloc_context FF_CALL(avio_alloc_context)
+#define avio_context_free FF_CALL(avio_context_free)
+#define sws_freeContext FF_CALL(sws_freeContext)
+#define sws_getCachedContext FF_CALL(sws_getCachedContext)
+#define sws_getCoefficients FF_CALL(sws_getCoefficients)
+#define sws_getColorspaceDetails FF_CALL(sws_getColorspaceDetails)
+#define sws_scale FF_CALL(sws_scale)
+#define sws_setColorspaceDetails FF_CALL(sws_setColorspaceDetails)
 
 #define VIDEO_IO_BUFFER 65536
 
@@ -245,6 +366,8 @@ static int scan(struct video *v, AVFormatContext *fc, int stream) {
 int video_open(struct video **out, const void *data, size_t len, const struct video_limits *lim) {
     *out = NULL;
     if (!data || len == 0) return strata_set_error(STRATA_EFORMAT, "the video file is empty");
+    int loaded = ff_loaded();
+    if (loaded) return loaded;
     av_log_set_level(AV_LOG_QUIET); /* errors reach the caller as statuses, never on stderr */
     struct video *v = calloc(1, sizeof *v);
     if (!v) return strata_set_error(STRATA_ENOMEM, "out of memory for a video");
