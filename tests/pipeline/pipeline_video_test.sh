@@ -7,7 +7,9 @@
 # encodes every frame block. For both cases, one stage and every split tried (2, 3 and 4
 # stages) give transformers' greedy ids, logits within 1e-2 of video/logits.f32, and --out files
 # byte-identical to one stage's; the link to stage 0 cut after each transfer block resumes to
-# the same bytes. Hostile videos (truncated, corrupt frames, an AVI, a video for an image token, a file
+# the same bytes; two different videos with the same prompt ids (H.264 and HEVC of one clip)
+# answer differently, and the second after the first equals the second on fresh stages (the
+# prefix cache tells them apart by their embeddings). Hostile videos (truncated, corrupt frames, an AVI, a video for an image token, a file
 # over --max-video-bytes, more frames than --max-video-frames) and a vision stage without a
 # tokenizer are refused with a clear error, and the stages keep serving.
 set -u
@@ -122,9 +124,41 @@ PY
                 pl_fail "$case: the golden request failed after the hostile ones"
             [ "$(pl_tokens_of "$PL_WORK/$tag.after" 0)" = "$want" ] || pl_fail "$case: tokens differ after hostile input"
             echo "after the hostile videos: the stages still give the golden tokens: yes"
+            # Two different videos with the same grid and timestamps (32x32, 6 frames at 6 fps:
+            # H.264 and HEVC) make the same prompt ids: the prefix cache must tell them apart
+            # by their embeddings. B after A equals B on stages that never saw A.
+            small="$PL_ROOT/tests/runtime/vision/fuzz_corpus/video"
+            sp=1,2,3,502,501,503,4,5
+            pl_vclient "$tag" --prompt "$sp" --max-tokens 8 --video "$small/h264.mp4" >"$PL_WORK/a1" ||
+                pl_fail "video A: $(cat "$PL_WORK/a1")"
+            pl_vclient "$tag" --prompt "$sp" --max-tokens 8 --video "$small/h264.mp4" >"$PL_WORK/a2" ||
+                pl_fail "video A again: $(cat "$PL_WORK/a2")"
+            [ "$(pl_tokens_of "$PL_WORK/a1" 0)" = "$(pl_tokens_of "$PL_WORK/a2" 0)" ] ||
+                pl_fail "the same video twice gave different tokens"
+            pl_vclient "$tag" --prompt "$sp" --max-tokens 8 --video "$small/hevc.mp4" >"$PL_WORK/b1" ||
+                pl_fail "video B: $(cat "$PL_WORK/b1")"
+            b_after_a=$(pl_tokens_of "$PL_WORK/b1" 0)
+            # the check below means something only if the two videos answer differently
+            [ "$b_after_a" != "$(pl_tokens_of "$PL_WORK/a1" 0)" ] ||
+                pl_fail "videos A and B give the same tokens: the prefix-cache check would be blind"
         fi
         pl_stop_vision
         pl_stop_pipeline "$tag" "$S"
+        if [ "$case" = qwen3_vl ] && [ "$split" = 0,1,2,4 ]; then # B on fresh stages
+            for ((r = 0; r < S; r++)); do
+                pl_start_stage "${tag}f" "$S" "$r" "$model" --max-seq 192 --max-batch 4 --chunk-size 16 \
+                    --layer-start "${bounds[$r]}" --layer-end "${bounds[$((r + 1))]}"
+            done
+            pl_wait_ready "${tag}f" "$S"
+            pl_start_vision "${tag}f" "$model" --tokenizer "$vd"
+            pl_vclient "${tag}f" --prompt "$sp" --max-tokens 8 --video "$small/hevc.mp4" >"$PL_WORK/b2" ||
+                pl_fail "video B on fresh stages: $(cat "$PL_WORK/b2")"
+            [ "$(pl_tokens_of "$PL_WORK/b2" 0)" = "$b_after_a" ] ||
+                pl_fail "video B after video A (same prompt ids) gave $b_after_a, on fresh stages $(pl_tokens_of "$PL_WORK/b2" 0)"
+            echo "two videos with the same prompt ids: B after A == B on fresh stages ($b_after_a): yes"
+            pl_stop_vision
+            pl_stop_pipeline "${tag}f" "$S"
+        fi
     done
 done
 echo "PASS"
