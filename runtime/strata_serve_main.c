@@ -52,9 +52,11 @@ static void usage(FILE *out) {
             "  --max-image-bytes N      largest decoded image_url image (default 524288; the\n"
             "                           vision stage's --max-image-bytes also applies)\n"
             "  --max-images N           images per chat request (default 16, at most 256)\n"
-            "  --max-video-bytes N      largest decoded video_url video (default 786432, what\n"
-            "                           base64 fits in the 1 MiB body; the vision stage's\n"
-            "                           --max-video-bytes also applies)\n"
+            "  --max-body-bytes N       largest request body and gRPC message (default 1048576;\n"
+            "                           raise it for larger video_url / image_url data URIs)\n"
+            "  --max-video-bytes N      largest decoded video_url video (default: what base64\n"
+            "                           fits in the body, 786432 at the default body; the vision\n"
+            "                           stage's --max-video-bytes also applies)\n"
             "  --max-videos N           videos per chat request (default 2, at most 64)\n"
             "  --auth-key-file F        the pipeline's pre-shared key (else $STRATA_AUTH_KEY):\n"
             "                           TLS 1.3 PSK to stage 0 (HMAC Hello with --insecure)\n"
@@ -70,7 +72,7 @@ struct serve_args {
     const char *grpc_port_file;
     int insecure, no_http, no_console;
     int stage0_port, port, max_seq, token_timeout_ms, max_image_bytes, max_images;
-    int max_video_bytes, max_videos;
+    int max_video_bytes, max_videos, max_body;
     int grpc_port; /* -1: no gRPC */
 };
 
@@ -98,6 +100,7 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
                                             {"max-images", 1, 0, 'M'},
                                             {"max-video-bytes", 1, 0, 'V'},
                                             {"max-videos", 1, 0, 'W'},
+                                            {"max-body-bytes", 1, 0, 'Z'},
                                             {"help", 0, 0, 'x'},
                                             {0, 0, 0, 0}};
     int c, bad = 0;
@@ -131,6 +134,7 @@ static int parse_args(struct serve_args *a, int argc, char **argv) {
         case 'M': bad |= cli_parse_int(optarg, 1, 256, &a->max_images) < 0; break;
         case 'V': bad |= cli_parse_int(optarg, 1, 1 << 30, &a->max_video_bytes) < 0; break;
         case 'W': bad |= cli_parse_int(optarg, 1, 64, &a->max_videos) < 0; break;
+        case 'Z': bad |= cli_parse_int(optarg, 1024, 1 << 30, &a->max_body) < 0; break;
         case 'x': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -262,7 +266,10 @@ int main(int argc, char **argv) {
     app.token_timeout_ms = a.token_timeout_ms;
     app.max_image_bytes = a.max_image_bytes;
     app.max_images = a.max_images;
-    app.max_video_bytes = a.max_video_bytes;
+    app.max_body = a.max_body;
+    /* by default a video may take what base64 fits in the body (3 bytes per 4 characters) */
+    app.max_video_bytes =
+        a.max_video_bytes ? a.max_video_bytes : (a.max_body ? (long)a.max_body / 4 * 3 : 0);
     app.max_videos = a.max_videos;
     app.console = !a.no_console;
     app.created = (long)time(NULL);

@@ -29,6 +29,7 @@ struct serve_app {
     long max_image_bytes; /* largest decoded image_url image; 0 = the default */
     int max_images;       /* images per chat request; 0 = the default */
     long max_video_bytes; /* largest decoded video_url video; 0 = the default */
+    long max_body;        /* largest request body / gRPC message; 0 = SERVE_MAX_BODY */
     int max_videos;       /* videos per chat request; 0 = the default */
     int console;          /* serve the web console's pages (GET /, /pipeline, /console/...) */
 };

@@ -175,8 +175,8 @@ static void serve_generation(struct call_ctx *c, enum serve_kind kind, const uin
     struct serve_params params;
     struct serve_error err;
     struct serve_gen g;
-    struct serve_image_limits images = {app->max_image_bytes, app->max_images,
-                                        app->max_video_bytes, app->max_videos};
+    struct serve_image_limits images = {app->max_image_bytes, app->max_images, app->max_video_bytes,
+                                        app->max_videos};
     int rc = kind == SERVE_CHAT
                  ? serve_pb_parse_chat_with(&params, req, len, &limits, &images, &err)
                  : serve_pb_parse_generate(&params, req, len, &limits, &err);
@@ -386,11 +386,11 @@ static void *acceptor_main(void *arg) {
     return NULL;
 }
 
-static grpc_server *create_server(void) {
+static grpc_server *create_server(long max_message) {
     grpc_arg args[3];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = (int)SERVE_MAX_BODY;
+    args[0].value.integer = (int)max_message;
     /* Pings keep long streams alive through idle periods and find dead clients. */
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = GRPC_ARG_KEEPALIVE_TIME_MS;
@@ -425,7 +425,7 @@ int serve_grpc_start(struct serve_grpc **out, struct serve_app *app, const char 
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->idle, NULL);
     s->cq = grpc_completion_queue_create_for_next(NULL);
-    s->server = create_server();
+    s->server = create_server(app->max_body > 0 ? app->max_body : SERVE_MAX_BODY);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
     s->port = grpc_server_add_http2_port(s->server, addr, creds);

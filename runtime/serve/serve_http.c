@@ -301,10 +301,11 @@ static enum MHD_Result route(struct MHD_Connection *c, struct serve_app *app, co
                                                "%s %s: use POST", method, url),
                                &err));
         if (ctx->too_large)
-            return send_error(c, app,
-                              (serve_error_set(&err, 413, NULL, "request_too_large",
-                                               "the body is over %ld bytes", SERVE_MAX_BODY),
-                               &err));
+            return send_error(
+                c, app,
+                (serve_error_set(&err, 413, NULL, "request_too_large", "the body is over %ld bytes",
+                                 app->max_body > 0 ? app->max_body : SERVE_MAX_BODY),
+                 &err));
         return generate(c, app, chat ? SERVE_CHAT : SERVE_COMPLETION, ctx);
     }
     int models = !strcmp(url, "/v1/models"), health = !strcmp(url, "/health"),
@@ -342,7 +343,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return ctx ? MHD_YES : MHD_NO;
     }
     if (*upload_size) {
-        if (ctx->body.len + *upload_size > SERVE_MAX_BODY)
+        const struct serve_app *app = cls;
+        const long limit = app->max_body > 0 ? app->max_body : SERVE_MAX_BODY;
+        if (ctx->body.len + *upload_size > (size_t)limit)
             ctx->too_large = 1;
         else if (!ctx->too_large && serve_buf_append(&ctx->body, upload_data, *upload_size) < 0)
             return MHD_NO;

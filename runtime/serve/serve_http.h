@@ -11,6 +11,8 @@
 
 #include "runtime/serve/serve_gen.h"
 
+/* The request body limit when strata-serve --max-body-bytes does not set one (HTTP bodies and
+ * gRPC messages alike). */
 #define SERVE_MAX_BODY (1L << 20)
 
 struct serve_server;

@@ -11,7 +11,7 @@
 #define SERVE_MAX_STOP_LEN 256
 
 /* Images a chat request may carry as image_url data URIs (the request's bytes are bounded by
- * the HTTP body limit, SERVE_MAX_BODY in serve_http.h). */
+ * the body limit: strata-serve --max-body-bytes, SERVE_MAX_BODY in serve_http.h by default). */
 #define SERVE_DEFAULT_MAX_IMAGE_BYTES (512L * 1024) /* one decoded image file */
 #define SERVE_DEFAULT_MAX_IMAGES 16                 /* images per request */
 #define SERVE_DEFAULT_MAX_VIDEO_BYTES (768L * 1024) /* one video: what base64 fits in 1 MiB */

@@ -7,7 +7,8 @@
 # input_ids (timestamps and frame blocks included). The answer streamed equals the whole one.
 # gRPC Chat with a video part (ChatPart.video) streams to OK. Malformed video parts (an http
 # URL, a wrong media type, bytes that are no video, a video over --max-video-bytes, more than
-# --max-videos) get their 400 / 413 OpenAI errors and the next request is served.
+# --max-videos) get their 400 / 413 OpenAI errors and the next request is served; a body over
+# --max-body-bytes is 413.
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -131,4 +132,18 @@ post "$PL_WORK/v.json" >"$PL_WORK/v2.out"
 [ "$(cat "$PL_WORK/status")" = 200 ] && [ "$(jq_py 'd["choices"][0]["message"]["content"]' <"$PL_WORK/v2.out")" = "$whole" ] ||
     pl_fail "no answer after the refusals: $(cat "$PL_WORK/v2.out")"
 echo "after the refusals: the video chat answers again, identically"
+
+# --max-body-bytes: a body over it is 413 request_too_large (the video URI here is ~70 KB).
+rm -f "$PL_WORK/small.port"
+# shellcheck disable=SC2046
+"$SERVE" --model "$vl" --served-model-name vl --stage0-port-file "$PL_WORK/vv.v.port" \
+    --port-file "$PL_WORK/small.port" --max-seq 256 --max-body-bytes 4096 $(pl_security_default) \
+    2>>"$PL_WORK/serve_small.log" &
+PL_PIDS="$PL_PIDS $!"
+pl_wait_file "$PL_WORK/small.port" 20 || pl_fail "strata-serve --max-body-bytes did not start"
+code=$(curl -sS -o "$PL_WORK/small.out" -w '%{http_code}' -H 'Content-Type: application/json' \
+    --data-binary "@$PL_WORK/v.json" "http://127.0.0.1:$(cat "$PL_WORK/small.port")/v1/chat/completions")
+[ "$code" = 413 ] && grep -q "over 4096 bytes" "$PL_WORK/small.out" ||
+    pl_fail "--max-body-bytes 4096: $code $(cat "$PL_WORK/small.out")"
+echo "--max-body-bytes 4096: the video chat body is 413 request_too_large"
 echo "PASS"
