@@ -9,6 +9,7 @@
 
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
+#include "runtime/model/stage_tensors.h"
 
 static int bad(const char *field, const char *what) {
     return strata_set_error(STRATA_EFORMAT, "device profile: \"%s\" %s", field, what);
@@ -152,12 +153,25 @@ static double dtype_bytes(const struct model_config *cfg) {
     return !strcmp(t, "float32") ? 4.0 : 2.0; /* bf16 when absent, as the planner assumes */
 }
 
+static double numel(const struct stage_tensor *t) {
+    double n = 1;
+    for (int d = 0; d < t->ndim; d++)
+        n *= (double)t->shape[d];
+    return n;
+}
+
+/* The tensors come from the manifest the loaders use (stage_tensors.h), shapes from config.json:
+ * each layer's matrices are grouped by their inner dimension, experts counted one expert at a
+ * time, norms and biases only as bytes. */
 int perf_layers_build(struct perf_layers *pl, const struct model_config *cfg) {
     memset(pl, 0, sizeof *pl);
-    const double b = dtype_bytes(cfg), H = cfg->hidden_size, D = cfg->head_dim;
-    const double nh = cfg->num_heads, nkv = cfg->num_kv_heads;
     if (cfg->num_layers < 1 || cfg->num_layers > MODEL_CONFIG_MAX_LAYERS)
         return strata_set_error(STRATA_EINVAL, "perf model: %d layers", cfg->num_layers);
+    struct stage_tensor_list list = {0};
+    struct stage_role all = {0, cfg->num_layers, 1, 1, 0};
+    int rc = stage_tensor_list_build(&list, cfg, &all, NULL);
+    if (rc) return rc;
+    const double b = dtype_bytes(cfg), E = cfg->num_experts > 0 ? cfg->num_experts : 1;
     pl->num_layers = cfg->num_layers;
     pl->hidden = cfg->hidden_size;
     pl->heads = cfg->num_heads;
@@ -166,29 +180,46 @@ int perf_layers_build(struct perf_layers *pl, const struct model_config *cfg) {
     pl->vocab = cfg->vocab_size;
     pl->dtype_bytes = b;
     pl->top_k = cfg->num_experts_per_tok;
-    const double norms = 2 * H + 2 * D; /* two RMSNorms of H, q_norm and k_norm of D */
+    double other[MODEL_CONFIG_MAX_LAYERS] = {0}, embed = 0, head = 0, norm = 0;
+    for (int i = 0; i < list.count; i++) {
+        const struct stage_tensor *t = &list.items[i];
+        const double n = numel(t);
+        if (t->kind == STAGE_TENSOR_EMBED) embed = n;
+        if (t->kind == STAGE_TENSOR_LM_HEAD) head = n;
+        if (t->kind == STAGE_TENSOR_NORM) norm = n;
+        if (t->kind != STAGE_TENSOR_LAYER) continue;
+        struct perf_layer *y = &pl->layer[t->layer];
+        switch (t->slot) {
+        case STAGE_SLOT_ROUTER: y->experts = cfg->num_experts; /* fall through */
+        case STAGE_SLOT_Q:
+        case STAGE_SLOT_K:
+        case STAGE_SLOT_V:
+        case STAGE_SLOT_GATE:
+        case STAGE_SLOT_UP: y->p_h += n; break;
+        case STAGE_SLOT_O: y->p_o += n; break;
+        case STAGE_SLOT_DOWN:
+            y->p_i += n;
+            y->k_i = (int)t->shape[1]; /* [H, F]: F is the inner dimension */
+            break;
+        case STAGE_SLOT_EXPERT_GATE:
+        case STAGE_SLOT_EXPERT_UP:
+        case STAGE_SLOT_EXPERTS_GATE_UP: y->e_h += n / E; break;
+        case STAGE_SLOT_EXPERT_DOWN:
+        case STAGE_SLOT_EXPERTS_DOWN:
+            y->e_i += n / E;
+            y->k_ei = cfg->moe_intermediate_size;
+            break;
+        default: other[t->layer] += n; break; /* norms, biases */
+        }
+    }
+    stage_tensor_list_free(&list);
     for (int l = 0; l < cfg->num_layers; l++) {
         struct perf_layer *y = &pl->layer[l];
-        y->p_h = H * (nh + 2 * nkv) * D; /* q, k, v */
-        y->p_o = nh * D * H;
-        if (model_config_layer_is_moe(cfg, l)) {
-            const double I = cfg->moe_intermediate_size;
-            y->experts = cfg->num_experts;
-            y->p_h += H * cfg->num_experts; /* the router */
-            y->e_h = 2 * H * I;
-            y->e_i = H * I;
-            y->k_ei = cfg->moe_intermediate_size;
-            y->expert_bytes = (y->e_h + y->e_i) * b;
-        } else {
-            const double I = cfg->intermediate_size;
-            y->p_h += 2 * H * I;
-            y->p_i = H * I;
-            y->k_i = cfg->intermediate_size;
-        }
-        y->dense_bytes = (y->p_h + y->p_o + y->p_i + norms) * b;
+        y->dense_bytes = (y->p_h + y->p_o + y->p_i + other[l]) * b;
+        y->expert_bytes = (y->e_h + y->e_i) * b;
     }
-    pl->embed_bytes = (double)cfg->vocab_size * H * b;
-    pl->head_bytes = (double)cfg->vocab_size * H * b + H * b; /* tied or not, it is read */
+    pl->embed_bytes = embed * b;
+    pl->head_bytes = ((head > 0 ? head : embed) + norm) * b; /* tied or not, it is read */
     return 0;
 }
 

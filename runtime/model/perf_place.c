@@ -102,18 +102,12 @@ int perf_hosts_load(struct perf_hosts *h, const char *path) {
 
 void perf_place_memory(uint64_t *bytes, const struct stage_memory_model *mm,
                        const struct stage_range *ranges, int S) {
+    uint64_t prefix[MODEL_CONFIG_MAX_LAYERS + 1];
+    stage_plan_layer_prefix(prefix, mm);
     for (int s = 0; s < S; s++) {
-        uint64_t w = 0;
-        for (int l = ranges[s].layer_start; l < ranges[s].layer_end; l++)
-            w += mm->layer_weight_bytes[l];
-        w += mm->kv_bytes_per_layer * (uint64_t)(ranges[s].layer_end - ranges[s].layer_start);
-        w += mm->workspace_bytes;
-        if (s == 0) w += mm->embed_bytes + mm->vision_bytes;
-        if (s == S - 1) {
-            w += mm->norm_bytes + mm->logits_bytes;
-            if (!(S == 1 && mm->head_is_embed)) w += mm->head_bytes;
-        }
-        bytes[s] = w;
+        struct stage_plan_entry e;
+        stage_plan_price_stage(&e, mm, prefix, s, S, ranges[s].layer_start, ranges[s].layer_end);
+        bytes[s] = e.total_bytes;
     }
 }
 
@@ -163,15 +157,9 @@ static void stage_cost(const struct search *z, int s, int x, int a, int b, int l
 }
 
 static int fits(const struct search *z, int x, int a, int b, int s, int S) {
-    const struct stage_memory_model *mm = z->mm;
-    uint64_t w =
-        z->wpre[b] - z->wpre[a] + mm->kv_bytes_per_layer * (uint64_t)(b - a) + mm->workspace_bytes;
-    if (s == 0) w += mm->embed_bytes + mm->vision_bytes;
-    if (s == S - 1) {
-        w += mm->norm_bytes + mm->logits_bytes;
-        if (!(S == 1 && mm->head_is_embed)) w += mm->head_bytes;
-    }
-    return w <= z->h->host[x].mem_bytes;
+    struct stage_plan_entry e;
+    stage_plan_price_stage(&e, z->mm, z->wpre, s, S, a, b);
+    return e.total_bytes <= z->h->host[x].mem_bytes;
 }
 
 /* The objective of a finished plan: (primary, secondary) = latency goal: (ms per token, pace);
@@ -295,10 +283,9 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
     z->ctx = ctx;
     z->kv_bytes = kvb;
     z->sums = sums;
-    for (int l = 0; l < L; l++) {
+    for (int l = 0; l < L; l++)
         z->b1[l + 1] = z->b1[l] + perf_layer_bytes(pl, l, 1);
-        z->wpre[l + 1] = z->wpre[l] + mm->layer_weight_bytes[l];
-    }
+    stage_plan_layer_prefix(z->wpre, mm);
     for (int x = 0; x < h->n; x++)
         host_sums_fill(&z->sums[x], z, &h->host[x].dev, 1);
     z->hop1 = h->link.latency_us / 1e3 + 1e3 * pl->hidden * 4.0 / (h->link.gbps * 1e9);

@@ -147,8 +147,8 @@ int stage_memory_model_build(struct stage_memory_model *mm, const struct model_c
 
 /* Prices stage `s` of `num_stages` owning [start, end); `prefix` holds prefix sums of the
  * layer weights ([L + 1]). */
-static void price_stage(struct stage_plan_entry *e, const struct stage_memory_model *mm,
-                        const uint64_t *prefix, int s, int num_stages, int start, int end) {
+void stage_plan_price_stage(struct stage_plan_entry *e, const struct stage_memory_model *mm,
+                            const uint64_t *prefix, int s, int num_stages, int start, int end) {
     e->range.layer_start = start;
     e->range.layer_end = end;
     e->weight_bytes = prefix[end] - prefix[start];
@@ -163,7 +163,7 @@ static void price_stage(struct stage_plan_entry *e, const struct stage_memory_mo
     e->total_bytes = e->weight_bytes + e->kv_bytes + e->workspace_bytes;
 }
 
-static void layer_prefix(uint64_t *prefix, const struct stage_memory_model *mm) {
+void stage_plan_layer_prefix(uint64_t *prefix, const struct stage_memory_model *mm) {
     prefix[0] = 0;
     for (int l = 0; l < mm->num_layers; ++l)
         prefix[l + 1] = prefix[l] + mm->layer_weight_bytes[l];
@@ -175,13 +175,13 @@ int stage_plan_price(struct stage_plan *plan, const struct stage_memory_model *m
     int rc = stage_plan_check_ranges(ranges, num_stages, mm->num_layers, 0);
     if (rc) return rc;
     uint64_t prefix[MODEL_CONFIG_MAX_LAYERS + 1];
-    layer_prefix(prefix, mm);
+    stage_plan_layer_prefix(prefix, mm);
     memset(plan, 0, sizeof *plan);
     plan->num_layers = mm->num_layers;
     plan->num_stages = num_stages;
     for (int s = 0; s < num_stages; ++s)
-        price_stage(&plan->stages[s], mm, prefix, s, num_stages, ranges[s].layer_start,
-                    ranges[s].layer_end);
+        stage_plan_price_stage(&plan->stages[s], mm, prefix, s, num_stages, ranges[s].layer_start,
+                               ranges[s].layer_end);
     return STRATA_OK;
 }
 
@@ -243,7 +243,7 @@ struct memory_cost {
 static double memory_fraction(const void *ctx, int s, int start, int end) {
     const struct memory_cost *c = ctx;
     struct stage_plan_entry e;
-    price_stage(&e, c->mm, c->prefix, s, c->num_stages, start, end);
+    stage_plan_price_stage(&e, c->mm, c->prefix, s, c->num_stages, start, end);
     return (double)e.total_bytes / (double)c->free_bytes[s];
 }
 
@@ -258,7 +258,7 @@ int stage_plan_balanced(struct stage_plan *plan, const struct stage_memory_model
         if (free_bytes[s] == 0)
             return strata_set_error(STRATA_EINVAL, "node %d has no free memory", s);
     uint64_t prefix[MODEL_CONFIG_MAX_LAYERS + 1];
-    layer_prefix(prefix, mm);
+    stage_plan_layer_prefix(prefix, mm);
     int starts[STAGE_PLAN_MAX_STAGES];
     double worst;
     const struct memory_cost cost = {mm, prefix, free_bytes, S};
@@ -268,7 +268,8 @@ int stage_plan_balanced(struct stage_plan *plan, const struct stage_memory_model
     plan->num_layers = L;
     plan->num_stages = S;
     for (int s = 0; s < S; ++s) {
-        price_stage(&plan->stages[s], mm, prefix, s, S, starts[s], s + 1 < S ? starts[s + 1] : L);
+        stage_plan_price_stage(&plan->stages[s], mm, prefix, s, S, starts[s],
+                               s + 1 < S ? starts[s + 1] : L);
         plan->stages[s].memory_bytes = free_bytes[s];
     }
     if (worst <= 1.0) return STRATA_OK;

@@ -105,6 +105,13 @@ struct stage_plan {
     struct stage_plan_entry stages[STAGE_PLAN_MAX_STAGES];
 };
 
+/* prefix[l] = weight bytes of layers [0, l) (prefix [L + 1]), and stage s of S owning
+ * [start, end) priced with it (the accounting at the top of this file): the pieces
+ * stage_plan_price is made of, for searches that price many ranges. */
+void stage_plan_layer_prefix(uint64_t *prefix, const struct stage_memory_model *mm);
+void stage_plan_price_stage(struct stage_plan_entry *e, const struct stage_memory_model *mm,
+                            const uint64_t *prefix, int s, int num_stages, int start, int end);
+
 /* Fills the byte columns of a plan for the given ranges (ranges[S], stage 0 first). */
 int stage_plan_price(struct stage_plan *plan, const struct stage_memory_model *mm,
                      const struct stage_range *ranges, int num_stages);

@@ -87,6 +87,8 @@ static void ff_open(void) {
         snprintf(ff_missing, sizeof ff_missing, "FFmpeg's libraries lack %s", #name);
     FF_FUNCTIONS(FF_RESOLVE)
 #undef FF_RESOLVE
+    /* errors reach the caller as statuses, never on stderr (set once: it is process-wide) */
+    if (!ff_missing[0]) ff.av_log_set_level(AV_LOG_QUIET);
 }
 
 /* 0 when FFmpeg's functions are there; else the status, the reason in strata_last_error. */
@@ -368,7 +370,6 @@ int video_open(struct video **out, const void *data, size_t len, const struct vi
     if (!data || len == 0) return strata_set_error(STRATA_EFORMAT, "the video file is empty");
     int loaded = ff_loaded();
     if (loaded) return loaded;
-    av_log_set_level(AV_LOG_QUIET); /* errors reach the caller as statuses, never on stderr */
     struct video *v = calloc(1, sizeof *v);
     if (!v) return strata_set_error(STRATA_ENOMEM, "out of memory for a video");
     if (lim) v->lim = *lim;
