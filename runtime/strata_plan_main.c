@@ -45,8 +45,9 @@ static void usage(FILE *out) {
                  "  --max-seq N        KV tokens per sequence (default 4096)\n"
                  "  --batch B          sequences with KV held at once (default 1)\n"
                  "  --kv-bytes N       bytes per KV element: 4 for fp32 (default), 2 for bf16\n"
-                 "  --chunk N          tokens per forward step for the workspace estimate\n"
-                 "                     (default 512)\n"
+                 "  --chunk N          prefill chunk rows (strata-stage --chunk-size; default\n"
+                 "                     64): the workspace estimate's rows, and what --predict\n"
+                 "                     cuts a prompt into (at least one chunk per stage)\n"
                  "  --no-vision        do not count a VL model's vision tower on stage 0\n"
                  "  --tp N             tensor-parallel ranks per stage: 1, 2, 4 or 8 (default 1)\n"
                  "  --kvp N            KV-parallel groups per stage (default 1)\n"
@@ -614,7 +615,7 @@ int main(int argc, char **argv) {
     static struct plan_args a = {
         .kv_bytes = 4,
         .tensors_rank = -1,
-        .opt = {4, 4096, 1, 512, 1},
+        .opt = {4, 4096, 1, STAGE_PLAN_DEFAULT_CHUNK, 1},
         .predict_args = {.link = {50, 1.25}, .opt = {.prompt_tokens = 2048}}};
     struct plan_model m = {0};
     const char *how = NULL;

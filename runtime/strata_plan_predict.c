@@ -44,7 +44,7 @@ static void print_text(const struct perf_prediction *p, const struct perf_device
     const int B = pa->opt.batch > 1 ? pa->opt.batch : 1, S = p->num_stages;
     printf("\npredicted (runtime/model/perf_model.h; link %.0f us, %.2f GB/s; prompt %d tokens "
            "in chunks of %d):\n",
-           pa->link.latency_us, pa->link.gbps, pa->opt.prompt_tokens, pa->opt.chunk_tokens);
+           pa->link.latency_us, pa->link.gbps, pa->opt.prompt_tokens, p->chunk_rows);
     printf("%-6s %-12s %-34s %12s %12s", "stage", "layers", "device", "MB/token", "ms/step b=1");
     if (B > 1) printf(" %9s b=%-3d", "ms/step", (B + S - 1) / S);
     printf(" %14s\n", "ms/prefill chunk");
@@ -83,10 +83,10 @@ static void print_json(const struct perf_prediction *p, const struct perf_device
     }
     printf(
         "],\n \"predicted\": {\"decode_tokens_per_s\": %.4f, \"decode_tokens_per_s_batch\": %.4f, "
-        "\"batch\": %d, \"ttft_ms\": %.4f, \"prompt_tokens\": %d, \"hop_ms\": %.4f, "
-        "\"bottleneck_stage\": %d}}\n",
+        "\"batch\": %d, \"ttft_ms\": %.4f, \"prompt_tokens\": %d, \"chunk_rows\": %d, "
+        "\"hop_ms\": %.4f, \"bottleneck_stage\": %d}}\n",
         p->tokens_per_s_1, p->tokens_per_s_b, pa->opt.batch, p->ttft_ms, pa->opt.prompt_tokens,
-        p->hop_ms_1, p->bottleneck_stage);
+        p->chunk_rows, p->hop_ms_1, p->bottleneck_stage);
 }
 
 int plan_print_prediction(const struct model_config *cfg, const struct stage_plan *plan,

@@ -9,6 +9,7 @@
 #include "reference/kv_cache.h"
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
+#include "runtime/model/stage_plan.h"
 #include "runtime/model/tp_shard.h"
 #include "runtime/stage/stage_core.h"
 #include "wire/collective.h"
@@ -586,7 +587,7 @@ static void args_defaults(struct args *a) {
     a->threads = 1;
     a->max_seq = 512;
     a->max_batch = 8;
-    a->chunk_size = 64;
+    a->chunk_size = STAGE_PLAN_DEFAULT_CHUNK;
     a->log_level = STAGE_LOG_INFO;
     a->peer_timeout_ms = 10000;
     a->tp = 1;

@@ -22,13 +22,12 @@
 #include "sim/sim_vision.h"
 #include "sim/split.h"
 
-#define MAX_PROMPT 4096
 #define WARM_PROMPT (2 * 16 + 1) /* two whole KV blocks and the row that gives a token */
 
 /* Golden data of a model directory (tests/golden/<case>/), when present. */
 struct golden {
     int have;
-    int32_t prompt[MAX_PROMPT];
+    int32_t prompt[SIM_MAX_PROMPT];
     int prompt_len;
     int32_t *generated; /* [n_steps] */
     int n_steps;
@@ -85,7 +84,7 @@ static int golden_load(struct golden *g, const char *dir, int vocab) {
     int rc = 0;
     cJSON *root = cJSON_ParseWithLength(text, len);
     const cJSON *gen = root ? cJSON_GetObjectItemCaseSensitive(root, "generated_ids") : NULL;
-    g->prompt_len = root ? json_int_array(g->prompt, MAX_PROMPT,
+    g->prompt_len = root ? json_int_array(g->prompt, SIM_MAX_PROMPT,
                                           cJSON_GetObjectItemCaseSensitive(root, "prompt_ids"))
                          : -1;
     g->n_steps = cJSON_IsArray(gen) ? cJSON_GetArraySize(gen) : -1;
@@ -129,7 +128,10 @@ static int run_split(struct sim_report *report, struct sim_cli *cli, const struc
         return rc;
     }
     const char *verdict = "baseline";
-    if (baseline) {
+    if (opt.no_weights) { /* placeholders: nothing to compare but that each request ended */
+        verdict = report->failed_requests ? "FAILED" : "timing";
+        if (report->failed_requests) *any_failure = 1;
+    } else if (baseline) {
         int same = sim_reports_identical(baseline, report, why, sizeof why);
         verdict = same ? "yes" : (report->failed_requests ? "FAILED" : "NO");
         if (!same) *any_failure = 1;
@@ -140,7 +142,7 @@ static int run_split(struct sim_report *report, struct sim_cli *cli, const struc
     /* --warm: the repeats (the second half) against their first runs, and reused blocks. */
     if (cli->warm && !report->failed_requests && !why[0]) {
         const int R = report->num_requests / 2;
-        if (!sim_repeats_identical(report, R, why, sizeof why)) {
+        if (!opt.no_weights && !sim_repeats_identical(report, R, why, sizeof why)) {
             verdict = "NO";
             *any_failure = 1;
         } else if (report->prefix_cached_tokens == 0) {
@@ -161,8 +163,9 @@ static int run_split(struct sim_report *report, struct sim_cli *cli, const struc
            ttft, rate, 100.0 * report->utilisation, 100.0 * report->bubble_fraction,
            (double)wall / 1e6, (unsigned long long)report->events);
     if (cli->warm && report->prefix_cached_tokens > 0 && !why[0])
-        printf("    warm repeats: %llu prompt tokens from the KV cache, bit-identical\n",
-               (unsigned long long)report->prefix_cached_tokens);
+        printf("    warm repeats: %llu prompt tokens from the KV cache%s\n",
+               (unsigned long long)report->prefix_cached_tokens,
+               opt.no_weights ? "" : ", bit-identical");
     if (baseline && opt.speculate && !report->failed_requests) {
         printf("    speculation: %llu decode steps carried %llu drafts, %llu accepted (%.0f%%)\n",
                (unsigned long long)report->spec_steps, (unsigned long long)report->spec_drafted,
@@ -245,7 +248,7 @@ struct session {
     struct safetensors *weights;
     struct golden golden;
     struct sim_vision vision; /* a VL golden's image, sent with every request */
-    int32_t base_prompt[MAX_PROMPT];
+    int32_t base_prompt[SIM_MAX_PROMPT];
     int prompt_len, max_tokens;
     int lengthened; /* --warm lengthened the golden prompt */
     struct sim_split explicit_split;
@@ -271,10 +274,15 @@ static void session_close(struct session *ss) {
 
 /* Model, weights, golden data and the base prompt; returns an exit code (0 = opened). */
 static int open_inputs(struct session *ss, const struct sim_cli *cli) {
+    /* --no-weights: config.json alone (a golden's answers mean nothing without them). */
     if (model_config_load(&ss->cfg, cli->model_dir) < 0 ||
-        safetensors_open(&ss->weights, cli->model_dir) < 0 ||
-        golden_load(&ss->golden, cli->model_dir, ss->cfg.vocab_size) < 0) {
+        (!cli->sim.no_weights &&
+         (safetensors_open(&ss->weights, cli->model_dir) < 0 ||
+          golden_load(&ss->golden, cli->model_dir, ss->cfg.vocab_size) < 0))) {
         fprintf(stderr, "strata-sim: %s\n", strata_last_error());
+        if (!ss->weights && !cli->sim.no_weights && ss->cfg.num_layers > 0)
+            fprintf(stderr, "(to simulate its timing without the weights: --no-weights "
+                            "--compute model --profile FILE)\n");
         return STRATA_EXIT_INPUT;
     }
     if (cli->profile &&
@@ -290,13 +298,17 @@ static int open_inputs(struct session *ss, const struct sim_cli *cli) {
         return STRATA_EXIT_INPUT;
     }
     if (cli->prompt_text) {
-        ss->prompt_len =
-            cli_parse_ids(ss->base_prompt, MAX_PROMPT, cli->prompt_text, 0, ss->cfg.vocab_size - 1);
+        ss->prompt_len = cli_parse_ids(ss->base_prompt, SIM_MAX_PROMPT, cli->prompt_text, 0,
+                                       ss->cfg.vocab_size - 1);
         if (ss->prompt_len < 1) {
             fprintf(stderr, "strata-sim: --prompt needs comma-separated ids in [0, %d)\n",
                     ss->cfg.vocab_size);
             return STRATA_EXIT_USAGE;
         }
+    } else if (cli->prompt_tokens) {
+        ss->prompt_len = cli->prompt_tokens;
+        for (int i = 0; i < ss->prompt_len; i++)
+            ss->base_prompt[i] = (int32_t)((i * 7 + 1) % ss->cfg.vocab_size);
     } else if (ss->golden.have) {
         ss->prompt_len = ss->golden.prompt_len;
         memcpy(ss->base_prompt, ss->golden.prompt, sizeof(int32_t) * (size_t)ss->prompt_len);
@@ -408,7 +420,9 @@ static void print_header(const struct session *ss, const struct sim_cli *cli) {
                    (double)cli->conn_link[c].latency_ns / 1e3, cli->conn_link[c].bandwidth_gbps);
     printf("requests: %s concurrent, %d-token prompt, %d tokens each; compute: %s\n", concurrent,
            ss->prompt_len, ss->max_tokens,
-           cli->sim.compute == SIM_COMPUTE_MODEL   ? "the performance model on --profile's device"
+           cli->sim.no_weights ? "the performance model on --profile's device; no weights "
+                                 "(timing only: stages compute nothing, tokens are placeholders)"
+           : cli->sim.compute == SIM_COMPUTE_MODEL ? "the performance model on --profile's device"
            : cli->sim.compute == SIM_COMPUTE_FIXED ? "fixed cost per row and layer"
            : cli->sim.compute == SIM_COMPUTE_CPU   ? "measured thread CPU time"
                                                    : "measured wall time");
@@ -455,7 +469,7 @@ static void report_golden(const struct session *ss, const struct sim_cli *cli) {
     else if (golden_has_image && !cli->prompt_text)
         printf("    baseline vs golden.json: not compared (the golden prompt carries image "
                "input; this run feeds token ids only)\n");
-    if (!g->have || golden_has_image || cli->prompt_text || ss->lengthened ||
+    if (!g->have || cli->sim.no_weights || golden_has_image || cli->prompt_text || ss->lengthened ||
         cli->sampling.temperature > 0.0f || base->requests[0].status != 0)
         return;
     int n = base->requests[0].n_tokens < g->n_steps ? base->requests[0].n_tokens : g->n_steps;
@@ -515,8 +529,11 @@ static int run_all(struct session *ss, struct sim_cli *cli) {
         printf("FAILED: at least one run differs from the single-stage baseline or failed\n");
         return STRATA_EXIT_FAILURE;
     }
-    printf("OK: %d split runs, all bit-identical to the single-stage baseline%s\n", runs,
-           cli->sim.tp * cli->sim.kvp > 1 ? " (one rank, no TP / KVP)" : "");
+    if (cli->sim.no_weights)
+        printf("OK: %d split runs simulated (timing only: no weights, no bits compared)\n", runs);
+    else
+        printf("OK: %d split runs, all bit-identical to the single-stage baseline%s\n", runs,
+               cli->sim.tp * cli->sim.kvp > 1 ? " (one rank, no TP / KVP)" : "");
     return STRATA_EXIT_OK;
 }
 

@@ -84,6 +84,11 @@ struct sim_options {
      * head on the last stage for the rows it samples (attention is not charged) */
     const struct perf_device *profile;
     const struct perf_layers *perf;
+    /* Timing only: no weights (weights NULL); every stage runs on the timing backend
+     * (sim/backend_timing.c: nothing computed, the KV pool's bookkeeping kept), charged by
+     * SIM_COMPUTE_MODEL; the tokens are placeholders and no logits are kept. Not with TP /
+     * KVP, speculation or another device. */
+    int no_weights;
     int kill_stage; /* -1: none */
     int64_t kill_at_ns;
     int partition_stage; /* -1: none */

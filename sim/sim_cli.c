@@ -49,6 +49,7 @@ static const char usage_text[] =
     "  --prompt IDS          comma-separated prompt ids (default: DIR/golden.json prompt_ids;\n"
     "                        a Qwen3-VL golden's image goes with every request: its grids,\n"
     "                        vision_embeds.f32 and deepstack.f32)\n"
+    "  --prompt-tokens N     a prompt of N ids of a fixed pattern (instead of --prompt)\n"
     "  --stop-at-eos         stop at config.json eos ids (default: generate max-tokens)\n"
     "  --warm                each request is sent again when it finishes: the same prompt,\n"
     "                        served from the KV blocks it left cached; every repeat must\n"
@@ -71,6 +72,11 @@ static const char usage_text[] =
     "                        times), or what the performance model says for the step on\n"
     "                        --profile's device (strata-plan --predict's model; deterministic)\n"
     "  --profile FILE        the device profile of --compute model (strata-stage --calibrate)\n"
+    "  --no-weights          timing only, for a model whose checkpoint is not here: DIR needs\n"
+    "                        only config.json; stages compute nothing (the KV pool's\n"
+    "                        bookkeeping is kept) and are charged --compute model's time;\n"
+    "                        tokens are placeholders and no bits are compared (not with\n"
+    "                        --tp / --kvp, --speculate, --device, --weights-dtype)\n"
     "  --row-cost-us US      fixed cost per hidden row per layer (default 1)\n"
     "  --threads N           matmul threads per stage (default 1)\n"
     "  --weights-dtype D     every stage's weights: bf16 (default, as stored) or q8 (8-bit\n"
@@ -172,6 +178,8 @@ static int parse_run_option(struct sim_cli *cli, const char *name, const char *v
         bad = cli_parse_int(v, 1, 1 << 20, &cli->max_tokens) < 0;
     else if (!strcmp(name, "--prompt"))
         cli->prompt_text = v;
+    else if (!strcmp(name, "--prompt-tokens"))
+        bad = cli_parse_int(v, 1, SIM_MAX_PROMPT, &cli->prompt_tokens) < 0;
     else if (!strcmp(name, "--speculate")) {
         bad = strcmp(v, "off") && strcmp(v, "ngram") && strcmp(v, "draft");
         cli->sim.speculate = !strcmp(v, "ngram")   ? WIRE_SPECULATE_NGRAM
@@ -301,7 +309,9 @@ int sim_cli_parse(struct sim_cli *cli, int argc, char **argv) {
         const char *name = argv[i];
         if (!strcmp(name, "-h") || !strcmp(name, "--help")) return -1;
         if (!strcmp(name, "--all-splits") || !strcmp(name, "--stop-at-eos") ||
-            !strcmp(name, "--stage-stats") || !strcmp(name, "--warm")) {
+            !strcmp(name, "--stage-stats") || !strcmp(name, "--warm") ||
+            !strcmp(name, "--no-weights")) {
+            cli->sim.no_weights |= !strcmp(name, "--no-weights");
             cli->all_splits |= !strcmp(name, "--all-splits");
             cli->stop_at_eos |= !strcmp(name, "--stop-at-eos");
             cli->stage_stats |= !strcmp(name, "--stage-stats");
@@ -332,6 +342,13 @@ static int finish_args(struct sim_cli *cli) {
         return usage_error("%s", "--speculate draft and --draft-model DIR go together");
     if ((cli->sim.compute == SIM_COMPUTE_MODEL) != (cli->profile != NULL))
         return usage_error("%s", "--compute model and --profile FILE go together");
+    if (cli->prompt_text && cli->prompt_tokens)
+        return usage_error("%s", "choose one of --prompt IDS and --prompt-tokens N");
+    if (cli->sim.no_weights &&
+        (cli->sim.compute != SIM_COMPUTE_MODEL || cli->sim.tp * cli->sim.kvp > 1 ||
+         cli->sim.speculate || cli->sim.device || cli->sim.weights_dtype))
+        return usage_error("%s", "--no-weights runs --compute model on whole stages: not with "
+                                 "--tp / --kvp, --speculate, --device or --weights-dtype");
     if (cli->warm && cli->requests_per_stage)
         return usage_error("%s", "--warm takes a number of --requests, not S");
     /* Overridden connections share every other link setting (jitter, loss, retries). */

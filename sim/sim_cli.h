@@ -9,6 +9,9 @@
 
 #include "sim/pipeline_sim.h"
 
+/* The longest prompt a run takes (--prompt, --prompt-tokens, golden.json). */
+#define SIM_MAX_PROMPT 32768
+
 struct sim_cli {
     const char *model_dir;
     int all_splits, stages, random_splits;
@@ -18,6 +21,7 @@ struct sim_cli {
     struct sim_link_params conn_link[SIM_MAX_STAGES];
     int conn_link_set[SIM_MAX_STAGES];
     int requests, requests_per_stage, max_tokens, stop_at_eos, stage_stats, warm;
+    int prompt_tokens; /* --prompt-tokens N (0: none) */
     const char *prompt_text;
     const char *draft_model; /* --draft-model DIR */
     const char *profile;     /* --profile FILE (--compute model) */

@@ -46,8 +46,15 @@ void sim_report_free(struct sim_report *report) {
 }
 
 int sim_check_options(const struct sim_options *opt) {
-    if (!opt->cfg || !opt->weights || !opt->requests)
+    if (!opt->cfg || (!opt->weights && !opt->no_weights) || !opt->requests)
         return strata_set_error(STRATA_EINVAL, "simulator: model, weights and requests needed");
+    if (opt->no_weights &&
+        (opt->compute != SIM_COMPUTE_MODEL || !opt->profile || !opt->perf || opt->tp > 1 ||
+         opt->kvp > 1 || opt->speculate || opt->draft_cfg || opt->device))
+        return strata_set_error(STRATA_EINVAL,
+                                "simulator: without weights only the performance model's time is "
+                                "charged (compute model with a profile), on whole stages (no TP / "
+                                "KVP), without speculation, on no other device");
     int rc = sim_split_check(&opt->split);
     if (rc < 0) return rc;
     if (opt->split.num_layers != opt->cfg->num_layers)
@@ -118,7 +125,7 @@ static int build_stages(struct sim *sim) {
                                                .num_stages = S,
                                                .layer_start = opt->split.bounds[r],
                                                .layer_end = opt->split.bounds[r + 1],
-                                               .device = opt->device,
+                                               .device = opt->no_weights ? "timing" : opt->device,
                                                .num_threads = opt->num_threads,
                                                .weights_dtype = opt->weights_dtype,
                                                .kv_dtype = opt->kv_dtype,
@@ -130,7 +137,8 @@ static int build_stages(struct sim *sim) {
                                                .speculate_waves = opt->speculate_waves,
                                                .draft_cfg = opt->draft_cfg,
                                                .draft_weights = opt->draft_weights,
-                                               .keep_logits = opt->keep_logits && r == S - 1};
+                                               .keep_logits = opt->keep_logits &&
+                                                              !opt->no_weights && r == S - 1};
         st->grid_opt = (struct sim_grid_options){.cfg = opt->cfg,
                                                  .kv_dtype = opt->kv_dtype,
                                                  .weights = opt->weights,
@@ -248,7 +256,7 @@ void sim_summarise(struct sim *sim) {
         if (sim->last_n_tokens[i] != o->n_tokens ||
             memcmp(sim->last_tokens[i], o->tokens, sizeof(int32_t) * (size_t)o->n_tokens) != 0)
             sim_record_protocol_error(sim, "client tokens differ from the last stage's record");
-        if (opt->keep_logits && !o->logits)
+        if (opt->keep_logits && !opt->no_weights && !o->logits)
             sim_record_protocol_error(sim, "the last stage reported no logits for a request");
     }
     report->mean_ttft_ns = ok ? ttft_sum / ok : 0.0;

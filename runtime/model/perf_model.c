@@ -322,12 +322,13 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
     if (rc) return rc;
     const int B = opt->batch > 0 ? opt->batch : 1,
               P = opt->prompt_tokens > 0 ? opt->prompt_tokens : 1;
-    const int c = opt->chunk_tokens > 0 && opt->chunk_tokens < P ? opt->chunk_tokens : P;
+    const int c = stage_plan_prefill_chunk(P, S, opt->chunk_tokens);
     const int g = (B + S - 1) / S, chunks = (P + c - 1) / c;
     const double ctx = opt->context_tokens > 0 ? opt->context_tokens : P;
     const double kvb = opt->kv_bytes > 0 ? opt->kv_bytes : 2;
     double sum1 = 0, sumg = 0, maxg = 0, max1 = 0, sum_pre = 0, max_pre = 0;
     out->num_stages = S;
+    out->chunk_rows = c;
     out->bottleneck_stage = 0;
     for (int s = 0; s < S; s++) {
         struct perf_stage *st = &out->stages[s];

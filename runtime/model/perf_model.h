@@ -138,6 +138,7 @@ struct perf_options {
 struct perf_prediction {
     int num_stages;
     struct perf_stage stages[STAGE_PLAN_MAX_STAGES];
+    int chunk_rows; /* the prefill chunk priced (stage_plan_prefill_chunk) */
     double hop_ms_1, hop_ms_chunk;
     double tokens_per_s_1, tokens_per_s_b, ttft_ms;
     int bottleneck_stage; /* the slowest stage at batch 1, or -1: the links */

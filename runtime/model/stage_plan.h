@@ -67,6 +67,21 @@ struct stage_memory_model {
     uint64_t logits_bytes;       /* extra workspace on the last stage */
 };
 
+/* Rows per prefill chunk when a stage is not told (strata-stage --chunk-size). */
+#define STAGE_PLAN_DEFAULT_CHUNK 64
+
+/* Rows per prefill chunk of a prompt of prompt_len tokens on S stages with chunk_size the cap
+ * (<= 0: STAGE_PLAN_DEFAULT_CHUNK): the prompt is cut into at least S chunks (when it has S
+ * rows), so that its prefill streams through the stages one chunk behind the other: stage r
+ * starts after r chunks rather than r whole prompts. Stage 0 cuts prompts so, and the
+ * performance model prices them so. */
+static inline int stage_plan_prefill_chunk(int prompt_len, int num_stages, int chunk_size) {
+    const int cap = chunk_size > 0 ? chunk_size : STAGE_PLAN_DEFAULT_CHUNK;
+    int chunk = num_stages > 0 ? (prompt_len + num_stages - 1) / num_stages : prompt_len;
+    if (chunk > cap) chunk = cap;
+    return chunk < 1 ? 1 : chunk;
+}
+
 struct stage_memory_options {
     size_t kv_dtype_bytes; /* 4 for the fp32 CPU path, 2 for bf16 */
     int max_seq;           /* tokens of KV per sequence */

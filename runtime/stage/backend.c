@@ -46,10 +46,12 @@ static const struct stage_backend_kind *stage_backend_find(const char *name) {
 int stage_backend_open(struct stage_backend **out, const struct stage_backend_options *opt) {
     const char *device = opt->device ? opt->device : "cpu";
     *out = NULL;
-    if (!opt->cfg || !opt->weights)
+    const struct stage_backend_kind *timing = stage_backend_find(device);
+    if (timing && !(timing->caps & STAGE_BACKEND_TIMING)) timing = NULL;
+    if (!opt->cfg || (!opt->weights && !timing))
         return strata_set_error(STRATA_EINVAL, "stage backend needs a config and weights");
     struct cli_device dev;
-    int rc = cli_parse_device(device, &dev);
+    int rc = timing ? 0 : cli_parse_device(device, &dev);
     if (rc == 0) rc = check_role(opt);
     if (rc < 0) return rc;
     const char *wd = opt->weights_dtype ? opt->weights_dtype : "bf16";

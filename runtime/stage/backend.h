@@ -206,7 +206,10 @@ void stage_backend_free(struct stage_backend *be); /* accepts NULL */
  * runtime/base/cli.h cli_parse_device) from the backend's own Bazel target when the build
  * links it (a constructor: the targets are alwayslink), so this module knows no device and
  * a build without the CUDA toolkit simply has no "cuda" kind. */
-enum { STAGE_BACKEND_Q8 = 1 }; /* capabilities: runs --weights-dtype q8 */
+/* Capabilities: Q8 runs --weights-dtype q8; TIMING computes nothing and needs no weights
+ * (the simulator's timing-only stages, sim/backend_timing.c: its device string is the bare
+ * name, which no binary's --device parser accepts). */
+enum { STAGE_BACKEND_Q8 = 1, STAGE_BACKEND_TIMING = 2 };
 
 struct stage_backend_kind {
     const char *name;

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runtime/base/status.h"
+#include "runtime/model/stage_plan.h"
 #include "runtime/stage/stage_core_internal.h"
 #include "wire/codec.h"
 
@@ -49,7 +50,7 @@ int stage_core_init(struct stage_core **out, const struct stage_core_options *op
     core->be = opt->backend;
     core->max_batch = be->num_slots;
     core->max_seq = be->max_seq;
-    if (core->opt.chunk_size == 0) core->opt.chunk_size = 64;
+    if (core->opt.chunk_size == 0) core->opt.chunk_size = STAGE_PLAN_DEFAULT_CHUNK;
     if (core->opt.max_batch_tokens == 0)
         core->opt.max_batch_tokens = core->opt.chunk_size + core->max_batch;
     if (core->opt.max_batch_tokens < core->opt.chunk_size)
@@ -269,14 +270,11 @@ static int forward_request(struct stage_core *core, struct stage_req *req, const
     return -1;
 }
 
-/* Stage 0: rows per prefill chunk of a prompt. A prompt is cut into at least S chunks
- * (when it has S rows), so its prefill streams through the stages one chunk behind the
- * other: stage r starts after r chunks rather than r whole prompts, and a stage never
- * holds a token behind a whole prompt's prefill. chunk_size stays the upper bound. */
+/* Stage 0: rows per prefill chunk of a prompt (stage_plan.h's rule, which the performance
+ * model prices): at least S chunks, so a stage never holds a token behind a whole prompt's
+ * prefill. */
 static int prefill_chunk(const struct stage_core *core, int prompt_len) {
-    int S = core->opt.num_stages, chunk = (prompt_len + S - 1) / S;
-    if (chunk > core->opt.chunk_size) chunk = core->opt.chunk_size;
-    return chunk < 1 ? 1 : chunk;
+    return stage_plan_prefill_chunk(prompt_len, core->opt.num_stages, core->opt.chunk_size);
 }
 
 int stage_has_free_slot(const struct stage_core *core) {

@@ -55,8 +55,8 @@ static int open_backend(struct stage_backend **out, const struct stage_open_opti
     struct stage_role role;
     *out = NULL;
     if (report) memset(report, 0, sizeof *report);
-    if (!opt->cfg || !opt->weights)
-        return strata_set_error(STRATA_EINVAL, "a stage needs a config and weights");
+    /* Weights: stage_backend_open's check (a timing-only backend needs none). */
+    if (!opt->cfg) return strata_set_error(STRATA_EINVAL, "a stage needs a config");
     int rc = stage_role_for(&role, opt->cfg, opt->stage_index, opt->num_stages, opt->layer_start,
                             opt->layer_end);
     if (rc < 0) return rc;

@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/bin/bash
 # strata-sim's command line: --help, usage errors (exit 2), a bad model directory (exit 3),
 # and a fault scenario that must end with a clear error and exit 1, never hang.
 set -u
@@ -70,4 +70,33 @@ if [ -n "${3:-}" ]; then
         { echo "FAIL --compute model: $rate tokens/s, strata-plan --predict says $want"; exit 1; }
     echo "ok   --compute model: $rate tokens/s simulated, strata-plan --predict $want"
 fi
+# --no-weights: the same run on the timing backend (nothing computed) is charged exactly the
+# same virtual times, since the model charges rows, and the stage core schedules the same
+# rows whatever the tokens are; warm repeats still reuse the KV pool's cached blocks.
+same=(--split "0-2|2-4" --max-tokens 16 --prompt-tokens 40 --requests 3 --compute model \
+    --profile "$prof" --latency-us 20 --bandwidth-gbps 1)
+w=$("$bin" --model "$model" "${same[@]}" 2>&1 | grep '^0-2|2-4' | awk '{ print $4, $5 }')
+nw=$("$bin" --model "$model" --no-weights "${same[@]}" 2>&1)
+printf '%s\n' "--- strata-sim --no-weights" "$nw"
+c=$(printf '%s\n' "$nw" | grep '^0-2|2-4' | awk '{ print $4, $5 }')
+[ -n "$w" ] && [ "$c" = "$w" ] || fail "--no-weights: '$c' (TTFT ms, tokens/s), with the weights '$w'"
+printf '%s\n' "$nw" | grep -q '^0-2|2-4 .* timing ' || fail "--no-weights: no 'timing' verdict"
+printf '%s\n' "$nw" | grep -q "OK: 1 split runs simulated (timing only" || fail "--no-weights: no OK line"
+expect 0 "warm repeats: 32 prompt tokens from the KV cache" --model "$model" --no-weights \
+    --stages 2 --warm --prompt-tokens 40 --max-tokens 4 --compute model --profile "$prof"
+# A model of which only config.json is here (a 64-layer 32B): timing only, in well under a
+# second of wall time for its virtual seconds.
+cfgonly="${TEST_TMPDIR:-/tmp}/sim_config_only"
+mkdir -p "$cfgonly"
+cp "$(dirname "$0")/../../docs/plan_examples/qwen3-32b/config.json" "$cfgonly/"
+gpu="${TEST_TMPDIR:-/tmp}/sim_gpu_profile.json"
+printf '{"name": "GPU spec", "source": "spec", "device": "cuda", "read_gbps": 3350, "gemv_gbps": 3350, "gemm_gflops": 989000}\n' >"$gpu"
+expect 0 "OK: 1 split runs simulated" --model "$cfgonly" --no-weights --stages 4 \
+    --prompt-tokens 1024 --max-tokens 8 --requests 2 --compute model --profile "$gpu"
+expect 3 "to simulate its timing without the weights: --no-weights" --model "$cfgonly" --stages 2
+expect 2 "--no-weights runs --compute model" --model "$cfgonly" --no-weights --stages 2
+expect 2 "--no-weights runs --compute model" --model "$cfgonly" --no-weights --stages 2 \
+    --compute model --profile "$prof" --tp 2
+expect 2 "choose one of --prompt IDS and --prompt-tokens N" --model "$model" --stages 2 \
+    --prompt 1,2 --prompt-tokens 4
 echo "PASS"

@@ -82,6 +82,17 @@ static void dense_decode_and_pipeline(void **state) {
         p2.stages[0].decode_ms_b + p2.stages[1].decode_ms_b + 2 * (0.1 + 1e3 * 512 / 1e9);
     double pace = 2 * fmax(p2.stages[0].decode_ms_b, p2.stages[1].decode_ms_b);
     NEAR(p2.tokens_per_s_b, 1e3 * 4 / fmax(round, pace));
+    /* the prompt is priced in the chunks stage 0 cuts it into: at least one per stage (50
+     * rows on 2 stages, though --chunk allows 100), 64 by default; the first token comes after
+     * every chunk through the slowest stage and the last chunk through the rest */
+    assert_int_equal(p2.chunk_rows, 50);
+    NEAR(p2.ttft_ms, p2.stages[0].prefill_ms_chunk + p2.stages[1].prefill_ms_chunk +
+                         fmax(p2.stages[0].prefill_ms_chunk, p2.stages[1].prefill_ms_chunk) +
+                         2 * p2.hop_ms_chunk);
+    opt.chunk_tokens = 0;
+    opt.prompt_tokens = 1000;
+    assert_int_equal(perf_predict(&p2, &pl, two, 2, d, &link, &opt), 0);
+    assert_int_equal(p2.chunk_rows, STAGE_PLAN_DEFAULT_CHUNK);
     /* refusals: ranges that do not cover the model */
     struct stage_range gap[2] = {{0, 1}, {2, 4}};
     assert_int_equal(perf_predict(&p2, &pl, gap, 2, d, &link, &opt), STRATA_ERANGE);
