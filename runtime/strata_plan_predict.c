@@ -46,7 +46,7 @@ static void print_text(const struct perf_prediction *p, const struct perf_device
            "in chunks of %d):\n",
            pa->link.latency_us, pa->link.gbps, pa->opt.prompt_tokens, p->chunk_rows);
     printf("%-6s %-12s %-34s %12s %12s", "stage", "layers", "device", "MB/token", "ms/step b=1");
-    if (B > 1) printf(" %9s b=%-3d", "ms/step", (B + S - 1) / S);
+    if (B > 1) printf(" %9s b=%-3d", "ms/step", perf_rows_per_step(B, S));
     printf(" %14s\n", "ms/prefill chunk");
     for (int s = 0; s < S; s++) {
         const struct perf_stage *st = &p->stages[s];

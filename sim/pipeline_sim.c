@@ -252,12 +252,17 @@ static int stage_step_call(void *arg) {
     return 0;
 }
 
-/* SIM_COMPUTE_MODEL's charge for `rows` rows through stage r's layers, `head_rows` of them
- * through the head (the rows the last stage sampled: one TokenResult each). */
-static int64_t model_step_ns(const struct sim *sim, const struct sim_stage *st, uint64_t rows,
-                             uint64_t head_rows) {
+/* SIM_COMPUTE_MODEL's charge for a step of stage r (the core's counters before and after
+ * it): its rows through the stage's layers, `head_rows` of them through the head (the rows the
+ * last stage sampled: one TokenResult each), and the attention they ran, as strata-plan
+ * --predict prices them (perf_model.h). */
+static int64_t model_step_ns(const struct sim *sim, const struct sim_stage *st,
+                             const struct stage_core_stats *before,
+                             const struct stage_core_stats *after, uint64_t head_rows) {
     const struct perf_layers *pl = sim->opt->perf;
     const struct perf_device *d = sim->opt->profile;
+    const uint64_t rows = after->rows - before->rows;
+    const double kv_bytes = (double)ops_kv_elem_bytes(sim->opt->kv_dtype);
     double bytes = 0, sec = 0;
     if (rows == 0) return 0;
     for (int l = st->open.layer_start; l < st->open.layer_end; l++) {
@@ -269,7 +274,11 @@ static int64_t model_step_ns(const struct sim *sim, const struct sim_stage *st, 
         sec += perf_head_matmul_sec(pl, d, (double)head_rows);
     }
     double stream = bytes / (perf_device_gemv_gbps(d, bytes) * 1e9);
-    return (int64_t)(1e9 * (stream > sec ? stream : sec));
+    double attn = (st->open.layer_end - st->open.layer_start) *
+                  perf_layer_attn_sec(
+                      pl, d, (double)(after->attn_decode_positions - before->attn_decode_positions),
+                      (double)(after->attn_prefill_pairs - before->attn_prefill_pairs), kv_bytes);
+    return (int64_t)(1e9 * ((stream > sec ? stream : sec) + attn));
 }
 
 /* Starts a compute step if the stage is idle and has work; its end is an EV_STEP_DONE. */
@@ -296,7 +305,7 @@ static int stage_maybe_step(struct sim *sim, int r) {
                   sim->opt->row_layer_cost_ns;
         break;
     case SIM_COMPUTE_MODEL:
-        charged = model_step_ns(sim, st, rows,
+        charged = model_step_ns(sim, st, &before, &after,
                                 st->open.layer_end == sim->opt->cfg->num_layers
                                     ? after.frames_out - before.frames_out
                                     : 0);

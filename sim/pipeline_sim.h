@@ -81,7 +81,8 @@ struct sim_options {
     int64_t row_layer_cost_ns; /* SIM_COMPUTE_FIXED: cost of one row through one layer */
     /* SIM_COMPUTE_MODEL: a step of r rows over a stage's layers costs what the performance
      * model says on this device profile: max(weight bytes / streaming rate, matmul time), the
-     * head on the last stage for the rows it samples (attention is not charged) */
+     * head on the last stage for the rows it samples, and the attention its rows ran
+     * (perf_layer_attn_sec) */
     const struct perf_device *profile;
     const struct perf_layers *perf;
     /* Timing only: no weights (weights NULL); every stage runs on the timing backend

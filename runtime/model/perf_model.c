@@ -259,6 +259,14 @@ double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device 
            ((d->attn_gbps > 0 ? d->attn_gbps : d->read_gbps) * 1e9);
 }
 
+double perf_layer_attn_sec(const struct perf_layers *pl, const struct perf_device *d,
+                           double decode_positions, double prefill_pairs, double kv_bytes) {
+    const double flops = 2.0 * 2.0 * prefill_pairs * pl->heads * pl->head_dim;
+    const double gflops =
+        d->attn_gflops > 0 ? d->attn_gflops : perf_device_gemm_gflops(d, pl->head_dim);
+    return perf_layer_kv_sec(pl, d, decode_positions, 1, kv_bytes) + flops / (gflops * 1e9);
+}
+
 /* The weight bytes one stage's step over `rows` rows reads: every dense tensor of its layers,
  * of a MoE layer the experts the rows route to in expectation, the head on the last stage (the
  * embedding is a gather: no bytes of note). */
@@ -287,7 +295,8 @@ static double decode_ms(const struct perf_layers *pl, const struct stage_range *
     if (bytes_out) *bytes_out = bytes;
     double stream = bytes / (perf_device_gemv_gbps(d, bytes) * 1e9);
     double compute = stage_matmul_sec(pl, r, d, rows, last ? rows : 0);
-    double kv = (r->layer_end - r->layer_start) * perf_layer_kv_sec(pl, d, ctx, rows, kv_bytes);
+    double kv =
+        (r->layer_end - r->layer_start) * perf_layer_attn_sec(pl, d, ctx * rows, 0, kv_bytes);
     return 1e3 * ((stream > compute ? stream : compute) + kv);
 }
 
@@ -297,9 +306,7 @@ static double decode_ms(const struct perf_layers *pl, const struct stage_range *
 static double prefill_ms(const struct perf_layers *pl, const struct stage_range *r, int last,
                          const struct perf_device *d, int tokens, double ctx_before) {
     double layers = r->layer_end - r->layer_start;
-    double attn =
-        layers * 2.0 * 2.0 * tokens * (ctx_before + tokens / 2.0) * pl->heads * pl->head_dim /
-        ((d->attn_gflops > 0 ? d->attn_gflops : perf_device_gemm_gflops(d, pl->head_dim)) * 1e9);
+    double attn = layers * perf_layer_attn_sec(pl, d, 0, tokens * (ctx_before + tokens / 2.0), 0);
     /* a short chunk streams its weights like a decode step: whichever is slower */
     double wbytes = stage_bytes(pl, r, last, tokens);
     double stream = wbytes / (perf_device_gemv_gbps(d, wbytes) * 1e9);
@@ -323,7 +330,7 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
     const int B = opt->batch > 0 ? opt->batch : 1,
               P = opt->prompt_tokens > 0 ? opt->prompt_tokens : 1;
     const int c = stage_plan_prefill_chunk(P, S, opt->chunk_tokens);
-    const int g = (B + S - 1) / S, chunks = (P + c - 1) / c;
+    const int g = perf_rows_per_step(B, S), chunks = (P + c - 1) / c;
     const double ctx = opt->context_tokens > 0 ? opt->context_tokens : P;
     const double kvb = opt->kv_bytes > 0 ? opt->kv_bytes : 2;
     double sum1 = 0, sumg = 0, maxg = 0, max1 = 0, sum_pre = 0, max_pre = 0;
@@ -353,7 +360,7 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
     out->hop_ms_1 = hop_ms(pl, link, 1);
     out->hop_ms_chunk = hop_ms(pl, link, c);
     out->tokens_per_s_1 = 1e3 / (sum1 + hops * out->hop_ms_1);
-    double round = sumg + hops * hop_ms(pl, link, g), pace = S * maxg;
+    double round = sumg + hops * hop_ms(pl, link, g), pace = perf_groups_in_flight(B, S) * maxg;
     out->tokens_per_s_b = 1e3 * B / (round > pace ? round : pace);
     out->ttft_ms = sum_pre + (chunks - 1) * max_pre + hops * out->hop_ms_chunk;
     if (hops * out->hop_ms_1 > max1) out->bottleneck_stage = -1;

@@ -118,6 +118,12 @@ double perf_layer_matmul_sec(const struct perf_layers *pl, int l, const struct p
 double perf_head_matmul_sec(const struct perf_layers *pl, const struct perf_device *d, double rows);
 double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device *d, double ctx,
                          double rows, double kv_bytes);
+/* One layer's attention of a step: decode rows stream the KV they attend to (decode_positions
+ * in all, perf_layer_kv_sec), a prefill chunk's rows compute over the (query, key) pairs they
+ * attend to (prefill_pairs in all: a chunk of n rows after c positions has n·(c + (n + 1) / 2)),
+ * at the device's attention rates. */
+double perf_layer_attn_sec(const struct perf_layers *pl, const struct perf_device *d,
+                           double decode_positions, double prefill_pairs, double kv_bytes);
 
 /* One stage's prediction. */
 struct perf_stage {
@@ -143,6 +149,17 @@ struct perf_prediction {
     double tokens_per_s_1, tokens_per_s_b, ttft_ms;
     int bottleneck_stage; /* the slowest stage at batch 1, or -1: the links */
 };
+
+/* Rows per stage step when B requests share an S-stage pipeline (⌈B / S⌉), and how many such
+ * groups are in flight at once (⌈B / rows⌉ <= S): the bottleneck stage runs that many steps
+ * per round of every request, so a batch smaller than S does not pay for S. */
+static inline int perf_rows_per_step(int batch, int num_stages) {
+    return (batch + num_stages - 1) / num_stages;
+}
+static inline int perf_groups_in_flight(int batch, int num_stages) {
+    const int g = perf_rows_per_step(batch, num_stages);
+    return (batch + g - 1) / g;
+}
 
 /* Prices `ranges` [S] with devices [S] (one profile per stage) and one link for every hop. */
 int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,

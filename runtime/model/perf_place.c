@@ -176,7 +176,7 @@ static int better(struct score a, struct score b) {
 /* The DP for one host order `order` [S]: the best split, into ranges; INFINITY if none fits. */
 static struct score best_split(struct search *z, const int *order, int S,
                                struct stage_range *ranges) {
-    const int L = z->pl->num_layers, g = (z->batch + S - 1) / S;
+    const int L = z->pl->num_layers, g = perf_rows_per_step(z->batch, S);
     for (int l = 0; l < L; l++) /* this pipeline's rows per step */
         z->bg[l + 1] = z->bg[l] + perf_layer_bytes(z->pl, l, g);
     for (int s = 0; s < S; s++)
@@ -219,7 +219,9 @@ static struct score best_split(struct search *z, const int *order, int S,
     }
     const int hops = S > 1 ? S : 0;
     double latency = sum1[S - 1][L] + hops * z->hop1;
-    double pace = maxg[S - 1][L] * S; /* ms per B tokens: the pipeline's steady state */
+    /* ms per B tokens: the pipeline's steady state, bounded above by S steps of the slowest
+     * stage (a round of every request is at most that; perf_predict prices the round too) */
+    double pace = maxg[S - 1][L] * S;
     return z->goal == PERF_GOAL_THROUGHPUT ? (struct score){pace, latency}
                                            : (struct score){latency, pace};
 }

@@ -333,6 +333,14 @@ int stage_core_step(struct stage_core *core) {
         } else {
             core->stats.microbatches++;
             core->stats.rows += (uint64_t)off;
+            for (int k = 0; k < n_items; k++) {
+                const uint64_t p = (uint64_t)core->items[k].pos,
+                               t = (uint64_t)core->items[k].n_tokens;
+                if (t == 1)
+                    core->stats.attn_decode_positions += p + 1;
+                else
+                    core->stats.attn_prefill_pairs += t * p + t * (t + 1) / 2;
+            }
             if (core->is_last) {
                 sample_rows(core, n, row_off);
                 /* The last stage's KV goes to stage 0, which keeps it for a replay

@@ -54,7 +54,8 @@ expect 1 "connection to stage 0 lost" --model "$model" --stages 2 --max-tokens 8
 expect 0 "OK: 1 split runs" --model "$model" --split "0-1|1-4" --max-tokens 4 --requests 2
 # --compute model: the performance model's step times on a device profile (deterministic:
 # two runs print the same virtual times), close to strata-plan --predict's tokens/s for the
-# same split with free links (the sim also moves the frames; attention is not charged).
+# same split with free links (the sim moves the frames and charges attention as the contexts grow;
+# the plan prices every decode step at the prompt's context).
 prof="${TEST_TMPDIR:-/tmp}/sim_profile.json"
 printf '{"name": "slow spec box", "source": "spec", "read_gbps": 1, "gemv_gbps": 0.5, "gemm_gflops": 2}\n' >"$prof"
 expect 2 "--compute model and --profile FILE go together" --model "$model" --stages 2 --compute model
@@ -93,6 +94,20 @@ gpu="${TEST_TMPDIR:-/tmp}/sim_gpu_profile.json"
 printf '{"name": "GPU spec", "source": "spec", "device": "cuda", "read_gbps": 3350, "gemv_gbps": 3350, "gemm_gflops": 989000}\n' >"$gpu"
 expect 0 "OK: 1 split runs simulated" --model "$cfgonly" --no-weights --stages 4 \
     --prompt-tokens 1024 --max-tokens 8 --requests 2 --compute model --profile "$gpu"
+# The simulator and strata-plan --predict price the same plan alike: a 235B MoE's first token
+# on 8 GPU-spec stages (prompt cut into 256-row chunks by both, every expert streamed per chunk).
+if [ -n "${3:-}" ]; then
+    vl="$(dirname "$0")/../../docs/plan_examples/qwen3-vl-235b-a22b"
+    sim_ttft=$("$bin" --model "$vl" --no-weights --stages 8 --prompt-tokens 2048 --max-tokens 1 \
+        --chunk 512 --kv-dtype f16 --compute model --profile "$gpu" --latency-us 20 \
+        --bandwidth-gbps 100 2>&1 | grep '^0-12|' | awk '{ print $4 }')
+    plan_ttft=$("$3" --model "$vl" --stages 8 --predict --profile "$gpu" --link-latency-us 20 \
+        --link-gbps 12.5 --prompt-tokens 2048 --chunk 512 --kv-bytes 2 --json |
+        sed -n 's/.*"ttft_ms": \([0-9.]*\).*/\1/p')
+    awk -v s="$sim_ttft" -v p="$plan_ttft" 'BEGIN { exit !(s > 0 && s >= 0.95 * p && s <= 1.05 * p) }' ||
+        fail "235B first token: simulated '$sim_ttft' ms, strata-plan --predict '$plan_ttft' ms"
+    echo "ok   235B on 8 stages, first token: $sim_ttft ms simulated, strata-plan --predict $plan_ttft ms"
+fi
 expect 3 "to simulate its timing without the weights: --no-weights" --model "$cfgonly" --stages 2
 expect 2 "--no-weights runs --compute model" --model "$cfgonly" --no-weights --stages 2
 expect 2 "--no-weights runs --compute model" --model "$cfgonly" --no-weights --stages 2 \

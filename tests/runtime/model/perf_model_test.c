@@ -73,6 +73,13 @@ static void dense_decode_and_pipeline(void **state) {
     double hop = 0.1 + 1e3 * 256 / 1e9;
     NEAR(p2.hop_ms_1, hop);
     NEAR(1e3 / p2.tokens_per_s_1, p2.stages[0].decode_ms_1 + p2.stages[1].decode_ms_1 + 2 * hop);
+    /* batch 1 on 2 stages is one request in flight: the batch figure is the batch-1 one (the
+     * bottleneck stage runs one step per round, not S) */
+    NEAR(p2.tokens_per_s_b, p2.tokens_per_s_1);
+    assert_int_equal(perf_groups_in_flight(1, 8), 1);
+    assert_int_equal(perf_groups_in_flight(5, 8), 5);
+    assert_int_equal(perf_groups_in_flight(9, 8), 5); /* rows of 2: 5 groups */
+    assert_int_equal(perf_groups_in_flight(64, 8), 8);
     assert_int_equal(p2.bottleneck_stage, 1); /* the head is on the last stage */
     /* batch 4 over 2 stages: 2 rows a step, the stages overlapped (memory-bound: a step of 2
      * rows streams the same weights, so 4 tokens per round of about one step per stage) */
