@@ -33,17 +33,22 @@ static void cpu_name(char *out, size_t cap) {
 }
 
 /* x holds CAL_BATCH rows of up to CAL_MAX_K values (what they are does not change the time). */
-static double best_of(int runs, float *out, const float *x, const struct ops_weight *w, int n,
-                      struct thread_pool *pool) {
+static double best_of_split(int runs, float *out, const float *x, const struct ops_weight *w, int n,
+                            int leaves, struct thread_pool *pool) {
     double best = 1e30;
-    matmul(out, x, w, n, pool); /* warm: pages, caches of the activations */
+    matmul_split(out, x, w, n, leaves, pool); /* warm: pages, caches of the activations */
     for (int r = 0; r < runs; r++) {
         double t0 = cli_now_sec();
-        matmul(out, x, w, n, pool);
+        matmul_split(out, x, w, n, leaves, pool);
         double t = cli_now_sec() - t0;
         if (t < best) best = t;
     }
     return best;
+}
+
+static double best_of(int runs, float *out, const float *x, const struct ops_weight *w, int n,
+                      struct thread_pool *pool) {
+    return best_of_split(runs, out, x, w, n, 1, pool);
 }
 
 /* Attention as a stage runs it over an f16 cache (16 query heads, 8 KV heads, head_dim 128):
@@ -150,6 +155,10 @@ int reference_calibrate(struct perf_device *out, int threads) {
             double t = best_of(3, y, x, &wk, CAL_BATCH, pool);
             out->k[out->n_k] = ks[i];
             out->k_gflops[out->n_k++] = 2.0 * CAL_BATCH * 2048 * ks[i] / t / 1e9;
+            /* the row-parallel matrices' trees of leaves (o_proj, down) */
+            t = best_of_split(3, y, x, &wk, CAL_BATCH, OPS_SPLIT_LEAVES, pool);
+            out->sk[out->n_sk] = ks[i];
+            out->sk_gflops[out->n_sk++] = 2.0 * CAL_BATCH * 2048 * ks[i] / t / 1e9;
         }
         out->read_gbps = host_read_bandwidth((size_t)256 << 20, threads) / 1e9;
         rc = calibrate_attention(out, pool, threads);

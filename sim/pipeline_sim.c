@@ -255,30 +255,17 @@ static int stage_step_call(void *arg) {
 /* SIM_COMPUTE_MODEL's charge for a step of stage r (the core's counters before and after
  * it): its rows through the stage's layers, `head_rows` of them through the head (the rows the
  * last stage sampled: one TokenResult each), and the attention they ran, as strata-plan
- * --predict prices them (perf_model.h). */
+ * --predict prices a step (perf_stage_step_sec). */
 static int64_t model_step_ns(const struct sim *sim, const struct sim_stage *st,
                              const struct stage_core_stats *before,
                              const struct stage_core_stats *after, uint64_t head_rows) {
-    const struct perf_layers *pl = sim->opt->perf;
-    const struct perf_device *d = sim->opt->profile;
-    const uint64_t rows = after->rows - before->rows;
-    const double kv_bytes = (double)ops_kv_elem_bytes(sim->opt->kv_dtype);
-    double bytes = 0, sec = 0;
-    if (rows == 0) return 0;
-    for (int l = st->open.layer_start; l < st->open.layer_end; l++) {
-        bytes += perf_layer_bytes(pl, l, (int)rows);
-        sec += perf_layer_matmul_sec(pl, l, d, (double)rows);
-    }
-    if (head_rows) {
-        bytes += pl->head_bytes;
-        sec += perf_head_matmul_sec(pl, d, (double)head_rows);
-    }
-    double stream = bytes / (perf_device_gemv_gbps(d, bytes) * 1e9);
-    double attn = (st->open.layer_end - st->open.layer_start) *
-                  perf_layer_attn_sec(
-                      pl, d, (double)(after->attn_decode_positions - before->attn_decode_positions),
-                      (double)(after->attn_prefill_pairs - before->attn_prefill_pairs), kv_bytes);
-    return (int64_t)(1e9 * ((stream > sec ? stream : sec) + attn));
+    const struct stage_range r = {st->open.layer_start, st->open.layer_end};
+    const double sec = perf_stage_step_sec(
+        sim->opt->perf, &r, sim->opt->profile, (double)(after->rows - before->rows),
+        (double)head_rows, (double)(after->attn_decode_positions - before->attn_decode_positions),
+        (double)(after->attn_prefill_pairs - before->attn_prefill_pairs),
+        (double)ops_kv_elem_bytes(sim->opt->kv_dtype));
+    return (int64_t)(1e9 * sec);
 }
 
 /* Starts a compute step if the stage is idle and has work; its end is an EV_STEP_DONE. */

@@ -31,6 +31,22 @@ static void get_string(char *out, size_t cap, const cJSON *root, const char *nam
     snprintf(out, cap, "%s", cJSON_IsString(it) ? it->valuestring : dflt);
 }
 
+/* An optional {"K": GFLOP/s, ...} object of up to PERF_MAX_K_POINTS points, K ascending. */
+static int get_by_k(int *k_out, double *gflops, int *n, const cJSON *root, const char *name) {
+    const cJSON *byk = cJSON_GetObjectItemCaseSensitive(root, name), *it;
+    if (byk && !cJSON_IsObject(byk)) return bad(name, "must be an object");
+    cJSON_ArrayForEach(it, byk) {
+        char *end;
+        long k = strtol(it->string, &end, 10);
+        if (*end || k < 1 || k > (1 << 24) || !cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
+            *n == PERF_MAX_K_POINTS || (*n && k <= k_out[*n - 1]))
+            return bad(name, "wants up to 8 \"K\": GFLOP/s pairs, K ascending");
+        k_out[*n] = (int)k;
+        gflops[(*n)++] = it->valuedouble;
+    }
+    return 0;
+}
+
 int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
     memset(d, 0, sizeof *d);
     cJSON *root = cJSON_ParseWithLength(json, len);
@@ -65,20 +81,8 @@ int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
         d->b_bytes[d->n_b] = b;
         d->b_gbps[d->n_b++] = it->valuedouble;
     }
-    const cJSON *byk = cJSON_GetObjectItemCaseSensitive(root, "gemm_gflops_by_k");
-    if (!rc && byk && !cJSON_IsObject(byk)) rc = bad("gemm_gflops_by_k", "must be an object");
-    const cJSON *points = rc ? NULL : byk;
-    cJSON_ArrayForEach(it, points) {
-        char *end;
-        long k = strtol(it->string, &end, 10);
-        if (*end || k < 1 || k > (1 << 24) || !cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
-            d->n_k == PERF_MAX_K_POINTS || (d->n_k && k <= d->k[d->n_k - 1])) {
-            rc = bad("gemm_gflops_by_k", "wants up to 8 \"K\": GFLOP/s pairs, K ascending");
-            break;
-        }
-        d->k[d->n_k] = (int)k;
-        d->k_gflops[d->n_k++] = it->valuedouble;
-    }
+    if (!rc) rc = get_by_k(d->k, d->k_gflops, &d->n_k, root, "gemm_gflops_by_k");
+    if (!rc) rc = get_by_k(d->sk, d->sk_gflops, &d->n_sk, root, "gemm_split_gflops_by_k");
     cJSON_Delete(root);
     d->threads = (int)threads;
     d->mem_bytes = (uint64_t)mem;
@@ -120,8 +124,13 @@ int perf_device_format(const struct perf_device *d, char **out) {
     for (int i = 0; i < d->n_k && n > 0 && (size_t)n < sizeof buf; i++)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
                       i ? ", " : ",\n \"gemm_gflops_by_k\": {", d->k[i], d->k_gflops[i]);
+    if (d->n_k && n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "}");
+    for (int i = 0; i < d->n_sk && n > 0 && (size_t)n < sizeof buf; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
+                      i ? ", " : ",\n \"gemm_split_gflops_by_k\": {", d->sk[i], d->sk_gflops[i]);
     if (n > 0 && (size_t)n < sizeof buf)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s}\n", d->n_k ? "}" : "");
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s}\n", d->n_sk ? "}" : "");
     *out = n > 0 && (size_t)n < sizeof buf ? strdup(buf) : NULL;
     return *out ? 0 : strata_set_error(STRATA_ENOMEM, "out of memory");
 }
@@ -137,15 +146,24 @@ double perf_device_gemv_gbps(const struct perf_device *d, double bytes) {
     return d->b_gbps[d->n_b - 1];
 }
 
+/* Points k[n] -> gflops[n], log-linear between two, flat beyond the ends. */
+static double by_k(const int *k, const double *gflops, int n, double K) {
+    if (K <= k[0]) return gflops[0];
+    for (int i = 1; i < n; i++)
+        if (K <= k[i]) {
+            double t = log(K / k[i - 1]) / log((double)k[i] / k[i - 1]);
+            return gflops[i - 1] + t * (gflops[i] - gflops[i - 1]);
+        }
+    return gflops[n - 1];
+}
+
+double perf_device_gemm_split_gflops(const struct perf_device *d, double K) {
+    return d->n_sk ? by_k(d->sk, d->sk_gflops, d->n_sk, K) : perf_device_gemm_gflops(d, K);
+}
+
 double perf_device_gemm_gflops(const struct perf_device *d, double K) {
     if (d->n_k == 0) return d->gemm_gflops;
-    if (K <= d->k[0]) return d->k_gflops[0];
-    for (int i = 1; i < d->n_k; i++)
-        if (K <= d->k[i]) { /* log-linear between the two points */
-            double t = log(K / d->k[i - 1]) / log((double)d->k[i] / d->k[i - 1]);
-            return d->k_gflops[i - 1] + t * (d->k_gflops[i] - d->k_gflops[i - 1]);
-        }
-    return d->k_gflops[d->n_k - 1];
+    return by_k(d->k, d->k_gflops, d->n_k, K);
 }
 
 static double dtype_bytes(const struct model_config *cfg) {
@@ -239,11 +257,13 @@ double perf_layer_matmul_sec(const struct perf_layers *pl, int l, const struct p
                              double rows) {
     const double H = pl->hidden, O = (double)pl->heads * pl->head_dim;
     const struct perf_layer *y = &pl->layer[l];
-    double s = y->p_h / perf_device_gemm_gflops(d, H) + y->p_o / perf_device_gemm_gflops(d, O);
-    if (y->p_i > 0) s += y->p_i / perf_device_gemm_gflops(d, y->k_i);
+    /* o_proj and the down projections are row-parallel: matmul_split's rate */
+    double s =
+        y->p_h / perf_device_gemm_gflops(d, H) + y->p_o / perf_device_gemm_split_gflops(d, O);
+    if (y->p_i > 0) s += y->p_i / perf_device_gemm_split_gflops(d, y->k_i);
     if (y->experts)
         s += pl->top_k * (y->e_h / perf_device_gemm_gflops(d, H) +
-                          y->e_i / perf_device_gemm_gflops(d, y->k_ei));
+                          y->e_i / perf_device_gemm_split_gflops(d, y->k_ei));
     return 2 * rows * s / 1e9;
 }
 
@@ -267,51 +287,46 @@ double perf_layer_attn_sec(const struct perf_layers *pl, const struct perf_devic
     return perf_layer_kv_sec(pl, d, decode_positions, 1, kv_bytes) + flops / (gflops * 1e9);
 }
 
-/* The weight bytes one stage's step over `rows` rows reads: every dense tensor of its layers,
- * of a MoE layer the experts the rows route to in expectation, the head on the last stage (the
- * embedding is a gather: no bytes of note). */
-static double stage_bytes(const struct perf_layers *pl, const struct stage_range *r, int last,
-                          int rows) {
-    double bytes = last ? pl->head_bytes : 0;
+/* The weight bytes of the stage's layers at `rows` rows: every dense tensor, of a MoE layer the
+ * experts the rows route to in expectation (the embedding is a gather: no bytes of note). */
+static double layers_bytes(const struct perf_layers *pl, const struct stage_range *r, int rows) {
+    double bytes = 0;
     for (int l = r->layer_start; l < r->layer_end; l++)
         bytes += perf_layer_bytes(pl, l, rows);
     return bytes;
 }
 
-/* Seconds of matmul for `rows` rows through the stage's layers (each row runs its k experts)
- * and, when head_rows > 0, the head over head_rows rows: Σ 2 · params · rows / gemm(K). */
-static double stage_matmul_sec(const struct perf_layers *pl, const struct stage_range *r,
-                               const struct perf_device *d, double rows, double head_rows) {
-    double sec = head_rows > 0 ? perf_head_matmul_sec(pl, d, head_rows) : 0;
+double perf_stage_step_sec(const struct perf_layers *pl, const struct stage_range *r,
+                           const struct perf_device *d, double rows, double head_rows,
+                           double decode_positions, double prefill_pairs, double kv_bytes) {
+    if (rows <= 0) return 0;
+    const double wbytes = layers_bytes(pl, r, (int)rows),
+                 hbytes = head_rows > 0 ? pl->head_bytes : 0;
+    /* one streaming rate for the step's whole working set: the head does not sit in a cache
+     * that the layers' weights just went through */
+    const double gbps = perf_device_gemv_gbps(d, wbytes + hbytes) * 1e9;
+    double compute = 0;
     for (int l = r->layer_start; l < r->layer_end; l++)
-        sec += perf_layer_matmul_sec(pl, l, d, rows);
-    return sec;
+        compute += perf_layer_matmul_sec(pl, l, d, rows);
+    double sec = fmax(wbytes / gbps, compute);
+    if (head_rows > 0) sec += fmax(hbytes / gbps, perf_head_matmul_sec(pl, d, head_rows));
+    return sec + (r->layer_end - r->layer_start) *
+                     perf_layer_attn_sec(pl, d, decode_positions, prefill_pairs, kv_bytes);
 }
 
 static double decode_ms(const struct perf_layers *pl, const struct stage_range *r, int last,
                         const struct perf_device *d, int rows, double ctx, double kv_bytes,
                         double *bytes_out) {
-    double bytes = stage_bytes(pl, r, last, rows);
-    if (bytes_out) *bytes_out = bytes;
-    double stream = bytes / (perf_device_gemv_gbps(d, bytes) * 1e9);
-    double compute = stage_matmul_sec(pl, r, d, rows, last ? rows : 0);
-    double kv =
-        (r->layer_end - r->layer_start) * perf_layer_attn_sec(pl, d, ctx * rows, 0, kv_bytes);
-    return 1e3 * ((stream > compute ? stream : compute) + kv);
+    if (bytes_out) *bytes_out = layers_bytes(pl, r, rows) + (last ? pl->head_bytes : 0);
+    return 1e3 * perf_stage_step_sec(pl, r, d, rows, last ? rows : 0, ctx * rows, 0, kv_bytes);
 }
 
-/* A chunk of `tokens` after ctx_before positions: its matmuls (the head on its last row
- * only) or, for a short chunk, its weights streamed, and attention over what precedes each
- * row. */
-static double prefill_ms(const struct perf_layers *pl, const struct stage_range *r, int last,
+/* A chunk of `tokens` rows after ctx_before positions, the head not included (only the prompt's
+ * last row runs it: time to first token adds it once). */
+static double prefill_ms(const struct perf_layers *pl, const struct stage_range *r,
                          const struct perf_device *d, int tokens, double ctx_before) {
-    double layers = r->layer_end - r->layer_start;
-    double attn = layers * perf_layer_attn_sec(pl, d, 0, tokens * (ctx_before + tokens / 2.0), 0);
-    /* a short chunk streams its weights like a decode step: whichever is slower */
-    double wbytes = stage_bytes(pl, r, last, tokens);
-    double stream = wbytes / (perf_device_gemv_gbps(d, wbytes) * 1e9);
-    double compute = stage_matmul_sec(pl, r, d, tokens, last ? 1 : 0);
-    return 1e3 * ((stream > compute ? stream : compute) + attn);
+    return 1e3 * perf_stage_step_sec(pl, r, d, tokens, 0, 0,
+                                     tokens * (ctx_before + (tokens + 1) / 2.0), 0);
 }
 
 static double hop_ms(const struct perf_layers *pl, const struct perf_link *link, int rows) {
@@ -345,7 +360,7 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
             decode_ms(pl, &ranges[s], last, &devices[s], 1, ctx, kvb, &st->bytes_per_token);
         st->decode_ms_b = decode_ms(pl, &ranges[s], last, &devices[s], g, ctx, kvb, NULL);
         /* a chunk's cost grows with what precedes it: price the middle one */
-        st->prefill_ms_chunk = prefill_ms(pl, &ranges[s], last, &devices[s], c, (P - c) / 2.0);
+        st->prefill_ms_chunk = prefill_ms(pl, &ranges[s], &devices[s], c, (P - c) / 2.0);
         sum1 += st->decode_ms_1;
         sumg += st->decode_ms_b;
         sum_pre += st->prefill_ms_chunk;
@@ -362,7 +377,11 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
     out->tokens_per_s_1 = 1e3 / (sum1 + hops * out->hop_ms_1);
     double round = sumg + hops * hop_ms(pl, link, g), pace = perf_groups_in_flight(B, S) * maxg;
     out->tokens_per_s_b = 1e3 * B / (round > pace ? round : pace);
-    out->ttft_ms = sum_pre + (chunks - 1) * max_pre + hops * out->hop_ms_chunk;
+    /* the head for the prompt's last row, after the last stage's last chunk */
+    const struct stage_range *lr = &ranges[S - 1];
+    const double head_ms = 1e3 * (perf_stage_step_sec(pl, lr, &devices[S - 1], 1, 1, 0, 0, kvb) -
+                                  perf_stage_step_sec(pl, lr, &devices[S - 1], 1, 0, 0, 0, kvb));
+    out->ttft_ms = sum_pre + (chunks - 1) * max_pre + head_ms + hops * out->hop_ms_chunk;
     if (hops * out->hop_ms_1 > max1) out->bottleneck_stage = -1;
     return 0;
 }

@@ -68,13 +68,21 @@ struct perf_device {
     double k_gflops[PERF_MAX_K_POINTS];
     int n_b; /* gemv_gbps_by_bytes points, bytes ascending (0: gemv_gbps for every size) */
     double b_bytes[PERF_MAX_K_POINTS], b_gbps[PERF_MAX_K_POINTS];
+    /* gemm_split_gflops_by_k: the row-parallel matrices' rate (o_proj, down, an expert's down:
+     * reference/ops.h matmul_split, whose dot products are trees of OPS_SPLIT_LEAVES leaves so
+     * that TP ranks give one rank's bits), K ascending (0 points: the plain rate by K) */
+    int n_sk;
+    int sk[PERF_MAX_K_POINTS];
+    double sk_gflops[PERF_MAX_K_POINTS];
 };
 
 /* The device's weight-streaming GB/s for a step that reads `bytes` of weights. */
 double perf_device_gemv_gbps(const struct perf_device *d, double bytes);
 
-/* The device's matmul GFLOP/s for an inner dimension K (see above). */
+/* The device's matmul GFLOP/s for an inner dimension K (see above), and a row-parallel
+ * (split) matrix's. */
 double perf_device_gemm_gflops(const struct perf_device *d, double K);
+double perf_device_gemm_split_gflops(const struct perf_device *d, double K);
 
 struct perf_link {
     double latency_us; /* one way */
@@ -123,6 +131,15 @@ double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device 
  * attend to (prefill_pairs in all: a chunk of n rows after c positions has n·(c + (n + 1) / 2)),
  * at the device's attention rates. */
 double perf_layer_attn_sec(const struct perf_layers *pl, const struct perf_device *d,
+                           double decode_positions, double prefill_pairs, double kv_bytes);
+
+/* Seconds of one step of a stage over layers r on d: `rows` rows through the layers (their
+ * weights stream or their matmuls run, whichever is slower), `head_rows` of them then through
+ * the head (likewise, after the layers: the two do not overlap), and the attention those rows
+ * ran (perf_layer_attn_sec; kv_bytes per cached element). strata-plan --predict, the placement
+ * search and strata-sim --compute model all price a step by it. */
+double perf_stage_step_sec(const struct perf_layers *pl, const struct stage_range *r,
+                           const struct perf_device *d, double rows, double head_rows,
                            double decode_positions, double prefill_pairs, double kv_bytes);
 
 /* One stage's prediction. */

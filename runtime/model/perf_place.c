@@ -54,6 +54,8 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
         d->attn_gflops *= f;
         for (int k = 0; k < d->n_k; k++)
             d->k_gflops[k] *= f;
+        for (int k = 0; k < d->n_sk; k++)
+            d->sk_gflops[k] *= f;
         d->gemv_gbps = fmin(d->gemv_gbps * f, d->read_gbps);
         for (int b = 0; b < d->n_b; b++)
             d->b_gbps[b] *= f; /* caches are not read_gbps-bound */
@@ -137,23 +139,26 @@ static void host_sums_fill(struct host_sums *hs, const struct search *z,
                            const struct perf_device *d, int rows) {
     for (int l = 0; l < z->pl->num_layers; l++)
         hs->c[l + 1] = hs->c[l] + perf_layer_matmul_sec(z->pl, l, d, rows);
-    hs->kv = perf_layer_kv_sec(z->pl, d, z->ctx, rows, z->kv_bytes);
+    hs->kv = perf_layer_attn_sec(z->pl, d, z->ctx * rows, 0, z->kv_bytes);
     hs->head = perf_head_matmul_sec(z->pl, d, rows);
+}
+
+/* perf_stage_step_sec from the prefix sums: layers [a, b) of `wbytes` and `compute` seconds,
+ * the head after them on the last stage. */
+static double step_sec(const struct search *z, const struct perf_device *d,
+                       const struct host_sums *hs, double wbytes, int a, int b, int last) {
+    const double hbytes = last ? z->pl->head_bytes : 0;
+    const double gbps = perf_device_gemv_gbps(d, wbytes + hbytes) * 1e9;
+    double sec = fmax(wbytes / gbps, hs->c[b] - hs->c[a]) + (b - a) * hs->kv;
+    return last ? sec + fmax(hbytes / gbps, hs->head) : sec;
 }
 
 /* Stage s (on host x) over [a, b) at 1 row (*t1) and g rows (*tg), milliseconds. */
 static void stage_cost(const struct search *z, int s, int x, int a, int b, int last, double *t1,
                        double *tg) {
     const struct perf_device *d = &z->h->host[x].dev;
-    const struct host_sums *h1 = &z->sums[x], *hg = &z->gsums[s];
-    const double head = last ? z->pl->head_bytes : 0;
-    const double w1 = z->b1[b] - z->b1[a] + head, wg = z->bg[b] - z->bg[a] + head;
-    double s1 = w1 / (perf_device_gemv_gbps(d, w1) * 1e9);
-    double c1 = h1->c[b] - h1->c[a] + (last ? h1->head : 0);
-    double sg = wg / (perf_device_gemv_gbps(d, wg) * 1e9);
-    double cg = hg->c[b] - hg->c[a] + (last ? hg->head : 0);
-    *t1 = 1e3 * (fmax(s1, c1) + (b - a) * h1->kv);
-    *tg = 1e3 * (fmax(sg, cg) + (b - a) * hg->kv);
+    *t1 = 1e3 * step_sec(z, d, &z->sums[x], z->b1[b] - z->b1[a], a, b, last);
+    *tg = 1e3 * step_sec(z, d, &z->gsums[s], z->bg[b] - z->bg[a], a, b, last);
 }
 
 static int fits(const struct search *z, int x, int a, int b, int s, int S) {

@@ -91,11 +91,18 @@ static void dense_decode_and_pipeline(void **state) {
     NEAR(p2.tokens_per_s_b, 1e3 * 4 / fmax(round, pace));
     /* the prompt is priced in the chunks stage 0 cuts it into: at least one per stage (50
      * rows on 2 stages, though --chunk allows 100), 64 by default; the first token comes after
-     * every chunk through the slowest stage and the last chunk through the rest */
+     * every chunk through the slowest stage and the last chunk through the rest, then the head
+     * for the last row: its 128128 bytes streamed at 1 GB/s (the matmul of one row is faster) */
     assert_int_equal(p2.chunk_rows, 50);
     NEAR(p2.ttft_ms, p2.stages[0].prefill_ms_chunk + p2.stages[1].prefill_ms_chunk +
                          fmax(p2.stages[0].prefill_ms_chunk, p2.stages[1].prefill_ms_chunk) +
-                         2 * p2.hop_ms_chunk);
+                         1e3 * 128128.0 / 1e9 + 2 * p2.hop_ms_chunk);
+    /* a prefill chunk of 50 rows after 25 positions on stage 0's 2 layers: its weights, 2 x
+     * 74048 bytes streamed at 1 GB/s (slower than their matmuls, 2 x 50 x 2 x 37024 flops at
+     * 1000 GFLOP/s), and attention over 50 x (25 + 25.5) pairs per layer, 4 x pairs x 4 heads
+     * x 16 flops at the gemm rate (the profile has no attention rate) */
+    NEAR(p2.stages[0].prefill_ms_chunk,
+         1e3 * (2 * 74048.0 / 1e9 + 2 * 4.0 * 50 * 50.5 * 4 * 16 / 1e12));
     opt.chunk_tokens = 0;
     opt.prompt_tokens = 1000;
     assert_int_equal(perf_predict(&p2, &pl, two, 2, d, &link, &opt), 0);
@@ -166,6 +173,19 @@ static void profile_round_trip_and_refusals(void **state) {
     NEAR(perf_device_gemv_gbps(&back, 16 << 20), 12.0);
     NEAR(perf_device_gemv_gbps(&back, 1 << 20), 16.0);
     NEAR(perf_device_gemv_gbps(&back, 1e12), 8.0);
+    /* the row-parallel (split) matrices' rate: the plain one until measured, then its own */
+    NEAR(perf_device_gemm_split_gflops(&back, 2048), 100.0);
+    d.n_sk = 2;
+    d.sk[0] = 1024;
+    d.sk[1] = 4096;
+    d.sk_gflops[0] = 60;
+    d.sk_gflops[1] = 80;
+    assert_int_equal(perf_device_format(&d, &json), 0);
+    assert_int_equal(perf_device_parse(&back, json, strlen(json)), 0);
+    free(json);
+    assert_int_equal(back.n_sk, 2);
+    NEAR(perf_device_gemm_split_gflops(&back, 2048), 70.0);
+    NEAR(perf_device_gemm_gflops(&back, 2048), 100.0);
 #define BY_K_DESCENDING                                                                            \
     "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_gflops_by_k\": "              \
     "{\"4096\": 1, \"1024\": 2}}"
@@ -175,6 +195,7 @@ static void profile_round_trip_and_refusals(void **state) {
         "{\"read_gbps\": -1, \"gemv_gbps\": 1, \"gemm_gflops\": 1}",
         "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"source\": \"guess\"}",
         BY_K_DESCENDING,
+        "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_split_gflops_by_k\": 3}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_int_equal(perf_device_parse(&back, bad[i], strlen(bad[i])), STRATA_EFORMAT);
