@@ -117,6 +117,10 @@ int plan_print_prediction(const struct model_config *cfg, const struct stage_pla
     return code;
 }
 
+static int tp_of(const struct perf_host *x) {
+    return x->dev.tp > 1 ? x->dev.tp : 1;
+}
+
 /* The prediction of given ranges on the hosts in file order (the even / memory plans). */
 static int predict_on(struct perf_prediction *p, const struct perf_layers *pl,
                       const struct perf_hosts *h, const struct stage_range *ranges, int S,
@@ -154,6 +158,13 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
         code = STRATA_EXIT_INPUT;
         goto done;
     }
+    for (int x = 0; x < h->n; x++) /* a host's devices must split this model */
+        if (h->host[x].dev.tp > 1 && tp_check(cfg, h->host[x].dev.tp, TP_MOE_EXPERT_PARALLEL)) {
+            fprintf(stderr, "strata-plan: --hosts: %s (%d devices): %s\n", h->host[x].name,
+                    h->host[x].dev.tp, strata_last_error());
+            code = STRATA_EXIT_INPUT;
+            goto done;
+        }
     if (pa->link_given) h->link = pa->link;
     if (perf_place(best, pl, mm, h, &pa->opt, pa->goal)) {
         fprintf(stderr, "strata-plan: %s\n", strata_last_error());
@@ -168,7 +179,10 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
     char even_buf[160], prop_buf[160];
     int m = n < cfg->num_layers ? n : cfg->num_layers;
     if (stage_plan_even(ranges, cfg->num_layers, m) == 0) {
-        perf_place_memory(need, mm, ranges, m);
+        int file_order[STAGE_PLAN_MAX_STAGES];
+        for (int s = 0; s < m; s++)
+            file_order[s] = s;
+        perf_place_memory(need, mm, h, file_order, ranges, m, pl->kv_heads);
         for (int s = 0; s < m && !even_why; s++)
             if (need[s] > h->host[s].mem_bytes) {
                 snprintf(even_buf, sizeof even_buf, "does not fit: stage %d (%s) needs %.1f GiB", s,
@@ -177,8 +191,8 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
             }
         if (!even_why && predict_on(even, pl, h, ranges, m, &pa->opt)) even_why = "(failed)";
     }
-    for (int s = 0; s < m; s++)
-        mem[s] = h->host[s].mem_bytes;
+    for (int s = 0; s < m; s++) /* a TP group's stage has its devices' memory */
+        mem[s] = h->host[s].mem_bytes * (uint64_t)(h->host[s].dev.tp > 1 ? h->host[s].dev.tp : 1);
     if (stage_plan_balanced(plan, mm, mem, m) == 0) {
         for (int s = 0; s < m; s++)
             ranges[s] = plan->stages[s].range;
@@ -190,11 +204,11 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
     if (pa->json) {
         printf("{\"stages\": [");
         for (int s = 0; s < S; s++)
-            printf("%s\n  {\"host\": \"%s\", \"layers\": [%d, %d], \"memory_bytes\": %llu, "
-                   "\"decode_ms_batch1\": %.4f}",
+            printf("%s\n  {\"host\": \"%s\", \"layers\": [%d, %d], \"tp\": %d, "
+                   "\"memory_bytes\": %llu, \"decode_ms_batch1\": %.4f}",
                    s ? "," : "", h->host[best->host[s]].name, best->ranges[s].layer_start,
-                   best->ranges[s].layer_end, (unsigned long long)best->stage_bytes[s],
-                   best->pred.stages[s].decode_ms_1);
+                   best->ranges[s].layer_end, tp_of(&h->host[best->host[s]]),
+                   (unsigned long long)best->stage_bytes[s], best->pred.stages[s].decode_ms_1);
         printf("],\n \"predicted\": {\"decode_tokens_per_s\": %.4f, "
                "\"decode_tokens_per_s_batch\": %.4f, \"batch\": %d, \"ttft_ms\": %.4f, "
                "\"bottleneck_stage\": %d},\n \"even\": ",
@@ -218,8 +232,8 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
            pa->goal == PERF_GOAL_THROUGHPUT ? "throughput, then" : "lowest", n,
            n <= PERF_PLACE_EXACT_HOSTS ? "every ordered subset" : "the file's order, prefixes",
            best->orders_tried, h->link.latency_us, h->link.gbps);
-    printf("%-6s %-16s %-12s %12s %12s %12s\n", "stage", "host", "layers", "memory", "of host",
-           "ms/step b=1");
+    printf("%-6s %-16s %-12s %4s %12s %12s %12s\n", "stage", "host", "layers", "TP", "memory",
+           "of device", "ms/step b=1");
     for (int s = 0; s < S; s++) {
         const struct perf_host *x = &h->host[best->host[s]];
         char range[32], need_s[32], have[32];
@@ -227,21 +241,36 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
                  best->ranges[s].layer_end);
         stage_plan_format_size(need_s, sizeof need_s, best->stage_bytes[s]);
         stage_plan_format_size(have, sizeof have, x->mem_bytes);
-        printf("%-6d %-16s %-12s %12s %12s %12.2f\n", s, x->name, range, need_s, have,
+        printf("%-6d %-16s %-12s %4d %12s %12s %12.2f\n", s, x->name, range, tp_of(x), need_s, have,
                best->pred.stages[s].decode_ms_1);
     }
     printf("predicted:\n");
     compare_row("this placement", &best->pred, NULL, B);
     compare_row("even, all hosts in file order", even, even_why, B);
     compare_row("memory-proportional, same", prop, prop_why, B);
-    printf("command lines (ports and addresses to adapt):\n");
+    printf("command lines (ports and addresses to adapt; a TP stage is one process per device, "
+           "rank 0 serving it):\n");
     for (int s = 0; s < S; s++) {
         const struct perf_host *x = &h->host[best->host[s]];
-        printf("  %s: strata-stage --model %s --num-stages %d --stage-idx %d --layer-start %d "
-               "--layer-end %d --threads %d --listen 0.0.0.0:7000 --next-host %s --next-port "
-               "7000\n",
-               x->name, model_dir, S, s, best->ranges[s].layer_start, best->ranges[s].layer_end,
-               x->dev.threads > 0 ? x->dev.threads : 1, h->host[best->host[(s + 1) % S]].name);
+        const int t = tp_of(x), cuda = !strcmp(x->dev.device, "cuda");
+        for (int r = 0; r < t; r++) {
+            char dev[32] = "", tp[400] = "", ring[160] = "";
+            if (cuda) snprintf(dev, sizeof dev, " --device cuda:%d", r);
+            size_t used = 0;
+            if (t > 1)
+                used = (size_t)snprintf(tp, sizeof tp, " --tp %d --tp-rank %d --tp-peers", t, r);
+            for (int q = 0; t > 1 && q < t && used < sizeof tp; q++)
+                used += (size_t)snprintf(tp + used, sizeof tp - used, "%s%s:%d", q ? "," : " ",
+                                         x->name, 7100 + q);
+            if (r == 0)
+                snprintf(ring, sizeof ring,
+                         " --listen 0.0.0.0:7000 --next-host %s --next-port 7000",
+                         h->host[best->host[(s + 1) % S]].name);
+            printf("  %s: strata-stage --model %s --num-stages %d --stage-idx %d --layer-start %d "
+                   "--layer-end %d --threads %d%s%s%s\n",
+                   x->name, model_dir, S, s, best->ranges[s].layer_start, best->ranges[s].layer_end,
+                   x->dev.threads > 0 ? x->dev.threads : 1, dev, tp, ring);
+        }
     }
 done:
     free(h);

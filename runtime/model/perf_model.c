@@ -296,22 +296,56 @@ static double layers_bytes(const struct perf_layers *pl, const struct stage_rang
     return bytes;
 }
 
-double perf_stage_step_sec(const struct perf_layers *pl, const struct stage_range *r,
-                           const struct perf_device *d, double rows, double head_rows,
-                           double decode_positions, double prefill_pairs, double kv_bytes) {
+void perf_device_set_tp(struct perf_device *d, int tp, const struct perf_link *link) {
+    d->tp = tp;
+    if (link)
+        d->tp_link = *link;
+    else if (!strcmp(d->device, "cuda"))
+        d->tp_link = (struct perf_link){15, 300};
+    else
+        d->tp_link = (struct perf_link){5, d->read_gbps / 4};
+}
+
+/* An all-reduce of `bytes` over tp ranks: the link's fixed cost of one (a small all-reduce's
+ * latency: NCCL's and the shared-memory group's do not grow with the ranks as a ring's steps
+ * would) and a ring's 2 (tp − 1) / tp of the bytes at its bandwidth. */
+static double allreduce_sec(const struct perf_device *d, double bytes) {
+    const int t = d->tp;
+    return d->tp_link.latency_us * 1e-6 +
+           2.0 * (t - 1) * bytes / t / (d->tp_link.gbps > 0 ? d->tp_link.gbps * 1e9 : 1e30);
+}
+
+double perf_step_sec(const struct perf_layers *pl, const struct perf_device *d, int layers,
+                     double rows, double wbytes, double compute, double attn, double hbytes,
+                     double hcompute) {
     if (rows <= 0) return 0;
-    const double wbytes = layers_bytes(pl, r, (int)rows),
-                 hbytes = head_rows > 0 ? pl->head_bytes : 0;
+    const int t = d->tp > 1 ? d->tp : 1;
+    /* each rank's share; KV heads split while there are as many as ranks (else replicated) */
+    const double kv_share = t > 1 ? fmax(1.0 / t, 1.0 / pl->kv_heads) : 1;
+    wbytes /= t;
+    hbytes /= t;
     /* one streaming rate for the step's whole working set: the head does not sit in a cache
      * that the layers' weights just went through */
     const double gbps = perf_device_gemv_gbps(d, wbytes + hbytes) * 1e9;
+    double sec = fmax(wbytes / gbps, compute / t) + attn * kv_share;
+    if (hbytes > 0) sec += fmax(hbytes / gbps, hcompute / t);
+    /* after attention and after the MLP: the rows' partial sums (f32) */
+    if (t > 1) sec += layers * 2 * allreduce_sec(d, rows * pl->hidden * 4.0);
+    return sec;
+}
+
+double perf_stage_step_sec(const struct perf_layers *pl, const struct stage_range *r,
+                           const struct perf_device *d, double rows, double head_rows,
+                           double decode_positions, double prefill_pairs, double kv_bytes) {
+    const int layers = r->layer_end - r->layer_start;
     double compute = 0;
     for (int l = r->layer_start; l < r->layer_end; l++)
         compute += perf_layer_matmul_sec(pl, l, d, rows);
-    double sec = fmax(wbytes / gbps, compute);
-    if (head_rows > 0) sec += fmax(hbytes / gbps, perf_head_matmul_sec(pl, d, head_rows));
-    return sec + (r->layer_end - r->layer_start) *
-                     perf_layer_attn_sec(pl, d, decode_positions, prefill_pairs, kv_bytes);
+    return perf_step_sec(pl, d, layers, rows, layers_bytes(pl, r, (int)rows), compute,
+                         layers *
+                             perf_layer_attn_sec(pl, d, decode_positions, prefill_pairs, kv_bytes),
+                         head_rows > 0 ? pl->head_bytes : 0,
+                         head_rows > 0 ? perf_head_matmul_sec(pl, d, head_rows) : 0);
 }
 
 static double decode_ms(const struct perf_layers *pl, const struct stage_range *r, int last,

@@ -23,25 +23,32 @@
  *   gemv_gbps_by_bytes  the streaming rate by the weights a step reads (optional): a stage
  *                whose weights fit the caches streams them faster than from memory; the model
  *                interpolates in log bytes (the largest point above it). Stages sharing a
- *                host share its caches, which the model does not know.
+ *                host share its caches and cores, which the model does not know: it assumes a
+ *                box per stage;
+ *   gemm_split_gflops_by_k  the row-parallel matrices' rate by K (optional; o_proj and the
+ *                down projections run matmul_split, whose dot products are trees of leaves).
  * Link profile: latency (one way) and bandwidth.
  *
- * Cost of a stage (the CPU backend's way of running a step; spec figures for other devices
- * use the same form):
- *   decode_ms(b) = max(weights(b) / gemv, 2 · params(b) · b / gemm) + kv(b, ctx) / attn_gbps
- *     where weights(b) are the bytes the step reads: every dense tensor of its layers (and the
- *     head on the last stage), and of each MoE layer only the experts its b rows route to in
- *     expectation, E · (1 − (1 − k/E)^b) — 22B of Qwen3-235B-A22B's 235B at b = 1;
- *   prefill_ms(T) = max(weights(T) / gemv, Σ over the stage's matrices 2 · params · T /
- *                   gemm(K of the matrix)) + attention's 2 · 2 · T · (context + T/2) · nh · D
- *                   per layer / attn_gflops (a short chunk is bound by its weights' bytes).
+ * Cost of a stage's step of r rows (perf_stage_step_sec: the CPU backend's way of running a
+ * step; spec figures for other devices use the same form):
+ *   step(r) = max(weights(r) / gemv, Σ over the layers' matrices 2 · params · r / gemm(K))
+ *             [+ the head's max(bytes / gemv, its matmul) when the step samples: after the
+ *             layers, not overlapped] + attention
+ *     where weights(r) are the bytes the step reads: every dense tensor of its layers, and of
+ *     each MoE layer only the experts its r rows route to in expectation, E · (1 − (1 − k/E)^r)
+ *     — 22B of Qwen3-235B-A22B's 235B at r = 1; attention per layer: a decode row streams its
+ *     context's KV at attn_gbps, a prefill chunk computes 2 · 2 · pairs · nh · D at
+ *     attn_gflops (a chunk of T rows after c positions attends to T · (c + (T + 1) / 2) pairs).
+ *   A TP group of t devices (perf_device.tp) divides every part by t (KV while there are as
+ *   many KV heads as ranks) and adds two all-reduces of r × H × 4 bytes per layer.
  * A hop carries rows × H × 4 bytes: latency + bytes / bandwidth.
  * The pipeline (S stages in a ring, stage 0 samples nothing, the last stage answers):
- *   batch 1: one token every Σ_s decode_ms(1) + S hops (no hop when S = 1);
- *   batch B: the stages overlap: tokens/s = B / max(Σ_s decode_ms(g) + S hops,
- *            S · max_s decode_ms(g)) with g = ⌈B / S⌉ rows per step;
- *   time to first token, chunked prefill of c tokens: Σ_s prefill_ms(c) + (n_chunks − 1) ·
- *            max_s prefill_ms(c) + S hops of c rows.
+ *   batch 1: one token every Σ_s step_s(1) + S hops (no hop when S = 1);
+ *   batch B: g = ⌈B / S⌉ rows per step, ⌈B / g⌉ groups in flight: tokens/s =
+ *            B / max(Σ_s step_s(g) + S hops, groups · max_s step_s(g));
+ *   time to first token: the prompt in the chunks stage 0 cuts (stage_plan_prefill_chunk: at
+ *            most --chunk-size, at least one per stage), Σ_s prefill_s(c) + (n_chunks − 1) ·
+ *            max_s prefill_s(c) + the head once + S hops of c rows.
  * It is a model: it ignores what is small on a large model (norms, RoPE, sampling, the event
  * loop's wake-ups), and `./strata bench predict` says how far it is from real runs. */
 #ifndef STRATA_RUNTIME_MODEL_PERF_MODEL_H
@@ -54,6 +61,11 @@
 #include "runtime/model/stage_plan.h"
 
 #define PERF_MAX_K_POINTS 8
+
+struct perf_link {
+    double latency_us; /* one way */
+    double gbps;       /* gigabytes per second */
+};
 
 struct perf_device {
     char name[64];
@@ -74,7 +86,19 @@ struct perf_device {
     int n_sk;
     int sk[PERF_MAX_K_POINTS];
     double sk_gflops[PERF_MAX_K_POINTS];
+    /* Not in the profile: what runs one stage. tp > 1: a TP group of tp such devices (each
+     * holds 1/tp of the stage's matrices, heads and KV heads) whose two all-reduces per layer
+     * of the step's rows cross tp_link (latency_us: one small all-reduce's fixed cost; then a
+     * ring's 2 (tp − 1) / tp of the bytes at gbps); set by a hosts file's "devices"
+     * (perf_device_set_tp). */
+    int tp;
+    struct perf_link tp_link;
 };
+
+/* Makes d a TP group of tp devices over `link`, or over the default when NULL: shared memory
+ * on a CPU host (a quarter of its read bandwidth, 5 us an all-reduce), NVLink-class on CUDA
+ * devices (300 GB/s, 15 us): estimates, which a hosts file's "device_link" replaces. */
+void perf_device_set_tp(struct perf_device *d, int tp, const struct perf_link *link);
 
 /* The device's weight-streaming GB/s for a step that reads `bytes` of weights. */
 double perf_device_gemv_gbps(const struct perf_device *d, double bytes);
@@ -83,11 +107,6 @@ double perf_device_gemv_gbps(const struct perf_device *d, double bytes);
  * (split) matrix's. */
 double perf_device_gemm_gflops(const struct perf_device *d, double K);
 double perf_device_gemm_split_gflops(const struct perf_device *d, double K);
-
-struct perf_link {
-    double latency_us; /* one way */
-    double gbps;       /* gigabytes per second */
-};
 
 /* Reads / writes a device profile (JSON above). Parse errors name the field (STRATA_EFORMAT). */
 int perf_device_parse(struct perf_device *d, const char *json, size_t len);
@@ -132,6 +151,14 @@ double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device 
  * at the device's attention rates. */
 double perf_layer_attn_sec(const struct perf_layers *pl, const struct perf_device *d,
                            double decode_positions, double prefill_pairs, double kv_bytes);
+
+/* One step from its parts on d (perf_stage_step_sec sums them; the placement search reads them
+ * from prefix sums): the layers' weight bytes, matmul seconds and attention seconds, the head's
+ * bytes and matmul seconds (0 when the step runs no head), over `layers` layers and `rows`
+ * rows. A TP group divides each part among its ranks and adds its all-reduces. */
+double perf_step_sec(const struct perf_layers *pl, const struct perf_device *d, int layers,
+                     double rows, double wbytes, double compute, double attn, double hbytes,
+                     double hcompute);
 
 /* Seconds of one step of a stage over layers r on d: `rows` rows through the layers (their
  * weights stream or their matmuls run, whichever is slower), `head_rows` of them then through

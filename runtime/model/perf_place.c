@@ -28,6 +28,8 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(it, "profile");
     const cJSON *mem = cJSON_GetObjectItemCaseSensitive(it, "mem");
     const cJSON *thr = cJSON_GetObjectItemCaseSensitive(it, "threads");
+    const cJSON *devs = cJSON_GetObjectItemCaseSensitive(it, "devices");
+    const cJSON *dlink = cJSON_GetObjectItemCaseSensitive(it, "device_link");
     char msg[160], file[4096];
     if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !cJSON_IsString(prof)) {
         snprintf(msg, sizeof msg, "hosts[%d] needs \"name\" and \"profile\" strings", i);
@@ -61,6 +63,24 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
             d->b_gbps[b] *= f; /* caches are not read_gbps-bound */
         if (d->attn_gbps > 0) d->attn_gbps = fmin(d->attn_gbps * f, d->read_gbps);
         d->threads = (int)thr->valuedouble;
+    }
+    if (devs && (!cJSON_IsNumber(devs) || (devs->valuedouble != 1 && devs->valuedouble != 2 &&
+                                           devs->valuedouble != 4 && devs->valuedouble != 8))) {
+        snprintf(msg, sizeof msg, "hosts[%d].devices: 1, 2, 4 or 8 (one TP group per host)", i);
+        return bad(path, msg);
+    }
+    if (devs && devs->valuedouble > 1) {
+        struct perf_link l = {0, 0};
+        const cJSON *lat = cJSON_GetObjectItemCaseSensitive(dlink, "latency_us");
+        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(dlink, "gbps");
+        if (dlink && (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || lat->valuedouble < 0 ||
+                      !(bw->valuedouble > 0))) {
+            snprintf(msg, sizeof msg,
+                     "hosts[%d].device_link needs \"latency_us\" >= 0 and \"gbps\" > 0", i);
+            return bad(path, msg);
+        }
+        if (dlink) l = (struct perf_link){lat->valuedouble, bw->valuedouble};
+        perf_device_set_tp(&host->dev, (int)devs->valuedouble, dlink ? &l : NULL);
     }
     if (host->mem_bytes == 0) {
         snprintf(msg, sizeof msg, "hosts[%d] (%s) has no memory size (\"mem\" or the profile's)", i,
@@ -102,14 +122,24 @@ int perf_hosts_load(struct perf_hosts *h, const char *path) {
     return rc;
 }
 
+uint64_t perf_place_rank_bytes(const struct stage_plan_entry *e, const struct perf_device *d,
+                               int kv_heads) {
+    const int t = d->tp > 1 ? d->tp : 1;
+    const int kv_t = t < kv_heads ? t : kv_heads; /* KV heads split while there are enough */
+    return e->weight_bytes / (uint64_t)t + e->kv_bytes / (uint64_t)(kv_t > 0 ? kv_t : 1) +
+           e->workspace_bytes;
+}
+
 void perf_place_memory(uint64_t *bytes, const struct stage_memory_model *mm,
-                       const struct stage_range *ranges, int S) {
+                       const struct perf_hosts *h, const int *host,
+                       const struct stage_range *ranges, int S, int kv_heads) {
     uint64_t prefix[MODEL_CONFIG_MAX_LAYERS + 1];
     stage_plan_layer_prefix(prefix, mm);
     for (int s = 0; s < S; s++) {
         struct stage_plan_entry e;
         stage_plan_price_stage(&e, mm, prefix, s, S, ranges[s].layer_start, ranges[s].layer_end);
-        bytes[s] = e.total_bytes;
+        bytes[s] =
+            host ? perf_place_rank_bytes(&e, &h->host[host[s]].dev, kv_heads) : e.total_bytes;
     }
 }
 
@@ -126,7 +156,7 @@ struct search {
     const struct stage_memory_model *mm;
     const struct perf_hosts *h;
     enum perf_goal goal;
-    int batch;
+    int batch, g; /* B, and the rows per step of the pipeline being tried */
     double ctx, kv_bytes;
     double b1[MODEL_CONFIG_MAX_LAYERS + 1], bg[MODEL_CONFIG_MAX_LAYERS + 1];
     uint64_t wpre[MODEL_CONFIG_MAX_LAYERS + 1];
@@ -146,25 +176,25 @@ static void host_sums_fill(struct host_sums *hs, const struct search *z,
 /* perf_stage_step_sec from the prefix sums: layers [a, b) of `wbytes` and `compute` seconds,
  * the head after them on the last stage. */
 static double step_sec(const struct search *z, const struct perf_device *d,
-                       const struct host_sums *hs, double wbytes, int a, int b, int last) {
-    const double hbytes = last ? z->pl->head_bytes : 0;
-    const double gbps = perf_device_gemv_gbps(d, wbytes + hbytes) * 1e9;
-    double sec = fmax(wbytes / gbps, hs->c[b] - hs->c[a]) + (b - a) * hs->kv;
-    return last ? sec + fmax(hbytes / gbps, hs->head) : sec;
+                       const struct host_sums *hs, double rows, double wbytes, int a, int b,
+                       int last) {
+    return perf_step_sec(z->pl, d, b - a, rows, wbytes, hs->c[b] - hs->c[a], (b - a) * hs->kv,
+                         last ? z->pl->head_bytes : 0, last ? hs->head : 0);
 }
 
 /* Stage s (on host x) over [a, b) at 1 row (*t1) and g rows (*tg), milliseconds. */
 static void stage_cost(const struct search *z, int s, int x, int a, int b, int last, double *t1,
                        double *tg) {
     const struct perf_device *d = &z->h->host[x].dev;
-    *t1 = 1e3 * step_sec(z, d, &z->sums[x], z->b1[b] - z->b1[a], a, b, last);
-    *tg = 1e3 * step_sec(z, d, &z->gsums[s], z->bg[b] - z->bg[a], a, b, last);
+    *t1 = 1e3 * step_sec(z, d, &z->sums[x], 1, z->b1[b] - z->b1[a], a, b, last);
+    *tg = 1e3 * step_sec(z, d, &z->gsums[s], z->g, z->bg[b] - z->bg[a], a, b, last);
 }
 
 static int fits(const struct search *z, int x, int a, int b, int s, int S) {
     struct stage_plan_entry e;
     stage_plan_price_stage(&e, z->mm, z->wpre, s, S, a, b);
-    return e.total_bytes <= z->h->host[x].mem_bytes;
+    return perf_place_rank_bytes(&e, &z->h->host[x].dev, z->pl->kv_heads) <=
+           z->h->host[x].mem_bytes;
 }
 
 /* The objective of a finished plan: (primary, secondary) = latency goal: (ms per token, pace);
@@ -182,6 +212,7 @@ static int better(struct score a, struct score b) {
 static struct score best_split(struct search *z, const int *order, int S,
                                struct stage_range *ranges) {
     const int L = z->pl->num_layers, g = perf_rows_per_step(z->batch, S);
+    z->g = g;
     for (int l = 0; l < L; l++) /* this pipeline's rows per step */
         z->bg[l + 1] = z->bg[l] + perf_layer_bytes(z->pl, l, g);
     for (int s = 0; s < S; s++)
@@ -321,9 +352,10 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
     if (out->num_stages == 0) {
         uint64_t total = 0, have = 0;
         struct stage_range all = {0, L};
-        perf_place_memory(&total, mm, &all, 1);
+        perf_place_memory(&total, mm, NULL, NULL, &all, 1, pl->kv_heads);
         for (int x = 0; x < h->n; x++)
-            have += h->host[x].mem_bytes;
+            have +=
+                h->host[x].mem_bytes * (uint64_t)(h->host[x].dev.tp > 1 ? h->host[x].dev.tp : 1);
         char need[32], got[32];
         stage_plan_format_size(need, sizeof need, total);
         stage_plan_format_size(got, sizeof got, have);
@@ -335,7 +367,8 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
         struct perf_device devs[STAGE_PLAN_MAX_STAGES];
         for (int s = 0; s < out->num_stages; s++)
             devs[s] = h->host[out->host[s]].dev;
-        perf_place_memory(out->stage_bytes, mm, out->ranges, out->num_stages);
+        perf_place_memory(out->stage_bytes, mm, h, out->host, out->ranges, out->num_stages,
+                          pl->kv_heads);
         rc = perf_predict(&out->pred, pl, out->ranges, out->num_stages, devs, &h->link, opt);
     }
     free(z->sums);

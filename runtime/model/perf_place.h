@@ -4,6 +4,10 @@
  * Hosts file (JSON; profile paths relative to the file):
  *   {"hosts": [{"name": "a", "profile": "a.json", "mem": "80G", "threads": 16}, ...],
  *    "link": {"latency_us": 200, "gbps": 10}}
+ * A host may hold several devices of its profile: "devices": 2, 4 or 8 makes its stage one TP
+ * group over them (strata-stage --tp), "mem" then being each device's, and "device_link":
+ * {"latency_us": 10, "gbps": 300} the link its all-reduces cross (else perf_device_set_tp's
+ * estimate).
  * `mem` (K/M/G/T sizes) overrides the profile's memory; `threads`, when it differs from the
  * profile's, scales its matmul and attention rates linearly (the streaming rate too, up to the
  * read bandwidth) — an estimate: calibrate at the thread count that will run when you can.
@@ -45,7 +49,7 @@ struct perf_placement {
     int num_stages;
     int host[STAGE_PLAN_MAX_STAGES]; /* index into the hosts file, stage order */
     struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
-    uint64_t stage_bytes[STAGE_PLAN_MAX_STAGES]; /* memory each stage needs */
+    uint64_t stage_bytes[STAGE_PLAN_MAX_STAGES]; /* memory each stage needs per device */
     struct perf_prediction pred;
     double orders_tried;
 };
@@ -56,8 +60,15 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
                const struct stage_memory_model *mm, const struct perf_hosts *h,
                const struct perf_options *opt, enum perf_goal goal);
 
-/* The stages' memory for given hosts and ranges (checks nothing). */
+/* What one device of a stage holds (its TP rank's share when d is a TP group: the weights and,
+ * while there are as many KV heads as ranks, the KV split; the whole workspace). */
+uint64_t perf_place_rank_bytes(const struct stage_plan_entry *e, const struct perf_device *d,
+                               int kv_heads);
+
+/* Each stage's memory for given ranges (checks nothing): per device of its host when `host`
+ * [S] (indices into h) is given, else the whole stage's. */
 void perf_place_memory(uint64_t *bytes, const struct stage_memory_model *mm,
-                       const struct stage_range *ranges, int num_stages);
+                       const struct perf_hosts *h, const int *host,
+                       const struct stage_range *ranges, int num_stages, int kv_heads);
 
 #endif

@@ -68,6 +68,15 @@ static void dense_decode_and_pipeline(void **state) {
     NEAR(p1.stages[0].bytes_per_token, bytes);
     NEAR(p1.stages[0].decode_ms_1, 1e3 * (bytes / 1e9 + kv / 10e9));
     NEAR(p1.tokens_per_s_1, 1e3 / p1.stages[0].decode_ms_1); /* one stage: no hop */
+    /* the same stage as a TP group of 2 over a 5 us, 10 GB/s link: each rank streams half the
+     * bytes and half the KV (2 KV heads, one each), then per layer two ring all-reduces of the
+     * row's 64 x 4 bytes: 5 us + 2 (t - 1) / t x 256 bytes at 10 GB/s */
+    struct perf_device tp2 = d[0];
+    perf_device_set_tp(&tp2, 2, &(struct perf_link){5.0, 10.0});
+    static struct perf_prediction pt;
+    assert_int_equal(perf_predict(&pt, &pl, one, 1, &tp2, &link, &opt), 0);
+    NEAR(pt.stages[0].decode_ms_1,
+         1e3 * (bytes / 2 / 1e9 + kv / 2 / 10e9 + 4 * 2 * (5e-6 + 256 / 10e9)));
     assert_int_equal(perf_predict(&p2, &pl, two, 2, d, &link, &opt), 0);
     /* two stages: the same work split, plus 2 hops of 64 x 4 bytes after 100 us */
     double hop = 0.1 + 1e3 * 256 / 1e9;
@@ -233,7 +242,7 @@ static void placement(void **state) {
     /* neither holds it alone: both, the fast one with more layers */
     uint64_t whole;
     struct stage_range all = {0, 4};
-    perf_place_memory(&whole, &mm, &all, 1);
+    perf_place_memory(&whole, &mm, NULL, NULL, &all, 1, pl.kv_heads);
     h.host[0].mem_bytes = h.host[1].mem_bytes = whole * 3 / 4;
     assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
     assert_int_equal(pp.num_stages, 2);
@@ -248,6 +257,16 @@ static void placement(void **state) {
            pp.pred.tokens_per_s_1);
     h.host[0].mem_bytes = h.host[1].mem_bytes = whole / 4;
     assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), STRATA_ERANGE);
+    /* ... until the slow box holds 4 such devices as one TP group: its stage is each device's
+     * quarter of the weights, half the KV (2 KV heads) and the workspace */
+    perf_device_set_tp(&h.host[0].dev, 4, NULL);
+    h.host[0].mem_bytes = whole / 2;
+    assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
+    assert_int_equal(pp.num_stages, 1);
+    assert_int_equal(pp.host[0], 0);
+    assert_true(pp.stage_bytes[0] <= whole / 2);
+    printf("ok: TP 4 on the slow box: %llu bytes per device of the %llu a stage needs\n",
+           (unsigned long long)pp.stage_bytes[0], (unsigned long long)whole);
     printf("ok: refused: %s\n", strata_last_error());
 }
 
