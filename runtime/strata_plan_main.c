@@ -49,7 +49,9 @@ static void usage(FILE *out) {
                  "                     64): the workspace estimate's rows, and what --predict\n"
                  "                     cuts a prompt into (at least one chunk per stage)\n"
                  "  --no-vision        do not count a VL model's vision tower on stage 0\n"
-                 "  --tp N             tensor-parallel ranks per stage: 1, 2, 4 or 8 (default 1)\n"
+                 "  --tp N             tensor-parallel ranks per stage: 1, 2, 4 or 8 (default 1;\n"
+                 "                     --predict prices each stage as a TP group of N devices\n"
+                 "                     over an estimated link: perf_device_set_tp)\n"
                  "  --kvp N            KV-parallel groups per stage (default 1)\n"
                  "  --kvp-tokens N     KV tokens per KVP group, 16 x a power of two (default\n"
                  "                     max-seq / kvp rounded up to one); kvp x kvp-tokens\n"
@@ -629,8 +631,10 @@ int main(int argc, char **argv) {
     if (rc < 0) rc = check_grid(&a, m.cfg);
     if (rc < 0) rc = make_plan(&m, &a, &how);
     if (rc < 0 && !a.predict_args.json) rc = print_report(&m, &a, how);
-    if ((rc < 0 || rc == STRATA_EXIT_OK) && a.predict)
+    if ((rc < 0 || rc == STRATA_EXIT_OK) && a.predict) {
+        a.predict_args.tp = a.grid.tp;
         rc = plan_print_prediction(m.cfg, m.plan, &a.predict_args);
+    }
     if (rc == STRATA_EXIT_OK && a.grid_asked) {
         printf("\n");
         rc = print_grid(&m, &a);

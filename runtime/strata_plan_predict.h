@@ -17,6 +17,7 @@ struct plan_predict_args {
     const char *hosts;   /* --hosts FILE: choose the placement */
     enum perf_goal goal; /* --goal latency | throughput */
     int link_given;      /* --link-* given: they override the hosts file's link */
+    int tp;              /* --tp: every stage a TP group of that many devices (default link) */
 };
 
 /* Prints the prediction for `plan` (text, or JSON with --json); an exit code. */

@@ -100,6 +100,16 @@ if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert len(d["stag
 else
     echo "FAIL predict-json-parses: $out"; fail=1
 fi
+# --tp with --predict: each stage a TP group: each rank streams its share of a 32B model's
+# weights (config.json alone), which outweighs the all-reduces (on a tiny model they would not)
+q32="$(dirname "$0")/../../docs/plan_examples/qwen3-32b"
+r1=$("$plan" --model "$q32" --stages 1 --predict --profile "$tmp/spec.json" --json | sed -n 's/.*"decode_tokens_per_s": \([0-9.]*\).*/\1/p')
+r2=$("$plan" --model "$q32" --stages 1 --tp 2 --predict --profile "$tmp/spec.json" --json | sed -n 's/.*"decode_tokens_per_s": \([0-9.]*\).*/\1/p')
+if awk -v a="$r1" -v b="$r2" 'BEGIN { exit !(a > 0 && b > a) }'; then
+    echo "ok   predict-tp: $r1 -> $r2 tokens/s with --tp 2"
+else
+    echo "FAIL predict-tp: $r1 -> $r2 tokens/s with --tp 2"; fail=1
+fi
 check predict-no-profile 2 "--predict needs --profile" --model "$model" --stages 2 --predict
 check predict-profile-count 2 "lists more than the 2 stages" --model "$model" --stages 2 --predict \
     --profile "$tmp/spec.json,$tmp/spec.json,$tmp/spec.json"
