@@ -195,6 +195,10 @@ bool run_block() {
 } // namespace
 
 void cucpu_launch(cucpu_config cfg, const std::function<void()> &body) {
+    if (cucpu_default_stream_misused(cfg.stream)) {
+        g_error = cudaErrorCucpuDefaultStream;
+        return;
+    }
     const int recorded = cucpu_capture_record(cfg.stream, body.target_type().name(),
                                               [cfg, body]() { cucpu_run_launch(cfg, body); });
     if (recorded < 0) g_error = cudaErrorStreamCaptureIsolation;
@@ -276,10 +280,12 @@ const char *cudaGetErrorString(cudaError_t err) {
     switch (err) {
     case cudaSuccess: return "no error";
     case cudaErrorInvalidConfiguration: return "invalid launch configuration (cuda_cpu)";
-    case cudaErrorLaunchFailure: return "a barrier deadlocked under divergent control flow (cuda_cpu)";
+    case cudaErrorLaunchFailure:
+        return "a barrier deadlocked under divergent control flow (cuda_cpu)";
     case cudaErrorStreamCaptureIsolation:
         return "a launch on another stream while capturing a graph (cuda_cpu)";
+    case cudaErrorCucpuDefaultStream:
+        return "a launch on the legacy default stream while a backend stream exists (cuda_cpu)";
     }
     return "unknown error (cuda_cpu)";
 }
-

@@ -44,8 +44,12 @@ struct alignas(8) float2 {
 struct alignas(8) uint2 {
     unsigned x, y;
 };
-inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
-inline float2 make_float2(float x, float y) { return float2{x, y}; }
+inline float4 make_float4(float x, float y, float z, float w) {
+    return float4{x, y, z, w};
+}
+inline float2 make_float2(float x, float y) {
+    return float2{x, y};
+}
 
 /* The running fiber's indices (set by the scheduler whenever a fiber resumes). */
 extern uint3 cucpu_thread_idx, cucpu_block_idx;
@@ -62,6 +66,9 @@ enum cudaError {
     cudaErrorLaunchFailure = 4,
     cudaErrorInvalidConfiguration = 9,
     cudaErrorStreamCaptureIsolation = 905,
+    /* not CUDA's: a launch on the legacy default stream while a backend stream exists (the
+     * backend's rule: every call on its own stream; cuda_cpu checks it, a device would not) */
+    cudaErrorCucpuDefaultStream = 10001,
 };
 typedef enum cudaError cudaError_t;
 cudaError_t cudaGetLastError(void);
@@ -70,7 +77,7 @@ const char *cudaGetErrorString(cudaError_t err);
 /* ---------------------------------------------------------------- launches */
 struct cucpu_config {
     dim3 grid, block;
-    size_t shared_bytes;  /* dynamic shared memory (extern __shared__) */
+    size_t shared_bytes; /* dynamic shared memory (extern __shared__) */
     cudaStream_t stream; /* work runs in call order whatever the stream; graphs record by it */
 };
 inline cucpu_config CUCPU_CFG(dim3 grid, dim3 block, size_t shared_bytes = 0,
@@ -83,6 +90,8 @@ inline cucpu_config CUCPU_CFG(dim3 grid, dim3 block, size_t shared_bytes = 0,
  * names the node (a launch's lambda type: one per launch site, or a copy's kind); a graph's
  * topology is its sequence of sites. */
 int cucpu_capture_record(cudaStream_t stream, const char *site, const std::function<void()> &op);
+/* 1 when `stream` is the legacy default (NULL) while some stream exists (device_cpu.cc). */
+int cucpu_default_stream_misused(cudaStream_t stream);
 /* Runs a launch now (a graph's replay). */
 void cucpu_run_launch(cucpu_config cfg, const std::function<void()> &body);
 /* The running block's dynamic shared memory (to_host.pl's rewrite of extern __shared__). */
@@ -131,29 +140,83 @@ template <typename T> inline T __shfl_sync(unsigned mask, T v, int src_lane, int
 /* ---------------------------------------------------------------- arithmetic */
 /* x86-64 SSE arithmetic is IEEE single / double with no excess precision, and the build
  * turns contraction off: each is one correctly rounded operation, as on the device. */
-inline float __fadd_rn(float a, float b) { return a + b; }
-inline float __fsub_rn(float a, float b) { return a - b; }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fdiv_rn(float a, float b) { return a / b; }
-inline float __fmaf_rn(float a, float b, float c) { return std::fma(a, b, c); }
-inline double __dadd_rn(double a, double b) { return a + b; }
-inline double __dmul_rn(double a, double b) { return a * b; }
-inline float __expf(float x) { return std::exp(x); }
-inline float __uint_as_float(unsigned v) { float f; std::memcpy(&f, &v, 4); return f; }
-inline unsigned __float_as_uint(float f) { unsigned v; std::memcpy(&v, &f, 4); return v; }
-inline float __int_as_float(int v) { float f; std::memcpy(&f, &v, 4); return f; }
-inline int __float_as_int(float f) { int v; std::memcpy(&v, &f, 4); return v; }
-inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+inline float __fadd_rn(float a, float b) {
+    return a + b;
+}
+inline float __fsub_rn(float a, float b) {
+    return a - b;
+}
+inline float __fmul_rn(float a, float b) {
+    return a * b;
+}
+inline float __fdiv_rn(float a, float b) {
+    return a / b;
+}
+inline float __fmaf_rn(float a, float b, float c) {
+    return std::fma(a, b, c);
+}
+inline double __dadd_rn(double a, double b) {
+    return a + b;
+}
+inline double __dmul_rn(double a, double b) {
+    return a * b;
+}
+inline float __expf(float x) {
+    return std::exp(x);
+}
+inline float __uint_as_float(unsigned v) {
+    float f;
+    std::memcpy(&f, &v, 4);
+    return f;
+}
+inline unsigned __float_as_uint(float f) {
+    unsigned v;
+    std::memcpy(&v, &f, 4);
+    return v;
+}
+inline float __int_as_float(int v) {
+    float f;
+    std::memcpy(&f, &v, 4);
+    return f;
+}
+inline int __float_as_int(float f) {
+    int v;
+    std::memcpy(&v, &f, 4);
+    return v;
+}
+inline float rsqrtf(float x) {
+    return 1.0f / std::sqrt(x);
+}
 
-inline int min(int a, int b) { return a < b ? a : b; }
-inline int max(int a, int b) { return a > b ? a : b; }
-inline unsigned min(unsigned a, unsigned b) { return a < b ? a : b; }
-inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
-inline long long min(long long a, long long b) { return a < b ? a : b; }
-inline long long max(long long a, long long b) { return a > b ? a : b; }
-inline size_t min(size_t a, size_t b) { return a < b ? a : b; }
-inline size_t max(size_t a, size_t b) { return a > b ? a : b; }
-inline float min(float a, float b) { return std::fmin(a, b); }
-inline float max(float a, float b) { return std::fmax(a, b); }
+inline int min(int a, int b) {
+    return a < b ? a : b;
+}
+inline int max(int a, int b) {
+    return a > b ? a : b;
+}
+inline unsigned min(unsigned a, unsigned b) {
+    return a < b ? a : b;
+}
+inline unsigned max(unsigned a, unsigned b) {
+    return a > b ? a : b;
+}
+inline long long min(long long a, long long b) {
+    return a < b ? a : b;
+}
+inline long long max(long long a, long long b) {
+    return a > b ? a : b;
+}
+inline size_t min(size_t a, size_t b) {
+    return a < b ? a : b;
+}
+inline size_t max(size_t a, size_t b) {
+    return a > b ? a : b;
+}
+inline float min(float a, float b) {
+    return std::fmin(a, b);
+}
+inline float max(float a, float b) {
+    return std::fmax(a, b);
+}
 
 #endif

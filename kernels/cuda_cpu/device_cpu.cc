@@ -5,10 +5,16 @@
  * capture_begin and capture_end this thread's launches and asynchronous copies on the
  * capturing stream are kept (with their arguments) instead of run, a synchronous call fails
  * and spoils the capture, an update keeps the executable when the sequence of launch sites
- * is the same (cudaGraphExecUpdate), and a launch replays the recording. */
+ * is the same (cudaGraphExecUpdate), and a launch replays the recording.
+ *
+ * It also enforces two rules a device would not check but the CUDA backend relies on (a
+ * device would only run slower or race): an asynchronous copy's host side is pinned
+ * (cuda_host_alloc), and once a stream exists nothing is queued on the legacy default stream
+ * (NULL). */
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -61,8 +67,26 @@ static int spoil(const char *what) {
  * kernel fault does on a device. */
 static int check_launches(const char *what) {
     cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess) return strata_set_error(STRATA_EDEVICE, "%s: %s", what, cudaGetErrorString(e));
+    if (e != cudaSuccess)
+        return strata_set_error(STRATA_EDEVICE, "%s: %s", what, cudaGetErrorString(e));
     return STRATA_OK;
+}
+
+/* Pinned host ranges and live streams (TP / KVP ranks are threads of one process). */
+static std::mutex g_pinned_lock;
+static std::vector<std::pair<const char *, size_t>> g_pinned;
+static int g_live_streams;
+
+int cucpu_default_stream_misused(cudaStream_t stream) {
+    std::lock_guard<std::mutex> hold(g_pinned_lock);
+    return !stream && g_live_streams > 0;
+}
+
+static int is_pinned(const void *p, size_t bytes) {
+    std::lock_guard<std::mutex> hold(g_pinned_lock);
+    for (const auto &r : g_pinned)
+        if ((const char *)p >= r.first && (const char *)p + bytes <= r.first + r.second) return 1;
+    return 0;
 }
 
 extern "C" {
@@ -152,11 +176,17 @@ int cuda_memset(void *dst, int value, size_t bytes) {
 
 int cuda_stream_create(void **stream) {
     *stream = malloc(1); /* a distinct non-NULL handle */
-    return *stream ? STRATA_OK : strata_set_error(STRATA_ENOMEM, "cuda_stream_create");
+    if (!*stream) return strata_set_error(STRATA_ENOMEM, "cuda_stream_create");
+    std::lock_guard<std::mutex> hold(g_pinned_lock);
+    g_live_streams++;
+    return STRATA_OK;
 }
 
 void cuda_stream_destroy(void *stream) {
+    if (!stream) return;
     free(stream);
+    std::lock_guard<std::mutex> hold(g_pinned_lock);
+    g_live_streams--;
 }
 
 int cuda_stream_synchronize(void *stream) {
@@ -166,7 +196,8 @@ int cuda_stream_synchronize(void *stream) {
 }
 
 int cuda_event_create(void **event) {
-    return cuda_stream_create(event);
+    *event = malloc(1); /* a distinct non-NULL handle */
+    return *event ? STRATA_OK : strata_set_error(STRATA_ENOMEM, "cuda_event_create");
 }
 
 void cuda_event_destroy(void *event) {
@@ -184,15 +215,42 @@ int cuda_stream_wait_event(void *stream, void *event) {
 }
 
 int cuda_host_alloc(void **ptr, size_t bytes) {
-    return cuda_malloc(ptr, bytes);
+    int rc = cuda_malloc(ptr, bytes);
+    if (rc == STRATA_OK) {
+        std::lock_guard<std::mutex> hold(g_pinned_lock);
+        g_pinned.emplace_back((const char *)*ptr, bytes);
+    }
+    return rc;
 }
 
 void cuda_host_free(void *ptr) {
+    if (!ptr) return;
+    {
+        std::lock_guard<std::mutex> hold(g_pinned_lock);
+        for (size_t i = 0; i < g_pinned.size(); ++i)
+            if (g_pinned[i].first == ptr) {
+                g_pinned.erase(g_pinned.begin() + (long)i);
+                break;
+            }
+    }
     free(ptr);
+}
+
+/* The host side of an asynchronous copy of `span` bytes must be pinned. */
+static int host_side_pinned(const char *fn, const void *host, size_t span) {
+    if (!host || !span || is_pinned(host, span)) return STRATA_OK;
+    if (g_capture.active) spoil(fn);
+    return strata_set_error(
+        STRATA_EDEVICE, "%s: host memory %p (%zu bytes) is not pinned (cuda_cpu)", fn, host, span);
 }
 
 /* Asynchronous work: recorded while this thread captures on `stream`, else done now. */
 static int queue(void *stream, const char *site, const std::function<void()> &op) {
+    if (cucpu_default_stream_misused(stream))
+        return strata_set_error(STRATA_EDEVICE,
+                                "%s: queued on the legacy default stream while a backend stream "
+                                "exists (cuda_cpu)",
+                                site);
     const int recorded = cucpu_capture_record(stream, site, op);
     if (recorded < 0)
         return strata_set_error(STRATA_EDEVICE, "%s: the stream is not the capturing one", site);
@@ -202,17 +260,27 @@ static int queue(void *stream, const char *site, const std::function<void()> &op
 
 int cuda_memcpy_async(void *dst, const void *src, size_t bytes, enum cuda_copy_kind kind,
                       void *stream) {
-    (void)kind;
     if (bytes && (!dst || !src))
         return strata_set_error(STRATA_EINVAL, "cuda_memcpy_async: NULL pointer");
-    return queue(stream, "memcpy", [=]() { if (bytes) memmove(dst, src, bytes); });
+    const void *host = kind == CUDA_COPY_TO_DEVICE ? src : kind == CUDA_COPY_TO_HOST ? dst : NULL;
+    int rc = host_side_pinned("cuda_memcpy_async", host, bytes);
+    if (rc) return rc;
+    return queue(stream, "memcpy", [=]() {
+        if (bytes) memmove(dst, src, bytes);
+    });
 }
 
 int cuda_memcpy_2d_async(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                          size_t height, enum cuda_copy_kind kind, void *stream) {
-    (void)kind;
     if (width > dpitch || width > spitch)
         return strata_set_error(STRATA_EINVAL, "cuda_memcpy_2d_async: width %zu > pitch", width);
+    if (width && height) {
+        const int to_host = kind == CUDA_COPY_TO_HOST;
+        const void *host = to_host ? dst : kind == CUDA_COPY_TO_DEVICE ? src : NULL;
+        int rc = host_side_pinned("cuda_memcpy_2d_async", host,
+                                  (height - 1) * (to_host ? dpitch : spitch) + width);
+        if (rc) return rc;
+    }
     return queue(stream, "memcpy2d", [=]() {
         for (size_t r = 0; r < height; ++r)
             memmove((char *)dst + r * dpitch, (const char *)src + r * spitch, width);
@@ -221,7 +289,9 @@ int cuda_memcpy_2d_async(void *dst, size_t dpitch, const void *src, size_t spitc
 
 int cuda_memset_async(void *dst, int value, size_t bytes, void *stream) {
     if (bytes && !dst) return strata_set_error(STRATA_EINVAL, "cuda_memset_async: NULL pointer");
-    return queue(stream, "memset", [=]() { if (bytes) memset(dst, value, bytes); });
+    return queue(stream, "memset", [=]() {
+        if (bytes) memset(dst, value, bytes);
+    });
 }
 
 int cuda_graph_capture_begin(void *stream) {
@@ -235,7 +305,8 @@ int cuda_graph_capture_begin(void *stream) {
 
 int cuda_graph_capture_end(void *stream, void **exec, int *instantiated) {
     if (!g_capture.active || g_capture.stream != stream)
-        return strata_set_error(STRATA_EDEVICE, "cuda_graph_capture_end: the stream is not capturing");
+        return strata_set_error(STRATA_EDEVICE,
+                                "cuda_graph_capture_end: the stream is not capturing");
     Capture done = std::move(g_capture);
     g_capture = Capture{};
     if (done.spoiled)

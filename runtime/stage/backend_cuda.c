@@ -35,8 +35,8 @@
  *     data sent with the rows, a slot's block table is read where it always is),
  *     re-instantiated only when its topology changes. The first step of each b runs
  *     eagerly. MoE layers are captured like the rest (their launch shapes depend only on b).
- *     Off with STRATA_CUDA_GRAPHS=0. Never run on a
- *     GPU: only the host emulation (tests/backend_ops/cuda_emulated.c) has checked it.
+ *     Off with STRATA_CUDA_GRAPHS=0. Never run on a GPU: kernels/cuda_cpu's recordings
+ *     (golden_backends_cuda_cpu_test) have checked it, not CUDA's own graphs.
  *
  * The row-parallel projections (o_proj, down, expert down) run as cuda_matmul_split with
  * OPS_SPLIT_LEAVES leaves, as reference/model.c does on one rank, so every projection has

@@ -1,6 +1,6 @@
-/* The stream-capture state shared by the host emulations of kernels/cuda_device.h
- * (cuda_emulated.c) and kernels/nccl.h (nccl_emulated.c), so that an NCCL collective queued
- * inside a captured decode step is held to the same rules as a kernel launch. Per thread,
+/* The stream-capture state of the host emulation of kernels/nccl.h (nccl_emulated.c), so that
+ * an NCCL collective queued inside a captured decode step is held to the rules a kernel
+ * launch is (kernels/cuda_cpu holds its launches to them). Per thread,
  * as CUDA's cudaStreamCaptureModeThreadLocal (kernels/cuda_device.cu's mode): the ranks of a
  * TP / KVP group are threads of one process, each capturing its own stream at once.
  *

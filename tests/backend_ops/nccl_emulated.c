@@ -1,21 +1,20 @@
-/* kernels/nccl.h emulated on the host, for tests without a GPU (the NCCL twin of
- * cuda_emulated.c): "device" buffers are host buffers and the ranks of a communicator are
- * threads of this process that meet, like NCCL's own bootstrap, by their unique id. An
- * operation runs when it is queued (the stream is not used), between two barriers:
- * every rank publishes its buffer, every rank copies what it needs, nobody moves on before
- * all have copied. The failure rules are NCCL's as nccl.h states them: a rank that does not
- * arrive within the communicator's timeout fails the waiting ranks with STRATA_ETIMEOUT
- * naming them, an abort ends every pending and later operation of the communicator, and
- * allreduce_sum2 refuses more than two ranks. cuda_ops_tree_sum is the reference's
- * ops_tree_sum itself: the device kernel's order is checked on a GPU (tests/kernels).
+/* kernels/nccl.h emulated on the host, for tests without a GPU (beside kernels/cuda_cpu, which
+ * runs the kernels' own source on the host): "device" buffers are host buffers and the ranks of a
+ * communicator are threads of this process that meet, like NCCL's own bootstrap, by their unique
+ * id. An operation runs when it is queued (the stream is not used), between two barriers: every
+ * rank publishes its buffer, every rank copies what it needs, nobody moves on before all have
+ * copied. The failure rules are NCCL's as nccl.h states them: a rank that does not arrive within
+ * the communicator's timeout fails the waiting ranks with STRATA_ETIMEOUT naming them, an abort
+ * ends every pending and later operation of the communicator, and allreduce_sum2 refuses more than
+ * two ranks. cuda_ops_tree_sum is the reference's ops_tree_sum itself: the device kernel's order is
+ * checked on a GPU (tests/kernels).
  *
  * Stream capture (a decode step of a TP / KVP group captured into a CUDA graph; NCCL >= 2.9
- * captures collectives): this thread's capture state is cuda_emulated.c's
- * (emulated_capture.h). A collective or tree sum queued while the thread captures must go
- * to the captured stream and is one node of the graph; it runs at once, like a captured
- * kernel here, and the ranks, capturing the same step together, meet in it as their graphs'
- * launches would. A host wait (cuda_nccl_stream_wait) or a communicator's set-up inside a
- * capture fails and spoils it, as a device would refuse them. */
+ * captures collectives): this thread's capture state is emulated_capture.h's. A collective or tree
+ * sum queued while the thread captures must go to the captured stream and is one node of the graph;
+ * it runs at once, like a captured kernel here, and the ranks, capturing the same step together,
+ * meet in it as their graphs' launches would. A host wait (cuda_nccl_stream_wait) or a
+ * communicator's set-up inside a capture fails and spoils it, as a device would refuse them. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>

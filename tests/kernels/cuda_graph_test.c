@@ -5,8 +5,8 @@
  * again); a capture of another topology instantiating a new one; a synchronous call inside
  * a capture failing, the capture aborted and the stream usable afterwards; events ordering
  * a second stream's work between two pieces of the first's (the MoE experts' fork / join). The
- * emulated backend test (tests/backend_ops:golden_backends_emulated_test) checks the backend's use
- * of these calls on the host; this checks that CUDA behaves as that emulation assumes.
+ * golden backends tests on kernels/cuda_cpu check the backend's use of these calls on the
+ * host; this checks that CUDA behaves as cuda_cpu's recordings assume.
  * Prints "skipped: <reason>" without a device. */
 #include <stdio.h>
 #include <string.h>

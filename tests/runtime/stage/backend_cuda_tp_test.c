@@ -1,6 +1,6 @@
 /* runtime/stage/backend_cuda_tp.c's vocab-parallel greedy argmax (backend_cuda_tp_argmax)
- * against reference/sampler.h's argmax of the whole row, with the kernels/ API and NCCL
- * emulated on the host (tests/backend_ops/cuda_emulated.c, nccl_emulated.c): T = 2 and 4
+ * against reference/sampler.h's argmax of the whole row, with the kernels' own source run on
+ * the host (kernels/cuda_cpu) and NCCL emulated by threads (nccl_emulated.c): T = 2 and 4
  * ranks as threads, each holding its vocabulary shard of the same rows, each asked for the
  * ids. The rows are adversarial at the shards' boundaries: ties across a boundary (the lower
  * id wins), ties where a later shard's maximum comes first in its own shard, NaN at id 0
