@@ -22,7 +22,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#if STRATA_HAVE_CUDA /* a build with the toolkit (BUILD's local_defines) */
 #include "kernels/cuda_device.h"
+#endif
 #include "reference/tools/bandwidth.h"
 #include "reference/tools/random_checkpoint.h"
 #include "runtime/base/cli.h"
@@ -244,6 +246,7 @@ static double step_kv_bytes(const struct model_config *cfg, int batch, int ctx) 
 
 /* Bytes per second the roofline divides by (see the file comment). */
 static int device_bandwidth(double *bw, const char *what, size_t cap, const struct bench_args *a) {
+#if STRATA_HAVE_CUDA
     if (cli_device_is_cuda(a->device)) {
         size_t bytes = (size_t)1 << 30;
         void *src = NULL, *dst = NULL;
@@ -264,6 +267,7 @@ static int device_bandwidth(double *bw, const char *what, size_t cap, const stru
         snprintf((char *)what, cap, "device copy, read + write");
         return 0;
     }
+#endif
     *bw = host_read_bandwidth((size_t)1 << 30, a->threads);
     snprintf((char *)what, cap, "host read, %d threads", a->threads);
     return *bw > 0 ? 0 : strata_set_error(STRATA_ENOMEM, "no memory for the bandwidth buffer");
@@ -434,8 +438,11 @@ int main(int argc, char **argv) {
     int rc = parse_args(&a, argc, argv);
     if (rc >= 0) return rc;
     if (cli_device_is_cuda(a.device)) {
-        char reason[256];
-        if (!cuda_device_available(reason, sizeof reason)) {
+        char reason[256] = "this build has no CUDA backend (nvcc not found when it was built)";
+#if STRATA_HAVE_CUDA
+        if (!cuda_device_available(reason, sizeof reason))
+#endif
+        {
             printf("skipped: %s\n", reason);
             return EXIT_SKIPPED;
         }

@@ -1,6 +1,5 @@
 /* The CUDA backend of the harness: device memory from kernels/cuda_device.h and one row per
- * kernels/ twin. In builds without the toolkit these resolve to kernels/cuda_unavailable.c,
- * whose cuda_device_available gives the reason the backend is skipped. */
+ * kernels/ twin (a build without the toolkit has backend_cuda_absent.c instead). */
 #include <stddef.h>
 
 #include "kernels/attention.h"
