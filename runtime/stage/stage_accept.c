@@ -1,5 +1,6 @@
-/* Concurrent, bounded handshakes for a stage's listener; see stage_accept.h for why one
- * poll()-driven thread and for the limits. */
+/* Concurrent, bounded handshakes for a stage's listener, on an event loop
+ * (runtime/base/event_loop.h: a file event per pending handshake, a timer per deadline); see
+ * stage_accept.h for why one thread and for the limits. */
 #include "runtime/stage/stage_accept.h"
 
 #include <errno.h>
@@ -12,6 +13,7 @@
 #include <sys/socket.h>
 
 #include "runtime/base/cli.h"
+#include "runtime/base/event_loop.h"
 #include "runtime/base/log.h"
 #include "runtime/base/status.h"
 
@@ -22,6 +24,7 @@
 /* A pending handshake's time to finish before a newcomer with less progress may take its
  * place (see may_replace). */
 #define GRACE_MS 250
+#define STOP_CHECK_MS 100 /* how long a pass may wait before the stop flags are read again */
 
 /* ---- per-address accounting ---- */
 
@@ -100,12 +103,14 @@ enum hs_state { HS_FREE = 0, HS_TLS, HS_HELLO };
 
 struct pending {
     enum hs_state state;
-    short events; /* what the handshake waits for */
+    short events; /* what the handshake waits for (POLLIN / POLLOUT, wire_tls_step's) */
     struct wire_conn conn;
     struct wire_handshake hs;
     int64_t started_ms, deadline_ms;
+    int64_t timer;  /* its deadline's timer on the loop (0: none) */
     uint64_t order; /* admission order: "oldest" without the ties of a millisecond clock */
     struct stage_addr_entry *addr;
+    struct acceptor *acceptor; /* the file event's and the timer's data */
 };
 
 struct acceptor {
@@ -113,8 +118,10 @@ struct acceptor {
     struct stage_addr_table table;
     struct pending *slots; /* [o.max_handshakes] */
     int active;
-    struct pollfd *fds; /* [1 + max_handshakes] */
-    int *who;
+    struct event_loop *loop;
+    int listening;     /* the listener's fd is registered on the loop */
+    int accept_due;    /* the listener had connections waiting: admit them after the pass */
+    int64_t accept_at; /* the timer that admits them (0: none) */
     stage_accept_deliver deliver;
     void *ctx;
     atomic_int *closing; /* close_listener: a draining stage completes no new handshake */
@@ -123,7 +130,15 @@ struct acceptor {
     int64_t summary_ms;
 };
 
+/* The loop's mask for what a handshake waits for. */
+static int loop_mask(short events) {
+    int m = (events & POLLOUT) ? EVENT_WRITE : 0;
+    return m | ((events & POLLIN) || !events ? EVENT_READ : 0);
+}
+
 static void release(struct acceptor *a, struct pending *p, int close_conn) {
+    if (p->conn.fd >= 0) event_del_file(a->loop, p->conn.fd);
+    if (p->timer) event_del_timer(a->loop, p->timer);
     if (close_conn) wire_close(&p->conn);
     if (p->addr) p->addr->handshaking--;
     memset(p, 0, sizeof *p);
@@ -148,13 +163,17 @@ static void refuse(struct acceptor *a, struct pending *p, int rc, int64_t now) {
     release(a, p, 1);
 }
 
-/* Advances one handshake as far as its bytes allow. */
+/* Advances one handshake as far as its bytes allow; what it waits for next is what the loop
+ * watches its fd for. */
 static void advance(struct acceptor *a, struct pending *p, int64_t now) {
     for (;;) {
         int rc;
         if (p->state == HS_TLS) {
             rc = wire_tls_step(&p->conn, a->o.tls, &p->events);
-            if (rc == WIRE_TLS_PENDING) return;
+            if (rc == WIRE_TLS_PENDING) {
+                event_modify_file(a->loop, p->conn.fd, loop_mask(p->events));
+                return;
+            }
             if (rc == 0)
                 rc = wire_handshake_server_start(&p->hs, &p->conn, &a->o.self, a->o.key,
                                                  HANDSHAKE_SEND_TIMEOUT_MS);
@@ -172,6 +191,7 @@ static void advance(struct acceptor *a, struct pending *p, int64_t now) {
         rc = wire_recv_frame_nb(&p->conn, &frame, &len);
         if (rc == WIRE_RECV_PENDING) {
             p->events = POLLIN;
+            event_modify_file(a->loop, p->conn.fd, EVENT_READ);
             return;
         }
         if (rc == 0 && atomic_load(a->closing)) { /* draining since the handshake began */
@@ -185,10 +205,20 @@ static void advance(struct acceptor *a, struct pending *p, int64_t now) {
             refuse(a, p, rc, now);
             return;
         }
-        a->deliver(a->ctx, &p->conn, &peer); /* the taker owns the conn now */
+        /* the taker owns the conn now: off this loop first, the fd stays open */
+        event_del_file(a->loop, p->conn.fd);
+        a->deliver(a->ctx, &p->conn, &peer);
+        p->conn.fd = -1;
         release(a, p, 0);
         return;
     }
+}
+
+/* A pending handshake's socket is ready. */
+static void on_handshake(struct event_loop *loop, int fd, void *data, int mask) {
+    struct pending *p = data;
+    (void)loop, (void)fd, (void)mask;
+    if (p->state != HS_FREE) advance(p->acceptor, p, cli_now_ms());
 }
 
 /* How far a pending handshake has come (wire_tls_progress's scale; the Hello after TLS
@@ -231,6 +261,21 @@ static void summarize_drops(struct stage_addr_entry *e, int64_t now) {
     e->summary_ms = now;
 }
 
+/* The dropped handshakes' summary line, at most every SUMMARY_EVERY_MS. */
+static void summarize_table(struct acceptor *a, int64_t now) {
+    if (!(a->timed_out || a->replaced || a->turned_away) || now - a->summary_ms < SUMMARY_EVERY_MS)
+        return;
+    strata_log(STRATA_LOG_INFO,
+               "handshakes dropped: %llu past their %d ms deadline, %llu replaced by newer "
+               "connections as far along, or further, or after %d ms; %llu new connections "
+               "turned away (at most %d at once, %d per address)",
+               (unsigned long long)a->timed_out, a->o.handshake_timeout_ms,
+               (unsigned long long)a->replaced, GRACE_MS, (unsigned long long)a->turned_away,
+               a->o.max_handshakes, a->o.max_per_address);
+    a->timed_out = a->replaced = a->turned_away = 0;
+    a->summary_ms = now;
+}
+
 /* How far a fresh connection has come before any work on it, on progress()'s scale, from
  * the bytes waiting on its socket: nothing, some, or (TLS) a whole first record, which a
  * real peer's ClientHello is: it sends it as soon as it is connected. */
@@ -255,6 +300,20 @@ static int arrival_level(const struct acceptor *a, const struct wire_conn *conn)
  * the least far along goes. */
 static int may_replace(const struct acceptor *a, const struct pending *p, int level, int64_t now) {
     return !a->o.tls || progress(a, p) <= level || now - p->started_ms >= GRACE_MS;
+}
+
+/* A pending handshake's deadline: dropped, whatever it sends (a silent or trickling peer). */
+static int64_t on_deadline(struct event_loop *loop, int64_t id, void *data) {
+    struct pending *p = data;
+    struct acceptor *a = p->acceptor;
+    (void)loop, (void)id;
+    p->timer = 0; /* this one ends here */
+    strata_log(STRATA_LOG_DEBUG, "handshake with %s timed out after %d ms", p->conn.peer,
+               a->o.handshake_timeout_ms);
+    a->timed_out++;
+    release(a, p, 1);
+    summarize_table(a, cli_now_ms());
+    return EVENT_TIMER_DONE;
 }
 
 /* Takes one accepted connection into the table (or refuses it by the limits). */
@@ -287,91 +346,84 @@ static void admit(struct acceptor *a, struct wire_conn *conn, int64_t now) {
         return;
     }
     wire_conn_move(&p->conn, conn);
+    p->acceptor = a;
     p->addr = e;
     e->handshaking++;
     a->active++;
     p->started_ms = now;
     p->order = ++a->admitted;
     p->deadline_ms = now + a->o.handshake_timeout_ms;
-    int rc = a->o.tls ? wire_tls_start(&p->conn, a->o.tls, 1)
+    p->state = a->o.tls ? HS_TLS : HS_HELLO;
+    int rc = event_add_file(a->loop, p->conn.fd, EVENT_READ, on_handshake, NULL, p);
+    if (rc == 0) {
+        int64_t t = event_add_timer_at(a->loop, p->deadline_ms, on_deadline, p);
+        rc = t < 0 ? (int)t : 0;
+        p->timer = t > 0 ? t : 0;
+    }
+    if (rc == 0)
+        rc = a->o.tls ? wire_tls_start(&p->conn, a->o.tls, 1)
                       : wire_handshake_server_start(&p->hs, &p->conn, &a->o.self, a->o.key,
                                                     HANDSHAKE_SEND_TIMEOUT_MS);
-    p->state = a->o.tls ? HS_TLS : HS_HELLO;
     if (rc < 0)
         refuse(a, p, rc, now);
     else
         advance(a, p, now);
 }
 
-static void accept_ready(struct acceptor *a, int64_t now) {
-    for (int k = 0; k < ACCEPTS_PER_WAKE; k++) {
+/* Admits what the listener holds, after the pass that saw it: the handshakes that pass
+ * served have moved up by the bytes their peers sent (see victim) before a batch of
+ * newcomers is admitted against them. */
+static int64_t on_accept_due(struct event_loop *loop, int64_t id, void *data) {
+    struct acceptor *a = data;
+    (void)loop, (void)id;
+    a->accept_at = 0;
+    a->accept_due = 0;
+    int64_t now = cli_now_ms();
+    for (int k = 0; a->listening && k < ACCEPTS_PER_WAKE; k++) {
         struct wire_conn conn;
         int rc = wire_accept(&conn, a->o.listener, WIRE_HANDSHAKE_MAX_FRAME, 0);
-        if (rc == STRATA_ETIMEOUT) return;
+        if (rc == STRATA_ETIMEOUT) break;
         if (rc < 0) {
             strata_log(STRATA_LOG_WARN, "accept failed: %s", strata_last_error());
-            return; /* e.g. out of descriptors: poll() again rather than spin */
+            break; /* e.g. out of descriptors: wait for the listener again rather than spin */
         }
         admit(a, &conn, now);
     }
+    summarize_table(a, now);
+    return EVENT_TIMER_DONE;
 }
 
-static void expire(struct acceptor *a, int64_t now) {
-    for (int i = 0; i < a->o.max_handshakes; i++) {
-        struct pending *p = &a->slots[i];
-        if (p->state == HS_FREE || now < p->deadline_ms) continue;
-        strata_log(STRATA_LOG_DEBUG, "handshake with %s timed out after %d ms", p->conn.peer,
-                   a->o.handshake_timeout_ms);
-        a->timed_out++;
-        release(a, p, 1);
-    }
-    if ((a->timed_out || a->replaced || a->turned_away) &&
-        now - a->summary_ms >= SUMMARY_EVERY_MS) {
-        strata_log(STRATA_LOG_INFO,
-                   "handshakes dropped: %llu past their %d ms deadline, %llu replaced by "
-                   "newer connections as far along, or further, or after %d ms; %llu new "
-                   "connections turned away (at most %d at once, %d per address)",
-                   (unsigned long long)a->timed_out, a->o.handshake_timeout_ms,
-                   (unsigned long long)a->replaced, GRACE_MS, (unsigned long long)a->turned_away,
-                   a->o.max_handshakes, a->o.max_per_address);
-        a->timed_out = a->replaced = a->turned_away = 0;
-        a->summary_ms = now;
+static void on_listener(struct event_loop *loop, int fd, void *data, int mask) {
+    struct acceptor *a = data;
+    (void)fd, (void)mask;
+    if (a->accept_due) return;
+    int64_t t = event_add_timer(loop, 0, on_accept_due, a);
+    if (t > 0) {
+        a->accept_due = 1;
+        a->accept_at = t;
     }
 }
 
-/* One poll over the listener and every pending handshake, then the work it found. */
-static void poll_once(struct acceptor *a) {
-    int n = 0, timeout = 100;
-    int64_t now = cli_now_ms();
-    if (a->o.listener->fd >= 0) {
-        a->fds[n] = (struct pollfd){.fd = a->o.listener->fd, .events = POLLIN};
-        a->who[n++] = -1;
-    }
-    for (int i = 0; i < a->o.max_handshakes; i++) {
-        struct pending *p = &a->slots[i];
-        if (p->state == HS_FREE) continue;
-        a->fds[n] = (struct pollfd){.fd = p->conn.fd, .events = p->events ? p->events : POLLIN};
-        a->who[n++] = i;
-        if (p->deadline_ms - now < timeout) timeout = (int)(p->deadline_ms - now);
-    }
-    if (timeout < 0) timeout = 0;
-    if (poll(a->fds, (nfds_t)n, timeout) < 0 && errno != EINTR)
-        strata_log(STRATA_LOG_WARN, "accept poll: %s", strerror(errno));
-    now = cli_now_ms();
-    /* Handshakes first, the listener last: the bytes a pending peer sent move it up (see
-     * victim) before a batch of newcomers is admitted against it. */
-    int listener_ready = 0;
-    for (int i = 0; i < n; i++) {
-        if (!a->fds[i].revents) continue;
-        if (a->who[i] < 0) {
-            listener_ready = 1;
-            continue;
-        }
-        struct pending *p = &a->slots[a->who[i]];
-        if (p->state != HS_FREE && p->conn.fd == a->fds[i].fd) advance(a, p, now);
-    }
-    if (listener_ready) accept_ready(a, now);
-    expire(a, now);
+static void drop_all(struct acceptor *a) {
+    for (int i = 0; a->slots && i < a->o.max_handshakes; i++)
+        if (a->slots[i].state != HS_FREE) release(a, &a->slots[i], 1);
+}
+
+static void stop_listening(struct acceptor *a) {
+    if (!a->listening) return;
+    event_del_file(a->loop, a->o.listener->fd);
+    if (a->accept_at) event_del_timer(a->loop, a->accept_at);
+    a->accept_at = 0;
+    a->accept_due = 0;
+    a->listening = 0;
+}
+
+static void acceptor_free(struct acceptor *a) {
+    drop_all(a);
+    stop_listening(a);
+    stage_addr_table_free(&a->table);
+    free(a->slots);
+    event_loop_free(a->loop);
 }
 
 static int acceptor_init(struct acceptor *a, const struct stage_accept_options *opt) {
@@ -383,14 +435,18 @@ static int acceptor_init(struct acceptor *a, const struct stage_accept_options *
     if (!a->o.fail_burst) a->o.fail_burst = 10;
     if (a->o.fail_per_s <= 0) a->o.fail_per_s = 2;
     a->slots = calloc((size_t)a->o.max_handshakes, sizeof *a->slots);
-    a->fds = calloc((size_t)a->o.max_handshakes + 1, sizeof *a->fds);
-    a->who = calloc((size_t)a->o.max_handshakes + 1, sizeof *a->who);
-    if (!a->slots || !a->fds || !a->who ||
-        stage_addr_table_init(&a->table, 2 * a->o.max_handshakes, a->o.fail_burst,
-                              a->o.fail_per_s) < 0)
+    if (!a->slots || stage_addr_table_init(&a->table, 2 * a->o.max_handshakes, a->o.fail_burst,
+                                           a->o.fail_per_s) < 0)
         return strata_set_error(STRATA_ENOMEM, "accept: out of memory");
     for (int i = 0; i < a->o.max_handshakes; i++)
         a->slots[i].conn.fd = -1;
+    int rc = event_loop_create(&a->loop, a->o.max_handshakes + 1);
+    if (rc < 0) return rc;
+    if (a->o.listener->fd >= 0) {
+        rc = event_add_file(a->loop, a->o.listener->fd, EVENT_READ, on_listener, NULL, a);
+        if (rc < 0) return rc;
+        a->listening = 1;
+    }
     /* TLS: the client speaks first, so the kernel may hold a connection until its first
      * bytes arrive (TCP_DEFER_ACCEPT): a reconnect flood of silent connections then reaches
      * the table only after a second of silence, and a real peer, whose ClientHello is
@@ -407,11 +463,6 @@ static int acceptor_init(struct acceptor *a, const struct stage_accept_options *
     return 0;
 }
 
-static void drop_all(struct acceptor *a) {
-    for (int i = 0; a->slots && i < a->o.max_handshakes; i++)
-        if (a->slots[i].state != HS_FREE) release(a, &a->slots[i], 1);
-}
-
 int stage_accept_run(const struct stage_accept_options *opt, stage_accept_deliver deliver,
                      void *ctx, atomic_int *stop, atomic_int *close_listener) {
     struct acceptor a;
@@ -421,16 +472,16 @@ int stage_accept_run(const struct stage_accept_options *opt, stage_accept_delive
     a.closing = close_listener;
     while (rc == 0 && !atomic_load(stop)) {
         if (atomic_load(close_listener) && a.o.listener->fd >= 0) {
+            stop_listening(&a);
             wire_listener_close(a.o.listener);
             drop_all(&a);
             strata_log(STRATA_LOG_INFO, "stopped accepting connections");
         }
-        poll_once(&a);
+        /* the flags are set by other threads (and signal handlers): a pass waits at most
+         * STOP_CHECK_MS for them */
+        if (event_loop_run_once(a.loop, STOP_CHECK_MS) < 0)
+            strata_log(STRATA_LOG_WARN, "accept: %s", strata_last_error());
     }
-    drop_all(&a);
-    stage_addr_table_free(&a.table);
-    free(a.slots);
-    free(a.fds);
-    free(a.who);
+    acceptor_free(&a);
     return rc;
 }

@@ -1,12 +1,15 @@
 /* The accepting side of a stage: every new connection's TLS and Hello handshakes, run
  * concurrently and under limits so that no outsider can keep a real peer out.
  *
- * Why one poll()-driven thread rather than a pool of handshake threads: a handshake is
- * almost all waiting (on the peer's next bytes), so a thread per handshake would need as
- * many threads as an attacker opens connections (1,000 idle ones, say) to keep a
- * real peer's handshake from queueing behind them. One thread that polls every pending
- * handshake advances each the moment its bytes arrive, costs a slot (a few KiB) per
- * connection, and bounds everything with plain counters. The TLS handshake runs
+ * Why one thread with an event loop (runtime/base/event_loop.h, the stage's own loop
+ * module: a file event per pending handshake, a timer per deadline) rather than a pool of
+ * handshake threads: a handshake is almost all waiting (on the peer's next bytes), so a
+ * thread per handshake would need as many threads as an attacker opens connections (1,000
+ * idle ones, say) to keep a real peer's handshake from queueing behind them. One loop that
+ * watches every pending handshake advances each the moment its bytes arrive, costs a slot
+ * (a few KiB) per connection, and bounds everything with plain counters. Why not the
+ * stage's own loop: a handshake's CPU work (below) would then delay the frames of the
+ * requests in flight, and a flood of handshakes would delay them by as much. The TLS handshake runs
  * non-blocking (wire_tls_start / wire_tls_step), the Hello's frames are received with
  * wire_recv_frame_nb under WIRE_HANDSHAKE_MAX_FRAME. The handshake CPU work (a TLS-PSK or
  * certificate handshake: ~0.3 ms) is short; a failing address is cut off before it costs
