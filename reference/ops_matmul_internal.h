@@ -82,6 +82,36 @@ AVX512_TARGET static inline float fold_avx512(__m512 a) {
     return _mm_cvtss_f32(_mm_add_ss(u, _mm_shuffle_ps(u, u, 1)));
 }
 
+/* fold_avx512 of 16 accumulators at once, each lane of the result one of them, bit for bit: the
+ * same adds in the same tree, several accumulators per instruction (IEEE addition is
+ * commutative, so which operand of an add is which changes nothing): lo + hi halves, then the
+ * 128-bit quarters, then lanes (0, 2) and (1, 3), then the two sums. Lane 4k + e of the result
+ * is accumulator 4e + k (fold16_order_avx512 puts them in order). */
+AVX512_TARGET static inline __m512 fold_pair_avx512(__m512 a, __m512 b) { /* s_a | s_b */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE));
+}
+AVX512_TARGET static inline __m512 fold_quad_avx512(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m512 ab = fold_pair_avx512(a, b), cd = fold_pair_avx512(c, d); /* then t_a..t_d */
+    return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, 0x88), _mm512_shuffle_f32x4(ab, cd, 0xDD));
+}
+AVX512_TARGET static inline __m512 fold16_avx512(__m512 a0, __m512 a1, __m512 a2, __m512 a3,
+                                                 __m512 a4, __m512 a5, __m512 a6, __m512 a7,
+                                                 __m512 a8, __m512 a9, __m512 a10, __m512 a11,
+                                                 __m512 a12, __m512 a13, __m512 a14, __m512 a15) {
+    __m512 t0 = fold_quad_avx512(a0, a1, a2, a3), t1 = fold_quad_avx512(a4, a5, a6, a7);
+    __m512 t2 = fold_quad_avx512(a8, a9, a10, a11), t3 = fold_quad_avx512(a12, a13, a14, a15);
+    __m512 u0 = _mm512_add_ps(_mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(t0, t1, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 u1 = _mm512_add_ps(_mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_ps(t2, t3, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_ps(_mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_ps(u0, u1, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+/* out[j] = lane order[j] of a fold16_avx512 result: accumulator j's fold. */
+AVX512_TARGET static inline __m512i fold16_order_avx512(void) {
+    return _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+}
+
 /* Prefetches the `bytes` the next tile will read at this step (pf advances by `bytes`), with
  * hint T0 (AVX2, measured on Zen 3) or NTA (AVX-512: on Zen 5 the decode pass over Qwen3-0.6B's
  * matrices streamed 41-42 GB/s with T0 and 43 with NTA at 1 thread, 50 and 52 at 2; a weight

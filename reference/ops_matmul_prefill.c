@@ -120,6 +120,66 @@ AVX2_TARGET static void avx2_r2t3_f32(float *out, const void *w, size_t ldw, con
 DEFINE_AVX512_R4T(f32, float, load16_f32, WIDEN_F32)
 DEFINE_AVX512_R4T(bf16, uint16_t, load16_bf16, WIDEN_BF16)
 
+/* The 4 x 6 tile of matmul and matmul_split wherever K's leaves are whole 16-column steps (one
+ * leaf: matmul; the caller checks; no scalar tail): the leaves' loop inside one call, the 24
+ * accumulators named (registers, never spilled), each leaf's accumulators folded together
+ * (fold16_avx512: fold_avx512's adds, several accumulators per instruction), its results kept
+ * as two vectors, and the leaves summed lane-wise by the balanced binary tree (leaves a power of
+ * two <= OPS_SPLIT_LEAVES): every output's arithmetic is ops.h's, bit for bit. Against a tile
+ * call per leaf with 24 scalar folds, copies and scalar tree sums, on this session's Xeon, 1
+ * thread, 64 tokens: split matrices at K = 1024 66 -> 108 GFLOP/s, plain ones 102 -> 146 (the
+ * r4t6 tile's array of accumulators spilled around its folds); 6 tokens over a 64 MiB matrix,
+ * which the r4t6 tile's NTA prefetch streamed at 5 GB/s, 12.9 -> 3.9 ms. Whether Zen 5, where
+ * that prefetch was tuned, loses by going without it is to be measured there. */
+#define DEFINE_AVX512_R4T6_SPLIT(SUF, WT, LOAD)                                                    \
+    AVX512_TARGET static void avx512_r4t6_split_##SUF(float *out, const void *wv, size_t ldw,      \
+                                                      const float *x, size_t ldx, const int *kb,   \
+                                                      int leaves) {                                \
+        const WT *w = wv;                                                                          \
+        __m512 lo[OPS_SPLIT_LEAVES], hi[OPS_SPLIT_LEAVES];                                         \
+        for (int j = 0; j < leaves; ++j) {                                                         \
+            __m512 a00 = _mm512_setzero_ps(), a01 = a00, a02 = a00, a03 = a00, a10 = a00;          \
+            __m512 a11 = a00, a12 = a00, a13 = a00, a20 = a00, a21 = a00, a22 = a00, a23 = a00;    \
+            __m512 a30 = a00, a31 = a00, a32 = a00, a33 = a00, a40 = a00, a41 = a00, a42 = a00;    \
+            __m512 a43 = a00, a50 = a00, a51 = a00, a52 = a00, a53 = a00;                          \
+            for (int k = kb[j]; k < kb[j + 1]; k += 16) {                                          \
+                const __m512 w0 = LOAD(w + k), w1 = LOAD(w + ldw + k);                             \
+                const __m512 w2 = LOAD(w + 2 * ldw + k), w3 = LOAD(w + 3 * ldw + k);               \
+                __m512 xv;                                                                         \
+                SPLIT_ROW(0);                                                                      \
+                SPLIT_ROW(1);                                                                      \
+                SPLIT_ROW(2);                                                                      \
+                SPLIT_ROW(3);                                                                      \
+                SPLIT_ROW(4);                                                                      \
+                SPLIT_ROW(5);                                                                      \
+            }                                                                                      \
+            lo[j] = fold16_avx512(a00, a01, a02, a03, a10, a11, a12, a13, a20, a21, a22, a23, a30, \
+                                  a31, a32, a33);                                                  \
+            hi[j] = fold16_avx512(a40, a41, a42, a43, a50, a51, a52, a53, a40, a41, a42, a43, a50, \
+                                  a51, a52, a53);                                                  \
+        }                                                                                          \
+        for (int n = leaves; n > 1; n /= 2) /* tree_sum's order, lane-wise */                      \
+            for (int i = 0; i < n / 2; ++i) {                                                      \
+                lo[i] = _mm512_add_ps(lo[2 * i], lo[2 * i + 1]);                                   \
+                hi[i] = _mm512_add_ps(hi[2 * i], hi[2 * i + 1]);                                   \
+            }                                                                                      \
+        const __m512i order = fold16_order_avx512();                                               \
+        _mm512_storeu_ps(out, _mm512_permutexvar_ps(order, lo[0]));                                \
+        _mm256_storeu_ps(out + 16, _mm512_castps512_ps256(_mm512_permutexvar_ps(order, hi[0])));   \
+    }
+/* Token t's FMAs into its 4 accumulators a<t>0..3 (xv loaded and kept in a register). */
+#define SPLIT_ROW(t)                                                                               \
+    do {                                                                                           \
+        xv = _mm512_loadu_ps(x + (t)*ldx + k);                                                     \
+        PIN512(xv);                                                                                \
+        a##t##0 = _mm512_fmadd_ps(w0, xv, a##t##0);                                                \
+        a##t##1 = _mm512_fmadd_ps(w1, xv, a##t##1);                                                \
+        a##t##2 = _mm512_fmadd_ps(w2, xv, a##t##2);                                                \
+        a##t##3 = _mm512_fmadd_ps(w3, xv, a##t##3);                                                \
+    } while (0)
+DEFINE_AVX512_R4T6_SPLIT(f32, float, load16_f32)
+DEFINE_AVX512_R4T6_SPLIT(bf16, uint16_t, load16_bf16)
+
 /* Prefill with enough tokens (AVX2: PREFILL_TILED_MIN; below it the 1 x 4 tiles win, widening a
  * block costs about as much as its MACs when few tokens share it): the task's rows in blocks of
  * PREFILL_BLOCK_FLOATS elements, then every token group over every row group of the block with
@@ -137,6 +197,9 @@ DEFINE_AVX512_R4T(bf16, uint16_t, load16_bf16, WIDEN_BF16)
 typedef void prefill_tile_fn(float *out, const void *w, size_t ldw, const float *x, size_t ldx,
                              int k_len);
 typedef float prefill_dot1_fn(const void *w, const float *x, int k_len);
+/* A whole tile of matmul_split: leaves [kb[j], kb[j + 1]) of the rows, tree-summed. */
+typedef void prefill_split_fn(float *out, const void *w, size_t ldw, const float *x, size_t ldx,
+                              const int *kb, int leaves);
 
 struct prefill_tile {
     int rows, toks;                      /* out[t * rows + r] */
@@ -147,6 +210,7 @@ struct prefill_tile {
     /* [n]: the tile for exactly n tokens, min_tokens <= n < toks (NULL where min_tokens >=
      * toks): a decode step of a few requests */
     prefill_tile_fn *const *few, *const *few_bf16;
+    prefill_split_fn *split, *split_bf16; /* for toks tokens (NULL: a tile per leaf) */
 };
 
 static float avx2_dot1_f32_v(const void *w, const float *x, int k_len) {
@@ -166,8 +230,19 @@ static prefill_tile_fn *const few_avx512_f32[6] = {
     NULL, NULL, avx512_r4t2_f32, avx512_r4t3_f32, avx512_r4t4_f32, avx512_r4t5_f32};
 static prefill_tile_fn *const few_avx512_bf16[6] = {
     NULL, NULL, avx512_r4t2_bf16, avx512_r4t3_bf16, avx512_r4t4_bf16, avx512_r4t5_bf16};
-static const struct prefill_tile prefill_avx2 = {
-    2, 3, PREFILL_TILED_MIN, avx2_r2t3_f32, NULL, NULL, NULL, avx2_dot1_f32_v, NULL, NULL, NULL};
+static const struct prefill_tile prefill_avx2 = {2,
+                                                 3,
+                                                 PREFILL_TILED_MIN,
+                                                 avx2_r2t3_f32,
+                                                 NULL,
+                                                 NULL,
+                                                 NULL,
+                                                 avx2_dot1_f32_v,
+                                                 NULL,
+                                                 NULL,
+                                                 NULL,
+                                                 NULL,
+                                                 NULL};
 static const struct prefill_tile prefill_avx512 = {.rows = 4,
                                                    .toks = 6,
                                                    .min_tokens = 2,
@@ -178,7 +253,9 @@ static const struct prefill_tile prefill_avx512 = {.rows = 4,
                                                    .dot1 = avx512_dot1_f32_v,
                                                    .dot1_bf16 = avx512_dot1_bf16_v,
                                                    .few = few_avx512_f32,
-                                                   .few_bf16 = few_avx512_bf16};
+                                                   .few_bf16 = few_avx512_bf16,
+                                                   .split = avx512_r4t6_split_f32,
+                                                   .split_bf16 = avx512_r4t6_split_bf16};
 
 /* 1 if the tiled prefill takes this job (a block must hold a whole row group). */
 static int prefill_tiled_fits(const struct matmul_job *job, const struct prefill_tile *pt) {
@@ -191,7 +268,8 @@ struct prefill_rows {
     size_t esz;       /* bytes per element */
     prefill_tile_fn *tile;
     prefill_dot1_fn *dot1;
-    int toks; /* the tile's tokens */
+    int toks;                /* the tile's tokens */
+    prefill_split_fn *split; /* matmul_split's leaves in one call, or NULL */
 };
 
 static const void *row_at(const struct prefill_rows *b, size_t r, size_t ld, int k) {
@@ -202,6 +280,10 @@ static void tile_leaves(const struct prefill_tile *pt, const struct prefill_rows
                         size_t r, const float *x, size_t ld, const int *kb, int leaves) {
     const int m = pt->rows * b->toks;
     float tile[PREFILL_TILE_MAX], leaf[PREFILL_TILE_MAX][OPS_SPLIT_LEAVES];
+    if (b->split) { /* the leaves inside one call (whole 16-column steps: prefill_tiled) */
+        b->split(out, row_at(b, r, ld, 0), ld, x, ld, kb, leaves);
+        return;
+    }
     if (leaves == 1) {
         b->tile(out, row_at(b, r, ld, 0), ld, x, ld, kb[1]);
         return;
@@ -273,16 +355,22 @@ static void prefill_tiled(const struct matmul_job *job, int r0, int r1,
         T < pt->toks ? (bf16 ? pt->few_bf16 : pt->few)[T] : (bf16 ? pt->tile_bf16 : pt->tile);
     prefill_tile_fn *first = T < pt->toks ? tile : (bf16 ? pt->first_bf16 : pt->first);
     if (!first) first = tile;
+    int whole_steps = 1;
+    for (int j = 0; j < L; ++j)
+        whole_steps &= (kb[j + 1] - kb[j]) % 16 == 0;
+    prefill_split_fn *split =
+        whole_steps && T == pt->toks ? (bf16 ? pt->split_bf16 : pt->split) : NULL;
     for (int rb = r0; rb < r1; rb += block) {
         const int re = r1 - rb < block ? r1 : rb + block;
-        struct prefill_rows b = {(const char *)w->data + (size_t)rb * ld * 4, 4, tile, pt->dot1, T};
+        struct prefill_rows b = {
+            (const char *)w->data + (size_t)rb * ld * 4, 4, tile, pt->dot1, T, split};
         if (widen) {
             widen_bf16_avx2(wide, (const uint16_t *)w->data + (size_t)rb * ld,
                             (size_t)(re - rb) * ld);
             b.base = (const char *)wide;
         } else if (bf16) {
-            b = (struct prefill_rows){(const char *)w->data + (size_t)rb * ld * 2, 2, tile,
-                                      pt->dot1_bf16, T};
+            b = (struct prefill_rows){
+                (const char *)w->data + (size_t)rb * ld * 2, 2, tile, pt->dot1_bf16, T, split};
         }
         /* The last tokens: a group overlapping the one before (n >= T). Its outputs for tokens
          * already done are recomputed with the same arithmetic, so rewritten with the same
