@@ -261,8 +261,8 @@ static int64_t model_step_ns(const struct sim *sim, const struct sim_stage *st,
                              const struct stage_core_stats *after, uint64_t head_rows) {
     const struct stage_range r = {st->open.layer_start, st->open.layer_end};
     const double sec = perf_stage_step_sec(
-        sim->opt->perf, &r, sim->opt->profile, (double)(after->rows - before->rows),
-        (double)head_rows, (double)(after->attn_decode_positions - before->attn_decode_positions),
+        sim->opt->perf, &r, &sim->device, (double)(after->rows - before->rows), (double)head_rows,
+        (double)(after->attn_decode_positions - before->attn_decode_positions),
         (double)(after->attn_prefill_pairs - before->attn_prefill_pairs),
         (double)ops_kv_elem_bytes(sim->opt->kv_dtype));
     return (int64_t)(1e9 * sec);
@@ -540,6 +540,10 @@ int sim_run(struct sim_report *report, const struct sim_options *opt) {
     int rc = sim_check_options(opt);
     if (rc < 0) return rc;
     rc = sim_setup(&sim, report, opt);
+    if (rc == 0 && opt->profile) {
+        sim.device = *opt->profile;
+        if (opt->tp > 1) perf_device_set_tp(&sim.device, opt->tp, NULL);
+    }
     if (rc == 0 && opt->kill_stage >= 0)
         rc = vclock_schedule(&sim.clock, opt->kill_at_ns, opt->kill_stage, EV_KILL, 0, NULL, 0,
                              NULL);

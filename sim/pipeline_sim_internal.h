@@ -57,6 +57,9 @@ struct sim {
     int requests_left;
     int32_t **last_tokens; /* [R] tokens the last stage reported, for a cross-check */
     int *last_n_tokens;    /* [R], -1 when none */
+    /* SIM_COMPUTE_MODEL: what runs each stage, the profile's device as a TP group of the
+     * run's degree (perf_device_set_tp; KVP is not priced) */
+    struct perf_device device;
 };
 
 /* pipeline_sim.c */
