@@ -263,6 +263,7 @@ static int64_t model_step_ns(const struct sim *sim, const struct sim_stage *st,
     const double sec = perf_stage_step_sec(
         sim->opt->perf, &r, &sim->device, (double)(after->rows - before->rows), (double)head_rows,
         (double)(after->attn_decode_positions - before->attn_decode_positions),
+        (double)(after->attn_prefill_rows - before->attn_prefill_rows),
         (double)(after->attn_prefill_pairs - before->attn_prefill_pairs),
         (double)ops_kv_elem_bytes(sim->opt->kv_dtype));
     return (int64_t)(1e9 * sec);

@@ -2,7 +2,7 @@
 # Prediction benchmark (not a test): the performance model (runtime/model/perf_model.h) against
 # real strata-stage processes. Twelve configurations:
 #   - loopback: a random-weight Qwen3 checkpoint (strata-stage-bench make-model: H 1024 x 8
-#     layers, ~200 MB, and H 1536 x 8, ~430 MB) on 1 stage at 1 and 2 threads, 2 stages at 1
+#     layers, ~200 MB, and H 1536 x 8, ~430 MB; head_dim 128) on 1 stage at 1 and 2 threads, 2 stages at 1
 #     thread each, and 2 unequal stages (2 threads, then 1: unequal boxes, each with the profile
 #     of its thread count);
 #   - network-namespace hosts (root; tests/pipeline/netns_lib.sh), the H 1024 model on 2 and 4
@@ -36,11 +36,13 @@ median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR 
 json_num() { sed -n "s/.*\"$2\": *\([0-9.e+-]*\).*/\1/p" "$1" | head -1; }
 
 models=()
-for spec in "1024 2816" "1536 4096"; do
-    read -r H I <<<"$spec"
-    m="${TMPDIR:-/tmp}/strata-bench-predict-$H"
+# head_dim 128, as every Qwen3 (the calibration measures attention at 128)
+for spec in "1024 2816 8" "1536 4096 12"; do
+    read -r H I NH <<<"$spec"
+    m="${TMPDIR:-/tmp}/strata-bench-predict-$H-d128"
     [ -f "$m/model.safetensors" ] || "$BENCH" make-model --out "$m" --hidden "$H" --intermediate "$I" \
-        --layers 8 --heads 16 --kv-heads 8 >/dev/null || pl_fail "cannot write the $H model"
+        --layers 8 --heads "$NH" --kv-heads 4 --head-dim 128 >/dev/null ||
+        pl_fail "cannot write the $H model"
     models+=("$m")
 done
 declare -A profile

@@ -83,6 +83,7 @@ int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
     }
     if (!rc) rc = get_by_k(d->k, d->k_gflops, &d->n_k, root, "gemm_gflops_by_k");
     if (!rc) rc = get_by_k(d->sk, d->sk_gflops, &d->n_sk, root, "gemm_split_gflops_by_k");
+    if (!rc) rc = get_by_k(d->ac, d->ac_gflops, &d->n_ac, root, "attn_gflops_by_ctx");
     cJSON_Delete(root);
     d->threads = (int)threads;
     d->mem_bytes = (uint64_t)mem;
@@ -129,8 +130,13 @@ int perf_device_format(const struct perf_device *d, char **out) {
     for (int i = 0; i < d->n_sk && n > 0 && (size_t)n < sizeof buf; i++)
         n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
                       i ? ", " : ",\n \"gemm_split_gflops_by_k\": {", d->sk[i], d->sk_gflops[i]);
+    if (d->n_sk && n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "}");
+    for (int i = 0; i < d->n_ac && n > 0 && (size_t)n < sizeof buf; i++)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
+                      i ? ", " : ",\n \"attn_gflops_by_ctx\": {", d->ac[i], d->ac_gflops[i]);
     if (n > 0 && (size_t)n < sizeof buf)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s}\n", d->n_sk ? "}" : "");
+        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s}\n", d->n_ac ? "}" : "");
     *out = n > 0 && (size_t)n < sizeof buf ? strdup(buf) : NULL;
     return *out ? 0 : strata_set_error(STRATA_ENOMEM, "out of memory");
 }
@@ -280,10 +286,12 @@ double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device 
 }
 
 double perf_layer_attn_sec(const struct perf_layers *pl, const struct perf_device *d,
-                           double decode_positions, double prefill_pairs, double kv_bytes) {
+                           double decode_positions, double prefill_rows, double prefill_pairs,
+                           double kv_bytes) {
     const double flops = 2.0 * 2.0 * prefill_pairs * pl->heads * pl->head_dim;
-    const double gflops =
-        d->attn_gflops > 0 ? d->attn_gflops : perf_device_gemm_gflops(d, pl->head_dim);
+    double gflops = d->attn_gflops > 0 ? d->attn_gflops : perf_device_gemm_gflops(d, pl->head_dim);
+    if (d->n_ac && prefill_rows > 0)
+        gflops = by_k(d->ac, d->ac_gflops, d->n_ac, prefill_pairs / prefill_rows);
     return perf_layer_kv_sec(pl, d, decode_positions, 1, kv_bytes) + flops / (gflops * 1e9);
 }
 
@@ -336,14 +344,15 @@ double perf_step_sec(const struct perf_layers *pl, const struct perf_device *d, 
 
 double perf_stage_step_sec(const struct perf_layers *pl, const struct stage_range *r,
                            const struct perf_device *d, double rows, double head_rows,
-                           double decode_positions, double prefill_pairs, double kv_bytes) {
+                           double decode_positions, double prefill_rows, double prefill_pairs,
+                           double kv_bytes) {
     const int layers = r->layer_end - r->layer_start;
     double compute = 0;
     for (int l = r->layer_start; l < r->layer_end; l++)
         compute += perf_layer_matmul_sec(pl, l, d, rows);
     return perf_step_sec(pl, d, layers, rows, layers_bytes(pl, r, (int)rows), compute,
-                         layers *
-                             perf_layer_attn_sec(pl, d, decode_positions, prefill_pairs, kv_bytes),
+                         layers * perf_layer_attn_sec(pl, d, decode_positions, prefill_rows,
+                                                      prefill_pairs, kv_bytes),
                          head_rows > 0 ? pl->head_bytes : 0,
                          head_rows > 0 ? perf_head_matmul_sec(pl, d, head_rows) : 0);
 }
@@ -352,14 +361,14 @@ static double decode_ms(const struct perf_layers *pl, const struct stage_range *
                         const struct perf_device *d, int rows, double ctx, double kv_bytes,
                         double *bytes_out) {
     if (bytes_out) *bytes_out = layers_bytes(pl, r, rows) + (last ? pl->head_bytes : 0);
-    return 1e3 * perf_stage_step_sec(pl, r, d, rows, last ? rows : 0, ctx * rows, 0, kv_bytes);
+    return 1e3 * perf_stage_step_sec(pl, r, d, rows, last ? rows : 0, ctx * rows, 0, 0, kv_bytes);
 }
 
 /* A chunk of `tokens` rows after ctx_before positions, the head not included (only the prompt's
  * last row runs it: time to first token adds it once). */
 static double prefill_ms(const struct perf_layers *pl, const struct stage_range *r,
                          const struct perf_device *d, int tokens, double ctx_before) {
-    return 1e3 * perf_stage_step_sec(pl, r, d, tokens, 0, 0,
+    return 1e3 * perf_stage_step_sec(pl, r, d, tokens, 0, 0, tokens,
                                      tokens * (ctx_before + (tokens + 1) / 2.0), 0);
 }
 
@@ -413,8 +422,8 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
     out->tokens_per_s_b = 1e3 * B / (round > pace ? round : pace);
     /* the head for the prompt's last row, after the last stage's last chunk */
     const struct stage_range *lr = &ranges[S - 1];
-    const double head_ms = 1e3 * (perf_stage_step_sec(pl, lr, &devices[S - 1], 1, 1, 0, 0, kvb) -
-                                  perf_stage_step_sec(pl, lr, &devices[S - 1], 1, 0, 0, 0, kvb));
+    const double head_ms = 1e3 * (perf_stage_step_sec(pl, lr, &devices[S - 1], 1, 1, 0, 0, 0, kvb) -
+                                  perf_stage_step_sec(pl, lr, &devices[S - 1], 1, 0, 0, 0, 0, kvb));
     out->ttft_ms = sum_pre + (chunks - 1) * max_pre + head_ms + hops * out->hop_ms_chunk;
     if (hops * out->hop_ms_1 > max1) out->bottleneck_stage = -1;
     return 0;

@@ -86,6 +86,12 @@ struct perf_device {
     int n_sk;
     int sk[PERF_MAX_K_POINTS];
     double sk_gflops[PERF_MAX_K_POINTS];
+    /* attn_gflops_by_ctx: a prefill chunk's attention rate by the context its rows attend to on
+     * average (short contexts pay the per-block widening and tree more), log-linear (0
+     * points: attn_gflops) */
+    int n_ac;
+    int ac[PERF_MAX_K_POINTS];
+    double ac_gflops[PERF_MAX_K_POINTS];
     /* Not in the profile: what runs one stage. tp > 1: a TP group of tp such devices (each
      * holds 1/tp of the stage's matrices, heads and KV heads) whose two all-reduces per layer
      * of the step's rows cross tp_link (latency_us: one small all-reduce's fixed cost; then a
@@ -147,10 +153,12 @@ double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device 
                          double rows, double kv_bytes);
 /* One layer's attention of a step: decode rows stream the KV they attend to (decode_positions
  * in all, perf_layer_kv_sec), a prefill chunk's rows compute over the (query, key) pairs they
- * attend to (prefill_pairs in all: a chunk of n rows after c positions has n·(c + (n + 1) / 2)),
- * at the device's attention rates. */
+ * attend to (prefill_pairs in all, over prefill_rows rows: a chunk of n rows after c positions
+ * has n·(c + (n + 1) / 2)), at the device's attention rates (the prefill rate at the rows'
+ * average context, attn_gflops_by_ctx). */
 double perf_layer_attn_sec(const struct perf_layers *pl, const struct perf_device *d,
-                           double decode_positions, double prefill_pairs, double kv_bytes);
+                           double decode_positions, double prefill_rows, double prefill_pairs,
+                           double kv_bytes);
 
 /* One step from its parts on d (perf_stage_step_sec sums them; the placement search reads them
  * from prefix sums): the layers' weight bytes, matmul seconds and attention seconds, the head's
@@ -167,7 +175,8 @@ double perf_step_sec(const struct perf_layers *pl, const struct perf_device *d, 
  * search and strata-sim --compute model all price a step by it. */
 double perf_stage_step_sec(const struct perf_layers *pl, const struct stage_range *r,
                            const struct perf_device *d, double rows, double head_rows,
-                           double decode_positions, double prefill_pairs, double kv_bytes);
+                           double decode_positions, double prefill_rows, double prefill_pairs,
+                           double kv_bytes);
 
 /* One stage's prediction. */
 struct perf_stage {

@@ -169,7 +169,7 @@ static void host_sums_fill(struct host_sums *hs, const struct search *z,
                            const struct perf_device *d, int rows) {
     for (int l = 0; l < z->pl->num_layers; l++)
         hs->c[l + 1] = hs->c[l] + perf_layer_matmul_sec(z->pl, l, d, rows);
-    hs->kv = perf_layer_attn_sec(z->pl, d, z->ctx * rows, 0, z->kv_bytes);
+    hs->kv = perf_layer_attn_sec(z->pl, d, z->ctx * rows, 0, 0, z->kv_bytes);
     hs->head = perf_head_matmul_sec(z->pl, d, rows);
 }
 

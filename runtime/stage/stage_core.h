@@ -248,7 +248,7 @@ struct stage_core_stats {
     /* What those rows attended to (what the performance model prices attention by): the KV
      * positions of one-row items (decode), and the (query, key) pairs of longer ones
      * (prefill chunks and draft rows: n rows after c positions attend to n·c + n(n+1)/2). */
-    uint64_t attn_decode_positions, attn_prefill_pairs;
+    uint64_t attn_decode_positions, attn_prefill_rows, attn_prefill_pairs;
     uint64_t frames_in, frames_out;
     uint64_t refused; /* requests refused by admission control */
     uint64_t lost;    /* frames or results that could not be queued (out of memory) */

@@ -338,8 +338,10 @@ int stage_core_step(struct stage_core *core) {
                                t = (uint64_t)core->items[k].n_tokens;
                 if (t == 1)
                     core->stats.attn_decode_positions += p + 1;
-                else
+                else {
+                    core->stats.attn_prefill_rows += t;
                     core->stats.attn_prefill_pairs += t * p + t * (t + 1) / 2;
+                }
             }
             if (core->is_last) {
                 sample_rows(core, n, row_off);

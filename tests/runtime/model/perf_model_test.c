@@ -195,6 +195,24 @@ static void profile_round_trip_and_refusals(void **state) {
     assert_int_equal(back.n_sk, 2);
     NEAR(perf_device_gemm_split_gflops(&back, 2048), 70.0);
     NEAR(perf_device_gemm_gflops(&back, 2048), 100.0);
+    /* a prefill chunk's attention rate by its rows' average context */
+    d.n_ac = 2;
+    d.ac[0] = 32;
+    d.ac[1] = 512;
+    d.ac_gflops[0] = 10;
+    d.ac_gflops[1] = 30;
+    d.attn_gflops = 30;
+    d.attn_gbps = 10;
+    assert_int_equal(perf_device_format(&d, &json), 0);
+    assert_int_equal(perf_device_parse(&back, json, strlen(json)), 0);
+    free(json);
+    assert_int_equal(back.n_ac, 2);
+    static struct perf_layers apl;
+    apl.heads = 2;
+    apl.head_dim = 8;
+    apl.kv_heads = 1;
+    /* 10 rows at an average context of 32: 4 x 320 pairs x 2 heads x 8 at 10 GFLOP/s */
+    NEAR(perf_layer_attn_sec(&apl, &back, 0, 10, 320, 2), 4.0 * 320 * 2 * 8 / 10e9);
 #define BY_K_DESCENDING                                                                            \
     "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_gflops_by_k\": "              \
     "{\"4096\": 1, \"1024\": 2}}"
