@@ -51,6 +51,33 @@ static double best_of(int runs, float *out, const float *x, const struct ops_wei
     return best_of_split(runs, out, x, w, n, 1, pool);
 }
 
+struct swiglu_job {
+    float *out;
+    const float *gate, *up;
+    int n;
+};
+
+static void swiglu_slice(void *ctx, int begin, int end, int worker) {
+    const struct swiglu_job *j = ctx;
+    (void)worker;
+    const int a = begin * 4096, b = end * 4096 < j->n ? end * 4096 : j->n;
+    swiglu(j->out + a, j->gate + a, j->up + a, b - a);
+}
+
+/* G elements per second (out and gate: CAL_BATCH x CAL_MAX_K floats of scratch). */
+static double calibrate_swiglu(float *out, const float *gate, struct thread_pool *pool) {
+    const int n = CAL_BATCH * 4096;
+    struct swiglu_job j = {out, gate, gate + n / 2, n / 2};
+    double best = 1e30;
+    for (int r = 0; r < 4; r++) {
+        double t0 = cli_now_sec();
+        thread_pool_run(pool, swiglu_slice, &j, (j.n + 4095) / 4096);
+        double t = cli_now_sec() - t0;
+        if (r && t < best) best = t;
+    }
+    return (double)j.n / best / 1e9;
+}
+
 /* Attention as a stage runs it over an f16 cache (16 query heads, 8 KV heads, head_dim 128):
  * 64 query rows after 448 cached positions (a prefill chunk: its GFLOP/s), and one row over
  * 4096 positions (a decode step: the cache bytes it streams per second). */
@@ -177,6 +204,9 @@ int reference_calibrate(struct perf_device *out, int threads) {
         }
         out->read_gbps = host_read_bandwidth((size_t)256 << 20, threads) / 1e9;
         rc = calibrate_attention(out, pool, threads);
+        /* SwiGLU over 64 rows of a 4096-wide MLP, sliced over the pool as the CPU backend
+         * runs it: its expf is most of what a row costs a layer beyond matmuls and attention */
+        if (rc == 0) out->elementwise_gelems = calibrate_swiglu(y, x, pool);
         if (rc == 0) rc = calibrate_gemv_sizes(out, pool);
         if (rc == 0 && !(out->read_gbps > 0))
             rc = strata_set_error(STRATA_ENOMEM, "calibrate: bandwidth");

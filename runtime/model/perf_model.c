@@ -65,6 +65,7 @@ int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
     if (!rc) rc = get_number(&d->gemm_gflops, root, "gemm_gflops", 1e-3, 1e9, 1);
     if (!rc) rc = get_number(&d->attn_gflops, root, "attn_gflops", 1e-3, 1e9, 0);
     if (!rc) rc = get_number(&d->attn_gbps, root, "attn_gbps", 1e-3, 1e6, 0);
+    if (!rc) rc = get_number(&d->elementwise_gelems, root, "elementwise_gelems", 1e-6, 1e6, 0);
     if (!rc && strcmp(d->source, "measured") && strcmp(d->source, "spec"))
         rc = bad("source", "must be \"measured\" or \"spec\"");
     const cJSON *byb = cJSON_GetObjectItemCaseSensitive(root, "gemv_gbps_by_bytes"), *it;
@@ -113,6 +114,9 @@ int perf_device_format(const struct perf_device *d, char **out) {
                      " \"gemm_gflops\": %.3f",
                      d->name, d->source, d->device, d->threads, (unsigned long long)d->mem_bytes,
                      d->read_gbps, d->gemv_gbps, d->gemm_gflops);
+    if (d->elementwise_gelems > 0 && n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, ",\n \"elementwise_gelems\": %.4f",
+                      d->elementwise_gelems);
     if (d->attn_gflops > 0 && n > 0 && (size_t)n < sizeof buf)
         n += snprintf(buf + n, sizeof buf - (size_t)n,
                       ",\n \"attn_gflops\": %.3f, \"attn_gbps\": %.3f", d->attn_gflops,
@@ -270,7 +274,10 @@ double perf_layer_matmul_sec(const struct perf_layers *pl, int l, const struct p
     if (y->experts)
         s += pl->top_k * (y->e_h / perf_device_gemm_gflops(d, H) +
                           y->e_i / perf_device_gemm_split_gflops(d, y->k_ei));
-    return 2 * rows * s / 1e9;
+    /* the MLP's SwiGLU: one expf per intermediate element of each row (k experts' for MoE) */
+    const double act = (y->p_i > 0 ? y->k_i : 0) + (y->experts ? pl->top_k * y->k_ei : 0);
+    const double elementwise = d->elementwise_gelems > 0 ? act / (d->elementwise_gelems * 1e9) : 0;
+    return 2 * rows * s / 1e9 + rows * elementwise;
 }
 
 double perf_head_matmul_sec(const struct perf_layers *pl, const struct perf_device *d,

@@ -92,6 +92,9 @@ struct perf_device {
     int n_ac;
     int ac[PERF_MAX_K_POINTS];
     double ac_gflops[PERF_MAX_K_POINTS];
+    /* elementwise_gelems: SwiGLU's elements per second (its expf), what a row costs a layer
+     * beyond its matmuls and attention: the MLP's activation (optional; 0: not priced) */
+    double elementwise_gelems;
     /* Not in the profile: what runs one stage. tp > 1: a TP group of tp such devices (each
      * holds 1/tp of the stage's matrices, heads and KV heads) whose two all-reduces per layer
      * of the step's rows cross tp_link (latency_us: one small all-reduce's fixed cost; then a
