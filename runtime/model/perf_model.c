@@ -106,6 +106,15 @@ int perf_device_load(struct perf_device *d, const char *path) {
     return 0;
 }
 
+/* `,\n "name": {"key": value, ...}` into buf at *n (nothing for no points). */
+static void append_points(char *buf, size_t cap, int *n, const char *name, const double *keys,
+                          const double *values, int count) {
+    for (int i = 0; i<count && * n> 0 && (size_t)*n < cap; i++)
+        *n += snprintf(buf + *n, cap - (size_t)*n, "%s%s%s\"%.0f\": %.3f", i ? ", " : ",\n \"",
+                       i ? "" : name, i ? "" : "\": {", keys[i], values[i]);
+    if (count && *n > 0 && (size_t)*n < cap) *n += snprintf(buf + *n, cap - (size_t)*n, "}");
+}
+
 int perf_device_format(const struct perf_device *d, char **out) {
     char buf[2048];
     int n = snprintf(buf, sizeof buf,
@@ -121,26 +130,19 @@ int perf_device_format(const struct perf_device *d, char **out) {
         n += snprintf(buf + n, sizeof buf - (size_t)n,
                       ",\n \"attn_gflops\": %.3f, \"attn_gbps\": %.3f", d->attn_gflops,
                       d->attn_gbps);
-    for (int i = 0; i < d->n_b && n > 0 && (size_t)n < sizeof buf; i++)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%.0f\": %.3f",
-                      i ? ", " : ",\n \"gemv_gbps_by_bytes\": {", d->b_bytes[i], d->b_gbps[i]);
-    if (d->n_b && n > 0 && (size_t)n < sizeof buf)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "}");
-    for (int i = 0; i < d->n_k && n > 0 && (size_t)n < sizeof buf; i++)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
-                      i ? ", " : ",\n \"gemm_gflops_by_k\": {", d->k[i], d->k_gflops[i]);
-    if (d->n_k && n > 0 && (size_t)n < sizeof buf)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "}");
-    for (int i = 0; i < d->n_sk && n > 0 && (size_t)n < sizeof buf; i++)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
-                      i ? ", " : ",\n \"gemm_split_gflops_by_k\": {", d->sk[i], d->sk_gflops[i]);
-    if (d->n_sk && n > 0 && (size_t)n < sizeof buf)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "}");
-    for (int i = 0; i < d->n_ac && n > 0 && (size_t)n < sizeof buf; i++)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s\"%d\": %.3f",
-                      i ? ", " : ",\n \"attn_gflops_by_ctx\": {", d->ac[i], d->ac_gflops[i]);
-    if (n > 0 && (size_t)n < sizeof buf)
-        n += snprintf(buf + n, sizeof buf - (size_t)n, "%s}\n", d->n_ac ? "}" : "");
+    double b_keys[PERF_MAX_K_POINTS], k_keys[PERF_MAX_K_POINTS], sk_keys[PERF_MAX_K_POINTS],
+        ac_keys[PERF_MAX_K_POINTS];
+    for (int i = 0; i < PERF_MAX_K_POINTS; i++) {
+        b_keys[i] = d->b_bytes[i];
+        k_keys[i] = d->k[i];
+        sk_keys[i] = d->sk[i];
+        ac_keys[i] = d->ac[i];
+    }
+    append_points(buf, sizeof buf, &n, "gemv_gbps_by_bytes", b_keys, d->b_gbps, d->n_b);
+    append_points(buf, sizeof buf, &n, "gemm_gflops_by_k", k_keys, d->k_gflops, d->n_k);
+    append_points(buf, sizeof buf, &n, "gemm_split_gflops_by_k", sk_keys, d->sk_gflops, d->n_sk);
+    append_points(buf, sizeof buf, &n, "attn_gflops_by_ctx", ac_keys, d->ac_gflops, d->n_ac);
+    if (n > 0 && (size_t)n < sizeof buf) n += snprintf(buf + n, sizeof buf - (size_t)n, "}\n");
     *out = n > 0 && (size_t)n < sizeof buf ? strdup(buf) : NULL;
     return *out ? 0 : strata_set_error(STRATA_ENOMEM, "out of memory");
 }
