@@ -44,7 +44,8 @@ static void usage(FILE *out) {
                  "                     (with --ranges: only reports each node's use)\n"
                  "  --max-seq N        KV tokens per sequence (default 4096)\n"
                  "  --batch B          sequences with KV held at once (default 1)\n"
-                 "  --kv-bytes N       bytes per KV element: 4 for fp32 (default), 2 for bf16\n"
+                 "  --kv-bytes N       bytes per KV element: 2 for f16 / bf16 (default, as\n"
+                 "                     strata-stage's --kv-dtype f16), 4 for f32\n"
                  "  --chunk N          prefill chunk rows (strata-stage --chunk-size; default\n"
                  "                     64): the workspace estimate's rows, and what --predict\n"
                  "                     cuts a prompt into (at least one chunk per stage)\n"
@@ -615,9 +616,9 @@ static int check_grid(struct plan_args *a, const struct model_config *cfg) {
 
 int main(int argc, char **argv) {
     static struct plan_args a = {
-        .kv_bytes = 4,
+        .kv_bytes = 2, /* strata-stage's default KV is f16 */
         .tensors_rank = -1,
-        .opt = {4, 4096, 1, STAGE_PLAN_DEFAULT_CHUNK, 1},
+        .opt = {2, 4096, 1, STAGE_PLAN_DEFAULT_CHUNK, 1},
         .predict_args = {.link = {50, 1.25}, .opt = {.prompt_tokens = 2048}}};
     struct plan_model m = {0};
     const char *how = NULL;

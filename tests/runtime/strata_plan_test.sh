@@ -129,7 +129,7 @@ else
 fi
 # A host with 2 devices runs its stage as one TP group (a process per device), each device
 # holding its share: a model no single device of the pair holds fits the pair.
-printf '{"hosts": [{"name": "pair", "profile": "fast.json", "mem": "50K", "devices": 2, "device_link": {"latency_us": 5, "gbps": 50}}]}\n' >"$tmp/tp.json"
+printf '{"hosts": [{"name": "pair", "profile": "fast.json", "mem": "45K", "devices": 2, "device_link": {"latency_us": 5, "gbps": 50}}]}\n' >"$tmp/tp.json"
 check hosts-tp 0 "pair: strata-stage --model $model --num-stages 1 --stage-idx 0 --layer-start 0 --layer-end 4 --threads 16 --tp 2 --tp-rank 1 --tp-peers pair:7100,pair:7101" \
     --model "$model" --hosts "$tmp/tp.json" --max-seq 64 --chunk 8
 out=$("$plan" --model "$model" --hosts "$tmp/tp.json" --max-seq 64 --chunk 8 --json 2>&1)
@@ -138,7 +138,7 @@ if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["stages"]
 else
     echo "FAIL hosts-tp-json: $out"; fail=1
 fi
-printf '{"hosts": [{"name": "pair", "profile": "fast.json", "mem": "50K"}]}\n' >"$tmp/tp1.json"
+printf '{"hosts": [{"name": "pair", "profile": "fast.json", "mem": "45K"}]}\n' >"$tmp/tp1.json"
 check hosts-tp-needed 3 "no placement fits" --model "$model" --hosts "$tmp/tp1.json" --max-seq 64 --chunk 8
 printf '{"hosts": [{"name": "odd", "profile": "fast.json", "mem": "1G", "devices": 3}]}\n' >"$tmp/tp3.json"
 check hosts-tp-odd 3 "devices: 1, 2, 4 or 8" --model "$model" --hosts "$tmp/tp3.json"
