@@ -126,9 +126,9 @@ static int calibrate_attention(struct perf_device *out, struct thread_pool *pool
                 double t = cli_now_sec() - t0;
                 if (r && t < best) best = t;
             }
-            out->ac[out->n_ac] = before[i] + 32; /* the average row's context: c + (64 + 1) / 2 */
-            out->ac_gflops[out->n_ac++] =
-                2.0 * 2 * 64 * (before[i] + 32.5) * ATT_NH * ATT_D / best / 1e9;
+            struct perf_points *p = &out->attn_by_ctx;
+            p->key[p->n] = before[i] + 32; /* the average row's context: c + (64 + 1) / 2 */
+            p->value[p->n++] = 2.0 * 2 * 64 * (before[i] + 32.5) * ATT_NH * ATT_D / best / 1e9;
         }
     }
     free(k);
@@ -157,8 +157,9 @@ static int calibrate_gemv_sizes(struct perf_device *out, struct thread_pool *poo
             int rows = (int)(((size_t)mib[i] << 20) / 2 / CAL_COLS);
             struct ops_weight wk = {w, OPS_BF16, rows, CAL_COLS};
             double t = best_of(5, y, x, &wk, 1, pool);
-            out->b_bytes[out->n_b] = (double)((size_t)mib[i] << 20);
-            out->b_gbps[out->n_b++] = (double)((size_t)mib[i] << 20) / t / 1e9;
+            struct perf_points *p = &out->gemv_by_bytes;
+            p->key[p->n] = (double)((size_t)mib[i] << 20);
+            p->value[p->n++] = (double)((size_t)mib[i] << 20) / t / 1e9;
         }
     }
     free(w);
@@ -195,12 +196,14 @@ int reference_calibrate(struct perf_device *out, int threads) {
         for (int i = 0; i < 4; i++) {
             struct ops_weight wk = {wdata, OPS_BF16, 2048, ks[i]};
             double t = best_of(3, y, x, &wk, CAL_BATCH, pool);
-            out->k[out->n_k] = ks[i];
-            out->k_gflops[out->n_k++] = 2.0 * CAL_BATCH * 2048 * ks[i] / t / 1e9;
+            struct perf_points *p = &out->gemm_by_k;
+            p->key[p->n] = ks[i];
+            p->value[p->n++] = 2.0 * CAL_BATCH * 2048 * ks[i] / t / 1e9;
             /* the row-parallel matrices' trees of leaves (o_proj, down) */
             t = best_of_split(3, y, x, &wk, CAL_BATCH, OPS_SPLIT_LEAVES, pool);
-            out->sk[out->n_sk] = ks[i];
-            out->sk_gflops[out->n_sk++] = 2.0 * CAL_BATCH * 2048 * ks[i] / t / 1e9;
+            p = &out->gemm_split_by_k;
+            p->key[p->n] = ks[i];
+            p->value[p->n++] = 2.0 * CAL_BATCH * 2048 * ks[i] / t / 1e9;
         }
         out->read_gbps = host_read_bandwidth((size_t)256 << 20, threads) / 1e9;
         rc = calibrate_attention(out, pool, threads);

@@ -31,18 +31,18 @@ static void get_string(char *out, size_t cap, const cJSON *root, const char *nam
     snprintf(out, cap, "%s", cJSON_IsString(it) ? it->valuestring : dflt);
 }
 
-/* An optional {"K": GFLOP/s, ...} object of up to PERF_MAX_K_POINTS points, K ascending. */
-static int get_by_k(int *k_out, double *gflops, int *n, const cJSON *root, const char *name) {
-    const cJSON *byk = cJSON_GetObjectItemCaseSensitive(root, name), *it;
-    if (byk && !cJSON_IsObject(byk)) return bad(name, "must be an object");
-    cJSON_ArrayForEach(it, byk) {
+/* An optional {"key": value, ...} object of up to PERF_MAX_K_POINTS points, keys ascending. */
+static int points_parse(struct perf_points *p, const cJSON *root, const char *name) {
+    const cJSON *obj = cJSON_GetObjectItemCaseSensitive(root, name), *it;
+    if (obj && !cJSON_IsObject(obj)) return bad(name, "must be an object");
+    cJSON_ArrayForEach(it, obj) {
         char *end;
-        long k = strtol(it->string, &end, 10);
-        if (*end || k < 1 || k > (1 << 24) || !cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
-            *n == PERF_MAX_K_POINTS || (*n && k <= k_out[*n - 1]))
-            return bad(name, "wants up to 8 \"K\": GFLOP/s pairs, K ascending");
-        k_out[*n] = (int)k;
-        gflops[(*n)++] = it->valuedouble;
+        const double key = strtod(it->string, &end);
+        if (*end || !(key >= 1 && key <= 1e15) || !cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
+            p->n == PERF_MAX_K_POINTS || (p->n && key <= p->key[p->n - 1]))
+            return bad(name, "wants up to 8 \"key\": value pairs, keys ascending");
+        p->key[p->n] = key;
+        p->value[p->n++] = it->valuedouble;
     }
     return 0;
 }
@@ -68,23 +68,10 @@ int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
     if (!rc) rc = get_number(&d->elementwise_gelems, root, "elementwise_gelems", 1e-6, 1e6, 0);
     if (!rc && strcmp(d->source, "measured") && strcmp(d->source, "spec"))
         rc = bad("source", "must be \"measured\" or \"spec\"");
-    const cJSON *byb = cJSON_GetObjectItemCaseSensitive(root, "gemv_gbps_by_bytes"), *it;
-    if (!rc && byb && !cJSON_IsObject(byb)) rc = bad("gemv_gbps_by_bytes", "must be an object");
-    const cJSON *sizes = rc ? NULL : byb;
-    cJSON_ArrayForEach(it, sizes) {
-        char *end;
-        double b = strtod(it->string, &end);
-        if (*end || !(b >= 1) || !cJSON_IsNumber(it) || !(it->valuedouble > 0) ||
-            d->n_b == PERF_MAX_K_POINTS || (d->n_b && b <= d->b_bytes[d->n_b - 1])) {
-            rc = bad("gemv_gbps_by_bytes", "wants up to 8 \"bytes\": GB/s pairs, ascending");
-            break;
-        }
-        d->b_bytes[d->n_b] = b;
-        d->b_gbps[d->n_b++] = it->valuedouble;
-    }
-    if (!rc) rc = get_by_k(d->k, d->k_gflops, &d->n_k, root, "gemm_gflops_by_k");
-    if (!rc) rc = get_by_k(d->sk, d->sk_gflops, &d->n_sk, root, "gemm_split_gflops_by_k");
-    if (!rc) rc = get_by_k(d->ac, d->ac_gflops, &d->n_ac, root, "attn_gflops_by_ctx");
+    if (!rc) rc = points_parse(&d->gemv_by_bytes, root, "gemv_gbps_by_bytes");
+    if (!rc) rc = points_parse(&d->gemm_by_k, root, "gemm_gflops_by_k");
+    if (!rc) rc = points_parse(&d->gemm_split_by_k, root, "gemm_split_gflops_by_k");
+    if (!rc) rc = points_parse(&d->attn_by_ctx, root, "attn_gflops_by_ctx");
     cJSON_Delete(root);
     d->threads = (int)threads;
     d->mem_bytes = (uint64_t)mem;
@@ -107,12 +94,12 @@ int perf_device_load(struct perf_device *d, const char *path) {
 }
 
 /* `,\n "name": {"key": value, ...}` into buf at *n (nothing for no points). */
-static void append_points(char *buf, size_t cap, int *n, const char *name, const double *keys,
-                          const double *values, int count) {
-    for (int i = 0; i<count && * n> 0 && (size_t)*n < cap; i++)
+static void points_format(char *buf, size_t cap, int *n, const char *name,
+                          const struct perf_points *p) {
+    for (int i = 0; i<p->n && * n> 0 && (size_t)*n < cap; i++)
         *n += snprintf(buf + *n, cap - (size_t)*n, "%s%s%s\"%.0f\": %.3f", i ? ", " : ",\n \"",
-                       i ? "" : name, i ? "" : "\": {", keys[i], values[i]);
-    if (count && *n > 0 && (size_t)*n < cap) *n += snprintf(buf + *n, cap - (size_t)*n, "}");
+                       i ? "" : name, i ? "" : "\": {", p->key[i], p->value[i]);
+    if (p->n && *n > 0 && (size_t)*n < cap) *n += snprintf(buf + *n, cap - (size_t)*n, "}");
 }
 
 int perf_device_format(const struct perf_device *d, char **out) {
@@ -130,57 +117,36 @@ int perf_device_format(const struct perf_device *d, char **out) {
         n += snprintf(buf + n, sizeof buf - (size_t)n,
                       ",\n \"attn_gflops\": %.3f, \"attn_gbps\": %.3f", d->attn_gflops,
                       d->attn_gbps);
-    double b_keys[PERF_MAX_K_POINTS], k_keys[PERF_MAX_K_POINTS], sk_keys[PERF_MAX_K_POINTS],
-        ac_keys[PERF_MAX_K_POINTS];
-    for (int i = 0; i < PERF_MAX_K_POINTS; i++) {
-        b_keys[i] = d->b_bytes[i];
-        k_keys[i] = d->k[i];
-        sk_keys[i] = d->sk[i];
-        ac_keys[i] = d->ac[i];
-    }
-    append_points(buf, sizeof buf, &n, "gemv_gbps_by_bytes", b_keys, d->b_gbps, d->n_b);
-    append_points(buf, sizeof buf, &n, "gemm_gflops_by_k", k_keys, d->k_gflops, d->n_k);
-    append_points(buf, sizeof buf, &n, "gemm_split_gflops_by_k", sk_keys, d->sk_gflops, d->n_sk);
-    append_points(buf, sizeof buf, &n, "attn_gflops_by_ctx", ac_keys, d->ac_gflops, d->n_ac);
+    points_format(buf, sizeof buf, &n, "gemv_gbps_by_bytes", &d->gemv_by_bytes);
+    points_format(buf, sizeof buf, &n, "gemm_gflops_by_k", &d->gemm_by_k);
+    points_format(buf, sizeof buf, &n, "gemm_split_gflops_by_k", &d->gemm_split_by_k);
+    points_format(buf, sizeof buf, &n, "attn_gflops_by_ctx", &d->attn_by_ctx);
     if (n > 0 && (size_t)n < sizeof buf) n += snprintf(buf + n, sizeof buf - (size_t)n, "}\n");
     *out = n > 0 && (size_t)n < sizeof buf ? strdup(buf) : NULL;
     return *out ? 0 : strata_set_error(STRATA_ENOMEM, "out of memory");
 }
 
+double perf_points_at(const struct perf_points *p, double key, double dflt) {
+    if (p->n == 0) return dflt;
+    if (key <= p->key[0]) return p->value[0];
+    for (int i = 1; i < p->n; i++)
+        if (key <= p->key[i]) {
+            double t = log(key / p->key[i - 1]) / log(p->key[i] / p->key[i - 1]);
+            return p->value[i - 1] + t * (p->value[i] - p->value[i - 1]);
+        }
+    return p->value[p->n - 1];
+}
+
 double perf_device_gemv_gbps(const struct perf_device *d, double bytes) {
-    if (d->n_b == 0) return d->gemv_gbps;
-    if (bytes <= d->b_bytes[0]) return d->b_gbps[0];
-    for (int i = 1; i < d->n_b; i++)
-        if (bytes <= d->b_bytes[i]) {
-            double t = log(bytes / d->b_bytes[i - 1]) / log(d->b_bytes[i] / d->b_bytes[i - 1]);
-            return d->b_gbps[i - 1] + t * (d->b_gbps[i] - d->b_gbps[i - 1]);
-        }
-    return d->b_gbps[d->n_b - 1];
-}
-
-/* Points k[n] -> gflops[n], log-linear between two, flat beyond the ends. */
-static double by_k(const int *k, const double *gflops, int n, double K) {
-    if (K <= k[0]) return gflops[0];
-    for (int i = 1; i < n; i++)
-        if (K <= k[i]) {
-            double t = log(K / k[i - 1]) / log((double)k[i] / k[i - 1]);
-            return gflops[i - 1] + t * (gflops[i] - gflops[i - 1]);
-        }
-    return gflops[n - 1];
-}
-
-double perf_device_gemm_split_gflops(const struct perf_device *d, double K) {
-    return d->n_sk ? by_k(d->sk, d->sk_gflops, d->n_sk, K) : perf_device_gemm_gflops(d, K);
+    return perf_points_at(&d->gemv_by_bytes, bytes, d->gemv_gbps);
 }
 
 double perf_device_gemm_gflops(const struct perf_device *d, double K) {
-    if (d->n_k == 0) return d->gemm_gflops;
-    return by_k(d->k, d->k_gflops, d->n_k, K);
+    return perf_points_at(&d->gemm_by_k, K, d->gemm_gflops);
 }
 
-static double dtype_bytes(const struct model_config *cfg) {
-    const char *t = cfg->torch_dtype;
-    return !strcmp(t, "float32") ? 4.0 : 2.0; /* bf16 when absent, as the planner assumes */
+double perf_device_gemm_split_gflops(const struct perf_device *d, double K) {
+    return perf_points_at(&d->gemm_split_by_k, K, perf_device_gemm_gflops(d, K));
 }
 
 static double numel(const struct stage_tensor *t) {
@@ -201,7 +167,8 @@ int perf_layers_build(struct perf_layers *pl, const struct model_config *cfg) {
     struct stage_role all = {0, cfg->num_layers, 1, 1, 0};
     int rc = stage_tensor_list_build(&list, cfg, &all, NULL);
     if (rc) return rc;
-    const double b = dtype_bytes(cfg), E = cfg->num_experts > 0 ? cfg->num_experts : 1;
+    const double b = (double)stage_plan_dtype_bytes(cfg->torch_dtype),
+                 E = cfg->num_experts > 0 ? cfg->num_experts : 1;
     pl->num_layers = cfg->num_layers;
     pl->hidden = cfg->hidden_size;
     pl->heads = cfg->num_heads;
@@ -299,8 +266,8 @@ double perf_layer_attn_sec(const struct perf_layers *pl, const struct perf_devic
                            double kv_bytes) {
     const double flops = 2.0 * 2.0 * prefill_pairs * pl->heads * pl->head_dim;
     double gflops = d->attn_gflops > 0 ? d->attn_gflops : perf_device_gemm_gflops(d, pl->head_dim);
-    if (d->n_ac && prefill_rows > 0)
-        gflops = by_k(d->ac, d->ac_gflops, d->n_ac, prefill_pairs / prefill_rows);
+    if (prefill_rows > 0)
+        gflops = perf_points_at(&d->attn_by_ctx, prefill_pairs / prefill_rows, gflops);
     return perf_layer_kv_sec(pl, d, decode_positions, 1, kv_bytes) + flops / (gflops * 1e9);
 }
 
@@ -398,8 +365,7 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
               P = opt->prompt_tokens > 0 ? opt->prompt_tokens : 1;
     const int c = stage_plan_prefill_chunk(P, S, opt->chunk_tokens);
     const int g = perf_rows_per_step(B, S), chunks = (P + c - 1) / c;
-    const double ctx = opt->context_tokens > 0 ? opt->context_tokens : P;
-    const double kvb = opt->kv_bytes > 0 ? opt->kv_bytes : 2;
+    const double ctx = perf_options_context(opt), kvb = perf_options_kv_bytes(opt);
     double sum1 = 0, sumg = 0, maxg = 0, max1 = 0, sum_pre = 0, max_pre = 0;
     out->num_stages = S;
     out->chunk_rows = c;

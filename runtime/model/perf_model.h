@@ -67,6 +67,16 @@ struct perf_link {
     double gbps;       /* gigabytes per second */
 };
 
+/* A rate by a size: n points, keys ascending. */
+struct perf_points {
+    int n;
+    double key[PERF_MAX_K_POINTS], value[PERF_MAX_K_POINTS];
+};
+
+/* The value at `key`: log-linear in the key between two points, flat beyond the ends; `dflt`
+ * when there are no points. */
+double perf_points_at(const struct perf_points *p, double key, double dflt);
+
 struct perf_device {
     char name[64];
     char source[16]; /* "measured" or "spec" */
@@ -75,23 +85,15 @@ struct perf_device {
     uint64_t mem_bytes;
     double read_gbps, gemv_gbps, gemm_gflops;
     double attn_gflops, attn_gbps; /* 0: not measured */
-    int n_k; /* gemm_gflops_by_k points, K ascending (0: gemm_gflops for every K) */
-    int k[PERF_MAX_K_POINTS];
-    double k_gflops[PERF_MAX_K_POINTS];
-    int n_b; /* gemv_gbps_by_bytes points, bytes ascending (0: gemv_gbps for every size) */
-    double b_bytes[PERF_MAX_K_POINTS], b_gbps[PERF_MAX_K_POINTS];
-    /* gemm_split_gflops_by_k: the row-parallel matrices' rate (o_proj, down, an expert's down:
-     * reference/ops.h matmul_split, whose dot products are trees of OPS_SPLIT_LEAVES leaves so
-     * that TP ranks give one rank's bits), K ascending (0 points: the plain rate by K) */
-    int n_sk;
-    int sk[PERF_MAX_K_POINTS];
-    double sk_gflops[PERF_MAX_K_POINTS];
-    /* attn_gflops_by_ctx: a prefill chunk's attention rate by the context its rows attend to on
-     * average (short contexts pay the per-block widening and tree more), log-linear (0
-     * points: attn_gflops) */
-    int n_ac;
-    int ac[PERF_MAX_K_POINTS];
-    double ac_gflops[PERF_MAX_K_POINTS];
+    /* Rates by a size, each optional (no points: the single figure above), log-linear between
+     * points, flat beyond the ends: gemm_gflops_by_k (a row block of the weights stays in cache
+     * while the rows pass, or not); gemv_gbps_by_bytes (a stage whose weights fit the caches
+     * streams them faster); gemm_split_gflops_by_k (the row-parallel matrices: o_proj, down, an
+     * expert's down, reference/ops.h matmul_split, whose dot products are trees of
+     * OPS_SPLIT_LEAVES leaves so that TP ranks give one rank's bits; none: the plain rate);
+     * attn_gflops_by_ctx (a prefill chunk's attention by the context its rows attend to on
+     * average: short contexts pay the per-block widening and tree more; none: attn_gflops). */
+    struct perf_points gemm_by_k, gemv_by_bytes, gemm_split_by_k, attn_by_ctx;
     /* elementwise_gelems: SwiGLU's elements per second (its expf), what a row costs a layer
      * beyond its matmuls and attention: the MLP's activation (optional; 0: not priced) */
     double elementwise_gelems;
@@ -196,6 +198,15 @@ struct perf_options {
     int context_tokens; /* KV positions a decode step attends to (default: prompt_tokens) */
     double kv_bytes;    /* per KV element: 2 (f16 / bf16, the default) or 4 */
 };
+
+/* The context a decode step attends to (context_tokens, else the prompt, else 1) and the KV
+ * element's bytes (default 2: f16 / bf16), as perf_predict and the placement read them. */
+static inline double perf_options_context(const struct perf_options *o) {
+    return o->context_tokens > 0 ? o->context_tokens : o->prompt_tokens > 0 ? o->prompt_tokens : 1;
+}
+static inline double perf_options_kv_bytes(const struct perf_options *o) {
+    return o->kv_bytes > 0 ? o->kv_bytes : 2;
+}
 
 struct perf_prediction {
     int num_stages;

@@ -54,13 +54,15 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
         struct perf_device *d = &host->dev;
         d->gemm_gflops *= f;
         d->attn_gflops *= f;
-        for (int k = 0; k < d->n_k; k++)
-            d->k_gflops[k] *= f;
-        for (int k = 0; k < d->n_sk; k++)
-            d->sk_gflops[k] *= f;
+        for (int k = 0; k < d->gemm_by_k.n; k++)
+            d->gemm_by_k.value[k] *= f;
+        for (int k = 0; k < d->gemm_split_by_k.n; k++)
+            d->gemm_split_by_k.value[k] *= f;
+        for (int k = 0; k < d->attn_by_ctx.n; k++)
+            d->attn_by_ctx.value[k] *= f;
         d->gemv_gbps = fmin(d->gemv_gbps * f, d->read_gbps);
-        for (int b = 0; b < d->n_b; b++)
-            d->b_gbps[b] *= f; /* caches are not read_gbps-bound */
+        for (int b = 0; b < d->gemv_by_bytes.n; b++)
+            d->gemv_by_bytes.value[b] *= f; /* caches are not read_gbps-bound */
         if (d->attn_gbps > 0) d->attn_gbps = fmin(d->attn_gbps * f, d->read_gbps);
         d->threads = (int)thr->valuedouble;
     }
@@ -308,9 +310,7 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
         return strata_set_error(STRATA_ENOMEM, "placement: out of memory");
     }
     const int L = pl->num_layers, B = opt->batch > 0 ? opt->batch : 1;
-    const double ctx = opt->context_tokens > 0 ? opt->context_tokens
-                                               : (opt->prompt_tokens > 0 ? opt->prompt_tokens : 1);
-    const double kvb = opt->kv_bytes > 0 ? opt->kv_bytes : 2;
+    const double ctx = perf_options_context(opt), kvb = perf_options_kv_bytes(opt);
     struct host_sums *sums = z->sums;
     memset(z, 0, sizeof *z);
     z->pl = pl;

@@ -95,8 +95,7 @@ uint64_t stage_plan_workspace_bytes(const struct model_config *cfg,
     return floats * 4;
 }
 
-/* Bytes per element of the checkpoint's declared dtype (bf16 when unknown). */
-static size_t torch_dtype_bytes(const char *name) {
+size_t stage_plan_dtype_bytes(const char *name) {
     if (strcmp(name, "float32") == 0) return 4;
     if (strcmp(name, "float64") == 0) return 8;
     return 2;
@@ -115,7 +114,7 @@ int stage_memory_model_build(struct stage_memory_model *mm, const struct model_c
     struct stage_role role = {0, cfg->num_layers, 1, 1, opt->with_vision && cfg->has_vision};
     int rc = stage_tensor_list_build(&list, cfg, &role, st);
     if (rc) return rc;
-    const size_t elem = torch_dtype_bytes(cfg->torch_dtype);
+    const size_t elem = stage_plan_dtype_bytes(cfg->torch_dtype);
     for (int i = 0; i < list.count; ++i) {
         const struct stage_tensor *t = &list.items[i];
         uint64_t bytes;
@@ -348,7 +347,7 @@ int grid_plan_price_rank(struct grid_plan_entry *e, const struct model_config *c
     struct stage_role role = {e->range.layer_start, e->range.layer_end, s == 0, s == grid->pp - 1,
                               s == 0 && opt->with_vision && cfg->has_vision};
     if ((rc = stage_tensor_list_build(&list, cfg, &role, st))) return rc;
-    const size_t elem = torch_dtype_bytes(cfg->torch_dtype);
+    const size_t elem = stage_plan_dtype_bytes(cfg->torch_dtype);
     for (int i = 0; i < list.count; ++i) {
         const struct stage_tensor *t = &list.items[i];
         const struct st_tensor *stored = st ? safetensors_find(st, t->name) : NULL;

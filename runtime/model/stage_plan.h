@@ -67,6 +67,9 @@ struct stage_memory_model {
     uint64_t logits_bytes;       /* extra workspace on the last stage */
 };
 
+/* Bytes per element of a checkpoint's declared torch_dtype (bf16 when unknown). */
+size_t stage_plan_dtype_bytes(const char *torch_dtype);
+
 /* Rows per prefill chunk when a stage is not told (strata-stage --chunk-size). */
 #define STAGE_PLAN_DEFAULT_CHUNK 64
 
