@@ -82,12 +82,7 @@ static int append_image(struct gen_pixels *px, const struct vision_preproc_confi
     if (rc == STRATA_OK)
         rc = append_rows(px, one.pixel_values, one.num_patches, one.row_len, one.grid_thw, 1);
     vision_pixels_free(&one);
-    if (rc != STRATA_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", strata_last_error());
-        return strata_set_error(rc, "image %d (%s): %s", index + 1, file, msg);
-    }
-    return STRATA_OK;
+    return rc != STRATA_OK ? strata_wrap_error(rc, "image %d (%s)", index + 1, file) : STRATA_OK;
 }
 
 static int append_video(struct gen_pixels *px, const struct vision_video_config *vc,
@@ -110,12 +105,7 @@ static int append_video(struct gen_pixels *px, const struct vision_video_config 
         vv.timestamps = NULL;
     }
     vision_video_free(&vv);
-    if (rc != STRATA_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", strata_last_error());
-        return strata_set_error(rc, "video %d (%s): %s", index + 1, file, msg);
-    }
-    return STRATA_OK;
+    return rc != STRATA_OK ? strata_wrap_error(rc, "video %d (%s)", index + 1, file) : STRATA_OK;
 }
 
 static void free_pixels(struct gen_pixels *px) {
@@ -167,12 +157,7 @@ static int expand_videos(struct tokenizer_ids *out, const char *dir, const struc
                          const int32_t *prompt, int n_prompt, const struct gen_pixels *px) {
     struct tokenizer *tok = NULL;
     int rc = tokenizer_load(&tok, dir);
-    if (rc) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", strata_last_error());
-        return strata_set_error(rc, "--video needs the model's tokenizer for the timestamps: %s",
-                                msg);
-    }
+    if (rc) return strata_wrap_error(rc, "--video needs the model's tokenizer for the timestamps");
     struct video_prompt_ids sp = {cfg->video_token_id, cfg->vision_start_token_id,
                                   cfg->vision_end_token_id};
     rc = video_prompt_expand(out, tok, &sp, prompt, n_prompt, px->videos, px->n_videos);

@@ -85,12 +85,7 @@ int perf_device_load(struct perf_device *d, const char *path) {
     if (rc) return rc;
     rc = perf_device_parse(d, text, len);
     free(text);
-    if (rc) {
-        char msg[400];
-        snprintf(msg, sizeof msg, "%s", strata_last_error());
-        return strata_set_error(rc, "%s: %s", path, msg);
-    }
-    return 0;
+    return rc ? strata_wrap_error(rc, "%s", path) : 0;
 }
 
 /* `,\n "name": {"key": value, ...}` into buf at *n (nothing for no points). */

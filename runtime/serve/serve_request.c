@@ -194,10 +194,10 @@ static uint8_t media_format(const uint8_t *d, size_t len, int video) {
     if (video)
         return len >= 12 && !memcmp(d + 4, "ftyp", 4)          ? SERVE_VIDEO_MP4
                : len >= 4 && !memcmp(d, "\x1a\x45\xdf\xa3", 4) ? SERVE_VIDEO_WEBM
-                                                                 : 0;
+                                                               : 0;
     return len >= 8 && !memcmp(d, "\x89PNG\r\n\x1a\n", 8) ? SERVE_IMAGE_PNG
            : len >= 3 && !memcmp(d, "\xff\xd8\xff", 3)    ? SERVE_IMAGE_JPEG
-                                                         : 0;
+                                                          : 0;
 }
 
 static long max_bytes_of(const struct serve_image_limits *limits, int video) {
@@ -287,11 +287,10 @@ static int add_data_uri(struct serve_params *p, const char *url, int video,
                       : MIME_IS("image/png") || MIME_IS("image/jpeg") || MIME_IS("image/jpg");
 #undef MIME_IS
     if (!known)
-        return serve_error_set(err, 400, param,
-                               video ? "unsupported_video_format" : "unsupported_image_format",
-                               "%s media type '%.*s': only %s", field,
-                               (int)(mlen < 40 ? mlen : 40), mime,
-                               video ? "video/mp4 and video/webm" : "image/png and image/jpeg");
+        return serve_error_set(
+            err, 400, param, video ? "unsupported_video_format" : "unsupported_image_format",
+            "%s media type '%.*s': only %s", field, (int)(mlen < 40 ? mlen : 40), mime,
+            video ? "video/mp4 and video/webm" : "image/png and image/jpeg");
     const char *b64 = comma + 1;
     size_t n = strlen(b64),
            pad = n >= 1 && b64[n - 1] == '=' ? 1 + (n >= 2 && b64[n - 2] == '=') : 0;
@@ -308,10 +307,9 @@ static int add_data_uri(struct serve_params *p, const char *url, int video,
     unsigned char *buf = malloc(n / 4 * 3 + 1);
     if (!buf) return serve_error_set(err, 500, NULL, NULL, "out of memory");
     int got = EVP_DecodeBlock(buf, (const unsigned char *)b64, (int)n);
-    int rc = got != (int)(n / 4 * 3)
-                 ? serve_error_set(err, 400, param, "invalid_base64", "%s data is not valid base64",
-                                   field)
-                 : add_media(p, buf, len, video, limits, param, err);
+    int rc = got != (int)(n / 4 * 3) ? serve_error_set(err, 400, param, "invalid_base64",
+                                                       "%s data is not valid base64", field)
+                                     : add_media(p, buf, len, video, limits, param, err);
     free(buf);
     return rc;
 }
@@ -393,9 +391,9 @@ int serve_params_parse(struct serve_params *p, enum serve_kind kind, const char 
 int serve_params_parse_with(struct serve_params *p, enum serve_kind kind, const char *body,
                             size_t len, const struct serve_limits *limits,
                             const struct serve_image_limits *images, struct serve_error *err) {
-    static const struct serve_image_limits defaults = {SERVE_DEFAULT_MAX_IMAGE_BYTES,
-                                                       SERVE_DEFAULT_MAX_IMAGES,
-                                                       SERVE_DEFAULT_MAX_VIDEO_BYTES, SERVE_DEFAULT_MAX_VIDEOS};
+    static const struct serve_image_limits defaults = {
+        SERVE_DEFAULT_MAX_IMAGE_BYTES, SERVE_DEFAULT_MAX_IMAGES, SERVE_DEFAULT_MAX_VIDEO_BYTES,
+        SERVE_DEFAULT_MAX_VIDEOS};
     memset(p, 0, sizeof *p);
     serve_params_defaults(p, kind);
     cJSON *root = cJSON_ParseWithLength(body, len);

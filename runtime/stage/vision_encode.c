@@ -231,12 +231,9 @@ int vision_frontend_encode(struct vision_frontend *fe, struct vision_output *out
         rc = video ? append_video(fe, out, &values, &patches, &row_len, data, len,
                                   &items[out->num_videos])
                    : append_image(fe, out, &values, &patches, &row_len, data, len);
-        if (rc < 0) {
-            char msg[400];
-            snprintf(msg, sizeof msg, "%s", strata_last_error());
-            rc = strata_set_error(rc, "%s %zu of %zu (%zu bytes): %s", video ? "video" : "image",
-                                  i + 1, req->num_image_files, len, msg);
-        }
+        if (rc < 0)
+            rc = strata_wrap_error(rc, "%s %zu of %zu (%zu bytes)", video ? "video" : "image",
+                                   i + 1, req->num_image_files, len);
         offset += len;
     }
     if (rc == 0 && out->num_videos) rc = expand_prompt(fe, out, req, items);

@@ -207,12 +207,7 @@ static int load_with(void *cfg, const char *path, int video) {
     rc = video ? vision_video_config_parse(cfg, text, len)
                : vision_preproc_config_parse(cfg, text, len);
     free(text);
-    if (rc != STRATA_OK) {
-        char msg[512];
-        snprintf(msg, sizeof msg, "%s", strata_last_error());
-        return strata_set_error(rc, "%s: %s", path, msg);
-    }
-    return STRATA_OK;
+    return rc != STRATA_OK ? strata_wrap_error(rc, "%s", path) : STRATA_OK;
 }
 
 int vision_video_config_load(struct vision_video_config *cfg, const char *path) {
