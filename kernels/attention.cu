@@ -10,7 +10,7 @@
  * its kernels look its kChunkBlocks block ids up once, into shared memory, and read each
  * block's OPS_ATTN_BLOCK rows wherever the table puts them. Three launches, each a grid
  * over (query x head, chunk):
- *   1. scores_kernel: s_j = (q . k_j) * D^-0.5 (sequential in ascending d) into scratch,
+ *   1. scores_kernel: s_j = (q . k_j) * D^-0.5 (__fmaf_rn in ascending d) into scratch,
  *      and the chunk's max;
  *   2. chunk_kernel: M = max of the chunk maxes (exact in any order), e_j = expf(s_j - M),
  *      per block the sums of e_j and of e_j v_j[d], the chunk's subtree over its blocks ->
@@ -108,15 +108,15 @@ __device__ static inline float key_dot(const float *qs, const void *cache, size_
             const float4 *k4 = reinterpret_cast<const float4 *>(kj);
             for (int d4 = 0; d4 < D / 4; ++d4) {
                 const float4 kv = k4[d4];
-                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4], kv.x));
-                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 1], kv.y));
-                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 2], kv.z));
-                dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 3], kv.w));
+                dot = __fmaf_rn(qs[4 * d4], kv.x, dot);
+                dot = __fmaf_rn(qs[4 * d4 + 1], kv.y, dot);
+                dot = __fmaf_rn(qs[4 * d4 + 2], kv.z, dot);
+                dot = __fmaf_rn(qs[4 * d4 + 3], kv.w, dot);
             }
             return dot;
         }
         for (int d = 0; d < D; ++d)
-            dot = __fadd_rn(dot, __fmul_rn(qs[d], kj[d]));
+            dot = __fmaf_rn(qs[d], kj[d], dot);
         return dot;
     }
     const uint16_t *kj = (const uint16_t *)cache + at;
@@ -124,17 +124,15 @@ __device__ static inline float key_dot(const float *qs, const void *cache, size_
         const uint2 *k4 = reinterpret_cast<const uint2 *>(kj);
         for (int d4 = 0; d4 < D / 4; ++d4) {
             const uint2 w = k4[d4]; /* little-endian: element 4 d4 in x's low half */
-            dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4], cuda_kv_widen<DT>((uint16_t)w.x)));
-            dot =
-                __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 1], cuda_kv_widen<DT>((uint16_t)(w.x >> 16))));
-            dot = __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 2], cuda_kv_widen<DT>((uint16_t)w.y)));
-            dot =
-                __fadd_rn(dot, __fmul_rn(qs[4 * d4 + 3], cuda_kv_widen<DT>((uint16_t)(w.y >> 16))));
+            dot = __fmaf_rn(qs[4 * d4], cuda_kv_widen<DT>((uint16_t)w.x), dot);
+            dot = __fmaf_rn(qs[4 * d4 + 1], cuda_kv_widen<DT>((uint16_t)(w.x >> 16)), dot);
+            dot = __fmaf_rn(qs[4 * d4 + 2], cuda_kv_widen<DT>((uint16_t)w.y), dot);
+            dot = __fmaf_rn(qs[4 * d4 + 3], cuda_kv_widen<DT>((uint16_t)(w.y >> 16)), dot);
         }
         return dot;
     }
     for (int d = 0; d < D; ++d)
-        dot = __fadd_rn(dot, __fmul_rn(qs[d], cuda_kv_widen<DT>(kj[d])));
+        dot = __fmaf_rn(qs[d], cuda_kv_widen<DT>(kj[d]), dot);
     return dot;
 }
 
@@ -212,9 +210,8 @@ template <int DT> __global__ static void chunk_kernel(Args a) {
 #pragma unroll
                 for (int jj = 0; jj < OPS_ATTN_BLOCK; ++jj)
                     if (jb + jj < j1)
-                        acc = __fadd_rn(
-                            acc, __fmul_rn(e[jb + jj - j0],
-                                           cuda_kv_load<DT>(a.kv.v, vb + (size_t)jj * (size_t)D)));
+                        acc = __fmaf_rn(e[jb + jj - j0],
+                                        cuda_kv_load<DT>(a.kv.v, vb + (size_t)jj * (size_t)D), acc);
             }
             v[b] = acc;
         }

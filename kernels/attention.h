@@ -35,13 +35,15 @@ static inline size_t cuda_attention_scratch_floats(int pos, int n, int nh, int h
  * floats: per (query, head) pair its scores, its chunks' maxes and its chunks' partial sums.
  *
  * Numerics: split-K over chunks of CUDA_ATTN_CHUNK positions (kernels/attention.cu), each
- * chunk whole blocks looked up in the table; each score is the reference's sequential q·k in
- * ascending d times D^-0.5; the softmax takes the exact max over all keys seen and expf
- * (CUDA's, within 2 ulp of glibc's); the sum of exps and each output element's sum of e_j
- * v_j[d] follow the reference's split-invariant order (per aligned block of OPS_ATTN_BLOCK
- * positions in ascending j, the blocks combined by the aligned binary tree; a chunk is one
- * subtree of it), then times the reciprocal of the sum. Everything but expf is the
- * reference's operation sequence (nvcc --fmad=false), and nothing depends on n, on other
+ * chunk whole blocks looked up in the table; each score is the reference's chain of fused
+ * multiply-adds q·k in ascending d times D^-0.5; the softmax takes the exact max over all keys
+ * seen and expf (CUDA's, within 2 ulp; the reference's ops_expf is within half an ulp); the sum of
+ * exps and each output element's sum of e_j v_j[d] follow the reference's split-invariant order
+ * (per aligned block of OPS_ATTN_BLOCK positions in ascending j, the blocks combined by the aligned
+ * binary tree; a chunk is one subtree of it; the weighted values by __fmaf_rn, as the reference's
+ * fmaf), then times the reciprocal of the sum. Everything but expf is the reference's operation
+ * sequence (nvcc
+ * --fmad=false: every fusion is written), and nothing depends on n, on other
  * requests, on the chunk count, on the launch geometry or on where the blocks lie. head_dim
  * at most OPS_ATTN_MAX_HEAD_DIM (256). Asynchronous on `stream` (three launches); 0 or
  * STRATA_EINVAL / STRATA_EDEVICE. */

@@ -1,7 +1,7 @@
 /* CUDA twins of the reference's KV-parallel attention steps (attention_kvp.h). One thread
  * block per (query, head); the order of every sum is the reference's (reference/ops.c
  * attention_partial_max, attention_partial, attention_merge):
- *   - partial_max: threads take keys j in turn, each score the sequential q·k in ascending d
+ *   - partial_max: threads take keys j in turn, each score the fused q·k chain in ascending d
  *     (attention.cu's scores_kernel code), then the block's max;
  *   - both read the rank's keys and values through its block table (struct ops_kv): key j is
  *     row j % OPS_ATTN_BLOCK of block j / OPS_ATTN_BLOCK, and a block of the sums is one
@@ -65,7 +65,7 @@ template <int DT> __global__ static void partial_max_kernel(Args a) {
         const size_t kj = cuda_kv_offset(a.kv, g, j, D);
         float dot = 0.0f;
         for (int d = 0; d < D; ++d)
-            dot = __fadd_rn(dot, __fmul_rn(qs[d], cuda_kv_load<DT>(a.cache, kj + (size_t)d)));
+            dot = __fmaf_rn(qs[d], cuda_kv_load<DT>(a.cache, kj + (size_t)d), dot);
         const float s = __fmul_rn(dot, a.scale);
         scores[j] = s;
         local_max = fmaxf(local_max, s);
@@ -118,9 +118,8 @@ template <int DT> __global__ static void partial_kernel(Args a) {
             float s = 0.0f;
             for (int j = b0; j < b1; ++j)
                 s = col == D ? __fadd_rn(s, e[j - c0])
-                             : __fadd_rn(s, __fmul_rn(e[j - c0],
-                                                      cuda_kv_load<DT>(a.cache,
-                                                                       vb + (size_t)(j - b0) * D)));
+                             : __fmaf_rn(e[j - c0],
+                                         cuda_kv_load<DT>(a.cache, vb + (size_t)(j - b0) * D), s);
             tree_push(acc, s);
         }
     }

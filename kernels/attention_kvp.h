@@ -4,14 +4,14 @@
  * Plain C header: no CUDA types. All pointers are device pointers; every call is
  * asynchronous on `stream` and returns 0 or STRATA_EINVAL / STRATA_EDEVICE.
  *
- * Numerics: the reference's operation sequence (nvcc --fmad=false, __fadd_rn / __fmul_rn):
- * each score is the sequential q·k in ascending d times D^-0.5 (the same code as
- * cuda_attention's scores), the max exact, e_j = expf(s_j - M) (CUDA's expf, within 2 ulp of
- * glibc's: the only difference from the reference), per aligned block of OPS_ATTN_BLOCK
- * positions the sums of e_j and e_j v_j[d] in ascending j, the blocks and then the ranks'
- * parts combined by the reference's binary counter (reference/ops.c tree_acc). So a KVP
- * group's merge has the bits of one rank's cuda_attention (whose chunks are subtrees of the
- * same tree) up to expf. */
+ * Numerics: the reference's operation sequence (nvcc --fmad=false, __fadd_rn / __fmaf_rn):
+ * each score is the chain of fused multiply-adds q·k in ascending d times D^-0.5 (the same code
+ * as cuda_attention's scores), the max exact, e_j = expf(s_j - M) (CUDA's expf, within 2 ulp;
+ * the reference's ops_expf: the only difference from the reference), per aligned block of
+ * OPS_ATTN_BLOCK positions the sum of e_j and the fused sum of e_j v_j[d] in ascending j, the
+ * blocks and then the ranks' parts combined by the reference's binary counter (reference/ops.c
+ * tree_acc). So a KVP group's merge has the bits of one rank's cuda_attention (whose chunks are
+ * subtrees of the same tree) up to expf. */
 #ifndef STRATA_KERNELS_ATTENTION_KVP_H
 #define STRATA_KERNELS_ATTENTION_KVP_H
 

@@ -128,7 +128,7 @@ struct attention_job {
     int pos, n, nh, nkv, head_dim;
 };
 
-/* scores [ctx_len] = (q · k_j) * scale, each dot a sequential fp32 sum in ascending d.
+/* scores [ctx_len] = (q · k_j) * scale, each dot a chain of fmaf in ascending d.
  * Four keys run side by side only so their independent add chains overlap (a single chain
  * is add-latency bound); every score still sees exactly the same operations in the same
  * order, so the bits do not change. */
@@ -144,10 +144,10 @@ static void scores_narrow(float *scores, const float *q, const float *keys, int 
         const float *k0 = keys + (size_t)j * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
         float s0 = 0.0f, s1 = 0.0f, s2 = 0.0f, s3 = 0.0f;
         for (int d = 0; d < d_len; ++d) {
-            s0 += q[d] * k0[d];
-            s1 += q[d] * k1[d];
-            s2 += q[d] * k2[d];
-            s3 += q[d] * k3[d];
+            s0 = fmaf(q[d], k0[d], s0);
+            s1 = fmaf(q[d], k1[d], s1);
+            s2 = fmaf(q[d], k2[d], s2);
+            s3 = fmaf(q[d], k3[d], s3);
         }
         scores[j] = s0 * scale;
         scores[j + 1] = s1 * scale;
@@ -158,7 +158,7 @@ static void scores_narrow(float *scores, const float *q, const float *keys, int 
         const float *kj = keys + (size_t)j * ld;
         float dot = 0.0f;
         for (int d = 0; d < d_len; ++d)
-            dot += q[d] * kj[d];
+            dot = fmaf(q[d], kj[d], dot);
         scores[j] = dot * scale;
     }
 }
@@ -166,7 +166,7 @@ static void scores_narrow(float *scores, const float *q, const float *keys, int 
 /* Query vectors one grouped attention task serves: its query heads of one KV head, for as
  * many query tokens as fill this (a prefill's tokens share every key block, so one transpose
  * and one widening of a block serve them all; decode has one token). */
-#define ATTN_TILE_QUERIES 8
+#define ATTN_TILE_QUERIES 16
 
 /* The scores of `heads` query vectors q[r] (into s[r]) over the same keys: on the AVX-512
  * path, 16 keys per vector with one transpose for all of them; the keys left (and every key
@@ -184,17 +184,6 @@ static void attention_scores_heads(float *const *s, const float *const *q, int h
                           scale);
 }
 
-/* The first m rows (d_len each) of block b of kv head g, keys (values: 1) as floats: the
- * cache's own for OPS_F32, else widened (exactly) into tmp [OPS_ATTN_BLOCK * d_len]. */
-static const float *kv_rows(const struct ops_kv *kv, int values, int g, int b, int m, int d_len,
-                            float *tmp) {
-    const size_t at = (size_t)kv->blocks[b] * kv->block_stride + (size_t)g * kv->head_stride;
-    const void *base = values ? kv->v : kv->k;
-    if (kv->dtype == OPS_F32) return (const float *)base + at;
-    attn_widen(tmp, (const uint16_t *)base + at, (size_t)m * (size_t)d_len, kv->dtype == OPS_BF16);
-    return tmp;
-}
-
 /* scores s[r] [count] of `heads` query vectors q[r] (as attention_scores_heads) over
  * positions [0, count) of kv head g, block by block: each score is the same dot wherever its
  * key is. heads <= ATTN_TILE_QUERIES * OPS_ATTN_MAX_GROUP. */
@@ -206,7 +195,8 @@ static void scores_blocks(float *const *s, const float *const *q, int heads,
         const int m = count - j0 < OPS_ATTN_BLOCK ? count - j0 : OPS_ATTN_BLOCK;
         for (int r = 0; r < heads; ++r)
             at[r] = s[r] + j0;
-        attention_scores_heads(at, q, heads, kv_rows(kv, 0, g, b, m, d_len, tmp), m, d_len, scale);
+        attention_scores_heads(at, q, heads, attn_kv_rows(kv, 0, g, b, m, d_len, tmp), m, d_len,
+                               scale);
     }
 }
 
@@ -258,10 +248,17 @@ static void tree_finish(struct tree_acc *a) {
 static void tree_block(struct tree_acc *a, const float *scores, float max, const float *vb, int b0,
                        int b1, int d_len, int simd) {
     float *o = tree_slot(a), p[OPS_ATTN_BLOCK], l = 0.0f;
-    for (int j = b0; j < b1; ++j) {
-        p[j - b0] = expf(scores[j] - max);
-        l += p[j - b0];
+    if (b1 - b0 == OPS_ATTN_BLOCK) { /* a whole block: the vector exponential where there is one */
+        float x[OPS_ATTN_BLOCK];
+        for (int j = 0; j < OPS_ATTN_BLOCK; ++j)
+            x[j] = scores[b0 + j] - max;
+        ops_expf16(p, x);
+    } else {
+        for (int j = b0; j < b1; ++j)
+            p[j - b0] = ops_expf(scores[j] - max);
     }
+    for (int j = b0; j < b1; ++j)
+        l += p[j - b0];
     o[d_len] = l;
     if (simd == 2) { /* the same sums, d's side by side (ops_attention_simd.c) */
         attn_weighted_sum_avx512(o, p, vb, b1 - b0, d_len);
@@ -272,7 +269,7 @@ static void tree_block(struct tree_acc *a, const float *scores, float max, const
             o[d] = 0.0f;
         for (int j = 0; j < b1 - b0; ++j)
             for (int d = 0; d < d_len; ++d)
-                o[d] += p[j] * vb[(size_t)j * (size_t)d_len + (size_t)d];
+                o[d] = fmaf(p[j], vb[(size_t)j * (size_t)d_len + (size_t)d], o[d]);
     }
     tree_push(a);
 }
@@ -284,7 +281,8 @@ static void tree_blocks(struct tree_acc *a, const float *scores, float max, cons
     float tmp[OPS_ATTN_BLOCK * OPS_ATTN_MAX_HEAD_DIM];
     for (int b0 = 0, b = 0; b0 < seen; b0 += OPS_ATTN_BLOCK, ++b) {
         const int b1 = b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen;
-        tree_block(a, scores, max, kv_rows(kv, 1, g, b, b1 - b0, d_len, tmp), b0, b1, d_len, simd);
+        tree_block(a, scores, max, attn_kv_rows(kv, 1, g, b, b1 - b0, d_len, tmp), b0, b1, d_len,
+                   simd);
     }
 }
 
@@ -344,7 +342,16 @@ size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim) {
     if (!grouped(nh, nkv)) return c; /* attention_task: one head's scores */
     const size_t group = (size_t)(nh / nkv), d = head_dim > 0 ? (size_t)head_dim : 0;
     const size_t queries = group * (size_t)tile_tokens(nh / nkv);
-    return queries * (c + (size_t)TREE_DEPTH * (d + 1));
+    const size_t keys_as_lanes = attn_lanes_scratch_floats(ctx, head_dim);
+    const size_t per_query = queries * (c + (size_t)TREE_DEPTH * (d + 1));
+    return per_query > keys_as_lanes ? per_query : keys_as_lanes;
+}
+
+/* 1 when a tile of nq query vectors runs with its queries as lanes (ops_attention_lanes.c):
+ * on the AVX-512 path, for tiles that fill at least half the lanes (a decode step's few
+ * queries keep the key-lane loops, which use every lane). The same bits either way. */
+static int lanes(int nq) {
+    return attn_avx512_enabled() && nq >= 8;
 }
 
 static void attention_group_task(void *ctx, int begin, int end, int worker) {
@@ -362,7 +369,10 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
     float vtmp[OPS_ATTN_BLOCK * OPS_ATTN_MAX_HEAD_DIM]; /* a 16-bit cache's values, widened */
     struct tree_acc acc[ATTN_TILE_QUERIES * OPS_ATTN_MAX_GROUP];
     for (int task = begin; task < end; ++task) {
-        const int i0 = task / job->nkv * tile, g = task % job->nkv;
+        /* Tiles of one KV head are neighbours: a worker's run of tasks finds the head's keys
+         * and values in its cache. */
+        const int tiles = (job->n + tile - 1) / tile;
+        const int i0 = task % tiles * tile, g = task / tiles;
         const int i1 = i0 + tile < job->n ? i0 + tile : job->n, nq = (i1 - i0) * group;
         const int last_len = job->pos + i1; /* the tile's last token's causal end */
         for (int i = i0; i < i1; ++i)
@@ -372,6 +382,17 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
                 qs[x] = job->q +
                         ((size_t)i * (size_t)job->nh + (size_t)(g * group + r)) * (size_t)d_len;
             }
+        if (lanes(nq)) {
+            int ends[ATTN_TILE_QUERIES];
+            for (int x = 0; x < nq; ++x) {
+                ends[x] = job->pos + i0 + x / group + 1;
+                rows[x] = job->out + ((size_t)(i0 + x / group) * (size_t)job->nh +
+                                      (size_t)(g * group + x % group)) *
+                                         (size_t)d_len;
+            }
+            attn_lanes_avx512(rows, qs, ends, nq, job->kv, g, d_len, scale, sc);
+            continue;
+        }
         scores_blocks(rows, qs, nq, job->kv, g, last_len, d_len, scale);
         for (int x = 0; x < nq; ++x) {
             maxes[x] = max_of(rows[x], job->pos + i0 + x / group + 1);
@@ -380,7 +401,7 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
         }
         for (int b0 = 0, b = 0; b0 < last_len; b0 += OPS_ATTN_BLOCK, ++b) {
             const int bn = b0 + OPS_ATTN_BLOCK < last_len ? b0 + OPS_ATTN_BLOCK : last_len;
-            const float *vb = kv_rows(job->kv, 1, g, b, bn - b0, d_len, vtmp);
+            const float *vb = attn_kv_rows(job->kv, 1, g, b, bn - b0, d_len, vtmp);
             for (int x = 0; x < nq; ++x) {
                 const int ctx_len = job->pos + i0 + x / group + 1;
                 if (b0 >= ctx_len) continue; /* past this token's end */

@@ -30,8 +30,10 @@
  *     block indices (empty blocks skipped). A KVP rank holding an aligned power-of-two
  *     number of blocks computes one subtree; attention_merge combines the subtrees.
  *
- * Other reductions (RMSNorm's sum of squares, softmax's sum, attention q·k) run sequentially
- * in ascending index order. */
+ * Other reductions (RMSNorm's sum of squares, softmax's sum, attention's q·k, exps' sum and
+ * weighted values) run sequentially in ascending index order; attention's q·k and weighted
+ * values accumulate by fused multiply-adds (fmaf: one rounding per term, as the vector FMA
+ * instructions and CUDA's __fmaf_rn do), its exponentials are ops_expf. */
 #ifndef STRATA_REFERENCE_OPS_H
 #define STRATA_REFERENCE_OPS_H
 
@@ -104,15 +106,23 @@ void ops_tree_sum(float *out, const float *parts, int count, size_t n);
  * themselves (e.g. one task per attention head): the same bits as matmul. */
 void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n);
 
+/* Attention's exponential: e^x within about half an ulp, the same bits on every machine and
+ * path (reference/ops_exp.c says how; libm's expf differs between C libraries). */
+float ops_expf(float x);
+
+/* dst[i] = ops_expf(src[i]) for i < 16: 16 lanes at once on the AVX-512 path, the same bits. */
+void ops_expf16(float *dst, const float *src);
+
 /* attention()'s largest query heads per KV head run together (GQA groups beyond it run one
  * head per task: the same bits). */
 #define OPS_ATTN_MAX_GROUP 16
 
 /* Floats of attention()'s scratch per pool thread for a call over ctx = pos + n positions:
  * ctx scores when it runs one task per query head (groups above OPS_ATTN_MAX_GROUP); else a
- * task runs the nh / nkv query heads of a KV head for a tile of query tokens (8 query
+ * task runs the nh / nkv query heads of a KV head for a tile of query tokens (16 query
  * vectors, or one token's group when that is more), with their scores [vectors][ctx] and
- * block trees' stacks [vectors][32][head_dim + 1]. Never decreases as ctx grows, so a buffer
+ * block trees' stacks [vectors][32][head_dim + 1] (on the AVX-512 path the same space holds
+ * them with the queries as vector lanes). Never decreases as ctx grows, so a buffer
  * sized for the longest context serves every shorter call. */
 size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim);
 
@@ -128,8 +138,9 @@ void kv_store(const struct ops_kv *kv, const float *k, const float *v, int row_s
  * out [n, nh*D]; q [n, nh*D] (post q-norm and RoPE); query i sits at cache position pos+i
  * and sees positions 0..pos+i of kv (struct ops_kv: its blocks, each one leaf of the tree
  * below). Query head h uses kv head h / (nh/nkv). Scores s_j = (q·k_j) * D^-0.5
- * (sequential over d), M = max_j s_j, e_j = exp(s_j - M); per block b of OPS_ATTN_BLOCK
- * positions l_b = Σ e_j and o_b = Σ e_j v_j (ascending j); (l, o) = the aligned tree over
+ * (from 0, fmaf(q[d], k_j[d], s) in ascending d), M = max_j s_j, e_j = ops_expf(s_j - M);
+ * per block b of OPS_ATTN_BLOCK positions l_b = Σ e_j (from 0, ascending j) and
+ * o_b[d] = fmaf(e_j, v_j[d], o_b[d]) from 0 in ascending j; (l, o) = the aligned tree over
  * the blocks; out = o * (1/l). Where the blocks lie does not change the bits.
  * scratch [thread_pool_size(pool)][attention_scratch_floats(pos + n, nh, nkv, head_dim)]
  * floats, the caller's (attention allocates nothing: it runs per layer in decode); each pool

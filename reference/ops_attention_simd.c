@@ -1,14 +1,15 @@
-/* ops_attention_simd.h: attention's scores and weighted sums on AVX2, bit for bit the
- * portable loops of reference/ops.c.
+/* ops_attention_simd.h: attention's scores and weighted sums on AVX2 and AVX-512, bit for bit
+ * the portable loops of reference/ops.c.
  *
- * Scores: a score is a sequential sum over d, so the vector runs across keys instead: 8 keys'
+ * Scores: a score is a chain of fmaf over d, so the vector runs across keys instead: 8 keys'
  * rows are transposed 8 columns at a time (lane i of column t = key i's element d + t) and
- * each lane adds q[d] * k[d] in ascending d, exactly the scalar chain of its key. Two groups
- * of 8 keys interleave so that their add chains overlap (one chain is add-latency bound).
+ * each lane performs fma(q[d], k[d], s) in ascending d, exactly the scalar chain of its key.
+ * Two groups of 8 keys interleave so that their chains overlap (one chain is latency bound).
  * Weighted sums: independent per d, so lanes are d's and the loop over j keeps its order.
- * Multiplies and adds are separate intrinsics: nothing is contracted into an FMA (the
- * portable code is built without contraction too, -std=c11). */
+ * A vector FMA rounds once per lane, as fmaf does; nothing else is fused. */
 #include "reference/ops_attention_simd.h"
+
+#include <math.h>
 
 #include "reference/ops.h"
 #include "runtime/base/dtype.h"
@@ -18,7 +19,7 @@
 #include <immintrin.h>
 #include <pthread.h>
 
-#define AVX2_TARGET __attribute__((target("avx2")))
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
 
 int attn_simd_enabled(void) {
     const enum ops_path p = ops_matmul_path();
@@ -111,10 +112,10 @@ AVX2_TARGET static inline void transpose8(__m256 c[8], const __m256 r[8]) {
     c[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
 }
 
-/* s += q[d + t] * c[t] for t = 0 .. 7, in order. */
+/* s = fma(q[d + t], c[t], s) for t = 0 .. 7, in order. */
 AVX2_TARGET static inline __m256 add_columns(__m256 s, const float *q, const __m256 c[8]) {
     for (int t = 0; t < 8; ++t)
-        s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(q[t]), c[t]));
+        s = _mm256_fmadd_ps(_mm256_set1_ps(q[t]), c[t], s);
     return s;
 }
 
@@ -153,8 +154,8 @@ AVX2_TARGET void attn_scores_avx2(float *scores, const float *q, const float *ke
         }
         for (; d < d_len; ++d) {
             const __m256 qd = _mm256_set1_ps(q[d]);
-            sa = _mm256_add_ps(sa, _mm256_mul_ps(qd, column(ka, ld, d)));
-            sb = _mm256_add_ps(sb, _mm256_mul_ps(qd, column(kb, ld, d)));
+            sa = _mm256_fmadd_ps(qd, column(ka, ld, d), sa);
+            sb = _mm256_fmadd_ps(qd, column(kb, ld, d), sb);
         }
         _mm256_storeu_ps(scores + j, _mm256_mul_ps(sa, vscale));
         _mm256_storeu_ps(scores + j + 8, _mm256_mul_ps(sb, vscale));
@@ -169,7 +170,7 @@ AVX2_TARGET void attn_scores_avx2(float *scores, const float *q, const float *ke
             sa = add_columns(sa, q + d, c);
         }
         for (; d < d_len; ++d)
-            sa = _mm256_add_ps(sa, _mm256_mul_ps(_mm256_set1_ps(q[d]), column(ka, ld, d)));
+            sa = _mm256_fmadd_ps(_mm256_set1_ps(q[d]), column(ka, ld, d), sa);
         _mm256_storeu_ps(scores + j, _mm256_mul_ps(sa, vscale));
     }
 }
@@ -187,7 +188,7 @@ AVX2_TARGET static void weighted_sum_avx2(float *o, const float *p, const float 
             const float *v = values + (size_t)j * ld + (size_t)d;
             const __m256 pj = _mm256_set1_ps(p[j]);
             for (int i = 0; i < 8; ++i)
-                a[i] = _mm256_add_ps(a[i], _mm256_mul_ps(pj, _mm256_loadu_ps(v + 8 * i)));
+                a[i] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(v + 8 * i), a[i]);
         }
         for (int i = 0; i < 8; ++i)
             _mm256_storeu_ps(o + d + 8 * i, a[i]);
@@ -195,15 +196,14 @@ AVX2_TARGET static void weighted_sum_avx2(float *o, const float *p, const float 
     for (; d + 8 <= d_len; d += 8) {
         __m256 a = _mm256_setzero_ps();
         for (int j = 0; j < count; ++j)
-            a = _mm256_add_ps(a,
-                              _mm256_mul_ps(_mm256_set1_ps(p[j]),
-                                            _mm256_loadu_ps(values + (size_t)j * ld + (size_t)d)));
+            a = _mm256_fmadd_ps(_mm256_set1_ps(p[j]),
+                                _mm256_loadu_ps(values + (size_t)j * ld + (size_t)d), a);
         _mm256_storeu_ps(o + d, a);
     }
     for (; d < d_len; ++d) {
         float a = 0.0f;
         for (int j = 0; j < count; ++j)
-            a += p[j] * values[(size_t)j * ld + (size_t)d];
+            a = fmaf(p[j], values[(size_t)j * ld + (size_t)d], a);
         o[d] = a;
     }
 }
@@ -217,11 +217,37 @@ AVX2_TARGET void attn_weighted_sum_avx2(float *o, const float *p, const float *v
 /* The same loops 16 wide: 16 keys per vector for the scores (16 x 16 transposes), and 16 d's
  * per vector for the weighted sums. One transpose serves every query head of a GQA group
  * (up to ATTN512_HEADS at a time): each head's scores are its own chains, in ascending d. */
-#define AVX512_TARGET __attribute__((target("avx512f,avx2")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx2,fma")))
 #define ATTN512_HEADS 8
 
 int attn_avx512_enabled(void) {
     return ops_matmul_path() == OPS_PATH_AVX512;
+}
+
+/* ops_expf (reference/ops_exp.c) on 8 lanes of double: the same operations, one per lane. */
+AVX512_TARGET static inline __m256 exp8_avx512(__m256 x) {
+    const __m256 c =
+        _mm256_min_ps(_mm256_set1_ps(OPS_EXP_HI), _mm256_max_ps(_mm256_set1_ps(OPS_EXP_LO), x));
+    const __m512d z = _mm512_mul_pd(_mm512_cvtps_pd(c), _mm512_set1_pd(OPS_EXP_INV_LN2_32));
+    const __m512d shifted = _mm512_add_pd(z, _mm512_set1_pd(OPS_EXP_SHIFT));
+    const __m512d r = _mm512_sub_pd(z, _mm512_sub_pd(shifted, _mm512_set1_pd(OPS_EXP_SHIFT)));
+    /* k: the low 32 bits of shifted's bits, sign-extended */
+    const __m512i k = _mm512_srai_epi64(_mm512_slli_epi64(_mm512_castpd_si512(shifted), 32), 32);
+    const __m512i t = _mm512_i64gather_epi64(_mm512_and_si512(k, _mm512_set1_epi64(31)),
+                                             (const void *)ops_exp_table, 8);
+    const __m512d s =
+        _mm512_castsi512_pd(_mm512_add_epi64(t, _mm512_slli_epi64(_mm512_srai_epi64(k, 5), 52)));
+    __m512d p = _mm512_mul_pd(r, _mm512_set1_pd(OPS_EXP_A4));
+    p = _mm512_mul_pd(_mm512_add_pd(p, _mm512_set1_pd(OPS_EXP_A3)), r);
+    p = _mm512_mul_pd(_mm512_add_pd(p, _mm512_set1_pd(OPS_EXP_A2)), r);
+    p = _mm512_mul_pd(_mm512_add_pd(p, _mm512_set1_pd(OPS_EXP_A1)), r);
+    p = _mm512_add_pd(p, _mm512_set1_pd(1.0));
+    return _mm512_cvtpd_ps(_mm512_mul_pd(s, p));
+}
+
+AVX512_TARGET void attn_exp16_avx512(float *dst, const float *src) {
+    _mm256_storeu_ps(dst, exp8_avx512(_mm256_loadu_ps(src)));
+    _mm256_storeu_ps(dst + 8, exp8_avx512(_mm256_loadu_ps(src + 8)));
 }
 
 /* c[t] lane i = r[i] lane t, for 16 x 16. */
@@ -276,12 +302,12 @@ AVX512_TARGET static void scores16(float *const *scores, const float *const *q, 
         transpose16(c, r);
         for (int h = 0; h < heads; ++h)
             for (int t = 0; t < 16; ++t)
-                s[h] = _mm512_add_ps(s[h], _mm512_mul_ps(_mm512_set1_ps(q[h][d + t]), c[t]));
+                s[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[h][d + t]), c[t], s[h]);
     }
     for (; d < d_len; ++d) {
         const __m512 col = column16(k, ld, d);
         for (int h = 0; h < heads; ++h)
-            s[h] = _mm512_add_ps(s[h], _mm512_mul_ps(_mm512_set1_ps(q[h][d]), col));
+            s[h] = _mm512_fmadd_ps(_mm512_set1_ps(q[h][d]), col, s[h]);
     }
     for (int h = 0; h < heads; ++h)
         _mm512_storeu_ps(scores[h] + j, _mm512_mul_ps(s[h], vscale));
@@ -310,7 +336,7 @@ AVX512_TARGET void attn_weighted_sum_avx512(float *o, const float *p, const floa
             const float *v = values + (size_t)j * (size_t)d_len + (size_t)d;
             const __m512 pj = _mm512_set1_ps(p[j]);
             for (int i = 0; i < 8; ++i)
-                a[i] = _mm512_add_ps(a[i], _mm512_mul_ps(pj, _mm512_loadu_ps(v + 16 * i)));
+                a[i] = _mm512_fmadd_ps(pj, _mm512_loadu_ps(v + 16 * i), a[i]);
         }
         for (int i = 0; i < 8; ++i)
             _mm512_storeu_ps(o + d + 16 * i, a[i]);
@@ -322,6 +348,10 @@ AVX512_TARGET void attn_weighted_sum_avx512(float *o, const float *p, const floa
 #else
 int attn_avx512_enabled(void) {
     return 0;
+}
+void attn_exp16_avx512(float *dst, const float *src) {
+    for (int i = 0; i < 16; ++i)
+        dst[i] = ops_expf(src[i]);
 }
 void attn_scores_avx512(float *const *scores, const float *const *q, int heads, const float *keys,
                         size_t ld, int count, int d_len, float scale) {

@@ -609,7 +609,7 @@ static void check_exact_order(int D, int NKV) {
             for (int j = 0; j < ctx; ++j) {
                 float dot = 0.0f;
                 for (int d = 0; d < D; ++d)
-                    dot += qi[d] * kh[j * D + d];
+                    dot = fmaf(qi[d], kh[j * D + d], dot);
                 s[j] = dot * scale;
                 max = s[j] > max ? s[j] : max;
             }
@@ -618,10 +618,10 @@ static void check_exact_order(int D, int NKV) {
                 for (int d = 0; d <= D; ++d)
                     o_b[d] = 0.0f;
                 for (int j = b * OPS_ATTN_BLOCK; j < ctx && j < (b + 1) * OPS_ATTN_BLOCK; ++j) {
-                    float p = expf(s[j] - max);
+                    float p = ops_expf(s[j] - max);
                     o_b[D] += p;
                     for (int d = 0; d < D; ++d)
-                        o_b[d] += p * vh[j * D + d];
+                        o_b[d] = fmaf(p, vh[j * D + d], o_b[d]);
                 }
             }
             plain_tree(ob, nb, D + 1);
