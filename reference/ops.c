@@ -347,11 +347,13 @@ size_t attention_scratch_floats(int ctx, int nh, int nkv, int head_dim) {
     return per_query > keys_as_lanes ? per_query : keys_as_lanes;
 }
 
-/* 1 when a tile of nq query vectors runs with its queries as lanes (ops_attention_lanes.c):
- * on the AVX-512 path, for tiles that fill at least half the lanes (a decode step's few
- * queries keep the key-lane loops, which use every lane). The same bits either way. */
+/* Queries per call when a tile runs with its queries as lanes (ops_attention_lanes.c): the
+ * vector's lanes on the AVX-512 and AVX2 paths, for tiles that fill at least half of them (a
+ * decode step's few queries keep the key-lane loops, which use every lane); else 0. The same
+ * bits either way. */
 static int lanes(int nq) {
-    return attn_avx512_enabled() && nq >= 8;
+    const int width = attn_avx512_enabled() ? 16 : attn_simd_enabled() ? 8 : 0;
+    return width && nq >= width / 2 ? width : 0;
 }
 
 static void attention_group_task(void *ctx, int begin, int end, int worker) {
@@ -382,7 +384,8 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
                 qs[x] = job->q +
                         ((size_t)i * (size_t)job->nh + (size_t)(g * group + r)) * (size_t)d_len;
             }
-        if (lanes(nq)) {
+        const int width = lanes(nq);
+        if (width) {
             int ends[ATTN_TILE_QUERIES];
             for (int x = 0; x < nq; ++x) {
                 ends[x] = job->pos + i0 + x / group + 1;
@@ -390,7 +393,11 @@ static void attention_group_task(void *ctx, int begin, int end, int worker) {
                                       (size_t)(g * group + x % group)) *
                                          (size_t)d_len;
             }
-            attn_lanes_avx512(rows, qs, ends, nq, job->kv, g, d_len, scale, sc);
+            for (int x = 0; x < nq; x += width) {
+                const int c = nq - x < width ? nq - x : width;
+                (width == 16 ? attn_lanes_avx512 : attn_lanes_avx2)(rows + x, qs + x, ends + x, c,
+                                                                    job->kv, g, d_len, scale, sc);
+            }
             continue;
         }
         scores_blocks(rows, qs, nq, job->kv, g, last_len, d_len, scale);

@@ -110,7 +110,8 @@ void matmul_serial(float *out, const float *x, const struct ops_weight *w, int n
  * path (reference/ops_exp.c says how; libm's expf differs between C libraries). */
 float ops_expf(float x);
 
-/* dst[i] = ops_expf(src[i]) for i < 16: 16 lanes at once on the AVX-512 path, the same bits. */
+/* dst[i] = ops_expf(src[i]) for i < 16: in vector lanes on the AVX2 and AVX-512 paths, the
+ * same bits. */
 void ops_expf16(float *dst, const float *src);
 
 /* attention()'s largest query heads per KV head run together (GQA groups beyond it run one

@@ -175,6 +175,34 @@ AVX2_TARGET void attn_scores_avx2(float *scores, const float *q, const float *ke
     }
 }
 
+/* ops_expf (reference/ops_exp.c) on 4 lanes of double: the same operations, one per lane.
+ * AVX2 has no 64-bit arithmetic shift: k is taken as 32-bit lanes (the low half of each
+ * shifted value's bits) and sign-extended after its shift. */
+AVX2_TARGET static inline __m256d exp4_avx2(__m128 x) {
+    const __m128 c = _mm_min_ps(_mm_set1_ps(OPS_EXP_HI), _mm_max_ps(_mm_set1_ps(OPS_EXP_LO), x));
+    const __m256d z = _mm256_mul_pd(_mm256_cvtps_pd(c), _mm256_set1_pd(OPS_EXP_INV_LN2_32));
+    const __m256d shifted = _mm256_add_pd(z, _mm256_set1_pd(OPS_EXP_SHIFT));
+    const __m256d r = _mm256_sub_pd(z, _mm256_sub_pd(shifted, _mm256_set1_pd(OPS_EXP_SHIFT)));
+    const __m256i lo = _mm256_permutevar8x32_epi32(_mm256_castpd_si256(shifted),
+                                                   _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6));
+    const __m128i k = _mm256_castsi256_si128(lo);
+    const __m256i t = _mm256_i32gather_epi64((const long long *)(const void *)ops_exp_table,
+                                             _mm_and_si128(k, _mm_set1_epi32(31)), 8);
+    const __m256i e = _mm256_slli_epi64(_mm256_cvtepi32_epi64(_mm_srai_epi32(k, 5)), 52);
+    const __m256d s = _mm256_castsi256_pd(_mm256_add_epi64(t, e));
+    __m256d p = _mm256_mul_pd(r, _mm256_set1_pd(OPS_EXP_A4));
+    p = _mm256_mul_pd(_mm256_add_pd(p, _mm256_set1_pd(OPS_EXP_A3)), r);
+    p = _mm256_mul_pd(_mm256_add_pd(p, _mm256_set1_pd(OPS_EXP_A2)), r);
+    p = _mm256_mul_pd(_mm256_add_pd(p, _mm256_set1_pd(OPS_EXP_A1)), r);
+    p = _mm256_add_pd(p, _mm256_set1_pd(1.0));
+    return _mm256_mul_pd(s, p);
+}
+
+AVX2_TARGET void attn_exp8_avx2(float *dst, const float *src) {
+    _mm_storeu_ps(dst, _mm256_cvtpd_ps(exp4_avx2(_mm_loadu_ps(src))));
+    _mm_storeu_ps(dst + 4, _mm256_cvtpd_ps(exp4_avx2(_mm_loadu_ps(src + 4))));
+}
+
 /* Eight accumulators (64 d's) per pass over the j's: eight add chains hide the add latency.
  * Values j at values + j * ld (d_len <= ld: the AVX-512 version hands its last d's over). */
 AVX2_TARGET static void weighted_sum_avx2(float *o, const float *p, const float *values, int count,
@@ -351,6 +379,10 @@ int attn_avx512_enabled(void) {
 }
 void attn_exp16_avx512(float *dst, const float *src) {
     for (int i = 0; i < 16; ++i)
+        dst[i] = ops_expf(src[i]);
+}
+void attn_exp8_avx2(float *dst, const float *src) {
+    for (int i = 0; i < 8; ++i)
         dst[i] = ops_expf(src[i]);
 }
 void attn_scores_avx512(float *const *scores, const float *const *q, int heads, const float *keys,

@@ -65,17 +65,22 @@ extern const double ops_exp_table[32];
 #define OPS_EXP_A3 0x1.c6b08d704a0c0p-20
 #define OPS_EXP_A4 0x1.3b2ab6fba4e77p-27
 
-/* dst[i] = ops_expf(src[i]) for i < 16, the same operations in vector lanes (AVX-512). */
+/* dst[i] = ops_expf(src[i]) for i < 16 (AVX-512) or 8 (AVX2), the same operations in vector
+ * lanes. */
 void attn_exp16_avx512(float *dst, const float *src);
+void attn_exp8_avx2(float *dst, const float *src);
 
 /* Floats of attn_lanes_avx512's scratch for keys [0, ctx). */
 size_t attn_lanes_scratch_floats(int ctx, int d_len);
 
-/* One GQA tile's attention with its nq <= 16 query vectors as the lanes of a vector
- * (ops_attention_lanes.c): out[x] [d_len] = attention of q[x] [d_len] over positions
- * [0, ctx_len[x]) of kv head g, the bits of attention_group_task. scratch
- * [attn_lanes_scratch_floats(max ctx_len, d_len)]. AVX-512 path only (attn_avx512_enabled). */
+/* One GQA tile's attention with its nq <= 16 (AVX-512) or 8 (AVX2) query vectors as the
+ * lanes of a vector (ops_attention_lanes.c): out[x] [d_len] = attention of q[x] [d_len] over
+ * positions [0, ctx_len[x]) of kv head g, the bits of attention_group_task. scratch
+ * [attn_lanes_scratch_floats(max ctx_len, d_len)]. On the path that has the instructions
+ * (attn_avx512_enabled, attn_simd_enabled). */
 void attn_lanes_avx512(float *const *out, const float *const *q, const int *ctx_len, int nq,
                        const struct ops_kv *kv, int g, int d_len, float scale, float *scratch);
+void attn_lanes_avx2(float *const *out, const float *const *q, const int *ctx_len, int nq,
+                     const struct ops_kv *kv, int g, int d_len, float scale, float *scratch);
 
 #endif

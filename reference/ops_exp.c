@@ -58,6 +58,11 @@ void ops_expf16(float *dst, const float *src) {
         attn_exp16_avx512(dst, src);
         return;
     }
+    if (attn_simd_enabled()) {
+        attn_exp8_avx2(dst, src);
+        attn_exp8_avx2(dst + 8, src + 8);
+        return;
+    }
     for (int i = 0; i < 16; ++i)
         dst[i] = ops_expf(src[i]);
 }
