@@ -5,7 +5,8 @@ server (strata-serve or llama.cpp's llama-server) and prints one JSON object per
                                WORDS words and keeping the (greedy, 32-token) answers in the
                                history: time to first token per turn, the prompt tokens and
                                the tokens the server says it took from its cache
-  burst URL MODEL N            N requests at once (max_tokens 32): answered, failed, wall
+  burst URL MODEL N            N requests at once (max_tokens 32, ignore_eos: every answer
+                               32 tokens on both servers): answered, failed, wall
                                time, aggregate completion tokens/s, p50 / p99 time to first
                                token
   table FILE                   the side-by-side table of the JSON lines in FILE
@@ -38,10 +39,12 @@ def user_text(turn, words):
     return " ".join(out) + "."
 
 
-def stream_chat(url, model, messages, max_tokens, cache_prompt):
+def stream_chat(url, model, messages, max_tokens, cache_prompt, ignore_eos=False):
     """Returns (ttft_s, total_s, text, completion_tokens, prompt_tokens, cached_tokens)."""
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
             "stream": True, "stream_options": {"include_usage": True}}
+    if ignore_eos:  # both servers' extension: every answer exactly max_tokens long
+        body["ignore_eos"] = True
     if cache_prompt is not None:  # llama-server's own field (strata-serve ignores it)
         body["cache_prompt"] = cache_prompt
     req = urllib.request.Request(url + "/v1/chat/completions", data=json.dumps(body).encode(),
@@ -95,7 +98,7 @@ def cmd_burst(url, model, n, engine):
     def one(i):
         msgs = [{"role": "user", "content": user_text(100 + i, 40)}]
         try:
-            ttft, total, _, done, _, _ = stream_chat(url, model, msgs, 32, llama)
+            ttft, total, _, done, _, _ = stream_chat(url, model, msgs, 32, llama, True)
             results[i] = ("ok", ttft, done)
         except Exception as e:  # noqa: BLE001 (an HTTP error is a measured failure)
             results[i] = ("failed", str(e), 0)

@@ -155,7 +155,8 @@ static int get_sampling(struct serve_params *p, const cJSON *root,
         get_number(root, "top_k", -1, 0, SERVE_MAX_TOP_K, &tk, err) < 0 ||
         get_number(root, "seed", -9.2e18, 0, 1.8e19, &seed, err) < 0 ||
         get_max_tokens(p, root, limits, err) < 0 || get_stops(p, root, err) < 0 ||
-        get_bool(root, "stream", &p->stream, err) < 0)
+        get_bool(root, "stream", &p->stream, err) < 0 ||
+        get_bool(root, "ignore_eos", &p->ignore_eos, err) < 0) /* vLLM's and llama-server's */
         return -1;
     p->temperature = (float)t;
     p->top_p = (float)tp;

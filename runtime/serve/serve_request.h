@@ -55,7 +55,7 @@ struct serve_params {
     char stops[SERVE_MAX_STOPS][SERVE_MAX_STOP_LEN + 1];
     int stream, include_usage;
     int enable_thinking; /* chat_template_kwargs.enable_thinking, default 0 like the CLI */
-    int ignore_eos;      /* gRPC: generate past the tokenizer's eos ids */
+    int ignore_eos;      /* generate past the tokenizer's eos ids (benchmarks: a fixed length) */
     /* Speculative decoding (extension): SERVE_SPECULATE_* (0: the pipeline's default) and
      * drafts per step (0: the pipeline's; at most SERVE_MAX_SPECULATE_K). The tokens are the
      * same either way. */

@@ -33,6 +33,7 @@ static void chat_defaults(void **state) {
     assert_int_equal(p.enable_thinking, 0);
     assert_int_equal(p.speculate, SERVE_SPECULATE_DEFAULT);
     assert_int_equal(p.speculate_k, 0);
+    assert_int_equal(p.ignore_eos, 0);
     serve_params_free(&p);
 }
 
@@ -45,8 +46,9 @@ static void chat_every_field(void **state) {
         "\"text\":\"hi\"}]}],\"max_completion_tokens\":7,\"temperature\":0.5,\"top_p\":0.9,"
         "\"seed\":42,\"stop\":[\"a\",\"bc\"],\"stream\":true,\"stream_options\":"
         "{\"include_usage\":true},\"chat_template_kwargs\":{\"enable_thinking\":true},"
-        "\"speculate\":\"ngram\",\"speculate_k\":6}";
+        "\"speculate\":\"ngram\",\"speculate_k\":6,\"ignore_eos\":true}";
     assert_int_equal(parse(&p, SERVE_CHAT, body, &err), 0);
+    assert_int_equal(p.ignore_eos, 1);
     assert_int_equal(p.max_tokens, 7);
     assert_true(p.temperature == 0.5f && p.top_p == 0.9f);
     assert_int_equal(p.seed, 42);
@@ -154,9 +156,10 @@ static void video_parts_are_decoded(void **state) {
     assert_int_equal(p.image_formats[2], SERVE_VIDEO_WEBM);
     assert_int_equal(p.image_sizes[0], 16);
     assert_int_equal(p.image_sizes[2], 8);
-    assert_string_equal(p.messages_json,
-                        "[{\"role\":\"user\",\"content\":[{\"type\":\"video\"},{\"type\":\"image\"},"
-                        "{\"type\":\"video\"},{\"type\":\"text\",\"text\":\"and\"}]}]");
+    assert_string_equal(
+        p.messages_json,
+        "[{\"role\":\"user\",\"content\":[{\"type\":\"video\"},{\"type\":\"image\"},"
+        "{\"type\":\"video\"},{\"type\":\"text\",\"text\":\"and\"}]}]");
     serve_params_free(&p);
 
     const struct serve_image_limits small = {0, 0, 10, 1};
@@ -166,7 +169,8 @@ static void video_parts_are_decoded(void **state) {
         const char *code;
         const struct serve_image_limits *limits;
     } bad[] = {
-        {VID("data:video/avi;base64,AAAAGGZ0eXBpc29tYWJjZA=="), 400, "unsupported_video_format", NULL},
+        {VID("data:video/avi;base64,AAAAGGZ0eXBpc29tYWJjZA=="), 400, "unsupported_video_format",
+         NULL},
         {VID("data:image/png;base64,iVBORw0KGgphYmM="), 400, "invalid_video_url", NULL},
         {VID("data:video/mp4;base64,iVBORw0KGgphYmM="), 400, "unsupported_video_format", NULL},
         {VID("https://example.com/a.mp4"), 400, "unsupported_url", NULL},
@@ -203,6 +207,8 @@ static void malformed_bodies_are_refused(void **state) {
          400, "speculate_k", "invalid_value"},
         {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"speculate_k\":2.5}",
          400, "speculate_k", "invalid_type"},
+        {SERVE_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"ignore_eos\":1}", 400,
+         "ignore_eos", "invalid_type"},
         {SERVE_CHAT,
          "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\","
          "\"image_url\":{\"url\":\"x\"}}]}]}",
