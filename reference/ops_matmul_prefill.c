@@ -70,7 +70,7 @@ AVX2_TARGET static void avx2_r2t3_f32(float *out, const void *w, size_t ldw, con
  * four times. */
 #define PIN512(v) __asm__("" : "+v"(v))
 
-/* out[t * 4 + r] for rows w + r * ldw (r < 4) and tokens x + t * ldx (t < T) over k_len; w points
+/* out[t * R + r] for rows w + r * ldw (r < R) and tokens x + t * ldx (t < T) over k_len; w points
  * to WT (f32 rows, or bf16 rows widened in registers: on Zen 5 the 4 widenings per 24 FMAs
  * ran faster than widening the block into memory first, 108 vs 91-98 GMAC/s on a 3072 x 1024
  * matrix and 64 tokens, 99 vs 79 streaming Qwen3-0.6B's lm_head from DRAM). T = 6 for prefill;
@@ -81,42 +81,44 @@ AVX2_TARGET static void avx2_r2t3_f32(float *out, const void *w, size_t ldw, con
  * groups find it in L2 (prefetching there cost 7% on 1024 x 3072 x 240 tokens; the first group's
  * prefetch: the lm_head with 6 tokens 17.4 -> 9.8 ms, with 64 tokens 104 -> 97 ms). The loops over
  * t and r unroll completely (T and 4 are constants), so every accumulator stays a register. */
-#define DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, NAME, T, PF)                                      \
-    AVX512_TARGET static void avx512_r4##NAME##_##SUF(float *out, const void *wv, size_t ldw,      \
-                                                      const float *x, size_t ldx, int k_len) {     \
+#define DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, NAME, R, T, PF)                                    \
+    AVX512_TARGET static void avx512_##NAME##_##SUF(float *out, const void *wv, size_t ldw,        \
+                                                    const float *x, size_t ldx, int k_len) {       \
         const WT *w = wv;                                                                          \
-        const char *pf = (const char *)(w + 4 * ldw);                                              \
-        __m512 acc[T][4];                                                                          \
-        _Pragma("GCC unroll 24") for (int i = 0; i < (T)*4; ++i) acc[i / 4][i % 4] =               \
+        const char *pf = (const char *)(w + (R)*ldw);                                              \
+        __m512 acc[T][R];                                                                          \
+        _Pragma("GCC unroll 24") for (int i = 0; i < (T) * (R); ++i) acc[i / (R)][i % (R)] =       \
             _mm512_setzero_ps();                                                                   \
         int k = 0;                                                                                 \
         for (; k + 16 <= k_len; k += 16) {                                                         \
-            if (PF) PREFETCH_STEP_HINT(pf, 4 * 16 * (int)sizeof(WT), _MM_HINT_NTA);                \
-            __m512 wr[4];                                                                          \
-            _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r) wr[r] =                            \
+            if (PF) PREFETCH_STEP_HINT(pf, (R)*16 * (int)sizeof(WT), _MM_HINT_NTA);                \
+            __m512 wr[R];                                                                          \
+            _Pragma("GCC unroll 4") for (int r = 0; r < (R); ++r) wr[r] =                          \
                 LOAD(w + (size_t)r * ldw + k);                                                     \
-            _Pragma("GCC unroll 6") for (int t = 0; t < (T); ++t) {                                \
+            _Pragma("GCC unroll 8") for (int t = 0; t < (T); ++t) {                                \
                 __m512 xv = _mm512_loadu_ps(x + (size_t)t * ldx + k);                              \
                 PIN512(xv);                                                                        \
-                _Pragma("GCC unroll 4") for (int r = 0; r < 4; ++r) acc[t][r] =                    \
+                _Pragma("GCC unroll 4") for (int r = 0; r < (R); ++r) acc[t][r] =                  \
                     _mm512_fmadd_ps(wr[r], xv, acc[t][r]);                                         \
             }                                                                                      \
         }                                                                                          \
-        _Pragma("GCC unroll 24") for (int i = 0; i < (T)*4; ++i) out[i] =                          \
-            fold_avx512(acc[i / 4][i % 4]);                                                        \
+        _Pragma("GCC unroll 24") for (int i = 0; i < (T) * (R); ++i) out[i] =                      \
+            fold_avx512(acc[i / (R)][i % (R)]);                                                    \
         for (; k < k_len; ++k)                                                                     \
             for (int t = 0; t < (T); ++t)                                                          \
-                for (int r = 0; r < 4; ++r)                                                        \
-                    out[4 * t + r] = fmaf(WIDEN(w[(size_t)r * ldw + k]), x[(size_t)t * ldx + k],   \
-                                          out[4 * t + r]);                                         \
+                for (int r = 0; r < (R); ++r)                                                      \
+                    out[(R)*t + r] = fmaf(WIDEN(w[(size_t)r * ldw + k]), x[(size_t)t * ldx + k],   \
+                                          out[(R)*t + r]);                                         \
     }
 #define DEFINE_AVX512_R4T(SUF, WT, LOAD, WIDEN)                                                    \
-    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t2, 2, 1)                                             \
-    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t3, 3, 1)                                             \
-    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t4, 4, 1)                                             \
-    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t5, 5, 1)                                             \
-    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t6, 6, 0)                                             \
-    DEFINE_AVX512_R4TN(SUF, WT, LOAD, WIDEN, t6_prefetch, 6, 1)
+    DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, r4t2, 4, 2, 1)                                         \
+    DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, r4t3, 4, 3, 1)                                         \
+    DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, r4t4, 4, 4, 1)                                         \
+    DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, r4t5, 4, 5, 1)                                         \
+    DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, r4t6, 4, 6, 0)                                         \
+    DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, r4t6_prefetch, 4, 6, 1)                                \
+    DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, r2t7, 2, 7, 1)                                         \
+    DEFINE_AVX512_RTN(SUF, WT, LOAD, WIDEN, r2t8, 2, 8, 1)
 DEFINE_AVX512_R4T(f32, float, load16_f32, WIDEN_F32)
 DEFINE_AVX512_R4T(bf16, uint16_t, load16_bf16, WIDEN_BF16)
 
@@ -211,7 +213,13 @@ struct prefill_tile {
      * toks): a decode step of a few requests */
     prefill_tile_fn *const *few, *const *few_bf16;
     prefill_split_fn *split, *split_bf16; /* for toks tokens (NULL: a tile per leaf) */
+    /* [n]: a tile of PAIR_ROWS rows for exactly n tokens, toks < n <= PAIR_TOKENS_MAX (NULL:
+     * none): a decode step of 7 or 8 requests in one pass over the weights */
+    prefill_tile_fn *const *pair, *const *pair_bf16;
 };
+#define PAIR_ROWS 2
+#define PAIR_TOKENS_MAX 8
+#define PAIR_X_BYTES (32 * 1024)
 
 static float avx2_dot1_f32_v(const void *w, const float *x, int k_len) {
     return avx2_dot1_f32(w, x, k_len);
@@ -230,19 +238,21 @@ static prefill_tile_fn *const few_avx512_f32[6] = {
     NULL, NULL, avx512_r4t2_f32, avx512_r4t3_f32, avx512_r4t4_f32, avx512_r4t5_f32};
 static prefill_tile_fn *const few_avx512_bf16[6] = {
     NULL, NULL, avx512_r4t2_bf16, avx512_r4t3_bf16, avx512_r4t4_bf16, avx512_r4t5_bf16};
-static const struct prefill_tile prefill_avx2 = {2,
-                                                 3,
-                                                 PREFILL_TILED_MIN,
-                                                 avx2_r2t3_f32,
-                                                 NULL,
-                                                 NULL,
-                                                 NULL,
-                                                 avx2_dot1_f32_v,
-                                                 NULL,
-                                                 NULL,
-                                                 NULL,
-                                                 NULL,
-                                                 NULL};
+/* 7 and 8 tokens: 2 rows x n (16 accumulators), one pass over the weights, where the tokens'
+ * inputs stay in L1 (PAIR_X_BYTES: K <= 1024 at 8 tokens). As 4 + 4 tokens of 4 x 4 tiles the
+ * first group streamed each row block from DRAM and the second computed it again from L2 with
+ * the memory idle. bf16, 8 tokens, 2 threads, matrices cycled beyond the caches: 3072 x 1024
+ * 0.95 -> 0.57 ms (4 tokens: 0.49), Qwen3-0.6B's lm_head 44.7 -> 31.7 ms. At K = 3072 the
+ * inputs (96 KiB) spill to L2 and the pair tile lost (0.83 -> 0.96 ms): 4 + 4 there. */
+static prefill_tile_fn *const pair_avx512_f32[PAIR_TOKENS_MAX + 1] = {
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, avx512_r2t7_f32, avx512_r2t8_f32};
+static prefill_tile_fn *const pair_avx512_bf16[PAIR_TOKENS_MAX + 1] = {
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, avx512_r2t7_bf16, avx512_r2t8_bf16};
+static const struct prefill_tile prefill_avx2 = {.rows = 2,
+                                                 .toks = 3,
+                                                 .min_tokens = PREFILL_TILED_MIN,
+                                                 .tile = avx2_r2t3_f32,
+                                                 .dot1 = avx2_dot1_f32_v};
 static const struct prefill_tile prefill_avx512 = {.rows = 4,
                                                    .toks = 6,
                                                    .min_tokens = 2,
@@ -255,7 +265,9 @@ static const struct prefill_tile prefill_avx512 = {.rows = 4,
                                                    .few = few_avx512_f32,
                                                    .few_bf16 = few_avx512_bf16,
                                                    .split = avx512_r4t6_split_f32,
-                                                   .split_bf16 = avx512_r4t6_split_bf16};
+                                                   .split_bf16 = avx512_r4t6_split_bf16,
+                                                   .pair = pair_avx512_f32,
+                                                   .pair_bf16 = pair_avx512_bf16};
 
 /* 1 if the tiled prefill takes this job (a block must hold a whole row group). */
 static int prefill_tiled_fits(const struct matmul_job *job, const struct prefill_tile *pt) {
@@ -268,7 +280,7 @@ struct prefill_rows {
     size_t esz;       /* bytes per element */
     prefill_tile_fn *tile;
     prefill_dot1_fn *dot1;
-    int toks;                /* the tile's tokens */
+    int rows, toks;          /* the tile's rows and tokens */
     prefill_split_fn *split; /* matmul_split's leaves in one call, or NULL */
 };
 
@@ -278,7 +290,8 @@ static const void *row_at(const struct prefill_rows *b, size_t r, size_t ld, int
 
 static void tile_leaves(const struct prefill_tile *pt, const struct prefill_rows *b, float *out,
                         size_t r, const float *x, size_t ld, const int *kb, int leaves) {
-    const int m = pt->rows * b->toks;
+    (void)pt;
+    const int m = b->rows * b->toks;
     float tile[PREFILL_TILE_MAX], leaf[PREFILL_TILE_MAX][OPS_SPLIT_LEAVES];
     if (b->split) { /* the leaves inside one call (whole 16-column steps: prefill_tiled) */
         b->split(out, row_at(b, r, ld, 0), ld, x, ld, kb, leaves);
@@ -317,7 +330,7 @@ AVX2_TARGET static void widen_bf16_avx2(float *dst, const uint16_t *src, size_t 
 /* Token group [t, t + T) over the rows [rb, re) of block b (its row 0 is row rb). */
 static void prefill_group(const struct matmul_job *job, const struct prefill_tile *pt,
                           const struct prefill_rows *b, int rb, int re, int t, const int *kb) {
-    const int R = pt->rows, T = b->toks, L = job->leaves;
+    const int R = b->rows, T = b->toks, L = job->leaves;
     const size_t ld = (size_t)job->w->cols, rows = (size_t)job->w->rows;
     const float *x = job->x + (size_t)t * ld;
     float tile[PREFILL_TILE_MAX];
@@ -349,28 +362,34 @@ static void prefill_tiled(const struct matmul_job *job, int r0, int r1,
     /* Token groups of equal size, at most toks: 8 tokens are 4 + 4, not 6 + 6 overlapping by 4.
      * Without a few[] table, toks (the last group overlaps the one before). */
     const int groups = (n + pt->toks - 1) / pt->toks;
-    const int T = pt->few ? (n + groups - 1) / groups : pt->toks;
+    int R = pt->rows, T = pt->few ? (n + groups - 1) / groups : pt->toks;
     const int bf16 = w->dtype == OPS_BF16 && !widen;
     prefill_tile_fn *tile =
         T < pt->toks ? (bf16 ? pt->few_bf16 : pt->few)[T] : (bf16 ? pt->tile_bf16 : pt->tile);
     prefill_tile_fn *first = T < pt->toks ? tile : (bf16 ? pt->first_bf16 : pt->first);
+    if (pt->pair && n > pt->toks && n <= PAIR_TOKENS_MAX &&
+        (size_t)n * ld * sizeof(float) <= PAIR_X_BYTES) { /* x in L1 */
+        R = PAIR_ROWS;
+        T = n;
+        tile = first = (bf16 ? pt->pair_bf16 : pt->pair)[n];
+    }
     if (!first) first = tile;
     int whole_steps = 1;
     for (int j = 0; j < L; ++j)
         whole_steps &= (kb[j + 1] - kb[j]) % 16 == 0;
     prefill_split_fn *split =
-        whole_steps && T == pt->toks ? (bf16 ? pt->split_bf16 : pt->split) : NULL;
+        whole_steps && T == pt->toks && R == pt->rows ? (bf16 ? pt->split_bf16 : pt->split) : NULL;
     for (int rb = r0; rb < r1; rb += block) {
         const int re = r1 - rb < block ? r1 : rb + block;
         struct prefill_rows b = {
-            (const char *)w->data + (size_t)rb * ld * 4, 4, tile, pt->dot1, T, split};
+            (const char *)w->data + (size_t)rb * ld * 4, 4, tile, pt->dot1, R, T, split};
         if (widen) {
             widen_bf16_avx2(wide, (const uint16_t *)w->data + (size_t)rb * ld,
                             (size_t)(re - rb) * ld);
             b.base = (const char *)wide;
         } else if (bf16) {
             b = (struct prefill_rows){
-                (const char *)w->data + (size_t)rb * ld * 2, 2, tile, pt->dot1_bf16, T, split};
+                (const char *)w->data + (size_t)rb * ld * 2, 2, tile, pt->dot1_bf16, R, T, split};
         }
         /* The last tokens: a group overlapping the one before (n >= T). Its outputs for tokens
          * already done are recomputed with the same arithmetic, so rewritten with the same

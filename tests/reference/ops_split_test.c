@@ -2,8 +2,8 @@
  *   - matmul_split: the columns cut into T rank slices (T = 2, 4, 8), each rank's partial
  *     computed with OPS_SPLIT_LEAVES / T leaves and the partials added by ops_tree_sum, equal
  *     the whole product bit for bit; on every matmul path the CPU has (portable, AVX2,
- *     AVX-512), at 1 and 3 threads, for one token (the 4-row decode tile) and a batch (the
- *     4-token tile), with K a multiple of 16 or not;
+ *     AVX-512), at 1 and 3 threads, for one token (the 4-row decode tile) and batches of 6, 8
+ *     and 35 (the 4 x 6, 2 x 8 and prefill tiles), with K a multiple of 16 or not;
  *   - attention vs attention_partial_max / attention_partial / attention_merge: one rank's
  *     attention over a long context (1,800 positions; 4 KVP ranks of 512) equals the KVP
  *     ranks' merge bit for bit, for a decode query and a prefill chunk that crosses a rank
@@ -138,6 +138,8 @@ static void test_matmul_split(void **state) {
         for (int dt = 0; dt < 2; ++dt) {
             check_split(dt ? OPS_BF16 : OPS_F32, 37, ks[i], 1, pools);
             check_split(dt ? OPS_BF16 : OPS_F32, 21, ks[i], 6, pools);
+            /* 8 tokens: AVX-512's 2 x 8 tile where the inputs fit L1, else 4 + 4. */
+            check_split(dt ? OPS_BF16 : OPS_F32, 21, ks[i], 8, pools);
             /* >= 32 tokens: AVX2's 2 x 3 prefill tile over widened row blocks. */
             check_split(dt ? OPS_BF16 : OPS_F32, 9, ks[i], 35, pools);
         }

@@ -192,7 +192,8 @@ static void test_matmul_bit_identical(void **state) {
 
 /* Every matmul path this CPU has gives the portable path's bits: random shapes with odd K
  * (every tail length 0..15), row counts off the 4-row and 16-row tiles, bf16 and f32 weights,
- * 1 token (decode tiles), 2..9 tokens (1 x 4 prefill tiles plus leftovers) and 32..40
+ * 1 token (decode tiles), 2..9 tokens (a decode step of several requests: AVX-512's 4 x n and
+ * 2 x n tiles, 1 x 4 tiles on AVX2, plus leftovers) and 32..40
  * tokens (the register tiles over widened row blocks, AVX2's 2 x 3 and AVX-512's 4 x 6: the
  * last rows and tokens as tiles overlapping the ones before, or dot1 for a task with fewer
  * rows than a tile), 1 and 2 threads. */
