@@ -21,12 +21,13 @@ cat >"$tmp/gpu24.json" <<'J'
 {"name": "24 GB GPU (RTX 4090 spec)", "source": "spec", "device": "cuda", "threads": 1,
  "read_gbps": 1008, "gemv_gbps": 1008, "gemm_gflops": 165000}
 J
-# A 16-thread CPU box: this session's Xeon calibrated per thread (strata-stage --calibrate
-# --threads 1: bf16 matmul 6.2 GB/s at one row, 96 GFLOP/s at 64, attention 28 GFLOP/s and
-# 6.8 GB/s) times 16, memory read at 200 GB/s (8-channel DDR5, achievable).
+# A 16-thread CPU box: a 2-core Xeon calibrated per thread (strata-stage --calibrate
+# --threads 1: bf16 matmul 6.2 GB/s at one row, 96 GFLOP/s at 64; attention, re-measured
+# after its queries-as-lanes loops, 78 GFLOP/s and 6.4 GB/s) times 16, memory read at
+# 200 GB/s (8-channel DDR5, achievable).
 cat >"$tmp/cpu.json" <<'J'
 {"name": "128 GB CPU box, 16 threads", "source": "spec", "device": "cpu", "threads": 16,
- "read_gbps": 200, "gemv_gbps": 99, "gemm_gflops": 1536, "attn_gflops": 450, "attn_gbps": 109}
+ "read_gbps": 200, "gemv_gbps": 99, "gemm_gflops": 1536, "attn_gflops": 1248, "attn_gbps": 103}
 J
 hosts() { # KIND MEM N LATENCY_US GBPS
     local i sep=""
