@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Prediction benchmark (not a test): the performance model (runtime/model/perf_model.h) against
-# real strata-stage processes. Twelve configurations:
+# real strata-stage processes. Fourteen configurations (the 4-stage ones share this box's cores
+# where it has fewer than 4, and are printed but not counted):
 #   - loopback: a random-weight Qwen3 checkpoint (strata-stage-bench make-model: H 1024 x 8
 #     layers, ~200 MB, and H 1536 x 8, ~430 MB; head_dim 128) on 1 stage at 1 and 2 threads, 2 stages at 1
 #     thread each, and 2 unequal stages (2 threads, then 1: unequal boxes, each with the profile
 #     of its thread count);
 #   - network-namespace hosts (root; tests/pipeline/netns_lib.sh), the H 1024 model on 2 and 4
-#     stages, 1 thread each, every link delayed 1 and 5 ms one way (tc netem, else the tun_link
+#     stages and the H 1536 one on 2, 1 thread each, every link delayed 1 and 5 ms one way (tc netem, else the tun_link
 #     emulator), predicted with that latency; the client's link is delayed too, which adds two
 #     delays to the measured time to first token and is added to the prediction.
 # It calibrates the box once per thread count (strata-stage --calibrate), asks strata-plan
@@ -128,11 +129,13 @@ else
     . tests/pipeline/netns_lib.sh
     nl_init 4
     nl_client_for() { shift; nl_client "$@"; } # measure's CLIENT_FN: drop the tag
-    m=${models[0]}
     for delay in ${BENCH_DELAYS_MS:-1 5}; do
         nl_delay_all "$delay" 0 1 2 3 c
-        for S in 2 4; do
-            tag="n${S}d${delay//./}"
+        # the H 1024 model on 2 and 4 hosts, the H 1536 one on 2
+        for hosts in "0 2" "0 4" "1 2"; do
+            read -r i S <<<"$hosts"
+            m=${models[$i]}
+            tag="n${i}s${S}d${delay//./}"
             nl_start_pipeline "$tag" "$S" "$m" --threads 1 --max-seq 512 --max-batch 4 --split even \
                 --chunk-size "$CHUNK" --insecure
             measure "$tag" "$S" nl_client_for
