@@ -195,7 +195,8 @@ static int open_stage(struct run *r, const struct args *a) {
                                    .draft_cfg = r->draft_st ? &r->draft_cfg : NULL,
                                    .draft_weights = r->draft_st,
                                    .tp = a->tp * a->kvp > 1 ? &r->tp : NULL,
-                                   .progress = progress_printer_callback(&progress)};
+                                   .progress = progress_printer_callback(&progress),
+                                   .now_sec = cli_now_sec};
     /* A TP / KVP rank other than the group's rank 0 follows it: its shard's backend only. */
     int follower = a->tp * a->kvp > 1 && (a->tp_rank > 0 || a->kvp_rank > 0);
     rc = follower ? stage_open_follower(&r->follower, &o, &report)

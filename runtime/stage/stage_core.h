@@ -147,6 +147,10 @@ struct stage_core_options {
      * KV slots for every request and max_seq positions. Borrowed (stage_open opens and frees it).
      */
     struct stage_backend *draft;
+    /* Stage 0: the driver's clock in seconds (monotonic, fine-grained), with which the core
+     * times its decode steps to budget drafts under load (runtime/stage/step_cost.h). NULL:
+     * no budget, the drafts as the requests ask (a simulator keeps its virtual time). */
+    double (*now_sec)(void);
 };
 
 struct stage_core; /* opaque */

@@ -320,7 +320,13 @@ int stage_core_step(struct stage_core *core) {
         n_items++;
     }
     if (n_items > 0) {
+        /* Stage 0 times its decode-only microbatches: the draft budget (step_cost.h) */
+        int decode_only = core->is_first && core->opt.now_sec != NULL;
+        for (int i = 0; decode_only && i < n; i++)
+            decode_only = core->picked[i]->step > 0;
+        const double t0 = decode_only ? core->opt.now_sec() : 0;
         rc = stage_backend_forward(core->be, core->hidden, core->items, n_items);
+        if (decode_only && rc == 0) step_cost_add(&core->spec.cost, off, core->opt.now_sec() - t0);
         if (rc < 0) {
             char why[512];
             snprintf(why, sizeof why, "%s", strata_last_error());

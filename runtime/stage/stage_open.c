@@ -135,7 +135,8 @@ int stage_open(struct stage *out, const struct stage_open_options *opt,
                                                           .speculate_k = opt->speculate_k,
                                                           .speculate_waves = opt->speculate_waves,
                                                           .oracle = opt->oracle,
-                                                          .draft = out->draft});
+                                                          .draft = out->draft,
+                                                          .now_sec = opt->now_sec});
     if (rc == 0) /* what a ring describe lists beyond the backend's role and device */
         stage_core_set_describe(out->core, opt->tp ? opt->tp->tp : 1, opt->tp ? opt->tp->kvp : 1,
                                 opt->num_threads, opt->weights_dtype);

@@ -43,6 +43,7 @@ struct stage_open_options {
      * its shard, leading the other ranks (which run stage_tp_follow, not a stage). */
     const struct stage_tp_config *tp;
     struct strata_progress progress; /* weight load progress: stage_backend_options */
+    double (*now_sec)(void);         /* stage 0's clock for its draft budget (stage_core.h) */
 };
 
 struct stage {

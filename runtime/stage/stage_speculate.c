@@ -222,6 +222,35 @@ static int draft(struct stage_core *core, struct stage_req *req, int n, int k, i
                              : ngram_draft(req->prompt, n, k, out);
 }
 
+/* The drafts req may have in its next step, of the k it asks (the adaptive count). A step of
+ * every decoding request, each with its fed row and k drafts, should stay within the rows a
+ * step measured as flat costs (step_cost_budget): there a draft costs nothing. Past it a
+ * draft row costs every request time, and pays only when it is accepted often enough: with
+ * T(r) the measured cost of r rows and D requests decoding, k drafts each are worth it at an
+ * acceptance above (T(D (1 + k)) / T(D) - 1) / k (2 cores, 0.6B-sized model, 8 requests, 4
+ * drafts: 40 rows cost 2.3x 8 rows, so about a third). A request keeps its k when its
+ * acceptance so far (1 before its first draft) clears that; else it gets the budget's share.
+ * Without a clock, or with one request decoding, the request's k stands. */
+static int draft_budget(const struct stage_core *core, const struct stage_req *req, int k) {
+    if (!core->opt.now_sec || k <= 0) return k;
+    int decoding = 0;
+    for (int s = 0; s < core->max_batch; s++)
+        decoding += core->reqs[s].active && core->reqs[s].n_generated > 0;
+    if (decoding <= 1) return k;
+    const struct step_cost *c = &core->spec.cost;
+    /* A step of the requests alone, now and then, so that one with drafts has something to be
+     * compared with. */
+    if (!step_cost_has_baseline(c, decoding)) return 0;
+    const int fit = step_cost_budget(c) / decoding - 1;
+    if (k <= fit) return k;
+    const double plain = step_cost_sec(c, decoding), full = step_cost_sec(c, decoding * (1 + k));
+    const double breakeven = plain > 0 ? (full / plain - 1) / k : 0;
+    const double acceptance =
+        req->spec_drafted > 0 ? (double)req->spec_accepted / req->spec_drafted : 1.0;
+    if (acceptance >= breakeven) return k;
+    return fit > 0 ? fit : 0;
+}
+
 int stage_spec_head_rows(const struct stage_req *req) {
     return req->n_waves ? req->waves[req->wave_head].rows : 1;
 }
@@ -244,6 +273,12 @@ static int add_wave(struct stage_core *core, struct stage_req *req) {
     int k = req->spec_wait > 0 ? 0 : req->spec_cur;                     /* drafts after row 0 */
     if (first && req->spec_wait > 0) req->spec_wait--;
     if (k > room - 1) k = room - 1;
+    const int fit = draft_budget(core, req, k);
+    if (k > fit) {
+        core->spec.withheld += (uint64_t)(k - fit);
+        k = fit;
+    }
+    if (!first && k == 0) return 0; /* a later wave is all guesses: none past the budget */
     /* The sequence the drafts follow, only when there are drafts to make: the prompt's row
      * holds the confirmed tokens after the prompt (a recovery replay writes them the same
      * way), then the ids the steps in flight assume (the oldest one's drafts, each later

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "runtime/stage/step_cost.h"
 #include "wire/message.h"
 
 #define STAGE_SPECULATE_DEFAULT_K 4
@@ -33,6 +34,10 @@ struct stage_speculate {
     int draft_rows;
     /* Stage 0, since start: decode steps sent with drafts, drafts sent, drafts accepted. */
     uint64_t steps, drafted, accepted;
+    /* Stage 0 with a clock (stage_core_options.now_sec): its decode steps' cost by rows, the
+     * draft budget under load; drafts withheld by it since start. */
+    struct step_cost cost;
+    uint64_t withheld;
 };
 
 struct stage_core;
