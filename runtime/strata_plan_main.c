@@ -80,7 +80,10 @@ static void usage(FILE *out) {
                  "                     \"mem\": \"80G\", \"threads\": 16}, ...], \"link\":\n"
                  "                     {\"latency_us\": 200, \"gbps\": 10}}; prints the stages,\n"
                  "                     their strata-stage lines and the prediction beside the\n"
-                 "                     even and memory-proportional plans (no --stages needed)\n"
+                 "                     even and memory-proportional plans (no --stages needed);\n"
+                 "                     a host's \"devices\": 2|4|8 runs its stage as a group of\n"
+                 "                     them, TP x KVP as the search finds fastest (KVP's\n"
+                 "                     positions per rank follow from --max-seq)\n"
                  "  --goal G           latency (default: one request's tokens/s) or throughput\n"
                  "                     (the pipeline's pace at --batch)\n"
                  "  --help             this text\n"
@@ -337,6 +340,7 @@ static int parse_args(struct plan_args *a, int argc, char **argv) {
         a->predict_args.opt.batch = a->opt.batch;
         a->predict_args.opt.chunk_tokens = a->opt.chunk_tokens;
         a->predict_args.opt.kv_bytes = a->kv_bytes;
+        a->predict_args.max_seq = a->opt.max_seq;
         return -1;
     }
     if (!a->model || a->stages == 0) {

@@ -1,6 +1,7 @@
 /* strata-plan --predict (see strata_plan_predict.h). */
 #include "runtime/strata_plan_predict.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,8 +120,36 @@ int plan_print_prediction(const struct model_config *cfg, const struct stage_pla
     return code;
 }
 
-static int tp_of(const struct perf_host *x) {
-    return x->dev.tp > 1 ? x->dev.tp : 1;
+static int tp_of(const struct perf_device *d) {
+    return d->tp > 1 ? d->tp : 1;
+}
+
+static int kvp_of(const struct perf_device *d) {
+    return d->kvp > 1 ? d->kvp : 1;
+}
+
+/* A host of N devices: the TP t x KVP k groups (t k = N) this model and --max-seq allow, TP
+ * first, into x->choice; its dev becomes the first (the even and memory plans run it). 0, or
+ * the largest TP's refusal when none fits. */
+static int host_choices(struct perf_host *x, const struct model_config *cfg, int max_seq,
+                        double context) {
+    const int n = x->dev.tp > 1 ? x->dev.tp : 1;
+    x->n_choices = 0;
+    if (n == 1) return 0;
+    for (int k = 1; k <= n && x->n_choices < PERF_MAX_CHOICES; k *= 2) {
+        struct grid_config grid = {.pp = 1, .tp = n / k, .kvp = k, .moe = TP_MOE_EXPERT_PARALLEL};
+        if (grid_config_check(&grid, cfg, max_seq)) continue;
+        struct perf_device *c = &x->choice[x->n_choices++];
+        *c = x->dev;
+        c->tp = n / k;
+        perf_device_set_kvp(c, k, grid.kvp_tokens, max_seq, context);
+    }
+    if (x->n_choices == 0) { /* the reason TP over all of them fails, as the error */
+        struct grid_config all = {.pp = 1, .tp = n, .kvp = 1, .moe = TP_MOE_EXPERT_PARALLEL};
+        return grid_config_check(&all, cfg, max_seq);
+    }
+    x->dev = x->choice[0];
+    return 0;
 }
 
 /* The prediction of given ranges on the hosts in file order (the even / memory plans). */
@@ -160,13 +189,18 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
         code = STRATA_EXIT_INPUT;
         goto done;
     }
-    for (int x = 0; x < h->n; x++) /* a host's devices must split this model */
-        if (h->host[x].dev.tp > 1 && tp_check(cfg, h->host[x].dev.tp, TP_MOE_EXPERT_PARALLEL)) {
-            fprintf(stderr, "strata-plan: --hosts: %s (%d devices): %s\n", h->host[x].name,
-                    h->host[x].dev.tp, strata_last_error());
+    for (int x = 0; x < h->n; x++) { /* a host's devices must split this model some way */
+        const int devices = h->host[x].dev.tp;
+        const double context = fmin(perf_options_context(&pa->opt), pa->max_seq);
+        if (host_choices(&h->host[x], cfg, pa->max_seq, context)) {
+            fprintf(stderr,
+                    "strata-plan: --hosts: %s (%d devices): %s (and no KV-parallel split "
+                    "of them fits either)\n",
+                    h->host[x].name, devices, strata_last_error());
             code = STRATA_EXIT_INPUT;
             goto done;
         }
+    }
     if (pa->link_given) h->link = pa->link;
     if (perf_place(best, pl, mm, h, &pa->opt, pa->goal)) {
         fprintf(stderr, "strata-plan: %s\n", strata_last_error());
@@ -184,7 +218,10 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
         int file_order[STAGE_PLAN_MAX_STAGES];
         for (int s = 0; s < m; s++)
             file_order[s] = s;
-        perf_place_memory(need, mm, h, file_order, ranges, m, pl->kv_heads);
+        struct perf_device devs[STAGE_PLAN_MAX_STAGES];
+        for (int s = 0; s < m; s++)
+            devs[s] = h->host[file_order[s]].dev;
+        perf_place_memory(need, mm, devs, ranges, m, pl->kv_heads);
         for (int s = 0; s < m && !even_why; s++)
             if (need[s] > h->host[s].mem_bytes) {
                 snprintf(even_buf, sizeof even_buf, "does not fit: stage %d (%s) needs %.1f GiB", s,
@@ -193,8 +230,9 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
             }
         if (!even_why && predict_on(even, pl, h, ranges, m, &pa->opt)) even_why = "(failed)";
     }
-    for (int s = 0; s < m; s++) /* a TP group's stage has its devices' memory */
-        mem[s] = h->host[s].mem_bytes * (uint64_t)(h->host[s].dev.tp > 1 ? h->host[s].dev.tp : 1);
+    for (int s = 0; s < m; s++) /* a TP x KVP group's stage has its devices' memory */
+        mem[s] = h->host[s].mem_bytes * (uint64_t)tp_of(&h->host[s].dev) *
+                 (uint64_t)kvp_of(&h->host[s].dev);
     if (stage_plan_balanced(plan, mm, mem, m) == 0) {
         for (int s = 0; s < m; s++)
             ranges[s] = plan->stages[s].range;
@@ -206,10 +244,10 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
     if (pa->json) {
         printf("{\"stages\": [");
         for (int s = 0; s < S; s++)
-            printf("%s\n  {\"host\": \"%s\", \"layers\": [%d, %d], \"tp\": %d, "
+            printf("%s\n  {\"host\": \"%s\", \"layers\": [%d, %d], \"tp\": %d, \"kvp\": %d, "
                    "\"memory_bytes\": %llu, \"decode_ms_batch1\": %.4f}",
                    s ? "," : "", h->host[best->host[s]].name, best->ranges[s].layer_start,
-                   best->ranges[s].layer_end, tp_of(&h->host[best->host[s]]),
+                   best->ranges[s].layer_end, tp_of(&best->dev[s]), kvp_of(&best->dev[s]),
                    (unsigned long long)best->stage_bytes[s], best->pred.stages[s].decode_ms_1);
         printf("],\n \"predicted\": {\"decode_tokens_per_s\": %.4f, "
                "\"decode_tokens_per_s_batch\": %.4f, \"batch\": %d, \"ttft_ms\": %.4f, "
@@ -234,7 +272,7 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
            pa->goal == PERF_GOAL_THROUGHPUT ? "throughput, then" : "lowest", n,
            n <= PERF_PLACE_EXACT_HOSTS ? "every ordered subset" : "the file's order, prefixes",
            best->orders_tried, h->link.latency_us, h->link.gbps);
-    printf("%-6s %-16s %-12s %4s %12s %12s %12s\n", "stage", "host", "layers", "TP", "memory",
+    printf("%-6s %-16s %-12s %6s %12s %12s %12s\n", "stage", "host", "layers", "TPxKVP", "memory",
            "of device", "ms/step b=1");
     for (int s = 0; s < S; s++) {
         const struct perf_host *x = &h->host[best->host[s]];
@@ -243,25 +281,34 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
                  best->ranges[s].layer_end);
         stage_plan_format_size(need_s, sizeof need_s, best->stage_bytes[s]);
         stage_plan_format_size(have, sizeof have, x->mem_bytes);
-        printf("%-6d %-16s %-12s %4d %12s %12s %12.2f\n", s, x->name, range, tp_of(x), need_s, have,
+        char grid[32];
+        snprintf(grid, sizeof grid, "%dx%d", tp_of(&best->dev[s]), kvp_of(&best->dev[s]));
+        printf("%-6d %-16s %-12s %6s %12s %12s %12.2f\n", s, x->name, range, grid, need_s, have,
                best->pred.stages[s].decode_ms_1);
     }
     printf("predicted:\n");
     compare_row("this placement", &best->pred, NULL, B);
     compare_row("even, all hosts in file order", even, even_why, B);
     compare_row("memory-proportional, same", prop, prop_why, B);
-    printf("command lines (ports and addresses to adapt; a TP stage is one process per device, "
-           "rank 0 serving it):\n");
+    printf("command lines (ports and addresses to adapt; a TP / KVP stage is one process per "
+           "device, group rank 0 serving it):\n");
     for (int s = 0; s < S; s++) {
         const struct perf_host *x = &h->host[best->host[s]];
-        const int t = tp_of(x), cuda = !strcmp(x->dev.device, "cuda");
-        for (int r = 0; r < t; r++) {
-            char dev[32] = "", tp[400] = "", ring[160] = "";
+        const struct perf_device *d = &best->dev[s];
+        const int t = tp_of(d), k = kvp_of(d), cuda = !strcmp(x->dev.device, "cuda");
+        struct grid_config grid = {.pp = 1, .tp = t, .kvp = k, .moe = TP_MOE_EXPERT_PARALLEL};
+        if (k > 1) grid_config_check(&grid, cfg, pa->max_seq); /* its kvp_tokens */
+        for (int r = 0; r < t * k; r++) { /* group rank r = kvp rank x t + tp rank */
+            char dev[32] = "", tp[480] = "", ring[160] = "";
             if (cuda) snprintf(dev, sizeof dev, " --device cuda:%d", r);
             size_t used = 0;
-            if (t > 1)
-                used = (size_t)snprintf(tp, sizeof tp, " --tp %d --tp-rank %d --tp-peers", t, r);
-            for (int q = 0; t > 1 && q < t && used < sizeof tp; q++)
+            if (t > 1) used = (size_t)snprintf(tp, sizeof tp, " --tp %d --tp-rank %d", t, r % t);
+            if (k > 1)
+                used += (size_t)snprintf(tp + used, sizeof tp - used,
+                                         " --kvp %d --kvp-rank %d --kvp-tokens %d", k, r / t,
+                                         grid.kvp_tokens);
+            if (t * k > 1) used += (size_t)snprintf(tp + used, sizeof tp - used, " --tp-peers");
+            for (int q = 0; t * k > 1 && q < t * k && used < sizeof tp; q++)
                 used += (size_t)snprintf(tp + used, sizeof tp - used, "%s%s:%d", q ? "," : " ",
                                          x->name, 7100 + q);
             if (r == 0)

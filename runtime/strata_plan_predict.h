@@ -18,6 +18,7 @@ struct plan_predict_args {
     enum perf_goal goal; /* --goal latency | throughput */
     int link_given;      /* --link-* given: they override the hosts file's link */
     int tp;              /* --tp: every stage a TP group of that many devices (default link) */
+    int max_seq;         /* --max-seq: a KV-parallel rank's positions follow from it */
 };
 
 /* Prints the prediction for `plan` (text, or JSON with --json); an exit code. */

@@ -285,6 +285,21 @@ void perf_device_set_tp(struct perf_device *d, int tp, const struct perf_link *l
         d->tp_link = (struct perf_link){5, d->read_gbps / 4};
 }
 
+void perf_device_set_kvp(struct perf_device *d, int kvp, int kvp_tokens, int max_seq,
+                         double context) {
+    d->kvp = kvp > 1 ? kvp : 1;
+    d->kvp_kv = d->kvp > 1 && max_seq > 0 ? fmin(1.0, (double)kvp_tokens / max_seq) : 1;
+    d->kvp_attn = d->kvp > 1 && context > 0 ? fmin(1.0, kvp_tokens / context) : 1;
+    if (!d->tp_link.gbps) perf_device_set_tp(d, d->tp > 1 ? d->tp : 1, NULL); /* its link */
+}
+
+/* An all-gather of `bytes` from each of kvp ranks: the link's fixed cost, then the other
+ * ranks' bytes at its bandwidth. */
+static double allgather_sec(const struct perf_device *d, double bytes) {
+    return d->tp_link.latency_us * 1e-6 +
+           (d->kvp - 1) * bytes / (d->tp_link.gbps > 0 ? d->tp_link.gbps * 1e9 : 1e30);
+}
+
 /* An all-reduce of `bytes` over tp ranks: the link's fixed cost of one (a small all-reduce's
  * latency: NCCL's and the shared-memory group's do not grow with the ranks as a ring's steps
  * would) and a ring's 2 (tp − 1) / tp of the bytes at its bandwidth. */
@@ -306,10 +321,17 @@ double perf_step_sec(const struct perf_layers *pl, const struct perf_device *d, 
     /* one streaming rate for the step's whole working set: the head does not sit in a cache
      * that the layers' weights just went through */
     const double gbps = perf_device_gemv_gbps(d, wbytes + hbytes) * 1e9;
-    double sec = fmax(wbytes / gbps, compute / t) + attn * kv_share;
+    const double kvp_share = d->kvp > 1 ? d->kvp_attn : 1;
+    double sec = fmax(wbytes / gbps, compute / t) + attn * kv_share * kvp_share;
     if (hbytes > 0) sec += fmax(hbytes / gbps, hcompute / t);
     /* after attention and after the MLP: the rows' partial sums (f32) */
     if (t > 1) sec += layers * 2 * allreduce_sec(d, rows * pl->hidden * 4.0);
+    /* KVP: per layer the rank's heads' maxima, then their partial sums (o, l, the flag) */
+    if (d->kvp > 1) {
+        const double heads = rows * (double)pl->heads / t;
+        sec += layers *
+               (allgather_sec(d, heads * 4.0) + allgather_sec(d, heads * (pl->head_dim + 2) * 4.0));
+    }
     return sec;
 }
 

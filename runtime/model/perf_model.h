@@ -40,7 +40,10 @@
  *     context's KV at attn_gbps, a prefill chunk computes 2 · 2 · pairs · nh · D at
  *     attn_gflops (a chunk of T rows after c positions attends to T · (c + (T + 1) / 2) pairs).
  *   A TP group of t devices (perf_device.tp) divides every part by t (KV while there are as
- *   many KV heads as ranks) and adds two all-reduces of r × H × 4 bytes per layer.
+ *   many KV heads as ranks) and adds two all-reduces of r × H × 4 bytes per layer; KVP k
+ *   (perf_device.kvp: t × k devices) leaves a decode step's attention to the rank holding the
+ *   most of its context (min(1, kvp_tokens / context) of it) and adds two all-gathers per
+ *   layer (r × nh/t maxima, then r × nh/t × (D + 2) partial sums, f32).
  * A hop carries rows × H × 4 bytes: latency + bytes / bandwidth.
  * The pipeline (S stages in a ring, stage 0 samples nothing, the last stage answers):
  *   batch 1: one token every Σ_s step_s(1) + S hops (no hop when S = 1);
@@ -104,12 +107,25 @@ struct perf_device {
      * (perf_device_set_tp). */
     int tp;
     struct perf_link tp_link;
+    /* kvp > 1: each TP rank is kvp devices, KV parallel (Medha): each holds the rank's weights
+     * and the KV of kvp_tokens positions of every sequence (kvp_kv = kvp_tokens / max_seq of
+     * its KV); a decode step's attention runs on the rank holding the most of its context
+     * (kvp_attn = min(1, kvp_tokens / context) of it), and two all-gathers per layer (the
+     * per-query maxima, then the partial sums) cross tp_link (perf_device_set_kvp). */
+    int kvp;
+    double kvp_kv, kvp_attn;
 };
 
 /* Makes d a TP group of tp devices over `link`, or over the default when NULL: shared memory
  * on a CPU host (a quarter of its read bandwidth, 5 us an all-reduce), NVLink-class on CUDA
  * devices (300 GB/s, 15 us): estimates, which a hosts file's "device_link" replaces. */
 void perf_device_set_tp(struct perf_device *d, int tp, const struct perf_link *link);
+
+/* Makes each rank of d's TP group kvp devices, KV parallel with kvp_tokens positions each
+ * (tp_shard.h grid_config_check's rule), for sequences of max_seq positions and decode steps
+ * that attend to `context` positions. kvp 1: none. */
+void perf_device_set_kvp(struct perf_device *d, int kvp, int kvp_tokens, int max_seq,
+                         double context);
 
 /* The device's weight-streaming GB/s for a step that reads `bytes` of weights. */
 double perf_device_gemv_gbps(const struct perf_device *d, double bytes);

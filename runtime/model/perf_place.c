@@ -128,20 +128,19 @@ uint64_t perf_place_rank_bytes(const struct stage_plan_entry *e, const struct pe
                                int kv_heads) {
     const int t = d->tp > 1 ? d->tp : 1;
     const int kv_t = t < kv_heads ? t : kv_heads; /* KV heads split while there are enough */
-    return e->weight_bytes / (uint64_t)t + e->kv_bytes / (uint64_t)(kv_t > 0 ? kv_t : 1) +
-           e->workspace_bytes;
+    const double kv = (double)e->kv_bytes / (kv_t > 0 ? kv_t : 1) * (d->kvp > 1 ? d->kvp_kv : 1);
+    return e->weight_bytes / (uint64_t)t + (uint64_t)ceil(kv) + e->workspace_bytes;
 }
 
 void perf_place_memory(uint64_t *bytes, const struct stage_memory_model *mm,
-                       const struct perf_hosts *h, const int *host,
-                       const struct stage_range *ranges, int S, int kv_heads) {
+                       const struct perf_device *devs, const struct stage_range *ranges, int S,
+                       int kv_heads) {
     uint64_t prefix[MODEL_CONFIG_MAX_LAYERS + 1];
     stage_plan_layer_prefix(prefix, mm);
     for (int s = 0; s < S; s++) {
         struct stage_plan_entry e;
         stage_plan_price_stage(&e, mm, prefix, s, S, ranges[s].layer_start, ranges[s].layer_end);
-        bytes[s] =
-            host ? perf_place_rank_bytes(&e, &h->host[host[s]].dev, kv_heads) : e.total_bytes;
+        bytes[s] = devs ? perf_place_rank_bytes(&e, &devs[s], kv_heads) : e.total_bytes;
     }
 }
 
@@ -184,19 +183,44 @@ static double step_sec(const struct search *z, const struct perf_device *d,
                          last ? z->pl->head_bytes : 0, last ? hs->head : 0);
 }
 
-/* Stage s (on host x) over [a, b) at 1 row (*t1) and g rows (*tg), milliseconds. */
-static void stage_cost(const struct search *z, int s, int x, int a, int b, int last, double *t1,
-                       double *tg) {
-    const struct perf_device *d = &z->h->host[x].dev;
-    *t1 = 1e3 * step_sec(z, d, &z->sums[x], 1, z->b1[b] - z->b1[a], a, b, last);
-    *tg = 1e3 * step_sec(z, d, &z->gsums[s], z->g, z->bg[b] - z->bg[a], a, b, last);
+/* What host x can run stage s with: its choices of TP x KVP, or its device as it is. */
+static int choices_of(const struct perf_host *x, const struct perf_device **out) {
+    if (x->n_choices <= 0) {
+        out[0] = &x->dev;
+        return 1;
+    }
+    for (int i = 0; i < x->n_choices; i++)
+        out[i] = &x->choice[i];
+    return x->n_choices;
 }
 
-static int fits(const struct search *z, int x, int a, int b, int s, int S) {
+/* Stage s on host x over [a, b): of the host's TP x KVP choices that fit its memory, the one
+ * fastest for the goal (at 1 row for latency, at g rows for throughput, the other to break a
+ * tie), with its times at 1 row (*t1) and g rows (*tg) in milliseconds; -1 when none fits. */
+static int choose(const struct search *z, int s, int x, int a, int b, int S, int last, double *t1,
+                  double *tg) {
+    const struct perf_host *host = &z->h->host[x];
+    const struct perf_device *c[PERF_MAX_CHOICES];
+    const int n = choices_of(host, c);
     struct stage_plan_entry e;
     stage_plan_price_stage(&e, z->mm, z->wpre, s, S, a, b);
-    return perf_place_rank_bytes(&e, &z->h->host[x].dev, z->pl->kv_heads) <=
-           z->h->host[x].mem_bytes;
+    int best = -1;
+    for (int i = 0; i < n; i++) {
+        if (perf_place_rank_bytes(&e, c[i], z->pl->kv_heads) > host->mem_bytes) continue;
+        const double u1 = 1e3 * step_sec(z, c[i], &z->sums[x], 1, z->b1[b] - z->b1[a], a, b, last);
+        const double ug =
+            1e3 * step_sec(z, c[i], &z->gsums[s], z->g, z->bg[b] - z->bg[a], a, b, last);
+        const double p = z->goal == PERF_GOAL_THROUGHPUT ? ug : u1,
+                     q = z->goal == PERF_GOAL_THROUGHPUT ? u1 : ug;
+        const double bp = z->goal == PERF_GOAL_THROUGHPUT ? *tg : *t1,
+                     bq = z->goal == PERF_GOAL_THROUGHPUT ? *t1 : *tg;
+        if (best < 0 || p < bp - 1e-12 || (fabs(p - bp) <= 1e-12 && q < bq - 1e-12)) {
+            best = i;
+            *t1 = u1;
+            *tg = ug;
+        }
+    }
+    return best;
 }
 
 /* The objective of a finished plan: (primary, secondary) = latency goal: (ms per token, pace);
@@ -234,9 +258,9 @@ static struct score best_split(struct search *z, const int *order, int S,
             for (int i = s; i < j; i++) {
                 if (s == 0 && i != 0) break;
                 double p1 = s ? sum1[s - 1][i] : 0, pg = s ? maxg[s - 1][i] : 0;
-                if (!isfinite(p1) || !fits(z, order[s], i, j, s, S)) continue;
-                double t1, tg;
-                stage_cost(z, s, order[s], i, j, last, &t1, &tg);
+                if (!isfinite(p1)) continue;
+                double t1 = 0, tg = 0;
+                if (choose(z, s, order[s], i, j, S, last, &t1, &tg) < 0) continue;
                 struct score cand = {p1 + t1, fmax(pg, tg)}, cur = {sum1[s][j], maxg[s][j]};
                 if (z->goal == PERF_GOAL_THROUGHPUT) {
                     cand = (struct score){fmax(pg, tg), p1 + t1};
@@ -352,10 +376,11 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
     if (out->num_stages == 0) {
         uint64_t total = 0, have = 0;
         struct stage_range all = {0, L};
-        perf_place_memory(&total, mm, NULL, NULL, &all, 1, pl->kv_heads);
+        perf_place_memory(&total, mm, NULL, &all, 1, pl->kv_heads);
         for (int x = 0; x < h->n; x++)
-            have +=
-                h->host[x].mem_bytes * (uint64_t)(h->host[x].dev.tp > 1 ? h->host[x].dev.tp : 1);
+            have += h->host[x].mem_bytes *
+                    (uint64_t)(h->host[x].dev.tp > 1 ? h->host[x].dev.tp : 1) *
+                    (uint64_t)(h->host[x].dev.kvp > 1 ? h->host[x].dev.kvp : 1);
         char need[32], got[32];
         stage_plan_format_size(need, sizeof need, total);
         stage_plan_format_size(got, sizeof got, have);
@@ -363,13 +388,22 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
                               "no placement fits: the model needs about %s (weights, KV at "
                               "--max-seq x --batch, workspace), the %d host(s) have %s in all",
                               need, h->n, got);
-    } else {
-        struct perf_device devs[STAGE_PLAN_MAX_STAGES];
-        for (int s = 0; s < out->num_stages; s++)
-            devs[s] = h->host[out->host[s]].dev;
-        perf_place_memory(out->stage_bytes, mm, h, out->host, out->ranges, out->num_stages,
-                          pl->kv_heads);
-        rc = perf_predict(&out->pred, pl, out->ranges, out->num_stages, devs, &h->link, opt);
+    } else { /* each stage's choice again (the DP kept only the ranges), then the prediction */
+        const int S = out->num_stages;
+        z->g = perf_rows_per_step(B, S);
+        for (int l = 0; l < L; l++)
+            z->bg[l + 1] = z->bg[l] + perf_layer_bytes(pl, l, z->g);
+        for (int s = 0; s < S; s++) {
+            const struct perf_device *c[PERF_MAX_CHOICES];
+            choices_of(&h->host[out->host[s]], c);
+            host_sums_fill(&z->gsums[s], z, &h->host[out->host[s]].dev, z->g);
+            double t1 = 0, tg = 0;
+            const int i = choose(z, s, out->host[s], out->ranges[s].layer_start,
+                                 out->ranges[s].layer_end, S, s == S - 1, &t1, &tg);
+            out->dev[s] = *c[i >= 0 ? i : 0];
+        }
+        perf_place_memory(out->stage_bytes, mm, out->dev, out->ranges, S, pl->kv_heads);
+        rc = perf_predict(&out->pred, pl, out->ranges, S, out->dev, &h->link, opt);
     }
     free(z->sums);
     free(z);

@@ -7,7 +7,11 @@
  * A host may hold several devices of its profile: "devices": 2, 4 or 8 makes its stage one TP
  * group over them (strata-stage --tp), "mem" then being each device's, and "device_link":
  * {"latency_us": 10, "gbps": 300} the link its all-reduces cross (else perf_device_set_tp's
- * estimate).
+ * estimate). The search then also chooses how the devices split the stage: TP t x KVP k with
+ * t k = devices (perf_host.choice: the factorings the model's shapes allow, which the caller
+ * lists), per stage, the one that fits its layers and is fastest for the goal (KVP holds a
+ * rank's weights on each of its devices but splits the KV by positions: it wins where KV
+ * fills the memory or a long context's attention the step).
  * `mem` (K/M/G/T sizes) overrides the profile's memory; `threads`, when it differs from the
  * profile's, scales its matmul and attention rates linearly (the streaming rate too, up to the
  * read bandwidth) — an estimate: calibrate at the thread count that will run when you can.
@@ -28,10 +32,16 @@
 #define PERF_MAX_HOSTS 64
 #define PERF_PLACE_EXACT_HOSTS 6
 
+#define PERF_MAX_CHOICES 4 /* TP x KVP factorings of 8 devices */
+
 struct perf_host {
     char name[64];
     struct perf_device dev; /* mem and threads overrides applied */
     uint64_t mem_bytes;
+    /* The TP x KVP groups its devices may form (dev's tp and kvp set: perf_device_set_tp,
+     * perf_device_set_kvp); none: dev as it is. */
+    int n_choices;
+    struct perf_device choice[PERF_MAX_CHOICES];
 };
 
 struct perf_hosts {
@@ -49,7 +59,8 @@ struct perf_placement {
     int num_stages;
     int host[STAGE_PLAN_MAX_STAGES]; /* index into the hosts file, stage order */
     struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
-    uint64_t stage_bytes[STAGE_PLAN_MAX_STAGES]; /* memory each stage needs per device */
+    uint64_t stage_bytes[STAGE_PLAN_MAX_STAGES];   /* memory each stage needs per device */
+    struct perf_device dev[STAGE_PLAN_MAX_STAGES]; /* what runs each stage (its TP x KVP) */
     struct perf_prediction pred;
     double orders_tried;
 };
@@ -61,14 +72,15 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
                const struct perf_options *opt, enum perf_goal goal);
 
 /* What one device of a stage holds (its TP rank's share when d is a TP group: the weights and,
- * while there are as many KV heads as ranks, the KV split; the whole workspace). */
+ * while there are as many KV heads as ranks, the KV split; of that KV its KVP rank's positions;
+ * the whole workspace). */
 uint64_t perf_place_rank_bytes(const struct stage_plan_entry *e, const struct perf_device *d,
                                int kv_heads);
 
-/* Each stage's memory for given ranges (checks nothing): per device of its host when `host`
- * [S] (indices into h) is given, else the whole stage's. */
+/* Each stage's memory for given ranges (checks nothing): per device of what runs it when
+ * `devs` [S] is given, else the whole stage's. */
 void perf_place_memory(uint64_t *bytes, const struct stage_memory_model *mm,
-                       const struct perf_hosts *h, const int *host,
-                       const struct stage_range *ranges, int num_stages, int kv_heads);
+                       const struct perf_device *devs, const struct stage_range *ranges,
+                       int num_stages, int kv_heads);
 
 #endif

@@ -127,13 +127,13 @@ if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["stages"]
 else
     echo "FAIL hosts-json: $out"; fail=1
 fi
-# A host with 2 devices runs its stage as one TP group (a process per device), each device
-# holding its share: a model no single device of the pair holds fits the pair.
+# A host with 2 devices runs its stage as one group of them (TP 2 or KVP 2, whichever the model
+# prices faster; a process per device), each device holding its share: a model no single
+# device of the pair holds fits the pair.
 printf '{"hosts": [{"name": "pair", "profile": "fast.json", "mem": "45K", "devices": 2, "device_link": {"latency_us": 5, "gbps": 50}}]}\n' >"$tmp/tp.json"
-check hosts-tp 0 "pair: strata-stage --model $model --num-stages 1 --stage-idx 0 --layer-start 0 --layer-end 4 --threads 16 --tp 2 --tp-rank 1 --tp-peers pair:7100,pair:7101" \
-    --model "$model" --hosts "$tmp/tp.json" --max-seq 64 --chunk 8
+check hosts-tp 0 "--tp-peers pair:7100,pair:7101" --model "$model" --hosts "$tmp/tp.json" --max-seq 64 --chunk 8
 out=$("$plan" --model "$model" --hosts "$tmp/tp.json" --max-seq 64 --chunk 8 --json 2>&1)
-if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["stages"][0]["tp"] == 2' "$out"; then
+if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); s = d["stages"][0]; assert s["tp"] * s["kvp"] == 2' "$out"; then
     echo "ok   hosts-tp-json"
 else
     echo "FAIL hosts-tp-json: $out"; fail=1
@@ -142,8 +142,18 @@ printf '{"hosts": [{"name": "pair", "profile": "fast.json", "mem": "45K"}]}\n' >
 check hosts-tp-needed 3 "no placement fits" --model "$model" --hosts "$tmp/tp1.json" --max-seq 64 --chunk 8
 printf '{"hosts": [{"name": "odd", "profile": "fast.json", "mem": "1G", "devices": 3}]}\n' >"$tmp/tp3.json"
 check hosts-tp-odd 3 "devices: 1, 2, 4 or 8" --model "$model" --hosts "$tmp/tp3.json"
+# 4 devices and a model of 2 heads: no TP 4, but KV parallelism over the 4 (or TP 2 x KVP 2):
+# each rank's line carries its KVP rank and positions; with a --max-seq that leaves a KVP rank
+# without positions, no split fits and the host is refused with the reason.
 printf '{"hosts": [{"name": "big", "profile": "fast.json", "mem": "1G", "devices": 4}]}\n' >"$tmp/tp4.json"
-check hosts-tp-model 3 "big (4 devices): TP 4 does not divide the 2 attention heads" --model "$model" --hosts "$tmp/tp4.json"
+check hosts-kvp 0 "--kvp-rank 1 --kvp-tokens" --model "$model" --hosts "$tmp/tp4.json" --max-seq 256
+out=$("$plan" --model "$model" --hosts "$tmp/tp4.json" --max-seq 256 --json 2>&1)
+if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); s = d["stages"][0]; assert s["kvp"] >= 2 and s["tp"] * s["kvp"] == 4' "$out"; then
+    echo "ok   hosts-kvp-json"
+else
+    echo "FAIL hosts-kvp-json: $out"; fail=1
+fi
+check hosts-tp-model 3 "whole query heads) (and no KV-parallel split of them fits either)" --model "$model" --hosts "$tmp/tp4.json" --max-seq 16
 printf '{"hosts": [{"name": "a", "profile": "spec.json", "mem": "16K"}, {"name": "b", "profile": "fast.json", "mem": "16K"}]}\n' >"$tmp/tiny.json"
 check hosts-no-fit 3 "no placement fits" --model "$model" --hosts "$tmp/tiny.json"
 printf '{"hosts": [{"name": "a"}]}\n' >"$tmp/noprof.json"

@@ -77,6 +77,24 @@ static void dense_decode_and_pipeline(void **state) {
     assert_int_equal(perf_predict(&pt, &pl, one, 1, &tp2, &link, &opt), 0);
     NEAR(pt.stages[0].decode_ms_1,
          1e3 * (bytes / 2 / 1e9 + kv / 2 / 10e9 + 4 * 2 * (5e-6 + 256 / 10e9)));
+    /* KVP 2 over the same link, 64 positions a rank of 128: every rank streams all the
+     * weights; the step's attention runs on the rank holding the most of its 100 positions
+     * (64 of them), then per layer two all-gathers from the other rank: the 4 heads' maxima
+     * (16 bytes), then their partial sums (4 x (16 + 2) x 4 bytes); each rank holds half the
+     * KV of a sequence. */
+    struct perf_device kvp2 = d[0];
+    perf_device_set_tp(&kvp2, 1, &(struct perf_link){5.0, 10.0});
+    perf_device_set_kvp(&kvp2, 2, 64, 128, 100);
+    NEAR(kvp2.kvp_kv, 0.5);
+    NEAR(kvp2.kvp_attn, 0.64);
+    assert_int_equal(perf_predict(&pt, &pl, one, 1, &kvp2, &link, &opt), 0);
+    NEAR(pt.stages[0].decode_ms_1,
+         1e3 * (bytes / 1e9 + kv * 0.64 / 10e9 +
+                4 * ((5e-6 + 16 / 10e9) + (5e-6 + 4 * 18 * 4 / 10e9))));
+    const struct stage_plan_entry e = {.weight_bytes = 1000, .kv_bytes = 800, .workspace_bytes = 10};
+    assert_int_equal(perf_place_rank_bytes(&e, &kvp2, 2), 1000 + 400 + 10);
+    perf_device_set_tp(&kvp2, 2, NULL); /* TP 2 x KVP 2: a TP rank's half of each */
+    assert_int_equal(perf_place_rank_bytes(&e, &kvp2, 2), 500 + 200 + 10);
     assert_int_equal(perf_predict(&p2, &pl, two, 2, d, &link, &opt), 0);
     /* two stages: the same work split, plus 2 hops of 64 x 4 bytes after 100 us */
     double hop = 0.1 + 1e3 * 256 / 1e9;
@@ -245,7 +263,7 @@ static void placement(void **state) {
     /* neither holds it alone: both, the fast one with more layers */
     uint64_t whole;
     struct stage_range all = {0, 4};
-    perf_place_memory(&whole, &mm, NULL, NULL, &all, 1, pl.kv_heads);
+    perf_place_memory(&whole, &mm, NULL, &all, 1, pl.kv_heads);
     h.host[0].mem_bytes = h.host[1].mem_bytes = whole * 3 / 4;
     assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
     assert_int_equal(pp.num_stages, 2);
