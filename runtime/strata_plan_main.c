@@ -53,7 +53,8 @@ static void usage(FILE *out) {
                  "  --tp N             tensor-parallel ranks per stage: 1, 2, 4 or 8 (default 1;\n"
                  "                     --predict prices each stage as a TP group of N devices\n"
                  "                     over an estimated link: perf_device_set_tp)\n"
-                 "  --kvp N            KV-parallel groups per stage (default 1)\n"
+                 "  --kvp N            KV-parallel groups per stage (default 1; --predict\n"
+                 "                     prices each TP rank as KVP over N devices)\n"
                  "  --kvp-tokens N     KV tokens per KVP group, 16 x a power of two (default\n"
                  "                     max-seq / kvp rounded up to one); kvp x kvp-tokens\n"
                  "                     must reach max-seq\n"
@@ -638,6 +639,9 @@ int main(int argc, char **argv) {
     if (rc < 0 && !a.predict_args.json) rc = print_report(&m, &a, how);
     if ((rc < 0 || rc == STRATA_EXIT_OK) && a.predict) {
         a.predict_args.tp = a.grid.tp;
+        a.predict_args.kvp = a.grid.kvp;
+        a.predict_args.kvp_tokens = a.grid.kvp_tokens; /* check_grid's, when --kvp was given */
+        a.predict_args.max_seq = a.opt.max_seq;
         rc = plan_print_prediction(m.cfg, m.plan, &a.predict_args);
     }
     if (rc == STRATA_EXIT_OK && a.grid_asked) {

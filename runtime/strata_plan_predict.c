@@ -98,8 +98,12 @@ int plan_print_prediction(const struct model_config *cfg, const struct stage_pla
     struct perf_prediction *p = calloc(1, sizeof *p);
     struct stage_range ranges[STAGE_PLAN_MAX_STAGES];
     int code = d && pl && p ? load_profiles(d, S, pa->profiles) : STRATA_EXIT_FAILURE;
-    for (int s = 0; code < 0 && pa->tp > 1 && s < S; s++)
-        perf_device_set_tp(&d[s], pa->tp, NULL);
+    for (int s = 0; code < 0 && (pa->tp > 1 || pa->kvp > 1) && s < S; s++) {
+        perf_device_set_tp(&d[s], pa->tp > 1 ? pa->tp : 1, NULL);
+        if (pa->kvp > 1)
+            perf_device_set_kvp(&d[s], pa->kvp, pa->kvp_tokens, pa->max_seq,
+                                fmin(perf_options_context(&pa->opt), pa->max_seq));
+    }
     for (int s = 0; s < S; s++)
         ranges[s] = plan->stages[s].range;
     if (code < 0 &&

@@ -19,6 +19,7 @@ struct plan_predict_args {
     int link_given;      /* --link-* given: they override the hosts file's link */
     int tp;              /* --tp: every stage a TP group of that many devices (default link) */
     int max_seq;         /* --max-seq: a KV-parallel rank's positions follow from it */
+    int kvp, kvp_tokens; /* --kvp: each TP rank KV parallel over that many devices */
 };
 
 /* Prints the prediction for `plan` (text, or JSON with --json); an exit code. */

@@ -544,6 +544,9 @@ int sim_run(struct sim_report *report, const struct sim_options *opt) {
     if (rc == 0 && opt->profile) {
         sim.device = *opt->profile;
         if (opt->tp > 1) perf_device_set_tp(&sim.device, opt->tp, NULL);
+        if (opt->kvp > 1)
+            perf_device_set_kvp(&sim.device, opt->kvp, sim.kvp_tokens, sim.max_seq,
+                                sim.decode_context);
     }
     if (rc == 0 && opt->kill_stage >= 0)
         rc = vclock_schedule(&sim.clock, opt->kill_at_ns, opt->kill_stage, EV_KILL, 0, NULL, 0,

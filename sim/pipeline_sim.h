@@ -82,8 +82,8 @@ struct sim_options {
     /* SIM_COMPUTE_MODEL: a step of r rows over a stage's layers costs what the performance
      * model says on this device profile: max(weight bytes / streaming rate, matmul time), the
      * head on the last stage for the rows it samples, and the attention its rows ran
-     * (perf_stage_step_sec; with tp > 1 each stage priced as a TP group of that many devices
-     * over perf_device_set_tp's default link) */
+     * (perf_stage_step_sec; with tp > 1 or kvp > 1 each stage priced as a TP x KVP group of
+     * that many devices over perf_device_set_tp's default link) */
     const struct perf_device *profile;
     const struct perf_layers *perf;
     /* Timing only: no weights (weights NULL); every stage runs on the timing backend

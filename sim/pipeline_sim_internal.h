@@ -57,9 +57,12 @@ struct sim {
     int requests_left;
     int32_t **last_tokens; /* [R] tokens the last stage reported, for a cross-check */
     int *last_n_tokens;    /* [R], -1 when none */
-    /* SIM_COMPUTE_MODEL: what runs each stage, the profile's device as a TP group of the
-     * run's degree (perf_device_set_tp; KVP is not priced) */
+    /* SIM_COMPUTE_MODEL: what runs each stage, the profile's device as a TP x KVP group of
+     * the run's degrees (perf_device_set_tp, perf_device_set_kvp: a KVP rank's positions, the
+     * longest request, and the requests' mean context while they decode) */
     struct perf_device device;
+    int kvp_tokens, max_seq;
+    double decode_context;
 };
 
 /* pipeline_sim.c */

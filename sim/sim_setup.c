@@ -115,6 +115,12 @@ static int build_stages(struct sim *sim) {
     struct grid_config grid = {
         .pp = S, .tp = opt->tp, .kvp = opt->kvp, .kvp_tokens = opt->kvp_tokens, .moe = opt->moe};
     if (opt->tp * opt->kvp > 1 && (rc = grid_config_check(&grid, opt->cfg, max_seq))) return rc;
+    sim->kvp_tokens = grid.kvp_tokens;
+    sim->max_seq = max_seq;
+    sim->decode_context = 0;
+    for (int i = 0; i < opt->num_requests; i++) /* the middle of each request's decode */
+        sim->decode_context += (opt->requests[i].prompt_len + opt->requests[i].max_tokens / 2.0) /
+                               opt->num_requests;
     for (int r = 0; r < S; r++) {
         struct sim_stage *st = &sim->stages[r];
         rc = stage_thread_start(&st->thread);

@@ -70,6 +70,17 @@ if [ -n "${3:-}" ]; then
     awk -v s="$rate" -v p="$want" 'BEGIN { exit !(s >= 0.85 * p && s <= 1.15 * p) }' ||
         { echo "FAIL --compute model: $rate tokens/s, strata-plan --predict says $want"; exit 1; }
     echo "ok   --compute model: $rate tokens/s simulated, strata-plan --predict $want"
+    # KVP 2 ranks per stage: both price the all-gathers and the attention's share alike
+    kvp_rate=$("$bin" --model "$model" --split "0-2|2-4" --max-tokens 16 --compute model \
+        --profile "$prof" --latency-us 0 --bandwidth-gbps 0 --kvp 2 2>&1 | grep '^0-2|2-4' |
+        awk '{ print $5 }')
+    kvp_want=$("$3" --model "$model" --ranges 0-2,2-4 --predict --profile "$prof" --link-latency-us 0 \
+        --link-gbps 1000000 --kv-bytes 4 --prompt-tokens 1 --kvp 2 --json |
+        sed -n 's/.*"decode_tokens_per_s": \([0-9.]*\).*/\1/p')
+    awk -v s="$kvp_rate" -v p="$kvp_want" -v one="$rate" \
+        'BEGIN { exit !(s >= 0.85 * p && s <= 1.15 * p && s != one) }' ||
+        { echo "FAIL --compute model --kvp 2: $kvp_rate tokens/s, strata-plan --predict --kvp 2 says $kvp_want"; exit 1; }
+    echo "ok   --compute model --kvp 2: $kvp_rate tokens/s simulated, strata-plan --predict $kvp_want"
 fi
 # --no-weights: the same run on the timing backend (nothing computed) is charged exactly the
 # same virtual times, since the model charges rows, and the stage core schedules the same
