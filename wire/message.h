@@ -230,12 +230,13 @@ struct wire_error {
  * that waited, admitted from it, refused full or past their deadline, the admitted ones'
  * total wait) and the prefix cache (prompts looked up, those that reused blocks, the prompt
  * tokens reused and looked up, reuses that fell back to a cold prefill) and speculative
- * decoding (decode steps with drafts, drafts sent, drafts accepted). */
+ * decoding (decode steps with drafts, drafts sent, drafts accepted, drafts held back by the
+ * budget under load). */
 struct wire_stage_totals {
     uint64_t requests_queued, queue_admitted, queue_refused_full, queue_expired, queue_wait_ms;
     uint64_t prefix_lookups, prefix_hits, prefix_cached_tokens, prefix_prompt_tokens,
         prefix_fallbacks;
-    uint64_t spec_steps, spec_drafted, spec_accepted;
+    uint64_t spec_steps, spec_drafted, spec_accepted, spec_withheld;
 };
 
 struct wire_stage_info {

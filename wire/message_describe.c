@@ -40,16 +40,16 @@ enum {
     INFO_NEXT = INFO_TOTALS_END, /* appended after the totals */
     INFO_FRONT,
     INFO_SPEC_STEPS, /* appended: the speculation totals, in struct wire_stage_totals's order */
-    INFO_FIELDS = INFO_SPEC_STEPS + 3
+    INFO_FIELDS = INFO_SPEC_STEPS + 4
 };
-#define NUM_TOTALS 13 /* 10 from INFO_REQUESTS_QUEUED, 3 from INFO_SPEC_STEPS */
+#define NUM_TOTALS 14 /* 10 from INFO_REQUESTS_QUEUED, 4 from INFO_SPEC_STEPS */
 #define S4 SCALAR(4)
 #define S1 SCALAR(1)
 #define STR STRING
 #define S8 SCALAR(8)
 static const struct fb_field_desc info_fields[] = {
     S4, S4, S4, S4, S1, S1, S1, STR, S4, S4, S4, STR, STR, S4,  S4, S4, S4, S4, S4,
-    S4, S4, S4, S8, S8, S8, S8, S8,  S8, S8, S8, S8,  S8,  STR, S1, S8, S8, S8};
+    S4, S4, S4, S8, S8, S8, S8, S8,  S8, S8, S8, S8,  S8,  STR, S1, S8, S8, S8, S8};
 const struct fb_table_desc wmsg_stage_info_desc = {"StageInfo", INFO_FIELDS, info_fields};
 
 /* Where each total lives in struct wire_stage_totals, in field order. */
@@ -66,7 +66,8 @@ static const size_t totals_offset[NUM_TOTALS] = {
     offsetof(struct wire_stage_totals, prefix_fallbacks),
     offsetof(struct wire_stage_totals, spec_steps),
     offsetof(struct wire_stage_totals, spec_drafted),
-    offsetof(struct wire_stage_totals, spec_accepted)};
+    offsetof(struct wire_stage_totals, spec_accepted),
+    offsetof(struct wire_stage_totals, spec_withheld)};
 
 static uint64_t *total(struct wire_stage_totals *t, int i) {
     return (uint64_t *)(void *)((char *)t + totals_offset[i]);

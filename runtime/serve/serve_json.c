@@ -144,7 +144,8 @@ static int add_totals(cJSON *e, const struct client_stage_info *s) {
              {"prefix_fallbacks", t->prefix_fallbacks},
              {"spec_steps", t->spec_steps},
              {"spec_drafted", t->spec_drafted},
-             {"spec_accepted", t->spec_accepted}};
+             {"spec_accepted", t->spec_accepted},
+             {"spec_withheld", t->spec_withheld}};
     for (size_t i = 0; i < sizeof f / sizeof *f; i++)
         if (!cJSON_AddNumberToObject(e, f[i].name, (double)f[i].v)) return 0;
     return 1;

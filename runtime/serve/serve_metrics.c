@@ -227,7 +227,11 @@ int serve_metrics_render_stages(const struct client_describe *d, struct serve_bu
          t->spec_drafted},
         {"strata_stage_spec_decode_accepted_tokens_total", "",
          "Draft tokens the last stage accepted: tokens that took no step of their own.",
-         t->spec_accepted}};
+         t->spec_accepted},
+        {"strata_stage_spec_decode_withheld_tokens_total", "",
+         "Draft tokens stage 0 held back: under the load of the moment a step with them "
+         "would have cost more than they were likely to save.",
+         t->spec_withheld}};
     for (size_t i = 0; rc == 0 && i < sizeof counters / sizeof *counters; i++) {
         if (counters[i].help)
             rc = appendf(out, "# HELP %s %s\n# TYPE %s counter\n", counters[i].name,

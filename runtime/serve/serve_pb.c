@@ -280,6 +280,7 @@ int serve_pb_pack_info(const struct serve_pb_info *info, uint8_t **out, size_t *
         e.spec_steps = s->totals.spec_steps;
         e.spec_drafted = s->totals.spec_drafted;
         e.spec_accepted = s->totals.spec_accepted;
+        e.spec_withheld = s->totals.spec_withheld;
         e.next = (char *)s->next;
         e.front = s->front != 0;
         entries[i] = e;

@@ -213,7 +213,7 @@ void client_describe_totals(char *buf, size_t cap, const struct client_describe 
                  "stage 0 since start: queue %llu waited (mean %.0f ms), %llu refused full, "
                  "%llu past their deadline; prefix cache %llu of %llu prompts, %llu of %llu "
                  "prompt tokens (%.1f%%), %llu fell back cold; speculation %llu of %llu draft "
-                 "tokens accepted over %llu steps\n",
+                 "tokens accepted over %llu steps, %llu held back under load\n",
                  (unsigned long long)t->requests_queued,
                  t->queue_admitted ? (double)t->queue_wait_ms / (double)t->queue_admitted : 0.0,
                  (unsigned long long)t->queue_refused_full, (unsigned long long)t->queue_expired,
@@ -224,6 +224,7 @@ void client_describe_totals(char *buf, size_t cap, const struct client_describe 
                      ? 100.0 * (double)t->prefix_cached_tokens / (double)t->prefix_prompt_tokens
                      : 0.0,
                  (unsigned long long)t->prefix_fallbacks, (unsigned long long)t->spec_accepted,
-                 (unsigned long long)t->spec_drafted, (unsigned long long)t->spec_steps);
+                 (unsigned long long)t->spec_drafted, (unsigned long long)t->spec_steps,
+                 (unsigned long long)t->spec_withheld);
     }
 }

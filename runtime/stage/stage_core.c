@@ -608,6 +608,7 @@ void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats
     out->spec_steps = core->spec.steps;
     out->spec_drafted = core->spec.drafted;
     out->spec_accepted = core->spec.accepted;
+    out->spec_withheld = core->spec.withheld;
 }
 
 void stage_core_set_prefix_cache(struct stage_core *core, int on) {

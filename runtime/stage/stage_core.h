@@ -277,7 +277,7 @@ struct stage_core_stats {
     uint64_t prefix_fallbacks; /* checks that came back marked: sent again cold */
     /* Speculative decoding (stage 0, since start): decode steps sent with drafts, drafts
      * sent, drafts accepted (each accepted one is a token that took no trip of its own). */
-    uint64_t spec_steps, spec_drafted, spec_accepted;
+    uint64_t spec_steps, spec_drafted, spec_accepted, spec_withheld;
 };
 void stage_core_get_stats(const struct stage_core *core, struct stage_core_stats *out);
 

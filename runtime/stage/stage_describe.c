@@ -100,7 +100,8 @@ void stage_core_describe_self(struct stage_core *core, struct wire_stage_info *o
                    .prefix_fallbacks = st.prefix_fallbacks,
                    .spec_steps = st.spec_steps,
                    .spec_drafted = st.spec_drafted,
-                   .spec_accepted = st.spec_accepted}};
+                   .spec_accepted = st.spec_accepted,
+                   .spec_withheld = st.spec_withheld}};
 }
 
 /* Emits a Describe carrying `prefix` [n] (read entries or NULL) plus, when `add_self`, this

@@ -167,7 +167,7 @@ static void stages_list(void **state) {
           "\"totals\":{\"requests_queued\":9,\"queue_admitted\":7,\"queue_refused_full\":1,"
           "\"queue_expired\":1,\"queue_wait_ms\":1500,\"prefix_lookups\":20,\"prefix_hits\":12,"
           "\"prefix_cached_tokens\":960,\"prefix_prompt_tokens\":2000,\"prefix_fallbacks\":1,"
-          "\"spec_steps\":40,\"spec_drafted\":120,\"spec_accepted\":70}},{"
+          "\"spec_steps\":40,\"spec_drafted\":120,\"spec_accepted\":70,\"spec_withheld\":0}},{"
           "\"stage\":1,\"num_stages\":2,"
           "\"layers\":[1,4],\"roles\":[\"head\"],"
           "\"device\":\"cpu, 1 \\\"thread\\\"\",\"tp\":1,\"kvp\":1,\"threads\":1,"
