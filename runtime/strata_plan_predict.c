@@ -303,7 +303,8 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
         struct grid_config grid = {.pp = 1, .tp = t, .kvp = k, .moe = TP_MOE_EXPERT_PARALLEL};
         if (k > 1) grid_config_check(&grid, cfg, pa->max_seq); /* its kvp_tokens */
         for (int r = 0; r < t * k; r++) { /* group rank r = kvp rank x t + tp rank */
-            char dev[32] = "", tp[480] = "", ring[160] = "";
+            /* up to 8 peers of 64-character host names */
+            char dev[32] = "", tp[1024] = "", ring[160] = "";
             if (cuda) snprintf(dev, sizeof dev, " --device cuda:%d", r);
             size_t used = 0;
             if (t > 1) used = (size_t)snprintf(tp, sizeof tp, " --tp %d --tp-rank %d", t, r % t);

@@ -543,7 +543,8 @@ int sim_run(struct sim_report *report, const struct sim_options *opt) {
     rc = sim_setup(&sim, report, opt);
     if (rc == 0 && opt->profile) {
         sim.device = *opt->profile;
-        if (opt->tp > 1) perf_device_set_tp(&sim.device, opt->tp, NULL);
+        if (opt->tp > 1 || opt->kvp > 1) /* the group's link, for KVP alone too */
+            perf_device_set_tp(&sim.device, opt->tp > 1 ? opt->tp : 1, NULL);
         if (opt->kvp > 1)
             perf_device_set_kvp(&sim.device, opt->kvp, sim.kvp_tokens, sim.max_seq,
                                 sim.decode_context);

@@ -290,7 +290,6 @@ void perf_device_set_kvp(struct perf_device *d, int kvp, int kvp_tokens, int max
     d->kvp = kvp > 1 ? kvp : 1;
     d->kvp_kv = d->kvp > 1 && max_seq > 0 ? fmin(1.0, (double)kvp_tokens / max_seq) : 1;
     d->kvp_attn = d->kvp > 1 && context > 0 ? fmin(1.0, kvp_tokens / context) : 1;
-    if (!d->tp_link.gbps) perf_device_set_tp(d, d->tp > 1 ? d->tp : 1, NULL); /* its link */
 }
 
 /* An all-gather of `bytes` from each of kvp ranks: the link's fixed cost, then the other

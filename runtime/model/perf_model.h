@@ -123,7 +123,8 @@ void perf_device_set_tp(struct perf_device *d, int tp, const struct perf_link *l
 
 /* Makes each rank of d's TP group kvp devices, KV parallel with kvp_tokens positions each
  * (tp_shard.h grid_config_check's rule), for sequences of max_seq positions and decode steps
- * that attend to `context` positions. kvp 1: none. */
+ * that attend to `context` positions. kvp 1: none. Its all-gathers cross d's tp_link: set it
+ * first (perf_device_set_tp, with tp 1 for KVP alone). */
 void perf_device_set_kvp(struct perf_device *d, int kvp, int kvp_tokens, int max_seq,
                          double context);
 
