@@ -2,6 +2,11 @@
  *   make-model  writes a random-weight Qwen3 checkpoint (config.json + bf16 safetensors) big
  *               enough that compute, not messaging, dominates a decode step — the committed
  *               goldens are tiny — deterministic for a seed.
+ *   make-draft  a self-speculative draft of a checkpoint: its embedding, its first N layers,
+ *               its final norm and head, unchanged (for --draft-model). On the random
+ *               checkpoints no trained pair exists; the first layers of the target itself are
+ *               a real smaller model with the same vocabulary whose guesses cost what a draft
+ *               model's do.
  *   hop         per-hop latency of one decode hidden state [1, H]: two threads ping-pong a
  *               real Activation frame over a TCP loopback connection (build, length-prefixed
  *               send, receive, verify + read, decode to f32 on each side); one hop = RTT / 2.
@@ -18,11 +23,14 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
+#include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
 #include "wire/codec.h"
 #include "wire/message.h"
 #include "wire/tls.h"
 #include "wire/transport.h"
+
+#include <cjson/cJSON.h>
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ULL;
 
@@ -170,6 +178,138 @@ static int make_model(int argc, char **argv) {
     }
     printf("wrote %s: qwen3 H=%d L=%d V=%d I=%d heads %d/%d D=%d, %.1f MB bf16\n", out, H, L, V, I,
            nh, nkv, D, bytes / 1e6);
+    return STRATA_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- make-draft */
+
+/* The layer index of "model.layers.<i>.<rest>", or -1 for a tensor outside the layers. */
+static int layer_of(const char *name) {
+    static const char prefix[] = "model.layers.";
+    if (strncmp(name, prefix, sizeof prefix - 1)) return -1;
+    char *end;
+    long l = strtol(name + sizeof prefix - 1, &end, 10);
+    return end == name + sizeof prefix - 1 || *end != '.' || l < 0 || l > 1000000 ? -1 : (int)l;
+}
+
+/* The target's config.json with num_hidden_layers N: mlp_only_layers and layer_types keep the
+ * entries of the layers the draft keeps. */
+static int draft_config(char **out, const char *from, int n) {
+    char path[4096], *text = NULL;
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/config.json", from);
+    int rc = cli_read_file_max(&text, &len, path, 1 << 20);
+    if (rc < 0) return rc;
+    cJSON *root = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!root) return strata_set_error(STRATA_EFORMAT, "%s: not JSON", path);
+    if (cJSON_GetObjectItem(root, "text_config") || cJSON_GetObjectItem(root, "vision_config")) {
+        cJSON_Delete(root);
+        return strata_set_error(STRATA_EINVAL,
+                                "%s: a vision-language model; a draft is a text model", path);
+    }
+    cJSON_ReplaceItemInObject(root, "num_hidden_layers", cJSON_CreateNumber(n));
+    cJSON *mlp_only = cJSON_GetObjectItem(root, "mlp_only_layers");
+    for (int i = cJSON_GetArraySize(mlp_only) - 1; cJSON_IsArray(mlp_only) && i >= 0; --i)
+        if (cJSON_GetArrayItem(mlp_only, i)->valuedouble >= n)
+            cJSON_DeleteItemFromArray(mlp_only, i);
+    cJSON *types = cJSON_GetObjectItem(root, "layer_types");
+    while (cJSON_IsArray(types) && cJSON_GetArraySize(types) > n)
+        cJSON_DeleteItemFromArray(types, cJSON_GetArraySize(types) - 1);
+    *out = cJSON_Print(root);
+    cJSON_Delete(root);
+    return *out ? STRATA_OK : strata_set_error(STRATA_ENOMEM, "out of memory");
+}
+
+/* model.safetensors of the draft: the kept tensors' bytes as they are, in the target's order. */
+static int draft_weights(const char *path, const struct safetensors *st, int n, size_t *bytes) {
+    cJSON *header = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(header, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    size_t offset = 0;
+    for (int i = 0; i < safetensors_count(st); ++i) {
+        const struct st_tensor *t = safetensors_at(st, i);
+        if (layer_of(t->name) >= n) continue;
+        cJSON *e = cJSON_AddObjectToObject(header, t->name);
+        cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype));
+        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t->ndim; ++d)
+            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
+        cJSON *range = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)offset));
+        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)(offset + t->nbytes)));
+        offset += t->nbytes;
+    }
+    char *json = cJSON_PrintUnformatted(header);
+    cJSON_Delete(header);
+    if (!json) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    size_t hlen = strlen(json), padded = (hlen + 7) & ~(size_t)7;
+    uint8_t prefix[8];
+    for (int i = 0; i < 8; i++)
+        prefix[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    FILE *f = fopen(path, "wb");
+    int ok = f && fwrite(prefix, 1, 8, f) == 8 && fwrite(json, 1, hlen, f) == hlen;
+    for (size_t i = hlen; ok && i < padded; ++i)
+        ok = fputc(' ', f) != EOF;
+    for (int i = 0; ok && i < safetensors_count(st); ++i) {
+        const struct st_tensor *t = safetensors_at(st, i);
+        if (layer_of(t->name) < n) ok = fwrite(t->data, 1, t->nbytes, f) == t->nbytes;
+    }
+    if (f && fclose(f)) ok = 0;
+    free(json);
+    *bytes = offset;
+    return ok ? STRATA_OK : strata_set_error(STRATA_EIO, "cannot write %s", path);
+}
+
+static int make_draft(int argc, char **argv) {
+    const char *from = NULL, *out = NULL;
+    int n = 0;
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--from"))
+            from = argv[i + 1];
+        else if (!strcmp(argv[i], "--out"))
+            out = argv[i + 1];
+        else if (!strcmp(argv[i], "--layers"))
+            n = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "strata-stage-bench make-draft: unknown option %s\n", argv[i]);
+            return STRATA_EXIT_USAGE;
+        }
+    }
+    if (!from || !out || n < 1 || argc % 2) {
+        fprintf(stderr, "usage: strata-stage-bench make-draft --from DIR --layers N --out DIR\n");
+        return STRATA_EXIT_USAGE;
+    }
+    struct model_config cfg;
+    struct safetensors *st = NULL;
+    char *json = NULL, path[4096];
+    size_t bytes = 0;
+    int rc = model_config_load(&cfg, from);
+    if (rc == 0 && n >= cfg.num_layers)
+        rc = strata_set_error(STRATA_ERANGE, "--layers %d: a draft has fewer than %s's %d layers",
+                              n, from, cfg.num_layers);
+    if (rc == 0) rc = safetensors_open(&st, from);
+    if (rc == 0) rc = draft_config(&json, from, n);
+    if (rc == 0 && mkdir(out, 0755) != 0 && errno != EEXIST)
+        rc = strata_set_error(STRATA_EIO, "mkdir %s: %s", out, strerror(errno));
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/config.json", out);
+        FILE *f = fopen(path, "w");
+        if (!f || fputs(json, f) == EOF || fputc('\n', f) == EOF || fclose(f))
+            rc = strata_set_error(STRATA_EIO, "cannot write %s", path);
+    }
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", out);
+        rc = draft_weights(path, st, n, &bytes);
+    }
+    free(json);
+    safetensors_close(st);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage-bench make-draft: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    printf("wrote %s: the first %d of %s's %d layers, its embedding, norm and head, %.1f MB\n", out,
+           n, from, cfg.num_layers, bytes / 1e6);
     return STRATA_EXIT_OK;
 }
 
@@ -337,14 +477,18 @@ done:
 
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "make-model")) return make_model(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "make-draft")) return make_draft(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "hop")) return hop(argc - 2, argv + 2);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: strata-stage-bench make-model --out DIR [size options] | hop [--hidden H] "
-               "[--iters N] [--tls psk|off]\n"
-               "Helpers for tools/bench_pipeline.sh: a random-weight Qwen3 checkpoint, and the "
-               "per-hop latency of a decode hidden state over TCP loopback.\n");
+        printf("usage: strata-stage-bench make-model --out DIR [size options]\n"
+               "       strata-stage-bench make-draft --from DIR --layers N --out DIR\n"
+               "       strata-stage-bench hop [--hidden H] [--iters N] [--tls psk|off]\n"
+               "Helpers for the benchmarks: a random-weight Qwen3 checkpoint; a draft model made\n"
+               "of a checkpoint's first N layers (its embedding, norm and head kept); the per-hop\n"
+               "latency of a decode hidden state over TCP loopback.\n");
         return STRATA_EXIT_OK;
     }
-    fprintf(stderr, "usage: strata-stage-bench make-model ... | hop ... | --help\n");
+    fprintf(stderr,
+            "usage: strata-stage-bench make-model ... | make-draft ... | hop ... | --help\n");
     return STRATA_EXIT_USAGE;
 }

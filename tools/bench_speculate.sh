@@ -5,6 +5,10 @@
 # tests' userspace tun_link emulator), for
 #   - no drafts (the reference; at 1 stage it is one process),
 #   - n-gram drafts (strata-stage --speculate ngram: model-free, from the sequence itself),
+#   - draft-model drafts (strata-stage --draft-model): the model's own first BENCH_DRAFT_LAYERS
+#     layers with its embedding, norm and head (strata-stage-bench make-draft), a real smaller
+#     model with the same vocabulary whose forward stage 0 pays on every draft (no trained pair
+#     of random checkpoints exists; how often it agrees is whatever it is, printed),
 #   - oracle drafts at acceptance 1.0, 0.8, 0.6 and 0.4 (strata-stage --speculate-oracle: the
 #     tokens of the reference run, each replaced by a wrong one at that rate, so P is each
 #     draft's chance to be right; the "accepted" column is the share of drafts the last stage
@@ -13,8 +17,9 @@
 #   - on 2 and 4 stages, n-gram and oracle 0.8 drafts with BENCH_WAVES (default 3) decode
 #     steps in flight (--speculate-waves: the later ones drafted on the guess that the ones
 #     before them are accepted whole, so the stages work on one stream together);
-#   - sampling at temperature 1 without drafts and with n-gram drafts, where the random model
-#     rarely repeats itself: what drafts that miss cost (stage 0 backs off after a miss).
+#   - sampling at temperature 1 without drafts, with n-gram drafts (the random model rarely
+#     repeats itself: what drafts that miss cost; stage 0 backs off after a miss) and with the
+#     draft model (speculative sampling: a draft is kept with probability min(1, p/q)).
 # Every run's tokens must equal the reference's (it says so, or stops); it prints acceptance,
 # tokens per round (a round = one trip of the ring), tokens/s, and the speed-up over the same
 # pipeline without drafts and over one process without drafts.
@@ -22,7 +27,8 @@
 # `./strata bench pipeline` uses) unless BENCH_MODEL names a model directory.
 # Needs root and network namespaces (else "skipped: ..." and exit 0).
 # Env: BENCH_MODEL, BENCH_THREADS (per stage, default 1), BENCH_TOKENS (default 64), BENCH_K
-# (drafts per step, default 4), BENCH_DELAYS_MS (default "0.1 1 5"), BENCH_STAGES (default
+# (drafts per step, default 4), BENCH_DRAFT_LAYERS (the draft model's layers, default 2),
+# BENCH_DELAYS_MS (default "0.1 1 5"), BENCH_STAGES (default
 # "1 2 4"), BENCH_ORACLE (acceptances, default "1.0 0.8 0.6 0.4 0.0": 0.0, every draft wrong, is the mechanism's worst case), STRATA_BAZEL_FLAGS.
 set -u
 cd "$(dirname "$0")/.."
@@ -42,6 +48,10 @@ if [ -z "$model" ]; then
     [ -f "$model/model.safetensors" ] || "$BENCH" make-model --out "$model" >/dev/null ||
         pl_fail "cannot generate the benchmark model"
 fi
+DL=${BENCH_DRAFT_LAYERS:-2}
+draft="$PL_WORK/draft-$DL"
+"$BENCH" make-draft --from "$model" --layers "$DL" --out "$draft" >/dev/null ||
+    pl_fail "cannot make the draft model"
 prompt=1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16
 opts=(--threads "$T" --max-seq 512 --max-batch 2 --insecure)
 if nl_netem_available; then mech="tc netem"; else mech="tun_link (userspace; no netem here)"; fi
@@ -103,7 +113,7 @@ run() {
 }
 
 echo "bench speculate: one stream of $N tokens, $T thread(s) per stage, k = $K drafts per step;"
-echo "model $model; links: $mech"
+echo "model $model; draft model: its first $DL layers; links: $mech"
 lscpu | sed -n 's/^Model name: *//p' | head -n 1
 for delay in ${BENCH_DELAYS_MS:-0.1 1 5}; do
     links "$delay"
@@ -116,6 +126,7 @@ for delay in ${BENCH_DELAYS_MS:-0.1 1 5}; do
         base="" base_t=""
         run "n$S" "$S" none --speculate off
         run "g$S" "$S" ngram --speculate ngram --speculate-k "$K"
+        run "d$S" "$S" "draft ${DL}L" -- --draft-model "$draft" --speculate-k "$K"
         for p in ${BENCH_ORACLE:-1.0 0.8 0.6 0.4 0.0}; do
             run "o$S" "$S" "oracle $p" -- --speculate-oracle "$PL_WORK/oracle.txt:$p" \
                 --speculate-k "$K"
@@ -128,6 +139,8 @@ for delay in ${BENCH_DELAYS_MS:-0.1 1 5}; do
         fi
         run "t$S" "$S" "none T=1" --speculate off --temperature 1 --seed 5
         run "u$S" "$S" "ngram T=1" --speculate ngram --speculate-k "$K" --temperature 1 --seed 5
+        run "e$S" "$S" "draft${DL}L T=1" --temperature 1 --seed 5 -- --draft-model "$draft" \
+            --speculate-k "$K"
     done
 done
 [ -n "${NL_TUN_LINK_PID:-}" ] && nl_tun_link_stop

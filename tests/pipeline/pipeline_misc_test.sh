@@ -121,16 +121,21 @@ expect_exit 3 "equal layer range" "$PL_STAGE" --model "$tied" --num-stages 4 --s
     --next-port 1 --kv-restore "$PL_WORK/kv.block"
 echo "kv handoff: sent, written, restored into [0, 2), refused for [0, 1)"
 
-# A draft model on stage 0 (the golden's own checkpoint drafting for it): the golden ids,
-# and sampled tokens equal to those of the same request without drafts.
+# A draft model on stage 0 (the golden's first 4 of 8 layers, made by strata-stage-bench
+# make-draft: a smaller model whose guesses are sometimes wrong): the golden ids, and sampled
+# tokens equal to those of the same request without drafts.
 deep8=$(pl_golden qwen3_deep8)
 p8=$(pl_golden_prompt qwen3_deep8)
+"$PL_BIN/strata-stage-bench" make-draft --from "$deep8" --layers 4 --out "$PL_WORK/draft4" \
+    >/dev/null || pl_fail "make-draft failed"
+grep -q '"num_hidden_layers":.4,' "$PL_WORK/draft4/config.json" ||
+    pl_fail "the draft's config does not say 4 layers: $(cat "$PL_WORK/draft4/config.json")"
 expect_exit 2 "--speculate draft needs --draft-model" "$PL_STAGE" --model "$deep8" \
     --num-stages 1 --speculate draft
 expect_exit 3 "draft model's vocabulary has 640 ids, the model's 512" "$PL_STAGE" \
     --model "$deep8" --num-stages 1 --draft-model "$(pl_golden qwen3_mha_untied)"
-pl_start_pipeline dr 2 "$deep8" --draft-model "$deep8" --speculate-k 5
-grep -q "speculation: draft model .* drafts by default, up to 5" "$PL_WORK/dr.0.out" ||
+pl_start_pipeline dr 2 "$deep8" --draft-model "$PL_WORK/draft4" --speculate-k 5
+grep -q "speculation: draft model .*4 layers.* drafts by default, up to 5" "$PL_WORK/dr.0.out" ||
     pl_fail "no draft model in stage 0's summary: $(cat "$PL_WORK/dr.0.out")"
 pl_client dr --prompt "$p8" --max-tokens "$(pl_golden_steps qwen3_deep8)" >"$PL_WORK/dr.greedy" ||
     pl_fail "draft run failed: $(cat "$PL_WORK/dr.greedy")"
