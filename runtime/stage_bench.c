@@ -7,6 +7,10 @@
  *               checkpoints no trained pair exists; the first layers of the target itself are
  *               a real smaller model with the same vocabulary whose guesses cost what a draft
  *               model's do.
+ *   ngram-text  n-gram drafts on real text: each file's first part as the prompt and the rest
+ *               as the answer a model writes (or an old and a new version of a file: an
+ *               edit), replayed step by step with stage 0's own drafter and pace; prints
+ *               the drafts accepted and the decode steps against one token per step.
  *   hop         per-hop latency of one decode hidden state [1, H]: two threads ping-pong a
  *               real Activation frame over a TCP loopback connection (build, length-prefixed
  *               send, receive, verify + read, decode to f32 on each side); one hop = RTT / 2.
@@ -25,6 +29,9 @@
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
+#include "runtime/stage/ngram_draft.h"
+#include "runtime/stage/spec_pace.h"
+#include "runtime/text/tokenizer.h"
 #include "wire/codec.h"
 #include "wire/message.h"
 #include "wire/tls.h"
@@ -313,6 +320,149 @@ static int make_draft(int argc, char **argv) {
     return STRATA_EXIT_OK;
 }
 
+/* ---------------------------------------------------------------- ngram-text */
+
+struct replay {
+    int answer, steps, drafted, accepted;
+};
+
+/* Decodes answer [A] after prompt [P] as stage 0 would with n-gram drafts and k per step, a
+ * model that writes exactly the answer standing in for the last stage: the first token comes
+ * from the prefill; each step feeds the last token and the drafts, and emits the drafts that
+ * equal the answer plus one token. */
+static int replay_ngram(const int32_t *prompt, int P, const int32_t *answer, int A, int k,
+                        struct replay *r) {
+    int32_t *seq = malloc(sizeof(int32_t) * (size_t)(P + A + 1));
+    int32_t out[WIRE_SPECULATE_MAX_K];
+    if (!seq) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    memcpy(seq, prompt, sizeof(int32_t) * (size_t)P);
+    struct spec_pace pace;
+    spec_pace_start(&pace, k);
+    *r = (struct replay){.answer = A};
+    int g = A > 0;
+    if (g) seq[P] = answer[0];
+    while (g < A) {
+        int d = spec_pace_next(&pace);
+        if (d > A - g - 1) d = A - g - 1; /* no drafts past the answer's end */
+        const int got = d > 0 ? ngram_draft(seq, P + g, d, out) : 0;
+        int acc = 0;
+        while (acc < got && out[acc] == answer[g + acc])
+            acc++;
+        memcpy(seq + P + g, answer + g, sizeof(int32_t) * (size_t)(acc + 1));
+        g += acc + 1;
+        r->steps++;
+        r->drafted += got;
+        r->accepted += acc;
+        if (got > 0) spec_pace_after(&pace, got, acc);
+    }
+    free(seq);
+    return STRATA_OK;
+}
+
+static int encode_file(const struct tokenizer *tok, const char *path, struct tokenizer_ids *ids) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = cli_read_file_max(&text, &len, path, 64u << 20);
+    if (rc == 0) rc = tokenizer_encode(tok, text, len, ids);
+    free(text);
+    return rc < 0 ? strata_set_error(rc, "%s: %s", path, strata_last_error()) : STRATA_OK;
+}
+
+/* The part of path [len] after its last '/'. */
+static const char *base_name(const char *path, size_t len) {
+    const char *b = path + len;
+    while (b > path && b[-1] != '/')
+        b--;
+    return b;
+}
+
+static void print_replay(const char *what, int P, const struct replay *r) {
+    printf("%-44.44s %7d %7d %6d %8d %8d %8.2f %9.2f\n", what, P, r->answer, r->steps, r->drafted,
+           r->accepted, r->drafted ? (double)r->accepted / r->drafted : 0.0,
+           r->steps ? (double)(r->answer > 0 ? r->answer - 1 : 0) / r->steps : 1.0);
+}
+
+static int ngram_text(int argc, char **argv) {
+    const char *dir = NULL;
+    int k = 4;
+    double share = 0.5;
+    int i = 0;
+    for (; i + 1 < argc && !strncmp(argv[i], "--", 2); i += 2) {
+        if (!strcmp(argv[i], "--tokenizer"))
+            dir = argv[i + 1];
+        else if (!strcmp(argv[i], "--k"))
+            k = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--prompt-share"))
+            share = atof(argv[i + 1]);
+        else
+            break;
+    }
+    if (!dir || k < 1 || k > WIRE_SPECULATE_MAX_K || !(share > 0 && share < 1) || i >= argc) {
+        fprintf(
+            stderr,
+            "usage: strata-stage-bench ngram-text --tokenizer DIR [--k K] [--prompt-share F] "
+            "(FILE | OLD:NEW)...\n"
+            "  FILE: its first F (default 0.5) of tokens the prompt, the rest the answer;\n"
+            "  OLD:NEW: OLD's text then NEW's the prompt (an edit to apply), NEW the answer.\n");
+        return STRATA_EXIT_USAGE;
+    }
+    struct tokenizer *tok = NULL;
+    if (tokenizer_load(&tok, dir) < 0) {
+        fprintf(stderr, "strata-stage-bench ngram-text: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    printf("n-gram drafts on real text: up to %d per step, stage 0's pace; a model writing "
+           "exactly the answer verifies them\n",
+           k);
+    printf("%-44s %7s %7s %6s %8s %8s %8s %9s\n", "text", "prompt", "answer", "steps", "drafted",
+           "accepted", "accept", "tok/step");
+    struct replay total = {0};
+    int rc = 0;
+    for (; i < argc && rc == 0; ++i) {
+        struct tokenizer_ids a = {0}, b = {0};
+        const char *colon = strchr(argv[i], ':');
+        int P = 0, A = 0;
+        const int32_t *answer = NULL;
+        char old[4096], label[256];
+        snprintf(label, sizeof label, "%.200s", base_name(argv[i], strlen(argv[i])));
+        if (colon) { /* OLD:NEW, labelled by the two base names */
+            snprintf(old, sizeof old, "%.*s", (int)(colon - argv[i]), argv[i]);
+            snprintf(label, sizeof label, "%.100s:%.100s", base_name(old, strlen(old)),
+                     base_name(colon + 1, strlen(colon + 1)));
+            if ((rc = encode_file(tok, old, &a)) == 0 &&
+                (rc = encode_file(tok, colon + 1, &b)) == 0) {
+                P = (int)a.n;
+                A = (int)b.n;
+                answer = b.ids;
+            }
+        } else if ((rc = encode_file(tok, argv[i], &a)) == 0) {
+            P = (int)(share * (double)a.n);
+            A = (int)a.n - P;
+            answer = a.ids + P;
+        }
+        struct replay r = {0};
+        if (rc == 0 && P + A > (1 << 24))
+            rc = strata_set_error(STRATA_ERANGE, "%s: more than 16M tokens", argv[i]);
+        if (rc == 0 && (rc = replay_ngram(a.ids, P, answer, A, k, &r)) == 0) {
+            print_replay(label, P, &r);
+            total.answer += r.answer;
+            total.steps += r.steps;
+            total.drafted += r.drafted;
+            total.accepted += r.accepted;
+        }
+        tokenizer_ids_free(&a);
+        tokenizer_ids_free(&b);
+    }
+    tokenizer_free(tok);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage-bench ngram-text: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    print_replay("all", 0, &total);
+    printf("(tok/step: answer tokens after the first per decode step; without drafts 1.00)\n");
+    return STRATA_EXIT_OK;
+}
+
 static double now_us(void) {
     return (double)cli_now_ns() * 1e-3;
 }
@@ -478,17 +628,23 @@ done:
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "make-model")) return make_model(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "make-draft")) return make_draft(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "ngram-text")) return ngram_text(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "hop")) return hop(argc - 2, argv + 2);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: strata-stage-bench make-model --out DIR [size options]\n"
                "       strata-stage-bench make-draft --from DIR --layers N --out DIR\n"
+               "       strata-stage-bench ngram-text --tokenizer DIR [--k K] [--prompt-share F] "
+               "(FILE | OLD:NEW)...\n"
                "       strata-stage-bench hop [--hidden H] [--iters N] [--tls psk|off]\n"
                "Helpers for the benchmarks: a random-weight Qwen3 checkpoint; a draft model made\n"
-               "of a checkpoint's first N layers (its embedding, norm and head kept); the per-hop\n"
-               "latency of a decode hidden state over TCP loopback.\n");
+               "of a checkpoint's first N layers (its embedding, norm and head kept); what n-gram\n"
+               "drafts would accept on real text; the per-hop latency of a decode hidden state\n"
+               "over TCP loopback.\n");
         return STRATA_EXIT_OK;
     }
-    fprintf(stderr,
-            "usage: strata-stage-bench make-model ... | make-draft ... | hop ... | --help\n");
+    fprintf(
+        stderr,
+        "usage: strata-stage-bench make-model ... | make-draft ... | ngram-text ... | hop ... |\n"
+        "       --help\n");
     return STRATA_EXIT_USAGE;
 }

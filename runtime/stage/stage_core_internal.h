@@ -17,6 +17,7 @@
 #include "runtime/stage/stage_describe_internal.h"
 #include "runtime/stage/stage_prefix_internal.h"
 #include "runtime/stage/stage_recovery_internal.h"
+#include "runtime/stage/spec_pace.h"
 #include "runtime/stage/stage_speculate_internal.h"
 #include "wire/message.h"
 
@@ -74,9 +75,8 @@ struct stage_req {
      * the last decode step's first position and rows; with rows > 1 (drafts) the next step
      * may start at any of its positions after the first, and the rows from there on (the
      * rejected drafts') are dropped. 0 rows: nothing to drop. */
-    int spec_k, spec_cur, spec_wait; /* stage 0: most drafts, drafts now, steps to skip */
+    struct spec_pace pace;           /* stage 0: drafts per step */
     int spec_waves;                  /* stage 0: decode steps it may have in flight (>= 1) */
-    int spec_backoff;                /* stage 0: the next skip after a total miss */
     int spec_drafted, spec_accepted; /* stage 0: this request's drafts so far, accepted */
     int spec_oracle;                 /* stage 0: its drafts come from core->spec.oracle */
     /* Stage 0 with a draft model: the request's slot there (while drafting is set) and the

@@ -30,14 +30,11 @@
  *
  * What a miss costs: its rows, on every stage (for a memory-bound decode step on a CPU or a
  * GPU, far less than a step; on compute-bound hardware about a row's share). So stage 0
- * adapts a request's drafts per step to how they fare: one more after a step whose drafts
- * were all accepted, as many as were accepted plus one after a partial hit, and after a total
- * miss half as many; when that leaves none, it skips drafting for SPEC_BACKOFF_STEPS steps,
- * twice as many after each further total miss (up to SPEC_BACKOFF_MAX), and back to the
- * first wait after a hit: a request whose drafts never land soon pays almost nothing. That
- * matters under load: with 4 requests batched on one 2-core stage, 4 wrong drafts per step
- * for each (the oracle at 0.0, no back-off) cut tokens/s 3x, since a batch of 20 rows is no
- * longer bound by reading the weights.
+ * adapts a request's drafts per step to how they fare (runtime/stage/spec_pace.h): a request
+ * whose drafts never land soon pays almost nothing. That matters under load: with 4 requests
+ * batched on one 2-core stage, 4 wrong drafts per step for each (the oracle at 0.0, no
+ * back-off) cut tokens/s 3x, since a batch of 20 rows is no longer bound by reading the
+ * weights.
  *
  * Drafts from a draft model (strata-stage --draft-model DIR): a whole smaller model with the
  * same tokenizer on stage 0's device, with a KV slot per request. Each step it catches up on
@@ -64,10 +61,8 @@
 #include "runtime/stage/backend.h"
 #include "runtime/stage/ngram_draft.h"
 #include "runtime/stage/oracle_draft.h"
+#include "runtime/stage/spec_pace.h"
 #include "runtime/stage/stage_core_internal.h"
-
-#define SPEC_BACKOFF_STEPS 4
-#define SPEC_BACKOFF_MAX 64
 
 int stage_spec_check_draft(const struct stage_core_options *opt) {
     const struct stage_backend *d = opt->draft, *be = opt->backend;
@@ -131,38 +126,25 @@ void stage_spec_admit(struct stage_core *core, struct stage_req *req,
     enum wire_speculate mode = msg->speculate == WIRE_SPECULATE_DEFAULT
                                    ? core->spec.mode
                                    : (enum wire_speculate)msg->speculate;
-    req->spec_k = 0;
+    int k = 0;
     req->spec_oracle = msg->speculate == WIRE_SPECULATE_DEFAULT && core->spec.oracle;
     req->spec_model = !req->spec_oracle && mode == WIRE_SPECULATE_DRAFT && core->spec.draft;
     if (req->spec_oracle || req->spec_model) mode = WIRE_SPECULATE_NGRAM; /* k as for n-gram */
     if (mode == WIRE_SPECULATE_NGRAM)
-        req->spec_k = msg->speculate_k > 0 ? msg->speculate_k
-                      : core->spec.k > 0   ? core->spec.k
-                                           : STAGE_SPECULATE_DEFAULT_K;
-    if (req->spec_k > WIRE_SPECULATE_MAX_K) req->spec_k = WIRE_SPECULATE_MAX_K;
-    req->spec_cur = req->spec_k;
-    req->spec_wait = 0;
+        k = msg->speculate_k > 0 ? msg->speculate_k
+            : core->spec.k > 0   ? core->spec.k
+                                 : STAGE_SPECULATE_DEFAULT_K;
+    spec_pace_start(&req->pace, k > WIRE_SPECULATE_MAX_K ? WIRE_SPECULATE_MAX_K : k);
     /* Steps in flight: the stage's, one where there is no pipeline to keep busy or the drafts
      * come from a draft model (its KV follows the confirmed tokens only). */
     req->spec_waves =
-        core->opt.num_stages > 1 && !req->spec_model && req->spec_k > 0 ? core->spec.waves : 1;
-    req->spec_backoff = SPEC_BACKOFF_STEPS;
+        core->opt.num_stages > 1 && !req->spec_model && req->pace.k > 0 ? core->spec.waves : 1;
 }
 
 void stage_spec_after(struct stage_req *req, int drafted, int accepted) {
     req->spec_accepted += accepted;
-    if (req->spec_oracle) return; /* a benchmark's fixed k */
-    if (accepted > 0) req->spec_backoff = SPEC_BACKOFF_STEPS;
-    if (accepted >= drafted)
-        req->spec_cur = drafted + 1;
-    else if (accepted > 0)
-        req->spec_cur = accepted + 1;
-    else if ((req->spec_cur = drafted / 2) == 0) {
-        req->spec_cur = 1;
-        req->spec_wait = req->spec_backoff;
-        if (req->spec_backoff < SPEC_BACKOFF_MAX) req->spec_backoff *= 2;
-    }
-    if (req->spec_cur > req->spec_k) req->spec_cur = req->spec_k;
+    if (!req->spec_oracle)
+        spec_pace_after(&req->pace, drafted, accepted); /* a benchmark's fixed k */
 }
 
 /* Feeds the draft model req's sequence [n] (in req->prompt) from the first position its KV
@@ -207,7 +189,7 @@ static int draft_from_model(struct stage_core *core, struct stage_req *req, int 
     if (rc == 0) return k;
 off:
     stage_spec_drop(core, req);
-    req->spec_k = req->spec_cur = 0;
+    spec_pace_start(&req->pace, 0);
     return 0;
 }
 
@@ -269,9 +251,8 @@ static int add_wave(struct stage_core *core, struct stage_req *req) {
     int room = P + req->params.max_tokens - 1 - pos;
     if (room > core->opt.max_batch_tokens) room = core->opt.max_batch_tokens;
     if (room < 1) return 0;
-    if (!first && (req->spec_wait > 0 || req->spec_cur == 0)) return 0; /* no guessing now */
-    int k = req->spec_wait > 0 ? 0 : req->spec_cur;                     /* drafts after row 0 */
-    if (first && req->spec_wait > 0) req->spec_wait--;
+    if (!first && (req->pace.wait > 0 || req->pace.cur == 0)) return 0; /* no guessing now */
+    int k = first ? spec_pace_next(&req->pace) : req->pace.cur;         /* drafts after row 0 */
     if (k > room - 1) k = room - 1;
     const int fit = draft_budget(core, req, k);
     if (k > fit) {
