@@ -12,12 +12,12 @@
 #include "runtime/model/vl_prompt.h"
 #include "runtime/stage/backend.h"
 #include "runtime/stage/request.h"
+#include "runtime/stage/spec_pace.h"
 #include "runtime/stage/stage_admission_internal.h"
 #include "runtime/stage/stage_core.h"
 #include "runtime/stage/stage_describe_internal.h"
 #include "runtime/stage/stage_prefix_internal.h"
 #include "runtime/stage/stage_recovery_internal.h"
-#include "runtime/stage/spec_pace.h"
 #include "runtime/stage/stage_speculate_internal.h"
 #include "wire/message.h"
 

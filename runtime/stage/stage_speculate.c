@@ -143,8 +143,8 @@ void stage_spec_admit(struct stage_core *core, struct stage_req *req,
 
 void stage_spec_after(struct stage_req *req, int drafted, int accepted) {
     req->spec_accepted += accepted;
-    if (!req->spec_oracle)
-        spec_pace_after(&req->pace, drafted, accepted); /* a benchmark's fixed k */
+    /* Oracle drafts keep a fixed k: the benchmark sets their acceptance itself. */
+    if (!req->spec_oracle) spec_pace_after(&req->pace, drafted, accepted);
 }
 
 /* Feeds the draft model req's sequence [n] (in req->prompt) from the first position its KV
