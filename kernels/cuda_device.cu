@@ -38,9 +38,20 @@ extern "C" void cuda_free(void *ptr) {
     if (ptr) cudaFree(ptr);
 }
 
-extern "C" int cuda_memcpy_to_device(void *dst, const void *src, size_t bytes) {
-    if (bytes) CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+/* cudaMemcpy from pageable host memory to the device, and cudaMemset / device-to-device
+ * copies, may return before the device has finished them: they run on the legacy default
+ * stream, which the backends' own streams (cudaStreamNonBlocking) are not ordered after.
+ * Waiting for the legacy stream makes them done when these functions return, as the header
+ * promises, so a kernel on any stream that reads the bytes next sees them. */
+static int legacy_done(void) {
+    CUDA_CHECK_RETURN(cudaStreamSynchronize(cudaStreamLegacy));
     return STRATA_OK;
+}
+
+extern "C" int cuda_memcpy_to_device(void *dst, const void *src, size_t bytes) {
+    if (!bytes) return STRATA_OK;
+    CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
+    return legacy_done();
 }
 
 extern "C" int cuda_memcpy_to_host(void *dst, const void *src, size_t bytes) {
@@ -88,8 +99,9 @@ extern "C" int cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
 }
 
 extern "C" int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes) {
-    if (bytes) CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
-    return STRATA_OK;
+    if (!bytes) return STRATA_OK;
+    CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+    return legacy_done();
 }
 
 extern "C" int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch,
@@ -99,12 +111,13 @@ extern "C" int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t 
                        : kind == CUDA_COPY_TO_HOST ? cudaMemcpyDeviceToHost
                                                    : cudaMemcpyDeviceToDevice;
     CUDA_CHECK_RETURN(cudaMemcpy2D(dst, dpitch, src, spitch, width, height, k));
-    return STRATA_OK;
+    return kind == CUDA_COPY_TO_HOST ? STRATA_OK : legacy_done();
 }
 
 extern "C" int cuda_memset(void *dst, int value, size_t bytes) {
-    if (bytes) CUDA_CHECK_RETURN(cudaMemset(dst, value, bytes));
-    return STRATA_OK;
+    if (!bytes) return STRATA_OK;
+    CUDA_CHECK_RETURN(cudaMemset(dst, value, bytes));
+    return legacy_done();
 }
 
 /* ---------------------------------------------------------------- streams, pinned, async */

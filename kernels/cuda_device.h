@@ -17,7 +17,8 @@ int cuda_device_available(char *reason, size_t cap);
 int cuda_malloc(void **ptr, size_t bytes);
 void cuda_free(void *ptr); /* accepts NULL */
 
-/* Synchronous copies between host and device memory (they wait for the default stream). */
+/* Synchronous copies between host and device memory: done when they return (they run on the
+ * legacy default stream and wait for it), so kernels on any stream see the bytes. */
 int cuda_memcpy_to_device(void *dst, const void *src, size_t bytes);
 int cuda_memcpy_to_host(void *dst, const void *src, size_t bytes);
 
@@ -36,7 +37,7 @@ int cuda_device_describe(int index, char *buf, size_t cap);
  * as a share of the free memory is of (the stage backend's KV pool). */
 int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 
-/* Synchronous copy between two device buffers. */
+/* Synchronous copy between two device buffers (done when it returns). */
 int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes);
 
 /* Synchronous strided copy of `height` rows of `width` bytes (cudaMemcpy2D); dst/src rows
@@ -45,7 +46,7 @@ enum cuda_copy_kind { CUDA_COPY_TO_DEVICE = 0, CUDA_COPY_TO_HOST = 1, CUDA_COPY_
 int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                    size_t height, enum cuda_copy_kind kind);
 
-/* Sets `bytes` of device memory to the byte `value` (synchronous). */
+/* Sets `bytes` of device memory to the byte `value`; done when it returns. */
 int cuda_memset(void *dst, int value, size_t bytes);
 
 /* ---- Streams, pinned host memory and asynchronous copies (the stage backend's per-call

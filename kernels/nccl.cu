@@ -273,6 +273,9 @@ extern "C" int cuda_nccl_stream_wait(struct cuda_nccl_comm *c, void *stream, int
     for (;;) {
         cudaError_t e = cudaStreamQuery((cudaStream_t)stream);
         if (e == cudaSuccess) return STRATA_OK;
+        /* "not ready" is also left as the thread's last error, which the next launch's
+         * cudaGetLastError check would report as its own failure: clear it. */
+        if (e == cudaErrorNotReady) (void)cudaGetLastError();
         if (e != cudaErrorNotReady) {
             abort_comm(c);
             return strata_set_error(STRATA_EDEVICE, "NCCL group '%s' rank %d of %d: stream: %s",

@@ -11,31 +11,28 @@
  *               as the answer a model writes (or an old and a new version of a file: an
  *               edit), replayed step by step with stage 0's own drafter and pace; prints
  *               the drafts accepted and the decode steps against one token per step.
- *   hop         per-hop latency of one decode hidden state [1, H]: two threads ping-pong a
- *               real Activation frame over a TCP loopback connection (build, length-prefixed
- *               send, receive, verify + read, decode to f32 on each side); one hop = RTT / 2.
+ *   hop, probe-link  the link measurements (runtime/stage_bench_link.c): one decode hidden
+ *               state's per-hop latency over TCP loopback, and a link between two boxes as
+ *               the stages' frames cross it (strata-plan's "link").
  * Exit codes: 0 ok, 1 failure, 2 usage. */
 #include <errno.h>
 #include <math.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 
 #include "runtime/base/cli.h"
+#include "runtime/base/dtype.h"
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/stage_tensors.h"
 #include "runtime/stage/ngram_draft.h"
 #include "runtime/stage/spec_pace.h"
+#include "runtime/stage_bench.h"
 #include "runtime/text/tokenizer.h"
-#include "wire/codec.h"
 #include "wire/message.h"
-#include "wire/tls.h"
-#include "wire/transport.h"
 
 #include <cjson/cJSON.h>
 
@@ -463,183 +460,25 @@ static int ngram_text(int argc, char **argv) {
     return STRATA_EXIT_OK;
 }
 
-static double now_us(void) {
-    return (double)cli_now_ns() * 1e-3;
-}
-
-struct hop_side {
-    struct wire_conn conn;
-    struct wire_arena arena;
-    float *out; /* [H] what this side sends */
-    float *in;  /* [H] what it received, decoded */
-    int hidden;
-    int iters;
-    int status;
-    struct wire_tls *tls; /* server side: the TLS handshake runs on the echo thread */
-};
-
-/* One hop: build the activation of a decode row, send it; the peer receives, verifies,
- * reads and decodes it into its buffer. */
-static int send_hidden(struct hop_side *s, uint64_t step) {
-    struct wire_activation msg;
-    memset(&msg, 0, sizeof msg);
-    msg.stage_from = 0;
-    msg.stage_to = 1;
-    msg.step = step;
-    msg.pos = step;
-    msg.nonce = 1;
-    msg.hidden = (struct wire_tensor){.defined = 1,
-                                      .dtype = WIRE_DTYPE_F32,
-                                      .ndim = 2,
-                                      .shape = {1, s->hidden},
-                                      .codec = WIRE_CODEC_NONE,
-                                      .data = s->out,
-                                      .nbytes = sizeof(float) * (size_t)s->hidden};
-    int rc = wire_build_activation(&s->arena, &msg);
-    if (rc == 0)
-        rc = wire_send_frame(&s->conn, wire_arena_frame(&s->arena), wire_arena_frame_len(&s->arena),
-                             5000);
-    return rc;
-}
-
-static int recv_hidden(struct hop_side *s, uint64_t step) {
-    const uint8_t *frame;
-    size_t len;
-    struct wire_activation msg;
-    int rc = wire_recv_frame(&s->conn, &frame, &len, 5000);
-    if (rc == 0) rc = wire_read_activation(&msg, frame, len);
-    if (rc == 0 && (msg.step != step || msg.hidden.shape[1] != s->hidden))
-        rc = strata_set_error(STRATA_EFORMAT, "hop bench: frame out of order");
-    if (rc == 0) rc = wire_tensor_decode_f32(s->in, &msg.hidden);
-    return rc;
-}
-
-static void *echo_main(void *arg) {
-    struct hop_side *s = arg;
-    if (s->tls) s->status = wire_tls_accept(&s->conn, s->tls, 2000);
-    for (int i = 0; i < s->iters && s->status == 0; i++) {
-        s->status = recv_hidden(s, (uint64_t)i);
-        if (s->status == 0) {
-            memcpy(s->out, s->in, sizeof(float) * (size_t)s->hidden);
-            s->status = send_hidden(s, (uint64_t)i);
-        }
-    }
-    return NULL;
-}
-
-static int compare_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-/* hop's flags: 0, or the usage exit code after printing the usage line. */
-static int hop_args(int argc, char **argv, int *H, int *iters, int *psk) {
-    for (int i = 0; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--hidden"))
-            *H = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--iters"))
-            *iters = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--tls") &&
-                 (!strcmp(argv[i + 1], "psk") || !strcmp(argv[i + 1], "off")))
-            *psk = !strcmp(argv[i + 1], "psk");
-        else {
-            fprintf(stderr,
-                    "usage: strata-stage-bench hop [--hidden H] [--iters N] [--tls psk|off]\n");
-            return STRATA_EXIT_USAGE;
-        }
-    }
-    if (*H < 1 || *iters < 10) {
-        fprintf(stderr, "usage: strata-stage-bench hop [--hidden H >= 1] [--iters N >= 10]\n");
-        return STRATA_EXIT_USAGE;
-    }
-    return 0;
-}
-
-static int hop(int argc, char **argv) {
-    int H = 4096, iters = 5000, warmup = 500, rc = 0, psk = 0;
-    struct wire_listener listener = {.fd = -1};
-    struct hop_side a, b;
-    pthread_t echo;
-    double *one_way;
-    if (hop_args(argc, argv, &H, &iters, &psk)) return STRATA_EXIT_USAGE;
-    memset(&a, 0, sizeof a);
-    memset(&b, 0, sizeof b);
-    a.conn.fd = b.conn.fd = -1;
-    a.hidden = b.hidden = H;
-    b.iters = iters + warmup;
-    one_way = malloc(sizeof(double) * (size_t)iters);
-    a.out = malloc(sizeof(float) * (size_t)H);
-    a.in = malloc(sizeof(float) * (size_t)H);
-    b.out = malloc(sizeof(float) * (size_t)H);
-    b.in = malloc(sizeof(float) * (size_t)H);
-    if (!one_way || !a.out || !a.in || !b.out || !b.in) return STRATA_EXIT_FAILURE;
-    for (int i = 0; i < H; i++)
-        a.out[i] = rng_uniform();
-    if ((rc = wire_arena_init(&a.arena, 0)) < 0 || (rc = wire_arena_init(&b.arena, 0)) < 0 ||
-        (rc = wire_listen(&listener, NULL, 0)) < 0 ||
-        (rc = wire_connect(&a.conn, NULL, listener.port, 0, 2000)) < 0 ||
-        (rc = wire_accept(&b.conn, &listener, 0, 2000)) < 0)
-        goto done;
-    if (psk) { /* TLS 1.3 with an external PSK, as strata-stage --auth-key-file runs it */
-        struct wire_auth_key key = {.len = 32};
-        memset(key.bytes, 'k', key.len);
-        rc = wire_tls_new(&b.tls, &(struct wire_tls_options){.psk = &key});
-        if (rc < 0) goto done;
-    }
-    if (pthread_create(&echo, NULL, echo_main, &b) != 0) {
-        rc = strata_set_error(STRATA_EIO, "cannot start the echo thread");
-        goto done;
-    }
-    if (psk) rc = wire_tls_connect(&a.conn, b.tls, 2000); /* one context serves both sides */
-    for (int i = 0; i < iters + warmup && rc == 0; i++) {
-        double t0 = now_us();
-        rc = send_hidden(&a, (uint64_t)i);
-        if (rc == 0) rc = recv_hidden(&a, (uint64_t)i);
-        if (i >= warmup) one_way[i - warmup] = (now_us() - t0) / 2;
-    }
-    pthread_join(echo, NULL);
-    if (rc == 0 && b.status != 0) rc = b.status;
-    if (rc == 0 && memcmp(a.in, a.out, sizeof(float) * (size_t)H) != 0)
-        rc = strata_set_error(STRATA_EFORMAT, "hop bench: hidden state changed in transit");
-    if (rc == 0) {
-        qsort(one_way, (size_t)iters, sizeof(double), compare_double);
-        printf(
-            "per-hop latency%s, decode hidden state [1, %d] f32 (%zu bytes), %d hops: p50 %.1f us, "
-            "p99 %.1f us (goal p50 <= 60 us)\n",
-            psk ? " over TLS 1.3 (PSK)" : "", H, sizeof(float) * (size_t)H, iters,
-            one_way[iters / 2], one_way[(size_t)(iters * 0.99)]);
-    }
-done:
-    if (rc < 0) fprintf(stderr, "strata-stage-bench hop: %s\n", strata_last_error());
-    wire_close(&a.conn);
-    wire_close(&b.conn);
-    wire_tls_free(b.tls);
-    wire_listener_close(&listener);
-    wire_arena_free(&a.arena);
-    wire_arena_free(&b.arena);
-    free(one_way);
-    free(a.out);
-    free(a.in);
-    free(b.out);
-    free(b.in);
-    return rc < 0 ? STRATA_EXIT_FAILURE : STRATA_EXIT_OK;
-}
-
 int main(int argc, char **argv) {
     if (argc >= 2 && !strcmp(argv[1], "make-model")) return make_model(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "make-draft")) return make_draft(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "ngram-text")) return ngram_text(argc - 2, argv + 2);
-    if (argc >= 2 && !strcmp(argv[1], "hop")) return hop(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "hop")) return stage_bench_hop(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "probe-link"))
+        return stage_bench_probe_link(argc - 2, argv + 2);
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         printf("usage: strata-stage-bench make-model --out DIR [size options]\n"
                "       strata-stage-bench make-draft --from DIR --layers N --out DIR\n"
                "       strata-stage-bench ngram-text --tokenizer DIR [--k K] [--prompt-share F] "
                "(FILE | OLD:NEW)...\n"
                "       strata-stage-bench hop [--hidden H] [--iters N] [--tls psk|off]\n"
+               "       strata-stage-bench probe-link (--listen | --connect HOST:PORT) ... "
+               "(probe-link --help)\n"
                "Helpers for the benchmarks: a random-weight Qwen3 checkpoint; a draft model made\n"
                "of a checkpoint's first N layers (its embedding, norm and head kept); what n-gram\n"
                "drafts would accept on real text; the per-hop latency of a decode hidden state\n"
-               "over TCP loopback.\n");
+               "over TCP loopback; a link between two boxes as the stages' frames cross it.\n");
         return STRATA_EXIT_OK;
     }
     fprintf(

@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
 # Prediction benchmark (not a test): the performance model (runtime/model/perf_model.h) against
-# real strata-stage processes. Fourteen configurations (the 4-stage ones share this box's cores
+# real strata-stage processes. Fifteen configurations (the 4-stage ones share this box's cores
 # where it has fewer than 4, and are printed but not counted):
 #   - loopback: a random-weight Qwen3 checkpoint (strata-stage-bench make-model: H 1024 x 8
 #     layers, ~200 MB, and H 1536 x 8, ~430 MB; head_dim 128) on 1 stage at 1 and 2 threads, 2 stages at 1
 #     thread each, and 2 unequal stages (2 threads, then 1: unequal boxes, each with the profile
 #     of its thread count);
 #   - network-namespace hosts (root; tests/pipeline/netns_lib.sh), the H 1024 model on 2 and 4
-#     stages and the H 1536 one on 2, 1 thread each, every link delayed 1 and 5 ms one way (tc netem, else the tun_link
-#     emulator), predicted with that latency; the client's link is delayed too, which adds two
-#     delays to the measured time to first token and is added to the prediction.
+#     stages and the H 1536 one on 2, 1 thread each, every link delayed 1 and 5 ms one way (tc
+#     netem, else the tun_link emulator), and the H 1024 model on 2 stages with 1 ms links that
+#     also lose BENCH_LOSS_PCT % of their packets (default 1). Each link setting is measured
+#     first as an operator would (strata-stage-bench probe-link between two of the hosts: the
+#     mean one-way time of real frames, loss recoveries included) and predicted with what that
+#     probe measured; the client's link is delayed too, which adds two one-way latencies to the
+#     measured time to first token and is added to the prediction.
 # It calibrates the box once per thread count (strata-stage --calibrate), asks strata-plan
 # --predict --json for decode tokens/s and time to first token, runs the same plan (one request:
 # a BENCH_PROMPT_TOKENS-token prompt, default 128, new for every run so that no prefix is
 # cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs, default 3)
 # and prints predicted, measured and the error.
 # Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, BENCH_DELAYS_MS (default "1 5"),
+# BENCH_LOSS_PCT (default 1; "" for none),
 # STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
 set -u
 cd "$(dirname "$0")/.."
@@ -73,15 +78,15 @@ measure() {
     mt=$(echo "$rates" | median)
     mf=$(echo "$ttfts" | median)
 }
-# report MODEL S PROFILES LINK_US LABEL THREADS EXTRA_TTFT_MS: predicts and prints one row. A
+# report MODEL S PROFILES LINK_US LINK_GBPS LABEL THREADS EXTRA_TTFT_MS: predicts and prints one row. A
 # pipeline whose stages need more cores than this box has (S stages x 1 thread, S > cores: the
 # netns hosts are one box) cannot overlap its prefill chunks as the model assumes (a box per
 # stage): its row is printed, marked, and left out of the worst error.
 report() {
-    local m=$1 S=$2 prof=$3 lat=$4 label=$5 threads=$6 extra=$7 H pt pf et ef mark="" cores
+    local m=$1 S=$2 prof=$3 lat=$4 gbps=$5 label=$6 threads=$7 extra=$8 H pt pf et ef mark="" cores
     H=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$m/config.json")
     "$PLAN" --model "$m" --stages "$S" --predict --profile "$prof" --prompt-tokens "$P" \
-        --chunk "$CHUNK" --kv-bytes 2 --link-latency-us "$lat" --link-gbps 5 --json >"$PL_WORK/pred" ||
+        --chunk "$CHUNK" --kv-bytes 2 --link-latency-us "$lat" --link-gbps "$gbps" --json >"$PL_WORK/pred" ||
         pl_fail "strata-plan --predict for $label"
     pt=$(json_num "$PL_WORK/pred" decode_tokens_per_s)
     pf=$(awk -v t="$(json_num "$PL_WORK/pred" ttft_ms)" -v e="$extra" 'BEGIN { print t + e }')
@@ -118,7 +123,7 @@ for m in "${models[@]}"; do
         fi
         measure "$tag" "$S" pl_client
         pl_stop_pipeline "$tag" "$S"
-        report "$m" "$S" "$prof" 50 loopback "$T" 0
+        report "$m" "$S" "$prof" 50 5 loopback "$T" 0
     done
 done
 
@@ -129,20 +134,49 @@ else
     . tests/pipeline/netns_lib.sh
     nl_init 4
     nl_client_for() { shift; nl_client "$@"; } # measure's CLIENT_FN: drop the tag
+    # probe_link: strata-stage-bench probe-link from host 0 to host 1 (frames of 1 and 64 rows
+    # of 1024 floats, 2 s each); sets lat (us) and gbps, and prints what it measured.
+    probe_link() {
+        local pf="$PL_WORK/probe.port"
+        rm -f "$pf"
+        ip netns exec "$(nl_host_ns_of 1)" "$BENCH" probe-link --listen --once --bind "$(nl_addr 1)" \
+            --port-file "$pf" 2>"$PL_WORK/probe.listen" &
+        local lpid=$!
+        pl_wait_file "$pf" 5 || pl_fail "probe-link did not listen: $(cat "$PL_WORK/probe.listen")"
+        ip netns exec "$(nl_host_ns_of 0)" "$BENCH" probe-link --connect "$(nl_addr 1):$(cat "$pf")" \
+            --hidden 1024 --rows 1,64 --seconds 2 --out "$PL_WORK/link.json" >"$PL_WORK/probe.out" 2>&1 ||
+            pl_fail "probe-link: $(cat "$PL_WORK/probe.out")"
+        wait "$lpid"
+        lat=$(json_num "$PL_WORK/link.json" latency_us)
+        gbps=$(json_num "$PL_WORK/link.json" gbps)
+        echo "  (probe-link host 0 -> 1: latency $lat us, $gbps GB/s; frames of 4 KB: mean" \
+            "$(awk '$1 == 1 { print $4 " us, worst " $6 " us" }' "$PL_WORK/probe.out"))"
+    }
+    # netns_row I S DELAY_MS LABEL: the model I on S hosts through the links as they are now.
+    netns_row() {
+        local i=$1 S=$2 delay=$3 label=$4 m tag
+        m=${models[$i]}
+        tag="n${i}s${S}x$((run))"
+        nl_start_pipeline "$tag" "$S" "$m" --threads 1 --max-seq 512 --max-batch 4 --split even \
+            --chunk-size "$CHUNK" --insecure
+        measure "$tag" "$S" nl_client_for
+        pl_stop_pipeline "$tag" "$S"
+        report "$m" "$S" "${profile[1]}" "$lat" "$gbps" "$label" 1 \
+            "$(awk -v l="$lat" 'BEGIN { print 2 * l / 1000 }')"
+    }
     for delay in ${BENCH_DELAYS_MS:-1 5}; do
         nl_delay_all "$delay" 0 1 2 3 c
+        probe_link
         # the H 1024 model on 2 and 4 hosts, the H 1536 one on 2
         for hosts in "0 2" "0 4" "1 2"; do
             read -r i S <<<"$hosts"
-            m=${models[$i]}
-            tag="n${i}s${S}d${delay//./}"
-            nl_start_pipeline "$tag" "$S" "$m" --threads 1 --max-seq 512 --max-batch 4 --split even \
-                --chunk-size "$CHUNK" --insecure
-            measure "$tag" "$S" nl_client_for
-            pl_stop_pipeline "$tag" "$S"
-            report "$m" "$S" "${profile[1]}" "$(awk -v d="$delay" 'BEGIN { print d * 1000 }')" \
-                "${delay} ms" 1 "$(awk -v d="$delay" 'BEGIN { print 2 * d }')"
+            netns_row "$i" "$S" "$delay" "${delay} ms"
         done
+    done
+    for loss in ${BENCH_LOSS_PCT-1}; do
+        nl_impair_all 1 "$loss" 0 1 2 3 c
+        probe_link
+        netns_row 0 2 1 "1ms ${loss}%"
     done
 fi
 echo "worst error: ${worst}% (goal: within 10% on a quiet host)$([ "$shared" -gt 0 ] &&

@@ -13,7 +13,10 @@
 #      device by the bench itself).
 # Usage: .gpu-bundle/gpu_run.sh [OUT] (default $OUT, else /tmp/strata-gpu-run). Every step's
 # output goes to OUT/<step>.log and one line per step to OUT/summary.txt:
-# "ok|FAILED|skipped|TIMEOUT <step> <seconds> s: <its last line>". Steps 1-4 take about a
+# "ok|FAILED|skipped|TIMEOUT <step> <seconds> s: <its last line>". Where nvidia-smi lists a
+# GPU, a step that skipped because the runtime saw no CUDA device at all ("no CUDA device (...)";
+# one that lacks a second GPU for a grid still skips) is FAILED (a driver too old for the
+# bundle's CUDA 13 runtime, say): a run that ran nothing must not read as a pass. Steps 1-4 take about a
 # minute on an H200 and the benches about 5; the limits add up to 8 minutes. Exit 0 when
 # nothing failed.
 set -u
@@ -38,6 +41,10 @@ step() {
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         verdict=TIMEOUT
         failed=1
+    elif { grep -q '^skipped' "$OUT/$name.log" || [ "$rc" -eq 77 ]; } && [ "$gpus" -gt 0 ] &&
+        grep -q 'no CUDA device (' "$OUT/$name.log"; then
+        verdict=FAILED # nvidia-smi lists a GPU that this runtime sees none of
+        failed=1
     elif grep -q '^skipped' "$OUT/$name.log" || [ "$rc" -eq 77 ]; then
         verdict=skipped
     elif [ "$rc" -eq 0 ]; then
@@ -50,7 +57,9 @@ step() {
         tee -a "$summary"
 }
 
+gpus=0
 step device 20 sh -c 'nvidia-smi || echo "nvidia-smi: not present"; uname -a; nproc; free -g'
+gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 for t in argmax attention cuda_graph kv_store matmul moe_group rmsnorm rope_cos_sin tree_sum \
     vision_ops; do
     step "kernel_$t" 60 bin/kernels_${t}_test

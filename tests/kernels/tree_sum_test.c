@@ -64,6 +64,16 @@ static int check_solo_comm(void) {
     if (!rc) rc = cuda_memcpy_to_device(d_x, x, sizeof x);
     if (!rc) rc = cuda_nccl_allgather(c, d_y, d_x, 64, NULL);
     if (!rc) rc = cuda_nccl_stream_wait(c, NULL, 20000);
+    /* A launch right after each wait: the wait polls the stream, and a "not ready" left
+     * behind as the thread's last error would fail the next launch's check (on a GPU; the
+     * host emulation keeps no such state). Polled at once after the enqueue, the first poll
+     * is almost always "not ready". */
+    for (int i = 0; i < 20 && !rc; ++i) {
+        rc = cuda_nccl_allgather(c, d_y, d_x, 64, NULL);
+        if (!rc) rc = cuda_nccl_stream_wait(c, NULL, 20000);
+        if (!rc) rc = cuda_ops_tree_sum(d_y, d_x, 1, 64, NULL);
+    }
+    if (!rc) rc = cuda_synchronize();
     if (!rc) rc = cuda_memcpy_to_host(y, d_y, sizeof y);
     int bad = !rc && memcmp(x, y, sizeof x);
     if (!rc && cuda_nccl_allreduce_sum2(c, d_x, 64, NULL) != STRATA_EINVAL) bad = 1;

@@ -179,17 +179,27 @@ nl_client() {
 # netem where the kernel has it, else by the userspace tun_link emulator (a new emulator and new
 # devices when one runs already).
 nl_delay_all() {
-    local ms=$1 h
+    local ms=$1
     shift
+    nl_impair_all "$ms" 0 "$@"
+}
+
+# nl_impair_all MS LOSS_PCT HOST...: nl_delay_all, and each packet a host sends lost with
+# probability LOSS_PCT % (netem's loss, or tun_link's --loss-pct).
+nl_impair_all() {
+    local ms=$1 loss=$2 h
+    shift 2
     if nl_netem_available; then
-        for h in "$@"; do nl_netem "$h" delay "${ms}ms"; done
+        for h in "$@"; do
+            if [ "$loss" = 0 ]; then nl_netem "$h" delay "${ms}ms"; else nl_netem "$h" delay "${ms}ms" loss "${loss}%"; fi
+        done
         return
     fi
     if [ -n "${NL_TUN_LINK_PID:-}" ]; then
         nl_tun_link_stop
         for h in "$@"; do ip -n "$(nl_host_ns_of "$h")" link del tun0; done
     fi
-    nl_tun_link_start "$(awk -v d="$ms" 'BEGIN { printf "%d", d * 1000 }')" 0 0 1 "$@"
+    nl_tun_link_start "$(awk -v d="$ms" 'BEGIN { printf "%d", d * 1000 }')" 0 "$loss" 1 "$@"
 }
 
 # nl_netem_available: the kernel has the netem qdisc (probed on a throwaway veth).

@@ -5,7 +5,10 @@
 #     the target's, in its order), none of the later layers'; refusals are clear;
 #   ngram-text: a repeating text and an edit that copies its prompt are drafted well (many
 #     tokens per step), a draft of one token per step stays at most 2; bad files and usage are
-#     clear errors with their exit codes (1, 2).
+#     clear errors with their exit codes (1, 2);
+#   probe-link: a listener and a prober on loopback, plaintext and over TLS 1.3 PSK, give a
+#     "link" object with a latency and a bandwidth (the echo of every size checked by the
+#     prober); a wrong key, a closed port and bad options fail clearly.
 # usage: stage_bench_test.sh STAGE_BENCH TOKENIZER_DIR GOLDEN_DENSE
 set -u
 bench="$1"
@@ -72,5 +75,56 @@ rc=$?
 [ $? -eq 2 ] || die "ngram-text without --tokenizer is not a usage error"
 "$bench" ngram-text --tokenizer "$tok" --k 17 "$work/loop.txt" >/dev/null 2>&1
 [ $? -eq 2 ] || die "--k 17 is not a usage error"
+# ---- probe-link
+# listen NAME [OPTS]: a listener for one prober, its port in $work/NAME.port.
+listen() {
+    local name=$1
+    shift
+    "$bench" probe-link --listen --once --port-file "$work/$name.port" "$@" 2>"$work/$name.listen" &
+    for _ in $(seq 50); do [ -s "$work/$name.port" ] && break; sleep 0.1; done
+    [ -s "$work/$name.port" ] || die "$name: the listener did not start: $(cat "$work/$name.listen")"
+}
+probe() { # NAME [OPTS]: probes NAME's listener; exit status in $rc
+    local name=$1
+    shift
+    "$bench" probe-link --connect "127.0.0.1:$(cat "$work/$name.port")" --rows 1,64 \
+        --seconds 0.2 --out "$work/$name.json" "$@" >"$work/$name.out" 2>&1
+    rc=$?
+}
+check_link() { # NAME: the written link object has a latency >= 0 and a bandwidth > 0
+    grep -Eq '^\{"latency_us": [0-9.]+, "gbps": [0-9.]*[1-9][0-9.]*, "source": "measured' "$work/$1.json" ||
+        die "$1: no link object: $(cat "$work/$1.out")"
+}
+listen plain
+probe plain
+wait
+[ $rc -eq 0 ] || die "plaintext probe: exit $rc: $(cat "$work/plain.out")"
+check_link plain
+grep -q "frames echoed" "$work/plain.listen" || die "the listener did not report its echoes"
+head -n 4 "$work/plain.out"
+printf 'a-pre-shared-key-of-32-bytes-ok!' >"$work/key"
+printf 'another-key-of-32-bytes-not-it!!' >"$work/wrong"
+listen psk --auth-key-file "$work/key"
+probe psk --auth-key-file "$work/key"
+wait
+[ $rc -eq 0 ] || die "PSK probe: exit $rc: $(cat "$work/psk.out")"
+check_link psk
+grep -q "over TLS 1.3 (PSK)" "$work/psk.out" || die "the PSK probe does not say TLS"
+listen wrong --auth-key-file "$work/key"
+probe wrong --auth-key-file "$work/wrong"
+wait
+[ $rc -eq 1 ] || die "a wrong key: exit $rc, want 1: $(cat "$work/wrong.out")"
+port=$(cat "$work/plain.port") # that listener is gone: nothing listens there now
+"$bench" probe-link --connect "127.0.0.1:$port" >"$work/closed.out" 2>&1
+rc=$?
+[ $rc -eq 1 ] && grep -q "probe-link:" "$work/closed.out" || die "a closed port: exit $rc: $(cat "$work/closed.out")"
+for bad in "--listen --connect 127.0.0.1:1" "--connect nohostport" "--connect 127.0.0.1:1 --rows 5" \
+    "--connect 127.0.0.1:1 --hidden 0" "--listen --bogus 1" ""; do
+    # shellcheck disable=SC2086 # the options are words
+    "$bench" probe-link $bad >/dev/null 2>&1
+    rc=$?
+    [ $rc -eq 2 ] || die "probe-link $bad: exit $rc, want 2"
+done
+
 [ $fail -eq 0 ] && echo PASS
 exit $fail

@@ -1,0 +1,493 @@
+/* strata-stage-bench's link measurements (runtime/stage_bench.h):
+ *   hop         per-hop latency of one decode hidden state [1, H]: two threads ping-pong a
+ *               real Activation frame over a TCP loopback connection (build, length-prefixed
+ *               send, receive, verify + read, decode to f32 on each side); one hop = RTT / 2.
+ *   probe-link  a link between two boxes as the stages' frames cross it: one side listens
+ *               and echoes, the other sends Activation frames of several sizes over the same
+ *               TCP (and TLS 1.3 PSK) transport the stages use, and fits one-way time =
+ *               latency + bytes / bandwidth to the mean of the round trips / 2. The mean, not
+ *               the median: a long run pays every retransmission a lossy link causes. Prints
+ *               the hosts file's "link" object for strata-plan --hosts. */
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/base/cli.h"
+#include "runtime/base/status.h"
+#include "runtime/stage_bench.h"
+#include "wire/auth.h"
+#include "wire/codec.h"
+#include "wire/message.h"
+#include "wire/tls.h"
+#include "wire/transport.h"
+
+static double now_us(void) {
+    return (double)cli_now_ns() * 1e-3;
+}
+
+struct hop_side {
+    struct wire_conn conn;
+    struct wire_arena arena;
+    float *out; /* [H] what this side sends */
+    float *in;  /* [H] what it received, decoded */
+    int hidden;
+    int iters;
+    int status;
+    struct wire_tls *tls; /* server side: the TLS handshake runs on the echo thread */
+};
+
+/* One hop: build the activation of a decode row, send it; the peer receives, verifies,
+ * reads and decodes it into its buffer. */
+static int send_hidden(struct hop_side *s, uint64_t step) {
+    struct wire_activation msg;
+    memset(&msg, 0, sizeof msg);
+    msg.stage_from = 0;
+    msg.stage_to = 1;
+    msg.step = step;
+    msg.pos = step;
+    msg.nonce = 1;
+    msg.hidden = (struct wire_tensor){.defined = 1,
+                                      .dtype = WIRE_DTYPE_F32,
+                                      .ndim = 2,
+                                      .shape = {1, s->hidden},
+                                      .codec = WIRE_CODEC_NONE,
+                                      .data = s->out,
+                                      .nbytes = sizeof(float) * (size_t)s->hidden};
+    int rc = wire_build_activation(&s->arena, &msg);
+    if (rc == 0)
+        rc = wire_send_frame(&s->conn, wire_arena_frame(&s->arena), wire_arena_frame_len(&s->arena),
+                             5000);
+    return rc;
+}
+
+static int recv_hidden(struct hop_side *s, uint64_t step) {
+    const uint8_t *frame;
+    size_t len;
+    struct wire_activation msg;
+    int rc = wire_recv_frame(&s->conn, &frame, &len, 5000);
+    if (rc == 0) rc = wire_read_activation(&msg, frame, len);
+    if (rc == 0 && (msg.step != step || msg.hidden.shape[1] != s->hidden))
+        rc = strata_set_error(STRATA_EFORMAT, "hop bench: frame out of order");
+    if (rc == 0) rc = wire_tensor_decode_f32(s->in, &msg.hidden);
+    return rc;
+}
+
+static void *echo_main(void *arg) {
+    struct hop_side *s = arg;
+    if (s->tls) s->status = wire_tls_accept(&s->conn, s->tls, 2000);
+    for (int i = 0; i < s->iters && s->status == 0; i++) {
+        s->status = recv_hidden(s, (uint64_t)i);
+        if (s->status == 0) {
+            memcpy(s->out, s->in, sizeof(float) * (size_t)s->hidden);
+            s->status = send_hidden(s, (uint64_t)i);
+        }
+    }
+    return NULL;
+}
+
+static int compare_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* hop's flags: 0, or the usage exit code after printing the usage line. */
+static int hop_args(int argc, char **argv, int *H, int *iters, int *psk) {
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--hidden"))
+            *H = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--iters"))
+            *iters = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--tls") &&
+                 (!strcmp(argv[i + 1], "psk") || !strcmp(argv[i + 1], "off")))
+            *psk = !strcmp(argv[i + 1], "psk");
+        else {
+            fprintf(stderr,
+                    "usage: strata-stage-bench hop [--hidden H] [--iters N] [--tls psk|off]\n");
+            return STRATA_EXIT_USAGE;
+        }
+    }
+    if (*H < 1 || *iters < 10) {
+        fprintf(stderr, "usage: strata-stage-bench hop [--hidden H >= 1] [--iters N >= 10]\n");
+        return STRATA_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int stage_bench_hop(int argc, char **argv) {
+    int H = 4096, iters = 5000, warmup = 500, rc = 0, psk = 0;
+    struct wire_listener listener = {.fd = -1};
+    struct hop_side a, b;
+    pthread_t echo;
+    double *one_way;
+    if (hop_args(argc, argv, &H, &iters, &psk)) return STRATA_EXIT_USAGE;
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.conn.fd = b.conn.fd = -1;
+    a.hidden = b.hidden = H;
+    b.iters = iters + warmup;
+    one_way = malloc(sizeof(double) * (size_t)iters);
+    a.out = malloc(sizeof(float) * (size_t)H);
+    a.in = malloc(sizeof(float) * (size_t)H);
+    b.out = malloc(sizeof(float) * (size_t)H);
+    b.in = malloc(sizeof(float) * (size_t)H);
+    if (!one_way || !a.out || !a.in || !b.out || !b.in) return STRATA_EXIT_FAILURE;
+    for (int i = 0; i < H; i++)
+        a.out[i] = (float)((i * 2654435761u) % 2001u) / 1000.0f - 1.0f;
+    if ((rc = wire_arena_init(&a.arena, 0)) < 0 || (rc = wire_arena_init(&b.arena, 0)) < 0 ||
+        (rc = wire_listen(&listener, NULL, 0)) < 0 ||
+        (rc = wire_connect(&a.conn, NULL, listener.port, 0, 2000)) < 0 ||
+        (rc = wire_accept(&b.conn, &listener, 0, 2000)) < 0)
+        goto done;
+    if (psk) { /* TLS 1.3 with an external PSK, as strata-stage --auth-key-file runs it */
+        struct wire_auth_key key = {.len = 32};
+        memset(key.bytes, 'k', key.len);
+        rc = wire_tls_new(&b.tls, &(struct wire_tls_options){.psk = &key});
+        if (rc < 0) goto done;
+    }
+    if (pthread_create(&echo, NULL, echo_main, &b) != 0) {
+        rc = strata_set_error(STRATA_EIO, "cannot start the echo thread");
+        goto done;
+    }
+    if (psk) rc = wire_tls_connect(&a.conn, b.tls, 2000); /* one context serves both sides */
+    for (int i = 0; i < iters + warmup && rc == 0; i++) {
+        double t0 = now_us();
+        rc = send_hidden(&a, (uint64_t)i);
+        if (rc == 0) rc = recv_hidden(&a, (uint64_t)i);
+        if (i >= warmup) one_way[i - warmup] = (now_us() - t0) / 2;
+    }
+    pthread_join(echo, NULL);
+    if (rc == 0 && b.status != 0) rc = b.status;
+    if (rc == 0 && memcmp(a.in, a.out, sizeof(float) * (size_t)H) != 0)
+        rc = strata_set_error(STRATA_EFORMAT, "hop bench: hidden state changed in transit");
+    if (rc == 0) {
+        qsort(one_way, (size_t)iters, sizeof(double), compare_double);
+        printf(
+            "per-hop latency%s, decode hidden state [1, %d] f32 (%zu bytes), %d hops: p50 %.1f us, "
+            "p99 %.1f us (goal p50 <= 60 us)\n",
+            psk ? " over TLS 1.3 (PSK)" : "", H, sizeof(float) * (size_t)H, iters,
+            one_way[iters / 2], one_way[(size_t)(iters * 0.99)]);
+    }
+done:
+    if (rc < 0) fprintf(stderr, "strata-stage-bench hop: %s\n", strata_last_error());
+    wire_close(&a.conn);
+    wire_close(&b.conn);
+    wire_tls_free(b.tls);
+    wire_listener_close(&listener);
+    wire_arena_free(&a.arena);
+    wire_arena_free(&b.arena);
+    free(one_way);
+    free(a.out);
+    free(a.in);
+    free(b.out);
+    free(b.in);
+    return rc < 0 ? STRATA_EXIT_FAILURE : STRATA_EXIT_OK;
+}
+
+/* ---------------------------------------------------------------- probe-link */
+
+#define PROBE_MAX_SIZES 8
+#define PROBE_MAX_FRAME ((size_t)256 << 20)
+
+/* An Activation frame of `rows` hidden states [rows, H] of x, step `step`. */
+static int build_rows(struct wire_arena *arena, const float *x, int rows, int H, uint64_t step) {
+    struct wire_activation msg;
+    memset(&msg, 0, sizeof msg);
+    msg.stage_from = 0;
+    msg.stage_to = 1;
+    msg.step = step;
+    msg.nonce = 1;
+    msg.hidden = (struct wire_tensor){.defined = 1,
+                                      .dtype = WIRE_DTYPE_F32,
+                                      .ndim = 2,
+                                      .shape = {rows, H},
+                                      .codec = WIRE_CODEC_NONE,
+                                      .data = x,
+                                      .nbytes = sizeof(float) * (size_t)rows * (size_t)H};
+    return wire_build_activation(arena, &msg);
+}
+
+/* The listening side: echoes every frame of each connection until its peer closes. */
+static int probe_listen(const char *bind, int port, const char *port_file, struct wire_tls *tls,
+                        int once) {
+    struct wire_listener listener = {.fd = -1};
+    int rc = wire_listen(&listener, bind, port);
+    if (rc < 0) return rc;
+    if (port_file) {
+        FILE *f = fopen(port_file, "w");
+        if (!f || fprintf(f, "%d\n", listener.port) < 0 || fclose(f)) {
+            wire_listener_close(&listener);
+            return strata_set_error(STRATA_EIO, "cannot write %s", port_file);
+        }
+    }
+    fprintf(stderr, "probe-link: listening on %s:%d%s\n", bind ? bind : "127.0.0.1", listener.port,
+            tls ? " (TLS 1.3 PSK)" : "");
+    do {
+        struct wire_conn conn = {.fd = -1};
+        rc = wire_accept(&conn, &listener, PROBE_MAX_FRAME, -1);
+        if (rc == 0 && tls) rc = wire_tls_accept(&conn, tls, 5000);
+        unsigned long echoed = 0;
+        while (rc == 0) {
+            const uint8_t *frame;
+            size_t len;
+            struct wire_activation msg;
+            if ((rc = wire_recv_frame(&conn, &frame, &len, 60000)) < 0) break;
+            if ((rc = wire_read_activation(&msg, frame, len)) < 0) break;
+            if ((rc = wire_send_frame(&conn, frame, len, 60000)) == 0) echoed++;
+        }
+        /* the prober closing is how a probe ends */
+        if (rc == STRATA_ECLOSED) rc = 0;
+        if (rc < 0)
+            fprintf(stderr, "probe-link: %s: %s\n", conn.peer[0] ? conn.peer : "connection",
+                    strata_last_error());
+        else
+            fprintf(stderr, "probe-link: %s: %lu frames echoed\n", conn.peer, echoed);
+        wire_close(&conn);
+        if (!once) rc = 0; /* one bad prober does not stop the listener */
+    } while (!once);
+    wire_listener_close(&listener);
+    return rc;
+}
+
+struct probe_point {
+    int rows;
+    double bytes, mean_us, p50_us, max_us;
+    int trips;
+};
+
+/* Round trips of `rows`-row frames for about `seconds` (at least 5, at most max_trips, after
+ * 3 unmeasured ones); one-way = round trip / 2. */
+static int probe_size(struct wire_conn *conn, struct wire_arena *arena, float *x, int rows, int H,
+                      double seconds, int max_trips, struct probe_point *pt) {
+    double *t = malloc(sizeof(double) * (size_t)max_trips);
+    if (!t) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    int rc = build_rows(arena, x, rows, H, 0), n = 0;
+    const double start = (double)cli_now_ns() * 1e-9;
+    for (int i = 0; rc == 0 && n < max_trips; i++) {
+        const uint8_t *frame;
+        size_t len;
+        double t0 = (double)cli_now_ns() * 1e-3;
+        rc = wire_send_frame(conn, wire_arena_frame(arena), wire_arena_frame_len(arena), 60000);
+        if (rc == 0) rc = wire_recv_frame(conn, &frame, &len, 60000);
+        if (rc == 0 && len != wire_arena_frame_len(arena))
+            rc = strata_set_error(STRATA_EFORMAT, "the echo of a %zu-byte frame has %zu bytes",
+                                  wire_arena_frame_len(arena), len);
+        if (rc < 0) break;
+        if (i >= 3) t[n++] = ((double)cli_now_ns() * 1e-3 - t0) / 2;
+        if (n >= 5 && (double)cli_now_ns() * 1e-9 - start > seconds) break;
+    }
+    if (rc == 0) {
+        double sum = 0;
+        qsort(t, (size_t)n, sizeof(double), compare_double);
+        for (int i = 0; i < n; i++)
+            sum += t[i];
+        *pt = (struct probe_point){.rows = rows,
+                                   .bytes = (double)wire_arena_frame_len(arena),
+                                   .mean_us = sum / n,
+                                   .p50_us = t[n / 2],
+                                   .max_us = t[n - 1],
+                                   .trips = n};
+    }
+    free(t);
+    return rc;
+}
+
+/* The link from the means: bandwidth from the least-squares slope of one-way time on bytes
+ * over every size (the large frames decide it), latency from the smallest frame less its
+ * bytes at that bandwidth (what a decode hop pays; an intercept of the fit would be decided by
+ * the large frames' noise). GB/s; 0 when larger frames were not slower. */
+static void probe_fit(const struct probe_point *p, int n, double *latency_us, double *gbps) {
+    double sx = 0, sy = 0, sxx = 0, sxy = 0;
+    int small = 0;
+    for (int i = 0; i < n; i++) {
+        sx += p[i].bytes;
+        sy += p[i].mean_us;
+        sxx += p[i].bytes * p[i].bytes;
+        sxy += p[i].bytes * p[i].mean_us;
+        if (p[i].bytes < p[small].bytes) small = i;
+    }
+    const double den = n * sxx - sx * sx;
+    const double slope = den > 0 ? (n * sxy - sx * sy) / den : 0; /* us per byte */
+    *gbps = slope > 0 ? 1e-3 / slope : 0; /* bytes per us = MB/s; / 1e3 = GB/s */
+    *latency_us = fmax(0, p[small].mean_us - (slope > 0 ? slope * p[small].bytes : 0));
+}
+
+static int probe_connect(const char *host, int port, struct wire_tls *tls, int H, const int *rows,
+                         int nsizes, double seconds, int max_trips, const char *out) {
+    struct wire_conn conn = {.fd = -1};
+    struct wire_arena arena;
+    struct probe_point pt[PROBE_MAX_SIZES];
+    int max_rows = 0;
+    for (int i = 0; i < nsizes; i++)
+        if (rows[i] > max_rows) max_rows = rows[i];
+    float *x = malloc(sizeof(float) * (size_t)max_rows * (size_t)H);
+    if (!x) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    for (size_t i = 0; i < (size_t)max_rows * (size_t)H; i++)
+        x[i] = (float)((i * 2654435761u) % 2001u) / 1000.0f - 1.0f;
+    int rc = wire_arena_init(&arena, 0);
+    if (rc == 0) rc = wire_connect(&conn, host, port, PROBE_MAX_FRAME, 5000);
+    if (rc == 0 && tls) rc = wire_tls_connect(&conn, tls, 5000);
+    for (int i = 0; rc == 0 && i < nsizes; i++)
+        rc = probe_size(&conn, &arena, x, rows[i], H, seconds, max_trips, &pt[i]);
+    wire_close(&conn);
+    wire_arena_free(&arena);
+    free(x);
+    if (rc < 0) return rc;
+    double latency_us, gbps;
+    probe_fit(pt, nsizes, &latency_us, &gbps);
+    printf(
+        "probe-link to %s:%d%s, Activation frames of [rows, %d] f32, one way = round trip / 2:\n",
+        host, port, tls ? " over TLS 1.3 (PSK)" : " (plaintext)", H);
+    printf("%8s %12s %7s %12s %12s %12s\n", "rows", "bytes", "trips", "mean us", "p50 us",
+           "max us");
+    for (int i = 0; i < nsizes; i++)
+        printf("%8d %12.0f %7d %12.1f %12.1f %12.1f\n", pt[i].rows, pt[i].bytes, pt[i].trips,
+               pt[i].mean_us, pt[i].p50_us, pt[i].max_us);
+    char json[4096];
+    int len = snprintf(json, sizeof json,
+                       "{\"latency_us\": %.1f, \"gbps\": %.4f, \"source\": \"measured by "
+                       "strata-stage-bench probe-link to %s:%d%s: mean one-way time of Activation "
+                       "frames, fitted as latency + bytes / bandwidth (gbps: gigabytes per "
+                       "second)\", \"points\": [",
+                       latency_us, gbps, host, port, tls ? " over TLS 1.3 PSK" : "");
+    for (int i = 0; i < nsizes && len > 0 && (size_t)len < sizeof json; i++)
+        len += snprintf(
+            json + len, sizeof json - (size_t)len,
+            "%s{\"bytes\": %.0f, \"mean_us\": %.1f, \"p50_us\": %.1f, \"max_us\": %.1f, "
+            "\"round_trips\": %d}",
+            i ? ", " : "", pt[i].bytes, pt[i].mean_us, pt[i].p50_us, pt[i].max_us, pt[i].trips);
+    if (len > 0 && (size_t)len < sizeof json)
+        len += snprintf(json + len, sizeof json - (size_t)len, "]}");
+    if (len < 0 || (size_t)len >= sizeof json)
+        return strata_set_error(STRATA_ERANGE, "probe-link: the report does not fit");
+    printf("link: %s\n", json);
+    if (gbps <= 0)
+        printf("(the larger frames were not slower: no bandwidth could be fitted; probe with "
+               "larger --rows)\n");
+    if (out) {
+        FILE *f = fopen(out, "w");
+        if (!f || fprintf(f, "%s\n", json) < 0 || fclose(f))
+            return strata_set_error(STRATA_EIO, "cannot write %s", out);
+    }
+    return gbps > 0 ? STRATA_OK : strata_set_error(STRATA_ERANGE, "no bandwidth could be fitted");
+}
+
+static int parse_rows(const char *list, int *rows, int *n) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", list);
+    *n = 0;
+    for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok;
+         tok = strtok_r(NULL, ", ", &save)) {
+        char *end;
+        long v = strtol(tok, &end, 10);
+        if (*end || v < 1 || v > 65536 || *n == PROBE_MAX_SIZES) return -1;
+        rows[(*n)++] = (int)v;
+    }
+    return *n >= 2 ? 0 : -1;
+}
+
+static const char probe_usage[] =
+    "usage: strata-stage-bench probe-link --listen [--bind ADDR] [--port P] [--port-file F]\n"
+    "                                     [--auth-key-file K] [--once]\n"
+    "       strata-stage-bench probe-link --connect HOST:PORT [--auth-key-file K] [--hidden H]\n"
+    "                                     [--rows LIST] [--seconds S] [--max-trips N] [--out F]\n"
+    "Measures a link as the stages' frames cross it: run --listen on one box (it echoes), then\n"
+    "--connect from the other. Frames of [rows, H] f32 (H default 4096; rows default\n"
+    "1,16,128,1024), each size for about S seconds (default 1; 5 to N round trips, default\n"
+    "2000); prints the mean, median and worst one-way time per size and the hosts file's\n"
+    "\"link\" object (latency_us, gbps in gigabytes per second) fitted to the means, also\n"
+    "written to F. --auth-key-file: TLS 1.3 with that pre-shared key on both sides, as\n"
+    "strata-stage runs it.\n";
+
+int stage_bench_probe_link(int argc, char **argv) {
+    const char *connect_to = NULL, *bind = NULL, *port_file = NULL, *key_file = NULL, *out = NULL;
+    int listen = 0, once = 0, port = 0, H = 4096, max_trips = 2000, nsizes = 4;
+    int rows[PROBE_MAX_SIZES] = {1, 16, 128, 1024};
+    double seconds = 1;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        int bad = 0;
+        if (!strcmp(a, "--listen"))
+            listen = 1;
+        else if (!strcmp(a, "--once"))
+            once = 1;
+        else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(probe_usage, stdout);
+            return STRATA_EXIT_OK;
+        } else if (!v)
+            bad = 1;
+        else {
+            i++;
+            if (!strcmp(a, "--connect"))
+                connect_to = v;
+            else if (!strcmp(a, "--bind"))
+                bind = v;
+            else if (!strcmp(a, "--port"))
+                bad = cli_parse_int(v, 0, 65535, &port) < 0;
+            else if (!strcmp(a, "--port-file"))
+                port_file = v;
+            else if (!strcmp(a, "--auth-key-file"))
+                key_file = v;
+            else if (!strcmp(a, "--out"))
+                out = v;
+            else if (!strcmp(a, "--hidden"))
+                bad = cli_parse_int(v, 1, 65536, &H) < 0;
+            else if (!strcmp(a, "--max-trips"))
+                bad = cli_parse_int(v, 5, 1000000, &max_trips) < 0;
+            else if (!strcmp(a, "--seconds"))
+                bad = !((seconds = atof(v)) > 0 && seconds <= 600);
+            else if (!strcmp(a, "--rows"))
+                bad = parse_rows(v, rows, &nsizes) < 0;
+            else
+                bad = 1;
+        }
+        if (bad) {
+            fprintf(stderr, "strata-stage-bench probe-link: bad option %s%s%s\n%s", a, v ? " " : "",
+                    v ? v : "", probe_usage);
+            return STRATA_EXIT_USAGE;
+        }
+    }
+    char host[256];
+    int cport = 0;
+    if (listen == !!connect_to) {
+        fprintf(stderr, "strata-stage-bench probe-link: one of --listen and --connect\n%s",
+                probe_usage);
+        return STRATA_EXIT_USAGE;
+    }
+    if (connect_to) {
+        const char *colon = strrchr(connect_to, ':');
+        if (!colon || colon == connect_to || (size_t)(colon - connect_to) >= sizeof host ||
+            cli_parse_int(colon + 1, 1, 65535, &cport) < 0) {
+            fprintf(stderr, "strata-stage-bench probe-link: --connect HOST:PORT, not '%s'\n",
+                    connect_to);
+            return STRATA_EXIT_USAGE;
+        }
+        snprintf(host, sizeof host, "%.*s", (int)(colon - connect_to), connect_to);
+    }
+    for (int i = 0; i < nsizes; i++)
+        if ((double)rows[i] * H * 4 > (double)(PROBE_MAX_FRAME - 4096)) {
+            fprintf(stderr, "strata-stage-bench probe-link: %d rows of %d floats exceed a frame\n",
+                    rows[i], H);
+            return STRATA_EXIT_USAGE;
+        }
+    struct wire_auth_key key = {0};
+    struct wire_tls *tls = NULL;
+    int rc = 0;
+    if (key_file) {
+        if ((rc = wire_auth_key_load(&key, key_file, NULL)) == 0 && key.len == 0)
+            rc = strata_set_error(STRATA_EINVAL, "%s: no key", key_file);
+        if (rc == 0) rc = wire_tls_new(&tls, &(struct wire_tls_options){.psk = &key});
+    }
+    if (rc == 0)
+        rc = listen ? probe_listen(bind, port, port_file, tls, once)
+                    : probe_connect(host, cport, tls, H, rows, nsizes, seconds, max_trips, out);
+    wire_tls_free(tls);
+    wire_auth_key_clear(&key);
+    if (rc < 0) {
+        fprintf(stderr, "strata-stage-bench probe-link: %s\n", strata_last_error());
+        return STRATA_EXIT_FAILURE;
+    }
+    return STRATA_EXIT_OK;
+}
