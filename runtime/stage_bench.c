@@ -484,6 +484,6 @@ int main(int argc, char **argv) {
     fprintf(
         stderr,
         "usage: strata-stage-bench make-model ... | make-draft ... | ngram-text ... | hop ... |\n"
-        "       --help\n");
+        "       probe-link ... | --help\n");
     return STRATA_EXIT_USAGE;
 }
