@@ -227,7 +227,8 @@ static int probe_listen(const char *bind, int port, const char *port_file, struc
     do {
         struct wire_conn conn = {.fd = -1};
         rc = wire_accept(&conn, &listener, PROBE_MAX_FRAME, -1);
-        if (rc == 0 && tls) rc = wire_tls_accept(&conn, tls, 5000);
+        if (rc < 0) break; /* the listener itself failed: nothing more will come */
+        if (tls) rc = wire_tls_accept(&conn, tls, 5000);
         unsigned long echoed = 0;
         while (rc == 0) {
             const uint8_t *frame;
@@ -465,6 +466,13 @@ int stage_bench_probe_link(int argc, char **argv) {
             return STRATA_EXIT_USAGE;
         }
         snprintf(host, sizeof host, "%.*s", (int)(colon - connect_to), connect_to);
+        /* a host name or address: it goes into the report's JSON as it is */
+        if (strspn(host, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.-_:[]") !=
+            strlen(host)) {
+            fprintf(stderr, "strata-stage-bench probe-link: '%s' is not a host name or address\n",
+                    host);
+            return STRATA_EXIT_USAGE;
+        }
     }
     for (int i = 0; i < nsizes; i++)
         if ((double)rows[i] * H * 4 > (double)(PROBE_MAX_FRAME - 4096)) {

@@ -119,7 +119,7 @@ port=$(cat "$work/plain.port") # that listener is gone: nothing listens there no
 rc=$?
 [ $rc -eq 1 ] && grep -q "probe-link:" "$work/closed.out" || die "a closed port: exit $rc: $(cat "$work/closed.out")"
 for bad in "--listen --connect 127.0.0.1:1" "--connect nohostport" "--connect 127.0.0.1:1 --rows 5" \
-    "--connect 127.0.0.1:1 --hidden 0" "--listen --bogus 1" ""; do
+    "--connect 127.0.0.1:1 --hidden 0" "--listen --bogus 1" "--connect a\"b:1" ""; do
     # shellcheck disable=SC2086 # the options are words
     "$bench" probe-link $bad >/dev/null 2>&1
     rc=$?
