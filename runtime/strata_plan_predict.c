@@ -161,9 +161,14 @@ static int predict_on(struct perf_prediction *p, const struct perf_layers *pl,
                       const struct perf_hosts *h, const struct stage_range *ranges, int S,
                       const struct perf_options *opt) {
     struct perf_device devs[STAGE_PLAN_MAX_STAGES];
-    for (int s = 0; s < S; s++)
+    struct perf_link hops[STAGE_PLAN_MAX_STAGES];
+    int order[STAGE_PLAN_MAX_STAGES];
+    for (int s = 0; s < S; s++) {
         devs[s] = h->host[s].dev;
-    return perf_predict(p, pl, ranges, S, devs, &h->link, opt);
+        order[s] = s;
+    }
+    perf_hosts_ring(hops, h, order, S);
+    return perf_predict_hops(p, pl, ranges, S, devs, hops, opt);
 }
 
 static void compare_row(const char *what, const struct perf_prediction *p, const char *why, int B) {

@@ -372,6 +372,19 @@ static double hop_ms(const struct perf_layers *pl, const struct perf_link *link,
 int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
                  const struct stage_range *ranges, int S, const struct perf_device *devices,
                  const struct perf_link *link, const struct perf_options *opt) {
+    struct perf_link hops[STAGE_PLAN_MAX_STAGES];
+    if (S < 1 || S > STAGE_PLAN_MAX_STAGES) {
+        memset(out, 0, sizeof *out);
+        return strata_set_error(STRATA_EINVAL, "perf model: %d stages", S);
+    }
+    for (int s = 0; s < S; s++)
+        hops[s] = *link;
+    return perf_predict_hops(out, pl, ranges, S, devices, hops, opt);
+}
+
+int perf_predict_hops(struct perf_prediction *out, const struct perf_layers *pl,
+                      const struct stage_range *ranges, int S, const struct perf_device *devices,
+                      const struct perf_link *hops_link, const struct perf_options *opt) {
     memset(out, 0, sizeof *out);
     if (S < 1 || S > STAGE_PLAN_MAX_STAGES)
         return strata_set_error(STRATA_EINVAL, "perf model: %d stages", S);
@@ -405,17 +418,23 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
         if (st->decode_ms_b > maxg) maxg = st->decode_ms_b;
         if (st->prefill_ms_chunk > max_pre) max_pre = st->prefill_ms_chunk;
     }
-    const int hops = S > 1 ? S : 0;
-    out->hop_ms_1 = hop_ms(pl, link, 1);
-    out->hop_ms_chunk = hop_ms(pl, link, c);
-    out->tokens_per_s_1 = 1e3 / (sum1 + hops * out->hop_ms_1);
-    double round = sumg + hops * hop_ms(pl, link, g), pace = perf_groups_in_flight(B, S) * maxg;
+    /* every hop of the ring once per token (one stage: none) */
+    double hops1 = 0, hopsg = 0, hopsc = 0;
+    for (int s = 0; S > 1 && s < S; s++) {
+        hops1 += hop_ms(pl, &hops_link[s], 1);
+        hopsg += hop_ms(pl, &hops_link[s], g);
+        hopsc += hop_ms(pl, &hops_link[s], c);
+    }
+    out->hop_ms_1 = S > 1 ? hops1 / S : hop_ms(pl, &hops_link[0], 1);
+    out->hop_ms_chunk = S > 1 ? hopsc / S : hop_ms(pl, &hops_link[0], c);
+    out->tokens_per_s_1 = 1e3 / (sum1 + hops1);
+    double round = sumg + hopsg, pace = perf_groups_in_flight(B, S) * maxg;
     out->tokens_per_s_b = 1e3 * B / (round > pace ? round : pace);
     /* the head for the prompt's last row, after the last stage's last chunk */
     const struct stage_range *lr = &ranges[S - 1];
     const double head_ms = 1e3 * (perf_stage_step_sec(pl, lr, &devices[S - 1], 1, 1, 0, 0, 0, kvb) -
                                   perf_stage_step_sec(pl, lr, &devices[S - 1], 1, 0, 0, 0, 0, kvb));
-    out->ttft_ms = sum_pre + (chunks - 1) * max_pre + head_ms + hops * out->hop_ms_chunk;
-    if (hops * out->hop_ms_1 > max1) out->bottleneck_stage = -1;
+    out->ttft_ms = sum_pre + (chunks - 1) * max_pre + head_ms + hopsc;
+    if (hops1 > max1) out->bottleneck_stage = -1;
     return 0;
 }

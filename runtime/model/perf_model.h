@@ -228,8 +228,8 @@ static inline double perf_options_kv_bytes(const struct perf_options *o) {
 struct perf_prediction {
     int num_stages;
     struct perf_stage stages[STAGE_PLAN_MAX_STAGES];
-    int chunk_rows; /* the prefill chunk priced (stage_plan_prefill_chunk) */
-    double hop_ms_1, hop_ms_chunk;
+    int chunk_rows;                /* the prefill chunk priced (stage_plan_prefill_chunk) */
+    double hop_ms_1, hop_ms_chunk; /* per hop (the mean where the hops' links differ) */
     double tokens_per_s_1, tokens_per_s_b, ttft_ms;
     int bottleneck_stage; /* the slowest stage at batch 1, or -1: the links */
 };
@@ -250,5 +250,13 @@ int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
                  const struct stage_range *ranges, int num_stages,
                  const struct perf_device *devices, const struct perf_link *link,
                  const struct perf_options *opt);
+
+/* perf_predict with a link per hop: hops [S], hop s from stage s to stage s + 1 and hop S - 1
+ * from the last stage back to stage 0 (the sampled token). hop_ms_1 / hop_ms_chunk are then
+ * the hops' mean. */
+int perf_predict_hops(struct perf_prediction *out, const struct perf_layers *pl,
+                      const struct stage_range *ranges, int num_stages,
+                      const struct perf_device *devices, const struct perf_link *hops,
+                      const struct perf_options *opt);
 
 #endif

@@ -92,6 +92,58 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
     return 0;
 }
 
+/* {"latency_us": >= 0, "gbps": > 0} into *l; -1 when it is not that. */
+static int parse_link(struct perf_link *l, const cJSON *o) {
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(o, "latency_us");
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(o, "gbps");
+    if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || !(lat->valuedouble >= 0) ||
+        !(bw->valuedouble > 0) || !isfinite(lat->valuedouble) || !isfinite(bw->valuedouble))
+        return -1;
+    *l = (struct perf_link){lat->valuedouble, bw->valuedouble};
+    return 0;
+}
+
+static int host_index(const struct perf_hosts *h, const cJSON *name) {
+    for (int x = 0; cJSON_IsString(name) && x < h->n; x++)
+        if (!strcmp(h->host[x].name, name->valuestring)) return x;
+    return -1;
+}
+
+/* "links": [{"between": ["a", "b"], "latency_us": .., "gbps": ..}, ...] */
+static int load_pairs(struct perf_hosts *h, const cJSON *pairs, const char *path) {
+    const cJSON *it;
+    char msg[160];
+    int i = 0;
+    cJSON_ArrayForEach(it, pairs) {
+        const cJSON *between = cJSON_GetObjectItemCaseSensitive(it, "between");
+        struct perf_pair *p = &h->pair[h->n_pairs];
+        p->a = p->b = -1;
+        if (cJSON_IsArray(between) && cJSON_GetArraySize(between) == 2) {
+            p->a = host_index(h, cJSON_GetArrayItem(between, 0));
+            p->b = host_index(h, cJSON_GetArrayItem(between, 1));
+        }
+        if (p->a < 0 || p->b < 0 || p->a == p->b) {
+            snprintf(msg, sizeof msg,
+                     "links[%d].between needs two different host names of \"hosts\"", i);
+            return bad(path, msg);
+        }
+        if (parse_link(&p->link, it) < 0) {
+            snprintf(msg, sizeof msg, "links[%d] needs \"latency_us\" >= 0 and \"gbps\" > 0", i);
+            return bad(path, msg);
+        }
+        for (int j = 0; j < h->n_pairs; j++)
+            if ((h->pair[j].a == p->a && h->pair[j].b == p->b) ||
+                (h->pair[j].a == p->b && h->pair[j].b == p->a)) {
+                snprintf(msg, sizeof msg, "links[%d]: %s and %s are linked twice", i,
+                         h->host[p->a].name, h->host[p->b].name);
+                return bad(path, msg);
+            }
+        h->n_pairs++;
+        i++;
+    }
+    return 0;
+}
+
 int perf_hosts_load(struct perf_hosts *h, const char *path) {
     char *text = NULL;
     size_t len = 0;
@@ -111,17 +163,26 @@ int perf_hosts_load(struct perf_hosts *h, const char *path) {
         h->n++;
     }
     const cJSON *link = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "link");
-    if (link) {
-        const cJSON *lat = cJSON_GetObjectItemCaseSensitive(link, "latency_us");
-        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(link, "gbps");
-        if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || lat->valuedouble < 0 ||
-            !(bw->valuedouble > 0))
-            rc = bad(path, "\"link\" needs \"latency_us\" >= 0 and \"gbps\" > 0");
-        else
-            h->link = (struct perf_link){lat->valuedouble, bw->valuedouble};
-    }
+    if (link && parse_link(&h->link, link) < 0)
+        rc = bad(path, "\"link\" needs \"latency_us\" >= 0 and \"gbps\" > 0");
+    const cJSON *pairs = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "links");
+    if (pairs && (!cJSON_IsArray(pairs) || cJSON_GetArraySize(pairs) > PERF_MAX_PAIRS))
+        rc = bad(path, "\"links\" is a list of at most 256 links");
+    if (rc == 0 && pairs) rc = load_pairs(h, pairs, path);
     cJSON_Delete(root);
     return rc;
+}
+
+const struct perf_link *perf_hosts_link(const struct perf_hosts *h, int a, int b) {
+    for (int i = 0; i < h->n_pairs; i++)
+        if ((h->pair[i].a == a && h->pair[i].b == b) || (h->pair[i].a == b && h->pair[i].b == a))
+            return &h->pair[i].link;
+    return &h->link;
+}
+
+void perf_hosts_ring(struct perf_link *hops, const struct perf_hosts *h, const int *order, int S) {
+    for (int s = 0; s < S; s++)
+        hops[s] = *perf_hosts_link(h, order[s], order[(s + 1) % S]);
 }
 
 uint64_t perf_place_rank_bytes(const struct stage_plan_entry *e, const struct perf_device *d,
@@ -163,8 +224,13 @@ struct search {
     uint64_t wpre[MODEL_CONFIG_MAX_LAYERS + 1];
     struct host_sums *sums;                        /* [h->n], 1 row */
     struct host_sums gsums[STAGE_PLAN_MAX_STAGES]; /* stage s of the order tried, g rows */
-    double hop1;
 };
+
+/* One decode row's hop from host a to host b, ms. */
+static double hop1_ms(const struct search *z, int a, int b) {
+    const struct perf_link *l = perf_hosts_link(z->h, a, b);
+    return l->latency_us / 1e3 + 1e3 * z->pl->hidden * 4.0 / (l->gbps * 1e9);
+}
 
 static void host_sums_fill(struct host_sums *hs, const struct search *z,
                            const struct perf_device *d, int rows) {
@@ -279,8 +345,9 @@ static struct score best_split(struct search *z, const int *order, int S,
         ranges[s] = (struct stage_range){from[s][j], j};
         j = from[s][j];
     }
-    const int hops = S > 1 ? S : 0;
-    double latency = sum1[S - 1][L] + hops * z->hop1;
+    double latency = sum1[S - 1][L]; /* plus every hop of the ring (the order's links) */
+    for (int s = 0; S > 1 && s < S; s++)
+        latency += hop1_ms(z, order[s], order[(s + 1) % S]);
     /* ms per B tokens: the pipeline's steady state, bounded above by S steps of the slowest
      * stage (a round of every request is at most that; perf_predict prices the round too) */
     double pace = maxg[S - 1][L] * S;
@@ -350,7 +417,6 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
     stage_plan_layer_prefix(z->wpre, mm);
     for (int x = 0; x < h->n; x++)
         host_sums_fill(&z->sums[x], z, &h->host[x].dev, 1);
-    z->hop1 = h->link.latency_us / 1e3 + 1e3 * pl->hidden * 4.0 / (h->link.gbps * 1e9);
     w->z = z;
     w->best = out;
     w->best_score = (struct score){INFINITY, INFINITY};
@@ -403,7 +469,9 @@ int perf_place(struct perf_placement *out, const struct perf_layers *pl,
             out->dev[s] = *c[i >= 0 ? i : 0];
         }
         perf_place_memory(out->stage_bytes, mm, out->dev, out->ranges, S, pl->kv_heads);
-        rc = perf_predict(&out->pred, pl, out->ranges, S, out->dev, &h->link, opt);
+        struct perf_link hops[STAGE_PLAN_MAX_STAGES];
+        perf_hosts_ring(hops, h, out->host, S);
+        rc = perf_predict_hops(&out->pred, pl, out->ranges, S, out->dev, hops, opt);
     }
     free(z->sums);
     free(z);

@@ -3,7 +3,11 @@
  *
  * Hosts file (JSON; profile paths relative to the file):
  *   {"hosts": [{"name": "a", "profile": "a.json", "mem": "80G", "threads": 16}, ...],
- *    "link": {"latency_us": 200, "gbps": 10}}
+ *    "link": {"latency_us": 200, "gbps": 10},
+ *    "links": [{"between": ["a", "c"], "latency_us": 20000, "gbps": 0.1}, ...]}
+ * "link" is every pair's link (gbps: gigabytes per second; strata-stage-bench probe-link
+ * measures one and prints the object), "links" the pairs whose link differs, both ways: the
+ * stage order decides which links the ring's hops cross, so the search weighs them.
  * A host may hold several devices of its profile: "devices": 2, 4 or 8 makes its stage one TP
  * group over them (strata-stage --tp), "mem" then being each device's, and "device_link":
  * {"latency_us": 10, "gbps": 300} the link its all-reduces cross (else perf_device_set_tp's
@@ -44,14 +48,28 @@ struct perf_host {
     struct perf_device choice[PERF_MAX_CHOICES];
 };
 
+#define PERF_MAX_PAIRS 256
+
 struct perf_hosts {
     int n;
     struct perf_host host[PERF_MAX_HOSTS];
-    struct perf_link link;
+    struct perf_link link; /* between any two hosts ... */
+    int n_pairs;           /* ... but these (either way) */
+    struct perf_pair {
+        int a, b;
+        struct perf_link link;
+    } pair[PERF_MAX_PAIRS];
 };
 
 /* Reads the hosts file and every profile it names. STRATA_EFORMAT names the bad field. */
 int perf_hosts_load(struct perf_hosts *h, const char *path);
+
+/* The link between hosts a and b (indices into h->host). */
+const struct perf_link *perf_hosts_link(const struct perf_hosts *h, int a, int b);
+
+/* The links of a ring over hosts order [S]: hop s from order[s] to order[s + 1], the last
+ * back to order[0] (perf_predict_hops' hops). */
+void perf_hosts_ring(struct perf_link *hops, const struct perf_hosts *h, const int *order, int S);
 
 enum perf_goal { PERF_GOAL_LATENCY = 0, PERF_GOAL_THROUGHPUT = 1 };
 

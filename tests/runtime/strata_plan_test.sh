@@ -127,6 +127,22 @@ if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["stages"]
 else
     echo "FAIL hosts-json: $out"; fail=1
 fi
+# "links": the pairs whose link differs. Three boxes that hold half the model each, a's links
+# to b and to c across a 20 ms WAN: the placement runs on b and c (the file order's even plan,
+# a -> b -> c, pays the WAN twice); a pair naming no host, a pair twice, a bad link: refused.
+hosts3() { # LINKS: three 45K fast boxes with those "links"
+    printf '{"hosts": [{"name": "a", "profile": "fast.json", "mem": "45K"}, {"name": "b", "profile": "fast.json", "mem": "45K"}, {"name": "c", "profile": "fast.json", "mem": "45K"}], "link": {"latency_us": 100, "gbps": 1}, "links": [%s]}\n' "$1"
+}
+wan='{"between": ["a", "b"], "latency_us": 20000, "gbps": 0.1}, {"between": ["c", "a"], "latency_us": 20000, "gbps": 0.1}'
+hosts3 "$wan" >"$tmp/links.json"
+check hosts-links 0 "b: strata-stage --model $model --num-stages 2 --stage-idx 0" --model "$model" --hosts "$tmp/links.json" --max-seq 64 --chunk 8
+check hosts-links-next 0 "--stage-idx 1 --layer-start 2 --layer-end 4 --threads 16 --listen 0.0.0.0:7000 --next-host b" --model "$model" --hosts "$tmp/links.json" --max-seq 64 --chunk 8
+hosts3 '{"between": ["a", "z"], "latency_us": 1, "gbps": 1}' >"$tmp/links-bad.json"
+check hosts-links-name 3 'links[0].between needs two different host names' --model "$model" --hosts "$tmp/links-bad.json"
+hosts3 '{"between": ["a", "b"], "latency_us": 1, "gbps": 1}, {"between": ["b", "a"], "latency_us": 2, "gbps": 1}' >"$tmp/links-twice.json"
+check hosts-links-twice 3 "links[1]: b and a are linked twice" --model "$model" --hosts "$tmp/links-twice.json"
+hosts3 '{"between": ["a", "b"], "latency_us": -1, "gbps": 1}' >"$tmp/links-neg.json"
+check hosts-links-value 3 'links[0] needs "latency_us" >= 0' --model "$model" --hosts "$tmp/links-neg.json"
 # A host with 2 devices runs its stage as one group of them (TP 2 or KVP 2, whichever the model
 # prices faster; a process per device), each device holding its share: a model no single
 # device of the pair holds fits the pair.

@@ -88,10 +88,10 @@ static void dense_decode_and_pipeline(void **state) {
     NEAR(kvp2.kvp_kv, 0.5);
     NEAR(kvp2.kvp_attn, 0.64);
     assert_int_equal(perf_predict(&pt, &pl, one, 1, &kvp2, &link, &opt), 0);
-    NEAR(pt.stages[0].decode_ms_1,
-         1e3 * (bytes / 1e9 + kv * 0.64 / 10e9 +
-                4 * ((5e-6 + 16 / 10e9) + (5e-6 + 4 * 18 * 4 / 10e9))));
-    const struct stage_plan_entry e = {.weight_bytes = 1000, .kv_bytes = 800, .workspace_bytes = 10};
+    NEAR(pt.stages[0].decode_ms_1, 1e3 * (bytes / 1e9 + kv * 0.64 / 10e9 +
+                                          4 * ((5e-6 + 16 / 10e9) + (5e-6 + 4 * 18 * 4 / 10e9))));
+    const struct stage_plan_entry e = {
+        .weight_bytes = 1000, .kv_bytes = 800, .workspace_bytes = 10};
     assert_int_equal(perf_place_rank_bytes(&e, &kvp2, 2), 1000 + 400 + 10);
     perf_device_set_tp(&kvp2, 2, NULL); /* TP 2 x KVP 2: a TP rank's half of each */
     assert_int_equal(perf_place_rank_bytes(&e, &kvp2, 2), 500 + 200 + 10);
@@ -100,6 +100,15 @@ static void dense_decode_and_pipeline(void **state) {
     double hop = 0.1 + 1e3 * 256 / 1e9;
     NEAR(p2.hop_ms_1, hop);
     NEAR(1e3 / p2.tokens_per_s_1, p2.stages[0].decode_ms_1 + p2.stages[1].decode_ms_1 + 2 * hop);
+    /* a link per hop: stage 0 -> 1 as before, the token's way back 20 ms slower; the first
+     * token pays both hops too */
+    static struct perf_prediction ph;
+    struct perf_link hops[2] = {link, {20100.0, 1.0}};
+    assert_int_equal(perf_predict_hops(&ph, &pl, two, 2, d, hops, &opt), 0);
+    NEAR(1e3 / ph.tokens_per_s_1, 1e3 / p2.tokens_per_s_1 + 20.0);
+    NEAR(ph.hop_ms_1, hop + 10.0); /* the mean hop */
+    NEAR(ph.ttft_ms, p2.ttft_ms + 20.0);
+    assert_int_equal(ph.bottleneck_stage, -1); /* 40 ms of hops against ~0.2 ms stages */
     /* batch 1 on 2 stages is one request in flight: the batch figure is the batch-1 one (the
      * bottleneck stage runs one step per round, not S) */
     NEAR(p2.tokens_per_s_b, p2.tokens_per_s_1);
@@ -288,6 +297,31 @@ static void placement(void **state) {
     assert_true(pp.stage_bytes[0] <= whole / 2);
     printf("ok: TP 4 on the slow box: %llu bytes per device of the %llu a stage needs\n",
            (unsigned long long)pp.stage_bytes[0], (unsigned long long)whole);
+    /* Three equal boxes, each holding 3/4 of the model: two stages, on whichever pair has the
+     * fast link; the pairs listed are slow (a and b across a WAN, a and c too), so b + c. */
+    memset(&h, 0, sizeof h);
+    h.n = 3;
+    for (int x = 0; x < 3; x++) {
+        snprintf(h.host[x].name, sizeof h.host[x].name, "%c", 'a' + x);
+        h.host[x].dev = device(4.0, 4000.0, 40.0);
+        h.host[x].mem_bytes = whole * 3 / 4;
+    }
+    h.link = (struct perf_link){100.0, 1.0};
+    h.n_pairs = 2;
+    h.pair[0] = (struct perf_pair){0, 1, {20000.0, 0.1}};
+    h.pair[1] = (struct perf_pair){2, 0, {20000.0, 0.1}};
+    assert_true(perf_hosts_link(&h, 1, 0)->latency_us == 20000.0); /* either way */
+    assert_true(perf_hosts_link(&h, 1, 2)->latency_us == 100.0);   /* the default */
+    assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
+    assert_int_equal(pp.num_stages, 2);
+    assert_true((pp.host[0] == 1 && pp.host[1] == 2) || (pp.host[0] == 2 && pp.host[1] == 1));
+    NEAR(pp.pred.hop_ms_1, 0.1 + 1e3 * 256 / 1e9);
+    /* with b and c's link slow as well, a 20 ms pair cannot be avoided: the prediction pays it */
+    h.pair[h.n_pairs++] = (struct perf_pair){2, 1, {20000.0, 0.1}};
+    assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
+    assert_true(pp.pred.hop_ms_1 > 20.0);
+    printf("ok: the fast pair b + c chosen; with every pair slow, %.2f ms a hop\n",
+           pp.pred.hop_ms_1);
     printf("ok: refused: %s\n", strata_last_error());
 }
 
