@@ -2,12 +2,9 @@
  *   hop         per-hop latency of one decode hidden state [1, H]: two threads ping-pong a
  *               real Activation frame over a TCP loopback connection (build, length-prefixed
  *               send, receive, verify + read, decode to f32 on each side); one hop = RTT / 2.
- *   probe-link  a link between two boxes as the stages' frames cross it: one side listens
- *               and echoes, the other sends Activation frames of several sizes over the same
- *               TCP (and TLS 1.3 PSK) transport the stages use, and fits one-way time =
- *               latency + bytes / bandwidth to the mean of the round trips / 2. The mean, not
- *               the median: a long run pays every retransmission a lossy link causes. Prints
- *               the hosts file's "link" object for strata-plan --hosts. */
+ *   probe-link  a link between any two boxes as the stages' frames cross it
+ *               (wire/link_probe.h): one side listens and echoes, the other measures and
+ *               prints the hosts file's "link" object for strata-plan --hosts. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -20,6 +17,7 @@
 #include "runtime/stage_bench.h"
 #include "wire/auth.h"
 #include "wire/codec.h"
+#include "wire/link_probe.h"
 #include "wire/message.h"
 #include "wire/tls.h"
 #include "wire/transport.h"
@@ -188,27 +186,6 @@ done:
 
 /* ---------------------------------------------------------------- probe-link */
 
-#define PROBE_MAX_SIZES 8
-#define PROBE_MAX_FRAME ((size_t)256 << 20)
-
-/* An Activation frame of `rows` hidden states [rows, H] of x, step `step`. */
-static int build_rows(struct wire_arena *arena, const float *x, int rows, int H, uint64_t step) {
-    struct wire_activation msg;
-    memset(&msg, 0, sizeof msg);
-    msg.stage_from = 0;
-    msg.stage_to = 1;
-    msg.step = step;
-    msg.nonce = 1;
-    msg.hidden = (struct wire_tensor){.defined = 1,
-                                      .dtype = WIRE_DTYPE_F32,
-                                      .ndim = 2,
-                                      .shape = {rows, H},
-                                      .codec = WIRE_CODEC_NONE,
-                                      .data = x,
-                                      .nbytes = sizeof(float) * (size_t)rows * (size_t)H};
-    return wire_build_activation(arena, &msg);
-}
-
 /* The listening side: echoes every frame of each connection until its peer closes. */
 static int probe_listen(const char *bind, int port, const char *port_file, struct wire_tls *tls,
                         int once) {
@@ -226,20 +203,11 @@ static int probe_listen(const char *bind, int port, const char *port_file, struc
             tls ? " (TLS 1.3 PSK)" : "");
     do {
         struct wire_conn conn = {.fd = -1};
-        rc = wire_accept(&conn, &listener, PROBE_MAX_FRAME, -1);
+        unsigned long echoed = 0;
+        rc = wire_accept(&conn, &listener, WIRE_PROBE_MAX_FRAME, -1);
         if (rc < 0) break; /* the listener itself failed: nothing more will come */
         if (tls) rc = wire_tls_accept(&conn, tls, 5000);
-        unsigned long echoed = 0;
-        while (rc == 0) {
-            const uint8_t *frame;
-            size_t len;
-            struct wire_activation msg;
-            if ((rc = wire_recv_frame(&conn, &frame, &len, 60000)) < 0) break;
-            if ((rc = wire_read_activation(&msg, frame, len)) < 0) break;
-            if ((rc = wire_send_frame(&conn, frame, len, 60000)) == 0) echoed++;
-        }
-        /* the prober closing is how a probe ends */
-        if (rc == STRATA_ECLOSED) rc = 0;
+        if (rc == 0) rc = wire_probe_echo(&conn, 60000, &echoed);
         if (rc < 0)
             fprintf(stderr, "probe-link: %s: %s\n", conn.peer[0] ? conn.peer : "connection",
                     strata_last_error());
@@ -252,119 +220,32 @@ static int probe_listen(const char *bind, int port, const char *port_file, struc
     return rc;
 }
 
-struct probe_point {
-    int rows;
-    double bytes, mean_us, p50_us, max_us;
-    int trips;
-};
-
-/* Round trips of `rows`-row frames for about `seconds` (at least 5, at most max_trips, after
- * 3 unmeasured ones); one-way = round trip / 2. */
-static int probe_size(struct wire_conn *conn, struct wire_arena *arena, float *x, int rows, int H,
-                      double seconds, int max_trips, struct probe_point *pt) {
-    double *t = malloc(sizeof(double) * (size_t)max_trips);
-    if (!t) return strata_set_error(STRATA_ENOMEM, "out of memory");
-    int rc = build_rows(arena, x, rows, H, 0), n = 0;
-    const double start = (double)cli_now_ns() * 1e-9;
-    for (int i = 0; rc == 0 && n < max_trips; i++) {
-        const uint8_t *frame;
-        size_t len;
-        double t0 = (double)cli_now_ns() * 1e-3;
-        rc = wire_send_frame(conn, wire_arena_frame(arena), wire_arena_frame_len(arena), 60000);
-        if (rc == 0) rc = wire_recv_frame(conn, &frame, &len, 60000);
-        if (rc == 0 && len != wire_arena_frame_len(arena))
-            rc = strata_set_error(STRATA_EFORMAT, "the echo of a %zu-byte frame has %zu bytes",
-                                  wire_arena_frame_len(arena), len);
-        if (rc < 0) break;
-        if (i >= 3) t[n++] = ((double)cli_now_ns() * 1e-3 - t0) / 2;
-        if (n >= 5 && (double)cli_now_ns() * 1e-9 - start > seconds) break;
-    }
-    if (rc == 0) {
-        double sum = 0;
-        qsort(t, (size_t)n, sizeof(double), compare_double);
-        for (int i = 0; i < n; i++)
-            sum += t[i];
-        *pt = (struct probe_point){.rows = rows,
-                                   .bytes = (double)wire_arena_frame_len(arena),
-                                   .mean_us = sum / n,
-                                   .p50_us = t[n / 2],
-                                   .max_us = t[n - 1],
-                                   .trips = n};
-    }
-    free(t);
-    return rc;
-}
-
-/* The link from the means: bandwidth from the least-squares slope of one-way time on bytes
- * over every size (the large frames decide it), latency from the smallest frame less its
- * bytes at that bandwidth (what a decode hop pays; an intercept of the fit would be decided by
- * the large frames' noise). GB/s; 0 when larger frames were not slower. */
-static void probe_fit(const struct probe_point *p, int n, double *latency_us, double *gbps) {
-    double sx = 0, sy = 0, sxx = 0, sxy = 0;
-    int small = 0;
-    for (int i = 0; i < n; i++) {
-        sx += p[i].bytes;
-        sy += p[i].mean_us;
-        sxx += p[i].bytes * p[i].bytes;
-        sxy += p[i].bytes * p[i].mean_us;
-        if (p[i].bytes < p[small].bytes) small = i;
-    }
-    const double den = n * sxx - sx * sx;
-    const double slope = den > 0 ? (n * sxy - sx * sy) / den : 0; /* us per byte */
-    *gbps = slope > 0 ? 1e-3 / slope : 0; /* bytes per us = MB/s; / 1e3 = GB/s */
-    *latency_us = fmax(0, p[small].mean_us - (slope > 0 ? slope * p[small].bytes : 0));
-}
-
 static int probe_connect(const char *host, int port, struct wire_tls *tls, int H, const int *rows,
                          int nsizes, double seconds, int max_trips, const char *out) {
     struct wire_conn conn = {.fd = -1};
-    struct wire_arena arena;
-    struct probe_point pt[PROBE_MAX_SIZES];
-    int max_rows = 0;
-    for (int i = 0; i < nsizes; i++)
-        if (rows[i] > max_rows) max_rows = rows[i];
-    float *x = malloc(sizeof(float) * (size_t)max_rows * (size_t)H);
-    if (!x) return strata_set_error(STRATA_ENOMEM, "out of memory");
-    for (size_t i = 0; i < (size_t)max_rows * (size_t)H; i++)
-        x[i] = (float)((i * 2654435761u) % 2001u) / 1000.0f - 1.0f;
-    int rc = wire_arena_init(&arena, 0);
-    if (rc == 0) rc = wire_connect(&conn, host, port, PROBE_MAX_FRAME, 5000);
+    struct wire_probe_result r;
+    int rc = wire_connect(&conn, host, port, WIRE_PROBE_MAX_FRAME, 5000);
     if (rc == 0 && tls) rc = wire_tls_connect(&conn, tls, 5000);
-    for (int i = 0; rc == 0 && i < nsizes; i++)
-        rc = probe_size(&conn, &arena, x, rows[i], H, seconds, max_trips, &pt[i]);
+    if (rc == 0) rc = wire_probe_measure(&conn, H, rows, nsizes, seconds, max_trips, &r);
     wire_close(&conn);
-    wire_arena_free(&arena);
-    free(x);
     if (rc < 0) return rc;
-    double latency_us, gbps;
-    probe_fit(pt, nsizes, &latency_us, &gbps);
     printf(
         "probe-link to %s:%d%s, Activation frames of [rows, %d] f32, one way = round trip / 2:\n",
         host, port, tls ? " over TLS 1.3 (PSK)" : " (plaintext)", H);
     printf("%8s %12s %7s %12s %12s %12s\n", "rows", "bytes", "trips", "mean us", "p50 us",
            "max us");
-    for (int i = 0; i < nsizes; i++)
-        printf("%8d %12.0f %7d %12.1f %12.1f %12.1f\n", pt[i].rows, pt[i].bytes, pt[i].trips,
-               pt[i].mean_us, pt[i].p50_us, pt[i].max_us);
-    char json[4096];
-    int len = snprintf(json, sizeof json,
-                       "{\"latency_us\": %.1f, \"gbps\": %.4f, \"source\": \"measured by "
-                       "strata-stage-bench probe-link to %s:%d%s: mean one-way time of Activation "
-                       "frames, fitted as latency + bytes / bandwidth (gbps: gigabytes per "
-                       "second)\", \"points\": [",
-                       latency_us, gbps, host, port, tls ? " over TLS 1.3 PSK" : "");
-    for (int i = 0; i < nsizes && len > 0 && (size_t)len < sizeof json; i++)
-        len += snprintf(
-            json + len, sizeof json - (size_t)len,
-            "%s{\"bytes\": %.0f, \"mean_us\": %.1f, \"p50_us\": %.1f, \"max_us\": %.1f, "
-            "\"round_trips\": %d}",
-            i ? ", " : "", pt[i].bytes, pt[i].mean_us, pt[i].p50_us, pt[i].max_us, pt[i].trips);
-    if (len > 0 && (size_t)len < sizeof json)
-        len += snprintf(json + len, sizeof json - (size_t)len, "]}");
-    if (len < 0 || (size_t)len >= sizeof json)
-        return strata_set_error(STRATA_ERANGE, "probe-link: the report does not fit");
+    for (int i = 0; i < r.n; i++)
+        printf("%8d %12.0f %7d %12.1f %12.1f %12.1f\n", r.pt[i].rows, r.pt[i].bytes, r.pt[i].trips,
+               r.pt[i].mean_us, r.pt[i].p50_us, r.pt[i].max_us);
+    char source[512], json[4096];
+    snprintf(source, sizeof source,
+             "measured by strata-stage-bench probe-link to %s:%d%s: mean one-way time of "
+             "Activation frames, fitted as latency + bytes / bandwidth (gbps: gigabytes per "
+             "second)",
+             host, port, tls ? " over TLS 1.3 PSK" : "");
+    if ((rc = wire_probe_format(&r, source, json, sizeof json)) < 0) return rc;
     printf("link: %s\n", json);
-    if (gbps <= 0)
+    if (r.gbps <= 0)
         printf("(the larger frames were not slower: no bandwidth could be fitted; probe with "
                "larger --rows)\n");
     if (out) {
@@ -372,21 +253,7 @@ static int probe_connect(const char *host, int port, struct wire_tls *tls, int H
         if (!f || fprintf(f, "%s\n", json) < 0 || fclose(f))
             return strata_set_error(STRATA_EIO, "cannot write %s", out);
     }
-    return gbps > 0 ? STRATA_OK : strata_set_error(STRATA_ERANGE, "no bandwidth could be fitted");
-}
-
-static int parse_rows(const char *list, int *rows, int *n) {
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", list);
-    *n = 0;
-    for (char *save = NULL, *tok = strtok_r(buf, ", ", &save); tok;
-         tok = strtok_r(NULL, ", ", &save)) {
-        char *end;
-        long v = strtol(tok, &end, 10);
-        if (*end || v < 1 || v > 65536 || *n == PROBE_MAX_SIZES) return -1;
-        rows[(*n)++] = (int)v;
-    }
-    return *n >= 2 ? 0 : -1;
+    return r.gbps > 0 ? STRATA_OK : strata_set_error(STRATA_ERANGE, "no bandwidth could be fitted");
 }
 
 static const char probe_usage[] =
@@ -405,7 +272,7 @@ static const char probe_usage[] =
 int stage_bench_probe_link(int argc, char **argv) {
     const char *connect_to = NULL, *bind = NULL, *port_file = NULL, *key_file = NULL, *out = NULL;
     int listen = 0, once = 0, port = 0, H = 4096, max_trips = 2000, nsizes = 4;
-    int rows[PROBE_MAX_SIZES] = {1, 16, 128, 1024};
+    int rows[WIRE_PROBE_MAX_SIZES] = {1, 16, 128, 1024};
     double seconds = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -440,7 +307,7 @@ int stage_bench_probe_link(int argc, char **argv) {
             else if (!strcmp(a, "--seconds"))
                 bad = !((seconds = atof(v)) > 0 && seconds <= 600);
             else if (!strcmp(a, "--rows"))
-                bad = parse_rows(v, rows, &nsizes) < 0;
+                bad = wire_probe_parse_rows(v, rows, &nsizes) < 0;
             else
                 bad = 1;
         }
@@ -475,7 +342,7 @@ int stage_bench_probe_link(int argc, char **argv) {
         }
     }
     for (int i = 0; i < nsizes; i++)
-        if ((double)rows[i] * H * 4 > (double)(PROBE_MAX_FRAME - 4096)) {
+        if ((double)rows[i] * H * 4 > (double)(WIRE_PROBE_MAX_FRAME - 4096)) {
             fprintf(stderr, "strata-stage-bench probe-link: %d rows of %d floats exceed a frame\n",
                     rows[i], H);
             return STRATA_EXIT_USAGE;

@@ -100,6 +100,12 @@ void strata_stage_usage(FILE *out) {
         "  --recv-kv              accept KV blocks from upstream\n"
         "  --kv-out FILE          write received KV blocks to FILE\n"
         "  --kv-restore FILE      restore a KV block (equal layer range only) at start\n"
+        "  --probe-links FILE     instead of serving: measure the link to the next stage\n"
+        "                         with the stages' own frames and TLS (every stage of the\n"
+        "                         ring with its usual flags plus this; each echoes the\n"
+        "                         stage before it; each waits --peer-timeout-ms for its\n"
+        "                         neighbours), write it to FILE as strata-plan --hosts'\n"
+        "                         link object (latency_us, gbps), exit\n"
         "  --out FILE             last stage: tokens + logits of the latest finished\n"
         "                         request, rewritten atomically as each one finishes\n"
         "                         (safetensors: tokens I32 [n], logits F32 [n, V])\n"
@@ -213,6 +219,7 @@ enum option_id {
     O_RECV_KV,
     O_KV_OUT,
     O_KV_RESTORE,
+    O_PROBE_LINKS,
     O_KV_RECOVERY,
     O_KV_KEEP_MB,
     O_OUT,
@@ -275,6 +282,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"recv-kv", 0, 0, O_RECV_KV},
                                              {"kv-out", 1, 0, O_KV_OUT},
                                              {"kv-restore", 1, 0, O_KV_RESTORE},
+                                             {"probe-links", 1, 0, O_PROBE_LINKS},
                                              {"kv-recovery", 1, 0, O_KV_RECOVERY},
                                              {"kv-keep-mb", 1, 0, O_KV_KEEP_MB},
                                              {"out", 1, 0, O_OUT},
@@ -379,6 +387,7 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_RECV_KV: a->recv_kv = 1; break;
     case O_KV_OUT: a->kv_out = value; break;
     case O_KV_RESTORE: a->kv_restore = value; break;
+    case O_PROBE_LINKS: a->probe_links = value; break;
     case O_KV_RECOVERY:
         a->kv_recovery = !strcmp(value, "auto")      ? STAGE_KV_RECOVERY_AUTO
                          : !strcmp(value, "restore") ? STAGE_KV_RECOVERY_RESTORE

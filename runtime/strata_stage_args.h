@@ -34,6 +34,7 @@ struct args {
     int max_queue, queue_timeout_ms; /* stage 0's admission queue */
     int standby;
     const char *kv_out, *kv_restore, *out, *auth_key_file;
+    const char *probe_links; /* --probe-links FILE: measure the link to the next stage, exit */
     const char *tls_cert, *tls_key, *tls_ca;
     int insecure;
     enum stage_log_level log_level;

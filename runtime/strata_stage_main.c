@@ -26,6 +26,7 @@
 #include "runtime/stage/stage_open.h"
 #include "runtime/stage/stage_server.h"
 #include "runtime/stage/stage_tp.h"
+#include "runtime/strata_stage_probe.h"
 #include "wire/auth.h"
 #include "wire/message.h"
 #include "wire/tls.h"
@@ -536,6 +537,14 @@ int main(int argc, char **argv) {
         return STRATA_EXIT_USAGE;
     }
     code = open_config(&r, &a);
+    if (code == STRATA_EXIT_OK && a.probe_links) { /* the links, not the model: no weights */
+        code = setup_links(&r, &a);
+        if (code == STRATA_EXIT_OK)
+            code = strata_stage_probe_links(&a, r.listen_host, r.listen_port, r.security.tls,
+                                            r.cfg.hidden_size);
+        run_close(&r);
+        return code;
+    }
     if (code == STRATA_EXIT_OK) code = resolve_split(&r, &a);
     /* Without TP the links are set up after the weights load (a bad shard or checkpoint is
      * reported first); a TP group needs them before, to connect its ranks. */
