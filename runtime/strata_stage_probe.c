@@ -60,6 +60,11 @@ int strata_stage_probe_links(const struct args *a, const char *listen_host, int 
         fprintf(stderr, "strata-stage: --probe-links: one stage has no link to measure\n");
         return STRATA_EXIT_USAGE;
     }
+    if (a->tp_rank > 0 || a->kvp_rank > 0) { /* only a group's leader holds the ring's links */
+        fprintf(stderr, "strata-stage: --probe-links: run it on each stage's TP / KVP leader "
+                        "(rank 0): the other ranks have no link to the next stage\n");
+        return STRATA_EXIT_USAGE;
+    }
     struct wire_listener listener = {.fd = -1};
     int rc = wire_listen(&listener, listen_host[0] ? listen_host : NULL, listen_port);
     if (rc == 0 && a->port_file) rc = cli_write_port_file(a->port_file, listener.port);
