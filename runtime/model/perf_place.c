@@ -92,8 +92,22 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
     return 0;
 }
 
-/* {"latency_us": >= 0, "gbps": > 0} into *l; -1 when it is not that. */
-static int parse_link(struct perf_link *l, const cJSON *o) {
+/* {"latency_us": >= 0, "gbps": > 0} into *l, or {"probe": "FILE"}: FILE (relative to the
+ * hosts file) holds that object, as strata-stage --probe-links and strata-stage-bench
+ * probe-link write it; -1 when it is not that. */
+static int parse_link(struct perf_link *l, const cJSON *o, const char *hosts_path) {
+    const cJSON *probe = cJSON_GetObjectItemCaseSensitive(o, "probe");
+    if (cJSON_IsString(probe) && hosts_path) {
+        char file[4096], *text = NULL;
+        size_t len = 0;
+        resolve(file, sizeof file, hosts_path, probe->valuestring);
+        if (cli_read_file_max(&text, &len, file, 1 << 20) < 0) return -1;
+        cJSON *measured = cJSON_ParseWithLength(text, len);
+        free(text);
+        int rc = measured ? parse_link(l, measured, NULL) : -1;
+        cJSON_Delete(measured);
+        return rc;
+    }
     const cJSON *lat = cJSON_GetObjectItemCaseSensitive(o, "latency_us");
     const cJSON *bw = cJSON_GetObjectItemCaseSensitive(o, "gbps");
     if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || !(lat->valuedouble >= 0) ||
@@ -127,8 +141,11 @@ static int load_pairs(struct perf_hosts *h, const cJSON *pairs, const char *path
                      "links[%d].between needs two different host names of \"hosts\"", i);
             return bad(path, msg);
         }
-        if (parse_link(&p->link, it) < 0) {
-            snprintf(msg, sizeof msg, "links[%d] needs \"latency_us\" >= 0 and \"gbps\" > 0", i);
+        if (parse_link(&p->link, it, path) < 0) {
+            snprintf(msg, sizeof msg,
+                     "links[%d] needs \"latency_us\" >= 0 and \"gbps\" > 0, or \"probe\": a "
+                     "file that has them",
+                     i);
             return bad(path, msg);
         }
         for (int j = 0; j < h->n_pairs; j++)
@@ -163,8 +180,9 @@ int perf_hosts_load(struct perf_hosts *h, const char *path) {
         h->n++;
     }
     const cJSON *link = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "link");
-    if (link && parse_link(&h->link, link) < 0)
-        rc = bad(path, "\"link\" needs \"latency_us\" >= 0 and \"gbps\" > 0");
+    if (link && parse_link(&h->link, link, path) < 0)
+        rc = bad(path, "\"link\" needs \"latency_us\" >= 0 and \"gbps\" > 0, or \"probe\": "
+                       "a file that has them");
     const cJSON *pairs = rc ? NULL : cJSON_GetObjectItemCaseSensitive(root, "links");
     if (pairs && (!cJSON_IsArray(pairs) || cJSON_GetArraySize(pairs) > PERF_MAX_PAIRS))
         rc = bad(path, "\"links\" is a list of at most 256 links");

@@ -5,9 +5,10 @@
  *   {"hosts": [{"name": "a", "profile": "a.json", "mem": "80G", "threads": 16}, ...],
  *    "link": {"latency_us": 200, "gbps": 10},
  *    "links": [{"between": ["a", "c"], "latency_us": 20000, "gbps": 0.1}, ...]}
- * "link" is every pair's link (gbps: gigabytes per second; strata-stage-bench probe-link
- * measures one and prints the object), "links" the pairs whose link differs, both ways: the
- * stage order decides which links the ring's hops cross, so the search weighs them.
+ * "link" is every pair's link (gbps: gigabytes per second), "links" the pairs whose link
+ * differs, both ways: the stage order decides which links the ring's hops cross, so the search
+ * weighs them. A link may be {"probe": "FILE"} instead: FILE (relative to the hosts file) as
+ * strata-stage --probe-links or strata-stage-bench probe-link wrote it.
  * A host may hold several devices of its profile: "devices": 2, 4 or 8 makes its stage one TP
  * group over them (strata-stage --tp), "mem" then being each device's, and "device_link":
  * {"latency_us": 10, "gbps": 300} the link its all-reduces cross (else perf_device_set_tp's

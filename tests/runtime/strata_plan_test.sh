@@ -137,6 +137,12 @@ wan='{"between": ["a", "b"], "latency_us": 20000, "gbps": 0.1}, {"between": ["c"
 hosts3 "$wan" >"$tmp/links.json"
 check hosts-links 0 "b: strata-stage --model $model --num-stages 2 --stage-idx 0" --model "$model" --hosts "$tmp/links.json" --max-seq 64 --chunk 8
 check hosts-links-next 0 "--stage-idx 1 --layer-start 2 --layer-end 4 --threads 16 --listen 0.0.0.0:7000 --next-host b" --model "$model" --hosts "$tmp/links.json" --max-seq 64 --chunk 8
+# the same links as measured files (strata-stage --probe-links writes them), and a missing one
+printf '{"latency_us": 20000.0, "gbps": 0.1000, "source": "measured by strata-stage --probe-links: stage 0 to stage 1", "points": []}\n' >"$tmp/wan-probe.json"
+hosts3 '{"between": ["a", "b"], "probe": "wan-probe.json"}, {"between": ["c", "a"], "probe": "wan-probe.json"}' >"$tmp/links-probe.json"
+check hosts-links-probe 0 "b: strata-stage --model $model --num-stages 2 --stage-idx 0" --model "$model" --hosts "$tmp/links-probe.json" --max-seq 64 --chunk 8
+hosts3 '{"between": ["a", "b"], "probe": "absent.json"}' >"$tmp/links-noprobe.json"
+check hosts-links-probe-absent 3 'links[0] needs "latency_us" >= 0 and "gbps" > 0, or "probe"' --model "$model" --hosts "$tmp/links-noprobe.json"
 hosts3 '{"between": ["a", "z"], "latency_us": 1, "gbps": 1}' >"$tmp/links-bad.json"
 check hosts-links-name 3 'links[0].between needs two different host names' --model "$model" --hosts "$tmp/links-bad.json"
 hosts3 '{"between": ["a", "b"], "latency_us": 1, "gbps": 1}, {"between": ["b", "a"], "latency_us": 2, "gbps": 1}' >"$tmp/links-twice.json"
