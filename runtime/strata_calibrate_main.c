@@ -11,6 +11,7 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/perf_model.h"
+#include "runtime/stage/calibrate_cuda.h"
 
 int strata_calibrate_main(int argc, char **argv);
 
@@ -21,9 +22,10 @@ static void usage(FILE *out) {
             "profile: host read bandwidth, the bytes per second a bf16 matmul of one row\n"
             "streams (decode) and the GFLOP/s of 64 rows (prefill), with the CPU backend's own\n"
             "ops at N threads (a few seconds; run it on a quiet box).\n"
-            "  --device cpu     what to measure (cpu; a CUDA profile is written from the\n"
-            "                   card's specification for now: see README)\n"
-            "  --threads N      threads, as strata-stage --threads will run (default 1)\n"
+            "  --device D       what to measure: cpu (default) or cuda[:N], the GPU with the\n"
+            "                   CUDA backend's own kernels (device copy bandwidth, a bf16\n"
+            "                   matmul's streaming rate at 1 row, GFLOP/s at 64 rows)\n"
+            "  --threads N      threads, as strata-stage --threads will run (default 1; cpu)\n"
             "  --out FILE       write the profile here (default: stdout)\n"
             "  --help           this text\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 usage.\n");
@@ -33,18 +35,19 @@ int strata_calibrate_main(int argc, char **argv) {
     static const struct option opts[] = {{"calibrate", 0, 0, 'c'}, {"device", 1, 0, 'd'},
                                          {"threads", 1, 0, 't'},   {"out", 1, 0, 'o'},
                                          {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
-    int threads = 1, c;
+    int threads = 1, c, cuda = 0;
+    struct cli_device dev = {0};
     const char *out = NULL;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'c': break;
         case 'd':
-            if (strcmp(optarg, "cpu")) {
-                fprintf(stderr, "strata-stage: --calibrate measures --device cpu only (a GPU "
-                                "profile is written from its specification)\n");
+            if (cli_parse_device(optarg, &dev) < 0) {
+                fprintf(stderr, "strata-stage: --calibrate --device: %s\n", strata_last_error());
                 return STRATA_EXIT_USAGE;
             }
+            cuda = cli_device_is_cuda(optarg);
             break;
         case 't':
             if (cli_parse_int(optarg, 1, 1024, &threads) < 0) {
@@ -63,8 +66,14 @@ int strata_calibrate_main(int argc, char **argv) {
     }
     struct perf_device d;
     char *json = NULL;
-    fprintf(stderr, "calibrating at %d thread(s) ...\n", threads);
-    int rc = reference_calibrate(&d, threads);
+    int rc;
+    if (cuda) {
+        fprintf(stderr, "calibrating cuda:%d ...\n", dev.index);
+        rc = stage_calibrate_cuda(&d, dev.index, NULL);
+    } else {
+        fprintf(stderr, "calibrating at %d thread(s) ...\n", threads);
+        rc = reference_calibrate(&d, threads);
+    }
     if (rc == 0) rc = perf_device_format(&d, &json);
     if (rc == 0 && out) rc = cli_write_file_atomic(out, json, strlen(json));
     if (rc) {
@@ -74,8 +83,8 @@ int strata_calibrate_main(int argc, char **argv) {
     }
     if (out)
         fprintf(stderr,
-                "wrote %s: read %.1f GB/s, bf16 matmul %.1f GB/s at 1 row, %.1f GFLOP/s at 64\n",
-                out, d.read_gbps, d.gemv_gbps, d.gemm_gflops);
+                "wrote %s: %s %.1f GB/s, bf16 matmul %.1f GB/s at 1 row, %.1f GFLOP/s at 64\n", out,
+                cuda ? "device copy" : "read", d.read_gbps, d.gemv_gbps, d.gemm_gflops);
     else
         fputs(json, stdout);
     free(json);

@@ -7,7 +7,9 @@
 #   3. every golden case through the CUDA stage backend: decode graphs on (f16 KV), then
 #      off; the speculative steps, batching, splits, the KV handover and a CPU -> GPU -> CPU
 #      pipeline are inside that test; the grid tests (2 and 4 GPUs) say "skipped" on one;
-#   4. the vision tower on the GPU and the NCCL group (skipped where NCCL is absent);
+#   4. the vision tower on the GPU and the NCCL group (skipped where NCCL is absent), and the
+#      GPU's profile for the performance model (strata-stage --calibrate --device cuda:0, its
+#      test, and the profile itself written to OUT/cuda0_profile.json);
 #   5. bench gpu: decode tok/s at batch 1 / 8 / 32 and 2048-token prefill, next to the HBM
 #      roofline, on the Qwen3-0.6B shape, then the 8B shape (its checkpoint is written on the
 #      device by the bench itself).
@@ -16,9 +18,10 @@
 # "ok|FAILED|skipped|TIMEOUT <step> <seconds> s: <its last line>". Where nvidia-smi lists a
 # GPU, a step that skipped because the runtime saw no CUDA device at all ("no CUDA device (...)";
 # one that lacks a second GPU for a grid still skips) is FAILED (a driver too old for the
-# bundle's CUDA 13 runtime, say): a run that ran nothing must not read as a pass. Steps 1-4 take about a
-# minute on an H200 and the benches about 5; the limits add up to 8 minutes. Exit 0 when
-# nothing failed.
+# bundle's CUDA 13 runtime, say): a run that ran nothing must not read as a pass. Steps 1-4
+# should take about a minute on an H200 and the benches about 5. Each step's limit only stops
+# a hang (together they allow 27 minutes, more than a lease): the device call's own timeout is
+# the real bound, and what the steps before it wrote comes back. Exit 0 when nothing failed.
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-${OUT:-/tmp/strata-gpu-run}}
@@ -70,6 +73,10 @@ step golden_cuda_nographs 120 bin/golden_backends_cuda_test cuda:0 --no-graphs
 step golden_cuda_grid 60 bin/golden_backends_cuda_test cuda:0 --grid 2,1 --grid 1,2
 step vision_cuda 60 bin/vision_cuda_test
 step nccl_group 60 bin/nccl_group_cuda_test
+# The GPU's profile for strata-plan --predict (the performance model), kept with the results.
+step calibrate_cuda 60 bin/calibrate_cuda_test
+step profile_cuda 60 prebuilt/runtime/strata-stage --calibrate --device cuda:0 \
+    --out "$OUT/cuda0_profile.json"
 step bench_gpu_0.6b 150 prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-0.6b \
     --batch 1,8,32 --prefill 2048 --dir "$OUT/ckpt"
 step bench_gpu_8b 240 prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-8b \
