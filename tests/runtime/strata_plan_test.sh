@@ -190,7 +190,17 @@ if [ -n "${4:-}" ]; then # a measured profile: strata-stage --calibrate on this 
     else
         echo "FAIL calibrate: $(cat "$tmp/cal.err")"; fail=1
     fi
-    "$4" --calibrate --device cuda:0 >/dev/null 2>&1
-    if [ $? -eq 2 ]; then echo "ok   calibrate --device cuda:0 is a usage error"; else echo "FAIL calibrate --device cuda:0"; fail=1; fi
+    # a GPU: measured where there is one, else refused naming why (exit 1); a device no
+    # backend knows is a usage error
+    "$4" --calibrate --device cuda:0 --out "$tmp/gpu.json" >"$tmp/gpu.out" 2>&1
+    rc=$?
+    if { [ $rc -eq 0 ] && grep -q '"device": "cuda"' "$tmp/gpu.json"; } ||
+        { [ $rc -eq 1 ] && grep -Eq "cuda:0|no CUDA" "$tmp/gpu.out"; }; then
+        echo "ok   calibrate --device cuda:0: exit $rc: $(tail -1 "$tmp/gpu.out")"
+    else
+        echo "FAIL calibrate --device cuda:0: exit $rc: $(cat "$tmp/gpu.out")"; fail=1
+    fi
+    "$4" --calibrate --device tpu >/dev/null 2>&1
+    if [ $? -eq 2 ]; then echo "ok   calibrate --device tpu is a usage error"; else echo "FAIL calibrate --device tpu"; fail=1; fi
 fi
 exit $fail
