@@ -239,9 +239,9 @@ static int probe_connect(const char *host, int port, struct wire_tls *tls, int H
                r.pt[i].mean_us, r.pt[i].p50_us, r.pt[i].max_us);
     char source[512], json[4096];
     snprintf(source, sizeof source,
-             "measured by strata-stage-bench probe-link to %s:%d%s: mean one-way time of "
-             "Activation frames, fitted as latency + bytes / bandwidth (gbps: gigabytes per "
-             "second)",
+             "measured by strata-stage-bench probe-link to %s:%d%s: one-way times of "
+             "Activation frames, latency the smallest frame's mean, bandwidth the medians' "
+             "slope (gbps: gigabytes per second)",
              host, port, tls ? " over TLS 1.3 PSK" : "");
     if ((rc = wire_probe_format(&r, source, json, sizeof json)) < 0) return rc;
     printf("link: %s\n", json);
@@ -265,7 +265,8 @@ static const char probe_usage[] =
     "--connect from the other. Frames of [rows, H] f32 (H default 4096; rows default\n"
     "1,16,128,1024), each size for about S seconds (default 1; 5 to N round trips, default\n"
     "2000); prints the mean, median and worst one-way time per size and the hosts file's\n"
-    "\"link\" object (latency_us, gbps in gigabytes per second) fitted to the means, also\n"
+    "\"link\" object (latency_us: the smallest frame's mean; gbps in gigabytes per second:\n"
+    "from the medians), also\n"
     "written to F. --auth-key-file: TLS 1.3 with that pre-shared key on both sides, as\n"
     "strata-stage runs it.\n";
 

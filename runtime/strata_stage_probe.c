@@ -103,9 +103,9 @@ int strata_stage_probe_links(const struct args *a, const char *listen_host, int 
     }
     char source[512], json[4096];
     snprintf(source, sizeof source,
-             "measured by strata-stage --probe-links: stage %d to stage %d (%s:%d)%s, mean "
-             "one-way time of Activation frames of hidden %d, fitted as latency + bytes / "
-             "bandwidth (gbps: gigabytes per second)",
+             "measured by strata-stage --probe-links: stage %d to stage %d (%s:%d)%s, one-way "
+             "times of Activation frames of hidden %d, latency the decode row's mean, bandwidth "
+             "the medians' slope (gbps: gigabytes per second)",
              a->stage_idx, to, next, port, tls ? " over TLS 1.3" : "", hidden);
     if (wire_probe_format(&r, source, json, sizeof json) < 0) {
         fprintf(stderr, "strata-stage: --probe-links: %s\n", strata_last_error());

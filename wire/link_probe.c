@@ -87,18 +87,20 @@ static int measure_size(struct wire_conn *conn, struct wire_arena *arena, const 
     return rc;
 }
 
-/* Bandwidth from the least-squares slope over every size (the large frames decide it);
- * latency from the smallest frame less its bytes at that bandwidth (what a decode hop pays;
- * an intercept of the fit would be decided by the large frames' noise). */
+/* Bandwidth from the least-squares slope of the *median* one-way time on bytes over every size
+ * (the large frames decide it): a stall is a message's, not a byte's, and on a lossy link the
+ * few that land in one size or another would tilt a slope of means anywhere, even below zero.
+ * Latency from the smallest frame's *mean* less its bytes at that bandwidth: what a decode hop
+ * pays over a long run, its stalls included. */
 static void fit(struct wire_probe_result *r) {
     double sx = 0, sy = 0, sxx = 0, sxy = 0;
     int small = 0;
     for (int i = 0; i < r->n; i++) {
         const struct wire_probe_point *p = &r->pt[i];
         sx += p->bytes;
-        sy += p->mean_us;
+        sy += p->p50_us;
         sxx += p->bytes * p->bytes;
-        sxy += p->bytes * p->mean_us;
+        sxy += p->bytes * p->p50_us;
         if (p->bytes < r->pt[small].bytes) small = i;
     }
     const double den = r->n * sxx - sx * sx;

@@ -1,11 +1,12 @@
 /* A link measured with the stages' own frames: one side echoes, the other sends Activation
  * frames of several sizes over the same TCP (and TLS) connection the stages use and times the
  * round trips. One way = round trip / 2. The link it reports is the performance model's
- * (runtime/model/perf_model.h struct perf_link): latency_us and gbps (gigabytes per second),
- * from the *means*: a long run pays every stall a lossy link causes (a lost segment that TCP's
- * tail-loss probe does not recover waits for the 200 ms retransmission timeout), which a
- * median hides. Used by strata-stage --probe-links (each stage probes its link to the next)
- * and strata-stage-bench probe-link (any two boxes). */
+ * (runtime/model/perf_model.h struct perf_link): latency_us and gbps (gigabytes per second).
+ * The latency is the decode row's *mean*: a long run pays every stall a lossy link causes (a
+ * lost segment that TCP's tail-loss probe does not recover waits for the 200 ms
+ * retransmission timeout), which a median hides; the bandwidth comes from the medians, which
+ * those rare stalls do not tilt. Used by strata-stage --probe-links (each stage probes its link to
+ * the next) and strata-stage-bench probe-link (any two boxes). */
 #ifndef STRATA_WIRE_LINK_PROBE_H
 #define STRATA_WIRE_LINK_PROBE_H
 
@@ -27,8 +28,9 @@ struct wire_probe_point {
 struct wire_probe_result {
     int n;
     struct wire_probe_point pt[WIRE_PROBE_MAX_SIZES];
-    /* bandwidth from the least-squares slope of one-way time on bytes (0: larger frames were
-     * not slower), latency from the smallest frame less its bytes at that bandwidth */
+    /* bandwidth from the least-squares slope of the median one-way time on bytes (0: larger
+     * frames were not slower), latency from the smallest frame's mean less its bytes at that
+     * bandwidth */
     double latency_us, gbps;
 };
 
