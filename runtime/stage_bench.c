@@ -61,6 +61,19 @@ static int format_config(char *buf, size_t cap, int H, int I, int L, int nh, int
     return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 
+/* A safetensors file's start: the header's length as 8 little-endian bytes, then the JSON
+ * header [len] padded with spaces to a multiple of 8 (the data that follows stays aligned). */
+static int write_header(FILE *f, const char *json, size_t len) {
+    const size_t padded = (len + 7) & ~(size_t)7;
+    uint8_t prefix[8];
+    for (int i = 0; i < 8; i++)
+        prefix[i] = (uint8_t)((uint64_t)padded >> (8 * i));
+    int ok = fwrite(prefix, 1, 8, f) == 8 && fwrite(json, 1, len, f) == len;
+    for (size_t i = len; ok && i < padded; ++i)
+        ok = fputc(' ', f) != EOF;
+    return ok;
+}
+
 static int64_t numel_of(const struct stage_tensor *t) {
     int64_t n = 1;
     for (int d = 0; d < t->ndim; ++d)
@@ -91,15 +104,9 @@ static int write_weights(const char *path, const struct stage_tensor_list *list,
         offset += bytes;
     }
     header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "}");
-    while (header_len % 8)
-        header[header_len++] = ' ';
     uint16_t *row = malloc(sizeof(uint16_t) * row_cap);
     FILE *f = fopen(path, "wb");
-    int ok = f && row;
-    uint8_t prefix[8];
-    for (int i = 0; i < 8; i++)
-        prefix[i] = (uint8_t)((uint64_t)header_len >> (8 * i));
-    ok = ok && fwrite(prefix, 1, 8, f) == 8 && fwrite(header, 1, header_len, f) == header_len;
+    int ok = f && row && write_header(f, header, header_len);
     for (int i = 0; ok && i < list->count; i++) {
         const struct stage_tensor *t = &list->items[i];
         int64_t cols = t->shape[t->ndim - 1], rows = numel_of(t) / cols;
@@ -247,14 +254,8 @@ static int draft_weights(const char *path, const struct safetensors *st, int n, 
     char *json = cJSON_PrintUnformatted(header);
     cJSON_Delete(header);
     if (!json) return strata_set_error(STRATA_ENOMEM, "out of memory");
-    size_t hlen = strlen(json), padded = (hlen + 7) & ~(size_t)7;
-    uint8_t prefix[8];
-    for (int i = 0; i < 8; i++)
-        prefix[i] = (uint8_t)((uint64_t)padded >> (8 * i));
     FILE *f = fopen(path, "wb");
-    int ok = f && fwrite(prefix, 1, 8, f) == 8 && fwrite(json, 1, hlen, f) == hlen;
-    for (size_t i = hlen; ok && i < padded; ++i)
-        ok = fputc(' ', f) != EOF;
+    int ok = f && write_header(f, json, strlen(json));
     for (int i = 0; ok && i < safetensors_count(st); ++i) {
         const struct st_tensor *t = safetensors_at(st, i);
         if (layer_of(t->name) < n) ok = fwrite(t->data, 1, t->nbytes, f) == t->nbytes;

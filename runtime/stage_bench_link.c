@@ -5,8 +5,6 @@
  *   probe-link  a link between any two boxes as the stages' frames cross it
  *               (wire/link_probe.h): one side listens and echoes, the other measures and
  *               prints the hosts file's "link" object for strata-plan --hosts. */
-#include <errno.h>
-#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

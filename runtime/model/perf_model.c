@@ -364,7 +364,7 @@ static double prefill_ms(const struct perf_layers *pl, const struct stage_range 
                                      tokens * (ctx_before + (tokens + 1) / 2.0), 0);
 }
 
-static double hop_ms(const struct perf_layers *pl, const struct perf_link *link, int rows) {
+double perf_hop_ms(const struct perf_layers *pl, const struct perf_link *link, int rows) {
     double bytes = (double)rows * pl->hidden * 4.0;
     return link->latency_us / 1e3 + 1e3 * bytes / (link->gbps * 1e9);
 }
@@ -421,12 +421,12 @@ int perf_predict_hops(struct perf_prediction *out, const struct perf_layers *pl,
     /* every hop of the ring once per token (one stage: none) */
     double hops1 = 0, hopsg = 0, hopsc = 0;
     for (int s = 0; S > 1 && s < S; s++) {
-        hops1 += hop_ms(pl, &hops_link[s], 1);
-        hopsg += hop_ms(pl, &hops_link[s], g);
-        hopsc += hop_ms(pl, &hops_link[s], c);
+        hops1 += perf_hop_ms(pl, &hops_link[s], 1);
+        hopsg += perf_hop_ms(pl, &hops_link[s], g);
+        hopsc += perf_hop_ms(pl, &hops_link[s], c);
     }
-    out->hop_ms_1 = S > 1 ? hops1 / S : hop_ms(pl, &hops_link[0], 1);
-    out->hop_ms_chunk = S > 1 ? hopsc / S : hop_ms(pl, &hops_link[0], c);
+    out->hop_ms_1 = S > 1 ? hops1 / S : perf_hop_ms(pl, &hops_link[0], 1);
+    out->hop_ms_chunk = S > 1 ? hopsc / S : perf_hop_ms(pl, &hops_link[0], c);
     out->tokens_per_s_1 = 1e3 / (sum1 + hops1);
     double round = sumg + hopsg, pace = perf_groups_in_flight(B, S) * maxg;
     out->tokens_per_s_b = 1e3 * B / (round > pace ? round : pace);

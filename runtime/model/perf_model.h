@@ -245,6 +245,10 @@ static inline int perf_groups_in_flight(int batch, int num_stages) {
     return (batch + g - 1) / g;
 }
 
+/* One hop of `rows` f32 hidden states over `link`, milliseconds: its latency plus the bytes
+ * at its bandwidth (what perf_predict and the placement charge a hop). */
+double perf_hop_ms(const struct perf_layers *pl, const struct perf_link *link, int rows);
+
 /* Prices `ranges` [S] with devices [S] (one profile per stage) and one link for every hop. */
 int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
                  const struct stage_range *ranges, int num_stages,

@@ -23,6 +23,31 @@ static void resolve(char *out, size_t cap, const char *hosts_path, const char *p
         snprintf(out, cap, "%.*s/%s", (int)(slash - hosts_path), hosts_path, profile);
 }
 
+/* {"latency_us": >= 0, "gbps": > 0} into *l, or {"probe": "FILE"}: FILE (relative to the
+ * hosts file) holds that object, as strata-stage --probe-links and strata-stage-bench
+ * probe-link write it; -1 when it is not that. */
+static int parse_link(struct perf_link *l, const cJSON *o, const char *hosts_path) {
+    const cJSON *probe = cJSON_GetObjectItemCaseSensitive(o, "probe");
+    if (cJSON_IsString(probe) && hosts_path) {
+        char file[4096], *text = NULL;
+        size_t len = 0;
+        resolve(file, sizeof file, hosts_path, probe->valuestring);
+        if (cli_read_file_max(&text, &len, file, 1 << 20) < 0) return -1;
+        cJSON *measured = cJSON_ParseWithLength(text, len);
+        free(text);
+        int rc = measured ? parse_link(l, measured, NULL) : -1;
+        cJSON_Delete(measured);
+        return rc;
+    }
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(o, "latency_us");
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(o, "gbps");
+    if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || !(lat->valuedouble >= 0) ||
+        !(bw->valuedouble > 0) || !isfinite(lat->valuedouble) || !isfinite(bw->valuedouble))
+        return -1;
+    *l = (struct perf_link){lat->valuedouble, bw->valuedouble};
+    return 0;
+}
+
 static int load_host(struct perf_host *host, const cJSON *it, const char *path, int i) {
     const cJSON *name = cJSON_GetObjectItemCaseSensitive(it, "name");
     const cJSON *prof = cJSON_GetObjectItemCaseSensitive(it, "profile");
@@ -73,15 +98,11 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
     }
     if (devs && devs->valuedouble > 1) {
         struct perf_link l = {0, 0};
-        const cJSON *lat = cJSON_GetObjectItemCaseSensitive(dlink, "latency_us");
-        const cJSON *bw = cJSON_GetObjectItemCaseSensitive(dlink, "gbps");
-        if (dlink && (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || lat->valuedouble < 0 ||
-                      !(bw->valuedouble > 0))) {
+        if (dlink && parse_link(&l, dlink, path) < 0) {
             snprintf(msg, sizeof msg,
                      "hosts[%d].device_link needs \"latency_us\" >= 0 and \"gbps\" > 0", i);
             return bad(path, msg);
         }
-        if (dlink) l = (struct perf_link){lat->valuedouble, bw->valuedouble};
         perf_device_set_tp(&host->dev, (int)devs->valuedouble, dlink ? &l : NULL);
     }
     if (host->mem_bytes == 0) {
@@ -89,31 +110,6 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
                  host->name);
         return bad(path, msg);
     }
-    return 0;
-}
-
-/* {"latency_us": >= 0, "gbps": > 0} into *l, or {"probe": "FILE"}: FILE (relative to the
- * hosts file) holds that object, as strata-stage --probe-links and strata-stage-bench
- * probe-link write it; -1 when it is not that. */
-static int parse_link(struct perf_link *l, const cJSON *o, const char *hosts_path) {
-    const cJSON *probe = cJSON_GetObjectItemCaseSensitive(o, "probe");
-    if (cJSON_IsString(probe) && hosts_path) {
-        char file[4096], *text = NULL;
-        size_t len = 0;
-        resolve(file, sizeof file, hosts_path, probe->valuestring);
-        if (cli_read_file_max(&text, &len, file, 1 << 20) < 0) return -1;
-        cJSON *measured = cJSON_ParseWithLength(text, len);
-        free(text);
-        int rc = measured ? parse_link(l, measured, NULL) : -1;
-        cJSON_Delete(measured);
-        return rc;
-    }
-    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(o, "latency_us");
-    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(o, "gbps");
-    if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || !(lat->valuedouble >= 0) ||
-        !(bw->valuedouble > 0) || !isfinite(lat->valuedouble) || !isfinite(bw->valuedouble))
-        return -1;
-    *l = (struct perf_link){lat->valuedouble, bw->valuedouble};
     return 0;
 }
 
@@ -244,12 +240,6 @@ struct search {
     struct host_sums gsums[STAGE_PLAN_MAX_STAGES]; /* stage s of the order tried, g rows */
 };
 
-/* One decode row's hop from host a to host b, ms. */
-static double hop1_ms(const struct search *z, int a, int b) {
-    const struct perf_link *l = perf_hosts_link(z->h, a, b);
-    return l->latency_us / 1e3 + 1e3 * z->pl->hidden * 4.0 / (l->gbps * 1e9);
-}
-
 static void host_sums_fill(struct host_sums *hs, const struct search *z,
                            const struct perf_device *d, int rows) {
     for (int l = 0; l < z->pl->num_layers; l++)
@@ -365,7 +355,7 @@ static struct score best_split(struct search *z, const int *order, int S,
     }
     double latency = sum1[S - 1][L]; /* plus every hop of the ring (the order's links) */
     for (int s = 0; S > 1 && s < S; s++)
-        latency += hop1_ms(z, order[s], order[(s + 1) % S]);
+        latency += perf_hop_ms(z->pl, perf_hosts_link(z->h, order[s], order[(s + 1) % S]), 1);
     /* ms per B tokens: the pipeline's steady state, bounded above by S steps of the slowest
      * stage (a round of every request is at most that; perf_predict prices the round too) */
     double pace = maxg[S - 1][L] * S;

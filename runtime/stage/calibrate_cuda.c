@@ -22,17 +22,18 @@ struct cal {
     int rounds;
 };
 
-/* Seconds of one round of `count` matmuls of `rows` x x, the i-th against the i-th K-column
- * matrix of the buffer (wrapping), best of c->rounds (one unmeasured round first). */
-static int time_matmuls(double *best, struct cal *c, int K, int rows, int leaves, int count) {
+/* Seconds of one round of `distinct` x `repeats` matmuls of `rows` x x, cycling through the
+ * buffer's first `distinct` CC_ROWS x K matrices (the working set), best of c->rounds (one
+ * unmeasured round first). */
+static int time_matmuls(double *best, struct cal *c, int K, int rows, int leaves, int distinct,
+                        int repeats) {
     const size_t mat = (size_t)CC_ROWS * (size_t)K * 2;
-    const size_t n_mats = c->w_bytes / mat;
     int rc = 0;
     *best = 1e30;
     for (int r = 0; r <= c->rounds && rc == 0; r++) {
         const double t0 = cli_now_sec();
-        for (int i = 0; i < count && rc == 0; i++) {
-            const struct ops_weight w = {c->w + (size_t)i % n_mats * mat, OPS_BF16, CC_ROWS, K};
+        for (int i = 0; i < distinct * repeats && rc == 0; i++) {
+            const struct ops_weight w = {c->w + (size_t)(i % distinct) * mat, OPS_BF16, CC_ROWS, K};
             rc = leaves > 1 ? cuda_matmul_split(c->out, c->x, &w, rows, leaves, c->stream)
                             : cuda_matmul(c->out, c->x, &w, rows, c->stream);
         }
@@ -60,10 +61,10 @@ static int measure(struct perf_device *d, struct cal *c) {
     const size_t mat = (size_t)CC_ROWS * 4096 * 2;
     int points = 0;
     for (size_t ws = mat; ws <= c->w_bytes && points < PERF_MAX_K_POINTS && rc == 0; ws *= 4) {
-        const int count = (int)(ws / mat) * 4; /* each matrix 4 times a round */
-        if ((rc = time_matmuls(&best, c, 4096, 1, 1, count)) == 0) {
+        const int distinct = (int)(ws / mat); /* each 4 times a round */
+        if ((rc = time_matmuls(&best, c, 4096, 1, 1, distinct, 4)) == 0) {
             d->gemv_by_bytes.key[points] = (double)ws;
-            d->gemv_by_bytes.value[points++] = (double)count * (double)mat / best / 1e9;
+            d->gemv_by_bytes.value[points++] = 4.0 * distinct * (double)mat / best / 1e9;
         }
     }
     if (rc) return rc;
@@ -76,8 +77,8 @@ static int measure(struct perf_device *d, struct cal *c) {
         const int count = (int)(c->w_bytes / kmat < 8 ? c->w_bytes / kmat : 8);
         const double flops = 2.0 * CC_BATCH * (double)K * CC_ROWS * count;
         double plain, split;
-        if ((rc = time_matmuls(&plain, c, K, CC_BATCH, 1, count)) == 0 &&
-            (rc = time_matmuls(&split, c, K, CC_BATCH, OPS_SPLIT_LEAVES, count)) == 0) {
+        if ((rc = time_matmuls(&plain, c, K, CC_BATCH, 1, count, 1)) == 0 &&
+            (rc = time_matmuls(&split, c, K, CC_BATCH, OPS_SPLIT_LEAVES, count, 1)) == 0) {
             d->gemm_by_k.key[points] = d->gemm_split_by_k.key[points] = K;
             d->gemm_by_k.value[points] = flops / plain / 1e9;
             d->gemm_split_by_k.value[points++] = flops / split / 1e9;
