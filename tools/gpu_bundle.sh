@@ -4,7 +4,7 @@
 # git; the device tool's `carry` names it) holds
 #   bin/   the GPU tests and the op harness, and
 #   prebuilt/   laid out as bazel-bin: strata-stage, strata-client, the GPU bench and the CPU
-#          benches' binaries (STRATA_PREBUILT for tools/bench_{pipeline,tp,kvp}.sh), all built
+#          benches' binaries (STRATA_PREBUILT for tools/bench_{pipeline,predict,tp,kvp}.sh), built
 #          with the CUDA runtime linked in (--define=strata_cudart=static) and Strata's own
 #          libraries static (--dynamic_mode=off); NCCL is opened at run time where present;
 #   lib/   the shared libraries they need that a bare machine may lack (libstdc++, OpenSSL,
@@ -24,15 +24,17 @@ FLAGS=(--dynamic_mode=off --define=strata_cudart=static --platform_suffix=gpubun
 tests=$(bazel query 'attr(tags, "gpu", tests(//...))' 2>/dev/null) ||
     { echo "gpu_bundle: bazel query failed" >&2; exit 1; }
 tools=(//runtime:strata-stage //runtime:strata-client //runtime:strata-bench-backend
-    //runtime:strata-stage-bench //runtime:strata-bench-kvp //reference/tools:strata-bench-decode)
+    //runtime:strata-stage-bench //runtime:strata-bench-kvp //reference/tools:strata-bench-decode
+    //runtime:strata-plan //tests/pipeline:tun_link)
 targets=($tests "${tools[@]}")
 bazel build "${FLAGS[@]}" "${targets[@]}" >/tmp/gpu_bundle.build.log 2>&1 ||
     { tail -n 30 /tmp/gpu_bundle.build.log; exit 1; }
 bin=$(bazel info "${FLAGS[@]}" bazel-bin 2>/dev/null)
 rm -rf "$B"
-mkdir -p "$B/bin" "$B/lib" "$B/strata/tests" "$B/prebuilt/runtime" "$B/prebuilt/reference/tools"
+mkdir -p "$B/bin" "$B/lib" "$B/strata/tests"
 for t in "${tools[@]}"; do
     pkg=${t#//}
+    mkdir -p "$B/prebuilt/${pkg%%:*}"
     cp "$bin/${pkg%%:*}/${t##*:}" "$B/prebuilt/${pkg%%:*}/" ||
         { echo "gpu_bundle: $t not built" >&2; exit 1; }
 done
@@ -53,7 +55,7 @@ cp -r tests/golden "$B/strata/tests/"
 rm -f "$B/strata/tests/golden/BUILD.bazel"
 cp tools/gpu_run.sh tools/gpu_run_cpu.sh "$B/"
 # Shared libraries beyond glibc's own and the driver's.
-for f in "$B"/bin/* "$B"/prebuilt/runtime/* "$B"/prebuilt/reference/tools/*; do
+for f in "$B"/bin/* $(find "$B/prebuilt" -type f); do
     ldd "$f" | awk '/=> \// { print $3 }'
 done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in

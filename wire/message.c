@@ -117,15 +117,16 @@ enum {
     TOKEN_CACHED_TOKENS,
     TOKEN_ACCEPTED,
     TOKEN_REJECTED,
-    TOKEN_PROMPT_TOKENS
+    TOKEN_PROMPT_TOKENS,
+    TOKEN_BLOCK_KEYS
 };
 static const struct fb_field_desc token_fields[] = {
     SCALAR(8), SCALAR(8), VECTOR(4, 4), VECTOR(4, 4), SCALAR(1),
-    SCALAR(4), SCALAR(4), SCALAR(4),   SCALAR(4),
+    SCALAR(4), SCALAR(4), SCALAR(4),    SCALAR(4),    VECTOR(8, 8),
 };
 /* The verifier checks only the fields a table's descriptor lists, and the readers trust it:
  * a field without one would be read unchecked. */
-_Static_assert(sizeof token_fields / sizeof token_fields[0] == TOKEN_PROMPT_TOKENS + 1,
+_Static_assert(sizeof token_fields / sizeof token_fields[0] == TOKEN_BLOCK_KEYS + 1,
                "every TokenResult field needs its descriptor");
 static const struct fb_table_desc token_desc = {
     "TokenResult", (int)(sizeof token_fields / sizeof token_fields[0]), token_fields};
@@ -361,9 +362,11 @@ int wire_build_kv_block(struct wire_arena *a, const struct wire_kv_block *m) {
 }
 
 int wire_build_token_result(struct wire_arena *a, const struct wire_token_result *m) {
-    if ((m->num_tokens && !m->tokens) || (m->num_logprobs && !m->logprobs))
+    if ((m->num_tokens && !m->tokens) || (m->num_logprobs && !m->logprobs) ||
+        (m->num_block_keys && !m->block_keys))
         return strata_set_error(STRATA_EINVAL, "wire: TokenResult: counts without arrays");
-    fb_begin(a, 1024 + 4 * (m->num_tokens + m->num_logprobs));
+    fb_begin(a, 1024 + 4 * (m->num_tokens + m->num_logprobs) + 8 * m->num_block_keys);
+    uint32_t keys = m->num_block_keys ? fb_vector(a, m->block_keys, m->num_block_keys, 8, 8) : 0;
     uint32_t tokens = fb_vector(a, m->tokens, m->num_tokens, 4, 4);
     uint32_t logprobs = m->num_logprobs ? fb_vector(a, m->logprobs, m->num_logprobs, 4, 4) : 0;
     fb_table_start(a);
@@ -371,6 +374,7 @@ int wire_build_token_result(struct wire_arena *a, const struct wire_token_result
     fb_add_u64(a, TOKEN_STEP, m->step, 0);
     fb_add_offset(a, TOKEN_TOKENS, tokens);
     fb_add_offset(a, TOKEN_LOGPROBS, logprobs);
+    fb_add_offset(a, TOKEN_BLOCK_KEYS, keys);
     fb_add_u32(a, TOKEN_CACHED_TOKENS, (uint32_t)m->cached_tokens, 0);
     fb_add_u32(a, TOKEN_ACCEPTED, (uint32_t)m->accepted_tokens, 0);
     fb_add_u32(a, TOKEN_REJECTED, (uint32_t)m->rejected_tokens, 0);
@@ -556,6 +560,7 @@ static int parse_token_result(struct wire_token_result *out, const struct fb_tab
     out->accepted_tokens = wmsg_get_i32(t, TOKEN_ACCEPTED, 0);
     out->rejected_tokens = wmsg_get_i32(t, TOKEN_REJECTED, 0);
     out->prompt_tokens = wmsg_get_i32(t, TOKEN_PROMPT_TOKENS, 0);
+    out->block_keys = (const uint64_t *)fb_get_vector(t, TOKEN_BLOCK_KEYS, &out->num_block_keys);
     if (out->cached_tokens < 0 || out->accepted_tokens < 0 || out->rejected_tokens < 0 ||
         out->prompt_tokens < 0)
         return strata_set_error(STRATA_EFORMAT,

@@ -211,6 +211,10 @@ struct wire_token_result {
     int32_t accepted_tokens, rejected_tokens;
     /* stage 0 -> client: the prompt's positions as run (expansions included; 0: unknown). */
     int32_t prompt_tokens;
+    /* stage 0 -> later stages, with a finish: the keys of the request's full blocks after its
+     * prompt's [num_block_keys] (runtime/stage/stage_prefix_internal.h); 0: none. */
+    const uint64_t *block_keys;
+    size_t num_block_keys;
 };
 
 /* A failed request (nonce != 0), or, with nonce 0, the connection itself: the sender

@@ -110,15 +110,19 @@ static int take_token(struct stage_core *core, struct stage_req *req, uint64_t s
         if (token == req->params.stop_ids[i]) finish = WIRE_FINISH_STOP;
     if (finish == WIRE_FINISH_NONE && req->n_generated >= req->params.max_tokens)
         finish = WIRE_FINISH_LENGTH;
-    const struct stage_token_counts counts = {.cached = req->cached_blocks * KV_BLOCK,
+    const struct stage_token_fields counts = {.cached = req->cached_blocks * KV_BLOCK,
                                               .accepted = req->spec_accepted,
                                               .rejected = req->spec_drafted - req->spec_accepted,
                                               .prompt = req->params.prompt_len};
     stage_emit_token(core, STAGE_LINK_CLIENT, req->client_id, req->nonce, step, token, finish,
                      &counts);
     if (finish == WIRE_FINISH_NONE) return 0;
+    /* The answer's blocks are kept with the prompt's, on every stage. */
+    stage_prefix_answer(core, req);
+    const struct stage_token_fields answer = {.block_keys = req->keys + req->n_keys,
+                                              .num_block_keys = req->n_answer_keys};
     if (core->opt.num_stages > 1)
-        stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish, NULL);
+        stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish, &answer);
     stage_release(core, req, finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH,
                   0, NULL);
     return 1;
@@ -168,9 +172,12 @@ int stage_on_token_result(struct stage_core *core, const struct wire_token_resul
         return 0;
     }
     if (msg->finish == WIRE_FINISH_STOP || msg->finish == WIRE_FINISH_LENGTH) {
+        stage_prefix_take_answer(core, req, msg->block_keys, msg->num_block_keys, msg->step);
+        const struct stage_token_fields answer = {.block_keys = msg->block_keys,
+                                                  .num_block_keys = (int)msg->num_block_keys};
         if (!core->is_last)
             stage_emit_token(core, STAGE_LINK_NEXT, 0, msg->nonce, msg->step, msg->tokens[0],
-                             msg->finish, NULL);
+                             msg->finish, &answer);
         stage_release(core, req,
                       msg->finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH, 0,
                       NULL);

@@ -66,9 +66,10 @@ struct stage_req {
     struct stage_kv_copy *kv_copies;
     int kv_recovered;
     /* Prefix reuse (stage_prefix.c): the prompt's full blocks' keys [n_keys] (NULL: none)
-     * and how many leading blocks were attached from the cache. */
+     * and how many leading blocks were attached from the cache; at a normal finish the
+     * answer's full blocks' keys follow them [n_answer_keys]. */
     uint64_t *keys;
-    int n_keys, cached_blocks;
+    int n_keys, cached_blocks, n_answer_keys;
     int prefix_wait; /* stage 0: its PrefixCheck is out; the prefill waits for it */
     /* Speculative decoding (stage_speculate.c). Stage 0: drafts per step (0: none) and
      * spec_ids, the ids of the step in flight (the fed token, then its drafts). Every stage:
@@ -254,12 +255,16 @@ void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t cl
                       uint64_t nonce, const char *message);
 /* What stage 0 tells a client with each token: prompt positions from the KV cache, the
  * request's draft tokens so far, accepted and rejected, and the prompt's positions as run. */
-struct stage_token_counts {
+/* What a TokenResult carries beyond its token: stage 0's counts for its client, or between
+ * stages, with a finish, the answer's block keys (stage_prefix_internal.h). */
+struct stage_token_fields {
     int cached, accepted, rejected, prompt;
+    const uint64_t *block_keys;
+    int num_block_keys;
 };
 void stage_emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
                       uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish,
-                      const struct stage_token_counts *counts); /* NULL: none (between stages) */
+                      const struct stage_token_fields *fields); /* NULL: none */
 void stage_emit_control(struct stage_core *core, enum stage_link link, uint32_t client_id,
                         enum wire_control_kind kind, uint64_t nonce, uint64_t seq);
 /* Counts a frame or result that could not be queued (stage_core_pop_result reports it). */

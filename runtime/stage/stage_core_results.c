@@ -48,14 +48,16 @@ void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t cl
 
 void stage_emit_token(struct stage_core *core, enum stage_link link, uint32_t client_id,
                       uint64_t nonce, uint64_t step, int32_t token, enum wire_finish finish,
-                      const struct stage_token_counts *counts) {
+                      const struct stage_token_fields *fields) {
     struct wire_token_result msg;
     memset(&msg, 0, sizeof msg);
-    if (counts) {
-        msg.cached_tokens = counts->cached;
-        msg.accepted_tokens = counts->accepted;
-        msg.rejected_tokens = counts->rejected;
-        msg.prompt_tokens = counts->prompt;
+    if (fields) {
+        msg.cached_tokens = fields->cached;
+        msg.accepted_tokens = fields->accepted;
+        msg.rejected_tokens = fields->rejected;
+        msg.prompt_tokens = fields->prompt;
+        msg.block_keys = fields->block_keys;
+        msg.num_block_keys = fields->num_block_keys > 0 ? (size_t)fields->num_block_keys : 0;
     }
     msg.nonce = nonce;
     msg.step = step;

@@ -53,6 +53,23 @@ static int image_digests(const struct stage_core *core, const struct stage_vl *v
     return 0;
 }
 
+/* key_b = SipHash(key_{b-1} || the block's 16 ids || the digests [digest_bytes] of the images
+ * whose rows it holds, in row order): a block's key names its whole prefix, pictures
+ * included. Never 0, which means "no key" in the pool. */
+static uint64_t chain_key(const struct stage_core *core, uint64_t prev, const int32_t *ids,
+                          const uint64_t *digests, size_t digest_bytes) {
+    unsigned char buf[sizeof(uint64_t) * (1 + KV_BLOCK) + KV_BLOCK * sizeof(int32_t)];
+    size_t len = 0;
+    memcpy(buf, &prev, sizeof prev);
+    len += sizeof prev;
+    memcpy(buf + len, ids, KV_BLOCK * sizeof(int32_t));
+    len += KV_BLOCK * sizeof(int32_t);
+    if (digest_bytes) memcpy(buf + len, digests, digest_bytes);
+    len += digest_bytes;
+    const uint64_t key = strata_siphash(core->prefix.key, buf, len);
+    return key ? key : 1;
+}
+
 int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt_len,
                       const struct stage_vl *vl, int64_t need, uint64_t **keys, int *n_keys,
                       int *cached, int64_t *cost) {
@@ -69,9 +86,7 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
         free(digest);
         return strata_set_error(STRATA_ENOMEM, "no memory for %d block keys", n);
     }
-    /* key_b = SipHash(key_{b-1} || the block's 16 ids || the digests of the images whose rows
-     * it holds, in row order): a block's key names its whole prefix, pictures included. */
-    unsigned char chunk[sizeof(uint64_t) * (1 + KV_BLOCK) + KV_BLOCK * sizeof(int32_t)];
+    uint64_t chunk[KV_BLOCK]; /* the digests of the images a block holds rows of */
     /* a video's frame blocks are grids like images: their rows chain their digests too */
     const struct vl_tokens visual = {vl ? core->be->cfg->image_token_id : -1,
                                      vl ? core->be->cfg->video_token_id : -1, 0};
@@ -84,25 +99,17 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
                                     : 0;
     for (int b = 0; b < n; ++b) {
         const int32_t *ids = prompt + (size_t)b * KV_BLOCK;
-        size_t len = 0;
-        memcpy(chunk, &prev, sizeof prev);
-        len += sizeof prev;
-        memcpy(chunk + len, ids, KV_BLOCK * sizeof(int32_t));
-        len += KV_BLOCK * sizeof(int32_t);
-        int last = -1; /* the image whose digest this block chained last */
+        int nd = 0, last = -1; /* the image whose digest this block chained last */
         for (int j = 0; j < KV_BLOCK; ++j) {
             if (!vl_is_visual(&visual, ids[j]) || image >= (vl ? vl->n_images : 0)) continue;
             if (image != last) {
-                memcpy(chunk + len, &digest[image], sizeof(uint64_t));
-                len += sizeof(uint64_t);
+                chunk[nd++] = digest[image];
                 last = image;
             }
             if (--image_left == 0 && ++image < vl->n_images)
                 image_left = vl->grids[image].t * vl->grids[image].h * vl->grids[image].w / merge2;
         }
-        prev = strata_siphash(core->prefix.key, chunk, len);
-        if (prev == 0) prev = 1; /* 0 means "no key" in the pool */
-        k[b] = prev;
+        k[b] = prev = chain_key(core, prev, ids, chunk, sizeof(uint64_t) * (size_t)nd);
     }
     free(digest);
     int limit = (prompt_len - 1) / KV_BLOCK, idle = 0;
@@ -155,9 +162,51 @@ void stage_prefix_forward_fields(const struct stage_req *req, struct wire_reques
     fwd->cached_blocks = req->cached_blocks;
 }
 
+void stage_prefix_answer(struct stage_core *core, struct stage_req *req) {
+    const int P = req->params.prompt_len, n = P / KV_BLOCK;
+    /* every generated token but the last went through every stage */
+    const int total = (P + req->n_generated - 1) / KV_BLOCK;
+    req->n_answer_keys = 0;
+    if (core->prefix.off || req->prefix_wait || core->be->cfg->has_vision || req->n_keys != n ||
+        total <= n)
+        return;
+    uint64_t *k = realloc(req->keys, sizeof *k * (size_t)total);
+    if (!k) return; /* the answer is not kept: a later turn only computes more */
+    req->keys = k;
+    uint64_t prev = n ? k[n - 1] : 0;
+    for (int b = n; b < total; ++b) {
+        int32_t ids[KV_BLOCK];
+        for (int j = 0; j < KV_BLOCK; ++j) {
+            const int p = b * KV_BLOCK + j;
+            ids[j] = p < P ? req->prompt[p] : req->tokens[p - P];
+        }
+        k[b] = prev = chain_key(core, prev, ids, NULL, 0);
+    }
+    req->n_answer_keys = total - n;
+}
+
+void stage_prefix_take_answer(struct stage_core *core, struct stage_req *req, const uint64_t *keys,
+                              size_t n, uint64_t step) {
+    const int P = req->params.prompt_len;
+    (void)core;
+    req->n_answer_keys = 0;
+    /* only whole blocks of positions this stage wrote: the prompt and the tokens before the
+     * last (step is the last's) */
+    if (n == 0 || req->n_keys != P / KV_BLOCK || step >= (uint64_t)req->params.max_tokens ||
+        n > (size_t)((P + (int)step) / KV_BLOCK - req->n_keys) ||
+        req->recv_pos < (req->n_keys + (int)n) * KV_BLOCK)
+        return;
+    uint64_t *k = realloc(req->keys, sizeof *k * ((size_t)req->n_keys + n));
+    if (!k) return;
+    memcpy(k + req->n_keys, keys, sizeof *k * n);
+    req->keys = k;
+    req->n_answer_keys = (int)n;
+}
+
 void stage_prefix_keep(struct stage_core *core, struct stage_req *req) {
     if (req->prefix_wait) return; /* its blocks were never all checked */
-    if (req->n_keys > 0) stage_backend_kv_register(core->be, req->slot, req->keys, req->n_keys);
+    const int n = req->n_keys + req->n_answer_keys;
+    if (n > 0) stage_backend_kv_register(core->be, req->slot, req->keys, n);
 }
 
 void stage_prefix_note_miss(struct stage_core *core, uint64_t nonce) {

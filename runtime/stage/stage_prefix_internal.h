@@ -10,6 +10,12 @@
  * When a request finishes normally (stop or length: every stage has written every prompt
  * position) each stage keeps the prompt's blocks under the keys, cached until the pool
  * needs them (least recently used first); a cancelled or failed request keeps nothing.
+ * The answer's blocks are kept too: stage 0 continues the chain over the generated tokens
+ * whose KV every stage wrote (all but the last) and sends those keys with the finish, so the
+ * next turn of a chat, whose prompt holds the answer, reuses it instead of prefilling it
+ * again. Those positions were computed by decode steps (and verification rows), which give
+ * the bits a prefill of the same ids gives (reference/ops.h: a row's result does not depend
+ * on the rows beside it), so a turn that reuses them equals a cold one.
  *
  * Why a later stage normally finds the blocks stage 0 found: all stages see the same
  * requests, finishes and attaches in the same order (stage 0 sends them down the ring in
@@ -77,7 +83,20 @@ int stage_prefix_attach(struct stage_core *core, struct stage_req *req, uint64_t
  * cached count. */
 void stage_prefix_forward_fields(const struct stage_req *req, struct wire_request *fwd);
 
-/* At a normal finish, before the slot is released: keeps the prompt's blocks. */
+/* Stage 0 at a normal finish: the keys of the full blocks after the prompt's whose KV every
+ * stage wrote (the prompt and every generated token but the last) follow the prompt's in
+ * req->keys [req->n_answer_keys], for every stage to keep. None for a Qwen3-VL model, with
+ * the prefix cache off, or when memory is short (the answer is then recomputed next turn). */
+void stage_prefix_answer(struct stage_core *core, struct stage_req *req);
+
+/* A later stage, with the finish (step: the last token's) that carries them: the answer's
+ * keys [n] follow the prompt's; ignored unless they name only whole blocks of positions this
+ * stage wrote. */
+void stage_prefix_take_answer(struct stage_core *core, struct stage_req *req, const uint64_t *keys,
+                              size_t n, uint64_t step);
+
+/* At a normal finish, before the slot is released: keeps the prompt's blocks and the
+ * answer's. */
 void stage_prefix_keep(struct stage_core *core, struct stage_req *req);
 
 /* A later stage that could not attach a request's cached blocks: remembered for its check. */

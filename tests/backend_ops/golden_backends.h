@@ -35,9 +35,11 @@ void count_graphs(const struct stage_backend *be);
 
 /* Checks on one backend [0, L) beyond the splits; each returns 0 when it holds, else 1 with a
  * line: batched with a second request, speculative steps (a right and a wrong draft, the
- * wrong row dropped), and the KV pool under a budget; `solo` [n_steps, V] is the solo run. */
+ * wrong row dropped), the KV pool under a budget, and an answer's decoded blocks reused by a
+ * next turn's prefill; `solo` [n_steps, V] is the solo run. */
 int check_batched(const struct golden_case *gc, const char *name, const float *solo);
 int check_speculative(const struct golden_case *gc, const char *name, const float *solo);
 int check_kv_pool(const struct golden_case *gc, const char *name, const float *solo);
+int check_answer_reuse(const struct golden_case *gc, const char *name, const float *solo);
 
 #endif

@@ -233,3 +233,79 @@ int check_kv_pool(const struct golden_case *gc, const char *name, const float *s
                name, blocks);
     return bad || diff >= 0;
 }
+
+/* The answer's blocks kept for a chat's next turn (runtime/stage/stage_prefix.c), on one
+ * backend [0, L): request a prefills the prompt and decodes the golden's tokens a step at a
+ * time (every one but the last fed back); its full blocks but the last row's, prompt and
+ * answer, are registered and it is released; request b, the prompt and the answer, attaches
+ * them and prefills the rest in one chunk. b's rows must give the solo run's logits bit for
+ * bit: KV that decode steps wrote equals what a prefill of the same ids writes, which is what
+ * lets a turn reuse an answer. Text cases only. */
+int check_answer_reuse(const struct golden_case *gc, const char *name, const float *solo) {
+    const int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
+    const int L = gc->cfg.num_layers, n = gc->n_steps, written = S + n - 1;
+    const int blocks = (written - 1) / 16, pos0 = blocks * 16, T = written - pos0;
+    struct stage_backend *be = NULL;
+    struct prefill p;
+    int a = -1, b = -1, diff = -1, got = 0;
+    uint64_t keys[64];
+    int32_t *ids = malloc(sizeof(int32_t) * (size_t)written);
+    float *hidden = calloc((size_t)(T > 1 ? T : 1) * H, sizeof(float));
+    float *logits = calloc((size_t)V, sizeof(float));
+    memset(&p, 0, sizeof p);
+    if (pos0 <= S || blocks > 64) {
+        printf("  %s: answer reuse: not checked (the answer fills no whole block before its last "
+               "row)\n",
+               name);
+        free(ids), free(hidden), free(logits);
+        return 0;
+    }
+    int rc = ids && hidden && logits ? open_on(&be, device, gc, 0, L, S + n) : STRATA_ENOMEM;
+    if (rc == 0) {
+        memcpy(ids, gc->prompt, sizeof(int32_t) * (size_t)S);
+        memcpy(ids + S, gc->generated, sizeof(int32_t) * (size_t)(n - 1));
+        for (int i = 0; i < blocks; ++i)
+            keys[i] = 0x5eed0000u + (uint64_t)i;
+        rc = stage_backend_kv_acquire(be, &a);
+    }
+    if (rc == 0) rc = prefill_inputs(&p, gc, be);
+    if (rc == 0) rc = stage_backend_forward(be, p.hidden, &p.item, 1);
+    for (int s = 1; rc == 0 && s < n; ++s) {
+        struct forward_item item = {.slot = a, .pos = S + s - 1, .n_tokens = 1};
+        rc = stage_backend_embed(be, hidden, &gc->generated[s - 1], 1);
+        if (rc == 0) rc = stage_backend_forward(be, hidden, &item, 1);
+    }
+    if (rc == 0) {
+        stage_backend_kv_register(be, a, keys, blocks);
+        stage_backend_kv_release(be, a);
+        rc = stage_backend_kv_acquire(be, &b);
+    }
+    if (rc == 0) rc = got = stage_backend_kv_attach(be, b, keys, blocks);
+    if (rc > 0) rc = 0;
+    if (rc == 0 && got != pos0)
+        rc = strata_set_error(STRATA_EINVAL, "attached %d positions of %d registered", got, pos0);
+    struct forward_item item = {.slot = b, .pos = pos0, .n_tokens = T};
+    if (rc == 0) rc = stage_backend_embed(be, hidden, ids + pos0, T);
+    if (rc == 0) rc = stage_backend_forward(be, hidden, &item, 1);
+    for (int i = 0; rc == 0 && diff < 0 && i < T; ++i) {
+        const int step = pos0 + i - S + 1; /* the row at position p gives step p - S + 1 */
+        rc = stage_backend_logits(be, logits, hidden + (size_t)i * H, 1);
+        if (rc == 0 && memcmp(logits, solo + (size_t)step * V, sizeof(float) * V)) diff = step;
+    }
+    if (be) count_graphs(be);
+    stage_backend_free(be);
+    free(p.hidden), free(p.deepstack), free(p.visual);
+    free(ids), free(hidden), free(logits);
+    if (rc < 0) {
+        printf("  %s: answer reuse: %s\n", name, strata_last_error());
+        return 1;
+    }
+    if (diff >= 0) {
+        printf("  %s: answer reuse: logits differ from the solo run at step %d\n", name, diff);
+        return 1;
+    }
+    printf("  %s: answer reuse: %d blocks written by a prefill and %d decode steps, attached by "
+           "a next turn that prefills %d rows: bit-identical to the solo run\n",
+           name, blocks, n - 1, T);
+    return 0;
+}

@@ -18,6 +18,7 @@ static const float kv_scales[2] = {0.5f, 0.25f};
 static const float kv_v[1][1][1][2][2] = {{{{{1.0f, 2.0f}, {3.0f, 4.0f}}}}};
 static const int32_t kv_lengths[1] = {2};
 static const int32_t tokens[3] = {151643, 13, -1};
+static const uint64_t answer_keys[2] = {0x0123456789abcdefull, 42};
 static const float logprobs[3] = {-0.125f, -2.5f, 0.0f};
 static const int32_t prompt_ids[4] = {151644, 872, 0, 2147483647};
 static const int32_t stop_ids[2] = {151645, 151643};
@@ -122,6 +123,8 @@ static void sample_token_result(struct wire_token_result *m) {
     m->accepted_tokens = 11;
     m->rejected_tokens = 5;
     m->prompt_tokens = 137;
+    m->block_keys = answer_keys;
+    m->num_block_keys = 2;
 }
 
 static void sample_error(struct wire_error *m) {
@@ -367,6 +370,8 @@ int sample_check_token_result(const struct wire_token_result *m) {
           memcmp(m->logprobs, want.logprobs, 4 * m->num_logprobs) == 0);
     CHECK(m->cached_tokens == want.cached_tokens && m->accepted_tokens == want.accepted_tokens &&
           m->rejected_tokens == want.rejected_tokens && m->prompt_tokens == want.prompt_tokens);
+    CHECK(m->num_block_keys == want.num_block_keys &&
+          memcmp(m->block_keys, want.block_keys, 8 * m->num_block_keys) == 0);
     return 0;
 }
 

@@ -412,19 +412,23 @@ static void test_kv_pool_queue(void **state) {
     stage_core_get_stats(pipe_a.cores[0], &st);
     assert_int_equal(st.queue_admitted, 4);
     assert_int_equal(st.refused, 0);
-    for (int r = 0; r < S; r++) { /* every block back, nothing promised */
+    for (int r = 0; r < S;
+         r++) { /* every block back (free, or cached: the answers'), nothing promised */
         stage_backend_kv_usage(pipe_a.stages[r].backend, &u);
-        assert_int_equal(u.free, u.blocks);
+        assert_int_equal(u.free + u.cached, u.blocks);
         assert_int_equal(u.promised, 0);
     }
     tp_pipeline_free(&pipe_a);
 }
 
-/* One request through p; its last stage's result (tokens and logits). */
-static const struct stage_result *run_prompt(struct tp_pipeline *p, uint64_t nonce,
-                                             const int32_t *prompt, int prompt_len, int steps) {
+/* One request through p (speculate: enum wire_speculate); its last stage's result (tokens
+ * and logits). */
+static const struct stage_result *run_prompt_spec(struct tp_pipeline *p, uint64_t nonce,
+                                                  const int32_t *prompt, int prompt_len, int steps,
+                                                  int speculate) {
     struct stage_request req;
     tp_request(&req, nonce, prompt, prompt_len, steps);
+    req.speculate = speculate;
     assert_int_equal(tp_submit(p, 1, &req), 0);
     tp_run(p, 100000);
     const struct stage_result *r = tp_last_result(p, nonce);
@@ -432,6 +436,11 @@ static const struct stage_result *run_prompt(struct tp_pipeline *p, uint64_t non
     if (r->status) fail_msg("request %llu: %s", (unsigned long long)nonce, r->message);
     assert_non_null(r->logits);
     return r;
+}
+
+static const struct stage_result *run_prompt(struct tp_pipeline *p, uint64_t nonce,
+                                             const int32_t *prompt, int prompt_len, int steps) {
+    return run_prompt_spec(p, nonce, prompt, prompt_len, steps, WIRE_SPECULATE_DEFAULT);
 }
 
 static void assert_same_result(const struct stage_result *a, const struct stage_result *b, int V) {
@@ -476,6 +485,63 @@ static void test_prefix_reuse_exact(void **state) {
             stage_backend_kv_usage(pipe_a.stages[r].backend, &u);
             assert_int_equal(u.free + u.cached, u.blocks); /* none held */
             assert_true(u.cached >= 4);                    /* the longer prompt's 4 blocks */
+            assert_int_equal(u.promised, 0);
+            stage_core_get_stats(pipe_a.cores[r], &st);
+            assert_int_equal(st.active_requests, 0);
+        }
+        tp_pipeline_free(&pipe_a);
+        tp_pipeline_free(&pipe_b);
+    }
+}
+
+/* The answer's blocks are kept too: a request of the 40-token prompt that generates 20 tokens
+ * leaves 3 blocks (the prompt's 2 and positions 32..47, 8 of them generated: every generated
+ * token but the last went through every stage); the next turn, the prompt with that answer
+ * and the rest of the golden's (64 tokens), reuses all 3 and computes 16 rows, with the cold
+ * tokens and logits bit for bit, on 1, 2 and 3 stages, whether the answer was decoded a token
+ * a step or speculated (n-gram drafts: its KV written by verification rows, the rejected
+ * drafts' rows dropped). A turn that departs from the answer reuses only the blocks before
+ * it. Every block returns to its pool. */
+static void test_prefix_reuse_answer(void **state) {
+    struct tp_golden *g = &golden_long;
+    const int V = g->cfg.vocab_size, P = g->prompt_len;
+    int32_t longer[128], other[128];
+    (void)state;
+    memcpy(longer, g->prompt, sizeof(int32_t) * (size_t)P);
+    memcpy(longer + P, g->generated, sizeof(int32_t) * (size_t)g->n_steps);
+    const int L = P + g->n_steps;
+    assert_true(P == 40 && L == 64);
+    memcpy(other, longer, sizeof longer);
+    other[P + 3] = (other[P + 3] + 1) % V; /* the answer differs inside block 2 */
+    for (int run = 0; run < 6; run++) {
+        const int S = 1 + run / 2, spec = run % 2 ? WIRE_SPECULATE_NGRAM : WIRE_SPECULATE_OFF;
+        struct stage_core_stats st;
+        assert_int_equal(tp_pipeline_init(&pipe_b, g, S, NULL, 128, 4, 16), 0);
+        const struct stage_result *cold = run_prompt(&pipe_b, 1, longer, L, 6);
+        const struct stage_result *cold_other = run_prompt(&pipe_b, 2, other, L, 6);
+        assert_int_equal(tp_pipeline_init(&pipe_a, g, S, NULL, 128, 4, 16), 0);
+        const struct stage_result *first = run_prompt_spec(&pipe_a, 10, g->prompt, P, 20, spec);
+        assert_memory_equal(first->tokens, g->generated, sizeof(int32_t) * 20);
+        stage_core_get_stats(pipe_a.cores[0], &st);
+        if (spec == WIRE_SPECULATE_NGRAM) /* drafts were both accepted and rejected */
+            assert_true(st.spec_accepted > 0 && st.spec_drafted > st.spec_accepted);
+        for (int r = 0; r < S; r++) {
+            struct stage_kv_usage u;
+            stage_backend_kv_usage(pipe_a.stages[r].backend, &u);
+            assert_int_equal(u.cached, 3); /* the prompt's 2, the answer's 1 */
+        }
+        assert_same_result(run_prompt(&pipe_a, 11, longer, L, 6), cold, V);
+        stage_core_get_stats(pipe_a.cores[0], &st);
+        assert_int_equal(st.prefix_hits, 1);
+        assert_int_equal(st.prefix_cached_tokens, 3 * KV_BLOCK);
+        assert_same_result(run_prompt(&pipe_a, 12, other, L, 6), cold_other, V);
+        stage_core_get_stats(pipe_a.cores[0], &st);
+        assert_int_equal(st.prefix_hits, 2);
+        assert_int_equal(st.prefix_cached_tokens, 5 * KV_BLOCK); /* 2 more: the prompt's */
+        for (int r = 0; r < S; r++) {
+            struct stage_kv_usage u;
+            stage_backend_kv_usage(pipe_a.stages[r].backend, &u);
+            assert_int_equal(u.free + u.cached, u.blocks); /* none held */
             assert_int_equal(u.promised, 0);
             stage_core_get_stats(pipe_a.cores[r], &st);
             assert_int_equal(st.active_requests, 0);
@@ -1032,6 +1098,7 @@ int main(void) {
         cmocka_unit_test(test_admission_queue),
         cmocka_unit_test(test_kv_pool_queue),
         cmocka_unit_test(test_prefix_reuse_exact),
+        cmocka_unit_test(test_prefix_reuse_answer),
         cmocka_unit_test(test_prefix_miss_falls_back),
         cmocka_unit_test(test_admission_deadline),
         cmocka_unit_test(test_frame_checks),
