@@ -27,6 +27,7 @@
 #include "runtime/base/status.h"
 #include "runtime/model/model_config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/model/safetensors_write.h"
 #include "runtime/model/stage_tensors.h"
 #include "runtime/stage/ngram_draft.h"
 #include "runtime/stage/spec_pace.h"
@@ -61,19 +62,6 @@ static int format_config(char *buf, size_t cap, int H, int I, int L, int nh, int
     return n < 0 || (size_t)n >= cap ? -1 : n;
 }
 
-/* A safetensors file's start: the header's length as 8 little-endian bytes, then the JSON
- * header [len] padded with spaces to a multiple of 8 (the data that follows stays aligned). */
-static int write_header(FILE *f, const char *json, size_t len) {
-    const size_t padded = (len + 7) & ~(size_t)7;
-    uint8_t prefix[8];
-    for (int i = 0; i < 8; i++)
-        prefix[i] = (uint8_t)((uint64_t)padded >> (8 * i));
-    int ok = fwrite(prefix, 1, 8, f) == 8 && fwrite(json, 1, len, f) == len;
-    for (size_t i = len; ok && i < padded; ++i)
-        ok = fputc(' ', f) != EOF;
-    return ok;
-}
-
 static int64_t numel_of(const struct stage_tensor *t) {
     int64_t n = 1;
     for (int d = 0; d < t->ndim; ++d)
@@ -85,28 +73,19 @@ static int64_t numel_of(const struct stage_tensor *t) {
  * embedding 0.25), vectors (norms) near 1. */
 static int write_weights(const char *path, const struct stage_tensor_list *list,
                          size_t *total_bytes) {
-    size_t header_cap = 256 + (size_t)list->count * (STAGE_TENSOR_NAME_MAX + 128);
-    size_t header_len = 0, offset = 0, row_cap = 1;
-    char *header = malloc(header_cap);
-    if (!header) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    struct st_write_entry *entries = calloc((size_t)list->count + 1, sizeof *entries);
+    size_t row_cap = 1;
+    uint64_t bytes = 0;
+    if (!entries) return strata_set_error(STRATA_ENOMEM, "out of memory");
     for (int i = 0; i < list->count; i++) {
         const struct stage_tensor *t = &list->items[i];
-        size_t bytes = (size_t)numel_of(t) * 2;
         if ((size_t)t->shape[t->ndim - 1] > row_cap) row_cap = (size_t)t->shape[t->ndim - 1];
-        header_len +=
-            (size_t)snprintf(header + header_len, header_cap - header_len,
-                             "%s\"%s\":{\"dtype\":\"BF16\",\"shape\":[", i ? "," : "{", t->name);
-        for (int d = 0; d < t->ndim; d++)
-            header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "%s%lld",
-                                           d ? "," : "", (long long)t->shape[d]);
-        header_len += (size_t)snprintf(header + header_len, header_cap - header_len,
-                                       "],\"data_offsets\":[%zu,%zu]}", offset, offset + bytes);
-        offset += bytes;
+        entries[i] = (struct st_write_entry){.name = t->name, .dtype = ST_BF16, .ndim = t->ndim};
+        memcpy(entries[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     }
-    header_len += (size_t)snprintf(header + header_len, header_cap - header_len, "}");
-    uint16_t *row = malloc(sizeof(uint16_t) * row_cap);
     FILE *f = fopen(path, "wb");
-    int ok = f && row && write_header(f, header, header_len);
+    uint16_t *row = malloc(row_cap * sizeof *row);
+    int ok = f && row && safetensors_write_header(f, entries, list->count, NULL, 0, &bytes) == 0;
     for (int i = 0; ok && i < list->count; i++) {
         const struct stage_tensor *t = &list->items[i];
         int64_t cols = t->shape[t->ndim - 1], rows = numel_of(t) / cols;
@@ -121,9 +100,9 @@ static int write_weights(const char *path, const struct stage_tensor_list *list,
         }
     }
     if (f && fclose(f)) ok = 0;
-    free(header);
+    free(entries);
     free(row);
-    *total_bytes = offset;
+    *total_bytes = (size_t)bytes;
     return ok ? STRATA_OK : strata_set_error(STRATA_EIO, "cannot write %s", path);
 }
 
@@ -234,35 +213,28 @@ static int draft_config(char **out, const char *from, int n) {
 
 /* model.safetensors of the draft: the kept tensors' bytes as they are, in the target's order. */
 static int draft_weights(const char *path, const struct safetensors *st, int n, size_t *bytes) {
-    cJSON *header = cJSON_CreateObject();
-    cJSON *meta = cJSON_AddObjectToObject(header, "__metadata__");
-    cJSON_AddStringToObject(meta, "format", "pt");
-    size_t offset = 0;
-    for (int i = 0; i < safetensors_count(st); ++i) {
+    const int count = safetensors_count(st);
+    struct st_write_entry *entries = calloc((size_t)count + 1, sizeof *entries);
+    int kept = 0;
+    uint64_t total = 0;
+    if (!entries) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    for (int i = 0; i < count; ++i) {
         const struct st_tensor *t = safetensors_at(st, i);
         if (layer_of(t->name) >= n) continue;
-        cJSON *e = cJSON_AddObjectToObject(header, t->name);
-        cJSON_AddStringToObject(e, "dtype", st_dtype_name(t->dtype));
-        cJSON *shape = cJSON_AddArrayToObject(e, "shape");
-        for (int d = 0; d < t->ndim; ++d)
-            cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)t->shape[d]));
-        cJSON *range = cJSON_AddArrayToObject(e, "data_offsets");
-        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)offset));
-        cJSON_AddItemToArray(range, cJSON_CreateNumber((double)(offset + t->nbytes)));
-        offset += t->nbytes;
+        entries[kept] =
+            (struct st_write_entry){.name = t->name, .dtype = t->dtype, .ndim = t->ndim};
+        memcpy(entries[kept++].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
     }
-    char *json = cJSON_PrintUnformatted(header);
-    cJSON_Delete(header);
-    if (!json) return strata_set_error(STRATA_ENOMEM, "out of memory");
+    static const char *const format[2] = {"format", "pt"};
     FILE *f = fopen(path, "wb");
-    int ok = f && write_header(f, json, strlen(json));
-    for (int i = 0; ok && i < safetensors_count(st); ++i) {
+    int ok = f && safetensors_write_header(f, entries, kept, format, 1, &total) == 0;
+    for (int i = 0; ok && i < count; ++i) {
         const struct st_tensor *t = safetensors_at(st, i);
         if (layer_of(t->name) < n) ok = fwrite(t->data, 1, t->nbytes, f) == t->nbytes;
     }
     if (f && fclose(f)) ok = 0;
-    free(json);
-    *bytes = offset;
+    free(entries);
+    *bytes = (size_t)total;
     return ok ? STRATA_OK : strata_set_error(STRATA_EIO, "cannot write %s", path);
 }
 

@@ -12,6 +12,7 @@
 
 #include "runtime/base/dtype.h"
 #include "runtime/base/status.h"
+#include "runtime/model/safetensors_write.h"
 
 static size_t tensor_bytes(const struct stage_tensor *t) {
     size_t n = 2; /* bf16 */
@@ -31,36 +32,11 @@ static void fill_bf16(uint16_t *out, size_t n, const struct stage_tensor *t, uin
     }
 }
 
-/* The JSON header, space-padded to a multiple of 8; *len_out its length. */
-static char *format_header(const struct stage_tensor_list *list, size_t *len_out) {
-    const struct stage_tensor *t = list->items;
-    size_t cap = 64 + (size_t)list->count * (STAGE_TENSOR_NAME_MAX + 96), len = 0, offset = 0;
-    char *header = malloc(cap);
-    if (!header) return NULL;
-    len += (size_t)snprintf(header + len, cap - len, "{\"__metadata__\":{\"format\":\"pt\"}");
-    for (int i = 0; i < list->count; ++i) {
-        len += (size_t)snprintf(header + len, cap - len, ",\"%s\":{\"dtype\":\"BF16\",\"shape\":[",
-                                t[i].name);
-        for (int d = 0; d < t[i].ndim; ++d)
-            len += (size_t)snprintf(header + len, cap - len, "%s%lld", d ? "," : "",
-                                    (long long)t[i].shape[d]);
-        len += (size_t)snprintf(header + len, cap - len, "],\"data_offsets\":[%zu,%zu]}", offset,
-                                offset + tensor_bytes(&t[i]));
-        offset += tensor_bytes(&t[i]);
-    }
-    len += (size_t)snprintf(header + len, cap - len, "}");
-    while (len % 8)
-        header[len++] = ' ';
-    *len_out = len;
-    return header;
-}
-
 int random_checkpoint_write(const char *dir, const struct stage_tensor_list *list, uint64_t seed) {
-    size_t len = 0;
-    char *header = format_header(list, &len);
+    struct st_write_entry *entries = calloc((size_t)list->count + 1, sizeof *entries);
     uint16_t *buf = malloc((size_t)1 << 24);
     int rc = STRATA_OK;
-    if (!header || !buf) {
+    if (!entries || !buf) {
         rc = strata_set_error(STRATA_ENOMEM, "random checkpoint: out of memory");
         goto done;
     }
@@ -71,8 +47,18 @@ int random_checkpoint_write(const char *dir, const struct stage_tensor_list *lis
         rc = strata_set_error(STRATA_EIO, "%s: %s", path, strerror(errno));
         goto done;
     }
-    uint64_t hlen = len, rng = seed;
-    int ok = fwrite(&hlen, 8, 1, f) == 1 && fwrite(header, 1, len, f) == len;
+    for (int i = 0; i < list->count; ++i) {
+        const struct stage_tensor *t = &list->items[i];
+        entries[i] = (struct st_write_entry){.name = t->name, .dtype = ST_BF16, .ndim = t->ndim};
+        memcpy(entries[i].shape, t->shape, sizeof(int64_t) * (size_t)t->ndim);
+    }
+    static const char *const format[2] = {"format", "pt"};
+    uint64_t rng = seed;
+    if ((rc = safetensors_write_header(f, entries, list->count, format, 1, NULL)) < 0) {
+        fclose(f);
+        goto done;
+    }
+    int ok = 1;
     for (int i = 0; ok && i < list->count; ++i) {
         size_t left = tensor_bytes(&list->items[i]) / 2;
         while (ok && left) {
@@ -84,7 +70,7 @@ int random_checkpoint_write(const char *dir, const struct stage_tensor_list *lis
     }
     if (fclose(f) || !ok) rc = strata_set_error(STRATA_EIO, "%s: write failed (disk full?)", path);
 done:
-    free(header);
+    free(entries);
     free(buf);
     return rc;
 }

@@ -8,40 +8,24 @@
 #include <unistd.h>
 
 #include "runtime/base/status.h"
+#include "runtime/model/safetensors_write.h"
 
 int generation_file_write(const char *path, int prompt_len, const int32_t *tokens, int n_tokens,
                           const float *logits, int vocab) {
-    char header[1024], tmp[4096];
-    size_t tokens_bytes = sizeof(int32_t) * (size_t)n_tokens;
-    size_t logits_bytes = logits ? sizeof(float) * (size_t)n_tokens * (size_t)vocab : 0;
-    int len;
-    uint64_t header_len;
-    uint8_t prefix[8];
-    FILE *f;
-    if (logits)
-        len =
-            snprintf(header, sizeof header,
-                     "{\"__metadata__\":{\"prompt_len\":\"%d\"},"
-                     "\"tokens\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[0,%zu]},"
-                     "\"logits\":{\"dtype\":\"F32\",\"shape\":[%d,%d],\"data_offsets\":[%zu,%zu]}}",
-                     prompt_len, n_tokens, tokens_bytes, n_tokens, vocab, tokens_bytes,
-                     tokens_bytes + logits_bytes);
-    else
-        len = snprintf(header, sizeof header,
-                       "{\"__metadata__\":{\"prompt_len\":\"%d\"},"
-                       "\"tokens\":{\"dtype\":\"I32\",\"shape\":[%d],\"data_offsets\":[0,%zu]}}",
-                       prompt_len, n_tokens, tokens_bytes);
-    if (len < 0 || (size_t)len + 8 >= sizeof header)
-        return strata_set_error(STRATA_EINVAL, "--out header too long");
-    while ((len + 8) % 8 != 0) /* data starts 8-aligned: pad the header with spaces */
-        header[len++] = ' ';
-    header_len = (uint64_t)len;
-    for (int i = 0; i < 8; i++)
-        prefix[i] = (uint8_t)(header_len >> (8 * i));
+    const struct st_write_entry entries[2] = {
+        {.name = "tokens", .dtype = ST_I32, .ndim = 1, .shape = {n_tokens}},
+        {.name = "logits", .dtype = ST_F32, .ndim = 2, .shape = {n_tokens, vocab}},
+    };
+    const size_t tokens_bytes = sizeof(int32_t) * (size_t)n_tokens;
+    const size_t logits_bytes = logits ? sizeof(float) * (size_t)n_tokens * (size_t)vocab : 0;
+    char prompt[16], tmp[4096];
+    snprintf(prompt, sizeof prompt, "%d", prompt_len);
+    const char *const metadata[2] = {"prompt_len", prompt};
+    /* written beside the target and renamed over it: a reader never sees half a file */
     snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid());
-    f = fopen(tmp, "wb");
+    FILE *f = fopen(tmp, "wb");
     if (!f) return strata_set_error(STRATA_EIO, "cannot write %s: %s", tmp, strerror(errno));
-    if (fwrite(prefix, 1, 8, f) != 8 || fwrite(header, 1, (size_t)len, f) != (size_t)len ||
+    if (safetensors_write_header(f, entries, logits ? 2 : 1, metadata, 1, NULL) < 0 ||
         (tokens_bytes && fwrite(tokens, 1, tokens_bytes, f) != tokens_bytes) ||
         (logits_bytes && fwrite(logits, 1, logits_bytes, f) != logits_bytes)) {
         fclose(f);
