@@ -119,8 +119,9 @@ static int take_token(struct stage_core *core, struct stage_req *req, uint64_t s
     if (finish == WIRE_FINISH_NONE) return 0;
     /* The answer's blocks are kept with the prompt's, on every stage. */
     stage_prefix_answer(core, req);
-    const struct stage_token_fields answer = {.block_keys = req->keys + req->n_keys,
-                                              .num_block_keys = req->n_answer_keys};
+    const struct stage_token_fields answer = {
+        .block_keys = req->n_answer_keys ? req->keys + req->n_keys : NULL,
+        .num_block_keys = req->n_answer_keys};
     if (core->opt.num_stages > 1)
         stage_emit_token(core, STAGE_LINK_NEXT, 0, req->nonce, step, token, finish, &answer);
     stage_release(core, req, finish == WIRE_FINISH_STOP ? STAGE_FINISH_STOP : STAGE_FINISH_LENGTH,
