@@ -12,7 +12,9 @@ server (strata-serve or llama.cpp's llama-server) and prints one JSON object per
   table FILE                   the side-by-side table of the JSON lines in FILE
 
 Streamed chat completions over plain HTTP (urllib; the wire protocol the `openai` client
-speaks), so the bench needs no venv. `cache_prompt` is sent for llama-server (on unless the
+speaks), so the bench needs no venv. Every request asks for Qwen3's template with thinking on
+(`chat_template_kwargs`), the template's default and llama-server's, so that both servers run
+the same prompt tokens. `cache_prompt` is sent for llama-server (on unless the
 driver asks for a cold run); strata-serve ignores unknown fields.
 """
 import json
@@ -41,8 +43,12 @@ def user_text(turn, words):
 
 def stream_chat(url, model, messages, max_tokens, cache_prompt, ignore_eos=False):
     """Returns (ttft_s, total_s, text, completion_tokens, prompt_tokens, cached_tokens)."""
+    # Qwen3's template with thinking on, its own default and llama-server's: both servers then
+    # run the same tokens (strata-serve's default, off, adds an empty think block), and an
+    # earlier answer renders as it was generated, so both can reuse it from the cache.
     body = {"model": model, "messages": messages, "max_tokens": max_tokens, "temperature": 0,
-            "stream": True, "stream_options": {"include_usage": True}}
+            "stream": True, "stream_options": {"include_usage": True},
+            "chat_template_kwargs": {"enable_thinking": True}}
     if ignore_eos:  # both servers' extension: every answer exactly max_tokens long
         body["ignore_eos"] = True
     if cache_prompt is not None:  # llama-server's own field (strata-serve ignores it)
