@@ -70,22 +70,14 @@ static uint64_t chain_key(const struct stage_core *core, uint64_t prev, const in
     return key ? key : 1;
 }
 
-int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt_len,
-                      const struct stage_vl *vl, int64_t need, uint64_t **keys, int *n_keys,
-                      int *cached, int64_t *cost) {
-    const int n = prompt_len / KV_BLOCK;
-    *keys = NULL;
-    *n_keys = *cached = 0;
-    *cost = need;
-    if (n == 0 || core->prefix.off) return 0;
+/* The keys [n] of the first n blocks of ids (a prompt, then what followed it), chaining the
+ * digests of vl's pictures (NULL: a text request) into the blocks that hold their rows. 0 or
+ * STRATA_ENOMEM. */
+static int chain_keys(const struct stage_core *core, const int32_t *ids, int n,
+                      const struct stage_vl *vl, uint64_t *k) {
     uint64_t *digest = NULL;
     int rc;
     if (vl && (rc = image_digests(core, vl, &digest)) < 0) return rc;
-    uint64_t *k = malloc((size_t)n * sizeof *k);
-    if (!k) {
-        free(digest);
-        return strata_set_error(STRATA_ENOMEM, "no memory for %d block keys", n);
-    }
     uint64_t chunk[KV_BLOCK]; /* the digests of the images a block holds rows of */
     /* a video's frame blocks are grids like images: their rows chain their digests too */
     const struct vl_tokens visual = {vl ? core->be->cfg->image_token_id : -1,
@@ -98,10 +90,10 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
                                     ? vl->grids[0].t * vl->grids[0].h * vl->grids[0].w / merge2
                                     : 0;
     for (int b = 0; b < n; ++b) {
-        const int32_t *ids = prompt + (size_t)b * KV_BLOCK;
+        const int32_t *block = ids + (size_t)b * KV_BLOCK;
         int nd = 0, last = -1; /* the image whose digest this block chained last */
         for (int j = 0; j < KV_BLOCK; ++j) {
-            if (!vl_is_visual(&visual, ids[j]) || image >= (vl ? vl->n_images : 0)) continue;
+            if (!vl_is_visual(&visual, block[j]) || image >= (vl ? vl->n_images : 0)) continue;
             if (image != last) {
                 chunk[nd++] = digest[image];
                 last = image;
@@ -109,9 +101,27 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
             if (--image_left == 0 && ++image < vl->n_images)
                 image_left = vl->grids[image].t * vl->grids[image].h * vl->grids[image].w / merge2;
         }
-        k[b] = prev = chain_key(core, prev, ids, chunk, sizeof(uint64_t) * (size_t)nd);
+        k[b] = prev = chain_key(core, prev, block, chunk, sizeof(uint64_t) * (size_t)nd);
     }
     free(digest);
+    return 0;
+}
+
+int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt_len,
+                      const struct stage_vl *vl, int64_t need, uint64_t **keys, int *n_keys,
+                      int *cached, int64_t *cost) {
+    const int n = prompt_len / KV_BLOCK;
+    *keys = NULL;
+    *n_keys = *cached = 0;
+    *cost = need;
+    if (n == 0 || core->prefix.off) return 0;
+    uint64_t *k = malloc((size_t)n * sizeof *k);
+    if (!k) return strata_set_error(STRATA_ENOMEM, "no memory for %d block keys", n);
+    int rc = chain_keys(core, prompt, n, vl, k);
+    if (rc < 0) {
+        free(k);
+        return rc;
+    }
     int limit = (prompt_len - 1) / KV_BLOCK, idle = 0;
     if (limit > n) limit = n;
     const int found = stage_backend_kv_lookup(core->be, k, limit, &idle);
@@ -167,22 +177,26 @@ void stage_prefix_answer(struct stage_core *core, struct stage_req *req) {
     /* every generated token but the last went through every stage */
     const int total = (P + req->n_generated - 1) / KV_BLOCK;
     req->n_answer_keys = 0;
-    if (core->prefix.off || req->prefix_wait || core->be->cfg->has_vision || req->n_keys != n ||
-        total <= n)
-        return;
-    uint64_t *k = realloc(req->keys, sizeof *k * (size_t)total);
-    if (!k) return; /* the answer is not kept: a later turn only computes more */
-    req->keys = k;
-    uint64_t prev = n ? k[n - 1] : 0;
-    for (int b = n; b < total; ++b) {
-        int32_t ids[KV_BLOCK];
-        for (int j = 0; j < KV_BLOCK; ++j) {
-            const int p = b * KV_BLOCK + j;
-            ids[j] = p < P ? req->prompt[p] : req->tokens[p - P];
+    if (core->prefix.off || req->prefix_wait || req->n_keys != n || total <= n) return;
+    /* The chain again from the first block, over the prompt and the answer, as the next
+     * turn's plan will make it (a picture's rows in the prompt's last blocks chain its
+     * digest); its first n keys are the prompt's. Nothing is kept when memory is short: a
+     * later turn only computes more. */
+    int32_t *ids = malloc(sizeof *ids * (size_t)total * KV_BLOCK);
+    uint64_t *k = malloc(sizeof *k * (size_t)total);
+    if (ids && k) {
+        for (int p = 0; p < total * KV_BLOCK; ++p)
+            ids[p] = p < P ? req->prompt[p] : req->tokens[p - P];
+        if (chain_keys(core, ids, total, req->vl, k) == 0 &&
+            (n == 0 || !memcmp(k, req->keys, sizeof *k * (size_t)n))) {
+            free(req->keys);
+            req->keys = k;
+            k = NULL;
+            req->n_answer_keys = total - n;
         }
-        k[b] = prev = chain_key(core, prev, ids, NULL, 0);
     }
-    req->n_answer_keys = total - n;
+    free(ids);
+    free(k);
 }
 
 void stage_prefix_take_answer(struct stage_core *core, struct stage_req *req, const uint64_t *keys,

@@ -85,7 +85,8 @@ void stage_prefix_forward_fields(const struct stage_req *req, struct wire_reques
 
 /* Stage 0 at a normal finish: the keys of the full blocks after the prompt's whose KV every
  * stage wrote (the prompt and every generated token but the last) follow the prompt's in
- * req->keys [req->n_answer_keys], for every stage to keep. None for a Qwen3-VL model, with
+ * req->keys [req->n_answer_keys], for every stage to keep (chained as the next turn's plan
+ * will chain them: a picture's rows in the prompt's last blocks chain its digest). None with
  * the prefix cache off, or when memory is short (the answer is then recomputed next turn). */
 void stage_prefix_answer(struct stage_core *core, struct stage_req *req);
 

@@ -240,7 +240,8 @@ int check_kv_pool(const struct golden_case *gc, const char *name, const float *s
  * answer, are registered and it is released; request b, the prompt and the answer, attaches
  * them and prefills the rest in one chunk. b's rows must give the solo run's logits bit for
  * bit: KV that decode steps wrote equals what a prefill of the same ids writes, which is what
- * lets a turn reuse an answer. Text cases only. */
+ * lets a turn reuse an answer. Qwen3-VL cases too: the answer's rows follow the picture, at
+ * M-RoPE positions cache index + rope_delta in both the decode steps and b's prefill. */
 int check_answer_reuse(const struct golden_case *gc, const char *name, const float *solo) {
     const int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
     const int L = gc->cfg.num_layers, n = gc->n_steps, written = S + n - 1;
@@ -250,6 +251,7 @@ int check_answer_reuse(const struct golden_case *gc, const char *name, const flo
     int a = -1, b = -1, diff = -1, got = 0;
     uint64_t keys[64];
     int32_t *ids = malloc(sizeof(int32_t) * (size_t)written);
+    int32_t *mrope = malloc(sizeof(int32_t) * 3 * (size_t)(T > 1 ? T : 1));
     float *hidden = calloc((size_t)(T > 1 ? T : 1) * H, sizeof(float));
     float *logits = calloc((size_t)V, sizeof(float));
     memset(&p, 0, sizeof p);
@@ -257,10 +259,11 @@ int check_answer_reuse(const struct golden_case *gc, const char *name, const flo
         printf("  %s: answer reuse: not checked (the answer fills no whole block before its last "
                "row)\n",
                name);
-        free(ids), free(hidden), free(logits);
+        free(ids), free(mrope), free(hidden), free(logits);
         return 0;
     }
-    int rc = ids && hidden && logits ? open_on(&be, device, gc, 0, L, S + n) : STRATA_ENOMEM;
+    int rc =
+        ids && mrope && hidden && logits ? open_on(&be, device, gc, 0, L, S + n) : STRATA_ENOMEM;
     if (rc == 0) {
         memcpy(ids, gc->prompt, sizeof(int32_t) * (size_t)S);
         memcpy(ids + S, gc->generated, sizeof(int32_t) * (size_t)(n - 1));
@@ -272,6 +275,10 @@ int check_answer_reuse(const struct golden_case *gc, const char *name, const flo
     if (rc == 0) rc = stage_backend_forward(be, p.hidden, &p.item, 1);
     for (int s = 1; rc == 0 && s < n; ++s) {
         struct forward_item item = {.slot = a, .pos = S + s - 1, .n_tokens = 1};
+        if (gc->has_vision) {
+            mrope[0] = mrope[1] = mrope[2] = item.pos + gc->rope_delta;
+            item.mrope_positions = mrope;
+        }
         rc = stage_backend_embed(be, hidden, &gc->generated[s - 1], 1);
         if (rc == 0) rc = stage_backend_forward(be, hidden, &item, 1);
     }
@@ -285,6 +292,12 @@ int check_answer_reuse(const struct golden_case *gc, const char *name, const flo
     if (rc == 0 && got != pos0)
         rc = strata_set_error(STRATA_EINVAL, "attached %d positions of %d registered", got, pos0);
     struct forward_item item = {.slot = b, .pos = pos0, .n_tokens = T};
+    if (gc->has_vision) {
+        for (int r = 0; r < 3; ++r)
+            for (int i = 0; i < T; ++i)
+                mrope[r * T + i] = pos0 + i + gc->rope_delta;
+        item.mrope_positions = mrope;
+    }
     if (rc == 0) rc = stage_backend_embed(be, hidden, ids + pos0, T);
     if (rc == 0) rc = stage_backend_forward(be, hidden, &item, 1);
     for (int i = 0; rc == 0 && diff < 0 && i < T; ++i) {
@@ -295,7 +308,7 @@ int check_answer_reuse(const struct golden_case *gc, const char *name, const flo
     if (be) count_graphs(be);
     stage_backend_free(be);
     free(p.hidden), free(p.deepstack), free(p.visual);
-    free(ids), free(hidden), free(logits);
+    free(ids), free(mrope), free(hidden), free(logits);
     if (rc < 0) {
         printf("  %s: answer reuse: %s\n", name, strata_last_error());
         return 1;

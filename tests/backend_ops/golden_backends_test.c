@@ -477,7 +477,7 @@ static int check_case(const char *name) {
     failures += check_batched(&gc, name, logits);
     failures += check_speculative(&gc, name, logits);
     if (strcmp(name, golden_case_names[0]) == 0) failures += check_kv_pool(&gc, name, logits);
-    if (!gc.has_vision) failures += check_answer_reuse(&gc, name, logits);
+    failures += check_answer_reuse(&gc, name, logits);
     if (strcmp(device, "cpu") != 0 && L >= 3) failures += check_mixed(&gc, name);
     if (graphs_expected && graph_launches == launches_before) {
         printf("  %s: no decode graph launched (every step ran eagerly)\n", name);

@@ -711,12 +711,52 @@ static void test_vl_prefix_reuse_exact(void **state) {
     }
 }
 
+/* A picture's answer kept for the next turn: the golden prompt answered (its tokens are the
+ * golden's) leaves the prompt's full blocks and the answer's (every generated token but the
+ * last went through every stage); the next turn, the prompt with the whole answer, reuses
+ * them and gives the cold bits, on 1, 2 and 4 stages. */
+static void test_vl_answer_reuse(void **state) {
+    (void)state;
+    for (int c = 0; c < 2; c++) {
+        struct vl_case *vc = &cases[c];
+        struct tp_golden *g = &vc->g;
+        const int V = g->cfg.vocab_size, P = g->prompt_len, n = g->n_steps, steps = 4;
+        int32_t a[64];
+        memcpy(a, g->prompt, sizeof(int32_t) * P);
+        memcpy(a + P, g->generated, sizeof(int32_t) * (size_t)n);
+        const int A = P + n, kept = (P + n - 1) / KV_BLOCK;
+        assert_true(kept > P / KV_BLOCK && A + steps <= 64 && kept * KV_BLOCK < A);
+        const int stages[3] = {1, 2, 4};
+        for (int si = 0; si < 3; si++) {
+            const int S = stages[si];
+            assert_int_equal(tp_pipeline_init(&pipe, g, S, NULL, 64, 2, 4), 0);
+            float *cold = run_vl(&pipe, vc, 1, a, A, vc->embeds, steps);
+            tp_pipeline_free(&pipe);
+            assert_int_equal(tp_pipeline_init(&pipe, g, S, NULL, 64, 2, 4), 0);
+            float *first = run_vl(&pipe, vc, 10, g->prompt, P, vc->embeds, n);
+            for (int i = 0; i < n; i++) /* the answer is the golden's */
+                assert_int_equal((int)first[(size_t)n * V + i], g->generated[i]);
+            free(first);
+            float *warm = run_vl(&pipe, vc, 11, a, A, vc->embeds, steps);
+            assert_memory_equal(warm, cold, sizeof(float) * (size_t)steps * (V + 1));
+            assert_int_equal(cached_tokens(&pipe), (uint64_t)kept * KV_BLOCK);
+            free(warm);
+            free(cold);
+            tp_pipeline_free(&pipe);
+        }
+        printf("%s: an answer's %d blocks reused by the next turn on 1, 2 and 4 stages: cold "
+               "bits\n",
+               case_names[c], kept - P / KV_BLOCK);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_qwen3_vl_every_split),
         cmocka_unit_test(test_qwen3_vl_moe_every_split),
         cmocka_unit_test(test_e2e_two_images),
         cmocka_unit_test(test_vl_prefix_reuse_exact),
+        cmocka_unit_test(test_vl_answer_reuse),
         cmocka_unit_test(test_what_travels),
         cmocka_unit_test(test_concurrent_vl_requests),
         cmocka_unit_test(test_malformed_vision_inputs),
