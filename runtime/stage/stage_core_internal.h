@@ -253,10 +253,10 @@ int stage_prefill_chunk(const struct stage_core *core, int rows);
 int stage_emit_arena(struct stage_core *core, enum stage_link link, uint32_t client_id);
 void stage_emit_error(struct stage_core *core, enum stage_link link, uint32_t client_id, int code,
                       uint64_t nonce, const char *message);
-/* What stage 0 tells a client with each token: prompt positions from the KV cache, the
- * request's draft tokens so far, accepted and rejected, and the prompt's positions as run. */
-/* What a TokenResult carries beyond its token: stage 0's counts for its client, or between
- * stages, with a finish, the answer's block keys (stage_prefix_internal.h). */
+/* What a TokenResult carries beyond its token: what stage 0 tells a client with each token
+ * (prompt positions from the KV cache, the request's draft tokens so far, accepted and
+ * rejected, and the prompt's positions as run), or between stages, with a finish, the
+ * answer's block keys (stage_prefix_internal.h). */
 struct stage_token_fields {
     int cached, accepted, rejected, prompt;
     const uint64_t *block_keys;

@@ -235,9 +235,44 @@ static float *decode_keyed(struct stage_backend *be, const struct golden_case *g
     return logits;
 }
 
+/* The next turn of a chat through `be`: the prompt and its answer, the first `blocks` blocks
+ * (kept by a keyed run under keys) attached and the rest prefilled in one chunk; each row's
+ * logits must be the cold run's [n_steps, V] at its step. Returns the rows compared. */
+static int next_turn(struct stage_backend *be, const struct golden_case *gc, const uint64_t *keys,
+                     int blocks, const float *cold) {
+    const int V = gc->cfg.vocab_size, H = gc->cfg.hidden_size, S = gc->n_prompt;
+    const int written = S + gc->n_steps - 1, pos0 = blocks * KV_BLOCK, T = written - pos0;
+    int32_t ids[128];
+    float *hidden = calloc((size_t)T * H, sizeof(float));
+    float *logits = calloc((size_t)V, sizeof(float));
+    int slot;
+    assert_true(hidden && logits && written <= 128 && T >= 1 && pos0 > S);
+    memcpy(ids, gc->prompt, sizeof(int32_t) * (size_t)S);
+    memcpy(ids + S, gc->generated, sizeof(int32_t) * (size_t)(gc->n_steps - 1));
+    assert_int_equal(stage_backend_kv_acquire(be, &slot), 0);
+    assert_int_equal(stage_backend_kv_attach(be, slot, keys, blocks), pos0);
+    assert_int_equal(stage_backend_kv_reserve(be, slot, written), 0);
+    assert_int_equal(stage_backend_embed(be, hidden, ids + pos0, T), 0);
+    struct forward_item item = {.slot = slot, .pos = pos0, .n_tokens = T};
+    if (stage_backend_forward(be, hidden, &item, 1))
+        fail_msg("%s next turn: %s", gc->name, strata_last_error());
+    for (int i = 0; i < T; ++i) {
+        const int step = pos0 + i - S + 1;
+        assert_int_equal(stage_backend_logits(be, logits, hidden + (size_t)i * H, 1), 0);
+        if (memcmp(logits, cold + (size_t)step * V, sizeof(float) * (size_t)V))
+            fail_msg("%s next turn: step %d differs from the cold run", gc->name, step);
+    }
+    stage_backend_kv_release(be, slot);
+    free(hidden);
+    free(logits);
+    return T;
+}
+
 /* Prefix reuse under TP 2 and KVP 2: the long-prompt case run cold, then with its prompt's
  * first two blocks attached from every rank's pool (under KVP both lie in rank 0's range,
- * and rank 1 attaches none of its own), gives the same logits bit for bit. */
+ * and rank 1 attaches none of its own), gives the same logits bit for bit; and the next turn,
+ * the prompt and its answer, attaches the answer's blocks too (written by decode steps; under
+ * KVP the third lies in rank 1's range) and gives the cold run's logits. */
 static void test_prefix_reuse(void **state) {
     (void)state;
     char dir[] = "/tmp/stage_tp_prefix.XXXXXX";
@@ -245,9 +280,10 @@ static void test_prefix_reuse(void **state) {
     struct golden_case gc;
     if (golden_case_open(&gc, "qwen3_long_prompt")) fail_msg("%s", strata_last_error());
     const int n_keys = gc.n_prompt / KV_BLOCK, cached = (gc.n_prompt - 1) / KV_BLOCK;
+    const int answered = (gc.n_prompt + gc.n_steps - 2) / KV_BLOCK; /* a row left to compute */
     const uint64_t keys[8] = {101, 102, 103, 104, 105, 106, 107, 108};
     const size_t n = (size_t)gc.n_steps * (size_t)gc.cfg.vocab_size;
-    assert_true(cached >= 2 && n_keys <= 8);
+    assert_true(cached >= 2 && n_keys <= 8 && answered > n_keys && answered <= 8);
     for (int kvp = 0; kvp < 2; ++kvp) {
         struct rank r[2];
         pthread_t th;
@@ -265,11 +301,15 @@ static void test_prefix_reuse(void **state) {
         int idle = 0;
         /* Under KVP the ranks answer together (each for its range of blocks). */
         assert_int_equal(stage_backend_kv_lookup(r[0].be, keys, cached, &idle), cached);
-        float *warm = decode_keyed(r[0].be, &gc, keys, n_keys, cached);
+        float *warm = decode_keyed(r[0].be, &gc, keys, answered, cached);
         if (memcmp(cold, warm, n * sizeof(float)))
-            fail_msg("%s: logits with a cached prefix differ from cold ones", kvp ? "KVP 2" : "TP 2");
-        printf("%s: %d cached blocks, logits bit-identical to the cold run\n",
-               kvp ? "KVP 2" : "TP 2", cached);
+            fail_msg("%s: logits with a cached prefix differ from cold ones",
+                     kvp ? "KVP 2" : "TP 2");
+        assert_int_equal(stage_backend_kv_lookup(r[0].be, keys, answered, &idle), answered);
+        const int rows = next_turn(r[0].be, &gc, keys, answered, cold);
+        printf("%s: %d cached blocks, logits bit-identical to the cold run; the next turn on %d "
+               "blocks of prompt and answer, %d rows: the cold logits\n",
+               kvp ? "KVP 2" : "TP 2", cached, answered, rows);
         stage_backend_free(r[0].be);
         pthread_join(th, NULL);
         coll_close(r[0].coll);
