@@ -93,3 +93,54 @@ double sim_logits_max_abs_diff(const struct sim_report *run, int request, const 
     }
     return worst;
 }
+
+int sim_next_turns_identical(const struct sim_report *run, int count, int first_at, int greedy,
+                             char *why, size_t cap) {
+    if (run->num_requests < first_at + count) {
+        snprintf(why, cap, "%d requests, not %d and their next turns", run->num_requests,
+                 first_at + count);
+        return 0;
+    }
+    for (int i = 0; i < count; i++) {
+        const struct sim_request_outcome *f = &run->requests[i], *t = &run->requests[first_at + i];
+        const int nb = first_at + i + 1, a = t->prompt_len - f->prompt_len;
+        if (f->status != 0 || t->status != 0) {
+            snprintf(why, cap, "request %d or its first turn failed: %s", nb,
+                     t->status ? t->message : f->message);
+            return 0;
+        }
+        const int kept = (f->prompt_len + f->n_tokens - 1) / 16, limit = (t->prompt_len - 1) / 16;
+        const int want = 16 * (kept < limit ? kept : limit);
+        if (t->cached_tokens != want) {
+            snprintf(why, cap,
+                     "request %d, the next turn of request %d: %d prompt positions from the KV "
+                     "cache, not %d (its first turn wrote %d)",
+                     nb, i + 1, t->cached_tokens, want, f->prompt_len + f->n_tokens - 1);
+            return 0;
+        }
+        if (!f->logits || !t->logits || f->vocab != t->vocab) {
+            snprintf(why, cap, "request %d: logits missing or of another vocabulary", nb);
+            return 0;
+        }
+        const int steps = greedy ? t->n_tokens : 1;
+        for (int s = 0; s < steps && a + s < f->n_tokens; s++) {
+            if (greedy && t->tokens[s] != f->tokens[a + s]) {
+                snprintf(why, cap, "request %d: token %d is %d, its first turn's %d", nb, s,
+                         (int)t->tokens[s], (int)f->tokens[a + s]);
+                return 0;
+            }
+            const float *x = t->logits + (size_t)s * (size_t)t->vocab;
+            const float *y = f->logits + (size_t)(a + s) * (size_t)f->vocab;
+            for (int k = 0; k < t->vocab; k++)
+                if (float_bits(x[k]) != float_bits(y[k])) {
+                    snprintf(why, cap,
+                             "request %d: logit [step %d, id %d] is %.9g, its first turn's "
+                             "[step %d] %.9g",
+                             nb, s, k, (double)x[k], a + s, (double)y[k]);
+                    return 0;
+                }
+        }
+    }
+    if (cap) why[0] = '\0';
+    return 1;
+}

@@ -139,10 +139,14 @@ static int run_split(struct sim_report *report, struct sim_cli *cli, const struc
         verdict = "FAILED";
         *any_failure = 1;
     }
-    /* --warm: the repeats (the second half) against their first runs, and reused blocks. */
+    /* --warm: the repeats (the second third) against their first runs, the next turns (the
+     * last third) against the rest of their first runs' answers, and reused blocks. */
     if (cli->warm && !report->failed_requests && !why[0]) {
-        const int R = report->num_requests / 2;
-        if (!opt.no_weights && !sim_repeats_identical(report, R, why, sizeof why)) {
+        const int R = report->num_requests / 3;
+        if (!opt.no_weights &&
+            (!sim_repeats_identical(report, R, why, sizeof why) ||
+             !sim_next_turns_identical(report, R, 2 * R, cli->sampling.temperature <= 0.0f, why,
+                                       sizeof why))) {
             verdict = "NO";
             *any_failure = 1;
         } else if (report->prefix_cached_tokens == 0) {
@@ -162,10 +166,16 @@ static int run_split(struct sim_report *report, struct sim_cli *cli, const struc
     printf("%-32s %2d  %-9s %9s %10s %7.1f %8.1f %11.3f %8llu\n", name, split->num_stages, verdict,
            ttft, rate, 100.0 * report->utilisation, 100.0 * report->bubble_fraction,
            (double)wall / 1e6, (unsigned long long)report->events);
-    if (cli->warm && report->prefix_cached_tokens > 0 && !why[0])
-        printf("    warm repeats: %llu prompt tokens from the KV cache%s\n",
+    if (cli->warm && report->prefix_cached_tokens > 0 && !why[0]) {
+        const int R = report->num_requests / 3;
+        long long turns = 0;
+        for (int i = 2 * R; i < 3 * R; i++)
+            turns += report->requests[i].cached_tokens;
+        printf("    warm repeats: %llu prompt tokens from the KV cache%s; of them the next turns' "
+               "%lld, their answers' blocks included\n",
                (unsigned long long)report->prefix_cached_tokens,
-               opt.no_weights ? "" : ", bit-identical");
+               opt.no_weights ? "" : ", bit-identical", turns);
+    }
     if (baseline && opt.speculate && !report->failed_requests) {
         printf("    speculation: %llu decode steps carried %llu drafts, %llu accepted (%.0f%%)\n",
                (unsigned long long)report->spec_steps, (unsigned long long)report->spec_drafted,
@@ -368,7 +378,7 @@ static int build_requests(struct session *ss, struct sim_cli *cli) {
                                                 : (int32_t)((k * 13 + 5) % ss->cfg.vocab_size);
         ss->lengthened = 1;
     }
-    const int R = cli->requests, total = cli->warm ? 2 * R : R;
+    const int R = cli->requests, total = cli->warm ? 3 * R : R;
     ss->specs = calloc((size_t)total, sizeof *ss->specs);
     ss->prompts = malloc(sizeof(int32_t) * (size_t)cli->requests * (size_t)ss->prompt_len);
     if (!ss->specs || !ss->prompts) {
@@ -392,9 +402,19 @@ static int build_requests(struct session *ss, struct sim_cli *cli) {
     cli->sim.perf = ss->perf;
     cli->sim.weights = ss->weights;
     cli->sim.seed = cli->seed;
-    for (int i = R; i < total; i++) { /* --warm: each again, once it has finished */
+    for (int i = R; i < 2 * R && i < total; i++) { /* --warm: each again, once it has finished */
         ss->specs[i] = ss->specs[i - R];
         ss->specs[i].after = i - R + 1;
+    }
+    /* and its next turn: the prompt and the first half of the answer, then the rest */
+    const int half = ss->max_tokens / 2 > 0 ? ss->max_tokens / 2 : 1;
+    for (int i = 2 * R; i < total; i++) {
+        ss->specs[i] = ss->specs[i - 2 * R];
+        ss->specs[i].after = i - 2 * R + 1;
+        ss->specs[i].prompt = NULL;
+        ss->specs[i].answer_tokens = half;
+        ss->specs[i].prompt_len += half;
+        ss->specs[i].max_tokens = ss->max_tokens - half > 0 ? ss->max_tokens - half : 1;
     }
     cli->sim.num_requests = total;
     cli->sim.requests = ss->specs;
@@ -439,7 +459,9 @@ static void print_header(const struct session *ss, const struct sim_cli *cli) {
                cli->sim.speculate_k ? cli->sim.speculate_k : 4);
     if (cli->warm)
         printf("warm: each request is sent again once it has finished, the same prompt from the "
-               "KV blocks it left cached; the repeat must equal its first run bit for bit\n");
+               "KV blocks it left cached, and then its next turn, the prompt and the first half "
+               "of its answer, from the blocks of both; the repeat must equal its first run and "
+               "the next turn the rest of its answer, bit for bit\n");
     if (ss->vision.have)
         printf("images: %d per request from golden.json (%d image tokens, %d DeepStack "
                "layers)\n",

@@ -113,6 +113,7 @@ static void client_on_frame(struct sim *sim, const uint8_t *frame, size_t len) {
     o->tokens[o->n_tokens++] = ev.token;
     if (!sim->client[index].got_first) {
         sim->client[index].got_first = 1;
+        o->cached_tokens = ev.cached_tokens;
         o->ttft_ns = sim->clock.now_ns - o->sent_ns;
     }
     if (ev.finish != WIRE_FINISH_NONE) {
@@ -500,6 +501,21 @@ static int client_send(struct sim *sim, int index) {
     req.nonce = (uint64_t)index + 1;
     req.prompt = spec->prompt;
     req.prompt_len = spec->prompt_len;
+    int32_t *turn = NULL; /* a next turn's prompt: its first's and that one's answer */
+    if (spec->answer_tokens > 0) {
+        const struct sim_request_spec *first = &sim->opt->requests[spec->after - 1];
+        const struct sim_request_outcome *fo = &sim->report->requests[spec->after - 1];
+        const int a = spec->answer_tokens < fo->n_tokens ? spec->answer_tokens : fo->n_tokens;
+        if (!(turn = malloc(sizeof *turn * (size_t)(first->prompt_len + a)))) {
+            wire_arena_free(&arena);
+            return strata_set_error(STRATA_ENOMEM, "simulator: out of memory");
+        }
+        memcpy(turn, first->prompt, sizeof *turn * (size_t)first->prompt_len);
+        memcpy(turn + first->prompt_len, fo->tokens, sizeof *turn * (size_t)a);
+        req.prompt = turn;
+        req.prompt_len = first->prompt_len + a;
+    }
+    sim->report->requests[index].prompt_len = req.prompt_len;
     req.max_tokens = spec->max_tokens;
     req.num_stop_ids = spec->num_stop_ids;
     for (int k = 0; k < spec->num_stop_ids && k < REQUEST_MAX_STOP_IDS; k++)
@@ -507,6 +523,7 @@ static int client_send(struct sim *sim, int index) {
     req.sampling = spec->sampling;
     req.vision = spec->vision;
     rc = request_build(&arena, &req);
+    free(turn);
     size_t len = rc == 0 ? wire_arena_frame_len(&arena) : 0;
     uint8_t *copy = rc == 0 ? malloc(len) : NULL;
     if (rc == 0 && !copy) rc = strata_set_error(STRATA_ENOMEM, "simulator: out of memory");

@@ -58,6 +58,11 @@ struct sim_request_spec {
      * finished normally, e.g. the same prompt again to reuse the KV blocks it left cached
      * (failed with it when that one fails). */
     int after;
+    /* With after = k: > 0 makes this the next turn of a chat: its prompt is request k's prompt
+     * followed by the first answer_tokens tokens k generated (fewer if k stopped sooner),
+     * built when it is sent; `prompt` is then unused and prompt_len is that length. Request k
+     * is no such turn itself. */
+    int answer_tokens;
 };
 
 struct sim_options {
@@ -122,7 +127,9 @@ struct sim_request_outcome {
     char message[512]; /* the client's error message, "" when ok */
     int finish;        /* wire_finish of the last token (STOP / LENGTH) */
     int n_tokens;
-    int32_t *tokens; /* [n_tokens] as streamed to the client */
+    int32_t *tokens;   /* [n_tokens] as streamed to the client */
+    int prompt_len;    /* as sent (a next turn's: its first's prompt and answer) */
+    int cached_tokens; /* prompt positions stage 0 took from its KV cache (its first token's) */
     int vocab;
     float *logits;   /* [n_tokens][vocab] from the last stage, or NULL */
     int64_t sent_ns; /* when the client sent it */

@@ -71,6 +71,17 @@ int sim_check_options(const struct sim_options *opt) {
             return strata_set_error(STRATA_EINVAL,
                                     "simulator: request %d follows request %d: not an earlier one",
                                     i + 1, opt->requests[i].after);
+        else if (opt->requests[i].answer_tokens < 0 ||
+                 (opt->requests[i].answer_tokens > 0 &&
+                  (opt->requests[i].after == 0 ||
+                   opt->requests[opt->requests[i].after - 1].answer_tokens > 0 ||
+                   opt->requests[i].prompt_len !=
+                       opt->requests[opt->requests[i].after - 1].prompt_len +
+                           opt->requests[i].answer_tokens)))
+            return strata_set_error(STRATA_EINVAL,
+                                    "simulator: request %d: a next turn follows a first turn and "
+                                    "declares its prompt and answer's length",
+                                    i + 1);
     if (opt->num_threads < 1)
         return strata_set_error(STRATA_EINVAL, "simulator: threads must be >= 1");
     if (opt->tp * opt->kvp > 1 && cli_device_is_cuda(opt->device))
@@ -119,8 +130,8 @@ static int build_stages(struct sim *sim) {
     sim->max_seq = max_seq;
     sim->decode_context = 0;
     for (int i = 0; i < opt->num_requests; i++) /* the middle of each request's decode */
-        sim->decode_context += (opt->requests[i].prompt_len + opt->requests[i].max_tokens / 2.0) /
-                               opt->num_requests;
+        sim->decode_context +=
+            (opt->requests[i].prompt_len + opt->requests[i].max_tokens / 2.0) / opt->num_requests;
     for (int r = 0; r < S; r++) {
         struct sim_stage *st = &sim->stages[r];
         rc = stage_thread_start(&st->thread);

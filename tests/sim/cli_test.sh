@@ -84,7 +84,8 @@ if [ -n "${3:-}" ]; then
 fi
 # --no-weights: the same run on the timing backend (nothing computed) is charged exactly the
 # same virtual times, since the model charges rows, and the stage core schedules the same
-# rows whatever the tokens are; warm repeats still reuse the KV pool's cached blocks.
+# rows whatever the tokens are; warm repeats and next turns still reuse the KV pool's cached
+# blocks (a 40-token prompt's 2, and the next turn, 42 tokens, 2: its answer's block ends at 48).
 same=(--split "0-2|2-4" --max-tokens 16 --prompt-tokens 40 --requests 3 --compute model \
     --profile "$prof" --latency-us 20 --bandwidth-gbps 1)
 w=$("$bin" --model "$model" "${same[@]}" 2>&1 | grep '^0-2|2-4' | awk '{ print $4, $5 }')
@@ -94,8 +95,9 @@ c=$(printf '%s\n' "$nw" | grep '^0-2|2-4' | awk '{ print $4, $5 }')
 [ -n "$w" ] && [ "$c" = "$w" ] || fail "--no-weights: '$c' (TTFT ms, tokens/s), with the weights '$w'"
 printf '%s\n' "$nw" | grep -q '^0-2|2-4 .* timing ' || fail "--no-weights: no 'timing' verdict"
 printf '%s\n' "$nw" | grep -q "OK: 1 split runs simulated (timing only" || fail "--no-weights: no OK line"
-expect 0 "warm repeats: 32 prompt tokens from the KV cache" --model "$model" --no-weights \
-    --stages 2 --warm --prompt-tokens 40 --max-tokens 4 --compute model --profile "$prof"
+expect 0 "warm repeats: 64 prompt tokens from the KV cache; of them the next turns' 32" \
+    --model "$model" --no-weights --stages 2 --warm --prompt-tokens 40 --max-tokens 4 \
+    --compute model --profile "$prof"
 # A model of which only config.json is here (a 64-layer 32B): timing only, in well under a
 # second of wall time for its virtual seconds.
 cfgonly="${TEST_TMPDIR:-/tmp}/sim_config_only"
