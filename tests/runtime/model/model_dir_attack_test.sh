@@ -82,11 +82,13 @@ run_bin() {
 # error_text BIN DIR: where the run said what is wrong. strata-stage and strata-plan print it
 # on stderr ("strata-X: ..." first, or a per-tensor report); strata-sim prints a failed run
 # in its results table on stdout (the ERROR row) and only usage and config errors on stderr.
+# The copy's path becomes DIR before warnings are dropped: mktemp's random name may spell
+# "warn" (m.XwarnO did once, and the error naming the file vanished with it).
 error_text() {
     if [ "$1" = sim ]; then
-        sed -n 's/^.* ERROR  *//p' "$2.out"
+        sed -n 's/^.* ERROR  *//p' "$2.out" | sed "s|$2|DIR|g"
     fi
-    grep -v -i -e '^\s*$' -e 'warn' -e '\] info:' "$2.err"
+    sed "s|$2|DIR|g" "$2.err" | grep -v -i -e '^\s*$' -e 'warn' -e '\] info:'
 }
 
 # run_case WHAT KEYWORD DIR BINARIES...: runs each binary on DIR and checks the outcome;
@@ -98,8 +100,8 @@ run_case() {
         cases=$((cases + 1))
         run_bin "$bin" "$dir"
         rc=$?
-        # The copy's path is shortened to DIR so the line shows the message.
-        first="$(error_text "$bin" "$dir" | head -n 1 | sed "s|$dir|DIR|g" | cut -c1-240)"
+        # error_text shortens the copy's path to DIR so the line shows the message.
+        first="$(error_text "$bin" "$dir" | head -n 1 | cut -c1-240)"
         status=""
         if [ "$rc" -eq 124 ]; then
             status="HANG"
