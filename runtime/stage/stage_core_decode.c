@@ -173,7 +173,7 @@ int stage_on_token_result(struct stage_core *core, const struct wire_token_resul
         return 0;
     }
     if (msg->finish == WIRE_FINISH_STOP || msg->finish == WIRE_FINISH_LENGTH) {
-        stage_prefix_take_answer(core, req, msg->block_keys, msg->num_block_keys, msg->step);
+        stage_prefix_take_answer(req, msg->block_keys, msg->num_block_keys, msg->step);
         const struct stage_token_fields answer = {.block_keys = msg->block_keys,
                                                   .num_block_keys = (int)msg->num_block_keys};
         if (!core->is_last)

@@ -70,38 +70,41 @@ static uint64_t chain_key(const struct stage_core *core, uint64_t prev, const in
     return key ? key : 1;
 }
 
-/* The keys [n] of the first n blocks of ids (a prompt, then what followed it), chaining the
- * digests of vl's pictures (NULL: a text request) into the blocks that hold their rows. 0 or
- * STRATA_ENOMEM. */
-static int chain_keys(const struct stage_core *core, const int32_t *ids, int n,
+/* k[b] for blocks b = from .. n - 1 of ids (a prompt, then what followed it), continuing the
+ * chain from k[from - 1] (from 0: the start), the digests of vl's pictures (NULL: a text
+ * request) chained into the blocks that hold their rows. The visual ids before block `from`
+ * only advance the picture being read; the pictures are hashed once a block needs them, so
+ * extending a chain past them costs nothing. 0 or STRATA_ENOMEM. */
+static int chain_keys(const struct stage_core *core, const int32_t *ids, int from, int n,
                       const struct stage_vl *vl, uint64_t *k) {
     uint64_t *digest = NULL;
-    int rc;
-    if (vl && (rc = image_digests(core, vl, &digest)) < 0) return rc;
     uint64_t chunk[KV_BLOCK]; /* the digests of the images a block holds rows of */
     /* a video's frame blocks are grids like images: their rows chain their digests too */
     const struct vl_tokens visual = {vl ? core->be->cfg->image_token_id : -1,
                                      vl ? core->be->cfg->video_token_id : -1, 0};
     const int merge2 =
         core->be->cfg->vision.spatial_merge_size * core->be->cfg->vision.spatial_merge_size;
-    uint64_t prev = 0;
+    const int n_images = vl ? vl->n_images : 0;
+    uint64_t prev = from > 0 ? k[from - 1] : 0;
     /* the image whose rows the next image token holds, and its rows left */
-    int image = 0, image_left = vl && vl->n_images
-                                    ? vl->grids[0].t * vl->grids[0].h * vl->grids[0].w / merge2
-                                    : 0;
+    int image = 0,
+        image_left = n_images ? vl->grids[0].t * vl->grids[0].h * vl->grids[0].w / merge2 : 0;
     for (int b = 0; b < n; ++b) {
         const int32_t *block = ids + (size_t)b * KV_BLOCK;
         int nd = 0, last = -1; /* the image whose digest this block chained last */
         for (int j = 0; j < KV_BLOCK; ++j) {
-            if (!vl_is_visual(&visual, block[j]) || image >= (vl ? vl->n_images : 0)) continue;
-            if (image != last) {
+            if (!vl_is_visual(&visual, block[j]) || image >= n_images) continue;
+            if (b >= from && image != last) {
+                int rc;
+                if (!digest && (rc = image_digests(core, vl, &digest)) < 0) return rc;
                 chunk[nd++] = digest[image];
                 last = image;
             }
-            if (--image_left == 0 && ++image < vl->n_images)
+            if (--image_left == 0 && ++image < n_images)
                 image_left = vl->grids[image].t * vl->grids[image].h * vl->grids[image].w / merge2;
         }
-        k[b] = prev = chain_key(core, prev, block, chunk, sizeof(uint64_t) * (size_t)nd);
+        if (b >= from)
+            k[b] = prev = chain_key(core, prev, block, chunk, sizeof(uint64_t) * (size_t)nd);
     }
     free(digest);
     return 0;
@@ -117,7 +120,7 @@ int stage_prefix_plan(struct stage_core *core, const int32_t *prompt, int prompt
     if (n == 0 || core->prefix.off) return 0;
     uint64_t *k = malloc((size_t)n * sizeof *k);
     if (!k) return strata_set_error(STRATA_ENOMEM, "no memory for %d block keys", n);
-    int rc = chain_keys(core, prompt, n, vl, k);
+    int rc = chain_keys(core, prompt, 0, n, vl, k);
     if (rc < 0) {
         free(k);
         return rc;
@@ -178,31 +181,23 @@ void stage_prefix_answer(struct stage_core *core, struct stage_req *req) {
     const int total = (P + req->n_generated - 1) / KV_BLOCK;
     req->n_answer_keys = 0;
     if (core->prefix.off || req->prefix_wait || req->n_keys != n || total <= n) return;
-    /* The chain again from the first block, over the prompt and the answer, as the next
-     * turn's plan will make it (a picture's rows in the prompt's last blocks chain its
-     * digest); its first n keys are the prompt's. Nothing is kept when memory is short: a
-     * later turn only computes more. */
+    /* The prompt's chain continued over the answer, as the next turn's plan will make it (a
+     * picture's rows in the prompt's last blocks chain its digest). Nothing is kept when
+     * memory is short: a later turn only computes more. */
     int32_t *ids = malloc(sizeof *ids * (size_t)total * KV_BLOCK);
-    uint64_t *k = malloc(sizeof *k * (size_t)total);
-    if (ids && k) {
+    uint64_t *k = ids ? realloc(req->keys, sizeof *k * (size_t)total) : NULL;
+    if (k) {
+        req->keys = k;
         for (int p = 0; p < total * KV_BLOCK; ++p)
             ids[p] = p < P ? req->prompt[p] : req->tokens[p - P];
-        if (chain_keys(core, ids, total, req->vl, k) == 0 &&
-            (n == 0 || !memcmp(k, req->keys, sizeof *k * (size_t)n))) {
-            free(req->keys);
-            req->keys = k;
-            k = NULL;
-            req->n_answer_keys = total - n;
-        }
+        if (chain_keys(core, ids, n, total, req->vl, k) == 0) req->n_answer_keys = total - n;
     }
     free(ids);
-    free(k);
 }
 
-void stage_prefix_take_answer(struct stage_core *core, struct stage_req *req, const uint64_t *keys,
-                              size_t n, uint64_t step) {
+void stage_prefix_take_answer(struct stage_req *req, const uint64_t *keys, size_t n,
+                              uint64_t step) {
     const int P = req->params.prompt_len;
-    (void)core;
     req->n_answer_keys = 0;
     /* only whole blocks of positions this stage wrote: the prompt and the tokens before the
      * last (step is the last's) */

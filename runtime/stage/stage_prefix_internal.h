@@ -93,8 +93,7 @@ void stage_prefix_answer(struct stage_core *core, struct stage_req *req);
 /* A later stage, with the finish (step: the last token's) that carries them: the answer's
  * keys [n] follow the prompt's; ignored unless they name only whole blocks of positions this
  * stage wrote. */
-void stage_prefix_take_answer(struct stage_core *core, struct stage_req *req, const uint64_t *keys,
-                              size_t n, uint64_t step);
+void stage_prefix_take_answer(struct stage_req *req, const uint64_t *keys, size_t n, uint64_t step);
 
 /* At a normal finish, before the slot is released: keeps the prompt's blocks and the
  * answer's. */
