@@ -8,6 +8,23 @@ extern "C" {
 #include "kernels/cuda_device.h"
 }
 
+/* The header's promise that a synchronous call inside a graph capture fails and spoils it,
+ * kept here rather than left to the driver: CUDA 13 on an H200 ran a cudaMemcpy to the host
+ * on the legacy stream while this thread captured a non-blocking stream (it refuses only
+ * calls that touch the capturing stream), and the copy would have read bytes that the graph
+ * had not yet written. Per thread, as the capture mode is (each backend captures on its own
+ * thread). */
+static thread_local bool capturing, capture_spoiled;
+
+#define REFUSE_IN_CAPTURE(name)                                                                    \
+    do {                                                                                           \
+        if (capturing) {                                                                           \
+            capture_spoiled = true;                                                                \
+            return strata_set_error(STRATA_EDEVICE,                                                \
+                                    "%s: a synchronous call inside a CUDA graph capture", name);   \
+        }                                                                                          \
+    } while (0)
+
 extern "C" int cuda_device_available(char *reason, size_t cap) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
@@ -27,6 +44,7 @@ extern "C" int cuda_device_available(char *reason, size_t cap) {
 }
 
 extern "C" int cuda_malloc(void **ptr, size_t bytes) {
+    REFUSE_IN_CAPTURE("cuda_malloc");
     if (!ptr) return strata_set_error(STRATA_EINVAL, "cuda_malloc: ptr is NULL");
     *ptr = NULL;
     /* cudaMalloc(0) may hand back NULL; callers treat NULL as "allocation failed". */
@@ -49,17 +67,20 @@ static int legacy_done(void) {
 }
 
 extern "C" int cuda_memcpy_to_device(void *dst, const void *src, size_t bytes) {
+    REFUSE_IN_CAPTURE("cuda_memcpy_to_device");
     if (!bytes) return STRATA_OK;
     CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
     return legacy_done();
 }
 
 extern "C" int cuda_memcpy_to_host(void *dst, const void *src, size_t bytes) {
+    REFUSE_IN_CAPTURE("cuda_memcpy_to_host");
     if (bytes) CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost));
     return STRATA_OK;
 }
 
 extern "C" int cuda_synchronize(void) {
+    REFUSE_IN_CAPTURE("cuda_synchronize");
     CUDA_CHECK_RETURN(cudaDeviceSynchronize());
     return STRATA_OK;
 }
@@ -99,6 +120,7 @@ extern "C" int cuda_mem_info(size_t *free_bytes, size_t *total_bytes) {
 }
 
 extern "C" int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes) {
+    REFUSE_IN_CAPTURE("cuda_memcpy_on_device");
     if (!bytes) return STRATA_OK;
     CUDA_CHECK_RETURN(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
     return legacy_done();
@@ -106,6 +128,7 @@ extern "C" int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes) {
 
 extern "C" int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t spitch,
                               size_t width, size_t height, enum cuda_copy_kind kind) {
+    REFUSE_IN_CAPTURE("cuda_memcpy_2d");
     if (!width || !height) return STRATA_OK;
     cudaMemcpyKind k = kind == CUDA_COPY_TO_DEVICE ? cudaMemcpyHostToDevice
                        : kind == CUDA_COPY_TO_HOST ? cudaMemcpyDeviceToHost
@@ -115,6 +138,7 @@ extern "C" int cuda_memcpy_2d(void *dst, size_t dpitch, const void *src, size_t 
 }
 
 extern "C" int cuda_memset(void *dst, int value, size_t bytes) {
+    REFUSE_IN_CAPTURE("cuda_memset");
     if (!bytes) return STRATA_OK;
     CUDA_CHECK_RETURN(cudaMemset(dst, value, bytes));
     return legacy_done();
@@ -143,6 +167,7 @@ extern "C" void cuda_stream_destroy(void *stream) {
 }
 
 extern "C" int cuda_stream_synchronize(void *stream) {
+    REFUSE_IN_CAPTURE("cuda_stream_synchronize");
     CUDA_CHECK_RETURN(cudaStreamSynchronize((cudaStream_t)stream));
     return STRATA_OK;
 }
@@ -211,10 +236,13 @@ extern "C" int cuda_graph_capture_begin(void *stream) {
      * synchronous call of this thread fails instead of silently running outside the graph. */
     CUDA_CHECK_RETURN(
         cudaStreamBeginCapture((cudaStream_t)stream, cudaStreamCaptureModeThreadLocal));
+    capturing = true;
+    capture_spoiled = false;
     return STRATA_OK;
 }
 
 extern "C" void cuda_graph_capture_abort(void *stream) {
+    capturing = capture_spoiled = false;
     cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
     if (!stream || cudaStreamIsCapturing((cudaStream_t)stream, &status) != cudaSuccess ||
         status == cudaStreamCaptureStatusNone) {
@@ -234,6 +262,12 @@ extern "C" int cuda_graph_capture_end(void *stream, void **exec, int *instantiat
         return strata_set_error(STRATA_EINVAL, "cuda_graph_capture_end: NULL argument");
     }
     *instantiated = 0;
+    if (capture_spoiled) {
+        cuda_graph_capture_abort(stream);
+        return strata_set_error(STRATA_EDEVICE, "cuda_graph_capture_end: a synchronous call "
+                                                "inside the capture spoiled it");
+    }
+    capturing = false;
     CUDA_CHECK_RETURN(cudaStreamEndCapture((cudaStream_t)stream, &graph));
     cudaError_t err = cudaErrorGraphExecUpdateFailure;
     if (*exec) {
@@ -259,6 +293,7 @@ extern "C" int cuda_graph_capture_end(void *stream, void **exec, int *instantiat
 }
 
 extern "C" int cuda_graph_launch(void *exec, void *stream) {
+    REFUSE_IN_CAPTURE("cuda_graph_launch");
     if (!exec) return strata_set_error(STRATA_EINVAL, "cuda_graph_launch: no graph");
     CUDA_CHECK_RETURN(cudaGraphLaunch((cudaGraphExec_t)exec, (cudaStream_t)stream));
     return STRATA_OK;

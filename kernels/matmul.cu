@@ -1,12 +1,14 @@
-/* CUDA matmul in the reference's fixed dot-product order (reference/ops.h): a block of 256
- * threads is 16 half-warps; half-warp j owns weight row blockIdx.x * 16 + j and up to kTok
- * tokens (blockIdx.y * kTok ...). Lane l of a half-warp accumulates the elements
- * k0 + l of every 16-element block: lanes 0..7 are the reference's a0[0..7], lanes 8..15
- * its a1[0..7]. Shuffles then fold exactly as the reference does (s = a0 + a1,
- * t[i] = s[i] + s[i + 4], (t0 + t2) + (t1 + t3)) and lane 0 runs the K % 16 tail. Tiling
- * over tokens only shares the weight loads; it never changes one element's arithmetic.
- * cuda_matmul_split runs the same half-warp dot once per leaf (over the leaf's columns, as
- * the reference's matmul_split) and lane 0 combines the leaves by the balanced tree. */
+/* CUDA matmul in the reference's fixed dot-product order (reference/ops.h): a block is 16 (or,
+ * for small matrices, 4) half-warps; a half-warp owns one weight row, or one leaf of a row
+ * under cuda_matmul_split, and up to kTok tokens (blockIdx.y * kTok ...). Lane l of a
+ * half-warp accumulates the elements k0 + l of every 16-element block: lanes 0..7 are the
+ * reference's a0[0..7], lanes 8..15 its a1[0..7] (bf16 rows load 16 bytes a lane and
+ * transpose through shared memory to get there: dot_rounds_bf16). Shuffles then fold exactly
+ * as the reference does (s = a0 + a1, t[i] = s[i] + s[i + 4], (t0 + t2) + (t1 + t3)) and
+ * lane 0 runs the K % 16 tail. Tiling over tokens only shares the weight loads; it never
+ * changes one element's arithmetic. cuda_matmul_split runs the same dot over each leaf's
+ * columns (as the reference's matmul_split), the leaves of a row on neighbouring
+ * half-warps, and the row's first lane combines them by the balanced tree. */
 #include <stdint.h>
 #include "kernels/cuda_common.cuh"
 
@@ -15,10 +17,11 @@ extern "C" {
 #include "runtime/base/op_contract.h"
 }
 
-static const int kThreads = 256; /* 16 half-warps = 16 weight rows per block */
-static const int kRowsPerBlock = kThreads / 16;
-static const int kTok = 4;          /* tokens per half-warp */
-static const int kMaxGroups = 8192; /* cuda_matmul_grouped's offsets in shared memory */
+static const int kThreads = 256; /* 16 half-warps: 16 / leaves weight rows per block */
+static const int kTok = 4;       /* tokens per half-warp */
+/* cuda_matmul_grouped's offsets in shared memory: 16 KB, which with the 16 KB of the bf16
+ * loads' transpose buffer stays inside the 48 KB a block gets without opting in. */
+static const int kMaxGroups = 4096;
 
 __device__ static inline float widen(uint16_t v) {
     return __uint_as_float((unsigned)v << 16);
@@ -28,18 +31,83 @@ __device__ static inline float widen(float v) {
     return v;
 }
 
+/* bf16 weights with 16-byte loads. The reference's accumulator lane l owns the columns
+ * k0 + 16 b + l, 2 bytes apart from its neighbours' and 32 from its own next one: loading them
+ * as dot_range's lanes do moves 32 bytes per half-warp load, too few bytes in flight to fill a
+ * GPU's memory bandwidth at batch 1 (14% of the H200's on the 8B shape). Here each lane loads
+ * 16 contiguous bytes (8 columns) of a 128-column chunk, U chunks a round, and the half-warp
+ * transposes them through shared memory, so that lane l still reads exactly its columns in
+ * ascending order and every FMA is the one dot_range would do, in the same order (bitwise the
+ * same). The next round's loads are issued before this round's FMAs. Consumes whole rounds
+ * from k and returns the first column it did not consume; the caller continues the chains
+ * from there. Every lane of the warp must call it under the same conditions (the __syncwarp
+ * calls): dot_chunks decides by the call's cols, k0 and weight address, which a warp's two
+ * rows share. */
+static const int kChunk = 128; /* columns: 8 blocks of 16, 16 bytes per lane */
+static const int kStage = 4;   /* chunks per round: 64 bytes in flight per lane */
+
+template <int U>
+__device__ static inline int dot_rounds_bf16(float (&v)[kTok], uint4 (*mine)[16],
+                                             const uint16_t *wr, const float *xt, int cols, int k,
+                                             int k16, int nt, int lane) {
+    const uint16_t *s = (const uint16_t *)&mine[0][0];
+    const int rounds = (k16 - k) / (U * kChunk);
+    uint4 q[U];
+    if (rounds > 0)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            q[u] = *(const uint4 *)(wr + k + u * kChunk + lane * 8);
+    for (int r = 0; r < rounds; ++r, k += U * kChunk) {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            mine[u][lane] = q[u];
+        __syncwarp();
+        if (r + 1 < rounds)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                q[u] = *(const uint4 *)(wr + k + U * kChunk + u * kChunk + lane * 8);
+#pragma unroll
+        for (int b = 0; b < U * kChunk / 16; ++b) {
+            const float wk = widen(s[b * 16 + lane]);
+            const int kk = k + b * 16 + lane;
+#pragma unroll
+            for (int t = 0; t < kTok; ++t)
+                if (t < nt) v[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + kk], v[t]);
+        }
+        __syncwarp(); /* every lane has read the buffer before the next round fills it */
+    }
+    return k;
+}
+
+__device__ static inline int dot_chunks(float (&v)[kTok], const uint16_t *wr, const float *xt,
+                                        int cols, int k0, int k16, int nt, int lane, bool wide) {
+    if (!wide) return k0;
+    /* The half-warp's transpose buffer: kStage x 256 bytes, 16 KB a block of 16 half-warps. */
+    __shared__ uint4 stage[16][kStage][16];
+    uint4(*mine)[16] = stage[threadIdx.x >> 4];
+    const int k = dot_rounds_bf16<kStage>(v, mine, wr, xt, cols, k0, k16, nt, lane);
+    return dot_rounds_bf16<1>(v, mine, wr, xt, cols, k, k16, nt, lane); /* the last chunks */
+}
+
+/* f32 weights keep dot_range's 4-byte loads (the tests' and the vision tower's small
+ * matrices; a model's weights are bf16). */
+__device__ static inline int dot_chunks(float (&)[kTok], const float *, const float *, int, int k0,
+                                        int, int, int, bool) {
+    return k0;
+}
+
 /* Half-warp lanes' accumulators over columns [k0, k1) of one weight row (16-element blocks
  * from k0, as the reference's dot over that range), folded into lane 0 with the K % 16 tail:
  * v[t] in lane 0 is the reference's dot of token t over the range. Every lane of the
  * half-warp must call it (the shuffles). */
 template <typename WT>
 __device__ static inline void dot_range(float (&v)[kTok], const WT *wr, const float *xt, int cols,
-                                        int k0, int k1, int nt, int lane) {
+                                        int k0, int k1, int nt, int lane, bool wide) {
     const int k16 = k0 + ((k1 - k0) & ~15);
 #pragma unroll
     for (int t = 0; t < kTok; ++t)
         v[t] = 0.0f;
-    for (int k = k0 + lane; k < k16; k += 16) {
+    for (int k = dot_chunks(v, wr, xt, cols, k0, k16, nt, lane, wide) + lane; k < k16; k += 16) {
         const float wk = widen(wr[k]);
 #pragma unroll
         for (int t = 0; t < kTok; ++t)
@@ -72,36 +140,54 @@ template <int L> __device__ static inline float leaf_tree(float (&v)[L]) {
     return v[0];
 }
 
-/* One block's tile: weight rows blockIdx.x * 16 + [0, 16) of w against tokens [0, nt) of
- * xt, into out's rows [0, nt). L == 1 is the plain dot product (cuda_matmul); else
- * matmul_split's L leaves + tree. A template parameter so the plain kernel keeps its
- * registers. */
+/* One block's tile: half-warp h of the block computes leaf h % L of weight row
+ * blockIdx.x * rows_per_block + h / L (rows_per_block = blockDim.x / 16 / L) against tokens
+ * [0, nt) of xt, and the row's leaf 0 lane 0 combines the leaves by matmul_split's tree into
+ * out's rows [0, nt). L == 1 is the plain dot product (cuda_matmul). Leaves on their own
+ * half-warps, not one after another on one, give a split call L times the threads in flight
+ * (o_proj and down ran at half the plain calls' bandwidth on an H200 before). */
 template <typename WT, int L>
 __device__ static inline void matmul_tile(float *out, const float *xt, const WT *w, int nt,
                                           int rows, int cols) {
-    const int lane = threadIdx.x & 15;
-    const int r = blockIdx.x * kRowsPerBlock + (threadIdx.x >> 4);
+    const int lane = threadIdx.x & 15, h = threadIdx.x >> 4, j = h % L;
+    const int r = blockIdx.x * ((int)(blockDim.x >> 4) / L) + h / L;
     /* Every lane takes part in the shuffles; rows past the end read the last row. */
     const WT *wr = w + (size_t)min(r, rows - 1) * (size_t)cols;
-    float leaf[kTok][L];
-#pragma unroll
-    for (int j = 0; j < L; ++j) { /* leaf j: columns [j K / L, (j + 1) K / L) */
-        float v[kTok];
-        dot_range(v, wr, xt, cols, (int)((long long)j * cols / L),
-                  (int)((long long)(j + 1) * cols / L), nt, lane);
+    /* The 16-byte loads where every leaf of every row starts 16-byte aligned: the same answer
+     * for a warp's two half-warps, as dot_chunks needs. */
+    const bool wide = sizeof(WT) == 2 && ((uintptr_t)w & 15) == 0 && cols % (8 * L) == 0;
+    float v[kTok];
+    dot_range(v, wr, xt, cols, (int)((long long)j * cols / L), (int)((long long)(j + 1) * cols / L),
+              nt, lane, wide);
+    if (L == 1) {
+        if (lane != 0 || r >= rows) return;
 #pragma unroll
         for (int t = 0; t < kTok; ++t)
-            leaf[t][j] = v[t];
+            if (t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = v[t];
+        return;
     }
-    if (lane != 0 || r >= rows) return;
+    __shared__ float leaf_sums[16][kTok]; /* per half-warp: its leaf's dot of each token */
+    if (lane == 0)
 #pragma unroll
-    for (int t = 0; t < kTok; ++t)
-        if (t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = leaf_tree<L>(leaf[t]);
+        for (int t = 0; t < kTok; ++t)
+            leaf_sums[h][t] = v[t];
+    __syncthreads();
+    if (lane != 0 || j != 0 || r >= rows) return;
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+        float leaf[L];
+#pragma unroll
+        for (int i = 0; i < L; ++i)
+            leaf[i] = leaf_sums[h + i][t];
+        if (t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = leaf_tree<L>(leaf);
+    }
 }
 
+/* At most 80 registers, so three blocks of 256 fit a multiprocessor (the plain bf16 kernel
+ * took 96 and ran two): more rows' loads in flight. */
 template <typename WT, int L>
-__global__ static void matmul_kernel(float *out, const float *x, const WT *w, int n, int rows,
-                                     int cols) {
+__global__ static void __launch_bounds__(kThreads, 3)
+    matmul_kernel(float *out, const float *x, const WT *w, int n, int rows, int cols) {
     const int t0 = blockIdx.y * kTok;
     matmul_tile<WT, L>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols, w,
                        min(kTok, n - t0), rows, cols);
@@ -148,12 +234,12 @@ __global__ static void matmul_grouped_kernel(float *out, const float *x, const v
 /* The kernel for `leaves` (1, 2, 4, else 8), plain or grouped. */
 template <typename WT>
 static void launch_leaves(float *out, const float *x, const WT *w, int n, int rows, int cols,
-                          int leaves, dim3 grid, cudaStream_t s) {
+                          int leaves, dim3 grid, int threads, cudaStream_t s) {
     switch (leaves) {
-    case 1: matmul_kernel<WT, 1><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
-    case 2: matmul_kernel<WT, 2><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
-    case 4: matmul_kernel<WT, 4><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
-    default: matmul_kernel<WT, 8><<<grid, kThreads, 0, s>>>(out, x, w, n, rows, cols); break;
+    case 1: matmul_kernel<WT, 1><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
+    case 2: matmul_kernel<WT, 2><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
+    case 4: matmul_kernel<WT, 4><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
+    default: matmul_kernel<WT, 8><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
     }
 }
 
@@ -187,12 +273,19 @@ static int launch(float *out, const float *x, const struct ops_weight *w, int n,
     if ((n + kTok - 1) / kTok > 65535)
         return strata_set_error(STRATA_EINVAL, "%s: %d rows in one call (at most %d)", name, n,
                                 65535 * kTok);
-    dim3 grid(cuda_blocks_for(w->rows, kRowsPerBlock), (unsigned)((n + kTok - 1) / kTok));
+    /* 16 half-warps a block, or 4 (at least one row's leaves) where that would leave fewer
+     * than 256 blocks: a k_proj of 1024 rows in 64 blocks kept half of an H200's 132
+     * multiprocessors idle. The tile's arithmetic does not depend on it. */
+    const int threads =
+        (long long)w->rows * leaves >= 16LL * 256 ? kThreads : (leaves > 4 ? 16 * leaves : 64);
+    dim3 grid(cuda_blocks_for(w->rows, threads / 16 / leaves), (unsigned)((n + kTok - 1) / kTok));
     cudaStream_t s = (cudaStream_t)stream;
     if (w->dtype == OPS_BF16)
-        launch_leaves(out, x, (const uint16_t *)w->data, n, w->rows, w->cols, leaves, grid, s);
+        launch_leaves(out, x, (const uint16_t *)w->data, n, w->rows, w->cols, leaves, grid, threads,
+                      s);
     else
-        launch_leaves(out, x, (const float *)w->data, n, w->rows, w->cols, leaves, grid, s);
+        launch_leaves(out, x, (const float *)w->data, n, w->rows, w->cols, leaves, grid, threads,
+                      s);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
 }
@@ -229,7 +322,7 @@ extern "C" int cuda_matmul_grouped(float *out, const float *x, const struct ops_
                                 "cuda_matmul_grouped: %d rows in %d groups in one "
                                 "call (at most 65535 tiles)",
                                 cap, n_groups);
-    dim3 grid(cuda_blocks_for(w->rows, kRowsPerBlock), (unsigned)tiles);
+    dim3 grid(cuda_blocks_for(w->rows, kThreads / 16 / leaves), (unsigned)tiles);
     cudaStream_t s = (cudaStream_t)stream;
     if (w->dtype == OPS_BF16)
         launch_grouped<uint16_t>(out, x, ptrs, offsets, n_groups, cap, w->rows, w->cols, leaves,

@@ -37,7 +37,7 @@ int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, in
  * cuda_matmul_split (1: cuda_matmul). `w` gives the groups' common shape and dtype (its
  * `data` is not read); ptrs [n_groups] (device pointers to the weights) and offsets
  * [n_groups + 1] (ascending, offsets[n_groups] <= cap) are device arrays; rows outside
- * every group are not written; n_groups <= 8192 (the offsets are staged in shared memory).
+ * every group are not written; n_groups <= 4096 (the offsets are staged in shared memory).
  * The launch covers `cap` rows whatever the offsets hold, so a CUDA graph can capture it
  * once per cap. Each element is computed exactly as cuda_matmul / _split computes it (the
  * same half-warp tile): bitwise the reference, batch-invariant.

@@ -385,9 +385,11 @@ static int bench_shape(const struct shape *sh, const struct bench_args *a, doubl
                        const char *bw_what) {
     char dir[4096], desc[256];
     int wrote = 0, rc;
-    if (a->dir)
+    if (a->dir) { /* --dir is created (one level) as the default's /tmp is there */
+        if (mkdir(a->dir, 0755) != 0 && errno != EEXIST)
+            return strata_set_error(STRATA_EIO, "--dir %s: %s", a->dir, strerror(errno));
         snprintf(dir, sizeof dir, "%s/%s", a->dir, sh->name);
-    else
+    } else
         snprintf(dir, sizeof dir, "/tmp/strata-bench-%s", sh->name);
     double t0 = cli_now_sec();
     if ((rc = prepare_checkpoint(dir, sh, &wrote))) return rc;

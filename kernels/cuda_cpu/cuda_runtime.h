@@ -44,6 +44,9 @@ struct alignas(8) float2 {
 struct alignas(8) uint2 {
     unsigned x, y;
 };
+struct alignas(16) uint4 {
+    unsigned x, y, z, w;
+};
 inline float4 make_float4(float x, float y, float z, float w) {
     return float4{x, y, z, w};
 }
@@ -105,6 +108,12 @@ void __syncthreads(void);
 /* Stores v as this lane's shuffle value, waits for the warp, reads lane src (-1: own). */
 uint64_t cucpu_warp_exchange(uint64_t v, int src);
 int cucpu_lane(void);
+/* A barrier of the warp's live lanes (the kernels call it with every lane of the warp, so
+ * the mask is not needed here); orders the lanes' shared-memory writes before their reads. */
+inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    (void)mask;
+    (void)cucpu_warp_exchange(0, -1);
+}
 
 template <typename T> inline T cucpu_shfl(T v, int src) {
     uint64_t bits = 0;

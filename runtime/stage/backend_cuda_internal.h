@@ -26,7 +26,7 @@
 #define MOE_MAX_TOP_K OPS_MOE_MAX_TOP_K
 /* Most experts per MoE layer (cuda_matmul_grouped stages one offset per expert in shared
  * memory: kernels/matmul.h). */
-#define MOE_MAX_EXPERTS 8192
+#define MOE_MAX_EXPERTS 4096
 
 struct cuda_grid; /* TP / KVP state (backend_cuda_tp.c) */
 

@@ -2,7 +2,9 @@
  * tests/backend_ops: each output element is bitwise the reference matmul's (the same
  * dot-product order, no fma contraction), and does not depend on how many rows share the
  * call (rows computed one at a time equal rows computed in one batch of 9). bf16 and f32
- * weights, K with and without a K % 16 tail. Prints "skipped: <reason>" without a device. */
+ * weights, K with and without a K % 16 tail, one leaf (cuda_matmul) and several
+ * (cuda_matmul_split), through both of the bf16 loads' paths. Prints "skipped: <reason>" without a
+ * device. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,8 +26,10 @@ static float value(unsigned i) {
     return (float)((i >> 8) % 2001u) / 1000.0f - 1.0f;
 }
 
-/* 0 when every check of one (K, rows, dtype) holds. */
-static int check_shape(int K, int rows, enum ops_dtype dtype, struct thread_pool *pool) {
+/* 0 when every check of one (K, rows, dtype, leaves) holds; leaves 1 is cuda_matmul, more is
+ * cuda_matmul_split against the reference's matmul_split. */
+static int check_shape(int K, int rows, enum ops_dtype dtype, int leaves,
+                       struct thread_pool *pool) {
     size_t esz = dtype == OPS_BF16 ? 2 : 4;
     float *x = malloc(sizeof(float) * N * K), *want = malloc(sizeof(float) * N * rows);
     float *batch = malloc(sizeof(float) * N * rows), *single = malloc(sizeof(float) * N * rows);
@@ -43,30 +47,32 @@ static int check_shape(int K, int rows, enum ops_dtype dtype, struct thread_pool
             ((float *)w)[i] = v;
     }
     struct ops_weight host_w = {w, dtype, rows, K};
-    if (!rc) matmul(want, x, &host_w, N, pool);
+    if (!rc && leaves == 1) matmul(want, x, &host_w, N, pool);
+    if (!rc && leaves > 1) matmul_split(want, x, &host_w, N, leaves, pool);
     if (!rc) rc = cuda_malloc((void **)&d_x, sizeof(float) * N * K);
     if (!rc) rc = cuda_malloc((void **)&d_out, sizeof(float) * N * rows);
     if (!rc) rc = cuda_malloc(&d_w, esz * (size_t)rows * K);
     if (!rc) rc = cuda_memcpy_to_device(d_x, x, sizeof(float) * N * K);
     if (!rc) rc = cuda_memcpy_to_device(d_w, w, esz * (size_t)rows * K);
     struct ops_weight dev_w = {d_w, dtype, rows, K};
-    if (!rc) rc = cuda_matmul(d_out, d_x, &dev_w, N, NULL);
+    if (!rc) rc = cuda_matmul_split(d_out, d_x, &dev_w, N, leaves, NULL);
     if (!rc) rc = cuda_memcpy_to_host(batch, d_out, sizeof(float) * N * rows);
     for (int t = 0; !rc && t < N; ++t) {
-        rc = cuda_matmul(d_out, d_x + (size_t)t * K, &dev_w, 1, NULL);
+        rc = leaves == 1 ? cuda_matmul(d_out, d_x + (size_t)t * K, &dev_w, 1, NULL)
+                         : cuda_matmul_split(d_out, d_x + (size_t)t * K, &dev_w, 1, leaves, NULL);
         if (!rc) rc = cuda_memcpy_to_host(single + (size_t)t * rows, d_out, sizeof(float) * rows);
     }
     int failures = 0;
     if (rc) {
-        printf("FAIL K=%d rows=%d %s: %s\n", K, rows, dtype == OPS_BF16 ? "bf16" : "f32",
-               strata_last_error());
+        printf("FAIL K=%d rows=%d %s leaves %d: %s\n", K, rows, dtype == OPS_BF16 ? "bf16" : "f32",
+               leaves, strata_last_error());
         failures = 1;
     } else {
         int same_ref = !memcmp(batch, want, sizeof(float) * N * rows);
         int same_batch = !memcmp(batch, single, sizeof(float) * N * rows);
-        printf("%s K=%d rows=%d %s: bitwise the reference %s, batch-invariant %s\n",
+        printf("%s K=%d rows=%d %s leaves %d: bitwise the reference %s, batch-invariant %s\n",
                same_ref && same_batch ? "ok  " : "FAIL", K, rows,
-               dtype == OPS_BF16 ? "bf16" : "f32", same_ref ? "yes" : "NO",
+               dtype == OPS_BF16 ? "bf16" : "f32", leaves, same_ref ? "yes" : "NO",
                same_batch ? "yes" : "NO");
         failures = !same_ref + !same_batch;
     }
@@ -89,10 +95,19 @@ int main(void) {
         return 1;
     }
     int failures = 0;
-    const int shapes[][2] = {{16, 3}, {67, 33}, {1024, 257}, {2560, 64}, {5, 17}};
+    /* {K, rows, leaves}. bf16 rows take the 16-byte loads (kernels/matmul.cu: rounds of 4
+     * chunks of 128 columns, then single chunks) where K is a multiple of 8 x leaves: 1000 is
+     * one round, 3 chunks, 6 blocks and a tail of 8; 1032 / 2 leaves is 2-byte loads (leaf 1
+     * starts at column 516); 4096 / 8 is one round per leaf; 2576 / 2 is two rounds, 2 chunks
+     * and a tail of 8 per leaf; 2048 / 8 is two single chunks per leaf. Blocks: 4 half-warps
+     * (16 x leaves threads for 8 leaves) below 4096 rows x leaves, 16 from there: 4100 rows
+     * and 515 x 8 leaves end in a partial block of 16. */
+    const int shapes[][3] = {{16, 3, 1},    {67, 33, 1},   {1024, 257, 1},  {2560, 64, 1},
+                             {5, 17, 1},    {1000, 19, 1}, {1032, 18, 2},   {4096, 40, 8},
+                             {2576, 21, 2}, {2048, 9, 8},  {1024, 4100, 1}, {1024, 515, 8}};
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
-        failures += check_shape(shapes[i][0], shapes[i][1], OPS_BF16, pool);
-        failures += check_shape(shapes[i][0], shapes[i][1], OPS_F32, pool);
+        failures += check_shape(shapes[i][0], shapes[i][1], OPS_BF16, shapes[i][2], pool);
+        failures += check_shape(shapes[i][0], shapes[i][1], OPS_F32, shapes[i][2], pool);
     }
     failures += cuda_matmul(NULL, NULL, NULL, 1, NULL) != STRATA_EINVAL;
     thread_pool_free(pool);
