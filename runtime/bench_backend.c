@@ -383,7 +383,7 @@ static void close_run(struct run *r) {
 
 static int bench_shape(const struct shape *sh, const struct bench_args *a, double bw,
                        const char *bw_what) {
-    char dir[4096], desc[256];
+    char dir[4096], desc[1024];
     int wrote = 0, rc;
     if (a->dir) { /* --dir is created (one level) as the default's /tmp is there */
         if (mkdir(a->dir, 0755) != 0 && errno != EEXIST)
@@ -405,10 +405,10 @@ static int bench_shape(const struct shape *sh, const struct bench_args *a, doubl
     if (!rc) rc = open_run(&r, &cfg, st, a);
     if (!rc) {
         stage_backend_describe(r.be, desc, sizeof desc);
-        for (char *nl = strchr(desc, '\n'); nl; nl = strchr(nl, '\n'))
-            *nl = ';';
-        printf("\n%s — %s\n  %s; ready in %.1f s%s\n", sh->name, sh->about, desc,
-               cli_now_sec() - t0, wrote ? " (checkpoint written)" : "");
+        printf("\n%s — %s\n", sh->name, sh->about);
+        for (char *line = strtok(desc, "\n"); line; line = strtok(NULL, "\n"))
+            printf("  %s\n", line);
+        printf("  ready in %.1f s%s\n", cli_now_sec() - t0, wrote ? " (checkpoint written)" : "");
         printf("  roofline bandwidth %.1f GB/s (%s)\n", bw / 1e9, bw_what);
         printf("  %6s %14s %16s %16s %8s\n", "batch", "decode tok/s", "MB read / step",
                "roofline tok/s", "ratio");

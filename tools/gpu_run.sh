@@ -13,19 +13,27 @@
 #   5. bench gpu: decode tok/s at batch 1 / 8 / 32 and 2048-token prefill, next to the HBM
 #      roofline, on the Qwen3-0.6B shape, then the 8B shape (its checkpoint is written on the
 #      device by the bench itself).
-# Usage: .gpu-bundle/gpu_run.sh [OUT] (default $OUT, else /tmp/strata-gpu-run). Every step's
-# output goes to OUT/<step>.log and one line per step to OUT/summary.txt:
-# "ok|FAILED|skipped|TIMEOUT <step> <seconds> s: <its last line>". Where nvidia-smi lists a
+#   6. where Nsight Compute's ncu is on the device: one 8B-shape decode step's kernels, each
+#      timed (ncu_summary.py: time per kernel and grid, the step's total), to see where a
+#      token's time goes (OUT/decode_profile.txt).
+# Usage: .gpu-bundle/gpu_run.sh [OUT] (default $OUT, else /tmp/strata-gpu-run). One line per
+# step to OUT/summary.txt: "ok|FAILED|skipped|TIMEOUT <step> <seconds> s: <its last line>";
+# every step's log, packed again after each step, in OUT/gpu_logs.tgz (the device tool
+# brings back at most 8 files, so the logs are not left in OUT one by one; checkpoints go to
+# a work folder outside OUT). Where nvidia-smi lists a
 # GPU, a step that skipped because the runtime saw no CUDA device at all ("no CUDA device (...)";
 # one that lacks a second GPU for a grid still skips) is FAILED (a driver too old for the
-# bundle's CUDA 13 runtime, say): a run that ran nothing must not read as a pass. Steps 1-4
-# should take about a minute on an H200 and the benches about 5. Each step's limit only stops
-# a hang (together they allow 27 minutes, more than a lease): the device call's own timeout is
+# bundle's CUDA 13 runtime, say): a run that ran nothing must not read as a pass. On an H200
+# (driver 580) steps 1-4 took 15 s, the benches 75 s with the 8B checkpoint's writing, the
+# profile about 40 s. Each step's limit only stops a hang: the device call's own timeout is
 # the real bound, and what the steps before it wrote comes back. Exit 0 when nothing failed.
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-${OUT:-/tmp/strata-gpu-run}}
 mkdir -p "$OUT"
+LOGS=$(mktemp -d /tmp/strata-gpu-logs.XXXXXX)
+WORK=$(mktemp -d /tmp/strata-gpu-work.XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TEST_SRCDIR="$B" TEST_WORKSPACE=strata # where the tests find tests/golden
 summary="$OUT/summary.txt"
@@ -37,18 +45,18 @@ step() {
     local name=$1 limit=$2 t0 t1 rc verdict last
     shift 2
     t0=$(date +%s.%N)
-    (cd "$B" && timeout -k 5 "$limit" "$@") >"$OUT/$name.log" 2>&1
+    (cd "$B" && timeout -k 5 "$limit" "$@") >"$LOGS/$name.log" 2>&1
     rc=$?
     t1=$(date +%s.%N)
-    last=$(grep -v '^\s*$' "$OUT/$name.log" | tail -n 1 | cut -c1-200)
+    last=$(grep -v '^\s*$' "$LOGS/$name.log" | tail -n 1 | cut -c1-200)
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
         verdict=TIMEOUT
         failed=1
-    elif { grep -q '^skipped' "$OUT/$name.log" || [ "$rc" -eq 77 ]; } && [ "$gpus" -gt 0 ] &&
-        grep -q 'no CUDA device (' "$OUT/$name.log"; then
+    elif { grep -q '^skipped' "$LOGS/$name.log" || [ "$rc" -eq 77 ]; } && [ "$gpus" -gt 0 ] &&
+        grep -q 'no CUDA device (' "$LOGS/$name.log"; then
         verdict=FAILED # nvidia-smi lists a GPU that this runtime sees none of
         failed=1
-    elif grep -q '^skipped' "$OUT/$name.log" || [ "$rc" -eq 77 ]; then
+    elif grep -q '^skipped' "$LOGS/$name.log" || [ "$rc" -eq 77 ]; then
         verdict=skipped
     elif [ "$rc" -eq 0 ]; then
         verdict=ok
@@ -58,6 +66,7 @@ step() {
     fi
     printf '%-7s %-28s %6.1f s: %s\n' "$verdict" "$name" "$(awk -v a="$t0" -v b="$t1" 'BEGIN { print b - a }')" "$last" |
         tee -a "$summary"
+    tar czf "$OUT/gpu_logs.tgz" -C "$LOGS" .
 }
 
 gpus=0
@@ -78,11 +87,19 @@ step calibrate_cuda 60 bin/calibrate_cuda_test
 # (skipped, with its reason, where the test found no device)
 step profile_cuda 60 sh -c 'if grep "^skipped" "$1"; then exit 0; fi
     exec prebuilt/runtime/strata-stage --calibrate --device cuda:0 --out "$2"' sh \
-    "$OUT/calibrate_cuda.log" "$OUT/cuda0_profile.json"
+    "$LOGS/calibrate_cuda.log" "$OUT/cuda0_profile.json"
 step bench_gpu_0.6b 150 prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-0.6b \
-    --batch 1,8,32 --prefill 2048 --dir "$OUT/ckpt"
+    --batch 1,8,32 --prefill 2048 --dir "$WORK"
 step bench_gpu_8b 240 prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-8b \
-    --batch 1,8,32 --prefill 2048 --dir "$OUT/ckpt8b"
-rm -rf "$OUT/ckpt" "$OUT/ckpt8b" # checkpoints are not results
-echo "summary: $summary"
+    --batch 1,8,32 --prefill 2048 --dir "$WORK" --keep
+# One decode step of the 8B shape under ncu (its checkpoint kept by the step above): every
+# kernel timed on its own, summed by kernel and grid (ncu_summary.py).
+ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -n 1)
+step profile_decode_8b 180 sh -c 'if [ -z "$1" ]; then echo "skipped: no ncu (Nsight Compute) here"; exit 0; fi
+    command -v python3 >/dev/null || { echo "skipped: no python3 for ncu_summary.py"; exit 0; }
+    "$1" --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+        prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-8b --batch 1 \
+        --steps 2 --context 16 --prefill 0 --dir "$2" --keep >"$2/ncu.csv" || exit 1
+    python3 ncu_summary.py "$2/ncu.csv" | tee "$3"' sh "$ncu" "$WORK" "$OUT/decode_profile.txt"
+echo "summary: $summary (logs: $OUT/gpu_logs.tgz)"
 exit $failed
