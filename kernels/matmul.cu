@@ -43,8 +43,19 @@ __device__ static inline float widen(float v) {
  * from there. Every lane of the warp must call it under the same conditions (the __syncwarp
  * calls): dot_chunks decides by the call's cols, k0 and weight address, which a warp's two
  * rows share. */
+/* Tuning knobs, defined otherwise only by kernels/matmul_variants_bench.c's builds (the same
+ * arithmetic in every variant: only the loads' schedule and the occupancy differ). */
+#ifndef STRATA_MATMUL_STAGE
+#define STRATA_MATMUL_STAGE 4 /* chunks per round: 64 bytes in flight per lane */
+#endif
+#ifndef STRATA_MATMUL_MIN_BLOCKS
+#define STRATA_MATMUL_MIN_BLOCKS 3 /* __launch_bounds__'s blocks per multiprocessor */
+#endif
+#ifndef STRATA_MATMUL_WIDE
+#define STRATA_MATMUL_WIDE 1 /* 0: every row with 2-byte loads (the first GPU run's kernel) */
+#endif
 static const int kChunk = 128; /* columns: 8 blocks of 16, 16 bytes per lane */
-static const int kStage = 4;   /* chunks per round: 64 bytes in flight per lane */
+static const int kStage = STRATA_MATMUL_STAGE;
 
 template <int U>
 __device__ static inline int dot_rounds_bf16(float (&v)[kTok], uint4 (*mine)[16],
@@ -82,7 +93,7 @@ __device__ static inline int dot_rounds_bf16(float (&v)[kTok], uint4 (*mine)[16]
 __device__ static inline int dot_chunks(float (&v)[kTok], const uint16_t *wr, const float *xt,
                                         int cols, int k0, int k16, int nt, int lane, bool wide) {
     if (!wide) return k0;
-    /* The half-warp's transpose buffer: kStage x 256 bytes, 16 KB a block of 16 half-warps. */
+    /* The half-warp's transpose buffer: kStage x 256 bytes (16 KB a block of 16 half-warps). */
     __shared__ uint4 stage[16][kStage][16];
     uint4(*mine)[16] = stage[threadIdx.x >> 4];
     const int k = dot_rounds_bf16<kStage>(v, mine, wr, xt, cols, k0, k16, nt, lane);
@@ -155,7 +166,8 @@ __device__ static inline void matmul_tile(float *out, const float *xt, const WT 
     const WT *wr = w + (size_t)min(r, rows - 1) * (size_t)cols;
     /* The 16-byte loads where every leaf of every row starts 16-byte aligned: the same answer
      * for a warp's two half-warps, as dot_chunks needs. */
-    const bool wide = sizeof(WT) == 2 && ((uintptr_t)w & 15) == 0 && cols % (8 * L) == 0;
+    const bool wide =
+        STRATA_MATMUL_WIDE && sizeof(WT) == 2 && ((uintptr_t)w & 15) == 0 && cols % (8 * L) == 0;
     float v[kTok];
     dot_range(v, wr, xt, cols, (int)((long long)j * cols / L), (int)((long long)(j + 1) * cols / L),
               nt, lane, wide);
@@ -186,7 +198,7 @@ __device__ static inline void matmul_tile(float *out, const float *xt, const WT 
 /* At most 80 registers, so three blocks of 256 fit a multiprocessor (the plain bf16 kernel
  * took 96 and ran two): more rows' loads in flight. */
 template <typename WT, int L>
-__global__ static void __launch_bounds__(kThreads, 3)
+__global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
     matmul_kernel(float *out, const float *x, const WT *w, int n, int rows, int cols) {
     const int t0 = blockIdx.y * kTok;
     matmul_tile<WT, L>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols, w,

@@ -29,7 +29,7 @@ tests=$(bazel query 'attr(tags, "gpu", tests(//...))' 2>/dev/null) ||
     { echo "gpu_bundle: bazel query failed" >&2; exit 1; }
 tools=(//runtime:strata-stage //runtime:strata-client //runtime:strata-bench-backend
     //runtime:strata-stage-bench //runtime:strata-bench-kvp //reference/tools:strata-bench-decode
-    //runtime:strata-plan //tests/pipeline:tun_link)
+    //runtime:strata-plan //tests/pipeline:tun_link //kernels:strata-bench-matmul)
 targets=($tests "${tools[@]}")
 bazel build "${FLAGS[@]}" "${targets[@]}" >/tmp/gpu_bundle.build.log 2>&1 ||
     { tail -n 30 /tmp/gpu_bundle.build.log; exit 1; }

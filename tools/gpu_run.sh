@@ -10,10 +10,12 @@
 #   4. the vision tower on the GPU and the NCCL group (skipped where NCCL is absent), and the
 #      GPU's profile for the performance model (strata-stage --calibrate --device cuda:0, its
 #      test, and the profile itself written to OUT/cuda0_profile.json);
-#   5. bench gpu: decode tok/s at batch 1 / 8 / 32 and 2048-token prefill, next to the HBM
+#   5. strata-bench-matmul: the matmul's tuning variants on the 8B / 0.6B decode shapes
+#      (which schedule of the weight loads streams fastest; every variant's bits checked);
+#   6. bench gpu: decode tok/s at batch 1 / 8 / 32 and 2048-token prefill, next to the HBM
 #      roofline, on the Qwen3-0.6B shape, then the 8B shape (its checkpoint is written on the
 #      device by the bench itself).
-#   6. where Nsight Compute's ncu is on the device: one 8B-shape decode step's kernels, each
+#   7. where Nsight Compute's ncu is on the device: one 8B-shape decode step's kernels, each
 #      timed (ncu_summary.py: time per kernel and grid, the step's total), to see where a
 #      token's time goes (OUT/decode_profile.txt).
 # Usage: .gpu-bundle/gpu_run.sh [OUT] (default $OUT, else /tmp/strata-gpu-run). One line per
@@ -88,6 +90,8 @@ step calibrate_cuda 60 bin/calibrate_cuda_test
 step profile_cuda 60 sh -c 'if grep "^skipped" "$1"; then exit 0; fi
     exec prebuilt/runtime/strata-stage --calibrate --device cuda:0 --out "$2"' sh \
     "$LOGS/calibrate_cuda.log" "$OUT/cuda0_profile.json"
+# The matmul's tuning variants side by side on the decode shapes (kernels/matmul_variants_bench.c).
+step matmul_variants 120 prebuilt/kernels/strata-bench-matmul
 step bench_gpu_0.6b 150 prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-0.6b \
     --batch 1,8,32 --prefill 2048 --dir "$WORK"
 step bench_gpu_8b 240 prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-8b \
