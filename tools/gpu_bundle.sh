@@ -8,7 +8,8 @@
 #          with the CUDA runtime linked in (--define=strata_cudart=static) and Strata's own
 #          libraries static (--dynamic_mode=off); NCCL is opened at run time where present;
 #   lib/   the shared libraries they need that a bare machine may lack (libstdc++, OpenSSL,
-#          cJSON, cmocka), found with ldd;
+#          cJSON, cmocka, iproute2's), found with ldd;
+#   sbin/  iproute2's ip and tc from this machine (the network-namespace benches);
 #   strata/tests/golden/   the golden cases (the tests read them through TEST_SRCDIR);
 #   gpu_run.sh   tools/gpu_run.sh: the device run, every step under a time limit;
 #   gpu_run_cpu.sh   tools/gpu_run_cpu.sh: a second call's CPU benches on the device's cores;
@@ -58,8 +59,15 @@ rm -f "$B"/bin/golden_backends_cuda_{nographs,grid,grid4}_test
 cp -r tests/golden "$B/strata/tests/"
 rm -f "$B/strata/tests/golden/BUILD.bazel"
 cp tools/gpu_run.sh tools/gpu_run_cpu.sh tools/ncu_summary.py "$B/"
+# iproute2's ip and tc, where this machine has them: the device image has no iproute2, and
+# bench predict / tp's network-namespace hosts need them (gpu_run_cpu.sh puts sbin/ first).
+mkdir -p "$B/sbin"
+for t in ip tc; do
+    p=$(command -v "$t" || true)
+    [ -n "$p" ] && cp -L "$p" "$B/sbin/"
+done
 # Shared libraries beyond glibc's own and the driver's.
-for f in "$B"/bin/* $(find "$B/prebuilt" -type f); do
+for f in "$B"/bin/* "$B"/sbin/* $(find "$B/prebuilt" -type f); do
     ldd "$f" | awk '/=> \// { print $3 }'
 done | sort -u | while read -r lib; do
     case "$(basename "$lib")" in

@@ -24,6 +24,8 @@ OUT=${1:-${OUT:-/tmp/strata-gpu-run-cpu}}
 mkdir -p "$OUT"
 export LD_LIBRARY_PATH="$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export STRATA_PREBUILT="$B/prebuilt"
+# The bundle's ip and tc (a bare device image has no iproute2): the namespace hosts' rows.
+[ -d "$B/sbin" ] && export PATH="$B/sbin:$PATH"
 summary="$OUT/summary_cpu.txt"
 : >"$summary"
 failed=0
