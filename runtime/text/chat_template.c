@@ -13,36 +13,7 @@
 #include <string.h>
 
 #include "runtime/base/status.h"
-
-/* Growable output; the first allocation failure sticks and is reported once at the end. */
-struct out_buf {
-    char *p;
-    size_t len, cap;
-    int failed;
-};
-
-static void put(struct out_buf *b, const char *s, size_t n) {
-    if (b->failed) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap < b->len + n + 1)
-            cap *= 2;
-        char *p = realloc(b->p, cap);
-        if (!p) {
-            b->failed = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = '\0';
-}
-
-static void put_str(struct out_buf *b, const char *s) {
-    put(b, s, strlen(s));
-}
+#include "runtime/base/strbuf.h"
 
 /* A piece of a string, for Python's str methods without copies. */
 struct span {
@@ -109,7 +80,7 @@ static size_t qwen3_last_query(const struct chat_message *m, size_t n) {
  * content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n'). After the last
  * user query the <think> block is written back (always for the last message, else only when
  * the reasoning is non-empty); before it, only the content stays (history is stripped). */
-static void qwen3_assistant(struct out_buf *b, const struct chat_message *m, int after_query,
+static void qwen3_assistant(struct strbuf *b, const struct chat_message *m, int after_query,
                             int is_last) {
     struct span content = span_of(m->content), reasoning = {"", 0};
     if (m->reasoning_content) {
@@ -128,19 +99,19 @@ static void qwen3_assistant(struct out_buf *b, const struct chat_message *m, int
         content.n -= (size_t)last + 8;
         content = lstrip_nl(content);
     }
-    put_str(b, "<|im_start|>assistant\n");
+    strbuf_puts(b, "<|im_start|>assistant\n");
     if (after_query && (is_last || reasoning.n > 0)) {
         struct span r = lstrip_nl(rstrip_nl(reasoning));
-        put_str(b, "<think>\n");
-        put(b, r.p, r.n);
-        put_str(b, "\n</think>\n\n");
+        strbuf_puts(b, "<think>\n");
+        strbuf_put(b, r.p, r.n);
+        strbuf_puts(b, "\n</think>\n\n");
         content = lstrip_nl(content);
     }
-    put(b, content.p, content.n);
-    put_str(b, "<|im_end|>\n");
+    strbuf_put(b, content.p, content.n);
+    strbuf_puts(b, "<|im_end|>\n");
 }
 
-static int qwen3_render(struct out_buf *b, const struct chat_message *m, size_t n,
+static int qwen3_render(struct strbuf *b, const struct chat_message *m, size_t n,
                         const struct chat_options *o) {
     for (size_t i = 0; i < n; i++)
         if (!m[i].content)
@@ -149,48 +120,48 @@ static int qwen3_render(struct out_buf *b, const struct chat_message *m, size_t 
                                     "only (image parts need a Qwen3-VL model)",
                                     i);
     if (m[0].role == CHAT_ROLE_SYSTEM) {
-        put_str(b, "<|im_start|>system\n");
-        put_str(b, m[0].content);
-        put_str(b, "<|im_end|>\n");
+        strbuf_puts(b, "<|im_start|>system\n");
+        strbuf_puts(b, m[0].content);
+        strbuf_puts(b, "<|im_end|>\n");
     }
     size_t last_query = qwen3_last_query(m, n);
     for (size_t i = 0; i < n; i++) {
         if (m[i].role == CHAT_ROLE_USER || (m[i].role == CHAT_ROLE_SYSTEM && i > 0)) {
-            put_str(b, "<|im_start|>");
-            put_str(b, role_name(m[i].role));
-            put_str(b, "\n");
-            put_str(b, m[i].content);
-            put_str(b, "<|im_end|>\n");
+            strbuf_puts(b, "<|im_start|>");
+            strbuf_puts(b, role_name(m[i].role));
+            strbuf_puts(b, "\n");
+            strbuf_puts(b, m[i].content);
+            strbuf_puts(b, "<|im_end|>\n");
         } else if (m[i].role == CHAT_ROLE_ASSISTANT) {
             qwen3_assistant(b, &m[i], i > last_query, i == n - 1);
         }
     }
     if (o->add_generation_prompt) {
-        put_str(b, "<|im_start|>assistant\n");
+        strbuf_puts(b, "<|im_start|>assistant\n");
         /* `enable_thinking is defined and enable_thinking is false` */
-        if (o->enable_thinking == CHAT_THINKING_OFF) put_str(b, "<think>\n\n</think>\n\n");
+        if (o->enable_thinking == CHAT_THINKING_OFF) strbuf_puts(b, "<think>\n\n</think>\n\n");
     }
     return 0;
 }
 
 /* Qwen3-VL system and assistant content: the string, or the text of every part that has
  * one ({%- if 'text' in content %}), images and videos ignored. */
-static void vl_text_content(struct out_buf *b, const struct chat_message *m) {
+static void vl_text_content(struct strbuf *b, const struct chat_message *m) {
     if (m->content) {
-        put_str(b, m->content);
+        strbuf_puts(b, m->content);
         return;
     }
     for (size_t k = 0; k < m->n_parts; k++)
-        if (m->parts[k].text) put_str(b, m->parts[k].text);
+        if (m->parts[k].text) strbuf_puts(b, m->parts[k].text);
 }
 
 /* Qwen3-VL user content: images and videos become one vision block each (with "Picture k: "
  * / "Video k: " under add_vision_id, counted over the conversation), text parts their text. */
-static void vl_user_content(struct out_buf *b, const struct chat_message *m, int vision_id,
+static void vl_user_content(struct strbuf *b, const struct chat_message *m, int vision_id,
                             int *images, int *videos) {
     char label[48];
     if (m->content) {
-        put_str(b, m->content);
+        strbuf_puts(b, m->content);
         return;
     }
     for (size_t k = 0; k < m->n_parts; k++) {
@@ -198,47 +169,47 @@ static void vl_user_content(struct out_buf *b, const struct chat_message *m, int
         if (p->kind == CHAT_PART_IMAGE) {
             ++*images;
             snprintf(label, sizeof label, "Picture %d: ", *images);
-            if (vision_id) put_str(b, label);
-            put_str(b, "<|vision_start|><|image_pad|><|vision_end|>");
+            if (vision_id) strbuf_puts(b, label);
+            strbuf_puts(b, "<|vision_start|><|image_pad|><|vision_end|>");
         } else if (p->kind == CHAT_PART_VIDEO) {
             ++*videos;
             snprintf(label, sizeof label, "Video %d: ", *videos);
-            if (vision_id) put_str(b, label);
-            put_str(b, "<|vision_start|><|video_pad|><|vision_end|>");
+            if (vision_id) strbuf_puts(b, label);
+            strbuf_puts(b, "<|vision_start|><|video_pad|><|vision_end|>");
         } else if (p->text) {
-            put_str(b, p->text);
+            strbuf_puts(b, p->text);
         }
     }
 }
 
 /* Qwen3-VL Instruct: system only as messages[0] (a later one is dropped), no <think>
  * handling, enable_thinking ignored. */
-static int vl_render(struct out_buf *b, const struct chat_message *m, size_t n,
+static int vl_render(struct strbuf *b, const struct chat_message *m, size_t n,
                      const struct chat_options *o) {
     int images = 0, videos = 0;
     if (m[0].role == CHAT_ROLE_SYSTEM) {
-        put_str(b, "<|im_start|>system\n");
+        strbuf_puts(b, "<|im_start|>system\n");
         vl_text_content(b, &m[0]);
-        put_str(b, "<|im_end|>\n");
+        strbuf_puts(b, "<|im_end|>\n");
     }
     for (size_t i = 0; i < n; i++) {
         if (m[i].role == CHAT_ROLE_USER) {
-            put_str(b, "<|im_start|>user\n");
+            strbuf_puts(b, "<|im_start|>user\n");
             vl_user_content(b, &m[i], o->add_vision_id, &images, &videos);
-            put_str(b, "<|im_end|>\n");
+            strbuf_puts(b, "<|im_end|>\n");
         } else if (m[i].role == CHAT_ROLE_ASSISTANT) {
-            put_str(b, "<|im_start|>assistant\n");
+            strbuf_puts(b, "<|im_start|>assistant\n");
             vl_text_content(b, &m[i]);
-            put_str(b, "<|im_end|>\n");
+            strbuf_puts(b, "<|im_end|>\n");
         }
     }
-    if (o->add_generation_prompt) put_str(b, "<|im_start|>assistant\n");
+    if (o->add_generation_prompt) strbuf_puts(b, "<|im_start|>assistant\n");
     return 0;
 }
 
 int chat_template_render(enum chat_template_kind kind, const struct chat_message *messages,
                          size_t n, const struct chat_options *options, char **out, size_t *len) {
-    struct out_buf b = {0};
+    struct strbuf b = {0};
     int rc;
     *out = NULL;
     *len = 0;
@@ -250,13 +221,13 @@ int chat_template_render(enum chat_template_kind kind, const struct chat_message
         rc = vl_render(&b, messages, n, options);
     else
         rc = strata_set_error(STRATA_EINVAL, "unknown chat template kind %d", (int)kind);
-    if (rc == 0 && !b.p) put(&b, "", 0); /* an empty rendering is still a string */
+    if (rc == 0 && !b.s) strbuf_put(&b, "", 0); /* an empty rendering is still a string */
     if (rc == 0 && b.failed) rc = strata_set_error(STRATA_ENOMEM, "no memory for the chat text");
     if (rc < 0) {
-        free(b.p);
+        strbuf_free(&b);
         return rc;
     }
-    *out = b.p;
+    *out = b.s;
     *len = b.len;
     return 0;
 }
