@@ -493,6 +493,32 @@ static void partial_max_task(void *ctx, int begin, int end, int worker) {
     }
 }
 
+/* GQA: task = one query token and one KV head, its `group` query heads together, so that the
+ * rank's keys stream from memory once per KV head and token, not once per query head (on a
+ * bandwidth-bound box KVP 2 ran no faster than one rank before: each rank read its half of the
+ * keys and values `group` times). Each head's scores and max are partial_max_task's. */
+static void partial_max_group_task(void *ctx, int begin, int end, int worker) {
+    (void)worker;
+    const struct partial_job *job = ctx;
+    const int d_len = job->head_dim, group = job->nh / job->nkv;
+    const float scale = 1.0f / sqrtf((float)d_len);
+    float *rows[OPS_ATTN_MAX_GROUP];
+    const float *qs[OPS_ATTN_MAX_GROUP];
+    for (int task = begin; task < end; ++task) {
+        const int i = task / job->nkv, g = task % job->nkv, seen = keys_seen(job, i);
+        const size_t first = (size_t)i * (size_t)job->nh + (size_t)(g * group);
+        for (int r = 0; r < group; ++r) {
+            rows[r] = job->scores + (first + (size_t)r) * (size_t)job->held;
+            qs[r] = job->q + (first + (size_t)r) * (size_t)d_len;
+            if (seen <= 0) job->out[first + (size_t)r] = -INFINITY;
+        }
+        if (seen <= 0) continue;
+        scores_blocks(rows, qs, group, job->kv, g, seen, d_len, scale);
+        for (int r = 0; r < group; ++r)
+            job->out[first + (size_t)r] = max_of(rows[r], seen);
+    }
+}
+
 void attention_partial_max(float *max, float *scores, const float *q, const struct ops_kv *kv,
                            int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
                            struct thread_pool *pool) {
@@ -507,7 +533,10 @@ void attention_partial_max(float *max, float *scores, const float *q, const stru
                               .nh = nh,
                               .nkv = nkv,
                               .head_dim = head_dim};
-    thread_pool_run(pool, partial_max_task, &job, n * nh);
+    if (grouped(nh, nkv))
+        thread_pool_run(pool, partial_max_group_task, &job, n * nkv);
+    else
+        thread_pool_run(pool, partial_max_task, &job, n * nh);
 }
 
 static void partial_task(void *ctx, int begin, int end, int worker) {
@@ -531,6 +560,51 @@ static void partial_task(void *ctx, int begin, int end, int worker) {
     }
 }
 
+/* GQA: task = one query token and one KV head, its `group` query heads' trees fed block by
+ * block (each block's values once for all of them, as attention_group_task does); each head's
+ * block sums and tree are partial_task's, operation for operation. The trees' stacks are one
+ * allocation per run of tasks (too big for a worker's stack at a group of 16); without it the
+ * run falls back to partial_task's order, the same bits. */
+static void partial_group_task(void *ctx, int begin, int end, int worker) {
+    const struct partial_job *job = ctx;
+    const int d_len = job->head_dim, group = job->nh / job->nkv, simd = attn_simd_level();
+    const size_t w = (size_t)d_len + 1;
+    float *stacks = malloc((size_t)group * TREE_DEPTH * w * sizeof(float));
+    if (!stacks) {
+        for (int task = begin; task < end; ++task)
+            partial_task(ctx, (task / job->nkv) * job->nh + task % job->nkv * group,
+                         (task / job->nkv) * job->nh + (task % job->nkv + 1) * group, worker);
+        return;
+    }
+    float vtmp[OPS_ATTN_BLOCK * OPS_ATTN_MAX_HEAD_DIM]; /* a 16-bit cache's values, widened */
+    struct tree_acc acc[OPS_ATTN_MAX_GROUP];
+    for (int task = begin; task < end; ++task) {
+        const int i = task / job->nkv, g = task % job->nkv, seen = keys_seen(job, i);
+        const size_t first = (size_t)i * (size_t)job->nh + (size_t)(g * group);
+        for (int r = 0; r < group; ++r) {
+            float *o = job->out + (first + (size_t)r) * (w + 1);
+            for (size_t d = 0; d < w + 1; ++d)
+                o[d] = 0.0f;
+            acc[r] = (struct tree_acc){.w = d_len + 1, .vec = stacks + (size_t)r * TREE_DEPTH * w};
+        }
+        if (seen <= 0) continue;
+        for (int b0 = 0, b = 0; b0 < seen; b0 += OPS_ATTN_BLOCK, ++b) {
+            const int b1 = b0 + OPS_ATTN_BLOCK < seen ? b0 + OPS_ATTN_BLOCK : seen;
+            const float *vb = attn_kv_rows(job->kv, 1, g, b, b1 - b0, d_len, vtmp);
+            for (int r = 0; r < group; ++r)
+                tree_block(&acc[r], job->scores + (first + (size_t)r) * (size_t)job->held,
+                           job->m[first + (size_t)r], vb, b0, b1, d_len, simd);
+        }
+        for (int r = 0; r < group; ++r) {
+            float *o = job->out + (first + (size_t)r) * (w + 1);
+            tree_finish(&acc[r]);
+            memcpy(o, acc[r].vec, w * sizeof(float));
+            o[w] = 1.0f;
+        }
+    }
+    free(stacks);
+}
+
 void attention_partial(float *part, const float *scores, const float *m, const struct ops_kv *kv,
                        int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
                        struct thread_pool *pool) {
@@ -545,7 +619,10 @@ void attention_partial(float *part, const float *scores, const float *m, const s
                               .nh = nh,
                               .nkv = nkv,
                               .head_dim = head_dim};
-    thread_pool_run(pool, partial_task, &job, n * nh);
+    if (grouped(nh, nkv))
+        thread_pool_run(pool, partial_group_task, &job, n * nkv);
+    else
+        thread_pool_run(pool, partial_task, &job, n * nh);
 }
 
 void attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim) {
