@@ -40,6 +40,12 @@ int cuda_mem_info(size_t *free_bytes, size_t *total_bytes);
 /* Synchronous copy between two device buffers (done when it returns). */
 int cuda_memcpy_on_device(void *dst, const void *src, size_t bytes);
 
+/* The device's copy bandwidth, bytes read + written per second: the best of `rounds`
+ * synchronous copies of `bytes` between two buffers it allocates (and frees), after one
+ * warm-up copy. The HBM roofline the GPU benchmarks divide by (kernels/cuda_bandwidth.c, in
+ * //kernels:cuda_bandwidth: not in kernels/cuda_cpu, where no benchmark runs). */
+int cuda_copy_bandwidth(double *bw, size_t bytes, int rounds);
+
 /* Synchronous strided copy of `height` rows of `width` bytes (cudaMemcpy2D); dst/src rows
  * are dpitch/spitch bytes apart. `kind` says where dst and src live. */
 enum cuda_copy_kind { CUDA_COPY_TO_DEVICE = 0, CUDA_COPY_TO_HOST = 1, CUDA_COPY_ON_DEVICE = 2 };

@@ -57,26 +57,6 @@ static const struct {
     {"0.6B q_proj", 2048, 1024, 1}, {"0.6B down", 1024, 3072, 8},
 };
 
-/* Device copy bandwidth, read + write (bench gpu's roofline). */
-static int copy_bandwidth(double *bw) {
-    size_t bytes = (size_t)1 << 30;
-    void *a = NULL, *b = NULL;
-    int rc = cuda_malloc(&a, bytes);
-    if (!rc) rc = cuda_malloc(&b, bytes);
-    if (!rc) rc = cuda_memcpy_on_device(b, a, bytes);
-    double best = 1e30;
-    for (int i = 0; !rc && i < 5; ++i) {
-        double t0 = cli_now_sec();
-        rc = cuda_memcpy_on_device(b, a, bytes);
-        double dt = cli_now_sec() - t0;
-        best = dt < best ? dt : best;
-    }
-    cuda_free(a);
-    cuda_free(b);
-    *bw = rc ? 0 : 2.0 * (double)bytes / best;
-    return rc;
-}
-
 /* Seconds per call of fn, from a graph of CALLS calls launched `launches` times. */
 static int time_variant(double *sec, split_fn fn, float *out, const float *x,
                         const struct ops_weight *w, int n, int leaves, void *stream, int launches) {
@@ -168,7 +148,7 @@ int main(int argc, char **argv) {
     void *stream = NULL;
     double bw = 0;
     int differ = 0, rc = cuda_stream_create(&stream);
-    if (!rc) rc = copy_bandwidth(&bw);
+    if (!rc) rc = cuda_copy_bandwidth(&bw, (size_t)1 << 30, 5);
     if (!rc)
         printf("%s; device copy %.1f GB/s (read + write); %d calls a graph\n", reason, bw / 1e9,
                CALLS);

@@ -248,22 +248,8 @@ static double step_kv_bytes(const struct model_config *cfg, int batch, int ctx) 
 static int device_bandwidth(double *bw, const char *what, size_t cap, const struct bench_args *a) {
 #if STRATA_HAVE_CUDA
     if (cli_device_is_cuda(a->device)) {
-        size_t bytes = (size_t)1 << 30;
-        void *src = NULL, *dst = NULL;
-        int rc = cuda_malloc(&src, bytes);
-        if (!rc) rc = cuda_malloc(&dst, bytes);
-        if (!rc) rc = cuda_memcpy_on_device(dst, src, bytes); /* warm-up */
-        double best = 1e30;
-        for (int i = 0; !rc && i < 5; ++i) {
-            double t0 = cli_now_sec();
-            rc = cuda_memcpy_on_device(dst, src, bytes);
-            double dt = cli_now_sec() - t0;
-            best = dt < best ? dt : best;
-        }
-        cuda_free(src);
-        cuda_free(dst);
+        int rc = cuda_copy_bandwidth(bw, (size_t)1 << 30, 5);
         if (rc) return rc;
-        *bw = 2.0 * (double)bytes / best;
         snprintf((char *)what, cap, "device copy, read + write");
         return 0;
     }
