@@ -1,6 +1,6 @@
 /* CUDA matmul in the reference's fixed dot-product order (reference/ops.h): a block is 16 (or,
  * for small matrices, 4) half-warps; a half-warp owns one weight row, or one leaf of a row
- * under cuda_matmul_split, and up to kTok tokens (blockIdx.y * kTok ...). Lane l of a
+ * under cuda_matmul_split, and up to kTok tokens (a token tile: the grid's x). Lane l of a
  * half-warp accumulates the elements k0 + l of every 16-element block: lanes 0..7 are the
  * reference's a0[0..7], lanes 8..15 its a1[0..7] (bf16 rows load 16 bytes a lane and
  * transpose through shared memory to get there: dot_rounds_bf16). Shuffles then fold exactly
@@ -152,16 +152,16 @@ template <int L> __device__ static inline float leaf_tree(float (&v)[L]) {
 }
 
 /* One block's tile: half-warp h of the block computes leaf h % L of weight row
- * blockIdx.x * rows_per_block + h / L (rows_per_block = blockDim.x / 16 / L) against tokens
+ * row_block * rows_per_block + h / L (rows_per_block = blockDim.x / 16 / L) against tokens
  * [0, nt) of xt, and the row's leaf 0 lane 0 combines the leaves by matmul_split's tree into
  * out's rows [0, nt). L == 1 is the plain dot product (cuda_matmul). Leaves on their own
  * half-warps, not one after another on one, give a split call L times the threads in flight
  * (o_proj and down ran at half the plain calls' bandwidth on an H200 before). */
 template <typename WT, int L>
 __device__ static inline void matmul_tile(float *out, const float *xt, const WT *w, int nt,
-                                          int rows, int cols) {
+                                          int rows, int cols, int row_block) {
     const int lane = threadIdx.x & 15, h = threadIdx.x >> 4, j = h % L;
-    const int r = blockIdx.x * ((int)(blockDim.x >> 4) / L) + h / L;
+    const int r = row_block * ((int)(blockDim.x >> 4) / L) + h / L;
     /* Every lane takes part in the shuffles; rows past the end read the last row. */
     const WT *wr = w + (size_t)min(r, rows - 1) * (size_t)cols;
     /* The 16-byte loads where every leaf of every row starts 16-byte aligned: the same answer
@@ -196,13 +196,16 @@ __device__ static inline void matmul_tile(float *out, const float *xt, const WT 
 }
 
 /* At most 80 registers, so three blocks of 256 fit a multiprocessor (the plain bf16 kernel
- * took 96 and ran two): more rows' loads in flight. */
+ * took 96 and ran two): more rows' loads in flight. The token tiles are the grid's x, its
+ * fastest index: the blocks that read the same weight rows for other tokens run next to
+ * each other, so a batch's or a prompt's tiles find the rows in L2 instead of streaming them
+ * from memory once per tile (the y-major grid did, an 8B matrix being larger than L2). */
 template <typename WT, int L>
 __global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
     matmul_kernel(float *out, const float *x, const WT *w, int n, int rows, int cols) {
-    const int t0 = blockIdx.y * kTok;
+    const int t0 = blockIdx.x * kTok;
     matmul_tile<WT, L>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols, w,
-                       min(kTok, n - t0), rows, cols);
+                       min(kTok, n - t0), rows, cols, (int)blockIdx.y);
 }
 
 /* Grouped: block row blockIdx.y is the y-th token tile of the groups in order (each group's
@@ -240,7 +243,7 @@ __global__ static void matmul_grouped_kernel(float *out, const float *x, const v
     const int g = tile_group, t0 = tile_t0;
     if (g < 0) return; /* the whole block: no shuffle is left waiting */
     matmul_tile<WT, L>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols,
-                       (const WT *)ptrs[g], tile_nt, rows, cols);
+                       (const WT *)ptrs[g], tile_nt, rows, cols, (int)blockIdx.x);
 }
 
 /* The kernel for `leaves` (1, 2, 4, else 8), plain or grouped. */
@@ -282,15 +285,16 @@ static int launch(float *out, const float *x, const struct ops_weight *w, int n,
             STRATA_EINVAL, "%s: bad arguments (n %d, weight [%d, %d], dtype %d, leaves %d)", name,
             n, w ? w->rows : 0, w ? w->cols : 0, w ? (int)w->dtype : -1, leaves);
     if (n == 0) return STRATA_OK;
-    if ((n + kTok - 1) / kTok > 65535)
-        return strata_set_error(STRATA_EINVAL, "%s: %d rows in one call (at most %d)", name, n,
-                                65535 * kTok);
     /* 16 half-warps a block, or 4 (at least one row's leaves) where that would leave fewer
      * than 256 blocks: a k_proj of 1024 rows in 64 blocks kept half of an H200's 132
      * multiprocessors idle. The tile's arithmetic does not depend on it. */
     const int threads =
         (long long)w->rows * leaves >= 16LL * 256 ? kThreads : (leaves > 4 ? 16 * leaves : 64);
-    dim3 grid(cuda_blocks_for(w->rows, threads / 16 / leaves), (unsigned)((n + kTok - 1) / kTok));
+    const int row_blocks = cuda_blocks_for(w->rows, threads / 16 / leaves);
+    if (row_blocks > 65535) /* the grid's y */
+        return strata_set_error(STRATA_EINVAL, "%s: %d weight rows in one call (at most %d)", name,
+                                w->rows, 65535 * (threads / 16 / leaves));
+    dim3 grid((unsigned)((n + kTok - 1) / kTok), (unsigned)row_blocks);
     cudaStream_t s = (cudaStream_t)stream;
     if (w->dtype == OPS_BF16)
         launch_leaves(out, x, (const uint16_t *)w->data, n, w->rows, w->cols, leaves, grid, threads,
