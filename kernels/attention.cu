@@ -16,14 +16,15 @@
  *      per block the sums of e_j and of e_j v_j[d], the chunk's subtree over its blocks ->
  *      part [D + 1] (o, l);
  *   3. merge_kernel: the aligned tree over the chunks' parts (a binary counter per thread,
- *      reference/ops.c tree_acc), then out = o * (1 / l).
+ *      reference/ops_attention.c tree_acc), then out = o * (1 / l).
  * Flash-decoding's running max would rescale partial sums and so change the bits; the global
  * max costs the second launch instead. A long context thus spreads over ~ctx / 256 blocks per
  * head instead of one; nothing depends on the chunk count but the time.
  *
  * The cache stores the view's dtype: the two kernels that read it are compiled per dtype and
  * widen 16-bit elements exactly as they load them (cuda_kv_load), so the products and sums
- * are the f32 cache's on the widened values, as the reference's (reference/ops.c kv_rows). */
+ * are the f32 cache's on the widened values, as the reference's (reference/ops_attention.c
+ * kv_rows). */
 #include <stdint.h>
 #include <math.h>
 

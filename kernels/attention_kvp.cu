@@ -1,5 +1,5 @@
 /* CUDA twins of the reference's KV-parallel attention steps (attention_kvp.h). One thread
- * block per (query, head); the order of every sum is the reference's (reference/ops.c
+ * block per (query, head); the order of every sum is the reference's (reference/ops_attention.c
  * attention_partial_max, attention_partial, attention_merge):
  *   - partial_max: threads take keys j in turn, each score the fused q·k chain in ascending d
  *     (attention.cu's scores_kernel code), then the block's max;

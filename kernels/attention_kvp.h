@@ -9,9 +9,9 @@
  * as cuda_attention's scores), the max exact, e_j = expf(s_j - M) (CUDA's expf, within 2 ulp;
  * the reference's ops_expf: the only difference from the reference), per aligned block of
  * OPS_ATTN_BLOCK positions the sum of e_j and the fused sum of e_j v_j[d] in ascending j, the
- * blocks and then the ranks' parts combined by the reference's binary counter (reference/ops.c
- * tree_acc). So a KVP group's merge has the bits of one rank's cuda_attention (whose chunks are
- * subtrees of the same tree) up to expf. */
+ * blocks and then the ranks' parts combined by the reference's binary counter
+ * (reference/ops_attention.c tree_acc). So a KVP group's merge has the bits of one rank's
+ * cuda_attention (whose chunks are subtrees of the same tree) up to expf. */
 #ifndef STRATA_KERNELS_ATTENTION_KVP_H
 #define STRATA_KERNELS_ATTENTION_KVP_H
 

@@ -1,6 +1,6 @@
 /* ops_attention_simd.h: a prefill tile's attention with its queries as the lanes of a vector
  * (16 on AVX-512, 8 on AVX2; the loops are ops_attention_lanes.inc, once per width), bit for
- * bit attention_group_task of reference/ops.c.
+ * bit attention_group_task of reference/ops_attention.c.
  *
  * The key-lane loops (ops_attention_simd.c) need each block of keys transposed (d-major) for
  * every query vector that reads it, and a tile of 8 queries spent a third of the scores' time

@@ -1,5 +1,5 @@
 /* ops_attention_simd.h: attention's scores and weighted sums on AVX2 and AVX-512, bit for bit
- * the portable loops of reference/ops.c.
+ * the portable loops of reference/ops_attention.c.
  *
  * Scores: a score is a chain of fmaf over d, so the vector runs across keys instead: 8 keys'
  * rows are transposed 8 columns at a time (lane i of column t = key i's element d + t) and

@@ -1,7 +1,7 @@
-/* AVX2 and AVX-512 versions of attention's two inner loops (reference/ops.c), chosen with
+/* AVX2 and AVX-512 versions of attention's two inner loops (reference/ops_attention.c), chosen with
  * matmul's path (ops_matmul_path: avx2 runs the AVX2 ones, avx512 both, the 16-wide first). Each
  * gives the portable loop's bits: the same fp32 multiplies and adds (never fused) in the same order
- * per output, only computed for several outputs at once. Private to reference/ops.c. */
+ * per output, only computed for several outputs at once. Private to reference/ops_attention.c. */
 #ifndef STRATA_REFERENCE_OPS_ATTENTION_SIMD_H
 #define STRATA_REFERENCE_OPS_ATTENTION_SIMD_H
 
