@@ -141,7 +141,7 @@ static int check_parts(int n, int parts, unsigned seed) {
 
 int main(void) {
     if (!kernel_test_device()) return 0;
-    static const int lengths[] = {1, 2, 31, 1023, 1024, 1025, 4097, 151936};
+    static const int lengths[] = {1, 2, 31, 1023, 1024, 1025, 4097, 16384, 16385, 151936};
     int failures = 0;
     for (size_t i = 0; i < sizeof lengths / sizeof lengths[0]; ++i)
         failures += check_length(lengths[i], 1234u + (unsigned)i);
