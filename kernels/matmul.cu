@@ -10,6 +10,7 @@
  * columns (as the reference's matmul_split), the leaves of a row on neighbouring
  * half-warps, and the row's first lane combines them by the balanced tree. */
 #include <stdint.h>
+#include <string.h>
 #include "kernels/cuda_common.cuh"
 
 extern "C" {
@@ -208,6 +209,28 @@ __global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
                        min(kTok, n - t0), rows, cols, (int)blockIdx.y);
 }
 
+/* Multi: up to OPS_MULTI_MAX matrices of one K side by side in the grid's y, each from its
+ * first_block; a block's rows lie in one matrix, so each element is matmul_kernel's. */
+struct MultiArgs {
+    float *out[OPS_MULTI_MAX];
+    const void *w[OPS_MULTI_MAX];
+    int rows[OPS_MULTI_MAX];
+    int first_block[OPS_MULTI_MAX + 1];
+    int count;
+};
+
+template <typename WT>
+__global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
+    matmul_multi_kernel(MultiArgs a, const float *x, int n, int cols) {
+    const int t0 = blockIdx.x * kTok, y = (int)blockIdx.y;
+    int m = 0;
+    while (m + 1 < a.count && y >= a.first_block[m + 1])
+        ++m;
+    matmul_tile<WT, 1>(a.out[m] + (size_t)t0 * (size_t)a.rows[m], x + (size_t)t0 * (size_t)cols,
+                       (const WT *)a.w[m], min(kTok, n - t0), a.rows[m], cols,
+                       y - a.first_block[m]);
+}
+
 /* Grouped: block row blockIdx.y is the y-th token tile of the groups in order (each group's
  * rows cut into tiles of kTok from its first row), found by thread 0 from the offsets (read
  * into shared memory by the whole block first); blocks past the last tile return. Each tile
@@ -314,6 +337,48 @@ extern "C" int cuda_matmul(float *out, const float *x, const struct ops_weight *
 extern "C" int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n,
                                  int leaves, void *stream) {
     return launch(out, x, w, n, leaves, stream, "cuda_matmul_split");
+}
+
+/* One launch for every matrix (the block size from their rows together, as launch() picks it
+ * for one: the tile's arithmetic does not depend on it). */
+extern "C" int cuda_matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count,
+                                 const float *x, int n, void *stream) {
+    int bad = !outs || !ws || count < 1 || count > OPS_MULTI_MAX || n < 0;
+    long long total = 0;
+    for (int i = 0; !bad && i < count; ++i) {
+        const struct ops_weight *w = ws[i];
+        bad = !w || w->rows <= 0 || w->cols != ws[0]->cols || w->cols <= 0 ||
+              w->dtype != ws[0]->dtype || (w->dtype != OPS_BF16 && w->dtype != OPS_F32) ||
+              (n > 0 && (!outs[i] || !x || !w->data || (const void *)outs[i] == (const void *)x));
+        if (!bad) total += w->rows;
+    }
+    if (bad)
+        return strata_set_error(STRATA_EINVAL,
+                                "cuda_matmul_multi: bad arguments (%d matrices, n %d): each needs "
+                                "rows, data, an output apart from x, and the first's K and dtype",
+                                count, n);
+    if (n == 0) return STRATA_OK;
+    const int threads = total >= 16LL * 256 ? kThreads : 64;
+    MultiArgs a;
+    memset(&a, 0, sizeof a);
+    a.count = count;
+    for (int i = 0; i < count; ++i) {
+        a.out[i] = outs[i];
+        a.w[i] = ws[i]->data;
+        a.rows[i] = ws[i]->rows;
+        a.first_block[i + 1] = a.first_block[i] + (int)cuda_blocks_for(ws[i]->rows, threads / 16);
+    }
+    if (a.first_block[count] > 65535) /* the grid's y */
+        return strata_set_error(STRATA_EINVAL, "cuda_matmul_multi: %lld weight rows in one call",
+                                total);
+    dim3 grid((unsigned)((n + kTok - 1) / kTok), (unsigned)a.first_block[count]);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (ws[0]->dtype == OPS_BF16)
+        matmul_multi_kernel<uint16_t><<<grid, threads, 0, s>>>(a, x, n, ws[0]->cols);
+    else
+        matmul_multi_kernel<float><<<grid, threads, 0, s>>>(a, x, n, ws[0]->cols);
+    CUDA_CHECK_LAUNCH();
+    return STRATA_OK;
 }
 
 extern "C" int cuda_matmul_grouped(float *out, const float *x, const struct ops_weight *w,

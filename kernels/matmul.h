@@ -30,6 +30,16 @@ int cuda_matmul(float *out, const float *x, const struct ops_weight *w, int n, v
 int cuda_matmul_split(float *out, const float *x, const struct ops_weight *w, int n, int leaves,
                       void *stream);
 
+/* Twin of reference/ops.h matmul_multi: outs[i] [n, ws[i]->rows] = x [n, K] @ ws[i]^T for
+ * i < count (1 to OPS_MULTI_MAX, 4; every ws[i] of the first's K and dtype) in ONE launch, the
+ * matrices' row blocks side by side in its grid: q / k / v (or gate / up) fill the GPU
+ * together and pay one launch (a 1024-row k_proj alone left multiprocessors idle). outs and ws
+ * are host arrays (of device pointers); no out may alias x. Each element exactly
+ * cuda_matmul's: bitwise the reference. Asynchronous on `stream`; 0 or STRATA_EINVAL /
+ * STRATA_EDEVICE. */
+int cuda_matmul_multi(float *const *outs, const struct ops_weight *const *ws, int count,
+                      const float *x, int n, void *stream);
+
 /* Not a reference op: one launch of many matmuls whose row counts are device data (a MoE
  * layer's experts, each on its own tokens; kernels/moe_group.h). For group g < n_groups,
  * rows [offsets[g], offsets[g + 1]) of out [cap, w->rows] = those rows of x [cap, w->cols]

@@ -78,9 +78,6 @@ void rope_apply(float *x, const float *cos_t, const float *sin_t, int n_heads, i
 void matmul(float *out, const float *x, const struct ops_weight *w, int n,
             struct thread_pool *pool);
 
-/* matmul_multi's most matrices per call. */
-#define OPS_MULTI_MAX 4
-
 /* outs[i] [n, ws[i]->rows] = x [n, K] @ ws[i]^T for i < count (every ws[i]->cols == K), in
  * ONE pool dispatch (q/k/v, gate/up: one barrier instead of three or two). Each output
  * element is computed exactly as matmul computes it (same tiles, same order): the same

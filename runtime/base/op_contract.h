@@ -25,6 +25,9 @@ struct ops_weight {
     int cols;
 };
 
+/* matmul_multi's most matrices per call (and its device twin's). */
+#define OPS_MULTI_MAX 4
+
 /* Leaves of a split-invariant dot product (matmul_split): TP degrees must divide it. */
 #define OPS_SPLIT_LEAVES 8
 

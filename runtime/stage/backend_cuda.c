@@ -288,10 +288,7 @@ static int op_rmsnorm(void *ctx, float *out, const float *x, const float *w, flo
 
 static int op_matmul_multi(void *ctx, float *const *outs, const struct ops_weight *const *ws,
                            int count, const float *x, int rows) {
-    int rc = 0;
-    for (int j = 0; j < count && !rc; ++j)
-        rc = cuda_matmul(outs[j], x, ws[j], rows, ((struct cuda_context *)ctx)->stream);
-    return rc;
+    return cuda_matmul_multi(outs, ws, count, x, rows, ((struct cuda_context *)ctx)->stream);
 }
 
 static int op_matmul_split(void *ctx, float *out, const float *x, const struct ops_weight *w,

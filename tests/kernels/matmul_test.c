@@ -87,6 +87,64 @@ static int check_shape(int K, int rows, enum ops_dtype dtype, int leaves,
     return failures;
 }
 
+/* 0 when cuda_matmul_multi over matrices of K columns and rows[0..count) gives each output
+ * bitwise the reference's matmul of that matrix (one launch; the matrices' blocks side by
+ * side, a partial block at each matrix's end). */
+static int check_multi(int K, const int *rows, int count, enum ops_dtype dtype,
+                       struct thread_pool *pool) {
+    const size_t esz = dtype == OPS_BF16 ? 2 : 4;
+    float *x = malloc(sizeof(float) * N * K), *d_x = NULL;
+    float *want[OPS_MULTI_MAX] = {0}, *got[OPS_MULTI_MAX] = {0}, *d_out[OPS_MULTI_MAX] = {0};
+    void *w[OPS_MULTI_MAX] = {0}, *d_w[OPS_MULTI_MAX] = {0};
+    struct ops_weight dev_w[OPS_MULTI_MAX];
+    const struct ops_weight *ws[OPS_MULTI_MAX];
+    int rc = x ? cuda_malloc((void **)&d_x, sizeof(float) * N * K) : STRATA_ENOMEM;
+    for (int i = 0; !rc && i < N * K; ++i)
+        x[i] = value((unsigned)i + 99u);
+    if (!rc) rc = cuda_memcpy_to_device(d_x, x, sizeof(float) * N * K);
+    for (int m = 0; !rc && m < count; ++m) {
+        const size_t n_out = (size_t)N * rows[m], n_w = (size_t)rows[m] * K;
+        want[m] = malloc(sizeof(float) * n_out);
+        got[m] = malloc(sizeof(float) * n_out);
+        w[m] = malloc(esz * n_w);
+        rc = want[m] && got[m] && w[m] ? 0 : STRATA_ENOMEM;
+        for (size_t i = 0; !rc && i < n_w; ++i) {
+            float v = value((unsigned)(i + 1000u * (size_t)m) + 31u);
+            if (dtype == OPS_BF16)
+                ((uint16_t *)w[m])[i] = f32_to_bf16(v);
+            else
+                ((float *)w[m])[i] = v;
+        }
+        struct ops_weight host_w = {w[m], dtype, rows[m], K};
+        if (!rc) matmul(want[m], x, &host_w, N, pool);
+        if (!rc) rc = cuda_malloc((void **)&d_out[m], sizeof(float) * n_out);
+        if (!rc) rc = cuda_malloc(&d_w[m], esz * n_w);
+        if (!rc) rc = cuda_memcpy_to_device(d_w[m], w[m], esz * n_w);
+        dev_w[m] = (struct ops_weight){d_w[m], dtype, rows[m], K};
+        ws[m] = &dev_w[m];
+    }
+    if (!rc) rc = cuda_matmul_multi(d_out, ws, count, d_x, N, NULL);
+    int failures = 0;
+    for (int m = 0; !rc && m < count; ++m) {
+        rc = cuda_memcpy_to_host(got[m], d_out[m], sizeof(float) * N * rows[m]);
+        failures += !rc && memcmp(got[m], want[m], sizeof(float) * N * rows[m]) != 0;
+    }
+    failures += rc != 0;
+    printf("%s multi K=%d %d matrices (%d rows first) %s: bitwise the reference %s%s\n",
+           failures ? "FAIL" : "ok  ", K, count, rows[0], dtype == OPS_BF16 ? "bf16" : "f32",
+           failures ? "NO" : "yes", rc ? strata_last_error() : "");
+    for (int m = 0; m < count; ++m) {
+        cuda_free(d_out[m]);
+        cuda_free(d_w[m]);
+        free(want[m]);
+        free(got[m]);
+        free(w[m]);
+    }
+    cuda_free(d_x);
+    free(x);
+    return failures;
+}
+
 int main(void) {
     if (!kernel_test_device()) return 0;
     struct thread_pool *pool = NULL;
@@ -109,7 +167,30 @@ int main(void) {
         failures += check_shape(shapes[i][0], shapes[i][1], OPS_BF16, shapes[i][2], pool);
         failures += check_shape(shapes[i][0], shapes[i][1], OPS_F32, shapes[i][2], pool);
     }
+    /* q / k / v-like (small: blocks of 4 half-warps) and gate / up-like past 4096 rows in all
+     * (blocks of 16), each matrix ending in a partial block */
+    const int qkv[] = {40, 9, 9}, gu[] = {4100, 33}, four[] = {5, 70, 1, 17};
+    for (int d = 0; d < 2; ++d) {
+        const enum ops_dtype dt = d ? OPS_F32 : OPS_BF16;
+        failures += check_multi(1000, qkv, 3, dt, pool);
+        failures += check_multi(1024, gu, 2, dt, pool);
+        failures += check_multi(67, four, 4, dt, pool);
+    }
     failures += cuda_matmul(NULL, NULL, NULL, 1, NULL) != STRATA_EINVAL;
+    {
+        /* refused: no matrices, more than OPS_MULTI_MAX, a K unlike the first's */
+        float *outs[OPS_MULTI_MAX + 1] = {0};
+        struct ops_weight a = {(void *)8, OPS_BF16, 4, 32}, b = {(void *)8, OPS_BF16, 4, 48};
+        const struct ops_weight *ws[OPS_MULTI_MAX + 1] = {&a, &b, &a, &a, &a};
+        for (int i = 0; i <= OPS_MULTI_MAX; ++i)
+            outs[i] = (float *)16;
+        failures += cuda_matmul_multi(outs, ws, 0, (float *)32, 1, NULL) != STRATA_EINVAL;
+        ws[1] = &a;
+        failures += cuda_matmul_multi(outs, ws, OPS_MULTI_MAX + 1, (float *)32, 1, NULL) !=
+                    STRATA_EINVAL;
+        ws[1] = &b;
+        failures += cuda_matmul_multi(outs, ws, 2, (float *)32, 1, NULL) != STRATA_EINVAL;
+    }
     thread_pool_free(pool);
     printf("%d failure(s)\n", failures);
     return failures ? 1 : 0;
