@@ -21,6 +21,17 @@ cat >"$tmp/gpu24.json" <<'J'
 {"name": "24 GB GPU (RTX 4090 spec)", "source": "spec", "device": "cuda", "threads": 1,
  "read_gbps": 1008, "gemv_gbps": 1008, "gemm_gflops": 165000}
 J
+# Measured, not specified: one H200 as Strata's CUDA backend ran it in a device run (strata-stage
+# --calibrate --device cuda after the matmul's 16-byte loads: one-row bf16 matmul 1599 GB/s of
+# the device's 3947 GB/s copy bandwidth, 8.0 TFLOP/s at 64 rows in the reference's fp32 order,
+# no tensor cores): what today's kernels give, beside the H100's spec bound.
+cat >"$tmp/h200.json" <<'J'
+{"name": "H200 (Strata's kernels, measured)", "source": "measured", "device": "cuda", "threads": 1,
+ "read_gbps": 3946.681, "gemv_gbps": 1598.694, "gemm_gflops": 7972.101,
+ "gemv_gbps_by_bytes": {"33554432": 1627.908, "134217728": 1600.312, "536870912": 1598.694},
+ "gemm_gflops_by_k": {"1024": 6997.579, "2048": 7718.126, "4096": 7972.101, "8192": 6215.875},
+ "gemm_split_gflops_by_k": {"1024": 3729.624, "2048": 4786.028, "4096": 5324.278, "8192": 3519.717}}
+J
 # A 16-thread CPU box: a 2-core Xeon calibrated per thread (strata-stage --calibrate
 # --threads 1: bf16 matmul 6.2 GB/s at one row, 96 GFLOP/s at 64; attention, re-measured
 # after its queries-as-lanes loops, 78 GFLOP/s and 6.4 GB/s) times 16, memory read at
@@ -42,7 +53,7 @@ num() { sed -n "s/.*\"$2\": *\([0-9.e+-]*\).*/\1/p" "$1" | head -1; }
 echo "| model | boxes | link | stages | largest stage | first token, 2k prompt | tokens/s, batch 1 | tokens/s, batch 32 |"
 echo "|---|---|---|---|---|---|---|---|"
 for model in qwen3-vl-235b-a22b qwen3-32b; do
-    for kind in "gpu80 76G 20 12.5 100GbE" "gpu24 22G 50 1.25 10GbE" "cpu 120G 50 1.25 10GbE" "cpu 120G 20000 0.125 WAN-20ms"; do
+    for kind in "gpu80 76G 20 12.5 100GbE" "h200 135G 20 12.5 100GbE" "gpu24 22G 50 1.25 10GbE" "cpu 120G 50 1.25 10GbE" "cpu 120G 20000 0.125 WAN-20ms"; do
         read -r k mem lat gbps linkname <<<"$kind"
         for n in 4 8 16 32; do
             hosts "$k" "$mem" "$n" "$lat" "$gbps" >"$tmp/h.json"
