@@ -6,8 +6,9 @@
  * call from a CUDA graph of back-to-back calls (as a decode step runs them), the weight bytes
  * streamed per second, their share of the device's copy bandwidth, and whether the output
  * equals the default variant's bit for bit; then the matrices that share an input (q / k / v,
- * gate / up) as one cuda_matmul_multi launch against one launch each. Not a test: it judges nothing but the bits (exit
- * 1 when a variant differs). Usage: strata-bench-matmul [--quick]. Exit 77 without a GPU. */
+ * gate / up) as one cuda_matmul_multi launch against one launch each. Not a test: it judges nothing
+ * but the bits (exit 1 when a variant differs). Usage: strata-bench-matmul [--quick]. Exit 77
+ * without a GPU. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,8 +169,8 @@ static int bench_group(int g, int n, double bw, void *stream, int quick, int *di
         uint16_t *hw = malloc(bytes);
         rc = hw ? 0 : strata_set_error(STRATA_ENOMEM, "no host memory");
         for (size_t i = 0; !rc && i < (size_t)rows * cols; ++i)
-            hw[i] = f32_to_bf16((float)(((i + 977u * m) * 2654435761u >> 8) % 2001u) / 1000.0f -
-                                1.0f);
+            hw[i] =
+                f32_to_bf16((float)(((i + 977u * m) * 2654435761u >> 8) % 2001u) / 1000.0f - 1.0f);
         if (!rc) rc = cuda_malloc(&dw[m], bytes);
         if (!rc) rc = cuda_memcpy_to_device(dw[m], hw, bytes);
         for (int k = 0; !rc && k < 2; ++k)
@@ -194,7 +195,8 @@ static int bench_group(int g, int n, double bw, void *stream, int quick, int *di
         if (!rc) rc = cuda_stream_synchronize(stream);
         size_t at = 0;
         for (int m = 0; !rc && m < count; at += (size_t)n * w[m].rows, ++m)
-            rc = cuda_memcpy_to_host(host[k] + at, dout[k][m], sizeof(float) * (size_t)n * w[m].rows);
+            rc = cuda_memcpy_to_host(host[k] + at, dout[k][m],
+                                     sizeof(float) * (size_t)n * w[m].rows);
         if (!rc) rc = time_call(&sec[k], &c, stream, launches);
     }
     const int same = !rc && memcmp(host[0], host[1], sizeof(float) * outs) == 0;

@@ -186,8 +186,8 @@ int main(void) {
             outs[i] = (float *)16;
         failures += cuda_matmul_multi(outs, ws, 0, (float *)32, 1, NULL) != STRATA_EINVAL;
         ws[1] = &a;
-        failures += cuda_matmul_multi(outs, ws, OPS_MULTI_MAX + 1, (float *)32, 1, NULL) !=
-                    STRATA_EINVAL;
+        failures +=
+            cuda_matmul_multi(outs, ws, OPS_MULTI_MAX + 1, (float *)32, 1, NULL) != STRATA_EINVAL;
         ws[1] = &b;
         failures += cuda_matmul_multi(outs, ws, 2, (float *)32, 1, NULL) != STRATA_EINVAL;
     }
