@@ -39,16 +39,28 @@ void strbuf_puts(struct strbuf *b, const char *s) {
     strbuf_put(b, s, strlen(s));
 }
 
+/* Formats into the spare room first and again only when it did not fit: the JSON writers'
+ * many short pieces are formatted once. */
 void strbuf_printf(struct strbuf *b, const char *fmt, ...) {
+    if (reserve(b, 0)) return;
     va_list ap;
     va_start(ap, fmt);
-    const int n = vsnprintf(NULL, 0, fmt, ap);
+    const int n = vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
     va_end(ap);
-    if (n < 0) b->failed = 1;
-    if (n < 0 || reserve(b, (size_t)n)) return;
-    va_start(ap, fmt);
-    vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
-    va_end(ap);
+    if (n < 0) {
+        b->failed = 1;
+        b->s[b->len] = '\0';
+        return;
+    }
+    if ((size_t)n >= b->cap - b->len) {
+        if (reserve(b, (size_t)n)) {
+            b->s[b->len] = '\0';
+            return;
+        }
+        va_start(ap, fmt);
+        vsnprintf(b->s + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+    }
     b->len += (size_t)n;
 }
 

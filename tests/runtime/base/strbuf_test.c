@@ -45,6 +45,24 @@ static void test_growth(void **state) {
     strbuf_free(&b);
 }
 
+/* A rendering longer than the spare room is formatted again after the growth, whole. */
+static void test_long_printf(void **state) {
+    (void)state;
+    struct strbuf b = {0};
+    char big[3001];
+    for (int i = 0; i < 3000; ++i)
+        big[i] = (char)('a' + i % 26);
+    big[3000] = '\0';
+    strbuf_printf(&b, "<%s>", "x");
+    strbuf_printf(&b, "[%s|%d]", big, 42);
+    assert_false(b.failed);
+    assert_int_equal(b.len, 3 + 3000 + 5);
+    assert_memory_equal(b.s, "<x>[", 4);
+    assert_memory_equal(b.s + 4, big, 3000);
+    assert_string_equal(b.s + 3004, "|42]");
+    strbuf_free(&b);
+}
+
 static void test_failure_sticks(void **state) {
     (void)state;
     struct strbuf b = {0};
@@ -64,6 +82,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_appends),
         cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_long_printf),
         cmocka_unit_test(test_failure_sticks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
