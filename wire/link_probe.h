@@ -28,15 +28,19 @@ struct wire_probe_point {
 struct wire_probe_result {
     int n;
     struct wire_probe_point pt[WIRE_PROBE_MAX_SIZES];
-    /* bandwidth from the least-squares slope of the median one-way time on bytes (0: larger
-     * frames were not slower), latency from the smallest frame's mean less its bytes at that
-     * bandwidth */
+    /* bandwidth from the least-squares slope of the median one-way time on bytes (where larger
+     * frames were not slower: the largest frame's bytes over its median time, a bound below
+     * the link's), latency from the smallest frame's mean less its bytes at that bandwidth */
     double latency_us, gbps;
 };
 
 /* Echoes every frame (each must be an Activation) back on conn until the peer closes (0) or
  * a frame does not come within idle_ms; *echoed counts them. */
 int wire_probe_echo(struct wire_conn *conn, int idle_ms, unsigned long *echoed);
+
+/* latency_us and gbps from r's points (n >= 2; wire_probe_measure calls it), as the struct
+ * says. */
+void wire_probe_fit(struct wire_probe_result *r);
 
 /* Round trips of frames of rows[i] x hidden f32 rows, for about `seconds` per size (5 to
  * max_trips of them, after 3 unmeasured), and the fit. */
