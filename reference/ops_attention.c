@@ -340,6 +340,16 @@ struct partial_job {
     int pos, n, lo, held, nh, nkv, head_dim;
 };
 
+/* Both steps' tasks over the pool: one per (query token, KV head) where the query heads group
+ * (each block of keys or values read once for the group), else one per (token, query head). */
+static void partial_run(struct partial_job *job, thread_pool_fn group_task,
+                        thread_pool_fn head_task, struct thread_pool *pool) {
+    if (grouped(job->nh, job->nkv))
+        thread_pool_run(pool, group_task, job, job->n * job->nkv);
+    else
+        thread_pool_run(pool, head_task, job, job->n * job->nh);
+}
+
 /* Keys [lo, pos + i] held here, as a count from local index 0. */
 static int keys_seen(const struct partial_job *job, int i) {
     int seen = job->pos + i + 1 - job->lo;
@@ -393,21 +403,8 @@ static void partial_max_group_task(void *ctx, int begin, int end, int worker) {
 void attention_partial_max(float *max, float *scores, const float *q, const struct ops_kv *kv,
                            int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
                            struct thread_pool *pool) {
-    struct partial_job job = {.out = max,
-                              .scores = scores,
-                              .q = q,
-                              .kv = kv,
-                              .pos = pos,
-                              .n = n,
-                              .lo = lo,
-                              .held = held,
-                              .nh = nh,
-                              .nkv = nkv,
-                              .head_dim = head_dim};
-    if (grouped(nh, nkv))
-        thread_pool_run(pool, partial_max_group_task, &job, n * nkv);
-    else
-        thread_pool_run(pool, partial_max_task, &job, n * nh);
+    struct partial_job job = {max, scores, q, NULL, kv, pos, n, lo, held, nh, nkv, head_dim};
+    partial_run(&job, partial_max_group_task, partial_max_task, pool);
 }
 
 static void partial_task(void *ctx, int begin, int end, int worker) {
@@ -487,21 +484,9 @@ static void partial_group_task(void *ctx, int begin, int end, int worker) {
 void attention_partial(float *part, const float *scores, const float *m, const struct ops_kv *kv,
                        int pos, int n, int lo, int held, int nh, int nkv, int head_dim,
                        struct thread_pool *pool) {
-    struct partial_job job = {.out = part,
-                              .scores = (float *)scores,
-                              .m = m,
-                              .kv = kv,
-                              .pos = pos,
-                              .n = n,
-                              .lo = lo,
-                              .held = held,
-                              .nh = nh,
-                              .nkv = nkv,
-                              .head_dim = head_dim};
-    if (grouped(nh, nkv))
-        thread_pool_run(pool, partial_group_task, &job, n * nkv);
-    else
-        thread_pool_run(pool, partial_task, &job, n * nh);
+    struct partial_job job = {part, (float *)scores, NULL, m, kv, pos, n, lo, held, nh,
+                              nkv,  head_dim};
+    partial_run(&job, partial_group_task, partial_task, pool);
 }
 
 void attention_merge(float *out, const float *parts, int ranks, int n, int nh, int head_dim) {
