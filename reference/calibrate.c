@@ -83,37 +83,66 @@ static double best_of_cycled(int runs, float *out, const float *x, const uint16_
     return best;
 }
 
-struct swiglu_job {
-    float *out;
-    const float *gate, *up;
-    int n;
-};
-
-static void swiglu_slice(void *ctx, int begin, int end, int worker) {
-    const struct swiglu_job *j = ctx;
-    (void)worker;
-    const int a = begin * 4096, b = end * 4096 < j->n ? end * 4096 : j->n;
-    swiglu(j->out + a, j->gate + a, j->up + a, b - a);
-}
-
 /* G elements per second (out and gate: CAL_BATCH x CAL_MAX_K floats of scratch). */
 static double calibrate_swiglu(float *out, const float *gate, struct thread_pool *pool) {
-    const int n = CAL_BATCH * 4096;
-    struct swiglu_job j = {out, gate, gate + n / 2, n / 2};
+    const int n = CAL_BATCH * 4096 / 2;
     double best = 1e30;
     for (int r = 0; r < 4; r++) {
         double t0 = cli_now_sec();
-        thread_pool_run(pool, swiglu_slice, &j, (j.n + 4095) / 4096);
+        swiglu_pooled(out, gate, gate + n, n, pool);
         double t = cli_now_sec() - t0;
         if (r && t < best) best = t;
     }
-    return (double)j.n / best / 1e9;
+    return (double)n / best / 1e9;
 }
 
 /* Attention as a stage runs it over an f16 cache (16 query heads, 8 KV heads, head_dim 128):
  * 64 query rows after 448 cached positions (a prefill chunk: its GFLOP/s), and one row over
- * 4096 positions (a decode step: the cache bytes it streams per second). */
+ * 4096 positions (a decode step: the cache bytes it streams per second); then the row ops
+ * around it over the same cache. */
 enum { ATT_NH = 16, ATT_NKV = 8, ATT_D = 128, ATT_SEQ = 4096 };
+
+/* A layer's row ops beyond its matmuls, attention and SwiGLU, as forward_layer runs them on
+ * 64 rows of the attention figures' shape (H = 16 x 128): the input RMSNorm, the per-head q
+ * and k norms, RoPE on q and k, the KV store into kv (an f16 cache), the residual add, the
+ * post-attention RMSNorm, the second residual add. G elements per second, elements being
+ * PERF_ROW_OPS_ELEMS(H, 16, 8, 128) per row (perf_model.h): by perf, 3% of a 128-token prefill
+ * of an H 1024 x 8 layer model on one Xeon thread, which first tokens were short by. */
+static int row_ops_gelems(double *gelems, const struct ops_kv *kv, int pos,
+                          struct thread_pool *pool) {
+    enum { N = 64, H = ATT_NH * ATT_D, QD = ATT_NH * ATT_D, KD = ATT_NKV * ATT_D };
+    float *buf = malloc(((size_t)N * (3 * H + QD + 2 * KD + ATT_D) + H + 2 * ATT_D) * sizeof *buf);
+    if (!buf) return strata_set_error(STRATA_ENOMEM, "calibrate: out of memory for row ops");
+    float *hidden = buf, *norm = hidden + N * H, *proj = norm + N * H, *q = proj + N * H,
+          *k = q + N * QD, *v = k + N * KD, *cos_t = v + N * KD, *sin_t = cos_t + N * ATT_D / 2,
+          *w = sin_t + N * ATT_D / 2, *qk_w = w + H;
+    for (size_t i = 0; i < (size_t)N * (3 * H + QD + 2 * KD); i++)
+        buf[i] = (float)((int)(i % 29) - 14) / 16.0f;
+    for (int i = 0; i < N * ATT_D / 2; i++) {
+        cos_t[i] = (float)((i % 7) - 3) / 4.0f;
+        sin_t[i] = (float)((i % 5) - 2) / 4.0f;
+    }
+    for (int i = 0; i < H + 2 * ATT_D; i++)
+        w[i] = 1.0f + (float)(i % 3) / 8.0f;
+    double best = 1e30;
+    for (int r = 0; r < 9; r++) { /* round 0 warms */
+        double t0 = cli_now_sec();
+        rmsnorm_pooled(norm, hidden, w, 1e-6f, N, H, pool);
+        rmsnorm_pooled(q, q, qk_w, 1e-6f, N * ATT_NH, ATT_D, pool);
+        rmsnorm_pooled(k, k, qk_w + ATT_D, 1e-6f, N * ATT_NKV, ATT_D, pool);
+        rope_rows_pooled(q, cos_t, sin_t, N, QD, ATT_NH, ATT_D, pool);
+        rope_rows_pooled(k, cos_t, sin_t, N, KD, ATT_NKV, ATT_D, pool);
+        kv_store(kv, k, v, KD, pos, N, ATT_NKV, ATT_D);
+        vec_add(hidden, proj, N * H);
+        rmsnorm_pooled(norm, hidden, w, 1e-6f, N, H, pool);
+        vec_add(hidden, proj, N * H);
+        double t = cli_now_sec() - t0;
+        if (r && t < best) best = t;
+    }
+    *gelems = (double)N * PERF_ROW_OPS_ELEMS(H, ATT_NH, ATT_NKV, ATT_D) / best / 1e9;
+    free(buf);
+    return 0;
+}
 
 static int calibrate_attention(struct perf_device *out, struct thread_pool *pool, int threads) {
     const size_t elems = (size_t)ATT_NKV * ATT_SEQ * ATT_D;
@@ -163,6 +192,7 @@ static int calibrate_attention(struct perf_device *out, struct thread_pool *pool
             p->key[p->n] = before[i] + 32; /* the average row's context: c + (64 + 1) / 2 */
             p->value[p->n++] = 2.0 * 2 * 64 * (before[i] + 32.5) * ATT_NH * ATT_D / best / 1e9;
         }
+        rc = row_ops_gelems(&out->row_ops_gelems, &kv, 448, pool);
     }
     weight_arena_free(&ka);
     weight_arena_free(&va);

@@ -397,51 +397,9 @@ struct cpu_pass {
     float *hidden;
 };
 
-/* The row-wise and element-wise ops on the pool, in slices: each output element is computed
- * whole by one call of the reference op, so the bits are the reference's for any thread count.
- * (A 128-token prefill of the H1024 x 8 bench model at 2 threads: 126 -> 120 ms.) */
-#define ELEMENTWISE_SLICE 4096 /* floats per task: enough to pay a task's dispatch */
-
-struct rows_job {
-    float *out;
-    const float *x, *w, *up, *cos_t, *sin_t;
-    float eps;
-    int dim, row_floats, heads, head_dim;
-};
-
-static void rmsnorm_task(void *ctx, int begin, int end, int worker) {
-    const struct rows_job *j = ctx;
-    (void)worker;
-    const size_t d = (size_t)j->dim;
-    rmsnorm(j->out + (size_t)begin * d, j->x + (size_t)begin * d, j->w, j->eps, end - begin,
-            j->dim);
-}
-
-static void swiglu_task(void *ctx, int begin, int end, int worker) {
-    const struct rows_job *j = ctx;
-    (void)worker;
-    const size_t a = (size_t)begin * ELEMENTWISE_SLICE;
-    size_t b = (size_t)end * ELEMENTWISE_SLICE;
-    if (b > (size_t)j->dim) b = (size_t)j->dim;
-    swiglu(j->out + a, j->x + a, j->up + a, (int)(b - a));
-}
-
-static void rope_task(void *ctx, int begin, int end, int worker) {
-    const struct rows_job *j = ctx;
-    (void)worker;
-    const size_t half = (size_t)j->head_dim / 2;
-    for (int i = begin; i < end; ++i)
-        rope_apply(j->out + (size_t)i * (size_t)j->row_floats, j->cos_t + (size_t)i * half,
-                   j->sin_t + (size_t)i * half, j->heads, j->head_dim);
-}
-
 static int op_rmsnorm(void *ctx, float *out, const float *x, const float *w, float eps, int rows,
                       int dim) {
-    struct rows_job j = {.out = out, .x = x, .w = w, .eps = eps, .dim = dim};
-    if (rows < 2)
-        rmsnorm(out, x, w, eps, rows, dim);
-    else
-        thread_pool_run(((struct cpu_pass *)ctx)->m->pool, rmsnorm_task, &j, rows);
+    rmsnorm_pooled(out, x, w, eps, rows, dim, ((struct cpu_pass *)ctx)->m->pool);
     return STRATA_OK;
 }
 
@@ -466,16 +424,8 @@ static int op_add_bias(void *ctx, float *x, const float *bias, int rows, int dim
 
 static int op_rope_rows(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
                         int row_floats, int heads, int head_dim) {
-    struct rows_job j = {.out = x,
-                         .cos_t = cos_t,
-                         .sin_t = sin_t,
-                         .row_floats = row_floats,
-                         .heads = heads,
-                         .head_dim = head_dim};
-    if (rows < 2)
-        rope_task(&j, 0, rows, 0);
-    else
-        thread_pool_run(((struct cpu_pass *)ctx)->m->pool, rope_task, &j, rows);
+    rope_rows_pooled(x, cos_t, sin_t, rows, row_floats, heads, head_dim,
+                     ((struct cpu_pass *)ctx)->m->pool);
     return STRATA_OK;
 }
 
@@ -547,12 +497,7 @@ static int op_vec_add(void *ctx, float *x, const float *y, int n) {
 }
 
 static int op_swiglu(void *ctx, float *out, const float *gate, const float *up, int n) {
-    struct rows_job j = {.out = out, .x = gate, .up = up, .dim = n};
-    const int slices = (n + ELEMENTWISE_SLICE - 1) / ELEMENTWISE_SLICE;
-    if (slices < 2)
-        swiglu(out, gate, up, n);
-    else
-        thread_pool_run(((struct cpu_pass *)ctx)->m->pool, swiglu_task, &j, slices);
+    swiglu_pooled(out, gate, up, n, ((struct cpu_pass *)ctx)->m->pool);
     return STRATA_OK;
 }
 

@@ -15,7 +15,8 @@
 #     mean one-way time of real frames, loss recoveries included) and predicted with what that
 #     probe measured; the client's link is delayed too, which adds two one-way latencies to the
 #     measured time to first token and is added to the prediction.
-# It calibrates the box once per thread count (strata-stage --calibrate), asks strata-plan
+# It calibrates the box (strata-stage --calibrate) at the rows' thread counts just before each
+# row (and prints how far the host's own rates moved over the run), asks strata-plan
 # --predict --json for decode tokens/s and time to first token, runs the same plan (one request:
 # a BENCH_PROMPT_TOKENS-token prompt, default 128, new for every run so that no prefix is
 # cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs, default 3)
@@ -40,6 +41,9 @@ CHUNK=64 # strata-stage's default --chunk-size
 prompt_for() { seq 1 "$P" | awk -v r="$1" '{ printf "%s%d", (NR > 1 ? "," : ""), ($1 * 37 + r * 911) % 4000 + 1 }'; }
 run=0
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+# "min-max (+-X% about the middle, N calibrations)" of the numbers on stdin
+spread() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { m = (v[1] + v[NR]) / 2;
+    printf "%.2f-%.2f (+-%.0f%% about the middle, %d calibrations)", v[1], v[NR], 100 * (v[NR] - m) / m, NR }'; }
 json_num() { sed -n "s/.*\"$2\": *\([0-9.e+-]*\).*/\1/p" "$1" | head -1; }
 
 models=()
@@ -52,12 +56,25 @@ for spec in "1024 2816 8" "1536 4096 12"; do
         pl_fail "cannot write the $H model"
     models+=("$m")
 done
-declare -A profile
-for T in 1 2; do
-    profile[$T]="$PL_WORK/profile.$T.json"
-    "$PL_STAGE" --calibrate --threads "$T" --out "${profile[$T]}" 2>/dev/null || pl_fail "calibrate at $T threads"
-done
-echo "prediction benchmark: $(nproc) cores, prompt $P tokens, $N generated, median of $R; profiles:"
+# calibrate T...: the profiles of those thread counts measured now (each row is predicted from
+# profiles measured just before its stages start: a shared host's speed moves over minutes,
+# and the row should meet the box as its stages will); every one-row matmul rate and
+# 64-row matmul rate is kept to print the host's drift at the end.
+declare -A profile gemv_seen gemm_seen
+calibrate() {
+    local T g
+    for T in "$@"; do
+        profile[$T]="$PL_WORK/profile.$T.json"
+        "$PL_STAGE" --calibrate --threads "$T" --out "${profile[$T]}" 2>/dev/null ||
+            pl_fail "calibrate at $T threads"
+        g=$(json_num "${profile[$T]}" gemv_gbps)
+        gemv_seen[$T]="${gemv_seen[$T]:-} $g"
+        gemm_seen[$T]="${gemm_seen[$T]:-} $(json_num "${profile[$T]}" gemm_gflops)"
+    done
+}
+calibrate 1 2
+echo "prediction benchmark: $(nproc) cores, prompt $P tokens, $N generated, median of $R;" \
+    "each row's profiles measured just before it; the first ones:"
 for T in 1 2; do echo "  $T thread(s): $(tr -d '\n' <"${profile[$T]}")"; done
 printf "%-16s %-8s %-10s %-8s %12s %12s %7s %12s %12s %7s\n" model stages threads link "pred tok/s" \
     "meas tok/s" error "pred TTFT ms" "meas TTFT ms" error
@@ -119,6 +136,7 @@ for m in "${models[@]}"; do
     for cfg in "1 1" "1 2" "2 1" "2 2,1"; do
         read -r S T <<<"$cfg"
         tag="p${H}s${S}t${T//,/}"
+        [ "$run" = 0 ] || calibrate $(echo "$T" | tr ',' ' ')
         if [ "$T" = "2,1" ]; then # unequal: stage 0 at 2 threads, stage 1 at 1
             for r in 0 1; do
                 pl_start_stage "$tag" 2 "$r" "$m" --threads $((2 - r)) --max-seq 512 --max-batch 4 \
@@ -170,6 +188,7 @@ else
         local i=$1 S=$2 delay=$3 label=$4 m tag
         m=${models[$i]}
         tag="n${i}s${S}x$((run))"
+        calibrate 1
         nl_start_pipeline "$tag" "$S" "$m" --threads 1 --max-seq 512 --max-batch 4 --split even \
             --chunk-size "$CHUNK" --insecure
         measure "$tag" "$S" nl_client_for
@@ -201,3 +220,8 @@ else
 fi
 echo "worst error: ${worst}% (goal: within 10% on a quiet host)$([ "$shared" -gt 0 ] &&
     echo "; the first token of $shared configuration(s) whose stages share cores not counted")"
+# How far the host itself moved: what a profile measured once would have missed by.
+for T in 1 2; do
+    echo "the host over this run, $T thread(s): one-row matmul $(echo "${gemv_seen[$T]}" | spread) GB/s," \
+        "64-row matmul $(echo "${gemm_seen[$T]}" | spread) GFLOP/s"
+done

@@ -66,6 +66,7 @@ int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
     if (!rc) rc = get_number(&d->attn_gflops, root, "attn_gflops", 1e-3, 1e9, 0);
     if (!rc) rc = get_number(&d->attn_gbps, root, "attn_gbps", 1e-3, 1e6, 0);
     if (!rc) rc = get_number(&d->elementwise_gelems, root, "elementwise_gelems", 1e-6, 1e6, 0);
+    if (!rc) rc = get_number(&d->row_ops_gelems, root, "row_ops_gelems", 1e-6, 1e6, 0);
     if (!rc && strcmp(d->source, "measured") && strcmp(d->source, "spec"))
         rc = bad("source", "must be \"measured\" or \"spec\"");
     if (!rc) rc = points_parse(&d->gemv_by_bytes, root, "gemv_gbps_by_bytes");
@@ -108,6 +109,9 @@ int perf_device_format(const struct perf_device *d, char **out) {
     if (d->elementwise_gelems > 0 && n > 0 && (size_t)n < sizeof buf)
         n += snprintf(buf + n, sizeof buf - (size_t)n, ",\n \"elementwise_gelems\": %.4f",
                       d->elementwise_gelems);
+    if (d->row_ops_gelems > 0 && n > 0 && (size_t)n < sizeof buf)
+        n += snprintf(buf + n, sizeof buf - (size_t)n, ", \"row_ops_gelems\": %.4f",
+                      d->row_ops_gelems);
     if (d->attn_gflops > 0 && n > 0 && (size_t)n < sizeof buf)
         n += snprintf(buf + n, sizeof buf - (size_t)n,
                       ",\n \"attn_gflops\": %.3f, \"attn_gbps\": %.3f", d->attn_gflops,
@@ -240,7 +244,10 @@ double perf_layer_matmul_sec(const struct perf_layers *pl, int l, const struct p
                           y->e_i / perf_device_gemm_split_gflops(d, y->k_ei));
     /* the MLP's SwiGLU: one expf per intermediate element of each row (k experts' for MoE) */
     const double act = (y->p_i > 0 ? y->k_i : 0) + (y->experts ? pl->top_k * y->k_ei : 0);
-    const double elementwise = d->elementwise_gelems > 0 ? act / (d->elementwise_gelems * 1e9) : 0;
+    double elementwise = d->elementwise_gelems > 0 ? act / (d->elementwise_gelems * 1e9) : 0;
+    if (d->row_ops_gelems > 0)
+        elementwise += PERF_ROW_OPS_ELEMS(H, pl->heads, pl->kv_heads, pl->head_dim) /
+                       (d->row_ops_gelems * 1e9);
     return 2 * rows * s / 1e9 + rows * elementwise;
 }
 

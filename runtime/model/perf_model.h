@@ -80,6 +80,12 @@ struct perf_points {
  * when there are no points. */
 double perf_points_at(const struct perf_points *p, double key, double dflt);
 
+/* The elements a layer's row ops (row_ops_gelems below) count per row: two RMSNorms and two
+ * residual adds over the hidden size, a norm and RoPE over each q and k head, the K and V
+ * rows stored. */
+#define PERF_ROW_OPS_ELEMS(hidden, heads, kv_heads, head_dim)                                      \
+    (4.0 * (hidden) + 2.0 * ((heads) + (kv_heads)) * (head_dim) + 2.0 * (kv_heads) * (head_dim))
+
 struct perf_device {
     char name[64];
     char source[16]; /* "measured" or "spec" */
@@ -100,6 +106,10 @@ struct perf_device {
     /* elementwise_gelems: SwiGLU's elements per second (its expf), what a row costs a layer
      * beyond its matmuls and attention: the MLP's activation (optional; 0: not priced) */
     double elementwise_gelems;
+    /* row_ops_gelems: the rest of a layer's row ops (RMSNorms, q / k norms, RoPE, the KV
+     * store, residual adds) in PERF_ROW_OPS_ELEMS elements per second (optional; 0: not
+     * priced) */
+    double row_ops_gelems;
     /* Not in the profile: what runs one stage. tp > 1: a TP group of tp such devices (each
      * holds 1/tp of the stage's matrices, heads and KV heads) whose two all-reduces per layer
      * of the step's rows cross tp_link (latency_us: one small all-reduce's fixed cost; then a
@@ -165,8 +175,9 @@ struct perf_layers {
 int perf_layers_build(struct perf_layers *pl, const struct model_config *cfg);
 
 /* The pieces of a stage's step (the placement search sums them over layer ranges): layer l's
- * weight bytes at `rows` rows (MoE: the routed experts), its matmul seconds on d, the head's,
- * and one layer's KV streaming seconds for rows attending to ctx positions. */
+ * weight bytes at `rows` rows (MoE: the routed experts), its matmul seconds on d (with its
+ * row ops: SwiGLU and, where the profile has them, the norms, RoPE, KV store and adds), the
+ * head's, and one layer's KV streaming seconds for rows attending to ctx positions. */
 double perf_layer_bytes(const struct perf_layers *pl, int l, int rows);
 double perf_layer_matmul_sec(const struct perf_layers *pl, int l, const struct perf_device *d,
                              double rows);

@@ -3,7 +3,8 @@
  * the matmul rate, whichever is slower) plus its KV over the read bandwidth; a MoE layer reads
  * only the experts its rows route to, E (1 - (1 - k/E)^b); the pipeline adds its hops; the
  * batch prediction overlaps the stages; the profile JSON round-trips and bad ones are refused
- * naming the field; gemm by K interpolates in log K. */
+ * naming the field; gemm by K interpolates in log K; a layer's row ops are priced per row once
+ * the profile measured them. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -225,6 +226,21 @@ static void profile_round_trip_and_refusals(void **state) {
     apl.kv_heads = 1;
     /* 10 rows at an average context of 32: 4 x 320 pairs x 2 heads x 8 at 10 GFLOP/s */
     NEAR(perf_layer_attn_sec(&apl, &back, 0, 10, 320, 2), 4.0 * 320 * 2 * 8 / 10e9);
+    /* a layer's row ops beyond SwiGLU: priced once the profile measured them, per row at
+     * PERF_ROW_OPS_ELEMS (4 x 64 + 2 x (4 + 2) x 16 + 2 x 2 x 16 = 512 for the dense model) */
+    struct model_config rcfg;
+    assert_int_equal(model_config_parse(&rcfg, dense_json, strlen(dense_json), "t"), 0);
+    static struct perf_layers rpl;
+    assert_int_equal(perf_layers_build(&rpl, &rcfg), 0);
+    const double plain = perf_layer_matmul_sec(&rpl, 0, &back, 10);
+    assert_true(back.row_ops_gelems == 0);
+    d.row_ops_gelems = 2;
+    assert_int_equal(perf_device_format(&d, &json), 0);
+    assert_int_equal(perf_device_parse(&back, json, strlen(json)), 0);
+    free(json);
+    NEAR(back.row_ops_gelems, 2.0);
+    NEAR(PERF_ROW_OPS_ELEMS(64, 4, 2, 16), 512.0);
+    NEAR(perf_layer_matmul_sec(&rpl, 0, &back, 10) - plain, 10 * 512.0 / 2e9);
 #define BY_K_DESCENDING                                                                            \
     "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_gflops_by_k\": "              \
     "{\"4096\": 1, \"1024\": 2}}"

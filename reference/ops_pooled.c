@@ -1,0 +1,69 @@
+/* The row-wise and element-wise ops on a thread pool (see ops.h): each output element is
+ * computed whole by one call of the plain op, so the bits are the op's for any thread count. */
+#include "reference/ops.h"
+
+struct pooled_job {
+    float *out;
+    const float *x, *w, *up, *cos_t, *sin_t;
+    float eps;
+    int dim, row_floats, heads, head_dim;
+};
+
+static void rmsnorm_task(void *ctx, int begin, int end, int worker) {
+    const struct pooled_job *j = ctx;
+    (void)worker;
+    const size_t d = (size_t)j->dim;
+    rmsnorm(j->out + (size_t)begin * d, j->x + (size_t)begin * d, j->w, j->eps, end - begin,
+            j->dim);
+}
+
+static void rope_task(void *ctx, int begin, int end, int worker) {
+    const struct pooled_job *j = ctx;
+    (void)worker;
+    const size_t half = (size_t)j->head_dim / 2;
+    for (int i = begin; i < end; ++i)
+        rope_apply(j->out + (size_t)i * (size_t)j->row_floats, j->cos_t + (size_t)i * half,
+                   j->sin_t + (size_t)i * half, j->heads, j->head_dim);
+}
+
+static void swiglu_task(void *ctx, int begin, int end, int worker) {
+    const struct pooled_job *j = ctx;
+    (void)worker;
+    const size_t a = (size_t)begin * OPS_ELEMENTWISE_SLICE;
+    size_t b = (size_t)end * OPS_ELEMENTWISE_SLICE;
+    if (b > (size_t)j->dim) b = (size_t)j->dim;
+    swiglu(j->out + a, j->x + a, j->up + a, (int)(b - a));
+}
+
+void rmsnorm_pooled(float *out, const float *x, const float *weight, float eps, int n, int dim,
+                    struct thread_pool *pool) {
+    struct pooled_job j = {.out = out, .x = x, .w = weight, .eps = eps, .dim = dim};
+    if (n < 2)
+        rmsnorm(out, x, weight, eps, n, dim);
+    else
+        thread_pool_run(pool, rmsnorm_task, &j, n);
+}
+
+void rope_rows_pooled(float *x, const float *cos_t, const float *sin_t, int rows, int row_floats,
+                      int heads, int head_dim, struct thread_pool *pool) {
+    struct pooled_job j = {.out = x,
+                           .cos_t = cos_t,
+                           .sin_t = sin_t,
+                           .row_floats = row_floats,
+                           .heads = heads,
+                           .head_dim = head_dim};
+    if (rows < 2)
+        rope_task(&j, 0, rows, 0);
+    else
+        thread_pool_run(pool, rope_task, &j, rows);
+}
+
+void swiglu_pooled(float *out, const float *gate, const float *up, int n,
+                   struct thread_pool *pool) {
+    struct pooled_job j = {.out = out, .x = gate, .up = up, .dim = n};
+    const int slices = (n + OPS_ELEMENTWISE_SLICE - 1) / OPS_ELEMENTWISE_SLICE;
+    if (slices < 2)
+        swiglu(out, gate, up, n);
+    else
+        thread_pool_run(pool, swiglu_task, &j, slices);
+}
