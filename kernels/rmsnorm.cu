@@ -4,7 +4,8 @@
  * then every thread scales its slice. fp32 in and out. A row is one thread's few loads
  * apart, not 16 dependent ones: a decode step's one-row norms of the 8B shape (4096 wide)
  * took 14 us each on an H200 with 256 threads and 4-byte loads. The order of the sum
- * depends on the row's width only, never on the batch. */
+ * depends on the row's width only, never on the batch or where the row lies: a width of 4k
+ * sums in fours whether the pointers allow 16-byte loads or only 4-byte ones. */
 #include <stdint.h>
 
 #include "kernels/cuda_common.cuh"
@@ -28,9 +29,26 @@ __device__ static inline float4 scaled(float4 w, float4 x, float scale) {
                        __fmul_rn(w.w, __fmul_rn(x.w, scale)));
 }
 
-/* out [n, dim], x [n, dim], weight [dim]; gridDim.x = n. V4: dim % 4 == 0 and every pointer
- * 16-byte aligned, so a row is float4s. */
-template <bool V4>
+/* Four floats at p + 4 i: one 16-byte load where p is 16-byte aligned, else four. */
+template <bool ALIGNED> __device__ static inline float4 load4(const float *p, int i) {
+    if (ALIGNED) return ((const float4 *)p)[i];
+    return make_float4(p[4 * i], p[4 * i + 1], p[4 * i + 2], p[4 * i + 3]);
+}
+
+template <bool ALIGNED> __device__ static inline void store4(float *p, int i, float4 v) {
+    if (ALIGNED) {
+        ((float4 *)p)[i] = v;
+    } else {
+        p[4 * i] = v.x;
+        p[4 * i + 1] = v.y;
+        p[4 * i + 2] = v.z;
+        p[4 * i + 3] = v.w;
+    }
+}
+
+/* out [n, dim], x [n, dim], weight [dim]; gridDim.x = n. V4: dim % 4 == 0, a row is summed
+ * and scaled in fours (ALIGNED: every pointer 16-byte aligned, so with 16-byte loads). */
+template <bool V4, bool ALIGNED>
 __global__ static void rmsnorm_kernel(float *out, const float *x, const float *weight, float eps,
                                       int dim) {
     __shared__ float partial[32];
@@ -39,7 +57,7 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *w
     float sum = 0.0f;
     if (V4)
         for (int i = threadIdx.x; i < dim / 4; i += blockDim.x)
-            sum = __fadd_rn(sum, square_sum(((const float4 *)xr)[i]));
+            sum = __fadd_rn(sum, square_sum(load4<ALIGNED>(xr, i)));
     else
         for (int i = threadIdx.x; i < dim; i += blockDim.x)
             sum = __fadd_rn(sum, __fmul_rn(xr[i], xr[i]));
@@ -57,8 +75,8 @@ __global__ static void rmsnorm_kernel(float *out, const float *x, const float *w
     const float scale = partial[0];
     if (V4)
         for (int i = threadIdx.x; i < dim / 4; i += blockDim.x)
-            ((float4 *)outr)[i] =
-                scaled(((const float4 *)weight)[i], ((const float4 *)xr)[i], scale);
+            store4<ALIGNED>(outr, i,
+                            scaled(load4<ALIGNED>(weight, i), load4<ALIGNED>(xr, i), scale));
     else
         for (int i = threadIdx.x; i < dim; i += blockDim.x)
             outr[i] = __fmul_rn(weight[i], __fmul_rn(xr[i], scale));
@@ -70,13 +88,18 @@ extern "C" int cuda_rmsnorm(float *out, const float *x, const float *weight, flo
         return strata_set_error(STRATA_EINVAL, "cuda_rmsnorm: bad arguments (n %d, dim %d)", n,
                                 dim);
     if (n == 0) return STRATA_OK;
-    const bool v4 = dim % 4 == 0 && (((uintptr_t)out | (uintptr_t)x | (uintptr_t)weight) & 15) == 0;
+    /* the path by the width alone (the bits follow it); the loads by where the rows lie */
+    const bool v4 = dim % 4 == 0,
+               aligned = (((uintptr_t)out | (uintptr_t)x | (uintptr_t)weight) & 15) == 0;
     const int per_thread = v4 ? 4 : 1, want = (dim + per_thread - 1) / per_thread;
     const int threads = want >= kMaxThreads ? kMaxThreads : (want + 31) / 32 * 32;
-    if (v4)
-        rmsnorm_kernel<true><<<n, threads, 0, (cudaStream_t)stream>>>(out, x, weight, eps, dim);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (v4 && aligned)
+        rmsnorm_kernel<true, true><<<n, threads, 0, s>>>(out, x, weight, eps, dim);
+    else if (v4)
+        rmsnorm_kernel<true, false><<<n, threads, 0, s>>>(out, x, weight, eps, dim);
     else
-        rmsnorm_kernel<false><<<n, threads, 0, (cudaStream_t)stream>>>(out, x, weight, eps, dim);
+        rmsnorm_kernel<false, false><<<n, threads, 0, s>>>(out, x, weight, eps, dim);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
 }
