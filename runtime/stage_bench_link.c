@@ -227,9 +227,9 @@ static int probe_connect(const char *host, int port, struct wire_tls *tls, int H
     if (rc == 0) rc = wire_probe_measure(&conn, H, rows, nsizes, seconds, max_trips, &r);
     wire_close(&conn);
     if (rc < 0) return rc;
-    printf(
-        "probe-link to %s:%d%s, Activation frames of [rows, %d] f32, one way = round trip / 2:\n",
-        host, port, tls ? " over TLS 1.3 (PSK)" : " (plaintext)", H);
+    printf("probe-link to %s:%d%s, Activation frames of [rows, %d] f32 (rows 0: one float, a\n"
+           "token's size), one way = round trip / 2:\n",
+           host, port, tls ? " over TLS 1.3 (PSK)" : " (plaintext)", H);
     printf("%8s %12s %7s %12s %12s %12s\n", "rows", "bytes", "trips", "mean us", "p50 us",
            "max us");
     for (int i = 0; i < r.n; i++)
@@ -261,17 +261,18 @@ static const char probe_usage[] =
     "                                     [--rows LIST] [--seconds S] [--max-trips N] [--out F]\n"
     "Measures a link as the stages' frames cross it: run --listen on one box (it echoes), then\n"
     "--connect from the other. Frames of [rows, H] f32 (H default 4096; rows default\n"
-    "1,16,128,1024), each size for about S seconds (default 1; 5 to N round trips, default\n"
-    "2000); prints the mean, median and worst one-way time per size and the hosts file's\n"
-    "\"link\" object (latency_us: the smallest frame's mean; gbps in gigabytes per second:\n"
-    "from the medians), also\n"
+    "0,1,16,128,1024, 0 being a token-sized frame), each size for about S seconds (default 1;\n"
+    "5 to N round trips, default 2000); prints the mean, median and worst one-way time per\n"
+    "size and the hosts file's \"link\" object (latency_us: the smallest frame's mean, what a\n"
+    "decode hop stalls like on a lossy link; gbps in gigabytes per second: from the medians),\n"
+    "also\n"
     "written to F. --auth-key-file: TLS 1.3 with that pre-shared key on both sides, as\n"
     "strata-stage runs it.\n";
 
 int stage_bench_probe_link(int argc, char **argv) {
     const char *connect_to = NULL, *bind = NULL, *port_file = NULL, *key_file = NULL, *out = NULL;
-    int listen = 0, once = 0, port = 0, H = 4096, max_trips = 2000, nsizes = 4;
-    int rows[WIRE_PROBE_MAX_SIZES] = {1, 16, 128, 1024};
+    int listen = 0, once = 0, port = 0, H = 4096, max_trips = 2000, nsizes = 5;
+    int rows[WIRE_PROBE_MAX_SIZES] = {0, 1, 16, 128, 1024};
     double seconds = 1;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

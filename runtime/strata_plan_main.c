@@ -73,6 +73,9 @@ static void usage(FILE *out) {
                  "                     one per stage in stage order\n"
                  "  --link-latency-us X  one-way latency of every hop (default 50)\n"
                  "  --link-gbps X      bandwidth of every hop in GB/s (default 1.25: 10 GbE)\n"
+                 "  --link FILE        every hop's link as a probe measured it (strata-stage\n"
+                 "                     --probe-links, strata-stage-bench probe-link --out):\n"
+                 "                     its latency, bandwidth and mean time by frame size\n"
                  "  --prompt-tokens N  prompt length for time to first token (default 2048)\n"
                  "  --json             --predict's result as JSON (stages and predicted)\n"
                  "  --hosts FILE       choose the placement (which hosts, their order, their\n"
@@ -252,6 +255,7 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
         {"profile", required_argument, 0, 'F'},
         {"link-latency-us", required_argument, 0, 'L'},
         {"link-gbps", required_argument, 0, 'G'},
+        {"link", required_argument, 0, 'l'},
         {"prompt-tokens", required_argument, 0, 'N'},
         {"json", no_argument, 0, 'J'},
         {"hosts", required_argument, 0, 'H'},
@@ -284,12 +288,18 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
             break;
         case 'P': a->predict = 1; break;
         case 'F': a->predict_args.profiles = optarg; break;
-        case 'L':
+        case 'L': /* given figures price every hop: a --link file's probed sizes no longer */
             bad =
                 flag_double("--link-latency-us", optarg, 0, 1e7, &a->predict_args.link.latency_us);
+            a->predict_args.link.mean_us.n = 0;
             break;
         case 'G':
             bad = flag_double("--link-gbps", optarg, 1e-6, 1e6, &a->predict_args.link.gbps);
+            a->predict_args.link.mean_us.n = 0;
+            break;
+        case 'l':
+            if ((bad = perf_link_load(&a->predict_args.link, optarg) < 0))
+                fprintf(stderr, "strata-plan: --link %s\n", strata_last_error());
             break;
         case 'N':
             bad =
@@ -308,7 +318,7 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
         }
         if (bad) return 2;
         if (c == 't' || c == 'K' || c == 'T' || c == 'R') a->grid_asked = 1;
-        if (c == 'L' || c == 'G') a->predict_args.link_given = 1;
+        if (c == 'L' || c == 'G' || c == 'l') a->predict_args.link_given = 1;
     }
     if (optind < argc) {
         fprintf(stderr, "strata-plan: unexpected argument \"%s\"\n", argv[optind]);

@@ -43,9 +43,12 @@ static int load_profiles(struct perf_device *d, int S, const char *list) {
 static void print_text(const struct perf_prediction *p, const struct perf_device *d,
                        const struct plan_predict_args *pa) {
     const int B = pa->opt.batch > 1 ? pa->opt.batch : 1, S = p->num_stages;
-    printf("\npredicted (runtime/model/perf_model.h; link %.0f us, %.2f GB/s; prompt %d tokens "
+    char probed[64] = "";
+    if (pa->link.mean_us.n)
+        snprintf(probed, sizeof probed, ", probed at %d frame sizes", pa->link.mean_us.n);
+    printf("\npredicted (runtime/model/perf_model.h; link %.0f us, %.2f GB/s%s; prompt %d tokens "
            "in chunks of %d):\n",
-           pa->link.latency_us, pa->link.gbps, pa->opt.prompt_tokens, p->chunk_rows);
+           pa->link.latency_us, pa->link.gbps, probed, pa->opt.prompt_tokens, p->chunk_rows);
     printf("%-6s %-12s %-34s %12s %12s", "stage", "layers", "device", "MB/token", "ms/step b=1");
     if (B > 1) printf(" %9s b=%-3d", "ms/step", perf_rows_per_step(B, S));
     printf(" %14s\n", "ms/prefill chunk");

@@ -82,13 +82,14 @@ int strata_stage_probe_links(const struct args *a, const char *listen_host, int 
         wire_listener_close(&listener);
         return STRATA_EXIT_FAILURE;
     }
-    /* a decode row, and prefill chunks of 8, 64 (the default --chunk-size) and 256 rows */
-    static const int rows[] = {1, 8, 64, 256};
+    /* a token (the latency: link_probe.h), a decode row, and prefill chunks of 8, 64 (the
+     * default --chunk-size) and 256 rows */
+    static const int rows[] = {0, 1, 8, 64, 256};
     struct wire_conn conn = {.fd = -1};
     struct wire_probe_result r;
     int port = 0;
     rc = connect_next(&conn, a, tls, wait_ms, &port);
-    if (rc == 0) rc = wire_probe_measure(&conn, hidden, rows, 4, PROBE_SECONDS, 5000, &r);
+    if (rc == 0) rc = wire_probe_measure(&conn, hidden, rows, 5, PROBE_SECONDS, 5000, &r);
     char error[256] = "";
     if (rc < 0) snprintf(error, sizeof error, "%s", strata_last_error());
     wire_close(&conn); /* the next stage's echo ends here */
@@ -102,11 +103,12 @@ int strata_stage_probe_links(const struct args *a, const char *listen_host, int 
         return STRATA_EXIT_FAILURE;
     }
     char source[512], json[4096];
-    snprintf(source, sizeof source,
-             "measured by strata-stage --probe-links: stage %d to stage %d (%s:%d)%s, one-way "
-             "times of Activation frames of hidden %d, latency the decode row's mean, bandwidth "
-             "the medians' slope (gbps: gigabytes per second)",
-             a->stage_idx, to, next, port, tls ? " over TLS 1.3" : "", hidden);
+    snprintf(
+        source, sizeof source,
+        "measured by strata-stage --probe-links: stage %d to stage %d (%s:%d)%s, one-way "
+        "times of Activation frames of hidden %d, latency the token-sized frame's mean, bandwidth "
+        "the medians' slope (gbps: gigabytes per second)",
+        a->stage_idx, to, next, port, tls ? " over TLS 1.3" : "", hidden);
     if (wire_probe_format(&r, source, json, sizeof json) < 0) {
         fprintf(stderr, "strata-stage: --probe-links: %s\n", strata_last_error());
         return STRATA_EXIT_FAILURE;
@@ -116,10 +118,12 @@ int strata_stage_probe_links(const struct args *a, const char *listen_host, int 
         fprintf(stderr, "strata-stage: --probe-links: cannot write %s\n", a->probe_links);
         return STRATA_EXIT_FAILURE;
     }
-    printf("link to stage %d (%s:%d)%s: latency %.1f us, %.4f GB/s; a decode row's frame (%.0f "
-           "bytes) one way: mean %.1f us, median %.1f us, worst %.1f us; written to %s\n",
+    printf("link to stage %d (%s:%d)%s: latency %.1f us, %.4f GB/s; one way, mean / median / "
+           "worst: a token's frame (%.0f bytes) %.1f / %.1f / %.1f us, a decode row's (%.0f "
+           "bytes) %.1f / %.1f / %.1f us; written to %s\n",
            to, next, port, tls ? " over TLS 1.3" : "", r.latency_us, r.gbps, r.pt[0].bytes,
-           r.pt[0].mean_us, r.pt[0].p50_us, r.pt[0].max_us, a->probe_links);
+           r.pt[0].mean_us, r.pt[0].p50_us, r.pt[0].max_us, r.pt[1].bytes, r.pt[1].mean_us,
+           r.pt[1].p50_us, r.pt[1].max_us, a->probe_links);
     if (echo.rc < 0)
         fprintf(stderr, "strata-stage: --probe-links: the probe from the stage before (%s): %s\n",
                 echo.peer, echo.error);

@@ -10,11 +10,12 @@
 #   - network-namespace hosts (root; tests/pipeline/netns_lib.sh), the H 1024 model on 2 and 4
 #     stages and the H 1536 one on 2, 1 thread each, every link delayed 1 and 5 ms one way (tc
 #     netem, else the tun_link emulator), and the H 1024 model on 2 stages with 1 ms links that
-#     also lose BENCH_LOSS_PCT % of their packets (default 1; probed 16 s, measured over 18
-#     runs). Each link setting is measured first as an operator would (strata-stage-bench probe-link between two of the hosts: the
-#     mean one-way time of real frames, loss recoveries included) and predicted with what that
-#     probe measured; the client's link is delayed too, which adds two one-way latencies to the
-#     measured time to first token and is added to the prediction.
+#     also lose BENCH_LOSS_PCT % of their packets (default 1; probed 16 s, measured over 54
+#     runs). Each link setting is measured first as an operator would (strata-stage-bench
+#     probe-link between two of the hosts: the mean one-way time of real frames by size, loss
+#     recoveries included) and predicted with that link file (strata-plan --link); the
+#     client's link is delayed too, which adds two one-way latencies to the measured time to
+#     first token and is added to the prediction.
 # It calibrates the box (strata-stage --calibrate) at the rows' thread counts just before each
 # row (and prints how far the host's own rates moved over the run), asks strata-plan
 # --predict --json for decode tokens/s and time to first token, runs the same plan (one request:
@@ -22,7 +23,7 @@
 # cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs, default 3)
 # and prints predicted, measured and the error.
 # Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, BENCH_DELAYS_MS (default "1 5"),
-# BENCH_LOSS_PCT (default 1; "" for none), BENCH_LOSS_REPEAT (default 18),
+# BENCH_LOSS_PCT (default 1; "" for none), BENCH_LOSS_REPEAT (default 54),
 # STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
 set -u
 cd "$(dirname "$0")/.."
@@ -106,8 +107,10 @@ measure() {
 report() {
     local m=$1 S=$2 prof=$3 lat=$4 gbps=$5 label=$6 threads=$7 extra=$8 H pt pf et ef mark="" cores
     H=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$m/config.json")
+    local link=(--link-latency-us "$lat" --link-gbps "$gbps")
+    [ -n "${LINK_FILE:-}" ] && link=(--link "$LINK_FILE") # as probed: each hop by its frame's size
     "$PLAN" --model "$m" --stages "$S" --predict --profile "$prof" --prompt-tokens "$P" \
-        --chunk "$CHUNK" --kv-bytes 2 --link-latency-us "$lat" --link-gbps "$gbps" --json >"$PL_WORK/pred" ||
+        --chunk "$CHUNK" --kv-bytes 2 "${link[@]}" --json >"$PL_WORK/pred" ||
         pl_fail "strata-plan --predict for $label"
     pt=$(json_num "$PL_WORK/pred" decode_tokens_per_s)
     if [ -n "${MEAN_RATE:-}" ]; then
@@ -165,8 +168,11 @@ else
     . tests/pipeline/netns_lib.sh
     nl_init 4
     nl_client_for() { shift; nl_client "$@"; } # measure's CLIENT_FN: drop the tag
-    # probe_link: strata-stage-bench probe-link from host 0 to host 1 (frames of 1 and 64 rows
-    # of 1024 floats, 2 s each); sets lat (us) and gbps, and prints what it measured.
+    # probe_link: strata-stage-bench probe-link from host 0 to host 1 (a token-sized frame, then
+    # frames of 1 and 64 rows of 1024 floats, 2 s each); the rows are predicted with its link
+    # file (LINK_FILE: each hop priced by its frame's size, stalls included); sets lat (us:
+    # the token-sized frame's mean, for the client's hops) and gbps, and prints what it
+    # measured.
     probe_link() { # [SECONDS]
         local pf="$PL_WORK/probe.port" secs=${1:-2}
         rm -f "$pf"
@@ -175,13 +181,15 @@ else
         local lpid=$!
         pl_wait_file "$pf" 5 || pl_fail "probe-link did not listen: $(cat "$PL_WORK/probe.listen")"
         ip netns exec "$(nl_host_ns_of 0)" "$BENCH" probe-link --connect "$(nl_addr 1):$(cat "$pf")" \
-            --hidden 1024 --rows 1,64 --seconds "$secs" --out "$PL_WORK/link.json" >"$PL_WORK/probe.out" 2>&1 ||
+            --hidden 1024 --rows 0,1,64 --seconds "$secs" --max-trips 6000 --out "$PL_WORK/link.json" >"$PL_WORK/probe.out" 2>&1 ||
             pl_fail "probe-link: $(cat "$PL_WORK/probe.out")"
         wait "$lpid"
         lat=$(json_num "$PL_WORK/link.json" latency_us)
         gbps=$(json_num "$PL_WORK/link.json" gbps)
-        echo "  (probe-link host 0 -> 1: latency $lat us, $gbps GB/s; frames of 4 KB: mean" \
-            "$(awk '$1 == 1 { print $4 " us, worst " $6 " us" }' "$PL_WORK/probe.out"))"
+        LINK_FILE="$PL_WORK/link.json"
+        echo "  (probe-link host 0 -> 1: latency $lat us, $gbps GB/s; one way, mean and worst:" \
+            "$(awk '$1 == 0 { t = $4 " / " $6 " us" } $1 == 1 { r = $4 " / " $6 " us" }
+                END { print "token-sized " t ", 4 KB " r }' "$PL_WORK/probe.out"))"
     }
     # netns_row I S DELAY_MS LABEL: the model I on S hosts through the links as they are now.
     netns_row() {
@@ -207,15 +215,16 @@ else
     done
     # A lossy link's cost is long stalls (a lost segment that the tail-loss probe does not
     # recover waits for the retransmission timeout, 200 ms and more), so both sides take means
-    # over longer runs: the probe 16 s per size, the measurement BENCH_LOSS_REPEAT runs
-    # (default 18) as one rate (every token over every run's time) against the prediction.
-    # At 1 ms and 1% loss about 3% of round trips stall: 8 s of probe and 9 runs each saw ~20
-    # stalls, so each side's mean was good to about +-20% of the stalls' share, +-6% of the
-    # rate (the error moved between -23% and +1% over four runs); twice the samples, +-4%.
+    # over longer runs: the probe 16 s per size (its mean by frame size prices each hop), the
+    # measurement BENCH_LOSS_REPEAT runs (default 54) as one rate (every token over every
+    # run's time) against the prediction. At 1 ms and 1% loss a decode token stalled 5 ms on
+    # average, a few stalls of 200-400 ms: 18 runs (576 tokens) saw about 10 of them, and
+    # their count alone moved the measured rate by +-6% (the error ran -13% .. +13% over
+    # eight runs); 72 runs: -1%.
     for loss in ${BENCH_LOSS_PCT-1}; do
         nl_impair_all 1 "$loss" 0 1 2 3 c
         probe_link 16
-        MEASURE_REPEAT=${BENCH_LOSS_REPEAT:-18} MEAN_RATE=1 netns_row 0 2 1 "1ms ${loss}%"
+        MEASURE_REPEAT=${BENCH_LOSS_REPEAT:-54} MEAN_RATE=1 netns_row 0 2 1 "1ms ${loss}%"
     done
 fi
 echo "worst error: ${worst}% (goal: within 10% on a quiet host)$([ "$shared" -gt 0 ] &&

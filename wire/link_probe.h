@@ -2,11 +2,12 @@
  * frames of several sizes over the same TCP (and TLS) connection the stages use and times the
  * round trips. One way = round trip / 2. The link it reports is the performance model's
  * (runtime/model/perf_model.h struct perf_link): latency_us and gbps (gigabytes per second).
- * The latency is the decode row's *mean*: a long run pays every stall a lossy link causes (a
- * lost segment that TCP's tail-loss probe does not recover waits for the 200 ms
- * retransmission timeout), which a median hides; the bandwidth comes from the medians, which
- * those rare stalls do not tilt. Used by strata-stage --probe-links (each stage probes its link to
- * the next) and strata-stage-bench probe-link (any two boxes). */
+ * The latency is the smallest frame's *mean* (rows 0: a token-sized frame, as the ring's
+ * returning token; link_probe.c) and every size's mean is reported: a long run pays every
+ * stall a lossy link causes (a lost segment that TCP's tail-loss probe does not recover waits
+ * for the 200 ms retransmission timeout), which a median hides; the bandwidth comes from the
+ * medians, which those rare stalls do not tilt. Used by strata-stage --probe-links (each stage
+ * probes its link to the next) and strata-stage-bench probe-link (any two boxes). */
 #ifndef STRATA_WIRE_LINK_PROBE_H
 #define STRATA_WIRE_LINK_PROBE_H
 
@@ -42,8 +43,8 @@ int wire_probe_echo(struct wire_conn *conn, int idle_ms, unsigned long *echoed);
  * says. */
 void wire_probe_fit(struct wire_probe_result *r);
 
-/* Round trips of frames of rows[i] x hidden f32 rows, for about `seconds` per size (5 to
- * max_trips of them, after 3 unmeasured), and the fit. */
+/* Round trips of frames of rows[i] x hidden f32 rows (0: the token-sized frame), for about
+ * `seconds` per size (5 to max_trips of them, after 3 unmeasured), and the fit. */
 int wire_probe_measure(struct wire_conn *conn, int hidden, const int *rows, int n_sizes,
                        double seconds, int max_trips, struct wire_probe_result *out);
 
@@ -51,7 +52,8 @@ int wire_probe_measure(struct wire_conn *conn, int hidden, const int *rows, int 
  * the points; STRATA_ERANGE when it does not fit buf. */
 int wire_probe_format(const struct wire_probe_result *r, const char *source, char *buf, size_t cap);
 
-/* "1,16,128" into rows [n] (2 to WIRE_PROBE_MAX_SIZES sizes of 1 to 65536 rows); -1 when not. */
+/* "0,1,16,128" into rows [n] (2 to WIRE_PROBE_MAX_SIZES sizes of 0 to 65536 rows); -1 when
+ * not. */
 int wire_probe_parse_rows(const char *list, int *rows, int *n);
 
 #endif

@@ -287,9 +287,9 @@ void perf_device_set_tp(struct perf_device *d, int tp, const struct perf_link *l
     if (link)
         d->tp_link = *link;
     else if (!strcmp(d->device, "cuda"))
-        d->tp_link = (struct perf_link){15, 300};
+        d->tp_link = (struct perf_link){.latency_us = 15, .gbps = 300};
     else
-        d->tp_link = (struct perf_link){5, d->read_gbps / 4};
+        d->tp_link = (struct perf_link){.latency_us = 5, .gbps = d->read_gbps / 4};
 }
 
 void perf_device_set_kvp(struct perf_device *d, int kvp, int kvp_tokens, int max_seq,
@@ -371,9 +371,63 @@ static double prefill_ms(const struct perf_layers *pl, const struct stage_range 
                                      tokens * (ctx_before + (tokens + 1) / 2.0), 0);
 }
 
+double perf_link_one_way_us(const struct perf_link *l, double bytes) {
+    const struct perf_points *p = &l->mean_us;
+    const double us_per_byte = l->gbps > 0 ? 1e-3 / l->gbps : 0;
+    if (p->n == 0) return l->latency_us + bytes * us_per_byte;
+    if (bytes <= p->key[0]) return p->value[0];
+    for (int i = 1; i < p->n; i++)
+        if (bytes <= p->key[i])
+            return p->value[i - 1] + (p->value[i] - p->value[i - 1]) * (bytes - p->key[i - 1]) /
+                                         (p->key[i] - p->key[i - 1]);
+    return p->value[p->n - 1] + (bytes - p->key[p->n - 1]) * us_per_byte;
+}
+
+int perf_link_from_json(struct perf_link *l, const cJSON *o) {
+    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(o, "latency_us");
+    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(o, "gbps");
+    const cJSON *pts = cJSON_GetObjectItemCaseSensitive(o, "points"), *it;
+    if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || !(lat->valuedouble >= 0) ||
+        !(bw->valuedouble > 0) || !isfinite(lat->valuedouble) || !isfinite(bw->valuedouble) ||
+        (pts && !cJSON_IsArray(pts)))
+        return -1;
+    struct perf_link out = {.latency_us = lat->valuedouble, .gbps = bw->valuedouble};
+    cJSON_ArrayForEach(it, pts) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(it, "bytes");
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(it, "mean_us");
+        struct perf_points *p = &out.mean_us;
+        if (!cJSON_IsNumber(b) || !cJSON_IsNumber(t) || !(b->valuedouble > 0) ||
+            !(t->valuedouble >= 0) || !isfinite(b->valuedouble) || !isfinite(t->valuedouble) ||
+            p->n == PERF_MAX_K_POINTS || (p->n && b->valuedouble <= p->key[p->n - 1]))
+            return -1;
+        p->key[p->n] = b->valuedouble;
+        p->value[p->n++] = t->valuedouble;
+    }
+    *l = out;
+    return 0;
+}
+
+int perf_link_load(struct perf_link *l, const char *path) {
+    char *text = NULL;
+    size_t len = 0;
+    int rc = cli_read_file_max(&text, &len, path, 1 << 20);
+    if (rc) return rc;
+    cJSON *o = cJSON_ParseWithLength(text, len);
+    free(text);
+    rc = o && perf_link_from_json(l, o) == 0
+             ? 0
+             : strata_set_error(STRATA_EFORMAT,
+                                "%s: not a link ({\"latency_us\": >= 0, \"gbps\": > 0} and "
+                                "optional \"points\": [{\"bytes\", \"mean_us\"}, ...] of up "
+                                "to %d sizes ascending)",
+                                path, PERF_MAX_K_POINTS);
+    cJSON_Delete(o);
+    return rc;
+}
+
 double perf_hop_ms(const struct perf_layers *pl, const struct perf_link *link, int rows) {
-    double bytes = (double)rows * pl->hidden * 4.0;
-    return link->latency_us / 1e3 + 1e3 * bytes / (link->gbps * 1e9);
+    const double bytes = (double)rows * pl->hidden * 4.0 + PERF_FRAME_HEADER_BYTES;
+    return perf_link_one_way_us(link, bytes) / 1e3;
 }
 
 int perf_predict(struct perf_prediction *out, const struct perf_layers *pl,
@@ -425,12 +479,14 @@ int perf_predict_hops(struct perf_prediction *out, const struct perf_layers *pl,
         if (st->decode_ms_b > maxg) maxg = st->decode_ms_b;
         if (st->prefill_ms_chunk > max_pre) max_pre = st->prefill_ms_chunk;
     }
-    /* every hop of the ring once per token (one stage: none) */
+    /* every hop of the ring once per token (one stage: none): rows to the next stage, from the
+     * last the token back */
     double hops1 = 0, hopsg = 0, hopsc = 0;
     for (int s = 0; S > 1 && s < S; s++) {
-        hops1 += perf_hop_ms(pl, &hops_link[s], 1);
-        hopsg += perf_hop_ms(pl, &hops_link[s], g);
-        hopsc += perf_hop_ms(pl, &hops_link[s], c);
+        const int token = s == S - 1;
+        hops1 += perf_hop_ms(pl, &hops_link[s], token ? 0 : 1);
+        hopsg += perf_hop_ms(pl, &hops_link[s], token ? 0 : g);
+        hopsc += perf_hop_ms(pl, &hops_link[s], token ? 0 : c);
     }
     out->hop_ms_1 = S > 1 ? hops1 / S : perf_hop_ms(pl, &hops_link[0], 1);
     out->hop_ms_chunk = S > 1 ? hopsc / S : perf_hop_ms(pl, &hops_link[0], c);

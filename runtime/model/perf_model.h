@@ -44,16 +44,21 @@
  *   (perf_device.kvp: t × k devices) leaves a decode step's attention to the rank holding the
  *   most of its context (min(1, kvp_tokens / context) of it) and adds two all-gathers per
  *   layer (r × nh/t maxima, then r × nh/t × (D + 2) partial sums, f32).
- * A hop carries rows × H × 4 bytes: latency + bytes / bandwidth.
+ * A hop is one frame: rows × H × 4 bytes and a header (PERF_FRAME_HEADER_BYTES) from a stage
+ * to the next, the header alone for the token the last stage sends back to stage 0. Its time
+ * is the link's (perf_link_one_way_us): latency + bytes / bandwidth, or where the link was
+ * probed, the probe's mean one-way times by frame size, stalls included.
  * The pipeline (S stages in a ring, stage 0 samples nothing, the last stage answers):
- *   batch 1: one token every Σ_s step_s(1) + S hops (no hop when S = 1);
+ *   batch 1: one token every Σ_s step_s(1) + S − 1 hops of a row + the token's hop back (no
+ *            hop when S = 1);
  *   batch B: g = ⌈B / S⌉ rows per step, ⌈B / g⌉ groups in flight: tokens/s =
- *            B / max(Σ_s step_s(g) + S hops, groups · max_s step_s(g));
+ *            B / max(Σ_s step_s(g) + S − 1 hops of g rows + the token hop,
+ *                    groups · max_s step_s(g));
  *   time to first token: the prompt in the chunks stage 0 cuts (stage_plan_prefill_chunk: at
  *            most --chunk-size, at least one per stage), Σ_s prefill_s(c) + (n_chunks − 1) ·
- *            max_s prefill_s(c) + the head once + S hops of c rows.
- * It is a model: it ignores what is small on a large model (norms, RoPE, sampling, the event
- * loop's wake-ups), and `./strata bench predict` says how far it is from real runs. */
+ *            max_s prefill_s(c) + the head once + S − 1 hops of c rows + the token hop.
+ * It is a model: it ignores what is small on a large model (sampling, the event loop's
+ * wake-ups), and `./strata bench predict` says how far it is from real runs. */
 #ifndef STRATA_RUNTIME_MODEL_PERF_MODEL_H
 #define STRATA_RUNTIME_MODEL_PERF_MODEL_H
 
@@ -65,16 +70,41 @@
 
 #define PERF_MAX_K_POINTS 8
 
-struct perf_link {
-    double latency_us; /* one way */
-    double gbps;       /* gigabytes per second */
-};
+/* A hop's frame beyond its rows: an Activation's header and tensor description (192 bytes in
+ * the link probe's frames; wire/link_probe.h), and all of a returning token's frame. */
+#define PERF_FRAME_HEADER_BYTES 192.0
 
 /* A rate by a size: n points, keys ascending. */
 struct perf_points {
     int n;
     double key[PERF_MAX_K_POINTS], value[PERF_MAX_K_POINTS];
 };
+
+struct perf_link {
+    double latency_us; /* one way */
+    double gbps;       /* gigabytes per second */
+    /* optional (n 0: none): a probe's mean one-way time (us) by whole frame bytes (a hosts
+     * file's or probe's "points"), which prices a hop where it was measured: on a lossy link
+     * a row's frame stalled more than a token's (wire/link_probe.c), which latency_us alone
+     * cannot say */
+    struct perf_points mean_us;
+};
+
+/* One frame of `bytes` (header included) over l, microseconds: with points, the mean of the
+ * smallest at or below it, linear between two, beyond the largest its mean plus the rest at
+ * gbps; without, latency_us + bytes / gbps. */
+double perf_link_one_way_us(const struct perf_link *l, double bytes);
+
+/* {"latency_us": >= 0, "gbps": > 0} with optional "points": [{"bytes": B, "mean_us": T, ...},
+ * ...] (bytes ascending, up to PERF_MAX_K_POINTS: a probe's link object, as strata-stage
+ * --probe-links and strata-stage-bench probe-link write it) into *l: 0, or -1 when it is not
+ * that. */
+struct cJSON;
+int perf_link_from_json(struct perf_link *l, const struct cJSON *o);
+
+/* perf_link_from_json of a file's object (a probe's link file): 0, or STRATA_EFORMAT (or the
+ * read's error) with the error set naming the file. */
+int perf_link_load(struct perf_link *l, const char *path);
 
 /* The value at `key`: log-linear in the key between two points, flat beyond the ends; `dflt`
  * when there are no points. */
@@ -256,8 +286,8 @@ static inline int perf_groups_in_flight(int batch, int num_stages) {
     return (batch + g - 1) / g;
 }
 
-/* One hop of `rows` f32 hidden states over `link`, milliseconds: its latency plus the bytes
- * at its bandwidth (what perf_predict and the placement charge a hop). */
+/* One hop over `link`, milliseconds: a frame of `rows` f32 hidden states, or rows 0, the
+ * token the last stage sends back (what perf_predict and the placement charge a hop). */
 double perf_hop_ms(const struct perf_layers *pl, const struct perf_link *link, int rows);
 
 /* Prices `ranges` [S] with devices [S] (one profile per stage) and one link for every hop. */

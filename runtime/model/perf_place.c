@@ -23,9 +23,9 @@ static void resolve(char *out, size_t cap, const char *hosts_path, const char *p
         snprintf(out, cap, "%.*s/%s", (int)(slash - hosts_path), hosts_path, profile);
 }
 
-/* {"latency_us": >= 0, "gbps": > 0} into *l, or {"probe": "FILE"}: FILE (relative to the
- * hosts file) holds that object, as strata-stage --probe-links and strata-stage-bench
- * probe-link write it; -1 when it is not that. */
+/* perf_link_from_json's object into *l, or {"probe": "FILE"}: FILE (relative to the hosts
+ * file) holds that object, as strata-stage --probe-links and strata-stage-bench probe-link
+ * write it; -1 when it is not that. */
 static int parse_link(struct perf_link *l, const cJSON *o, const char *hosts_path) {
     const cJSON *probe = cJSON_GetObjectItemCaseSensitive(o, "probe");
     if (cJSON_IsString(probe) && hosts_path) {
@@ -39,13 +39,7 @@ static int parse_link(struct perf_link *l, const cJSON *o, const char *hosts_pat
         cJSON_Delete(measured);
         return rc;
     }
-    const cJSON *lat = cJSON_GetObjectItemCaseSensitive(o, "latency_us");
-    const cJSON *bw = cJSON_GetObjectItemCaseSensitive(o, "gbps");
-    if (!cJSON_IsNumber(lat) || !cJSON_IsNumber(bw) || !(lat->valuedouble >= 0) ||
-        !(bw->valuedouble > 0) || !isfinite(lat->valuedouble) || !isfinite(bw->valuedouble))
-        return -1;
-    *l = (struct perf_link){lat->valuedouble, bw->valuedouble};
-    return 0;
+    return perf_link_from_json(l, o);
 }
 
 static int load_host(struct perf_host *host, const cJSON *it, const char *path, int i) {
@@ -97,7 +91,7 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
         return bad(path, msg);
     }
     if (devs && devs->valuedouble > 1) {
-        struct perf_link l = {0, 0};
+        struct perf_link l = {.latency_us = 0};
         if (dlink && parse_link(&l, dlink, path) < 0) {
             snprintf(msg, sizeof msg,
                      "hosts[%d].device_link needs \"latency_us\" >= 0 and \"gbps\" > 0", i);
@@ -161,7 +155,7 @@ int perf_hosts_load(struct perf_hosts *h, const char *path) {
     char *text = NULL;
     size_t len = 0;
     memset(h, 0, sizeof *h);
-    h->link = (struct perf_link){50, 1.25};
+    h->link = (struct perf_link){.latency_us = 50, .gbps = 1.25};
     int rc = cli_read_file(&text, &len, path);
     if (rc) return rc;
     cJSON *root = cJSON_ParseWithLength(text, len);
@@ -355,7 +349,8 @@ static struct score best_split(struct search *z, const int *order, int S,
     }
     double latency = sum1[S - 1][L]; /* plus every hop of the ring (the order's links) */
     for (int s = 0; S > 1 && s < S; s++)
-        latency += perf_hop_ms(z->pl, perf_hosts_link(z->h, order[s], order[(s + 1) % S]), 1);
+        latency += perf_hop_ms(z->pl, perf_hosts_link(z->h, order[s], order[(s + 1) % S]),
+                               s < S - 1); /* rows to the next stage, the token back */
     /* ms per B tokens: the pipeline's steady state, bounded above by S steps of the slowest
      * stage (a round of every request is at most that; perf_predict prices the round too) */
     double pace = maxg[S - 1][L] * S;

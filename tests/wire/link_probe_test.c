@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -41,10 +42,24 @@ static void test_flat(void **state) {
     assert_true(r.latency_us > 11.4 && r.latency_us < 11.5);
 }
 
+/* Row lists: 0 (the token-sized frame) to 65536 rows, 2 to WIRE_PROBE_MAX_SIZES sizes. */
+static void test_parse_rows(void **state) {
+    (void)state;
+    int rows[WIRE_PROBE_MAX_SIZES], n = 0;
+    assert_int_equal(wire_probe_parse_rows("0,1,64", rows, &n), 0);
+    assert_int_equal(n, 3);
+    assert_int_equal(rows[0], 0);
+    assert_int_equal(rows[2], 64);
+    static const char *const bad[] = {"1", "-1,4", "1,65537", "1,,x", "1,2,3,4,5,6,7,8,9", "a,1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(wire_probe_parse_rows(bad[i], rows, &n), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_slope),
         cmocka_unit_test(test_flat),
+        cmocka_unit_test(test_parse_rows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

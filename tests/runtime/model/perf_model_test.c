@@ -4,7 +4,7 @@
  * only the experts its rows route to, E (1 - (1 - k/E)^b); the pipeline adds its hops; the
  * batch prediction overlaps the stages; the profile JSON round-trips and bad ones are refused
  * naming the field; gemm by K interpolates in log K; a layer's row ops are priced per row once
- * the profile measured them. */
+ * the profile measured them; a probed link prices each hop by its frame's size. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -57,7 +58,7 @@ static void dense_decode_and_pipeline(void **state) {
     NEAR(pl.layer[0].dense_bytes, 74048.0);
     NEAR(pl.head_bytes, (1000.0 * 64 + 64) * 2);
     struct perf_device d[2] = {device(1.0, 1000.0, 10.0), device(1.0, 1000.0, 10.0)};
-    struct perf_link link = {100.0, 1.0};
+    struct perf_link link = {.latency_us = 100.0, .gbps = 1.0};
     struct perf_options opt = {
         .batch = 1, .prompt_tokens = 100, .chunk_tokens = 100, .kv_bytes = 2};
     struct stage_range one[1] = {{0, 4}}, two[2] = {{0, 2}, {2, 4}};
@@ -73,7 +74,7 @@ static void dense_decode_and_pipeline(void **state) {
      * bytes and half the KV (2 KV heads, one each), then per layer two ring all-reduces of the
      * row's 64 x 4 bytes: 5 us + 2 (t - 1) / t x 256 bytes at 10 GB/s */
     struct perf_device tp2 = d[0];
-    perf_device_set_tp(&tp2, 2, &(struct perf_link){5.0, 10.0});
+    perf_device_set_tp(&tp2, 2, &(struct perf_link){.latency_us = 5.0, .gbps = 10.0});
     static struct perf_prediction pt;
     assert_int_equal(perf_predict(&pt, &pl, one, 1, &tp2, &link, &opt), 0);
     NEAR(pt.stages[0].decode_ms_1,
@@ -84,7 +85,7 @@ static void dense_decode_and_pipeline(void **state) {
      * (16 bytes), then their partial sums (4 x (16 + 2) x 4 bytes); each rank holds half the
      * KV of a sequence. */
     struct perf_device kvp2 = d[0];
-    perf_device_set_tp(&kvp2, 1, &(struct perf_link){5.0, 10.0});
+    perf_device_set_tp(&kvp2, 1, &(struct perf_link){.latency_us = 5.0, .gbps = 10.0});
     perf_device_set_kvp(&kvp2, 2, 64, 128, 100);
     NEAR(kvp2.kvp_kv, 0.5);
     NEAR(kvp2.kvp_attn, 0.64);
@@ -97,14 +98,17 @@ static void dense_decode_and_pipeline(void **state) {
     perf_device_set_tp(&kvp2, 2, NULL); /* TP 2 x KVP 2: a TP rank's half of each */
     assert_int_equal(perf_place_rank_bytes(&e, &kvp2, 2), 500 + 200 + 10);
     assert_int_equal(perf_predict(&p2, &pl, two, 2, d, &link, &opt), 0);
-    /* two stages: the same work split, plus 2 hops of 64 x 4 bytes after 100 us */
-    double hop = 0.1 + 1e3 * 256 / 1e9;
+    /* two stages: the same work split, plus a hop of 64 x 4 bytes and a frame's header to
+     * stage 1 and the token's frame (the header) back, each after 100 us */
+    const double row_hop = 0.1 + 1e3 * (256 + PERF_FRAME_HEADER_BYTES) / 1e9,
+                 token_hop = 0.1 + 1e3 * PERF_FRAME_HEADER_BYTES / 1e9,
+                 hop = (row_hop + token_hop) / 2;
     NEAR(p2.hop_ms_1, hop);
     NEAR(1e3 / p2.tokens_per_s_1, p2.stages[0].decode_ms_1 + p2.stages[1].decode_ms_1 + 2 * hop);
     /* a link per hop: stage 0 -> 1 as before, the token's way back 20 ms slower; the first
      * token pays both hops too */
     static struct perf_prediction ph;
-    struct perf_link hops[2] = {link, {20100.0, 1.0}};
+    struct perf_link hops[2] = {link, {.latency_us = 20100.0, .gbps = 1.0}};
     assert_int_equal(perf_predict_hops(&ph, &pl, two, 2, d, hops, &opt), 0);
     NEAR(1e3 / ph.tokens_per_s_1, 1e3 / p2.tokens_per_s_1 + 20.0);
     NEAR(ph.hop_ms_1, hop + 10.0); /* the mean hop */
@@ -122,8 +126,8 @@ static void dense_decode_and_pipeline(void **state) {
      * rows streams the same weights, so 4 tokens per round of about one step per stage) */
     opt.batch = 4;
     assert_int_equal(perf_predict(&p2, &pl, two, 2, d, &link, &opt), 0);
-    double round =
-        p2.stages[0].decode_ms_b + p2.stages[1].decode_ms_b + 2 * (0.1 + 1e3 * 512 / 1e9);
+    double round = p2.stages[0].decode_ms_b + p2.stages[1].decode_ms_b +
+                   (0.1 + 1e3 * (512 + PERF_FRAME_HEADER_BYTES) / 1e9) + token_hop;
     double pace = 2 * fmax(p2.stages[0].decode_ms_b, p2.stages[1].decode_ms_b);
     NEAR(p2.tokens_per_s_b, 1e3 * 4 / fmax(round, pace));
     /* the prompt is priced in the chunks stage 0 cuts it into: at least one per stage (50
@@ -134,6 +138,7 @@ static void dense_decode_and_pipeline(void **state) {
     NEAR(p2.ttft_ms, p2.stages[0].prefill_ms_chunk + p2.stages[1].prefill_ms_chunk +
                          fmax(p2.stages[0].prefill_ms_chunk, p2.stages[1].prefill_ms_chunk) +
                          1e3 * 128128.0 / 1e9 + 2 * p2.hop_ms_chunk);
+    NEAR(p2.hop_ms_chunk, (0.1 + 1e3 * (50 * 256 + PERF_FRAME_HEADER_BYTES) / 1e9 + token_hop) / 2);
     /* a prefill chunk of 50 rows after 25 positions on stage 0's 2 layers: its weights, 2 x
      * 74048 bytes streamed at 1 GB/s (slower than their matmuls, 2 x 50 x 2 x 37024 flops at
      * 1000 GFLOP/s), and attention over 50 x (25 + 25.5) pairs per layer, 4 x pairs x 4 heads
@@ -160,7 +165,7 @@ static void moe_reads_routed_experts(void **state) {
     NEAR(pl.layer[0].expert_bytes, 12288.0);
     assert_int_equal(pl.layer[0].experts, 8);
     struct perf_device d = device(1.0, 1e9, 1e9); /* streaming dominates everything else */
-    struct perf_link link = {0, 1};
+    struct perf_link link = {.latency_us = 0, .gbps = 1};
     struct perf_options opt = {.batch = 64, .prompt_tokens = 1, .kv_bytes = 2};
     struct stage_range all[1] = {{0, 2}};
     static struct perf_prediction p;
@@ -258,6 +263,73 @@ static void profile_round_trip_and_refusals(void **state) {
     }
 }
 
+/* A link file as a probe writes it: its mean one-way time by frame bytes prices each hop by
+ * its frame (a row's frame on a lossy link stalls more than the token's), linear between the
+ * sizes, the smallest's below, the largest's plus the rest at gbps above; without points,
+ * latency + bytes / gbps; malformed files are refused naming themselves. */
+static int write_text(char *path, const char *text) {
+    strcpy(path, "/tmp/perf_link_XXXXXX");
+    const char *dir = getenv("TEST_TMPDIR");
+    if (dir && strlen(dir) < 200) snprintf(path, 256, "%s/perf_link_XXXXXX", dir);
+    int fd = mkstemp(path);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "w");
+    int rc = f && fputs(text, f) >= 0 ? 0 : -1;
+    if (f) fclose(f);
+    return rc;
+}
+
+static void probed_link(void **state) {
+    (void)state;
+    char path[256];
+    assert_int_equal(
+        write_text(path, "{\"latency_us\": 2990, \"gbps\": 0.5, \"source\": \"x\", "
+                         "\"points\": [{\"bytes\": 196, \"mean_us\": 3000, \"p50_us\": 1000}, "
+                         "{\"bytes\": 4288, \"mean_us\": 5000}, "
+                         "{\"bytes\": 262336, \"mean_us\": 9000}]}"),
+        0);
+    struct perf_link l;
+    assert_int_equal(perf_link_load(&l, path), 0);
+    unlink(path);
+    assert_int_equal(l.mean_us.n, 3);
+    NEAR(perf_link_one_way_us(&l, 100), 3000.0);
+    NEAR(perf_link_one_way_us(&l, 196), 3000.0);
+    NEAR(perf_link_one_way_us(&l, 2242), 4000.0);
+    NEAR(perf_link_one_way_us(&l, 4288), 5000.0);
+    NEAR(perf_link_one_way_us(&l, 262336 + 5e5), 9000.0 + 1000.0); /* 0.5 GB/s: 2 ns a byte */
+    const struct perf_link plain = {.latency_us = 2990, .gbps = 0.5};
+    NEAR(perf_link_one_way_us(&plain, 4288), 2990 + 4288 * 2e-3);
+    /* two stages of the dense model (H 64): a row's frame, 448 bytes, and the token's, 192 */
+    struct model_config cfg;
+    assert_int_equal(model_config_parse(&cfg, dense_json, strlen(dense_json), "t"), 0);
+    static struct perf_layers pl;
+    assert_int_equal(perf_layers_build(&pl, &cfg), 0);
+    NEAR(perf_hop_ms(&pl, &l, 1), (3000.0 + 2000.0 * (448 - 196) / (4288 - 196)) / 1e3);
+    NEAR(perf_hop_ms(&pl, &l, 0), 3.0);
+    struct perf_device d[2] = {device(1.0, 1000.0, 10.0), device(1.0, 1000.0, 10.0)};
+    const struct stage_range two[2] = {{0, 2}, {2, 4}};
+    struct perf_options opt = {.batch = 1, .prompt_tokens = 16};
+    static struct perf_prediction p;
+    assert_int_equal(perf_predict(&p, &pl, two, 2, d, &l, &opt), 0);
+    NEAR(1e3 / p.tokens_per_s_1, p.stages[0].decode_ms_1 + p.stages[1].decode_ms_1 +
+                                     perf_hop_ms(&pl, &l, 1) + perf_hop_ms(&pl, &l, 0));
+    static const char *const bad[] = {
+        "{\"latency_us\": 1, \"gbps\": 1, \"points\": {}}",
+        "{\"latency_us\": 1, \"gbps\": 1, \"points\": [{\"bytes\": 9, \"mean_us\": 1}, "
+        "{\"bytes\": 4, \"mean_us\": 2}]}",
+        "{\"latency_us\": 1, \"gbps\": 1, \"points\": [{\"bytes\": 9}]}",
+        "{\"latency_us\": 1, \"points\": []}",
+        "not json",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        assert_int_equal(write_text(path, bad[i]), 0);
+        assert_int_equal(perf_link_load(&l, path), STRATA_EFORMAT);
+        assert_non_null(strstr(strata_last_error(), path));
+        printf("ok: refused: %s\n", strata_last_error());
+        unlink(path);
+    }
+}
+
 /* Placement: with room on one box, the latency goal keeps the model there (hops only cost);
  * when no box holds it alone, it splits over the two, the faster box taking the larger share;
  * a model no set of boxes holds is refused saying how much it needs. */
@@ -278,7 +350,7 @@ static void placement(void **state) {
     h.host[0].dev = device(1.0, 1000.0, 10.0);
     h.host[1].dev = device(4.0, 4000.0, 40.0);
     h.host[0].mem_bytes = h.host[1].mem_bytes = 64 << 20;
-    h.link = (struct perf_link){100.0, 1.0};
+    h.link = (struct perf_link){.latency_us = 100.0, .gbps = 1.0};
     struct perf_options opt = {.batch = 1, .prompt_tokens = 16, .chunk_tokens = 16, .kv_bytes = 2};
     static struct perf_placement pp;
     assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
@@ -322,18 +394,18 @@ static void placement(void **state) {
         h.host[x].dev = device(4.0, 4000.0, 40.0);
         h.host[x].mem_bytes = whole * 3 / 4;
     }
-    h.link = (struct perf_link){100.0, 1.0};
+    h.link = (struct perf_link){.latency_us = 100.0, .gbps = 1.0};
     h.n_pairs = 2;
-    h.pair[0] = (struct perf_pair){0, 1, {20000.0, 0.1}};
-    h.pair[1] = (struct perf_pair){2, 0, {20000.0, 0.1}};
+    h.pair[0] = (struct perf_pair){0, 1, {.latency_us = 20000.0, .gbps = 0.1}};
+    h.pair[1] = (struct perf_pair){2, 0, {.latency_us = 20000.0, .gbps = 0.1}};
     assert_true(perf_hosts_link(&h, 1, 0)->latency_us == 20000.0); /* either way */
     assert_true(perf_hosts_link(&h, 1, 2)->latency_us == 100.0);   /* the default */
     assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
     assert_int_equal(pp.num_stages, 2);
     assert_true((pp.host[0] == 1 && pp.host[1] == 2) || (pp.host[0] == 2 && pp.host[1] == 1));
-    NEAR(pp.pred.hop_ms_1, 0.1 + 1e3 * 256 / 1e9);
+    NEAR(pp.pred.hop_ms_1, 0.1 + 1e3 * (256 + 2 * PERF_FRAME_HEADER_BYTES) / 2 / 1e9);
     /* with b and c's link slow as well, a 20 ms pair cannot be avoided: the prediction pays it */
-    h.pair[h.n_pairs++] = (struct perf_pair){2, 1, {20000.0, 0.1}};
+    h.pair[h.n_pairs++] = (struct perf_pair){2, 1, {.latency_us = 20000.0, .gbps = 0.1}};
     assert_int_equal(perf_place(&pp, &pl, &mm, &h, &opt, PERF_GOAL_LATENCY), 0);
     assert_true(pp.pred.hop_ms_1 > 20.0);
     printf("ok: the fast pair b + c chosen; with every pair slow, %.2f ms a hop\n",
@@ -346,6 +418,7 @@ int main(void) {
         cmocka_unit_test(dense_decode_and_pipeline),
         cmocka_unit_test(moe_reads_routed_experts),
         cmocka_unit_test(profile_round_trip_and_refusals),
+        cmocka_unit_test(probed_link),
         cmocka_unit_test(placement),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
