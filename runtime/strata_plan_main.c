@@ -639,7 +639,7 @@ int main(int argc, char **argv) {
         .kv_bytes = 2, /* strata-stage's default KV is f16 */
         .tensors_rank = -1,
         .opt = {2, 4096, 1, STAGE_PLAN_DEFAULT_CHUNK, 1},
-        .predict_args = {.link = {50, 1.25}, .opt = {.prompt_tokens = 2048}}};
+        .predict_args = {.link = {.latency_us = 50, .gbps = 1.25}, .opt = {.prompt_tokens = 2048}}};
     struct plan_model m = {0};
     const char *how = NULL;
     int rc = parse_args(&a, argc, argv);

@@ -313,10 +313,12 @@ static void probed_link(void **state) {
     assert_int_equal(perf_predict(&p, &pl, two, 2, d, &l, &opt), 0);
     NEAR(1e3 / p.tokens_per_s_1, p.stages[0].decode_ms_1 + p.stages[1].decode_ms_1 +
                                      perf_hop_ms(&pl, &l, 1) + perf_hop_ms(&pl, &l, 0));
+#define POINTS_DESCENDING                                                                          \
+    "{\"latency_us\": 1, \"gbps\": 1, \"points\": [{\"bytes\": 9, \"mean_us\": 1}, "               \
+    "{\"bytes\": 4, \"mean_us\": 2}]}"
     static const char *const bad[] = {
         "{\"latency_us\": 1, \"gbps\": 1, \"points\": {}}",
-        "{\"latency_us\": 1, \"gbps\": 1, \"points\": [{\"bytes\": 9, \"mean_us\": 1}, "
-        "{\"bytes\": 4, \"mean_us\": 2}]}",
+        POINTS_DESCENDING,
         "{\"latency_us\": 1, \"gbps\": 1, \"points\": [{\"bytes\": 9}]}",
         "{\"latency_us\": 1, \"points\": []}",
         "not json",
