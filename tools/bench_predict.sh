@@ -77,6 +77,12 @@ calibrate 1 2
 echo "prediction benchmark: $(nproc) cores, prompt $P tokens, $N generated, median of $R;" \
     "each row's profiles measured just before it; the first ones:"
 for T in 1 2; do echo "  $T thread(s): $(tr -d '\n' <"${profile[$T]}")"; done
+# Stages side by side on one box stand in for boxes: fair only where two busy threads do not
+# slow each other (the device's 16 CPUs gave 1.5x, the first tokens of its 2-stage rows came
+# 34-38% late; this 2-core Xeon 2.0x).
+awk -v a="$(json_num "${profile[1]}" gemm_gflops)" -v b="$(json_num "${profile[2]}" gemm_gflops)" 'BEGIN {
+    r = b / a; printf "  a second thread adds %.2fx to 64-row matmuls here%s\n", r,
+        r < 1.8 ? " (hyperthreads or shared cores?): stages running at once slow each other, which a box per stage does not" : "" }'
 printf "%-16s %-8s %-10s %-8s %12s %12s %7s %12s %12s %7s\n" model stages threads link "pred tok/s" \
     "meas tok/s" error "pred TTFT ms" "meas TTFT ms" error
 worst=0

@@ -72,7 +72,10 @@ step() {
 }
 
 gpus=0
-step device 20 sh -c 'nvidia-smi || echo "nvidia-smi: not present"; uname -a; nproc; free -g'
+# the CPUs' topology too: whether the 16 are cores or hyperthreads decides what bench predict's
+# stages, run side by side on this one box, do to each other
+step device 20 sh -c 'nvidia-smi || echo "nvidia-smi: not present"; uname -a; nproc; free -g;
+    lscpu || head -30 /proc/cpuinfo; cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list'
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
 for t in argmax attention cuda_graph kv_store matmul moe_group rmsnorm rope_cos_sin tree_sum \
     vision_ops; do
