@@ -299,7 +299,7 @@ static int parse_options(struct plan_args *a, int argc, char **argv) {
             break;
         case 'l':
             if ((bad = perf_link_load(&a->predict_args.link, optarg) < 0))
-                fprintf(stderr, "strata-plan: --link %s\n", strata_last_error());
+                fprintf(stderr, "strata-plan: --link: %s\n", strata_last_error());
             break;
         case 'N':
             bad =

@@ -93,6 +93,15 @@ check predict 0 "tokens/s at batch 1" --model "$model" --stages 2 --predict --pr
 check predict-batch 0 "tokens/s at batch 8" --model "$moe" --stages 2 --predict --profile "$tmp/spec.json" --batch 8
 check predict-bottleneck 0 "bottleneck: " --model "$model" --stages 2 --predict \
     --profile "$tmp/spec.json,$tmp/spec.json" --prompt-tokens 512 --link-latency-us 2000 --link-gbps 0.1
+# a probe's link file (--link): each hop by its frame's size; bad ones exit 2 saying why
+printf '{"latency_us": 1000, "gbps": 0.25, "points": [{"bytes": 196, "mean_us": 3000}, {"bytes": 4288, "mean_us": 5000}]}\n' >"$tmp/link.json"
+check predict-link 0 "probed at 2 frame sizes" --model "$model" --stages 2 --predict --profile "$tmp/spec.json" \
+    --link "$tmp/link.json"
+printf '{"latency_us": 1000, "gbps": 0.25, "points": [{"bytes": 4288, "mean_us": 5000}, {"bytes": 196, "mean_us": 3000}]}\n' >"$tmp/badlink.json"
+check predict-link-bad 2 "not a link" --model "$model" --stages 2 --predict --profile "$tmp/spec.json" \
+    --link "$tmp/badlink.json"
+check predict-link-missing 2 "--link: cannot open" --model "$model" --stages 2 --predict \
+    --profile "$tmp/spec.json" --link "$tmp/none.json"
 check predict-json 0 '"decode_tokens_per_s": ' --model "$model" --stages 2 --predict --profile "$tmp/spec.json" --json
 out=$("$plan" --model "$model" --stages 2 --predict --profile "$tmp/spec.json" --json 2>&1)
 if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert len(d["stages"]) == 2 and d["predicted"]["ttft_ms"] > 0' "$out"; then
