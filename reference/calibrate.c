@@ -133,9 +133,9 @@ static int row_ops_gelems(double *gelems, const struct ops_kv *kv, int pos,
         rope_rows_pooled(q, cos_t, sin_t, N, QD, ATT_NH, ATT_D, pool);
         rope_rows_pooled(k, cos_t, sin_t, N, KD, ATT_NKV, ATT_D, pool);
         kv_store(kv, k, v, KD, pos, N, ATT_NKV, ATT_D);
-        vec_add(hidden, proj, N * H);
+        vec_add_pooled(hidden, proj, N * H, pool);
         rmsnorm_pooled(norm, hidden, w, 1e-6f, N, H, pool);
-        vec_add(hidden, proj, N * H);
+        vec_add_pooled(hidden, proj, N * H, pool);
         double t = cli_now_sec() - t0;
         if (r && t < best) best = t;
     }

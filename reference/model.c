@@ -491,8 +491,7 @@ static int op_tp_reduce(void *ctx, float *x, size_t n) {
 }
 
 static int op_vec_add(void *ctx, float *x, const float *y, int n) {
-    (void)ctx;
-    vec_add(x, y, n);
+    vec_add_pooled(x, y, n, ((struct cpu_pass *)ctx)->m->pool);
     return STRATA_OK;
 }
 

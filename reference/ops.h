@@ -241,7 +241,7 @@ void vec_add(float *x, const float *y, int n);
 
 /* The row-wise and element-wise ops on the pool, as the CPU backend runs them (ops_pooled.c):
  * rmsnorm and RoPE sliced by rows (rope_rows_pooled: `rows` rows of row_floats floats whose
- * first heads x head_dim rotate, cos/sin [rows][head_dim / 2]), swiglu by
+ * first heads x head_dim rotate, cos/sin [rows][head_dim / 2]), swiglu and vec_add by
  * OPS_ELEMENTWISE_SLICE floats (enough to pay a task's dispatch). Each output element is
  * computed whole by one call of the op above, so the bits are its bits for any thread
  * count; one row or slice runs on the caller. (A 128-token prefill of an H 1024 x 8 layer
@@ -252,6 +252,7 @@ void rmsnorm_pooled(float *out, const float *x, const float *weight, float eps, 
 void rope_rows_pooled(float *x, const float *cos_t, const float *sin_t, int rows, int row_floats,
                       int heads, int head_dim, struct thread_pool *pool);
 void swiglu_pooled(float *out, const float *gate, const float *up, int n, struct thread_pool *pool);
+void vec_add_pooled(float *x, const float *y, int n, struct thread_pool *pool);
 
 /* matmul implementations; all give identical bits (see the top of this file). */
 enum ops_path { OPS_PATH_AUTO = 0, OPS_PATH_PORTABLE, OPS_PATH_AVX2, OPS_PATH_AVX512 };

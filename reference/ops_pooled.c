@@ -58,6 +58,24 @@ void rope_rows_pooled(float *x, const float *cos_t, const float *sin_t, int rows
         thread_pool_run(pool, rope_task, &j, rows);
 }
 
+static void vec_add_task(void *ctx, int begin, int end, int worker) {
+    const struct pooled_job *j = ctx;
+    (void)worker;
+    const size_t a = (size_t)begin * OPS_ELEMENTWISE_SLICE;
+    size_t b = (size_t)end * OPS_ELEMENTWISE_SLICE;
+    if (b > (size_t)j->dim) b = (size_t)j->dim;
+    vec_add(j->out + a, j->x + a, (int)(b - a));
+}
+
+void vec_add_pooled(float *x, const float *y, int n, struct thread_pool *pool) {
+    struct pooled_job j = {.out = x, .x = y, .dim = n};
+    const int slices = (n + OPS_ELEMENTWISE_SLICE - 1) / OPS_ELEMENTWISE_SLICE;
+    if (slices < 2)
+        vec_add(x, y, n);
+    else
+        thread_pool_run(pool, vec_add_task, &j, slices);
+}
+
 void swiglu_pooled(float *out, const float *gate, const float *up, int n,
                    struct thread_pool *pool) {
     struct pooled_job j = {.out = out, .x = gate, .up = up, .dim = n};
