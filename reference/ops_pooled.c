@@ -26,13 +26,39 @@ static void rope_task(void *ctx, int begin, int end, int worker) {
                    j->sin_t + (size_t)i * half, j->heads, j->head_dim);
 }
 
+/* Slices [begin, end) of OPS_ELEMENTWISE_SLICE floats of the job's dim: their first float
+ * (*a) and count. */
+static int slice_of(const struct pooled_job *j, int begin, int end, size_t *a) {
+    *a = (size_t)begin * OPS_ELEMENTWISE_SLICE;
+    size_t b = (size_t)end * OPS_ELEMENTWISE_SLICE;
+    if (b > (size_t)j->dim) b = (size_t)j->dim;
+    return (int)(b - *a);
+}
+
+/* task over the job's dim floats in slices: on the pool, or on the caller for one slice. */
+static void run_slices(struct thread_pool *pool, void (*task)(void *, int, int, int),
+                       struct pooled_job *j) {
+    const int slices = (j->dim + OPS_ELEMENTWISE_SLICE - 1) / OPS_ELEMENTWISE_SLICE;
+    if (slices < 2)
+        task(j, 0, slices, 0);
+    else
+        thread_pool_run(pool, task, j, slices);
+}
+
 static void swiglu_task(void *ctx, int begin, int end, int worker) {
     const struct pooled_job *j = ctx;
     (void)worker;
-    const size_t a = (size_t)begin * OPS_ELEMENTWISE_SLICE;
-    size_t b = (size_t)end * OPS_ELEMENTWISE_SLICE;
-    if (b > (size_t)j->dim) b = (size_t)j->dim;
-    swiglu(j->out + a, j->x + a, j->up + a, (int)(b - a));
+    size_t a;
+    const int n = slice_of(j, begin, end, &a);
+    swiglu(j->out + a, j->x + a, j->up + a, n);
+}
+
+static void vec_add_task(void *ctx, int begin, int end, int worker) {
+    const struct pooled_job *j = ctx;
+    (void)worker;
+    size_t a;
+    const int n = slice_of(j, begin, end, &a);
+    vec_add(j->out + a, j->x + a, n);
 }
 
 void rmsnorm_pooled(float *out, const float *x, const float *weight, float eps, int n, int dim,
@@ -58,30 +84,13 @@ void rope_rows_pooled(float *x, const float *cos_t, const float *sin_t, int rows
         thread_pool_run(pool, rope_task, &j, rows);
 }
 
-static void vec_add_task(void *ctx, int begin, int end, int worker) {
-    const struct pooled_job *j = ctx;
-    (void)worker;
-    const size_t a = (size_t)begin * OPS_ELEMENTWISE_SLICE;
-    size_t b = (size_t)end * OPS_ELEMENTWISE_SLICE;
-    if (b > (size_t)j->dim) b = (size_t)j->dim;
-    vec_add(j->out + a, j->x + a, (int)(b - a));
-}
-
 void vec_add_pooled(float *x, const float *y, int n, struct thread_pool *pool) {
     struct pooled_job j = {.out = x, .x = y, .dim = n};
-    const int slices = (n + OPS_ELEMENTWISE_SLICE - 1) / OPS_ELEMENTWISE_SLICE;
-    if (slices < 2)
-        vec_add(x, y, n);
-    else
-        thread_pool_run(pool, vec_add_task, &j, slices);
+    run_slices(pool, vec_add_task, &j);
 }
 
 void swiglu_pooled(float *out, const float *gate, const float *up, int n,
                    struct thread_pool *pool) {
     struct pooled_job j = {.out = out, .x = gate, .up = up, .dim = n};
-    const int slices = (n + OPS_ELEMENTWISE_SLICE - 1) / OPS_ELEMENTWISE_SLICE;
-    if (slices < 2)
-        swiglu(out, gate, up, n);
-    else
-        thread_pool_run(pool, swiglu_task, &j, slices);
+    run_slices(pool, swiglu_task, &j);
 }
