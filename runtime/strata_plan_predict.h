@@ -16,7 +16,8 @@ struct plan_predict_args {
     int json;
     const char *hosts;   /* --hosts FILE: choose the placement */
     enum perf_goal goal; /* --goal latency | throughput */
-    int link_given;      /* --link-* given: they override the hosts file's link */
+    int link_given;      /* --link-latency-us, --link-gbps or --link given: they override the hosts
+                            file's link */
     int tp;              /* --tp: every stage a TP group of that many devices (default link) */
     int max_seq;         /* --max-seq: a KV-parallel rank's positions follow from it */
     int kvp, kvp_tokens; /* --kvp: each TP rank KV parallel over that many devices */

@@ -135,10 +135,11 @@ int wire_probe_measure(struct wire_conn *conn, int hidden, const int *rows, int 
                                     hidden);
         if (rows[i] > max_rows) max_rows = rows[i];
     }
-    float *x = malloc(sizeof(float) * (size_t)(max_rows > 0 ? max_rows : 1) * (size_t)hidden);
+    const size_t floats = (size_t)(max_rows > 0 ? max_rows : 1) * (size_t)hidden; /* rows 0: 1 */
+    float *x = malloc(sizeof(float) * floats);
     struct wire_arena arena;
     if (!x) return strata_set_error(STRATA_ENOMEM, "out of memory");
-    for (size_t i = 0; i < (size_t)max_rows * (size_t)hidden; i++)
+    for (size_t i = 0; i < floats; i++)
         x[i] = (float)((i * 2654435761u) % 2001u) / 1000.0f - 1.0f;
     int rc = wire_arena_init(&arena, 0);
     for (int i = 0; rc == 0 && i < n_sizes; i++)
