@@ -11,13 +11,15 @@
 #include "runtime/base/cli.h"
 #include "runtime/base/status.h"
 #include "runtime/model/perf_model.h"
+#include "runtime/strata_stage_args.h"
 #include "runtime/stage/calibrate_cuda.h"
 
 int strata_calibrate_main(int argc, char **argv);
 
 static void usage(FILE *out) {
     fprintf(out,
-            "usage: strata-stage --calibrate [--device cpu] [--threads N] [--out FILE]\n"
+            "usage: strata-stage --calibrate [--device cpu] [--threads N] [--cpus LIST] [--out "
+            "FILE]\n"
             "Measures this box for strata-plan --predict and prints (or writes) a device\n"
             "profile: host read bandwidth, the bytes per second a bf16 matmul of one row\n"
             "streams (decode) and the GFLOP/s of 64 rows (prefill), with the CPU backend's own\n"
@@ -26,16 +28,22 @@ static void usage(FILE *out) {
             "                   CUDA backend's own kernels (device copy bandwidth, a bf16\n"
             "                   matmul's streaming rate at 1 row, GFLOP/s at 64 rows)\n"
             "  --threads N      threads, as strata-stage --threads will run (default 1; cpu)\n"
+            "  --cpus LIST      on these CPUs only, as strata-stage --cpus will run (0-3,8)\n"
             "  --out FILE       write the profile here (default: stdout)\n"
             "  --help           this text\n"
             "Exit codes: 0 ok, 1 runtime failure, 2 usage.\n");
 }
 
 int strata_calibrate_main(int argc, char **argv) {
-    static const struct option opts[] = {{"calibrate", 0, 0, 'c'}, {"device", 1, 0, 'd'},
-                                         {"threads", 1, 0, 't'},   {"out", 1, 0, 'o'},
-                                         {"help", 0, 0, 'h'},      {0, 0, 0, 0}};
-    int threads = 1, c, cuda = 0;
+    static const struct option opts[] = {{"calibrate", 0, 0, 'c'},
+                                         {"device", 1, 0, 'd'},
+                                         {"threads", 1, 0, 't'},
+                                         {"out", 1, 0, 'o'},
+                                         {"cpus", 1, 0, 'p'},
+                                         {"help", 0, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int threads = 1, c, cuda = 0, pin = 0;
+    struct cpu_pin cpus;
     struct cli_device dev = {0};
     const char *out = NULL;
     optind = 1;
@@ -56,6 +64,10 @@ int strata_calibrate_main(int argc, char **argv) {
             }
             break;
         case 'o': out = optarg; break;
+        case 'p':
+            if (strata_stage_flag_cpus(optarg, &cpus) < 0) return STRATA_EXIT_USAGE;
+            pin = 1;
+            break;
         case 'h': usage(stdout); return STRATA_EXIT_OK;
         default: usage(stderr); return STRATA_EXIT_USAGE;
         }
@@ -64,6 +76,7 @@ int strata_calibrate_main(int argc, char **argv) {
         fprintf(stderr, "strata-stage: --calibrate: unexpected argument '%s'\n", argv[optind]);
         return STRATA_EXIT_USAGE;
     }
+    if (strata_stage_pin_cpus(pin ? &cpus : NULL, cuda ? 1 : threads) < 0) return STRATA_EXIT_USAGE;
     struct perf_device d;
     char *json = NULL;
     int rc;

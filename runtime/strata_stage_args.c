@@ -8,6 +8,7 @@
 
 #include "reference/kv_cache.h"
 #include "runtime/base/cli.h"
+#include "runtime/base/cpu_pin.h"
 #include "runtime/base/status.h"
 #include "runtime/model/stage_plan.h"
 #include "runtime/model/tp_shard.h"
@@ -49,6 +50,10 @@ void strata_stage_usage(FILE *out) {
         "  --device cpu|cuda:N    compute backend: cpu (default) or GPU N (refused, with the\n"
         "                         reason, where the build or machine has no CUDA)\n"
         "  --threads T            matmul threads (default 1)\n"
+        "  --cpus LIST            run on these CPUs only (0-3,8, as taskset -c; at least one\n"
+        "                         per thread): stages sharing a box each on cores of their\n"
+        "                         own (lscpu -e: one CPU per core keeps two stages off one\n"
+        "                         core's hyperthreads). Default: every CPU the process may use\n"
         "  --weights-dtype D      bf16 (default: as stored) or q8 (8-bit blocks quantised at\n"
         "                         load, cpu only; other logits than bf16, so every stage of\n"
         "                         a pipeline must use the same: it is in the Hello's model\n"
@@ -182,6 +187,28 @@ int strata_stage_flag_int(const char *flag, const char *text, int lo, int hi, in
     return -1;
 }
 
+int strata_stage_flag_cpus(const char *text, struct cpu_pin *out) {
+    if (cpu_pin_parse(text, out) == 0) return 0;
+    fprintf(stderr, "strata-stage: --cpus %s\n", strata_last_error());
+    return -1;
+}
+
+int strata_stage_pin_cpus(const struct cpu_pin *p, int threads) {
+    char list[256];
+    if (!p || cpu_pin_apply(p, threads) == 0) return 0;
+    cpu_pin_format(p, list, sizeof list);
+    fprintf(stderr, "strata-stage: --cpus %s: %s\n", list, strata_last_error());
+    return -1;
+}
+
+void strata_stage_print_cpus(int pinned) {
+    struct cpu_pin now;
+    char list[256];
+    if (cpu_pin_current(&now) < 0) return;
+    cpu_pin_format(&now, list, sizeof list);
+    printf("cpus: %s (%d, %s)\n", list, now.count, pinned ? "pinned by --cpus" : "as started");
+}
+
 int strata_stage_parse_listen(const char *text, char *host, size_t cap, int *port) {
     const char *colon = text ? strrchr(text, ':') : NULL;
     snprintf(host, cap, "127.0.0.1");
@@ -211,6 +238,7 @@ enum option_id {
     O_NEXT_PORT_FILE,
     O_DEVICE,
     O_THREADS,
+    O_CPUS,
     O_WEIGHTS_DTYPE,
     O_WEIGHTS_IN_FILE,
     O_MAX_SEQ,
@@ -274,6 +302,7 @@ static const struct option long_options[] = {{"model", 1, 0, O_MODEL},
                                              {"next-port-file", 1, 0, O_NEXT_PORT_FILE},
                                              {"device", 1, 0, O_DEVICE},
                                              {"threads", 1, 0, O_THREADS},
+                                             {"cpus", 1, 0, O_CPUS},
                                              {"weights-dtype", 1, 0, O_WEIGHTS_DTYPE},
                                              {"weights-in-file", 0, 0, O_WEIGHTS_IN_FILE},
                                              {"max-seq", 1, 0, O_MAX_SEQ},
@@ -369,6 +398,10 @@ static int parse_option(struct args *a, int c, const char *value) {
     case O_NEXT_PORT_FILE: a->next_port_file = value; break;
     case O_DEVICE: a->device = value; break;
     case O_THREADS: rc = strata_stage_flag_int("--threads", value, 1, 1024, &a->threads); break;
+    case O_CPUS:
+        rc = strata_stage_flag_cpus(value, &a->cpus);
+        a->pin_cpus = rc == 0;
+        break;
     case O_WEIGHTS_IN_FILE: a->weights_in_file = 1; break;
     case O_WEIGHTS_DTYPE:
         a->weights_dtype = value;

@@ -6,6 +6,7 @@
 
 #include <stdio.h>
 
+#include "runtime/base/cpu_pin.h"
 #include "runtime/model/tp_shard.h"
 #include "runtime/stage/stage_server.h"
 
@@ -18,6 +19,8 @@ struct args {
     const char *device, *weights_dtype;
     int weights_in_file; /* --weights-in-file */
     int threads, max_seq, max_batch, chunk_size;
+    struct cpu_pin cpus; /* --cpus LIST, where pin_cpus */
+    int pin_cpus;
     size_t kv_memory;           /* --kv-memory SIZE (bytes), or */
     double kv_memory_fraction;  /* --kv-memory PCT (a share of the memory free after loading) */
     enum ops_dtype kv_dtype;    /* --kv-dtype */
@@ -50,6 +53,18 @@ int strata_stage_flag_int(const char *flag, const char *text, int lo, int hi, in
 /* --listen "ADDR:PORT", ":PORT" or "PORT" (NULL: 127.0.0.1 and port 0, any free one) into
  * host [cap] and *port: 0, or -1 after printing what is wrong. */
 int strata_stage_parse_listen(const char *text, char *host, size_t cap, int *port);
+
+/* --cpus LIST into *out: 0, or -1 after printing what is wrong. */
+int strata_stage_flag_cpus(const char *text, struct cpu_pin *out);
+
+/* Pins this process to --cpus (p NULL: none given, nothing to do) before it starts a thread,
+ * so every thread inherits it: 0, or -1 after printing why not (a CPU it may not use, more
+ * threads than CPUs). */
+int strata_stage_pin_cpus(const struct cpu_pin *p, int threads);
+
+/* The startup summary's line of the CPUs this process runs on and why (--cpus, or every CPU
+ * it may use), on stdout. */
+void strata_stage_print_cpus(int pinned);
 
 /* --log-level error|warn|info|debug: 0, or -1 after printing what is wrong. */
 int strata_stage_parse_log_level(const char *text, enum stage_log_level *out);

@@ -272,6 +272,7 @@ static void print_follower(const struct run *r, const struct args *a) {
            r->cfg.num_layers, role->with_embed ? ", embedding" : "",
            role->with_head ? ", final norm + lm_head" : "");
     printf("%s\n", device);
+    strata_stage_print_cpus(a->pin_cpus);
     print_kv(r->follower);
     fflush(stdout);
 }
@@ -300,6 +301,7 @@ static void print_summary(const struct run *r, const struct args *a) {
            info.num_layers, info.role.with_embed ? ", embedding" : "",
            info.role.with_head ? ", final norm + lm_head" : "");
     printf("%s\n", device);
+    strata_stage_print_cpus(a->pin_cpus);
     print_kv(r->stage.backend);
     if (info.stage_index == 0 && r->oracle)
         printf("speculation: ORACLE drafts from %s, each right with probability %g, %d per "
@@ -528,6 +530,8 @@ int main(int argc, char **argv) {
                         "(strata-stage --help lists every flag)\n");
         return STRATA_EXIT_USAGE;
     }
+    /* Before any thread starts (the pool, the links'), so that every one inherits it. */
+    if (strata_stage_pin_cpus(a.pin_cpus ? &a.cpus : NULL, a.threads) < 0) return STRATA_EXIT_USAGE;
     stage_log_setup(a.stage_idx, a.log_level);
     if (strata_stage_parse_listen(a.listen, r.listen_host, sizeof r.listen_host, &r.listen_port) <
         0)

@@ -54,6 +54,7 @@ static void usage(FILE *out) {
             "  --next-port P          stage 0's port\n"
             "  --next-port-file F     read stage 0's port from F (re-read on reconnect)\n"
             "  --threads T            vision encoder threads (default 1)\n"
+            "  --cpus LIST            run on these CPUs only (0-3,8; strata-stage --help)\n"
             "  --device cpu|cuda:N    where the tower runs: the CPU encoder (default) or GPU N\n"
             "                         (runtime/stage/vision_cuda.h; weights uploaded once)\n"
             "  --vision-block-tokens N  image tokens per transfer block (default %d)\n"
@@ -84,7 +85,9 @@ struct vargs {
     const char *tokenizer;
     int next_port, threads, block_tokens, insecure, drop_after, max_image, max_request;
     int max_video, max_video_frames;
-    int device; /* -1: CPU encoder; else the CUDA device index */
+    int device;          /* -1: CPU encoder; else the CUDA device index */
+    struct cpu_pin cpus; /* --cpus, where pin_cpus */
+    int pin_cpus;
     long long max_pixels;
     enum stage_log_level log_level;
 };
@@ -111,6 +114,10 @@ static int vparse_one(struct vargs *a, int c, const char *v) {
     case 'n': return strata_stage_flag_int("--next-port", v, 1, 65535, &a->next_port);
     case 'f': a->next_port_file = v; return 0;
     case 't': return strata_stage_flag_int("--threads", v, 1, 1024, &a->threads);
+    case 'c':
+        if (strata_stage_flag_cpus(v, &a->cpus) < 0) return -1;
+        a->pin_cpus = 1;
+        return 0;
     case 'D': return vdevice(v, &a->device);
     case 'b':
         return strata_stage_flag_int("--vision-block-tokens", v, 1, 1 << 24, &a->block_tokens);
@@ -147,6 +154,7 @@ static int vparse(struct vargs *a, int argc, char **argv) {
                                          {"next-port", 1, 0, 'n'},
                                          {"next-port-file", 1, 0, 'f'},
                                          {"threads", 1, 0, 't'},
+                                         {"cpus", 1, 0, 'c'},
                                          {"device", 1, 0, 'D'},
                                          {"vision-block-tokens", 1, 0, 'b'},
                                          {"max-image-bytes", 1, 0, 'i'},
@@ -278,6 +286,7 @@ static void vsummary(const struct vrun *r, const struct vargs *a) {
                vision_cuda_weight_bytes(r->gpu));
     else
         printf("device: cpu\n");
+    strata_stage_print_cpus(a->pin_cpus);
     printf("preprocessor: %lld..%lld pixels, patch %d, merge %d\n", (long long)pp->min_pixels,
            (long long)pp->max_pixels, pp->patch_size, pp->merge_size);
     const struct vision_video_config *vc = &r->fe.vpp;
@@ -362,6 +371,7 @@ int strata_vision_main(int argc, char **argv) {
                         "(strata-stage --role vision --help lists every flag)\n");
         return STRATA_EXIT_USAGE;
     }
+    if (strata_stage_pin_cpus(a.pin_cpus ? &a.cpus : NULL, a.threads) < 0) return STRATA_EXIT_USAGE;
     strata_log_setup("vision", (enum strata_log_level)a.log_level);
     memset(&r, 0, sizeof r);
     code = vopen(&r, &a);

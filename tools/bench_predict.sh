@@ -16,6 +16,10 @@
 #     recoveries included) and predicted with that link file (strata-plan --link); the
 #     client's link is delayed too, which adds two one-way latencies to the measured time to
 #     first token and is added to the prediction.
+# Stages side by side on one box stand for boxes: each stage (and each calibration) runs on
+# physical cores of its own (strata-stage --cpus, one CPU per core, a core's other hyperthreads
+# left idle) wherever the row's threads fit; left to the scheduler, two busy stages may share
+# a core's hyperthreads while another idles. BENCH_PIN=0 leaves placement to the scheduler.
 # It calibrates the box (strata-stage --calibrate) at the rows' thread counts just before each
 # row (and prints how far the host's own rates moved over the run), asks strata-plan
 # --predict --json for decode tokens/s and time to first token, runs the same plan (one request:
@@ -23,7 +27,7 @@
 # cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs, default 3)
 # and prints predicted, measured and the error.
 # Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, BENCH_DELAYS_MS (default "1 5"),
-# BENCH_LOSS_PCT (default 1; "" for none), BENCH_LOSS_REPEAT (default 54),
+# BENCH_LOSS_PCT (default 1; "" for none), BENCH_LOSS_REPEAT (default 54), BENCH_PIN (default 1),
 # STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
 set -u
 cd "$(dirname "$0")/.."
@@ -47,6 +51,36 @@ spread() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { m = (v[1] 
     printf "%.2f-%.2f (+-%.0f%% about the middle, %d calibrations)", v[1], v[NR], 100 * (v[NR] - m) / m, NR }'; }
 json_num() { sed -n "s/.*\"$2\": *\([0-9.e+-]*\).*/\1/p" "$1" | head -1; }
 
+# CORES: one CPU of each physical core this bench may use (the first of its thread siblings
+# here), in order; empty with BENCH_PIN=0.
+CORES=()
+if [ "${BENCH_PIN:-1}" != 0 ]; then
+    mapfile -t CORES < <(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/$$/status | tr ',' '\n' |
+        awk -F- '{ e = NF > 1 ? $2 : $1; for (i = $1; i <= e; i++) print i }' | while read -r c; do
+            echo "$c $(cat "/sys/devices/system/cpu/cpu$c/topology/thread_siblings_list" 2>/dev/null || echo "$c")"
+        done | awk '!seen[$2]++ { print $1 }')
+fi
+# cores_list FROM N: the --cpus list of CORES[FROM .. FROM+N-1]
+cores_list() {
+    local i out=""
+    for ((i = $1; i < $1 + $2; i++)); do out="$out${out:+,}${CORES[$i]}"; done
+    echo "$out"
+}
+# pin_row THREADS S: PL_STAGE_CPUS for S stages of THREADS ("T" each, or "T0,T1,..."): cores of
+# their own, in rank order, where all the threads fit; none otherwise (the row shares cores).
+pin_row() {
+    local -a ts
+    local k off=0 total=0
+    IFS=, read -ra ts <<<"$1"
+    for ((k = ${#ts[@]}; k < $2; k++)); do ts[k]=${ts[0]}; done
+    for ((k = 0; k < $2; k++)); do total=$((total + ts[k])); done
+    PL_STAGE_CPUS=()
+    [ "$total" -le "${#CORES[@]}" ] || return 0
+    for ((k = 0; k < $2; k++)); do
+        PL_STAGE_CPUS[k]=$(cores_list "$off" "${ts[k]}")
+        off=$((off + ts[k]))
+    done
+}
 models=()
 # head_dim 128, as every Qwen3 (the calibration measures attention at 128)
 for spec in "1024 2816 8" "1536 4096 12"; do
@@ -63,10 +97,12 @@ done
 # 64-row matmul rate is kept to print the host's drift at the end.
 declare -A profile gemv_seen gemm_seen
 calibrate() {
-    local T g
+    local T g pin
     for T in "$@"; do
         profile[$T]="$PL_WORK/profile.$T.json"
-        "$PL_STAGE" --calibrate --threads "$T" --out "${profile[$T]}" 2>/dev/null ||
+        pin=()
+        [ "$T" -gt "${#CORES[@]}" ] || pin=(--cpus "$(cores_list 0 "$T")")
+        "$PL_STAGE" --calibrate --threads "$T" "${pin[@]}" --out "${profile[$T]}" 2>/dev/null ||
             pl_fail "calibrate at $T threads"
         g=$(json_num "${profile[$T]}" gemv_gbps)
         gemv_seen[$T]="${gemv_seen[$T]:-} $g"
@@ -77,12 +113,19 @@ calibrate 1 2
 echo "prediction benchmark: $(nproc) cores, prompt $P tokens, $N generated, median of $R;" \
     "each row's profiles measured just before it; the first ones:"
 for T in 1 2; do echo "  $T thread(s): $(tr -d '\n' <"${profile[$T]}")"; done
+if [ "${#CORES[@]}" -gt 0 ]; then
+    echo "  placement: $(nproc) CPUs, ${#CORES[@]} physical cores ($(cores_list 0 "${#CORES[@]}"));" \
+        "each stage and calibration pinned to cores of its own where the row's threads fit"
+else
+    echo "  placement: the scheduler's (BENCH_PIN=0)"
+fi
 # Stages side by side on one box stand in for boxes: fair only where two busy threads do not
-# slow each other (the device's 16 CPUs gave 1.5x, the first tokens of its 2-stage rows came
-# 34-38% late; this 2-core Xeon 2.0x).
-awk -v a="$(json_num "${profile[1]}" gemm_gflops)" -v b="$(json_num "${profile[2]}" gemm_gflops)" 'BEGIN {
+# slow each other (the device's 16 CPUs, unpinned, gave 1.5x, and the first tokens of its
+# 2-stage rows came 34-38% late; this 2-core Xeon 2.0x).
+awk -v a="$(json_num "${profile[1]}" gemm_gflops)" -v b="$(json_num "${profile[2]}" gemm_gflops)" \
+    -v pinned="${#CORES[@]}" 'BEGIN {
     r = b / a; printf "  a second thread adds %.2fx to 64-row matmuls here%s\n", r,
-        r < 1.8 ? " (hyperthreads or shared cores?): stages running at once slow each other, which a box per stage does not" : "" }'
+        r >= 1.8 ? "" : pinned >= 2 ? " on two cores of their own: the cores share something (a VM host, a clock that drops under load), and stages running at once slow each other, which a box per stage does not" : " (hyperthreads or shared cores?): stages running at once slow each other, which a box per stage does not" }'
 printf "%-16s %-8s %-10s %-8s %12s %12s %7s %12s %12s %7s\n" model stages threads link "pred tok/s" \
     "meas tok/s" error "pred TTFT ms" "meas TTFT ms" error
 worst=0
@@ -146,6 +189,7 @@ for m in "${models[@]}"; do
         read -r S T <<<"$cfg"
         tag="p${H}s${S}t${T//,/}"
         [ "$run" = 0 ] || calibrate $(echo "$T" | tr ',' ' ')
+        pin_row "$T" "$S"
         if [ "$T" = "2,1" ]; then # unequal: stage 0 at 2 threads, stage 1 at 1
             for r in 0 1; do
                 pl_start_stage "$tag" 2 "$r" "$m" --threads $((2 - r)) --max-seq 512 --max-batch 4 \
@@ -203,6 +247,7 @@ else
         m=${models[$i]}
         tag="n${i}s${S}x$((run))"
         calibrate 1
+        pin_row 1 "$S"
         nl_start_pipeline "$tag" "$S" "$m" --threads 1 --max-seq 512 --max-batch 4 --split even \
             --chunk-size "$CHUNK" --insecure
         measure "$tag" "$S" nl_client_for

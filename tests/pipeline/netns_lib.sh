@@ -128,7 +128,8 @@ nl_ping() {
 
 # nl_start_stage TAG S R MODEL [strata-stage options...]: stage R of TAG on host R, listening
 # on its host's address and connecting to host R+1's (the last stage to host 0's). Security
-# as pl_start_stage (--insecure unless the options or $STRATA_AUTH_KEY give one).
+# and PL_STAGE_CPUS as pl_start_stage (--insecure unless the options or $STRATA_AUTH_KEY give
+# one).
 nl_start_stage() {
     local tag=$1 S=$2 r=$3 model=$4
     shift 4
@@ -138,7 +139,7 @@ nl_start_stage() {
     ip netns exec "$(nl_host_ns "$r")" "$PL_STAGE" --model "$model" --num-stages "$S" \
         --stage-idx "$r" --listen "$(nl_addr "$r"):$NL_PORT" --port-file "$PL_WORK/$tag.$r.port" \
         --next-host "$(nl_addr "$next")" --next-port "$NL_PORT" \
-        $(pl_security_default "$@") "$@" >>"$PL_WORK/$tag.$r.out" 2>>"$PL_WORK/$tag.$r.log" &
+        $(pl_stage_cpus "$r") $(pl_security_default "$@") "$@" >>"$PL_WORK/$tag.$r.out" 2>>"$PL_WORK/$tag.$r.log" &
     local pid=$!
     PL_PIDS="$PL_PIDS $pid"
     eval "PL_PID_${tag}_$r=$pid"

@@ -84,8 +84,16 @@ pl_security_default() {
     echo --insecure
 }
 
+# pl_stage_cpus R: "--cpus LIST" for stage R where the caller pins stages (PL_STAGE_CPUS, an
+# array of CPU lists by rank; an empty or missing entry leaves that stage unpinned).
+pl_stage_cpus() {
+    local list="${PL_STAGE_CPUS[$1]:-}"
+    [ -z "$list" ] || echo "--cpus $list"
+}
+
 # pl_start_stage TAG S R MODEL_DIR [strata-stage options...]: stage R of pipeline TAG
-# (plaintext, --insecure, unless the options or $STRATA_AUTH_KEY give a key or certificates).
+# (plaintext, --insecure, unless the options or $STRATA_AUTH_KEY give a key or certificates;
+# on PL_STAGE_CPUS[R] where that is set).
 pl_start_stage() {
     local tag=$1 S=$2 r=$3 model=$4
     shift 4
@@ -94,7 +102,7 @@ pl_start_stage() {
     # shellcheck disable=SC2046
     "$PL_STAGE" --model "$model" --num-stages "$S" --stage-idx "$r" \
         --port-file "$PL_WORK/$tag.$r.port" --next-port-file "$PL_WORK/$tag.$next.port" \
-        $(pl_security_default "$@") "$@" >>"$PL_WORK/$tag.$r.out" 2>>"$PL_WORK/$tag.$r.log" &
+        $(pl_stage_cpus "$r") $(pl_security_default "$@") "$@" >>"$PL_WORK/$tag.$r.out" 2>>"$PL_WORK/$tag.$r.log" &
     local pid=$!
     PL_PIDS="$PL_PIDS $pid"
     eval "PL_PID_${tag}_$r=$pid"

@@ -4,7 +4,9 @@
 # an unavailable device, pre-shared-key authentication, q8 weights (refused across a mixed
 # pipeline, split-equal), and KV handoff (--send-kv -> --recv-kv --kv-out -> --kv-restore
 # only into an equal layer range), --stage-stats' lines, and a draft model on stage 0
-# (--draft-model: greedy golden ids, sampled tokens as without drafts, its refusals).
+# (--draft-model: greedy golden ids, sampled tokens as without drafts, its refusals), and
+# --cpus (every thread pinned; malformed lists, CPUs it may not use and more threads than
+# CPUs refused).
 set -u
 . "$(dirname "$0")/pipeline_lib.sh"
 pl_init
@@ -39,7 +41,28 @@ listed=$(grep -c -e "^missing " -e "^wrong shape " "$PL_WORK/cmd.out")
 [ "$listed" -eq 49 ] || pl_fail "expected all 49 missing/mis-shaped tensors listed, got $listed"
 expect_exit 3 "config.json" "$PL_STAGE" --model "$PL_WORK/no-such-model"
 expect_exit 1 "not available" "$PL_STAGE" --model "$tied" --device cuda:0
+expect_exit 2 "--cpus needs a CPU list" "$PL_STAGE" --model "$tied" --num-stages 1 --cpus 3-1
+expect_exit 2 "2 threads on 1 CPU" "$PL_STAGE" --model "$tied" --num-stages 1 --cpus 0 --threads 2
+expect_exit 2 "CPU 1023 is not one this process may run on" "$PL_STAGE" --model "$tied" \
+    --num-stages 1 --cpus 1023
+expect_exit 2 "2 threads on 1 CPU" "$PL_STAGE" --calibrate --cpus 0 --threads 2
+expect_exit 2 "--cpus needs a CPU list" "$PL_STAGE" --role vision --model "$tied" --next-port 1 \
+    --cpus x
 echo "startup checks: ok"
+
+# --cpus: the stage and every thread it starts run on the CPU named (the last this test may
+# use), its summary says so, and it serves.
+last_cpu=$(taskset -pc $$ | sed 's/.*: //' | tr ',' '\n' | sed 's/.*-//' | sort -n | tail -1)
+pl_start_pipeline pin 1 "$tied" --cpus "$last_cpu"
+grep -q "^cpus: $last_cpu (1, pinned by --cpus)$" "$PL_WORK/pin.0.out" ||
+    pl_fail "no pinned cpus line in the summary: $(grep '^cpus' "$PL_WORK/pin.0.out")"
+for t in /proc/"$(pl_pid pin 0)"/task/*; do
+    got=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' "$t/status")
+    [ "$got" = "$last_cpu" ] || pl_fail "--cpus $last_cpu: thread ${t##*/} may run on $got"
+done
+pl_client pin --prompt "$prompt" --max-tokens 2 >"$PL_WORK/pin.ok" || pl_fail "pinned: $(cat "$PL_WORK/pin.ok")"
+pl_stop_pipeline pin 1
+echo "--cpus $last_cpu: every thread pinned, request served"
 
 # Authentication: stages and a client sharing a key work; a client without it is refused.
 printf 'a-pre-shared-key-of-enough-bytes\n' >"$PL_WORK/key"
