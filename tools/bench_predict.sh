@@ -20,15 +20,17 @@
 # physical cores of its own (strata-stage --cpus, one CPU per core, a core's other hyperthreads
 # left idle) wherever the row's threads fit; left to the scheduler, two busy stages may share
 # a core's hyperthreads while another idles. BENCH_PIN=0 leaves placement to the scheduler.
-# It calibrates the box (strata-stage --calibrate) at the rows' thread counts just before each
-# row (and prints how far the host's own rates moved over the run), asks strata-plan
-# --predict --json for decode tokens/s and time to first token, runs the same plan (one request:
-# a BENCH_PROMPT_TOKENS-token prompt, default 128, new for every run so that no prefix is
-# cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs, default 3)
-# and prints predicted, measured and the error.
-# Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, BENCH_DELAYS_MS (default "1 5"),
-# BENCH_LOSS_PCT (default 1; "" for none), BENCH_LOSS_REPEAT (default 54), BENCH_PIN (default 1),
-# STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
+# It calibrates the box (strata-stage --calibrate) at the rows' thread counts just before and
+# just after each row (and prints how far the host's own rates moved over the run), asks
+# strata-plan --predict --json for decode tokens/s and time to first token with each (the
+# row's prediction is their mean: a shared host drifts over minutes), runs the same plan (one
+# request: a BENCH_PROMPT_TOKENS-token prompt, default 128, new for every run so that no
+# prefix is cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs,
+# default 3, and for the first token BENCH_TTFT_EXTRA more one-token requests, default 4) and
+# prints predicted, measured and the error.
+# Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, BENCH_TTFT_EXTRA, BENCH_DELAYS_MS
+# (default "1 5"), BENCH_LOSS_PCT (default 1; "" for none), BENCH_LOSS_REPEAT (default 54),
+# BENCH_PIN (default 1), STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
 set -u
 cd "$(dirname "$0")/.."
 . tools/bench_build.sh
@@ -91,14 +93,18 @@ for spec in "1024 2816 8" "1536 4096 12"; do
         pl_fail "cannot write the $H model"
     models+=("$m")
 done
-# calibrate T...: the profiles of those thread counts measured now (each row is predicted from
-# profiles measured just before its stages start: a shared host's speed moves over minutes,
-# and the row should meet the box as its stages will); every one-row matmul rate and
-# 64-row matmul rate is kept to print the host's drift at the end.
-declare -A profile gemv_seen gemm_seen
+# calibrate T...: the profiles of those thread counts measured now, unless one was measured
+# since the last row started (fresh). A shared host's speed moves over minutes, so each row
+# is bracketed: predicted from the profiles measured just before its stages start and just
+# after they stop (the mean of the two predictions; the row's "before" profiles are the
+# previous row's "after" ones where the thread counts match), and every one-row and 64-row
+# matmul rate is kept to print the host's drift at the end.
+declare -A profile gemv_seen gemm_seen fresh
 calibrate() {
     local T g pin
     for T in "$@"; do
+        [ -z "${fresh[$T]:-}" ] || continue
+        fresh[$T]=1
         profile[$T]="$PL_WORK/profile.$T.json"
         pin=()
         [ "$T" -gt "${#CORES[@]}" ] || pin=(--cpus "$(cores_list 0 "$T")")
@@ -110,8 +116,16 @@ calibrate() {
     done
 }
 calibrate 1 2
-echo "prediction benchmark: $(nproc) cores, prompt $P tokens, $N generated, median of $R;" \
-    "each row's profiles measured just before it; the first ones:"
+# row_start T...: the profiles just measured become the row's "before" set
+# ($PL_WORK/profile.T.before.json); the next calibrate measures again.
+row_start() {
+    local T
+    for T in "$@"; do cp "${profile[$T]}" "$PL_WORK/profile.$T.before.json"; done
+    fresh=()
+}
+echo "prediction benchmark: $(nproc) cores, prompt $P tokens, $N generated, median of $R" \
+    "(first token: of $((R + ${BENCH_TTFT_EXTRA:-4})));" \
+    "each row predicted from profiles measured just before and just after it; the first ones:"
 for T in 1 2; do echo "  $T thread(s): $(tr -d '\n' <"${profile[$T]}")"; done
 if [ "${#CORES[@]}" -gt 0 ]; then
     echo "  placement: $(nproc) CPUs, ${#CORES[@]} physical cores ($(cores_list 0 "${#CORES[@]}"));" \
@@ -124,12 +138,13 @@ fi
 # 2-stage rows came 34-38% late; this 2-core Xeon 2.0x).
 awk -v a="$(json_num "${profile[1]}" gemm_gflops)" -v b="$(json_num "${profile[2]}" gemm_gflops)" \
     -v pinned="${#CORES[@]}" 'BEGIN {
-    r = b / a; printf "  a second thread adds %.2fx to 64-row matmuls here%s\n", r,
-        r >= 1.8 ? "" : pinned >= 2 ? " on two cores of their own: the cores share something (a VM host, a clock that drops under load), and stages running at once slow each other, which a box per stage does not" : " (hyperthreads or shared cores?): stages running at once slow each other, which a box per stage does not" }'
+    r = b / a; why = r >= 1.8 ? "" : pinned >= 2 ? " on two cores of their own: the cores share something (a VM host, a clock that drops under load), and stages running at once slow each other, which a box per stage does not" : " (hyperthreads or shared cores?): stages running at once slow each other, which a box per stage does not"
+    printf "  a second thread adds %.2fx to 64-row matmuls here%s\n", r, why }'
 printf "%-16s %-8s %-10s %-8s %12s %12s %7s %12s %12s %7s\n" model stages threads link "pred tok/s" \
     "meas tok/s" error "pred TTFT ms" "meas TTFT ms" error
 worst=0
-# measure TAG S CLIENT_FN: BENCH_REPEAT requests through the running pipeline; sets mt, mf.
+# measure TAG S CLIENT_FN: BENCH_REPEAT requests through the running pipeline (and TTFT_EXTRA
+# one-token requests for the first token); sets mt, mf.
 measure() {
     local tag=$1 S=$2 client=$3 r line rates="" ttfts=""
     run=$((run + 1))
@@ -143,6 +158,14 @@ measure() {
         rates="$rates $(echo "$line" | sed -n 's/.* \([0-9.]*\) tokens\/s$/\1/p')"
         ttfts="$ttfts $(echo "$line" | sed -n 's/.*first token \([0-9.]*\) ms.*/\1/p')"
     done
+    # more first tokens, cheaply (one token each): a request's first token moved +-10% between
+    # runs on the shared host, more than a median of three settles
+    for ((r = 0; r < ${TTFT_EXTRA:-0}; r++)); do
+        run=$((run + 1))
+        "$client" "$tag" --prompt "$(prompt_for "$run")" --max-tokens 1 --quiet --insecure \
+            >"$PL_WORK/run" 2>&1 || pl_fail "$tag: $(cat "$PL_WORK/run")"
+        ttfts="$ttfts $(grep '^request 0: ' "$PL_WORK/run" | tail -1 | sed -n 's/.*first token \([0-9.]*\) ms.*/\1/p')"
+    done
     mt=$(echo "$rates" | median)
     mf=$(echo "$ttfts" | median)
     # every run's tokens over every run's time: the mean rate, which rare stalls move
@@ -155,18 +178,28 @@ measure() {
 # worst error; its decode rate counts.
 report() {
     local m=$1 S=$2 prof=$3 lat=$4 gbps=$5 label=$6 threads=$7 extra=$8 H pt pf et ef mark="" cores
+    local when pts="" pfs=""
     H=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$m/config.json")
     local link=(--link-latency-us "$lat" --link-gbps "$gbps")
     [ -n "${LINK_FILE:-}" ] && link=(--link "$LINK_FILE") # as probed: each hop by its frame's size
-    "$PLAN" --model "$m" --stages "$S" --predict --profile "$prof" --prompt-tokens "$P" \
-        --chunk "$CHUNK" --kv-bytes 2 "${link[@]}" --json >"$PL_WORK/pred" ||
-        pl_fail "strata-plan --predict for $label"
-    pt=$(json_num "$PL_WORK/pred" decode_tokens_per_s)
+    # predicted from the profiles before the row and after it (PROF's files; row_start's copies)
+    for when in "${prof//.json/.before.json}" "$prof"; do
+        "$PLAN" --model "$m" --stages "$S" --predict --profile "$when" --prompt-tokens "$P" \
+            --chunk "$CHUNK" --kv-bytes 2 "${link[@]}" --json >"$PL_WORK/pred" ||
+            pl_fail "strata-plan --predict for $label"
+        pts="$pts $(json_num "$PL_WORK/pred" decode_tokens_per_s)"
+        pfs="$pfs $(json_num "$PL_WORK/pred" ttft_ms)"
+    done
+    pt=$(echo "$pts" | awk '{ print ($1 + $2) / 2 }')
     if [ -n "${MEAN_RATE:-}" ]; then
         mt=$ma
         mark="  (tok/s: the mean rate of ${MEASURE_REPEAT:-$R} runs)"
     fi
-    pf=$(awk -v t="$(json_num "$PL_WORK/pred" ttft_ms)" -v e="$extra" 'BEGIN { print t + e }')
+    pf=$(echo "$pfs" | awk -v e="$extra" '{ print ($1 + $2) / 2 + e }')
+    # where the host moved over the row, both predictions
+    mark="$mark$(echo "$pts $pfs" | awk '{ d = ($2 - $1) / ($1 + $2) * 2; f = ($4 - $3) / ($3 + $4) * 2
+        if (d < 0) d = -d; if (f < 0) f = -f
+        if (d > 0.05 || f > 0.05) printf "  (the host moved over the row: predicted %.1f then %.1f tok/s, %.1f then %.1f ms)", $1, $2, $3, $4 }')"
     et=$(awk -v p="$pt" -v m="$mt" 'BEGIN { printf "%+.0f%%", 100 * (p - m) / m }')
     ef=$(awk -v p="$pf" -v m="$mf" 'BEGIN { printf "%+.0f%%", 100 * (p - m) / m }')
     cores=$(echo "$threads" | tr ',' '\n' | awk -v S="$S" '{ t += $1; n++ } END { print (n == 1 ? S * t : t) }')
@@ -188,7 +221,8 @@ for m in "${models[@]}"; do
     for cfg in "1 1" "1 2" "2 1" "2 2,1"; do
         read -r S T <<<"$cfg"
         tag="p${H}s${S}t${T//,/}"
-        [ "$run" = 0 ] || calibrate $(echo "$T" | tr ',' ' ')
+        calibrate $(echo "$T" | tr ',' ' ')
+        row_start $(echo "$T" | tr ',' ' ')
         pin_row "$T" "$S"
         if [ "$T" = "2,1" ]; then # unequal: stage 0 at 2 threads, stage 1 at 1
             for r in 0 1; do
@@ -202,8 +236,9 @@ for m in "${models[@]}"; do
                 --chunk-size "$CHUNK" --insecure
             prof="${profile[$T]}"
         fi
-        measure "$tag" "$S" pl_client
+        TTFT_EXTRA=${BENCH_TTFT_EXTRA:-4} measure "$tag" "$S" pl_client
         pl_stop_pipeline "$tag" "$S"
+        calibrate $(echo "$T" | tr ',' ' ')
         report "$m" "$S" "$prof" 50 5 loopback "$T" 0
     done
 done
@@ -247,11 +282,13 @@ else
         m=${models[$i]}
         tag="n${i}s${S}x$((run))"
         calibrate 1
+        row_start 1
         pin_row 1 "$S"
         nl_start_pipeline "$tag" "$S" "$m" --threads 1 --max-seq 512 --max-batch 4 --split even \
             --chunk-size "$CHUNK" --insecure
-        measure "$tag" "$S" nl_client_for
+        TTFT_EXTRA=${TTFT_EXTRA-${BENCH_TTFT_EXTRA:-4}} measure "$tag" "$S" nl_client_for
         pl_stop_pipeline "$tag" "$S"
+        calibrate 1
         report "$m" "$S" "${profile[1]}" "$lat" "$gbps" "$label" 1 \
             "$(awk -v l="$lat" 'BEGIN { print 2 * l / 1000 }')"
     }
@@ -275,7 +312,7 @@ else
     for loss in ${BENCH_LOSS_PCT-1}; do
         nl_impair_all 1 "$loss" 0 1 2 3 c
         probe_link 16
-        MEASURE_REPEAT=${BENCH_LOSS_REPEAT:-54} MEAN_RATE=1 netns_row 0 2 1 "1ms ${loss}%"
+        MEASURE_REPEAT=${BENCH_LOSS_REPEAT:-54} MEAN_RATE=1 TTFT_EXTRA=0 netns_row 0 2 1 "1ms ${loss}%"
     done
 fi
 echo "worst error: ${worst}% (goal: within 10% on a quiet host)$([ "$shared" -gt 0 ] &&
