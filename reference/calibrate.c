@@ -269,6 +269,14 @@ int reference_calibrate(struct perf_device *out, int threads) {
             p->key[p->n] = ks[i];
             p->value[p->n++] = 2.0 * CAL_BATCH * 2048 * ks[i] / t / 1e9;
         }
+        /* by rows: a 2048 x 2048 matmul of 4 .. 64 rows, cycled (a 32-row prefill chunk, a
+         * batch's decode step) */
+        for (int rows = 4; rows <= PERF_GEMM_ROWS; rows *= 2) {
+            double t = best_of_cycled(5, y, x, wdata, 2048, 2048, rows, 1, pool);
+            struct perf_points *p = &out->gemm_by_rows;
+            p->key[p->n] = rows;
+            p->value[p->n++] = 2.0 * rows * 2048 * 2048 / t / 1e9;
+        }
         out->read_gbps = host_read_bandwidth((size_t)256 << 20, threads) / 1e9;
         rc = calibrate_attention(out, pool, threads);
         /* SwiGLU over 64 rows of a 4096-wide MLP, sliced over the pool as the CPU backend

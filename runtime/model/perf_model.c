@@ -73,6 +73,7 @@ int perf_device_parse(struct perf_device *d, const char *json, size_t len) {
     if (!rc) rc = points_parse(&d->gemm_by_k, root, "gemm_gflops_by_k");
     if (!rc) rc = points_parse(&d->gemm_split_by_k, root, "gemm_split_gflops_by_k");
     if (!rc) rc = points_parse(&d->attn_by_ctx, root, "attn_gflops_by_ctx");
+    if (!rc) rc = points_parse(&d->gemm_by_rows, root, "gemm_gflops_by_rows");
     cJSON_Delete(root);
     d->threads = (int)threads;
     d->mem_bytes = (uint64_t)mem;
@@ -120,6 +121,7 @@ int perf_device_format(const struct perf_device *d, char **out) {
     points_format(buf, sizeof buf, &n, "gemm_gflops_by_k", &d->gemm_by_k);
     points_format(buf, sizeof buf, &n, "gemm_split_gflops_by_k", &d->gemm_split_by_k);
     points_format(buf, sizeof buf, &n, "attn_gflops_by_ctx", &d->attn_by_ctx);
+    points_format(buf, sizeof buf, &n, "gemm_gflops_by_rows", &d->gemm_by_rows);
     if (n > 0 && (size_t)n < sizeof buf) n += snprintf(buf + n, sizeof buf - (size_t)n, "}\n");
     *out = n > 0 && (size_t)n < sizeof buf ? strdup(buf) : NULL;
     return *out ? 0 : strata_set_error(STRATA_ENOMEM, "out of memory");
@@ -146,6 +148,13 @@ double perf_device_gemm_gflops(const struct perf_device *d, double K) {
 
 double perf_device_gemm_split_gflops(const struct perf_device *d, double K) {
     return perf_points_at(&d->gemm_split_by_k, K, perf_device_gemm_gflops(d, K));
+}
+
+double perf_device_gemm_rows_factor(const struct perf_device *d, double rows) {
+    if (d->gemm_by_rows.n == 0 || rows >= PERF_GEMM_ROWS) return 1;
+    const double full = perf_points_at(&d->gemm_by_rows, PERF_GEMM_ROWS, 0);
+    const double f = full > 0 ? perf_points_at(&d->gemm_by_rows, rows, full) / full : 1;
+    return f < 1 ? f : 1;
 }
 
 static double numel(const struct stage_tensor *t) {
@@ -248,13 +257,13 @@ double perf_layer_matmul_sec(const struct perf_layers *pl, int l, const struct p
     if (d->row_ops_gelems > 0)
         elementwise += PERF_ROW_OPS_ELEMS(H, pl->heads, pl->kv_heads, pl->head_dim) /
                        (d->row_ops_gelems * 1e9);
-    return 2 * rows * s / 1e9 + rows * elementwise;
+    return 2 * rows * s / perf_device_gemm_rows_factor(d, rows) / 1e9 + rows * elementwise;
 }
 
 double perf_head_matmul_sec(const struct perf_layers *pl, const struct perf_device *d,
                             double rows) {
     return 2 * rows * (pl->head_bytes / pl->dtype_bytes) / perf_device_gemm_gflops(d, pl->hidden) /
-           1e9;
+           perf_device_gemm_rows_factor(d, rows) / 1e9;
 }
 
 double perf_layer_kv_sec(const struct perf_layers *pl, const struct perf_device *d, double ctx,

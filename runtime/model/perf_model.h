@@ -69,6 +69,8 @@
 #include "runtime/model/stage_plan.h"
 
 #define PERF_MAX_K_POINTS 8
+/* The rows the 64-row rates (gemm_gflops, by K, split) are measured at. */
+#define PERF_GEMM_ROWS 64
 
 /* A hop's frame beyond its rows: an Activation's header and tensor description (192 bytes in
  * the link probe's frames; wire/link_probe.h), and all of a returning token's frame. */
@@ -131,8 +133,12 @@ struct perf_device {
      * expert's down, reference/ops.h matmul_split, whose dot products are trees of
      * OPS_SPLIT_LEAVES leaves so that TP ranks give one rank's bits; none: the plain rate);
      * attn_gflops_by_ctx (a prefill chunk's attention by the context its rows attend to on
-     * average: short contexts pay the per-block widening and tree more; none: attn_gflops). */
-    struct perf_points gemm_by_k, gemv_by_bytes, gemm_split_by_k, attn_by_ctx;
+     * average: short contexts pay the per-block widening and tree more; none: attn_gflops);
+     * gemm_gflops_by_rows (a 2048 x 2048 matmul by the rows it multiplies: fewer rows than
+     * PERF_GEMM_ROWS use each weight load less, a 32-row prefill chunk ran 12% slower per row
+     * than a 64-row one; below PERF_GEMM_ROWS every matmul rate is scaled by
+     * by_rows(r) / by_rows(PERF_GEMM_ROWS), at most 1; none: no scaling). */
+    struct perf_points gemm_by_k, gemv_by_bytes, gemm_split_by_k, attn_by_ctx, gemm_by_rows;
     /* elementwise_gelems: SwiGLU's elements per second (its expf), what a row costs a layer
      * beyond its matmuls and attention: the MLP's activation (optional; 0: not priced) */
     double elementwise_gelems;
@@ -175,6 +181,10 @@ double perf_device_gemv_gbps(const struct perf_device *d, double bytes);
  * (split) matrix's. */
 double perf_device_gemm_gflops(const struct perf_device *d, double K);
 double perf_device_gemm_split_gflops(const struct perf_device *d, double K);
+/* What a matmul of `rows` rows gets of the PERF_GEMM_ROWS-row rates: by_rows(rows) /
+ * by_rows(PERF_GEMM_ROWS), at most 1; 1 without gemm_gflops_by_rows or from PERF_GEMM_ROWS
+ * rows on. */
+double perf_device_gemm_rows_factor(const struct perf_device *d, double rows);
 
 /* Reads / writes a device profile (JSON above). Parse errors name the field (STRATA_EFORMAT). */
 int perf_device_parse(struct perf_device *d, const char *json, size_t len);

@@ -19,6 +19,8 @@ model="$PL_WORK/model"
 "$PL_STAGE" --calibrate --threads 1 --out "$PL_WORK/box.json" 2>"$PL_WORK/cal.err" ||
     pl_fail "calibrate: $(cat "$PL_WORK/cal.err")"
 echo "profile: $(tr -d '\n' <"$PL_WORK/box.json")"
+grep -q '"gemm_gflops_by_rows": {"4": [0-9.]*, "8": [0-9.]*, "16": [0-9.]*, "32": [0-9.]*, "64": [0-9.]*}' \
+    "$PL_WORK/box.json" || pl_fail "the profile has no matmul rate by rows (4 .. 64)"
 P=64 N=24 run=0
 prompt_for() { seq 1 "$P" | awk -v r="$1" '{ printf "%s%d", (NR > 1 ? "," : ""), ($1 * 37 + r * 911) % 4000 + 1 }'; }
 median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }

@@ -4,7 +4,8 @@
  * only the experts its rows route to, E (1 - (1 - k/E)^b); the pipeline adds its hops; the
  * batch prediction overlaps the stages; the profile JSON round-trips and bad ones are refused
  * naming the field; gemm by K interpolates in log K; a layer's row ops are priced per row once
- * the profile measured them; a probed link prices each hop by its frame's size. */
+ * the profile measured them; fewer rows than 64 are priced at the profile's rate by rows; a
+ * probed link prices each hop by its frame's size. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -246,6 +247,25 @@ static void profile_round_trip_and_refusals(void **state) {
     NEAR(back.row_ops_gelems, 2.0);
     NEAR(PERF_ROW_OPS_ELEMS(64, 4, 2, 16), 512.0);
     NEAR(perf_layer_matmul_sec(&rpl, 0, &back, 10) - plain, 10 * 512.0 / 2e9);
+    /* gemm by rows: below PERF_GEMM_ROWS every matmul rate is scaled by by_rows(r) /
+     * by_rows(PERF_GEMM_ROWS) (log-linear between points, flat beyond), never above 1 */
+    const double row_ops32 = 32 * 512.0 / 2e9, at32 = perf_layer_matmul_sec(&rpl, 0, &back, 32),
+                 head1 = perf_head_matmul_sec(&rpl, &back, 1);
+    NEAR(perf_device_gemm_rows_factor(&back, 32), 1.0); /* no points: no scaling */
+    d.gemm_by_rows = (struct perf_points){3, {8, 32, 64}, {20, 80, 100}};
+    assert_int_equal(perf_device_format(&d, &json), 0);
+    assert_int_equal(perf_device_parse(&back, json, strlen(json)), 0);
+    free(json);
+    assert_int_equal(back.gemm_by_rows.n, 3);
+    NEAR(perf_device_gemm_rows_factor(&back, 32), 0.8);
+    NEAR(perf_device_gemm_rows_factor(&back, 16), 0.5); /* halfway from 8 to 32 in log rows */
+    NEAR(perf_device_gemm_rows_factor(&back, 1), 0.2);
+    NEAR(perf_device_gemm_rows_factor(&back, 64), 1.0);
+    NEAR(perf_device_gemm_rows_factor(&back, 256), 1.0);
+    NEAR(perf_layer_matmul_sec(&rpl, 0, &back, 32) - row_ops32, (at32 - row_ops32) / 0.8);
+    NEAR(perf_head_matmul_sec(&rpl, &back, 1), head1 / 0.2);
+    back.gemm_by_rows = (struct perf_points){2, {32, 64}, {110, 100}}; /* noise: 32 outran 64 */
+    NEAR(perf_device_gemm_rows_factor(&back, 32), 1.0);
 #define BY_K_DESCENDING                                                                            \
     "{\"read_gbps\": 1, \"gemv_gbps\": 1, \"gemm_gflops\": 1, \"gemm_gflops_by_k\": "              \
     "{\"4096\": 1, \"1024\": 2}}"
