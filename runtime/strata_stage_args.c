@@ -53,7 +53,7 @@ void strata_stage_usage(FILE *out) {
         "  --cpus LIST            run on these CPUs only (0-3,8, as taskset -c; at least one\n"
         "                         per thread): stages sharing a box each on cores of their\n"
         "                         own (lscpu -e: one CPU per core keeps two stages off one\n"
-        "                         core's hyperthreads). Default: every CPU the process may use\n"
+        "                         core's hyperthreads). Default: the CPUs it started with\n"
         "  --weights-dtype D      bf16 (default: as stored) or q8 (8-bit blocks quantised at\n"
         "                         load, cpu only; other logits than bf16, so every stage of\n"
         "                         a pipeline must use the same: it is in the Hello's model\n"
