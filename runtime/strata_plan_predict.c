@@ -256,11 +256,12 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
     if (pa->json) {
         printf("{\"stages\": [");
         for (int s = 0; s < S; s++)
-            printf("%s\n  {\"host\": \"%s\", \"layers\": [%d, %d], \"tp\": %d, \"kvp\": %d, "
-                   "\"memory_bytes\": %llu, \"decode_ms_batch1\": %.4f}",
-                   s ? "," : "", h->host[best->host[s]].name, best->ranges[s].layer_start,
-                   best->ranges[s].layer_end, tp_of(&best->dev[s]), kvp_of(&best->dev[s]),
-                   (unsigned long long)best->stage_bytes[s], best->pred.stages[s].decode_ms_1);
+            printf("%s\n  {\"host\": \"%s\", \"cpus\": \"%s\", \"layers\": [%d, %d], \"tp\": %d, "
+                   "\"kvp\": %d, \"memory_bytes\": %llu, \"decode_ms_batch1\": %.4f}",
+                   s ? "," : "", h->host[best->host[s]].name, h->host[best->host[s]].cpus,
+                   best->ranges[s].layer_start, best->ranges[s].layer_end, tp_of(&best->dev[s]),
+                   kvp_of(&best->dev[s]), (unsigned long long)best->stage_bytes[s],
+                   best->pred.stages[s].decode_ms_1);
         printf("],\n \"predicted\": {\"decode_tokens_per_s\": %.4f, "
                "\"decode_tokens_per_s_batch\": %.4f, \"batch\": %d, \"ttft_ms\": %.4f, "
                "\"bottleneck_stage\": %d},\n \"even\": ",
@@ -329,9 +330,10 @@ int plan_print_placement(const struct model_config *cfg, const struct stage_memo
                          " --listen 0.0.0.0:7000 --next-host %s --next-port 7000",
                          h->host[best->host[(s + 1) % S]].name);
             printf("  %s: strata-stage --model %s --num-stages %d --stage-idx %d --layer-start %d "
-                   "--layer-end %d --threads %d%s%s%s\n",
+                   "--layer-end %d --threads %d%s%s%s%s%s\n",
                    x->name, model_dir, S, s, best->ranges[s].layer_start, best->ranges[s].layer_end,
-                   x->dev.threads > 0 ? x->dev.threads : 1, dev, tp, ring);
+                   x->dev.threads > 0 ? x->dev.threads : 1, x->cpus[0] ? " --cpus " : "", x->cpus,
+                   dev, tp, ring);
         }
     }
 done:

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "runtime/base/cli.h"
+#include "runtime/base/cpu_pin.h"
 #include "runtime/base/status.h"
 
 static int bad(const char *path, const char *what) {
@@ -49,6 +50,7 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
     const cJSON *thr = cJSON_GetObjectItemCaseSensitive(it, "threads");
     const cJSON *devs = cJSON_GetObjectItemCaseSensitive(it, "devices");
     const cJSON *dlink = cJSON_GetObjectItemCaseSensitive(it, "device_link");
+    const cJSON *cpus = cJSON_GetObjectItemCaseSensitive(it, "cpus");
     char msg[160], file[4096];
     if (!cJSON_IsObject(it) || !cJSON_IsString(name) || !cJSON_IsString(prof)) {
         snprintf(msg, sizeof msg, "hosts[%d] needs \"name\" and \"profile\" strings", i);
@@ -84,6 +86,21 @@ static int load_host(struct perf_host *host, const cJSON *it, const char *path, 
             d->gemv_by_bytes.value[b] *= f; /* caches are not read_gbps-bound */
         if (d->attn_gbps > 0) d->attn_gbps = fmin(d->attn_gbps * f, d->read_gbps);
         d->threads = (int)thr->valuedouble;
+    }
+    if (cpus) {
+        struct cpu_pin set;
+        const int threads = host->dev.threads > 0 ? host->dev.threads : 1;
+        if (!cJSON_IsString(cpus) || strlen(cpus->valuestring) >= sizeof host->cpus ||
+            cpu_pin_parse(cpus->valuestring, &set) < 0) {
+            snprintf(msg, sizeof msg, "hosts[%d].cpus: a CPU list such as \"0-31\"", i);
+            return bad(path, msg);
+        }
+        if (set.count < threads) {
+            snprintf(msg, sizeof msg, "hosts[%d].cpus: %d CPU(s) for %d threads", i, set.count,
+                     threads);
+            return bad(path, msg);
+        }
+        snprintf(host->cpus, sizeof host->cpus, "%s", cpus->valuestring);
     }
     if (devs && (!cJSON_IsNumber(devs) || (devs->valuedouble != 1 && devs->valuedouble != 2 &&
                                            devs->valuedouble != 4 && devs->valuedouble != 8))) {

@@ -20,6 +20,9 @@
  * `mem` (K/M/G/T sizes) overrides the profile's memory; `threads`, when it differs from the
  * profile's, scales its matmul and attention rates linearly (the streaming rate too, up to the
  * read bandwidth) — an estimate: calibrate at the thread count that will run when you can.
+ * `cpus` (a CPU list, "0-31") goes into the host's command line as strata-stage --cpus: one
+ * socket of a two-socket box, say, where the stage's memory is (calibrate with the same
+ * --cpus); it needs at least as many CPUs as the stage's threads.
  *
  * The search is exact where the space is small: every ordered subset of at most
  * PERF_PLACE_EXACT_HOSTS hosts (a box may stay idle: a slow one costs more than it adds), and
@@ -41,6 +44,7 @@
 
 struct perf_host {
     char name[64];
+    char cpus[128];         /* "cpus" as given (checked), or "" */
     struct perf_device dev; /* mem and threads overrides applied */
     uint64_t mem_bytes;
     /* The TP x KVP groups its devices may form (dev's tp and kvp set: perf_device_set_tp,

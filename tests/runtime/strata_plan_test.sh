@@ -129,6 +129,13 @@ check predict-missing-profile 3 "cannot open" --model "$model" --stages 2 --pred
 printf '{"name": "fast", "source": "spec", "threads": 16, "read_gbps": 200, "gemv_gbps": 100, "gemm_gflops": 2000}\n' >"$tmp/fast.json"
 printf '{"hosts": [{"name": "slowbox", "profile": "spec.json", "mem": "1G"}, {"name": "fastbox", "profile": "fast.json", "mem": "1G"}], "link": {"latency_us": 500, "gbps": 1}}\n' >"$tmp/hosts.json"
 check hosts 0 "fastbox: strata-stage --model $model --num-stages 1" --model "$model" --hosts "$tmp/hosts.json"
+# a host's "cpus" goes into its line as --cpus; malformed or too few for its threads: refused
+printf '{"hosts": [{"name": "fastbox", "profile": "fast.json", "mem": "1G", "cpus": "0-15,32"}]}\n' >"$tmp/hosts-cpus.json"
+check hosts-cpus 0 "--threads 16 --cpus 0-15,32" --model "$model" --hosts "$tmp/hosts-cpus.json"
+printf '{"hosts": [{"name": "fastbox", "profile": "fast.json", "mem": "1G", "cpus": "0-7"}]}\n' >"$tmp/hosts-cpus-few.json"
+check hosts-cpus-few 3 "hosts[0].cpus: 8 CPU(s) for 16 threads" --model "$model" --hosts "$tmp/hosts-cpus-few.json"
+printf '{"hosts": [{"name": "fastbox", "profile": "fast.json", "mem": "1G", "cpus": "7-0"}]}\n' >"$tmp/hosts-cpus-bad.json"
+check hosts-cpus-bad 3 'hosts[0].cpus: a CPU list such as "0-31"' --model "$model" --hosts "$tmp/hosts-cpus-bad.json"
 check hosts-compare 0 "even, all hosts in file order" --model "$model" --hosts "$tmp/hosts.json" --goal throughput --batch 8
 out=$("$plan" --model "$model" --hosts "$tmp/hosts.json" --json 2>&1)
 if python3 -c 'import json, sys; d = json.loads(sys.argv[1]); assert d["stages"][0]["host"] == "fastbox" and d["predicted"]["decode_tokens_per_s"] > 0' "$out"; then
