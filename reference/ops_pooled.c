@@ -9,6 +9,21 @@ struct pooled_job {
     int dim, row_floats, heads, head_dim;
 };
 
+/* task over [0, count): on the pool, or on the caller where there is one item or none (no
+ * dispatch for a decode row). */
+static void run_tasks(struct thread_pool *pool, void (*task)(void *, int, int, int),
+                      struct pooled_job *j, int count) {
+    if (count < 2)
+        task(j, 0, count, 0);
+    else
+        thread_pool_run(pool, task, j, count);
+}
+
+/* The job's dim floats in slices of OPS_ELEMENTWISE_SLICE. */
+static int slices_of(const struct pooled_job *j) {
+    return (j->dim + OPS_ELEMENTWISE_SLICE - 1) / OPS_ELEMENTWISE_SLICE;
+}
+
 static void rmsnorm_task(void *ctx, int begin, int end, int worker) {
     const struct pooled_job *j = ctx;
     (void)worker;
@@ -35,16 +50,6 @@ static int slice_of(const struct pooled_job *j, int begin, int end, size_t *a) {
     return (int)(b - *a);
 }
 
-/* task over the job's dim floats in slices: on the pool, or on the caller for one slice. */
-static void run_slices(struct thread_pool *pool, void (*task)(void *, int, int, int),
-                       struct pooled_job *j) {
-    const int slices = (j->dim + OPS_ELEMENTWISE_SLICE - 1) / OPS_ELEMENTWISE_SLICE;
-    if (slices < 2)
-        task(j, 0, slices, 0);
-    else
-        thread_pool_run(pool, task, j, slices);
-}
-
 static void swiglu_task(void *ctx, int begin, int end, int worker) {
     const struct pooled_job *j = ctx;
     (void)worker;
@@ -64,10 +69,7 @@ static void vec_add_task(void *ctx, int begin, int end, int worker) {
 void rmsnorm_pooled(float *out, const float *x, const float *weight, float eps, int n, int dim,
                     struct thread_pool *pool) {
     struct pooled_job j = {.out = out, .x = x, .w = weight, .eps = eps, .dim = dim};
-    if (n < 2)
-        rmsnorm(out, x, weight, eps, n, dim);
-    else
-        thread_pool_run(pool, rmsnorm_task, &j, n);
+    run_tasks(pool, rmsnorm_task, &j, n);
 }
 
 void rope_rows_pooled(float *x, const float *cos_t, const float *sin_t, int rows, int row_floats,
@@ -78,19 +80,16 @@ void rope_rows_pooled(float *x, const float *cos_t, const float *sin_t, int rows
                            .row_floats = row_floats,
                            .heads = heads,
                            .head_dim = head_dim};
-    if (rows < 2)
-        rope_task(&j, 0, rows, 0);
-    else
-        thread_pool_run(pool, rope_task, &j, rows);
+    run_tasks(pool, rope_task, &j, rows);
 }
 
 void vec_add_pooled(float *x, const float *y, int n, struct thread_pool *pool) {
     struct pooled_job j = {.out = x, .x = y, .dim = n};
-    run_slices(pool, vec_add_task, &j);
+    run_tasks(pool, vec_add_task, &j, slices_of(&j));
 }
 
 void swiglu_pooled(float *out, const float *gate, const float *up, int n,
                    struct thread_pool *pool) {
     struct pooled_job j = {.out = out, .x = gate, .up = up, .dim = n};
-    run_slices(pool, swiglu_task, &j);
+    run_tasks(pool, swiglu_task, &j, slices_of(&j));
 }
