@@ -143,6 +143,33 @@ awk -v a="$(json_num "${profile[1]}" gemm_gflops)" -v b="$(json_num "${profile[2
 printf "%-16s %-8s %-10s %-8s %12s %12s %7s %12s %12s %7s\n" model stages threads link "pred tok/s" \
     "meas tok/s" error "pred TTFT ms" "meas TTFT ms" error
 worst=0
+# Each stage's own compute (strata-stage --stage-stats: a line per burst of work, its prompt
+# microbatches and its decode ones apart) against the model's per stage (strata-plan's
+# prefill_ms_chunk and decode_ms_batch1), so that a row's error shows whether the stages'
+# compute or the links and the rest missed. stats_mark TAG S: after the warm-up (its line
+# written 0.5 s after it, left out: the first chunks after start meet cold pages);
+# stats_compute TAG S: "prompt_ms decode_ms" per stage since the mark, in rank order (the
+# last stage's last chunk also runs the head for its last row, which the chunk's price
+# leaves out: ~1% here).
+declare -A stats_from
+stats_mark() {
+    local r
+    sleep 0.6
+    for ((r = 0; r < $2; r++)); do stats_from[$r]=$(wc -l <"$PL_WORK/$1.$r.log"); done
+}
+stats_compute() {
+    local r
+    sleep 0.6
+    for ((r = 0; r < $2; r++)); do
+        tail -n +$((stats_from[$r] + 1)) "$PL_WORK/$1.$r.log" | awk '/stage stats: / {
+            l = $0; sub(/.*with prompt rows /, "", l); np = l + 0
+            sub(/[^,]*, /, "", l); pu = l + 0
+            sub(/.*decode only /, "", l); nd = l + 0
+            sub(/[^(]*\(/, "", l); du = l + 0
+            P += np; PU += np * pu; D += nd; DU += nd * du }
+            END { printf "%.2f %.2f\n", P ? PU / P / 1000 : 0, D ? DU / D / 1000 : 0 }'
+    done | tr '\n' ' '
+}
 # measure TAG S CLIENT_FN: BENCH_REPEAT requests through the running pipeline (and TTFT_EXTRA
 # one-token requests for the first token); sets mt, mf.
 measure() {
@@ -150,6 +177,7 @@ measure() {
     run=$((run + 1))
     "$client" "$tag" --prompt "$(prompt_for "$run")" --max-tokens 4 --quiet --insecure >/dev/null 2>&1 ||
         pl_fail "warm-up of $tag failed"
+    stats_mark "$tag" "$S"
     for ((r = 0; r < ${MEASURE_REPEAT:-$R}; r++)); do
         run=$((run + 1))
         "$client" "$tag" --prompt "$(prompt_for "$run")" --max-tokens "$N" --quiet --insecure \
@@ -168,6 +196,7 @@ measure() {
     done
     mt=$(echo "$rates" | median)
     mf=$(echo "$ttfts" | median)
+    sc=$(stats_compute "$tag" "$S")
     # every run's tokens over every run's time: the mean rate, which rare stalls move
     ma=$(echo "$rates" | tr ' ' '\n' | grep . | awk -v n="$N" '{ t += n / $1; k++ } END { printf "%.2f", k * n / t }')
 }
@@ -179,6 +208,7 @@ measure() {
 report() {
     local m=$1 S=$2 prof=$3 lat=$4 gbps=$5 label=$6 threads=$7 extra=$8 H pt pf et ef mark="" cores
     local when pts="" pfs=""
+    : >"$PL_WORK/preds"
     H=$(sed -n 's/.*"hidden_size": *\([0-9]*\).*/\1/p' "$m/config.json")
     local link=(--link-latency-us "$lat" --link-gbps "$gbps")
     [ -n "${LINK_FILE:-}" ] && link=(--link "$LINK_FILE") # as probed: each hop by its frame's size
@@ -189,6 +219,7 @@ report() {
             pl_fail "strata-plan --predict for $label"
         pts="$pts $(json_num "$PL_WORK/pred" decode_tokens_per_s)"
         pfs="$pfs $(json_num "$PL_WORK/pred" ttft_ms)"
+        cat "$PL_WORK/pred" >>"$PL_WORK/preds"
     done
     pt=$(echo "$pts" | awk '{ print ($1 + $2) / 2 }')
     if [ -n "${MEAN_RATE:-}" ]; then
@@ -214,6 +245,16 @@ report() {
         if (a < 0) a = -a; if (b < 0) b = -b; if (!c) b = 0; m = a > b ? a : b; print (m > w ? m : w) }')
     printf "%-16s %-8s %-10s %-8s %12.1f %12.1f %7s %12.1f %12.1f %7s%s\n" "H$H x 8" "$S" "$threads" \
         "$label" "$pt" "$mt" "$et" "$pf" "$mf" "$ef" "$mark"
+    # the stages' compute: the two predictions' mean per stage against --stage-stats'
+    sed -n 's/.*"stage": \([0-9]*\),.*"decode_ms_batch1": \([0-9.e+-]*\),.*"prefill_ms_chunk": \([0-9.e+-]*\).*/\1 \3 \2/p' \
+        "$PL_WORK/preds" | awk -v sc="$sc" 'BEGIN { n = split(sc, m, " ") }
+        { p[$1] += $2 / 2; d[$1] += $3 / 2; if ($1 + 1 > S) S = $1 + 1 }
+        END { if (n < 2 * S) exit
+            for (r = 0; r < S; r++) {
+                c = c sprintf("%s%.1f / %.1f %+.0f%%", r ? ", " : "", p[r], m[2 * r + 1], 100 * (p[r] - m[2 * r + 1]) / m[2 * r + 1])
+                t = t sprintf("%s%.1f / %.1f %+.0f%%", r ? ", " : "", d[r], m[2 * r + 2], 100 * (d[r] - m[2 * r + 2]) / m[2 * r + 2])
+            }
+            printf "    each stage'"'"'s compute, predicted / measured ms: prompt chunk %s; decode step %s\n", c, t }'
 }
 shared=0
 for m in "${models[@]}"; do
@@ -227,13 +268,13 @@ for m in "${models[@]}"; do
         if [ "$T" = "2,1" ]; then # unequal: stage 0 at 2 threads, stage 1 at 1
             for r in 0 1; do
                 pl_start_stage "$tag" 2 "$r" "$m" --threads $((2 - r)) --max-seq 512 --max-batch 4 \
-                    --split even --chunk-size "$CHUNK" --insecure
+                    --split even --chunk-size "$CHUNK" --insecure --stage-stats
             done
             pl_wait_ready "$tag" 2
             prof="${profile[2]},${profile[1]}"
         else
             pl_start_pipeline "$tag" "$S" "$m" --threads "$T" --max-seq 512 --max-batch 4 --split even \
-                --chunk-size "$CHUNK" --insecure
+                --chunk-size "$CHUNK" --insecure --stage-stats
             prof="${profile[$T]}"
         fi
         TTFT_EXTRA=${BENCH_TTFT_EXTRA:-4} measure "$tag" "$S" pl_client
@@ -285,7 +326,7 @@ else
         row_start 1
         pin_row 1 "$S"
         nl_start_pipeline "$tag" "$S" "$m" --threads 1 --max-seq 512 --max-batch 4 --split even \
-            --chunk-size "$CHUNK" --insecure
+            --chunk-size "$CHUNK" --insecure --stage-stats
         TTFT_EXTRA=${TTFT_EXTRA-${BENCH_TTFT_EXTRA:-4}} measure "$tag" "$S" nl_client_for
         pl_stop_pipeline "$tag" "$S"
         calibrate 1

@@ -510,10 +510,14 @@ static int loop_setup(struct server *s) {
 
 /* --stage-stats: a line a second while the stage works, and one when it has been idle for
  * STATS_IDLE_NS after work, so each burst of work (a benchmark's request) ends with its own
- * line; a line covers from its first microbatch to its last (see stage_server_internal.h). */
+ * line; a line covers from its first microbatch to its last (see stage_server_internal.h).
+ * Microbatches with rows of a prompt (or of drafts: an item of more than one row) are also
+ * counted apart from those of decode rows only: a prefill chunk and a decode step cost
+ * differently, and the performance model prices each (strata-plan --predict's
+ * prefill_ms_chunk and decode_ms_batch1). */
 #define STATS_IDLE_NS 500000000LL
-static void time_stats(struct server *s, int stepped, int64_t t_step, int64_t t_sent,
-                       int64_t t_end) {
+static void time_stats(struct server *s, int stepped, uint64_t prompt_step_rows, int64_t t_step,
+                       int64_t t_sent, int64_t t_end) {
     struct stage_time_stats *t = &s->time_stats;
     if (stepped) {
         if (!t->since_ns) t->since_ns = t_step;
@@ -522,18 +526,27 @@ static void time_stats(struct server *s, int stepped, int64_t t_step, int64_t t_
         t->steps++;
         t->compute_ns += t_sent - t_step;
         t->send_ns += t_end - t_sent;
+        if (prompt_step_rows) {
+            t->prompt_steps++;
+            t->prompt_rows += (int64_t)prompt_step_rows;
+            t->prompt_compute_ns += t_sent - t_step;
+        }
         if (!stage_core_has_work(s->core)) t->idle_from_ns = t_end;
     }
     if (!s->opt->stage_stats || !t->steps) return;
     int idle = !stepped && t->idle_from_ns && t_end - t->idle_from_ns >= STATS_IDLE_NS;
     if (!idle && (!stepped || t_end - t->since_ns < 1000000000LL)) return;
     int64_t until = idle ? t->idle_from_ns : t_end;
-    double n = (double)t->steps;
+    const double n = (double)t->steps, np = (double)t->prompt_steps, nd = n - np;
     strata_log(STRATA_LOG_INFO,
                "stage stats: %lld microbatches in %.2f s; per microbatch: compute %.0f us, "
-               "send %.0f us, wait for the next frame %.0f us",
+               "send %.0f us, wait for the next frame %.0f us; with prompt rows %lld (%.0f rows, "
+               "%.0f us each), decode only %lld (%.0f us each)",
                (long long)t->steps, (double)(until - t->since_ns) / 1e9, t->compute_ns / n / 1e3,
-               t->send_ns / n / 1e3, t->wait_ns / n / 1e3);
+               t->send_ns / n / 1e3, t->wait_ns / n / 1e3, (long long)t->prompt_steps,
+               np > 0 ? (double)t->prompt_rows / np : 0,
+               np > 0 ? (double)t->prompt_compute_ns / np / 1e3 : 0, (long long)(n - np),
+               nd > 0 ? (double)(t->compute_ns - t->prompt_compute_ns) / nd / 1e3 : 0);
     int64_t idle_from = idle ? 0 : t->idle_from_ns; /* an idle gap is no wait for a frame */
     memset(t, 0, sizeof *t);
     t->since_ns = idle ? 0 : t_end;
@@ -547,16 +560,19 @@ static void loop_once(struct server *s) {
         strata_log(STRATA_LOG_WARN, "%s", strata_last_error());
     int stepped = stage_core_has_work(s->core);
     int64_t t_step = cli_now_ns(), t_sent = t_step;
+    uint64_t prompt_step_rows = 0; /* the microbatch's rows, where some were a prompt's */
     if (stepped) {
         if (s->opt->step_delay_ms > 0) usleep((useconds_t)s->opt->step_delay_ms * 1000);
         struct stage_core_stats st;
-        uint64_t rows;
+        uint64_t rows, prompt;
         int64_t t0 = cli_now_ns();
         stage_core_get_stats(s->core, &st);
         rows = st.rows;
+        prompt = st.attn_prefill_rows;
         if (stage_core_step(s->core) < 0)
             strata_log(STRATA_LOG_ERROR, "microbatch failed: %s", strata_last_error());
         stage_core_get_stats(s->core, &st);
+        if (st.attn_prefill_rows > prompt) prompt_step_rows = st.rows - rows;
         if (st.rows - rows >= 8) {
             measured(&s->costs.row_ns, (double)(cli_now_ns() - t0) / (double)(st.rows - rows));
             stage_core_set_recovery_costs(s->core, s->costs.row_ns, s->costs.link_bps);
@@ -568,7 +584,7 @@ static void loop_once(struct server *s) {
     }
     flush(s);
     drain_results(s);
-    time_stats(s, stepped, t_step, t_sent, cli_now_ns());
+    time_stats(s, stepped, prompt_step_rows, t_step, t_sent, cli_now_ns());
 }
 
 /* SIGTERM (the first stop): accept nothing new (the listener closes; new Requests are

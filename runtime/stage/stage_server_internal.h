@@ -107,6 +107,7 @@ struct server {
     struct stage_time_stats {
         int64_t since_ns, idle_from_ns;
         int64_t steps, compute_ns, send_ns, wait_ns;
+        int64_t prompt_steps, prompt_rows, prompt_compute_ns; /* those with a prompt's rows */
     } time_stats;
     int kv_drop_warned;
 };

@@ -68,16 +68,27 @@ echo "--cpus $last_cpu: every thread pinned, request served"
 printf 'a-pre-shared-key-of-enough-bytes\n' >"$PL_WORK/key"
 printf 'another-key-that-does-not-match!\n' >"$PL_WORK/wrong"
 pl_start_pipeline auth 2 "$tied" --auth-key-file "$PL_WORK/key" --stage-stats
-pl_client auth --auth-key-file "$PL_WORK/key" --prompt "$prompt" --max-tokens 4 >"$PL_WORK/auth.ok" ||
+# 8 prompt rows: --stage-stats counts the prompt's microbatch apart (a one-row prompt is priced
+# and counted as a decode step)
+long_prompt="$prompt,11,12,13,14,15,16,17"
+pl_client auth --auth-key-file "$PL_WORK/key" --prompt "$long_prompt" --max-tokens 4 >"$PL_WORK/auth.ok" ||
     pl_fail "client with the key failed: $(cat "$PL_WORK/auth.ok")"
-# --stage-stats: 0.5 s after the request, each stage logs its burst of work: 1 prompt
-# microbatch and 3 decode ones (the 4th token is sampled at the last stage and not sent on).
+# --stage-stats: 0.5 s after the request, each stage logs its burst of work: 2 prompt
+# microbatches (8 rows on 2 stages: chunks of 4) and 3 decode ones (the 4th token is sampled
+# at the last stage and not sent on).
 for r in 0 1; do
-    pl_wait_log "$PL_WORK/auth.$r.log" "stage stats: 4 microbatches in" 1 5 ||
+    pl_wait_log "$PL_WORK/auth.$r.log" "stage stats: 5 microbatches in" 1 5 ||
         pl_fail "stage $r logged no --stage-stats line: $(grep 'stage stats' "$PL_WORK/auth.$r.log")"
 done
 grep -q "per microbatch: compute [0-9]* us, send [0-9]* us, wait for the next frame [0-9]* us" \
     "$PL_WORK/auth.0.log" || pl_fail "a --stage-stats line without its times"
+# ... and the prompt's microbatches apart from the decode ones, each half the prompt's rows
+rows=$(($(echo "$long_prompt" | tr ',' '\n' | grep -c .) / 2))
+for r in 0 1; do
+    grep -q "with prompt rows 2 ($rows rows, [0-9]* us each), decode only 3 ([0-9]* us each)" \
+        "$PL_WORK/auth.$r.log" || pl_fail "stage $r: no prompt / decode split of 2 x $rows rows:" \
+        "$(grep 'stage stats' "$PL_WORK/auth.$r.log")"
+done
 pl_client auth --auth-key-file "$PL_WORK/wrong" --prompt "$prompt" --max-tokens 4 >"$PL_WORK/auth.bad" 2>&1 &&
     pl_fail "a client with the wrong key was served"
 pl_wait_log "$PL_WORK/auth.0.log" "refused connection" 1 5 || pl_fail "stage 0 did not log the refusal"
