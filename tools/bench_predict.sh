@@ -27,7 +27,9 @@
 # request: a BENCH_PROMPT_TOKENS-token prompt, default 128, new for every run so that no
 # prefix is cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs,
 # default 3, and for the first token BENCH_TTFT_EXTRA more one-token requests, default 4) and
-# prints predicted, measured and the error.
+# prints predicted, measured and the error; under each row, each stage's own compute per
+# prompt chunk and per decode step (its --stage-stats lines) against the model's, which tells
+# a row's miss in the stages' compute from one in the links.
 # Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, BENCH_TTFT_EXTRA, BENCH_DELAYS_MS
 # (default "1 5"), BENCH_LOSS_PCT (default 1; "" for none), BENCH_LOSS_REPEAT (default 54),
 # BENCH_PIN (default 1), STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
