@@ -247,16 +247,31 @@ report() {
         if (a < 0) a = -a; if (b < 0) b = -b; if (!c) b = 0; m = a > b ? a : b; print (m > w ? m : w) }')
     printf "%-16s %-8s %-10s %-8s %12.1f %12.1f %7s %12.1f %12.1f %7s%s\n" "H$H x 8" "$S" "$threads" \
         "$label" "$pt" "$mt" "$et" "$pf" "$mf" "$ef" "$mark"
-    # the stages' compute: the two predictions' mean per stage against --stage-stats'
+    # The stages' compute: the two predictions' mean per stage against --stage-stats'. Then
+    # the row re-predicted with the measured compute in place of the priced (the prompt's
+    # chunks on the critical path: every stage's once and the slowest stage's for each
+    # further chunk; a token: every stage's step): what is left of its error is the rest of
+    # the model (hops, overlap, head, the client), not the host's rate.
+    local k
+    k=$(sed -n 's/.*"chunk_rows": *\([0-9]*\).*/\1/p' "$PL_WORK/preds" | head -1)
+    k=${k:-$P}
     sed -n 's/.*"stage": \([0-9]*\),.*"decode_ms_batch1": \([0-9.e+-]*\),.*"prefill_ms_chunk": \([0-9.e+-]*\).*/\1 \3 \2/p' \
-        "$PL_WORK/preds" | awk -v sc="$sc" 'BEGIN { n = split(sc, m, " ") }
+        "$PL_WORK/preds" | awk -v sc="$sc" -v chunks="$(((P + k - 1) / k))" -v pt="$pt" -v pf="$pf" \
+        -v mt="$mt" -v mf="$mf" 'BEGIN { n = split(sc, m, " ") }
         { p[$1] += $2 / 2; d[$1] += $3 / 2; if ($1 + 1 > S) S = $1 + 1 }
         END { if (n < 2 * S) exit
             for (r = 0; r < S; r++) {
-                c = c sprintf("%s%.1f / %.1f %+.0f%%", r ? ", " : "", p[r], m[2 * r + 1], 100 * (p[r] - m[2 * r + 1]) / m[2 * r + 1])
-                t = t sprintf("%s%.1f / %.1f %+.0f%%", r ? ", " : "", d[r], m[2 * r + 2], 100 * (d[r] - m[2 * r + 2]) / m[2 * r + 2])
+                mp = m[2 * r + 1]; md = m[2 * r + 2]
+                c = c sprintf("%s%.1f / %.1f %+.0f%%", r ? ", " : "", p[r], mp, 100 * (p[r] - mp) / mp)
+                t = t sprintf("%s%.1f / %.1f %+.0f%%", r ? ", " : "", d[r], md, 100 * (d[r] - md) / md)
+                sp += p[r]; sm += mp; if (p[r] > xp) xp = p[r]; if (mp > xm) xm = mp
+                sd += d[r]; smd += md
             }
-            printf "    each stage'"'"'s compute, predicted / measured ms: prompt chunk %s; decode step %s\n", c, t }'
+            f2 = pf - sp - (chunks - 1) * xp + sm + (chunks - 1) * xm
+            t2 = 1000 / (1000 / pt - sd + smd)
+            printf "    each stage'"'"'s compute, predicted / measured ms: prompt chunk %s; decode step %s\n", c, t
+            printf "    with the stages'"'"' measured compute the model gives %.1f tok/s %+.0f%%, first token %.1f ms %+.0f%%\n",
+                t2, 100 * (t2 - mt) / mt, f2, 100 * (f2 - mf) / mf }'
 }
 shared=0
 for m in "${models[@]}"; do
