@@ -28,8 +28,9 @@
 # prefix is cached, then BENCH_TOKENS generated, default 32; the median of BENCH_REPEAT runs,
 # default 3, and for the first token BENCH_TTFT_EXTRA more one-token requests, default 4) and
 # prints predicted, measured and the error; under each row, each stage's own compute per
-# prompt chunk and per decode step (its --stage-stats lines) against the model's, which tells
-# a row's miss in the stages' compute from one in the links.
+# prompt chunk and per decode step (its --stage-stats lines) against the model's, and the row
+# predicted again with that measured compute: what is left of its error is the model's
+# hops, overlap, head and client, the rest the host's rate since the calibrations.
 # Env: BENCH_PROMPT_TOKENS, BENCH_TOKENS, BENCH_REPEAT, BENCH_TTFT_EXTRA, BENCH_DELAYS_MS
 # (default "1 5"), BENCH_LOSS_PCT (default 1; "" for none), BENCH_LOSS_REPEAT (default 54),
 # BENCH_PIN (default 1), STRATA_BAZEL_FLAGS, STRATA_PREBUILT.
@@ -173,7 +174,8 @@ stats_compute() {
     done | tr '\n' ' '
 }
 # measure TAG S CLIENT_FN: BENCH_REPEAT requests through the running pipeline (and TTFT_EXTRA
-# one-token requests for the first token); sets mt, mf.
+# one-token requests for the first token); sets mt, mf, ma (the mean rate) and sc (the stages'
+# compute, stats_compute).
 measure() {
     local tag=$1 S=$2 client=$3 r line rates="" ttfts=""
     run=$((run + 1))
