@@ -255,7 +255,7 @@ report() {
     # further chunk; a token: every stage's step): what is left of its error is the rest of
     # the model (hops, overlap, head, the client), not the host's rate.
     local k
-    k=$(sed -n 's/.*"chunk_rows": *\([0-9]*\).*/\1/p' "$PL_WORK/preds" | head -1)
+    k=$(json_num "$PL_WORK/preds" chunk_rows)
     k=${k:-$P}
     sed -n 's/.*"stage": \([0-9]*\),.*"decode_ms_batch1": \([0-9.e+-]*\),.*"prefill_ms_chunk": \([0-9.e+-]*\).*/\1 \3 \2/p' \
         "$PL_WORK/preds" | awk -v sc="$sc" -v chunks="$(((P + k - 1) / k))" -v pt="$pt" -v pf="$pf" \

@@ -545,7 +545,8 @@ static void time_stats(struct server *s, int stepped, uint64_t prompt_step_rows,
                (long long)t->steps, (double)(until - t->since_ns) / 1e9, t->compute_ns / n / 1e3,
                t->send_ns / n / 1e3, t->wait_ns / n / 1e3, (long long)t->prompt_steps,
                np > 0 ? (double)t->prompt_rows / np : 0,
-               np > 0 ? (double)t->prompt_compute_ns / np / 1e3 : 0, (long long)(n - np),
+               np > 0 ? (double)t->prompt_compute_ns / np / 1e3 : 0,
+               (long long)(t->steps - t->prompt_steps),
                nd > 0 ? (double)(t->compute_ns - t->prompt_compute_ns) / nd / 1e3 : 0);
     int64_t idle_from = idle ? 0 : t->idle_from_ns; /* an idle gap is no wait for a frame */
     memset(t, 0, sizeof *t);
