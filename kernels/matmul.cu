@@ -1,9 +1,10 @@
 /* CUDA matmul in the reference's fixed dot-product order (reference/ops.h): a block is 16 (or,
  * for small matrices, 4) half-warps; a half-warp owns one weight row, or one leaf of a row
- * under cuda_matmul_split, and up to kTok tokens (a token tile: the grid's x). Lane l of a
- * half-warp accumulates the elements k0 + l of every 16-element block: lanes 0..7 are the
- * reference's a0[0..7], lanes 8..15 its a1[0..7] (bf16 rows load 16 bytes a lane and
- * transpose through shared memory to get there: dot_rounds_bf16). Shuffles then fold exactly
+ * under cuda_matmul_split, and up to kTok tokens (a token tile: the grid's x; a call of one
+ * token runs the tile built for one, T = 1, the same FMAs). Lane l of a half-warp accumulates
+ * the elements k0 + l of every 16-element block: lanes 0..7 are the reference's a0[0..7],
+ * lanes 8..15 its a1[0..7] (bf16 rows load 16 bytes a lane and transpose through shared
+ * memory to get there: dot_rounds_bf16). Shuffles then fold exactly
  * as the reference does (s = a0 + a1, t[i] = s[i] + s[i + 4], (t0 + t2) + (t1 + t3)) and
  * lane 0 runs the K % 16 tail. Tiling over tokens only shares the weight loads; it never
  * changes one element's arithmetic. cuda_matmul_split runs the same dot over each leaf's
@@ -55,13 +56,16 @@ __device__ static inline float widen(float v) {
 #ifndef STRATA_MATMUL_WIDE
 #define STRATA_MATMUL_WIDE 1 /* 0: every row with 2-byte loads (the first GPU run's kernel) */
 #endif
+#ifndef STRATA_MATMUL_ONE_TOKEN
+#define STRATA_MATMUL_ONE_TOKEN 1 /* 0: a one-token call runs the kTok-token tile's kernel */
+#endif
 static const int kChunk = 128; /* columns: 8 blocks of 16, 16 bytes per lane */
 static const int kStage = STRATA_MATMUL_STAGE;
 
-template <int U>
-__device__ static inline int dot_rounds_bf16(float (&v)[kTok], uint4 (*mine)[16],
-                                             const uint16_t *wr, const float *xt, int cols, int k,
-                                             int k16, int nt, int lane) {
+template <int U, int T>
+__device__ static inline int dot_rounds_bf16(float (&v)[T], uint4 (*mine)[16], const uint16_t *wr,
+                                             const float *xt, int cols, int k, int k16, int nt,
+                                             int lane) {
     const uint16_t *s = (const uint16_t *)&mine[0][0];
     const int rounds = (k16 - k) / (U * kChunk);
     uint4 q[U];
@@ -83,27 +87,29 @@ __device__ static inline int dot_rounds_bf16(float (&v)[kTok], uint4 (*mine)[16]
             const float wk = widen(s[b * 16 + lane]);
             const int kk = k + b * 16 + lane;
 #pragma unroll
-            for (int t = 0; t < kTok; ++t)
-                if (t < nt) v[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + kk], v[t]);
+            for (int t = 0; t < T; ++t)
+                if (T == 1 || t < nt) v[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + kk], v[t]);
         }
         __syncwarp(); /* every lane has read the buffer before the next round fills it */
     }
     return k;
 }
 
-__device__ static inline int dot_chunks(float (&v)[kTok], const uint16_t *wr, const float *xt,
+template <int T>
+__device__ static inline int dot_chunks(float (&v)[T], const uint16_t *wr, const float *xt,
                                         int cols, int k0, int k16, int nt, int lane, bool wide) {
     if (!wide) return k0;
     /* The half-warp's transpose buffer: kStage x 256 bytes (16 KB a block of 16 half-warps). */
     __shared__ uint4 stage[16][kStage][16];
     uint4(*mine)[16] = stage[threadIdx.x >> 4];
-    const int k = dot_rounds_bf16<kStage>(v, mine, wr, xt, cols, k0, k16, nt, lane);
-    return dot_rounds_bf16<1>(v, mine, wr, xt, cols, k, k16, nt, lane); /* the last chunks */
+    const int k = dot_rounds_bf16<kStage, T>(v, mine, wr, xt, cols, k0, k16, nt, lane);
+    return dot_rounds_bf16<1, T>(v, mine, wr, xt, cols, k, k16, nt, lane); /* the last chunks */
 }
 
 /* f32 weights keep dot_range's 4-byte loads (the tests' and the vision tower's small
  * matrices; a model's weights are bf16). */
-__device__ static inline int dot_chunks(float (&)[kTok], const float *, const float *, int, int k0,
+template <int T>
+__device__ static inline int dot_chunks(float (&)[T], const float *, const float *, int, int k0,
                                         int, int, int, bool) {
     return k0;
 }
@@ -112,27 +118,27 @@ __device__ static inline int dot_chunks(float (&)[kTok], const float *, const fl
  * from k0, as the reference's dot over that range), folded into lane 0 with the K % 16 tail:
  * v[t] in lane 0 is the reference's dot of token t over the range. Every lane of the
  * half-warp must call it (the shuffles). */
-template <typename WT>
-__device__ static inline void dot_range(float (&v)[kTok], const WT *wr, const float *xt, int cols,
+template <typename WT, int T>
+__device__ static inline void dot_range(float (&v)[T], const WT *wr, const float *xt, int cols,
                                         int k0, int k1, int nt, int lane, bool wide) {
     const int k16 = k0 + ((k1 - k0) & ~15);
 #pragma unroll
-    for (int t = 0; t < kTok; ++t)
+    for (int t = 0; t < T; ++t)
         v[t] = 0.0f;
-    for (int k = dot_chunks(v, wr, xt, cols, k0, k16, nt, lane, wide) + lane; k < k16; k += 16) {
+    for (int k = dot_chunks<T>(v, wr, xt, cols, k0, k16, nt, lane, wide) + lane; k < k16; k += 16) {
         const float wk = widen(wr[k]);
 #pragma unroll
-        for (int t = 0; t < kTok; ++t)
-            if (t < nt) v[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + k], v[t]);
+        for (int t = 0; t < T; ++t)
+            if (T == 1 || t < nt) v[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + k], v[t]);
     }
 #pragma unroll
-    for (int t = 0; t < kTok; ++t) {
+    for (int t = 0; t < T; ++t) {
         float a = v[t];
         a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 8, 16)); /* s[l] = a0[l] + a1[l] */
         a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 4, 16)); /* t[i] = s[i] + s[i+4] */
         a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 2, 16)); /* t0 + t2, t1 + t3 */
         a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 1, 16)); /* (t0+t2) + (t1+t3) */
-        if (lane == 0 && t < nt) {
+        if (lane == 0 && (T == 1 || t < nt)) {
             const float *xr = xt + (size_t)t * (size_t)cols;
             for (int k = k16; k < k1; ++k)
                 a = __fmaf_rn(widen(wr[k]), xr[k], a);
@@ -158,7 +164,7 @@ template <int L> __device__ static inline float leaf_tree(float (&v)[L]) {
  * out's rows [0, nt). L == 1 is the plain dot product (cuda_matmul). Leaves on their own
  * half-warps, not one after another on one, give a split call L times the threads in flight
  * (o_proj and down ran at half the plain calls' bandwidth on an H200 before). */
-template <typename WT, int L>
+template <typename WT, int L, int T>
 __device__ static inline void matmul_tile(float *out, const float *xt, const WT *w, int nt,
                                           int rows, int cols, int row_block) {
     const int lane = threadIdx.x & 15, h = threadIdx.x >> 4, j = h % L;
@@ -169,30 +175,30 @@ __device__ static inline void matmul_tile(float *out, const float *xt, const WT 
      * for a warp's two half-warps, as dot_chunks needs. */
     const bool wide =
         STRATA_MATMUL_WIDE && sizeof(WT) == 2 && ((uintptr_t)w & 15) == 0 && cols % (8 * L) == 0;
-    float v[kTok];
-    dot_range(v, wr, xt, cols, (int)((long long)j * cols / L), (int)((long long)(j + 1) * cols / L),
-              nt, lane, wide);
+    float v[T];
+    dot_range<WT, T>(v, wr, xt, cols, (int)((long long)j * cols / L),
+                     (int)((long long)(j + 1) * cols / L), nt, lane, wide);
     if (L == 1) {
         if (lane != 0 || r >= rows) return;
 #pragma unroll
-        for (int t = 0; t < kTok; ++t)
-            if (t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = v[t];
+        for (int t = 0; t < T; ++t)
+            if (T == 1 || t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = v[t];
         return;
     }
-    __shared__ float leaf_sums[16][kTok]; /* per half-warp: its leaf's dot of each token */
+    __shared__ float leaf_sums[16][T]; /* per half-warp: its leaf's dot of each token */
     if (lane == 0)
 #pragma unroll
-        for (int t = 0; t < kTok; ++t)
+        for (int t = 0; t < T; ++t)
             leaf_sums[h][t] = v[t];
     __syncthreads();
     if (lane != 0 || j != 0 || r >= rows) return;
 #pragma unroll
-    for (int t = 0; t < kTok; ++t) {
+    for (int t = 0; t < T; ++t) {
         float leaf[L];
 #pragma unroll
         for (int i = 0; i < L; ++i)
             leaf[i] = leaf_sums[h + i][t];
-        if (t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = leaf_tree<L>(leaf);
+        if (T == 1 || t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = leaf_tree<L>(leaf);
     }
 }
 
@@ -201,12 +207,12 @@ __device__ static inline void matmul_tile(float *out, const float *xt, const WT 
  * fastest index: the blocks that read the same weight rows for other tokens run next to
  * each other, so a batch's or a prompt's tiles find the rows in L2 instead of streaming them
  * from memory once per tile (the y-major grid did, an 8B matrix being larger than L2). */
-template <typename WT, int L>
+template <typename WT, int L, int T>
 __global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
     matmul_kernel(float *out, const float *x, const WT *w, int n, int rows, int cols) {
     const int t0 = blockIdx.x * kTok;
-    matmul_tile<WT, L>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols, w,
-                       min(kTok, n - t0), rows, cols, (int)blockIdx.y);
+    matmul_tile<WT, L, T>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols, w,
+                          min(kTok, n - t0), rows, cols, (int)blockIdx.y);
 }
 
 /* Multi: up to OPS_MULTI_MAX matrices of one K side by side in the grid's y, each from its
@@ -219,16 +225,16 @@ struct MultiArgs {
     int count;
 };
 
-template <typename WT>
+template <typename WT, int T>
 __global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
     matmul_multi_kernel(MultiArgs a, const float *x, int n, int cols) {
     const int t0 = blockIdx.x * kTok, y = (int)blockIdx.y;
     int m = 0;
     while (m + 1 < a.count && y >= a.first_block[m + 1])
         ++m;
-    matmul_tile<WT, 1>(a.out[m] + (size_t)t0 * (size_t)a.rows[m], x + (size_t)t0 * (size_t)cols,
-                       (const WT *)a.w[m], min(kTok, n - t0), a.rows[m], cols,
-                       y - a.first_block[m]);
+    matmul_tile<WT, 1, T>(a.out[m] + (size_t)t0 * (size_t)a.rows[m], x + (size_t)t0 * (size_t)cols,
+                          (const WT *)a.w[m], min(kTok, n - t0), a.rows[m], cols,
+                          y - a.first_block[m]);
 }
 
 /* Grouped: block row blockIdx.y is the y-th token tile of the groups in order (each group's
@@ -265,20 +271,37 @@ __global__ static void matmul_grouped_kernel(float *out, const float *x, const v
     __syncthreads();
     const int g = tile_group, t0 = tile_t0;
     if (g < 0) return; /* the whole block: no shuffle is left waiting */
-    matmul_tile<WT, L>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols,
-                       (const WT *)ptrs[g], tile_nt, rows, cols, (int)blockIdx.x);
+    matmul_tile<WT, L, kTok>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols,
+                             (const WT *)ptrs[g], tile_nt, rows, cols, (int)blockIdx.x);
+}
+
+/* A call of one token (a batch-1 decode step's every matmul) runs the tile's kernel built for
+ * one: the same FMAs for token 0, without the kTok - 1 predicated loads and FMAs per 16
+ * columns that a runtime token count leaves in the loop (the issue slots a decode GEMV
+ * shares with its weight loads) and with a quarter of the accumulators. */
+static inline bool one_token(int n) {
+    return STRATA_MATMUL_ONE_TOKEN && n == 1;
 }
 
 /* The kernel for `leaves` (1, 2, 4, else 8), plain or grouped. */
+template <typename WT, int T>
+static void launch_leaves_t(float *out, const float *x, const WT *w, int n, int rows, int cols,
+                            int leaves, dim3 grid, int threads, cudaStream_t s) {
+    switch (leaves) {
+    case 1: matmul_kernel<WT, 1, T><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
+    case 2: matmul_kernel<WT, 2, T><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
+    case 4: matmul_kernel<WT, 4, T><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
+    default: matmul_kernel<WT, 8, T><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
+    }
+}
+
 template <typename WT>
 static void launch_leaves(float *out, const float *x, const WT *w, int n, int rows, int cols,
                           int leaves, dim3 grid, int threads, cudaStream_t s) {
-    switch (leaves) {
-    case 1: matmul_kernel<WT, 1><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
-    case 2: matmul_kernel<WT, 2><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
-    case 4: matmul_kernel<WT, 4><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
-    default: matmul_kernel<WT, 8><<<grid, threads, 0, s>>>(out, x, w, n, rows, cols); break;
-    }
+    if (one_token(n))
+        launch_leaves_t<WT, 1>(out, x, w, n, rows, cols, leaves, grid, threads, s);
+    else
+        launch_leaves_t<WT, kTok>(out, x, w, n, rows, cols, leaves, grid, threads, s);
 }
 
 template <typename WT>
@@ -373,10 +396,15 @@ extern "C" int cuda_matmul_multi(float *const *outs, const struct ops_weight *co
                                 total);
     dim3 grid((unsigned)((n + kTok - 1) / kTok), (unsigned)a.first_block[count]);
     cudaStream_t s = (cudaStream_t)stream;
-    if (ws[0]->dtype == OPS_BF16)
-        matmul_multi_kernel<uint16_t><<<grid, threads, 0, s>>>(a, x, n, ws[0]->cols);
+    const int cols = ws[0]->cols;
+    if (ws[0]->dtype == OPS_BF16 && one_token(n))
+        matmul_multi_kernel<uint16_t, 1><<<grid, threads, 0, s>>>(a, x, n, cols);
+    else if (ws[0]->dtype == OPS_BF16)
+        matmul_multi_kernel<uint16_t, kTok><<<grid, threads, 0, s>>>(a, x, n, cols);
+    else if (one_token(n))
+        matmul_multi_kernel<float, 1><<<grid, threads, 0, s>>>(a, x, n, cols);
     else
-        matmul_multi_kernel<float><<<grid, threads, 0, s>>>(a, x, n, ws[0]->cols);
+        matmul_multi_kernel<float, kTok><<<grid, threads, 0, s>>>(a, x, n, cols);
     CUDA_CHECK_LAUNCH();
     return STRATA_OK;
 }

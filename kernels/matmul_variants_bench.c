@@ -33,6 +33,7 @@ VARIANT(s4b2)
 VARIANT(s4b4)
 VARIANT(s8b2)
 VARIANT(s8b3)
+VARIANT(tile4)
 
 typedef int (*split_fn)(float *, const float *, const struct ops_weight *, int, int, void *);
 
@@ -47,6 +48,8 @@ static const struct {
     {"s4b4", "4 chunks a round, >= 4 blocks / SM", cuda_matmul_split_s4b4},
     {"s8b2", "8 chunks a round, >= 2 blocks / SM", cuda_matmul_split_s8b2},
     {"s8b3", "8 chunks a round, >= 3 blocks / SM", cuda_matmul_split_s8b3},
+    {"tile4", "one token on the 4-token tile's kernel (before the one-token kernel)",
+     cuda_matmul_split_tile4},
 };
 enum { N_VARIANTS = sizeof variants / sizeof variants[0], CALLS = 32 };
 

@@ -18,6 +18,9 @@
 #   7. where Nsight Compute's ncu is on the device: one 8B-shape decode step's kernels, each
 #      timed (ncu_summary.py: time per kernel and grid, the step's total), to see where a
 #      token's time goes (OUT/decode_profile.txt).
+#   8. with ncu too: eight of that step's matmul launches through Nsight Compute's sections
+#      (memory, warp stalls, issue, occupancy): what limits the decode GEMV
+#      (OUT/matmul_profile.txt).
 # Usage: .gpu-bundle/gpu_run.sh [OUT] (default $OUT, else /tmp/strata-gpu-run). One line per
 # step to OUT/summary.txt: "ok|FAILED|skipped|TIMEOUT <step> <seconds> s: <its last line>";
 # every step's log, packed again after each step, in OUT/gpu_logs.tgz (the device tool
@@ -27,8 +30,9 @@
 # one that lacks a second GPU for a grid still skips) is FAILED (a driver too old for the
 # bundle's CUDA 13 runtime, say): a run that ran nothing must not read as a pass. On an H200
 # (driver 580) steps 1-4 took 15 s, the benches 75 s with the 8B checkpoint's writing, the
-# profile about 40 s. Each step's limit only stops a hang: the device call's own timeout is
-# the real bound, and what the steps before it wrote comes back. Exit 0 when nothing failed.
+# profile about 40 s (the matmul sections, not yet run there: about as long). Each step's
+# limit only stops a hang: the device call's own timeout is the real bound, and what the
+# steps before it wrote comes back. Exit 0 when nothing failed.
 set -u
 B=$(cd "$(dirname "$0")" && pwd)
 OUT=${1:-${OUT:-/tmp/strata-gpu-run}}
@@ -108,5 +112,18 @@ step profile_decode_8b 180 sh -c 'if [ -z "$1" ]; then echo "skipped: no ncu (Ns
         prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-8b --batch 1 \
         --steps 2 --context 16 --prefill 0 --dir "$2" --keep >"$2/ncu.csv" || exit 1
     python3 ncu_summary.py "$2/ncu.csv" | tee "$3"' sh "$ncu" "$WORK" "$OUT/decode_profile.txt"
+# Why the matmul streams below the copy bandwidth: Nsight Compute's sections (speed of light,
+# memory, warp stalls, scheduler, occupancy) on eight matmul launches inside the last decode
+# step (each step launches 145: 36 layers x 4 and the head; 300 skipped are past the
+# context's fill and the first step): whether the loads wait on memory, the LSU / shared
+# pipe, or issue slots, which decides the next schedule to try.
+step profile_matmul_8b 150 sh -c 'if [ -z "$1" ]; then echo "skipped: no ncu (Nsight Compute) here"; exit 0; fi
+    "$1" --clock-control none --kernel-name regex:matmul --launch-skip 300 --launch-count 8 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \
+        --section SchedulerStats --section Occupancy --section LaunchStats \
+        prebuilt/runtime/strata-bench-backend --device cuda:0 --shapes qwen3-8b --batch 1 \
+        --steps 2 --context 16 --prefill 0 --dir "$2" --keep >"$3" 2>&1 || exit 1
+    grep -E "matmul|Memory Throughput|DRAM Throughput|Duration|Stall|Issue Slots|Achieved Occupancy|Registers Per" "$3" | tail -n 40' \
+    sh "$ncu" "$WORK" "$OUT/matmul_profile.txt"
 echo "summary: $summary (logs: $OUT/gpu_logs.tgz)"
 exit $failed
