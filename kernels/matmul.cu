@@ -56,11 +56,24 @@ __device__ static inline float widen(float v) {
 #ifndef STRATA_MATMUL_WIDE
 #define STRATA_MATMUL_WIDE 1 /* 0: every row with 2-byte loads (the first GPU run's kernel) */
 #endif
+#ifndef STRATA_MATMUL_STREAMING
+#define STRATA_MATMUL_STREAMING 0 /* 1: the weights' 16-byte loads evict-first (__ldcs) */
+#endif
 #ifndef STRATA_MATMUL_ONE_TOKEN
 #define STRATA_MATMUL_ONE_TOKEN 1 /* 0: a one-token call runs the kTok-token tile's kernel */
 #endif
 static const int kChunk = 128; /* columns: 8 blocks of 16, 16 bytes per lane */
 static const int kStage = STRATA_MATMUL_STAGE;
+
+/* One lane's 16 bytes of a weight chunk. A weight is read once per call while x is read by
+ * every row: evict-first keeps the weights' lines from pushing x out of L1 (a variant). */
+__device__ static inline uint4 load_chunk(const uint16_t *p) {
+#if STRATA_MATMUL_STREAMING
+    return __ldcs((const uint4 *)p);
+#else
+    return *(const uint4 *)p;
+#endif
+}
 
 template <int U, int T>
 __device__ static inline int dot_rounds_bf16(float (&v)[T], uint4 (*mine)[16], const uint16_t *wr,
@@ -72,7 +85,7 @@ __device__ static inline int dot_rounds_bf16(float (&v)[T], uint4 (*mine)[16], c
     if (rounds > 0)
 #pragma unroll
         for (int u = 0; u < U; ++u)
-            q[u] = *(const uint4 *)(wr + k + u * kChunk + lane * 8);
+            q[u] = load_chunk(wr + k + u * kChunk + lane * 8);
     for (int r = 0; r < rounds; ++r, k += U * kChunk) {
 #pragma unroll
         for (int u = 0; u < U; ++u)
@@ -81,7 +94,7 @@ __device__ static inline int dot_rounds_bf16(float (&v)[T], uint4 (*mine)[16], c
         if (r + 1 < rounds)
 #pragma unroll
             for (int u = 0; u < U; ++u)
-                q[u] = *(const uint4 *)(wr + k + U * kChunk + u * kChunk + lane * 8);
+                q[u] = load_chunk(wr + k + U * kChunk + u * kChunk + lane * 8);
 #pragma unroll
         for (int b = 0; b < U * kChunk / 16; ++b) {
             const float wk = widen(s[b * 16 + lane]);

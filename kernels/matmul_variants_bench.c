@@ -34,6 +34,8 @@ VARIANT(s4b4)
 VARIANT(s8b2)
 VARIANT(s8b3)
 VARIANT(tile4)
+VARIANT(cs)
+VARIANT(s8b2cs)
 
 typedef int (*split_fn)(float *, const float *, const struct ops_weight *, int, int, void *);
 
@@ -50,6 +52,8 @@ static const struct {
     {"s8b3", "8 chunks a round, >= 3 blocks / SM", cuda_matmul_split_s8b3},
     {"tile4", "one token on the 4-token tile's kernel (before the one-token kernel)",
      cuda_matmul_split_tile4},
+    {"cs", "the default with evict-first weight loads (__ldcs)", cuda_matmul_split_cs},
+    {"s8b2cs", "8 chunks a round, >= 2 blocks / SM, evict-first", cuda_matmul_split_s8b2cs},
 };
 enum { N_VARIANTS = sizeof variants / sizeof variants[0], CALLS = 32 };
 

@@ -47,6 +47,10 @@ struct alignas(8) uint2 {
 struct alignas(16) uint4 {
     unsigned x, y, z, w;
 };
+/* Cache-hinted loads: a plain load on the host (the hint is timing only). */
+template <typename T> inline T __ldcs(const T *p) {
+    return *p;
+}
 inline float4 make_float4(float x, float y, float z, float w) {
     return float4{x, y, z, w};
 }
