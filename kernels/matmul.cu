@@ -43,8 +43,9 @@ __device__ static inline float widen(float v) {
  * same). The next round's loads are issued before this round's FMAs. Consumes whole rounds
  * from k and returns the first column it did not consume; the caller continues the chains
  * from there. Every lane of the warp must call it under the same conditions (the __syncwarp
- * calls): dot_chunks decides by the call's cols, k0 and weight address, which a warp's two
- * rows share. */
+ * calls): dot_chunks decides by the call's cols, k0 and weight address, which every row of a
+ * warp shares. With R rows a half-warp (dot_range) each row has its own loads and transpose
+ * buffer and one load of x serves them all. */
 /* Tuning knobs, defined otherwise only by kernels/matmul_variants_bench.c's builds (the same
  * arithmetic in every variant: only the loads' schedule and the occupancy differ). */
 #ifndef STRATA_MATMUL_STAGE
@@ -59,11 +60,15 @@ __device__ static inline float widen(float v) {
 #ifndef STRATA_MATMUL_STREAMING
 #define STRATA_MATMUL_STREAMING 0 /* 1: the weights' 16-byte loads evict-first (__ldcs) */
 #endif
+#ifndef STRATA_MATMUL_ROWS
+#define STRATA_MATMUL_ROWS 1 /* weight rows per half-warp in a one-token plain or multi call: */
+#endif                       /* 2 shares each load of x between two rows */
 #ifndef STRATA_MATMUL_ONE_TOKEN
 #define STRATA_MATMUL_ONE_TOKEN 1 /* 0: a one-token call runs the kTok-token tile's kernel */
 #endif
 static const int kChunk = 128; /* columns: 8 blocks of 16, 16 bytes per lane */
 static const int kStage = STRATA_MATMUL_STAGE;
+static const int kRows = STRATA_MATMUL_ROWS;
 
 /* One lane's 16 bytes of a weight chunk. A weight is read once per call while x is read by
  * every row: evict-first keeps the weights' lines from pushing x out of L1 (a variant). */
@@ -75,89 +80,118 @@ __device__ static inline uint4 load_chunk(const uint16_t *p) {
 #endif
 }
 
-template <int U, int T>
-__device__ static inline int dot_rounds_bf16(float (&v)[T], uint4 (*mine)[16], const uint16_t *wr,
-                                             const float *xt, int cols, int k, int k16, int nt,
-                                             int lane) {
-    const uint16_t *s = (const uint16_t *)&mine[0][0];
+template <int U, int T, int R>
+__device__ static inline int dot_rounds_bf16(float (&v)[R][T], uint4 (*mine)[kStage][16],
+                                             const uint16_t *const (&wr)[R], const float *xt,
+                                             int cols, int k, int k16, int nt, int lane) {
     const int rounds = (k16 - k) / (U * kChunk);
-    uint4 q[U];
+    uint4 q[R][U];
     if (rounds > 0)
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-            q[u] = load_chunk(wr + k + u * kChunk + lane * 8);
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                q[i][u] = load_chunk(wr[i] + k + u * kChunk + lane * 8);
     for (int r = 0; r < rounds; ++r, k += U * kChunk) {
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-            mine[u][lane] = q[u];
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                mine[i][u][lane] = q[i][u];
         __syncwarp();
         if (r + 1 < rounds)
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-                q[u] = load_chunk(wr + k + U * kChunk + u * kChunk + lane * 8);
+            for (int i = 0; i < R; ++i)
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+                    q[i][u] = load_chunk(wr[i] + k + U * kChunk + u * kChunk + lane * 8);
 #pragma unroll
         for (int b = 0; b < U * kChunk / 16; ++b) {
-            const float wk = widen(s[b * 16 + lane]);
+            float wk[R];
+#pragma unroll
+            for (int i = 0; i < R; ++i)
+                wk[i] = widen(((const uint16_t *)&mine[i][0][0])[b * 16 + lane]);
             const int kk = k + b * 16 + lane;
 #pragma unroll
             for (int t = 0; t < T; ++t)
-                if (T == 1 || t < nt) v[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + kk], v[t]);
+                if (T == 1 || t < nt) {
+                    const float xk = xt[(size_t)t * (size_t)cols + kk];
+#pragma unroll
+                    for (int i = 0; i < R; ++i)
+                        v[i][t] = __fmaf_rn(wk[i], xk, v[i][t]);
+                }
         }
         __syncwarp(); /* every lane has read the buffer before the next round fills it */
     }
     return k;
 }
 
-template <int T>
-__device__ static inline int dot_chunks(float (&v)[T], const uint16_t *wr, const float *xt,
-                                        int cols, int k0, int k16, int nt, int lane, bool wide) {
+template <int T, int R>
+__device__ static inline int dot_chunks(float (&v)[R][T], const uint16_t *const (&wr)[R],
+                                        const float *xt, int cols, int k0, int k16, int nt,
+                                        int lane, bool wide) {
     if (!wide) return k0;
-    /* The half-warp's transpose buffer: kStage x 256 bytes (16 KB a block of 16 half-warps). */
-    __shared__ uint4 stage[16][kStage][16];
-    uint4(*mine)[16] = stage[threadIdx.x >> 4];
-    const int k = dot_rounds_bf16<kStage, T>(v, mine, wr, xt, cols, k0, k16, nt, lane);
-    return dot_rounds_bf16<1, T>(v, mine, wr, xt, cols, k, k16, nt, lane); /* the last chunks */
+    /* The half-warp's transpose buffer: R x kStage x 256 bytes (R x 16 KB a block of 16
+     * half-warps). */
+    __shared__ uint4 stage[16][R][kStage][16];
+    uint4(*mine)[kStage][16] = stage[threadIdx.x >> 4];
+    const int k = dot_rounds_bf16<kStage, T, R>(v, mine, wr, xt, cols, k0, k16, nt, lane);
+    return dot_rounds_bf16<1, T, R>(v, mine, wr, xt, cols, k, k16, nt, lane); /* the last chunks */
 }
 
 /* f32 weights keep dot_range's 4-byte loads (the tests' and the vision tower's small
  * matrices; a model's weights are bf16). */
-template <int T>
-__device__ static inline int dot_chunks(float (&)[T], const float *, const float *, int, int k0,
-                                        int, int, int, bool) {
+template <int T, int R>
+__device__ static inline int dot_chunks(float (&)[R][T], const float *const (&)[R], const float *,
+                                        int, int k0, int, int, int, bool) {
     return k0;
 }
 
-/* Half-warp lanes' accumulators over columns [k0, k1) of one weight row (16-element blocks
+/* Half-warp lanes' accumulators over columns [k0, k1) of R weight rows (16-element blocks
  * from k0, as the reference's dot over that range), folded into lane 0 with the K % 16 tail:
- * v[t] in lane 0 is the reference's dot of token t over the range. Every lane of the
+ * v[i][t] in lane 0 is the reference's dot of row i with token t over the range. The rows
+ * share each load of x; each row's chain is the one it would have alone. Every lane of the
  * half-warp must call it (the shuffles). */
-template <typename WT, int T>
-__device__ static inline void dot_range(float (&v)[T], const WT *wr, const float *xt, int cols,
-                                        int k0, int k1, int nt, int lane, bool wide) {
+template <typename WT, int T, int R>
+__device__ static inline void dot_range(float (&v)[R][T], const WT *const (&wr)[R], const float *xt,
+                                        int cols, int k0, int k1, int nt, int lane, bool wide) {
     const int k16 = k0 + ((k1 - k0) & ~15);
 #pragma unroll
-    for (int t = 0; t < T; ++t)
-        v[t] = 0.0f;
-    for (int k = dot_chunks<T>(v, wr, xt, cols, k0, k16, nt, lane, wide) + lane; k < k16; k += 16) {
-        const float wk = widen(wr[k]);
+    for (int i = 0; i < R; ++i)
 #pragma unroll
         for (int t = 0; t < T; ++t)
-            if (T == 1 || t < nt) v[t] = __fmaf_rn(wk, xt[(size_t)t * (size_t)cols + k], v[t]);
+            v[i][t] = 0.0f;
+    for (int k = dot_chunks<T, R>(v, wr, xt, cols, k0, k16, nt, lane, wide) + lane; k < k16;
+         k += 16) {
+        float wk[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            wk[i] = widen(wr[i][k]);
+#pragma unroll
+        for (int t = 0; t < T; ++t)
+            if (T == 1 || t < nt) {
+                const float xk = xt[(size_t)t * (size_t)cols + k];
+#pragma unroll
+                for (int i = 0; i < R; ++i)
+                    v[i][t] = __fmaf_rn(wk[i], xk, v[i][t]);
+            }
     }
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-        float a = v[t];
-        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 8, 16)); /* s[l] = a0[l] + a1[l] */
-        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 4, 16)); /* t[i] = s[i] + s[i+4] */
-        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 2, 16)); /* t0 + t2, t1 + t3 */
-        a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 1, 16)); /* (t0+t2) + (t1+t3) */
-        if (lane == 0 && (T == 1 || t < nt)) {
-            const float *xr = xt + (size_t)t * (size_t)cols;
-            for (int k = k16; k < k1; ++k)
-                a = __fmaf_rn(widen(wr[k]), xr[k], a);
+    for (int i = 0; i < R; ++i)
+#pragma unroll
+        for (int t = 0; t < T; ++t) {
+            float a = v[i][t];
+            a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 8, 16)); /* s[l] = a0[l] + a1[l] */
+            a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 4, 16)); /* t[i] = s[i] + s[i+4] */
+            a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 2, 16)); /* t0 + t2, t1 + t3 */
+            a = __fadd_rn(a, __shfl_down_sync(0xffffffffu, a, 1, 16)); /* (t0+t2) + (t1+t3) */
+            if (lane == 0 && (T == 1 || t < nt)) {
+                const float *xr = xt + (size_t)t * (size_t)cols;
+                for (int k = k16; k < k1; ++k)
+                    a = __fmaf_rn(widen(wr[i][k]), xr[k], a);
+            }
+            v[i][t] = a;
         }
-        v[t] = a;
-    }
 }
 
 /* The balanced binary tree over v[0, L) (L a power of two), pairs of neighbours first, in
@@ -171,48 +205,59 @@ template <int L> __device__ static inline float leaf_tree(float (&v)[L]) {
     return v[0];
 }
 
-/* One block's tile: half-warp h of the block computes leaf h % L of weight row
- * row_block * rows_per_block + h / L (rows_per_block = blockDim.x / 16 / L) against tokens
- * [0, nt) of xt, and the row's leaf 0 lane 0 combines the leaves by matmul_split's tree into
- * out's rows [0, nt). L == 1 is the plain dot product (cuda_matmul). Leaves on their own
- * half-warps, not one after another on one, give a split call L times the threads in flight
- * (o_proj and down ran at half the plain calls' bandwidth on an H200 before). */
-template <typename WT, int L, int T>
+/* One block's tile: half-warp h of the block computes leaf h % L of the R weight rows from
+ * (row_block * half_warps / L + h / L) * R against tokens [0, nt) of xt, and each row's leaf
+ * 0 lane 0 combines its leaves by matmul_split's tree into out's rows [0, nt). L == 1 is the
+ * plain dot product (cuda_matmul). Leaves on their own half-warps, not one after another on
+ * one, give a split call L times the threads in flight (o_proj and down ran at half the
+ * plain calls' bandwidth on an H200 before). */
+template <typename WT, int L, int T, int R>
 __device__ static inline void matmul_tile(float *out, const float *xt, const WT *w, int nt,
                                           int rows, int cols, int row_block) {
     const int lane = threadIdx.x & 15, h = threadIdx.x >> 4, j = h % L;
-    const int r = row_block * ((int)(blockDim.x >> 4) / L) + h / L;
+    const int r0 = (row_block * ((int)(blockDim.x >> 4) / L) + h / L) * R;
     /* Every lane takes part in the shuffles; rows past the end read the last row. */
-    const WT *wr = w + (size_t)min(r, rows - 1) * (size_t)cols;
+    const WT *wr[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+        wr[i] = w + (size_t)min(r0 + i, rows - 1) * (size_t)cols;
     /* The 16-byte loads where every leaf of every row starts 16-byte aligned: the same answer
      * for a warp's two half-warps, as dot_chunks needs. */
     const bool wide =
         STRATA_MATMUL_WIDE && sizeof(WT) == 2 && ((uintptr_t)w & 15) == 0 && cols % (8 * L) == 0;
-    float v[T];
-    dot_range<WT, T>(v, wr, xt, cols, (int)((long long)j * cols / L),
-                     (int)((long long)(j + 1) * cols / L), nt, lane, wide);
+    float v[R][T];
+    dot_range<WT, T, R>(v, wr, xt, cols, (int)((long long)j * cols / L),
+                        (int)((long long)(j + 1) * cols / L), nt, lane, wide);
     if (L == 1) {
-        if (lane != 0 || r >= rows) return;
+        if (lane != 0) return;
 #pragma unroll
-        for (int t = 0; t < T; ++t)
-            if (T == 1 || t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = v[t];
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int t = 0; t < T; ++t)
+                if (r0 + i < rows && (T == 1 || t < nt))
+                    out[(size_t)t * (size_t)rows + (size_t)(r0 + i)] = v[i][t];
         return;
     }
-    __shared__ float leaf_sums[16][T]; /* per half-warp: its leaf's dot of each token */
+    __shared__ float leaf_sums[16][R][T]; /* per half-warp: its leaf's dot of each row, token */
     if (lane == 0)
 #pragma unroll
-        for (int t = 0; t < T; ++t)
-            leaf_sums[h][t] = v[t];
+        for (int i = 0; i < R; ++i)
+#pragma unroll
+            for (int t = 0; t < T; ++t)
+                leaf_sums[h][i][t] = v[i][t];
     __syncthreads();
-    if (lane != 0 || j != 0 || r >= rows) return;
+    if (lane != 0 || j != 0) return;
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-        float leaf[L];
+    for (int i = 0; i < R; ++i)
 #pragma unroll
-        for (int i = 0; i < L; ++i)
-            leaf[i] = leaf_sums[h + i][t];
-        if (T == 1 || t < nt) out[(size_t)t * (size_t)rows + (size_t)r] = leaf_tree<L>(leaf);
-    }
+        for (int t = 0; t < T; ++t) {
+            float leaf[L];
+#pragma unroll
+            for (int l = 0; l < L; ++l)
+                leaf[l] = leaf_sums[h + l][i][t];
+            if (r0 + i < rows && (T == 1 || t < nt))
+                out[(size_t)t * (size_t)rows + (size_t)(r0 + i)] = leaf_tree<L>(leaf);
+        }
 }
 
 /* At most 80 registers, so three blocks of 256 fit a multiprocessor (the plain bf16 kernel
@@ -224,8 +269,9 @@ template <typename WT, int L, int T>
 __global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
     matmul_kernel(float *out, const float *x, const WT *w, int n, int rows, int cols) {
     const int t0 = blockIdx.x * kTok;
-    matmul_tile<WT, L, T>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols, w,
-                          min(kTok, n - t0), rows, cols, (int)blockIdx.y);
+    matmul_tile<WT, L, T, T == 1 ? kRows : 1>(out + (size_t)t0 * (size_t)rows,
+                                              x + (size_t)t0 * (size_t)cols, w, min(kTok, n - t0),
+                                              rows, cols, (int)blockIdx.y);
 }
 
 /* Multi: up to OPS_MULTI_MAX matrices of one K side by side in the grid's y, each from its
@@ -245,9 +291,9 @@ __global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
     int m = 0;
     while (m + 1 < a.count && y >= a.first_block[m + 1])
         ++m;
-    matmul_tile<WT, 1, T>(a.out[m] + (size_t)t0 * (size_t)a.rows[m], x + (size_t)t0 * (size_t)cols,
-                          (const WT *)a.w[m], min(kTok, n - t0), a.rows[m], cols,
-                          y - a.first_block[m]);
+    matmul_tile<WT, 1, T, T == 1 ? kRows : 1>(
+        a.out[m] + (size_t)t0 * (size_t)a.rows[m], x + (size_t)t0 * (size_t)cols,
+        (const WT *)a.w[m], min(kTok, n - t0), a.rows[m], cols, y - a.first_block[m]);
 }
 
 /* Grouped: block row blockIdx.y is the y-th token tile of the groups in order (each group's
@@ -284,8 +330,8 @@ __global__ static void matmul_grouped_kernel(float *out, const float *x, const v
     __syncthreads();
     const int g = tile_group, t0 = tile_t0;
     if (g < 0) return; /* the whole block: no shuffle is left waiting */
-    matmul_tile<WT, L, kTok>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols,
-                             (const WT *)ptrs[g], tile_nt, rows, cols, (int)blockIdx.x);
+    matmul_tile<WT, L, kTok, 1>(out + (size_t)t0 * (size_t)rows, x + (size_t)t0 * (size_t)cols,
+                                (const WT *)ptrs[g], tile_nt, rows, cols, (int)blockIdx.x);
 }
 
 /* A call of one token (a batch-1 decode step's every matmul) runs the tile's kernel built for
@@ -349,10 +395,11 @@ static int launch(float *out, const float *x, const struct ops_weight *w, int n,
      * multiprocessors idle. The tile's arithmetic does not depend on it. */
     const int threads =
         (long long)w->rows * leaves >= 16LL * 256 ? kThreads : (leaves > 4 ? 16 * leaves : 64);
-    const int row_blocks = cuda_blocks_for(w->rows, threads / 16 / leaves);
+    const int per_half = one_token(n) ? kRows : 1; /* rows a half-warp: matmul_kernel's R */
+    const int row_blocks = cuda_blocks_for(w->rows, threads / 16 / leaves * per_half);
     if (row_blocks > 65535) /* the grid's y */
         return strata_set_error(STRATA_EINVAL, "%s: %d weight rows in one call (at most %d)", name,
-                                w->rows, 65535 * (threads / 16 / leaves));
+                                w->rows, 65535 * (threads / 16 / leaves * per_half));
     dim3 grid((unsigned)((n + kTok - 1) / kTok), (unsigned)row_blocks);
     cudaStream_t s = (cudaStream_t)stream;
     if (w->dtype == OPS_BF16)
@@ -395,6 +442,7 @@ extern "C" int cuda_matmul_multi(float *const *outs, const struct ops_weight *co
                                 count, n);
     if (n == 0) return STRATA_OK;
     const int threads = total >= 16LL * 256 ? kThreads : 64;
+    const int per_half = one_token(n) ? kRows : 1; /* rows a half-warp: the kernel's R */
     MultiArgs a;
     memset(&a, 0, sizeof a);
     a.count = count;
@@ -402,7 +450,8 @@ extern "C" int cuda_matmul_multi(float *const *outs, const struct ops_weight *co
         a.out[i] = outs[i];
         a.w[i] = ws[i]->data;
         a.rows[i] = ws[i]->rows;
-        a.first_block[i + 1] = a.first_block[i] + (int)cuda_blocks_for(ws[i]->rows, threads / 16);
+        a.first_block[i + 1] =
+            a.first_block[i] + (int)cuda_blocks_for(ws[i]->rows, threads / 16 * per_half);
     }
     if (a.first_block[count] > 65535) /* the grid's y */
         return strata_set_error(STRATA_EINVAL, "cuda_matmul_multi: %lld weight rows in one call",

@@ -36,6 +36,9 @@ VARIANT(s8b3)
 VARIANT(tile4)
 VARIANT(cs)
 VARIANT(s8b2cs)
+VARIANT(r2)
+VARIANT(r2b2)
+VARIANT(r2s2)
 
 typedef int (*split_fn)(float *, const float *, const struct ops_weight *, int, int, void *);
 
@@ -54,6 +57,10 @@ static const struct {
      cuda_matmul_split_tile4},
     {"cs", "the default with evict-first weight loads (__ldcs)", cuda_matmul_split_cs},
     {"s8b2cs", "8 chunks a round, >= 2 blocks / SM, evict-first", cuda_matmul_split_s8b2cs},
+    {"r2", "2 rows a half-warp (one load of x for both), 4 chunks, >= 3 blocks / SM",
+     cuda_matmul_split_r2},
+    {"r2b2", "2 rows a half-warp, 4 chunks a round, >= 2 blocks / SM", cuda_matmul_split_r2b2},
+    {"r2s2", "2 rows a half-warp, 2 chunks a round, >= 3 blocks / SM", cuda_matmul_split_r2s2},
 };
 enum { N_VARIANTS = sizeof variants / sizeof variants[0], CALLS = 32 };
 
