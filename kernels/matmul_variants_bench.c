@@ -27,15 +27,12 @@
 #define VARIANT(v)                                                                                 \
     int cuda_matmul_split_##v(float *out, const float *x, const struct ops_weight *w, int n,       \
                               int leaves, void *stream);
-VARIANT(narrow)
-VARIANT(s2b3)
 VARIANT(s4b2)
 VARIANT(s4b4)
 VARIANT(s8b2)
 VARIANT(s8b3)
 VARIANT(tile4)
 VARIANT(cs)
-VARIANT(s8b2cs)
 VARIANT(r2)
 VARIANT(r2b2)
 VARIANT(r2s2)
@@ -47,8 +44,6 @@ static const struct {
     split_fn fn;
 } variants[] = {
     {"default", "16-byte loads, 4 chunks a round, >= 3 blocks / SM", cuda_matmul_split},
-    {"narrow", "2-byte loads (the first GPU run's loads)", cuda_matmul_split_narrow},
-    {"s2b3", "2 chunks a round, >= 3 blocks / SM", cuda_matmul_split_s2b3},
     {"s4b2", "4 chunks a round, >= 2 blocks / SM", cuda_matmul_split_s4b2},
     {"s4b4", "4 chunks a round, >= 4 blocks / SM", cuda_matmul_split_s4b4},
     {"s8b2", "8 chunks a round, >= 2 blocks / SM", cuda_matmul_split_s8b2},
@@ -56,7 +51,6 @@ static const struct {
     {"tile4", "one token on the 4-token tile's kernel (before the one-token kernel)",
      cuda_matmul_split_tile4},
     {"cs", "the default with evict-first weight loads (__ldcs)", cuda_matmul_split_cs},
-    {"s8b2cs", "8 chunks a round, >= 2 blocks / SM, evict-first", cuda_matmul_split_s8b2cs},
     {"r2", "2 rows a half-warp (one load of x for both), 4 chunks, >= 3 blocks / SM",
      cuda_matmul_split_r2},
     {"r2b2", "2 rows a half-warp, 4 chunks a round, >= 2 blocks / SM", cuda_matmul_split_r2b2},
