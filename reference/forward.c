@@ -105,10 +105,8 @@ int forward_layer(const struct forward_ops *o, void *x, const struct forward_dim
         (rc = o->add_bias(x, b->q, L->q_bias, N, qd)) ||
         (rc = o->add_bias(x, b->k, L->k_bias, N, kvd)) ||
         (rc = o->add_bias(x, b->v, L->v_bias, N, kvd)) ||
-        (rc = o->rmsnorm(x, b->q, b->q, L->q_norm, d->eps, N * nh, D)) ||
-        (rc = o->rmsnorm(x, b->k, b->k, L->k_norm, d->eps, N * nkv, D)) ||
-        (rc = o->rope_rows(x, b->q, b->rope_cos, b->rope_sin, N, qd, nh, D)) ||
-        (rc = o->rope_rows(x, b->k, b->rope_cos, b->rope_sin, N, kvd, nkv, D)) ||
+        (rc = o->qk_norm_rope(x, b->q, b->k, L->q_norm, L->k_norm, d->eps, b->rope_cos, b->rope_sin,
+                              N, nh, nkv, D)) ||
         (rc = forward_attend(o, x, d, b, L, items, n_items, N)) ||
         (rc = o->matmul_split(x, b->proj, b->attn, &L->o, N)) ||
         (rc = o->tp_reduce(x, b->proj, (size_t)N * (size_t)H)) ||

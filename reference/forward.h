@@ -36,10 +36,12 @@ struct forward_ops {
                         int rows);
     /* x [rows, dim] += bias per row; bias NULL: nothing. */
     int (*add_bias)(void *ctx, float *x, const float *bias, int rows, int dim);
-    /* RoPE on each of rows rows of x (row i's heads at x + i * row_floats) with row i's
-     * cos / sin tables (head_dim / 2 each, rows of the tables in row order). */
-    int (*rope_rows)(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
-                     int row_floats, int heads, int head_dim);
+    /* q [rows, heads D] and k [rows, kv_heads D] per head RMSNorm'd by q_norm / k_norm, then
+     * RoPE'd with row i's cos / sin tables (D / 2 each, rows of the tables in row order):
+     * reference/ops.h qk_norm_rope. */
+    int (*qk_norm_rope)(void *ctx, float *q, float *k, const float *q_norm, const float *k_norm,
+                        float eps, const float *cos_t, const float *sin_t, int rows, int heads,
+                        int kv_heads, int head_dim);
     /* Appends every item's keys and values (buffers k, v; rows in item order) to its
      * slot's cache of layer L (under KVP: the positions this rank holds). */
     int (*kv_store)(void *ctx, const struct layer_weights *L, const struct forward_item *items,

@@ -422,10 +422,11 @@ static int op_add_bias(void *ctx, float *x, const float *bias, int rows, int dim
     return STRATA_OK;
 }
 
-static int op_rope_rows(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
-                        int row_floats, int heads, int head_dim) {
-    rope_rows_pooled(x, cos_t, sin_t, rows, row_floats, heads, head_dim,
-                     ((struct cpu_pass *)ctx)->m->pool);
+static int op_qk_norm_rope(void *ctx, float *q, float *k, const float *q_norm, const float *k_norm,
+                           float eps, const float *cos_t, const float *sin_t, int rows, int heads,
+                           int kv_heads, int head_dim) {
+    qk_norm_rope_pooled(q, k, q_norm, k_norm, eps, cos_t, sin_t, rows, heads, kv_heads, head_dim,
+                        ((struct cpu_pass *)ctx)->m->pool);
     return STRATA_OK;
 }
 
@@ -569,7 +570,7 @@ static const struct forward_ops cpu_ops = {.rmsnorm = op_rmsnorm,
                                            .matmul_multi = op_matmul_multi,
                                            .matmul_split = op_matmul_split,
                                            .add_bias = op_add_bias,
-                                           .rope_rows = op_rope_rows,
+                                           .qk_norm_rope = op_qk_norm_rope,
                                            .kv_store = op_kv_store,
                                            .attention = op_attention,
                                            .attention_partial_max = op_attention_partial_max,

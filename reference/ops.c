@@ -92,6 +92,20 @@ void rope_apply(float *x, const float *cos_t, const float *sin_t, int n_heads, i
     }
 }
 
+void qk_norm_rope(float *q, float *k, const float *q_norm, const float *k_norm, float eps,
+                  const float *cos_t, const float *sin_t, int rows, int heads, int kv_heads,
+                  int head_dim) {
+    const size_t half = (size_t)(head_dim / 2);
+    rmsnorm(q, q, q_norm, eps, rows * heads, head_dim);
+    rmsnorm(k, k, k_norm, eps, rows * kv_heads, head_dim);
+    for (int t = 0; t < rows; ++t) {
+        rope_apply(q + (size_t)t * (size_t)heads * (size_t)head_dim, cos_t + (size_t)t * half,
+                   sin_t + (size_t)t * half, heads, head_dim);
+        rope_apply(k + (size_t)t * (size_t)kv_heads * (size_t)head_dim, cos_t + (size_t)t * half,
+                   sin_t + (size_t)t * half, kv_heads, head_dim);
+    }
+}
+
 void swiglu(float *out, const float *gate, const float *up, int n) {
     for (int i = 0; i < n; ++i) {
         float g = gate[i];

@@ -73,6 +73,14 @@ void rope_tables(float *cos_out, float *sin_out, const float *inv_freq,
  * x'[j] = x[j] cos[j] - x[j+half] sin[j]; x'[j+half] = x[j+half] cos[j] + x[j] sin[j]. */
 void rope_apply(float *x, const float *cos_t, const float *sin_t, int n_heads, int head_dim);
 
+/* A layer's queries and keys made ready for attention, in place: every head of q [rows,
+ * heads, head_dim] and of k [rows, kv_heads, head_dim] RMSNorm'd by q_norm / k_norm
+ * [head_dim] (rmsnorm), then rotated by its row's cos / sin [rows][head_dim / 2]
+ * (rope_apply). One op, so that a device runs the four steps as one launch. */
+void qk_norm_rope(float *q, float *k, const float *q_norm, const float *k_norm, float eps,
+                  const float *cos_t, const float *sin_t, int rows, int heads, int kv_heads,
+                  int head_dim);
+
 /* out [n, w->rows] = x [n, w->cols] @ w^T, rows split across the pool's threads.
  * out must not alias x. */
 void matmul(float *out, const float *x, const struct ops_weight *w, int n,
@@ -241,7 +249,8 @@ void vec_add(float *x, const float *y, int n);
 
 /* The row-wise and element-wise ops on the pool, as the CPU backend runs them (ops_pooled.c):
  * rmsnorm and RoPE sliced by rows (rope_rows_pooled: `rows` rows of row_floats floats whose
- * first heads x head_dim rotate, cos/sin [rows][head_dim / 2]), swiglu and vec_add by
+ * first heads x head_dim rotate, cos/sin [rows][head_dim / 2]; qk_norm_rope_pooled: those
+ * two on q and on k), swiglu and vec_add by
  * OPS_ELEMENTWISE_SLICE floats (enough to pay a task's dispatch). Each output element is
  * computed whole by one call of the op above, so the bits are its bits for any thread
  * count; one row or slice runs on the caller. (A 128-token prefill of an H 1024 x 8 layer
@@ -251,6 +260,9 @@ void rmsnorm_pooled(float *out, const float *x, const float *weight, float eps, 
                     struct thread_pool *pool);
 void rope_rows_pooled(float *x, const float *cos_t, const float *sin_t, int rows, int row_floats,
                       int heads, int head_dim, struct thread_pool *pool);
+void qk_norm_rope_pooled(float *q, float *k, const float *q_norm, const float *k_norm, float eps,
+                         const float *cos_t, const float *sin_t, int rows, int heads, int kv_heads,
+                         int head_dim, struct thread_pool *pool);
 void swiglu_pooled(float *out, const float *gate, const float *up, int n, struct thread_pool *pool);
 void vec_add_pooled(float *x, const float *y, int n, struct thread_pool *pool);
 

@@ -83,6 +83,15 @@ void rope_rows_pooled(float *x, const float *cos_t, const float *sin_t, int rows
     run_tasks(pool, rope_task, &j, rows);
 }
 
+void qk_norm_rope_pooled(float *q, float *k, const float *q_norm, const float *k_norm, float eps,
+                         const float *cos_t, const float *sin_t, int rows, int heads, int kv_heads,
+                         int head_dim, struct thread_pool *pool) {
+    rmsnorm_pooled(q, q, q_norm, eps, rows * heads, head_dim, pool);
+    rmsnorm_pooled(k, k, k_norm, eps, rows * kv_heads, head_dim, pool);
+    rope_rows_pooled(q, cos_t, sin_t, rows, heads * head_dim, heads, head_dim, pool);
+    rope_rows_pooled(k, cos_t, sin_t, rows, kv_heads * head_dim, kv_heads, head_dim, pool);
+}
+
 void vec_add_pooled(float *x, const float *y, int n, struct thread_pool *pool) {
     struct pooled_job j = {.out = x, .x = y, .dim = n};
     run_tasks(pool, vec_add_task, &j, slices_of(&j));

@@ -69,7 +69,7 @@
 #include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
-#include "kernels/rope_apply.h"
+#include "kernels/qk_norm_rope.h"
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
 #include "reference/ops.h"
@@ -301,10 +301,11 @@ static int op_add_bias(void *ctx, float *x, const float *bias, int rows, int dim
     return add_bias(ctx, x, bias, rows, dim);
 }
 
-static int op_rope_rows(void *ctx, float *x, const float *cos_t, const float *sin_t, int rows,
-                        int row_floats, int heads, int head_dim) {
-    return cuda_rope_apply_rows(x, cos_t, sin_t, rows, row_floats, heads, head_dim,
-                                ((struct cuda_context *)ctx)->stream);
+static int op_qk_norm_rope(void *ctx, float *q, float *k, const float *q_norm, const float *k_norm,
+                           float eps, const float *cos_t, const float *sin_t, int rows, int heads,
+                           int kv_heads, int head_dim) {
+    return cuda_qk_norm_rope(q, k, q_norm, k_norm, eps, cos_t, sin_t, rows, heads, kv_heads,
+                             head_dim, ((struct cuda_context *)ctx)->stream);
 }
 
 static int op_tp_reduce(void *ctx, float *x, size_t n) {
@@ -329,7 +330,7 @@ static const struct forward_ops cuda_ops = {
     .matmul_multi = op_matmul_multi,
     .matmul_split = op_matmul_split,
     .add_bias = op_add_bias,
-    .rope_rows = op_rope_rows,
+    .qk_norm_rope = op_qk_norm_rope,
     .kv_store = op_kv_store,
     .attention = op_attention,
     .attention_partial_max = backend_cuda_op_attention_partial_max,

@@ -8,6 +8,7 @@
 #include "kernels/matmul.h"
 #include "kernels/moe_route.h"
 #include "kernels/ops_weight_row.h"
+#include "kernels/qk_norm_rope.h"
 #include "kernels/rmsnorm.h"
 #include "kernels/rope_apply.h"
 #include "kernels/softmax.h"
@@ -34,6 +35,11 @@ static int run_vec_add(const struct bo_call *c, void *stream) {
 
 static int run_rope_apply(const struct bo_call *c, void *stream) {
     return cuda_rope_apply(c->buf[0], c->buf[1], c->buf[2], c->s->heads, c->s->dim, stream);
+}
+
+static int run_qk_norm_rope(const struct bo_call *c, void *stream) {
+    return cuda_qk_norm_rope(c->buf[0], c->buf[1], c->buf[2], c->buf[3], c->s->eps, c->buf[4],
+                             c->buf[5], c->s->n, c->s->heads, c->s->kv_heads, c->s->dim, stream);
 }
 
 static int run_matmul(const struct bo_call *c, void *stream) {
@@ -133,6 +139,7 @@ static const struct bo_backend_op cuda_ops[] = {
     {"softmax", run_softmax},
     {"vec_add", run_vec_add},
     {"rope_apply", run_rope_apply},
+    {"qk_norm_rope", run_qk_norm_rope},
     {"matmul", run_matmul},
     {"matmul_split", run_matmul_split},
     {"attention", run_attention},

@@ -39,8 +39,8 @@ struct bo_shape {
     int n;                /* rows / tokens / elements */
     int dim;              /* row length: rmsnorm dim, matmul cols (K), head_dim */
     int rows;             /* matmul: weight rows (output features) */
-    int heads;            /* rope/attention: query heads */
-    int kv_heads;         /* attention: kv heads */
+    int heads;            /* rope/attention/qk_norm_rope: query heads */
+    int kv_heads;         /* attention/qk_norm_rope: kv heads */
     int pos;              /* attention: cache position of the first query */
     enum ops_dtype wtype; /* matmul weight dtype; attention(_kvp): the KV cache's */
     float eps;

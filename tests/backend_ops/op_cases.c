@@ -83,6 +83,24 @@ static int rope_apply_ref(const struct bo_call *c, struct thread_pool *pool) {
     return 0;
 }
 
+/* qk_norm_rope: n rows of `heads` q heads and `kv_heads` k heads of dim. */
+static int qk_norm_rope_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("q", BO_INOUT, sz(s->n, s->heads * s->dim), BO_GEN_ACT);
+    b[1] = BUF("k", BO_INOUT, sz(s->n, s->kv_heads * s->dim), BO_GEN_ACT);
+    b[2] = BUF("q_norm", BO_IN, (size_t)s->dim, BO_GEN_WEIGHT);
+    b[3] = BUF("k_norm", BO_IN, (size_t)s->dim, BO_GEN_WEIGHT);
+    b[4] = BUF("cos", BO_IN, sz(s->n, s->dim / 2), BO_GEN_UNIT);
+    b[5] = BUF("sin", BO_IN, sz(s->n, s->dim / 2), BO_GEN_UNIT);
+    return 6;
+}
+
+static int qk_norm_rope_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    qk_norm_rope(c->buf[0], c->buf[1], c->buf[2], c->buf[3], c->s->eps, c->buf[4], c->buf[5],
+                 c->s->n, c->s->heads, c->s->kv_heads, c->s->dim);
+    return 0;
+}
+
 static int matmul_layout(const struct bo_shape *s, struct bo_buf *b) {
     b[0] = BUF("out", BO_OUT, sz(s->n, s->rows), BO_GEN_ACT);
     b[1] = BUF("x", BO_IN, sz(s->n, s->dim), BO_GEN_ACT);
@@ -234,6 +252,7 @@ const struct bo_op bo_ops[] = {
     {"softmax", 1e-7, softmax_layout, softmax_ref},
     {"vec_add", 1e-7, vec_add_layout, vec_add_ref},
     {"rope_apply", 1e-7, rope_apply_layout, rope_apply_ref},
+    {"qk_norm_rope", 1e-7, qk_norm_rope_layout, qk_norm_rope_ref},
     {"matmul", 1e-7, matmul_layout, matmul_ref},
     {"matmul_split", 1e-7, matmul_layout, matmul_split_ref},
     {"attention", 1e-7, attention_layout, attention_ref},
@@ -260,6 +279,12 @@ const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
     {                                                                                              \
         "rope_apply", {                                                                            \
             .heads = heads_, .dim = dim_                                                           \
+        }                                                                                          \
+    }
+#define QK(n_, heads_, kv_, dim_, scale_)                                                          \
+    {                                                                                              \
+        "qk_norm_rope", {                                                                          \
+            .n = n_, .heads = heads_, .kv_heads = kv_, .dim = dim_, .eps = 1e-6f, .scale = scale_  \
         }                                                                                          \
     }
 #define MATMUL(n_, dim_, rows_, wt_)                                                               \
@@ -349,6 +374,14 @@ const struct bo_case bo_cases[] = {
     ROPE(3, 6),
     ROPE(8, 128),
     ROPE(5, 66),
+
+    /* a decode row of the 8B shape's heads, a prefill of 0.6B's, widths off the 4-float
+     * path (66, 6), more heads than one row's threads */
+    QK(1, 32, 8, 128, 1.0f),
+    QK(17, 16, 8, 128, 3.0f),
+    QK(3, 4, 2, 66, 1.0f),
+    QK(2, 3, 1, 6, 0.01f),
+    QK(5, 40, 8, 64, 100.0f),
 
     MATMUL(1, 16, 3, OPS_F32),
     MATMUL(5, 67, 33, OPS_F32),
