@@ -97,7 +97,8 @@ int forward_layer(const struct forward_ops *o, void *x, const struct forward_dim
     int rc;
 
     /* Attention block: a = RMSNorm_in(h); q/k/v; per-head q/k norm; RoPE; cache; attend;
-     * h = h + o_proj(a) (TP: the ranks' o_proj partials added first). */
+     * h = h + o_proj(a) (TP: the ranks' o_proj partials added first), and with that add the
+     * MLP block's m = RMSNorm_post(h). */
     float *const qkv_out[3] = {b->q, b->k, b->v};
     const struct ops_weight *const qkv_w[3] = {&L->q, &L->k, &L->v};
     if ((rc = o->rmsnorm(x, b->norm, b->hidden, L->input_norm, d->eps, N, H)) ||
@@ -111,13 +112,12 @@ int forward_layer(const struct forward_ops *o, void *x, const struct forward_dim
         (rc = o->matmul_split(x, b->proj, b->attn, &L->o, N)) ||
         (rc = o->tp_reduce(x, b->proj, (size_t)N * (size_t)H)) ||
         (rc = o->add_bias(x, b->proj, L->o_bias, N, H)) ||
-        (rc = o->vec_add(x, b->hidden, b->proj, N * H)))
+        (rc = o->add_rmsnorm(x, b->norm, b->hidden, b->proj, L->post_norm, d->eps, N, H)))
         return rc;
 
-    /* MLP block: h = h + MLP_or_MoE(RMSNorm_post(h)). Dense: down(silu(gate) * up); TP:
-     * the ranks' down partials (or, MoE by experts, their nodes of the expert tree) added. */
+    /* MLP block: h = h + MLP_or_MoE(m). Dense: down(silu(gate) * up); TP: the ranks' down
+     * partials (or, MoE by experts, their nodes of the expert tree) added. */
     const int reduced = L->is_moe && d->moe_split;
-    if ((rc = o->rmsnorm(x, b->norm, b->hidden, L->post_norm, d->eps, N, H))) return rc;
     if (L->is_moe) {
         rc = forward_moe(o, x, d, b, L, b->proj, b->norm, N);
     } else {

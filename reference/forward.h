@@ -68,6 +68,9 @@ struct forward_ops {
     int (*tp_reduce)(void *ctx, float *x, size_t n);
     /* x [n] += y [n]. */
     int (*vec_add)(void *ctx, float *x, const float *y, int n);
+    /* h [rows, dim] += y, then out = RMSNorm(h) * w (reference/ops.h add_rmsnorm). */
+    int (*add_rmsnorm)(void *ctx, float *out, float *h, const float *y, const float *w, float eps,
+                       int rows, int dim);
     /* out [n] = silu(gate) * up. */
     int (*swiglu)(void *ctx, float *out, const float *gate, const float *up, int n);
     /* The MoE block's ops (reference/ops.h has each one's contract): moe_route_rows of

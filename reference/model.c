@@ -422,6 +422,12 @@ static int op_add_bias(void *ctx, float *x, const float *bias, int rows, int dim
     return STRATA_OK;
 }
 
+static int op_add_rmsnorm(void *ctx, float *out, float *h, const float *y, const float *w,
+                          float eps, int rows, int dim) {
+    add_rmsnorm_pooled(out, h, y, w, eps, rows, dim, ((struct cpu_pass *)ctx)->m->pool);
+    return STRATA_OK;
+}
+
 static int op_qk_norm_rope(void *ctx, float *q, float *k, const float *q_norm, const float *k_norm,
                            float eps, const float *cos_t, const float *sin_t, int rows, int heads,
                            int kv_heads, int head_dim) {
@@ -580,6 +586,7 @@ static const struct forward_ops cpu_ops = {.rmsnorm = op_rmsnorm,
                                            .attention_merge = op_attention_merge,
                                            .tp_reduce = op_tp_reduce,
                                            .vec_add = op_vec_add,
+                                           .add_rmsnorm = op_add_rmsnorm,
                                            .swiglu = op_swiglu,
                                            .moe_route = op_moe_route,
                                            .moe_group = op_moe_group,

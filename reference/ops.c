@@ -132,6 +132,12 @@ void vec_add(float *x, const float *y, int n) {
         x[i] += y[i];
 }
 
+void add_rmsnorm(float *out, float *h, const float *y, const float *weight, float eps, int n,
+                 int dim) {
+    vec_add(h, y, n * dim);
+    rmsnorm(out, h, weight, eps, n, dim);
+}
+
 /* ---------------------------------------------------------------- the KV cache's store */
 
 void kv_store(const struct ops_kv *kv, const float *k, const float *v, int row_stride, int pos,

@@ -247,10 +247,15 @@ void moe_expert_sum(float *out, float *y, const int32_t *slot_pos, const int *ex
 /* x [n] += y [n]. */
 void vec_add(float *x, const float *y, int n);
 
+/* A residual add and the RMSNorm after it as one op: h [n, dim] += y, then out [n, dim] =
+ * RMSNorm(h) * weight (vec_add, then rmsnorm). out aliases neither h nor y. */
+void add_rmsnorm(float *out, float *h, const float *y, const float *weight, float eps, int n,
+                 int dim);
+
 /* The row-wise and element-wise ops on the pool, as the CPU backend runs them (ops_pooled.c):
  * rmsnorm and RoPE sliced by rows (rope_rows_pooled: `rows` rows of row_floats floats whose
  * first heads x head_dim rotate, cos/sin [rows][head_dim / 2]; qk_norm_rope_pooled: those
- * two on q and on k), swiglu and vec_add by
+ * two on q and on k; add_rmsnorm_pooled: vec_add then rmsnorm), swiglu and vec_add by
  * OPS_ELEMENTWISE_SLICE floats (enough to pay a task's dispatch). Each output element is
  * computed whole by one call of the op above, so the bits are its bits for any thread
  * count; one row or slice runs on the caller. (A 128-token prefill of an H 1024 x 8 layer
@@ -265,6 +270,8 @@ void qk_norm_rope_pooled(float *q, float *k, const float *q_norm, const float *k
                          int head_dim, struct thread_pool *pool);
 void swiglu_pooled(float *out, const float *gate, const float *up, int n, struct thread_pool *pool);
 void vec_add_pooled(float *x, const float *y, int n, struct thread_pool *pool);
+void add_rmsnorm_pooled(float *out, float *h, const float *y, const float *weight, float eps, int n,
+                        int dim, struct thread_pool *pool);
 
 /* matmul implementations; all give identical bits (see the top of this file). */
 enum ops_path { OPS_PATH_AUTO = 0, OPS_PATH_PORTABLE, OPS_PATH_AVX2, OPS_PATH_AVX512 };

@@ -97,6 +97,12 @@ void vec_add_pooled(float *x, const float *y, int n, struct thread_pool *pool) {
     run_tasks(pool, vec_add_task, &j, slices_of(&j));
 }
 
+void add_rmsnorm_pooled(float *out, float *h, const float *y, const float *weight, float eps, int n,
+                        int dim, struct thread_pool *pool) {
+    vec_add_pooled(h, y, n * dim, pool);
+    rmsnorm_pooled(out, h, weight, eps, n, dim, pool);
+}
+
 void swiglu_pooled(float *out, const float *gate, const float *up, int n,
                    struct thread_pool *pool) {
     struct pooled_job j = {.out = out, .x = gate, .up = up, .dim = n};

@@ -81,8 +81,8 @@ gpus=0
 step device 20 sh -c 'nvidia-smi || echo "nvidia-smi: not present"; uname -a; nproc; free -g;
     lscpu || head -30 /proc/cpuinfo; cat /sys/devices/system/cpu/cpu0/topology/thread_siblings_list'
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')
-for t in argmax attention cuda_graph kv_store matmul moe_group qk_norm_rope rmsnorm rope_cos_sin \
-    tree_sum vision_ops; do
+for t in add_rmsnorm argmax attention cuda_graph kv_store matmul moe_group qk_norm_rope rmsnorm \
+    rope_cos_sin tree_sum vision_ops; do
     step "kernel_$t" 60 bin/kernels_${t}_test
 done
 step backend_ops_cuda 90 bin/backend_ops_cuda_test --backend=cuda

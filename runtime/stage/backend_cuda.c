@@ -69,6 +69,7 @@
 #include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
 #include "kernels/rmsnorm.h"
+#include "kernels/add_rmsnorm.h"
 #include "kernels/qk_norm_rope.h"
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
@@ -316,6 +317,11 @@ static int op_vec_add(void *ctx, float *x, const float *y, int n) {
     return cuda_vec_add(x, y, n, ((struct cuda_context *)ctx)->stream);
 }
 
+static int op_add_rmsnorm(void *ctx, float *out, float *h, const float *y, const float *w,
+                          float eps, int rows, int dim) {
+    return cuda_add_rmsnorm(out, h, y, w, eps, rows, dim, ((struct cuda_context *)ctx)->stream);
+}
+
 static int op_swiglu(void *ctx, float *out, const float *gate, const float *up, int n) {
     return cuda_swiglu(out, gate, up, n, ((struct cuda_context *)ctx)->stream);
 }
@@ -340,6 +346,7 @@ static const struct forward_ops cuda_ops = {
     .attention_merge = backend_cuda_op_attention_merge,
     .tp_reduce = op_tp_reduce,
     .vec_add = op_vec_add,
+    .add_rmsnorm = op_add_rmsnorm,
     .swiglu = op_swiglu,
     .moe_route = backend_cuda_op_moe_route,
     .moe_group = backend_cuda_op_moe_group,

@@ -2,6 +2,7 @@
  * kernels/ twin (a build without the toolkit has backend_cuda_absent.c instead). */
 #include <stddef.h>
 
+#include "kernels/add_rmsnorm.h"
 #include "kernels/attention.h"
 #include "kernels/attention_kvp.h"
 #include "kernels/cuda_device.h"
@@ -19,6 +20,11 @@
 /* Adapters: the reference call of op_cases.c with cuda_ in front and the stream last. */
 static int run_rmsnorm(const struct bo_call *c, void *stream) {
     return cuda_rmsnorm(c->buf[0], c->buf[1], c->buf[2], c->s->eps, c->s->n, c->s->dim, stream);
+}
+
+static int run_add_rmsnorm(const struct bo_call *c, void *stream) {
+    return cuda_add_rmsnorm(c->buf[0], c->buf[1], c->buf[2], c->buf[3], c->s->eps, c->s->n,
+                            c->s->dim, stream);
 }
 
 static int run_swiglu(const struct bo_call *c, void *stream) {
@@ -135,6 +141,7 @@ static int run_ops_weight_row(const struct bo_call *c, void *stream) {
 
 static const struct bo_backend_op cuda_ops[] = {
     {"rmsnorm", run_rmsnorm},
+    {"add_rmsnorm", run_add_rmsnorm},
     {"swiglu", run_swiglu},
     {"softmax", run_softmax},
     {"vec_add", run_vec_add},

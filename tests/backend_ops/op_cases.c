@@ -30,6 +30,21 @@ static int rmsnorm_ref(const struct bo_call *c, struct thread_pool *pool) {
     return 0;
 }
 
+/* add_rmsnorm: h [n, dim] += y, out = rmsnorm(h). */
+static int add_rmsnorm_layout(const struct bo_shape *s, struct bo_buf *b) {
+    b[0] = BUF("out", BO_OUT, sz(s->n, s->dim), BO_GEN_ACT);
+    b[1] = BUF("h", BO_INOUT, sz(s->n, s->dim), BO_GEN_ACT);
+    b[2] = BUF("y", BO_IN, sz(s->n, s->dim), BO_GEN_ACT);
+    b[3] = BUF("weight", BO_IN, (size_t)s->dim, BO_GEN_WEIGHT);
+    return 4;
+}
+
+static int add_rmsnorm_ref(const struct bo_call *c, struct thread_pool *pool) {
+    (void)pool;
+    add_rmsnorm(c->buf[0], c->buf[1], c->buf[2], c->buf[3], c->s->eps, c->s->n, c->s->dim);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- elementwise */
 
 static int swiglu_layout(const struct bo_shape *s, struct bo_buf *b) {
@@ -248,6 +263,7 @@ static int weight_row_ref(const struct bo_call *c, struct thread_pool *pool) {
 /* fp32 ops: 1e-7, llama.cpp's default bound. */
 const struct bo_op bo_ops[] = {
     {"rmsnorm", 1e-7, rmsnorm_layout, rmsnorm_ref},
+    {"add_rmsnorm", 1e-7, add_rmsnorm_layout, add_rmsnorm_ref},
     {"swiglu", 1e-7, swiglu_layout, swiglu_ref},
     {"softmax", 1e-7, softmax_layout, softmax_ref},
     {"vec_add", 1e-7, vec_add_layout, vec_add_ref},
@@ -266,6 +282,12 @@ const size_t bo_n_ops = sizeof bo_ops / sizeof bo_ops[0];
 #define RMS(n_, dim_, scale_)                                                                      \
     {                                                                                              \
         "rmsnorm", {                                                                               \
+            .n = n_, .dim = dim_, .eps = 1e-6f, .scale = scale_                                    \
+        }                                                                                          \
+    }
+#define ADD_RMS(n_, dim_, scale_)                                                                  \
+    {                                                                                              \
+        "add_rmsnorm", {                                                                           \
             .n = n_, .dim = dim_, .eps = 1e-6f, .scale = scale_                                    \
         }                                                                                          \
     }
@@ -354,6 +376,11 @@ const struct bo_case bo_cases[] = {
     RMS(5, 2560, 0.01f),
     RMS(128, 4096, 1.0f),
     RMS(3, 5000, 100.0f),
+    ADD_RMS(1, 1, 1.0f),
+    ADD_RMS(7, 100, 1.0f),
+    ADD_RMS(1, 4096, 1.0f),
+    ADD_RMS(5, 2560, 0.01f),
+    ADD_RMS(3, 5000, 100.0f),
 
     ELT("swiglu", 1, 1.0f),
     ELT("swiglu", 1000, 4.0f),
