@@ -27,14 +27,12 @@
 #define VARIANT(v)                                                                                 \
     int cuda_matmul_split_##v(float *out, const float *x, const struct ops_weight *w, int n,       \
                               int leaves, void *stream);
-VARIANT(s4b2)
 VARIANT(s4b4)
 VARIANT(s8b2)
 VARIANT(s8b3)
 VARIANT(tile4)
 VARIANT(cs)
 VARIANT(r2)
-VARIANT(r2b2)
 VARIANT(r2s2)
 
 typedef int (*split_fn)(float *, const float *, const struct ops_weight *, int, int, void *);
@@ -44,7 +42,6 @@ static const struct {
     split_fn fn;
 } variants[] = {
     {"default", "16-byte loads, 4 chunks a round, >= 3 blocks / SM", cuda_matmul_split},
-    {"s4b2", "4 chunks a round, >= 2 blocks / SM", cuda_matmul_split_s4b2},
     {"s4b4", "4 chunks a round, >= 4 blocks / SM", cuda_matmul_split_s4b4},
     {"s8b2", "8 chunks a round, >= 2 blocks / SM", cuda_matmul_split_s8b2},
     {"s8b3", "8 chunks a round, >= 3 blocks / SM", cuda_matmul_split_s8b3},
@@ -53,7 +50,6 @@ static const struct {
     {"cs", "the default with evict-first weight loads (__ldcs)", cuda_matmul_split_cs},
     {"r2", "2 rows a half-warp (one load of x for both), 4 chunks, >= 3 blocks / SM",
      cuda_matmul_split_r2},
-    {"r2b2", "2 rows a half-warp, 4 chunks a round, >= 2 blocks / SM", cuda_matmul_split_r2b2},
     {"r2s2", "2 rows a half-warp, 2 chunks a round, >= 3 blocks / SM", cuda_matmul_split_r2s2},
 };
 enum { N_VARIANTS = sizeof variants / sizeof variants[0], CALLS = 32 };

@@ -15,7 +15,7 @@
 #   gpu_run_cpu.sh   tools/gpu_run_cpu.sh: a second call's CPU benches on the device's cores;
 #   ncu_summary.py   tools/ncu_summary.py: gpu_run.sh's profile step's reader.
 # and packs it into .gpu-pack/bundle.tgz (ignored by git), which is what travels: the device
-# tool carries at most 64 MiB with the tracked tree (23 MiB), and the bundle itself is 58 (of 60).
+# tool carries at most 64 MiB with the tracked tree (23 MiB), and the bundle itself is 59 (of 60).
 # Then checks it on this machine: gpu_run.sh must get through every step (each says "skipped"
 # without a CUDA device; nothing may fail for a missing library or file). Prints the sizes
 # and the check's summary.
