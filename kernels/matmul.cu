@@ -4,9 +4,9 @@
  * token runs the tile built for one, T = 1, the same FMAs). Lane l of a half-warp accumulates
  * the elements k0 + l of every 16-element block: lanes 0..7 are the reference's a0[0..7],
  * lanes 8..15 its a1[0..7] (bf16 rows load 16 bytes a lane and transpose through shared
- * memory to get there: dot_rounds_bf16). Shuffles then fold exactly
- * as the reference does (s = a0 + a1, t[i] = s[i] + s[i + 4], (t0 + t2) + (t1 + t3)) and
- * lane 0 runs the K % 16 tail. Tiling over tokens only shares the weight loads; it never
+ * memory to get there: dot_rounds_bf16). Shuffles then fold exactly as the reference does
+ * (s = a0 + a1, t[i] = s[i] + s[i + 4], (t0 + t2) + (t1 + t3)) and lane 0 runs the K % 16
+ * tail. Tiling over tokens only shares the weight loads; it never
  * changes one element's arithmetic. cuda_matmul_split runs the same dot over each leaf's
  * columns (as the reference's matmul_split), the leaves of a row on neighbouring
  * half-warps, and the row's first lane combines them by the balanced tree. */
@@ -69,6 +69,12 @@ __device__ static inline float widen(float v) {
 static const int kChunk = 128; /* columns: 8 blocks of 16, 16 bytes per lane */
 static const int kStage = STRATA_MATMUL_STAGE;
 static const int kRows = STRATA_MATMUL_ROWS;
+
+/* Weight rows a half-warp owns in a tile of T tokens (STRATA_MATMUL_ROWS applies to one-token
+ * tiles only): the kernels' R and the launches' rows per block both read it. */
+__host__ __device__ static constexpr int half_rows(int T) {
+    return T == 1 ? kRows : 1;
+}
 
 /* One lane's 16 bytes of a weight chunk. A weight is read once per call while x is read by
  * every row: evict-first keeps the weights' lines from pushing x out of L1 (a variant). */
@@ -269,9 +275,9 @@ template <typename WT, int L, int T>
 __global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
     matmul_kernel(float *out, const float *x, const WT *w, int n, int rows, int cols) {
     const int t0 = blockIdx.x * kTok;
-    matmul_tile<WT, L, T, T == 1 ? kRows : 1>(out + (size_t)t0 * (size_t)rows,
-                                              x + (size_t)t0 * (size_t)cols, w, min(kTok, n - t0),
-                                              rows, cols, (int)blockIdx.y);
+    matmul_tile<WT, L, T, half_rows(T)>(out + (size_t)t0 * (size_t)rows,
+                                        x + (size_t)t0 * (size_t)cols, w, min(kTok, n - t0), rows,
+                                        cols, (int)blockIdx.y);
 }
 
 /* Multi: up to OPS_MULTI_MAX matrices of one K side by side in the grid's y, each from its
@@ -291,9 +297,9 @@ __global__ static void __launch_bounds__(kThreads, STRATA_MATMUL_MIN_BLOCKS)
     int m = 0;
     while (m + 1 < a.count && y >= a.first_block[m + 1])
         ++m;
-    matmul_tile<WT, 1, T, T == 1 ? kRows : 1>(
-        a.out[m] + (size_t)t0 * (size_t)a.rows[m], x + (size_t)t0 * (size_t)cols,
-        (const WT *)a.w[m], min(kTok, n - t0), a.rows[m], cols, y - a.first_block[m]);
+    matmul_tile<WT, 1, T, half_rows(T)>(a.out[m] + (size_t)t0 * (size_t)a.rows[m],
+                                        x + (size_t)t0 * (size_t)cols, (const WT *)a.w[m],
+                                        min(kTok, n - t0), a.rows[m], cols, y - a.first_block[m]);
 }
 
 /* Grouped: block row blockIdx.y is the y-th token tile of the groups in order (each group's
@@ -395,7 +401,7 @@ static int launch(float *out, const float *x, const struct ops_weight *w, int n,
      * multiprocessors idle. The tile's arithmetic does not depend on it. */
     const int threads =
         (long long)w->rows * leaves >= 16LL * 256 ? kThreads : (leaves > 4 ? 16 * leaves : 64);
-    const int per_half = one_token(n) ? kRows : 1; /* rows a half-warp: matmul_kernel's R */
+    const int per_half = half_rows(one_token(n) ? 1 : kTok);
     const int row_blocks = cuda_blocks_for(w->rows, threads / 16 / leaves * per_half);
     if (row_blocks > 65535) /* the grid's y */
         return strata_set_error(STRATA_EINVAL, "%s: %d weight rows in one call (at most %d)", name,
@@ -442,7 +448,7 @@ extern "C" int cuda_matmul_multi(float *const *outs, const struct ops_weight *co
                                 count, n);
     if (n == 0) return STRATA_OK;
     const int threads = total >= 16LL * 256 ? kThreads : 64;
-    const int per_half = one_token(n) ? kRows : 1; /* rows a half-warp: the kernel's R */
+    const int per_half = half_rows(one_token(n) ? 1 : kTok);
     MultiArgs a;
     memset(&a, 0, sizeof a);
     a.count = count;

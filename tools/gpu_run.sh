@@ -113,10 +113,11 @@ step profile_decode_8b 180 sh -c 'if [ -z "$1" ]; then echo "skipped: no ncu (Ns
         --steps 2 --context 16 --prefill 0 --dir "$2" --keep >"$2/ncu.csv" || exit 1
     python3 ncu_summary.py "$2/ncu.csv" | tee "$3"' sh "$ncu" "$WORK" "$OUT/decode_profile.txt"
 # Why the matmul streams below the copy bandwidth: Nsight Compute's sections (speed of light,
-# memory, warp stalls, scheduler, occupancy) on eight matmul launches inside the last decode
-# step (each step launches 145: 36 layers x 4 and the head; 300 skipped are past the
-# context's fill and the first step): whether the loads wait on memory, the LSU / shared
-# pipe, or issue slots, which decides the next schedule to try.
+# memory, warp stalls, scheduler, occupancy) on eight one-token matmul launches: the bench's
+# passes (the context's fill, two untimed decode steps, two timed) each launch 145 (36
+# layers x 4 and the head), so skipping 300 lands in the second decode step's third layer.
+# Whether the loads wait on memory, the LSU / shared pipe, or issue slots decides the next
+# schedule to try.
 step profile_matmul_8b 150 sh -c 'if [ -z "$1" ]; then echo "skipped: no ncu (Nsight Compute) here"; exit 0; fi
     "$1" --clock-control none --kernel-name regex:matmul --launch-skip 300 --launch-count 8 \
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats \

@@ -61,6 +61,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/add_rmsnorm.h"
 #include "kernels/argmax.h"
 #include "kernels/attention.h"
 #include "kernels/cuda_device.h"
@@ -68,9 +69,8 @@
 #include "kernels/matmul.h"
 #include "kernels/ops_vision.h"
 #include "kernels/ops_weight_row.h"
-#include "kernels/rmsnorm.h"
-#include "kernels/add_rmsnorm.h"
 #include "kernels/qk_norm_rope.h"
+#include "kernels/rmsnorm.h"
 #include "kernels/swiglu.h"
 #include "kernels/vec_add.h"
 #include "reference/ops.h"
